@@ -1,0 +1,629 @@
+/* Framed, authenticated TCP connections and reconnecting links over libuv. */
+#include "conn.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct conn_write {
+    uv_write_t req;
+    conn *c;
+    uint8_t *head;     /* prefix + header, owned */
+    size_t total;      /* head + payload bytes */
+    conn_done_fn done; /* may be NULL */
+    void *arg;
+} conn_write;
+
+static void conn__link_closed(conn_link *l, conn *c);
+
+void conn_config_default(conn_config *cfg, const auth_secret *secret, Appliance__Role role,
+                         const char *name)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->secret = secret;
+    cfg->role = role;
+    cfg->name = name;
+    cfg->limits.max_header = FRAME_DEFAULT_MAX_HEADER;
+    cfg->limits.max_payload = FRAME_DEFAULT_MAX_PAYLOAD;
+    cfg->high_water = 16u << 20;
+    cfg->queue_max = 256u << 20;
+    cfg->auth_timeout_ms = 5000;
+}
+
+/* ---- closing ---- */
+
+static void conn__handle_closed(uv_handle_t *h)
+{
+    conn *c = h->data;
+    if (--c->handles_open > 0)
+        return;
+    if (c->ops->on_close)
+        c->ops->on_close(c, c->close_err, c->close_reason);
+    conn_link *l = c->link;
+    frame_reader_deinit(&c->reader);
+    if (l)
+        conn__link_closed(l, c);
+    free(c);
+}
+
+void conn_close(conn *c, int err, const char *reason)
+{
+    if (c->closing)
+        return;
+    c->closing = true;
+    c->close_err = err;
+    if (reason != c->close_reason)
+        snprintf(c->close_reason, sizeof(c->close_reason), "%s", reason ? reason : "closed");
+    if (c->resolving)
+        uv_cancel((uv_req_t *)&c->resolve_req); /* its callback still runs */
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    uv_timer_stop(&c->timer);
+    uv_close((uv_handle_t *)&c->tcp, conn__handle_closed);
+    uv_close((uv_handle_t *)&c->timer, conn__handle_closed);
+}
+
+static void conn__fail_deadline(uv_timer_t *t)
+{
+    conn *c = t->data;
+    conn_close(c, c->close_err, c->close_reason);
+}
+
+static void conn__fail_written(void *arg, int status)
+{
+    conn *c = arg;
+    conn_close(c, c->close_err, c->close_reason);
+}
+
+void conn_fail(conn *c, int code, const char *fmt, ...)
+{
+    if (c->closing)
+        return;
+    char msg[160];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    c->close_err = code;
+    snprintf(c->close_reason, sizeof(c->close_reason), "%s", msg);
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    if (!c->connected) {
+        conn_close(c, code, msg);
+        return;
+    }
+    Appliance__Error e = APPLIANCE__ERROR__INIT;
+    e.code = code;
+    e.message = msg;
+    Appliance__Envelope env = APPLIANCE__ENVELOPE__INIT;
+    env.msg_case = APPLIANCE__ENVELOPE__MSG_ERROR;
+    env.error = &e;
+    /* The error frame is best effort: close once written or after 1 s. */
+    enum conn_auth_state saved = c->auth;
+    c->auth = CONN_READY;
+    int rc = conn_send(c, &env, NULL, 0, conn__fail_written, c);
+    c->auth = saved;
+    if (rc < 0) {
+        conn_close(c, code, msg);
+        return;
+    }
+    uv_timer_stop(&c->timer);
+    uv_timer_start(&c->timer, conn__fail_deadline, 1000, 0);
+}
+
+/* ---- writing ---- */
+
+static void conn__write_done(uv_write_t *req, int status)
+{
+    conn_write *w = container_of(req, conn_write, req);
+    conn *c = w->c;
+    c->queued -= w->total;
+    if (status == 0)
+        c->bytes_out += w->total;
+    free(w->head);
+    conn_done_fn done = w->done;
+    void *arg = w->arg;
+    free(w);
+    if (done)
+        done(arg, status);
+    if (status < 0 && status != UV_ECANCELED && !c->closing) {
+        char why[96];
+        snprintf(why, sizeof(why), "write failed: %s", uv_strerror(status));
+        conn_close(c, status, why);
+        return;
+    }
+    if (c->blocked && !c->closing && c->queued <= c->cfg->high_water / 2) {
+        c->blocked = false;
+        if (c->ops->on_drain)
+            c->ops->on_drain(c);
+    }
+}
+
+int conn_send(conn *c, const Appliance__Envelope *env, const void *payload, uint32_t len,
+              conn_done_fn done, void *arg)
+{
+    if (c->closing)
+        return -ECANCELED;
+    if (c->auth != CONN_READY && env->msg_case != APPLIANCE__ENVELOPE__MSG_HELLO &&
+        env->msg_case != APPLIANCE__ENVELOPE__MSG_AUTH_PROOF)
+        return -ENOTCONN;
+    size_t hlen;
+    if (len > c->cfg->limits.max_payload)
+        return -EMSGSIZE;
+    uint8_t *head = frame_encode(env, len, &hlen);
+    if (!head)
+        return -ENOMEM;
+    size_t total = hlen + len;
+    if (c->queued + total > c->cfg->queue_max) {
+        free(head);
+        return -ENOBUFS;
+    }
+    conn_write *w = malloc(sizeof(*w));
+    if (!w) {
+        free(head);
+        return -ENOMEM;
+    }
+    w->c = c;
+    w->head = head;
+    w->total = total;
+    w->done = done;
+    w->arg = arg;
+    uv_buf_t bufs[2] = {uv_buf_init((char *)head, (unsigned)hlen),
+                        uv_buf_init((char *)(uintptr_t)payload, len)};
+    int rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, bufs, len ? 2 : 1, conn__write_done);
+    if (rc < 0) {
+        free(head);
+        free(w);
+        return rc;
+    }
+    c->queued += total;
+    return 0;
+}
+
+int conn_send_msg(conn *c, const Appliance__Envelope *env)
+{
+    return conn_send(c, env, NULL, 0, NULL, NULL);
+}
+
+bool conn_can_send(conn *c, size_t len)
+{
+    if (c->closing)
+        return false;
+    if (c->queued + len <= c->cfg->high_water || c->queued == 0)
+        return true;
+    c->blocked = true;
+    return false;
+}
+
+/* ---- authentication ---- */
+
+static int conn__send_hello(conn *c)
+{
+    auth_nonce(c->my_nonce);
+    Appliance__Hello h = APPLIANCE__HELLO__INIT;
+    h.role = c->cfg->role;
+    h.name = (char *)(c->cfg->name ? c->cfg->name : "");
+    h.nonce.data = c->my_nonce;
+    h.nonce.len = AUTH_NONCE_LEN;
+    h.version = FRAME_VERSION;
+    Appliance__Envelope env = APPLIANCE__ENVELOPE__INIT;
+    env.msg_case = APPLIANCE__ENVELOPE__MSG_HELLO;
+    env.hello = &h;
+    return conn_send_msg(c, &env);
+}
+
+static void conn__auth_frame(conn *c, Appliance__Envelope *env)
+{
+    const uint8_t *dialer_nonce = c->dialer ? c->my_nonce : c->peer_nonce;
+    const uint8_t *acceptor_nonce = c->dialer ? c->peer_nonce : c->my_nonce;
+    switch (env->msg_case) {
+    case APPLIANCE__ENVELOPE__MSG_HELLO: {
+        Appliance__Hello *h = env->hello;
+        if (c->auth != CONN_AUTH_WAIT_HELLO) {
+            conn_fail(c, -EPROTO, "unexpected second hello");
+            return;
+        }
+        if (h->version != FRAME_VERSION) {
+            conn_fail(c, -EPROTONOSUPPORT, "protocol version %u, expected %u", h->version,
+                      FRAME_VERSION);
+            return;
+        }
+        if (h->nonce.len != AUTH_NONCE_LEN) {
+            conn_fail(c, -EPROTO, "hello nonce of %zu bytes, expected %d", h->nonce.len,
+                      AUTH_NONCE_LEN);
+            return;
+        }
+        memcpy(c->peer_nonce, h->nonce.data, AUTH_NONCE_LEN);
+        c->peer_role = h->role;
+        snprintf(c->peer_name, sizeof(c->peer_name), "%s", h->name ? h->name : "");
+        uint8_t mac[AUTH_MAC_LEN];
+        auth_proof(mac, c->cfg->secret, c->dialer, c->dialer ? c->my_nonce : c->peer_nonce,
+                   c->dialer ? c->peer_nonce : c->my_nonce);
+        Appliance__AuthProof p = APPLIANCE__AUTH_PROOF__INIT;
+        p.mac.data = mac;
+        p.mac.len = AUTH_MAC_LEN;
+        Appliance__Envelope out = APPLIANCE__ENVELOPE__INIT;
+        out.msg_case = APPLIANCE__ENVELOPE__MSG_AUTH_PROOF;
+        out.auth_proof = &p;
+        c->auth = CONN_AUTH_WAIT_PROOF;
+        if (conn_send_msg(c, &out) < 0)
+            conn_close(c, -EIO, "cannot send authentication proof");
+        return;
+    }
+    case APPLIANCE__ENVELOPE__MSG_AUTH_PROOF:
+        if (c->auth != CONN_AUTH_WAIT_PROOF) {
+            conn_fail(c, -EPROTO, "authentication proof before hello");
+            return;
+        }
+        if (!auth_verify(env->auth_proof->mac.data, env->auth_proof->mac.len, c->cfg->secret,
+                         !c->dialer, dialer_nonce, acceptor_nonce)) {
+            conn_fail(c, -EACCES, "authentication failed: wrong cluster secret");
+            return;
+        }
+        c->auth = CONN_READY;
+        uv_timer_stop(&c->timer);
+        if (c->ops->on_ready)
+            c->ops->on_ready(c);
+        return;
+    case APPLIANCE__ENVELOPE__MSG_ERROR: {
+        char why[192];
+        snprintf(why, sizeof(why), "refused by peer: %s",
+                 env->error->message ? env->error->message : "");
+        conn_close(c, env->error->code < 0 ? env->error->code : -EACCES, why);
+        return;
+    }
+    default:
+        conn_fail(c, -EACCES, "%s before authentication", frame_msg_name(env->msg_case));
+        return;
+    }
+}
+
+/* ---- reading ---- */
+
+static int conn__on_frame(void *ctx, Appliance__Envelope *env, uint8_t *payload, uint32_t len)
+{
+    conn *c = ctx;
+    if (c->closing)
+        return -ECANCELED;
+    if (env->msg_case == APPLIANCE__ENVELOPE__MSG_ERROR)
+        snprintf(c->peer_error, sizeof(c->peer_error), "%s",
+                 env->error->message ? env->error->message : "");
+    if (c->auth != CONN_READY) {
+        if (len > 0) {
+            conn_fail(c, -EACCES, "payload before authentication");
+            return -EACCES;
+        }
+        conn__auth_frame(c, env);
+    } else {
+        c->ops->on_frame(c, env, payload, len);
+    }
+    return c->closing ? -ECANCELED : 0;
+}
+
+static void *conn__payload_dest(void *ctx, const Appliance__Envelope *env, uint32_t len, int *err)
+{
+    conn *c = ctx;
+    if (c->auth != CONN_READY || c->closing) {
+        *err = -EACCES;
+        return NULL;
+    }
+    return c->ops->payload_dest ? c->ops->payload_dest(c, env, len, err) : NULL;
+}
+
+static void conn__alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    conn *c = h->data;
+    uint8_t *dst;
+    size_t len;
+    if (frame_reader_direct(&c->reader, &dst, &len) && len >= sizeof(c->rbuf) / 4) {
+        /* Large payload: the socket reads straight into its destination. */
+        *buf = uv_buf_init((char *)dst, len > (1u << 30) ? (1u << 30) : (unsigned)len);
+        return;
+    }
+    *buf = uv_buf_init((char *)c->rbuf, sizeof(c->rbuf));
+}
+
+static void conn__read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
+{
+    conn *c = s->data;
+    if (c->closing)
+        return;
+    if (n < 0) {
+        if (n == UV_EOF && c->peer_error[0]) {
+            char why[192];
+            snprintf(why, sizeof(why), "closed by peer: %s", c->peer_error);
+            conn_close(c, -ECONNRESET, why);
+        } else if (n == UV_EOF)
+            conn_close(c, -ECONNRESET, "peer closed the connection");
+        else {
+            char why[96];
+            snprintf(why, sizeof(why), "read failed: %s", uv_strerror((int)n));
+            conn_close(c, (int)n, why);
+        }
+        return;
+    }
+    if (n == 0)
+        return;
+    c->bytes_in += (uint64_t)n;
+    int rc;
+    if ((uint8_t *)buf->base == c->rbuf)
+        rc = frame_reader_feed(&c->reader, c->rbuf, (size_t)n);
+    else
+        rc = frame_reader_advance(&c->reader, (size_t)n);
+    if (rc < 0 && !c->closing) {
+        if (rc == -ECANCELED)
+            return;
+        conn_fail(c, rc, "%s", c->reader.error_text);
+    }
+}
+
+/* ---- set-up ---- */
+
+static void conn__auth_deadline(uv_timer_t *t)
+{
+    conn *c = t->data;
+    conn_fail(c, -ETIMEDOUT, "not authenticated within %u ms", c->cfg->auth_timeout_ms);
+}
+
+static conn *conn__new(uv_loop_t *loop, const conn_config *cfg, const conn_ops *ops, void *data)
+{
+    conn *c = calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    c->loop = loop;
+    c->cfg = cfg;
+    c->ops = ops;
+    c->data = data;
+    uv_tcp_init(loop, &c->tcp);
+    uv_timer_init(loop, &c->timer);
+    c->tcp.data = c;
+    c->timer.data = c;
+    c->handles_open = 2;
+    frame_sink sink = {.payload_dest = conn__payload_dest, .on_frame = conn__on_frame, .ctx = c};
+    frame_reader_init(&c->reader, &cfg->limits, &sink);
+    return c;
+}
+
+static void conn__start(conn *c)
+{
+    c->connected = true;
+    uv_tcp_nodelay(&c->tcp, 1);
+    uv_timer_start(&c->timer, conn__auth_deadline, c->cfg->auth_timeout_ms, 0);
+    int rc = uv_read_start((uv_stream_t *)&c->tcp, conn__alloc, conn__read);
+    if (rc == 0)
+        rc = conn__send_hello(c);
+    if (rc < 0)
+        conn_close(c, rc, "cannot start the connection");
+}
+
+conn *conn_accept(uv_stream_t *server, const conn_config *cfg, const conn_ops *ops, void *data)
+{
+    conn *c = conn__new(server->loop, cfg, ops, data);
+    if (!c)
+        return NULL;
+    if (uv_accept(server, (uv_stream_t *)&c->tcp) < 0) {
+        conn_close(c, -EIO, "accept failed");
+        return NULL;
+    }
+    struct sockaddr_storage ss;
+    int len = sizeof(ss);
+    char ip[INET6_ADDRSTRLEN] = "?";
+    int port = 0;
+    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0) {
+        if (ss.ss_family == AF_INET) {
+            uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
+            port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+        } else if (ss.ss_family == AF_INET6) {
+            uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
+            port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+        }
+    }
+    snprintf(c->peer_addr, sizeof(c->peer_addr), "%s:%d", ip, port);
+    conn__start(c);
+    return c;
+}
+
+static void conn__connected(uv_connect_t *req, int status)
+{
+    conn *c = container_of(req, conn, connect_req);
+    if (c->closing)
+        return;
+    if (status < 0) {
+        char why[128];
+        snprintf(why, sizeof(why), "cannot connect to %s: %s", c->peer_addr, uv_strerror(status));
+        conn_close(c, status, why);
+        return;
+    }
+    conn__start(c);
+}
+
+static void conn__resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
+{
+    conn *c = container_of(req, conn, resolve_req);
+    c->resolving = false;
+    if (c->closing || status < 0) {
+        if (!c->closing) {
+            char why[128];
+            snprintf(why, sizeof(why), "cannot resolve %s: %s", c->peer_addr, uv_strerror(status));
+            conn_close(c, status, why);
+        }
+        uv_freeaddrinfo(res);
+        return;
+    }
+    int rc = uv_tcp_connect(&c->connect_req, &c->tcp, res->ai_addr, conn__connected);
+    uv_freeaddrinfo(res);
+    if (rc < 0) {
+        char why[128];
+        snprintf(why, sizeof(why), "cannot connect to %s: %s", c->peer_addr, uv_strerror(rc));
+        conn_close(c, rc, why);
+    }
+}
+
+conn *conn_connect(uv_loop_t *loop, const char *host, int port, const conn_config *cfg,
+                   const conn_ops *ops, void *data)
+{
+    conn *c = conn__new(loop, cfg, ops, data);
+    if (!c)
+        return NULL;
+    c->dialer = true;
+    snprintf(c->peer_addr, sizeof(c->peer_addr), "%s:%d", host, port);
+    char service[16];
+    snprintf(service, sizeof(service), "%d", port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+    c->resolving = true;
+    int rc = uv_getaddrinfo(loop, &c->resolve_req, conn__resolved, host, service, &hints);
+    if (rc < 0) {
+        c->resolving = false;
+        char why[128];
+        snprintf(why, sizeof(why), "cannot resolve %s: %s", c->peer_addr, uv_strerror(rc));
+        conn_close(c, rc, why);
+    }
+    return c;
+}
+
+int conn_addr_parse(const char *s, char *host, size_t hostlen, int *port)
+{
+    const char *colon;
+    const char *h = s;
+    size_t hl;
+    if (s[0] == '[') {
+        const char *end = strchr(s, ']');
+        if (!end || end[1] != ':')
+            return -EINVAL;
+        h = s + 1;
+        hl = (size_t)(end - h);
+        colon = end + 1;
+    } else {
+        colon = strrchr(s, ':');
+        if (!colon)
+            return -EINVAL;
+        hl = (size_t)(colon - s);
+    }
+    if (hl == 0 || hl >= hostlen)
+        return -EINVAL;
+    char *endp;
+    long p = strtol(colon + 1, &endp, 10);
+    if (*endp || endp == colon + 1 || p < 0 || p > 65535)
+        return -EINVAL;
+    memcpy(host, h, hl);
+    host[hl] = 0;
+    *port = (int)p;
+    return 0;
+}
+
+int conn_listen(uv_loop_t *loop, uv_tcp_t *server, const char *hostport, uv_connection_cb cb,
+                char *err, size_t errlen)
+{
+    char host[256];
+    int port;
+    if (conn_addr_parse(hostport, host, sizeof(host), &port) < 0) {
+        snprintf(err, errlen, "bad listen address \"%s\": expected HOST:PORT", hostport);
+        return -EINVAL;
+    }
+    struct sockaddr_storage ss;
+    if (uv_ip4_addr(host, port, (struct sockaddr_in *)&ss) < 0 &&
+        uv_ip6_addr(host, port, (struct sockaddr_in6 *)&ss) < 0) {
+        snprintf(err, errlen, "bad listen address \"%s\": HOST must be a numeric IP", hostport);
+        return -EINVAL;
+    }
+    uv_tcp_init(loop, server);
+    int rc = uv_tcp_bind(server, (struct sockaddr *)&ss, 0);
+    if (rc == 0)
+        rc = uv_listen((uv_stream_t *)server, 128, cb);
+    if (rc < 0) {
+        snprintf(err, errlen, "cannot listen on %s: %s", hostport, uv_strerror(rc));
+        return rc;
+    }
+    return 0;
+}
+
+int conn_sockname(const uv_tcp_t *tcp, char *out, size_t outlen)
+{
+    struct sockaddr_storage ss;
+    int len = sizeof(ss);
+    int rc = uv_tcp_getsockname(tcp, (struct sockaddr *)&ss, &len);
+    if (rc < 0)
+        return rc;
+    char ip[INET6_ADDRSTRLEN];
+    if (ss.ss_family == AF_INET6) {
+        uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
+        snprintf(out, outlen, "[%s]:%d", ip, ntohs(((struct sockaddr_in6 *)&ss)->sin6_port));
+    } else {
+        uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
+        snprintf(out, outlen, "%s:%d", ip, ntohs(((struct sockaddr_in *)&ss)->sin_port));
+    }
+    return 0;
+}
+
+/* ---- reconnecting links ---- */
+
+static void conn_link__dial(uv_timer_t *t)
+{
+    conn_link *l = t->data;
+    if (l->stopping || l->c)
+        return;
+    l->c = conn_connect(l->loop, l->host, l->port, l->cfg, l->ops, l->data);
+    if (l->c)
+        l->c->link = l;
+    else
+        uv_timer_start(&l->retry, conn_link__dial, 1000, 0);
+}
+
+static void conn_link__retry_closed(uv_handle_t *h)
+{
+    conn_link *l = h->data;
+    if (l->on_stopped)
+        l->on_stopped(l);
+}
+
+static void conn__link_closed(conn_link *l, conn *c)
+{
+    if (l->c == c)
+        l->c = NULL;
+    if (l->stopping) {
+        uv_close((uv_handle_t *)&l->retry, conn_link__retry_closed);
+        return;
+    }
+    if (c->auth == CONN_READY)
+        l->attempt = 0;
+    uint64_t delay = 100u << (l->attempt < 6 ? l->attempt : 6);
+    if (delay > 5000)
+        delay = 5000;
+    delay = delay * (80 + (uint64_t)(rand() % 41)) / 100; /* +-20% jitter */
+    l->attempt++;
+    uv_timer_start(&l->retry, conn_link__dial, delay, 0);
+}
+
+int conn_link_start(conn_link *l, uv_loop_t *loop, const char *target, const conn_config *cfg,
+               const conn_ops *ops, void *data)
+{
+    memset(l, 0, sizeof(*l));
+    if (conn_addr_parse(target, l->host, sizeof(l->host), &l->port) < 0)
+        return -EINVAL;
+    l->loop = loop;
+    l->cfg = cfg;
+    l->ops = ops;
+    l->data = data;
+    uv_timer_init(loop, &l->retry);
+    l->retry.data = l;
+    uv_timer_start(&l->retry, conn_link__dial, 0, 0);
+    return 0;
+}
+
+conn *conn_link_conn(conn_link *l)
+{
+    return l->c && l->c->auth == CONN_READY && !l->c->closing ? l->c : NULL;
+}
+
+void conn_link_stop(conn_link *l, void (*on_stopped)(conn_link *l))
+{
+    if (l->stopping)
+        return;
+    l->stopping = true;
+    l->on_stopped = on_stopped;
+    uv_timer_stop(&l->retry);
+    if (l->c)
+        conn_close(l->c, -ECANCELED, "conn_link stopped");
+    else
+        uv_close((uv_handle_t *)&l->retry, conn_link__retry_closed);
+}

@@ -1,0 +1,152 @@
+/* A framed, authenticated connection over libuv TCP.
+ *
+ * Both ends authenticate (auth.h) before anything else passes. Writes go
+ * straight from the caller's buffers (the header is encoded into a small
+ * buffer, the payload is not copied) and are bounded: conn_can_send() tells a
+ * producer to wait for on_drain instead of queueing more, and conn_send()
+ * refuses outright past the hard cap. Reads of a payload go straight into the
+ * destination the owner names in payload_dest. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "auth.h"
+#include "frame.h"
+#include "util.h"
+
+typedef struct conn conn;
+typedef struct conn_link conn_link;
+
+typedef struct conn_ops {
+    /* Authenticated: the connection may now send and receive. */
+    void (*on_ready)(conn *c);
+    /* A frame after authentication. env and a reader-owned payload are freed
+     * after the call returns. */
+    void (*on_frame)(conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len);
+    /* Optional: where a payload goes (see frame_sink). */
+    void *(*payload_dest)(conn *c, const Appliance__Envelope *env, uint32_t len, int *err);
+    /* Optional: the write queue fell below the low watermark after a
+     * producer was told to wait. */
+    void (*on_drain)(conn *c);
+    /* The last callback: the connection is closed and is freed right after. */
+    void (*on_close)(conn *c, int err, const char *reason);
+} conn_ops;
+
+typedef struct conn_config {
+    const auth_secret *secret;  /* the cluster secret; required */
+    Appliance__Role role;       /* our role, sent in Hello */
+    const char *name;           /* our name, sent in Hello */
+    frame_limits limits;        /* on frames we accept */
+    size_t high_water;          /* queued bytes above which conn_can_send is false */
+    size_t queue_max;           /* queued bytes above which conn_send refuses */
+    uint32_t auth_timeout_ms;   /* a peer that has not authenticated by then is dropped */
+} conn_config;
+
+/* Fills a configuration with defaults: 1 MiB headers, 64 MiB payloads, 16 MiB
+ * high water, 256 MiB hard cap, 5 s to authenticate. */
+void conn_config_default(conn_config *cfg, const auth_secret *secret, Appliance__Role role,
+                         const char *name);
+
+enum conn_auth_state { CONN_AUTH_WAIT_HELLO, CONN_AUTH_WAIT_PROOF, CONN_READY };
+
+struct conn {
+    uv_tcp_t tcp;               /* the socket; first so container_of is trivial */
+    uv_timer_t timer;           /* authentication and closing deadlines */
+    uv_connect_t connect_req;   /* dialling side */
+    uv_getaddrinfo_t resolve_req;
+    uv_loop_t *loop;
+    const conn_config *cfg;     /* not owned; outlives the connection */
+    const conn_ops *ops;        /* not owned */
+    void *data;                 /* the owner's */
+    conn_link *link;            /* the reconnecting link that owns this dial, or NULL */
+    frame_reader reader;
+    bool dialer;                /* we dialled (selects the proof label) */
+    enum conn_auth_state auth;
+    uint8_t my_nonce[AUTH_NONCE_LEN];
+    uint8_t peer_nonce[AUTH_NONCE_LEN];
+    Appliance__Role peer_role;  /* from the peer's Hello */
+    char peer_name[64];         /* from the peer's Hello */
+    char peer_addr[64];         /* "ip:port" as seen on the socket, or the dialled target */
+    size_t queued;              /* bytes handed to uv_write and not yet written */
+    bool blocked;               /* a producer was told to wait; on_drain is owed */
+    bool connected;             /* the TCP connection is established */
+    bool closing;               /* conn_close was called; no more callbacks but on_close */
+    bool resolving;             /* a getaddrinfo request is pending */
+    int handles_open;           /* libuv handles still to close before freeing */
+    int close_err;              /* passed to on_close */
+    char close_reason[192];     /* passed to on_close */
+    char peer_error[160];       /* message of the last Error frame the peer sent */
+    uint64_t bytes_in;          /* counters for metrics */
+    uint64_t bytes_out;
+    uint8_t rbuf[64 * 1024];    /* read buffer for headers and small payloads */
+};
+
+/* Accepts a pending connection on server. Returns NULL on failure. */
+conn *conn_accept(uv_stream_t *server, const conn_config *cfg, const conn_ops *ops, void *data);
+
+/* Dials host:port (a name is resolved). The result arrives as on_ready or
+ * on_close. Returns NULL when out of memory. */
+conn *conn_connect(uv_loop_t *loop, const char *host, int port, const conn_config *cfg,
+                   const conn_ops *ops, void *data);
+
+typedef void (*conn_done_fn)(void *arg, int status);
+
+/* Sends env followed by len bytes of payload, written from payload as it is
+ * (the caller keeps it alive and unchanged until done runs). Returns 0, after
+ * which done(arg, status) runs exactly once; or a negative code (-ECANCELED
+ * when closing, -ENOBUFS past the hard cap, -ENOTCONN before
+ * authentication), after which done is not called. */
+int conn_send(conn *c, const Appliance__Envelope *env, const void *payload, uint32_t len,
+              conn_done_fn done, void *arg);
+
+/* Sends a message without payload. */
+int conn_send_msg(conn *c, const Appliance__Envelope *env);
+
+/* True when len more bytes may be queued without passing the high water
+ * mark. When false, on_drain runs once the queue has drained. */
+bool conn_can_send(conn *c, size_t len);
+
+/* Closes the connection; on_close(err, reason) follows from the loop. */
+void conn_close(conn *c, int err, const char *reason);
+
+/* Sends an Error frame with code and message to the peer, then closes. */
+void conn_fail(conn *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Splits "HOST:PORT" or "[V6]:PORT". Returns 0 or -EINVAL. */
+int conn_addr_parse(const char *s, char *host, size_t hostlen, int *port);
+
+/* Binds and listens on "HOST:PORT" (port 0 picks a free one). Returns 0 or a
+ * negative code with a message in err. */
+int conn_listen(uv_loop_t *loop, uv_tcp_t *server, const char *hostport, uv_connection_cb cb,
+                char *err, size_t errlen);
+
+/* The "ip:port" a bound socket has. */
+int conn_sockname(const uv_tcp_t *tcp, char *out, size_t outlen);
+
+/* A daemon's outgoing link: dials, and dials again with exponential backoff
+ * (100 ms doubling to 5 s, with jitter) whenever the connection fails or
+ * closes, until conn_link_stop. */
+struct conn_link {
+    uv_loop_t *loop;
+    uv_timer_t retry;           /* backoff timer */
+    char host[256];
+    int port;
+    const conn_config *cfg;
+    const conn_ops *ops;        /* the ops of every connection it makes */
+    void *data;                 /* data of every connection it makes */
+    conn *c;                    /* the current connection, NULL between tries */
+    unsigned attempt;           /* failed tries since the last success */
+    bool stopping;              /* conn_link_stop was called */
+    void (*on_stopped)(conn_link *l); /* runs once everything is closed */
+};
+
+/* Starts dialling target "HOST:PORT". Returns 0 or -EINVAL for a bad address. */
+int conn_link_start(conn_link *l, uv_loop_t *loop, const char *target, const conn_config *cfg,
+               const conn_ops *ops, void *data);
+/* The connection, when it is authenticated; NULL otherwise. */
+conn *conn_link_conn(conn_link *l);
+/* Stops dialling and closes the connection; on_stopped (may be NULL) follows. */
+void conn_link_stop(conn_link *l, void (*on_stopped)(conn_link *l));

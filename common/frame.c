@@ -1,0 +1,240 @@
+/* Frame encoding and the incremental frame reader. */
+#include "frame.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void put_le32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
+}
+
+static uint32_t get_le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+void frame_prefix_encode(uint8_t out[FRAME_PREFIX_LEN], uint32_t header_len, uint32_t payload_len)
+{
+    put_le32(out, FRAME_MAGIC);
+    out[4] = (uint8_t)FRAME_VERSION;
+    out[5] = (uint8_t)(FRAME_VERSION >> 8);
+    out[6] = 0; /* flags, reserved */
+    out[7] = 0;
+    put_le32(out + 8, header_len);
+    put_le32(out + 12, payload_len);
+}
+
+int frame_prefix_decode(const uint8_t in[FRAME_PREFIX_LEN], const frame_limits *lim,
+                        uint32_t *header_len, uint32_t *payload_len)
+{
+    if (get_le32(in) != FRAME_MAGIC)
+        return -EBADMSG;
+    uint16_t version = (uint16_t)(in[4] | in[5] << 8);
+    if (version != FRAME_VERSION)
+        return -EPROTONOSUPPORT;
+    if (in[6] != 0 || in[7] != 0)
+        return -EPROTO;
+    *header_len = get_le32(in + 8);
+    *payload_len = get_le32(in + 12);
+    if (*header_len == 0)
+        return -EPROTO;
+    if (*header_len > lim->max_header || *payload_len > lim->max_payload)
+        return -EMSGSIZE;
+    return 0;
+}
+
+uint8_t *frame_encode(const Appliance__Envelope *env, uint32_t payload_len, size_t *len)
+{
+    size_t hlen = appliance__envelope__get_packed_size(env);
+    uint8_t *buf = malloc(FRAME_PREFIX_LEN + hlen);
+    if (!buf)
+        return NULL;
+    frame_prefix_encode(buf, (uint32_t)hlen, payload_len);
+    appliance__envelope__pack(env, buf + FRAME_PREFIX_LEN);
+    *len = FRAME_PREFIX_LEN + hlen;
+    return buf;
+}
+
+void frame_reader_init(frame_reader *r, const frame_limits *lim, const frame_sink *sink)
+{
+    memset(r, 0, sizeof(*r));
+    r->lim = *lim;
+    r->sink = *sink;
+    r->state = FRAME_READ_PREFIX;
+}
+
+static void reader__drop_frame(frame_reader *r)
+{
+    free(r->header);
+    r->header = NULL;
+    if (r->env)
+        appliance__envelope__free_unpacked(r->env, NULL);
+    r->env = NULL;
+    if (r->payload_owned)
+        free(r->payload);
+    r->payload = NULL;
+    r->payload_owned = false;
+}
+
+void frame_reader_deinit(frame_reader *r)
+{
+    reader__drop_frame(r);
+}
+
+static int reader__fail(frame_reader *r, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int reader__fail(frame_reader *r, int err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->error_text, sizeof(r->error_text), fmt, ap);
+    va_end(ap);
+    reader__drop_frame(r);
+    r->state = FRAME_READ_FAILED;
+    r->error = err;
+    return err;
+}
+
+/* Hands the finished frame to the sink and gets ready for the next one. */
+static int reader__deliver(frame_reader *r)
+{
+    Appliance__Envelope *env = r->env;
+    int rc = r->sink.on_frame(r->sink.ctx, env, r->payload, r->payload_len);
+    reader__drop_frame(r);
+    r->state = FRAME_READ_PREFIX;
+    r->have = 0;
+    if (rc != 0)
+        return reader__fail(r, rc, "frame refused by its handler");
+    return 0;
+}
+
+/* The header is complete: decode it and decide where the payload goes. */
+static int reader__header_done(frame_reader *r)
+{
+    r->env = appliance__envelope__unpack(NULL, r->header_len, r->header);
+    free(r->header);
+    r->header = NULL;
+    if (!r->env)
+        return reader__fail(r, -EBADMSG, "header is not a valid Envelope protobuf");
+    if (r->env->msg_case == APPLIANCE__ENVELOPE__MSG__NOT_SET)
+        return reader__fail(r, -ENOMSG, "unknown message type");
+    if (r->payload_len == 0)
+        return reader__deliver(r);
+    int err = 0;
+    r->payload = r->sink.payload_dest ? r->sink.payload_dest(r->sink.ctx, r->env, r->payload_len, &err)
+                                      : NULL;
+    if (err < 0)
+        return reader__fail(r, err, "%s with a %u-byte payload refused",
+                            frame_msg_name(r->env->msg_case), r->payload_len);
+    if (!r->payload) {
+        r->payload = malloc(r->payload_len);
+        if (!r->payload)
+            return reader__fail(r, -ENOMEM, "out of memory for a %u-byte payload", r->payload_len);
+        r->payload_owned = true;
+    }
+    r->state = FRAME_READ_PAYLOAD;
+    r->have = 0;
+    return 0;
+}
+
+int frame_reader_feed(frame_reader *r, const uint8_t *data, size_t len)
+{
+    while (len > 0) {
+        size_t take;
+        switch (r->state) {
+        case FRAME_READ_FAILED:
+            return r->error;
+        case FRAME_READ_PREFIX: {
+            take = FRAME_PREFIX_LEN - r->have;
+            if (take > len)
+                take = len;
+            memcpy(r->prefix + r->have, data, take);
+            r->have += (uint32_t)take;
+            if (r->have == FRAME_PREFIX_LEN) {
+                int rc = frame_prefix_decode(r->prefix, &r->lim, &r->header_len, &r->payload_len);
+                if (rc == -EBADMSG)
+                    return reader__fail(r, rc, "bad magic 0x%08x", get_le32(r->prefix));
+                if (rc == -EPROTONOSUPPORT)
+                    return reader__fail(r, rc, "protocol version %u, expected %u",
+                                        (unsigned)(r->prefix[4] | r->prefix[5] << 8), FRAME_VERSION);
+                if (rc == -EMSGSIZE)
+                    return reader__fail(r, rc,
+                                        "frame too large: header %u bytes (limit %u), payload %u "
+                                        "bytes (limit %u)",
+                                        r->header_len, r->lim.max_header, r->payload_len,
+                                        r->lim.max_payload);
+                if (rc < 0)
+                    return reader__fail(r, rc, "malformed frame prefix");
+                r->header = malloc(r->header_len);
+                if (!r->header)
+                    return reader__fail(r, -ENOMEM, "out of memory for a header");
+                r->state = FRAME_READ_HEADER;
+                r->have = 0;
+            }
+            break;
+        }
+        case FRAME_READ_HEADER:
+            take = r->header_len - r->have;
+            if (take > len)
+                take = len;
+            memcpy(r->header + r->have, data, take);
+            r->have += (uint32_t)take;
+            if (r->have == r->header_len) {
+                int rc = reader__header_done(r);
+                if (rc < 0)
+                    return rc;
+            }
+            break;
+        case FRAME_READ_PAYLOAD:
+            take = r->payload_len - r->have;
+            if (take > len)
+                take = len;
+            memcpy(r->payload + r->have, data, take);
+            {
+                int rc = frame_reader_advance(r, take);
+                if (rc < 0)
+                    return rc;
+            }
+            break;
+        default:
+            return -EINVAL;
+        }
+        data += take;
+        len -= take;
+    }
+    return 0;
+}
+
+bool frame_reader_direct(frame_reader *r, uint8_t **dst, size_t *len)
+{
+    if (r->state != FRAME_READ_PAYLOAD)
+        return false;
+    *dst = r->payload + r->have;
+    *len = r->payload_len - r->have;
+    return true;
+}
+
+int frame_reader_advance(frame_reader *r, size_t n)
+{
+    if (r->state != FRAME_READ_PAYLOAD || n > r->payload_len - r->have)
+        return -EINVAL;
+    r->have += (uint32_t)n;
+    if (r->have == r->payload_len)
+        return reader__deliver(r);
+    return 0;
+}
+
+const char *frame_msg_name(Appliance__Envelope__MsgCase c)
+{
+    const ProtobufCFieldDescriptor *f =
+        protobuf_c_message_descriptor_get_field(&appliance__envelope__descriptor, (unsigned)c);
+    return f ? f->name : "none";
+}

@@ -1,0 +1,84 @@
+/* Frames on the wire: a fixed 16-byte little-endian prefix (magic, version,
+ * flags, header length, payload length), a protobuf Envelope header, then an
+ * optional raw payload of tensor bytes that never passes through protobuf.
+ * The reader is a pure state machine so that it can be tested byte by byte;
+ * conn.c drives it from libuv. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "envelope.pb-c.h"
+
+#define FRAME_MAGIC 0x50415357u /* the bytes "WSAP" */
+#define FRAME_VERSION 1u
+#define FRAME_PREFIX_LEN 16u
+
+#define FRAME_DEFAULT_MAX_HEADER (1u << 20)   /* 1 MiB: a plan carries its job file */
+#define FRAME_DEFAULT_MAX_PAYLOAD (64u << 20) /* 64 MiB: one tensor chunk */
+
+typedef struct frame_limits {
+    uint32_t max_header;  /* bytes of protobuf header accepted */
+    uint32_t max_payload; /* bytes of raw payload accepted */
+} frame_limits;
+
+/* Writes the prefix for a frame with the given lengths into out. */
+void frame_prefix_encode(uint8_t out[FRAME_PREFIX_LEN], uint32_t header_len, uint32_t payload_len);
+
+/* Checks a prefix. Returns 0, -EBADMSG for a bad magic, -EPROTONOSUPPORT for
+ * another version, -EMSGSIZE when a length breaks the limits, -EPROTO for an
+ * empty header or nonzero flags. */
+int frame_prefix_decode(const uint8_t in[FRAME_PREFIX_LEN], const frame_limits *lim,
+                        uint32_t *header_len, uint32_t *payload_len);
+
+/* Serialises prefix + header into one malloc'd buffer of *len bytes (the
+ * payload is sent separately). Returns NULL when out of memory. */
+uint8_t *frame_encode(const Appliance__Envelope *env, uint32_t payload_len, size_t *len);
+
+/* Called by the reader. */
+typedef struct frame_sink {
+    /* Once a header is decoded and a payload follows: where to put the
+     * payload bytes (len bytes of room), or NULL for a reader-owned buffer.
+     * May set *err to a negative code to refuse the frame. */
+    void *(*payload_dest)(void *ctx, const Appliance__Envelope *env, uint32_t len, int *err);
+    /* A complete frame. env and a reader-owned payload are freed after the
+     * call returns. A nonzero return stops the reader with that error. */
+    int (*on_frame)(void *ctx, Appliance__Envelope *env, uint8_t *payload, uint32_t len);
+    void *ctx;
+} frame_sink;
+
+enum frame_reader_state { FRAME_READ_PREFIX, FRAME_READ_HEADER, FRAME_READ_PAYLOAD, FRAME_READ_FAILED };
+
+typedef struct frame_reader {
+    frame_limits lim;               /* hard limits checked before allocating */
+    frame_sink sink;                /* where frames go */
+    enum frame_reader_state state;  /* what the next bytes are */
+    uint8_t prefix[FRAME_PREFIX_LEN];
+    uint32_t have;                  /* bytes of the current part received */
+    uint32_t header_len;            /* of the frame being read */
+    uint32_t payload_len;           /* of the frame being read */
+    uint8_t *header;                /* malloc'd, header_len bytes */
+    Appliance__Envelope *env;       /* decoded header while its payload arrives */
+    uint8_t *payload;               /* destination of the payload */
+    bool payload_owned;             /* payload was malloc'd by the reader */
+    int error;                      /* first error, once FAILED */
+    char error_text[128];           /* what went wrong, for the peer and the log */
+} frame_reader;
+
+void frame_reader_init(frame_reader *r, const frame_limits *lim, const frame_sink *sink);
+void frame_reader_deinit(frame_reader *r);
+
+/* Consumes len bytes. Returns 0, or a negative code once the stream is broken
+ * (then error_text says why and every later call fails the same way). */
+int frame_reader_feed(frame_reader *r, const uint8_t *data, size_t len);
+
+/* While a payload is expected: the place where the next bytes belong and how
+ * many are still missing, so that a socket can read straight into it.
+ * Returns false in any other state. */
+bool frame_reader_direct(frame_reader *r, uint8_t **dst, size_t *len);
+/* Accounts for n bytes written through frame_reader_direct's pointer. */
+int frame_reader_advance(frame_reader *r, size_t n);
+
+/* Name of a message type for logs ("weight_chunk"), "none" for unset. */
+const char *frame_msg_name(Appliance__Envelope__MsgCase c);

@@ -1,0 +1,344 @@
+/* Connections over real loopback sockets: authentication, payloads straight
+ * into their destination, garbage and unauthenticated peers dropped while
+ * the server carries on, and the bounded write queue. */
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "conn.h"
+
+#define PAYLOAD (300 * 1024)
+
+typedef struct side {
+    int ready;
+    int closed;
+    int frames;
+    int drains;
+    char reason[192];
+    uint8_t *dest; /* payload destination */
+    uint32_t got_len;
+} side;
+
+static uv_loop_t loop;
+static uv_tcp_t server;
+static auth_secret secret_a, secret_b;
+static conn_config server_cfg, client_cfg, bad_cfg;
+static side srv_side[4];
+static int n_accepted;
+static char server_addr[64];
+
+static void on_ready(conn *c) { ((side *)c->data)->ready++; }
+
+static void on_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len)
+{
+    side *s = c->data;
+    s->frames++;
+    s->got_len = len;
+}
+
+static void *payload_dest(conn *c, const Appliance__Envelope *env, uint32_t len, int *err)
+{
+    side *s = c->data;
+    return s->dest;
+}
+
+static void on_drain(conn *c) { ((side *)c->data)->drains++; }
+
+static void on_close(conn *c, int err, const char *reason)
+{
+    side *s = c->data;
+    s->closed++;
+    snprintf(s->reason, sizeof(s->reason), "%s", reason);
+}
+
+static const conn_ops ops = {.on_ready = on_ready,
+                             .on_frame = on_frame,
+                             .payload_dest = payload_dest,
+                             .on_drain = on_drain,
+                             .on_close = on_close};
+
+static void on_connection(uv_stream_t *srv, int status)
+{
+    ck_assert_int_eq(status, 0);
+    ck_assert_int_lt(n_accepted, 4);
+    conn_accept(srv, &server_cfg, &ops, &srv_side[n_accepted++]);
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+}
+
+static void setup(void)
+{
+    char err[256];
+    char pa[] = "/tmp/conn-secret-a-XXXXXX", pb[] = "/tmp/conn-secret-b-XXXXXX";
+    close(mkstemp(pa));
+    close(mkstemp(pb));
+    write_file(pa, "correct horse battery staple\n");
+    write_file(pb, "another secret\n");
+    ck_assert_int_eq(auth_secret_load(&secret_a, pa, err, sizeof(err)), 0);
+    ck_assert_int_eq(auth_secret_load(&secret_b, pb, err, sizeof(err)), 0);
+    unlink(pa);
+    unlink(pb);
+    conn_config_default(&server_cfg, &secret_a, APPLIANCE__ROLE__ROLE_COORDINATOR, "server");
+    conn_config_default(&client_cfg, &secret_a, APPLIANCE__ROLE__ROLE_WSE_NODE, "client");
+    conn_config_default(&bad_cfg, &secret_b, APPLIANCE__ROLE__ROLE_WSE_NODE, "intruder");
+    client_cfg.high_water = 64 * 1024;
+    uv_loop_init(&loop);
+    memset(srv_side, 0, sizeof(srv_side));
+    n_accepted = 0;
+    ck_assert_int_eq(conn_listen(&loop, &server, "127.0.0.1:0", on_connection, err, sizeof(err)), 0);
+    conn_sockname(&server, server_addr, sizeof(server_addr));
+}
+
+static void teardown(void)
+{
+    uv_close((uv_handle_t *)&server, NULL);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ck_assert_int_eq(uv_loop_close(&loop), 0);
+}
+
+/* Runs the loop until cond holds or 5 s pass. */
+#define RUN_UNTIL(cond)                                                                        \
+    do {                                                                                       \
+        for (int i_ = 0; i_ < 5000 && !(cond); i_++) {                                         \
+            uv_run(&loop, UV_RUN_NOWAIT);                                                      \
+            usleep(1000);                                                                      \
+        }                                                                                      \
+        ck_assert_msg((cond), "timed out waiting for " #cond);                                 \
+    } while (0)
+
+static conn *dial(const conn_config *cfg, side *s)
+{
+    char host[64];
+    int port;
+    ck_assert_int_eq(conn_addr_parse(server_addr, host, sizeof(host), &port), 0);
+    return conn_connect(&loop, host, port, cfg, &ops, s);
+}
+
+static void send_chunk(conn *c, const uint8_t *payload, uint32_t len, uint64_t step)
+{
+    Appliance__WeightChunk w = APPLIANCE__WEIGHT_CHUNK__INIT;
+    w.step = step;
+    w.count = len / 4;
+    Appliance__Envelope env = APPLIANCE__ENVELOPE__INIT;
+    env.msg_case = APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK;
+    env.weight_chunk = &w;
+    ck_assert_int_eq(conn_send(c, &env, payload, len, NULL, NULL), 0);
+}
+
+START_TEST(authenticated_payload)
+{
+    side cli = {0};
+    conn *c = dial(&client_cfg, &cli);
+    uint8_t *dest = calloc(1, PAYLOAD);
+    srv_side[0].dest = dest;
+    RUN_UNTIL(cli.ready == 1 && srv_side[0].ready == 1);
+    uint8_t *src = malloc(PAYLOAD);
+    for (int i = 0; i < PAYLOAD; i++)
+        src[i] = (uint8_t)(i * 31 + 1);
+    send_chunk(c, src, PAYLOAD, 1);
+    RUN_UNTIL(srv_side[0].frames == 1);
+    ck_assert_uint_eq(srv_side[0].got_len, PAYLOAD);
+    ck_assert_int_eq(memcmp(dest, src, PAYLOAD), 0);
+    conn_close(c, 0, "done");
+    RUN_UNTIL(cli.closed == 1 && srv_side[0].closed == 1);
+    ck_assert_str_eq(srv_side[0].reason, "peer closed the connection");
+    free(src);
+    free(dest);
+}
+END_TEST
+
+START_TEST(wrong_secret_refused)
+{
+    side cli = {0};
+    dial(&bad_cfg, &cli);
+    RUN_UNTIL(cli.closed == 1 && srv_side[0].closed == 1);
+    ck_assert_int_eq(cli.ready, 0);
+    ck_assert_int_eq(srv_side[0].ready, 0);
+    ck_assert_str_eq(srv_side[0].reason, "authentication failed: wrong cluster secret");
+    ck_assert_msg(strstr(cli.reason, "authentication failed") != NULL, "client: %s", cli.reason);
+    /* The server goes on serving a good client. */
+    side good = {0};
+    conn *c = dial(&client_cfg, &good);
+    RUN_UNTIL(good.ready == 1 && srv_side[1].ready == 1);
+    conn_close(c, 0, "done");
+    RUN_UNTIL(srv_side[1].closed == 1);
+}
+END_TEST
+
+typedef struct raw {
+    uv_tcp_t tcp;
+    uv_connect_t req;
+    uv_write_t wreq;
+    int connected;
+    uv_buf_t buf;
+} raw;
+
+static void raw_connected(uv_connect_t *req, int status)
+{
+    raw *r = container_of(req, raw, req);
+    ck_assert_int_eq(status, 0);
+    r->connected = 1;
+}
+
+static void raw_alloc(uv_handle_t *h, size_t s, uv_buf_t *b)
+{
+    static char sink[4096];
+    *b = uv_buf_init(sink, sizeof(sink));
+}
+
+static void raw_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b) {}
+
+START_TEST(unauthenticated_message_refused)
+{
+    /* A raw peer that skips Hello and registers straight away. */
+    raw r = {0};
+    uv_tcp_init(&loop, &r.tcp);
+    struct sockaddr_in sa;
+    char host[64];
+    int port;
+    conn_addr_parse(server_addr, host, sizeof(host), &port);
+    uv_ip4_addr(host, port, &sa);
+    uv_tcp_connect(&r.req, &r.tcp, (struct sockaddr *)&sa, raw_connected);
+    RUN_UNTIL(r.connected);
+    uv_read_start((uv_stream_t *)&r.tcp, raw_alloc, raw_read);
+    Appliance__Register reg = APPLIANCE__REGISTER__INIT;
+    Appliance__Envelope env = APPLIANCE__ENVELOPE__INIT;
+    env.msg_case = APPLIANCE__ENVELOPE__MSG_REGISTER;
+    env.register_ = &reg;
+    size_t len;
+    uint8_t *head = frame_encode(&env, 0, &len);
+    r.buf = uv_buf_init((char *)head, (unsigned)len);
+    uv_write(&r.wreq, (uv_stream_t *)&r.tcp, &r.buf, 1, NULL);
+    RUN_UNTIL(srv_side[0].closed == 1);
+    ck_assert_str_eq(srv_side[0].reason, "register before authentication");
+    free(head);
+    uv_close((uv_handle_t *)&r.tcp, NULL);
+    uv_run(&loop, UV_RUN_NOWAIT); /* r lives on this stack: finish closing here */
+}
+END_TEST
+
+static void garbage_written(uv_write_t *req, int status) {}
+
+START_TEST(garbage_closes_only_that_connection)
+{
+    side a = {0}, b = {0};
+    conn *ca = dial(&client_cfg, &a);
+    RUN_UNTIL(a.ready == 1 && srv_side[0].ready == 1);
+    conn *cb = dial(&client_cfg, &b);
+    RUN_UNTIL(b.ready == 1 && srv_side[1].ready == 1);
+    static char junk[64] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    uv_buf_t buf = uv_buf_init(junk, sizeof(junk));
+    uv_write_t wreq;
+    uv_write(&wreq, (uv_stream_t *)&ca->tcp, &buf, 1, garbage_written);
+    RUN_UNTIL(srv_side[0].closed == 1 && a.closed == 1);
+    ck_assert_msg(strstr(srv_side[0].reason, "bad magic") != NULL, "%s", srv_side[0].reason);
+    ck_assert_msg(strstr(a.reason, "bad magic") != NULL, "client saw: %s", a.reason);
+    /* The other connection still carries frames. */
+    uint8_t small[16] = {1, 2, 3};
+    send_chunk(cb, small, sizeof(small), 2);
+    RUN_UNTIL(srv_side[1].frames == 1);
+    ck_assert_int_eq(srv_side[1].closed, 0);
+    conn_close(cb, 0, "done");
+    RUN_UNTIL(srv_side[1].closed == 1);
+}
+END_TEST
+
+START_TEST(bounded_write_queue)
+{
+    side cli = {0};
+    conn *c = dial(&client_cfg, &cli);
+    RUN_UNTIL(cli.ready == 1 && srv_side[0].ready == 1);
+    static uint8_t big[48 * 1024];
+    int sent = 0;
+    /* Without running the loop nothing drains: the producer is told to stop
+     * once the high water mark (64 KiB) is passed. */
+    while (conn_can_send(c, sizeof(big)) && sent < 100) {
+        send_chunk(c, big, sizeof(big), (uint64_t)sent);
+        sent++;
+    }
+    ck_assert_int_lt(sent, 3);
+    ck_assert_uint_le(c->queued, 2 * sizeof(big) + 256);
+    RUN_UNTIL(cli.drains == 1);
+    RUN_UNTIL(srv_side[0].frames == sent);
+    /* The hard cap refuses outright. */
+    conn_config tiny = client_cfg;
+    tiny.queue_max = 1000;
+    c->cfg = &tiny;
+    Appliance__Credit cr = APPLIANCE__CREDIT__INIT;
+    Appliance__Envelope env = APPLIANCE__ENVELOPE__INIT;
+    env.msg_case = APPLIANCE__ENVELOPE__MSG_CREDIT;
+    env.credit = &cr;
+    ck_assert_int_eq(conn_send(c, &env, big, 2000, NULL, NULL), -ENOBUFS);
+    c->cfg = &client_cfg;
+    conn_close(c, 0, "done");
+    RUN_UNTIL(srv_side[0].closed == 1 && cli.closed == 1);
+}
+END_TEST
+
+START_TEST(addresses)
+{
+    char host[64];
+    int port;
+    ck_assert_int_eq(conn_addr_parse("127.0.0.1:8080", host, sizeof(host), &port), 0);
+    ck_assert_str_eq(host, "127.0.0.1");
+    ck_assert_int_eq(port, 8080);
+    ck_assert_int_eq(conn_addr_parse("[::1]:9", host, sizeof(host), &port), 0);
+    ck_assert_str_eq(host, "::1");
+    ck_assert_int_eq(conn_addr_parse("memoryx:7000", host, sizeof(host), &port), 0);
+    ck_assert_str_eq(host, "memoryx");
+    ck_assert_int_eq(conn_addr_parse("nohost", host, sizeof(host), &port), -EINVAL);
+    ck_assert_int_eq(conn_addr_parse("h:70000", host, sizeof(host), &port), -EINVAL);
+    ck_assert_int_eq(conn_addr_parse(":80", host, sizeof(host), &port), -EINVAL);
+    ck_assert_int_eq(conn_addr_parse("h:8x", host, sizeof(host), &port), -EINVAL);
+}
+END_TEST
+
+START_TEST(secret_files)
+{
+    char err[256];
+    auth_secret s;
+    ck_assert_int_lt(auth_secret_load(&s, "/nonexistent/secret", err, sizeof(err)), 0);
+    ck_assert_str_eq(err, "/nonexistent/secret: cannot open secret file: No such file or directory");
+    char p[] = "/tmp/conn-empty-XXXXXX";
+    close(mkstemp(p));
+    write_file(p, "\n");
+    ck_assert_int_eq(auth_secret_load(&s, p, err, sizeof(err)), -EINVAL);
+    ck_assert_msg(strstr(err, "secret file is empty") != NULL, "%s", err);
+    unlink(p);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("conn");
+    TCase *t = tcase_create("loopback");
+    tcase_add_checked_fixture(t, setup, teardown);
+    tcase_add_test(t, authenticated_payload);
+    tcase_add_test(t, wrong_secret_refused);
+    tcase_add_test(t, unauthenticated_message_refused);
+    tcase_add_test(t, garbage_closes_only_that_connection);
+    tcase_add_test(t, bounded_write_queue);
+    suite_add_tcase(s, t);
+    TCase *p = tcase_create("parsing");
+    tcase_add_test(p, addresses);
+    tcase_add_test(p, secret_files);
+    suite_add_tcase(s, p);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

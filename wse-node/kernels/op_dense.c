@@ -1,0 +1,111 @@
+/* Fully connected layer on cblas_sgemm: one GEMM forward, two backward. */
+#include "op_dense.h"
+
+#include <cblas.h>
+#include <string.h>
+
+void op_dense_forward(float *out, const float *in, const float *weight,
+                      const float *bias, int n, int in_f, int out_f)
+{
+    /* in (n, in_f), weight (out_f, in_f), bias (out_f) or NULL,
+     * out (n, out_f) = in * weight^T + bias */
+    float beta = 0.0f;
+
+    if (n <= 0 || out_f <= 0)
+        return;
+    if (bias) {
+        /* seed every row with the bias so that the GEMM adds into it */
+        for (int i = 0; i < n; i++)
+            memcpy(out + (size_t)i * out_f, bias, sizeof(float) * out_f);
+        beta = 1.0f;
+    }
+    if (in_f <= 0) {
+        if (!bias)
+            memset(out, 0, sizeof(float) * n * (size_t)out_f);
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out_f, in_f,
+                1.0f, in, in_f, weight, in_f, beta, out, out_f);
+}
+
+void op_dense_backward(float *din, float *dweight, float *dbias,
+                       const float *dout, const float *in,
+                       const float *weight, int n, int in_f, int out_f)
+{
+    /* dout (n, out_f), in (n, in_f), weight (out_f, in_f);
+     * dweight (out_f, in_f) = dout^T * in, dbias (out_f) = sum_n dout,
+     * din (n, in_f) = dout * weight */
+    if (out_f <= 0 || in_f < 0 || n < 0)
+        return;
+    if (n == 0) {
+        memset(dweight, 0, sizeof(float) * out_f * (size_t)in_f);
+        if (dbias)
+            memset(dbias, 0, sizeof(float) * out_f);
+        return;
+    }
+    if (in_f > 0)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out_f, in_f, n,
+                    1.0f, dout, out_f, in, in_f, 0.0f, dweight, in_f);
+    if (dbias) {
+        memcpy(dbias, dout, sizeof(float) * out_f);
+        for (int i = 1; i < n; i++) {
+            const float *row = dout + (size_t)i * out_f;
+            for (int o = 0; o < out_f; o++)
+                dbias[o] += row[o];
+        }
+    }
+    if (din && in_f > 0)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in_f, out_f,
+                    1.0f, dout, out_f, weight, in_f, 0.0f, din, in_f);
+}
+
+void op_dense_forward_ref(float *out, const float *in, const float *weight,
+                          const float *bias, int n, int in_f, int out_f)
+{
+    /* in (n, in_f), weight (out_f, in_f), bias (out_f) or NULL,
+     * out (n, out_f) */
+    for (int i = 0; i < n; i++) {
+        const float *x = in + (size_t)i * in_f;
+        for (int o = 0; o < out_f; o++) {
+            const float *w = weight + (size_t)o * in_f;
+            double acc = bias ? bias[o] : 0.0;
+            for (int k = 0; k < in_f; k++)
+                acc += (double)x[k] * w[k];
+            out[(size_t)i * out_f + o] = (float)acc;
+        }
+    }
+}
+
+void op_dense_backward_ref(float *din, float *dweight, float *dbias,
+                           const float *dout, const float *in,
+                           const float *weight, int n, int in_f, int out_f)
+{
+    /* dout (n, out_f), in (n, in_f), weight (out_f, in_f);
+     * dweight (out_f, in_f), dbias (out_f) or NULL, din (n, in_f) or NULL */
+    for (int o = 0; o < out_f; o++) {
+        for (int k = 0; k < in_f; k++) {
+            double acc = 0.0;
+            for (int i = 0; i < n; i++)
+                acc += (double)dout[(size_t)i * out_f + o] *
+                       in[(size_t)i * in_f + k];
+            dweight[(size_t)o * in_f + k] = (float)acc;
+        }
+        if (dbias) {
+            double acc = 0.0;
+            for (int i = 0; i < n; i++)
+                acc += dout[(size_t)i * out_f + o];
+            dbias[o] = (float)acc;
+        }
+    }
+    if (!din)
+        return;
+    for (int i = 0; i < n; i++) {
+        for (int k = 0; k < in_f; k++) {
+            double acc = 0.0;
+            for (int o = 0; o < out_f; o++)
+                acc += (double)dout[(size_t)i * out_f + o] *
+                       weight[(size_t)o * in_f + k];
+            din[(size_t)i * in_f + k] = (float)acc;
+        }
+    }
+}

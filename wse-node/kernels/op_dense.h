@@ -1,0 +1,25 @@
+/* Fully connected layer: out = in * weight^T + bias, row-major, fp32. */
+#ifndef OP_DENSE_H
+#define OP_DENSE_H
+
+/* in is (n, in_f), weight is (out_f, in_f), bias is (out_f) or NULL,
+ * out is (n, out_f). out must not alias the inputs. */
+void op_dense_forward(float *out, const float *in, const float *weight,
+                      const float *bias, int n, int in_f, int out_f);
+
+/* dout is (n, out_f), in is (n, in_f), weight is (out_f, in_f).
+ * Writes (overwrites) dweight (out_f, in_f), dbias (out_f, may be NULL) and
+ * din (n, in_f, may be NULL). No output may alias an input. */
+void op_dense_backward(float *din, float *dweight, float *dbias,
+                       const float *dout, const float *in,
+                       const float *weight, int n, int in_f, int out_f);
+
+/* Plain loops with the same contracts, kept as the reference that tests hold
+ * the GEMM path to. */
+void op_dense_forward_ref(float *out, const float *in, const float *weight,
+                          const float *bias, int n, int in_f, int out_f);
+void op_dense_backward_ref(float *din, float *dweight, float *dbias,
+                           const float *dout, const float *in,
+                           const float *weight, int n, int in_f, int out_f);
+
+#endif

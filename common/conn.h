@@ -61,6 +61,8 @@ struct conn {
     const conn_config *cfg;     /* not owned; outlives the connection */
     const conn_ops *ops;        /* not owned */
     void *data;                 /* the owner's */
+    void *user;                 /* per-connection state of the owner, NULL at first */
+    int kind;                   /* the owner's classification of the peer, 0 at first */
     conn_link *link;            /* the reconnecting link that owns this dial, or NULL */
     frame_reader reader;
     bool dialer;                /* we dialled (selects the proof label) */

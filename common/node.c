@@ -1,0 +1,491 @@
+/* The daemon frame: options, listener, coordinator link, dispatch, shutdown. */
+#include "node.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "units.h"
+
+const char *node_role_name(Appliance__Role r)
+{
+    switch (r) {
+    case APPLIANCE__ROLE__ROLE_COORDINATOR: return "coordinator";
+    case APPLIANCE__ROLE__ROLE_MEMORYX: return "memoryx";
+    case APPLIANCE__ROLE__ROLE_SWARMX: return "swarmx";
+    case APPLIANCE__ROLE__ROLE_WORKER: return "worker";
+    case APPLIANCE__ROLE__ROLE_WSE_NODE: return "wse-node";
+    case APPLIANCE__ROLE__ROLE_CLIENT: return "client";
+    default: return "unknown";
+    }
+}
+
+static void node__usage(const node_role *role, FILE *f)
+{
+    bool coord = role->role == APPLIANCE__ROLE__ROLE_COORDINATOR;
+    fprintf(f,
+            "Usage: %s [OPTIONS]\n"
+            "\n"
+            "Options:\n"
+            "  --listen HOST:PORT       address to listen on (default 127.0.0.1:%s)\n"
+            "  --advertise HOST:PORT    address other daemons dial (default: the bound address)\n"
+            "%s"
+            "  --secret-file PATH       cluster secret (env APPLIANCE_SECRET_FILE)\n"
+            "  --config FILE            TOML configuration; keys as the long options with '_'\n"
+            "  --name NAME              name in logs and in the member list\n"
+            "  --port-file PATH         write the bound port there once listening\n"
+            "  --log-level LEVEL        debug, info, warn or error (default info)\n"
+            "  --heartbeat-ms MS        heartbeat interval (default 1000)\n"
+            "%s"
+            "  --help                   show this text\n",
+            role->component, coord ? "7070" : "0",
+            coord ? "" : "  --coordinator HOST:PORT  the coordinator (env APPLIANCE_COORDINATOR)\n",
+            role->usage_extra ? role->usage_extra : "");
+}
+
+enum {
+    OPT_LISTEN = 256, OPT_ADVERTISE, OPT_COORDINATOR, OPT_SECRET, OPT_CONFIG, OPT_NAME,
+    OPT_PORT_FILE, OPT_STATE_DIR, OPT_LOG_LEVEL, OPT_WAFER, OPT_MEMORY, OPT_THREADS,
+    OPT_HB, OPT_HB_TIMEOUT, OPT_HELP,
+};
+
+static const struct option node__longopts[] = {
+    {"listen", required_argument, NULL, OPT_LISTEN},
+    {"advertise", required_argument, NULL, OPT_ADVERTISE},
+    {"coordinator", required_argument, NULL, OPT_COORDINATOR},
+    {"secret-file", required_argument, NULL, OPT_SECRET},
+    {"config", required_argument, NULL, OPT_CONFIG},
+    {"name", required_argument, NULL, OPT_NAME},
+    {"port-file", required_argument, NULL, OPT_PORT_FILE},
+    {"state-dir", required_argument, NULL, OPT_STATE_DIR},
+    {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+    {"wafer-memory", required_argument, NULL, OPT_WAFER},
+    {"memory", required_argument, NULL, OPT_MEMORY},
+    {"threads", required_argument, NULL, OPT_THREADS},
+    {"heartbeat-ms", required_argument, NULL, OPT_HB},
+    {"heartbeat-timeout-ms", required_argument, NULL, OPT_HB_TIMEOUT},
+    {"help", no_argument, NULL, OPT_HELP},
+    {NULL, 0, NULL, 0},
+};
+
+/* Which role-specific options a role takes. */
+static bool node__role_has(const node_role *role, int opt)
+{
+    Appliance__Role r = role->role;
+    switch (opt) {
+    case OPT_COORDINATOR: return r != APPLIANCE__ROLE__ROLE_COORDINATOR;
+    case OPT_STATE_DIR: return r == APPLIANCE__ROLE__ROLE_COORDINATOR || r == APPLIANCE__ROLE__ROLE_MEMORYX;
+    case OPT_WAFER: return r == APPLIANCE__ROLE__ROLE_WSE_NODE;
+    case OPT_MEMORY: return r == APPLIANCE__ROLE__ROLE_MEMORYX;
+    case OPT_THREADS: return r == APPLIANCE__ROLE__ROLE_WSE_NODE || r == APPLIANCE__ROLE__ROLE_MEMORYX ||
+                             r == APPLIANCE__ROLE__ROLE_WORKER;
+    case OPT_HB_TIMEOUT: return r == APPLIANCE__ROLE__ROLE_COORDINATOR;
+    default: return true;
+    }
+}
+
+static void node__copy(char *dst, size_t len, const char *src, const char *what)
+{
+    if (strlen(src) >= len) {
+        fprintf(stderr, "%s is too long (at most %zu characters)\n", what, len - 1);
+        exit(2);
+    }
+    strcpy(dst, src);
+}
+
+/* Applies one option value; returns 0 or prints why not and returns -1. */
+static int node__apply(node_options *o, int opt, const char *val, const char *where)
+{
+    uint64_t v;
+    char *end;
+    switch (opt) {
+    case OPT_LISTEN: node__copy(o->listen, sizeof(o->listen), val, "--listen"); break;
+    case OPT_ADVERTISE: node__copy(o->advertise, sizeof(o->advertise), val, "--advertise"); break;
+    case OPT_COORDINATOR: node__copy(o->coordinator, sizeof(o->coordinator), val, "--coordinator"); break;
+    case OPT_SECRET: node__copy(o->secret_file, sizeof(o->secret_file), val, "--secret-file"); break;
+    case OPT_CONFIG: node__copy(o->config, sizeof(o->config), val, "--config"); break;
+    case OPT_NAME: node__copy(o->name, sizeof(o->name), val, "--name"); break;
+    case OPT_PORT_FILE: node__copy(o->port_file, sizeof(o->port_file), val, "--port-file"); break;
+    case OPT_STATE_DIR: node__copy(o->state_dir, sizeof(o->state_dir), val, "--state-dir"); break;
+    case OPT_LOG_LEVEL:
+        o->log_level = log_level_parse(val);
+        if (o->log_level < 0) {
+            fprintf(stderr, "%s: log level \"%s\": expected debug, info, warn or error\n", where, val);
+            return -1;
+        }
+        break;
+    case OPT_WAFER:
+    case OPT_MEMORY:
+        if (units_parse_size(val, &v) < 0 || v == 0) {
+            fprintf(stderr, "%s: size \"%s\": expected bytes with an optional K, M, G or T suffix\n",
+                    where, val);
+            return -1;
+        }
+        if (opt == OPT_WAFER)
+            o->wafer_memory = v;
+        else
+            o->memory = v;
+        break;
+    case OPT_THREADS:
+    case OPT_HB:
+    case OPT_HB_TIMEOUT: {
+        long n = strtol(val, &end, 10);
+        if (*end || end == val || n <= 0 || n > 10000000) {
+            fprintf(stderr, "%s: \"%s\": expected a positive integer\n", where, val);
+            return -1;
+        }
+        if (opt == OPT_THREADS)
+            o->threads = (int)n;
+        else if (opt == OPT_HB)
+            o->heartbeat_ms = (uint32_t)n;
+        else
+            o->heartbeat_timeout_ms = (uint32_t)n;
+        break;
+    }
+    default:
+        return -1;
+    }
+    return 0;
+}
+
+int node__load_config(node_options *o, const node_role *role, const char *path,
+                      const bool *given);
+
+void node_parse_args(node_options *o, const node_role *role, int argc, char **argv)
+{
+    memset(o, 0, sizeof(*o));
+    o->log_level = LOG_INFO;
+    o->heartbeat_ms = 1000;
+    o->heartbeat_timeout_ms = 3000;
+    bool given[OPT_HELP + 1] = {false};
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "", node__longopts, NULL)) != -1) {
+        if (c == OPT_HELP) {
+            node__usage(role, stdout);
+            exit(0);
+        }
+        if (c == '?' || c == ':') {
+            fprintf(stderr, "%s: unknown or incomplete option \"%s\" (see --help)\n",
+                    role->component, argv[optind - 1]);
+            exit(2);
+        }
+        if (!node__role_has(role, c)) {
+            fprintf(stderr, "%s: option \"%s\" does not apply to %s (see --help)\n",
+                    role->component, argv[optind - 1], role->component);
+            exit(2);
+        }
+        if (node__apply(o, c, optarg, argv[optind - 1]) < 0)
+            exit(2);
+        given[c] = true;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "%s: unexpected argument \"%s\" (see --help)\n", role->component, argv[optind]);
+        exit(2);
+    }
+    if (o->config[0] && node__load_config(o, role, o->config, given) < 0)
+        exit(2);
+    if (!o->listen[0])
+        strcpy(o->listen, role->role == APPLIANCE__ROLE__ROLE_COORDINATOR ? "127.0.0.1:7070"
+                                                                        : "127.0.0.1:0");
+    const char *env;
+    if (!o->coordinator[0] && (env = getenv("APPLIANCE_COORDINATOR")))
+        node__copy(o->coordinator, sizeof(o->coordinator), env, "APPLIANCE_COORDINATOR");
+    if (!o->secret_file[0] && (env = getenv("APPLIANCE_SECRET_FILE")))
+        node__copy(o->secret_file, sizeof(o->secret_file), env, "APPLIANCE_SECRET_FILE");
+    if (!o->name[0])
+        snprintf(o->name, sizeof(o->name), "%s-%d", role->component, (int)getpid());
+    if (role->role != APPLIANCE__ROLE__ROLE_COORDINATOR && !o->coordinator[0]) {
+        fprintf(stderr, "%s: no coordinator: give --coordinator HOST:PORT or set APPLIANCE_COORDINATOR\n",
+                role->component);
+        exit(2);
+    }
+    if (!o->secret_file[0]) {
+        fprintf(stderr, "%s: no cluster secret: give --secret-file PATH or set APPLIANCE_SECRET_FILE\n",
+                role->component);
+        exit(2);
+    }
+}
+
+/* ---- connections ---- */
+
+static void node__remove_conn(node *n, conn *c)
+{
+    for (size_t i = 0; i < n->nconns; i++)
+        if (n->conns[i] == c) {
+            n->conns[i] = n->conns[--n->nconns];
+            return;
+        }
+}
+
+static void node__on_ready(conn *c)
+{
+    node *n = c->data;
+    if (c->link == &n->coord) {
+        Appliance__Register r = APPLIANCE__REGISTER__INIT;
+        r.role = n->role->role;
+        r.name = n->opt.name;
+        r.advertised_addr = n->opt.advertise[0] ? n->opt.advertise : n->bound;
+        r.threads = (uint32_t)n->opt.threads;
+        r.pid = (uint32_t)getpid();
+        if (n->role->fill_register)
+            n->role->fill_register(n, &r);
+        Appliance__Envelope env = APPLIANCE__ENVELOPE__INIT;
+        env.msg_case = APPLIANCE__ENVELOPE__MSG_REGISTER;
+        env.register_ = &r;
+        if (conn_send_msg(c, &env) < 0)
+            conn_close(c, -EIO, "cannot send registration");
+        return;
+    }
+    if (n->role->on_conn_ready)
+        n->role->on_conn_ready(n, c);
+}
+
+static void node__heartbeat(uv_timer_t *t)
+{
+    node *n = t->data;
+    conn *c = conn_link_conn(&n->coord);
+    if (!c || !n->registered)
+        return;
+    Appliance__Heartbeat hb = APPLIANCE__HEARTBEAT__INIT;
+    hb.member_id = n->member_id;
+    hb.seq = ++n->hb_seq;
+    Appliance__Envelope env = APPLIANCE__ENVELOPE__INIT;
+    env.msg_case = APPLIANCE__ENVELOPE__MSG_HEARTBEAT;
+    env.heartbeat = &hb;
+    conn_send_msg(c, &env);
+}
+
+static void node__on_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len)
+{
+    node *n = c->data;
+    if (c->link == &n->coord && env->msg_case == APPLIANCE__ENVELOPE__MSG_REGISTER_ACK) {
+        bool first = !n->registered;
+        n->member_id = env->register_ack->member_id;
+        n->registered = true;
+        log_info("registered with the coordinator at %s as member %u", c->peer_addr, n->member_id);
+        uv_timer_start(&n->heartbeat, node__heartbeat, n->opt.heartbeat_ms, n->opt.heartbeat_ms);
+        if (n->role->on_registered)
+            n->role->on_registered(n);
+        (void)first;
+        return;
+    }
+    unsigned mc = (unsigned)env->msg_case;
+    node_handler h = mc < NODE_MSG_MAX ? n->role->handlers[mc] : NULL;
+    if (!h) {
+        log_warn("unexpected %s from %s (%s): closing that connection", frame_msg_name(env->msg_case),
+                 c->peer_addr, node_role_name(c->peer_role));
+        conn_fail(c, -EPROTO, "unexpected message %s for a %s", frame_msg_name(env->msg_case),
+                  n->role->component);
+        return;
+    }
+    h(n, c, env, payload, len);
+}
+
+static void *node__payload_dest(conn *c, const Appliance__Envelope *env, uint32_t len, int *err)
+{
+    node *n = c->data;
+    return n->role->payload_dest ? n->role->payload_dest(n, c, env, len, err) : NULL;
+}
+
+static void node__on_drain(conn *c)
+{
+    node *n = c->data;
+    if (n->role->on_drain)
+        n->role->on_drain(n, c);
+}
+
+static void node__on_close(conn *c, int err, const char *reason)
+{
+    node *n = c->data;
+    if (c->link == &n->coord) {
+        if (n->registered && !n->stopping)
+            log_warn("lost the coordinator at %s: %s", c->peer_addr, reason);
+        else if (!n->stopping)
+            log_debug("coordinator at %s not reached: %s", c->peer_addr, reason);
+        bool was = n->registered;
+        n->registered = false;
+        uv_timer_stop(&n->heartbeat);
+        if (was && n->role->on_coordinator_lost)
+            n->role->on_coordinator_lost(n);
+        return;
+    }
+    if (!c->link)
+        node__remove_conn(n, c);
+    if (err == -EACCES || (c->auth != CONN_READY && !n->stopping))
+        log_warn("connection %s %s: %s", c->dialer ? "to" : "from", c->peer_addr, reason);
+    if (n->role->on_conn_close)
+        n->role->on_conn_close(n, c, err, reason);
+}
+
+static const conn_ops node__ops = {
+    .on_ready = node__on_ready,
+    .on_frame = node__on_frame,
+    .payload_dest = node__payload_dest,
+    .on_drain = node__on_drain,
+    .on_close = node__on_close,
+};
+
+static void node__on_connection(uv_stream_t *server, int status)
+{
+    node *n = server->data;
+    if (status < 0) {
+        log_warn("accept: %s", uv_strerror(status));
+        return;
+    }
+    if (n->nconns == n->capconns) {
+        size_t cap = n->capconns ? n->capconns * 2 : 16;
+        conn **p = realloc(n->conns, cap * sizeof(*p));
+        if (!p) {
+            log_error("out of memory accepting a connection");
+            return;
+        }
+        n->conns = p;
+        n->capconns = cap;
+    }
+    conn *c = conn_accept(server, &n->ccfg, &node__ops, n);
+    if (c)
+        n->conns[n->nconns++] = c;
+}
+
+int node_send_coordinator(node *n, const Appliance__Envelope *env)
+{
+    conn *c = conn_link_conn(&n->coord);
+    if (!c || !n->registered)
+        return -ENOTCONN;
+    return conn_send_msg(c, env);
+}
+
+void node_reply_error(conn *c, int code, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    Appliance__Error e = APPLIANCE__ERROR__INIT;
+    e.code = code;
+    e.message = msg;
+    Appliance__Envelope env = APPLIANCE__ENVELOPE__INIT;
+    env.msg_case = APPLIANCE__ENVELOPE__MSG_ERROR;
+    env.error = &e;
+    conn_send_msg(c, &env);
+}
+
+/* ---- shutdown ---- */
+
+static void node__on_signal(uv_signal_t *s, int signum)
+{
+    node *n = s->data;
+    log_info("%s received: shutting down", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+    node_shutdown(n);
+}
+
+static void node__deregistered(void *arg, int status)
+{
+    node *n = arg;
+    conn_link_stop(&n->coord, NULL);
+}
+
+void node_shutdown(node *n)
+{
+    if (n->stopping)
+        return;
+    n->stopping = true;
+    if (n->role->on_shutdown)
+        n->role->on_shutdown(n);
+    uv_close((uv_handle_t *)&n->sigterm, NULL);
+    uv_close((uv_handle_t *)&n->sigint, NULL);
+    uv_timer_stop(&n->heartbeat);
+    uv_close((uv_handle_t *)&n->heartbeat, NULL);
+    uv_close((uv_handle_t *)&n->server, NULL);
+    for (size_t i = 0; i < n->nconns; i++)
+        conn_close(n->conns[i], -ECANCELED, "daemon shutting down");
+    if (n->role->role != APPLIANCE__ROLE__ROLE_COORDINATOR) {
+        conn *c = conn_link_conn(&n->coord);
+        Appliance__Deregister d = APPLIANCE__DEREGISTER__INIT;
+        d.member_id = n->member_id;
+        Appliance__Envelope env = APPLIANCE__ENVELOPE__INIT;
+        env.msg_case = APPLIANCE__ENVELOPE__MSG_DEREGISTER;
+        env.deregister = &d;
+        if (!c || !n->registered || conn_send(c, &env, NULL, 0, node__deregistered, n) < 0)
+            conn_link_stop(&n->coord, NULL);
+    }
+}
+
+/* ---- start ---- */
+
+static int node__write_port_file(node *n)
+{
+    char host[64];
+    int port;
+    if (conn_addr_parse(n->bound, host, sizeof(host), &port) < 0)
+        return -EINVAL;
+    char tmp[PATH_MAX + 8];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", n->opt.port_file);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return -errno;
+    fprintf(f, "%d\n", port);
+    if (fclose(f) != 0 || rename(tmp, n->opt.port_file) != 0)
+        return -errno;
+    return 0;
+}
+
+int node_run(node *n, const node_role *role, uv_loop_t *loop)
+{
+    char err[512];
+    n->loop = loop;
+    n->role = role;
+    log_init(role->component, (enum log_level)n->opt.log_level);
+    if (auth_secret_load(&n->secret, n->opt.secret_file, err, sizeof(err)) < 0) {
+        log_error("%s", err);
+        return 1;
+    }
+    conn_config_default(&n->ccfg, &n->secret, role->role, n->opt.name);
+    n->server.data = n;
+    if (conn_listen(loop, &n->server, n->opt.listen, node__on_connection, err, sizeof(err)) < 0) {
+        log_error("%s", err);
+        return 1;
+    }
+    n->server.data = n;
+    conn_sockname(&n->server, n->bound, sizeof(n->bound));
+    if (n->opt.port_file[0] && node__write_port_file(n) < 0) {
+        log_error("cannot write port file %s: %s", n->opt.port_file, strerror(errno));
+        return 1;
+    }
+    log_info("%s listening on %s", n->opt.name, n->bound);
+    uv_signal_init(loop, &n->sigterm);
+    uv_signal_init(loop, &n->sigint);
+    n->sigterm.data = n;
+    n->sigint.data = n;
+    uv_signal_start(&n->sigterm, node__on_signal, SIGTERM);
+    uv_signal_start(&n->sigint, node__on_signal, SIGINT);
+    uv_timer_init(loop, &n->heartbeat);
+    n->heartbeat.data = n;
+    if (role->role != APPLIANCE__ROLE__ROLE_COORDINATOR) {
+        if (conn_link_start(&n->coord, loop, n->opt.coordinator, &n->ccfg, &node__ops, n) < 0) {
+            log_error("bad coordinator address \"%s\": expected HOST:PORT", n->opt.coordinator);
+            return 1;
+        }
+    }
+    signal(SIGPIPE, SIG_IGN);
+    uv_run(loop, UV_RUN_DEFAULT);
+    free(n->conns);
+    auth_secret_clear(&n->secret);
+    log_info("stopped");
+    return 0;
+}
+
+/* Daemon configuration: a TOML file whose keys are the long options with
+ * '_' for '-'. Options given on the command line win. */
+int node__load_config(node_options *o, const node_role *role, const char *path, const bool *given)
+{
+    fprintf(stderr, "%s: --config is not available in this build\n", path);
+    return -1;
+}

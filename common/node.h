@@ -1,0 +1,94 @@
+/* What every daemon shares: options and configuration, the cluster secret,
+ * a listening socket whose connections authenticate before anything else, a
+ * reconnecting link to the coordinator with registration and heartbeats,
+ * message dispatch by type, and a clean shutdown on SIGTERM/SIGINT. A
+ * daemon's main fills a node_role and calls node_run. */
+#pragma once
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "conn.h"
+
+typedef struct node node;
+
+/* A message handler; env and the payload are freed after it returns. */
+typedef void (*node_handler)(node *n, conn *c, Appliance__Envelope *env, uint8_t *payload,
+                             uint32_t len);
+
+#define NODE_MSG_MAX 32 /* > the largest Envelope oneof number */
+
+typedef struct node_options {
+    char listen[128];          /* HOST:PORT to bind; port 0 picks one */
+    char advertise[128];       /* HOST:PORT others dial; default: the bound address */
+    char coordinator[128];     /* HOST:PORT of the coordinator (not for the coordinator) */
+    char secret_file[PATH_MAX];
+    char config[PATH_MAX];     /* optional TOML configuration */
+    char name[64];             /* component name in logs and listings */
+    char port_file[PATH_MAX];  /* written with the bound port once listening */
+    char state_dir[PATH_MAX];  /* coordinator: journal; memoryx: scratch */
+    int log_level;
+    uint64_t wafer_memory;     /* wse-node: declared on-wafer memory, bytes */
+    uint64_t memory;           /* memoryx: memory for weights, bytes */
+    int threads;               /* compute threads */
+    uint32_t heartbeat_ms;     /* interval of heartbeats */
+    uint32_t heartbeat_timeout_ms; /* coordinator: a member silent this long is lost */
+} node_options;
+
+typedef struct node_role {
+    Appliance__Role role;
+    const char *component;            /* "coordinator", "wse-node", ... */
+    const char *usage_extra;          /* role-specific lines of --help */
+    node_handler handlers[NODE_MSG_MAX]; /* by Envelope msg case */
+    /* Optional hooks. */
+    void *(*payload_dest)(node *n, conn *c, const Appliance__Envelope *env, uint32_t len, int *err);
+    void (*on_conn_ready)(node *n, conn *c);
+    void (*on_conn_close)(node *n, conn *c, int err, const char *reason);
+    void (*on_drain)(node *n, conn *c);
+    void (*on_registered)(node *n);   /* the coordinator acknowledged us */
+    void (*on_coordinator_lost)(node *n);
+    void (*on_shutdown)(node *n);     /* release the role's resources */
+    void (*fill_register)(node *n, Appliance__Register *r);
+} node_role;
+
+struct node {
+    uv_loop_t *loop;
+    const node_role *role;
+    node_options opt;
+    auth_secret secret;
+    conn_config ccfg;          /* for every connection of this daemon */
+    uv_tcp_t server;
+    char bound[64];            /* the address actually bound */
+    conn_link coord;           /* to the coordinator (not on the coordinator) */
+    uint32_t member_id;        /* given by the coordinator; 0 before */
+    bool registered;
+    uv_timer_t heartbeat;
+    uint64_t hb_seq;
+    uv_signal_t sigterm, sigint;
+    bool stopping;
+    conn **conns;              /* accepted connections still open */
+    size_t nconns, capconns;
+    void *data;                /* the role's state */
+};
+
+/* Parses argv (and the --config file); on --help prints usage and exits 0;
+ * on a bad option prints a message and exits 2. */
+void node_parse_args(node_options *o, const node_role *role, int argc, char **argv);
+
+/* Loads the secret, listens, dials the coordinator (unless it is the
+ * coordinator), runs the loop until shutdown. Returns the process exit code. */
+int node_run(node *n, const node_role *role, uv_loop_t *loop);
+
+/* Begins a clean shutdown (as SIGTERM does). */
+void node_shutdown(node *n);
+
+/* Sends to the coordinator if connected; returns 0 or a negative code. */
+int node_send_coordinator(node *n, const Appliance__Envelope *env);
+
+/* The role's name for logs ("wse-node"). */
+const char *node_role_name(Appliance__Role r);
+
+/* Sends an Error reply with code and message (the connection stays open). */
+void node_reply_error(conn *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

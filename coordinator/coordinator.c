@@ -1,0 +1,199 @@
+/* Membership handlers: registration, heartbeats, the member list. */
+#include "coordinator.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+static coordinator *co_of(node *n) { return n->data; }
+
+void coordinator_member_lost(coordinator *co, member *mb, const char *why)
+{
+    if (mb->state == APPLIANCE__MEMBER_STATE__MEMBER_ALIVE ||
+        mb->state == APPLIANCE__MEMBER_STATE__MEMBER_BUSY)
+        mb->state = APPLIANCE__MEMBER_STATE__MEMBER_LOST;
+    log_warn("member %u (%s %s at %s) lost: %s", mb->id, node_role_name(mb->role), mb->name,
+             mb->addr, why);
+    if (mb->job[0])
+        jobs_member_lost(co, mb);
+}
+
+static void co__on_sweep_lost(member *mb, void *arg)
+{
+    coordinator *co = arg;
+    char why[64];
+    snprintf(why, sizeof(why), "no heartbeat for %u ms", co->members.timeout_ms);
+    coordinator_member_lost(co, mb, why);
+    if (mb->c) {
+        conn *c = mb->c;
+        mb->c = NULL;
+        conn_close(c, -ETIMEDOUT, "missed heartbeats");
+    }
+}
+
+static void co__sweep(uv_timer_t *t)
+{
+    coordinator *co = t->data;
+    members_sweep(&co->members, uv_now(t->loop), co__on_sweep_lost, co);
+}
+
+static void co__register(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, uint32_t len)
+{
+    coordinator *co = co_of(n);
+    Appliance__Register *r = env->register_;
+    if (r->role == APPLIANCE__ROLE__ROLE_COORDINATOR || r->role == APPLIANCE__ROLE__ROLE_CLIENT ||
+        r->role != c->peer_role || !r->name || !r->name[0] || strlen(r->name) >= 64 ||
+        !r->advertised_addr || strlen(r->advertised_addr) >= 128) {
+        log_warn("bad registration from %s: role %s, name \"%s\"", c->peer_addr,
+                 node_role_name(r->role), r->name ? r->name : "");
+        conn_fail(c, -EINVAL, "bad registration: role, name or address invalid");
+        return;
+    }
+    if (members_by_conn(&co->members, c)) {
+        conn_fail(c, -EALREADY, "already registered on this connection");
+        return;
+    }
+    member *dup;
+    member *mb = members_register(&co->members, c, r, uv_now(n->loop), &dup);
+    if (!mb) {
+        if (dup) {
+            log_warn("registration of %s \"%s\" from %s refused: member %u already has that name",
+                     node_role_name(r->role), r->name, c->peer_addr, dup->id);
+            conn_fail(c, -EEXIST, "a live %s named \"%s\" is already registered",
+                      node_role_name(r->role), r->name);
+        } else {
+            conn_fail(c, -ENOMEM, "out of memory");
+        }
+        return;
+    }
+    c->user = mb;
+    log_info("member %u registered: %s %s at %s", mb->id, node_role_name(mb->role), mb->name,
+             mb->addr);
+    Appliance__RegisterAck ack = APPLIANCE__REGISTER_ACK__INIT;
+    ack.member_id = mb->id;
+    ack.heartbeat_ms = n->opt.heartbeat_ms;
+    Appliance__Envelope out = APPLIANCE__ENVELOPE__INIT;
+    out.msg_case = APPLIANCE__ENVELOPE__MSG_REGISTER_ACK;
+    out.register_ack = &ack;
+    conn_send_msg(c, &out);
+}
+
+static void co__heartbeat(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, uint32_t len)
+{
+    member *mb = members_by_conn(&co_of(n)->members, c);
+    if (!mb) {
+        conn_fail(c, -EPROTO, "heartbeat before registration");
+        return;
+    }
+    mb->last_seen = uv_now(n->loop);
+}
+
+static void co__deregister(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, uint32_t len)
+{
+    coordinator *co = co_of(n);
+    member *mb = members_by_conn(&co->members, c);
+    if (!mb)
+        return;
+    log_info("member %u (%s %s) deregistered", mb->id, node_role_name(mb->role), mb->name);
+    if (mb->job[0])
+        jobs_member_lost(co, mb);
+    mb->state = APPLIANCE__MEMBER_STATE__MEMBER_GONE;
+    mb->c = NULL;
+    c->user = NULL;
+}
+
+static void co__cluster_query(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, uint32_t len)
+{
+    coordinator *co = co_of(n);
+    size_t k = co->members.n;
+    Appliance__Member *ms = calloc(k ? k : 1, sizeof(*ms));
+    Appliance__Member **ptrs = calloc(k ? k : 1, sizeof(*ptrs));
+    if (!ms || !ptrs) {
+        free(ms);
+        free(ptrs);
+        node_reply_error(c, -ENOMEM, "out of memory");
+        return;
+    }
+    uint64_t now = uv_now(n->loop);
+    for (size_t i = 0; i < k; i++) {
+        member *mb = &co->members.v[i];
+        appliance__member__init(&ms[i]);
+        ms[i].member_id = mb->id;
+        ms[i].role = mb->role;
+        ms[i].name = mb->name;
+        ms[i].advertised_addr = mb->addr;
+        ms[i].state = mb->state;
+        ms[i].wafer_memory = mb->wafer_memory;
+        ms[i].memory = mb->memory;
+        ms[i].threads = mb->threads;
+        ms[i].last_seen_ms_ago = now - mb->last_seen;
+        ms[i].job_id = mb->job;
+        ms[i].peer_addr = mb->peer;
+        ptrs[i] = &ms[i];
+    }
+    Appliance__ClusterInfo info = APPLIANCE__CLUSTER_INFO__INIT;
+    info.n_members = k;
+    info.members = ptrs;
+    Appliance__Envelope out = APPLIANCE__ENVELOPE__INIT;
+    out.msg_case = APPLIANCE__ENVELOPE__MSG_CLUSTER_INFO;
+    out.cluster_info = &info;
+    conn_send_msg(c, &out);
+    free(ms);
+    free(ptrs);
+}
+
+static void co__conn_close(node *n, conn *c, int err, const char *reason)
+{
+    coordinator *co = co_of(n);
+    member *mb = members_by_conn(&co->members, c);
+    if (mb) {
+        mb->c = NULL;
+        if (mb->state != APPLIANCE__MEMBER_STATE__MEMBER_GONE && !n->stopping)
+            coordinator_member_lost(co, mb, reason);
+    }
+    jobs_client_closed(co, c);
+}
+
+static void co__shutdown(node *n)
+{
+    coordinator *co = co_of(n);
+    uv_timer_stop(&co->sweep);
+    uv_close((uv_handle_t *)&co->sweep, NULL);
+    jobs_shutdown(co);
+}
+
+void coordinator_role(node_role *role)
+{
+    memset(role, 0, sizeof(*role));
+    role->role = APPLIANCE__ROLE__ROLE_COORDINATOR;
+    role->component = "coordinator";
+    role->usage_extra =
+        "  --state-dir DIR          job journal and job outputs (default .)\n"
+        "  --heartbeat-timeout-ms MS  silence after which a member is lost (default 3000)\n";
+    role->handlers[APPLIANCE__ENVELOPE__MSG_REGISTER] = co__register;
+    role->handlers[APPLIANCE__ENVELOPE__MSG_HEARTBEAT] = co__heartbeat;
+    role->handlers[APPLIANCE__ENVELOPE__MSG_DEREGISTER] = co__deregister;
+    role->handlers[APPLIANCE__ENVELOPE__MSG_CLUSTER_QUERY] = co__cluster_query;
+    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_SUBMIT] = jobs_handle_submit;
+    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_STATUS_QUERY] = jobs_handle_status;
+    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_READY] = jobs_handle_ready;
+    role->handlers[APPLIANCE__ENVELOPE__MSG_STEP_REPORT] = jobs_handle_step_report;
+    role->handlers[APPLIANCE__ENVELOPE__MSG_STEP_COMMITTED] = jobs_handle_step_committed;
+    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_FINISHED] = jobs_handle_finished;
+    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_ABORT] = jobs_handle_abort;
+    role->on_conn_close = co__conn_close;
+    role->on_shutdown = co__shutdown;
+}
+
+void coordinator_init(coordinator *co, node *n)
+{
+    memset(co, 0, sizeof(*co));
+    co->n = n;
+    members_init(&co->members, n->opt.heartbeat_timeout_ms);
+    uv_timer_init(n->loop, &co->sweep);
+    co->sweep.data = co;
+    uint32_t every = n->opt.heartbeat_timeout_ms / 4 ? n->opt.heartbeat_timeout_ms / 4 : 1;
+    uv_timer_start(&co->sweep, co__sweep, every, every);
+}

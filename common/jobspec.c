@@ -1,0 +1,280 @@
+/* job.toml -> jobspec, driven by a table of keys per section. */
+#include "jobspec.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+enum key_kind { K_INT, K_FLOAT, K_BOOL, K_STRING, K_PATH };
+
+typedef struct key_spec {
+    const char *name;
+    enum key_kind kind;
+    size_t offset;        /* in the section's struct */
+    size_t size;          /* of a string field */
+    double min, max;      /* inclusive range of numbers */
+    const char *choices;  /* for strings: "a|b|c", or NULL for any */
+} key_spec;
+
+#define KI(s, f, lo, hi) {#f, K_INT, offsetof(s, f), 0, lo, hi, NULL}
+#define KF(s, f, lo, hi) {#f, K_FLOAT, offsetof(s, f), 0, lo, hi, NULL}
+#define KB(s, f) {#f, K_BOOL, offsetof(s, f), 0, 0, 0, NULL}
+#define KS(s, f, ch) {#f, K_STRING, offsetof(s, f), sizeof(((s *)0)->f), 0, 0, ch}
+#define KP(s, f) {#f, K_PATH, offsetof(s, f), sizeof(((s *)0)->f), 0, 0, NULL}
+
+static const key_spec runconfig_keys[] = {
+    KI(jobspec, max_steps, 1, 1e12),
+    KI(jobspec, log_steps, 1, 1e12),
+    KI(jobspec, checkpoint_steps, 0, 1e12),
+    KB(jobspec, save_initial_checkpoint),
+    KI(jobspec, eval_frequency, 0, 1e12),
+    KP(jobspec, model_dir),
+    KI(jobspec, seed, 0, 9.2e18),
+    KI(jobspec, num_csx, 1, 1024),
+    KI(jobspec, num_workers_per_csx, 1, 64),
+    KI(jobspec, num_wgt_servers, 1, 64),
+    KI(jobspec, swarmx_fanout, 2, 64),
+    KS(jobspec, mode, "auto|pipelined|weight_streaming"),
+};
+
+static const key_spec input_keys[] = {
+    KS(jobspec_input, data_processor, "synthetic_classification"),
+    KP(jobspec_input, data_dir),
+    KI(jobspec_input, batch_size, 1, 1 << 24),
+    KB(jobspec_input, shuffle),
+    KI(jobspec_input, shuffle_seed, 0, 9.2e18),
+    KI(jobspec_input, num_classes, 1, 1 << 20),
+    KI(jobspec_input, num_samples, 1, 1e12),
+    KF(jobspec_input, noise, 0, 1e6),
+};
+
+static const key_spec optimizer_keys[] = {
+    KS(jobspec, optimizer_type, "sgd"),
+    KF(jobspec, learning_rate, 0, 1e6),
+    KF(jobspec, momentum, 0, 1),
+    KF(jobspec, weight_decay, 0, 1e6),
+    KF(jobspec, max_gradient_norm, 0, 1e12),
+};
+
+static void jobspec__defaults(jobspec *j)
+{
+    j->max_steps = 100;
+    j->log_steps = 10;
+    j->eval_frequency = 0;
+    strcpy(j->model_dir, "model_dir");
+    j->seed = 1;
+    j->num_csx = 1;
+    j->num_workers_per_csx = 1;
+    j->num_wgt_servers = 1;
+    j->swarmx_fanout = 4;
+    strcpy(j->mode, "auto");
+    jobspec_input *ins[2] = {&j->train, &j->eval};
+    for (int i = 0; i < 2; i++) {
+        strcpy(ins[i]->data_processor, "synthetic_classification");
+        ins[i]->batch_size = 64;
+        ins[i]->shuffle = true;
+        ins[i]->num_classes = 10;
+        ins[i]->num_samples = 10000;
+        ins[i]->noise = 1.0;
+    }
+    strcpy(j->optimizer_type, "sgd");
+    j->learning_rate = 0.01;
+}
+
+static int jobspec__resolve(char *dst, size_t size, const char *value, const char *base,
+                            const char *src, toml_pos pos, const char *key, char *err, size_t errlen)
+{
+    int n;
+    if (value[0] == '/' || !base || !base[0])
+        n = snprintf(dst, size, "%s", value);
+    else
+        n = snprintf(dst, size, "%s/%s", base, value);
+    if (n < 0 || (size_t)n >= size)
+        return toml_errorf(err, errlen, src, pos, "%s: path too long", key);
+    return 0;
+}
+
+/* Reads the keys of one section table into the struct at base. */
+static int jobspec__section(const toml_value *t, const char *section, const key_spec *keys,
+                            size_t nkeys, void *base, const char *dir, char *err, size_t errlen)
+{
+    const char *src = toml_source_name(t);
+    for (size_t i = 0; i < toml_table_len(t); i++) {
+        const char *key = toml_table_key(t, i);
+        const toml_value *v = toml_table_value(t, i);
+        toml_pos kpos = toml_table_key_pos(t, i);
+        toml_pos vpos = toml_pos_of(v);
+        const key_spec *ks = NULL;
+        for (size_t k = 0; k < nkeys; k++)
+            if (strcmp(keys[k].name, key) == 0)
+                ks = &keys[k];
+        if (!ks)
+            return toml_errorf(err, errlen, src, kpos, "unknown key \"%s\" in [%s]", key, section);
+        char *field = (char *)base + ks->offset;
+        toml_type ty = toml_type_of(v);
+        switch (ks->kind) {
+        case K_INT: {
+            if (ty != TOML_INTEGER)
+                return toml_errorf(err, errlen, src, vpos, "%s.%s: expected an integer, found %s",
+                                   section, key, toml_type_name(ty));
+            int64_t x = toml_int(v);
+            if ((double)x < ks->min || (double)x > ks->max)
+                return toml_errorf(err, errlen, src, vpos, "%s.%s: %lld is out of range [%.0f, %.0f]",
+                                   section, key, (long long)x, ks->min, ks->max);
+            *(int64_t *)field = x;
+            break;
+        }
+        case K_FLOAT: {
+            double x;
+            if (ty == TOML_FLOAT)
+                x = toml_float(v);
+            else if (ty == TOML_INTEGER)
+                x = (double)toml_int(v);
+            else
+                return toml_errorf(err, errlen, src, vpos, "%s.%s: expected a number, found %s",
+                                   section, key, toml_type_name(ty));
+            if (!isfinite(x) || x < ks->min || x > ks->max)
+                return toml_errorf(err, errlen, src, vpos, "%s.%s: %g is out of range [%g, %g]",
+                                   section, key, x, ks->min, ks->max);
+            *(double *)field = x;
+            break;
+        }
+        case K_BOOL:
+            if (ty != TOML_BOOL)
+                return toml_errorf(err, errlen, src, vpos, "%s.%s: expected true or false, found %s",
+                                   section, key, toml_type_name(ty));
+            *(bool *)field = toml_bool(v);
+            break;
+        case K_STRING:
+        case K_PATH: {
+            if (ty != TOML_STRING)
+                return toml_errorf(err, errlen, src, vpos, "%s.%s: expected a string, found %s",
+                                   section, key, toml_type_name(ty));
+            const char *s = toml_string(v);
+            if (strlen(s) != toml_string_len(v) || !s[0])
+                return toml_errorf(err, errlen, src, vpos, "%s.%s: expected a non-empty string",
+                                   section, key);
+            if (ks->kind == K_PATH) {
+                if (jobspec__resolve(field, ks->size, s, dir, src, vpos, key, err, errlen) < 0)
+                    return -EINVAL;
+                break;
+            }
+            if (ks->choices) {
+                size_t sl = strlen(s);
+                const char *p = ks->choices;
+                bool ok = false;
+                while (*p) {
+                    const char *bar = strchr(p, '|');
+                    size_t l = bar ? (size_t)(bar - p) : strlen(p);
+                    if (l == sl && strncmp(p, s, l) == 0)
+                        ok = true;
+                    p += l + (bar ? 1 : 0);
+                }
+                if (!ok)
+                    return toml_errorf(err, errlen, src, vpos, "%s.%s: \"%s\" is not one of %s",
+                                       section, key, s, ks->choices);
+            }
+            if (strlen(s) >= ks->size)
+                return toml_errorf(err, errlen, src, vpos, "%s.%s: string too long", section, key);
+            strcpy(field, s);
+            break;
+        }
+        }
+    }
+    return 0;
+}
+
+jobspec *jobspec_parse(const char *text, size_t len, const char *name, const char *base_dir,
+                       char *err, size_t errlen)
+{
+    toml_value *root = toml_parse(text, len, name, err, errlen);
+    if (!root)
+        return NULL;
+    jobspec *j = calloc(1, sizeof(*j));
+    if (!j) {
+        snprintf(err, errlen, "%s: out of memory", name);
+        goto fail;
+    }
+    snprintf(j->source, sizeof(j->source), "%s", name);
+    jobspec__defaults(j);
+    const toml_value *model_table = NULL;
+    for (size_t i = 0; i < toml_table_len(root); i++) {
+        const char *key = toml_table_key(root, i);
+        const toml_value *v = toml_table_value(root, i);
+        toml_pos pos = toml_table_key_pos(root, i);
+        int rc = 0;
+        bool is_table = toml_type_of(v) == TOML_TABLE;
+        if (strcmp(key, "model") == 0 && is_table) {
+            model_table = v;
+            continue;
+        }
+        if (!is_table && (!strcmp(key, "runconfig") || !strcmp(key, "train_input") ||
+                          !strcmp(key, "eval_input") || !strcmp(key, "optimizer") ||
+                          !strcmp(key, "model"))) {
+            toml_errorf(err, errlen, name, pos, "\"%s\" must be a table ([%s])", key, key);
+            goto fail;
+        }
+        if (strcmp(key, "runconfig") == 0)
+            rc = jobspec__section(v, key, runconfig_keys, ARRAY_SIZE(runconfig_keys), j, base_dir,
+                                  err, errlen);
+        else if (strcmp(key, "train_input") == 0) {
+            j->train.present = true;
+            rc = jobspec__section(v, key, input_keys, ARRAY_SIZE(input_keys), &j->train, base_dir,
+                                  err, errlen);
+        } else if (strcmp(key, "eval_input") == 0) {
+            j->eval.present = true;
+            rc = jobspec__section(v, key, input_keys, ARRAY_SIZE(input_keys), &j->eval, base_dir,
+                                  err, errlen);
+        } else if (strcmp(key, "optimizer") == 0)
+            rc = jobspec__section(v, key, optimizer_keys, ARRAY_SIZE(optimizer_keys), j, base_dir,
+                                  err, errlen);
+        else {
+            toml_errorf(err, errlen, name, pos,
+                        "unknown section \"%s\" (expected runconfig, train_input, eval_input, "
+                        "model or optimizer)",
+                        key);
+            goto fail;
+        }
+        if (rc < 0)
+            goto fail;
+    }
+    if (!j->train.present) {
+        snprintf(err, errlen, "%s: missing section [train_input]", name);
+        goto fail;
+    }
+    if (!model_table) {
+        snprintf(err, errlen, "%s: missing section [model]", name);
+        goto fail;
+    }
+    if (j->train.batch_size < j->num_csx) {
+        const toml_value *rc = toml_table_get(root, "train_input");
+        toml_pos pos = toml_pos_of(toml_table_get(rc, "batch_size") ? toml_table_get(rc, "batch_size") : rc);
+        toml_errorf(err, errlen, name, pos,
+                    "train_input.batch_size %lld is smaller than runconfig.num_csx %lld: every "
+                    "replica needs at least one sample",
+                    (long long)j->train.batch_size, (long long)j->num_csx);
+        goto fail;
+    }
+    j->model = model_compile(model_table, err, errlen);
+    if (!j->model)
+        goto fail;
+    toml_free(root);
+    return j;
+fail:
+    jobspec_free(j);
+    toml_free(root);
+    return NULL;
+}
+
+void jobspec_free(jobspec *j)
+{
+    if (!j)
+        return;
+    model_free(j->model);
+    free(j);
+}

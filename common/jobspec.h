@@ -1,0 +1,59 @@
+/* A job file (job.toml) read into a checked structure. Section and key names
+ * follow the Cerebras Model Zoo params files; every key has a type and a
+ * default; an unknown key, a wrong type or a value out of range is an error
+ * "FILE:LINE:COL: ..." that names it. docs/job-file.md documents each key. */
+#pragma once
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "model.h"
+#include "toml.h"
+
+typedef struct jobspec_input {
+    bool present;                 /* the section was given */
+    char data_processor[64];      /* "synthetic_classification", ... */
+    char data_dir[PATH_MAX];      /* resolved against the submit directory */
+    int64_t batch_size;           /* effective (global) batch, split over num_csx */
+    bool shuffle;
+    int64_t shuffle_seed;
+    int64_t num_classes;
+    int64_t num_samples;          /* synthetic data sets: size of the set */
+    double noise;                 /* synthetic data sets: noise around class centres */
+} jobspec_input;
+
+typedef struct jobspec {
+    char source[256];             /* the job file's name, for messages */
+    /* [runconfig] */
+    int64_t max_steps;
+    int64_t log_steps;
+    int64_t checkpoint_steps;     /* 0: only at the end */
+    bool save_initial_checkpoint;
+    int64_t eval_frequency;
+    char model_dir[PATH_MAX];     /* resolved against the submit directory */
+    int64_t seed;
+    int64_t num_csx;              /* wse-node replicas */
+    int64_t num_workers_per_csx;
+    int64_t num_wgt_servers;      /* memoryx shards */
+    int64_t swarmx_fanout;
+    char mode[32];                /* "auto", "pipelined", "weight_streaming" */
+    /* [train_input], [eval_input] */
+    jobspec_input train;
+    jobspec_input eval;
+    /* [optimizer] */
+    char optimizer_type[16];      /* "sgd" */
+    double learning_rate;
+    double momentum;
+    double weight_decay;
+    double max_gradient_norm;     /* 0: no clipping */
+    /* [model] */
+    model *model;                 /* owned */
+} jobspec;
+
+/* Reads a job file from text. base_dir resolves relative paths (the
+ * submitter's working directory). Returns NULL with "FILE:LINE:COL: message"
+ * in err. Free with jobspec_free. */
+jobspec *jobspec_parse(const char *text, size_t len, const char *name, const char *base_dir,
+                       char *err, size_t errlen);
+void jobspec_free(jobspec *j);

@@ -1,0 +1,10 @@
+/* Building an Envelope around one message in one line. */
+#pragma once
+
+#include "envelope.pb-c.h"
+
+/* Declares `Appliance__Envelope var` carrying *ptr in oneof field `field`. */
+#define ENVELOPE(var, field, CASE, ptr)                                                        \
+    Appliance__Envelope var = APPLIANCE__ENVELOPE__INIT;                                       \
+    var.msg_case = APPLIANCE__ENVELOPE__MSG_##CASE;                                            \
+    var.field = (ptr)

@@ -1,0 +1,13 @@
+/* Counter-based random numbers: a value is a pure function of (seed, stream,
+ * index), so weights and data do not depend on how work is split over
+ * processes or threads. */
+#pragma once
+
+#include <stdint.h>
+
+/* A 64-bit hash of three words (splitmix64 finaliser chain). */
+uint64_t rng_hash(uint64_t seed, uint64_t stream, uint64_t index);
+/* Uniform in [0, 1). */
+double rng_uniform(uint64_t seed, uint64_t stream, uint64_t index);
+/* Standard normal (Box-Muller on two uniforms of the same counter). */
+double rng_normal(uint64_t seed, uint64_t stream, uint64_t index);

@@ -1,0 +1,46 @@
+/* memoryx: the weights and optimizer state of its shard of a job's
+ * parameter tensors, the weight stream of every step in the order of the
+ * static schedule, the optimizer step as each reduced gradient completes,
+ * and checkpoints. */
+#pragma once
+
+#include "node.h"
+
+typedef struct mx_tensor {
+    uint32_t id;          /* plan tensor id */
+    char name[128];
+    uint64_t n;           /* elements */
+    float *w;             /* weights, owned */
+    float *g;             /* reduced gradient of the current step, owned */
+    float *mom;           /* momentum buffer, owned (NULL without momentum) */
+    uint64_t grad_have;   /* gradient elements received this step */
+    int writes;           /* weight writes in flight (w must not change) */
+    bool updated;         /* optimizer applied this step */
+} mx_tensor;
+
+typedef struct mx_job {
+    char id[40];
+    Appliance__Plan *plan;        /* owned (unpacked copy) */
+    uint32_t shard;               /* our shard index */
+    mx_tensor *t;                 /* our tensors */
+    size_t nt;
+    mx_tensor **by_id;            /* plan tensor id -> ours or NULL */
+    size_t nids;
+    conn *down;                   /* the root swarmx */
+    uint64_t step;                /* step being run */
+    bool running;                 /* JobGo received */
+    bool streaming;               /* the weight stream of this step is not finished */
+    int phase;                    /* 0: forward list, 1: backward list */
+    size_t pos;                   /* index in the current list */
+    uint64_t off;                 /* element offset in the current tensor */
+    size_t updated;               /* tensors updated this step */
+    double lr, momentum, weight_decay;
+    bool ready_sent;
+} mx_job;
+
+typedef struct memoryx {
+    node *n;
+    mx_job *job;                  /* at most one job at a time */
+} memoryx;
+
+void memoryx_role(node_role *role);

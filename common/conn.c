@@ -357,6 +357,24 @@ static void conn__read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
     }
 }
 
+void conn_pause(conn *c)
+{
+    if (c->closing || c->paused || !c->connected)
+        return;
+    c->paused = true;
+    uv_read_stop((uv_stream_t *)&c->tcp);
+}
+
+void conn_resume(conn *c)
+{
+    if (c->closing || !c->paused)
+        return;
+    c->paused = false;
+    int rc = uv_read_start((uv_stream_t *)&c->tcp, conn__alloc, conn__read);
+    if (rc < 0)
+        conn_close(c, rc, "cannot resume reading");
+}
+
 /* ---- set-up ---- */
 
 static void conn__auth_deadline(uv_timer_t *t)

@@ -77,6 +77,7 @@ struct conn {
     bool connected;             /* the TCP connection is established */
     bool closing;               /* conn_close was called; no more callbacks but on_close */
     bool resolving;             /* a getaddrinfo request is pending */
+    bool paused;                /* reading stopped by conn_pause */
     int handles_open;           /* libuv handles still to close before freeing */
     int close_err;              /* passed to on_close */
     char close_reason[192];     /* passed to on_close */
@@ -110,6 +111,10 @@ int conn_send_msg(conn *c, const Appliance__Envelope *env);
 /* True when len more bytes may be queued without passing the high water
  * mark. When false, on_drain runs once the queue has drained. */
 bool conn_can_send(conn *c, size_t len);
+
+/* Stops reading from the peer (TCP pushes back on it) until conn_resume. */
+void conn_pause(conn *c);
+void conn_resume(conn *c);
 
 /* Closes the connection; on_close(err, reason) follows from the loop. */
 void conn_close(conn *c, int err, const char *reason);

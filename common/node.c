@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "toml.h"
 #include "units.h"
 
 const char *node_role_name(Appliance__Role r)
@@ -483,9 +484,57 @@ int node_run(node *n, const node_role *role, uv_loop_t *loop)
 }
 
 /* Daemon configuration: a TOML file whose keys are the long options with
- * '_' for '-'. Options given on the command line win. */
+ * '_' for '-' (listen = "0.0.0.0:7070", wafer_memory = "40G", threads = 2).
+ * Options given on the command line win. */
 int node__load_config(node_options *o, const node_role *role, const char *path, const bool *given)
 {
-    fprintf(stderr, "%s: --config is not available in this build\n", path);
-    return -1;
+    char err[512];
+    toml_value *root = toml_parse_file(path, err, sizeof(err));
+    if (!root) {
+        fprintf(stderr, "%s\n", err);
+        return -1;
+    }
+    int rc = 0;
+    for (size_t i = 0; i < toml_table_len(root) && rc == 0; i++) {
+        const char *key = toml_table_key(root, i);
+        const toml_value *v = toml_table_value(root, i);
+        toml_pos kp = toml_table_key_pos(root, i);
+        char opt[64];
+        snprintf(opt, sizeof(opt), "%s", key);
+        for (char *p = opt; *p; p++)
+            if (*p == '_')
+                *p = '-';
+        const struct option *lo = NULL;
+        for (const struct option *q = node__longopts; q->name; q++)
+            if (strcmp(q->name, opt) == 0 && q->val != OPT_HELP && q->val != OPT_CONFIG)
+                lo = q;
+        if (!lo || !node__role_has(role, lo->val)) {
+            toml_errorf(err, sizeof(err), path, kp, "unknown key \"%s\" for %s", key,
+                        role->component);
+            fprintf(stderr, "%s\n", err);
+            rc = -1;
+            break;
+        }
+        if (given[lo->val])
+            continue;
+        char val[PATH_MAX];
+        if (toml_type_of(v) == TOML_STRING)
+            snprintf(val, sizeof(val), "%s", toml_string(v));
+        else if (toml_type_of(v) == TOML_INTEGER)
+            snprintf(val, sizeof(val), "%lld", (long long)toml_int(v));
+        else {
+            toml_errorf(err, sizeof(err), path, toml_pos_of(v), "%s: expected a string or an integer",
+                        key);
+            fprintf(stderr, "%s\n", err);
+            rc = -1;
+            break;
+        }
+        char where[PATH_MAX + 80];
+        toml_pos vp = toml_pos_of(v);
+        snprintf(where, sizeof(where), "%s:%d:%d: %s", path, vp.line, vp.col, key);
+        if (node__apply(o, lo->val, val, where) < 0)
+            rc = -1;
+    }
+    toml_free(root);
+    return rc;
 }

@@ -1,0 +1,14 @@
+/* memoryx: weights, optimizer state and checkpoints of a shard. */
+#include "mx.h"
+
+int main(int argc, char **argv)
+{
+    static node_role role;
+    static node n;
+    static memoryx mx;
+    memoryx_role(&role);
+    node_parse_args(&n.opt, &role, argc, argv);
+    mx.n = &n;
+    n.data = &mx;
+    return node_run(&n, &role, uv_default_loop());
+}

@@ -1,0 +1,468 @@
+/* memoryx: weight store, weight stream, optimizer step, checkpoints. */
+#include "mx.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "msg.h"
+#include "rng.h"
+#include "safetensors.h"
+
+static memoryx *mx_of(node *n) { return n->data; }
+
+/* ---- weights ---- */
+
+/* Initial weights from the job seed: a pure function of (seed, tensor id,
+ * element), so the sharding does not change them. */
+static void mx__init_tensor(mx_tensor *t, const Appliance__PlanTensor *pt, uint64_t seed)
+{
+    if (strcmp(pt->init, "zeros") == 0) {
+        memset(t->w, 0, t->n * sizeof(float));
+    } else if (strcmp(pt->init, "ones") == 0) {
+        for (uint64_t i = 0; i < t->n; i++)
+            t->w[i] = 1.0f;
+    } else if (strcmp(pt->init, "he_normal") == 0) {
+        double sd = sqrt(2.0 / (double)(pt->fan_in ? pt->fan_in : 1));
+        for (uint64_t i = 0; i < t->n; i++)
+            t->w[i] = (float)(sd * rng_normal(seed, 0x1000 + pt->id, i));
+    } else { /* xavier_uniform */
+        double a = sqrt(6.0 / (double)(pt->fan_in + pt->fan_out ? pt->fan_in + pt->fan_out : 1));
+        for (uint64_t i = 0; i < t->n; i++)
+            t->w[i] = (float)(a * (2.0 * rng_uniform(seed, 0x1000 + pt->id, i) - 1.0));
+    }
+}
+
+static void mx__job_free(mx_job *j)
+{
+    if (!j)
+        return;
+    for (size_t i = 0; i < j->nt; i++) {
+        free(j->t[i].w);
+        free(j->t[i].g);
+        free(j->t[i].mom);
+    }
+    free(j->t);
+    free(j->by_id);
+    if (j->plan)
+        appliance__plan__free_unpacked(j->plan, NULL);
+    free(j);
+}
+
+static void mx__abort(node *n, mx_job *j, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void mx__abort(node *n, mx_job *j, const char *fmt, ...)
+{
+    char why[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof(why), fmt, ap);
+    va_end(ap);
+    log_error("job %s: %s", j->id, why);
+    Appliance__JobAbort a = APPLIANCE__JOB_ABORT__INIT;
+    a.job_id = j->id;
+    a.reason = why;
+    ENVELOPE(env, job_abort, JOB_ABORT, &a);
+    node_send_coordinator(n, &env);
+    memoryx *mx = mx_of(n);
+    if (mx->job == j) {
+        mx->job = NULL;
+        mx__job_free(j);
+    }
+}
+
+/* ---- checkpoints ---- */
+
+static int mx__checkpoint(node *n, mx_job *j, uint64_t step, char *path, size_t pathlen)
+{
+    Appliance__Plan *p = j->plan;
+    snprintf(path, pathlen, "%s/checkpoint_%llu-shard%u-of-%zu.safetensors", p->model_dir,
+             (unsigned long long)step, j->shard + 1, p->n_shards);
+    st_tensor *ts = calloc(j->nt, sizeof(*ts));
+    if (!ts)
+        return -ENOMEM;
+    for (size_t i = 0; i < j->nt; i++) {
+        const Appliance__PlanTensor *pt = p->tensors[j->t[i].id];
+        ts[i].name = j->t[i].name;
+        ts[i].ndim = (int)pt->n_dims;
+        for (size_t d = 0; d < pt->n_dims && d < ST_MAX_DIMS; d++)
+            ts[i].dims[d] = pt->dims[d];
+        ts[i].data = j->t[i].w;
+    }
+    char stepbuf[32];
+    snprintf(stepbuf, sizeof(stepbuf), "%llu", (unsigned long long)step);
+    const char *meta[][2] = {{"job_id", j->id}, {"step", stepbuf}, {"format", "appliance-checkpoint-1"}};
+    char err[512];
+    int rc = st_write_file(path, ts, j->nt, meta, 3, err, sizeof(err));
+    free(ts);
+    if (rc < 0)
+        log_error("job %s: %s", j->id, err);
+    else
+        log_info("job %s: checkpoint of step %llu written to %s", j->id, (unsigned long long)step, path);
+    return rc;
+}
+
+/* ---- the weight stream ---- */
+
+static void mx__pump(node *n, mx_job *j);
+
+static void mx__chunk_sent(void *arg, int status)
+{
+    mx_tensor *t = arg;
+    t->writes--;
+}
+
+/* Sends the chunks of the schedule that the link to the root swarmx has
+ * room for; stops when the link is full (on_drain resumes). */
+static void mx__pump(node *n, mx_job *j)
+{
+    Appliance__Plan *p = j->plan;
+    while (j->streaming && j->down) {
+        size_t nlist = j->phase == 0 ? p->n_fwd_stream : p->n_bwd_stream;
+        uint32_t *list = j->phase == 0 ? p->fwd_stream : p->bwd_stream;
+        if (j->pos >= nlist) {
+            if (j->phase == 0) {
+                j->phase = 1;
+                j->pos = 0;
+                j->off = 0;
+                continue;
+            }
+            j->streaming = false;
+            if (j->updated == j->nt) /* a shard without tensors */
+                mx__step_done(n, j);
+            return;
+        }
+        uint32_t id = list[j->pos];
+        mx_tensor *t = id < j->nids ? j->by_id[id] : NULL;
+        if (!t) { /* another shard's tensor */
+            j->pos++;
+            j->off = 0;
+            continue;
+        }
+        uint64_t count = t->n - j->off;
+        if (count > p->chunk_elems)
+            count = p->chunk_elems;
+        if (!conn_can_send(j->down, count * sizeof(float)))
+            return;
+        Appliance__WeightChunk wc = APPLIANCE__WEIGHT_CHUNK__INIT;
+        wc.step = j->step;
+        wc.tensor_id = id;
+        wc.offset = j->off;
+        wc.count = count;
+        wc.total = t->n;
+        wc.pass = j->phase == 0 ? APPLIANCE__PASS__PASS_FORWARD : APPLIANCE__PASS__PASS_BACKWARD;
+        ENVELOPE(env, weight_chunk, WEIGHT_CHUNK, &wc);
+        int rc = conn_send(j->down, &env, t->w + j->off, (uint32_t)(count * sizeof(float)),
+                           mx__chunk_sent, t);
+        if (rc < 0) {
+            mx__abort(n, j, "cannot stream %s to swarmx: %s", t->name, strerror(-rc));
+            return;
+        }
+        t->writes++;
+        j->off += count;
+        if (j->off == t->n) {
+            j->pos++;
+            j->off = 0;
+        }
+    }
+}
+
+static void mx__start_step(node *n, mx_job *j)
+{
+    j->streaming = true;
+    j->phase = 0;
+    j->pos = 0;
+    j->off = 0;
+    j->updated = 0;
+    for (size_t i = 0; i < j->nt; i++) {
+        j->t[i].grad_have = 0;
+        j->t[i].updated = false;
+    }
+    mx__pump(n, j);
+}
+
+/* SGD with momentum and L2 weight decay (PyTorch semantics). */
+static void mx__apply(mx_job *j, mx_tensor *t)
+{
+    float lr = (float)j->lr, mu = (float)j->momentum, wd = (float)j->weight_decay;
+    for (uint64_t i = 0; i < t->n; i++) {
+        float g = t->g[i] + wd * t->w[i];
+        if (t->mom) {
+            t->mom[i] = j->step == j->plan->first_step ? g : mu * t->mom[i] + g;
+            g = t->mom[i];
+        }
+        t->w[i] -= lr * g;
+    }
+}
+
+static void mx__step_done(node *n, mx_job *j)
+{
+    Appliance__StepCommitted sc = APPLIANCE__STEP_COMMITTED__INIT;
+    sc.job_id = j->id;
+    sc.step = j->step;
+    sc.shard = j->shard;
+    ENVELOPE(env, step_committed, STEP_COMMITTED, &sc);
+    node_send_coordinator(n, &env);
+    Appliance__Plan *p = j->plan;
+    uint64_t done = j->step + 1; /* steps completed */
+    bool last = done >= p->max_steps;
+    if (last) {
+        char path[PATH_MAX];
+        int rc = mx__checkpoint(n, j, done, path, sizeof(path));
+        if (rc < 0) {
+            mx__abort(n, j, "final checkpoint failed: %s", strerror(-rc));
+            return;
+        }
+        Appliance__JobFinished f = APPLIANCE__JOB_FINISHED__INIT;
+        f.job_id = j->id;
+        f.shard = j->shard;
+        f.checkpoint = path;
+        ENVELOPE(fe, job_finished, JOB_FINISHED, &f);
+        node_send_coordinator(n, &fe);
+        j->running = false;
+        return;
+    }
+    j->step++;
+    mx__start_step(n, j);
+}
+
+/* ---- handlers ---- */
+
+static void mx__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, uint32_t len)
+{
+    memoryx *mx = mx_of(n);
+    Appliance__Plan *in = env->job_start->plan;
+    if (!in || !in->job_id) {
+        conn_fail(c, -EINVAL, "job_start without a plan");
+        return;
+    }
+    if (mx->job) {
+        log_warn("job %s refused: busy with job %s", in->job_id, mx->job->id);
+        return;
+    }
+    mx_job *j = calloc(1, sizeof(*j));
+    if (!j)
+        return;
+    snprintf(j->id, sizeof(j->id), "%s", in->job_id);
+    /* Keep our own copy of the plan: env is freed after this handler. */
+    size_t plen = appliance__plan__get_packed_size(in);
+    uint8_t *buf = malloc(plen ? plen : 1);
+    if (!buf) {
+        free(j);
+        return;
+    }
+    appliance__plan__pack(in, buf);
+    j->plan = appliance__plan__unpack(NULL, plen, buf);
+    free(buf);
+    mx->job = j;
+    Appliance__Plan *p = j->plan;
+    bool found = false;
+    for (size_t i = 0; i < p->n_shards; i++)
+        if (p->shards[i]->member_id == n->member_id) {
+            j->shard = p->shards[i]->index;
+            found = true;
+        }
+    if (!found) {
+        mx__abort(n, j, "plan has no shard for member %u", n->member_id);
+        return;
+    }
+    if (!p->optimizer || strcmp(p->optimizer->type, "sgd") != 0) {
+        mx__abort(n, j, "optimizer \"%s\" is not available", p->optimizer ? p->optimizer->type : "");
+        return;
+    }
+    j->lr = p->optimizer->learning_rate;
+    j->momentum = p->optimizer->momentum;
+    j->weight_decay = p->optimizer->weight_decay;
+    j->nids = p->n_tensors;
+    j->by_id = calloc(j->nids ? j->nids : 1, sizeof(*j->by_id));
+    j->t = calloc(p->n_tensors ? p->n_tensors : 1, sizeof(*j->t));
+    if (!j->by_id || !j->t) {
+        mx__abort(n, j, "out of memory");
+        return;
+    }
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < p->n_tensors; i++) {
+        const Appliance__PlanTensor *pt = p->tensors[i];
+        if (pt->id != i) {
+            mx__abort(n, j, "plan tensor %zu has id %u", i, pt->id);
+            return;
+        }
+        if (pt->shard != j->shard)
+            continue;
+        mx_tensor *t = &j->t[j->nt++];
+        t->id = pt->id;
+        snprintf(t->name, sizeof(t->name), "%s", pt->name);
+        t->n = 1;
+        for (size_t d = 0; d < pt->n_dims; d++)
+            t->n *= pt->dims[d];
+        t->w = malloc(t->n * sizeof(float));
+        t->g = malloc(t->n * sizeof(float));
+        if (j->momentum > 0)
+            t->mom = calloc(t->n, sizeof(float));
+        if (!t->w || !t->g || (j->momentum > 0 && !t->mom)) {
+            mx__abort(n, j, "out of memory for tensor %s (%llu elements)", t->name,
+                      (unsigned long long)t->n);
+            return;
+        }
+        mx__init_tensor(t, pt, p->seed);
+        j->by_id[t->id] = t;
+        bytes += t->n * sizeof(float) * (t->mom ? 3 : 2);
+    }
+    if (n->opt.memory && bytes > n->opt.memory) {
+        mx__abort(n, j, "shard %u needs %llu bytes, this memoryx has %llu", j->shard,
+                  (unsigned long long)bytes, (unsigned long long)n->opt.memory);
+        return;
+    }
+    j->step = p->first_step;
+    log_info("job %s: shard %u holds %zu tensors (%llu bytes with optimizer state)", j->id,
+             j->shard, j->nt, (unsigned long long)bytes);
+}
+
+static void mx__maybe_ready(node *n, mx_job *j)
+{
+    if (j->ready_sent || !j->down)
+        return;
+    j->ready_sent = true;
+    Appliance__JobReady r = APPLIANCE__JOB_READY__INIT;
+    r.job_id = j->id;
+    r.member_id = n->member_id;
+    ENVELOPE(env, job_ready, JOB_READY, &r);
+    node_send_coordinator(n, &env);
+}
+
+static void mx__stream_hello(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, uint32_t len)
+{
+    mx_job *j = mx_of(n)->job;
+    Appliance__StreamHello *h = env->stream_hello;
+    if (!j || strcmp(h->job_id, j->id) != 0 || h->role != APPLIANCE__ROLE__ROLE_SWARMX) {
+        conn_fail(c, -ENOENT, "no job %s here for a %s", h->job_id, node_role_name(h->role));
+        return;
+    }
+    if (j->down && j->down != c) {
+        conn_fail(c, -EEXIST, "job %s already has its swarmx link", j->id);
+        return;
+    }
+    j->down = c;
+    c->kind = 1;
+    log_info("job %s: swarmx %s connected from %s", j->id, c->peer_name, c->peer_addr);
+    mx__maybe_ready(n, j);
+}
+
+static void mx__job_go(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, uint32_t len)
+{
+    mx_job *j = mx_of(n)->job;
+    if (!j || strcmp(env->job_go->job_id, j->id) != 0 || j->running)
+        return;
+    j->running = true;
+    log_info("job %s: streaming from step %llu", j->id, (unsigned long long)j->step);
+    mx__start_step(n, j);
+}
+
+/* Gradient chunks land straight in the tensor's gradient buffer. */
+static void *mx__payload_dest(node *n, conn *c, const Appliance__Envelope *env, uint32_t len, int *err)
+{
+    mx_job *j = mx_of(n)->job;
+    if (env->msg_case != APPLIANCE__ENVELOPE__MSG_GRAD_CHUNK || !j || c != j->down) {
+        *err = -EPROTO;
+        return NULL;
+    }
+    const Appliance__GradChunk *g = env->grad_chunk;
+    mx_tensor *t = g->tensor_id < j->nids ? j->by_id[g->tensor_id] : NULL;
+    if (!t || g->step != j->step || g->total != t->n || g->offset > t->n ||
+        g->count > t->n - g->offset || (uint64_t)len != g->count * sizeof(float)) {
+        *err = -EINVAL;
+        return NULL;
+    }
+    return t->g + g->offset;
+}
+
+static void mx__grad_chunk(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, uint32_t len)
+{
+    mx_job *j = mx_of(n)->job;
+    const Appliance__GradChunk *g = env->grad_chunk;
+    if (!j || c != j->down || len == 0) {
+        conn_fail(c, -EPROTO, "unexpected gradient chunk");
+        return;
+    }
+    mx_tensor *t = j->by_id[g->tensor_id];
+    t->grad_have += g->count;
+    if (t->grad_have < t->n)
+        return;
+    if (t->updated || t->grad_have > t->n) {
+        mx__abort(n, j, "tensor %s: gradient received twice in step %llu", t->name,
+                  (unsigned long long)j->step);
+        return;
+    }
+    if (t->writes > 0) {
+        /* Cannot happen: the gradient depends on weights already written. */
+        mx__abort(n, j, "tensor %s: gradient before its weights were written", t->name);
+        return;
+    }
+    mx__apply(j, t);
+    t->updated = true;
+    if (++j->updated == j->nt && !j->streaming)
+        mx__step_done(n, j);
+}
+
+static void mx__job_end(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, uint32_t len)
+{
+    memoryx *mx = mx_of(n);
+    const char *id = env->msg_case == APPLIANCE__ENVELOPE__MSG_JOB_END ? env->job_end->job_id
+                                                                      : env->job_abort->job_id;
+    if (mx->job && strcmp(mx->job->id, id) == 0) {
+        log_info("job %s: released", id);
+        mx__job_free(mx->job);
+        mx->job = NULL;
+    }
+}
+
+static void mx__drain(node *n, conn *c)
+{
+    mx_job *j = mx_of(n)->job;
+    if (j && c == j->down)
+        mx__pump(n, j);
+}
+
+static void mx__conn_close(node *n, conn *c, int err, const char *reason)
+{
+    mx_job *j = mx_of(n)->job;
+    if (j && c == j->down) {
+        j->down = NULL;
+        mx__abort(n, j, "lost swarmx %s: %s", c->peer_addr, reason);
+    }
+}
+
+static void mx__fill_register(node *n, Appliance__Register *r)
+{
+    r->memory = n->opt.memory;
+}
+
+static void mx__shutdown(node *n)
+{
+    memoryx *mx = mx_of(n);
+    mx__job_free(mx->job);
+    mx->job = NULL;
+}
+
+void memoryx_role(node_role *role)
+{
+    memset(role, 0, sizeof(*role));
+    role->role = APPLIANCE__ROLE__ROLE_MEMORYX;
+    role->component = "memoryx";
+    role->usage_extra = "  --memory SIZE            memory for weights and optimizer state (default: unlimited)\n"
+                        "  --threads N              threads for optimizer steps (default 1)\n"
+                        "  --state-dir DIR          scratch directory\n";
+    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_START] = mx__job_start;
+    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_GO] = mx__job_go;
+    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_END] = mx__job_end;
+    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_ABORT] = mx__job_end;
+    role->handlers[APPLIANCE__ENVELOPE__MSG_STREAM_HELLO] = mx__stream_hello;
+    role->handlers[APPLIANCE__ENVELOPE__MSG_GRAD_CHUNK] = mx__grad_chunk;
+    role->payload_dest = mx__payload_dest;
+    role->on_drain = mx__drain;
+    role->on_conn_close = mx__conn_close;
+    role->fill_register = mx__fill_register;
+    role->on_shutdown = mx__shutdown;
+}

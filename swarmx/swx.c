@@ -1,0 +1,487 @@
+/* swarmx: broadcast down, reduce up. */
+#include "swx.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "msg.h"
+
+#define SWX_CHILD_QUEUE_MAX 32     /* gradient chunks buffered per child */
+#define SWX_DOWN_MAX (64u << 20)   /* weight bytes buffered for slow children */
+
+static swarmx *swx_of(node *n) { return n->data; }
+
+static swx_buf *swx__buf_new(uint32_t len)
+{
+    swx_buf *b = malloc(sizeof(*b) + len);
+    if (b) {
+        b->refs = 1;
+        b->len = len;
+        b->next = NULL;
+    }
+    return b;
+}
+
+static void swx__buf_unref(swx_buf *b)
+{
+    if (b && --b->refs == 0)
+        free(b);
+}
+
+static void swx__up_stopped(conn_link *l)
+{
+    swx_up *u = container_of(l, swx_up, link);
+    swx_job *j = u->job;
+    if (--j->stopping_up == 0) {
+        free(j->up);
+        free(j);
+    }
+}
+
+static void swx__job_free(swx_job *j)
+{
+    if (!j || j->released)
+        return;
+    j->released = true;
+    for (size_t i = 0; i < j->nkids; i++) {
+        swx_buf *b = j->kids[i].head;
+        while (b) {
+            swx_buf *next = b->next;
+            swx__buf_unref(b);
+            b = next;
+        }
+    }
+    free(j->kids);
+    if (j->plan)
+        appliance__plan__free_unpacked(j->plan, NULL);
+    j->plan = NULL;
+    j->stopping_up = j->nup;
+    if (j->nup == 0) {
+        free(j->up);
+        free(j);
+        return;
+    }
+    for (size_t i = 0; i < j->nup; i++)
+        conn_link_stop(&j->up[i].link, swx__up_stopped);
+}
+
+static void swx__abort(node *n, swx_job *j, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void swx__abort(node *n, swx_job *j, const char *fmt, ...)
+{
+    char why[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof(why), fmt, ap);
+    va_end(ap);
+    log_error("job %s: %s", j->id, why);
+    Appliance__JobAbort a = APPLIANCE__JOB_ABORT__INIT;
+    a.job_id = j->id;
+    a.reason = why;
+    ENVELOPE(env, job_abort, JOB_ABORT, &a);
+    node_send_coordinator(n, &env);
+    swarmx *s = swx_of(n);
+    if (s->job == j)
+        s->job = NULL;
+    swx__job_free(j);
+}
+
+static void swx__maybe_ready(node *n, swx_job *j)
+{
+    if (j->ready_sent)
+        return;
+    for (size_t i = 0; i < j->nup; i++)
+        if (!j->up[i].ready)
+            return;
+    for (size_t i = 0; i < j->nkids; i++)
+        if (!j->kids[i].c)
+            return;
+    j->ready_sent = true;
+    Appliance__JobReady r = APPLIANCE__JOB_READY__INIT;
+    r.job_id = j->id;
+    r.member_id = n->member_id;
+    ENVELOPE(env, job_ready, JOB_READY, &r);
+    node_send_coordinator(n, &env);
+    log_info("job %s: tree node %u ready (%zu up, %zu children)", j->id, j->index, j->nup, j->nkids);
+}
+
+/* ---- down: weights ---- */
+
+typedef struct swx_send {
+    swx_buf *b;
+    swx_job *j;
+} swx_send;
+
+static void swx__resume_up(swx_job *j)
+{
+    for (size_t i = 0; i < j->nup; i++) {
+        conn *c = conn_link_conn(&j->up[i].link);
+        if (c)
+            conn_resume(c);
+    }
+}
+
+static void swx__down_sent(void *arg, int status)
+{
+    swx_send *s = arg;
+    swx_job *j = s->j;
+    if (!j->released) {
+        j->pending_down -= s->b->len;
+        if (j->pending_down <= SWX_DOWN_MAX / 2)
+            swx__resume_up(j);
+    }
+    swx__buf_unref(s->b);
+    free(s);
+}
+
+static void swx__weight_chunk(node *n, swx_job *j, conn *from, Appliance__Envelope *env, swx_buf *b)
+{
+    for (size_t i = 0; i < j->nkids; i++) {
+        conn *c = j->kids[i].c;
+        if (!c)
+            continue;
+        swx_send *s = malloc(sizeof(*s));
+        if (!s) {
+            swx__abort(n, j, "out of memory forwarding weights");
+            return;
+        }
+        s->b = b;
+        s->j = j;
+        b->refs++;
+        int rc = conn_send(c, env, b->data, b->len, swx__down_sent, s);
+        if (rc < 0) {
+            b->refs--;
+            free(s);
+            swx__abort(n, j, "cannot forward weights to %s: %s", c->peer_addr, strerror(-rc));
+            return;
+        }
+        j->pending_down += b->len;
+    }
+    j->chunks_down++;
+    if (j->pending_down > SWX_DOWN_MAX)
+        conn_pause(from); /* a slow child stalls the producer, not our memory */
+}
+
+/* ---- up: gradients ---- */
+
+static void swx__up_sent(void *arg, int status)
+{
+    swx__buf_unref(arg);
+}
+
+static void swx__reduce(node *n, swx_job *j)
+{
+    for (;;) {
+        for (size_t i = 0; i < j->nkids; i++)
+            if (!j->kids[i].head)
+                return;
+        swx_buf *sum = j->kids[0].head;
+        const Appliance__GradChunk *h = &sum->hdr;
+        for (size_t i = 0; i < j->nkids; i++) {
+            swx_child *k = &j->kids[i];
+            swx_buf *b = k->head;
+            if (b->hdr.step != h->step || b->hdr.tensor_id != h->tensor_id ||
+                b->hdr.offset != h->offset || b->hdr.count != h->count) {
+                swx__abort(n, j, "gradient streams diverge: child %zu sent tensor %u offset %llu, "
+                           "child 0 tensor %u offset %llu", i, b->hdr.tensor_id,
+                           (unsigned long long)b->hdr.offset, h->tensor_id,
+                           (unsigned long long)h->offset);
+                return;
+            }
+            k->head = b->next;
+            if (!k->head)
+                k->tail = NULL;
+            if (k->queued-- == SWX_CHILD_QUEUE_MAX)
+                conn_resume(k->c);
+            if (i > 0) {
+                float *dst = (float *)sum->data;
+                const float *src = (const float *)b->data;
+                for (uint64_t e = 0; e < h->count; e++)
+                    dst[e] += src[e];
+                swx__buf_unref(b);
+            }
+        }
+        /* Route up: the root sends to the shard owning the tensor. */
+        conn *up = NULL;
+        if (j->root) {
+            uint32_t shard = j->plan->tensors[h->tensor_id]->shard;
+            for (size_t i = 0; i < j->nup; i++)
+                if (j->up[i].shard == shard)
+                    up = conn_link_conn(&j->up[i].link);
+        } else {
+            up = conn_link_conn(&j->up[0].link);
+        }
+        Appliance__GradChunk hdr = *h;
+        ENVELOPE(env, grad_chunk, GRAD_CHUNK, &hdr);
+        sum->next = NULL;
+        int rc = up ? conn_send(up, &env, sum->data, sum->len, swx__up_sent, sum) : -ENOTCONN;
+        if (rc < 0) {
+            swx__buf_unref(sum);
+            swx__abort(n, j, "cannot send gradients up: %s", strerror(-rc));
+            return;
+        }
+        j->chunks_up++;
+    }
+}
+
+static void swx__grad_chunk(node *n, swx_job *j, conn *c, Appliance__Envelope *env, swx_buf *b)
+{
+    swx_child *k = c->user;
+    if (!k) {
+        swx__buf_unref(b);
+        conn_fail(c, -EPROTO, "gradient chunk before stream hello");
+        return;
+    }
+    const Appliance__GradChunk *g = env->grad_chunk;
+    if (g->tensor_id >= j->plan->n_tensors || (uint64_t)b->len != g->count * sizeof(float)) {
+        swx__buf_unref(b);
+        swx__abort(n, j, "bad gradient chunk from %s: tensor %u, %llu elements in %u bytes",
+                   c->peer_addr, g->tensor_id, (unsigned long long)g->count, b->len);
+        return;
+    }
+    b->hdr = *g;
+    b->hdr.base.unknown_fields = NULL;
+    b->hdr.base.n_unknown_fields = 0;
+    if (k->tail)
+        k->tail->next = b;
+    else
+        k->head = b;
+    k->tail = b;
+    if (++k->queued == SWX_CHILD_QUEUE_MAX)
+        conn_pause(c);
+    swx__reduce(n, j);
+}
+
+/* Payloads of both directions land in a buffer we keep (forwarded as is). */
+static void *swx__payload_dest(node *n, conn *c, const Appliance__Envelope *env, uint32_t len, int *err)
+{
+    if (env->msg_case != APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK &&
+        env->msg_case != APPLIANCE__ENVELOPE__MSG_GRAD_CHUNK) {
+        *err = -EPROTO;
+        return NULL;
+    }
+    swx_buf *b = swx__buf_new(len);
+    if (!b) {
+        *err = -ENOMEM;
+        return NULL;
+    }
+    return b->data;
+}
+
+static void swx__on_data(node *n, conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len)
+{
+    swx_job *j = swx_of(n)->job;
+    swx_buf *b = payload ? container_of(payload, swx_buf, data) : NULL;
+    if (!j || !b) {
+        swx__buf_unref(b);
+        conn_fail(c, -EPROTO, "%s without a job or payload", frame_msg_name(env->msg_case));
+        return;
+    }
+    if (env->msg_case == APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK) {
+        swx__weight_chunk(n, j, c, env, b);
+        swx__buf_unref(b);
+    } else {
+        swx__grad_chunk(n, j, c, env, b);
+    }
+}
+
+/* ---- links ---- */
+
+static void swx__up_ready(conn *c)
+{
+    swx_up *u = c->data;
+    swx_job *j = u->job;
+    Appliance__StreamHello h = APPLIANCE__STREAM_HELLO__INIT;
+    h.job_id = j->id;
+    h.role = APPLIANCE__ROLE__ROLE_SWARMX;
+    h.index = j->index;
+    ENVELOPE(env, stream_hello, STREAM_HELLO, &h);
+    conn_send_msg(c, &env);
+    u->ready = true;
+    swx__maybe_ready(j->n, j);
+}
+
+static void swx__up_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len)
+{
+    swx_up *u = c->data;
+    if (u->job->released)
+        return;
+    if (env->msg_case == APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK) {
+        swx__on_data(u->job->n, c, env, payload, len);
+        return;
+    }
+    if (env->msg_case == APPLIANCE__ENVELOPE__MSG_ERROR) {
+        swx__abort(u->job->n, u->job, "upstream %s refused: %s", c->peer_addr, env->error->message);
+        return;
+    }
+    conn_fail(c, -EPROTO, "unexpected %s from upstream", frame_msg_name(env->msg_case));
+}
+
+static void *swx__up_payload_dest(conn *c, const Appliance__Envelope *env, uint32_t len, int *err)
+{
+    swx_up *u = c->data;
+    return swx__payload_dest(u->job->n, c, env, len, err);
+}
+
+static void swx__up_close(conn *c, int err, const char *reason)
+{
+    swx_up *u = c->data;
+    if (u->job->released)
+        return;
+    if (u->ready) {
+        u->ready = false;
+        swx__abort(u->job->n, u->job, "lost upstream %s: %s", c->peer_addr, reason);
+    }
+}
+
+static const conn_ops swx__up_conn_ops = {
+    .on_ready = swx__up_ready,
+    .on_frame = swx__up_frame,
+    .payload_dest = swx__up_payload_dest,
+    .on_close = swx__up_close,
+};
+
+/* ---- handlers ---- */
+
+static void swx__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, uint32_t len)
+{
+    swarmx *s = swx_of(n);
+    Appliance__Plan *in = env->job_start->plan;
+    if (s->job) {
+        log_warn("job %s refused: busy with job %s", in->job_id, s->job->id);
+        return;
+    }
+    swx_job *j = calloc(1, sizeof(*j));
+    if (!j)
+        return;
+    j->n = n;
+    snprintf(j->id, sizeof(j->id), "%s", in->job_id);
+    size_t plen = appliance__plan__get_packed_size(in);
+    uint8_t *buf = malloc(plen ? plen : 1);
+    appliance__plan__pack(in, buf);
+    j->plan = appliance__plan__unpack(NULL, plen, buf);
+    free(buf);
+    s->job = j;
+    Appliance__Plan *p = j->plan;
+    const Appliance__PlanSwarmNode *me = NULL;
+    for (size_t i = 0; i < p->n_swarm; i++)
+        if (p->swarm[i]->member_id == n->member_id)
+            me = p->swarm[i];
+    if (!me) {
+        swx__abort(n, j, "plan has no tree node for member %u", n->member_id);
+        return;
+    }
+    j->index = me->index;
+    j->root = me->parent < 0;
+    j->nkids = me->n_children_replicas + me->n_children_swarmx;
+    j->kids = calloc(j->nkids ? j->nkids : 1, sizeof(*j->kids));
+    size_t k = 0;
+    for (size_t i = 0; i < me->n_children_replicas; i++, k++) {
+        j->kids[k].replica = true;
+        j->kids[k].index = me->children_replicas[i];
+    }
+    for (size_t i = 0; i < me->n_children_swarmx; i++, k++)
+        j->kids[k].index = me->children_swarmx[i];
+    j->nup = j->root ? p->n_shards : 1;
+    j->up = calloc(j->nup, sizeof(*j->up));
+    if (!j->kids || !j->up) {
+        swx__abort(n, j, "out of memory");
+        return;
+    }
+    for (size_t i = 0; i < j->nup; i++) {
+        const char *addr;
+        if (j->root) {
+            addr = p->shards[i]->addr;
+            j->up[i].shard = p->shards[i]->index;
+        } else {
+            addr = p->swarm[me->parent]->addr;
+        }
+        j->up[i].job = j;
+        if (conn_link_start(&j->up[i].link, n->loop, addr, &n->ccfg, &swx__up_conn_ops, &j->up[i]) < 0) {
+            swx__abort(n, j, "bad upstream address %s", addr);
+            return;
+        }
+    }
+    log_info("job %s: tree node %u, %s, %zu children", j->id, j->index,
+             j->root ? "root" : "inner", j->nkids);
+}
+
+static void swx__stream_hello(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, uint32_t len)
+{
+    swx_job *j = swx_of(n)->job;
+    Appliance__StreamHello *h = env->stream_hello;
+    if (!j || strcmp(h->job_id, j->id) != 0) {
+        conn_fail(c, -ENOENT, "no job %s on this swarmx", h->job_id);
+        return;
+    }
+    bool replica = h->role == APPLIANCE__ROLE__ROLE_WSE_NODE;
+    for (size_t i = 0; i < j->nkids; i++) {
+        swx_child *k = &j->kids[i];
+        if (k->replica == replica && k->index == h->index) {
+            if (k->c) {
+                conn_fail(c, -EEXIST, "child %u already connected", h->index);
+                return;
+            }
+            k->c = c;
+            c->user = k;
+            swx__maybe_ready(n, j);
+            return;
+        }
+    }
+    conn_fail(c, -ENOENT, "%s %u is not a child of tree node %u", node_role_name(h->role), h->index,
+              j->index);
+}
+
+static void swx__job_end(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, uint32_t len)
+{
+    swarmx *s = swx_of(n);
+    const char *id = env->msg_case == APPLIANCE__ENVELOPE__MSG_JOB_END ? env->job_end->job_id
+                                                                      : env->job_abort->job_id;
+    if (s->job && strcmp(s->job->id, id) == 0) {
+        log_info("job %s: released after %llu chunks down, %llu up", id,
+                 (unsigned long long)s->job->chunks_down, (unsigned long long)s->job->chunks_up);
+        swx_job *j = s->job;
+        s->job = NULL;
+        for (size_t i = 0; i < j->nkids; i++)
+            if (j->kids[i].c)
+                j->kids[i].c->user = NULL;
+        swx__job_free(j);
+    }
+}
+
+static void swx__conn_close(node *n, conn *c, int err, const char *reason)
+{
+    swx_job *j = swx_of(n)->job;
+    swx_child *k = c->user;
+    if (j && k && k->c == c) {
+        k->c = NULL;
+        swx__abort(n, j, "lost child %s: %s", c->peer_addr, reason);
+    }
+}
+
+static void swx__shutdown(node *n)
+{
+    swarmx *s = swx_of(n);
+    if (s->job) {
+        swx__job_free(s->job);
+        s->job = NULL;
+    }
+}
+
+void swarmx_role(node_role *role)
+{
+    memset(role, 0, sizeof(*role));
+    role->role = APPLIANCE__ROLE__ROLE_SWARMX;
+    role->component = "swarmx";
+    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_START] = swx__job_start;
+    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_END] = swx__job_end;
+    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_ABORT] = swx__job_end;
+    role->handlers[APPLIANCE__ENVELOPE__MSG_STREAM_HELLO] = swx__stream_hello;
+    role->handlers[APPLIANCE__ENVELOPE__MSG_GRAD_CHUNK] = swx__on_data;
+    role->handlers[APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK] = swx__on_data;
+    role->payload_dest = swx__payload_dest;
+    role->on_conn_close = swx__conn_close;
+    role->on_shutdown = swx__shutdown;
+}

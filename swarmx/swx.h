@@ -1,0 +1,55 @@
+/* swarmx: one node of the broadcast/reduce tree. Weight chunks from above
+ * are forwarded to every child as they arrive (cut-through); gradient chunks
+ * from the children are summed in child-index order, so the sum does not
+ * depend on arrival order, and sent up to the memoryx shard that owns the
+ * tensor (or to the parent swarmx). */
+#pragma once
+
+#include "node.h"
+
+typedef struct swx_buf {
+    int refs;                    /* sends in flight + the holder */
+    uint32_t len;
+    struct swx_buf *next;        /* in a child's gradient queue */
+    Appliance__GradChunk hdr;    /* for gradient chunks: what it is */
+    uint8_t data[];
+} swx_buf;
+
+typedef struct swx_child {
+    conn *c;                     /* NULL until it says hello */
+    bool replica;                /* a wse-node (else a child swarmx) */
+    uint32_t index;              /* replica or swarmx index */
+    swx_buf *head, *tail;        /* gradient chunks waiting for the others */
+    size_t queued;
+} swx_child;
+
+typedef struct swx_up {
+    conn_link link;              /* to a memoryx shard or the parent swarmx */
+    uint32_t shard;              /* shard index, for routing gradients */
+    bool ready;
+    struct swx_job *job;
+} swx_up;
+
+typedef struct swx_job {
+    node *n;                     /* the daemon */
+    char id[40];
+    Appliance__Plan *plan;       /* owned */
+    uint32_t index;              /* our tree node index */
+    bool root;                   /* fed by memoryx */
+    swx_up *up;                  /* shards (root) or the parent (one) */
+    size_t nup;
+    size_t stopping_up;          /* links still closing at release */
+    swx_child *kids;             /* in child-index order */
+    size_t nkids;
+    size_t pending_down;         /* bytes of weight chunks not yet written to all children */
+    bool ready_sent;
+    bool released;
+    uint64_t chunks_down, chunks_up;
+} swx_job;
+
+typedef struct swarmx {
+    node *n;
+    swx_job *job;
+} swarmx;
+
+void swarmx_role(node_role *role);

@@ -80,23 +80,28 @@ static int mx__checkpoint(node *n, mx_job *j, uint64_t step, char *path, size_t 
     Appliance__Plan *p = j->plan;
     snprintf(path, pathlen, "%s/checkpoint_%llu-shard%u-of-%zu.safetensors", p->model_dir,
              (unsigned long long)step, j->shard + 1, p->n_shards);
-    st_tensor *ts = calloc(j->nt, sizeof(*ts));
-    if (!ts)
+    st_writer *w = st_writer_new();
+    if (!w)
         return -ENOMEM;
-    for (size_t i = 0; i < j->nt; i++) {
+    int rc = 0;
+    for (size_t i = 0; i < j->nt && rc == 0; i++) {
         const Appliance__PlanTensor *pt = p->tensors[j->t[i].id];
-        ts[i].name = j->t[i].name;
-        ts[i].ndim = (int)pt->n_dims;
-        for (size_t d = 0; d < pt->n_dims && d < ST_MAX_DIMS; d++)
-            ts[i].dims[d] = pt->dims[d];
-        ts[i].data = j->t[i].w;
+        int64_t dims[ST_MAX_DIMS];
+        int nd = (int)(pt->n_dims < ST_MAX_DIMS ? pt->n_dims : ST_MAX_DIMS);
+        for (int d = 0; d < nd; d++)
+            dims[d] = (int64_t)pt->dims[d];
+        rc = st_writer_add_f32(w, j->t[i].name, dims, nd, j->t[i].w, j->t[i].n);
     }
     char stepbuf[32];
     snprintf(stepbuf, sizeof(stepbuf), "%llu", (unsigned long long)step);
-    const char *meta[][2] = {{"job_id", j->id}, {"step", stepbuf}, {"format", "appliance-checkpoint-1"}};
-    char err[512];
-    int rc = st_write_file(path, ts, j->nt, meta, 3, err, sizeof(err));
-    free(ts);
+    if (rc == 0)
+        rc = st_writer_meta(w, "job_id", j->id);
+    if (rc == 0)
+        rc = st_writer_meta(w, "step", stepbuf);
+    char err[512] = "";
+    if (rc == 0)
+        rc = st_writer_write(w, path, err, sizeof(err));
+    st_writer_free(w);
     if (rc < 0)
         log_error("job %s: %s", j->id, err);
     else
@@ -107,6 +112,7 @@ static int mx__checkpoint(node *n, mx_job *j, uint64_t step, char *path, size_t 
 /* ---- the weight stream ---- */
 
 static void mx__pump(node *n, mx_job *j);
+static void mx__step_done(node *n, mx_job *j);
 
 static void mx__chunk_sent(void *arg, int status)
 {

@@ -1,0 +1,47 @@
+/* wse-node: one emulated CS-2 system. It declares its on-wafer memory to the
+ * coordinator (default 40 GB as on a CS-2, never more than the host has). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "log.h"
+#include "node.h"
+#include "units.h"
+
+#define WAFER_DEFAULT (40ull * 1000 * 1000 * 1000) /* 40 GB of SRAM on a CS-2 */
+
+static void wn__fill_register(node *n, Appliance__Register *r)
+{
+    r->wafer_memory = n->opt.wafer_memory;
+}
+
+int main(int argc, char **argv)
+{
+    static node_role role;
+    static node n;
+    role.role = APPLIANCE__ROLE__ROLE_WSE_NODE;
+    role.component = "wse-node";
+    role.usage_extra =
+        "  --wafer-memory SIZE      declared on-wafer memory (default 40G, at most the host's memory)\n"
+        "  --threads N              BLAS threads for the kernels (default 1)\n";
+    role.fill_register = wn__fill_register;
+    node_parse_args(&n.opt, &role, argc, argv);
+    uint64_t host = uv_get_total_memory();
+    uint64_t limit = uv_get_constrained_memory();
+    if (limit && limit < host)
+        host = limit;
+    char a[32], b[32];
+    if (!n.opt.wafer_memory) {
+        n.opt.wafer_memory = WAFER_DEFAULT < host ? WAFER_DEFAULT : host;
+    } else if (host && n.opt.wafer_memory > host) {
+        fprintf(stderr, "wse-node: --wafer-memory %s is more than this host can give (%s)\n",
+                units_format_size(n.opt.wafer_memory, a, sizeof(a)),
+                units_format_size(host, b, sizeof(b)));
+        return 2;
+    }
+    if (!n.opt.threads)
+        n.opt.threads = 1;
+    kernels_set_threads(n.opt.threads);
+    return node_run(&n, &role, uv_default_loop());
+}

@@ -47,3 +47,97 @@ double op_softmax_xent(float *dlogits, const float *logits,
     }
     return loss;
 }
+
+double op_softmax_xent_pixels(float *dlogits, const float *logits,
+                              const int32_t *labels, int n, int classes,
+                              int h, int w, float scale)
+{
+    /* logits (n, classes, h, w), labels (n, h, w),
+     * dlogits (n, classes, h, w) or NULL */
+    size_t hw = (size_t)h * w, total = (size_t)n * hw;
+    for (size_t j = 0; j < total; j++) {
+        if (labels[j] < 0 || labels[j] >= classes) {
+            if (dlogits)
+                memset(dlogits, 0, sizeof(float) * total * classes);
+            return NAN;
+        }
+    }
+    double loss = 0.0;
+    float pscale = hw ? (float)(scale / (double)hw) : 0.0f;
+    for (int i = 0; i < n; i++) {
+        size_t off = (size_t)i * classes * hw;
+        const int32_t *lab = labels + (size_t)i * hw;
+        double sample = 0.0;
+        for (size_t j = 0; j < hw; j++)
+            sample += softmax_xent_row(dlogits ? dlogits + off + j : NULL,
+                                       logits + off + j, hw, classes, lab[j],
+                                       pscale);
+        if (hw)
+            loss += sample / (double)hw;
+    }
+    return loss;
+}
+
+/* sigmoid in double without overflow */
+static double sigmoid(double x)
+{
+    if (x >= 0.0)
+        return 1.0 / (1.0 + exp(-x));
+    double e = exp(x);
+    return e / (1.0 + e);
+}
+
+double op_bce_logits(float *dlogits, const float *logits,
+                     const float *targets, int n, int per, float scale)
+{
+    /* logits, targets, dlogits (n, per) */
+    double loss = 0.0;
+    double k = per ? (double)scale / per : 0.0;
+    for (int i = 0; i < n; i++) {
+        const float *x = logits + (size_t)i * per;
+        const float *t = targets + (size_t)i * per;
+        float *d = dlogits ? dlogits + (size_t)i * per : NULL;
+        double sample = 0.0;
+        for (int j = 0; j < per; j++) {
+            double v = x[j], tv = t[j];
+            sample += (v > 0.0 ? v : 0.0) - v * tv + log1p(exp(-fabs(v)));
+            if (d)
+                d[j] = (float)(k * (sigmoid(v) - tv));
+        }
+        if (per)
+            loss += sample / per;
+    }
+    return loss;
+}
+
+double op_dice_logits(float *dlogits, const float *logits,
+                      const float *targets, int n, int per, float eps,
+                      float scale)
+{
+    /* logits, targets, dlogits (n, per). With I = sum(p*t),
+     * S = sum(p) + sum(t): loss = 1 - (2I + eps)/(S + eps) and
+     * dloss/dp_j = ((2I + eps) - 2 t_j (S + eps)) / (S + eps)^2,
+     * dp/dx = p (1 - p) */
+    double loss = 0.0;
+    for (int i = 0; i < n; i++) {
+        const float *x = logits + (size_t)i * per;
+        const float *t = targets + (size_t)i * per;
+        double inter = 0.0, sum = 0.0;
+        for (int j = 0; j < per; j++) {
+            double p = sigmoid(x[j]);
+            inter += p * t[j];
+            sum += p + t[j];
+        }
+        double num = 2.0 * inter + eps, den = sum + eps;
+        loss += 1.0 - num / den;
+        if (!dlogits)
+            continue;
+        float *d = dlogits + (size_t)i * per;
+        double k = scale / (den * den);
+        for (int j = 0; j < per; j++) {
+            double p = sigmoid(x[j]);
+            d[j] = (float)(k * (num - 2.0 * t[j] * den) * p * (1.0 - p));
+        }
+    }
+    return loss;
+}

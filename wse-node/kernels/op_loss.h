@@ -14,4 +14,28 @@
 double op_softmax_xent(float *dlogits, const float *logits,
                        const int32_t *labels, int n, int classes, float scale);
 
+/* logits is (n, classes, h, w), labels is (n, h, w) in [0, classes).
+ * Returns the sum over samples of the per-sample MEAN over the h*w pixels of
+ * -log softmax over classes. Writes dlogits (n, classes, h, w) =
+ * scale/(h*w) * (softmax - onehot) unless NULL; must not alias logits.
+ * A label out of range returns NAN and zeroes dlogits. */
+double op_softmax_xent_pixels(float *dlogits, const float *logits,
+                              const int32_t *labels, int n, int classes,
+                              int h, int w, float scale);
+
+/* logits and targets are (n, per), targets in [0, 1]. Returns the sum over
+ * samples of the per-sample mean over the `per` elements of
+ * max(x, 0) - x*t + log(1 + exp(-|x|)). Writes dlogits (n, per) =
+ * scale/per * (sigmoid(x) - t) unless NULL; may alias logits. */
+double op_bce_logits(float *dlogits, const float *logits,
+                     const float *targets, int n, int per, float scale);
+
+/* logits and targets are (n, per). Soft Dice per sample with
+ * p = sigmoid(logit): 1 - (2*sum(p*t) + eps) / (sum(p) + sum(t) + eps),
+ * summed over samples. Writes dlogits (n, per) = scale * dloss/dlogit
+ * unless NULL; may alias logits. */
+double op_dice_logits(float *dlogits, const float *logits,
+                      const float *targets, int n, int per, float eps,
+                      float scale);
+
 #endif

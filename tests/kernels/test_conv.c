@@ -1,0 +1,398 @@
+/* conv2d and transposed conv2d: GEMM paths against the direct loops on
+ * random shapes (odd sizes, stride 2, padding, dilation, 1x1, several row
+ * bands), gradients against central differences of double-precision direct
+ * convolutions, and the two ops as each other's adjoint. */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kt.h"
+#include "op_conv2d.h"
+#include "op_conv_transpose2d.h"
+
+#define GUARD 64
+#define SENTINEL 1234.5f
+
+/* A workspace of exactly `bytes`, followed by sentinels that must survive. */
+static float *ws_new(size_t bytes)
+{
+    size_t nf = bytes / sizeof(float);
+    float *ws = kt_falloc(nf + GUARD);
+    for (size_t i = 0; i < GUARD; i++)
+        ws[nf + i] = SENTINEL;
+    return ws;
+}
+
+static void ws_check(const float *ws, size_t bytes)
+{
+    size_t nf = bytes / sizeof(float);
+    for (size_t i = 0; i < GUARD; i++)
+        ck_assert_float_eq(ws[nf + i], SENTINEL);
+}
+
+static op_conv2d_params random_conv(kt_rng *r)
+{
+    for (;;) {
+        op_conv2d_params p = {
+            .n = kt_int(r, 1, 2), .c = kt_int(r, 1, 4),
+            .h = kt_int(r, 1, 9), .w = kt_int(r, 1, 9),
+            .k = kt_int(r, 1, 4), .r = kt_int(r, 1, 3), .s = kt_int(r, 1, 3),
+            .stride_h = kt_int(r, 1, 2), .stride_w = kt_int(r, 1, 2),
+            .pad_h = kt_int(r, 0, 2), .pad_w = kt_int(r, 0, 2),
+            .dil_h = kt_int(r, 1, 2), .dil_w = kt_int(r, 1, 2),
+        };
+        if (op_conv2d_out_h(&p) >= 1 && op_conv2d_out_w(&p) >= 1)
+            return p;
+    }
+}
+
+/* The shapes every conv test runs: fixed corner cases, then random ones. */
+static op_conv2d_params conv_case(kt_rng *r, int i)
+{
+    static const op_conv2d_params fixed[] = {
+        /* n c  h  w  k  r  s  sh sw ph pw dh dw */
+        {2, 3, 7, 9, 4, 3, 3, 1, 1, 1, 1, 1, 1},   /* same-size 3x3 */
+        {1, 2, 8, 7, 3, 3, 3, 2, 2, 1, 1, 1, 1},   /* stride 2 */
+        {2, 3, 9, 8, 2, 3, 2, 1, 2, 2, 1, 2, 3},   /* dilation, mixed */
+        {2, 5, 6, 5, 3, 1, 1, 1, 1, 0, 0, 1, 1},   /* 1x1 direct */
+        {1, 3, 7, 7, 2, 1, 1, 2, 2, 0, 0, 1, 1},   /* 1x1 stride 2 */
+        {1, 2, 5, 6, 2, 5, 4, 3, 2, 2, 3, 1, 1},   /* big kernel, stride 3 */
+        {1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0},   /* zeros mean 1 */
+    };
+    int nf = sizeof(fixed) / sizeof(fixed[0]);
+    return i < nf ? fixed[i] : random_conv(r);
+}
+
+#define CONV_CASES 16
+
+START_TEST(test_conv_matches_ref)
+{
+    kt_rng r;
+    kt_rng_init(&r, 21);
+    for (int t = 0; t < CONV_CASES + 1; t++) {
+        op_conv2d_params p = conv_case(&r, t);
+        if (t == CONV_CASES) /* wide rows: several bands per image */
+            p = (op_conv2d_params){1, 64, 20, 200, 3, 3, 3, 1, 1, 1, 1, 1, 1};
+        int oh = op_conv2d_out_h(&p), ow = op_conv2d_out_w(&p);
+        size_t nx = (size_t)p.n * p.c * p.h * p.w;
+        size_t nw = (size_t)p.k * p.c * p.r * p.s;
+        size_t ny = (size_t)p.n * p.k * oh * ow;
+        size_t wsb = op_conv2d_workspace(&p);
+        float *x = kt_falloc(nx), *w = kt_falloc(nw), *b = kt_falloc(p.k);
+        float *y = kt_falloc(ny), *yr = kt_falloc(ny), *dy = kt_falloc(ny);
+        float *dx = kt_falloc(nx), *dxr = kt_falloc(nx);
+        float *dw = kt_falloc(nw), *dwr = kt_falloc(nw);
+        float *db = kt_falloc(p.k), *dbr = kt_falloc(p.k);
+        float *ws = ws_new(wsb);
+        kt_fill(&r, x, nx, -1, 1);
+        kt_fill(&r, w, nw, -1, 1);
+        kt_fill(&r, b, p.k, -1, 1);
+        kt_fill(&r, dy, ny, -1, 1);
+        kt_fill(&r, dx, nx, 7, 8); /* stale values must be overwritten */
+        kt_fill(&r, dw, nw, 7, 8);
+
+        op_conv2d_forward(y, x, w, t % 2 ? NULL : b, &p, ws);
+        op_conv2d_forward_ref(yr, x, w, t % 2 ? NULL : b, &p);
+        ck_assert_msg(kt_relerr_ff(y, yr, ny) < 1e-5, "case %d fwd %g", t,
+                      kt_relerr_ff(y, yr, ny));
+        op_conv2d_backward(dx, dw, db, dy, x, w, &p, ws);
+        op_conv2d_backward_ref(dxr, dwr, dbr, dy, x, w, &p);
+        ck_assert_msg(kt_relerr_ff(dx, dxr, nx) < 1e-5, "case %d dx", t);
+        ck_assert_msg(kt_relerr_ff(dw, dwr, nw) < 1e-5, "case %d dw", t);
+        ck_assert_msg(kt_relerr_ff(db, dbr, p.k) < 1e-5, "case %d db", t);
+        op_conv2d_backward(NULL, dw, NULL, dy, x, w, &p, ws);
+        ck_assert_msg(kt_relerr_ff(dw, dwr, nw) < 1e-5, "case %d dw only", t);
+        ws_check(ws, wsb);
+        free(x); free(w); free(b); free(y); free(yr); free(dy); free(dx);
+        free(dxr); free(dw); free(dwr); free(db); free(dbr); free(ws);
+    }
+}
+END_TEST
+
+/* Double-precision direct convolution for finite differences. */
+struct conv_fd {
+    op_conv2d_params p;
+    int oh, ow;
+    double *x, *w, *b, *y;
+    const float *r;
+    int transposed;   /* evaluate the transposed convolution instead */
+};
+
+static double conv_fd_loss(void *ctx)
+{
+    struct conv_fd *c = ctx;
+    const op_conv2d_params *p = &c->p;
+    int sh = p->stride_h ? p->stride_h : 1, sw = p->stride_w ? p->stride_w : 1;
+    int dh = p->dil_h ? p->dil_h : 1, dw = p->dil_w ? p->dil_w : 1;
+    for (int i = 0; i < p->n; i++)
+        for (int k = 0; k < p->k; k++)
+            for (int oy = 0; oy < c->oh; oy++)
+                for (int ox = 0; ox < c->ow; ox++) {
+                    double acc = c->b[k];
+                    for (int ch = 0; ch < p->c; ch++)
+                        for (int ky = 0; ky < p->r; ky++)
+                            for (int kx = 0; kx < p->s; kx++) {
+                                int iy = oy * sh - p->pad_h + ky * dh;
+                                int ix = ox * sw - p->pad_w + kx * dw;
+                                if (iy < 0 || iy >= p->h || ix < 0 || ix >= p->w)
+                                    continue;
+                                acc += c->x[((i * p->c + ch) * p->h + iy) * p->w + ix] *
+                                       c->w[((k * p->c + ch) * p->r + ky) * p->s + kx];
+                            }
+                    c->y[((i * p->k + k) * c->oh + oy) * c->ow + ox] = acc;
+                }
+    return kt_dot(c->y, c->r, (size_t)p->n * p->k * c->oh * c->ow);
+}
+
+START_TEST(test_conv_gradients_fd)
+{
+    kt_rng r;
+    kt_rng_init(&r, 22);
+    for (int t = 0; t < CONV_CASES; t++) {
+        op_conv2d_params p = conv_case(&r, t);
+        int oh = op_conv2d_out_h(&p), ow = op_conv2d_out_w(&p);
+        size_t nx = (size_t)p.n * p.c * p.h * p.w;
+        size_t nw = (size_t)p.k * p.c * p.r * p.s;
+        size_t ny = (size_t)p.n * p.k * oh * ow;
+        float *x = kt_falloc(nx), *w = kt_falloc(nw), *b = kt_falloc(p.k);
+        float *R = kt_falloc(ny), *dx = kt_falloc(nx), *dw = kt_falloc(nw);
+        float *db = kt_falloc(p.k);
+        float *ws = ws_new(op_conv2d_workspace(&p));
+        kt_fill(&r, x, nx, -1, 1);
+        kt_fill(&r, w, nw, -1, 1);
+        kt_fill(&r, b, p.k, -1, 1);
+        kt_fill(&r, R, ny, -1, 1);
+        op_conv2d_backward(dx, dw, db, R, x, w, &p, ws);
+
+        struct conv_fd c = {p, oh, ow, kt_dalloc(nx), kt_dalloc(nw),
+                            kt_dalloc(p.k), kt_dalloc(ny), R, 0};
+        kt_to_double(c.x, x, nx);
+        kt_to_double(c.w, w, nw);
+        kt_to_double(c.b, b, p.k);
+        double *g = kt_dalloc(nx + nw);
+        kt_fd_grad(g, c.x, nx, conv_fd_loss, &c, 1e-4);
+        ck_assert_msg(kt_relerr(dx, g, nx) < 1e-3, "case %d dx %g", t,
+                      kt_relerr(dx, g, nx));
+        kt_fd_grad(g, c.w, nw, conv_fd_loss, &c, 1e-4);
+        ck_assert_msg(kt_relerr(dw, g, nw) < 1e-3, "case %d dw", t);
+        kt_fd_grad(g, c.b, p.k, conv_fd_loss, &c, 1e-4);
+        ck_assert_msg(kt_relerr(db, g, p.k) < 1e-3, "case %d db", t);
+        free(c.x); free(c.w); free(c.b); free(c.y); free(g);
+        free(x); free(w); free(b); free(R); free(dx); free(dw); free(db);
+        free(ws);
+    }
+}
+END_TEST
+
+/* The transposed convolution whose input is the output of conv p: same
+ * kernel, stride, padding and dilation, out_pad chosen to land back on
+ * (h, w) when possible. */
+static op_conv_transpose2d_params transpose_of(const op_conv2d_params *p)
+{
+    op_conv_transpose2d_params q = {
+        .n = p->n, .c = p->k, .h = op_conv2d_out_h(p), .w = op_conv2d_out_w(p),
+        .k = p->c, .r = p->r, .s = p->s,
+        .stride_h = p->stride_h, .stride_w = p->stride_w,
+        .pad_h = p->pad_h, .pad_w = p->pad_w,
+        .dil_h = p->dil_h, .dil_w = p->dil_w,
+    };
+    q.out_pad_h = p->h - op_conv_transpose2d_out_h(&q);
+    q.out_pad_w = p->w - op_conv_transpose2d_out_w(&q);
+    return q;
+}
+
+static int valid_transpose(const op_conv_transpose2d_params *q)
+{
+    int sh = q->stride_h ? q->stride_h : 1, sw = q->stride_w ? q->stride_w : 1;
+    int dh = q->dil_h ? q->dil_h : 1, dw = q->dil_w ? q->dil_w : 1;
+    return q->out_pad_h >= 0 && q->out_pad_w >= 0 &&
+           (q->out_pad_h < sh || q->out_pad_h < dh) &&
+           (q->out_pad_w < sw || q->out_pad_w < dw);
+}
+
+START_TEST(test_conv_transpose_out_size)
+{
+    /* U-Net up-convolution: 4x4 kernel, stride 2, pad 1 doubles the size:
+     * (4 - 1)*2 - 2*1 + 1*(4 - 1) + 0 + 1 = 8. 2x2 stride 2: 2*h. */
+    op_conv_transpose2d_params q = {1, 1, 4, 5, 1, 4, 4, 2, 2, 1, 1, 1, 1, 0, 0};
+    ck_assert_int_eq(op_conv_transpose2d_out_h(&q), 8);
+    ck_assert_int_eq(op_conv_transpose2d_out_w(&q), 10);
+    q = (op_conv_transpose2d_params){1, 1, 3, 7, 1, 2, 2, 2, 2, 0, 0, 1, 1, 1, 0};
+    ck_assert_int_eq(op_conv_transpose2d_out_h(&q), 7);
+    ck_assert_int_eq(op_conv_transpose2d_out_w(&q), 14);
+    /* 1x1 input, 1x1 channel: out = bias + x * w at the kernel positions */
+    q = (op_conv_transpose2d_params){1, 1, 1, 1, 1, 2, 2, 1, 1, 0, 0, 1, 1, 0, 0};
+    const float x = 2, w[4] = {1, 2, 3, 4}, b = 0.5f;
+    float y[4], ws[16];
+    ck_assert_uint_le(op_conv_transpose2d_workspace(&q), sizeof(ws));
+    op_conv_transpose2d_forward(y, &x, w, &b, &q, ws);
+    for (int i = 0; i < 4; i++)
+        ck_assert_float_eq_tol(y[i], 2 * w[i] + 0.5f, 1e-6f);
+}
+END_TEST
+
+START_TEST(test_conv_transpose_matches_ref_and_adjoint)
+{
+    kt_rng r;
+    kt_rng_init(&r, 23);
+    int tested = 0;
+    for (int t = 0; t < CONV_CASES + 1 + 20; t++) {
+        op_conv2d_params p = conv_case(&r, t);
+        if (t == CONV_CASES) /* many output channels: several bands */
+            p = (op_conv2d_params){1, 64, 20, 200, 3, 3, 3, 1, 1, 1, 1, 1, 1};
+        op_conv_transpose2d_params q = transpose_of(&p);
+        if (!valid_transpose(&q))
+            continue;
+        tested++;
+        int oh = op_conv_transpose2d_out_h(&q), ow = op_conv_transpose2d_out_w(&q);
+        ck_assert_int_eq(oh, p.h);
+        ck_assert_int_eq(ow, p.w);
+        size_t nx = (size_t)q.n * q.c * q.h * q.w;
+        size_t nw = (size_t)q.c * q.k * q.r * q.s;
+        size_t ny = (size_t)q.n * q.k * oh * ow;
+        size_t wsb = op_conv_transpose2d_workspace(&q);
+        float *x = kt_falloc(nx), *w = kt_falloc(nw), *b = kt_falloc(q.k);
+        float *y = kt_falloc(ny), *yr = kt_falloc(ny), *dy = kt_falloc(ny);
+        float *dx = kt_falloc(nx), *dxr = kt_falloc(nx);
+        float *dw = kt_falloc(nw), *dwr = kt_falloc(nw);
+        float *db = kt_falloc(q.k), *dbr = kt_falloc(q.k);
+        float *ws = ws_new(wsb);
+        kt_fill(&r, x, nx, -1, 1);
+        kt_fill(&r, w, nw, -1, 1);
+        kt_fill(&r, b, q.k, -1, 1);
+        kt_fill(&r, dy, ny, -1, 1);
+        kt_fill(&r, y, ny, 7, 8);
+        kt_fill(&r, dx, nx, 7, 8);
+        kt_fill(&r, dw, nw, 7, 8);
+
+        op_conv_transpose2d_forward(y, x, w, t % 2 ? NULL : b, &q, ws);
+        op_conv_transpose2d_forward_ref(yr, x, w, t % 2 ? NULL : b, &q);
+        ck_assert_msg(kt_relerr_ff(y, yr, ny) < 1e-5, "case %d fwd", t);
+        op_conv_transpose2d_backward(dx, dw, db, dy, x, w, &q, ws);
+        op_conv_transpose2d_backward_ref(dxr, dwr, dbr, dy, x, w, &q);
+        ck_assert_msg(kt_relerr_ff(dx, dxr, nx) < 1e-5, "case %d dx", t);
+        ck_assert_msg(kt_relerr_ff(dw, dwr, nw) < 1e-5, "case %d dw", t);
+        ck_assert_msg(kt_relerr_ff(db, dbr, q.k) < 1e-5, "case %d db", t);
+        ws_check(ws, wsb);
+
+        /* adjoint: <convT(x), v> = <x, conv(v)> with the same weights,
+         * conv weight (p.k, p.c, r, s) = convT weight (q.c, q.k, r, s) */
+        if (p.n * p.c * p.h * p.w < 100000) {
+            float *v = kt_falloc(ny), *cv = kt_falloc(nx);
+            float *cws = ws_new(op_conv2d_workspace(&p));
+            kt_fill(&r, v, ny, -1, 1);
+            op_conv_transpose2d_forward(y, x, w, NULL, &q, ws);
+            op_conv2d_forward(cv, v, w, NULL, &p, cws);
+            double lhs = 0, rhs = 0, mag = 0;
+            for (size_t i = 0; i < ny; i++) {
+                lhs += (double)y[i] * v[i];
+                mag += fabs((double)y[i] * v[i]);
+            }
+            for (size_t i = 0; i < nx; i++)
+                rhs += (double)x[i] * cv[i];
+            ck_assert_msg(fabs(lhs - rhs) <= 1e-5 * mag, "case %d adjoint", t);
+            free(v); free(cv); free(cws);
+        }
+        free(x); free(w); free(b); free(y); free(yr); free(dy); free(dx);
+        free(dxr); free(dw); free(dwr); free(db); free(dbr); free(ws);
+    }
+    ck_assert_int_ge(tested, 10);
+}
+END_TEST
+
+/* Double-precision transposed convolution by scattering. */
+struct convt_fd {
+    op_conv_transpose2d_params q;
+    int oh, ow;
+    double *x, *w, *b, *y;
+    const float *r;
+};
+
+static double convt_fd_loss(void *ctx)
+{
+    struct convt_fd *c = ctx;
+    const op_conv_transpose2d_params *q = &c->q;
+    int sh = q->stride_h ? q->stride_h : 1, sw = q->stride_w ? q->stride_w : 1;
+    int dh = q->dil_h ? q->dil_h : 1, dw = q->dil_w ? q->dil_w : 1;
+    size_t ohw = (size_t)c->oh * c->ow;
+    for (int i = 0; i < q->n; i++)
+        for (int k = 0; k < q->k; k++)
+            for (size_t j = 0; j < ohw; j++)
+                c->y[(i * q->k + k) * ohw + j] = c->b[k];
+    for (int i = 0; i < q->n; i++)
+        for (int ch = 0; ch < q->c; ch++)
+            for (int iy = 0; iy < q->h; iy++)
+                for (int ix = 0; ix < q->w; ix++)
+                    for (int k = 0; k < q->k; k++)
+                        for (int ky = 0; ky < q->r; ky++)
+                            for (int kx = 0; kx < q->s; kx++) {
+                                int oy = iy * sh - q->pad_h + ky * dh;
+                                int ox = ix * sw - q->pad_w + kx * dw;
+                                if (oy < 0 || oy >= c->oh || ox < 0 || ox >= c->ow)
+                                    continue;
+                                c->y[((i * q->k + k) * c->oh + oy) * c->ow + ox] +=
+                                    c->x[((i * q->c + ch) * q->h + iy) * q->w + ix] *
+                                    c->w[((ch * q->k + k) * q->r + ky) * q->s + kx];
+                            }
+    return kt_dot(c->y, c->r, (size_t)q->n * q->k * ohw);
+}
+
+START_TEST(test_conv_transpose_gradients_fd)
+{
+    kt_rng r;
+    kt_rng_init(&r, 24);
+    int tested = 0;
+    for (int t = 0; t < CONV_CASES + 20; t++) {
+        op_conv2d_params p = conv_case(&r, t);
+        op_conv_transpose2d_params q = transpose_of(&p);
+        if (!valid_transpose(&q))
+            continue;
+        tested++;
+        int oh = op_conv_transpose2d_out_h(&q), ow = op_conv_transpose2d_out_w(&q);
+        size_t nx = (size_t)q.n * q.c * q.h * q.w;
+        size_t nw = (size_t)q.c * q.k * q.r * q.s;
+        size_t ny = (size_t)q.n * q.k * oh * ow;
+        float *x = kt_falloc(nx), *w = kt_falloc(nw), *b = kt_falloc(q.k);
+        float *R = kt_falloc(ny), *dx = kt_falloc(nx), *dw = kt_falloc(nw);
+        float *db = kt_falloc(q.k);
+        float *ws = ws_new(op_conv_transpose2d_workspace(&q));
+        kt_fill(&r, x, nx, -1, 1);
+        kt_fill(&r, w, nw, -1, 1);
+        kt_fill(&r, b, q.k, -1, 1);
+        kt_fill(&r, R, ny, -1, 1);
+        op_conv_transpose2d_backward(dx, dw, db, R, x, w, &q, ws);
+
+        struct convt_fd c = {q, oh, ow, kt_dalloc(nx), kt_dalloc(nw),
+                             kt_dalloc(q.k), kt_dalloc(ny), R};
+        kt_to_double(c.x, x, nx);
+        kt_to_double(c.w, w, nw);
+        kt_to_double(c.b, b, q.k);
+        double *g = kt_dalloc(nx + nw);
+        kt_fd_grad(g, c.x, nx, convt_fd_loss, &c, 1e-4);
+        ck_assert_msg(kt_relerr(dx, g, nx) < 1e-3, "case %d dx", t);
+        kt_fd_grad(g, c.w, nw, convt_fd_loss, &c, 1e-4);
+        ck_assert_msg(kt_relerr(dw, g, nw) < 1e-3, "case %d dw", t);
+        kt_fd_grad(g, c.b, q.k, convt_fd_loss, &c, 1e-4);
+        ck_assert_msg(kt_relerr(db, g, q.k) < 1e-3, "case %d db", t);
+        free(c.x); free(c.w); free(c.b); free(c.y); free(g);
+        free(x); free(w); free(b); free(R); free(dx); free(dw); free(db);
+        free(ws);
+    }
+    ck_assert_int_ge(tested, 10);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("conv");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_conv_matches_ref);
+    tcase_add_test(tc, test_conv_gradients_fd);
+    tcase_add_test(tc, test_conv_transpose_out_size);
+    tcase_add_test(tc, test_conv_transpose_matches_ref_and_adjoint);
+    tcase_add_test(tc, test_conv_transpose_gradients_fd);
+    suite_add_tcase(s, tc);
+    return kt_run(s);
+}

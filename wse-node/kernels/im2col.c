@@ -1,0 +1,121 @@
+/* Internal: im2col and col2im over bands of output rows. Rows of unit
+ * horizontal stride are copied with memcpy between zeroed margins. */
+#include "im2col.h"
+
+#include <string.h>
+
+/* Bytes of one band of columns: big enough that the GEMM on it runs near
+ * its peak, small enough to stay in the last-level cache between the
+ * lowering and the GEMM (measured with bench_conv). */
+#ifndef KERN_COL_BUDGET
+#define KERN_COL_BUDGET ((size_t)4 << 20)
+#endif
+
+int kern__cols_direct(const kern__cols *g)
+{
+    return g->r == 1 && g->s == 1 && g->sh == 1 && g->sw == 1 &&
+           g->ph == 0 && g->pw == 0 && g->oh == g->h && g->ow == g->w;
+}
+
+int kern__cols_band(const kern__cols *g)
+{
+    size_t row_bytes = (size_t)g->c * g->r * g->s * g->ow * sizeof(float);
+    size_t rows = row_bytes ? KERN_COL_BUDGET / row_bytes : (size_t)g->oh;
+    if (rows < 1)
+        rows = 1;
+    if (rows > (size_t)g->oh)
+        rows = g->oh;
+    return (int)rows;
+}
+
+size_t kern__cols_workspace(const kern__cols *g)
+{
+    if (kern__cols_direct(g))
+        return 0;
+    return (size_t)g->c * g->r * g->s * kern__cols_band(g) * g->ow *
+           sizeof(float);
+}
+
+/* The range [lo, hi) of grid columns whose input column x*sw + off lies in
+ * [0, w). */
+static void valid_range(int *lo, int *hi, int ow, int w, int sw, int off)
+{
+    /* x*sw + off >= 0  <=>  x >= ceil(-off / sw) */
+    int a = off >= 0 ? 0 : (-off + sw - 1) / sw;
+    /* x*sw + off <= w - 1  <=>  x <= floor((w - 1 - off) / sw) */
+    int b = (w - 1 - off) < 0 ? 0 : (w - 1 - off) / sw + 1;
+    if (a > ow)
+        a = ow;
+    if (b > ow)
+        b = ow;
+    if (b < a)
+        b = a;
+    *lo = a;
+    *hi = b;
+}
+
+void kern__im2col(float *col, const float *img, const kern__cols *g,
+                  int oh0, int oh1)
+{
+    /* img (c, h, w); col (c*r*s, (oh1 - oh0) * ow) */
+    size_t ncols = (size_t)(oh1 - oh0) * g->ow;
+    for (int c = 0; c < g->c; c++) {
+        const float *plane = img + (size_t)c * g->h * g->w;
+        for (int ky = 0; ky < g->r; ky++) {
+            for (int kx = 0; kx < g->s; kx++) {
+                float *dst = col + ((size_t)(c * g->r + ky) * g->s + kx) * ncols;
+                int off = kx * g->dw - g->pw;
+                int lo, hi;
+                valid_range(&lo, &hi, g->ow, g->w, g->sw, off);
+                for (int y = oh0; y < oh1; y++, dst += g->ow) {
+                    int iy = y * g->sh - g->ph + ky * g->dh;
+                    if (iy < 0 || iy >= g->h) {
+                        memset(dst, 0, sizeof(float) * g->ow);
+                        continue;
+                    }
+                    const float *src = plane + (size_t)iy * g->w;
+                    memset(dst, 0, sizeof(float) * lo);
+                    if (g->sw == 1) {
+                        memcpy(dst + lo, src + lo + off, sizeof(float) * (hi - lo));
+                    } else {
+                        const float *sp = src + off;
+                        for (int x = lo; x < hi; x++)
+                            dst[x] = sp[x * g->sw];
+                    }
+                    memset(dst + hi, 0, sizeof(float) * (g->ow - hi));
+                }
+            }
+        }
+    }
+}
+
+void kern__col2im_add(float *img, const float *col, const kern__cols *g,
+                      int oh0, int oh1)
+{
+    /* col (c*r*s, (oh1 - oh0) * ow); img (c, h, w), accumulated into */
+    size_t ncols = (size_t)(oh1 - oh0) * g->ow;
+    for (int c = 0; c < g->c; c++) {
+        float *plane = img + (size_t)c * g->h * g->w;
+        for (int ky = 0; ky < g->r; ky++) {
+            for (int kx = 0; kx < g->s; kx++) {
+                const float *src = col + ((size_t)(c * g->r + ky) * g->s + kx) * ncols;
+                int off = kx * g->dw - g->pw;
+                int lo, hi;
+                valid_range(&lo, &hi, g->ow, g->w, g->sw, off);
+                for (int y = oh0; y < oh1; y++, src += g->ow) {
+                    int iy = y * g->sh - g->ph + ky * g->dh;
+                    if (iy < 0 || iy >= g->h)
+                        continue;
+                    float *dp = plane + (size_t)iy * g->w + off;
+                    if (g->sw == 1) {
+                        for (int x = lo; x < hi; x++)
+                            dp[x] += src[x];
+                    } else {
+                        for (int x = lo; x < hi; x++)
+                            dp[x * g->sw] += src[x];
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,55 @@
+/* Batch normalisation and group normalisation over NCHW, fp32, with sums
+ * in double. gamma and beta may be NULL (no affine transform: 1 and 0),
+ * and so may the matching gradients. */
+#ifndef OP_NORM_H
+#define OP_NORM_H
+
+/* Training mode. in and out are (n, c, hw); gamma, beta, running_mean,
+ * running_var, save_mean and save_invstd are (c). Normalises with the
+ * batch statistics of this call (biased variance), writes them to
+ * save_mean and save_invstd = 1/sqrt(var + eps) for the backward pass, and
+ * updates running_x = (1 - momentum)*running_x + momentum*batch_x with
+ * the unbiased variance var*m/(m - 1), m = n*hw (the biased one if m is
+ * 1), as PyTorch does. running_mean/running_var may be NULL. Statistics are
+ * those of the samples given: data-parallel replicas each normalise with
+ * their own. out may alias in. */
+void op_batchnorm_forward_train(float *out, float *save_mean,
+                                float *save_invstd, float *running_mean,
+                                float *running_var, const float *in,
+                                const float *gamma, const float *beta, int n,
+                                int c, int hw, float momentum, float eps);
+
+/* Evaluation mode: normalises with running_mean and running_var (c).
+ * in and out are (n, c, hw); out may alias in. */
+void op_batchnorm_forward_eval(float *out, const float *in,
+                               const float *gamma, const float *beta,
+                               const float *running_mean,
+                               const float *running_var, int n, int c,
+                               int hw, float eps);
+
+/* Backward of the training mode. dout and in are (n, c, hw); save_mean and
+ * save_invstd are what the forward pass wrote. Overwrites din (n, c, hw),
+ * dgamma and dbeta (c); each may be NULL. */
+void op_batchnorm_backward(float *din, float *dgamma, float *dbeta,
+                           const float *dout, const float *in,
+                           const float *gamma, const float *save_mean,
+                           const float *save_invstd, int n, int c, int hw);
+
+/* in and out are (n, c, hw), c divisible by groups; gamma and beta are (c);
+ * save_mean and save_invstd are (n, groups). Normalises every (sample,
+ * group) of c/groups channels with its own mean and biased variance. out may
+ * alias in. */
+void op_groupnorm_forward(float *out, float *save_mean, float *save_invstd,
+                          const float *in, const float *gamma,
+                          const float *beta, int n, int c, int hw,
+                          int groups, float eps);
+
+/* dout and in are (n, c, hw). Overwrites din (n, c, hw), dgamma and dbeta
+ * (c); each may be NULL. */
+void op_groupnorm_backward(float *din, float *dgamma, float *dbeta,
+                           const float *dout, const float *in,
+                           const float *gamma, const float *save_mean,
+                           const float *save_invstd, int n, int c, int hw,
+                           int groups);
+
+#endif

@@ -37,4 +37,5 @@ void jobs_handle_abort(node *n, conn *c, Appliance__Envelope *env, uint8_t *payl
 void jobs_member_lost(coordinator *co, member *mb);
 /* A client connection closed: stop streaming progress to it. */
 void jobs_client_closed(coordinator *co, conn *c);
+/* Frees every job (at exit). */
 void jobs_shutdown(coordinator *co);

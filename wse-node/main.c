@@ -1,31 +1,19 @@
 /* wse-node: one emulated CS-2 system. It declares its on-wafer memory to the
  * coordinator (default 40 GB as on a CS-2, never more than the host has). */
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "kernels.h"
-#include "log.h"
-#include "node.h"
+#include "replica.h"
 #include "units.h"
 
 #define WAFER_DEFAULT (40ull * 1000 * 1000 * 1000) /* 40 GB of SRAM on a CS-2 */
-
-static void wn__fill_register(node *n, Appliance__Register *r)
-{
-    r->wafer_memory = n->opt.wafer_memory;
-}
 
 int main(int argc, char **argv)
 {
     static node_role role;
     static node n;
-    role.role = APPLIANCE__ROLE__ROLE_WSE_NODE;
-    role.component = "wse-node";
-    role.usage_extra =
-        "  --wafer-memory SIZE      declared on-wafer memory (default 40G, at most the host's memory)\n"
-        "  --threads N              BLAS threads for the kernels (default 1)\n";
-    role.fill_register = wn__fill_register;
+    static wse_node w;
+    wse_node_role(&role);
     node_parse_args(&n.opt, &role, argc, argv);
     uint64_t host = uv_get_total_memory();
     uint64_t limit = uv_get_constrained_memory();
@@ -43,5 +31,7 @@ int main(int argc, char **argv)
     if (!n.opt.threads)
         n.opt.threads = 1;
     kernels_set_threads(n.opt.threads);
+    w.n = &n;
+    n.data = &w;
     return node_run(&n, &role, uv_default_loop());
 }

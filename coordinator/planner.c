@@ -1,0 +1,347 @@
+/* jobspec + members -> Plan. */
+#include "planner.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "arena.h"
+#include "units.h"
+
+/* Whether a layer's backward pass needs its weights: it must pass a
+ * gradient to its input, which is not the model input. */
+static bool planner__bwd_needs_weights(const model_layer *l)
+{
+    if (l->ntensors == 0)
+        return false;
+    for (int i = 0; i < l->ninputs; i++)
+        if (l->inputs[i] >= 0)
+            return true;
+    return false;
+}
+
+static const char *planner__init(const model *m, const model_tensor *t)
+{
+    const model_layer *l = &m->layers[t->layer];
+    const char *suffix = strrchr(t->name, '.');
+    suffix = suffix ? suffix + 1 : t->name;
+    if (strcmp(suffix, "bias") == 0 || strcmp(suffix, "running_mean") == 0)
+        return "zeros";
+    if (strcmp(suffix, "running_var") == 0)
+        return "ones";
+    if (l->type == LAYER_BATCH_NORM || l->type == LAYER_GROUP_NORM)
+        return "ones";
+    /* He for weights feeding a rectifier, Xavier otherwise. */
+    if (t->layer + 1 < m->nlayers) {
+        layer_type next = m->layers[t->layer + 1].type;
+        if (next == LAYER_RELU || next == LAYER_LEAKY_RELU || next == LAYER_GELU ||
+            next == LAYER_BATCH_NORM || next == LAYER_GROUP_NORM)
+            return "he_normal";
+    }
+    return "xavier_uniform";
+}
+
+static void planner__fans(const model *m, const model_tensor *t, uint64_t *fan_in, uint64_t *fan_out)
+{
+    const model_layer *l = &m->layers[t->layer];
+    switch (l->type) {
+    case LAYER_DENSE:
+        *fan_in = (uint64_t)t->dims[1];
+        *fan_out = (uint64_t)t->dims[0];
+        break;
+    case LAYER_CONV2D:
+        *fan_in = (uint64_t)(t->dims[1] * t->dims[2] * t->dims[3]);
+        *fan_out = (uint64_t)(t->dims[0] * t->dims[2] * t->dims[3]);
+        break;
+    case LAYER_CONV_TRANSPOSE2D:
+        *fan_in = (uint64_t)(t->dims[1] * t->dims[2] * t->dims[3]);
+        *fan_out = (uint64_t)(t->dims[0] * t->dims[2] * t->dims[3]);
+        break;
+    default:
+        *fan_in = *fan_out = t->elems;
+    }
+}
+
+uint64_t planner_ws_bytes(const model *m, uint64_t batch)
+{
+    uint64_t biggest = 0, second = 0;
+    for (int l = 0; l < m->nlayers; l++) {
+        uint64_t b = (m->layers[l].params + m->layers[l].buffers) * sizeof(float);
+        if (b > biggest) {
+            second = biggest;
+            biggest = b;
+        } else if (b > second) {
+            second = b;
+        }
+    }
+    uint64_t input = model_shape_elems(&m->input) * sizeof(float);
+    /* activations and their gradients, the input batch, and two layers of
+     * weights with their gradients */
+    return batch * (2 * m->act_bytes + input) + 2 * (biggest + second);
+}
+
+int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
+                  const planner_members *pm, uint64_t chunk_elems, uint8_t **out, size_t *outlen,
+                  char *err, size_t errlen)
+{
+    const model *m = spec->model;
+    arena a;
+    arena_init(&a);
+    int rc = -ENOMEM;
+    Appliance__Plan *p = arena_alloc(&a, sizeof(*p));
+    if (!p)
+        goto done;
+    appliance__plan__init(p);
+    p->job_id = arena_strdup(&a, job_id);
+    p->job_toml = arena_strdup(&a, job_toml);
+    p->file_name = arena_strdup(&a, spec->source);
+    p->seed = (uint64_t)spec->seed;
+    p->max_steps = (uint64_t)spec->max_steps;
+    p->global_batch = (uint32_t)spec->train.batch_size;
+    p->chunk_elems = chunk_elems;
+    p->model_dir = arena_strdup(&a, spec->model_dir);
+    p->total_params = m->total_params;
+    p->checkpoint_steps = (uint64_t)spec->checkpoint_steps;
+    p->save_initial_checkpoint = spec->save_initial_checkpoint;
+
+    /* Replicas and their batch shares: B/N each, the remainder spread over
+     * the first replicas. */
+    size_t nr = pm->nreplicas;
+    uint64_t B = (uint64_t)spec->train.batch_size;
+    uint64_t max_share = (B + nr - 1) / nr;
+    uint64_t need_ws = planner_ws_bytes(m, max_share);
+    uint64_t weights = (m->total_params + m->total_buffers) * sizeof(float);
+    uint64_t need_pipe = need_ws + 3 * weights; /* weights, gradients, optimizer state */
+    uint64_t wafer = UINT64_MAX;
+    for (size_t i = 0; i < nr; i++)
+        if (pm->replicas[i]->wafer_memory < wafer)
+            wafer = pm->replicas[i]->wafer_memory;
+    char a1[32], a2[32], a3[32];
+    if (strcmp(spec->mode, "pipelined") == 0) {
+        snprintf(err, errlen,
+                 "%s: mode \"pipelined\" is not available yet; use \"weight_streaming\" or \"auto\" "
+                 "(the model would need %s per replica, the wafer has %s)",
+                 spec->source, units_format_size(need_pipe, a1, sizeof(a1)),
+                 units_format_size(wafer, a2, sizeof(a2)));
+        rc = -ENOTSUP;
+        goto done;
+    }
+    if (need_ws > wafer) {
+        snprintf(err, errlen,
+                 "%s: the model does not fit: Weight Streaming needs %s per replica for %llu "
+                 "samples (activations %s per sample), the smallest wafer has %s; lower "
+                 "train_input.batch_size or raise runconfig.num_csx",
+                 spec->source, units_format_size(need_ws, a1, sizeof(a1)),
+                 (unsigned long long)max_share, units_format_size(m->act_bytes, a3, sizeof(a3)),
+                 units_format_size(wafer, a2, sizeof(a2)));
+        rc = -E2BIG;
+        goto done;
+    }
+    p->mode = APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING;
+
+    p->n_replicas = nr;
+    p->replicas = arena_alloc(&a, nr * sizeof(*p->replicas));
+    uint64_t offset = 0;
+    for (size_t i = 0; p->replicas && i < nr; i++) {
+        Appliance__PlanReplica *r = arena_alloc(&a, sizeof(*r));
+        if (!r)
+            goto done;
+        appliance__plan_replica__init(r);
+        r->index = (uint32_t)i;
+        r->member_id = pm->replicas[i]->id;
+        r->addr = arena_strdup(&a, pm->replicas[i]->addr);
+        r->batch = (uint32_t)(B / nr + (i < B % nr ? 1 : 0));
+        r->batch_offset = (uint32_t)offset;
+        offset += r->batch;
+        r->swarm_parent = 0;
+        r->wafer_memory = pm->replicas[i]->wafer_memory;
+        r->memory_needed = planner_ws_bytes(m, r->batch);
+        p->replicas[i] = r;
+    }
+
+    /* Tensors, balanced over the shards by bytes: largest first to the
+     * least loaded shard. */
+    size_t nt = (size_t)m->ntensors;
+    size_t ns = pm->nshards;
+    uint64_t *load = arena_alloc(&a, ns * sizeof(uint64_t));
+    uint32_t *owner = arena_alloc(&a, (nt ? nt : 1) * sizeof(uint32_t));
+    size_t *order = arena_alloc(&a, (nt ? nt : 1) * sizeof(size_t));
+    if (!load || !owner || !order)
+        goto done;
+    for (size_t i = 0; i < nt; i++)
+        order[i] = i;
+    for (size_t i = 1; i < nt; i++) /* insertion sort by size, ids break ties */
+        for (size_t k = i; k > 0 && m->tensors[order[k]].elems > m->tensors[order[k - 1]].elems; k--) {
+            size_t tmp = order[k];
+            order[k] = order[k - 1];
+            order[k - 1] = tmp;
+        }
+    for (size_t i = 0; i < nt; i++) {
+        size_t best = 0;
+        for (size_t s = 1; s < ns; s++)
+            if (load[s] < load[best])
+                best = s;
+        owner[order[i]] = (uint32_t)best;
+        load[best] += m->tensors[order[i]].elems * sizeof(float);
+    }
+    p->n_tensors = nt;
+    p->tensors = arena_alloc(&a, (nt ? nt : 1) * sizeof(*p->tensors));
+    if (!p->tensors)
+        goto done;
+    for (size_t i = 0; i < nt; i++) {
+        const model_tensor *t = &m->tensors[i];
+        Appliance__PlanTensor *pt = arena_alloc(&a, sizeof(*pt));
+        if (!pt)
+            goto done;
+        appliance__plan_tensor__init(pt);
+        pt->id = t->id;
+        pt->name = arena_strdup(&a, t->name);
+        pt->n_dims = (size_t)t->ndim;
+        pt->dims = arena_alloc(&a, 4 * sizeof(uint64_t));
+        if (!pt->dims)
+            goto done;
+        for (int d = 0; d < t->ndim; d++)
+            pt->dims[d] = (uint64_t)t->dims[d];
+        pt->shard = owner[i];
+        pt->layer = (uint32_t)t->layer;
+        pt->init = arena_strdup(&a, planner__init(m, t));
+        planner__fans(m, t, &pt->fan_in, &pt->fan_out);
+        p->tensors[i] = pt;
+    }
+    p->n_shards = ns;
+    p->shards = arena_alloc(&a, ns * sizeof(*p->shards));
+    for (size_t s = 0; p->shards && s < ns; s++) {
+        Appliance__PlanShard *sh = arena_alloc(&a, sizeof(*sh));
+        if (!sh)
+            goto done;
+        appliance__plan_shard__init(sh);
+        sh->index = (uint32_t)s;
+        sh->member_id = pm->shards[s]->id;
+        sh->addr = arena_strdup(&a, pm->shards[s]->addr);
+        sh->bytes = load[s];
+        p->shards[s] = sh;
+    }
+
+    /* The tree: one swarmx node feeds every replica. */
+    p->n_swarm = 1;
+    p->swarm = arena_alloc(&a, sizeof(*p->swarm));
+    Appliance__PlanSwarmNode *root = arena_alloc(&a, sizeof(*root));
+    if (!p->swarm || !root)
+        goto done;
+    appliance__plan_swarm_node__init(root);
+    root->index = 0;
+    root->member_id = pm->swarm[0]->id;
+    root->addr = arena_strdup(&a, pm->swarm[0]->addr);
+    root->parent = -1;
+    root->n_children_replicas = nr;
+    root->children_replicas = arena_alloc(&a, nr * sizeof(uint32_t));
+    if (!root->children_replicas)
+        goto done;
+    for (size_t i = 0; i < nr; i++)
+        root->children_replicas[i] = (uint32_t)i;
+    p->swarm[0] = root;
+
+    /* Workers: num_workers_per_csx slots per replica, over the workers
+     * available, round robin. */
+    size_t per = (size_t)spec->num_workers_per_csx;
+    p->n_workers = nr * per;
+    p->workers = arena_alloc(&a, p->n_workers * sizeof(*p->workers));
+    for (size_t i = 0; p->workers && i < p->n_workers; i++) {
+        member *w = pm->workers[i % pm->nworkers];
+        Appliance__PlanWorker *pw = arena_alloc(&a, sizeof(*pw));
+        if (!pw)
+            goto done;
+        appliance__plan_worker__init(pw);
+        pw->index = (uint32_t)i;
+        pw->member_id = w->id;
+        pw->addr = arena_strdup(&a, w->addr);
+        pw->replica = (uint32_t)(i / per);
+        pw->slot = (uint32_t)(i % per);
+        pw->slots = (uint32_t)per;
+        p->workers[i] = pw;
+    }
+
+    /* Layers, for people and for the schedule. */
+    p->n_layers = (size_t)m->nlayers;
+    p->layers = arena_alloc(&a, (p->n_layers ? p->n_layers : 1) * sizeof(*p->layers));
+    p->fwd_stream = arena_alloc(&a, (nt ? nt : 1) * sizeof(uint32_t));
+    p->bwd_stream = arena_alloc(&a, (nt ? nt : 1) * sizeof(uint32_t));
+    p->grad_order = arena_alloc(&a, (nt ? nt : 1) * sizeof(uint32_t));
+    if (!p->layers || !p->fwd_stream || !p->bwd_stream || !p->grad_order)
+        goto done;
+    for (int l = 0; l < m->nlayers; l++) {
+        const model_layer *ml = &m->layers[l];
+        Appliance__PlanLayer *pl = arena_alloc(&a, sizeof(*pl));
+        if (!pl)
+            goto done;
+        appliance__plan_layer__init(pl);
+        pl->name = arena_strdup(&a, ml->name);
+        pl->type = arena_strdup(&a, layer_type_name(ml->type));
+        pl->n_out_shape = (size_t)ml->out.ndim;
+        pl->out_shape = arena_alloc(&a, 3 * sizeof(uint64_t));
+        if (!pl->out_shape)
+            goto done;
+        for (int d = 0; d < ml->out.ndim; d++)
+            pl->out_shape[d] = (uint64_t)ml->out.d[d];
+        pl->params = ml->params;
+        pl->act_bytes = ml->act_bytes;
+        pl->flops = ml->flops;
+        p->layers[l] = pl;
+        for (int k = 0; k < ml->ntensors; k++)
+            if (m->tensors[ml->first_tensor + k].trainable)
+                p->fwd_stream[p->n_fwd_stream++] = (uint32_t)(ml->first_tensor + k);
+    }
+    for (int l = m->nlayers - 1; l >= 0; l--) {
+        const model_layer *ml = &m->layers[l];
+        for (int k = 0; k < ml->ntensors; k++) {
+            uint32_t id = (uint32_t)(ml->first_tensor + k);
+            if (!m->tensors[id].trainable)
+                continue;
+            if (planner__bwd_needs_weights(ml))
+                p->bwd_stream[p->n_bwd_stream++] = id;
+            p->grad_order[p->n_grad_order++] = id;
+        }
+    }
+
+    Appliance__PlanOptimizer *opt = arena_alloc(&a, sizeof(*opt));
+    Appliance__PlanInput *in = arena_alloc(&a, sizeof(*in));
+    if (!opt || !in)
+        goto done;
+    appliance__plan_optimizer__init(opt);
+    opt->type = arena_strdup(&a, spec->optimizer_type);
+    opt->learning_rate = spec->learning_rate;
+    opt->momentum = spec->momentum;
+    opt->weight_decay = spec->weight_decay;
+    opt->max_gradient_norm = spec->max_gradient_norm;
+    p->optimizer = opt;
+    appliance__plan_input__init(in);
+    in->data_processor = arena_strdup(&a, spec->train.data_processor);
+    in->data_dir = arena_strdup(&a, spec->train.data_dir);
+    in->shuffle = spec->train.shuffle;
+    in->seed = (uint64_t)(spec->train.shuffle_seed ? spec->train.shuffle_seed : spec->seed);
+    in->num_classes = (uint32_t)spec->train.num_classes;
+    in->num_samples = (uint64_t)spec->train.num_samples;
+    in->noise = spec->train.noise;
+    in->n_sample_shape = (size_t)m->input.ndim;
+    in->sample_shape = arena_alloc(&a, 3 * sizeof(uint64_t));
+    if (!in->sample_shape)
+        goto done;
+    for (int d = 0; d < m->input.ndim; d++)
+        in->sample_shape[d] = (uint64_t)m->input.d[d];
+    p->train_input = in;
+
+    if (a.failed)
+        goto done;
+    *outlen = appliance__plan__get_packed_size(p);
+    *out = malloc(*outlen ? *outlen : 1);
+    if (!*out)
+        goto done;
+    appliance__plan__pack(p, *out);
+    rc = 0;
+done:
+    if (rc == -ENOMEM)
+        snprintf(err, errlen, "%s: out of memory building the plan", spec->source);
+    arena_free(&a);
+    return rc;
+}

@@ -1,0 +1,34 @@
+/* The compiler's back end: a checked jobspec and the members chosen for it
+ * become the Plan every daemon of the job receives (placement, tree,
+ * shards, schedule, memory per replica, execution mode). */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "jobspec.h"
+#include "members.h"
+#include "plan.pb-c.h"
+
+typedef struct planner_members {
+    member **replicas;   /* wse-nodes, replica i = replicas[i] */
+    size_t nreplicas;
+    member **shards;     /* memoryx */
+    size_t nshards;
+    member **swarm;      /* swarmx; swarm[0] is the root */
+    size_t nswarm;
+    member **workers;
+    size_t nworkers;
+} planner_members;
+
+/* Builds the plan. chunk_elems is the float32 elements per chunk. On success
+ * returns 0 and a packed plan in *out (malloc'd, *outlen bytes); otherwise a
+ * negative code and a message naming what does not fit and what to change. */
+int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
+                  const planner_members *pm, uint64_t chunk_elems, uint8_t **out, size_t *outlen,
+                  char *err, size_t errlen);
+
+/* Bytes one replica needs in Weight Streaming mode for a batch share of
+ * `batch` samples: activations and their gradients, two layers' weights and
+ * gradients in flight. */
+uint64_t planner_ws_bytes(const model *m, uint64_t batch);

@@ -1,0 +1,675 @@
+/* wse-node: one replica of a job. */
+#include "replica.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "jobspec.h"
+#include "kernels.h"
+#include "log.h"
+#include "msg.h"
+#include "op_activation.h"
+#include "op_dense.h"
+#include "op_loss.h"
+
+static wse_node *wn_of(node *n) { return n->data; }
+
+static double wn__now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- job life cycle ---- */
+
+static void wn__free_buffers(wn_job *j)
+{
+    if (j->t)
+        for (size_t i = 0; i < j->plan->n_tensors; i++) {
+            free(j->t[i].w);
+            free(j->t[i].g);
+        }
+    free(j->t);
+    if (j->act)
+        for (int l = 0; l < j->m->nlayers; l++) {
+            if (j->m->layers[l].type != LAYER_FLATTEN)
+                free(j->act[l]);
+            free(j->dact[l]);
+        }
+    free(j->act);
+    free(j->dact);
+    free(j->scratch);
+    if (j->batches)
+        for (size_t i = 0; i < j->nbatches; i++)
+            free(j->batches[i].data);
+    free(j->batches);
+    free(j->feeds);
+    model_free(j->m);
+    if (j->plan)
+        appliance__plan__free_unpacked(j->plan, NULL);
+    free(j);
+}
+
+static void wn__link_stopped(conn_link *l)
+{
+    wn_job *j = l->data;
+    if (--j->links_open == 0 && !j->busy)
+        wn__free_buffers(j);
+}
+
+/* Drops the job: links close, buffers go once no task uses them. */
+static void wn__release(node *n, wn_job *j)
+{
+    if (j->released)
+        return;
+    j->released = true;
+    wse_node *w = wn_of(n);
+    if (w->job == j)
+        w->job = NULL;
+    j->links_open = 1 + (int)j->nfeeds;
+    conn_link_stop(&j->up, wn__link_stopped);
+    for (size_t i = 0; i < j->nfeeds; i++)
+        conn_link_stop(&j->feeds[i].link, wn__link_stopped);
+}
+
+static void wn__abort(node *n, wn_job *j, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void wn__abort(node *n, wn_job *j, const char *fmt, ...)
+{
+    char why[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof(why), fmt, ap);
+    va_end(ap);
+    log_error("job %s: %s", j->id, why);
+    Appliance__JobAbort a = APPLIANCE__JOB_ABORT__INIT;
+    a.job_id = j->id;
+    a.reason = why;
+    ENVELOPE(env, job_abort, JOB_ABORT, &a);
+    node_send_coordinator(n, &env);
+    wn__release(n, j);
+}
+
+static void wn__maybe_ready(wn_job *j)
+{
+    if (j->ready_sent || !j->up_ready)
+        return;
+    for (size_t i = 0; i < j->nfeeds; i++)
+        if (!j->feeds[i].ready)
+            return;
+    j->ready_sent = true;
+    Appliance__JobReady r = APPLIANCE__JOB_READY__INIT;
+    r.job_id = j->id;
+    r.member_id = j->n->member_id;
+    ENVELOPE(env, job_ready, JOB_READY, &r);
+    node_send_coordinator(j->n, &env);
+    log_info("job %s: replica %u ready (%u samples per step)", j->id, j->replica, j->batch);
+}
+
+/* ---- compute ---- */
+
+static const float *wn__input_of(wn_job *j, const model_layer *l, const float *x)
+{
+    return l->inputs[0] < 0 ? x : j->act[l->inputs[0]];
+}
+
+static wn_batch *wn__batch_for(wn_job *j, uint64_t step)
+{
+    for (size_t i = 0; i < j->nbatches; i++)
+        if (j->batches[i].step == step && j->batches[i].full)
+            return &j->batches[i];
+    return NULL;
+}
+
+/* Runs the current stage on a thread of the pool. */
+static void wn__work(uv_work_t *w)
+{
+    wn_job *j = container_of(w, wn_job, work);
+    double t0 = wn__now();
+    wn_batch *b = wn__batch_for(j, j->step);
+    const float *x = (const float *)b->data;
+    const int32_t *y = (const int32_t *)(b->data + (size_t)j->batch * j->in_elems * sizeof(float));
+    int n = (int)j->batch;
+    const model *m = j->m;
+    if (j->stage == WN_FORWARD) {
+        const model_layer *l = &m->layers[j->layer];
+        const float *in = wn__input_of(j, l, x);
+        size_t count = (size_t)n * model_shape_elems(&l->out);
+        switch (l->type) {
+        case LAYER_DENSE: {
+            const wn_tensor *wt = &j->t[l->first_tensor];
+            const float *bias = l->bias ? j->t[l->first_tensor + 1].w : NULL;
+            op_dense_forward(j->act[j->layer], in, wt->w, bias, n, (int)l->in.d[0], (int)l->units);
+            break;
+        }
+        case LAYER_RELU:
+            op_relu_forward(j->act[j->layer], in, count);
+            break;
+        case LAYER_FLATTEN:
+            break; /* act aliases the input */
+        default:
+            break;
+        }
+    } else if (j->stage == WN_LOSS) {
+        int last = m->nlayers - 1;
+        const model_layer *l = &m->layers[last];
+        const float *logits = l->type == LAYER_FLATTEN ? wn__input_of(j, l, x) : j->act[last];
+        j->loss_sum = op_softmax_xent(j->dact[last], logits, y, n, (int)l->out.d[0],
+                                      1.0f / (float)j->plan->global_batch);
+        if (!isfinite(j->loss_sum)) {
+            j->compute_err = -EINVAL;
+            snprintf(j->compute_msg, sizeof(j->compute_msg),
+                     "loss of step %llu is not finite (a label outside [0, %lld)?)",
+                     (unsigned long long)j->step, (long long)l->out.d[0]);
+        }
+    } else {
+        const model_layer *l = &m->layers[j->layer];
+        const float *in = wn__input_of(j, l, x);
+        int src = l->inputs[0];
+        float *din = src >= 0 ? j->scratch : NULL;
+        size_t in_count = (size_t)n * model_shape_elems(&l->in);
+        switch (l->type) {
+        case LAYER_DENSE: {
+            wn_tensor *wt = &j->t[l->first_tensor];
+            float *dbias = l->bias ? j->t[l->first_tensor + 1].g : NULL;
+            op_dense_backward(din, wt->g, dbias, j->dact[j->layer], in, wt->w, n, (int)l->in.d[0],
+                              (int)l->units);
+            break;
+        }
+        case LAYER_RELU:
+            if (din)
+                op_relu_backward(din, j->dact[j->layer], in, in_count);
+            break;
+        case LAYER_FLATTEN:
+            if (din)
+                memcpy(din, j->dact[j->layer], in_count * sizeof(float));
+            break;
+        default:
+            break;
+        }
+        if (din) /* gradients of a layer's output add up over its consumers */
+            for (size_t i = 0; i < in_count; i++)
+                j->dact[src][i] += din[i];
+    }
+    j->compute_sec += wn__now() - t0;
+}
+
+static void wn__advance(wn_job *j);
+
+static void wn__grad_sent(void *arg, int status)
+{
+    wn_tensor *t = arg;
+    t->sends--;
+}
+
+/* Sends the gradients of a layer's trainable tensors up, in chunks. */
+static int wn__send_grads(wn_job *j, const model_layer *l)
+{
+    conn *up = conn_link_conn(&j->up);
+    if (!up)
+        return -ENOTCONN;
+    for (int k = 0; k < l->ntensors; k++) {
+        const model_tensor *mt = &j->m->tensors[l->first_tensor + k];
+        if (!mt->trainable)
+            continue;
+        wn_tensor *t = &j->t[mt->id];
+        for (uint64_t off = 0; off < t->n; off += j->plan->chunk_elems) {
+            uint64_t count = t->n - off < j->plan->chunk_elems ? t->n - off : j->plan->chunk_elems;
+            Appliance__GradChunk g = APPLIANCE__GRAD_CHUNK__INIT;
+            g.step = j->step;
+            g.tensor_id = mt->id;
+            g.offset = off;
+            g.count = count;
+            g.total = t->n;
+            ENVELOPE(env, grad_chunk, GRAD_CHUNK, &g);
+            int rc = conn_send(up, &env, t->g + off, (uint32_t)(count * sizeof(float)), wn__grad_sent, t);
+            if (rc < 0)
+                return rc;
+            t->sends++;
+        }
+    }
+    return 0;
+}
+
+static void wn__step_done(wn_job *j)
+{
+    Appliance__StepReport r = APPLIANCE__STEP_REPORT__INIT;
+    r.job_id = j->id;
+    r.step = j->step;
+    r.replica = j->replica;
+    r.loss_sum = j->loss_sum;
+    r.samples = j->batch;
+    r.compute_sec = j->compute_sec;
+    ENVELOPE(env, step_report, STEP_REPORT, &r);
+    node_send_coordinator(j->n, &env);
+    /* The batch's slot is free again: one more credit to its worker. */
+    wn_batch *b = wn__batch_for(j, j->step);
+    wn_feed *f = b->from;
+    b->step = UINT64_MAX;
+    b->full = false;
+    conn *c = conn_link_conn(&f->link);
+    if (c) {
+        Appliance__Credit cr = APPLIANCE__CREDIT__INIT;
+        cr.n = 1;
+        ENVELOPE(ce, credit, CREDIT, &cr);
+        conn_send_msg(c, &ce);
+    }
+    j->step++;
+    j->stage = WN_FORWARD;
+    j->layer = 0;
+    j->compute_sec = 0;
+}
+
+static void wn__work_done(uv_work_t *w, int status)
+{
+    wn_job *j = container_of(w, wn_job, work);
+    j->busy = false;
+    if (j->released) {
+        if (j->links_open == 0)
+            wn__free_buffers(j);
+        return;
+    }
+    if (j->compute_err) {
+        wn__abort(j->n, j, "%s", j->compute_msg);
+        return;
+    }
+    const model *m = j->m;
+    if (j->stage == WN_FORWARD) {
+        if (++j->layer == m->nlayers)
+            j->stage = WN_LOSS;
+    } else if (j->stage == WN_LOSS) {
+        j->stage = WN_BACKWARD;
+        j->layer = m->nlayers - 1;
+    } else {
+        int rc = wn__send_grads(j, &m->layers[j->layer]);
+        if (rc < 0) {
+            wn__abort(j->n, j, "cannot send gradients of %s: %s", m->layers[j->layer].name,
+                      strerror(-rc));
+            return;
+        }
+        if (--j->layer < 0)
+            wn__step_done(j);
+    }
+    wn__advance(j);
+}
+
+/* Whether the weights of a layer are complete for the current step. */
+static bool wn__weights_ready(wn_job *j, const model_layer *l)
+{
+    for (int k = 0; k < l->ntensors; k++) {
+        const wn_tensor *t = &j->t[l->first_tensor + k];
+        if (!j->m->tensors[l->first_tensor + k].trainable)
+            continue;
+        if (t->step != j->step || t->have < t->n)
+            return false;
+    }
+    return true;
+}
+
+/* Starts the next compute task if what it needs is there. */
+static void wn__advance(wn_job *j)
+{
+    if (j->busy || j->released || j->step >= j->plan->max_steps)
+        return;
+    if (!wn__batch_for(j, j->step))
+        return;
+    if (j->stage == WN_FORWARD) {
+        if (j->layer == 0) /* a new step: output gradients accumulate from zero */
+            for (int l = 0; l < j->m->nlayers; l++)
+                memset(j->dact[l], 0, (size_t)j->batch * model_shape_elems(&j->m->layers[l].out) * sizeof(float));
+        if (!wn__weights_ready(j, &j->m->layers[j->layer]))
+            return;
+    }
+    j->busy = true;
+    uv_queue_work(j->n->loop, &j->work, wn__work, wn__work_done);
+}
+
+/* ---- links ---- */
+
+static void wn__up_ready(conn *c)
+{
+    wn_job *j = c->data;
+    Appliance__StreamHello h = APPLIANCE__STREAM_HELLO__INIT;
+    h.job_id = j->id;
+    h.role = APPLIANCE__ROLE__ROLE_WSE_NODE;
+    h.index = j->replica;
+    h.member_id = j->n->member_id;
+    ENVELOPE(env, stream_hello, STREAM_HELLO, &h);
+    conn_send_msg(c, &env);
+    j->up_ready = true;
+    wn__maybe_ready(j);
+}
+
+static void *wn__up_dest(conn *c, const Appliance__Envelope *env, uint32_t len, int *err)
+{
+    wn_job *j = c->data;
+    if (env->msg_case != APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK || j->released) {
+        *err = -EPROTO;
+        return NULL;
+    }
+    const Appliance__WeightChunk *w = env->weight_chunk;
+    if (w->tensor_id >= j->plan->n_tensors) {
+        *err = -EINVAL;
+        return NULL;
+    }
+    wn_tensor *t = &j->t[w->tensor_id];
+    if (w->total != t->n || w->offset > t->n || w->count > t->n - w->offset ||
+        (uint64_t)len != w->count * sizeof(float) || w->step < j->step) {
+        *err = -EINVAL;
+        return NULL;
+    }
+    return t->w + w->offset;
+}
+
+static void wn__up_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len)
+{
+    wn_job *j = c->data;
+    if (j->released)
+        return;
+    if (env->msg_case == APPLIANCE__ENVELOPE__MSG_ERROR) {
+        wn__abort(j->n, j, "swarmx refused: %s", env->error->message);
+        return;
+    }
+    if (env->msg_case != APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK || !payload) {
+        conn_fail(c, -EPROTO, "unexpected %s from swarmx", frame_msg_name(env->msg_case));
+        return;
+    }
+    const Appliance__WeightChunk *w = env->weight_chunk;
+    wn_tensor *t = &j->t[w->tensor_id];
+    if (t->step != w->step) {
+        t->step = w->step;
+        t->have = 0;
+    }
+    t->have += w->count;
+    wn__advance(j);
+}
+
+static void wn__up_close(conn *c, int err, const char *reason)
+{
+    wn_job *j = c->data;
+    if (j->released)
+        return;
+    if (j->up_ready) {
+        j->up_ready = false;
+        wn__abort(j->n, j, "lost swarmx %s: %s", c->peer_addr, reason);
+    }
+}
+
+static const conn_ops wn__up_ops = {
+    .on_ready = wn__up_ready,
+    .on_frame = wn__up_frame,
+    .payload_dest = wn__up_dest,
+    .on_close = wn__up_close,
+};
+
+static void wn__feed_ready(conn *c)
+{
+    wn_feed *f = c->data;
+    wn_job *j = f->job;
+    Appliance__StreamHello h = APPLIANCE__STREAM_HELLO__INIT;
+    h.job_id = j->id;
+    h.role = APPLIANCE__ROLE__ROLE_WSE_NODE;
+    h.index = j->replica;
+    h.member_id = j->n->member_id;
+    ENVELOPE(env, stream_hello, STREAM_HELLO, &h);
+    conn_send_msg(c, &env);
+    Appliance__Credit cr = APPLIANCE__CREDIT__INIT;
+    cr.n = WN_CREDITS;
+    ENVELOPE(ce, credit, CREDIT, &cr);
+    conn_send_msg(c, &ce);
+    f->ready = true;
+    wn__maybe_ready(j);
+}
+
+static void *wn__feed_dest(conn *c, const Appliance__Envelope *env, uint32_t len, int *err)
+{
+    wn_feed *f = c->data;
+    wn_job *j = f->job;
+    if (env->msg_case != APPLIANCE__ENVELOPE__MSG_BATCH || j->released) {
+        *err = -EPROTO;
+        return NULL;
+    }
+    const Appliance__Batch *b = env->batch;
+    if (b->n != j->batch || b->sample_elems != j->in_elems || b->label_elems != 1 ||
+        len != j->batch_bytes || b->replica != j->replica || b->step < j->step ||
+        b->step % f->slots != f->slot) {
+        *err = -EINVAL;
+        return NULL;
+    }
+    for (size_t i = 0; i < j->nbatches; i++)
+        if (j->batches[i].step == UINT64_MAX) {
+            j->batches[i].step = b->step;
+            j->batches[i].full = false;
+            j->batches[i].from = f;
+            return j->batches[i].data;
+        }
+    *err = -ENOBUFS; /* the worker sent beyond its credits */
+    return NULL;
+}
+
+static void wn__feed_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len)
+{
+    wn_feed *f = c->data;
+    wn_job *j = f->job;
+    if (j->released)
+        return;
+    if (env->msg_case != APPLIANCE__ENVELOPE__MSG_BATCH || !payload) {
+        conn_fail(c, -EPROTO, "unexpected %s from a worker", frame_msg_name(env->msg_case));
+        return;
+    }
+    for (size_t i = 0; i < j->nbatches; i++)
+        if (j->batches[i].data == payload)
+            j->batches[i].full = true;
+    wn__advance(j);
+}
+
+static void wn__feed_close(conn *c, int err, const char *reason)
+{
+    wn_feed *f = c->data;
+    wn_job *j = f->job;
+    if (j->released)
+        return;
+    if (f->ready) {
+        f->ready = false;
+        wn__abort(j->n, j, "lost worker %s: %s", c->peer_addr, reason);
+    }
+}
+
+static const conn_ops wn__feed_ops = {
+    .on_ready = wn__feed_ready,
+    .on_frame = wn__feed_frame,
+    .payload_dest = wn__feed_dest,
+    .on_close = wn__feed_close,
+};
+
+/* ---- handlers ---- */
+
+static int wn__check_model(const model *m, char *err, size_t errlen)
+{
+    for (int l = 0; l < m->nlayers; l++) {
+        layer_type t = m->layers[l].type;
+        if (t != LAYER_DENSE && t != LAYER_RELU && t != LAYER_FLATTEN) {
+            snprintf(err, errlen, "layer \"%s\": type %s is not available on this wse-node yet",
+                     m->layers[l].name, layer_type_name(t));
+            return -ENOTSUP;
+        }
+        if (m->layers[l].ninputs != 1) {
+            snprintf(err, errlen, "layer \"%s\": several inputs are not available yet", m->layers[l].name);
+            return -ENOTSUP;
+        }
+    }
+    if (m->loss != LOSS_SOFTMAX_CROSS_ENTROPY) {
+        snprintf(err, errlen, "loss %s is not available on this wse-node yet", model_loss_name(m->loss));
+        return -ENOTSUP;
+    }
+    return 0;
+}
+
+static void wn__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, uint32_t len)
+{
+    wse_node *w = wn_of(n);
+    Appliance__Plan *in = env->job_start->plan;
+    if (w->job) {
+        log_warn("job %s refused: busy with job %s", in->job_id, w->job->id);
+        return;
+    }
+    wn_job *j = calloc(1, sizeof(*j));
+    if (!j)
+        return;
+    j->n = n;
+    snprintf(j->id, sizeof(j->id), "%s", in->job_id);
+    size_t plen = appliance__plan__get_packed_size(in);
+    uint8_t *buf = malloc(plen ? plen : 1);
+    if (!buf) {
+        free(j);
+        return;
+    }
+    appliance__plan__pack(in, buf);
+    j->plan = appliance__plan__unpack(NULL, plen, buf);
+    free(buf);
+    w->job = j;
+    Appliance__Plan *p = j->plan;
+    const Appliance__PlanReplica *me = NULL;
+    for (size_t i = 0; i < p->n_replicas; i++)
+        if (p->replicas[i]->member_id == n->member_id)
+            me = p->replicas[i];
+    char err[1024];
+    jobspec *spec = jobspec_parse(p->job_toml, strlen(p->job_toml), p->file_name, NULL, err, sizeof(err));
+    if (spec) {
+        j->m = spec->model;
+        spec->model = NULL;
+        jobspec_free(spec);
+    }
+    if (!me || !j->m || wn__check_model(j->m, err, sizeof(err)) < 0 || p->n_swarm == 0) {
+        j->links_open = 0;
+        j->released = false;
+        if (!me)
+            snprintf(err, sizeof(err), "plan has no replica for member %u", n->member_id);
+        Appliance__JobAbort a = APPLIANCE__JOB_ABORT__INIT;
+        a.job_id = j->id;
+        a.reason = err;
+        ENVELOPE(ae, job_abort, JOB_ABORT, &a);
+        node_send_coordinator(n, &ae);
+        log_error("job %s: %s", j->id, err);
+        w->job = NULL;
+        j->released = true;
+        wn__free_buffers(j);
+        return;
+    }
+    j->replica = me->index;
+    j->batch = me->batch;
+    j->step = p->first_step;
+    j->in_elems = model_shape_elems(&j->m->input);
+    const model *m = j->m;
+    bool oom = false;
+    j->t = calloc(p->n_tensors ? p->n_tensors : 1, sizeof(*j->t));
+    oom |= !j->t;
+    for (size_t i = 0; !oom && i < p->n_tensors; i++) {
+        j->t[i].n = m->tensors[i].elems;
+        j->t[i].step = UINT64_MAX;
+        j->t[i].w = malloc(j->t[i].n * sizeof(float));
+        j->t[i].g = malloc(j->t[i].n * sizeof(float));
+        oom |= !j->t[i].w || !j->t[i].g;
+    }
+    j->act = calloc((size_t)m->nlayers, sizeof(float *));
+    j->dact = calloc((size_t)m->nlayers, sizeof(float *));
+    oom |= !j->act || !j->dact;
+    uint64_t scratch = 0;
+    for (int l = 0; !oom && l < m->nlayers; l++) {
+        const model_layer *ml = &m->layers[l];
+        size_t count = (size_t)j->batch * model_shape_elems(&ml->out);
+        if (ml->type == LAYER_FLATTEN)
+            j->act[l] = ml->inputs[0] < 0 ? NULL : j->act[ml->inputs[0]];
+        else
+            oom |= !(j->act[l] = malloc(count * sizeof(float)));
+        oom |= !(j->dact[l] = calloc(count, sizeof(float)));
+        uint64_t in_count = (uint64_t)j->batch * model_shape_elems(&ml->in);
+        if (in_count > scratch)
+            scratch = in_count;
+    }
+    if (!oom)
+        oom |= !(j->scratch = malloc(scratch * sizeof(float)));
+    /* Workers feeding us, and a batch slot per credit each. */
+    size_t nf = 0;
+    for (size_t i = 0; i < p->n_workers; i++)
+        if (p->workers[i]->replica == j->replica)
+            nf++;
+    j->feeds = calloc(nf ? nf : 1, sizeof(*j->feeds));
+    j->nbatches = nf * WN_CREDITS;
+    j->batches = calloc(j->nbatches ? j->nbatches : 1, sizeof(*j->batches));
+    j->batch_bytes = (size_t)j->batch * (j->in_elems * sizeof(float) + sizeof(int32_t));
+    oom |= !j->feeds || !j->batches;
+    for (size_t i = 0; !oom && i < j->nbatches; i++) {
+        j->batches[i].step = UINT64_MAX;
+        oom |= !(j->batches[i].data = malloc(j->batch_bytes));
+    }
+    if (oom || nf == 0) {
+        snprintf(err, sizeof(err), oom ? "out of memory for the job's buffers" : "no worker feeds replica %u", j->replica);
+        Appliance__JobAbort a = APPLIANCE__JOB_ABORT__INIT;
+        a.job_id = j->id;
+        a.reason = err;
+        ENVELOPE(ae, job_abort, JOB_ABORT, &a);
+        node_send_coordinator(n, &ae);
+        log_error("job %s: %s", j->id, err);
+        w->job = NULL;
+        j->released = true;
+        wn__free_buffers(j);
+        return;
+    }
+    int parent = me->swarm_parent >= 0 && (size_t)me->swarm_parent < p->n_swarm ? me->swarm_parent : 0;
+    conn_link_start(&j->up, n->loop, p->swarm[parent]->addr, &n->ccfg, &wn__up_ops, j);
+    for (size_t i = 0; i < p->n_workers; i++) {
+        const Appliance__PlanWorker *pw = p->workers[i];
+        if (pw->replica != j->replica)
+            continue;
+        wn_feed *f = &j->feeds[j->nfeeds++];
+        f->job = j;
+        f->slot = pw->slot;
+        f->slots = pw->slots ? pw->slots : 1;
+        conn_link_start(&f->link, n->loop, pw->addr, &n->ccfg, &wn__feed_ops, f);
+    }
+    log_info("job %s: replica %u of %zu, %u samples per step, %zu worker(s)", j->id, j->replica,
+             p->n_replicas, j->batch, j->nfeeds);
+}
+
+static void wn__job_end(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, uint32_t len)
+{
+    wse_node *w = wn_of(n);
+    const char *id = env->msg_case == APPLIANCE__ENVELOPE__MSG_JOB_END ? env->job_end->job_id
+                                                                      : env->job_abort->job_id;
+    if (w->job && strcmp(w->job->id, id) == 0) {
+        log_info("job %s: released at step %llu", id, (unsigned long long)w->job->step);
+        wn__release(n, w->job);
+    }
+}
+
+static void wn__shutdown(node *n)
+{
+    wse_node *w = wn_of(n);
+    if (w->job)
+        wn__release(n, w->job);
+}
+
+static void wn__fill_register(node *n, Appliance__Register *r)
+{
+    r->wafer_memory = n->opt.wafer_memory;
+}
+
+void wse_node_role(node_role *role)
+{
+    memset(role, 0, sizeof(*role));
+    role->role = APPLIANCE__ROLE__ROLE_WSE_NODE;
+    role->component = "wse-node";
+    role->usage_extra =
+        "  --wafer-memory SIZE      declared on-wafer memory (default 40G, at most the host's memory)\n"
+        "  --threads N              BLAS threads for the kernels (default 1)\n";
+    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_START] = wn__job_start;
+    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_END] = wn__job_end;
+    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_ABORT] = wn__job_end;
+    role->fill_register = wn__fill_register;
+    role->on_shutdown = wn__shutdown;
+}

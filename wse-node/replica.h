@@ -1,0 +1,78 @@
+/* The job side of a wse-node: one replica of a job. It receives the weights
+ * of each step from its swarmx parent straight into its weight buffers, the
+ * batches of its share from its input workers (on credit), computes each
+ * layer off the event loop as soon as what it needs is there, and sends its
+ * gradients up in chunks as each layer's backward pass completes. Every
+ * buffer is sized from the plan at job start: no allocation per step. */
+#pragma once
+
+#include "model.h"
+#include "node.h"
+
+#define WN_CREDITS 2 /* batches each worker may have in flight to us */
+
+typedef struct wn_tensor {
+    float *w;              /* weights of the current step */
+    float *g;              /* gradient of the current step */
+    uint64_t n;            /* elements */
+    uint64_t have;         /* weight elements received for `step` */
+    uint64_t step;         /* step the weights belong to */
+    int sends;             /* gradient sends in flight */
+} wn_tensor;
+
+typedef struct wn_batch {
+    uint64_t step;         /* UINT64_MAX: free */
+    bool full;             /* every byte arrived */
+    uint8_t *data;         /* batch * in_elems floats, then batch int32 labels */
+    struct wn_feed *from;  /* the worker link it came over */
+} wn_batch;
+
+typedef struct wn_feed {
+    conn_link link;        /* to the worker */
+    uint32_t slot, slots;  /* it sends steps with step % slots == slot */
+    bool ready;
+    struct wn_job *job;
+} wn_feed;
+
+enum wn_stage { WN_FORWARD, WN_LOSS, WN_BACKWARD };
+
+typedef struct wn_job {
+    node *n;
+    char id[40];
+    Appliance__Plan *plan;   /* owned */
+    model *m;                /* owned */
+    uint32_t replica;
+    uint32_t batch;          /* our share of each global batch */
+    uint64_t in_elems;       /* floats per input sample */
+    wn_tensor *t;            /* by plan tensor id */
+    float **act;             /* per layer: output activations (batch x out) */
+    float **dact;            /* per layer: gradient of the output */
+    float *scratch;          /* largest layer input gradient */
+    wn_batch *batches;       /* ring of nfeeds * WN_CREDITS */
+    size_t nbatches;
+    size_t batch_bytes;
+    wn_feed *feeds;
+    size_t nfeeds;
+    conn_link up;            /* to the swarmx parent */
+    bool up_ready;
+    bool ready_sent;
+    bool running;            /* the first weights arrived */
+    uint64_t step;           /* step being computed */
+    enum wn_stage stage;
+    int layer;               /* layer of the stage */
+    bool busy;               /* a compute task is queued */
+    uv_work_t work;
+    double loss_sum;         /* of the step, over our samples */
+    int compute_err;         /* set by a task: the job fails */
+    char compute_msg[256];
+    bool released;
+    int links_open;          /* links still closing at release */
+    double compute_sec;      /* time in kernels this step */
+} wn_job;
+
+typedef struct wse_node {
+    node *n;
+    wn_job *job;
+} wse_node;
+
+void wse_node_role(node_role *role);

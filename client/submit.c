@@ -29,6 +29,7 @@ typedef struct client {
     char *job_text;
     int exit_code;
     bool answered;
+    char job_id[40];          /* once accepted */
     auth_secret secret;
     conn_config cfg;
 } client;
@@ -112,6 +113,71 @@ static void print_cluster(client *cl, const Appliance__ClusterInfo *info)
     }
 }
 
+static const char *job_state_name(Appliance__JobState s)
+{
+    switch (s) {
+    case APPLIANCE__JOB_STATE__JOB_QUEUED: return "queued";
+    case APPLIANCE__JOB_STATE__JOB_RUNNING: return "running";
+    case APPLIANCE__JOB_STATE__JOB_DONE: return "done";
+    case APPLIANCE__JOB_STATE__JOB_FAILED: return "failed";
+    case APPLIANCE__JOB_STATE__JOB_CANCELLED: return "cancelled";
+    default: return "unknown";
+    }
+}
+
+static void print_final(client *cl, const Appliance__JobStatus *st)
+{
+    if (cl->json) {
+        printf("{\"job_id\": ");
+        json_string(stdout, st->job_id);
+        printf(", \"state\": \"%s\", \"steps\": %llu, \"max_steps\": %llu, \"final_loss\": %.9g, "
+               "\"samples_per_sec\": %.3f, \"elapsed_sec\": %.3f, \"model_dir\": ",
+               job_state_name(st->state), (unsigned long long)st->step,
+               (unsigned long long)st->max_steps, st->loss, st->samples_per_sec, st->elapsed_sec);
+        json_string(stdout, st->model_dir);
+        printf(", \"message\": ");
+        json_string(stdout, st->message);
+        printf("}\n");
+        return;
+    }
+    if (st->state == APPLIANCE__JOB_STATE__JOB_DONE)
+        printf("%s done: %llu steps in %.1f s, final loss %.6f, %.1f samples/s\n"
+               "checkpoints in %s\n",
+               st->job_id, (unsigned long long)st->step, st->elapsed_sec, st->loss,
+               st->samples_per_sec, st->model_dir);
+    else
+        fprintf(stderr, "%s %s at step %llu: %s\n", st->job_id, job_state_name(st->state),
+                (unsigned long long)st->step, st->message);
+}
+
+static void print_plan(client *cl, const Appliance__Plan *p)
+{
+    static const char *const modes[] = {"auto", "pipelined", "weight_streaming"};
+    printf("job %s: mode %s, %zu replica(s), global batch %u, %llu steps, %llu parameters\n",
+           p->file_name, modes[p->mode < 3 ? p->mode : 0], p->n_replicas, p->global_batch,
+           (unsigned long long)p->max_steps, (unsigned long long)p->total_params);
+    printf("\n%-24s %-18s %-16s %12s %14s %14s\n", "LAYER", "TYPE", "OUTPUT", "PARAMS",
+           "ACT B/SAMPLE", "FLOPS/SAMPLE");
+    for (size_t i = 0; i < p->n_layers; i++) {
+        const Appliance__PlanLayer *l = p->layers[i];
+        char shape[64] = "";
+        for (size_t d = 0; d < l->n_out_shape; d++)
+            snprintf(shape + strlen(shape), sizeof(shape) - strlen(shape), "%s%llu", d ? "x" : "",
+                     (unsigned long long)l->out_shape[d]);
+        printf("%-24s %-18s %-16s %12llu %14llu %14llu\n", l->name, l->type, shape,
+               (unsigned long long)l->params, (unsigned long long)l->act_bytes,
+               (unsigned long long)l->flops);
+    }
+    printf("\n%-8s %-8s %-12s %-14s %-14s\n", "REPLICA", "MEMBER", "BATCH", "NEEDS", "WAFER");
+    for (size_t i = 0; i < p->n_replicas; i++) {
+        const Appliance__PlanReplica *r = p->replicas[i];
+        char a[32], b[32];
+        printf("%-8u %-8u %-12u %-14s %-14s\n", r->index, r->member_id, r->batch,
+               units_format_size(r->memory_needed, a, sizeof(a)),
+               units_format_size(r->wafer_memory, b, sizeof(b)));
+    }
+}
+
 static void on_ready(conn *c)
 {
     client *cl = c->data;
@@ -144,6 +210,39 @@ static void on_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, uint32
         fprintf(stderr, "appliance-submit: %s\n", env->error->message);
         cl->exit_code = EXIT_REFUSED;
         break;
+    case APPLIANCE__ENVELOPE__MSG_JOB_ACCEPTED:
+        if (cl->plan) {
+            print_plan(cl, env->job_accepted->plan);
+            cl->exit_code = EXIT_OK;
+            break;
+        }
+        snprintf(cl->job_id, sizeof(cl->job_id), "%s", env->job_accepted->job_id);
+        if (!cl->json)
+            printf("%s accepted as %s: %zu replica(s), global batch %u, %llu steps\n", cl->job_path,
+                   cl->job_id, env->job_accepted->plan->n_replicas,
+                   env->job_accepted->plan->global_batch,
+                   (unsigned long long)env->job_accepted->plan->max_steps);
+        fflush(stdout);
+        return; /* progress follows */
+    case APPLIANCE__ENVELOPE__MSG_JOB_STATUS: {
+        const Appliance__JobStatus *st = env->job_status;
+        bool final = st->state != APPLIANCE__JOB_STATE__JOB_RUNNING &&
+                     st->state != APPLIANCE__JOB_STATE__JOB_QUEUED;
+        if (!final) {
+            if (!cl->json) {
+                printf("%s step %llu/%llu loss %.6f  %.1f samples/s  %.1f s  [%s]\n", st->job_id,
+                       (unsigned long long)st->step, (unsigned long long)st->max_steps, st->loss,
+                       st->samples_per_sec, st->elapsed_sec, st->phase);
+                fflush(stdout);
+            }
+            return;
+        }
+        print_final(cl, st);
+        cl->exit_code = st->state == APPLIANCE__JOB_STATE__JOB_DONE        ? EXIT_OK
+                        : st->state == APPLIANCE__JOB_STATE__JOB_CANCELLED ? EXIT_CANCELLED
+                                                                          : EXIT_FAILED;
+        break;
+    }
     default:
         fprintf(stderr, "appliance-submit: unexpected %s from the coordinator\n",
                 frame_msg_name(env->msg_case));

@@ -44,6 +44,7 @@ struct job {
     bool json;
     uint64_t t_start, t_train; /* uv_now at acceptance and at the first step */
     uint64_t samples;      /* trained */
+    uint64_t log_steps;    /* progress goes to the follower every log_steps steps */
 };
 
 static coordinator *co_of(node *n) { return n->data; }
@@ -222,6 +223,7 @@ void jobs_handle_submit(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, 
     }
     snprintf(j->file, sizeof(j->file), "%s", file);
     snprintf(j->model_dir, sizeof(j->model_dir), "%s", spec->model_dir);
+    j->log_steps = (uint64_t)spec->log_steps;
     planner_members pm = {reps, nr, shards, ns, swarm, 1, workers, gw};
     int rc = planner_build(spec, j->id, s->toml, &pm, JOB_CHUNK_ELEMS, &j->plan_bytes, &j->plan_len,
                            err, sizeof(err));
@@ -349,13 +351,15 @@ static void job__maybe_step_done(coordinator *co, job *j, job_step *s)
     j->steps_done = s->step + 1;
     j->last_loss = s->loss_sum / (double)j->plan->global_batch;
     j->samples += j->plan->global_batch;
-    uint64_t log_every = 1;
-    if (j->steps_done % log_every == 0)
-        log_debug("job %s: step %llu loss %.6f", j->id, (unsigned long long)j->steps_done, j->last_loss);
     s->step = UINT64_MAX;
-    if (j->steps_done >= j->plan->max_steps)
+    bool last = j->steps_done >= j->plan->max_steps;
+    if (last)
         snprintf(j->phase, sizeof(j->phase), "checkpointing");
-    job__notify(co, j);
+    if (last || j->steps_done % j->log_steps == 0) {
+        log_info("job %s: step %llu/%llu loss %.6f", j->id, (unsigned long long)j->steps_done,
+                 (unsigned long long)j->plan->max_steps, j->last_loss);
+        job__notify(co, j);
+    }
 }
 
 void jobs_handle_step_report(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, uint32_t len)

@@ -879,7 +879,8 @@ static int parse_datetime(parser *ps)
     }
     if (q < e && is_token((unsigned char)*q))
         return fail(ps, pos, "invalid %s: unexpected '%c'", what, *q);
-    return fail(ps, pos, "date-times are not supported (found a %s)", what);
+    return fail(ps, pos, "date-times are not supported (found %s %s)",
+                what[0] == 'o' ? "an" : "a", what);
 }
 
 /* Consumes digits of the given base separated by single underscores.

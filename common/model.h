@@ -1,0 +1,150 @@
+/* Model graph compiler: turns the [model] table of a job file into layers
+ * with inferred per-sample shapes, parameter tensors and cost estimates.
+ * Every daemon compiles the same job file, so ids and names agree everywhere. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "toml.h"
+
+#define MODEL_NAME_MAX 64      /* bytes of a layer name, with the terminator */
+#define MODEL_TENSOR_NAME_MAX (MODEL_NAME_MAX + 16) /* "<layer>.running_mean" */
+#define MODEL_MAX_LAYERS 4096
+#define MODEL_MAX_INPUTS 16    /* inputs of one concat */
+#define MODEL_DIM_MAX (1 << 24) /* largest size, count or kernel a job may give */
+
+typedef enum {
+    LAYER_DENSE,
+    LAYER_CONV2D,
+    LAYER_CONV_TRANSPOSE2D,
+    LAYER_MAX_POOL2D,
+    LAYER_AVG_POOL2D,
+    LAYER_UPSAMPLE,
+    LAYER_CONCAT,
+    LAYER_ADD,
+    LAYER_BATCH_NORM,
+    LAYER_GROUP_NORM,
+    LAYER_RELU,
+    LAYER_LEAKY_RELU,
+    LAYER_GELU,
+    LAYER_SIGMOID,
+    LAYER_TANH,
+    LAYER_DROPOUT,
+    LAYER_FLATTEN,
+    LAYER_TYPE_COUNT,
+} layer_type;
+
+typedef enum {
+    LOSS_SOFTMAX_CROSS_ENTROPY,       /* 1-D logits, one per class (at least 2) */
+    LOSS_PIXEL_SOFTMAX_CROSS_ENTROPY, /* C x H x W logits, C >= 2 classes per pixel */
+    LOSS_BCE_WITH_LOGITS,             /* any shape: one independent logit per element */
+    LOSS_DICE,                        /* C x H x W mask logits */
+    LOSS_BCE_DICE,                    /* C x H x W mask logits: BCE plus dice */
+    LOSS_COUNT,
+} model_loss;
+
+typedef enum {
+    UPSAMPLE_NEAREST,
+    UPSAMPLE_BILINEAR,
+} upsample_mode;
+
+/* A per-sample activation shape. */
+typedef struct {
+    int ndim;      /* 1 (features) or 3 (C, H, W) */
+    int64_t d[3];  /* d[0] features or channels, d[1] height, d[2] width; unused ones are 1 */
+} model_shape;
+
+/* A parameter or buffer tensor of a layer. */
+typedef struct {
+    uint32_t id;                       /* its index in model.tensors: layer order, weight before bias */
+    char name[MODEL_TENSOR_NAME_MAX];  /* "<layer>.weight", ".bias", ".running_mean", ".running_var" */
+    int ndim;                          /* 1, 2 or 4 */
+    int64_t dims[4];                   /* sizes, outermost first; unused ones are 1 */
+    uint64_t elems;                    /* product of dims */
+    bool trainable;                    /* false for batch-norm running statistics */
+    int layer;                         /* index of the owning layer */
+} model_tensor;
+
+typedef struct {
+    char name[MODEL_NAME_MAX];  /* unique, [A-Za-z0-9_-]+, never "input" */
+    layer_type type;
+    toml_pos pos;               /* the layer's [[model.layers]] header */
+    int ninputs;                /* 1, except concat (2 or more) and add (2) */
+    int inputs[MODEL_MAX_INPUTS]; /* earlier layer indices; -1 is the model input */
+    model_shape in;             /* shape of inputs[0] */
+    model_shape out;            /* shape of the output */
+
+    /* Parameters of the type; the others are zero. */
+    int64_t units;              /* dense: output features */
+    int64_t filters;            /* conv2d, conv_transpose2d: output channels */
+    int kernel[2];              /* conv, transpose, pools: kh, kw */
+    int stride[2];              /* conv, transpose, pools: sh, sw */
+    int padding[2];             /* conv, transpose, pools: ph, pw on each side */
+    int dilation[2];            /* conv, transpose: dh, dw (pools: 1) */
+    int output_padding[2];      /* transpose: extra rows/columns on one side */
+    bool bias;                  /* dense, conv, transpose: has a bias tensor */
+    int scale;                  /* upsample: integer scale factor */
+    upsample_mode mode;         /* upsample */
+    int groups;                 /* group_norm: channel groups (divides C) */
+    double momentum;            /* batch_norm: running-statistics momentum */
+    double eps;                 /* batch_norm, group_norm: added to the variance */
+    double negative_slope;      /* leaky_relu */
+    double rate;                /* dropout: probability of zeroing, in [0, 1) */
+
+    /* Costs per sample. */
+    uint64_t params;            /* trainable parameters */
+    uint64_t buffers;           /* non-trainable elements (running statistics) */
+    uint64_t act_bytes;         /* bytes of the output activation, fp32 */
+    uint64_t flops;             /* forward FLOPs, see model_compile */
+    int first_tensor;           /* index of the layer's first tensor in model.tensors */
+    int ntensors;               /* its tensors: weight, bias, running_mean, running_var */
+} model_layer;
+
+typedef struct {
+    char *source;               /* the job file's name, for messages; owned */
+    model_shape input;          /* per-sample input shape */
+    model_loss loss;
+    toml_pos loss_pos;          /* where the loss was given */
+    int nlayers;
+    model_layer *layers;        /* owned; in execution (file) order */
+    int ntensors;
+    model_tensor *tensors;      /* owned; tensors[i].id == i */
+    uint64_t total_params;      /* trainable parameters of all layers */
+    uint64_t total_buffers;     /* non-trainable elements of all layers */
+    uint64_t act_bytes;         /* sum of the layers' act_bytes */
+    uint64_t flops;             /* sum of the layers' flops */
+} model;
+
+/* Compiles the [model] table of a parsed job file: keys input_shape, loss,
+ * layers (an array of tables) and an optional descriptive name. Infers every
+ * layer's output shape, its parameter tensors and its costs per sample.
+ *
+ * Forward FLOPs count a multiply-add as 2: dense 2*in*units, conv2d
+ * 2*C*kh*kw*out_elems, conv_transpose2d 2*in_elems*filters*kh*kw, plus one
+ * per output element for a bias; pools kh*kw per output element; per
+ * element: add 1, relu 1, dropout 1, leaky_relu 2, sigmoid 4, tanh 4,
+ * gelu 8, batch_norm and group_norm 4, bilinear upsample 7; flatten,
+ * concat and nearest upsample 0.
+ *
+ * Returns a model owned by the caller (release with model_free), or NULL
+ * after writing one message "FILE:LINE:COL: layer "NAME": problem" (or
+ * "FILE:LINE:COL: problem" outside layers) into err. */
+model *model_compile(const toml_value *model_table, char *err, size_t errlen);
+/* Compiles the [model] table of a whole job document (the root table);
+ * a missing [model] is an error. */
+model *model_compile_document(const toml_value *root, char *err, size_t errlen);
+void model_free(model *m);
+
+/* The index of the layer called name, or -1. */
+int model_find_layer(const model *m, const char *name);
+
+/* "dense", "conv2d", ... as written in job files. */
+const char *layer_type_name(layer_type t);
+/* "softmax_cross_entropy", ... as written in job files. */
+const char *model_loss_name(model_loss l);
+/* Writes a shape as "64x128x128" or "784" into buf; returns buf. */
+const char *model_shape_str(const model_shape *s, char *buf, size_t n);
+/* Elements of a shape. */
+uint64_t model_shape_elems(const model_shape *s);

@@ -28,7 +28,7 @@ struct job {
     Appliance__JobState state;
     char file[256];
     char model_dir[PATH_MAX];
-    char message[512];    /* why it failed, or the final word */
+    char message[1024];   /* why it failed, or the final word */
     char phase[32];       /* compiling, loading weights, training, checkpointing */
     uint8_t *plan_bytes;  /* packed plan, owned */
     size_t plan_len;
@@ -370,9 +370,17 @@ void jobs_handle_step_report(node *n, conn *c, Appliance__Envelope *env, uint8_t
     if (!j)
         return;
     job_step *s = job__slot(j, r->step);
-    if (!s || !isfinite(r->loss_sum)) {
-        job__end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED,
-                 s ? "loss is not finite: training diverged" : "step report out of order");
+    char why[160];
+    if (!s) {
+        snprintf(why, sizeof(why), "step report for step %llu from replica %u out of order",
+                 (unsigned long long)r->step, r->replica);
+        job__end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, why);
+        return;
+    }
+    if (!isfinite(r->loss_sum)) {
+        snprintf(why, sizeof(why), "loss of replica %u is not finite at step %llu: training diverged",
+                 r->replica, (unsigned long long)r->step);
+        job__end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, why);
         return;
     }
     s->loss_sum += r->loss_sum;
@@ -389,7 +397,10 @@ void jobs_handle_step_committed(node *n, conn *c, Appliance__Envelope *env, uint
         return;
     job_step *s = job__slot(j, r->step);
     if (!s) {
-        job__end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, "step commit out of order");
+        char why[160];
+        snprintf(why, sizeof(why), "commit of step %llu from shard %u out of order",
+                 (unsigned long long)r->step, r->shard);
+        job__end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, why);
         return;
     }
     s->commits++;
@@ -416,7 +427,7 @@ void jobs_handle_abort(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, u
     job *j = job__of_member(co, c, env->job_abort->job_id, &mb);
     if (!j)
         return;
-    char why[600];
+    char why[900];
     snprintf(why, sizeof(why), "%s %s: %s", node_role_name(mb->role), mb->name,
              env->job_abort->reason ? env->job_abort->reason : "aborted");
     job__end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, why);

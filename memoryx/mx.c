@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fsutil.h"
 #include "log.h"
 #include "msg.h"
 #include "rng.h"
@@ -78,6 +79,11 @@ static void mx__abort(node *n, mx_job *j, const char *fmt, ...)
 static int mx__checkpoint(node *n, mx_job *j, uint64_t step, char *path, size_t pathlen)
 {
     Appliance__Plan *p = j->plan;
+    int mk = fsutil_mkdir_p(p->model_dir);
+    if (mk < 0) {
+        log_error("job %s: cannot create model_dir %s: %s", j->id, p->model_dir, strerror(-mk));
+        return mk;
+    }
     snprintf(path, pathlen, "%s/checkpoint_%llu-shard%u-of-%zu.safetensors", p->model_dir,
              (unsigned long long)step, j->shard + 1, p->n_shards);
     st_writer *w = st_writer_new();

@@ -301,9 +301,88 @@ static void node__on_drain(conn *c)
         n->role->on_drain(n, c);
 }
 
+static void node__drop_deferred(node *n, conn *c)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n->ndeferred; i++) {
+        if (n->deferred[i].c == c)
+            free(n->deferred[i].packed);
+        else
+            n->deferred[k++] = n->deferred[i];
+    }
+    n->ndeferred = k;
+}
+
+static void node__defer_expire(uv_timer_t *t)
+{
+    node *n = t->data;
+    uint64_t now = uv_now(n->loop);
+    for (size_t i = 0; i < n->ndeferred;) {
+        node_deferred *d = &n->deferred[i];
+        if (d->deadline > now) {
+            i++;
+            continue;
+        }
+        conn *c = d->c;
+        Appliance__Envelope *env = appliance__envelope__unpack(NULL, d->len, d->packed);
+        log_warn("%s from %s held %u ms without the state it needs: refused",
+                 env ? frame_msg_name(env->msg_case) : "message", c->peer_addr, NODE_DEFER_MS);
+        if (env)
+            appliance__envelope__free_unpacked(env, NULL);
+        node__drop_deferred(n, c);
+        conn_fail(c, -ETIMEDOUT, "no job for this stream arrived within %u ms", NODE_DEFER_MS);
+        i = 0;
+    }
+    if (n->ndeferred == 0)
+        uv_timer_stop(&n->defer_timer);
+}
+
+int node_defer(node *n, conn *c, const Appliance__Envelope *env)
+{
+    if (n->ndeferred == NODE_DEFER_MAX)
+        return -ENOBUFS;
+    size_t len = appliance__envelope__get_packed_size(env);
+    uint8_t *buf = malloc(len ? len : 1);
+    if (!buf)
+        return -ENOMEM;
+    appliance__envelope__pack(env, buf);
+    node_deferred *d = &n->deferred[n->ndeferred++];
+    d->c = c;
+    d->packed = buf;
+    d->len = len;
+    d->deadline = uv_now(n->loop) + NODE_DEFER_MS;
+    if (!uv_is_active((uv_handle_t *)&n->defer_timer))
+        uv_timer_start(&n->defer_timer, node__defer_expire, 500, 500);
+    return 0;
+}
+
+void node_replay(node *n)
+{
+    /* Handlers may defer again: take the current set first. */
+    size_t count = n->ndeferred;
+    node_deferred held[NODE_DEFER_MAX];
+    memcpy(held, n->deferred, count * sizeof(*held));
+    n->ndeferred = 0;
+    for (size_t i = 0; i < count; i++) {
+        Appliance__Envelope *env = appliance__envelope__unpack(NULL, held[i].len, held[i].packed);
+        free(held[i].packed);
+        if (!env || held[i].c->closing) {
+            if (env)
+                appliance__envelope__free_unpacked(env, NULL);
+            continue;
+        }
+        unsigned mc = (unsigned)env->msg_case;
+        node_handler h = mc < NODE_MSG_MAX ? n->role->handlers[mc] : NULL;
+        if (h)
+            h(n, held[i].c, env, NULL, 0);
+        appliance__envelope__free_unpacked(env, NULL);
+    }
+}
+
 static void node__on_close(conn *c, int err, const char *reason)
 {
     node *n = c->data;
+    node__drop_deferred(n, c);
     if (c->link == &n->coord) {
         if (n->registered && !n->stopping)
             log_warn("lost the coordinator at %s: %s", c->peer_addr, reason);
@@ -404,6 +483,11 @@ void node_shutdown(node *n)
     uv_close((uv_handle_t *)&n->sigint, NULL);
     uv_timer_stop(&n->heartbeat);
     uv_close((uv_handle_t *)&n->heartbeat, NULL);
+    uv_timer_stop(&n->defer_timer);
+    uv_close((uv_handle_t *)&n->defer_timer, NULL);
+    for (size_t i = 0; i < n->ndeferred; i++)
+        free(n->deferred[i].packed);
+    n->ndeferred = 0;
     uv_close((uv_handle_t *)&n->server, NULL);
     for (size_t i = 0; i < n->nconns; i++)
         conn_close(n->conns[i], -ECANCELED, "daemon shutting down");
@@ -469,6 +553,8 @@ int node_run(node *n, const node_role *role, uv_loop_t *loop)
     uv_signal_start(&n->sigint, node__on_signal, SIGINT);
     uv_timer_init(loop, &n->heartbeat);
     n->heartbeat.data = n;
+    uv_timer_init(loop, &n->defer_timer);
+    n->defer_timer.data = n;
     if (role->role != APPLIANCE__ROLE__ROLE_COORDINATOR) {
         if (conn_link_start(&n->coord, loop, n->opt.coordinator, &n->ccfg, &node__ops, n) < 0) {
             log_error("bad coordinator address \"%s\": expected HOST:PORT", n->opt.coordinator);

@@ -53,6 +53,17 @@ typedef struct node_role {
     void (*fill_register)(node *n, Appliance__Register *r);
 } node_role;
 
+/* A message that arrived before the state it needs. */
+typedef struct node_deferred {
+    conn *c;                   /* where it came from */
+    uint8_t *packed;           /* the Envelope, packed; owned */
+    size_t len;
+    uint64_t deadline;         /* uv_now after which the peer is refused */
+} node_deferred;
+
+#define NODE_DEFER_MAX 64      /* deferred messages held at once */
+#define NODE_DEFER_MS 10000    /* how long one is held */
+
 struct node {
     uv_loop_t *loop;
     const node_role *role;
@@ -70,6 +81,9 @@ struct node {
     bool stopping;
     conn **conns;              /* accepted connections still open */
     size_t nconns, capconns;
+    node_deferred deferred[NODE_DEFER_MAX];
+    size_t ndeferred;
+    uv_timer_t defer_timer;    /* expires deferred messages */
     void *data;                /* the role's state */
 };
 
@@ -86,6 +100,13 @@ void node_shutdown(node *n);
 
 /* Sends to the coordinator if connected; returns 0 or a negative code. */
 int node_send_coordinator(node *n, const Appliance__Envelope *env);
+
+/* Holds env from c until node_replay (a stream hello that arrived before
+ * its job start, over another connection). A message still held after
+ * NODE_DEFER_MS fails its connection with "why". Returns 0 or -ENOBUFS. */
+int node_defer(node *n, conn *c, const Appliance__Envelope *env);
+/* Hands every held message to its handler again (after a job started). */
+void node_replay(node *n);
 
 /* The role's name for logs ("wse-node"). */
 const char *node_role_name(Appliance__Role r);

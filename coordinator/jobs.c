@@ -344,6 +344,14 @@ static job_step *job__slot(job *j, uint64_t step)
     return s;
 }
 
+/* Done once every shard wrote its final checkpoint and every step's
+ * reports are in (they travel on other connections and may come later). */
+static void job__maybe_finish(coordinator *co, job *j)
+{
+    if (j->finished >= j->plan->n_shards && j->steps_done >= j->plan->max_steps)
+        job__end(co, j, APPLIANCE__JOB_STATE__JOB_DONE, "done");
+}
+
 static void job__maybe_step_done(coordinator *co, job *j, job_step *s)
 {
     if (s->reports < j->plan->n_replicas || s->commits < j->plan->n_shards)
@@ -360,6 +368,7 @@ static void job__maybe_step_done(coordinator *co, job *j, job_step *s)
                  (unsigned long long)j->plan->max_steps, j->last_loss);
         job__notify(co, j);
     }
+    job__maybe_finish(co, j);
 }
 
 void jobs_handle_step_report(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, uint32_t len)
@@ -415,9 +424,8 @@ void jobs_handle_finished(node *n, conn *c, Appliance__Envelope *env, uint8_t *p
     if (!j)
         return;
     log_info("job %s: shard %u wrote %s", j->id, f->shard, f->checkpoint);
-    if (++j->finished < j->plan->n_shards)
-        return;
-    job__end(co, j, APPLIANCE__JOB_STATE__JOB_DONE, "done");
+    j->finished++;
+    job__maybe_finish(co, j);
 }
 
 void jobs_handle_abort(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, uint32_t len)

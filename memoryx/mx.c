@@ -330,6 +330,7 @@ static void mx__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *p
     j->step = p->first_step;
     log_info("job %s: shard %u holds %zu tensors (%llu bytes with optimizer state)", j->id,
              j->shard, j->nt, (unsigned long long)bytes);
+    node_replay(n);
 }
 
 static void mx__maybe_ready(node *n, mx_job *j)
@@ -348,8 +349,13 @@ static void mx__stream_hello(node *n, conn *c, Appliance__Envelope *env, uint8_t
 {
     mx_job *j = mx_of(n)->job;
     Appliance__StreamHello *h = env->stream_hello;
-    if (!j || strcmp(h->job_id, j->id) != 0 || h->role != APPLIANCE__ROLE__ROLE_SWARMX) {
-        conn_fail(c, -ENOENT, "no job %s here for a %s", h->job_id, node_role_name(h->role));
+    if (h->role != APPLIANCE__ROLE__ROLE_SWARMX) {
+        conn_fail(c, -EPROTO, "a %s may not stream from memoryx", node_role_name(h->role));
+        return;
+    }
+    if (!j || strcmp(h->job_id, j->id) != 0) {
+        if (node_defer(n, c, env) < 0)
+            conn_fail(c, -ENOENT, "no job %s on this memoryx", h->job_id);
         return;
     }
     if (j->down && j->down != c) {

@@ -406,6 +406,7 @@ static void swx__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *
     }
     log_info("job %s: tree node %u, %s, %zu children", j->id, j->index,
              j->root ? "root" : "inner", j->nkids);
+    node_replay(n);
 }
 
 static void swx__stream_hello(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, uint32_t len)
@@ -413,7 +414,8 @@ static void swx__stream_hello(node *n, conn *c, Appliance__Envelope *env, uint8_
     swx_job *j = swx_of(n)->job;
     Appliance__StreamHello *h = env->stream_hello;
     if (!j || strcmp(h->job_id, j->id) != 0) {
-        conn_fail(c, -ENOENT, "no job %s on this swarmx", h->job_id);
+        if (node_defer(n, c, env) < 0)
+            conn_fail(c, -ENOENT, "no job %s on this swarmx", h->job_id);
         return;
     }
     bool replica = h->role == APPLIANCE__ROLE__ROLE_WSE_NODE;

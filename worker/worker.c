@@ -118,6 +118,7 @@ static void wk__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *p
     r.member_id = n->member_id;
     ENVELOPE(re, job_ready, JOB_READY, &r);
     node_send_coordinator(n, &re);
+    node_replay(n);
 }
 
 static void wk__stream_hello(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, uint32_t len)
@@ -125,7 +126,8 @@ static void wk__stream_hello(node *n, conn *c, Appliance__Envelope *env, uint8_t
     wk_job *j = wk_of(n)->job;
     Appliance__StreamHello *h = env->stream_hello;
     if (!j || strcmp(h->job_id, j->id) != 0) {
-        conn_fail(c, -ENOENT, "no job %s on this worker", h->job_id);
+        if (node_defer(n, c, env) < 0)
+            conn_fail(c, -ENOENT, "no job %s on this worker", h->job_id);
         return;
     }
     for (size_t i = 0; i < j->nfeeds; i++)

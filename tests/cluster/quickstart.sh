@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Cluster test: a real local cluster (coordinator, memoryx, swarmx, two
+# workers, two wse-nodes) trains examples/quickstart.toml on 1 and on 2
+# replicas; the final weights must agree within 1e-5 relative. Bad input
+# (a misspelt key, a wrong secret, a garbage frame) is refused with a clear
+# message and leaves the cluster serving.
+set -euo pipefail
+src=${SOURCE_ROOT:?}
+build=${BUILD_ROOT:?}
+py=/usr/bin/python3
+work=$(mktemp -d "${TMPDIR:-/tmp}/appliance-cluster.XXXXXX")
+run="$work/run"
+cleanup() {
+  "$src/deploy/local/appliance-down" --dir "$run" --quiet >/dev/null 2>&1 || true
+  if [ "${KEEP_WORK:-}" = "" ]; then rm -rf "$work"; fi
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; for f in "$run"/logs/*.log; do echo "== $f" >&2; tail -n 15 "$f" >&2; done; exit 1; }
+
+"$src/deploy/local/appliance-up" --replicas 2 --dir "$run" --build "$build" >/dev/null
+set -a; . "$run/env"; set +a
+submit="$build/client/appliance-submit"
+
+# The quickstart job with the replica count and model_dir of each run.
+job() { # job REPLICAS MODEL_DIR
+  sed -e "s/^num_csx = .*/num_csx = $1/" -e "s|^model_dir = .*|model_dir = \"$2\"|" \
+    "$src/examples/quickstart.toml" > "$work/job-$1.toml"
+  echo "$work/job-$1.toml"
+}
+field() { "$py" -c "import json,sys; print(json.loads(sys.stdin.read())['$1'])"; }
+
+out1=$(cd "$work" && timeout 120 "$submit" --json "$(job 1 "$work/m1")") || fail "1-replica job: $out1"
+out2=$(cd "$work" && timeout 120 "$submit" --json "$(job 2 "$work/m2")") || fail "2-replica job: $out2"
+for out in "$out1" "$out2"; do
+  [ "$(echo "$out" | field state)" = done ] || fail "job not done: $out"
+  [ "$(echo "$out" | field steps)" = 60 ] || fail "job did not run 60 steps: $out"
+  "$py" -c "import sys; l=float(sys.argv[1]); sys.exit(0 if 0 < l < 0.3 else 1)" \
+    "$(echo "$out" | field final_loss)" || fail "loss did not fall below 0.3 (ln 4 = 1.386 at start): $out"
+done
+ck1="$work/m1/checkpoint_60-shard1-of-1.safetensors"
+ck2="$work/m2/checkpoint_60-shard1-of-1.safetensors"
+[ -f "$ck1" ] && [ -f "$ck2" ] || fail "checkpoints missing"
+"$build/common/st-compare" "$ck1" "$ck2" --rtol 1e-5 || fail "1 and 2 replicas disagree"
+echo "ok: 1 and 2 replicas give the same weights within 1e-5"
+
+# The same job twice on the same replica count: bitwise identical.
+out3=$(cd "$work" && timeout 120 "$submit" --json "$(job 2 "$work/m3")") || fail "repeat job: $out3"
+"$build/common/st-compare" "$ck2" "$work/m3/checkpoint_60-shard1-of-1.safetensors" --rtol 0 >/dev/null ||
+  fail "the same job twice gave different weights"
+echo "ok: the same job twice gives the same weights"
+
+# A misspelt key: refused with file:line:column, nothing changes.
+sed -e 's/^log_steps = /log_step = /' "$src/examples/quickstart.toml" > "$work/bad.toml"
+set +e
+msg=$(cd "$work" && "$submit" bad.toml 2>&1); rc=$?
+set -e
+[ "$rc" = 3 ] || fail "misspelt key: exit $rc, expected 3 (refused): $msg"
+echo "$msg" | grep -q 'bad.toml:8:1: unknown key "log_step" in \[runconfig\]' || fail "misspelt key message: $msg"
+echo "ok: $msg"
+
+# A wrong secret: refused, named as such.
+echo "not the secret" > "$work/wrong"
+set +e
+msg=$("$submit" --cluster --secret-file "$work/wrong" 2>&1); rc=$?
+set -e
+[ "$rc" = 6 ] || fail "wrong secret: exit $rc, expected 6: $msg"
+echo "$msg" | grep -q "authentication failed" || fail "wrong secret message: $msg"
+grep -q "authentication failed: wrong cluster secret" "$run/logs/coordinator.log" || fail "coordinator did not log the refusal"
+echo "ok: wrong secret refused"
+
+# A garbage frame: that connection is closed, the coordinator carries on.
+port=${APPLIANCE_COORDINATOR##*:}
+"$py" - "$port" <<'PY'
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5)
+s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + bytes(range(256)) * 4)
+try:
+    while s.recv(4096):
+        pass
+except (ConnectionResetError, socket.timeout):
+    pass
+PY
+list=$("$submit" --cluster --json) || fail "coordinator stopped serving after a garbage frame"
+"$py" - "$list" <<'PY' || fail "cluster state changed: $list"
+import json, sys
+members = json.loads(sys.argv[1])["members"]
+alive = [m for m in members if m["state"] == "alive" and not m["job"]]
+sys.exit(0 if len(alive) == 6 else 1)
+PY
+grep -q "bad magic" "$run/logs/coordinator.log" || fail "coordinator did not log the garbage frame"
+echo "ok: garbage frame refused, all 6 members alive and idle"
+echo "1 passed, 0 failed"

@@ -229,7 +229,10 @@ static void on_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, uint32
         bool final = st->state != APPLIANCE__JOB_STATE__JOB_RUNNING &&
                      st->state != APPLIANCE__JOB_STATE__JOB_QUEUED;
         if (!final) {
-            if (!cl->json) {
+            if (!cl->json && st->step == 0) {
+                printf("%s %s\n", st->job_id, st->phase);
+                fflush(stdout);
+            } else if (!cl->json) {
                 printf("%s step %llu/%llu loss %.6f  %.1f samples/s  %.1f s  [%s]\n", st->job_id,
                        (unsigned long long)st->step, (unsigned long long)st->max_steps, st->loss,
                        st->samples_per_sec, st->elapsed_sec, st->phase);

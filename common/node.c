@@ -276,6 +276,13 @@ static void node__on_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, 
         (void)first;
         return;
     }
+    /* Messages behind a held one wait with it, in order. */
+    for (size_t i = 0; i < n->ndeferred; i++)
+        if (n->deferred[i].c == c) {
+            if (len > 0 || node_defer(n, c, env) < 0)
+                conn_fail(c, -ENOBUFS, "too many messages before the job they belong to");
+            return;
+        }
     unsigned mc = (unsigned)env->msg_case;
     node_handler h = mc < NODE_MSG_MAX ? n->role->handlers[mc] : NULL;
     if (!h) {
@@ -371,9 +378,14 @@ void node_replay(node *n)
                 appliance__envelope__free_unpacked(env, NULL);
             continue;
         }
+        bool again = false; /* an earlier message of this connection is held again */
+        for (size_t k = 0; k < n->ndeferred; k++)
+            again |= n->deferred[k].c == held[i].c;
         unsigned mc = (unsigned)env->msg_case;
         node_handler h = mc < NODE_MSG_MAX ? n->role->handlers[mc] : NULL;
-        if (h)
+        if (again)
+            node_defer(n, held[i].c, env);
+        else if (h)
             h(n, held[i].c, env, NULL, 0);
         appliance__envelope__free_unpacked(env, NULL);
     }

@@ -919,7 +919,8 @@ static int st__cmp_key(const void *a, const void *b, void *ctx)
 /* Offsets contiguous from 0 to the end of the data; names and keys unique. */
 static bool st__check_layout(st_parser *p, st_file *f)
 {
-    qsort(f->t, f->n, sizeof(*f->t), st__cmp_offset);
+    if (f->n > 1)
+        qsort(f->t, f->n, sizeof(*f->t), st__cmp_offset);
     uint64_t expect = 0;
     for (size_t i = 0; i < f->n; i++) {
         const st_entry *e = &f->t[i];
@@ -952,7 +953,8 @@ static bool st__check_layout(st_parser *p, st_file *f)
     }
     for (size_t i = 0; i < f->n; i++)
         f->by_name[i] = i;
-    qsort_r(f->by_name, f->n, sizeof(size_t), st__cmp_name, f->t);
+    if (f->n > 1)
+        qsort_r(f->by_name, f->n, sizeof(size_t), st__cmp_name, f->t);
     for (size_t i = 1; i < f->n; i++) {
         if (strcmp(f->t[f->by_name[i]].name, f->t[f->by_name[i - 1]].name) == 0) {
             st__fail(p, "duplicate tensor name \"%s\"", f->t[f->by_name[i]].name);
@@ -961,7 +963,8 @@ static bool st__check_layout(st_parser *p, st_file *f)
     }
     for (size_t i = 0; i < f->nmeta; i++)
         f->meta_by_key[i] = i;
-    qsort_r(f->meta_by_key, f->nmeta, sizeof(size_t), st__cmp_key, f->meta);
+    if (f->nmeta > 1)
+        qsort_r(f->meta_by_key, f->nmeta, sizeof(size_t), st__cmp_key, f->meta);
     for (size_t i = 1; i < f->nmeta; i++) {
         if (strcmp(f->meta[2 * f->meta_by_key[i]], f->meta[2 * f->meta_by_key[i - 1]]) == 0) {
             st__fail(p, "duplicate metadata key \"%s\"", f->meta[2 * f->meta_by_key[i]]);

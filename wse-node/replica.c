@@ -54,11 +54,21 @@ static void wn__free_buffers(wn_job *j)
     free(j);
 }
 
-static void wn__link_stopped(conn_link *l)
+static void wn__job_link_stopped(wn_job *j)
 {
-    wn_job *j = l->data;
     if (--j->links_open == 0 && !j->busy)
         wn__free_buffers(j);
+}
+
+static void wn__up_stopped(conn_link *l)
+{
+    wn__job_link_stopped(l->data);
+}
+
+static void wn__feed_stopped(conn_link *l)
+{
+    wn_feed *f = l->data;
+    wn__job_link_stopped(f->job);
 }
 
 /* Drops the job: links close, buffers go once no task uses them. */
@@ -71,9 +81,9 @@ static void wn__release(node *n, wn_job *j)
     if (w->job == j)
         w->job = NULL;
     j->links_open = 1 + (int)j->nfeeds;
-    conn_link_stop(&j->up, wn__link_stopped);
+    conn_link_stop(&j->up, wn__up_stopped);
     for (size_t i = 0; i < j->nfeeds; i++)
-        conn_link_stop(&j->feeds[i].link, wn__link_stopped);
+        conn_link_stop(&j->feeds[i].link, wn__feed_stopped);
 }
 
 static void wn__abort(node *n, wn_job *j, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -457,6 +467,10 @@ static void wn__feed_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, 
     wn_job *j = f->job;
     if (j->released)
         return;
+    if (env->msg_case == APPLIANCE__ENVELOPE__MSG_ERROR) {
+        wn__abort(j->n, j, "worker %s refused: %s", c->peer_addr, env->error->message);
+        return;
+    }
     if (env->msg_case != APPLIANCE__ENVELOPE__MSG_BATCH || !payload) {
         conn_fail(c, -EPROTO, "unexpected %s from a worker", frame_msg_name(env->msg_case));
         return;

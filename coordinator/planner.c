@@ -65,20 +65,18 @@ static void planner__fans(const model *m, const model_tensor *t, uint64_t *fan_i
 
 uint64_t planner_ws_bytes(const model *m, uint64_t batch)
 {
-    uint64_t biggest = 0, second = 0;
+    uint64_t scratch = 0; /* the largest input gradient of a layer */
     for (int l = 0; l < m->nlayers; l++) {
-        uint64_t b = (m->layers[l].params + m->layers[l].buffers) * sizeof(float);
-        if (b > biggest) {
-            second = biggest;
-            biggest = b;
-        } else if (b > second) {
-            second = b;
-        }
+        uint64_t in = model_shape_elems(&m->layers[l].in) * sizeof(float);
+        if (in > scratch)
+            scratch = in;
     }
     uint64_t input = model_shape_elems(&m->input) * sizeof(float);
-    /* activations and their gradients, the input batch, and two layers of
-     * weights with their gradients */
-    return batch * (2 * m->act_bytes + input) + 2 * (biggest + second);
+    uint64_t weights = (m->total_params + m->total_buffers) * sizeof(float);
+    /* What a wse-node allocates: activations and their gradients, the
+     * batches in flight, the scratch gradient, and every weight of the
+     * step with its gradient (kept for the backward pass). */
+    return batch * (2 * m->act_bytes + 2 * input + scratch) + 2 * weights;
 }
 
 int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
@@ -298,8 +296,12 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
             uint32_t id = (uint32_t)(ml->first_tensor + k);
             if (!m->tensors[id].trainable)
                 continue;
-            if (planner__bwd_needs_weights(ml))
-                p->bwd_stream[p->n_bwd_stream++] = id;
+            /* The wse-node keeps every weight of the step until its
+             * backward pass (its memory plan has room for them), so
+             * nothing streams twice: bwd_stream stays empty. A wse-node
+             * with room for only two layers needs the layers with
+             * planner__bwd_needs_weights streamed again. */
+            (void)planner__bwd_needs_weights;
             p->grad_order[p->n_grad_order++] = id;
         }
     }

@@ -28,7 +28,5 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
                   const planner_members *pm, uint64_t chunk_elems, uint8_t **out, size_t *outlen,
                   char *err, size_t errlen);
 
-/* Bytes one replica needs in Weight Streaming mode for a batch share of
- * `batch` samples: activations and their gradients, two layers' weights and
- * gradients in flight. */
+/* Bytes one replica needs for a batch share of `batch` samples. */
 uint64_t planner_ws_bytes(const model *m, uint64_t batch);

@@ -36,8 +36,7 @@ static void wn__free_buffers(wn_job *j)
     free(j->t);
     if (j->act)
         for (int l = 0; l < j->m->nlayers; l++) {
-            if (j->m->layers[l].type != LAYER_FLATTEN)
-                free(j->act[l]);
+            free(j->act[l]); /* NULL for flatten */
             free(j->dact[l]);
         }
     free(j->act);
@@ -122,9 +121,18 @@ static void wn__maybe_ready(wn_job *j)
 
 /* ---- compute ---- */
 
+/* The output of layer `layer` (-1: the batch input x); a flatten layer's
+ * output is its input's memory. */
+static const float *wn__output(wn_job *j, int layer, const float *x)
+{
+    while (layer >= 0 && j->m->layers[layer].type == LAYER_FLATTEN)
+        layer = j->m->layers[layer].inputs[0];
+    return layer < 0 ? x : j->act[layer];
+}
+
 static const float *wn__input_of(wn_job *j, const model_layer *l, const float *x)
 {
-    return l->inputs[0] < 0 ? x : j->act[l->inputs[0]];
+    return wn__output(j, l->inputs[0], x);
 }
 
 static wn_batch *wn__batch_for(wn_job *j, uint64_t step)
@@ -167,7 +175,7 @@ static void wn__work(uv_work_t *w)
     } else if (j->stage == WN_LOSS) {
         int last = m->nlayers - 1;
         const model_layer *l = &m->layers[last];
-        const float *logits = l->type == LAYER_FLATTEN ? wn__input_of(j, l, x) : j->act[last];
+        const float *logits = wn__output(j, last, x);
         j->loss_sum = op_softmax_xent(j->dact[last], logits, y, n, (int)l->out.d[0],
                                       1.0f / (float)j->plan->global_batch);
         if (!isfinite(j->loss_sum)) {
@@ -369,6 +377,11 @@ static void *wn__up_dest(conn *c, const Appliance__Envelope *env, uint32_t len, 
     wn_tensor *t = &j->t[w->tensor_id];
     if (w->total != t->n || w->offset > t->n || w->count > t->n - w->offset ||
         (uint64_t)len != w->count * sizeof(float) || w->step < j->step) {
+        log_warn("job %s: weight chunk refused: tensor %u step %llu offset %llu count %llu "
+                 "total %llu (%u bytes); replica at step %llu, tensor has %llu elements",
+                 j->id, w->tensor_id, (unsigned long long)w->step, (unsigned long long)w->offset,
+                 (unsigned long long)w->count, (unsigned long long)w->total, len,
+                 (unsigned long long)j->step, (unsigned long long)t->n);
         *err = -EINVAL;
         return NULL;
     }
@@ -596,9 +609,7 @@ static void wn__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *p
     for (int l = 0; !oom && l < m->nlayers; l++) {
         const model_layer *ml = &m->layers[l];
         size_t count = (size_t)j->batch * model_shape_elems(&ml->out);
-        if (ml->type == LAYER_FLATTEN)
-            j->act[l] = ml->inputs[0] < 0 ? NULL : j->act[ml->inputs[0]];
-        else
+        if (ml->type != LAYER_FLATTEN) /* flatten reads its input's memory */
             oom |= !(j->act[l] = malloc(count * sizeof(float)));
         oom |= !(j->dact[l] = calloc(count, sizeof(float)));
         uint64_t in_count = (uint64_t)j->batch * model_shape_elems(&ml->in);

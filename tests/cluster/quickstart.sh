@@ -43,6 +43,17 @@ ck2="$work/m2/checkpoint_60-shard1-of-1.safetensors"
 "$build/common/st-compare" "$ck1" "$ck2" --rtol 1e-5 || fail "1 and 2 replicas disagree"
 echo "ok: 1 and 2 replicas give the same weights within 1e-5"
 
+# A deeper model with momentum: 1 and 2 replicas agree too.
+for r in 1 2; do
+  sed -e "s/^num_csx = .*/num_csx = $r/" -e "s|^model_dir = .*|model_dir = \"$work/mlp$r\"|" \
+    "$src/tests/cluster/jobs/mlp.toml" > "$work/mlp-$r.toml"
+  out=$(cd "$work" && timeout 120 "$submit" --json "$work/mlp-$r.toml") || fail "mlp on $r replica(s): $out"
+  [ "$(echo "$out" | field state)" = done ] || fail "mlp not done: $out"
+done
+"$build/common/st-compare" "$work/mlp1/checkpoint_80-shard1-of-1.safetensors" \
+  "$work/mlp2/checkpoint_80-shard1-of-1.safetensors" --rtol 1e-5 || fail "mlp: 1 and 2 replicas disagree"
+echo "ok: mlp with momentum, 1 and 2 replicas agree within 1e-5"
+
 # The same job twice on the same replica count: bitwise identical.
 out3=$(cd "$work" && timeout 120 "$submit" --json "$(job 2 "$work/m3")") || fail "repeat job: $out3"
 "$build/common/st-compare" "$ck2" "$work/m3/checkpoint_60-shard1-of-1.safetensors" --rtol 0 >/dev/null ||

@@ -189,6 +189,36 @@ static int jobspec__section(const toml_value *t, const char *section, const key_
     return 0;
 }
 
+/* Keys the appliance reads but cannot act on yet are refused, never
+ * ignored: a user who asks for them must learn that they do nothing. */
+static int jobspec__refuse_unbuilt(const toml_value *root, const jobspec *j, char *err,
+                                   size_t errlen)
+{
+    const struct {
+        const char *section, *key;
+        bool set;
+        const char *what;
+    } unbuilt[] = {
+        {"runconfig", "eval_frequency", j->eval_frequency > 0, "evaluation during training"},
+        {"runconfig", "swarmx_fanout", true, "multi-level SwarmX trees"},
+        {"optimizer", "max_gradient_norm", j->max_gradient_norm > 0, "gradient-norm clipping"},
+    };
+    const char *src = toml_source_name(root);
+    for (size_t i = 0; i < ARRAY_SIZE(unbuilt); i++) {
+        const toml_value *t = toml_table_get(root, unbuilt[i].section);
+        long k = t ? toml_table_find(t, unbuilt[i].key) : -1;
+        if (k >= 0 && unbuilt[i].set)
+            return toml_errorf(err, errlen, src, toml_table_key_pos(t, (size_t)k),
+                               "%s.%s: %s is not available in this version yet", unbuilt[i].section,
+                               unbuilt[i].key, unbuilt[i].what);
+    }
+    long k = toml_table_find(root, "eval_input");
+    if (k >= 0)
+        return toml_errorf(err, errlen, src, toml_table_key_pos(root, (size_t)k),
+                           "[eval_input]: evaluation is not available in this version yet");
+    return 0;
+}
+
 jobspec *jobspec_parse(const char *text, size_t len, const char *name, const char *base_dir,
                        char *err, size_t errlen)
 {
@@ -260,9 +290,23 @@ jobspec *jobspec_parse(const char *text, size_t len, const char *name, const cha
                     (long long)j->train.batch_size, (long long)j->num_csx);
         goto fail;
     }
+    if (jobspec__refuse_unbuilt(root, j, err, errlen) < 0)
+        goto fail;
     j->model = model_compile(model_table, err, errlen);
     if (!j->model)
         goto fail;
+    if (j->model->loss == LOSS_SOFTMAX_CROSS_ENTROPY) {
+        const model_layer *last = &j->model->layers[j->model->nlayers - 1];
+        if (last->out.ndim != 1 || last->out.d[0] != j->train.num_classes) {
+            char shape[64];
+            model_shape_str(&last->out, shape, sizeof(shape));
+            toml_errorf(err, errlen, name, last->pos,
+                        "layer \"%s\": softmax_cross_entropy needs %lld logits "
+                        "(train_input.num_classes), the layer gives %s",
+                        last->name, (long long)j->train.num_classes, shape);
+            goto fail;
+        }
+    }
     toml_free(root);
     return j;
 fail:

@@ -236,6 +236,15 @@ static void mx__step_done(node *n, mx_job *j)
         j->running = false;
         return;
     }
+    if (p->checkpoint_steps && done % p->checkpoint_steps == 0) {
+        char path[PATH_MAX];
+        int rc = mx__checkpoint(n, j, done, path, sizeof(path));
+        if (rc < 0) {
+            mx__abort(n, j, "checkpoint of step %llu failed: %s", (unsigned long long)done,
+                      strerror(-rc));
+            return;
+        }
+    }
     j->step++;
     mx__start_step(n, j);
 }
@@ -374,6 +383,14 @@ static void mx__job_go(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, 
     if (!j || strcmp(env->job_go->job_id, j->id) != 0 || j->running)
         return;
     j->running = true;
+    if (j->plan->save_initial_checkpoint) {
+        char path[PATH_MAX];
+        int rc = mx__checkpoint(n, j, j->step, path, sizeof(path));
+        if (rc < 0) {
+            mx__abort(n, j, "initial checkpoint failed: %s", strerror(-rc));
+            return;
+        }
+    }
     log_info("job %s: streaming from step %llu", j->id, (unsigned long long)j->step);
     mx__start_step(n, j);
 }

@@ -42,6 +42,16 @@ ck2="$work/m2/checkpoint_60-shard1-of-1.safetensors"
 [ -f "$ck1" ] && [ -f "$ck2" ] || fail "checkpoints missing"
 "$build/common/st-compare" "$ck1" "$ck2" --rtol 1e-5 || fail "1 and 2 replicas disagree"
 echo "ok: 1 and 2 replicas give the same weights within 1e-5"
+for s in 0 20 40 60; do
+  [ -f "$work/m2/checkpoint_$s-shard1-of-1.safetensors" ] || fail "checkpoint of step $s missing"
+done
+"$build/common/st-compare" "$work/m1/checkpoint_0-shard1-of-1.safetensors" \
+  "$work/m2/checkpoint_0-shard1-of-1.safetensors" --rtol 0 >/dev/null || fail "initial weights differ"
+if "$build/common/st-compare" "$work/m2/checkpoint_0-shard1-of-1.safetensors" "$ck2" >/dev/null; then
+  fail "the weights did not change during training"
+fi
+ls "$work/m2" | grep -v '^checkpoint_[0-9]*-shard1-of-1.safetensors$' && fail "stray files in model_dir"
+echo "ok: checkpoints at steps 0, 20, 40 and 60; initial weights identical from the seed"
 
 # A deeper model with momentum: 1 and 2 replicas agree too.
 for r in 1 2; do

@@ -283,6 +283,38 @@ START_TEST(bounded_write_queue)
 }
 END_TEST
 
+static int stopped_links;
+static void link_stopped(conn_link *l) { stopped_links++; }
+
+START_TEST(link_reconnects_with_backoff)
+{
+    /* A port with nobody listening yet: the link keeps trying. */
+    char host[64];
+    int port;
+    ck_assert_int_eq(conn_addr_parse(server_addr, host, sizeof(host), &port), 0);
+    uv_close((uv_handle_t *)&server, NULL);
+    uv_run(&loop, UV_RUN_NOWAIT);
+    side cli = {0};
+    conn_link l;
+    char target[80];
+    snprintf(target, sizeof(target), "127.0.0.1:%d", port);
+    ck_assert_int_eq(conn_link_start(&l, &loop, target, &client_cfg, &ops, &cli), 0);
+    RUN_UNTIL(l.attempt >= 3); /* 100 + 200 ms of backoff, give or take jitter */
+    ck_assert_int_eq(cli.ready, 0);
+    ck_assert_ptr_null(conn_link_conn(&l));
+    /* The server comes up: the next try succeeds. */
+    char err[256];
+    ck_assert_int_eq(conn_listen(&loop, &server, target, on_connection, err, sizeof(err)), 0);
+    RUN_UNTIL(cli.ready == 1 && srv_side[0].ready == 1);
+    ck_assert_ptr_nonnull(conn_link_conn(&l));
+    /* The server drops us: the link dials again by itself. */
+    conn_close(conn_link_conn(&l), 0, "test");
+    RUN_UNTIL(cli.ready == 2 && srv_side[1].ready == 1);
+    conn_link_stop(&l, link_stopped);
+    RUN_UNTIL(srv_side[1].closed == 1 && stopped_links == 1); /* l lives on this stack */
+}
+END_TEST
+
 START_TEST(addresses)
 {
     char host[64];
@@ -326,6 +358,7 @@ static Suite *suite(void)
     tcase_add_test(t, unauthenticated_message_refused);
     tcase_add_test(t, garbage_closes_only_that_connection);
     tcase_add_test(t, bounded_write_queue);
+    tcase_add_test(t, link_reconnects_with_backoff);
     suite_add_tcase(s, t);
     TCase *p = tcase_create("parsing");
     tcase_add_test(p, addresses);

@@ -13,7 +13,7 @@
 #include "op_conv2d.h"
 
 #define WARMUP 2
-#define REPS 9
+#define REPS 15
 
 int main(int argc, char **argv)
 {

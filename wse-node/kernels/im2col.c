@@ -8,7 +8,7 @@
  * runs near its peak, small enough to stay in cache between the lowering
  * and the GEMM (measured with bench_conv). */
 #ifndef KERN_COL_BUDGET
-#define KERN_COL_BUDGET ((size_t)2 << 20)
+#define KERN_COL_BUDGET ((size_t)1 << 20)
 #endif
 
 int kern__cols_direct(const kern__cols *g)

@@ -73,6 +73,7 @@ int main(int argc, char **argv)
     printf("BENCH conv_bwd_gflops %.1f GFLOP/s\n",
            flops * 2.0 / 3.0 / bench_best(tb, REPS) * 1e-9);
     printf("BENCH conv_sgemm_%d_gflops %.1f GFLOP/s\n", m, base_rate * 1e-9);
+    printf("BENCH conv_batch %d images\n", p.n);
     printf("BENCH conv_workspace %.2f MiB\n", wsb / 1048576.0);
     free(x); free(w); free(b); free(y); free(dy); free(dx); free(dw); free(db);
     free(ws); free(a); free(bb); free(c);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels.h"
 #include "kt.h"
 #include "op_conv2d.h"
 #include "op_conv_transpose2d.h"
@@ -92,16 +93,16 @@ START_TEST(test_conv_matches_ref)
         kt_fill(&r, dx, nx, 7, 8); /* stale values must be overwritten */
         kt_fill(&r, dw, nw, 7, 8);
 
-        op_conv2d_forward(y, x, w, t % 2 ? NULL : b, &p, ws);
+        op_conv2d_forward(y, x, w, t % 2 ? NULL : b, &p, ws, wsb);
         op_conv2d_forward_ref(yr, x, w, t % 2 ? NULL : b, &p);
         ck_assert_msg(kt_relerr_ff(y, yr, ny) < 1e-5, "case %d fwd %g", t,
                       kt_relerr_ff(y, yr, ny));
-        op_conv2d_backward(dx, dw, db, dy, x, w, &p, ws);
+        op_conv2d_backward(dx, dw, db, dy, x, w, &p, ws, wsb);
         op_conv2d_backward_ref(dxr, dwr, dbr, dy, x, w, &p);
         ck_assert_msg(kt_relerr_ff(dx, dxr, nx) < 1e-5, "case %d dx", t);
         ck_assert_msg(kt_relerr_ff(dw, dwr, nw) < 1e-5, "case %d dw", t);
         ck_assert_msg(kt_relerr_ff(db, dbr, p.k) < 1e-5, "case %d db", t);
-        op_conv2d_backward(NULL, dw, NULL, dy, x, w, &p, ws);
+        op_conv2d_backward(NULL, dw, NULL, dy, x, w, &p, ws, wsb);
         ck_assert_msg(kt_relerr_ff(dw, dwr, nw) < 1e-5, "case %d dw only", t);
         ws_check(ws, wsb);
         free(x); free(w); free(b); free(y); free(yr); free(dy); free(dx);
@@ -158,12 +159,13 @@ START_TEST(test_conv_gradients_fd)
         float *x = kt_falloc(nx), *w = kt_falloc(nw), *b = kt_falloc(p.k);
         float *R = kt_falloc(ny), *dx = kt_falloc(nx), *dw = kt_falloc(nw);
         float *db = kt_falloc(p.k);
-        float *ws = ws_new(op_conv2d_workspace(&p));
+        size_t wsb = op_conv2d_workspace(&p);
+        float *ws = ws_new(wsb);
         kt_fill(&r, x, nx, -1, 1);
         kt_fill(&r, w, nw, -1, 1);
         kt_fill(&r, b, p.k, -1, 1);
         kt_fill(&r, R, ny, -1, 1);
-        op_conv2d_backward(dx, dw, db, R, x, w, &p, ws);
+        op_conv2d_backward(dx, dw, db, R, x, w, &p, ws, wsb);
 
         struct conv_fd c = {p, oh, ow, kt_dalloc(nx), kt_dalloc(nw),
                             kt_dalloc(p.k), kt_dalloc(ny), R, 0};
@@ -224,9 +226,9 @@ START_TEST(test_conv_transpose_out_size)
     /* 1x1 input, 1x1 channel: out = bias + x * w at the kernel positions */
     q = (op_conv_transpose2d_params){1, 1, 1, 1, 1, 2, 2, 1, 1, 0, 0, 1, 1, 0, 0};
     const float x = 2, w[4] = {1, 2, 3, 4}, b = 0.5f;
-    float y[4], ws[16];
+    float y[4], ws[64];
     ck_assert_uint_le(op_conv_transpose2d_workspace(&q), sizeof(ws));
-    op_conv_transpose2d_forward(y, &x, w, &b, &q, ws);
+    op_conv_transpose2d_forward(y, &x, w, &b, &q, ws, sizeof(ws));
     for (int i = 0; i < 4; i++)
         ck_assert_float_eq_tol(y[i], 2 * w[i] + 0.5f, 1e-6f);
 }
@@ -266,10 +268,10 @@ START_TEST(test_conv_transpose_matches_ref_and_adjoint)
         kt_fill(&r, dx, nx, 7, 8);
         kt_fill(&r, dw, nw, 7, 8);
 
-        op_conv_transpose2d_forward(y, x, w, t % 2 ? NULL : b, &q, ws);
+        op_conv_transpose2d_forward(y, x, w, t % 2 ? NULL : b, &q, ws, wsb);
         op_conv_transpose2d_forward_ref(yr, x, w, t % 2 ? NULL : b, &q);
         ck_assert_msg(kt_relerr_ff(y, yr, ny) < 1e-5, "case %d fwd", t);
-        op_conv_transpose2d_backward(dx, dw, db, dy, x, w, &q, ws);
+        op_conv_transpose2d_backward(dx, dw, db, dy, x, w, &q, ws, wsb);
         op_conv_transpose2d_backward_ref(dxr, dwr, dbr, dy, x, w, &q);
         ck_assert_msg(kt_relerr_ff(dx, dxr, nx) < 1e-5, "case %d dx", t);
         ck_assert_msg(kt_relerr_ff(dw, dwr, nw) < 1e-5, "case %d dw", t);
@@ -280,10 +282,11 @@ START_TEST(test_conv_transpose_matches_ref_and_adjoint)
          * conv weight (p.k, p.c, r, s) = convT weight (q.c, q.k, r, s) */
         if (p.n * p.c * p.h * p.w < 100000) {
             float *v = kt_falloc(ny), *cv = kt_falloc(nx);
-            float *cws = ws_new(op_conv2d_workspace(&p));
+            size_t cwsb = op_conv2d_workspace(&p);
+            float *cws = ws_new(cwsb);
             kt_fill(&r, v, ny, -1, 1);
-            op_conv_transpose2d_forward(y, x, w, NULL, &q, ws);
-            op_conv2d_forward(cv, v, w, NULL, &p, cws);
+            op_conv_transpose2d_forward(y, x, w, NULL, &q, ws, wsb);
+            op_conv2d_forward(cv, v, w, NULL, &p, cws, cwsb);
             double lhs = 0, rhs = 0, mag = 0;
             for (size_t i = 0; i < ny; i++) {
                 lhs += (double)y[i] * v[i];
@@ -356,12 +359,13 @@ START_TEST(test_conv_transpose_gradients_fd)
         float *x = kt_falloc(nx), *w = kt_falloc(nw), *b = kt_falloc(q.k);
         float *R = kt_falloc(ny), *dx = kt_falloc(nx), *dw = kt_falloc(nw);
         float *db = kt_falloc(q.k);
-        float *ws = ws_new(op_conv_transpose2d_workspace(&q));
+        size_t wsb = op_conv_transpose2d_workspace(&q);
+        float *ws = ws_new(wsb);
         kt_fill(&r, x, nx, -1, 1);
         kt_fill(&r, w, nw, -1, 1);
         kt_fill(&r, b, q.k, -1, 1);
         kt_fill(&r, R, ny, -1, 1);
-        op_conv_transpose2d_backward(dx, dw, db, R, x, w, &q, ws);
+        op_conv_transpose2d_backward(dx, dw, db, R, x, w, &q, ws, wsb);
 
         struct convt_fd c = {q, oh, ow, kt_dalloc(nx), kt_dalloc(nw),
                              kt_dalloc(q.k), kt_dalloc(ny), R};
@@ -383,6 +387,88 @@ START_TEST(test_conv_transpose_gradients_fd)
 }
 END_TEST
 
+/* The same comparisons on two threads: bands and images split over the
+ * pool, weight gradients summed from per-thread partials. Also a workspace
+ * sized for one thread, which must still work (on one thread). */
+START_TEST(test_threads)
+{
+    static const op_conv2d_params cases[] = {
+        /* n c  h   w  k  r  s  sh sw ph pw dh dw */
+        {3, 8, 30, 40, 5, 3, 3, 1, 1, 1, 1, 1, 1},   /* bands, as conv */
+        {3, 8, 31, 33, 5, 3, 3, 2, 2, 1, 1, 1, 1},   /* col2im by image */
+        {1, 8, 31, 33, 5, 3, 3, 2, 2, 1, 1, 1, 1},   /* one image */
+        {2, 8, 17, 19, 6, 1, 1, 1, 1, 0, 0, 1, 1},   /* 1x1 direct */
+        {2, 64, 20, 200, 3, 3, 3, 1, 1, 1, 1, 1, 1}, /* several bands */
+        {2, 6, 12, 10, 4, 2, 2, 2, 2, 0, 0, 1, 1},   /* 2x2 stride 2 */
+        {2, 6, 12, 10, 4, 4, 4, 2, 2, 1, 1, 1, 1},   /* 4x4 stride 2 */
+    };
+    kt_rng r;
+    kt_rng_init(&r, 25);
+    for (int one_thread_ws = 0; one_thread_ws < 2; one_thread_ws++) {
+        for (size_t t = 0; t < sizeof(cases) / sizeof(cases[0]); t++) {
+            op_conv2d_params p = cases[t];
+            op_conv_transpose2d_params q = transpose_of(&p);
+            ck_assert(valid_transpose(&q));
+            int oh = op_conv2d_out_h(&p), ow = op_conv2d_out_w(&p);
+            size_t nx = (size_t)p.n * p.c * p.h * p.w;
+            size_t nw = (size_t)p.k * p.c * p.r * p.s;
+            size_t ny = (size_t)p.n * p.k * oh * ow;
+            kernels_set_threads(1);
+            size_t wsb1 = op_conv2d_workspace(&p);
+            size_t twsb1 = op_conv_transpose2d_workspace(&q);
+            kernels_set_threads(2);
+            size_t wsb = one_thread_ws ? wsb1 : op_conv2d_workspace(&p);
+            size_t twsb = one_thread_ws ? twsb1 : op_conv_transpose2d_workspace(&q);
+            if (!one_thread_ws) {
+                ck_assert_uint_gt(wsb, wsb1);
+                ck_assert_uint_gt(twsb, twsb1);
+            }
+            float *x = kt_falloc(nx), *w = kt_falloc(nw), *b = kt_falloc(p.k);
+            float *bc = kt_falloc(p.c), *y = kt_falloc(ny), *yr = kt_falloc(ny);
+            /* dxr doubles as the reference forward output */
+            float *dx = kt_falloc(nx), *dxr = kt_falloc(nx > ny ? nx : ny);
+            float *dw = kt_falloc(nw), *dwr = kt_falloc(nw);
+            float *db = kt_falloc(p.k), *dbr = kt_falloc(p.k);
+            float *ws = ws_new(wsb), *tws = ws_new(twsb);
+            kt_fill(&r, x, nx, -1, 1);
+            kt_fill(&r, w, nw, -1, 1);
+            kt_fill(&r, b, p.k, -1, 1);
+            kt_fill(&r, bc, p.c, -1, 1);
+            kt_fill(&r, yr, ny, -1, 1);
+
+            op_conv2d_forward(y, x, w, b, &p, ws, wsb);
+            op_conv2d_forward_ref(dxr, x, w, b, &p);
+            ck_assert_msg(kt_relerr_ff(y, dxr, ny) < 1e-5, "case %zu fwd", t);
+            /* yr is dout here */
+            op_conv2d_backward(dx, dw, db, yr, x, w, &p, ws, wsb);
+            op_conv2d_backward_ref(dxr, dwr, dbr, yr, x, w, &p);
+            ck_assert_msg(kt_relerr_ff(dx, dxr, nx) < 1e-5, "case %zu dx", t);
+            ck_assert_msg(kt_relerr_ff(dw, dwr, nw) < 1e-5, "case %zu dw", t);
+            ck_assert_msg(kt_relerr_ff(db, dbr, p.k) < 1e-5, "case %zu db", t);
+            ws_check(ws, wsb);
+
+            /* transposed: input (n, k, oh, ow) -> output (n, c, h, w) */
+            op_conv_transpose2d_forward(dx, yr, w, bc, &q, tws, twsb);
+            op_conv_transpose2d_forward_ref(dxr, yr, w, bc, &q);
+            ck_assert_msg(kt_relerr_ff(dx, dxr, nx) < 1e-5, "case %zu tfwd", t);
+            float *tdin = kt_falloc(ny), *tdinr = kt_falloc(ny);
+            float *tdb = kt_falloc(p.c), *tdbr = kt_falloc(p.c);
+            op_conv_transpose2d_backward(tdin, dw, tdb, x, yr, w, &q, tws, twsb);
+            op_conv_transpose2d_backward_ref(tdinr, dwr, tdbr, x, yr, w, &q);
+            ck_assert_msg(kt_relerr_ff(tdin, tdinr, ny) < 1e-5, "case %zu tdx", t);
+            ck_assert_msg(kt_relerr_ff(dw, dwr, nw) < 1e-5, "case %zu tdw", t);
+            ck_assert_msg(kt_relerr_ff(tdb, tdbr, p.c) < 1e-5, "case %zu tdb", t);
+            ws_check(tws, twsb);
+            free(tdin); free(tdinr); free(tdb); free(tdbr);
+            free(x); free(w); free(b); free(bc); free(y); free(yr); free(dx);
+            free(dxr); free(dw); free(dwr); free(db); free(dbr); free(ws);
+            free(tws);
+        }
+    }
+    kernels_set_threads(1);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("conv");
@@ -393,6 +479,7 @@ int main(void)
     tcase_add_test(tc, test_conv_transpose_out_size);
     tcase_add_test(tc, test_conv_transpose_matches_ref_and_adjoint);
     tcase_add_test(tc, test_conv_transpose_gradients_fd);
+    tcase_add_test(tc, test_threads);
     suite_add_tcase(s, tc);
     return kt_run(s);
 }

@@ -104,6 +104,150 @@ START_TEST(test_xent_gradients_fd)
 }
 END_TEST
 
+START_TEST(test_pixels_hand_values)
+{
+    /* n = 1, 2 classes, 1x2 pixels, NCHW: logits class 0 = [0 2], class 1
+     * = [0 0]; labels [0 1].
+     * pixel 0: logits (0, 0), label 0: log 2 = 0.6931472, grad
+     *   (p - onehot)/2 pixels = ([.5 .5] - [1 0])/2 = [-0.25 0.25];
+     * pixel 1: logits (2, 0), label 1: log(1 + e^2) = 2.1269280,
+     *   p = [0.8807971 0.1192029], grad [0.4403985 -0.4403985].
+     * Per-sample mean over pixels: 1.4100376. */
+    const float x[4] = {0, 2, 0, 0};
+    const int32_t y[2] = {0, 1};
+    float d[4];
+    double loss = op_softmax_xent_pixels(d, x, y, 1, 2, 1, 2, 1.0f);
+    ck_assert_double_eq_tol(loss, 1.4100376, 1e-6);
+    /* d is NCHW: class 0 at pixels 0, 1 then class 1 */
+    ck_assert_float_eq_tol(d[0], -0.25f, 1e-6f);
+    ck_assert_float_eq_tol(d[2], 0.25f, 1e-6f);
+    ck_assert_float_eq_tol(d[1], 0.4403985f, 1e-6f);
+    ck_assert_float_eq_tol(d[3], -0.4403985f, 1e-6f);
+    int32_t bad[2] = {0, 2};
+    ck_assert(isnan(op_softmax_xent_pixels(d, x, bad, 1, 2, 1, 2, 1.0f)));
+}
+END_TEST
+
+START_TEST(test_bce_hand_values)
+{
+    /* per element max(x,0) - x t + log(1 + e^-|x|):
+     * sample 0: (x 0, t 1) log 2 = 0.6931472; (x 2, t 0) 2.1269280;
+     *   mean 1.4100376
+     * sample 1: (x -1, t 0.25) 0.25 + log(1 + e^-1) = 0.5632617;
+     *   (x 3, t 1) log(1 + e^-3) = 0.0485874; mean 0.3059245
+     * sum 1.7159621. Gradient scale/per * (sigmoid(x) - t), scale 1, per 2:
+     *   [-0.25, 0.4403985, 0.0094707, -0.0237129] */
+    const float x[4] = {0, 2, -1, 3}, t[4] = {1, 0, 0.25f, 1};
+    float d[4];
+    double loss = op_bce_logits(d, x, t, 2, 2, 1.0f);
+    ck_assert_double_eq_tol(loss, 1.7159621, 1e-6);
+    const float ed[4] = {-0.25f, 0.4403985f, 0.0094707f, -0.0237129f};
+    for (int i = 0; i < 4; i++)
+        ck_assert_float_eq_tol(d[i], ed[i], 1e-6f);
+    /* extreme logits stay finite */
+    const float big[2] = {-100, 100}, tz[2] = {0, 1};
+    ck_assert_double_lt(op_bce_logits(d, big, tz, 1, 2, 1.0f), 1e-30);
+}
+END_TEST
+
+START_TEST(test_dice_hand_values)
+{
+    /* logits 0 (p = 0.5), targets [1 0 1 1], eps 1: I = 1.5, S = 2 + 3,
+     * loss = 1 - (3 + 1)/(5 + 1) = 1/3.
+     * dloss/dp_j = ((2I + eps) - 2 t_j (S + eps))/(S + eps)^2
+     *   = (4 - 12 t_j)/36; times p(1 - p) = 1/4:
+     *   t = 1: -0.0555556, t = 0: 0.0277778 */
+    const float x[4] = {0, 0, 0, 0}, t[4] = {1, 0, 1, 1};
+    float d[4];
+    double loss = op_dice_logits(d, x, t, 1, 4, 1.0f, 1.0f);
+    ck_assert_double_eq_tol(loss, 1.0 / 3.0, 1e-7);
+    ck_assert_float_eq_tol(d[0], -0.0555556f, 1e-6f);
+    ck_assert_float_eq_tol(d[1], 0.0277778f, 1e-6f);
+    /* two identical samples sum */
+    const float x2[8] = {0, 0, 0, 0, 0, 0, 0, 0}, t2[8] = {1, 0, 1, 1, 1, 0, 1, 1};
+    float d2[8];
+    ck_assert_double_eq_tol(op_dice_logits(d2, x2, t2, 2, 4, 1.0f, 0.5f), 2.0 / 3.0, 1e-7);
+    ck_assert_float_eq_tol(d2[4], -0.0277778f, 1e-6f);
+}
+END_TEST
+
+/* Double references of the three losses for finite differences. */
+struct loss_fd {
+    int kind;           /* 0 pixel xent, 1 bce, 2 dice */
+    int n, c, hw;       /* pixel xent: (n, c, hw); others: (n, hw) */
+    double *x;
+    const float *t;
+    const int32_t *y;
+};
+
+static double loss_fd_loss(void *ctx)
+{
+    struct loss_fd *f = ctx;
+    double loss = 0;
+    for (int i = 0; i < f->n; i++) {
+        if (f->kind == 0) {
+            double s = 0;
+            for (int j = 0; j < f->hw; j++) {
+                double z = 0;
+                for (int k = 0; k < f->c; k++)
+                    z += exp(f->x[(i * f->c + k) * f->hw + j]);
+                s += log(z) - f->x[(i * f->c + f->y[i * f->hw + j]) * f->hw + j];
+            }
+            loss += s / f->hw;
+        } else if (f->kind == 1) {
+            double s = 0;
+            for (int j = 0; j < f->hw; j++) {
+                double v = f->x[i * f->hw + j], t = f->t[i * f->hw + j];
+                s += -(t * log(1 / (1 + exp(-v))) + (1 - t) * log(1 - 1 / (1 + exp(-v))));
+            }
+            loss += s / f->hw;
+        } else {
+            double inter = 0, sum = 0;
+            for (int j = 0; j < f->hw; j++) {
+                double p = 1 / (1 + exp(-f->x[i * f->hw + j])), t = f->t[i * f->hw + j];
+                inter += p * t;
+                sum += p + t;
+            }
+            loss += 1 - (2 * inter + 1e-3) / (sum + 1e-3);
+        }
+    }
+    return loss;
+}
+
+START_TEST(test_losses_gradients_fd)
+{
+    kt_rng r;
+    kt_rng_init(&r, 12);
+    for (int kind = 0; kind < 3; kind++) {
+        int n = 3, c = kind == 0 ? 5 : 1, hw = 7 * 3;
+        size_t nx = (size_t)n * c * hw;
+        float *x = kt_falloc(nx), *d = kt_falloc(nx), *t = kt_falloc(n * hw);
+        int32_t *y = calloc(n * hw, sizeof(int32_t));
+        kt_fill(&r, x, nx, -3, 3);
+        kt_fill(&r, t, n * hw, 0, 1);
+        for (int j = 0; j < n * hw; j++)
+            y[j] = kt_int(&r, 0, c - 1);
+        float scale = 0.5f;
+        double loss;
+        if (kind == 0)
+            loss = op_softmax_xent_pixels(d, x, y, n, c, 7, 3, scale);
+        else if (kind == 1)
+            loss = op_bce_logits(d, x, t, n, hw, scale);
+        else
+            loss = op_dice_logits(d, x, t, n, hw, 1e-3f, scale);
+        for (size_t i = 0; i < nx; i++)
+            d[i] /= scale;
+        struct loss_fd f = {kind, n, c, hw, kt_dalloc(nx), t, y};
+        kt_to_double(f.x, x, nx);
+        ck_assert_double_eq_tol(loss, loss_fd_loss(&f), 1e-6 * fabs(loss) + 1e-9);
+        double *g = kt_dalloc(nx);
+        kt_fd_grad(g, f.x, nx, loss_fd_loss, &f, 1e-5);
+        ck_assert_msg(kt_relerr(d, g, nx) < 1e-3, "kind %d: %g", kind, kt_relerr(d, g, nx));
+        free(x); free(d); free(t); free(y); free(f.x); free(g);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("loss");
@@ -113,6 +257,10 @@ int main(void)
     tcase_add_test(tc, test_xent_stable);
     tcase_add_test(tc, test_xent_bad_label);
     tcase_add_test(tc, test_xent_gradients_fd);
+    tcase_add_test(tc, test_pixels_hand_values);
+    tcase_add_test(tc, test_bce_hand_values);
+    tcase_add_test(tc, test_dice_hand_values);
+    tcase_add_test(tc, test_losses_gradients_fd);
     suite_add_tcase(s, tc);
     return kt_run(s);
 }

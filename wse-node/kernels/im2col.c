@@ -4,11 +4,11 @@
 
 #include <string.h>
 
-/* Bytes of one band of columns: big enough that the GEMM on it runs near
- * its peak, small enough to stay in the last-level cache between the
- * lowering and the GEMM (measured with bench_conv). */
+/* Bytes of one band of columns, per thread: big enough that the GEMM on it
+ * runs near its peak, small enough to stay in cache between the lowering
+ * and the GEMM (measured with bench_conv). */
 #ifndef KERN_COL_BUDGET
-#define KERN_COL_BUDGET ((size_t)4 << 20)
+#define KERN_COL_BUDGET ((size_t)1 << 20)
 #endif
 
 int kern__cols_direct(const kern__cols *g)

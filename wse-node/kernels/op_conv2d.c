@@ -1,13 +1,17 @@
 /* 2-D convolution: per image and per band of output rows, im2col into the
- * caller's workspace and one GEMM; backward reuses the band for the weight
- * gradient, then overwrites it with the data gradient and scatters it back
- * with col2im. 1x1 unit-stride unpadded convolutions skip the lowering. */
+ * caller's workspace and one GEMM. Backward lowers the input again for the
+ * weight gradient; the data gradient is a convolution of dout for unit
+ * strides and a GEMM plus col2im otherwise. 1x1 unit-stride unpadded
+ * convolutions skip the lowering. */
 #include "op_conv2d.h"
 
+#include <assert.h>
 #include <cblas.h>
 #include <string.h>
 
 #include "im2col.h"
+#include "kernels.h"
+#include "kernels_internal.h"
 
 static int one_if_zero(int v)
 {
@@ -38,45 +42,254 @@ static kern__cols cols_of(const op_conv2d_params *p)
     return g;
 }
 
+/* For unit strides the data gradient is itself a convolution: dout padded
+ * by dil*(r-1) - pad (negative padding crops) with the kernel flipped and
+ * its channel axes swapped. Lowering dout with im2col and one GEMM with
+ * the long k*r*s reduction beats a GEMM over only k followed by col2im,
+ * and its bands write disjoint rows of din. Geometry of that lowering,
+ * the image being dout. */
+static kern__cols dgrad_cols_of(const op_conv2d_params *p)
+{
+    kern__cols g = {
+        .c = p->k, .h = op_conv2d_out_h(p), .w = op_conv2d_out_w(p),
+        .r = p->r, .s = p->s, .sh = 1, .sw = 1,
+        .dh = one_if_zero(p->dil_h), .dw = one_if_zero(p->dil_w),
+        .oh = p->h, .ow = p->w,
+    };
+    g.ph = g.dh * (p->r - 1) - p->pad_h;
+    g.pw = g.dw * (p->s - 1) - p->pad_w;
+    return g;
+}
+
+/* How one convolution is cut into work and where its pieces live in the
+ * workspace: [flipped kernel] then, per thread, [column band][dweight
+ * partial][dbias partial], each thread's block 64-byte aligned. */
+typedef struct plan {
+    kern__cols g;        /* lowering of the input */
+    kern__cols dg;       /* lowering of dout for the data gradient */
+    int direct;          /* 1x1 unit stride unpadded: no lowering */
+    int as_conv;         /* unit stride: data gradient as a convolution */
+    int crs, krs;        /* GEMM reduction lengths */
+    int band, nb;        /* output rows per band, bands per image */
+    int dband, dnb;      /* the same for the rows of din */
+    size_t ohw, hw;      /* output and input plane sizes */
+    size_t head;         /* floats of the flipped kernel (0 if unused) */
+    size_t col;          /* floats of one column band, max of both */
+    size_t per_thread;   /* floats of one thread's block */
+} plan;
+
+static size_t round16(size_t v)
+{
+    return (v + 15) & ~(size_t)15;
+}
+
+static plan plan_of(const op_conv2d_params *p)
+{
+    plan pl;
+    pl.g = cols_of(p);
+    pl.dg = dgrad_cols_of(p);
+    pl.direct = kern__cols_direct(&pl.g);
+    pl.as_conv = pl.g.sh == 1 && pl.g.sw == 1 && !pl.direct;
+    pl.crs = p->c * p->r * p->s;
+    pl.krs = p->k * p->r * p->s;
+    pl.band = kern__cols_band(&pl.g);
+    pl.nb = (pl.g.oh + pl.band - 1) / pl.band;
+    pl.dband = kern__cols_band(&pl.dg);
+    pl.dnb = (p->h + pl.dband - 1) / pl.dband;
+    pl.ohw = (size_t)pl.g.oh * pl.g.ow;
+    pl.hw = (size_t)p->h * p->w;
+    pl.col = kern__cols_workspace(&pl.g) / sizeof(float);
+    pl.head = 0;
+    if (pl.as_conv) {
+        size_t d = kern__cols_workspace(&pl.dg) / sizeof(float);
+        if (d > pl.col)
+            pl.col = d;
+        pl.head = round16((size_t)p->k * pl.crs);
+    }
+    pl.per_thread = round16(round16(pl.col) + round16((size_t)p->k * pl.crs) + p->k);
+    return pl;
+}
+
+/* Threads the workspace has room for, at most kernels_threads(). */
+static int threads_for(const plan *pl, size_t ws_bytes)
+{
+    size_t floats = ws_bytes / sizeof(float);
+    assert(floats >= pl->head + pl->per_thread);
+    size_t t = (floats - pl->head) / pl->per_thread;
+    int n = kernels_threads();
+    return t < (size_t)n ? (int)t : n;
+}
+
 size_t op_conv2d_workspace(const op_conv2d_params *p)
 {
-    kern__cols g = cols_of(p);
-    return kern__cols_workspace(&g);
+    plan pl = plan_of(p);
+    return (pl.head + (size_t)kernels_threads() * pl.per_thread) * sizeof(float);
+}
+
+/* The share [*u0, *u1) of `units` work units of thread tid of nt. */
+static void share(int *u0, int *u1, int units, int tid, int nt)
+{
+    *u0 = (int)((long long)units * tid / nt);
+    *u1 = (int)((long long)units * (tid + 1) / nt);
+}
+
+/* Arguments of the parallel regions of one call. */
+typedef struct conv_call {
+    const op_conv2d_params *p;
+    const plan *pl;
+    float *out;            /* forward: out; backward: din (may be NULL) */
+    float *dweight, *dbias;
+    const float *in, *dout, *weight, *bias;
+    float *ws;             /* workspace base */
+} conv_call;
+
+static float *thread_block(const conv_call *cc, int tid)
+{
+    return cc->ws + cc->pl->head + (size_t)tid * cc->pl->per_thread;
+}
+
+static void forward_task(void *arg, int tid, int nt)
+{
+    const conv_call *cc = arg;
+    const op_conv2d_params *p = cc->p;
+    const plan *pl = cc->pl;
+    float *col = thread_block(cc, tid);
+    int u0, u1;
+    share(&u0, &u1, p->n * pl->nb, tid, nt);
+    for (int u = u0; u < u1; u++) {
+        int i = u / pl->nb, y0 = (u % pl->nb) * pl->band;
+        int y1 = y0 + pl->band < pl->g.oh ? y0 + pl->band : pl->g.oh;
+        int ncols = (y1 - y0) * pl->g.ow;
+        const float *x = cc->in + (size_t)i * p->c * pl->hw;
+        float *y = cc->out + (size_t)i * p->k * pl->ohw + (size_t)y0 * pl->g.ow;
+        if (cc->bias)
+            for (int k = 0; k < p->k; k++)
+                for (int j = 0; j < ncols; j++)
+                    y[k * pl->ohw + j] = cc->bias[k];
+        const float *b = x + (size_t)y0 * pl->g.ow;
+        int ldb = (int)pl->hw;
+        if (!pl->direct) {
+            kern__im2col(col, x, &pl->g, y0, y1);
+            b = col;
+            ldb = ncols;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, p->k, ncols,
+                    pl->crs, 1.0f, cc->weight, pl->crs, b, ldb,
+                    cc->bias ? 1.0f : 0.0f, y, (int)pl->ohw);
+    }
 }
 
 void op_conv2d_forward(float *out, const float *in, const float *weight,
                        const float *bias, const op_conv2d_params *p,
-                       void *ws)
+                       void *ws, size_t ws_bytes)
 {
     /* in (n, c, h, w), weight (k, c, r, s), bias (k) or NULL,
-     * out (n, k, oh, ow); per band: out[:, band] = weight (k, crs) *
-     * col (crs, band) */
-    kern__cols g = cols_of(p);
-    int crs = p->c * p->r * p->s;
-    size_t ohw = (size_t)g.oh * g.ow, hw = (size_t)p->h * p->w;
-    int direct = kern__cols_direct(&g), band = kern__cols_band(&g);
-    float *col = ws;
+     * out (n, k, oh, ow); per band of output rows:
+     * out[:, band] = weight (k, crs) * im2col(in) (crs, band) */
+    plan pl = plan_of(p);
+    conv_call cc = {.p = p, .pl = &pl, .out = out, .in = in,
+                    .weight = weight, .bias = bias, .ws = ws};
+    int units = p->n * pl.nb, t = threads_for(&pl, ws_bytes);
+    kern__parallel(forward_task, &cc, units < t ? units : t);
+}
 
-    for (int i = 0; i < p->n; i++) {
-        const float *x = in + (size_t)i * p->c * hw;
-        float *y = out + (size_t)i * p->k * ohw;
-        if (bias)
-            for (int k = 0; k < p->k; k++)
-                for (size_t j = 0; j < ohw; j++)
-                    y[k * ohw + j] = bias[k];
-        for (int y0 = 0; y0 < g.oh; y0 += band) {
-            int y1 = y0 + band < g.oh ? y0 + band : g.oh;
-            int ncols = (y1 - y0) * g.ow;
-            const float *b = x + (size_t)y0 * g.ow;
-            int ldb = (int)hw;
-            if (!direct) {
-                kern__im2col(col, x, &g, y0, y1);
-                b = col;
-                ldb = ncols;
-            }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, p->k, ncols,
-                        crs, 1.0f, weight, crs, b, ldb, bias ? 1.0f : 0.0f,
-                        y + (size_t)y0 * g.ow, (int)ohw);
+/* Weight and bias gradients into the thread's partials: per band,
+ * dweight (k, crs) += dout[:, band] * im2col(in)^T; dbias over a share of
+ * the (image, channel) planes. */
+static void wgrad_task(void *arg, int tid, int nt)
+{
+    const conv_call *cc = arg;
+    const op_conv2d_params *p = cc->p;
+    const plan *pl = cc->pl;
+    float *col = thread_block(cc, tid);
+    float *dw = col + round16(pl->col), *db = dw + round16((size_t)p->k * pl->crs);
+    int u0, u1;
+
+    memset(dw, 0, sizeof(float) * p->k * (size_t)pl->crs);
+    memset(db, 0, sizeof(float) * p->k);
+    share(&u0, &u1, p->n * p->k, tid, nt);
+    for (int u = u0; u < u1; u++) {
+        const float *dy = cc->dout + (size_t)u * pl->ohw;
+        double acc = 0.0;
+        for (size_t j = 0; j < pl->ohw; j++)
+            acc += dy[j];
+        db[u % p->k] += (float)acc;
+    }
+    share(&u0, &u1, p->n * pl->nb, tid, nt);
+    for (int u = u0; u < u1; u++) {
+        int i = u / pl->nb, y0 = (u % pl->nb) * pl->band;
+        int y1 = y0 + pl->band < pl->g.oh ? y0 + pl->band : pl->g.oh;
+        int ncols = (y1 - y0) * pl->g.ow;
+        const float *x = cc->in + (size_t)i * p->c * pl->hw;
+        const float *dyb = cc->dout + (size_t)i * p->k * pl->ohw + (size_t)y0 * pl->g.ow;
+        const float *b = x + (size_t)y0 * pl->g.ow;
+        int ldb = (int)pl->hw;
+        if (!pl->direct) {
+            kern__im2col(col, x, &pl->g, y0, y1);
+            b = col;
+            ldb = ncols;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, p->k, pl->crs,
+                    ncols, 1.0f, dyb, (int)pl->ohw, b, ldb, 1.0f, dw,
+                    pl->crs);
+    }
+}
+
+/* Data gradient by bands of din rows, as a convolution of dout (unit
+ * stride) or, for 1x1 direct, as one GEMM per band. */
+static void dgrad_band_task(void *arg, int tid, int nt)
+{
+    const conv_call *cc = arg;
+    const op_conv2d_params *p = cc->p;
+    const plan *pl = cc->pl;
+    float *col = thread_block(cc, tid);
+    int nb = pl->direct ? pl->nb : pl->dnb;
+    int band = pl->direct ? pl->band : pl->dband;
+    int u0, u1;
+    share(&u0, &u1, p->n * nb, tid, nt);
+    for (int u = u0; u < u1; u++) {
+        int i = u / nb, y0 = (u % nb) * band;
+        int y1 = y0 + band < p->h ? y0 + band : p->h;
+        int ncols = (y1 - y0) * p->w;
+        const float *dy = cc->dout + (size_t)i * p->k * pl->ohw;
+        float *dx = cc->out + (size_t)i * p->c * pl->hw + (size_t)y0 * p->w;
+        if (pl->direct) {
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, p->c, ncols,
+                        p->k, 1.0f, cc->weight, pl->crs,
+                        dy + (size_t)y0 * p->w, (int)pl->ohw, 0.0f, dx,
+                        (int)pl->hw);
+        } else {
+            kern__im2col(col, dy, &pl->dg, y0, y1);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, p->c,
+                        ncols, pl->krs, 1.0f, cc->ws, pl->krs, col, ncols,
+                        0.0f, dx, (int)pl->hw);
+        }
+    }
+}
+
+/* Data gradient of strided convolutions, whole images per thread (the
+ * col2im of neighbouring bands overlap): per band,
+ * dcol (crs, band) = weight^T * dout[:, band], din += col2im(dcol). */
+static void dgrad_image_task(void *arg, int tid, int nt)
+{
+    const conv_call *cc = arg;
+    const op_conv2d_params *p = cc->p;
+    const plan *pl = cc->pl;
+    float *col = thread_block(cc, tid);
+    int i0, i1;
+    share(&i0, &i1, p->n, tid, nt);
+    for (int i = i0; i < i1; i++) {
+        const float *dy = cc->dout + (size_t)i * p->k * pl->ohw;
+        float *dx = cc->out + (size_t)i * p->c * pl->hw;
+        memset(dx, 0, sizeof(float) * p->c * pl->hw);
+        for (int y0 = 0; y0 < pl->g.oh; y0 += pl->band) {
+            int y1 = y0 + pl->band < pl->g.oh ? y0 + pl->band : pl->g.oh;
+            int ncols = (y1 - y0) * pl->g.ow;
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, pl->crs,
+                        ncols, p->k, 1.0f, cc->weight, pl->crs,
+                        dy + (size_t)y0 * pl->g.ow, (int)pl->ohw, 0.0f, col,
+                        ncols);
+            kern__col2im_add(dx, col, &pl->g, y0, y1);
         }
     }
 }
@@ -84,65 +297,59 @@ void op_conv2d_forward(float *out, const float *in, const float *weight,
 void op_conv2d_backward(float *din, float *dweight, float *dbias,
                         const float *dout, const float *in,
                         const float *weight, const op_conv2d_params *p,
-                        void *ws)
+                        void *ws, size_t ws_bytes)
 {
     /* dout (n, k, oh, ow), in (n, c, h, w), weight (k, c, r, s);
-     * dweight (k, crs) = sum over bands of dout[:, band] * col^T,
-     * dcol (crs, band) = weight^T * dout[:, band], din = col2im(dcol),
-     * dbias (k) = sum of dout over n, oh, ow */
-    kern__cols g = cols_of(p);
-    int crs = p->c * p->r * p->s;
-    size_t ohw = (size_t)g.oh * g.ow, hw = (size_t)p->h * p->w;
-    int direct = kern__cols_direct(&g), band = kern__cols_band(&g);
-    float *col = ws;
-    float beta = 0.0f;
+     * dweight (k, crs) = sum over bands of dout[:, band] * im2col(in)^T,
+     * dbias (k) = sum of dout over n, oh, ow;
+     * din: unit stride: din[:, band] = wflip (c, krs) * im2col(dout),
+     * otherwise dcol (crs, band) = weight^T * dout[:, band] and
+     * din = col2im(dcol) */
+    plan pl = plan_of(p);
+    conv_call cc = {.p = p, .pl = &pl, .out = din, .dweight = dweight,
+                    .dbias = dbias, .in = in, .dout = dout, .weight = weight,
+                    .ws = ws};
+    int t = threads_for(&pl, ws_bytes);
+    int units = p->n * pl.nb;
+    int used = units < t ? units : t;
+    if (used < 1)
+        used = 1;
 
-    if (dbias)
-        memset(dbias, 0, sizeof(float) * p->k);
-    if (p->n == 0)
-        memset(dweight, 0, sizeof(float) * p->k * (size_t)crs);
-    for (int i = 0; i < p->n; i++) {
-        const float *x = in + (size_t)i * p->c * hw;
-        const float *dy = dout + (size_t)i * p->k * ohw;
-        float *dx = din ? din + (size_t)i * p->c * hw : NULL;
-        if (dbias) {
-            for (int k = 0; k < p->k; k++) {
-                double acc = 0.0;
-                for (size_t j = 0; j < ohw; j++)
-                    acc += dy[k * ohw + j];
-                dbias[k] += (float)acc;
-            }
+    kern__parallel(wgrad_task, &cc, used);
+    size_t nw = (size_t)p->k * pl.crs;
+    for (int tid = 0; tid < used; tid++) {
+        const float *dw = thread_block(&cc, tid) + round16(pl.col);
+        const float *db = dw + round16(nw);
+        if (tid == 0) {
+            memcpy(dweight, dw, sizeof(float) * nw);
+            if (dbias)
+                memcpy(dbias, db, sizeof(float) * p->k);
+            continue;
         }
-        if (dx && !direct)
-            memset(dx, 0, sizeof(float) * p->c * hw);
-        for (int y0 = 0; y0 < g.oh; y0 += band) {
-            int y1 = y0 + band < g.oh ? y0 + band : g.oh;
-            int ncols = (y1 - y0) * g.ow;
-            const float *dyb = dy + (size_t)y0 * g.ow;
-            const float *b = x + (size_t)y0 * g.ow;
-            int ldb = (int)hw;
-            if (!direct) {
-                kern__im2col(col, x, &g, y0, y1);
-                b = col;
-                ldb = ncols;
-            }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, p->k, crs,
-                        ncols, 1.0f, dyb, (int)ohw, b, ldb, beta, dweight,
-                        crs);
-            beta = 1.0f;
-            if (!dx)
-                continue;
-            if (direct) {
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, crs,
-                            ncols, p->k, 1.0f, weight, crs, dyb, (int)ohw,
-                            0.0f, dx + (size_t)y0 * g.ow, (int)hw);
-            } else {
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, crs,
-                            ncols, p->k, 1.0f, weight, crs, dyb, (int)ohw,
-                            0.0f, col, ncols);
-                kern__col2im_add(dx, col, &g, y0, y1);
-            }
-        }
+        for (size_t j = 0; j < nw; j++)
+            dweight[j] += dw[j];
+        if (dbias)
+            for (int k = 0; k < p->k; k++)
+                dbias[k] += db[k];
+    }
+    if (!din)
+        return;
+    if (pl.as_conv) {
+        /* wflip[c][k][r-1-y][s-1-x] = weight[k][c][y][x] */
+        float *wflip = ws;
+        for (int k = 0; k < p->k; k++)
+            for (int c = 0; c < p->c; c++)
+                for (int y = 0; y < p->r; y++)
+                    for (int x = 0; x < p->s; x++)
+                        wflip[(((size_t)c * p->k + k) * p->r + (p->r - 1 - y)) * p->s +
+                              (p->s - 1 - x)] =
+                            weight[(((size_t)k * p->c + c) * p->r + y) * p->s + x];
+    }
+    if (pl.direct || pl.as_conv) {
+        int du = p->n * (pl.direct ? pl.nb : pl.dnb);
+        kern__parallel(dgrad_band_task, &cc, du < t ? du : t);
+    } else {
+        kern__parallel(dgrad_image_task, &cc, p->n < t ? p->n : t);
     }
 }
 

@@ -23,17 +23,20 @@ int op_conv2d_out_h(const op_conv2d_params *p);
 int op_conv2d_out_w(const op_conv2d_params *p);
 
 /* Bytes of workspace that op_conv2d_forward and op_conv2d_backward need
- * for shape p (0 for a 1x1, stride-1, unpadded convolution). Depends only
- * on p, so a planner can carve workspaces ahead of time; the same buffer
- * serves forward and backward. */
+ * for shape p on kernels_threads() threads: one band of im2col columns and
+ * the weight-gradient partial sums per thread. Depends only on p and the
+ * thread count, so a planner can carve workspaces ahead of time; the same
+ * buffer serves forward and backward. A workspace sized for fewer threads
+ * still works: the op then uses as many threads as it has room for. */
 size_t op_conv2d_workspace(const op_conv2d_params *p);
 
 /* in is (n, c, h, w), weight is (k, c, r, s), bias is (k) or NULL,
- * out is (n, k, oh, ow). ws holds op_conv2d_workspace(p) bytes, suitably
- * aligned for float. No allocation. */
+ * out is (n, k, oh, ow). ws is ws_bytes of scratch, aligned for float, at
+ * least op_conv2d_workspace(p) as computed with one thread. No
+ * allocation. */
 void op_conv2d_forward(float *out, const float *in, const float *weight,
                        const float *bias, const op_conv2d_params *p,
-                       void *ws);
+                       void *ws, size_t ws_bytes);
 
 /* dout is (n, k, oh, ow), in is (n, c, h, w), weight is (k, c, r, s).
  * Overwrites dweight (k, c, r, s), dbias (k, may be NULL) and din
@@ -41,7 +44,7 @@ void op_conv2d_forward(float *out, const float *in, const float *weight,
 void op_conv2d_backward(float *din, float *dweight, float *dbias,
                         const float *dout, const float *in,
                         const float *weight, const op_conv2d_params *p,
-                        void *ws);
+                        void *ws, size_t ws_bytes);
 
 /* Direct loops with the same contracts (no workspace), the reference that
  * tests hold the GEMM path to. */

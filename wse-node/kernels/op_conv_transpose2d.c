@@ -4,10 +4,13 @@
  * backward lowers dout with im2col and runs two GEMMs on the band. */
 #include "op_conv_transpose2d.h"
 
+#include <assert.h>
 #include <cblas.h>
 #include <string.h>
 
 #include "im2col.h"
+#include "kernels.h"
+#include "kernels_internal.h"
 
 static int one_if_zero(int v)
 {
@@ -42,52 +45,192 @@ static kern__cols cols_of(const op_conv_transpose2d_params *p)
     return g;
 }
 
+/* How one call is cut into work and where its pieces live in the
+ * workspace: per thread, [column band][dweight partial][dbias partial],
+ * each block 64-byte aligned. */
+typedef struct plan {
+    kern__cols g;        /* the output as the image lowered over the input */
+    int direct;          /* 1x1 unit stride unpadded: no lowering */
+    int disjoint;        /* bands of input rows write disjoint output rows */
+    int krs;             /* k*r*s */
+    int band, nb;        /* input rows per band, bands per image */
+    size_t hw, ohw;      /* input and output plane sizes */
+    size_t col;          /* floats of one column band */
+    size_t per_thread;   /* floats of one thread's block */
+} plan;
+
+static size_t round16(size_t v)
+{
+    return (v + 15) & ~(size_t)15;
+}
+
+static plan plan_of(const op_conv_transpose2d_params *p)
+{
+    plan pl;
+    pl.g = cols_of(p);
+    pl.direct = kern__cols_direct(&pl.g);
+    /* input rows [y0, y1) write output rows up to (y1-1)*sh - ph +
+     * dh*(r-1), the next band from y1*sh - ph */
+    pl.disjoint = pl.g.dh * (p->r - 1) < pl.g.sh;
+    pl.krs = p->k * p->r * p->s;
+    pl.band = kern__cols_band(&pl.g);
+    pl.nb = (p->h + pl.band - 1) / pl.band;
+    pl.hw = (size_t)p->h * p->w;
+    pl.ohw = (size_t)pl.g.h * pl.g.w;
+    pl.col = kern__cols_workspace(&pl.g) / sizeof(float);
+    pl.per_thread = round16(round16(pl.col) + round16((size_t)p->c * pl.krs) + p->k);
+    return pl;
+}
+
+static int threads_for(const plan *pl, size_t ws_bytes)
+{
+    size_t t = ws_bytes / sizeof(float) / pl->per_thread;
+    int n = kernels_threads();
+    assert(t >= 1);
+    return t < (size_t)n ? (int)t : n;
+}
+
 size_t op_conv_transpose2d_workspace(const op_conv_transpose2d_params *p)
 {
-    kern__cols g = cols_of(p);
-    return kern__cols_workspace(&g);
+    plan pl = plan_of(p);
+    return (size_t)kernels_threads() * pl.per_thread * sizeof(float);
+}
+
+static void share(int *u0, int *u1, int units, int tid, int nt)
+{
+    *u0 = (int)((long long)units * tid / nt);
+    *u1 = (int)((long long)units * (tid + 1) / nt);
+}
+
+/* Arguments of the parallel regions of one call. */
+typedef struct convt_call {
+    const op_conv_transpose2d_params *p;
+    const plan *pl;
+    float *out;            /* forward: out; backward: din (may be NULL) */
+    float *dweight, *dbias;
+    const float *in, *dout, *weight, *bias;
+    float *ws;             /* workspace base */
+} convt_call;
+
+static float *thread_block(const convt_call *cc, int tid)
+{
+    return cc->ws + (size_t)tid * cc->pl->per_thread;
+}
+
+/* Fills a share of the output planes with the bias (or zeros). */
+static void fill_task(void *arg, int tid, int nt)
+{
+    const convt_call *cc = arg;
+    const op_conv_transpose2d_params *p = cc->p;
+    int u0, u1;
+    share(&u0, &u1, p->n * p->k, tid, nt);
+    for (int u = u0; u < u1; u++) {
+        float *y = cc->out + (size_t)u * cc->pl->ohw;
+        float v = cc->bias ? cc->bias[u % p->k] : 0.0f;
+        for (size_t j = 0; j < cc->pl->ohw; j++)
+            y[j] = v;
+    }
+}
+
+/* One band of input rows of image i: out += col2im(weight^T * in band). */
+static void forward_band(const convt_call *cc, float *col, int i, int y0)
+{
+    const op_conv_transpose2d_params *p = cc->p;
+    const plan *pl = cc->pl;
+    int y1 = y0 + pl->band < p->h ? y0 + pl->band : p->h;
+    int ncols = (y1 - y0) * p->w;
+    const float *xb = cc->in + (size_t)i * p->c * pl->hw + (size_t)y0 * p->w;
+    float *y = cc->out + (size_t)i * p->k * pl->ohw;
+    if (pl->direct) {
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, pl->krs, ncols,
+                    p->c, 1.0f, cc->weight, pl->krs, xb, (int)pl->hw, 1.0f,
+                    y + (size_t)y0 * p->w, (int)pl->ohw);
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, pl->krs, ncols, p->c,
+                1.0f, cc->weight, pl->krs, xb, (int)pl->hw, 0.0f, col, ncols);
+    kern__col2im_add(y, col, &pl->g, y0, y1);
+}
+
+static void forward_task(void *arg, int tid, int nt)
+{
+    const convt_call *cc = arg;
+    const plan *pl = cc->pl;
+    float *col = thread_block(cc, tid);
+    int u0, u1;
+    if (pl->disjoint) {
+        share(&u0, &u1, cc->p->n * pl->nb, tid, nt);
+        for (int u = u0; u < u1; u++)
+            forward_band(cc, col, u / pl->nb, (u % pl->nb) * pl->band);
+    } else {
+        share(&u0, &u1, cc->p->n, tid, nt);
+        for (int i = u0; i < u1; i++)
+            for (int b = 0; b < pl->nb; b++)
+                forward_band(cc, col, i, b * pl->band);
+    }
 }
 
 void op_conv_transpose2d_forward(float *out, const float *in,
                                  const float *weight, const float *bias,
                                  const op_conv_transpose2d_params *p,
-                                 void *ws)
+                                 void *ws, size_t ws_bytes)
 {
     /* in (n, c, h, w), weight (c, k, r, s), bias (k) or NULL,
      * out (n, k, oh, ow); per band of input rows:
      * col (krs, band) = weight^T (krs, c) * in[:, band], out += col2im(col) */
-    kern__cols g = cols_of(p);
-    int krs = p->k * p->r * p->s;
-    size_t hw = (size_t)p->h * p->w, ohw = (size_t)g.h * g.w;
-    int direct = kern__cols_direct(&g), band = kern__cols_band(&g);
-    float *col = ws;
+    plan pl = plan_of(p);
+    convt_call cc = {.p = p, .pl = &pl, .out = out, .in = in,
+                     .weight = weight, .bias = bias, .ws = ws};
+    int t = threads_for(&pl, ws_bytes);
+    int planes = p->n * p->k;
+    kern__parallel(fill_task, &cc, planes < t ? planes : t);
+    int units = pl.disjoint ? p->n * pl.nb : p->n;
+    kern__parallel(forward_task, &cc, units < t ? units : t);
+}
 
-    for (int i = 0; i < p->n; i++) {
-        const float *x = in + (size_t)i * p->c * hw;
-        float *y = out + (size_t)i * p->k * ohw;
-        if (bias) {
-            for (int k = 0; k < p->k; k++)
-                for (size_t j = 0; j < ohw; j++)
-                    y[k * ohw + j] = bias[k];
-        } else if (!direct) {
-            memset(y, 0, sizeof(float) * p->k * ohw);
+/* Per band of input rows: col (krs, band) = im2col(dout),
+ * dweight partial (c, krs) += in[:, band] * col^T,
+ * din[:, band] = weight (c, krs) * col; dbias over a share of the planes. */
+static void backward_task(void *arg, int tid, int nt)
+{
+    const convt_call *cc = arg;
+    const op_conv_transpose2d_params *p = cc->p;
+    const plan *pl = cc->pl;
+    float *col = thread_block(cc, tid);
+    float *dw = col + round16(pl->col), *db = dw + round16((size_t)p->c * pl->krs);
+    int u0, u1;
+
+    memset(dw, 0, sizeof(float) * p->c * (size_t)pl->krs);
+    memset(db, 0, sizeof(float) * p->k);
+    share(&u0, &u1, p->n * p->k, tid, nt);
+    for (int u = u0; u < u1; u++) {
+        const float *dy = cc->dout + (size_t)u * pl->ohw;
+        double acc = 0.0;
+        for (size_t j = 0; j < pl->ohw; j++)
+            acc += dy[j];
+        db[u % p->k] += (float)acc;
+    }
+    share(&u0, &u1, p->n * pl->nb, tid, nt);
+    for (int u = u0; u < u1; u++) {
+        int i = u / pl->nb, y0 = (u % pl->nb) * pl->band;
+        int y1 = y0 + pl->band < p->h ? y0 + pl->band : p->h;
+        int ncols = (y1 - y0) * p->w;
+        const float *dy = cc->dout + (size_t)i * p->k * pl->ohw;
+        const float *xb = cc->in + (size_t)i * p->c * pl->hw + (size_t)y0 * p->w;
+        const float *b = dy + (size_t)y0 * p->w;
+        int ldb = (int)pl->ohw;
+        if (!pl->direct) {
+            kern__im2col(col, dy, &pl->g, y0, y1);
+            b = col;
+            ldb = ncols;
         }
-        for (int y0 = 0; y0 < p->h; y0 += band) {
-            int y1 = y0 + band < p->h ? y0 + band : p->h;
-            int ncols = (y1 - y0) * p->w;
-            const float *xb = x + (size_t)y0 * p->w;
-            if (direct) {
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, krs,
-                            ncols, p->c, 1.0f, weight, krs, xb, (int)hw,
-                            bias ? 1.0f : 0.0f, y + (size_t)y0 * p->w,
-                            (int)ohw);
-            } else {
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, krs,
-                            ncols, p->c, 1.0f, weight, krs, xb, (int)hw,
-                            0.0f, col, ncols);
-                kern__col2im_add(y, col, &g, y0, y1);
-            }
-        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, p->c, pl->krs,
+                    ncols, 1.0f, xb, (int)pl->hw, b, ldb, 1.0f, dw, pl->krs);
+        if (cc->out)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, p->c,
+                        ncols, pl->krs, 1.0f, cc->weight, pl->krs, b, ldb,
+                        0.0f, cc->out + (size_t)i * p->c * pl->hw + (size_t)y0 * p->w,
+                        (int)pl->hw);
     }
 }
 
@@ -95,54 +238,37 @@ void op_conv_transpose2d_backward(float *din, float *dweight, float *dbias,
                                   const float *dout, const float *in,
                                   const float *weight,
                                   const op_conv_transpose2d_params *p,
-                                  void *ws)
+                                  void *ws, size_t ws_bytes)
 {
     /* dout (n, k, oh, ow), in (n, c, h, w), weight (c, k, r, s);
      * per band of input rows: col (krs, band) = im2col(dout),
      * dweight (c, krs) += in[:, band] * col^T, din[:, band] = weight * col;
      * dbias (k) = sum of dout over n, oh, ow */
-    kern__cols g = cols_of(p);
-    int krs = p->k * p->r * p->s;
-    size_t hw = (size_t)p->h * p->w, ohw = (size_t)g.h * g.w;
-    int direct = kern__cols_direct(&g), band = kern__cols_band(&g);
-    float *col = ws;
-    float beta = 0.0f;
-
-    if (dbias)
-        memset(dbias, 0, sizeof(float) * p->k);
-    if (p->n == 0)
-        memset(dweight, 0, sizeof(float) * p->c * (size_t)krs);
-    for (int i = 0; i < p->n; i++) {
-        const float *x = in + (size_t)i * p->c * hw;
-        const float *dy = dout + (size_t)i * p->k * ohw;
-        float *dx = din ? din + (size_t)i * p->c * hw : NULL;
-        if (dbias) {
-            for (int k = 0; k < p->k; k++) {
-                double acc = 0.0;
-                for (size_t j = 0; j < ohw; j++)
-                    acc += dy[k * ohw + j];
-                dbias[k] += (float)acc;
-            }
+    plan pl = plan_of(p);
+    convt_call cc = {.p = p, .pl = &pl, .out = din, .dweight = dweight,
+                     .dbias = dbias, .in = in, .dout = dout, .weight = weight,
+                     .ws = ws};
+    int t = threads_for(&pl, ws_bytes);
+    int units = p->n * pl.nb;
+    int used = units < t ? units : t;
+    if (used < 1)
+        used = 1;
+    kern__parallel(backward_task, &cc, used);
+    size_t nw = (size_t)p->c * pl.krs;
+    for (int tid = 0; tid < used; tid++) {
+        const float *dw = thread_block(&cc, tid) + round16(pl.col);
+        const float *db = dw + round16(nw);
+        if (tid == 0) {
+            memcpy(dweight, dw, sizeof(float) * nw);
+            if (dbias)
+                memcpy(dbias, db, sizeof(float) * p->k);
+            continue;
         }
-        for (int y0 = 0; y0 < p->h; y0 += band) {
-            int y1 = y0 + band < p->h ? y0 + band : p->h;
-            int ncols = (y1 - y0) * p->w;
-            const float *b = dy + (size_t)y0 * p->w;
-            int ldb = (int)ohw;
-            if (!direct) {
-                kern__im2col(col, dy, &g, y0, y1);
-                b = col;
-                ldb = ncols;
-            }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, p->c, krs,
-                        ncols, 1.0f, x + (size_t)y0 * p->w, (int)hw, b, ldb,
-                        beta, dweight, krs);
-            beta = 1.0f;
-            if (dx)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, p->c,
-                            ncols, krs, 1.0f, weight, krs, b, ldb, 0.0f,
-                            dx + (size_t)y0 * p->w, (int)hw);
-        }
+        for (size_t j = 0; j < nw; j++)
+            dweight[j] += dw[j];
+        if (dbias)
+            for (int k = 0; k < p->k; k++)
+                dbias[k] += db[k];
     }
 }
 

@@ -24,16 +24,19 @@ typedef struct op_conv_transpose2d_params {
 int op_conv_transpose2d_out_h(const op_conv_transpose2d_params *p);
 int op_conv_transpose2d_out_w(const op_conv_transpose2d_params *p);
 
-/* Bytes of workspace for forward and backward (0 for a 1x1, stride-1,
- * unpadded case). Depends only on p. */
+/* Bytes of workspace for forward and backward on kernels_threads()
+ * threads: a band of columns and the weight-gradient partial sums per
+ * thread. Depends only on p and the thread count; a workspace sized for
+ * fewer threads still works, with fewer threads. */
 size_t op_conv_transpose2d_workspace(const op_conv_transpose2d_params *p);
 
 /* in is (n, c, h, w), weight is (c, k, r, s), bias is (k) or NULL,
- * out is (n, k, oh, ow). ws holds op_conv_transpose2d_workspace(p) bytes. */
+ * out is (n, k, oh, ow). ws is ws_bytes of scratch, aligned for float, at
+ * least op_conv_transpose2d_workspace(p) as computed with one thread. */
 void op_conv_transpose2d_forward(float *out, const float *in,
                                  const float *weight, const float *bias,
                                  const op_conv_transpose2d_params *p,
-                                 void *ws);
+                                 void *ws, size_t ws_bytes);
 
 /* dout is (n, k, oh, ow), in is (n, c, h, w), weight is (c, k, r, s).
  * Overwrites dweight (c, k, r, s), dbias (k, may be NULL) and din
@@ -42,7 +45,7 @@ void op_conv_transpose2d_backward(float *din, float *dweight, float *dbias,
                                   const float *dout, const float *in,
                                   const float *weight,
                                   const op_conv_transpose2d_params *p,
-                                  void *ws);
+                                  void *ws, size_t ws_bytes);
 
 /* Scatter loops with the same contracts, the reference for tests. */
 void op_conv_transpose2d_forward_ref(float *out, const float *in,

@@ -1,0 +1,264 @@
+/* Optimizers, learning-rate schedules and gradient clipping. Updates run
+ * in float per element; bias corrections and norms in double. */
+#include "optim.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static const char *const type_names[] = {
+    [OPTIM_SGD] = "sgd",
+    [OPTIM_ADAM] = "adam",
+    [OPTIM_ADAMW] = "adamw",
+};
+
+static const char *const schedule_names[] = {
+    [OPTIM_LR_CONSTANT] = "constant",
+    [OPTIM_LR_COSINE] = "cosine",
+    [OPTIM_LR_STEP] = "step",
+};
+
+int optim_type_from_name(const char *name, optim_type *out)
+{
+    for (size_t i = 0; name && i < sizeof(type_names) / sizeof(type_names[0]); i++) {
+        if (strcasecmp(name, type_names[i]) == 0) {
+            *out = (optim_type)i;
+            return 0;
+        }
+    }
+    return -EINVAL;
+}
+
+const char *optim_type_name(optim_type type)
+{
+    if ((unsigned)type >= sizeof(type_names) / sizeof(type_names[0]))
+        return "unknown";
+    return type_names[type];
+}
+
+int optim_schedule_from_name(const char *name, optim_schedule *out)
+{
+    for (size_t i = 0; name && i < sizeof(schedule_names) / sizeof(schedule_names[0]); i++) {
+        if (strcasecmp(name, schedule_names[i]) == 0) {
+            *out = (optim_schedule)i;
+            return 0;
+        }
+    }
+    return -EINVAL;
+}
+
+const char *optim_schedule_name(optim_schedule schedule)
+{
+    if ((unsigned)schedule >= sizeof(schedule_names) / sizeof(schedule_names[0]))
+        return "unknown";
+    return schedule_names[schedule];
+}
+
+void optim_config_defaults(optim_config *cfg, optim_type type)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->type = type;
+    cfg->lr = type == OPTIM_SGD ? 0.01f : 1e-3f;
+    cfg->schedule = OPTIM_LR_CONSTANT;
+    cfg->decay_steps = 1;
+    cfg->step_size = 1;
+    cfg->gamma = 1.0f;
+    cfg->beta1 = 0.9f;
+    cfg->beta2 = 0.999f;
+    cfg->eps = 1e-8f;
+    cfg->weight_decay = type == OPTIM_ADAMW ? 0.01f : 0.0f;
+}
+
+int optim_config_check(const optim_config *cfg)
+{
+    if ((unsigned)cfg->type > OPTIM_ADAMW ||
+        (unsigned)cfg->schedule > OPTIM_LR_STEP)
+        return -EINVAL;
+    /* written so that NaN fails every test */
+    if (!(cfg->lr >= 0) || !(cfg->weight_decay >= 0) ||
+        !(cfg->max_gradient_norm >= 0) || cfg->warmup_steps < 0)
+        return -EINVAL;
+    if (cfg->schedule == OPTIM_LR_COSINE &&
+        (cfg->decay_steps <= 0 || !(cfg->end_lr >= 0)))
+        return -EINVAL;
+    if (cfg->schedule == OPTIM_LR_STEP &&
+        (cfg->step_size <= 0 || !(cfg->gamma >= 0)))
+        return -EINVAL;
+    if (cfg->type == OPTIM_SGD) {
+        if (!(cfg->momentum >= 0) || !(cfg->dampening >= 0 && cfg->dampening <= 1))
+            return -EINVAL;
+        if (cfg->nesterov && (cfg->momentum <= 0 || cfg->dampening != 0))
+            return -EINVAL;
+    } else {
+        if (!(cfg->beta1 >= 0 && cfg->beta1 < 1) ||
+            !(cfg->beta2 >= 0 && cfg->beta2 < 1) || !(cfg->eps >= 0))
+            return -EINVAL;
+    }
+    return 0;
+}
+
+float optim_lr_at(const optim_config *cfg, int64_t step)
+{
+    if (step < 0)
+        step = 0;
+    if (step < cfg->warmup_steps)
+        return (float)((double)cfg->lr * (double)(step + 1) / (double)cfg->warmup_steps);
+    int64_t t = step - cfg->warmup_steps;
+    switch (cfg->schedule) {
+    case OPTIM_LR_COSINE:
+        if (t >= cfg->decay_steps)
+            return cfg->end_lr;
+        return (float)(cfg->end_lr + (cfg->lr - (double)cfg->end_lr) * 0.5 *
+                                         (1.0 + cos(M_PI * (double)t / (double)cfg->decay_steps)));
+    case OPTIM_LR_STEP:
+        return (float)(cfg->lr * pow(cfg->gamma, (double)(t / cfg->step_size)));
+    case OPTIM_LR_CONSTANT:
+    default:
+        return cfg->lr;
+    }
+}
+
+double optim_sum_squares(const float *g, size_t n)
+{
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++)
+        s += (double)g[i] * g[i];
+    return s;
+}
+
+double optim_global_norm(const float *const *grads, const size_t *sizes,
+                         size_t count)
+{
+    double s = 0.0;
+    for (size_t i = 0; i < count; i++)
+        s += optim_sum_squares(grads[i], sizes[i]);
+    return sqrt(s);
+}
+
+float optim_clip_scale(double norm, float max_norm)
+{
+    if (!(max_norm > 0))
+        return 1.0f;
+    if (!isfinite(norm))
+        return NAN;
+    double c = max_norm / (norm + 1e-6);
+    return c < 1.0 ? (float)c : 1.0f;
+}
+
+int optim_state_init(optim_state *st, const optim_config *cfg, size_t n)
+{
+    memset(st, 0, sizeof(*st));
+    if (optim_config_check(cfg) < 0)
+        return -EINVAL;
+    st->type = cfg->type;
+    st->n = n;
+    if (cfg->type == OPTIM_SGD) {
+        if (cfg->momentum > 0)
+            st->name[st->count++] = "momentum_buffer";
+    } else {
+        st->name[st->count++] = "exp_avg";
+        st->name[st->count++] = "exp_avg_sq";
+    }
+    for (size_t i = 0; i < st->count; i++) {
+        st->tensor[i] = calloc(n ? n : 1, sizeof(float));
+        if (!st->tensor[i]) {
+            optim_state_deinit(st);
+            return -ENOMEM;
+        }
+    }
+    return 0;
+}
+
+void optim_state_deinit(optim_state *st)
+{
+    for (size_t i = 0; i < OPTIM_MAX_STATE; i++)
+        free(st->tensor[i]);
+    memset(st, 0, sizeof(*st));
+}
+
+size_t optim_state_count(const optim_state *st)
+{
+    return st->count;
+}
+
+float *optim_state_tensor(optim_state *st, size_t i, const char **name,
+                          size_t *count)
+{
+    if (i >= st->count)
+        return NULL;
+    if (name)
+        *name = st->name[i];
+    if (count)
+        *count = st->n;
+    return st->tensor[i];
+}
+
+float *optim_state_find(optim_state *st, const char *name, size_t *count)
+{
+    for (size_t i = 0; i < st->count; i++)
+        if (strcmp(st->name[i], name) == 0)
+            return optim_state_tensor(st, i, NULL, count);
+    return NULL;
+}
+
+int64_t optim_state_step(const optim_state *st)
+{
+    return st->step;
+}
+
+void optim_state_set_step(optim_state *st, int64_t step)
+{
+    st->step = step;
+}
+
+static void sgd_step(const optim_config *cfg, optim_state *st, float *w,
+                     const float *g, float gs, float lr)
+{
+    /* w, g, buf (n) */
+    float wd = cfg->weight_decay, mom = cfg->momentum;
+    float damp = 1.0f - cfg->dampening;
+    float *buf = st->count ? st->tensor[0] : NULL;
+    int first = st->step == 0;
+    for (size_t i = 0; i < st->n; i++) {
+        float d = g[i] * gs + wd * w[i];
+        if (buf) {
+            float b = first ? d : mom * buf[i] + damp * d;
+            buf[i] = b;
+            d = cfg->nesterov ? d + mom * b : b;
+        }
+        w[i] -= lr * d;
+    }
+}
+
+static void adam_step(const optim_config *cfg, optim_state *st, float *w,
+                      const float *g, float gs, float lr)
+{
+    /* w, g, m, v (n) */
+    double t = (double)(st->step + 1);
+    double bc1 = 1.0 - pow(cfg->beta1, t), bc2 = 1.0 - pow(cfg->beta2, t);
+    float step_size = (float)(lr / bc1);
+    float inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
+    float b1 = cfg->beta1, b2 = cfg->beta2, eps = cfg->eps;
+    float l2 = cfg->type == OPTIM_ADAM ? cfg->weight_decay : 0.0f;
+    float keep = cfg->type == OPTIM_ADAMW ? 1.0f - lr * cfg->weight_decay : 1.0f;
+    float *m = st->tensor[0], *v = st->tensor[1];
+    for (size_t i = 0; i < st->n; i++) {
+        float wi = w[i] * keep;
+        float d = g[i] * gs + l2 * w[i];
+        m[i] = b1 * m[i] + (1.0f - b1) * d;
+        v[i] = b2 * v[i] + (1.0f - b2) * d * d;
+        w[i] = wi - step_size * m[i] / (sqrtf(v[i]) * inv_sqrt_bc2 + eps);
+    }
+}
+
+void optim_step(const optim_config *cfg, optim_state *st, float *w,
+                const float *g, float grad_scale, float lr)
+{
+    if (cfg->type == OPTIM_SGD)
+        sgd_step(cfg, st, w, g, grad_scale, lr);
+    else
+        adam_step(cfg, st, w, g, grad_scale, lr);
+    st->step++;
+}

@@ -1,0 +1,136 @@
+/* Optimizers applied to parameter tensors: SGD (momentum, Nesterov), Adam
+ * and AdamW with PyTorch's update rules, learning-rate schedules and global
+ * gradient-norm clipping. The state of each parameter tensor is a set of
+ * named tensors plus a step counter that a checkpoint writer can enumerate
+ * and restore. */
+#ifndef OPTIM_H
+#define OPTIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum optim_type {
+    OPTIM_SGD,      /* SGD, optional momentum / Nesterov / L2 decay */
+    OPTIM_ADAM,     /* Adam, weight decay as L2 added to the gradient */
+    OPTIM_ADAMW,    /* Adam with decoupled weight decay */
+} optim_type;
+
+typedef enum optim_schedule {
+    OPTIM_LR_CONSTANT,  /* lr */
+    OPTIM_LR_COSINE,    /* cosine from lr to end_lr over decay_steps */
+    OPTIM_LR_STEP,      /* lr * gamma^floor(t / step_size) */
+} optim_schedule;
+
+/* Everything that defines an optimizer. optim_config_defaults fills it. */
+typedef struct optim_config {
+    optim_type type;
+    float lr;                 /* base learning rate, >= 0 */
+    optim_schedule schedule;  /* schedule after the warm-up */
+    int64_t warmup_steps;     /* linear warm-up length, 0 for none */
+    int64_t decay_steps;      /* cosine: steps from lr to end_lr, > 0 */
+    float end_lr;             /* cosine: learning rate after decay_steps */
+    int64_t step_size;        /* step decay: steps between decays, > 0 */
+    float gamma;              /* step decay: factor per decay */
+    float momentum;           /* SGD momentum, >= 0 (0: no buffer) */
+    float dampening;          /* SGD dampening, in [0, 1] */
+    int nesterov;             /* SGD Nesterov momentum (needs momentum > 0
+                                 and dampening 0) */
+    float beta1, beta2;       /* Adam moment decay rates, in [0, 1) */
+    float eps;                /* Adam denominator term, >= 0 */
+    float weight_decay;       /* >= 0: L2 for SGD and Adam, decoupled for
+                                 AdamW */
+    float max_gradient_norm;  /* global-norm clipping threshold, 0 for none */
+} optim_config;
+
+/* The type named "sgd", "adam" or "adamw" (any case). Returns 0, or
+ * -EINVAL for any other name (out untouched). */
+int optim_type_from_name(const char *name, optim_type *out);
+const char *optim_type_name(optim_type type);
+
+/* The schedule named "constant", "cosine" or "step" (any case). Returns 0
+ * or -EINVAL. */
+int optim_schedule_from_name(const char *name, optim_schedule *out);
+const char *optim_schedule_name(optim_schedule schedule);
+
+/* PyTorch's defaults for type: lr 1e-3 (0.01 for SGD), betas 0.9 and
+ * 0.999, eps 1e-8, weight decay 0 (0.01 for AdamW), no momentum, constant
+ * schedule, no warm-up, no clipping. */
+void optim_config_defaults(optim_config *cfg, optim_type type);
+
+/* Returns 0 if cfg is usable, -EINVAL otherwise. */
+int optim_config_check(const optim_config *cfg);
+
+/* Learning rate of the update with 0-based index step. During the warm-up
+ * (step < warmup_steps) it rises linearly, lr * (step + 1) / warmup_steps,
+ * so the first update is not wasted and the last warm-up step uses lr.
+ * From then on t = step - warmup_steps drives the schedule:
+ * constant: lr; cosine: end_lr + (lr - end_lr) * (1 + cos(pi t /
+ * decay_steps)) / 2 up to t = decay_steps, end_lr after; step:
+ * lr * gamma^floor(t / step_size). */
+float optim_lr_at(const optim_config *cfg, int64_t step);
+
+/* Sum of squares of g (n), in double: partial sums of shards add up to the
+ * square of the global norm. */
+double optim_sum_squares(const float *g, size_t n);
+
+/* The L2 norm of the concatenation of `count` tensors grads[i] (sizes[i]
+ * elements each). */
+double optim_global_norm(const float *const *grads, const size_t *sizes,
+                         size_t count);
+
+/* The factor to multiply every gradient by so that the global norm is at
+ * most max_norm: min(1, max_norm / (norm + 1e-6)), as PyTorch's
+ * clip_grad_norm_. 1 when max_norm <= 0 (no clipping). NAN when norm is
+ * not finite: the caller should skip the step. */
+float optim_clip_scale(double norm, float max_norm);
+
+#define OPTIM_MAX_STATE 2
+
+/* Optimizer state of one parameter tensor. */
+typedef struct optim_state {
+    optim_type type;                   /* the config it was made for */
+    size_t n;                          /* elements of the parameter */
+    int64_t step;                      /* updates applied so far */
+    size_t count;                      /* state tensors in use */
+    float *tensor[OPTIM_MAX_STATE];    /* owned, n floats each, zeroed */
+    const char *name[OPTIM_MAX_STATE]; /* "momentum_buffer", "exp_avg",
+                                          "exp_avg_sq" */
+} optim_state;
+
+/* Sets up the state of a tensor of n elements for cfg: SGD with momentum
+ * has "momentum_buffer", Adam and AdamW "exp_avg" and "exp_avg_sq", all
+ * zero, step 0. Returns 0, -EINVAL for a bad config, -ENOMEM. */
+int optim_state_init(optim_state *st, const optim_config *cfg, size_t n);
+
+/* Frees the state tensors; st may then be initialised again. */
+void optim_state_deinit(optim_state *st);
+
+/* Number of named state tensors, for checkpoint writers. */
+size_t optim_state_count(const optim_state *st);
+
+/* The i-th state tensor (i < optim_state_count), its name and element
+ * count (each out pointer may be NULL). The tensor stays owned by st; a
+ * checkpoint reader restores by writing into it. NULL if i is out of
+ * range. */
+float *optim_state_tensor(optim_state *st, size_t i, const char **name,
+                          size_t *count);
+
+/* The state tensor called name, or NULL. */
+float *optim_state_find(optim_state *st, const char *name, size_t *count);
+
+/* The step counter (updates applied); restore it with the tensors. */
+int64_t optim_state_step(const optim_state *st);
+void optim_state_set_step(optim_state *st, int64_t step);
+
+/* Applies one update to w (st->n elements) from gradient g times
+ * grad_scale (the clipping factor, 1 for none) with learning rate lr (from
+ * optim_lr_at), and advances st->step. PyTorch's rules:
+ * SGD: g += wd w; buf = g on the first step, else momentum buf +
+ *   (1 - dampening) g; g = g + momentum buf (Nesterov) or buf; w -= lr g.
+ * Adam: g += wd w; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+ *   w -= lr / (1 - b1^t) * m / (sqrt(v / (1 - b2^t)) + eps), t = step + 1.
+ * AdamW: w *= 1 - lr wd, then Adam without the L2 term. */
+void optim_step(const optim_config *cfg, optim_state *st, float *w,
+                const float *g, float grad_scale, float lr);
+
+#endif

@@ -1,0 +1,169 @@
+/* Batch and group normalisation: running statistics and evaluation mode by
+ * hand, and gradients against central differences of double references. */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "kt.h"
+#include "op_norm.h"
+
+START_TEST(test_batchnorm_hand_values)
+{
+    /* n = 2, c = 1, hw = 2: values 1 2 3 6. mean 3, biased variance
+     * (4 + 1 + 0 + 9)/4 = 3.5, unbiased 14/3 = 4.6666667.
+     * momentum 0.1 from running (0, 1): mean 0.3, var 0.9 + 0.4666667 =
+     * 1.3666667. gamma 2, beta 1, eps 0: y = 2 (x - 3)/sqrt(3.5) + 1,
+     * sqrt(3.5) = 1.8708287: y(1) = -1.1380899, y(6) = 4.2071349. */
+    const float x[4] = {1, 2, 3, 6}, gamma = 2, beta = 1;
+    float y[4], mean, invstd, rm = 0, rv = 1;
+    op_batchnorm_forward_train(y, &mean, &invstd, &rm, &rv, x, &gamma, &beta,
+                               2, 1, 2, 0.1f, 0.0f);
+    ck_assert_float_eq_tol(mean, 3.0f, 1e-6f);
+    ck_assert_float_eq_tol(invstd, 1.0f / 1.8708287f, 1e-6f);
+    ck_assert_float_eq_tol(rm, 0.3f, 1e-6f);
+    ck_assert_float_eq_tol(rv, 1.3666667f, 1e-6f);
+    ck_assert_float_eq_tol(y[0], -1.1380899f, 1e-5f);
+    ck_assert_float_eq_tol(y[3], 4.2071349f, 1e-5f);
+    /* eval with running mean 0.3, var 1.3666667 (eps 0):
+     * y(1) = 2 * 0.7/1.1690452 + 1 = 2.1975585 */
+    op_batchnorm_forward_eval(y, x, &gamma, &beta, &rm, &rv, 2, 1, 2, 0.0f);
+    ck_assert_float_eq_tol(y[0], 2.1975585f, 1e-5f);
+}
+END_TEST
+
+struct norm_fd {
+    int n, c, hw, groups;    /* groups 0: batch norm */
+    double eps;
+    double *x, *gamma, *beta, *y;
+    const float *r;
+};
+
+static double norm_fd_loss(void *ctx)
+{
+    struct norm_fd *f = ctx;
+    int n = f->n, c = f->c, hw = f->hw;
+    if (f->groups == 0) {
+        for (int ch = 0; ch < c; ch++) {
+            double s = 0, sq = 0;
+            for (int i = 0; i < n; i++)
+                for (int j = 0; j < hw; j++)
+                    s += f->x[(i * c + ch) * hw + j];
+            double mean = s / (n * hw);
+            for (int i = 0; i < n; i++)
+                for (int j = 0; j < hw; j++) {
+                    double d = f->x[(i * c + ch) * hw + j] - mean;
+                    sq += d * d;
+                }
+            double inv = 1.0 / sqrt(sq / (n * hw) + f->eps);
+            for (int i = 0; i < n; i++)
+                for (int j = 0; j < hw; j++) {
+                    size_t k = ((size_t)i * c + ch) * hw + j;
+                    f->y[k] = (f->x[k] - mean) * inv * f->gamma[ch] + f->beta[ch];
+                }
+        }
+    } else {
+        int cg = c / f->groups;
+        for (int i = 0; i < n; i++)
+            for (int g = 0; g < f->groups; g++) {
+                size_t off = ((size_t)i * c + g * cg) * hw, m = (size_t)cg * hw;
+                double s = 0, sq = 0;
+                for (size_t j = 0; j < m; j++)
+                    s += f->x[off + j];
+                double mean = s / m;
+                for (size_t j = 0; j < m; j++)
+                    sq += (f->x[off + j] - mean) * (f->x[off + j] - mean);
+                double inv = 1.0 / sqrt(sq / m + f->eps);
+                for (size_t j = 0; j < m; j++) {
+                    int ch = g * cg + (int)(j / hw);
+                    f->y[off + j] = (f->x[off + j] - mean) * inv * f->gamma[ch] + f->beta[ch];
+                }
+            }
+    }
+    return kt_dot(f->y, f->r, (size_t)n * c * hw);
+}
+
+static void check_norm(int n, int c, int hw, int groups, kt_rng *r)
+{
+    size_t nx = (size_t)n * c * hw;
+    int ns = groups ? n * groups : c;
+    float *x = kt_falloc(nx), *y = kt_falloc(nx), *R = kt_falloc(nx);
+    float *gamma = kt_falloc(c), *beta = kt_falloc(c), *dx = kt_falloc(nx);
+    float *dg = kt_falloc(c), *db = kt_falloc(c);
+    float *mean = kt_falloc(ns), *invstd = kt_falloc(ns);
+    float eps = 1e-5f;
+    kt_fill(r, x, nx, -2, 3);
+    kt_fill(r, R, nx, -1, 1);
+    kt_fill(r, gamma, c, 0.5, 1.5);
+    kt_fill(r, beta, c, -1, 1);
+    if (groups) {
+        op_groupnorm_forward(y, mean, invstd, x, gamma, beta, n, c, hw, groups, eps);
+        op_groupnorm_backward(dx, dg, db, R, x, gamma, mean, invstd, n, c, hw, groups);
+    } else {
+        op_batchnorm_forward_train(y, mean, invstd, NULL, NULL, x, gamma, beta,
+                                   n, c, hw, 0.1f, eps);
+        op_batchnorm_backward(dx, dg, db, R, x, gamma, mean, invstd, n, c, hw);
+    }
+    struct norm_fd f = {n, c, hw, groups, eps, kt_dalloc(nx), kt_dalloc(c),
+                        kt_dalloc(c), kt_dalloc(nx), R};
+    kt_to_double(f.x, x, nx);
+    kt_to_double(f.gamma, gamma, c);
+    kt_to_double(f.beta, beta, c);
+    norm_fd_loss(&f);
+    ck_assert_msg(kt_relerr(y, f.y, nx) < 1e-5, "g%d forward", groups);
+    double *g = kt_dalloc(nx);
+    kt_fd_grad(g, f.x, nx, norm_fd_loss, &f, 1e-4);
+    ck_assert_msg(kt_relerr(dx, g, nx) < 1e-3, "g%d dx %g", groups, kt_relerr(dx, g, nx));
+    kt_fd_grad(g, f.gamma, c, norm_fd_loss, &f, 1e-4);
+    ck_assert_msg(kt_relerr(dg, g, c) < 1e-3, "g%d dgamma", groups);
+    kt_fd_grad(g, f.beta, c, norm_fd_loss, &f, 1e-4);
+    ck_assert_msg(kt_relerr(db, g, c) < 1e-3, "g%d dbeta", groups);
+    /* NULL gamma/beta mean 1 and 0 */
+    float *y2 = kt_falloc(nx);
+    for (int i = 0; i < c; i++) {
+        gamma[i] = 1;
+        beta[i] = 0;
+    }
+    if (groups) {
+        op_groupnorm_forward(y, mean, invstd, x, gamma, beta, n, c, hw, groups, eps);
+        op_groupnorm_forward(y2, mean, invstd, x, NULL, NULL, n, c, hw, groups, eps);
+    } else {
+        op_batchnorm_forward_train(y, mean, invstd, NULL, NULL, x, gamma, beta, n, c, hw, 0.1f, eps);
+        op_batchnorm_forward_train(y2, mean, invstd, NULL, NULL, x, NULL, NULL, n, c, hw, 0.1f, eps);
+    }
+    ck_assert_double_lt(kt_relerr_ff(y2, y, nx), 1e-6);
+    free(x); free(y); free(y2); free(R); free(gamma); free(beta); free(dx);
+    free(dg); free(db); free(mean); free(invstd); free(f.x); free(f.gamma);
+    free(f.beta); free(f.y); free(g);
+}
+
+START_TEST(test_batchnorm_gradients_fd)
+{
+    kt_rng r;
+    kt_rng_init(&r, 51);
+    check_norm(3, 4, 7, 0, &r);
+    check_norm(1, 2, 9, 0, &r);
+    check_norm(5, 3, 1, 0, &r);
+}
+END_TEST
+
+START_TEST(test_groupnorm_gradients_fd)
+{
+    kt_rng r;
+    kt_rng_init(&r, 52);
+    check_norm(2, 6, 5, 3, &r);   /* 2 channels per group */
+    check_norm(2, 4, 9, 1, &r);   /* one group: layer norm over c, h, w */
+    check_norm(3, 5, 4, 5, &r);   /* a group per channel: instance norm */
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("norm");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_batchnorm_hand_values);
+    tcase_add_test(tc, test_batchnorm_gradients_fd);
+    tcase_add_test(tc, test_groupnorm_gradients_fd);
+    suite_add_tcase(s, tc);
+    return kt_run(s);
+}

@@ -54,9 +54,20 @@ static const key_spec input_keys[] = {
 };
 
 static const key_spec optimizer_keys[] = {
-    KS(jobspec, optimizer_type, "sgd"),
+    KS(jobspec, optimizer_type, "sgd|adam|adamw"),
     KF(jobspec, learning_rate, 0, 1e6),
+    KS(jobspec, lr_schedule, "constant|cosine|step"),
+    KI(jobspec, warmup_steps, 0, 1e12),
+    KI(jobspec, decay_steps, 0, 1e12),
+    KF(jobspec, end_learning_rate, 0, 1e6),
+    KI(jobspec, step_size, 1, 1e12),
+    KF(jobspec, gamma, 0, 1),
     KF(jobspec, momentum, 0, 1),
+    KF(jobspec, dampening, 0, 1),
+    KB(jobspec, nesterov),
+    KF(jobspec, beta1, 0, 0.999999),
+    KF(jobspec, beta2, 0, 0.999999999),
+    KF(jobspec, eps, 0, 1),
     KF(jobspec, weight_decay, 0, 1e6),
     KF(jobspec, max_gradient_norm, 0, 1e12),
 };
@@ -84,6 +95,12 @@ static void jobspec__defaults(jobspec *j)
     }
     strcpy(j->optimizer_type, "sgd");
     j->learning_rate = 0.01;
+    strcpy(j->lr_schedule, "constant");
+    j->step_size = 1;
+    j->gamma = 0.1;
+    j->beta1 = 0.9;
+    j->beta2 = 0.999;
+    j->eps = 1e-8;
 }
 
 static int jobspec__resolve(char *dst, size_t size, const char *value, const char *base,
@@ -201,7 +218,8 @@ static int jobspec__refuse_unbuilt(const toml_value *root, const jobspec *j, cha
     } unbuilt[] = {
         {"runconfig", "eval_frequency", j->eval_frequency > 0, "evaluation during training"},
         {"runconfig", "swarmx_fanout", true, "multi-level SwarmX trees"},
-        {"optimizer", "max_gradient_norm", j->max_gradient_norm > 0, "gradient-norm clipping"},
+        {"optimizer", "max_gradient_norm", j->max_gradient_norm > 0 && j->num_wgt_servers > 1,
+         "gradient-norm clipping across several memoryx shards (num_wgt_servers > 1)"},
     };
     const char *src = toml_source_name(root);
     for (size_t i = 0; i < ARRAY_SIZE(unbuilt); i++) {
@@ -292,6 +310,12 @@ jobspec *jobspec_parse(const char *text, size_t len, const char *name, const cha
     }
     if (jobspec__refuse_unbuilt(root, j, err, errlen) < 0)
         goto fail;
+    if (j->nesterov && (j->momentum <= 0 || j->dampening != 0)) {
+        const toml_value *o = toml_table_get(root, "optimizer");
+        toml_errorf(err, errlen, name, toml_pos_of(toml_table_get(o, "nesterov")),
+                    "optimizer.nesterov: needs momentum > 0 and dampening = 0");
+        goto fail;
+    }
     j->model = model_compile(model_table, err, errlen);
     if (!j->model)
         goto fail;

@@ -42,10 +42,19 @@ typedef struct jobspec {
     jobspec_input train;
     jobspec_input eval;
     /* [optimizer] */
-    char optimizer_type[16];      /* "sgd" */
-    double learning_rate;
-    double momentum;
-    double weight_decay;
+    char optimizer_type[16];      /* "sgd", "adam", "adamw" */
+    double learning_rate;         /* base learning rate */
+    char lr_schedule[16];         /* "constant", "cosine", "step" (after the warm-up) */
+    int64_t warmup_steps;         /* linear warm-up, 0: none */
+    int64_t decay_steps;          /* cosine: steps to reach end_learning_rate; 0: max_steps */
+    double end_learning_rate;     /* cosine */
+    int64_t step_size;            /* step: steps between decays */
+    double gamma;                 /* step: factor per decay */
+    double momentum;              /* sgd */
+    double dampening;             /* sgd */
+    bool nesterov;                /* sgd */
+    double beta1, beta2, eps;     /* adam, adamw */
+    double weight_decay;          /* L2 (sgd, adam) or decoupled (adamw) */
     double max_gradient_norm;     /* 0: no clipping */
     /* [model] */
     model *model;                 /* owned */

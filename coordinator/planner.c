@@ -7,19 +7,8 @@
 #include <string.h>
 
 #include "arena.h"
+#include "exec.h"
 #include "units.h"
-
-/* Whether a layer's backward pass needs its weights: it must pass a
- * gradient to its input, which is not the model input. */
-static bool planner__bwd_needs_weights(const model_layer *l)
-{
-    if (l->ntensors == 0)
-        return false;
-    for (int i = 0; i < l->ninputs; i++)
-        if (l->inputs[i] >= 0)
-            return true;
-    return false;
-}
 
 static const char *planner__init(const model *m, const model_tensor *t)
 {
@@ -65,18 +54,12 @@ static void planner__fans(const model *m, const model_tensor *t, uint64_t *fan_i
 
 uint64_t planner_ws_bytes(const model *m, uint64_t batch)
 {
-    uint64_t scratch = 0; /* the largest input gradient of a layer */
-    for (int l = 0; l < m->nlayers; l++) {
-        uint64_t in = model_shape_elems(&m->layers[l].in) * sizeof(float);
-        if (in > scratch)
-            scratch = in;
-    }
-    uint64_t input = model_shape_elems(&m->input) * sizeof(float);
     uint64_t weights = (m->total_params + m->total_buffers) * sizeof(float);
-    /* What a wse-node allocates: activations and their gradients, the
-     * batches in flight, the scratch gradient, and every weight of the
-     * step with its gradient (kept for the backward pass). */
-    return batch * (2 * m->act_bytes + 2 * input + scratch) + 2 * weights;
+    uint64_t sample = (model_shape_elems(&m->input) + exec_label_elems(m)) * 4;
+    /* What a wse-node allocates: the executor's activations, gradients and
+     * workspace; two batches in flight; every weight of the step with its
+     * gradient (kept for the backward pass). */
+    return exec_bytes(m, (int)batch) + 2 * batch * sample + 2 * weights;
 }
 
 int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
@@ -203,6 +186,7 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
             pt->dims[d] = (uint64_t)t->dims[d];
         pt->shard = owner[i];
         pt->layer = (uint32_t)t->layer;
+        pt->trainable = t->trainable;
         pt->init = arena_strdup(&a, planner__init(m, t));
         planner__fans(m, t, &pt->fan_in, &pt->fan_out);
         p->tensors[i] = pt;
@@ -287,21 +271,15 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
         pl->flops = ml->flops;
         p->layers[l] = pl;
         for (int k = 0; k < ml->ntensors; k++)
-            if (m->tensors[ml->first_tensor + k].trainable)
-                p->fwd_stream[p->n_fwd_stream++] = (uint32_t)(ml->first_tensor + k);
+            p->fwd_stream[p->n_fwd_stream++] = (uint32_t)(ml->first_tensor + k);
     }
     for (int l = m->nlayers - 1; l >= 0; l--) {
         const model_layer *ml = &m->layers[l];
         for (int k = 0; k < ml->ntensors; k++) {
             uint32_t id = (uint32_t)(ml->first_tensor + k);
-            if (!m->tensors[id].trainable)
-                continue;
             /* The wse-node keeps every weight of the step until its
-             * backward pass (its memory plan has room for them), so
-             * nothing streams twice: bwd_stream stays empty. A wse-node
-             * with room for only two layers needs the layers with
-             * planner__bwd_needs_weights streamed again. */
-            (void)planner__bwd_needs_weights;
+             * backward pass, so nothing streams twice: bwd_stream stays
+             * empty. */
             p->grad_order[p->n_grad_order++] = id;
         }
     }
@@ -313,7 +291,18 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
     appliance__plan_optimizer__init(opt);
     opt->type = arena_strdup(&a, spec->optimizer_type);
     opt->learning_rate = spec->learning_rate;
+    opt->schedule = arena_strdup(&a, spec->lr_schedule);
+    opt->warmup_steps = spec->warmup_steps;
+    opt->decay_steps = spec->decay_steps ? spec->decay_steps : spec->max_steps;
+    opt->end_learning_rate = spec->end_learning_rate;
+    opt->step_size = spec->step_size;
+    opt->gamma = spec->gamma;
     opt->momentum = spec->momentum;
+    opt->dampening = spec->dampening;
+    opt->nesterov = spec->nesterov;
+    opt->beta1 = spec->beta1;
+    opt->beta2 = spec->beta2;
+    opt->eps = spec->eps;
     opt->weight_decay = spec->weight_decay;
     opt->max_gradient_norm = spec->max_gradient_norm;
     p->optimizer = opt;

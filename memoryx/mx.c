@@ -43,7 +43,7 @@ static void mx__job_free(mx_job *j)
     for (size_t i = 0; i < j->nt; i++) {
         free(j->t[i].w);
         free(j->t[i].g);
-        free(j->t[i].mom);
+        optim_state_deinit(&j->t[i].st);
     }
     free(j->t);
     free(j->by_id);
@@ -195,18 +195,29 @@ static void mx__start_step(node *n, mx_job *j)
     mx__pump(n, j);
 }
 
-/* SGD with momentum and L2 weight decay (PyTorch semantics). */
-static void mx__apply(mx_job *j, mx_tensor *t)
+/* The update of one tensor with its reduced gradient: the optimizer for
+ * parameters, assignment for buffers (the replicas' averaged running
+ * statistics). */
+static void mx__apply(mx_job *j, mx_tensor *t, float grad_scale)
 {
-    float lr = (float)j->lr, mu = (float)j->momentum, wd = (float)j->weight_decay;
-    for (uint64_t i = 0; i < t->n; i++) {
-        float g = t->g[i] + wd * t->w[i];
-        if (t->mom) {
-            t->mom[i] = j->step == j->plan->first_step ? g : mu * t->mom[i] + g;
-            g = t->mom[i];
-        }
-        t->w[i] -= lr * g;
+    if (!t->trainable) {
+        memcpy(t->w, t->g, t->n * sizeof(float));
+        return;
     }
+    optim_step(&j->cfg, &t->st, t->w, t->g, grad_scale, optim_lr_at(&j->cfg, (int64_t)j->step));
+}
+
+/* With clipping, every gradient of the step must be in: the global norm
+ * scales them all. */
+static void mx__apply_clipped(mx_job *j)
+{
+    double sum = 0;
+    for (size_t i = 0; i < j->nt; i++)
+        if (j->t[i].trainable)
+            sum += optim_sum_squares(j->t[i].g, j->t[i].n);
+    float scale = optim_clip_scale(sqrt(sum), j->cfg.max_gradient_norm);
+    for (size_t i = 0; i < j->nt; i++)
+        mx__apply(j, &j->t[i], scale);
 }
 
 static void mx__step_done(node *n, mx_job *j)
@@ -251,6 +262,32 @@ static void mx__step_done(node *n, mx_job *j)
 
 /* ---- handlers ---- */
 
+/* The optimizer configuration from the plan. Returns 0 or -EINVAL. */
+static int mx__optimizer(const Appliance__PlanOptimizer *po, optim_config *cfg)
+{
+    optim_type type;
+    if (!po || optim_type_from_name(po->type, &type) < 0)
+        return -EINVAL;
+    optim_config_defaults(cfg, type);
+    if (optim_schedule_from_name(po->schedule, &cfg->schedule) < 0)
+        return -EINVAL;
+    cfg->lr = (float)po->learning_rate;
+    cfg->warmup_steps = po->warmup_steps;
+    cfg->decay_steps = po->decay_steps;
+    cfg->end_lr = (float)po->end_learning_rate;
+    cfg->step_size = po->step_size;
+    cfg->gamma = (float)po->gamma;
+    cfg->momentum = (float)po->momentum;
+    cfg->dampening = (float)po->dampening;
+    cfg->nesterov = po->nesterov;
+    cfg->beta1 = (float)po->beta1;
+    cfg->beta2 = (float)po->beta2;
+    cfg->eps = (float)po->eps;
+    cfg->weight_decay = (float)po->weight_decay;
+    cfg->max_gradient_norm = (float)po->max_gradient_norm;
+    return optim_config_check(cfg);
+}
+
 static void mx__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, uint32_t len)
 {
     memoryx *mx = mx_of(n);
@@ -289,13 +326,10 @@ static void mx__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *p
         mx__abort(n, j, "plan has no shard for member %u", n->member_id);
         return;
     }
-    if (!p->optimizer || strcmp(p->optimizer->type, "sgd") != 0) {
-        mx__abort(n, j, "optimizer \"%s\" is not available", p->optimizer ? p->optimizer->type : "");
+    if (mx__optimizer(p->optimizer, &j->cfg) < 0) {
+        mx__abort(n, j, "bad optimizer in the plan: %s", p->optimizer ? p->optimizer->type : "none");
         return;
     }
-    j->lr = p->optimizer->learning_rate;
-    j->momentum = p->optimizer->momentum;
-    j->weight_decay = p->optimizer->weight_decay;
     j->nids = p->n_tensors;
     j->by_id = calloc(j->nids ? j->nids : 1, sizeof(*j->by_id));
     j->t = calloc(p->n_tensors ? p->n_tensors : 1, sizeof(*j->t));
@@ -318,18 +352,18 @@ static void mx__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *p
         t->n = 1;
         for (size_t d = 0; d < pt->n_dims; d++)
             t->n *= pt->dims[d];
+        t->trainable = pt->trainable;
         t->w = malloc(t->n * sizeof(float));
         t->g = malloc(t->n * sizeof(float));
-        if (j->momentum > 0)
-            t->mom = calloc(t->n, sizeof(float));
-        if (!t->w || !t->g || (j->momentum > 0 && !t->mom)) {
+        bool st_ok = !t->trainable || optim_state_init(&t->st, &j->cfg, t->n) == 0;
+        if (!t->w || !t->g || !st_ok) {
             mx__abort(n, j, "out of memory for tensor %s (%llu elements)", t->name,
                       (unsigned long long)t->n);
             return;
         }
         mx__init_tensor(t, pt, p->seed);
         j->by_id[t->id] = t;
-        bytes += t->n * sizeof(float) * (t->mom ? 3 : 2);
+        bytes += t->n * sizeof(float) * (2 + optim_state_count(&t->st));
     }
     if (n->opt.memory && bytes > n->opt.memory) {
         mx__abort(n, j, "shard %u needs %llu bytes, this memoryx has %llu", j->shard,
@@ -435,9 +469,15 @@ static void mx__grad_chunk(node *n, conn *c, Appliance__Envelope *env, uint8_t *
         mx__abort(n, j, "tensor %s: gradient before its weights were written", t->name);
         return;
     }
-    mx__apply(j, t);
     t->updated = true;
-    if (++j->updated == j->nt && !j->streaming)
+    if (j->cfg.max_gradient_norm > 0) {
+        if (++j->updated == j->nt)
+            mx__apply_clipped(j);
+    } else {
+        mx__apply(j, t, 1.0f);
+        ++j->updated;
+    }
+    if (j->updated == j->nt && !j->streaming)
         mx__step_done(n, j);
 }
 

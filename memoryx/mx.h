@@ -5,6 +5,7 @@
 #pragma once
 
 #include "node.h"
+#include "optim.h"
 
 typedef struct mx_tensor {
     uint32_t id;          /* plan tensor id */
@@ -12,7 +13,8 @@ typedef struct mx_tensor {
     uint64_t n;           /* elements */
     float *w;             /* weights, owned */
     float *g;             /* reduced gradient of the current step, owned */
-    float *mom;           /* momentum buffer, owned (NULL without momentum) */
+    bool trainable;       /* false: a buffer (running statistics), assigned the reduced value */
+    optim_state st;       /* optimizer state (trainable tensors) */
     uint64_t grad_have;   /* gradient elements received this step */
     int writes;           /* weight writes in flight (w must not change) */
     bool updated;         /* optimizer applied this step */
@@ -34,7 +36,7 @@ typedef struct mx_job {
     size_t pos;                   /* index in the current list */
     uint64_t off;                 /* element offset in the current tensor */
     size_t updated;               /* tensors updated this step */
-    double lr, momentum, weight_decay;
+    optim_config cfg;             /* the optimizer of the job */
     bool ready_sent;
 } mx_job;
 

@@ -2,7 +2,6 @@
  * coordinator (default 40 GB as on a CS-2, never more than the host has). */
 #include <stdio.h>
 
-#include "kernels.h"
 #include "replica.h"
 #include "units.h"
 
@@ -30,8 +29,12 @@ int main(int argc, char **argv)
     }
     if (!n.opt.threads)
         n.opt.threads = 1;
-    kernels_set_threads(n.opt.threads);
     w.n = &n;
     n.data = &w;
+    int rc = compute_start(&w.comp, uv_default_loop(), n.opt.threads);
+    if (rc < 0) {
+        fprintf(stderr, "wse-node: cannot start the compute thread: %s\n", uv_strerror(rc));
+        return 1;
+    }
     return node_run(&n, &role, uv_default_loop());
 }

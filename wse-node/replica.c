@@ -28,20 +28,16 @@ static double wn__now(void)
 
 static void wn__free_buffers(wn_job *j)
 {
+    if (j->ex_ready)
+        exec_deinit(&j->ex);
     if (j->t)
         for (size_t i = 0; i < j->plan->n_tensors; i++) {
             free(j->t[i].w);
             free(j->t[i].g);
         }
     free(j->t);
-    if (j->act)
-        for (int l = 0; l < j->m->nlayers; l++) {
-            free(j->act[l]); /* NULL for flatten */
-            free(j->dact[l]);
-        }
-    free(j->act);
-    free(j->dact);
-    free(j->scratch);
+    free(j->wp);
+    free(j->gp);
     if (j->batches)
         for (size_t i = 0; i < j->nbatches; i++)
             free(j->batches[i].data);
@@ -121,20 +117,6 @@ static void wn__maybe_ready(wn_job *j)
 
 /* ---- compute ---- */
 
-/* The output of layer `layer` (-1: the batch input x); a flatten layer's
- * output is its input's memory. */
-static const float *wn__output(wn_job *j, int layer, const float *x)
-{
-    while (layer >= 0 && j->m->layers[layer].type == LAYER_FLATTEN)
-        layer = j->m->layers[layer].inputs[0];
-    return layer < 0 ? x : j->act[layer];
-}
-
-static const float *wn__input_of(wn_job *j, const model_layer *l, const float *x)
-{
-    return wn__output(j, l->inputs[0], x);
-}
-
 static wn_batch *wn__batch_for(wn_job *j, uint64_t step)
 {
     for (size_t i = 0; i < j->nbatches; i++)
@@ -143,75 +125,28 @@ static wn_batch *wn__batch_for(wn_job *j, uint64_t step)
     return NULL;
 }
 
-/* Runs the current stage on a thread of the pool. */
-static void wn__work(uv_work_t *w)
+/* Runs the current stage on the compute thread. */
+static void wn__work(void *arg)
 {
-    wn_job *j = container_of(w, wn_job, work);
+    wn_job *j = arg;
     double t0 = wn__now();
     wn_batch *b = wn__batch_for(j, j->step);
     const float *x = (const float *)b->data;
     const int32_t *y = (const int32_t *)(b->data + (size_t)j->batch * j->in_elems * sizeof(float));
-    int n = (int)j->batch;
-    const model *m = j->m;
     if (j->stage == WN_FORWARD) {
-        const model_layer *l = &m->layers[j->layer];
-        const float *in = wn__input_of(j, l, x);
-        size_t count = (size_t)n * model_shape_elems(&l->out);
-        switch (l->type) {
-        case LAYER_DENSE: {
-            const wn_tensor *wt = &j->t[l->first_tensor];
-            const float *bias = l->bias ? j->t[l->first_tensor + 1].w : NULL;
-            op_dense_forward(j->act[j->layer], in, wt->w, bias, n, (int)l->in.d[0], (int)l->units);
-            break;
-        }
-        case LAYER_RELU:
-            op_relu_forward(j->act[j->layer], in, count);
-            break;
-        case LAYER_FLATTEN:
-            break; /* act aliases the input */
-        default:
-            break;
-        }
+        if (j->layer == 0)
+            exec_zero_grads(&j->ex);
+        exec_forward(&j->ex, j->layer, x, (int64_t)j->step, true);
     } else if (j->stage == WN_LOSS) {
-        int last = m->nlayers - 1;
-        const model_layer *l = &m->layers[last];
-        const float *logits = wn__output(j, last, x);
-        j->loss_sum = op_softmax_xent(j->dact[last], logits, y, n, (int)l->out.d[0],
-                                      1.0f / (float)j->plan->global_batch);
+        j->loss_sum = exec_loss(&j->ex, x, y, 1.0f / (float)j->plan->global_batch);
         if (!isfinite(j->loss_sum)) {
             j->compute_err = -EINVAL;
             snprintf(j->compute_msg, sizeof(j->compute_msg),
-                     "loss of step %llu is not finite (a label outside [0, %lld)?)",
-                     (unsigned long long)j->step, (long long)l->out.d[0]);
+                     "loss of step %llu is not finite: a label out of range, or training diverged",
+                     (unsigned long long)j->step);
         }
     } else {
-        const model_layer *l = &m->layers[j->layer];
-        const float *in = wn__input_of(j, l, x);
-        int src = l->inputs[0];
-        float *din = src >= 0 ? j->scratch : NULL;
-        size_t in_count = (size_t)n * model_shape_elems(&l->in);
-        switch (l->type) {
-        case LAYER_DENSE: {
-            wn_tensor *wt = &j->t[l->first_tensor];
-            float *dbias = l->bias ? j->t[l->first_tensor + 1].g : NULL;
-            op_dense_backward(din, wt->g, dbias, j->dact[j->layer], in, wt->w, n, (int)l->in.d[0],
-                              (int)l->units);
-            break;
-        }
-        case LAYER_RELU:
-            if (din)
-                op_relu_backward(din, j->dact[j->layer], in, in_count);
-            break;
-        case LAYER_FLATTEN:
-            if (din)
-                memcpy(din, j->dact[j->layer], in_count * sizeof(float));
-            break;
-        default:
-            break;
-        }
-        if (din) /* gradients of a layer's output add up over its consumers */
-            for (size_t i = 0; i < in_count; i++)
-                j->dact[src][i] += din[i];
+        exec_backward(&j->ex, j->layer, x, (int64_t)j->step);
     }
     j->compute_sec += wn__now() - t0;
 }
@@ -232,8 +167,6 @@ static int wn__send_grads(wn_job *j, const model_layer *l)
         return -ENOTCONN;
     for (int k = 0; k < l->ntensors; k++) {
         const model_tensor *mt = &j->m->tensors[l->first_tensor + k];
-        if (!mt->trainable)
-            continue;
         wn_tensor *t = &j->t[mt->id];
         for (uint64_t off = 0; off < t->n; off += j->plan->chunk_elems) {
             uint64_t count = t->n - off < j->plan->chunk_elems ? t->n - off : j->plan->chunk_elems;
@@ -282,9 +215,9 @@ static void wn__step_done(wn_job *j)
     j->compute_sec = 0;
 }
 
-static void wn__work_done(uv_work_t *w, int status)
+static void wn__work_done(void *arg)
 {
-    wn_job *j = container_of(w, wn_job, work);
+    wn_job *j = arg;
     j->busy = false;
     if (j->released) {
         if (j->links_open == 0)
@@ -320,8 +253,6 @@ static bool wn__weights_ready(wn_job *j, const model_layer *l)
 {
     for (int k = 0; k < l->ntensors; k++) {
         const wn_tensor *t = &j->t[l->first_tensor + k];
-        if (!j->m->tensors[l->first_tensor + k].trainable)
-            continue;
         if (t->step != j->step || t->have < t->n)
             return false;
     }
@@ -335,15 +266,11 @@ static void wn__advance(wn_job *j)
         return;
     if (!wn__batch_for(j, j->step))
         return;
-    if (j->stage == WN_FORWARD) {
-        if (j->layer == 0) /* a new step: output gradients accumulate from zero */
-            for (int l = 0; l < j->m->nlayers; l++)
-                memset(j->dact[l], 0, (size_t)j->batch * model_shape_elems(&j->m->layers[l].out) * sizeof(float));
-        if (!wn__weights_ready(j, &j->m->layers[j->layer]))
-            return;
-    }
+    if (j->stage == WN_FORWARD && !wn__weights_ready(j, &j->m->layers[j->layer]))
+        return;
+    if (compute_submit(&wn_of(j->n)->comp, wn__work, wn__work_done, j) < 0)
+        return; /* cannot happen: one job, one task at a time */
     j->busy = true;
-    uv_queue_work(j->n->loop, &j->work, wn__work, wn__work_done);
 }
 
 /* ---- links ---- */
@@ -457,7 +384,7 @@ static void *wn__feed_dest(conn *c, const Appliance__Envelope *env, uint32_t len
         return NULL;
     }
     const Appliance__Batch *b = env->batch;
-    if (b->n != j->batch || b->sample_elems != j->in_elems || b->label_elems != 1 ||
+    if (b->n != j->batch || b->sample_elems != j->in_elems || b->label_elems != j->ex.label_elems ||
         len != j->batch_bytes || b->replica != j->replica || b->step < j->step ||
         b->step % f->slots != f->slot) {
         *err = -EINVAL;
@@ -515,25 +442,20 @@ static const conn_ops wn__feed_ops = {
 
 /* ---- handlers ---- */
 
-static int wn__check_model(const model *m, char *err, size_t errlen)
+/* A job this replica cannot take: the coordinator hears why, nothing stays. */
+static void wn__refuse(node *n, wn_job *j, const char *why)
 {
-    for (int l = 0; l < m->nlayers; l++) {
-        layer_type t = m->layers[l].type;
-        if (t != LAYER_DENSE && t != LAYER_RELU && t != LAYER_FLATTEN) {
-            snprintf(err, errlen, "layer \"%s\": type %s is not available on this wse-node yet",
-                     m->layers[l].name, layer_type_name(t));
-            return -ENOTSUP;
-        }
-        if (m->layers[l].ninputs != 1) {
-            snprintf(err, errlen, "layer \"%s\": several inputs are not available yet", m->layers[l].name);
-            return -ENOTSUP;
-        }
-    }
-    if (m->loss != LOSS_SOFTMAX_CROSS_ENTROPY) {
-        snprintf(err, errlen, "loss %s is not available on this wse-node yet", model_loss_name(m->loss));
-        return -ENOTSUP;
-    }
-    return 0;
+    Appliance__JobAbort a = APPLIANCE__JOB_ABORT__INIT;
+    a.job_id = j->id;
+    a.reason = (char *)why;
+    ENVELOPE(ae, job_abort, JOB_ABORT, &a);
+    node_send_coordinator(n, &ae);
+    log_error("job %s: %s", j->id, why);
+    wse_node *w = wn_of(n);
+    if (w->job == j)
+        w->job = NULL;
+    j->released = true;
+    wn__free_buffers(j);
 }
 
 static void wn__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, uint32_t len)
@@ -571,20 +493,12 @@ static void wn__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *p
         spec->model = NULL;
         jobspec_free(spec);
     }
-    if (!me || !j->m || wn__check_model(j->m, err, sizeof(err)) < 0 || p->n_swarm == 0) {
-        j->links_open = 0;
-        j->released = false;
+    if (!me || !j->m || p->n_swarm == 0) {
         if (!me)
             snprintf(err, sizeof(err), "plan has no replica for member %u", n->member_id);
-        Appliance__JobAbort a = APPLIANCE__JOB_ABORT__INIT;
-        a.job_id = j->id;
-        a.reason = err;
-        ENVELOPE(ae, job_abort, JOB_ABORT, &a);
-        node_send_coordinator(n, &ae);
-        log_error("job %s: %s", j->id, err);
-        w->job = NULL;
-        j->released = true;
-        wn__free_buffers(j);
+        else if (p->n_swarm == 0)
+            snprintf(err, sizeof(err), "plan has no swarmx node");
+        wn__refuse(n, j, err);
         return;
     }
     j->replica = me->index;
@@ -594,30 +508,26 @@ static void wn__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *p
     const model *m = j->m;
     bool oom = false;
     j->t = calloc(p->n_tensors ? p->n_tensors : 1, sizeof(*j->t));
-    oom |= !j->t;
+    j->wp = calloc(p->n_tensors ? p->n_tensors : 1, sizeof(float *));
+    j->gp = calloc(p->n_tensors ? p->n_tensors : 1, sizeof(float *));
+    oom |= !j->t || !j->wp || !j->gp;
     for (size_t i = 0; !oom && i < p->n_tensors; i++) {
         j->t[i].n = m->tensors[i].elems;
         j->t[i].step = UINT64_MAX;
-        j->t[i].w = malloc(j->t[i].n * sizeof(float));
-        j->t[i].g = malloc(j->t[i].n * sizeof(float));
+        j->wp[i] = j->t[i].w = malloc(j->t[i].n * sizeof(float));
+        j->gp[i] = j->t[i].g = malloc(j->t[i].n * sizeof(float));
         oom |= !j->t[i].w || !j->t[i].g;
     }
-    j->act = calloc((size_t)m->nlayers, sizeof(float *));
-    j->dact = calloc((size_t)m->nlayers, sizeof(float *));
-    oom |= !j->act || !j->dact;
-    uint64_t scratch = 0;
-    for (int l = 0; !oom && l < m->nlayers; l++) {
-        const model_layer *ml = &m->layers[l];
-        size_t count = (size_t)j->batch * model_shape_elems(&ml->out);
-        if (ml->type != LAYER_FLATTEN) /* flatten reads its input's memory */
-            oom |= !(j->act[l] = malloc(count * sizeof(float)));
-        oom |= !(j->dact[l] = calloc(count, sizeof(float)));
-        uint64_t in_count = (uint64_t)j->batch * model_shape_elems(&ml->in);
-        if (in_count > scratch)
-            scratch = in_count;
+    if (!oom) {
+        if (exec_init(&j->ex, m, (int)j->batch, j->wp, j->gp, err, sizeof(err)) < 0) {
+            wn__refuse(n, j, err);
+            return;
+        }
+        j->ex_ready = true;
+        j->ex.seed = p->seed;
+        j->ex.sample_offset = me->batch_offset;
+        j->ex.replica_share = 1.0f / (float)p->n_replicas;
     }
-    if (!oom)
-        oom |= !(j->scratch = malloc(scratch * sizeof(float)));
     /* Workers feeding us, and a batch slot per credit each. */
     size_t nf = 0;
     for (size_t i = 0; i < p->n_workers; i++)
@@ -626,7 +536,7 @@ static void wn__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *p
     j->feeds = calloc(nf ? nf : 1, sizeof(*j->feeds));
     j->nbatches = nf * WN_CREDITS;
     j->batches = calloc(j->nbatches ? j->nbatches : 1, sizeof(*j->batches));
-    j->batch_bytes = (size_t)j->batch * (j->in_elems * sizeof(float) + sizeof(int32_t));
+    j->batch_bytes = (size_t)j->batch * (j->in_elems * sizeof(float) + j->ex.label_elems * sizeof(int32_t));
     oom |= !j->feeds || !j->batches;
     for (size_t i = 0; !oom && i < j->nbatches; i++) {
         j->batches[i].step = UINT64_MAX;
@@ -634,15 +544,7 @@ static void wn__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *p
     }
     if (oom || nf == 0) {
         snprintf(err, sizeof(err), oom ? "out of memory for the job's buffers" : "no worker feeds replica %u", j->replica);
-        Appliance__JobAbort a = APPLIANCE__JOB_ABORT__INIT;
-        a.job_id = j->id;
-        a.reason = err;
-        ENVELOPE(ae, job_abort, JOB_ABORT, &a);
-        node_send_coordinator(n, &ae);
-        log_error("job %s: %s", j->id, err);
-        w->job = NULL;
-        j->released = true;
-        wn__free_buffers(j);
+        wn__refuse(n, j, err);
         return;
     }
     int parent = me->swarm_parent >= 0 && (size_t)me->swarm_parent < p->n_swarm ? me->swarm_parent : 0;
@@ -675,8 +577,15 @@ static void wn__job_end(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl,
 static void wn__shutdown(node *n)
 {
     wse_node *w = wn_of(n);
-    if (w->job)
-        wn__release(n, w->job);
+    wn_job *j = w->job;
+    if (j)
+        wn__release(n, j);
+    compute_stop(&w->comp); /* after the task in flight */
+    if (j && j->busy) {
+        j->busy = false;
+        if (j->links_open == 0)
+            wn__free_buffers(j);
+    }
 }
 
 static void wn__fill_register(node *n, Appliance__Register *r)

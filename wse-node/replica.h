@@ -6,6 +6,8 @@
  * buffer is sized from the plan at job start: no allocation per step. */
 #pragma once
 
+#include "compute.h"
+#include "exec.h"
 #include "model.h"
 #include "node.h"
 
@@ -45,9 +47,9 @@ typedef struct wn_job {
     uint32_t batch;          /* our share of each global batch */
     uint64_t in_elems;       /* floats per input sample */
     wn_tensor *t;            /* by plan tensor id */
-    float **act;             /* per layer: output activations (batch x out) */
-    float **dact;            /* per layer: gradient of the output */
-    float *scratch;          /* largest layer input gradient */
+    float **wp, **gp;        /* per tensor: t[i].w and t[i].g, for the executor */
+    exec ex;                 /* activations and the layers' computation */
+    bool ex_ready;           /* ex was initialised */
     wn_batch *batches;       /* ring of nfeeds * WN_CREDITS */
     size_t nbatches;
     size_t batch_bytes;
@@ -61,7 +63,6 @@ typedef struct wn_job {
     enum wn_stage stage;
     int layer;               /* layer of the stage */
     bool busy;               /* a compute task is queued */
-    uv_work_t work;
     double loss_sum;         /* of the step, over our samples */
     int compute_err;         /* set by a task: the job fails */
     char compute_msg[256];
@@ -73,6 +74,7 @@ typedef struct wn_job {
 typedef struct wse_node {
     node *n;
     wn_job *job;
+    compute comp;            /* the thread that runs the kernels */
 } wse_node;
 
 void wse_node_role(node_role *role);

@@ -81,9 +81,12 @@ START_TEST(unbuilt_keys_refused)
     refused("[runconfig]\neval_frequency = 10\n[train_input]\nnum_classes = 3\n",
             "job.toml:2:1: runconfig.eval_frequency: evaluation during training is not available "
             "in this version yet");
-    refused("[train_input]\nnum_classes = 3\n[optimizer]\nmax_gradient_norm = 1.0\n",
-            "job.toml:4:1: optimizer.max_gradient_norm: gradient-norm clipping is not available "
-            "in this version yet");
+    refused("[runconfig]\nnum_wgt_servers = 2\n[train_input]\nnum_classes = 3\n[optimizer]\n"
+            "max_gradient_norm = 1.0\n",
+            "job.toml:6:1: optimizer.max_gradient_norm: gradient-norm clipping across several "
+            "memoryx shards (num_wgt_servers > 1) is not available in this version yet");
+    refused("[train_input]\nnum_classes = 3\n[optimizer]\nnesterov = true\n",
+            "job.toml:4:12: optimizer.nesterov: needs momentum > 0 and dampening = 0");
     char err[512] = "";
     jobspec *j = parse("[runconfig]\neval_frequency = 0\n[train_input]\nnum_classes = 3\n", err,
                        sizeof(err));

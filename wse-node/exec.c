@@ -1,0 +1,520 @@
+/* The layer executor: model layers onto the kernels. */
+#include "exec.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "op_activation.h"
+#include "op_concat.h"
+#include "op_conv2d.h"
+#include "op_conv_transpose2d.h"
+#include "op_dense.h"
+#include "op_dropout.h"
+#include "op_elementwise.h"
+#include "op_loss.h"
+#include "op_norm.h"
+#include "op_pool.h"
+#include "op_upsample.h"
+
+#define DICE_EPS 1.0f /* smoothing of the soft Dice ratio */
+
+static const model_shape *exec__shape_of(const model *m, int layer)
+{
+    return layer < 0 ? &m->input : &m->layers[layer].out;
+}
+
+static int exec__hw(const model_shape *s)
+{
+    return s->ndim == 3 ? (int)(s->d[1] * s->d[2]) : 1;
+}
+
+static op_conv2d_params exec__conv(const model_layer *l, int n)
+{
+    op_conv2d_params p = {0};
+    p.n = n;
+    p.c = (int)l->in.d[0];
+    p.h = (int)l->in.d[1];
+    p.w = (int)l->in.d[2];
+    p.k = (int)l->filters;
+    p.r = l->kernel[0];
+    p.s = l->kernel[1];
+    p.stride_h = l->stride[0];
+    p.stride_w = l->stride[1];
+    p.pad_h = l->padding[0];
+    p.pad_w = l->padding[1];
+    p.dil_h = l->dilation[0];
+    p.dil_w = l->dilation[1];
+    return p;
+}
+
+static op_conv_transpose2d_params exec__convt(const model_layer *l, int n)
+{
+    op_conv_transpose2d_params p = {0};
+    p.n = n;
+    p.c = (int)l->in.d[0];
+    p.h = (int)l->in.d[1];
+    p.w = (int)l->in.d[2];
+    p.k = (int)l->filters;
+    p.r = l->kernel[0];
+    p.s = l->kernel[1];
+    p.stride_h = l->stride[0];
+    p.stride_w = l->stride[1];
+    p.pad_h = l->padding[0];
+    p.pad_w = l->padding[1];
+    p.dil_h = l->dilation[0];
+    p.dil_w = l->dilation[1];
+    p.out_pad_h = l->output_padding[0];
+    p.out_pad_w = l->output_padding[1];
+    return p;
+}
+
+static op_pool2d_params exec__pool(const model_layer *l, int n)
+{
+    op_pool2d_params p = {0};
+    p.n = n;
+    p.c = (int)l->in.d[0];
+    p.h = (int)l->in.d[1];
+    p.w = (int)l->in.d[2];
+    p.kh = l->kernel[0];
+    p.kw = l->kernel[1];
+    p.stride_h = l->stride[0];
+    p.stride_w = l->stride[1];
+    p.pad_h = l->padding[0];
+    p.pad_w = l->padding[1];
+    p.count_include_pad = 1; /* PyTorch's default */
+    return p;
+}
+
+/* Bytes of a layer's saved state for n samples. */
+static size_t exec__aux_bytes(const model_layer *l, int n)
+{
+    switch (l->type) {
+    case LAYER_MAX_POOL2D: return (size_t)n * model_shape_elems(&l->out) * sizeof(int32_t);
+    case LAYER_BATCH_NORM: return 2 * (size_t)l->in.d[0] * sizeof(float);
+    case LAYER_GROUP_NORM: return 2 * (size_t)n * (size_t)l->groups * sizeof(float);
+    default: return 0;
+    }
+}
+
+static size_t exec__ws_bytes(const model_layer *l, int n)
+{
+    if (l->type == LAYER_CONV2D) {
+        op_conv2d_params p = exec__conv(l, n);
+        return op_conv2d_workspace(&p);
+    }
+    if (l->type == LAYER_CONV_TRANSPOSE2D) {
+        op_conv_transpose2d_params p = exec__convt(l, n);
+        return op_conv_transpose2d_workspace(&p);
+    }
+    return 0;
+}
+
+/* Elements of all inputs of a layer for n samples. */
+static size_t exec__in_elems(const model *m, const model_layer *l, int n)
+{
+    size_t sum = 0;
+    for (int i = 0; i < l->ninputs; i++)
+        sum += (size_t)n * model_shape_elems(exec__shape_of(m, l->inputs[i]));
+    return sum;
+}
+
+static bool exec__loss_is_sigmoid(model_loss loss)
+{
+    return loss == LOSS_BCE_WITH_LOGITS || loss == LOSS_DICE || loss == LOSS_BCE_DICE;
+}
+
+uint32_t exec_label_elems(const model *m)
+{
+    const model_shape *o = &m->layers[m->nlayers - 1].out;
+    switch (m->loss) {
+    case LOSS_SOFTMAX_CROSS_ENTROPY: return 1;
+    case LOSS_PIXEL_SOFTMAX_CROSS_ENTROPY: return (uint32_t)exec__hw(o);
+    default:
+        /* one target per logit, or a class per pixel for several channels */
+        return o->ndim == 3 && o->d[0] > 1 ? (uint32_t)exec__hw(o) : (uint32_t)model_shape_elems(o);
+    }
+}
+
+size_t exec_bytes(const model *m, int n)
+{
+    size_t bytes = 0, ws = 0, scratch = 0;
+    for (int i = 0; i < m->nlayers; i++) {
+        const model_layer *l = &m->layers[i];
+        size_t out = (size_t)n * model_shape_elems(&l->out) * sizeof(float);
+        bytes += (l->type == LAYER_FLATTEN ? 0 : out) + out + exec__aux_bytes(l, n);
+        size_t w = exec__ws_bytes(l, n);
+        if (w > ws)
+            ws = w;
+        size_t in = exec__in_elems(m, l, n) * sizeof(float);
+        if (in > scratch)
+            scratch = in;
+    }
+    if (exec__loss_is_sigmoid(m->loss))
+        bytes += 2 * (size_t)n * model_shape_elems(&m->layers[m->nlayers - 1].out) * sizeof(float);
+    return bytes + ws + scratch;
+}
+
+int exec_init(exec *e, const model *m, int n, float **w, float **g, char *err, size_t errlen)
+{
+    memset(e, 0, sizeof(*e));
+    e->m = m;
+    e->n = n;
+    e->w = w;
+    e->g = g;
+    e->replica_share = 1.0f;
+    const model_layer *last = &m->layers[m->nlayers - 1];
+    const model_shape *o = &last->out;
+    e->label_elems = exec_label_elems(m);
+    e->act = calloc((size_t)m->nlayers, sizeof(float *));
+    e->dact = calloc((size_t)m->nlayers, sizeof(float *));
+    e->aux = calloc((size_t)m->nlayers, sizeof(void *));
+    if (!e->act || !e->dact || !e->aux)
+        goto oom;
+    size_t scratch = 0;
+    for (int i = 0; i < m->nlayers; i++) {
+        const model_layer *l = &m->layers[i];
+        size_t out = (size_t)n * model_shape_elems(&l->out);
+        if (l->type != LAYER_FLATTEN && !(e->act[i] = malloc(out * sizeof(float))))
+            goto oom;
+        if (!(e->dact[i] = calloc(out, sizeof(float))))
+            goto oom;
+        size_t aux = exec__aux_bytes(l, n);
+        if (aux && !(e->aux[i] = malloc(aux)))
+            goto oom;
+        size_t ws = exec__ws_bytes(l, n);
+        if (ws > e->ws_bytes)
+            e->ws_bytes = ws;
+        size_t in = exec__in_elems(m, l, n);
+        if (in > scratch)
+            scratch = in;
+    }
+    if (!(e->scratch = malloc((scratch ? scratch : 1) * sizeof(float))))
+        goto oom;
+    if (e->ws_bytes && !(e->ws = aligned_alloc(64, (e->ws_bytes + 63) / 64 * 64)))
+        goto oom;
+    if (exec__loss_is_sigmoid(m->loss)) {
+        size_t per = (size_t)n * model_shape_elems(o);
+        if (!(e->targets = malloc(per * sizeof(float))) || !(e->lossgrad = malloc(per * sizeof(float))))
+            goto oom;
+    }
+    e->bytes = exec_bytes(m, n);
+    return 0;
+oom:
+    snprintf(err, errlen, "out of memory for the activations of %d samples (%zu bytes)", n,
+             exec_bytes(m, n));
+    exec_deinit(e);
+    return -ENOMEM;
+}
+
+void exec_deinit(exec *e)
+{
+    if (e->act)
+        for (int i = 0; i < e->m->nlayers; i++) {
+            free(e->act[i]);
+            free(e->dact[i]);
+            free(e->aux[i]);
+        }
+    free(e->act);
+    free(e->dact);
+    free(e->aux);
+    free(e->scratch);
+    free(e->ws);
+    free(e->targets);
+    free(e->lossgrad);
+    memset(e, 0, sizeof(*e));
+}
+
+const float *exec_output(const exec *e, int layer, const float *x)
+{
+    while (layer >= 0 && e->m->layers[layer].type == LAYER_FLATTEN)
+        layer = e->m->layers[layer].inputs[0];
+    return layer < 0 ? x : e->act[layer];
+}
+
+void exec_zero_grads(exec *e)
+{
+    for (int i = 0; i < e->m->nlayers; i++)
+        memset(e->dact[i], 0,
+               (size_t)e->n * model_shape_elems(&e->m->layers[i].out) * sizeof(float));
+}
+
+/* Tensor i of layer l: weights, gradients. */
+#define W(l, i) (e->w[(l)->first_tensor + (i)])
+#define G(l, i) (e->g[(l)->first_tensor + (i)])
+
+void exec_forward(exec *e, int li, const float *x, int64_t step, bool training)
+{
+    const model_layer *l = &e->m->layers[li];
+    int n = e->n;
+    const float *in = exec_output(e, l->inputs[0], x);
+    float *out = e->act[li];
+    size_t count = (size_t)n * model_shape_elems(&l->out);
+    int c = (int)l->in.d[0], hw = exec__hw(&l->in);
+    switch (l->type) {
+    case LAYER_DENSE:
+        op_dense_forward(out, in, W(l, 0), l->bias ? W(l, 1) : NULL, n, (int)l->in.d[0],
+                         (int)l->units);
+        break;
+    case LAYER_CONV2D: {
+        op_conv2d_params p = exec__conv(l, n);
+        op_conv2d_forward(out, in, W(l, 0), l->bias ? W(l, 1) : NULL, &p, e->ws, e->ws_bytes);
+        break;
+    }
+    case LAYER_CONV_TRANSPOSE2D: {
+        op_conv_transpose2d_params p = exec__convt(l, n);
+        op_conv_transpose2d_forward(out, in, W(l, 0), l->bias ? W(l, 1) : NULL, &p, e->ws,
+                                    e->ws_bytes);
+        break;
+    }
+    case LAYER_MAX_POOL2D: {
+        op_pool2d_params p = exec__pool(l, n);
+        op_maxpool2d_forward(out, e->aux[li], in, &p);
+        break;
+    }
+    case LAYER_AVG_POOL2D: {
+        op_pool2d_params p = exec__pool(l, n);
+        op_avgpool2d_forward(out, in, &p);
+        break;
+    }
+    case LAYER_UPSAMPLE:
+        if (l->mode == UPSAMPLE_BILINEAR)
+            op_upsample_bilinear_forward(out, in, n, c, (int)l->in.d[1], (int)l->in.d[2],
+                                         (int)l->out.d[1], (int)l->out.d[2]);
+        else
+            op_upsample_nearest_forward(out, in, n, c, (int)l->in.d[1], (int)l->in.d[2],
+                                        (int)l->out.d[1], (int)l->out.d[2]);
+        break;
+    case LAYER_CONCAT: {
+        const float *ins[MODEL_MAX_INPUTS];
+        int channels[MODEL_MAX_INPUTS];
+        for (int i = 0; i < l->ninputs; i++) {
+            ins[i] = exec_output(e, l->inputs[i], x);
+            channels[i] = (int)exec__shape_of(e->m, l->inputs[i])->d[0];
+        }
+        op_concat_forward(out, ins, channels, l->ninputs, n, exec__hw(&l->out));
+        break;
+    }
+    case LAYER_ADD:
+        op_add_forward(out, in, exec_output(e, l->inputs[1], x), count);
+        break;
+    case LAYER_BATCH_NORM: {
+        float *save = e->aux[li];
+        if (training) {
+            /* Running statistics are updated in the gradient buffers and go
+             * up with the gradients, averaged over the replicas. */
+            memcpy(G(l, 2), W(l, 2), (size_t)c * sizeof(float));
+            memcpy(G(l, 3), W(l, 3), (size_t)c * sizeof(float));
+            op_batchnorm_forward_train(out, save, save + c, G(l, 2), G(l, 3), in, W(l, 0), W(l, 1),
+                                       n, c, hw, (float)l->momentum, (float)l->eps);
+            for (int i = 0; i < c; i++) {
+                G(l, 2)[i] *= e->replica_share;
+                G(l, 3)[i] *= e->replica_share;
+            }
+        } else {
+            op_batchnorm_forward_eval(out, in, W(l, 0), W(l, 1), W(l, 2), W(l, 3), n, c, hw,
+                                      (float)l->eps);
+        }
+        break;
+    }
+    case LAYER_GROUP_NORM: {
+        float *save = e->aux[li];
+        op_groupnorm_forward(out, save, save + (size_t)n * l->groups, in, W(l, 0), W(l, 1), n, c,
+                             hw, l->groups, (float)l->eps);
+        break;
+    }
+    case LAYER_RELU: op_relu_forward(out, in, count); break;
+    case LAYER_LEAKY_RELU: op_leaky_relu_forward(out, in, count, (float)l->negative_slope); break;
+    case LAYER_GELU: op_gelu_forward(out, in, count); break;
+    case LAYER_SIGMOID: op_sigmoid_forward(out, in, count); break;
+    case LAYER_TANH: op_tanh_forward(out, in, count); break;
+    case LAYER_DROPOUT:
+        if (training) {
+            op_dropout_key key = {.seed = e->seed, .step = step, .layer = li};
+            op_dropout_forward(out, in, count, e->sample_offset * model_shape_elems(&l->out),
+                               (float)l->rate, &key);
+        } else {
+            memcpy(out, in, count * sizeof(float));
+        }
+        break;
+    case LAYER_FLATTEN:
+    case LAYER_TYPE_COUNT:
+        break;
+    }
+}
+
+double exec_loss(exec *e, const float *x, const int32_t *labels, float scale)
+{
+    const model *m = e->m;
+    int last = m->nlayers - 1;
+    const model_shape *o = &m->layers[last].out;
+    const float *logits = exec_output(e, last, x);
+    float *dlogits = e->dact[last];
+    int n = e->n;
+    switch (m->loss) {
+    case LOSS_SOFTMAX_CROSS_ENTROPY:
+        return op_softmax_xent(dlogits, logits, labels, n, (int)o->d[0], scale);
+    case LOSS_PIXEL_SOFTMAX_CROSS_ENTROPY:
+        return op_softmax_xent_pixels(dlogits, logits, labels, n, (int)o->d[0], (int)o->d[1],
+                                      (int)o->d[2], scale);
+    default:
+        break;
+    }
+    /* Sigmoid losses: a 0/1 target per logit, or one-hot channels from a
+     * class per pixel. */
+    int per = (int)model_shape_elems(o);
+    int ch = o->ndim == 3 ? (int)o->d[0] : 1;
+    int hw = exec__hw(o);
+    for (int s = 0; s < n; s++) {
+        const int32_t *lab = labels + (size_t)s * e->label_elems;
+        float *t = e->targets + (size_t)s * per;
+        if (ch > 1 && o->ndim == 3) {
+            for (int k = 0; k < ch; k++)
+                for (int i = 0; i < hw; i++) {
+                    if (lab[i] < 0 || lab[i] >= ch)
+                        return NAN;
+                    t[(size_t)k * hw + i] = lab[i] == k ? 1.0f : 0.0f;
+                }
+        } else {
+            for (int i = 0; i < per; i++) {
+                if (lab[i] < 0 || lab[i] > 1)
+                    return NAN;
+                t[i] = (float)lab[i];
+            }
+        }
+    }
+    if (m->loss == LOSS_BCE_WITH_LOGITS)
+        return op_bce_logits(dlogits, logits, e->targets, n, per, scale);
+    if (m->loss == LOSS_DICE)
+        return op_dice_logits(dlogits, logits, e->targets, n, per, DICE_EPS, scale);
+    double loss = op_bce_logits(dlogits, logits, e->targets, n, per, scale);
+    loss += op_dice_logits(e->lossgrad, logits, e->targets, n, per, DICE_EPS, scale);
+    size_t count = (size_t)n * per;
+    for (size_t i = 0; i < count; i++)
+        dlogits[i] += e->lossgrad[i];
+    return loss;
+}
+
+static void exec__accumulate(float *dst, const float *src, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        dst[i] += src[i];
+}
+
+void exec_backward(exec *e, int li, const float *x, int64_t step)
+{
+    const model_layer *l = &e->m->layers[li];
+    int n = e->n;
+    const float *in = exec_output(e, l->inputs[0], x);
+    const float *dout = e->dact[li];
+    size_t count = (size_t)n * model_shape_elems(&l->out);
+    size_t in_count = (size_t)n * model_shape_elems(&l->in);
+    int c = (int)l->in.d[0], hw = exec__hw(&l->in);
+    int src = l->inputs[0];
+    float *din = e->scratch; /* the gradient of inputs[0], added below */
+    bool has_din = true;
+    switch (l->type) {
+    case LAYER_DENSE:
+        if (src < 0)
+            din = NULL;
+        op_dense_backward(din, G(l, 0), l->bias ? G(l, 1) : NULL, dout, in, W(l, 0), n,
+                          (int)l->in.d[0], (int)l->units);
+        break;
+    case LAYER_CONV2D: {
+        op_conv2d_params p = exec__conv(l, n);
+        if (src < 0)
+            din = NULL;
+        op_conv2d_backward(din, G(l, 0), l->bias ? G(l, 1) : NULL, dout, in, W(l, 0), &p, e->ws,
+                           e->ws_bytes);
+        break;
+    }
+    case LAYER_CONV_TRANSPOSE2D: {
+        op_conv_transpose2d_params p = exec__convt(l, n);
+        if (src < 0)
+            din = NULL;
+        op_conv_transpose2d_backward(din, G(l, 0), l->bias ? G(l, 1) : NULL, dout, in, W(l, 0),
+                                     &p, e->ws, e->ws_bytes);
+        break;
+    }
+    case LAYER_MAX_POOL2D: {
+        op_pool2d_params p = exec__pool(l, n);
+        op_maxpool2d_backward(din, dout, e->aux[li], &p);
+        break;
+    }
+    case LAYER_AVG_POOL2D: {
+        op_pool2d_params p = exec__pool(l, n);
+        op_avgpool2d_backward(din, dout, &p);
+        break;
+    }
+    case LAYER_UPSAMPLE:
+        if (l->mode == UPSAMPLE_BILINEAR)
+            op_upsample_bilinear_backward(din, dout, n, c, (int)l->in.d[1], (int)l->in.d[2],
+                                          (int)l->out.d[1], (int)l->out.d[2]);
+        else
+            op_upsample_nearest_backward(din, dout, n, c, (int)l->in.d[1], (int)l->in.d[2],
+                                         (int)l->out.d[1], (int)l->out.d[2]);
+        break;
+    case LAYER_CONCAT: {
+        float *dins[MODEL_MAX_INPUTS];
+        int channels[MODEL_MAX_INPUTS];
+        size_t sizes[MODEL_MAX_INPUTS];
+        float *p = e->scratch;
+        for (int i = 0; i < l->ninputs; i++) {
+            const model_shape *s = exec__shape_of(e->m, l->inputs[i]);
+            channels[i] = (int)s->d[0];
+            sizes[i] = (size_t)n * model_shape_elems(s);
+            dins[i] = l->inputs[i] >= 0 ? p : NULL;
+            p += sizes[i];
+        }
+        op_concat_backward(dins, dout, channels, l->ninputs, n, exec__hw(&l->out));
+        for (int i = 0; i < l->ninputs; i++)
+            if (dins[i])
+                exec__accumulate(e->dact[l->inputs[i]], dins[i], sizes[i]);
+        has_din = false;
+        break;
+    }
+    case LAYER_ADD:
+        /* d(a + b) = dout for both. */
+        for (int i = 0; i < 2; i++)
+            if (l->inputs[i] >= 0)
+                exec__accumulate(e->dact[l->inputs[i]], dout, count);
+        has_din = false;
+        break;
+    case LAYER_BATCH_NORM: {
+        const float *save = e->aux[li];
+        op_batchnorm_backward(din, G(l, 0), G(l, 1), dout, in, W(l, 0), save, save + c, n, c, hw);
+        break;
+    }
+    case LAYER_GROUP_NORM: {
+        const float *save = e->aux[li];
+        op_groupnorm_backward(din, G(l, 0), G(l, 1), dout, in, W(l, 0), save,
+                              save + (size_t)n * l->groups, n, c, hw, l->groups);
+        break;
+    }
+    case LAYER_RELU: op_relu_backward(din, dout, in, count); break;
+    case LAYER_LEAKY_RELU:
+        op_leaky_relu_backward(din, dout, in, count, (float)l->negative_slope);
+        break;
+    case LAYER_GELU: op_gelu_backward(din, dout, in, count); break;
+    case LAYER_SIGMOID: op_sigmoid_backward(din, dout, e->act[li], count); break;
+    case LAYER_TANH: op_tanh_backward(din, dout, e->act[li], count); break;
+    case LAYER_DROPOUT: {
+        op_dropout_key key = {.seed = e->seed, .step = step, .layer = li};
+        op_dropout_backward(din, dout, count, e->sample_offset * model_shape_elems(&l->out),
+                            (float)l->rate, &key);
+        break;
+    }
+    case LAYER_FLATTEN:
+        if (src >= 0)
+            exec__accumulate(e->dact[src], dout, count);
+        has_din = false;
+        break;
+    case LAYER_TYPE_COUNT:
+        has_din = false;
+        break;
+    }
+    if (has_din && din && src >= 0)
+        exec__accumulate(e->dact[src], din, in_count);
+}

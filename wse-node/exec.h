@@ -1,0 +1,64 @@
+/* The layer executor of a wse-node: runs one layer's forward or backward
+ * pass, or the loss, over this replica's share of the batch, with buffers
+ * carved once from the model when the job starts (no allocation per step).
+ * It owns activations, their gradients and the layers' saved state; the
+ * weights and weight gradients belong to the caller, which streams them. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h"
+
+typedef struct exec {
+    const model *m;         /* not owned */
+    int n;                  /* samples per step on this replica */
+    uint32_t label_elems;   /* int32 labels per sample */
+    uint64_t seed;          /* the job seed: dropout masks */
+    uint64_t sample_offset; /* first global sample of this replica's share */
+    float replica_share;    /* 1 / replicas: running statistics are averaged */
+    float **w;              /* per tensor: weights (not owned) */
+    float **g;              /* per tensor: gradients, or running statistics (not owned) */
+    float **act;            /* per layer: output (batch x out); NULL for flatten */
+    float **dact;           /* per layer: gradient of the output, accumulated */
+    void **aux;             /* per layer: argmax indices or saved statistics */
+    float *scratch;         /* the input gradients of one layer */
+    void *ws;               /* convolution workspace */
+    size_t ws_bytes;
+    float *targets;         /* float targets of bce and dice (n x per) */
+    float *lossgrad;        /* the second gradient of bce_dice */
+    size_t bytes;           /* allocated */
+} exec;
+
+/* int32 labels per sample the model's loss needs: 1 for classification, a
+ * class per pixel for segmentation, a 0/1 target per logit otherwise. */
+uint32_t exec_label_elems(const model *m);
+
+/* Bytes exec_init allocates for n samples. */
+size_t exec_bytes(const model *m, int n);
+
+/* Allocates the buffers of n samples. w and g are arrays over the model's tensors.
+ * Returns 0, or a negative code with a message naming the layer. */
+int exec_init(exec *e, const model *m, int n, float **w, float **g, char *err, size_t errlen);
+void exec_deinit(exec *e);
+
+/* The output of layer (-1: the input x). */
+const float *exec_output(const exec *e, int layer, const float *x);
+
+/* Zeroes the output gradients before a step's backward pass. */
+void exec_zero_grads(exec *e);
+
+/* Forward pass of one layer. training selects batch statistics and dropout;
+ * in training, batch norm leaves its updated running statistics, times
+ * replica_share, in the g buffers of its running_mean and running_var. */
+void exec_forward(exec *e, int layer, const float *x, int64_t step, bool training);
+
+/* The loss of the step, summed over this replica's samples, and its gradient
+ * (times scale) in the last layer's output gradient. NAN for a label out of
+ * range. */
+double exec_loss(exec *e, const float *x, const int32_t *labels, float scale);
+
+/* Backward pass of one layer: its weight gradients into g, its input
+ * gradients added to the output gradients of the layers it reads. */
+void exec_backward(exec *e, int layer, const float *x, int64_t step);

@@ -217,7 +217,6 @@ static int jobspec__refuse_unbuilt(const toml_value *root, const jobspec *j, cha
         const char *what;
     } unbuilt[] = {
         {"runconfig", "eval_frequency", j->eval_frequency > 0, "evaluation during training"},
-        {"runconfig", "swarmx_fanout", true, "multi-level SwarmX trees"},
         {"optimizer", "max_gradient_norm", j->max_gradient_norm > 0 && j->num_wgt_servers > 1,
          "gradient-norm clipping across several memoryx shards (num_wgt_servers > 1)"},
     };

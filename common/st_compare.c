@@ -15,7 +15,9 @@ static void usage(FILE *f)
             "Usage: st-compare A.safetensors B.safetensors [--rtol R]\n"
             "\n"
             "Compares every tensor of A with the tensor of the same name in B\n"
-            "(both files must hold the same names and shapes). Prints per tensor\n"
+            "(both must hold the same names and shapes). A or B may list several\n"
+            "files separated by commas, the shards of one checkpoint, which are\n"
+            "taken together. Prints per tensor\n"
             "  NAME rel=||a-b||/||a|| maxabs=max|a-b|\n"
             "Exit status: 0 if every rel <= R (default 1e-5), 1 otherwise or on a\n"
             "mismatch of names or shapes, 2 when a file cannot be read.\n");
@@ -56,6 +58,57 @@ static void print_shape(FILE *f, const st_file *s, size_t i)
     fputc(']', f);
 }
 
+/* One side of the comparison: the files of one checkpoint, taken together. */
+typedef struct side {
+    st_file *f[64];
+    size_t n;
+    const char *spec; /* as given */
+} side;
+
+/* A tensor of a side: its file and index. */
+typedef struct ref {
+    const st_file *f;
+    size_t i;
+} ref;
+
+static int side_open(side *sd, const char *spec)
+{
+    sd->n = 0;
+    sd->spec = spec;
+    char *copy = strdup(spec);
+    char *save = NULL;
+    for (char *p = strtok_r(copy, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
+        char err[512];
+        if (sd->n == 64 || !(sd->f[sd->n] = st_open(p, err, sizeof(err)))) {
+            fprintf(stderr, "st-compare: %s\n", sd->n == 64 ? "more than 64 files on one side" : err);
+            free(copy);
+            return -1;
+        }
+        sd->n++;
+    }
+    free(copy);
+    return sd->n ? 0 : -1;
+}
+
+static void side_close(side *sd)
+{
+    for (size_t k = 0; k < sd->n; k++)
+        st_close(sd->f[k]);
+}
+
+static bool side_find(const side *sd, const char *name, ref *r)
+{
+    for (size_t k = 0; k < sd->n; k++) {
+        long i = st_find(sd->f[k], name);
+        if (i >= 0) {
+            r->f = sd->f[k];
+            r->i = (size_t)i;
+            return true;
+        }
+    }
+    return false;
+}
+
 int main(int argc, char **argv)
 {
     const char *path[2] = {NULL, NULL};
@@ -82,7 +135,7 @@ int main(int argc, char **argv)
             return 2;
         }
         if (npath == 2) {
-            fprintf(stderr, "st-compare: more than two files given (see --help)\n");
+            fprintf(stderr, "st-compare: more than two checkpoints given (see --help)\n");
             return 2;
         }
         path[npath++] = argv[i];
@@ -92,72 +145,78 @@ int main(int argc, char **argv)
         return 2;
     }
 
-    char err[512];
-    st_file *a = st_open(path[0], err, sizeof(err));
-    if (!a) {
-        fprintf(stderr, "st-compare: %s\n", err);
+    static side a, b;
+    if (side_open(&a, path[0]) < 0) {
+        side_close(&a);
         return 2;
     }
-    st_file *b = st_open(path[1], err, sizeof(err));
-    if (!b) {
-        fprintf(stderr, "st-compare: %s\n", err);
-        st_close(a);
+    if (side_open(&b, path[1]) < 0) {
+        side_close(&a);
+        side_close(&b);
         return 2;
     }
 
     int rc = 0;
     /* Names and shapes first: a structural mismatch makes numbers meaningless. */
-    for (size_t i = 0; i < st_count(a); i++) {
-        long k = st_find(b, st_name(a, i));
-        if (k < 0) {
-            fprintf(stderr, "st-compare: tensor \"%s\" is in %s but not in %s\n", st_name(a, i),
-                    path[0], path[1]);
-            rc = 1;
-        } else if (!same_shape(a, i, b, (size_t)k)) {
-            fprintf(stderr, "st-compare: tensor \"%s\" has shape ", st_name(a, i));
-            print_shape(stderr, a, i);
-            fprintf(stderr, " in %s but ", path[0]);
-            print_shape(stderr, b, (size_t)k);
-            fprintf(stderr, " in %s\n", path[1]);
-            rc = 1;
+    for (size_t fa = 0; fa < a.n; fa++)
+        for (size_t i = 0; i < st_count(a.f[fa]); i++) {
+            const char *name = st_name(a.f[fa], i);
+            ref r;
+            if (!side_find(&b, name, &r)) {
+                fprintf(stderr, "st-compare: tensor \"%s\" is in %s but not in %s\n", name, path[0],
+                        path[1]);
+                rc = 1;
+            } else if (!same_shape(a.f[fa], i, r.f, r.i)) {
+                fprintf(stderr, "st-compare: tensor \"%s\" has shape ", name);
+                print_shape(stderr, a.f[fa], i);
+                fprintf(stderr, " in %s but ", path[0]);
+                print_shape(stderr, r.f, r.i);
+                fprintf(stderr, " in %s\n", path[1]);
+                rc = 1;
+            }
         }
-    }
-    for (size_t k = 0; k < st_count(b); k++) {
-        if (st_find(a, st_name(b, k)) < 0) {
-            fprintf(stderr, "st-compare: tensor \"%s\" is in %s but not in %s\n", st_name(b, k),
-                    path[1], path[0]);
-            rc = 1;
+    for (size_t fb = 0; fb < b.n; fb++)
+        for (size_t k = 0; k < st_count(b.f[fb]); k++) {
+            ref r;
+            if (!side_find(&a, st_name(b.f[fb], k), &r)) {
+                fprintf(stderr, "st-compare: tensor \"%s\" is in %s but not in %s\n",
+                        st_name(b.f[fb], k), path[1], path[0]);
+                rc = 1;
+            }
         }
-    }
     if (rc)
         goto out;
 
-    for (size_t i = 0; i < st_count(a); i++) {
-        size_t k = (size_t)st_find(b, st_name(a, i));
-        size_t n = st_numel(a, i);
-        double diff2 = 0, norm2 = 0, maxabs = 0;
-        for (size_t j = 0; j < n; j++) {
-            double x, y;
-            if (!value_at(a, i, j, &x) || !value_at(b, k, j, &y)) {
-                fprintf(stderr, "st-compare: tensor \"%s\": cannot compare dtypes %s and %s\n",
-                        st_name(a, i), st_dtype_name(st_type(a, i)), st_dtype_name(st_type(b, k)));
-                rc = 1;
-                break;
+    for (size_t fa = 0; fa < a.n; fa++)
+        for (size_t i = 0; i < st_count(a.f[fa]); i++) {
+            const st_file *af = a.f[fa];
+            ref r = {0};
+            side_find(&b, st_name(af, i), &r); /* found: names were checked above */
+            size_t n = st_numel(af, i);
+            double diff2 = 0, norm2 = 0, maxabs = 0;
+            for (size_t j = 0; j < n; j++) {
+                double x, y;
+                if (!value_at(af, i, j, &x) || !value_at(r.f, r.i, j, &y)) {
+                    fprintf(stderr, "st-compare: tensor \"%s\": cannot compare dtypes %s and %s\n",
+                            st_name(af, i), st_dtype_name(st_type(af, i)),
+                            st_dtype_name(st_type(r.f, r.i)));
+                    rc = 1;
+                    break;
+                }
+                double d = fabs(x - y);
+                diff2 += d * d;
+                norm2 += x * x;
+                /* A NaN must show, not be skipped as fmax would. */
+                if (isnan(d) || d > maxabs)
+                    maxabs = d;
             }
-            double d = fabs(x - y);
-            diff2 += d * d;
-            norm2 += x * x;
-            /* A NaN must show, not be skipped as fmax would. */
-            if (isnan(d) || d > maxabs)
-                maxabs = d;
+            double rel = sqrt(diff2) / fmax(sqrt(norm2), 1e-30);
+            printf("%s rel=%.6e maxabs=%.6e\n", st_name(af, i), rel, maxabs);
+            if (!(rel <= rtol))
+                rc = 1;
         }
-        double rel = sqrt(diff2) / fmax(sqrt(norm2), 1e-30);
-        printf("%s rel=%.6e maxabs=%.6e\n", st_name(a, i), rel, maxabs);
-        if (!(rel <= rtol))
-            rc = 1;
-    }
 out:
-    st_close(a);
-    st_close(b);
+    side_close(&a);
+    side_close(&b);
     return rc;
 }

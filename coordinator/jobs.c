@@ -202,16 +202,17 @@ void jobs_handle_submit(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, 
     }
     /* Placement: idle members, in member-id order. */
     size_t nr = (size_t)spec->num_csx, ns = (size_t)spec->num_wgt_servers;
-    member *reps[1024], *shards[64], *swarm[1], *workers[256];
+    member *reps[1024], *shards[64], *swarm[1024], *workers[256];
+    size_t nx = planner_swarm_nodes(nr, (size_t)spec->swarmx_fanout);
     size_t gr = job__pick(co, APPLIANCE__ROLE__ROLE_WSE_NODE, reps, nr);
     size_t gs = job__pick(co, APPLIANCE__ROLE__ROLE_MEMORYX, shards, ns);
-    size_t gx = job__pick(co, APPLIANCE__ROLE__ROLE_SWARMX, swarm, 1);
+    size_t gx = job__pick(co, APPLIANCE__ROLE__ROLE_SWARMX, swarm, nx);
     size_t gw = job__pick(co, APPLIANCE__ROLE__ROLE_WORKER, workers, 256);
-    if (gr < nr || gs < ns || gx < 1 || gw < 1) {
+    if (gr < nr || gs < ns || gx < nx || gw < 1) {
         node_reply_error(c, -EAGAIN,
-                         "%s: the job needs %zu wse-node(s), %zu memoryx, 1 swarmx and at least 1 "
+                         "%s: the job needs %zu wse-node(s), %zu memoryx, %zu swarmx and at least 1 "
                          "worker; idle now: %zu wse-node(s), %zu memoryx, %zu swarmx, %zu worker(s)",
-                         file, nr, ns, gr, gs, gx, gw);
+                         file, nr, ns, nx, gr, gs, gx, gw);
         jobspec_free(spec);
         return;
     }
@@ -224,7 +225,7 @@ void jobs_handle_submit(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, 
     snprintf(j->file, sizeof(j->file), "%s", file);
     snprintf(j->model_dir, sizeof(j->model_dir), "%s", spec->model_dir);
     j->log_steps = (uint64_t)spec->log_steps;
-    planner_members pm = {reps, nr, shards, ns, swarm, 1, workers, gw};
+    planner_members pm = {reps, nr, shards, ns, swarm, nx, workers, gw};
     int rc = planner_build(spec, j->id, s->toml, &pm, JOB_CHUNK_ELEMS, &j->plan_bytes, &j->plan_len,
                            err, sizeof(err));
     jobspec_free(spec);
@@ -247,7 +248,7 @@ void jobs_handle_submit(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, 
         return;
     }
     /* The members this job uses. */
-    j->nmembers = nr + ns + 1 + (gw < j->plan->n_workers ? gw : j->plan->n_workers);
+    j->nmembers = nr + ns + nx + (gw < j->plan->n_workers ? gw : j->plan->n_workers);
     j->members = calloc(j->nmembers, sizeof(uint32_t));
     if (!j->members) {
         node_reply_error(c, -ENOMEM, "out of memory");
@@ -258,7 +259,8 @@ void jobs_handle_submit(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, 
         j->members[k++] = reps[i]->id;
     for (size_t i = 0; i < ns; i++)
         j->members[k++] = shards[i]->id;
-    j->members[k++] = swarm[0]->id;
+    for (size_t i = 0; i < nx; i++)
+        j->members[k++] = swarm[i]->id;
     for (size_t i = 0; i < gw && i < j->plan->n_workers; i++)
         j->members[k++] = workers[i]->id;
     for (size_t i = 0; i < j->nmembers; i++) {

@@ -28,5 +28,10 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
                   const planner_members *pm, uint64_t chunk_elems, uint8_t **out, size_t *outlen,
                   char *err, size_t errlen);
 
+/* SwarmX nodes a tree over `replicas` replicas with fan-out `fanout` needs:
+ * leaves of at most fanout replicas, then levels of at most fanout nodes up
+ * to one root. */
+size_t planner_swarm_nodes(size_t replicas, size_t fanout);
+
 /* Bytes one replica needs for a batch share of `batch` samples. */
 uint64_t planner_ws_bytes(const model *m, uint64_t batch);

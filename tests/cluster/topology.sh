@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Cluster test: topology. The CNN job on 4 replicas gives the same weights
+# with one memoryx and one swarmx as with two memoryx shards and a two-level
+# swarmx tree (fan-out 2: a root over two leaves of two replicas), and the
+# same as on one replica.
+set -euo pipefail
+src=${SOURCE_ROOT:?}
+build=${BUILD_ROOT:?}
+py=/usr/bin/python3
+work=$(mktemp -d "${TMPDIR:-/tmp}/appliance-topology.XXXXXX")
+run="$work/run"
+cleanup() {
+  "$src/deploy/local/appliance-down" --dir "$run" --quiet >/dev/null 2>&1 || true
+  if [ "${KEEP_WORK:-}" = "" ]; then rm -rf "$work"; fi
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; for f in "$run"/logs/*.log; do echo "== $f" >&2; tail -n 15 "$f" >&2; done; exit 1; }
+
+"$src/deploy/local/appliance-up" --replicas 4 --memoryx 2 --swarmx 3 --dir "$run" --build "$build" >/dev/null
+set -a; . "$run/env"; set +a
+submit="$build/client/appliance-submit"
+field() { "$py" -c "import json,sys; print(json.loads(sys.stdin.read())['$1'])"; }
+
+# run NAME REPLICAS SHARDS [FANOUT]
+run_job() {
+  sed -e "s/^num_csx = .*/num_csx = $2\nnum_wgt_servers = $3${4:+\nswarmx_fanout = $4}/" \
+    -e "s|^model_dir = .*|model_dir = \"$work/$1\"|" -e '/^max_gradient_norm/d' \
+    "$src/tests/cluster/jobs/cnn.toml" > "$work/$1.toml"
+  local out
+  out=$(cd "$work" && timeout 120 "$submit" --json "$work/$1.toml") || fail "$1: $out"
+  [ "$(echo "$out" | field state)" = done ] || fail "$1 not done: $out"
+}
+run_job flat 4 1
+run_job tree 4 2 2
+run_job one 1 1
+grep -q "tree node 0, root, 2 children" "$run"/logs/swarmx-*.log || fail "no swarmx root over two children"
+[ "$(grep -l "tree node [12], inner, 2 children" "$run"/logs/swarmx-*.log | wc -l)" = 2 ] ||
+  fail "no two leaves of two replicas"
+ls "$work/tree"/checkpoint_40-shard1-of-2.safetensors "$work/tree"/checkpoint_40-shard2-of-2.safetensors >/dev/null ||
+  fail "two shards should write two files"
+"$build/common/st-compare" "$work/flat/checkpoint_40-shard1-of-1.safetensors" \
+  "$work/tree/checkpoint_40-shard1-of-2.safetensors,$work/tree/checkpoint_40-shard2-of-2.safetensors" \
+  --rtol 1e-5 >/dev/null || fail "two shards and a two-level tree disagree with one memoryx and one swarmx"
+echo "ok: 2 memoryx shards and a 2-level swarmx tree (fan-out 2, 4 replicas) agree with 1 and 1"
+"$build/common/st-compare" "$work/one/checkpoint_40-shard1-of-1.safetensors" \
+  "$work/flat/checkpoint_40-shard1-of-1.safetensors" --rtol 1e-5 >/dev/null ||
+  fail "4 replicas disagree with 1"
+echo "ok: 4 replicas agree with 1 within 1e-5"
+echo "1 passed, 0 failed"

@@ -34,6 +34,7 @@ static const key_spec runconfig_keys[] = {
     KB(jobspec, save_initial_checkpoint),
     KI(jobspec, eval_frequency, 0, 1e12),
     KP(jobspec, model_dir),
+    KP(jobspec, checkpoint_path),
     KI(jobspec, seed, 0, 9.2e18),
     KI(jobspec, num_csx, 1, 1024),
     KI(jobspec, num_workers_per_csx, 1, 64),

@@ -32,6 +32,7 @@ typedef struct jobspec {
     bool save_initial_checkpoint;
     int64_t eval_frequency;
     char model_dir[PATH_MAX];     /* resolved against the submit directory */
+    char checkpoint_path[PATH_MAX]; /* resume from this checkpoint file; "" for a fresh start */
     int64_t seed;
     int64_t num_csx;              /* wse-node replicas */
     int64_t num_workers_per_csx;

@@ -5,8 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "arena.h"
+#include "safetensors.h"
 #include "exec.h"
 #include "units.h"
 
@@ -52,6 +54,63 @@ static void planner__fans(const model *m, const model_tensor *t, uint64_t *fan_i
     }
 }
 
+/* The files of the checkpoint spec->checkpoint_path names (any one shard's
+ * weights file): every shard's weights and optimizer state, and its step. */
+static int planner__resume(const jobspec *spec, Appliance__Plan *p, arena *a, char *err,
+                           size_t errlen)
+{
+    const char *path = spec->checkpoint_path;
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    size_t dirlen = slash ? (size_t)(slash - path) : 0;
+    unsigned long long step;
+    unsigned shard, shards;
+    int end = 0;
+    if (sscanf(base, "checkpoint_%llu-shard%u-of-%u.safetensors%n", &step, &shard, &shards, &end) != 3 ||
+        base[end] != 0 || shard < 1 || shard > shards || shards > 1024) {
+        snprintf(err, errlen, "%s: runconfig.checkpoint_path \"%s\": expected a file named "
+                 "checkpoint_STEP-shardK-of-N.safetensors", spec->source, path);
+        return -EINVAL;
+    }
+    if (step >= (unsigned long long)spec->max_steps) {
+        snprintf(err, errlen, "%s: the checkpoint is at step %llu and max_steps is %lld: nothing "
+                 "to train", spec->source, step, (long long)spec->max_steps);
+        return -EINVAL;
+    }
+    p->n_resume_weights = p->n_resume_optimizer = shards;
+    p->resume_weights = arena_alloc(a, shards * sizeof(char *));
+    p->resume_optimizer = arena_alloc(a, shards * sizeof(char *));
+    if (!p->resume_weights || !p->resume_optimizer)
+        return -ENOMEM;
+    for (unsigned k = 1; k <= shards; k++) {
+        char w[PATH_MAX + 64], o[PATH_MAX + 64];
+        snprintf(w, sizeof(w), "%.*s%scheckpoint_%llu-shard%u-of-%u.safetensors", (int)dirlen, path,
+                 slash ? "/" : "", step, k, shards);
+        snprintf(o, sizeof(o), "%.*s%soptimizer_%llu-shard%u-of-%u.safetensors", (int)dirlen, path,
+                 slash ? "/" : "", step, k, shards);
+        const char *missing = access(w, R_OK) != 0 ? w : access(o, R_OK) != 0 ? o : NULL;
+        if (missing) {
+            snprintf(err, errlen, "%s: checkpoint file %s: %s", spec->source, missing, strerror(errno));
+            return -ENOENT;
+        }
+        p->resume_weights[k - 1] = arena_strdup(a, w);
+        p->resume_optimizer[k - 1] = arena_strdup(a, o);
+    }
+    st_file *f = st_open(p->resume_weights[0], err, errlen);
+    if (!f)
+        return -EINVAL;
+    const char *meta = st_meta(f, "step");
+    bool ok = meta && strtoull(meta, NULL, 10) == step;
+    st_close(f);
+    if (!ok) {
+        snprintf(err, errlen, "%s: %s: its metadata does not say step %llu", spec->source,
+                 p->resume_weights[0], step);
+        return -EINVAL;
+    }
+    p->first_step = step;
+    return 0;
+}
+
 size_t planner_swarm_nodes(size_t replicas, size_t fanout)
 {
     size_t total = 0;
@@ -95,6 +154,12 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
     p->total_params = m->total_params;
     p->checkpoint_steps = (uint64_t)spec->checkpoint_steps;
     p->save_initial_checkpoint = spec->save_initial_checkpoint;
+    if (spec->checkpoint_path[0]) {
+        rc = planner__resume(spec, p, &a, err, errlen);
+        if (rc < 0)
+            goto done;
+        rc = -ENOMEM;
+    }
 
     /* Replicas and their batch shares: B/N each, the remainder spread over
      * the first replicas. */

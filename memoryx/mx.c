@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fsutil.h"
+#include "checkpoint.h"
 #include "log.h"
 #include "msg.h"
 #include "rng.h"
@@ -78,38 +78,10 @@ static void mx__abort(node *n, mx_job *j, const char *fmt, ...)
 
 static int mx__checkpoint(node *n, mx_job *j, uint64_t step, char *path, size_t pathlen)
 {
-    Appliance__Plan *p = j->plan;
-    int mk = fsutil_mkdir_p(p->model_dir);
-    if (mk < 0) {
-        log_error("job %s: cannot create model_dir %s: %s", j->id, p->model_dir, strerror(-mk));
-        return mk;
-    }
-    snprintf(path, pathlen, "%s/checkpoint_%llu-shard%u-of-%zu.safetensors", p->model_dir,
-             (unsigned long long)step, j->shard + 1, p->n_shards);
-    st_writer *w = st_writer_new();
-    if (!w)
-        return -ENOMEM;
-    int rc = 0;
-    for (size_t i = 0; i < j->nt && rc == 0; i++) {
-        const Appliance__PlanTensor *pt = p->tensors[j->t[i].id];
-        int64_t dims[ST_MAX_DIMS];
-        int nd = (int)(pt->n_dims < ST_MAX_DIMS ? pt->n_dims : ST_MAX_DIMS);
-        for (int d = 0; d < nd; d++)
-            dims[d] = (int64_t)pt->dims[d];
-        rc = st_writer_add_f32(w, j->t[i].name, dims, nd, j->t[i].w, j->t[i].n);
-    }
-    char stepbuf[32];
-    snprintf(stepbuf, sizeof(stepbuf), "%llu", (unsigned long long)step);
-    if (rc == 0)
-        rc = st_writer_meta(w, "job_id", j->id);
-    if (rc == 0)
-        rc = st_writer_meta(w, "step", stepbuf);
-    char err[512] = "";
-    if (rc == 0)
-        rc = st_writer_write(w, path, err, sizeof(err));
-    st_writer_free(w);
+    char err[512];
+    int rc = ckpt_write(j, step, path, pathlen, err, sizeof(err));
     if (rc < 0)
-        log_error("job %s: %s", j->id, err);
+        log_error("job %s: checkpoint of step %llu: %s", j->id, (unsigned long long)step, err);
     else
         log_info("job %s: checkpoint of step %llu written to %s", j->id, (unsigned long long)step, path);
     return rc;
@@ -371,6 +343,14 @@ static void mx__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *p
         return;
     }
     j->step = p->first_step;
+    if (p->n_resume_weights > 0) {
+        char err[512];
+        if (ckpt_load(j, err, sizeof(err)) < 0) {
+            mx__abort(n, j, "cannot resume: %s", err);
+            return;
+        }
+        log_info("job %s: resumed from the checkpoint of step %llu", j->id, (unsigned long long)j->step);
+    }
     log_info("job %s: shard %u holds %zu tensors (%llu bytes with optimizer state)", j->id,
              j->shard, j->nt, (unsigned long long)bytes);
     node_replay(n);

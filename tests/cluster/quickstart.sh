@@ -50,7 +50,7 @@ done
 if "$build/common/st-compare" "$work/m2/checkpoint_0-shard1-of-1.safetensors" "$ck2" >/dev/null; then
   fail "the weights did not change during training"
 fi
-ls "$work/m2" | grep -v '^checkpoint_[0-9]*-shard1-of-1.safetensors$' && fail "stray files in model_dir"
+ls "$work/m2" | grep -Ev '^(checkpoint|optimizer)_[0-9]*-shard1-of-1.safetensors$' && fail "stray files in model_dir"
 echo "ok: checkpoints at steps 0, 20, 40 and 60; initial weights identical from the seed"
 
 # Deeper models: an MLP with momentum, and a CNN (convolutions, group norm,
@@ -59,7 +59,7 @@ echo "ok: checkpoints at steps 0, 20, 40 and 60; initial weights identical from 
 for model in mlp cnn; do
   steps=$(sed -n 's/^max_steps = //p' "$src/tests/cluster/jobs/$model.toml")
   for r in 1 2; do
-    sed -e "s/^num_csx = .*/num_csx = $r/" -e "s|^model_dir = .*|model_dir = \"$work/$model$r\"|" \
+    sed -e "s/^num_csx = .*/num_csx = $r/" -e "s|^model_dir = .*|model_dir = \"$work/$model$r\"\ncheckpoint_steps = 20|" \
       "$src/tests/cluster/jobs/$model.toml" > "$work/$model-$r.toml"
     out=$(cd "$work" && timeout 120 "$submit" --json "$work/$model-$r.toml") || fail "$model on $r replica(s): $out"
     [ "$(echo "$out" | field state)" = done ] || fail "$model not done: $out"
@@ -69,6 +69,19 @@ for model in mlp cnn; do
     fail "$model: 1 and 2 replicas disagree"
   echo "ok: $model, 1 and 2 replicas agree within 1e-5"
 done
+
+# Resume: the CNN (AdamW state, cosine schedule, dropout) restarted from its
+# checkpoint of step 20 ends where the uninterrupted run ended.
+sed -e "s|^model_dir = .*|model_dir = \"$work/resumed\"\ncheckpoint_path = \"$work/cnn2/checkpoint_20-shard1-of-1.safetensors\"|" \
+  "$work/cnn-2.toml" > "$work/resume.toml"
+out=$(cd "$work" && timeout 120 "$submit" --json "$work/resume.toml") || fail "resumed job: $out"
+[ "$(echo "$out" | field steps)" = 40 ] || fail "resumed job did not end at step 40: $out"
+[ ! -e "$work/resumed/checkpoint_20-shard1-of-1.safetensors" ] || fail "the resumed job re-ran step 20"
+"$build/common/st-compare" "$work/cnn2/checkpoint_40-shard1-of-1.safetensors" \
+  "$work/resumed/checkpoint_40-shard1-of-1.safetensors" --rtol 0 >/dev/null ||
+  fail "the resumed job ended with other weights than the uninterrupted one"
+ls "$work/resumed/optimizer_40-shard1-of-1.safetensors" >/dev/null || fail "no optimizer state beside the weights"
+echo "ok: resumed from step 20, the same weights at step 40 as the uninterrupted run (bitwise)"
 
 # The same job twice on the same replica count: bitwise identical.
 out3=$(cd "$work" && timeout 120 "$submit" --json "$(job 2 "$work/m3")") || fail "repeat job: $out3"

@@ -1,0 +1,165 @@
+/* Checkpoints of a memoryx shard: write, and load for a resumed job. */
+#include "checkpoint.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fsutil.h"
+#include "safetensors.h"
+
+static int ckpt__add(st_writer *w, const char *name, const Appliance__PlanTensor *pt, const float *data,
+                     size_t count)
+{
+    int64_t dims[ST_MAX_DIMS];
+    int nd = (int)(pt->n_dims < ST_MAX_DIMS ? pt->n_dims : ST_MAX_DIMS);
+    for (int d = 0; d < nd; d++)
+        dims[d] = (int64_t)pt->dims[d];
+    return st_writer_add_f32(w, name, dims, nd, data, count);
+}
+
+static int ckpt__meta(st_writer *w, const mx_job *j, uint64_t step)
+{
+    char stepbuf[32], updates[32];
+    snprintf(stepbuf, sizeof(stepbuf), "%" PRIu64, step);
+    int64_t n = 0;
+    for (size_t i = 0; i < j->nt; i++)
+        if (j->t[i].trainable)
+            n = optim_state_step(&j->t[i].st);
+    snprintf(updates, sizeof(updates), "%" PRId64, n);
+    int rc = st_writer_meta(w, "job_id", j->id);
+    if (rc == 0)
+        rc = st_writer_meta(w, "step", stepbuf);
+    if (rc == 0)
+        rc = st_writer_meta(w, "optimizer", optim_type_name(j->cfg.type));
+    if (rc == 0)
+        rc = st_writer_meta(w, "optimizer_updates", updates);
+    return rc;
+}
+
+int ckpt_write(const mx_job *j, uint64_t step, char *path, size_t pathlen, char *err, size_t errlen)
+{
+    const Appliance__Plan *p = j->plan;
+    int rc = fsutil_mkdir_p(p->model_dir);
+    if (rc < 0) {
+        snprintf(err, errlen, "cannot create model_dir %s: %s", p->model_dir, strerror(-rc));
+        return rc;
+    }
+    char opt_path[PATH_MAX];
+    snprintf(opt_path, sizeof(opt_path), "%s/optimizer_%" PRIu64 "-shard%u-of-%zu.safetensors",
+             p->model_dir, step, j->shard + 1, p->n_shards);
+    snprintf(path, pathlen, "%s/checkpoint_%" PRIu64 "-shard%u-of-%zu.safetensors", p->model_dir,
+             step, j->shard + 1, p->n_shards);
+    st_writer *ow = st_writer_new(), *ww = st_writer_new();
+    char (*names)[160] = calloc(j->nt * OPTIM_MAX_STATE + 1, sizeof(*names));
+    rc = ow && ww && names ? 0 : -ENOMEM;
+    size_t k = 0;
+    for (size_t i = 0; i < j->nt && rc == 0; i++) {
+        const mx_tensor *t = &j->t[i];
+        const Appliance__PlanTensor *pt = p->tensors[t->id];
+        rc = ckpt__add(ww, t->name, pt, t->w, t->n);
+        for (size_t s = 0; t->trainable && s < optim_state_count(&t->st) && rc == 0; s++) {
+            const char *sname;
+            size_t count;
+            float *data = optim_state_tensor((optim_state *)&t->st, s, &sname, &count);
+            snprintf(names[k], sizeof(names[k]), "%s.%s", t->name, sname);
+            rc = ckpt__add(ow, names[k++], pt, data, count);
+        }
+    }
+    if (rc == 0)
+        rc = ckpt__meta(ow, j, step);
+    if (rc == 0)
+        rc = ckpt__meta(ww, j, step);
+    if (rc < 0)
+        snprintf(err, errlen, "cannot lay out the checkpoint of step %" PRIu64 ": %s", step,
+                 strerror(-rc));
+    if (rc == 0)
+        rc = st_writer_write(ow, opt_path, err, errlen);
+    if (rc == 0)
+        rc = st_writer_write(ww, path, err, errlen);
+    st_writer_free(ow);
+    st_writer_free(ww);
+    free(names);
+    return rc;
+}
+
+/* Finds name in any of the files; copies count floats into dst. */
+static int ckpt__find(st_file **files, size_t nfiles, const char *name, float *dst, size_t count,
+                      char *err, size_t errlen)
+{
+    for (size_t f = 0; f < nfiles; f++) {
+        long i = st_find(files[f], name);
+        if (i < 0)
+            continue;
+        const float *src = st_data(files[f], (size_t)i);
+        if (!src || st_numel(files[f], (size_t)i) != count) {
+            snprintf(err, errlen, "checkpoint tensor \"%s\" has %zu elements of type %s, the model "
+                     "needs %zu float32", name, st_numel(files[f], (size_t)i),
+                     st_dtype_name(st_type(files[f], (size_t)i)), count);
+            return -EINVAL;
+        }
+        memcpy(dst, src, count * sizeof(float));
+        return 0;
+    }
+    snprintf(err, errlen, "tensor \"%s\" is not in the checkpoint", name);
+    return -ENOENT;
+}
+
+static int ckpt__open_all(char **paths, size_t n, st_file **files, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!(files[i] = st_open(paths[i], err, errlen)))
+            return -EINVAL;
+    return 0;
+}
+
+int ckpt_load(mx_job *j, char *err, size_t errlen)
+{
+    const Appliance__Plan *p = j->plan;
+    size_t nw = p->n_resume_weights, no = p->n_resume_optimizer;
+    st_file **files = calloc(nw + no + 1, sizeof(*files));
+    if (!files) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    int rc = ckpt__open_all(p->resume_weights, nw, files, err, errlen);
+    if (rc == 0)
+        rc = ckpt__open_all(p->resume_optimizer, no, files + nw, err, errlen);
+    int64_t updates = -1;
+    if (rc == 0 && no > 0) {
+        const char *u = st_meta(files[nw], "optimizer_updates");
+        const char *type = st_meta(files[nw], "optimizer");
+        if (!u || !type) {
+            snprintf(err, errlen, "%s: no optimizer_updates or optimizer in its metadata",
+                     p->resume_optimizer[0]);
+            rc = -EINVAL;
+        } else if (strcmp(type, optim_type_name(j->cfg.type)) != 0) {
+            snprintf(err, errlen, "the checkpoint's optimizer is %s, the job asks for %s: resume "
+                     "with the optimizer the checkpoint was written with", type,
+                     optim_type_name(j->cfg.type));
+            rc = -EINVAL;
+        } else {
+            updates = strtoll(u, NULL, 10);
+        }
+    }
+    for (size_t i = 0; i < j->nt && rc == 0; i++) {
+        mx_tensor *t = &j->t[i];
+        rc = ckpt__find(files, nw, t->name, t->w, t->n, err, errlen);
+        for (size_t s = 0; rc == 0 && t->trainable && s < optim_state_count(&t->st); s++) {
+            const char *sname;
+            size_t count;
+            float *data = optim_state_tensor(&t->st, s, &sname, &count);
+            char name[160];
+            snprintf(name, sizeof(name), "%s.%s", t->name, sname);
+            rc = ckpt__find(files + nw, no, name, data, count, err, errlen);
+        }
+        if (rc == 0 && t->trainable && updates >= 0)
+            optim_state_set_step(&t->st, updates);
+    }
+    for (size_t i = 0; i < nw + no; i++)
+        st_close(files[i]);
+    free(files);
+    return rc;
+}

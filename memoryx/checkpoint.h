@@ -1,0 +1,22 @@
+/* Checkpoints of a memoryx shard: at step S, shard k of n writes
+ *   checkpoint_S-shardk-of-n.safetensors   the weights (and buffers) by name
+ *   optimizer_S-shardk-of-n.safetensors    the optimizer state, "<tensor>.<state>"
+ * each to a temporary name, fsynced and renamed, the optimizer state first,
+ * so a weights file always has its optimizer state beside it. A job resumes
+ * by loading its tensors by name from every shard file of a checkpoint, so
+ * the shard count may change between runs. */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mx.h"
+
+/* Writes the shard's checkpoint of `step` into the plan's model_dir; the
+ * weights file's path goes to path. Returns 0 or a negative errno with a
+ * message in err. */
+int ckpt_write(const mx_job *j, uint64_t step, char *path, size_t pathlen, char *err, size_t errlen);
+
+/* Loads every tensor of the shard, and its optimizer state, from the plan's
+ * resume files. Returns 0 or a negative errno with a message in err. */
+int ckpt_load(mx_job *j, char *err, size_t errlen);

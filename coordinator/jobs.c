@@ -14,7 +14,7 @@
 #include "planner.h"
 
 #define JOB_CHUNK_ELEMS (256u * 1024) /* 1 MiB of float32 per chunk */
-#define JOB_STEP_RING 8               /* steps whose reports may be in flight */
+#define JOB_STEP_WINDOW (1u << 20)    /* steps whose reports may be in flight at most */
 
 typedef struct job_step {
     uint64_t step;        /* which step this slot holds, UINT64_MAX if none */
@@ -39,7 +39,8 @@ struct job {
     size_t finished;      /* shards that wrote their final checkpoint */
     uint64_t steps_done;
     double last_loss;
-    job_step ring[JOB_STEP_RING];
+    job_step *ring;       /* steps in flight, by step % ring_cap (a power of two) */
+    size_t ring_cap;
     conn *follower;       /* client following the job, or NULL */
     bool json;
     uint64_t t_start, t_train; /* uv_now at acceptance and at the first step */
@@ -176,8 +177,6 @@ static job *job__new(coordinator *co)
     co->jobs[co->njobs++] = j;
     snprintf(j->id, sizeof(j->id), "job-%llu-%04llu", (unsigned long long)(uv_now(co->n->loop) % 1000000),
              (unsigned long long)++co->next_job);
-    for (int i = 0; i < JOB_STEP_RING; i++)
-        j->ring[i].step = UINT64_MAX;
     j->t_start = uv_now(co->n->loop);
     return j;
 }
@@ -231,6 +230,8 @@ void jobs_handle_submit(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, 
     jobspec_free(spec);
     if (rc == 0)
         j->plan = appliance__plan__unpack(NULL, j->plan_len, j->plan_bytes);
+    if (j->plan)
+        j->steps_done = j->plan->first_step;
     if (rc < 0 || !j->plan) {
         j->state = APPLIANCE__JOB_STATE__JOB_FAILED;
         snprintf(j->message, sizeof(j->message), "%s", rc < 0 ? err : "cannot decode the plan");
@@ -334,12 +335,36 @@ void jobs_handle_ready(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, u
     job__notify(co, j);
 }
 
+/* The record of a step in flight. Replicas report a step as they finish it
+ * and memoryx commits it once updated; in Pipelined mode the replicas may
+ * run ahead of the commits by as many steps as the gradient queues hold, so
+ * the window grows (up to JOB_STEP_WINDOW). NULL when out of memory or past
+ * the window. */
 static job_step *job__slot(job *j, uint64_t step)
 {
-    job_step *s = &j->ring[step % JOB_STEP_RING];
+    if (step < j->steps_done)
+        return NULL; /* a step already committed */
+    uint64_t span = step - j->steps_done + 1;
+    if (span > JOB_STEP_WINDOW)
+        return NULL;
+    if (span > j->ring_cap) {
+        size_t cap = j->ring_cap ? j->ring_cap : 8;
+        while (cap < span)
+            cap *= 2;
+        job_step *r = malloc(cap * sizeof(*r));
+        if (!r)
+            return NULL;
+        for (size_t i = 0; i < cap; i++)
+            r[i].step = UINT64_MAX;
+        for (size_t i = 0; i < j->ring_cap; i++)
+            if (j->ring[i].step != UINT64_MAX)
+                r[j->ring[i].step & (cap - 1)] = j->ring[i];
+        free(j->ring);
+        j->ring = r;
+        j->ring_cap = cap;
+    }
+    job_step *s = &j->ring[step & (j->ring_cap - 1)];
     if (s->step != step) {
-        if (s->step != UINT64_MAX && s->step + JOB_STEP_RING > step)
-            return NULL; /* still in use: the step is too far ahead */
         memset(s, 0, sizeof(*s));
         s->step = step;
     }
@@ -354,9 +379,18 @@ static void job__maybe_finish(coordinator *co, job *j)
         job__end(co, j, APPLIANCE__JOB_STATE__JOB_DONE, "done");
 }
 
+static bool job__step_complete(const job *j, const job_step *s)
+{
+    return s->reports >= j->plan->n_replicas && s->commits >= j->plan->n_shards;
+}
+
 static void job__maybe_step_done(coordinator *co, job *j, job_step *s)
 {
-    if (s->reports < j->plan->n_replicas || s->commits < j->plan->n_shards)
+    /* Steps commit in order: this one and any complete ones after it. */
+    if (!j->ring_cap)
+        return;
+    s = &j->ring[j->steps_done & (j->ring_cap - 1)];
+    if (s->step != j->steps_done || !job__step_complete(j, s))
         return;
     j->steps_done = s->step + 1;
     j->last_loss = s->loss_sum / (double)j->plan->global_batch;
@@ -371,6 +405,8 @@ static void job__maybe_step_done(coordinator *co, job *j, job_step *s)
         job__notify(co, j);
     }
     job__maybe_finish(co, j);
+    if (j->state == APPLIANCE__JOB_STATE__JOB_RUNNING)
+        job__maybe_step_done(co, j, NULL);
 }
 
 void jobs_handle_step_report(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, uint32_t len)
@@ -468,6 +504,7 @@ void jobs_shutdown(coordinator *co)
             appliance__plan__free_unpacked(j->plan, NULL);
         free(j->plan_bytes);
         free(j->members);
+        free(j->ring);
         free(j);
     }
     free(co->jobs);

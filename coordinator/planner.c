@@ -121,14 +121,17 @@ size_t planner_swarm_nodes(size_t replicas, size_t fanout)
     }
 }
 
-uint64_t planner_ws_bytes(const model *m, uint64_t batch)
+uint64_t planner_replica_bytes(const model *m, uint64_t batch, Appliance__ExecMode mode,
+                               unsigned optimizer_states)
 {
     uint64_t weights = (m->total_params + m->total_buffers) * sizeof(float);
     uint64_t sample = (model_shape_elems(&m->input) + exec_label_elems(m)) * 4;
-    /* What a wse-node allocates: the executor's activations, gradients and
-     * workspace; two batches in flight; every weight of the step with its
-     * gradient (kept for the backward pass). */
-    return exec_bytes(m, (int)batch) + 2 * batch * sample + 2 * weights;
+    /* The executor's activations, gradients and workspace, and two batches
+     * in flight; then the weights: */
+    uint64_t base = exec_bytes(m, (int)batch) + 2 * batch * sample;
+    if (mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED) /* resident, with gradients, reduced gradients, state */
+        return base + (3 + optimizer_states) * weights;
+    return base + 2 * weights; /* every weight of the step with its gradient */
 }
 
 int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
@@ -166,35 +169,41 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
     size_t nr = pm->nreplicas;
     uint64_t B = (uint64_t)spec->train.batch_size;
     uint64_t max_share = (B + nr - 1) / nr;
-    uint64_t need_ws = planner_ws_bytes(m, max_share);
-    uint64_t weights = (m->total_params + m->total_buffers) * sizeof(float);
-    uint64_t need_pipe = need_ws + 3 * weights; /* weights, gradients, optimizer state */
+    unsigned states = strcmp(spec->optimizer_type, "sgd") != 0 ? 2 : spec->momentum > 0 ? 1 : 0;
+    uint64_t need_ws = planner_replica_bytes(m, max_share, APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING, states);
+    uint64_t need_pipe = planner_replica_bytes(m, max_share, APPLIANCE__EXEC_MODE__MODE_PIPELINED, states);
     uint64_t wafer = UINT64_MAX;
     for (size_t i = 0; i < nr; i++)
         if (pm->replicas[i]->wafer_memory < wafer)
             wafer = pm->replicas[i]->wafer_memory;
-    char a1[32], a2[32], a3[32];
-    if (strcmp(spec->mode, "pipelined") == 0) {
+    char a1[32], a2[32], a3[32], a4[32];
+    units_format_size(need_pipe, a1, sizeof(a1));
+    units_format_size(need_ws, a3, sizeof(a3));
+    units_format_size(wafer, a2, sizeof(a2));
+    units_format_size(m->act_bytes, a4, sizeof(a4));
+    bool want_pipe = strcmp(spec->mode, "pipelined") == 0;
+    bool want_ws = strcmp(spec->mode, "weight_streaming") == 0;
+    if (want_pipe && need_pipe > wafer) {
         snprintf(err, errlen,
-                 "%s: mode \"pipelined\" is not available yet; use \"weight_streaming\" or \"auto\" "
-                 "(the model would need %s per replica, the wafer has %s)",
-                 spec->source, units_format_size(need_pipe, a1, sizeof(a1)),
-                 units_format_size(wafer, a2, sizeof(a2)));
-        rc = -ENOTSUP;
+                 "%s: Pipelined does not fit: the weights, their gradients and optimizer state "
+                 "and the activations of %llu samples need %s per replica, the smallest wafer has "
+                 "%s; use mode = \"weight_streaming\" (needs %s) or \"auto\", or lower "
+                 "train_input.batch_size",
+                 spec->source, (unsigned long long)max_share, a1, a2, a3);
+        rc = -E2BIG;
         goto done;
     }
-    if (need_ws > wafer) {
+    if (!want_pipe && need_ws > wafer) {
         snprintf(err, errlen,
                  "%s: the model does not fit: Weight Streaming needs %s per replica for %llu "
                  "samples (activations %s per sample), the smallest wafer has %s; lower "
                  "train_input.batch_size or raise runconfig.num_csx",
-                 spec->source, units_format_size(need_ws, a1, sizeof(a1)),
-                 (unsigned long long)max_share, units_format_size(m->act_bytes, a3, sizeof(a3)),
-                 units_format_size(wafer, a2, sizeof(a2)));
+                 spec->source, a3, (unsigned long long)max_share, a4, a2);
         rc = -E2BIG;
         goto done;
     }
-    p->mode = APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING;
+    p->mode = want_pipe || (!want_ws && need_pipe <= wafer) ? APPLIANCE__EXEC_MODE__MODE_PIPELINED
+                                                            : APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING;
 
     p->n_replicas = nr;
     p->replicas = arena_alloc(&a, nr * sizeof(*p->replicas));
@@ -212,7 +221,7 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
         offset += r->batch;
         r->swarm_parent = 0;
         r->wafer_memory = pm->replicas[i]->wafer_memory;
-        r->memory_needed = planner_ws_bytes(m, r->batch);
+        r->memory_needed = planner_replica_bytes(m, r->batch, p->mode, states);
         p->replicas[i] = r;
     }
 

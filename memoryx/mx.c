@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "checkpoint.h"
+#include "optim_plan.h"
 #include "log.h"
 #include "msg.h"
 #include "rng.h"
@@ -125,6 +126,13 @@ static void mx__pump(node *n, mx_job *j)
             j->off = 0;
             continue;
         }
+        /* A resumed Pipelined job also sends the optimizer state: the
+         * replicas apply the updates themselves. */
+        bool resident = p->mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED;
+        size_t nstates = resident && p->n_resume_weights > 0 && t->trainable ? optim_state_count(&t->st) : 0;
+        const char *sname;
+        size_t scount;
+        const float *src = j->sidx == 0 ? t->w : optim_state_tensor(&t->st, j->sidx - 1, &sname, &scount);
         uint64_t count = t->n - j->off;
         if (count > p->chunk_elems)
             count = p->chunk_elems;
@@ -136,9 +144,12 @@ static void mx__pump(node *n, mx_job *j)
         wc.offset = j->off;
         wc.count = count;
         wc.total = t->n;
-        wc.pass = j->phase == 0 ? APPLIANCE__PASS__PASS_FORWARD : APPLIANCE__PASS__PASS_BACKWARD;
+        wc.state = j->sidx;
+        wc.pass = j->plan->mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED ? APPLIANCE__PASS__PASS_RESIDENT
+                  : j->phase == 0                                      ? APPLIANCE__PASS__PASS_FORWARD
+                                                                       : APPLIANCE__PASS__PASS_BACKWARD;
         ENVELOPE(env, weight_chunk, WEIGHT_CHUNK, &wc);
-        int rc = conn_send(j->down, &env, t->w + j->off, (uint32_t)(count * sizeof(float)),
+        int rc = conn_send(j->down, &env, src + j->off, (uint32_t)(count * sizeof(float)),
                            mx__chunk_sent, t);
         if (rc < 0) {
             mx__abort(n, j, "cannot stream %s to swarmx: %s", t->name, strerror(-rc));
@@ -147,18 +158,27 @@ static void mx__pump(node *n, mx_job *j)
         t->writes++;
         j->off += count;
         if (j->off == t->n) {
-            j->pos++;
             j->off = 0;
+            if (j->sidx < nstates) {
+                j->sidx++;
+            } else {
+                j->sidx = 0;
+                j->pos++;
+            }
         }
     }
 }
 
 static void mx__start_step(node *n, mx_job *j)
 {
-    j->streaming = true;
+    /* Pipelined: the weights went out once, at the first step; the
+     * replicas apply the same updates to their resident copies. */
+    bool pipelined = j->plan->mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED;
+    j->streaming = !pipelined || j->step == j->plan->first_step;
     j->phase = 0;
     j->pos = 0;
     j->off = 0;
+    j->sidx = 0;
     j->updated = 0;
     for (size_t i = 0; i < j->nt; i++) {
         j->t[i].grad_have = 0;
@@ -172,11 +192,7 @@ static void mx__start_step(node *n, mx_job *j)
  * statistics). */
 static void mx__apply(mx_job *j, mx_tensor *t, float grad_scale)
 {
-    if (!t->trainable) {
-        memcpy(t->w, t->g, t->n * sizeof(float));
-        return;
-    }
-    optim_step(&j->cfg, &t->st, t->w, t->g, grad_scale, optim_lr_at(&j->cfg, (int64_t)j->step));
+    optim_update(&j->cfg, &t->st, t->w, t->g, t->n, t->trainable, grad_scale, (int64_t)j->step);
 }
 
 /* With clipping, every gradient of the step must be in: the global norm
@@ -234,32 +250,6 @@ static void mx__step_done(node *n, mx_job *j)
 
 /* ---- handlers ---- */
 
-/* The optimizer configuration from the plan. Returns 0 or -EINVAL. */
-static int mx__optimizer(const Appliance__PlanOptimizer *po, optim_config *cfg)
-{
-    optim_type type;
-    if (!po || optim_type_from_name(po->type, &type) < 0)
-        return -EINVAL;
-    optim_config_defaults(cfg, type);
-    if (optim_schedule_from_name(po->schedule, &cfg->schedule) < 0)
-        return -EINVAL;
-    cfg->lr = (float)po->learning_rate;
-    cfg->warmup_steps = po->warmup_steps;
-    cfg->decay_steps = po->decay_steps;
-    cfg->end_lr = (float)po->end_learning_rate;
-    cfg->step_size = po->step_size;
-    cfg->gamma = (float)po->gamma;
-    cfg->momentum = (float)po->momentum;
-    cfg->dampening = (float)po->dampening;
-    cfg->nesterov = po->nesterov;
-    cfg->beta1 = (float)po->beta1;
-    cfg->beta2 = (float)po->beta2;
-    cfg->eps = (float)po->eps;
-    cfg->weight_decay = (float)po->weight_decay;
-    cfg->max_gradient_norm = (float)po->max_gradient_norm;
-    return optim_config_check(cfg);
-}
-
 static void mx__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, uint32_t len)
 {
     memoryx *mx = mx_of(n);
@@ -298,7 +288,7 @@ static void mx__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *p
         mx__abort(n, j, "plan has no shard for member %u", n->member_id);
         return;
     }
-    if (mx__optimizer(p->optimizer, &j->cfg) < 0) {
+    if (optim_from_plan(p->optimizer, &j->cfg) < 0) {
         mx__abort(n, j, "bad optimizer in the plan: %s", p->optimizer ? p->optimizer->type : "none");
         return;
     }

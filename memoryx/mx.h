@@ -35,6 +35,7 @@ typedef struct mx_job {
     int phase;                    /* 0: forward list, 1: backward list */
     size_t pos;                   /* index in the current list */
     uint64_t off;                 /* element offset in the current tensor */
+    uint32_t sidx;                /* 0: sending weights, i > 0: optimizer state i-1 */
     size_t updated;               /* tensors updated this step */
     optim_config cfg;             /* the optimizer of the job */
     bool ready_sent;

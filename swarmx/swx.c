@@ -9,6 +9,7 @@
 #include "msg.h"
 
 #define SWX_CHILD_QUEUE_MAX 32     /* gradient chunks buffered per child */
+#define SWX_UPSTREAM 1             /* conn kind: our link to memoryx or the parent */
 #define SWX_DOWN_MAX (64u << 20)   /* weight bytes buffered for slow children */
 
 static swarmx *swx_of(node *n) { return n->data; }
@@ -136,7 +137,9 @@ static void swx__down_sent(void *arg, int status)
     free(s);
 }
 
-static void swx__weight_chunk(node *n, swx_job *j, conn *from, Appliance__Envelope *env, swx_buf *b)
+/* Forwards a frame to every child, cut-through; pauses `from` (the
+ * upstream) while the children's queues are too long. */
+static void swx__send_down(node *n, swx_job *j, conn *from, const Appliance__Envelope *env, swx_buf *b)
 {
     for (size_t i = 0; i < j->nkids; i++) {
         conn *c = j->kids[i].c;
@@ -160,7 +163,7 @@ static void swx__weight_chunk(node *n, swx_job *j, conn *from, Appliance__Envelo
         j->pending_down += b->len;
     }
     j->chunks_down++;
-    if (j->pending_down > SWX_DOWN_MAX)
+    if (from && j->pending_down > SWX_DOWN_MAX)
         conn_pause(from); /* a slow child stalls the producer, not our memory */
 }
 
@@ -170,6 +173,8 @@ static void swx__up_sent(void *arg, int status)
 {
     swx__buf_unref(arg);
 }
+
+static void swx__send_down(node *n, swx_job *j, conn *from, const Appliance__Envelope *env, swx_buf *b);
 
 static void swx__reduce(node *n, swx_job *j)
 {
@@ -223,6 +228,19 @@ static void swx__reduce(node *n, swx_job *j)
             return;
         }
         j->chunks_up++;
+        if (!conn_can_send(up, 0)) /* memoryx is behind: hold the children back */
+            for (size_t i = 0; i < j->nkids; i++)
+                if (j->kids[i].c)
+                    conn_pause(j->kids[i].c);
+        /* Pipelined: the root's sum is the all-reduced gradient; every
+         * replica applies it to its resident weights. */
+        if (j->root && j->plan->mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED && j->plan->n_replicas > 1) {
+            sum->refs++;
+            swx__send_down(n, j, NULL, &env, sum);
+            if (!j->plan)
+                return; /* aborted */
+            swx__buf_unref(sum);
+        }
     }
 }
 
@@ -279,9 +297,15 @@ static void swx__on_data(node *n, conn *c, Appliance__Envelope *env, uint8_t *pa
         conn_fail(c, -EPROTO, "%s without a job or payload", frame_msg_name(env->msg_case));
         return;
     }
-    if (env->msg_case == APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK) {
-        swx__weight_chunk(n, j, c, env, b);
+    bool from_up = c->kind == SWX_UPSTREAM;
+    if (env->msg_case == APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK ||
+        (from_up && env->msg_case == APPLIANCE__ENVELOPE__MSG_GRAD_CHUNK)) {
+        /* Weights, or (pipelined) the reduced gradient, on their way down. */
+        swx__send_down(n, j, c, env, b);
         swx__buf_unref(b);
+    } else if (from_up) {
+        swx__buf_unref(b);
+        conn_fail(c, -EPROTO, "unexpected %s from upstream", frame_msg_name(env->msg_case));
     } else {
         swx__grad_chunk(n, j, c, env, b);
     }
@@ -293,6 +317,7 @@ static void swx__up_ready(conn *c)
 {
     swx_up *u = c->data;
     swx_job *j = u->job;
+    c->kind = SWX_UPSTREAM;
     Appliance__StreamHello h = APPLIANCE__STREAM_HELLO__INIT;
     h.job_id = j->id;
     h.role = APPLIANCE__ROLE__ROLE_SWARMX;
@@ -308,7 +333,8 @@ static void swx__up_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, u
     swx_up *u = c->data;
     if (u->job->released)
         return;
-    if (env->msg_case == APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK) {
+    if (env->msg_case == APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK ||
+        env->msg_case == APPLIANCE__ENVELOPE__MSG_GRAD_CHUNK) {
         swx__on_data(u->job->n, c, env, payload, len);
         return;
     }
@@ -336,10 +362,24 @@ static void swx__up_close(conn *c, int err, const char *reason)
     }
 }
 
+/* The link up drained: the children may send again (unless their own
+ * queues are full). */
+static void swx__up_drain(conn *c)
+{
+    swx_up *u = c->data;
+    swx_job *j = u->job;
+    if (j->released)
+        return;
+    for (size_t i = 0; i < j->nkids; i++)
+        if (j->kids[i].c && j->kids[i].queued < SWX_CHILD_QUEUE_MAX)
+            conn_resume(j->kids[i].c);
+}
+
 static const conn_ops swx__up_conn_ops = {
     .on_ready = swx__up_ready,
     .on_frame = swx__up_frame,
     .payload_dest = swx__up_payload_dest,
+    .on_drain = swx__up_drain,
     .on_close = swx__up_close,
 };
 

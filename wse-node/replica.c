@@ -13,6 +13,7 @@
 #include "msg.h"
 #include "op_activation.h"
 #include "op_dense.h"
+#include "optim_plan.h"
 #include "op_loss.h"
 
 static wse_node *wn_of(node *n) { return n->data; }
@@ -34,6 +35,9 @@ static void wn__free_buffers(wn_job *j)
         for (size_t i = 0; i < j->plan->n_tensors; i++) {
             free(j->t[i].w);
             free(j->t[i].g);
+            if (j->t[i].rg != j->t[i].g)
+                free(j->t[i].rg);
+            optim_state_deinit(&j->t[i].st);
         }
     free(j->t);
     free(j->wp);
@@ -125,6 +129,24 @@ static wn_batch *wn__batch_for(wn_job *j, uint64_t step)
     return NULL;
 }
 
+/* Pipelined: applies the all-reduced gradients to the resident weights,
+ * exactly as memoryx applies them to its copy. */
+static void wn__update(wn_job *j)
+{
+    float scale = 1.0f;
+    if (j->cfg.max_gradient_norm > 0) {
+        double sum = 0;
+        for (size_t i = 0; i < j->plan->n_tensors; i++)
+            if (j->t[i].trainable)
+                sum += optim_sum_squares(j->t[i].rg, j->t[i].n);
+        scale = optim_clip_scale(sqrt(sum), j->cfg.max_gradient_norm);
+    }
+    for (size_t i = 0; i < j->plan->n_tensors; i++) {
+        wn_tensor *t = &j->t[i];
+        optim_update(&j->cfg, &t->st, t->w, t->rg, t->n, t->trainable, scale, (int64_t)j->step);
+    }
+}
+
 /* Runs the current stage on the compute thread. */
 static void wn__work(void *arg)
 {
@@ -145,8 +167,10 @@ static void wn__work(void *arg)
                      "loss of step %llu is not finite: a label out of range, or training diverged",
                      (unsigned long long)j->step);
         }
-    } else {
+    } else if (j->stage == WN_BACKWARD) {
         exec_backward(&j->ex, j->layer, x, (int64_t)j->step);
+    } else {
+        wn__update(j);
     }
     j->compute_sec += wn__now() - t0;
 }
@@ -157,6 +181,8 @@ static void wn__grad_sent(void *arg, int status)
 {
     wn_tensor *t = arg;
     t->sends--;
+    if (!t->job->released)
+        wn__advance(t->job);
 }
 
 /* Sends the gradients of a layer's trainable tensors up, in chunks. */
@@ -213,6 +239,9 @@ static void wn__step_done(wn_job *j)
     j->stage = WN_FORWARD;
     j->layer = 0;
     j->compute_sec = 0;
+    j->rg_done = 0;
+    for (size_t i = 0; i < j->plan->n_tensors; i++)
+        j->t[i].rg_have = 0;
 }
 
 static void wn__work_done(void *arg)
@@ -235,17 +264,30 @@ static void wn__work_done(void *arg)
     } else if (j->stage == WN_LOSS) {
         j->stage = WN_BACKWARD;
         j->layer = m->nlayers - 1;
-    } else {
+    } else if (j->stage == WN_BACKWARD) {
         int rc = wn__send_grads(j, &m->layers[j->layer]);
         if (rc < 0) {
             wn__abort(j->n, j, "cannot send gradients of %s: %s", m->layers[j->layer].name,
                       strerror(-rc));
             return;
         }
-        if (--j->layer < 0)
-            wn__step_done(j);
+        if (--j->layer < 0) {
+            if (j->pipelined)
+                j->stage = WN_UPDATE; /* once the reduced gradients are in */
+            else
+                wn__step_done(j);
+        }
+    } else {
+        wn__step_done(j);
     }
     wn__advance(j);
+}
+
+/* Optimizer state tensors memoryx streams with a tensor: a resumed
+ * Pipelined job carries its state over. */
+static size_t wn__states_streamed(const wn_job *j, const wn_tensor *t)
+{
+    return j->pipelined && t->trainable && j->plan->n_resume_weights > 0 ? optim_state_count(&t->st) : 0;
 }
 
 /* Whether the weights of a layer are complete for the current step. */
@@ -253,6 +295,8 @@ static bool wn__weights_ready(wn_job *j, const model_layer *l)
 {
     for (int k = 0; k < l->ntensors; k++) {
         const wn_tensor *t = &j->t[l->first_tensor + k];
+        if (j->pipelined && t->have >= t->n * (1 + wn__states_streamed(j, t)))
+            continue; /* resident since the first step */
         if (t->step != j->step || t->have < t->n)
             return false;
     }
@@ -268,6 +312,14 @@ static void wn__advance(wn_job *j)
         return;
     if (j->stage == WN_FORWARD && !wn__weights_ready(j, &j->m->layers[j->layer]))
         return;
+    if (j->stage == WN_UPDATE && j->plan->n_replicas > 1 && j->rg_done < j->plan->n_tensors)
+        return;
+    if (j->stage == WN_BACKWARD) { /* its gradients of the last step must have left */
+        const model_layer *l = &j->m->layers[j->layer];
+        for (int k = 0; k < l->ntensors; k++)
+            if (j->t[l->first_tensor + k].sends > 0)
+                return;
+    }
     if (compute_submit(&wn_of(j->n)->comp, wn__work, wn__work_done, j) < 0)
         return; /* cannot happen: one job, one task at a time */
     j->busy = true;
@@ -292,6 +344,17 @@ static void wn__up_ready(conn *c)
 static void *wn__up_dest(conn *c, const Appliance__Envelope *env, uint32_t len, int *err)
 {
     wn_job *j = c->data;
+    if (j->pipelined && env->msg_case == APPLIANCE__ENVELOPE__MSG_GRAD_CHUNK && !j->released) {
+        const Appliance__GradChunk *g = env->grad_chunk;
+        wn_tensor *t = g->tensor_id < j->plan->n_tensors ? &j->t[g->tensor_id] : NULL;
+        if (!t || g->step != j->step || g->total != t->n || g->offset > t->n ||
+            g->count > t->n - g->offset || (uint64_t)len != g->count * sizeof(float) ||
+            t->rg_have + g->count > t->n) {
+            *err = -EINVAL;
+            return NULL;
+        }
+        return t->rg + g->offset;
+    }
     if (env->msg_case != APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK || j->released) {
         *err = -EPROTO;
         return NULL;
@@ -302,7 +365,15 @@ static void *wn__up_dest(conn *c, const Appliance__Envelope *env, uint32_t len, 
         return NULL;
     }
     wn_tensor *t = &j->t[w->tensor_id];
-    if (w->total != t->n || w->offset > t->n || w->count > t->n - w->offset ||
+    float *base = t->w;
+    if (w->state > 0) { /* optimizer state of a resumed Pipelined job */
+        const char *sname;
+        size_t scount;
+        base = j->pipelined && t->trainable && w->state <= optim_state_count(&t->st)
+                   ? optim_state_tensor(&t->st, w->state - 1, &sname, &scount)
+                   : NULL;
+    }
+    if (!base || w->total != t->n || w->offset > t->n || w->count > t->n - w->offset ||
         (uint64_t)len != w->count * sizeof(float) || w->step < j->step) {
         log_warn("job %s: weight chunk refused: tensor %u step %llu offset %llu count %llu "
                  "total %llu (%u bytes); replica at step %llu, tensor has %llu elements",
@@ -312,7 +383,7 @@ static void *wn__up_dest(conn *c, const Appliance__Envelope *env, uint32_t len, 
         *err = -EINVAL;
         return NULL;
     }
-    return t->w + w->offset;
+    return base + w->offset;
 }
 
 static void wn__up_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len)
@@ -322,6 +393,14 @@ static void wn__up_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, ui
         return;
     if (env->msg_case == APPLIANCE__ENVELOPE__MSG_ERROR) {
         wn__abort(j->n, j, "swarmx refused: %s", env->error->message);
+        return;
+    }
+    if (j->pipelined && env->msg_case == APPLIANCE__ENVELOPE__MSG_GRAD_CHUNK && payload) {
+        wn_tensor *t = &j->t[env->grad_chunk->tensor_id];
+        t->rg_have += env->grad_chunk->count;
+        if (t->rg_have == t->n)
+            j->rg_done++;
+        wn__advance(j);
         return;
     }
     if (env->msg_case != APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK || !payload) {
@@ -511,12 +590,28 @@ static void wn__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *p
     j->wp = calloc(p->n_tensors ? p->n_tensors : 1, sizeof(float *));
     j->gp = calloc(p->n_tensors ? p->n_tensors : 1, sizeof(float *));
     oom |= !j->t || !j->wp || !j->gp;
+    j->pipelined = p->mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED;
+    if (j->pipelined && optim_from_plan(p->optimizer, &j->cfg) < 0) {
+        wn__refuse(n, j, "bad optimizer in the plan");
+        return;
+    }
     for (size_t i = 0; !oom && i < p->n_tensors; i++) {
-        j->t[i].n = m->tensors[i].elems;
-        j->t[i].step = UINT64_MAX;
-        j->wp[i] = j->t[i].w = malloc(j->t[i].n * sizeof(float));
-        j->gp[i] = j->t[i].g = malloc(j->t[i].n * sizeof(float));
-        oom |= !j->t[i].w || !j->t[i].g;
+        wn_tensor *t = &j->t[i];
+        t->n = m->tensors[i].elems;
+        t->step = UINT64_MAX;
+        t->trainable = m->tensors[i].trainable;
+        t->job = j;
+        j->wp[i] = t->w = malloc(t->n * sizeof(float));
+        j->gp[i] = t->g = malloc(t->n * sizeof(float));
+        oom |= !t->w || !t->g;
+        if (j->pipelined) {
+            /* One replica: its own gradient is the reduced one. */
+            t->rg = p->n_replicas > 1 ? malloc(t->n * sizeof(float)) : t->g;
+            oom |= !t->rg;
+            oom |= t->trainable && optim_state_init(&t->st, &j->cfg, t->n) < 0;
+            if (t->trainable && !oom) /* one update per step so far */
+                optim_state_set_step(&t->st, (int64_t)p->first_step);
+        }
     }
     if (!oom) {
         if (exec_init(&j->ex, m, (int)j->batch, j->wp, j->gp, err, sizeof(err)) < 0) {

@@ -10,16 +10,22 @@
 #include "exec.h"
 #include "model.h"
 #include "node.h"
+#include "optim.h"
 
 #define WN_CREDITS 2 /* batches each worker may have in flight to us */
 
 typedef struct wn_tensor {
     float *w;              /* weights of the current step */
     float *g;              /* gradient of the current step */
+    float *rg;             /* Pipelined: the all-reduced gradient (NULL otherwise) */
+    uint64_t rg_have;      /* Pipelined: elements of rg received this step */
+    optim_state st;        /* Pipelined: the optimizer state of the resident weights */
+    bool trainable;        /* false for buffers (running statistics) */
     uint64_t n;            /* elements */
     uint64_t have;         /* weight elements received for `step` */
     uint64_t step;         /* step the weights belong to */
-    int sends;             /* gradient sends in flight */
+    int sends;             /* gradient sends in flight: g must not change */
+    struct wn_job *job;    /* the job it belongs to */
 } wn_tensor;
 
 typedef struct wn_batch {
@@ -36,7 +42,7 @@ typedef struct wn_feed {
     struct wn_job *job;
 } wn_feed;
 
-enum wn_stage { WN_FORWARD, WN_LOSS, WN_BACKWARD };
+enum wn_stage { WN_FORWARD, WN_LOSS, WN_BACKWARD, WN_UPDATE };
 
 typedef struct wn_job {
     node *n;
@@ -68,6 +74,9 @@ typedef struct wn_job {
     char compute_msg[256];
     bool released;
     int links_open;          /* links still closing at release */
+    bool pipelined;          /* weights resident, all-reduced gradients applied here */
+    optim_config cfg;        /* Pipelined: the optimizer */
+    size_t rg_done;          /* Pipelined: tensors whose reduced gradient is complete */
     double compute_sec;      /* time in kernels this step */
 } wn_job;
 

@@ -1,0 +1,41 @@
+/* The optimizer of a job, from its plan. */
+#include "optim_plan.h"
+
+#include <errno.h>
+#include <string.h>
+
+int optim_from_plan(const Appliance__PlanOptimizer *po, optim_config *cfg)
+{
+    optim_type type;
+    if (!po || optim_type_from_name(po->type, &type) < 0)
+        return -EINVAL;
+    optim_config_defaults(cfg, type);
+    if (optim_schedule_from_name(po->schedule, &cfg->schedule) < 0)
+        return -EINVAL;
+    cfg->lr = (float)po->learning_rate;
+    cfg->warmup_steps = po->warmup_steps;
+    cfg->decay_steps = po->decay_steps;
+    cfg->end_lr = (float)po->end_learning_rate;
+    cfg->step_size = po->step_size;
+    cfg->gamma = (float)po->gamma;
+    cfg->momentum = (float)po->momentum;
+    cfg->dampening = (float)po->dampening;
+    cfg->nesterov = po->nesterov;
+    cfg->beta1 = (float)po->beta1;
+    cfg->beta2 = (float)po->beta2;
+    cfg->eps = (float)po->eps;
+    cfg->weight_decay = (float)po->weight_decay;
+    cfg->max_gradient_norm = (float)po->max_gradient_norm;
+    return optim_config_check(cfg);
+}
+
+
+void optim_update(const optim_config *cfg, optim_state *st, float *w, const float *g, size_t n,
+                  bool trainable, float grad_scale, int64_t step)
+{
+    if (!trainable) {
+        memcpy(w, g, n * sizeof(float));
+        return;
+    }
+    optim_step(cfg, st, w, g, grad_scale, optim_lr_at(cfg, step));
+}

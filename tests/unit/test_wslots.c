@@ -1,0 +1,138 @@
+/* Weight Streaming slots: where each layer's weights land, when a slot may
+ * be reused, and which gradients must have left before a slot is reused. */
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "wslots.h"
+
+static const char *mlp = "[model]\n"
+                         "input_shape = [4]\n"
+                         "loss = \"softmax_cross_entropy\"\n"
+                         "[[model.layers]]\nname = \"fc1\"\ntype = \"dense\"\nunits = 8\n"
+                         "[[model.layers]]\nname = \"r1\"\ntype = \"relu\"\n"
+                         "[[model.layers]]\nname = \"fc2\"\ntype = \"dense\"\nunits = 6\n"
+                         "[[model.layers]]\nname = \"fc3\"\ntype = \"dense\"\nunits = 3\n";
+
+static model *compile(void)
+{
+    char err[256];
+    toml_value *root = toml_parse(mlp, strlen(mlp), "m.toml", err, sizeof(err));
+    ck_assert_msg(root != NULL, "%s", err);
+    model *m = model_compile_document(root, err, sizeof(err));
+    ck_assert_msg(m != NULL, "%s", err);
+    toml_free(root);
+    return m;
+}
+
+/* tensors: 0 fc1.weight (8x4), 1 fc1.bias, 2 fc2.weight (6x8), 3 fc2.bias, 4 fc3.weight (3x6), 5 fc3.bias */
+static const uint32_t fwd[] = {0, 1, 2, 3, 4, 5};
+static const uint32_t bwd[] = {4, 5, 2, 3};
+
+/* Receives a whole tensor in one chunk; returns whether the next is blocked. */
+static bool receive(wslots *w, uint32_t t, bool backward, const model *m)
+{
+    bool blocked;
+    float *p = wslots_dest(w, t, backward, 0, m->tensors[t].elems, &blocked);
+    ck_assert_msg(p != NULL, "tensor %u refused (blocked %d)", t, blocked);
+    return wslots_received(w, m->tensors[t].elems);
+}
+
+START_TEST(double_buffering)
+{
+    model *m = compile();
+    wslots w;
+    ck_assert_int_eq(wslots_init(&w, m, fwd, 6, bwd, 4), 0);
+    ck_assert_uint_eq(w.slot_elems, 6 * 8 + 6); /* fc2: the largest layer */
+    ck_assert_int_eq(w.narrivals, 5);
+    bool blocked;
+    /* Out of order: fc2 before fc1. */
+    ck_assert_ptr_null(wslots_dest(&w, 2, false, 0, 48, &blocked));
+    ck_assert(!blocked);
+    ck_assert(!receive(&w, 0, false, m));
+    ck_assert(!wslots_ready(&w, 0, false));
+    ck_assert(!receive(&w, 1, false, m));
+    ck_assert(wslots_ready(&w, 0, false));
+    ck_assert(!receive(&w, 2, false, m));
+    ck_assert(receive(&w, 3, false, m)); /* fc3 would need fc1's slot */
+    ck_assert_ptr_null(wslots_dest(&w, 4, false, 0, 18, &blocked));
+    ck_assert(blocked);
+    /* fc1 computes from slot 0; then its slot takes fc3. */
+    float *wp[6] = {0}, *gp[6] = {0};
+    wslots_bind(&w, 0, false, wp, gp);
+    ck_assert_ptr_eq(wp[0], w.slot[0]);
+    ck_assert_ptr_eq(wp[1], w.slot[0] + 32);
+    ck_assert(!wslots_streams(&w, 1, false)); /* relu has no weights */
+    ck_assert(wslots_consume(&w, 0, false));
+    ck_assert_ptr_eq(wslots_dest(&w, 4, false, 6, 12, &blocked), NULL); /* not at offset 6 */
+    ck_assert_ptr_eq(wslots_dest(&w, 4, false, 0, 6, &blocked), w.slot[0]);
+    ck_assert(!wslots_received(&w, 6));
+    ck_assert_ptr_eq(wslots_dest(&w, 4, false, 6, 12, &blocked), w.slot[0] + 6);
+    ck_assert(!wslots_received(&w, 12));
+    ck_assert(!wslots_ready(&w, 3, false)); /* fc3.bias still missing */
+    ck_assert_ptr_eq(wslots_dest(&w, 5, false, 0, 3, &blocked), w.slot[0] + 18);
+    ck_assert(!wslots_received(&w, 3));
+    ck_assert(wslots_ready(&w, 3, false));
+    wslots_consume(&w, 2, false);
+    wslots_consume(&w, 3, false);
+    /* Backward: fc3 again, then fc2; fc1 needs no weights (its input is the model input). */
+    ck_assert(!receive(&w, 4, true, m));
+    ck_assert(!receive(&w, 5, true, m));
+    ck_assert(!receive(&w, 2, true, m));
+    ck_assert(!receive(&w, 3, true, m));
+    ck_assert(!wslots_streams(&w, 0, true));
+    ck_assert(wslots_ready(&w, 0, true));
+    /* Gradient slots alternate: fc3 (seq 0), fc2 (seq 1), fc1 (seq 0 again). */
+    ck_assert_int_eq(wslots_grad_blocker(&w, 3), -1);
+    wslots_bind(&w, 3, true, wp, gp);
+    ck_assert_ptr_eq(gp[4], w.gslot[0]);
+    wslots_consume(&w, 3, true);
+    ck_assert_int_eq(wslots_grad_blocker(&w, 2), -1);
+    wslots_bind(&w, 2, true, wp, gp);
+    ck_assert_ptr_eq(gp[2], w.gslot[1]);
+    wslots_consume(&w, 2, true);
+    ck_assert_int_eq(wslots_grad_blocker(&w, 0), 3); /* fc3's gradients must have left */
+    wslots_bind(&w, 0, true, wp, gp);
+    ck_assert_ptr_eq(gp[0], w.gslot[0]);
+    /* Every arrival of the step is in; a new step starts over. */
+    ck_assert_int_eq(w.recv, w.narrivals);
+    wslots_new_step(&w);
+    ck_assert(!receive(&w, 0, false, m));
+    wslots_deinit(&w);
+    model_free(m);
+}
+END_TEST
+
+START_TEST(bad_schedules)
+{
+    model *m = compile();
+    wslots w;
+    const uint32_t split[] = {0, 2, 1, 3, 4, 5}; /* fc1's tensors apart */
+    ck_assert_int_eq(wslots_init(&w, m, split, 6, bwd, 4), -EINVAL);
+    const uint32_t twice[] = {0, 1, 0, 1};
+    ck_assert_int_eq(wslots_init(&w, m, twice, 4, bwd, 4), -EINVAL);
+    const uint32_t beyond[] = {0, 1, 9};
+    ck_assert_int_eq(wslots_init(&w, m, beyond, 3, NULL, 0), -EINVAL);
+    model_free(m);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("wslots");
+    TCase *t = tcase_create("schedule");
+    tcase_add_test(t, double_buffering);
+    tcase_add_test(t, bad_schedules);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

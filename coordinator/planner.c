@@ -10,7 +10,22 @@
 #include "arena.h"
 #include "safetensors.h"
 #include "exec.h"
+#include "wslots.h"
 #include "units.h"
+
+/* Whether a layer's backward pass reads its weights: to pass a gradient to
+ * an input other than the model input, and for the norms' scale. */
+static bool planner__bwd_needs_weights(const model_layer *l)
+{
+    if (l->ntensors == 0)
+        return false;
+    if (l->type == LAYER_BATCH_NORM || l->type == LAYER_GROUP_NORM)
+        return true;
+    for (int i = 0; i < l->ninputs; i++)
+        if (l->inputs[i] >= 0)
+            return true;
+    return false;
+}
 
 static const char *planner__init(const model *m, const model_tensor *t)
 {
@@ -131,7 +146,9 @@ uint64_t planner_replica_bytes(const model *m, uint64_t batch, Appliance__ExecMo
     uint64_t base = exec_bytes(m, (int)batch) + 2 * batch * sample;
     if (mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED) /* resident, with gradients, reduced gradients, state */
         return base + (3 + optimizer_states) * weights;
-    return base + 2 * weights; /* every weight of the step with its gradient */
+    /* Two slots of the largest layer's weights and two of its gradients,
+     * the batch-norm statistics, and a chunk held while a slot frees. */
+    return base + wslots_bytes(m) + m->total_buffers * sizeof(float) + (1u << 20) + (64u << 10);
 }
 
 int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
@@ -396,11 +413,13 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
     }
     for (int l = m->nlayers - 1; l >= 0; l--) {
         const model_layer *ml = &m->layers[l];
+        /* Weight Streaming keeps two layers of weights: a layer whose
+         * backward pass needs its weights gets them streamed again. */
+        bool again = p->mode == APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING && planner__bwd_needs_weights(ml);
         for (int k = 0; k < ml->ntensors; k++) {
             uint32_t id = (uint32_t)(ml->first_tensor + k);
-            /* The wse-node keeps every weight of the step until its
-             * backward pass, so nothing streams twice: bwd_stream stays
-             * empty. */
+            if (again)
+                p->bwd_stream[p->n_bwd_stream++] = id;
             p->grad_order[p->n_grad_order++] = id;
         }
     }

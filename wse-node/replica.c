@@ -31,6 +31,13 @@ static void wn__free_buffers(wn_job *j)
 {
     if (j->ex_ready)
         exec_deinit(&j->ex);
+    if (j->ws_ready)
+        wslots_deinit(&j->ws);
+    while (j->staged) {
+        wn_staged *next = j->staged->next;
+        free(j->staged);
+        j->staged = next;
+    }
     if (j->t)
         for (size_t i = 0; i < j->plan->n_tensors; i++) {
             free(j->t[i].w);
@@ -176,6 +183,7 @@ static void wn__work(void *arg)
 }
 
 static void wn__advance(wn_job *j);
+static void wn__unstage(wn_job *j);
 
 static void wn__grad_sent(void *arg, int status)
 {
@@ -203,7 +211,8 @@ static int wn__send_grads(wn_job *j, const model_layer *l)
             g.count = count;
             g.total = t->n;
             ENVELOPE(env, grad_chunk, GRAD_CHUNK, &g);
-            int rc = conn_send(up, &env, t->g + off, (uint32_t)(count * sizeof(float)), wn__grad_sent, t);
+            int rc = conn_send(up, &env, j->gp[mt->id] + off, (uint32_t)(count * sizeof(float)),
+                               wn__grad_sent, t);
             if (rc < 0)
                 return rc;
             t->sends++;
@@ -242,6 +251,8 @@ static void wn__step_done(wn_job *j)
     j->rg_done = 0;
     for (size_t i = 0; i < j->plan->n_tensors; i++)
         j->t[i].rg_have = 0;
+    if (j->ws_ready)
+        wslots_new_step(&j->ws);
 }
 
 static void wn__work_done(void *arg)
@@ -258,6 +269,11 @@ static void wn__work_done(void *arg)
         return;
     }
     const model *m = j->m;
+    if (j->ws_ready && (j->stage == WN_FORWARD || j->stage == WN_BACKWARD) &&
+        wslots_consume(&j->ws, j->layer, j->stage == WN_BACKWARD))
+        wn__unstage(j); /* a slot is free: held chunks land, reading resumes */
+    if (j->released)
+        return;
     if (j->stage == WN_FORWARD) {
         if (++j->layer == m->nlayers)
             j->stage = WN_LOSS;
@@ -303,6 +319,16 @@ static bool wn__weights_ready(wn_job *j, const model_layer *l)
     return true;
 }
 
+/* Whether gradients of a layer are still being sent. */
+static bool wn__sending(const wn_job *j, int layer)
+{
+    const model_layer *l = &j->m->layers[layer];
+    for (int k = 0; k < l->ntensors; k++)
+        if (j->t[l->first_tensor + k].sends > 0)
+            return true;
+    return false;
+}
+
 /* Starts the next compute task if what it needs is there. */
 static void wn__advance(wn_job *j)
 {
@@ -310,16 +336,23 @@ static void wn__advance(wn_job *j)
         return;
     if (!wn__batch_for(j, j->step))
         return;
-    if (j->stage == WN_FORWARD && !wn__weights_ready(j, &j->m->layers[j->layer]))
+    bool backward = j->stage == WN_BACKWARD;
+    if (j->ws_ready && (j->stage == WN_FORWARD || backward)) {
+        /* Weight Streaming: the layer's weights in their slot, and the
+         * gradient slot free of gradients not yet sent. */
+        if (!wslots_ready(&j->ws, j->layer, backward))
+            return;
+        int blocker = backward ? wslots_grad_blocker(&j->ws, j->layer) : -1;
+        if (blocker >= 0 && wn__sending(j, blocker))
+            return;
+        wslots_bind(&j->ws, j->layer, backward, j->wp, j->gp);
+    } else if (j->stage == WN_FORWARD && !wn__weights_ready(j, &j->m->layers[j->layer])) {
         return;
+    }
     if (j->stage == WN_UPDATE && j->plan->n_replicas > 1 && j->rg_done < j->plan->n_tensors)
         return;
-    if (j->stage == WN_BACKWARD) { /* its gradients of the last step must have left */
-        const model_layer *l = &j->m->layers[j->layer];
-        for (int k = 0; k < l->ntensors; k++)
-            if (j->t[l->first_tensor + k].sends > 0)
-                return;
-    }
+    if (backward && wn__sending(j, j->layer)) /* its gradients of the last step must have left */
+        return;
     if (compute_submit(&wn_of(j->n)->comp, wn__work, wn__work_done, j) < 0)
         return; /* cannot happen: one job, one task at a time */
     j->busy = true;
@@ -364,6 +397,21 @@ static void *wn__up_dest(conn *c, const Appliance__Envelope *env, uint32_t len, 
         *err = -EINVAL;
         return NULL;
     }
+    if (j->ws_ready) {
+        bool blocked = false;
+        float *dst = w->step == j->step && (uint64_t)len == w->count * sizeof(float) && !j->staged
+                         ? wslots_dest(&j->ws, w->tensor_id, w->pass == APPLIANCE__PASS__PASS_BACKWARD,
+                                       w->offset, w->count, &blocked)
+                         : NULL;
+        j->chunk_staged = !dst && (blocked || (j->staged && w->step == j->step));
+        if (!dst && !j->chunk_staged) {
+            log_warn("job %s: weight chunk out of schedule: tensor %u step %llu offset %llu "
+                     "(replica at step %llu)", j->id, w->tensor_id, (unsigned long long)w->step,
+                     (unsigned long long)w->offset, (unsigned long long)j->step);
+            *err = -EINVAL;
+        }
+        return dst; /* NULL and staged: the reader holds it, on_frame keeps it */
+    }
     wn_tensor *t = &j->t[w->tensor_id];
     float *base = t->w;
     if (w->state > 0) { /* optimizer state of a resumed Pipelined job */
@@ -384,6 +432,64 @@ static void *wn__up_dest(conn *c, const Appliance__Envelope *env, uint32_t len, 
         return NULL;
     }
     return base + w->offset;
+}
+
+static void wn__pause(wn_job *j)
+{
+    conn *up = conn_link_conn(&j->up);
+    if (up && !j->up_paused) {
+        conn_pause(up);
+        j->up_paused = true;
+    }
+}
+
+/* Keeps a chunk that came before its slot was free. */
+static int wn__stage(wn_job *j, const Appliance__WeightChunk *w, const uint8_t *payload)
+{
+    wn_staged *st = malloc(sizeof(*st) + w->count * sizeof(float));
+    if (!st)
+        return -ENOMEM;
+    st->next = NULL;
+    st->tensor = w->tensor_id;
+    st->backward = w->pass == APPLIANCE__PASS__PASS_BACKWARD;
+    st->offset = w->offset;
+    st->count = w->count;
+    memcpy(st->data, payload, w->count * sizeof(float));
+    if (j->staged_tail)
+        j->staged_tail->next = st;
+    else
+        j->staged = st;
+    j->staged_tail = st;
+    return 0;
+}
+
+/* A slot freed: held chunks land in order; reading resumes once none is
+ * held and the next arrival has a slot. */
+static void wn__unstage(wn_job *j)
+{
+    while (j->staged) {
+        wn_staged *st = j->staged;
+        bool blocked;
+        float *dst = wslots_dest(&j->ws, st->tensor, st->backward, st->offset, st->count, &blocked);
+        if (!dst) {
+            if (!blocked)
+                wn__abort(j->n, j, "held weight chunk of tensor %u out of schedule", st->tensor);
+            return;
+        }
+        memcpy(dst, st->data, st->count * sizeof(float));
+        bool next_blocked = wslots_received(&j->ws, st->count);
+        j->staged = st->next;
+        if (!j->staged)
+            j->staged_tail = NULL;
+        free(st);
+        if (next_blocked)
+            return;
+    }
+    conn *up = conn_link_conn(&j->up);
+    if (up && j->up_paused) {
+        j->up_paused = false;
+        conn_resume(up);
+    }
 }
 
 static void wn__up_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len)
@@ -408,6 +514,19 @@ static void wn__up_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, ui
         return;
     }
     const Appliance__WeightChunk *w = env->weight_chunk;
+    if (j->ws_ready) {
+        if (j->chunk_staged) {
+            if (wn__stage(j, w, payload) < 0) {
+                wn__abort(j->n, j, "out of memory holding a weight chunk");
+                return;
+            }
+            wn__pause(j);
+        } else if (wslots_received(&j->ws, w->count)) {
+            wn__pause(j);
+        }
+        wn__advance(j);
+        return;
+    }
     wn_tensor *t = &j->t[w->tensor_id];
     if (t->step != w->step) {
         t->step = w->step;
@@ -595,12 +714,28 @@ static void wn__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *p
         wn__refuse(n, j, "bad optimizer in the plan");
         return;
     }
+    if (!j->pipelined) {
+        /* Weight Streaming: weights and gradients pass through two slots
+         * each; only the small batch-norm statistics have their own room. */
+        int rc = wslots_init(&j->ws, m, p->fwd_stream, p->n_fwd_stream, p->bwd_stream, p->n_bwd_stream);
+        if (rc < 0) {
+            wn__refuse(n, j, rc == -ENOMEM ? "out of memory for the weight slots"
+                                           : "the plan's weight schedule does not stream whole layers in order");
+            return;
+        }
+        j->ws_ready = true;
+    }
     for (size_t i = 0; !oom && i < p->n_tensors; i++) {
         wn_tensor *t = &j->t[i];
         t->n = m->tensors[i].elems;
         t->step = UINT64_MAX;
         t->trainable = m->tensors[i].trainable;
         t->job = j;
+        if (j->ws_ready) {
+            if (!t->trainable)
+                oom |= !(j->gp[i] = t->g = malloc(t->n * sizeof(float)));
+            continue;
+        }
         j->wp[i] = t->w = malloc(t->n * sizeof(float));
         j->gp[i] = t->g = malloc(t->n * sizeof(float));
         oom |= !t->w || !t->g;

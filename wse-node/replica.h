@@ -11,6 +11,7 @@
 #include "model.h"
 #include "node.h"
 #include "optim.h"
+#include "wslots.h"
 
 #define WN_CREDITS 2 /* batches each worker may have in flight to us */
 
@@ -27,6 +28,16 @@ typedef struct wn_tensor {
     int sends;             /* gradient sends in flight: g must not change */
     struct wn_job *job;    /* the job it belongs to */
 } wn_tensor;
+
+/* A weight chunk that arrived while its slot was still in use (at most the
+ * frames already read when reading stopped). */
+typedef struct wn_staged {
+    struct wn_staged *next;
+    uint32_t tensor;
+    bool backward;
+    uint64_t offset, count;
+    float data[];
+} wn_staged;
 
 typedef struct wn_batch {
     uint64_t step;         /* UINT64_MAX: free */
@@ -77,6 +88,11 @@ typedef struct wn_job {
     bool pipelined;          /* weights resident, all-reduced gradients applied here */
     optim_config cfg;        /* Pipelined: the optimizer */
     size_t rg_done;          /* Pipelined: tensors whose reduced gradient is complete */
+    wslots ws;               /* Weight Streaming: the slots weights and gradients pass through */
+    bool ws_ready;           /* ws was initialised */
+    bool chunk_staged;       /* the weight chunk being read has no slot yet */
+    wn_staged *staged, *staged_tail; /* held chunks, in arrival order */
+    bool up_paused;          /* reading from swarmx stopped until a slot frees */
     double compute_sec;      /* time in kernels this step */
 } wn_job;
 

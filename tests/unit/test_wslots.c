@@ -72,10 +72,10 @@ START_TEST(double_buffering)
     ck_assert(!wslots_received(&w, 12));
     ck_assert(!wslots_ready(&w, 3, false)); /* fc3.bias still missing */
     ck_assert_ptr_eq(wslots_dest(&w, 5, false, 0, 3, &blocked), w.slot[0] + 18);
-    ck_assert(!wslots_received(&w, 3));
+    ck_assert(wslots_received(&w, 3)); /* backward fc3 needs fc2's slot */
     ck_assert(wslots_ready(&w, 3, false));
-    wslots_consume(&w, 2, false);
-    wslots_consume(&w, 3, false);
+    ck_assert(wslots_consume(&w, 2, false)); /* fc2 computed: unblocks */
+    ck_assert(!wslots_consume(&w, 3, false));
     /* Backward: fc3 again, then fc2; fc1 needs no weights (its input is the model input). */
     ck_assert(!receive(&w, 4, true, m));
     ck_assert(!receive(&w, 5, true, m));

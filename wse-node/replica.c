@@ -516,11 +516,15 @@ static void wn__up_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, ui
     const Appliance__WeightChunk *w = env->weight_chunk;
     if (j->ws_ready) {
         if (j->chunk_staged) {
+            /* Its slot may have freed while the rest of it was read. */
             if (wn__stage(j, w, payload) < 0) {
                 wn__abort(j->n, j, "out of memory holding a weight chunk");
                 return;
             }
             wn__pause(j);
+            wn__unstage(j);
+            if (j->released)
+                return;
         } else if (wslots_received(&j->ws, w->count)) {
             wn__pause(j);
         }

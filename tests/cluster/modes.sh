@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Cluster test: execution modes against the wafer memory. The wse-nodes
+# declare 12 MiB; a model with 16 MiB of weights trains in Weight Streaming
+# mode (auto picks it), and asking for Pipelined is refused with the numbers.
+set -euo pipefail
+src=${SOURCE_ROOT:?}
+build=${BUILD_ROOT:?}
+py=/usr/bin/python3
+work=$(mktemp -d "${TMPDIR:-/tmp}/appliance-modes.XXXXXX")
+run="$work/run"
+cleanup() {
+  "$src/deploy/local/appliance-down" --dir "$run" --quiet >/dev/null 2>&1 || true
+  if [ "${KEEP_WORK:-}" = "" ]; then rm -rf "$work"; fi
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; for f in "$run"/logs/*.log; do echo "== $f" >&2; tail -n 15 "$f" >&2; done; exit 1; }
+
+"$src/deploy/local/appliance-up" --replicas 2 --wafer-memory 12M --dir "$run" --build "$build" >/dev/null
+set -a; . "$run/env"; set +a
+submit="$build/client/appliance-submit"
+field() { "$py" -c "import json,sys; print(json.loads(sys.stdin.read())['$1'])"; }
+
+sed -e "s|^model_dir = .*|model_dir = \"$work/deep\"|" "$src/tests/cluster/jobs/deep.toml" > "$work/deep.toml"
+plan=$(cd "$work" && "$submit" --plan deep.toml) || fail "plan: $plan"
+echo "$plan" | grep -q "mode weight_streaming" || fail "auto did not choose weight streaming: $plan"
+echo "$plan" | grep -q "4204548 parameters" || fail "parameter count: $plan"
+# Each replica's memory need is within its 12 MiB wafer.
+echo "$plan" | "$py" -c '
+import re, sys
+rows = [l.split() for l in sys.stdin if re.match(r"^[0-9]+ +[0-9]+ +[0-9]+ ", l)]
+assert len(rows) == 2, rows
+units = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+for r in rows:
+    need = float(r[3]) * units[r[4]]; wafer = float(r[5]) * units[r[6]]
+    assert need <= wafer and wafer == 12 << 20, r
+' || fail "memory table: $plan"
+out=$(cd "$work" && timeout 300 "$submit" --json deep.toml) || fail "deep job: $out"
+[ "$(echo "$out" | field state)" = done ] || fail "deep job not done: $out"
+"$py" -c "import sys; sys.exit(0 if float(sys.argv[1]) < 1.0 else 1)" "$(echo "$out" | field final_loss)" ||
+  fail "loss did not fall below 1.0 (ln 4 = 1.386 at start): $out"
+echo "ok: 16 MiB of weights trained in Weight Streaming mode on 12 MiB wafers"
+
+sed -e 's/^num_csx = 2/num_csx = 2\nmode = "pipelined"/' "$work/deep.toml" > "$work/deep-pipe.toml"
+set +e
+msg=$(cd "$work" && "$submit" deep-pipe.toml 2>&1); rc=$?
+set -e
+[ "$rc" = 3 ] || fail "pipelined: exit $rc, expected 3: $msg"
+echo "$msg" | grep -q "Pipelined does not fit: .* need [0-9.]* MiB per replica, the smallest wafer has 12.0 MiB; use mode = \"weight_streaming\" (needs [0-9.]* MiB)" ||
+  fail "pipelined refusal message: $msg"
+echo "ok: $msg"
+echo "1 passed, 0 failed"

@@ -4,8 +4,8 @@
  * reader a PlanInput names (dataset_reader.h) and applies what every reader
  * shares: the order of each epoch and the augmentation.
  *
- * Every function here may run on several threads at once for one data set
- * (after dataset_open returns, a data set is only read). */
+ * After dataset_open returns, a data set is only read: everything but
+ * dataset_close may run on several threads at once. */
 #pragma once
 
 #include <stdbool.h>

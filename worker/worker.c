@@ -2,8 +2,8 @@
 #include "worker.h"
 
 #include <errno.h>
-#include <stdlib.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "log.h"
@@ -100,23 +100,23 @@ static void wk__batch_done(uv_work_t *req, int status)
         }
         goto done;
     }
-    if (!f->c) /* the wse-node went away; it aborts the job itself */
-        goto done;
-    Appliance__Batch m = APPLIANCE__BATCH__INIT;
-    m.step = b->step;
-    m.replica = f->replica;
-    m.n = f->batch;
-    m.sample_elems = dataset_sample_elems(j->data);
-    m.label_elems = dataset_label_elems(j->data);
-    ENVELOPE(env, batch, BATCH, &m);
-    if (conn_send(f->c, &env, b->buf, (uint32_t)b->bytes, wk__batch_sent, b->buf) < 0) {
-        conn_fail(f->c, -ENOBUFS, "worker: cannot queue the batch of step %llu",
-                  (unsigned long long)b->step);
-        goto done;
+    if (f->c) { /* else the wse-node went away; it aborts the job itself */
+        Appliance__Batch m = APPLIANCE__BATCH__INIT;
+        m.step = b->step;
+        m.replica = f->replica;
+        m.n = f->batch;
+        m.sample_elems = dataset_sample_elems(j->data);
+        m.label_elems = dataset_label_elems(j->data);
+        ENVELOPE(env, batch, BATCH, &m);
+        if (conn_send(f->c, &env, b->buf, (uint32_t)b->bytes, wk__batch_sent, b->buf) == 0) {
+            b->buf = NULL;
+            j->batches_sent++;
+        } else {
+            conn_fail(f->c, -ENOBUFS, "worker: cannot queue the batch of step %llu",
+                      (unsigned long long)b->step);
+        }
     }
-    b->buf = NULL;
-    j->batches_sent++;
-    wk__pump_all(w, j);
+    wk__pump_all(w, j); /* a slot of the thread pool is free */
 done:
     free(b->buf);
     free(b);

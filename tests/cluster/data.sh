@@ -83,6 +83,15 @@ done
   "$work/m2/checkpoint_40-shard1-of-1.safetensors" --rtol 1e-5 || fail "1 and 2 replicas disagree"
 echo "ok: IDX files, 1 and 2 replicas agree within 1e-5"
 
+# Two workers taking turns at the steps of one replica: the same batches.
+sed -e 's/^num_csx = 1$/num_csx = 1\nnum_workers_per_csx = 2/' -e "s|$work/m1|$work/m1w|" \
+  "$(job 1 "$work/m1" "$work/idx" 4 8)" > "$work/job-1w.toml"
+out=$(cd "$work" && timeout 120 "$submit" --json "$work/job-1w.toml") || fail "two workers: $out"
+"$build/common/st-compare" "$work/m1/checkpoint_40-shard1-of-1.safetensors" \
+  "$work/m1w/checkpoint_40-shard1-of-1.safetensors" --rtol 0 >/dev/null ||
+  fail "two workers per replica changed the weights"
+echo "ok: two workers per replica give the same weights as one"
+
 # A label beyond num_classes: the workers refuse the data set, naming the file.
 cp -r "$work/idx" "$work/bad"
 printf '\x07' | dd of="$work/bad/train-labels-idx1-ubyte" bs=1 seek=20 conv=notrunc status=none

@@ -394,10 +394,21 @@ START_TEST(png_rgb_classes)
     write_png("masks/1.png", PW, PH, PNG_COLOR_TYPE_GRAY, 8, mask);
     write_png("images/2.png", PW, PH, PNG_COLOR_TYPE_RGBA, 8, rgba);
     write_png("masks/2.png", PW, PH, PNG_COLOR_TYPE_PALETTE, 8, pal);
+    /* 3.png: a 4-bit palette image (gray entries 17 i), expanded to RGB. */
+    uint8_t pal4[PH * PW / 2];
+    for (int p = 0; p < PH * PW; p += 2)
+        pal4[p / 2] = (uint8_t)((p % 16) << 4 | ((p + 1) % 16));
+    write_png("images/3.png", PW, PH, PNG_COLOR_TYPE_PALETTE, 4, pal4);
+    write_png("masks/3.png", PW, PH, PNG_COLOR_TYPE_GRAY, 8, mask);
     dataset *d;
     ck_assert_msg(open_png(&d, 3, 4) == 0, "%s", err);
+    ck_assert_uint_eq(dataset_size(d), 3);
     float x[3 * PH * PW];
     int32_t y[PH * PW];
+    ck_assert_msg(dataset_read(d, 0, 2, x, y, err, sizeof(err)) == 0, "%s", err);
+    for (int p = 0; p < PH * PW; p++)
+        for (int c = 0; c < 3; c++)
+            ck_assert_float_eq(x[c * PH * PW + p], (float)(17 * (p % 16)) / 255.0f);
     for (uint64_t i = 0; i < 2; i++) {
         ck_assert_msg(dataset_read(d, 0, i, x, y, err, sizeof(err)) == 0, "%s", err);
         for (int p = 0; p < PH * PW; p++) {

@@ -34,9 +34,10 @@ void conn_config_default(conn_config *cfg, const auth_secret *secret, Appliance_
 
 /* ---- closing ---- */
 
-static void conn__handle_closed(uv_handle_t *h)
+/* One of the things a closing connection waits for is done: a handle
+ * closed, or a resolver request returned. The last one frees it. */
+static void conn__unref(conn *c)
 {
-    conn *c = h->data;
     if (--c->handles_open > 0)
         return;
     if (c->ops->on_close)
@@ -48,6 +49,11 @@ static void conn__handle_closed(uv_handle_t *h)
     free(c);
 }
 
+static void conn__handle_closed(uv_handle_t *h)
+{
+    conn__unref(h->data);
+}
+
 void conn_close(conn *c, int err, const char *reason)
 {
     if (c->closing)
@@ -56,8 +62,12 @@ void conn_close(conn *c, int err, const char *reason)
     c->close_err = err;
     if (reason != c->close_reason)
         snprintf(c->close_reason, sizeof(c->close_reason), "%s", reason ? reason : "closed");
-    if (c->resolving)
-        uv_cancel((uv_req_t *)&c->resolve_req); /* its callback still runs */
+    if (c->resolving) {
+        /* The request lives inside c and its callback still runs (at once
+         * when cancelled, later when the resolver is at work): c waits. */
+        c->handles_open++;
+        uv_cancel((uv_req_t *)&c->resolve_req);
+    }
     uv_read_stop((uv_stream_t *)&c->tcp);
     uv_timer_stop(&c->timer);
     uv_close((uv_handle_t *)&c->tcp, conn__handle_closed);
@@ -459,12 +469,15 @@ static void conn__resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *r
 {
     conn *c = container_of(req, conn, resolve_req);
     c->resolving = false;
-    if (c->closing || status < 0) {
-        if (!c->closing) {
-            char why[128];
-            snprintf(why, sizeof(why), "cannot resolve %s: %s", c->peer_addr, uv_strerror(status));
-            conn_close(c, status, why);
-        }
+    if (c->closing) { /* conn_close counted this request */
+        uv_freeaddrinfo(res);
+        conn__unref(c);
+        return;
+    }
+    if (status < 0) {
+        char why[128];
+        snprintf(why, sizeof(why), "cannot resolve %s: %s", c->peer_addr, uv_strerror(status));
+        conn_close(c, status, why);
         uv_freeaddrinfo(res);
         return;
     }

@@ -78,7 +78,7 @@ struct conn {
     bool closing;               /* conn_close was called; no more callbacks but on_close */
     bool resolving;             /* a getaddrinfo request is pending */
     bool paused;                /* reading stopped by conn_pause */
-    int handles_open;           /* libuv handles still to close before freeing */
+    int handles_open;           /* handles to close and requests to return before freeing */
     int close_err;              /* passed to on_close */
     char close_reason[192];     /* passed to on_close */
     char peer_error[160];       /* message of the last Error frame the peer sent */

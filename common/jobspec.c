@@ -44,7 +44,8 @@ static const key_spec runconfig_keys[] = {
 };
 
 static const key_spec input_keys[] = {
-    KS(jobspec_input, data_processor, "synthetic_classification"),
+    KS(jobspec_input, data_processor,
+       "synthetic_classification|synthetic_segmentation|mnist|png_segmentation"),
     KP(jobspec_input, data_dir),
     KI(jobspec_input, batch_size, 1, 1 << 24),
     KB(jobspec_input, shuffle),
@@ -52,6 +53,8 @@ static const key_spec input_keys[] = {
     KI(jobspec_input, num_classes, 1, 1 << 20),
     KI(jobspec_input, num_samples, 1, 1e12),
     KF(jobspec_input, noise, 0, 1e6),
+    KB(jobspec_input, random_flip_horizontal),
+    KB(jobspec_input, random_flip_vertical),
 };
 
 static const key_spec optimizer_keys[] = {
@@ -93,6 +96,8 @@ static void jobspec__defaults(jobspec *j)
         ins[i]->num_classes = 10;
         ins[i]->num_samples = 10000;
         ins[i]->noise = 1.0;
+        ins[i]->random_flip_horizontal = false;
+        ins[i]->random_flip_vertical = false;
     }
     strcpy(j->optimizer_type, "sgd");
     j->learning_rate = 0.01;
@@ -207,6 +212,21 @@ static int jobspec__section(const toml_value *t, const char *section, const key_
     return 0;
 }
 
+/* Readers of files need to know where the files are. */
+static int jobspec__check_input(const toml_value *root, const char *section, const jobspec_input *in,
+                                char *err, size_t errlen)
+{
+    if (!in->present || in->data_dir[0] ||
+        (strcmp(in->data_processor, "mnist") != 0 &&
+         strcmp(in->data_processor, "png_segmentation") != 0))
+        return 0;
+    const toml_value *t = toml_table_get(root, section);
+    const toml_value *dp = toml_table_get(t, "data_processor");
+    return toml_errorf(err, errlen, toml_source_name(root), toml_pos_of(dp ? dp : t),
+                       "%s.data_dir: required by data_processor \"%s\"", section,
+                       in->data_processor);
+}
+
 /* Keys the appliance reads but cannot act on yet are refused, never
  * ignored: a user who asks for them must learn that they do nothing. */
 static int jobspec__refuse_unbuilt(const toml_value *root, const jobspec *j, char *err,
@@ -308,6 +328,9 @@ jobspec *jobspec_parse(const char *text, size_t len, const char *name, const cha
                     (long long)j->train.batch_size, (long long)j->num_csx);
         goto fail;
     }
+    if (jobspec__check_input(root, "train_input", &j->train, err, errlen) < 0 ||
+        jobspec__check_input(root, "eval_input", &j->eval, err, errlen) < 0)
+        goto fail;
     if (jobspec__refuse_unbuilt(root, j, err, errlen) < 0)
         goto fail;
     if (j->nesterov && (j->momentum <= 0 || j->dampening != 0)) {

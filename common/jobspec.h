@@ -13,7 +13,7 @@
 
 typedef struct jobspec_input {
     bool present;                 /* the section was given */
-    char data_processor[64];      /* "synthetic_classification", ... */
+    char data_processor[64];      /* "synthetic_classification", "mnist", ... */
     char data_dir[PATH_MAX];      /* resolved against the submit directory */
     int64_t batch_size;           /* effective (global) batch, split over num_csx */
     bool shuffle;
@@ -21,6 +21,8 @@ typedef struct jobspec_input {
     int64_t num_classes;
     int64_t num_samples;          /* synthetic data sets: size of the set */
     double noise;                 /* synthetic data sets: noise around class centres */
+    bool random_flip_horizontal;  /* augmentation: mirror left-right, seeded */
+    bool random_flip_vertical;    /* augmentation: mirror top-bottom, seeded */
 } jobspec_input;
 
 typedef struct jobspec {

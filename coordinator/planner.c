@@ -13,6 +13,34 @@
 #include "wslots.h"
 #include "units.h"
 
+/* What the input workers read for one split, in the arena (a->failed on
+ * failure). The sample shape is the model's input. */
+static Appliance__PlanInput *planner__input(arena *a, const jobspec *spec, const jobspec_input *si,
+                                            const char *split)
+{
+    const model *m = spec->model;
+    Appliance__PlanInput *in = arena_alloc(a, sizeof(*in));
+    uint64_t *shape = arena_alloc(a, 3 * sizeof(uint64_t));
+    if (!in || !shape)
+        return NULL;
+    appliance__plan_input__init(in);
+    in->data_processor = arena_strdup(a, si->data_processor);
+    in->data_dir = arena_strdup(a, si->data_dir);
+    in->split = arena_strdup(a, split);
+    in->shuffle = si->shuffle;
+    in->seed = (uint64_t)(si->shuffle_seed ? si->shuffle_seed : spec->seed);
+    in->num_classes = (uint32_t)si->num_classes;
+    in->num_samples = (uint64_t)si->num_samples;
+    in->noise = si->noise;
+    in->random_flip_horizontal = si->random_flip_horizontal;
+    in->random_flip_vertical = si->random_flip_vertical;
+    in->n_sample_shape = (size_t)m->input.ndim;
+    in->sample_shape = shape;
+    for (int d = 0; d < m->input.ndim; d++)
+        shape[d] = (uint64_t)m->input.d[d];
+    return in;
+}
+
 /* Whether a layer's backward pass reads its weights: to pass a gradient to
  * an input other than the model input, and for the norms' scale. */
 static bool planner__bwd_needs_weights(const model_layer *l)
@@ -425,8 +453,7 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
     }
 
     Appliance__PlanOptimizer *opt = arena_alloc(&a, sizeof(*opt));
-    Appliance__PlanInput *in = arena_alloc(&a, sizeof(*in));
-    if (!opt || !in)
+    if (!opt)
         goto done;
     appliance__plan_optimizer__init(opt);
     opt->type = arena_strdup(&a, spec->optimizer_type);
@@ -446,21 +473,9 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
     opt->weight_decay = spec->weight_decay;
     opt->max_gradient_norm = spec->max_gradient_norm;
     p->optimizer = opt;
-    appliance__plan_input__init(in);
-    in->data_processor = arena_strdup(&a, spec->train.data_processor);
-    in->data_dir = arena_strdup(&a, spec->train.data_dir);
-    in->shuffle = spec->train.shuffle;
-    in->seed = (uint64_t)(spec->train.shuffle_seed ? spec->train.shuffle_seed : spec->seed);
-    in->num_classes = (uint32_t)spec->train.num_classes;
-    in->num_samples = (uint64_t)spec->train.num_samples;
-    in->noise = spec->train.noise;
-    in->n_sample_shape = (size_t)m->input.ndim;
-    in->sample_shape = arena_alloc(&a, 3 * sizeof(uint64_t));
-    if (!in->sample_shape)
-        goto done;
-    for (int d = 0; d < m->input.ndim; d++)
-        in->sample_shape[d] = (uint64_t)m->input.d[d];
-    p->train_input = in;
+    p->train_input = planner__input(&a, spec, &spec->train, "train");
+    if (spec->eval.present)
+        p->eval_input = planner__input(&a, spec, &spec->eval, "eval");
 
     if (a.failed)
         goto done;

@@ -1,6 +1,11 @@
-/* Data sets the input workers serve. A sample is a pure function of the
- * data set's seed and the sample index, so any worker can produce any
- * replica's share of any step. */
+/* Data sets the input workers serve. A sample is a pure function of (data
+ * set, seed, epoch, index), so any worker can produce any replica's share of
+ * any step. This is the interface the worker uses; dataset.c picks the
+ * reader a PlanInput names (dataset_reader.h) and applies what every reader
+ * shares: the order of each epoch and the augmentation.
+ *
+ * After dataset_open returns, a data set is only read: everything but
+ * dataset_close may run on several threads at once. */
 #pragma once
 
 #include <stdbool.h>
@@ -9,21 +14,47 @@
 
 #include "plan.pb-c.h"
 
-typedef struct dataset {
-    uint64_t seed;
-    uint64_t num_samples;
-    uint32_t num_classes;
-    uint64_t sample_elems;   /* floats per sample (the model's input size) */
-    double noise;
-    bool shuffle;            /* a new order every epoch, from the seed */
-} dataset;
+typedef struct dataset dataset;
 
-/* Sets up the training set of a job. Returns 0 or -EINVAL with a message. */
-int dataset_open(dataset *d, const Appliance__PlanInput *in, char *err, size_t errlen);
+/* Opens the data set `in` describes (data_processor, data_dir, split, the
+ * model's sample shape, ...): checks it and reads what must be read once
+ * (MNIST files; the listing and PNG headers of an image directory). Returns 0
+ * with *out owned by the caller (dataset_close), or a negative errno-style
+ * code with a message naming the file and the problem in err. */
+int dataset_open(dataset **out, const Appliance__PlanInput *in, char *err, size_t errlen);
+/* Releases a data set; NULL is fine. */
+void dataset_close(dataset *d);
 
-/* The sample at position pos (0..B-1) of step `step`: the data set is read
- * in epochs; with shuffle, each epoch in its own seeded order. */
+/* Samples in one epoch. */
+uint64_t dataset_size(const dataset *d);
+/* float32 inputs per sample (the model's input size). */
+uint64_t dataset_sample_elems(const dataset *d);
+/* int32 labels per sample: 1 for classification, H*W for segmentation. */
+uint32_t dataset_label_elems(const dataset *d);
+
+/* The sample at position pos (0..batch-1) of step `step` with a global batch
+ * of `batch`: the data set is read in epochs; with shuffle, each epoch in its
+ * own seeded order (a Feistel permutation), without it in file order. */
 uint64_t dataset_index(const dataset *d, uint64_t step, uint64_t batch, uint64_t pos);
 
-/* Writes sample idx: sample_elems floats into x, its class into *label. */
-void dataset_sample(const dataset *d, uint64_t idx, float *x, int32_t *label);
+/* Writes sample `idx` as seen in epoch `epoch` (augmentation is drawn from
+ * (seed, epoch, idx)): sample_elems floats into x, label_elems labels into
+ * labels. Returns 0, or a negative code with a message in err (a file that
+ * went missing or is corrupt, a label out of range). */
+int dataset_read(const dataset *d, uint64_t epoch, uint64_t idx, float *x, int32_t *labels,
+                 char *err, size_t errlen);
+
+/* dataset_read of the sample at (step, batch, pos), as dataset_index orders
+ * them. */
+int dataset_sample(const dataset *d, uint64_t step, uint64_t batch, uint64_t pos, float *x,
+                   int32_t *labels, char *err, size_t errlen);
+
+/* Bytes of a batch of n samples as it goes on the wire. */
+size_t dataset_batch_bytes(const dataset *d, uint32_t n);
+
+/* Fills buf (dataset_batch_bytes(d, n) bytes) with positions offset ..
+ * offset+n-1 of step `step` (global batch `batch`) in the wire layout of a
+ * Batch frame: n * sample_elems float32 inputs, then n * label_elems int32
+ * labels. Returns 0 or dataset_read's error. */
+int dataset_batch(const dataset *d, uint64_t step, uint64_t batch, uint64_t offset, uint32_t n,
+                  void *buf, char *err, size_t errlen);

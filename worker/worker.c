@@ -1,7 +1,8 @@
-/* worker: batches on credit. */
+/* worker: batches on credit, produced in the thread pool. */
 #include "worker.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,17 +11,56 @@
 
 static worker *wk_of(node *n) { return n->data; }
 
+/* One batch in production. */
+typedef struct wk_batch {
+    uv_work_t req;            /* in the thread pool */
+    wk_feed *feed;
+    uint64_t step;
+    uint64_t global;          /* the global batch */
+    uint8_t *buf;             /* the payload; owned until handed to conn_send */
+    size_t bytes;
+    int rc;                   /* of dataset_batch, with err */
+    char err[512];
+} wk_batch;
+
 static void wk__job_free(wk_job *j)
 {
     if (!j)
         return;
-    for (size_t i = 0; i < j->nfeeds; i++)
-        if (j->feeds[i].c)
-            j->feeds[i].c->user = NULL;
+    dataset_close(j->data);
     free(j->feeds);
     if (j->plan)
         appliance__plan__free_unpacked(j->plan, NULL);
     free(j);
+}
+
+/* Ends the job on this worker: no more batches; the memory goes once the
+ * thread pool has given back every request of the job. */
+static void wk__job_release(worker *w)
+{
+    wk_job *j = w->job;
+    if (!j)
+        return;
+    w->job = NULL;
+    j->released = true;
+    for (size_t i = 0; i < j->nfeeds; i++)
+        if (j->feeds[i].c) {
+            j->feeds[i].c->user = NULL;
+            j->feeds[i].c = NULL;
+        }
+    if (j->inflight == 0)
+        wk__job_free(j);
+}
+
+static void wk__job_abort(worker *w, const char *reason)
+{
+    wk_job *j = w->job;
+    log_error("job %s: %s", j->id, reason);
+    Appliance__JobAbort a = APPLIANCE__JOB_ABORT__INIT;
+    a.job_id = j->id;
+    a.reason = (char *)reason;
+    ENVELOPE(ae, job_abort, JOB_ABORT, &a);
+    node_send_coordinator(w->n, &ae);
 }
 
 static void wk__batch_sent(void *arg, int status)
@@ -28,41 +68,161 @@ static void wk__batch_sent(void *arg, int status)
     free(arg);
 }
 
-static void wk__pump(node *n, wk_feed *f)
+static void wk__pump_all(worker *w, wk_job *j);
+
+static void wk__batch_work(uv_work_t *req)
+{
+    wk_batch *b = container_of(req, wk_batch, req);
+    const wk_feed *f = b->feed;
+    b->rc = dataset_batch(f->job->data, b->step, b->global, f->offset, f->batch, b->buf, b->err,
+                          sizeof(b->err));
+}
+
+static void wk__batch_done(uv_work_t *req, int status)
+{
+    wk_batch *b = container_of(req, wk_batch, req);
+    wk_feed *f = b->feed;
+    wk_job *j = f->job;
+    worker *w = j->w;
+    j->inflight--;
+    if (j->released) {
+        if (j->inflight == 0)
+            wk__job_free(j);
+        goto done;
+    }
+    if (b->rc < 0 || status < 0) {
+        if (!j->failed) {
+            j->failed = true;
+            char reason[600];
+            snprintf(reason, sizeof(reason), "step %llu: %s", (unsigned long long)b->step,
+                     status < 0 ? uv_strerror(status) : b->err);
+            wk__job_abort(w, reason);
+        }
+        goto done;
+    }
+    if (f->c) { /* else the wse-node went away; it aborts the job itself */
+        Appliance__Batch m = APPLIANCE__BATCH__INIT;
+        m.step = b->step;
+        m.replica = f->replica;
+        m.n = f->batch;
+        m.sample_elems = dataset_sample_elems(j->data);
+        m.label_elems = dataset_label_elems(j->data);
+        ENVELOPE(env, batch, BATCH, &m);
+        if (conn_send(f->c, &env, b->buf, (uint32_t)b->bytes, wk__batch_sent, b->buf) == 0) {
+            b->buf = NULL;
+            j->batches_sent++;
+        } else {
+            conn_fail(f->c, -ENOBUFS, "worker: cannot queue the batch of step %llu",
+                      (unsigned long long)b->step);
+        }
+    }
+    wk__pump_all(w, j); /* a slot of the thread pool is free */
+done:
+    free(b->buf);
+    free(b);
+}
+
+/* Starts producing f's next batches while it has credits, its connection
+ * has room, and the thread pool has a free slot. Returns false when out of
+ * slots. */
+static bool wk__pump(worker *w, wk_feed *f)
 {
     wk_job *j = f->job;
-    const dataset *d = &j->data;
-    uint32_t global = j->plan->global_batch;
-    while (f->credits > 0 && f->next_step < j->plan->max_steps && conn_can_send(f->c, 0)) {
-        uint64_t s = f->next_step;
-        size_t xbytes = (size_t)f->batch * d->sample_elems * sizeof(float);
-        size_t bytes = xbytes + (size_t)f->batch * sizeof(int32_t);
+    if (!f->c || j->failed || j->released || !j->ready)
+        return true;
+    size_t bytes = dataset_batch_bytes(j->data, f->batch);
+    while (f->credits > 0 && f->next_step < j->plan->max_steps && conn_can_send(f->c, bytes)) {
+        if (j->inflight >= w->max_inflight)
+            return false;
+        wk_batch *b = calloc(1, sizeof(*b));
         uint8_t *buf = malloc(bytes);
-        if (!buf) {
-            log_error("job %s: out of memory for a batch of %zu bytes", j->id, bytes);
-            return;
-        }
-        float *x = (float *)buf;
-        int32_t *y = (int32_t *)(buf + xbytes);
-        for (uint32_t i = 0; i < f->batch; i++) {
-            uint64_t idx = dataset_index(d, s, global, f->offset + i);
-            dataset_sample(d, idx, x + (size_t)i * d->sample_elems, &y[i]);
-        }
-        Appliance__Batch b = APPLIANCE__BATCH__INIT;
-        b.step = s;
-        b.replica = f->replica;
-        b.n = f->batch;
-        b.sample_elems = d->sample_elems;
-        b.label_elems = 1;
-        ENVELOPE(env, batch, BATCH, &b);
-        if (conn_send(f->c, &env, buf, (uint32_t)bytes, wk__batch_sent, buf) < 0) {
+        if (!b || !buf) {
+            free(b);
             free(buf);
-            return;
+            log_error("job %s: out of memory for a batch of %zu bytes", j->id, bytes);
+            return true;
         }
+        b->feed = f;
+        b->step = f->next_step;
+        b->global = j->plan->global_batch;
+        b->buf = buf;
+        b->bytes = bytes;
+        if (uv_queue_work(w->n->loop, &b->req, wk__batch_work, wk__batch_done) < 0) {
+            free(buf);
+            free(b);
+            return true;
+        }
+        j->inflight++;
         f->credits--;
         f->next_step += f->slots;
-        j->batches_sent++;
     }
+    return true;
+}
+
+/* Every feed in turn, starting after the one served first last time. */
+static void wk__pump_all(worker *w, wk_job *j)
+{
+    for (size_t k = 0; k < j->nfeeds; k++) {
+        size_t i = (j->next_feed + k) % j->nfeeds;
+        if (!wk__pump(w, &j->feeds[i])) {
+            j->next_feed = (i + 1) % j->nfeeds;
+            return;
+        }
+    }
+}
+
+static void wk__open_work(uv_work_t *req)
+{
+    wk_job *j = container_of(req, wk_job, open_req);
+    j->open_rc = dataset_open(&j->data, j->plan->train_input, j->open_err, sizeof(j->open_err));
+}
+
+static void wk__open_done(uv_work_t *req, int status)
+{
+    wk_job *j = container_of(req, wk_job, open_req);
+    worker *w = j->w;
+    node *n = w->n;
+    Appliance__Plan *p = j->plan;
+    j->inflight--;
+    if (j->released) {
+        if (j->inflight == 0)
+            wk__job_free(j);
+        return;
+    }
+    if (status < 0) {
+        j->open_rc = status;
+        snprintf(j->open_err, sizeof(j->open_err), "%s", uv_strerror(status));
+    }
+    uint32_t largest = 0;
+    for (size_t i = 0; i < p->n_replicas; i++)
+        if (p->replicas[i]->batch > largest)
+            largest = p->replicas[i]->batch;
+    if (j->open_rc == 0) {
+        size_t bytes = dataset_batch_bytes(j->data, largest);
+        if (bytes > n->ccfg.limits.max_payload) {
+            snprintf(j->open_err, sizeof(j->open_err),
+                     "a batch of %u samples takes %zu bytes, above the frame limit of %u: lower "
+                     "train_input.batch_size or raise runconfig.num_csx", largest, bytes,
+                     n->ccfg.limits.max_payload);
+            j->open_rc = -EMSGSIZE;
+        }
+    }
+    if (j->open_rc < 0) {
+        wk__job_abort(w, j->open_err);
+        wk__job_release(w);
+        return;
+    }
+    j->ready = true;
+    log_info("job %s: feeding %zu replica(s), %llu floats and %u labels per sample, %llu samples "
+             "per epoch", j->id, j->nfeeds, (unsigned long long)dataset_sample_elems(j->data),
+             dataset_label_elems(j->data), (unsigned long long)dataset_size(j->data));
+    /* Ready: the wse-nodes dial us; hellos that came early are replayed. */
+    Appliance__JobReady r = APPLIANCE__JOB_READY__INIT;
+    r.job_id = j->id;
+    r.member_id = n->member_id;
+    ENVELOPE(re, job_ready, JOB_READY, &r);
+    node_send_coordinator(n, &re);
+    node_replay(n);
 }
 
 static void wk__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, uint32_t len)
@@ -73,28 +233,27 @@ static void wk__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *p
         log_warn("job %s refused: busy with job %s", in->job_id, w->job->id);
         return;
     }
-    char err[512];
     wk_job *j = calloc(1, sizeof(*j));
     if (!j)
         return;
     snprintf(j->id, sizeof(j->id), "%s", in->job_id);
+    j->w = w;
+    /* Keep the plan: repack it out of the envelope, which is freed after
+     * this handler. */
     size_t plen = appliance__plan__get_packed_size(in);
     uint8_t *buf = malloc(plen ? plen : 1);
-    appliance__plan__pack(in, buf);
-    j->plan = appliance__plan__unpack(NULL, plen, buf);
-    free(buf);
+    if (buf) {
+        appliance__plan__pack(in, buf);
+        j->plan = appliance__plan__unpack(NULL, plen, buf);
+        free(buf);
+    }
     Appliance__Plan *p = j->plan;
-    if (dataset_open(&j->data, p->train_input, err, sizeof(err)) < 0) {
-        log_error("job %s: %s", j->id, err);
-        Appliance__JobAbort a = APPLIANCE__JOB_ABORT__INIT;
-        a.job_id = j->id;
-        a.reason = err;
-        ENVELOPE(ae, job_abort, JOB_ABORT, &a);
-        node_send_coordinator(n, &ae);
+    j->feeds = p ? calloc(p->n_workers ? p->n_workers : 1, sizeof(*j->feeds)) : NULL;
+    if (!p || !j->feeds) {
+        log_error("job %s: out of memory", j->id);
         wk__job_free(j);
         return;
     }
-    j->feeds = calloc(p->n_workers ? p->n_workers : 1, sizeof(*j->feeds));
     for (size_t i = 0; i < p->n_workers; i++) {
         const Appliance__PlanWorker *pw = p->workers[i];
         if (pw->member_id != n->member_id || pw->replica >= p->n_replicas)
@@ -110,22 +269,19 @@ static void wk__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *p
         f->job = j;
     }
     w->job = j;
-    log_info("job %s: feeding %zu replica(s), %llu floats per sample", j->id, j->nfeeds,
-             (unsigned long long)j->data.sample_elems);
-    /* Ready at once: the wse-nodes dial us. */
-    Appliance__JobReady r = APPLIANCE__JOB_READY__INIT;
-    r.job_id = j->id;
-    r.member_id = n->member_id;
-    ENVELOPE(re, job_ready, JOB_READY, &r);
-    node_send_coordinator(n, &re);
-    node_replay(n);
+    if (uv_queue_work(n->loop, &j->open_req, wk__open_work, wk__open_done) < 0) {
+        wk__job_abort(w, "cannot start opening the data set");
+        wk__job_release(w);
+        return;
+    }
+    j->inflight++;
 }
 
 static void wk__stream_hello(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, uint32_t len)
 {
     wk_job *j = wk_of(n)->job;
     Appliance__StreamHello *h = env->stream_hello;
-    if (!j || strcmp(h->job_id, j->id) != 0) {
+    if (!j || strcmp(h->job_id, j->id) != 0 || !j->ready) {
         if (node_defer(n, c, env) < 0)
             conn_fail(c, -ENOENT, "no job %s on this worker", h->job_id);
         return;
@@ -151,13 +307,14 @@ static void wk__credit(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, 
         return;
     }
     f->credits += env->credit->n;
-    wk__pump(n, f);
+    wk__pump_all(wk_of(n), f->job);
 }
 
 static void wk__drain(node *n, conn *c)
 {
-    if (c->user)
-        wk__pump(n, c->user);
+    wk_feed *f = c->user;
+    if (f)
+        wk__pump_all(wk_of(n), f->job);
 }
 
 static void wk__job_end(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, uint32_t len)
@@ -167,8 +324,7 @@ static void wk__job_end(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl,
                                                                       : env->job_abort->job_id;
     if (w->job && strcmp(w->job->id, id) == 0) {
         log_info("job %s: released after %llu batches", id, (unsigned long long)w->job->batches_sent);
-        wk__job_free(w->job);
-        w->job = NULL;
+        wk__job_release(w);
     }
 }
 
@@ -181,9 +337,7 @@ static void wk__conn_close(node *n, conn *c, int err, const char *reason)
 
 static void wk__shutdown(node *n)
 {
-    worker *w = wk_of(n);
-    wk__job_free(w->job);
-    w->job = NULL;
+    wk__job_release(wk_of(n));
 }
 
 void worker_role(node_role *role)

@@ -1,34 +1,45 @@
 /* worker: streams each replica its share of every global batch, ahead of
- * need, as far as the replica's credits allow. */
+ * need, as far as the replica's credits allow. Opening the data set and
+ * producing batches (reading, decoding, augmenting) run in libuv's thread
+ * pool, so heartbeats and flow control keep moving meanwhile. */
 #pragma once
 
 #include "dataset.h"
 #include "node.h"
 
 typedef struct wk_feed {
-    conn *c;                  /* the wse-node */
+    conn *c;                  /* the wse-node; NULL until its hello, and after it leaves */
     uint32_t replica;
     uint32_t batch;           /* samples of each step for this replica */
     uint32_t offset;          /* first sample of the global batch */
     uint32_t slot, slots;     /* we serve steps with step % slots == slot */
-    uint64_t next_step;
-    uint32_t credits;
+    uint64_t next_step;       /* the next step to produce */
+    uint32_t credits;         /* batches the wse-node has room for, less those in production */
     struct wk_job *job;
 } wk_feed;
 
 typedef struct wk_job {
     char id[40];
+    struct worker *w;
     Appliance__Plan *plan;    /* owned */
-    dataset data;
+    dataset *data;            /* owned; written by the opening thread, read once ready */
+    bool ready;               /* the data set is open: batches may be produced */
     wk_feed *feeds;           /* one per replica we serve */
     size_t nfeeds;
-    bool ready_sent;
+    size_t next_feed;         /* where the next round of production starts (fairness) */
+    uv_work_t open_req;       /* opens the data set off the loop */
+    int open_rc;              /* its result, with open_err */
+    char open_err[512];
+    unsigned inflight;        /* thread pool requests not yet completed */
+    bool failed;              /* a batch could not be produced: the job is being aborted */
+    bool released;            /* ended; freed when inflight reaches 0 */
     uint64_t batches_sent;
 } wk_job;
 
 typedef struct worker {
     node *n;
-    wk_job *job;
+    wk_job *job;              /* the job being fed, or NULL */
+    unsigned max_inflight;    /* batches produced at once: the decoding threads */
 } worker;
 
 void worker_role(node_role *role);

@@ -155,6 +155,30 @@ START_TEST(authenticated_payload)
 }
 END_TEST
 
+/* A dial closed while its address is still being resolved: the connection
+ * stays alive until the resolver's callback has run, then closes once. */
+START_TEST(closed_while_resolving)
+{
+    side cli[8] = {{0}};
+    char host[64];
+    int port;
+    ck_assert_int_eq(conn_addr_parse(server_addr, host, sizeof(host), &port), 0);
+    for (int i = 0; i < 8; i++) {
+        /* A name, not an address: the resolver has work to do. */
+        conn *c = conn_connect(&loop, "localhost", port, &client_cfg, &ops, &cli[i]);
+        ck_assert(c->resolving);
+        conn_close(c, -ECANCELED, "closed at once");
+    }
+    RUN_UNTIL(cli[0].closed && cli[1].closed && cli[2].closed && cli[3].closed &&
+              cli[4].closed && cli[5].closed && cli[6].closed && cli[7].closed);
+    for (int i = 0; i < 8; i++) {
+        ck_assert_int_eq(cli[i].ready, 0);
+        ck_assert_int_eq(cli[i].closed, 1);
+        ck_assert_str_eq(cli[i].reason, "closed at once");
+    }
+}
+END_TEST
+
 START_TEST(wrong_secret_refused)
 {
     side cli = {0};
@@ -354,6 +378,7 @@ static Suite *suite(void)
     TCase *t = tcase_create("loopback");
     tcase_add_checked_fixture(t, setup, teardown);
     tcase_add_test(t, authenticated_payload);
+    tcase_add_test(t, closed_while_resolving);
     tcase_add_test(t, wrong_secret_refused);
     tcase_add_test(t, unauthenticated_message_refused);
     tcase_add_test(t, garbage_closes_only_that_connection);

@@ -95,6 +95,30 @@ START_TEST(unbuilt_keys_refused)
 }
 END_TEST
 
+START_TEST(input_keys)
+{
+    char err[512] = "";
+    jobspec *j = parse("[train_input]\nnum_classes = 3\ndata_processor = \"mnist\"\n"
+                       "data_dir = \"data/mnist\"\nrandom_flip_horizontal = true\n",
+                       err, sizeof(err));
+    ck_assert_msg(j != NULL, "%s", err);
+    ck_assert_str_eq(j->train.data_processor, "mnist");
+    ck_assert_str_eq(j->train.data_dir, "/home/me/data/mnist");
+    ck_assert(j->train.random_flip_horizontal);
+    ck_assert(!j->train.random_flip_vertical); /* default */
+    jobspec_free(j);
+    refused("[train_input]\nnum_classes = 3\ndata_processor = \"png_segmentation\"\n",
+            "job.toml:3:18: train_input.data_dir: required by data_processor "
+            "\"png_segmentation\"");
+    refused("[train_input]\nnum_classes = 3\ndata_processor = \"imagenet\"\n",
+            "job.toml:3:18: train_input.data_processor: \"imagenet\" is not one of "
+            "synthetic_classification|synthetic_segmentation|mnist|png_segmentation");
+    refused("[train_input]\nnum_classes = 3\nrandom_flip_vertical = 1\n",
+            "job.toml:3:24: train_input.random_flip_vertical: expected true or false, found "
+            "integer");
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("jobspec");
@@ -102,6 +126,7 @@ static Suite *suite(void)
     tcase_add_test(t, values_and_defaults);
     tcase_add_test(t, mistakes);
     tcase_add_test(t, unbuilt_keys_refused);
+    tcase_add_test(t, input_keys);
     suite_add_tcase(s, t);
     return s;
 }

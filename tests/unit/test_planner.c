@@ -1,0 +1,104 @@
+/* The plan's inputs: what the workers read for training and, when the job
+ * has [eval_input], for evaluation. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner.h"
+
+static const char *job_text = "[runconfig]\n"
+                              "seed = 9\n"
+                              "[train_input]\n"
+                              "data_processor = \"mnist\"\n"
+                              "data_dir = \"data/mnist\"\n"
+                              "batch_size = 8\n"
+                              "random_flip_vertical = true\n"
+                              "[model]\n"
+                              "input_shape = [1, 28, 28]\n"
+                              "loss = \"softmax_cross_entropy\"\n"
+                              "[[model.layers]]\n"
+                              "name = \"flatten\"\n"
+                              "type = \"flatten\"\n"
+                              "[[model.layers]]\n"
+                              "name = \"fc\"\n"
+                              "type = \"dense\"\n"
+                              "units = 10\n";
+
+static Appliance__Plan *plan_of(const jobspec *spec)
+{
+    member wse = {.id = 1, .role = APPLIANCE__ROLE__ROLE_WSE_NODE, .addr = "127.0.0.1:1",
+                  .wafer_memory = 1ull << 30};
+    member mx = {.id = 2, .role = APPLIANCE__ROLE__ROLE_MEMORYX, .addr = "127.0.0.1:2"};
+    member sx = {.id = 3, .role = APPLIANCE__ROLE__ROLE_SWARMX, .addr = "127.0.0.1:3"};
+    member wk = {.id = 4, .role = APPLIANCE__ROLE__ROLE_WORKER, .addr = "127.0.0.1:4"};
+    member *r[] = {&wse}, *s[] = {&mx}, *w[] = {&sx}, *k[] = {&wk};
+    planner_members pm = {r, 1, s, 1, w, 1, k, 1};
+    uint8_t *buf;
+    size_t len;
+    char err[512];
+    ck_assert_msg(planner_build(spec, "job-1", job_text, &pm, 1024, &buf, &len, err,
+                                sizeof(err)) == 0, "%s", err);
+    Appliance__Plan *p = appliance__plan__unpack(NULL, len, buf);
+    free(buf);
+    ck_assert_ptr_nonnull(p);
+    return p;
+}
+
+START_TEST(inputs)
+{
+    char err[512];
+    jobspec *spec = jobspec_parse(job_text, strlen(job_text), "job.toml", "/src", err, sizeof(err));
+    ck_assert_msg(spec != NULL, "%s", err);
+    Appliance__Plan *p = plan_of(spec);
+    const Appliance__PlanInput *in = p->train_input;
+    ck_assert_ptr_nonnull(in);
+    ck_assert_str_eq(in->data_processor, "mnist");
+    ck_assert_str_eq(in->data_dir, "/src/data/mnist");
+    ck_assert_str_eq(in->split, "train");
+    ck_assert_uint_eq(in->seed, 9);
+    ck_assert(!in->random_flip_horizontal);
+    ck_assert(in->random_flip_vertical);
+    ck_assert_uint_eq(in->n_sample_shape, 3);
+    ck_assert_uint_eq(in->sample_shape[1], 28);
+    ck_assert_ptr_null(p->eval_input); /* no [eval_input] */
+    appliance__plan__free_unpacked(p, NULL);
+
+    /* [eval_input] is refused by the job file reader until evaluation is
+     * built; the plan already carries it when the jobspec has one. */
+    spec->eval.present = true;
+    strcpy(spec->eval.data_processor, "mnist");
+    strcpy(spec->eval.data_dir, "/data/mnist");
+    spec->eval.shuffle = false;
+    spec->eval.shuffle_seed = 77;
+    p = plan_of(spec);
+    in = p->eval_input;
+    ck_assert_ptr_nonnull(in);
+    ck_assert_str_eq(in->split, "eval");
+    ck_assert_str_eq(in->data_dir, "/data/mnist");
+    ck_assert(!in->shuffle);
+    ck_assert_uint_eq(in->seed, 77);
+    ck_assert(!in->random_flip_vertical);
+    ck_assert_uint_eq(in->n_sample_shape, 3);
+    ck_assert_str_eq(p->train_input->split, "train");
+    appliance__plan__free_unpacked(p, NULL);
+    jobspec_free(spec);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("planner");
+    TCase *t = tcase_create("inputs");
+    tcase_add_test(t, inputs);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

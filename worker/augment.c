@@ -1,0 +1,58 @@
+/* Random flips, seeded per (seed, epoch, index). */
+#include "augment.h"
+
+#include <stddef.h>
+
+#include "rng.h"
+
+#define AUGMENT_STREAM 0x6175676du /* "augm": draws no other part of the worker makes */
+
+unsigned augment_draw(uint64_t seed, uint64_t epoch, uint64_t idx, bool flip_h, bool flip_v)
+{
+    if (!flip_h && !flip_v)
+        return 0;
+    uint64_t r = rng_hash(rng_hash(seed, AUGMENT_STREAM, epoch), AUGMENT_STREAM, idx);
+    unsigned flags = 0;
+    if (flip_h && (r & 1))
+        flags |= AUGMENT_FLIP_H;
+    if (flip_v && (r & 2))
+        flags |= AUGMENT_FLIP_V;
+    return flags;
+}
+
+/* augment__flip_T: mirrors one (H, W) plane of T in place. */
+#define AUGMENT_FLIP_PLANE(T)                                                                     \
+    static void augment__flip_##T(T *p, uint32_t h, uint32_t w, unsigned flags)                   \
+    {                                                                                             \
+        if (flags & AUGMENT_FLIP_H)                                                               \
+            for (uint32_t y = 0; y < h; y++) {                                                    \
+                T *row = p + (size_t)y * w;                                                       \
+                for (uint32_t a = 0, b = w - 1; a < b; a++, b--) {                                \
+                    T t = row[a];                                                                 \
+                    row[a] = row[b];                                                              \
+                    row[b] = t;                                                                   \
+                }                                                                                 \
+            }                                                                                     \
+        if (flags & AUGMENT_FLIP_V)                                                               \
+            for (uint32_t a = 0, b = h - 1; a < b; a++, b--) {                                    \
+                T *ra = p + (size_t)a * w, *rb = p + (size_t)b * w;                               \
+                for (uint32_t x = 0; x < w; x++) {                                                \
+                    T t = ra[x];                                                                  \
+                    ra[x] = rb[x];                                                                \
+                    rb[x] = t;                                                                    \
+                }                                                                                 \
+            }                                                                                     \
+    }
+
+AUGMENT_FLIP_PLANE(float)
+AUGMENT_FLIP_PLANE(int32_t)
+
+void augment_apply(unsigned flags, float *x, uint32_t c, uint32_t h, uint32_t w, int32_t *mask)
+{
+    if (!flags || !h || !w)
+        return;
+    for (uint32_t k = 0; k < c; k++)
+        augment__flip_float(x + (size_t)k * h * w, h, w, flags);
+    if (mask)
+        augment__flip_int32_t(mask, h, w, flags);
+}

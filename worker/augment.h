@@ -1,0 +1,20 @@
+/* Seeded augmentation of image samples: which transforms a sample gets is a
+ * pure function of (seed, epoch, index), so every worker makes the same
+ * choice, and an image and its mask always move together. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+enum {
+    AUGMENT_FLIP_H = 1u << 0, /* mirror left-right */
+    AUGMENT_FLIP_V = 1u << 1, /* mirror top-bottom */
+};
+
+/* The transforms sample idx gets in epoch `epoch`: a subset of the enabled
+ * flips, each with probability 1/2. */
+unsigned augment_draw(uint64_t seed, uint64_t epoch, uint64_t idx, bool flip_h, bool flip_v);
+
+/* Applies the transforms in `flags` in place to an image x of shape (C, H, W)
+ * and, when mask is not NULL, to its (H, W) per-pixel labels. */
+void augment_apply(unsigned flags, float *x, uint32_t c, uint32_t h, uint32_t w, int32_t *mask);

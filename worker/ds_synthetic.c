@@ -1,0 +1,36 @@
+/* synthetic_classification: Gaussian clusters around seeded class centres.
+ * The centres come from the seed; a sample's class and noise from the
+ * split's sample seed and its index. */
+#include <errno.h>
+#include <stdio.h>
+
+#include "dataset_reader.h"
+#include "rng.h"
+
+static int ds_synthetic__open(dataset *d, const Appliance__PlanInput *in, char *err, size_t errlen)
+{
+    d->size = d->num_samples;
+    d->sample_elems = 1;
+    for (size_t i = 0; i < d->ndim; i++)
+        d->sample_elems *= d->shape[i];
+    d->label_elems = 1;
+    return 0;
+}
+
+static int ds_synthetic__read(const dataset *d, uint64_t idx, float *x, int32_t *labels, char *err,
+                              size_t errlen)
+{
+    uint32_t y = (uint32_t)(rng_hash(d->sample_seed, 1, idx) % d->num_classes);
+    labels[0] = (int32_t)y;
+    for (uint64_t k = 0; k < d->sample_elems; k++) {
+        double centre = rng_normal(d->seed, 3, (uint64_t)y * d->sample_elems + k);
+        x[k] = (float)(centre + d->noise * rng_normal(d->sample_seed, 2, idx * d->sample_elems + k));
+    }
+    return 0;
+}
+
+const dataset_reader ds_synthetic_reader = {
+    .name = "synthetic_classification",
+    .open = ds_synthetic__open,
+    .read = ds_synthetic__read,
+};

@@ -121,15 +121,20 @@ static void mx__pump(node *n, mx_job *j)
         }
         uint32_t id = list[j->pos];
         mx_tensor *t = id < j->nids ? j->by_id[id] : NULL;
-        if (!t) { /* another shard's tensor */
+        /* A resumed Pipelined job also sends the optimizer state: the
+         * replicas apply the updates themselves. */
+        bool resident = p->mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED;
+        const Appliance__PlanTensor *pt = p->tensors[id];
+        size_t nstates = resident && p->n_resume_weights > 0 && pt->trainable ? j->states : 0;
+        if (!t) { /* another shard's tensor: count its chunks in the stream */
+            uint64_t elems = 1;
+            for (size_t d = 0; d < pt->n_dims; d++)
+                elems *= pt->dims[d];
+            j->seq += (elems + p->chunk_elems - 1) / p->chunk_elems * (1 + nstates);
             j->pos++;
             j->off = 0;
             continue;
         }
-        /* A resumed Pipelined job also sends the optimizer state: the
-         * replicas apply the updates themselves. */
-        bool resident = p->mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED;
-        size_t nstates = resident && p->n_resume_weights > 0 && t->trainable ? optim_state_count(&t->st) : 0;
         const char *sname;
         size_t scount;
         const float *src = j->sidx == 0 ? t->w : optim_state_tensor(&t->st, j->sidx - 1, &sname, &scount);
@@ -145,6 +150,7 @@ static void mx__pump(node *n, mx_job *j)
         wc.count = count;
         wc.total = t->n;
         wc.state = j->sidx;
+        wc.seq = j->seq;
         wc.pass = j->plan->mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED ? APPLIANCE__PASS__PASS_RESIDENT
                   : j->phase == 0                                      ? APPLIANCE__PASS__PASS_FORWARD
                                                                        : APPLIANCE__PASS__PASS_BACKWARD;
@@ -156,6 +162,7 @@ static void mx__pump(node *n, mx_job *j)
             return;
         }
         t->writes++;
+        j->seq++;
         j->off += count;
         if (j->off == t->n) {
             j->off = 0;
@@ -288,10 +295,13 @@ static void mx__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *p
         mx__abort(n, j, "plan has no shard for member %u", n->member_id);
         return;
     }
-    if (optim_from_plan(p->optimizer, &j->cfg) < 0) {
+    optim_state probe;
+    if (optim_from_plan(p->optimizer, &j->cfg) < 0 || optim_state_init(&probe, &j->cfg, 1) < 0) {
         mx__abort(n, j, "bad optimizer in the plan: %s", p->optimizer ? p->optimizer->type : "none");
         return;
     }
+    j->states = optim_state_count(&probe);
+    optim_state_deinit(&probe);
     j->nids = p->n_tensors;
     j->by_id = calloc(j->nids ? j->nids : 1, sizeof(*j->by_id));
     j->t = calloc(p->n_tensors ? p->n_tensors : 1, sizeof(*j->t));

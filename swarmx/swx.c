@@ -55,6 +55,12 @@ static void swx__job_free(swx_job *j)
         }
     }
     free(j->kids);
+    for (size_t i = 0; i < j->nup; i++)
+        while (j->up[i].qhead) {
+            swx_buf *next = j->up[i].qhead->next;
+            swx__buf_unref(j->up[i].qhead);
+            j->up[i].qhead = next;
+        }
     if (j->plan)
         appliance__plan__free_unpacked(j->plan, NULL);
     j->plan = NULL;
@@ -288,6 +294,60 @@ static void *swx__payload_dest(node *n, conn *c, const Appliance__Envelope *env,
     return b->data;
 }
 
+#define SWX_MERGE_QUEUE 32 /* weight chunks held per shard before it is paused */
+
+/* Forwards the held chunks whose turn has come. */
+static void swx__merge_drain(node *n, swx_job *j)
+{
+    for (bool moved = true; moved && !j->released;) {
+        moved = false;
+        for (size_t i = 0; i < j->nup; i++) {
+            swx_up *u = &j->up[i];
+            swx_buf *b = u->qhead;
+            if (!b || b->whdr.seq != j->next_seq)
+                continue;
+            u->qhead = b->next;
+            if (!u->qhead)
+                u->qtail = NULL;
+            b->next = NULL;
+            conn *uc = conn_link_conn(&u->link);
+            if (u->qlen-- == SWX_MERGE_QUEUE && uc)
+                conn_resume(uc);
+            ENVELOPE(env, weight_chunk, WEIGHT_CHUNK, &b->whdr);
+            swx__send_down(n, j, uc, &env, b);
+            swx__buf_unref(b);
+            j->next_seq++;
+            moved = true;
+        }
+    }
+}
+
+/* The root over several memoryx shards: each shard streams its own tensors
+ * in schedule order; chunks carry their place in the job's whole stream, and
+ * go down in that order. */
+static void swx__merge(node *n, swx_job *j, conn *c, const Appliance__Envelope *env, swx_buf *b)
+{
+    swx_up *u = c->data;
+    b->whdr = *env->weight_chunk;
+    b->whdr.base.unknown_fields = NULL;
+    b->whdr.base.n_unknown_fields = 0;
+    if (b->whdr.seq < j->next_seq) {
+        swx__buf_unref(b);
+        swx__abort(n, j, "weight chunk %llu from %s came twice", (unsigned long long)b->whdr.seq,
+                   c->peer_addr);
+        return;
+    }
+    b->next = NULL;
+    if (u->qtail)
+        u->qtail->next = b;
+    else
+        u->qhead = b;
+    u->qtail = b;
+    if (++u->qlen >= SWX_MERGE_QUEUE)
+        conn_pause(c);
+    swx__merge_drain(n, j);
+}
+
 static void swx__on_data(node *n, conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len)
 {
     swx_job *j = swx_of(n)->job;
@@ -298,8 +358,10 @@ static void swx__on_data(node *n, conn *c, Appliance__Envelope *env, uint8_t *pa
         return;
     }
     bool from_up = c->kind == SWX_UPSTREAM;
-    if (env->msg_case == APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK ||
-        (from_up && env->msg_case == APPLIANCE__ENVELOPE__MSG_GRAD_CHUNK)) {
+    if (env->msg_case == APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK && from_up && j->nup > 1) {
+        swx__merge(n, j, c, env, b); /* several shards: in the order of the schedule */
+    } else if (env->msg_case == APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK ||
+               (from_up && env->msg_case == APPLIANCE__ENVELOPE__MSG_GRAD_CHUNK)) {
         /* Weights, or (pipelined) the reduced gradient, on their way down. */
         swx__send_down(n, j, c, env, b);
         swx__buf_unref(b);

@@ -12,6 +12,7 @@ typedef struct swx_buf {
     uint32_t len;
     struct swx_buf *next;        /* in a child's gradient queue */
     Appliance__GradChunk hdr;    /* for gradient chunks: what it is */
+    Appliance__WeightChunk whdr; /* for weight chunks held for the ordered merge */
     uint8_t data[];
 } swx_buf;
 
@@ -28,6 +29,8 @@ typedef struct swx_up {
     uint32_t shard;              /* shard index, for routing gradients */
     bool ready;
     struct swx_job *job;
+    swx_buf *qhead, *qtail;      /* weight chunks that came before their turn */
+    size_t qlen;
 } swx_up;
 
 typedef struct swx_job {
@@ -42,6 +45,7 @@ typedef struct swx_job {
     swx_child *kids;             /* in child-index order */
     size_t nkids;
     size_t pending_down;         /* bytes of weight chunks not yet written to all children */
+    uint64_t next_seq;           /* the weight chunk to forward next (merging several shards) */
     bool ready_sent;
     bool released;
     uint64_t chunks_down, chunks_up;

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Cluster test: topology. The CNN job on 4 replicas gives the same weights
 # with one memoryx and one swarmx as with two memoryx shards and a two-level
-# swarmx tree (fan-out 2: a root over two leaves of two replicas), and the
-# same as on one replica.
+# swarmx tree (fan-out 2: a root over two leaves of two replicas), in
+# Pipelined and in Weight Streaming mode, and the same as on one replica.
 set -euo pipefail
 src=${SOURCE_ROOT:?}
 build=${BUILD_ROOT:?}
@@ -21,9 +21,9 @@ set -a; . "$run/env"; set +a
 submit="$build/client/appliance-submit"
 field() { "$py" -c "import json,sys; print(json.loads(sys.stdin.read())['$1'])"; }
 
-# run NAME REPLICAS SHARDS [FANOUT]
+# run NAME REPLICAS SHARDS [FANOUT [MODE]]
 run_job() {
-  sed -e "s/^num_csx = .*/num_csx = $2\nnum_wgt_servers = $3${4:+\nswarmx_fanout = $4}/" \
+  sed -e "s/^num_csx = .*/num_csx = $2\nnum_wgt_servers = $3${4:+\nswarmx_fanout = $4}${5:+\nmode = \"$5\"}/" \
     -e "s|^model_dir = .*|model_dir = \"$work/$1\"|" -e '/^max_gradient_norm/d' \
     "$src/tests/cluster/jobs/cnn.toml" > "$work/$1.toml"
   local out
@@ -33,6 +33,7 @@ run_job() {
 run_job flat 4 1
 run_job tree 4 2 2
 run_job one 1 1
+run_job tree-ws 4 2 2 weight_streaming
 grep -q "tree node 0, root, 2 children" "$run"/logs/swarmx-*.log || fail "no swarmx root over two children"
 [ "$(grep -l "tree node [12], inner, 2 children" "$run"/logs/swarmx-*.log | wc -l)" = 2 ] ||
   fail "no two leaves of two replicas"
@@ -46,4 +47,8 @@ echo "ok: 2 memoryx shards and a 2-level swarmx tree (fan-out 2, 4 replicas) agr
   "$work/flat/checkpoint_40-shard1-of-1.safetensors" --rtol 1e-5 >/dev/null ||
   fail "4 replicas disagree with 1"
 echo "ok: 4 replicas agree with 1 within 1e-5"
+"$build/common/st-compare" "$work/flat/checkpoint_40-shard1-of-1.safetensors" \
+  "$work/tree-ws/checkpoint_40-shard1-of-2.safetensors,$work/tree-ws/checkpoint_40-shard2-of-2.safetensors" \
+  --rtol 1e-5 >/dev/null || fail "weight streaming from 2 shards through a 2-level tree disagrees"
+echo "ok: weight streaming from 2 shards (chunks merged in schedule order) through a 2-level tree agrees"
 echo "1 passed, 0 failed"

@@ -30,6 +30,7 @@ typedef struct client {
     int exit_code;
     bool answered;
     char job_id[40];          /* once accepted */
+    uint64_t eval_seen;       /* the last evaluation printed */
     auth_secret secret;
     conn_config cfg;
 } client;
@@ -137,15 +138,25 @@ static void print_final(client *cl, const Appliance__JobStatus *st)
         json_string(stdout, st->model_dir);
         printf(", \"message\": ");
         json_string(stdout, st->message);
+        if (st->eval_accuracy >= 0 || st->eval_iou >= 0)
+            printf(", \"eval_step\": %llu, \"eval_loss\": %.9g, \"eval_accuracy\": %.9g, "
+                   "\"eval_iou\": %.9g",
+                   (unsigned long long)st->eval_step, st->eval_loss, st->eval_accuracy, st->eval_iou);
         printf("}\n");
         return;
     }
-    if (st->state == APPLIANCE__JOB_STATE__JOB_DONE)
-        printf("%s done: %llu steps in %.1f s, final loss %.6f, %.1f samples/s\n"
-               "checkpoints in %s\n",
-               st->job_id, (unsigned long long)st->step, st->elapsed_sec, st->loss,
-               st->samples_per_sec, st->model_dir);
-    else
+    if (st->state == APPLIANCE__JOB_STATE__JOB_DONE) {
+        printf("%s done: %llu steps in %.1f s, final loss %.6f, %.1f samples/s\n", st->job_id,
+               (unsigned long long)st->step, st->elapsed_sec, st->loss, st->samples_per_sec);
+        if (st->eval_accuracy >= 0)
+            printf("test accuracy %.2f%% (eval loss %.4f at step %llu)\n", 100 * st->eval_accuracy,
+                   st->eval_loss, (unsigned long long)st->eval_step);
+        if (st->eval_iou >= 0)
+            printf("test IoU %.4f (eval loss %.4f at step %llu)\n", st->eval_iou, st->eval_loss,
+                   (unsigned long long)st->eval_step);
+        printf("checkpoints in %s\n", st->model_dir);
+    }
+    if (st->state != APPLIANCE__JOB_STATE__JOB_DONE)
         fprintf(stderr, "%s %s at step %llu: %s\n", st->job_id, job_state_name(st->state),
                 (unsigned long long)st->step, st->message);
 }
@@ -229,7 +240,16 @@ static void on_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, uint32
         bool final = st->state != APPLIANCE__JOB_STATE__JOB_RUNNING &&
                      st->state != APPLIANCE__JOB_STATE__JOB_QUEUED;
         if (!final) {
-            if (!cl->json && st->step == 0) {
+            if (!cl->json && st->eval_step != cl->eval_seen && (st->eval_accuracy >= 0 || st->eval_iou >= 0)) {
+                cl->eval_seen = st->eval_step;
+                if (st->eval_iou >= 0)
+                    printf("%s eval at step %llu: loss %.6f, IoU %.4f\n", st->job_id,
+                           (unsigned long long)st->eval_step, st->eval_loss, st->eval_iou);
+                else
+                    printf("%s eval at step %llu: loss %.6f, accuracy %.4f\n", st->job_id,
+                           (unsigned long long)st->eval_step, st->eval_loss, st->eval_accuracy);
+                fflush(stdout);
+            } else if (!cl->json && st->step == 0) {
                 printf("%s %s\n", st->job_id, st->phase);
                 fflush(stdout);
             } else if (!cl->json) {

@@ -237,7 +237,6 @@ static int jobspec__refuse_unbuilt(const toml_value *root, const jobspec *j, cha
         bool set;
         const char *what;
     } unbuilt[] = {
-        {"runconfig", "eval_frequency", j->eval_frequency > 0, "evaluation during training"},
         {"optimizer", "max_gradient_norm", j->max_gradient_norm > 0 && j->num_wgt_servers > 1,
          "gradient-norm clipping across several memoryx shards (num_wgt_servers > 1)"},
     };
@@ -250,10 +249,11 @@ static int jobspec__refuse_unbuilt(const toml_value *root, const jobspec *j, cha
                                "%s.%s: %s is not available in this version yet", unbuilt[i].section,
                                unbuilt[i].key, unbuilt[i].what);
     }
-    long k = toml_table_find(root, "eval_input");
-    if (k >= 0)
-        return toml_errorf(err, errlen, src, toml_table_key_pos(root, (size_t)k),
-                           "[eval_input]: evaluation is not available in this version yet");
+    const toml_value *rc = toml_table_get(root, "runconfig");
+    long k = rc ? toml_table_find(rc, "eval_frequency") : -1;
+    if (k >= 0 && j->eval_frequency > 0 && !j->eval.present)
+        return toml_errorf(err, errlen, src, toml_table_key_pos(rc, (size_t)k),
+                           "runconfig.eval_frequency: evaluation needs an [eval_input] section");
     return 0;
 }
 

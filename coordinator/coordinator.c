@@ -182,6 +182,7 @@ void coordinator_role(node_role *role)
     role->handlers[APPLIANCE__ENVELOPE__MSG_STEP_REPORT] = jobs_handle_step_report;
     role->handlers[APPLIANCE__ENVELOPE__MSG_STEP_COMMITTED] = jobs_handle_step_committed;
     role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_FINISHED] = jobs_handle_finished;
+    role->handlers[APPLIANCE__ENVELOPE__MSG_EVAL_REPORT] = jobs_handle_eval_report;
     role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_ABORT] = jobs_handle_abort;
     role->on_conn_close = co__conn_close;
     role->on_shutdown = co__shutdown;

@@ -31,6 +31,7 @@ void jobs_handle_status(node *n, conn *c, Appliance__Envelope *env, uint8_t *pay
 void jobs_handle_ready(node *n, conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len);
 void jobs_handle_step_report(node *n, conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len);
 void jobs_handle_step_committed(node *n, conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len);
+void jobs_handle_eval_report(node *n, conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len);
 void jobs_handle_finished(node *n, conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len);
 void jobs_handle_abort(node *n, conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len);
 /* A member the running job uses is lost: the job fails. */

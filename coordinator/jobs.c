@@ -11,6 +11,7 @@
 #include "jobspec.h"
 #include "log.h"
 #include "msg.h"
+#include "plan.h"
 #include "planner.h"
 
 #define JOB_CHUNK_ELEMS (256u * 1024) /* 1 MiB of float32 per chunk */
@@ -46,6 +47,16 @@ struct job {
     uint64_t t_start, t_train; /* uv_now at acceptance and at the first step */
     uint64_t samples;      /* trained */
     uint64_t log_steps;    /* progress goes to the follower every log_steps steps */
+    /* Evaluation: the reports of the one in progress, and the last result. */
+    uint64_t eval_step;    /* the step being evaluated */
+    uint32_t eval_reports; /* replicas that reported it */
+    uint64_t eval_samples, eval_correct;
+    double eval_loss_sum;
+    uint32_t eval_classes;
+    uint64_t eval_inter[256], eval_union[256];
+    bool have_eval;        /* a result below */
+    uint64_t last_eval_step;
+    double last_eval_loss, last_eval_accuracy, last_eval_iou;
 };
 
 static coordinator *co_of(node *n) { return n->data; }
@@ -83,6 +94,13 @@ static void job__status(coordinator *co, job *j, Appliance__JobStatus *s)
     s->phase = j->phase;
     uint64_t now = uv_now(co->n->loop);
     s->elapsed_sec = (double)(now - j->t_start) / 1000.0;
+    s->eval_accuracy = s->eval_iou = -1;
+    if (j->have_eval) {
+        s->eval_step = j->last_eval_step;
+        s->eval_loss = j->last_eval_loss;
+        s->eval_accuracy = j->last_eval_accuracy;
+        s->eval_iou = j->last_eval_iou;
+    }
     if (j->t_train && now > j->t_train)
         s->samples_per_sec = (double)j->samples * 1000.0 / (double)(now - j->t_train);
 }
@@ -375,7 +393,9 @@ static job_step *job__slot(job *j, uint64_t step)
  * reports are in (they travel on other connections and may come later). */
 static void job__maybe_finish(coordinator *co, job *j)
 {
-    if (j->finished >= j->plan->n_shards && j->steps_done >= j->plan->max_steps)
+    bool evaluated = !plan_eval_at(j->plan, j->plan->max_steps) ||
+                     (j->have_eval && j->last_eval_step == j->plan->max_steps);
+    if (j->finished >= j->plan->n_shards && j->steps_done >= j->plan->max_steps && evaluated)
         job__end(co, j, APPLIANCE__JOB_STATE__JOB_DONE, "done");
 }
 
@@ -452,6 +472,64 @@ void jobs_handle_step_committed(node *n, conn *c, Appliance__Envelope *env, uint
     }
     s->commits++;
     job__maybe_step_done(co, j, s);
+}
+
+void jobs_handle_eval_report(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, uint32_t len)
+{
+    coordinator *co = co_of(n);
+    Appliance__EvalReport *r = env->eval_report;
+    job *j = job__of_member(co, c, r->job_id, NULL);
+    if (!j)
+        return;
+    if (r->n_intersection != r->n_union_ || r->n_intersection > 256) {
+        job__end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, "malformed evaluation report");
+        return;
+    }
+    if (j->eval_reports == 0 || j->eval_step != r->step) {
+        j->eval_step = r->step;
+        j->eval_reports = 0;
+        j->eval_samples = j->eval_correct = 0;
+        j->eval_loss_sum = 0;
+        j->eval_classes = 0;
+        memset(j->eval_inter, 0, sizeof(j->eval_inter));
+        memset(j->eval_union, 0, sizeof(j->eval_union));
+    }
+    j->eval_samples += r->samples;
+    j->eval_correct += r->correct;
+    j->eval_loss_sum += r->loss_sum;
+    if (r->n_intersection > j->eval_classes)
+        j->eval_classes = (uint32_t)r->n_intersection;
+    for (size_t i = 0; i < r->n_intersection; i++) {
+        j->eval_inter[i] += r->intersection[i];
+        j->eval_union[i] += r->union_[i];
+    }
+    if (++j->eval_reports < j->plan->n_replicas)
+        return;
+    j->eval_reports = 0;
+    j->have_eval = true;
+    j->last_eval_step = r->step;
+    j->last_eval_loss = j->eval_samples ? j->eval_loss_sum / (double)j->eval_samples : 0;
+    j->last_eval_accuracy = -1;
+    j->last_eval_iou = -1;
+    if (j->eval_classes == 0) {
+        j->last_eval_accuracy = j->eval_samples ? (double)j->eval_correct / (double)j->eval_samples : 0;
+    } else {
+        /* mean IoU over the foreground classes (1..) that occur */
+        double sum = 0;
+        int k = 0;
+        for (uint32_t cls = 1; cls < j->eval_classes; cls++)
+            if (j->eval_union[cls] > 0) {
+                sum += (double)j->eval_inter[cls] / (double)j->eval_union[cls];
+                k++;
+            }
+        j->last_eval_iou = k ? sum / k : 0;
+    }
+    log_info("job %s: evaluation at step %llu over %llu samples: loss %.6f%s%.4f", j->id,
+             (unsigned long long)r->step, (unsigned long long)j->eval_samples, j->last_eval_loss,
+             j->eval_classes ? ", IoU " : ", accuracy ",
+             j->eval_classes ? j->last_eval_iou : j->last_eval_accuracy);
+    job__notify(co, j);
+    job__maybe_finish(co, j);
 }
 
 void jobs_handle_finished(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, uint32_t len)

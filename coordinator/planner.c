@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "arena.h"
+#include "dataset.h"
 #include "safetensors.h"
 #include "exec.h"
 #include "wslots.h"
@@ -39,6 +40,34 @@ static Appliance__PlanInput *planner__input(arena *a, const jobspec *spec, const
     for (int d = 0; d < m->input.ndim; d++)
         shape[d] = (uint64_t)m->input.d[d];
     return in;
+}
+
+/* Sizes the evaluation: the eval set (opened here, so that a missing or
+ * damaged one is refused at submission) split over the replicas, in batches
+ * no larger than a replica's training share. */
+static int planner__eval(const jobspec *spec, Appliance__Plan *p, char *err, size_t errlen)
+{
+    dataset *d;
+    char why[512];
+    int rc = dataset_open(&d, p->eval_input, why, sizeof(why));
+    if (rc < 0) {
+        snprintf(err, errlen, "%s: [eval_input]: %s", spec->source, why);
+        return rc;
+    }
+    uint64_t size = dataset_size(d);
+    dataset_close(d);
+    uint64_t nr = p->n_replicas;
+    uint64_t share = UINT64_MAX;
+    for (size_t i = 0; i < nr; i++)
+        if (p->replicas[i]->batch < share)
+            share = p->replicas[i]->batch;
+    uint64_t b = ((uint64_t)spec->eval.batch_size + nr - 1) / nr;
+    p->eval_frequency = (uint64_t)spec->eval_frequency;
+    p->eval_samples = size;
+    p->eval_shard = (size + nr - 1) / nr;
+    p->eval_batch = (uint32_t)(b < share ? b : share);
+    p->eval_batches = (uint32_t)((p->eval_shard + p->eval_batch - 1) / p->eval_batch);
+    return 0;
 }
 
 /* Whether a layer's backward pass reads its weights: to pass a gradient to
@@ -474,8 +503,15 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
     opt->max_gradient_norm = spec->max_gradient_norm;
     p->optimizer = opt;
     p->train_input = planner__input(&a, spec, &spec->train, "train");
-    if (spec->eval.present)
+    if (spec->eval.present) {
         p->eval_input = planner__input(&a, spec, &spec->eval, "eval");
+        if (!p->eval_input)
+            goto done;
+        rc = planner__eval(spec, p, err, errlen);
+        if (rc < 0)
+            goto done;
+        rc = -ENOMEM;
+    }
 
     if (a.failed)
         goto done;

@@ -8,6 +8,7 @@
 
 #include "checkpoint.h"
 #include "optim_plan.h"
+#include "plan.h"
 #include "log.h"
 #include "msg.h"
 #include "rng.h"
@@ -107,6 +108,18 @@ static void mx__pump(node *n, mx_job *j)
     while (j->streaming && j->down) {
         size_t nlist = j->phase == 0 ? p->n_fwd_stream : p->n_bwd_stream;
         uint32_t *list = j->phase == 0 ? p->fwd_stream : p->bwd_stream;
+        if (j->pos >= nlist && j->eval_pass > 0) {
+            /* One forward pass per eval batch; then the step's training. */
+            j->pos = 0;
+            j->off = 0;
+            if (j->eval_pass++ < p->eval_batches)
+                continue;
+            j->eval_pass = 0;
+            if (j->step < p->max_steps)
+                continue;
+            j->streaming = false; /* the final evaluation */
+            return;
+        }
         if (j->pos >= nlist) {
             if (j->phase == 0) {
                 j->phase = 1;
@@ -151,6 +164,7 @@ static void mx__pump(node *n, mx_job *j)
         wc.total = t->n;
         wc.state = j->sidx;
         wc.seq = j->seq;
+        wc.eval_pass = j->eval_pass;
         wc.pass = j->plan->mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED ? APPLIANCE__PASS__PASS_RESIDENT
                   : j->phase == 0                                      ? APPLIANCE__PASS__PASS_FORWARD
                                                                        : APPLIANCE__PASS__PASS_BACKWARD;
@@ -182,6 +196,9 @@ static void mx__start_step(node *n, mx_job *j)
      * replicas apply the same updates to their resident copies. */
     bool pipelined = j->plan->mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED;
     j->streaming = !pipelined || j->step == j->plan->first_step;
+    /* Weight Streaming evaluates with the weights streamed once more per
+     * eval batch, before the step's training passes. */
+    j->eval_pass = !pipelined && plan_eval_at(j->plan, j->step) ? 1 : 0;
     j->phase = 0;
     j->pos = 0;
     j->off = 0;
@@ -240,6 +257,10 @@ static void mx__step_done(node *n, mx_job *j)
         ENVELOPE(fe, job_finished, JOB_FINISHED, &f);
         node_send_coordinator(n, &fe);
         j->running = false;
+        if (plan_eval_at(p, done)) { /* the final evaluation's weights */
+            j->step = done;
+            mx__start_step(n, j);
+        }
         return;
     }
     if (p->checkpoint_steps && done % p->checkpoint_steps == 0) {

@@ -36,6 +36,7 @@ typedef struct mx_job {
     size_t pos;                   /* index in the current list */
     uint64_t off;                 /* element offset in the current tensor */
     uint32_t sidx;                /* 0: sending weights, i > 0: optimizer state i-1 */
+    uint32_t eval_pass;           /* Weight Streaming: the eval batch being streamed, 1-based; 0: training */
     uint64_t seq;                 /* chunks of the job's weight stream so far, every shard's */
     size_t states;                /* optimizer state tensors per trainable tensor */
     size_t updated;               /* tensors updated this step */

@@ -208,3 +208,16 @@ int dataset_batch(const dataset *d, uint64_t step, uint64_t batch, uint64_t offs
     }
     return 0;
 }
+
+int dataset_range(const dataset *d, uint64_t first, uint32_t n, void *buf, char *err, size_t errlen)
+{
+    float *x = buf;
+    int32_t *y = (int32_t *)(x + (size_t)n * d->sample_elems);
+    for (uint32_t i = 0; i < n; i++) {
+        int rc = dataset_read(d, 0, first + i, x + (size_t)i * d->sample_elems,
+                              y + (size_t)i * d->label_elems, err, errlen);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}

@@ -58,3 +58,8 @@ size_t dataset_batch_bytes(const dataset *d, uint32_t n);
  * labels. Returns 0 or dataset_read's error. */
 int dataset_batch(const dataset *d, uint64_t step, uint64_t batch, uint64_t offset, uint32_t n,
                   void *buf, char *err, size_t errlen);
+
+/* Fills buf (dataset_batch_bytes(d, n) bytes) with samples first ..
+ * first+n-1 in the order of the data set (no shuffling; augmentation as in
+ * epoch 0), in the wire layout of a Batch frame: evaluation batches. */
+int dataset_range(const dataset *d, uint64_t first, uint32_t n, void *buf, char *err, size_t errlen);

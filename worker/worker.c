@@ -17,6 +17,9 @@ typedef struct wk_batch {
     wk_feed *feed;
     uint64_t step;
     uint64_t global;          /* the global batch */
+    uint32_t eval_batch;      /* 0: training; k > 0: eval batch k-1 of the eval at step */
+    uint64_t first;           /* eval: the first sample of the eval set */
+    uint32_t n;               /* samples */
     uint8_t *buf;             /* the payload; owned until handed to conn_send */
     size_t bytes;
     int rc;                   /* of dataset_batch, with err */
@@ -28,6 +31,7 @@ static void wk__job_free(wk_job *j)
     if (!j)
         return;
     dataset_close(j->data);
+    dataset_close(j->eval_data);
     free(j->feeds);
     if (j->plan)
         appliance__plan__free_unpacked(j->plan, NULL);
@@ -74,8 +78,11 @@ static void wk__batch_work(uv_work_t *req)
 {
     wk_batch *b = container_of(req, wk_batch, req);
     const wk_feed *f = b->feed;
-    b->rc = dataset_batch(f->job->data, b->step, b->global, f->offset, f->batch, b->buf, b->err,
-                          sizeof(b->err));
+    if (b->eval_batch)
+        b->rc = dataset_range(f->job->eval_data, b->first, b->n, b->buf, b->err, sizeof(b->err));
+    else
+        b->rc = dataset_batch(f->job->data, b->step, b->global, f->offset, f->batch, b->buf, b->err,
+                              sizeof(b->err));
 }
 
 static void wk__batch_done(uv_work_t *req, int status)
@@ -104,7 +111,8 @@ static void wk__batch_done(uv_work_t *req, int status)
         Appliance__Batch m = APPLIANCE__BATCH__INIT;
         m.step = b->step;
         m.replica = f->replica;
-        m.n = f->batch;
+        m.n = b->n;
+        m.eval_batch = b->eval_batch;
         m.sample_elems = dataset_sample_elems(j->data);
         m.label_elems = dataset_label_elems(j->data);
         ENVELOPE(env, batch, BATCH, &m);
@@ -145,6 +153,7 @@ static bool wk__pump(worker *w, wk_feed *f)
         b->feed = f;
         b->step = f->next_step;
         b->global = j->plan->global_batch;
+        b->n = f->batch;
         b->buf = buf;
         b->bytes = bytes;
         if (uv_queue_work(w->n->loop, &b->req, wk__batch_work, wk__batch_done) < 0) {
@@ -175,6 +184,8 @@ static void wk__open_work(uv_work_t *req)
 {
     wk_job *j = container_of(req, wk_job, open_req);
     j->open_rc = dataset_open(&j->data, j->plan->train_input, j->open_err, sizeof(j->open_err));
+    if (j->open_rc == 0 && j->plan->eval_input)
+        j->open_rc = dataset_open(&j->eval_data, j->plan->eval_input, j->open_err, sizeof(j->open_err));
 }
 
 static void wk__open_done(uv_work_t *req, int status)
@@ -295,11 +306,59 @@ static void wk__stream_hello(node *n, conn *c, Appliance__Envelope *env, uint8_t
     conn_fail(c, -ENOENT, "this worker does not feed replica %u", h->index);
 }
 
+/* An eval batch the replica asks for: its share of the eval set is the
+ * samples [replica * eval_shard, (replica + 1) * eval_shard), eval_batch at
+ * a time. */
+static void wk__eval_request(worker *w, wk_feed *f, conn *c, const Appliance__Credit *cr)
+{
+    wk_job *j = f->job;
+    const Appliance__Plan *p = j->plan;
+    uint32_t k = cr->eval_batch - 1;
+    if (!j->eval_data || k >= p->eval_batches) {
+        conn_fail(c, -EINVAL, "no eval batch %u in this job", cr->eval_batch);
+        return;
+    }
+    uint64_t lo = (uint64_t)f->replica * p->eval_shard + (uint64_t)k * p->eval_batch;
+    uint64_t hi = (uint64_t)(f->replica + 1) * p->eval_shard;
+    if (hi > p->eval_samples)
+        hi = p->eval_samples;
+    if (lo + p->eval_batch < hi)
+        hi = lo + p->eval_batch;
+    uint32_t count = lo < hi ? (uint32_t)(hi - lo) : 0;
+    size_t bytes = dataset_batch_bytes(j->eval_data, count);
+    wk_batch *b = calloc(1, sizeof(*b));
+    uint8_t *buf = malloc(bytes ? bytes : 1);
+    if (!b || !buf) {
+        free(buf);
+        free(b);
+        wk__job_abort(w, "out of memory for an eval batch");
+        return;
+    }
+    b->n = count;
+    b->bytes = bytes;
+    b->buf = buf;
+    b->feed = f;
+    b->step = cr->eval_step;
+    b->eval_batch = cr->eval_batch;
+    b->first = lo;
+    if (uv_queue_work(w->n->loop, &b->req, wk__batch_work, wk__batch_done) < 0) {
+        free(b->buf);
+        free(b);
+        wk__job_abort(w, "cannot queue an eval batch");
+        return;
+    }
+    j->inflight++;
+}
+
 static void wk__credit(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, uint32_t len)
 {
     wk_feed *f = c->user;
     if (!f) {
         conn_fail(c, -EPROTO, "credit before stream hello");
+        return;
+    }
+    if (env->credit->eval_batch > 0) {
+        wk__eval_request(wk_of(n), f, c, env->credit);
         return;
     }
     if (env->credit->n > 64 || f->credits + env->credit->n > 64) {

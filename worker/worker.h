@@ -23,6 +23,7 @@ typedef struct wk_job {
     struct worker *w;
     Appliance__Plan *plan;    /* owned */
     dataset *data;            /* owned; written by the opening thread, read once ready */
+    dataset *eval_data;       /* the eval set, or NULL; owned, as data */
     bool ready;               /* the data set is open: batches may be produced */
     wk_feed *feeds;           /* one per replica we serve */
     size_t nfeeds;

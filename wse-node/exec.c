@@ -518,3 +518,63 @@ void exec_backward(exec *e, int li, const float *x, int64_t step)
     if (has_din && din && src >= 0)
         exec__accumulate(e->dact[src], din, in_count);
 }
+
+void exec_set_batch(exec *e, int n)
+{
+    e->n = n;
+}
+
+int exec_eval(exec *e, const float *x, const int32_t *labels, exec_metrics *mt)
+{
+    const model *m = e->m;
+    int last = m->nlayers - 1;
+    const model_shape *o = &m->layers[last].out;
+    const float *logits = exec_output(e, last, x);
+    double loss = exec_loss(e, x, labels, 0.0f);
+    if (!isfinite(loss))
+        return -EINVAL;
+    mt->loss += loss;
+    mt->samples += (uint64_t)e->n;
+    if (m->loss == LOSS_SOFTMAX_CROSS_ENTROPY && o->ndim == 1) {
+        int classes = (int)o->d[0];
+        for (int s = 0; s < e->n; s++) {
+            const float *row = logits + (size_t)s * classes;
+            int best = 0;
+            for (int c = 1; c < classes; c++)
+                if (row[c] > row[best])
+                    best = c;
+            mt->correct += best == labels[s];
+        }
+        return 0;
+    }
+    /* Segmentation: a class per pixel. */
+    int ch = o->ndim == 3 ? (int)o->d[0] : 1;
+    int hw = exec__hw(o);
+    uint32_t classes = ch > 1 ? (uint32_t)ch : 2;
+    if (classes > EXEC_MAX_CLASSES)
+        classes = EXEC_MAX_CLASSES;
+    mt->classes = classes;
+    for (int s = 0; s < e->n; s++) {
+        const float *img = logits + (size_t)s * ch * hw;
+        const int32_t *lab = labels + (size_t)s * e->label_elems;
+        for (int i = 0; i < hw; i++) {
+            int pred = 0;
+            if (ch == 1) {
+                pred = img[i] > 0;
+            } else {
+                for (int c = 1; c < ch; c++)
+                    if (img[(size_t)c * hw + i] > img[(size_t)pred * hw + i])
+                        pred = c;
+            }
+            int truth = lab[i];
+            mt->correct += pred == truth;
+            if ((uint32_t)pred < classes)
+                mt->uni[pred]++;
+            if ((uint32_t)truth < classes && truth != pred)
+                mt->uni[truth]++;
+            if (pred == truth && (uint32_t)pred < classes)
+                mt->inter[pred]++;
+        }
+    }
+    return 0;
+}

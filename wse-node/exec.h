@@ -62,3 +62,25 @@ double exec_loss(exec *e, const float *x, const int32_t *labels, float scale);
 /* Backward pass of one layer: its weight gradients into g, its input
  * gradients added to the output gradients of the layers it reads. */
 void exec_backward(exec *e, int layer, const float *x, int64_t step);
+
+#define EXEC_MAX_CLASSES 256 /* classes whose IoU an evaluation counts */
+
+/* What an evaluation counts over its batches. */
+typedef struct exec_metrics {
+    uint64_t samples;
+    uint64_t correct;                     /* classification: argmax equals the label */
+    double loss;                          /* summed over the samples */
+    uint32_t classes;                     /* segmentation: classes counted, else 0 */
+    uint64_t inter[EXEC_MAX_CLASSES];     /* pixels predicted and labelled c */
+    uint64_t uni[EXEC_MAX_CLASSES];       /* pixels predicted or labelled c */
+} exec_metrics;
+
+/* Uses the first n samples of the buffers from now on (n <= the n of
+ * exec_init): evaluation batches may be smaller. */
+void exec_set_batch(exec *e, int n);
+
+/* After a forward pass in evaluation mode: adds the batch's loss and its
+ * accuracy (classification) or per-class intersections and unions
+ * (segmentation: argmax over channels, or logit > 0 for one channel) to mt.
+ * Returns -EINVAL for a label out of range. */
+int exec_eval(exec *e, const float *x, const int32_t *labels, exec_metrics *mt);

@@ -14,6 +14,7 @@
 #include "op_activation.h"
 #include "op_dense.h"
 #include "optim_plan.h"
+#include "plan.h"
 #include "op_loss.h"
 
 static wse_node *wn_of(node *n) { return n->data; }
@@ -52,6 +53,8 @@ static void wn__free_buffers(wn_job *j)
     if (j->batches)
         for (size_t i = 0; i < j->nbatches; i++)
             free(j->batches[i].data);
+    free(j->ebuf[0].data);
+    free(j->ebuf[1].data);
     free(j->batches);
     free(j->feeds);
     model_free(j->m);
@@ -154,11 +157,112 @@ static void wn__update(wn_job *j)
     }
 }
 
+static void wn__unstage(wn_job *j);
+static void wn__advance(wn_job *j);
+
+/* The buffer holding (or awaiting) eval batch k, or NULL. */
+static wn_eval_buf *wn__eval_buf(wn_job *j, uint32_t k)
+{
+    for (int i = 0; i < 2; i++)
+        if (j->ebuf[i].k == (int32_t)k)
+            return &j->ebuf[i];
+    return NULL;
+}
+
+/* Asks the replica's first worker for eval batch k into a free buffer. */
+static void wn__eval_request(wn_job *j, uint32_t k)
+{
+    if (k >= j->plan->eval_batches || wn__eval_buf(j, k))
+        return;
+    wn_eval_buf *eb = wn__eval_buf(j, (uint32_t)-1);
+    conn *c = conn_link_conn(&j->feeds[0].link);
+    if (!eb || !c)
+        return;
+    eb->k = (int32_t)k;
+    eb->full = false;
+    Appliance__Credit cr = APPLIANCE__CREDIT__INIT;
+    cr.eval_batch = k + 1;
+    cr.eval_step = j->step;
+    ENVELOPE(env, credit, CREDIT, &cr);
+    conn_send_msg(c, &env);
+}
+
+/* Starts the pass the stage needs over the streamed weights, and lets held
+ * chunks of it land. */
+static void wn__begin_pass(wn_job *j)
+{
+    if (!j->ws_ready)
+        return;
+    wslots_new_pass(&j->ws, j->stage == WN_EVAL);
+    wn__unstage(j);
+}
+
+/* Begins the evaluation of the weights at the current step. */
+static void wn__eval_begin(wn_job *j)
+{
+    j->stage = WN_EVAL;
+    j->layer = 0;
+    j->eval_k = 0;
+    memset(&j->metrics, 0, sizeof(j->metrics));
+    wn__eval_request(j, 0);
+    wn__eval_request(j, 1);
+}
+
+/* Eval batch eval_k went through every layer: the next, or the report. */
+static void wn__eval_next(wn_job *j)
+{
+    wn_eval_buf *eb = wn__eval_buf(j, j->eval_k);
+    if (eb)
+        eb->k = -1;
+    j->layer = 0;
+    if (++j->eval_k < j->plan->eval_batches) {
+        wn__eval_request(j, j->eval_k + 1);
+        j->stage = WN_EVAL;
+        wn__begin_pass(j);
+        return;
+    }
+    const exec_metrics *mt = &j->metrics;
+    Appliance__EvalReport r = APPLIANCE__EVAL_REPORT__INIT;
+    r.job_id = j->id;
+    r.step = j->step;
+    r.replica = j->replica;
+    r.samples = mt->samples;
+    r.correct = mt->correct;
+    r.loss_sum = mt->loss;
+    r.n_intersection = r.n_union_ = mt->classes;
+    r.intersection = (uint64_t *)mt->inter;
+    r.union_ = (uint64_t *)mt->uni;
+    ENVELOPE(env, eval_report, EVAL_REPORT, &r);
+    node_send_coordinator(j->n, &env);
+    j->stage = WN_FORWARD;
+    if (j->step >= j->plan->max_steps) {
+        j->finished = true;
+        return;
+    }
+    wn__begin_pass(j);
+}
+
 /* Runs the current stage on the compute thread. */
 static void wn__work(void *arg)
 {
     wn_job *j = arg;
     double t0 = wn__now();
+    if (j->stage == WN_EVAL || j->stage == WN_EVAL_METRICS) {
+        const wn_eval_buf *eb = wn__eval_buf(j, j->eval_k);
+        const float *ex = (const float *)eb->data;
+        const int32_t *ey = (const int32_t *)(eb->data + (size_t)eb->n * j->in_elems * sizeof(float));
+        exec_set_batch(&j->ex, (int)eb->n);
+        if (j->stage == WN_EVAL) {
+            exec_forward(&j->ex, j->layer, ex, (int64_t)j->step, false);
+        } else if (exec_eval(&j->ex, ex, ey, &j->metrics) < 0) {
+            j->compute_err = -EINVAL;
+            snprintf(j->compute_msg, sizeof(j->compute_msg),
+                     "evaluation at step %llu: a label out of range", (unsigned long long)j->step);
+        }
+        exec_set_batch(&j->ex, (int)j->batch);
+        j->compute_sec += wn__now() - t0;
+        return;
+    }
     wn_batch *b = wn__batch_for(j, j->step);
     const float *x = (const float *)b->data;
     const int32_t *y = (const int32_t *)(b->data + (size_t)j->batch * j->in_elems * sizeof(float));
@@ -251,8 +355,11 @@ static void wn__step_done(wn_job *j)
     j->rg_done = 0;
     for (size_t i = 0; i < j->plan->n_tensors; i++)
         j->t[i].rg_have = 0;
-    if (j->ws_ready)
-        wslots_new_step(&j->ws);
+    if (plan_eval_at(j->plan, j->step))
+        wn__eval_begin(j);
+    else if (j->step >= j->plan->max_steps)
+        j->finished = true;
+    wn__begin_pass(j);
 }
 
 static void wn__work_done(void *arg)
@@ -269,12 +376,17 @@ static void wn__work_done(void *arg)
         return;
     }
     const model *m = j->m;
-    if (j->ws_ready && (j->stage == WN_FORWARD || j->stage == WN_BACKWARD) &&
+    if (j->ws_ready && (j->stage == WN_FORWARD || j->stage == WN_BACKWARD || j->stage == WN_EVAL) &&
         wslots_consume(&j->ws, j->layer, j->stage == WN_BACKWARD))
         wn__unstage(j); /* a slot is free: held chunks land, reading resumes */
     if (j->released)
         return;
-    if (j->stage == WN_FORWARD) {
+    if (j->stage == WN_EVAL) {
+        if (++j->layer == m->nlayers)
+            j->stage = WN_EVAL_METRICS;
+    } else if (j->stage == WN_EVAL_METRICS) {
+        wn__eval_next(j);
+    } else if (j->stage == WN_FORWARD) {
         if (++j->layer == m->nlayers)
             j->stage = WN_LOSS;
     } else if (j->stage == WN_LOSS) {
@@ -329,15 +441,50 @@ static bool wn__sending(const wn_job *j, int layer)
     return false;
 }
 
+/* An eval batch with no samples for this replica: nothing to compute, but
+ * in Weight Streaming its weights arrive and must be let through. */
+static void wn__eval_skip(wn_job *j)
+{
+    const model *m = j->m;
+    while (j->stage == WN_EVAL || j->stage == WN_EVAL_METRICS) {
+        if (j->stage == WN_EVAL_METRICS) {
+            wn__eval_next(j);
+            if (j->stage == WN_EVAL && wn__eval_buf(j, j->eval_k) && wn__eval_buf(j, j->eval_k)->full &&
+                wn__eval_buf(j, j->eval_k)->n > 0)
+                wn__advance(j);
+            return;
+        }
+        if (j->ws_ready) {
+            if (!wslots_ready(&j->ws, j->layer, false))
+                return; /* resumes when the weights come */
+            if (wslots_consume(&j->ws, j->layer, false))
+                wn__unstage(j);
+            if (j->released)
+                return;
+        }
+        if (++j->layer == m->nlayers)
+            j->stage = WN_EVAL_METRICS;
+    }
+}
+
 /* Starts the next compute task if what it needs is there. */
 static void wn__advance(wn_job *j)
 {
-    if (j->busy || j->released || j->step >= j->plan->max_steps)
+    if (j->busy || j->released || j->finished)
         return;
-    if (!wn__batch_for(j, j->step))
+    if (j->stage == WN_EVAL || j->stage == WN_EVAL_METRICS) {
+        const wn_eval_buf *eb = wn__eval_buf(j, j->eval_k);
+        if (!eb || !eb->full)
+            return;
+        if (eb->n == 0) { /* an empty share: the weights still go by */
+            wn__eval_skip(j);
+            return;
+        }
+    } else if (!wn__batch_for(j, j->step)) {
         return;
+    }
     bool backward = j->stage == WN_BACKWARD;
-    if (j->ws_ready && (j->stage == WN_FORWARD || backward)) {
+    if (j->ws_ready && (j->stage == WN_FORWARD || backward || j->stage == WN_EVAL)) {
         /* Weight Streaming: the layer's weights in their slot, and the
          * gradient slot free of gradients not yet sent. */
         if (!wslots_ready(&j->ws, j->layer, backward))
@@ -346,7 +493,8 @@ static void wn__advance(wn_job *j)
         if (blocker >= 0 && wn__sending(j, blocker))
             return;
         wslots_bind(&j->ws, j->layer, backward, j->wp, j->gp);
-    } else if (j->stage == WN_FORWARD && !wn__weights_ready(j, &j->m->layers[j->layer])) {
+    } else if ((j->stage == WN_FORWARD || j->stage == WN_EVAL) &&
+               !wn__weights_ready(j, &j->m->layers[j->layer])) {
         return;
     }
     if (j->stage == WN_UPDATE && j->plan->n_replicas > 1 && j->rg_done < j->plan->n_tensors)
@@ -574,6 +722,10 @@ static void wn__feed_ready(conn *c)
     ENVELOPE(ce, credit, CREDIT, &cr);
     conn_send_msg(c, &ce);
     f->ready = true;
+    if (f == &j->feeds[0] && j->stage == WN_EVAL) { /* an evaluation first: its batches */
+        wn__eval_request(j, j->eval_k);
+        wn__eval_request(j, j->eval_k + 1);
+    }
     wn__maybe_ready(j);
 }
 
@@ -586,6 +738,17 @@ static void *wn__feed_dest(conn *c, const Appliance__Envelope *env, uint32_t len
         return NULL;
     }
     const Appliance__Batch *b = env->batch;
+    if (b->eval_batch > 0) {
+        wn_eval_buf *eb = wn__eval_buf(j, b->eval_batch - 1);
+        if (!eb || eb->full || b->n > j->plan->eval_batch || b->step != j->step ||
+            b->sample_elems != j->in_elems || b->label_elems != j->ex.label_elems ||
+            len != (uint64_t)b->n * (j->in_elems + j->ex.label_elems) * 4) {
+            *err = -EINVAL;
+            return NULL;
+        }
+        eb->n = b->n;
+        return eb->data;
+    }
     if (b->n != j->batch || b->sample_elems != j->in_elems || b->label_elems != j->ex.label_elems ||
         len != j->batch_bytes || b->replica != j->replica || b->step < j->step ||
         b->step % f->slots != f->slot) {
@@ -615,6 +778,14 @@ static void wn__feed_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, 
     }
     if (env->msg_case != APPLIANCE__ENVELOPE__MSG_BATCH || !payload) {
         conn_fail(c, -EPROTO, "unexpected %s from a worker", frame_msg_name(env->msg_case));
+        return;
+    }
+    if (env->batch->eval_batch > 0) {
+        wn_eval_buf *eb = wn__eval_buf(j, env->batch->eval_batch - 1);
+        eb->full = true;
+        if (env->batch->n == 0)
+            eb->n = 0;
+        wn__advance(j);
         return;
     }
     for (size_t i = 0; i < j->nbatches; i++)
@@ -780,6 +951,20 @@ static void wn__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *p
         snprintf(err, sizeof(err), oom ? "out of memory for the job's buffers" : "no worker feeds replica %u", j->replica);
         wn__refuse(n, j, err);
         return;
+    }
+    j->ebuf[0].k = j->ebuf[1].k = -1;
+    if (p->eval_batches > 0) {
+        j->ebuf_bytes = (size_t)p->eval_batch * (j->in_elems + j->ex.label_elems) * 4;
+        for (int i = 0; i < 2; i++)
+            if (!(j->ebuf[i].data = malloc(j->ebuf_bytes ? j->ebuf_bytes : 1))) {
+                wn__refuse(n, j, "out of memory for the evaluation batches");
+                return;
+            }
+    }
+    if (plan_eval_at(p, j->step)) { /* resuming where an evaluation is due */
+        wn__eval_begin(j);
+        if (j->ws_ready)
+            wslots_new_pass(&j->ws, true);
     }
     int parent = me->swarm_parent >= 0 && (size_t)me->swarm_parent < p->n_swarm ? me->swarm_parent : 0;
     conn_link_start(&j->up, n->loop, p->swarm[parent]->addr, &n->ccfg, &wn__up_ops, j);

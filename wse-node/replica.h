@@ -53,7 +53,15 @@ typedef struct wn_feed {
     struct wn_job *job;
 } wn_feed;
 
-enum wn_stage { WN_FORWARD, WN_LOSS, WN_BACKWARD, WN_UPDATE };
+enum wn_stage { WN_FORWARD, WN_LOSS, WN_BACKWARD, WN_UPDATE, WN_EVAL, WN_EVAL_METRICS };
+
+/* An evaluation batch, asked of the first worker feeding the replica. */
+typedef struct wn_eval_buf {
+    int32_t k;             /* the eval batch it holds or awaits, -1: free */
+    bool full;             /* every byte arrived */
+    uint32_t n;            /* samples in it */
+    uint8_t *data;         /* eval_batch samples: inputs, then labels */
+} wn_eval_buf;
 
 typedef struct wn_job {
     node *n;
@@ -88,6 +96,11 @@ typedef struct wn_job {
     bool pipelined;          /* weights resident, all-reduced gradients applied here */
     optim_config cfg;        /* Pipelined: the optimizer */
     size_t rg_done;          /* Pipelined: tensors whose reduced gradient is complete */
+    wn_eval_buf ebuf[2];     /* evaluation batches: the current one and the next */
+    size_t ebuf_bytes;
+    uint32_t eval_k;         /* the eval batch being computed */
+    exec_metrics metrics;    /* of the evaluation in progress */
+    bool finished;           /* max_steps trained (and evaluated): nothing left */
     wslots ws;               /* Weight Streaming: the slots weights and gradients pass through */
     bool ws_ready;           /* ws was initialised */
     bool chunk_staged;       /* the weight chunk being read has no slot yet */

@@ -92,12 +92,17 @@ int wslots_init(wslots *w, const model *m, const uint32_t *fwd, size_t nfwd, con
         if (trainable)
             w->gseq[l] = g++;
     }
-    if (wslots__arrivals(w, fwd, nfwd, w->fwd_arr) < 0 || wslots__arrivals(w, bwd, nbwd, w->bwd_arr) < 0) {
+    if (wslots__arrivals(w, fwd, nfwd, w->fwd_arr) < 0) {
+        wslots_deinit(w);
+        return -EINVAL;
+    }
+    w->nfwd = w->narrivals;
+    if (wslots__arrivals(w, bwd, nbwd, w->bwd_arr) < 0) {
         wslots_deinit(w);
         return -EINVAL;
     }
     w->glayer[0] = w->glayer[1] = -1;
-    wslots_new_step(w);
+    wslots_new_pass(w, false);
     return 0;
 }
 
@@ -116,8 +121,9 @@ void wslots_deinit(wslots *w)
     memset(w, 0, sizeof(*w));
 }
 
-void wslots_new_step(wslots *w)
+void wslots_new_pass(wslots *w, bool eval)
 {
+    w->active = eval ? w->nfwd : w->narrivals;
     w->recv = 0;
     w->recv_have = 0;
     w->consumed = 0;
@@ -129,7 +135,11 @@ float *wslots_dest(wslots *w, uint32_t tensor, bool backward, uint64_t offset, u
 {
     *blocked = false;
     const model *m = w->m;
-    if (w->recv >= w->narrivals || tensor >= (uint32_t)m->ntensors)
+    if (w->recv >= w->active) { /* the next pass's: held until it starts */
+        *blocked = true;
+        return NULL;
+    }
+    if (tensor >= (uint32_t)m->ntensors)
         return NULL;
     int layer = m->tensors[tensor].layer;
     int a = backward ? w->bwd_arr[layer] : w->fwd_arr[layer];
@@ -150,7 +160,7 @@ bool wslots_received(wslots *w, uint64_t count)
         w->recv++;
         w->recv_have = 0;
     }
-    return w->recv < w->narrivals && w->recv >= w->consumed + 2;
+    return w->recv >= w->active || w->recv >= w->consumed + 2;
 }
 
 bool wslots_streams(const wslots *w, int layer, bool backward)
@@ -191,7 +201,7 @@ bool wslots_consume(wslots *w, int layer, bool backward)
         w->glayer[w->gseq[layer] % 2] = layer;
     if (!wslots_streams(w, layer, backward))
         return false;
-    bool was_blocked = w->recv < w->narrivals && w->recv >= w->consumed + 2;
+    bool was_blocked = w->recv < w->active && w->recv >= w->consumed + 2;
     w->consumed++;
     return was_blocked && w->recv < w->consumed + 2;
 }

@@ -23,7 +23,9 @@ typedef struct wslots {
     float *slot[2];            /* weights of an arriving or computing layer */
     float *gslot[2];           /* gradients of a layer's backward pass */
     size_t slot_elems;         /* floats of each slot: the largest layer's tensors */
-    int narrivals;             /* layers arriving per step */
+    int narrivals;             /* layers arriving per training step */
+    int nfwd;                  /* of which the forward pass */
+    int active;                /* arrivals of the pass in progress */
     int *arr_layer;            /* per arrival: its layer */
     uint64_t *arr_elems;       /* per arrival: floats of the layer's tensors */
     int *fwd_arr;              /* per layer: its forward arrival, or -1 */
@@ -48,8 +50,11 @@ void wslots_deinit(wslots *w);
 /* Bytes wslots_init allocates for a model (for memory plans). */
 size_t wslots_bytes(const model *m);
 
-/* Starts a step: nothing received, nothing consumed. */
-void wslots_new_step(wslots *w);
+/* Starts a pass over the weights: a training step (forward and backward
+ * arrivals) or an evaluation batch (forward arrivals only). Nothing received,
+ * nothing consumed. Chunks of a pass that has not started are held by the
+ * caller (wslots_dest says blocked). */
+void wslots_new_pass(wslots *w, bool eval);
 
 /* Where a chunk of tensor `tensor` (elements [offset, offset+count)) goes:
  * a pointer into its slot, or NULL. With NULL, *blocked tells whether the

@@ -79,8 +79,7 @@ END_TEST
 START_TEST(unbuilt_keys_refused)
 {
     refused("[runconfig]\neval_frequency = 10\n[train_input]\nnum_classes = 3\n",
-            "job.toml:2:1: runconfig.eval_frequency: evaluation during training is not available "
-            "in this version yet");
+            "job.toml:2:1: runconfig.eval_frequency: evaluation needs an [eval_input] section");
     refused("[runconfig]\nnum_wgt_servers = 2\n[train_input]\nnum_classes = 3\n[optimizer]\n"
             "max_gradient_norm = 1.0\n",
             "job.toml:6:1: optimizer.max_gradient_norm: gradient-norm clipping across several "

@@ -80,7 +80,7 @@ START_TEST(double_buffering)
     ck_assert(!receive(&w, 4, true, m));
     ck_assert(!receive(&w, 5, true, m));
     ck_assert(!receive(&w, 2, true, m));
-    ck_assert(!receive(&w, 3, true, m));
+    ck_assert(receive(&w, 3, true, m)); /* the step's last arrival: hold the next pass */
     ck_assert(!wslots_streams(&w, 0, true));
     ck_assert(wslots_ready(&w, 0, true));
     /* Gradient slots alternate: fc3 (seq 0), fc2 (seq 1), fc1 (seq 0 again). */
@@ -95,9 +95,21 @@ START_TEST(double_buffering)
     ck_assert_int_eq(wslots_grad_blocker(&w, 0), 3); /* fc3's gradients must have left */
     wslots_bind(&w, 0, true, wp, gp);
     ck_assert_ptr_eq(gp[0], w.gslot[0]);
-    /* Every arrival of the step is in; a new step starts over. */
+    /* Every arrival of the step is in; the next pass's chunks wait for it. */
     ck_assert_int_eq(w.recv, w.narrivals);
-    wslots_new_step(&w);
+    ck_assert_ptr_null(wslots_dest(&w, 0, false, 0, 32, &blocked));
+    ck_assert(blocked);
+    /* An evaluation pass: the forward arrivals only. */
+    wslots_new_pass(&w, true);
+    ck_assert(!receive(&w, 0, false, m));
+    ck_assert(!receive(&w, 1, false, m));
+    ck_assert(!receive(&w, 2, false, m));
+    ck_assert(receive(&w, 3, false, m));
+    wslots_consume(&w, 0, false);
+    ck_assert(!receive(&w, 4, false, m));
+    ck_assert(receive(&w, 5, false, m)); /* the pass is complete: hold what follows */
+    ck_assert_int_eq(w.recv, w.nfwd);
+    wslots_new_pass(&w, false);
     ck_assert(!receive(&w, 0, false, m));
     wslots_deinit(&w);
     model_free(m);

@@ -1,0 +1,12 @@
+/* What every daemon reads the same way off a job's Plan. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "plan.pb-c.h"
+
+/* Whether the job evaluates the weights at the start of `step` (before
+ * training it): every eval_frequency steps, and at max_steps (after the
+ * last step), when the job has an [eval_input]. */
+bool plan_eval_at(const Appliance__Plan *p, uint64_t step);

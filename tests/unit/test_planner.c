@@ -63,24 +63,42 @@ START_TEST(inputs)
     ck_assert_ptr_null(p->eval_input); /* no [eval_input] */
     appliance__plan__free_unpacked(p, NULL);
 
-    /* [eval_input] is refused by the job file reader until evaluation is
-     * built; the plan already carries it when the jobspec has one. */
+    /* With [eval_input]: the eval set is opened to size the evaluation. */
     spec->eval.present = true;
-    strcpy(spec->eval.data_processor, "mnist");
-    strcpy(spec->eval.data_dir, "/data/mnist");
+    strcpy(spec->eval.data_processor, "synthetic_classification");
+    spec->eval.num_samples = 1001;
+    spec->eval.batch_size = 300;
     spec->eval.shuffle = false;
     spec->eval.shuffle_seed = 77;
+    spec->eval_frequency = 50;
     p = plan_of(spec);
     in = p->eval_input;
     ck_assert_ptr_nonnull(in);
     ck_assert_str_eq(in->split, "eval");
-    ck_assert_str_eq(in->data_dir, "/data/mnist");
     ck_assert(!in->shuffle);
     ck_assert_uint_eq(in->seed, 77);
     ck_assert(!in->random_flip_vertical);
     ck_assert_uint_eq(in->n_sample_shape, 3);
     ck_assert_str_eq(p->train_input->split, "train");
+    ck_assert_uint_eq(p->eval_frequency, 50);
+    ck_assert_uint_eq(p->eval_samples, 1001);
+    ck_assert_uint_eq(p->eval_shard, 1001);   /* one replica */
+    ck_assert_uint_eq(p->eval_batch, 8);      /* no larger than the training share */
+    ck_assert_uint_eq(p->eval_batches, 126);  /* ceil(1001 / 8) */
     appliance__plan__free_unpacked(p, NULL);
+
+    /* An eval set that cannot be opened is refused at submission. */
+    strcpy(spec->eval.data_processor, "mnist");
+    strcpy(spec->eval.data_dir, "/nonexistent/mnist");
+    member wse = {.id = 1, .role = APPLIANCE__ROLE__ROLE_WSE_NODE, .addr = "127.0.0.1:1",
+                  .wafer_memory = 1ull << 30};
+    member *r[] = {&wse};
+    planner_members pm = {r, 1, r, 1, r, 1, r, 1};
+    uint8_t *buf = NULL;
+    size_t len;
+    ck_assert_int_lt(planner_build(spec, "job-2", job_text, &pm, 1024, &buf, &len, err, sizeof(err)), 0);
+    ck_assert_msg(strstr(err, "job.toml: [eval_input]: /nonexistent/mnist/t10k-images-idx3-ubyte") == err,
+                  "%s", err);
     jobspec_free(spec);
 }
 END_TEST

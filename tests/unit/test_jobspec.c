@@ -118,6 +118,37 @@ START_TEST(input_keys)
 }
 END_TEST
 
+/* Every example job file compiles, with the model the docs describe. */
+START_TEST(examples_compile)
+{
+    static const struct {
+        const char *file;
+        uint64_t params;
+    } examples[] = {
+        {"quickstart.toml", 32 * 4 + 4},
+        {"fc_mnist.toml", 784 * 256 + 256 + 256 * 256 + 256 + 256 * 10 + 10},
+        {"mnist.toml", 784 * 128 + 128 + 128 * 10 + 10},
+        {"unet.toml", 486553},
+        {"resnet_small.toml", 78042},
+    };
+    for (size_t i = 0; i < sizeof(examples) / sizeof(examples[0]); i++) {
+        char path[512], err[512];
+        snprintf(path, sizeof(path), "%s/%s", EXAMPLES_DIR, examples[i].file);
+        FILE *f = fopen(path, "r");
+        ck_assert_msg(f != NULL, "%s", path);
+        static char text[1 << 16];
+        size_t n = fread(text, 1, sizeof(text) - 1, f);
+        fclose(f);
+        text[n] = 0;
+        jobspec *j = jobspec_parse(text, n, path, "/src", err, sizeof(err));
+        ck_assert_msg(j != NULL, "%s", err);
+        ck_assert_msg(j->model->total_params == examples[i].params, "%s: %llu parameters", path,
+                      (unsigned long long)j->model->total_params);
+        jobspec_free(j);
+    }
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("jobspec");
@@ -125,6 +156,7 @@ static Suite *suite(void)
     tcase_add_test(t, values_and_defaults);
     tcase_add_test(t, mistakes);
     tcase_add_test(t, unbuilt_keys_refused);
+    tcase_add_test(t, examples_compile);
     tcase_add_test(t, input_keys);
     suite_add_tcase(s, t);
     return s;

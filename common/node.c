@@ -469,6 +469,22 @@ void node_reply_error(conn *c, int code, const char *fmt, ...)
     conn_send_msg(c, &env);
 }
 
+void node_job_failed(node *n, const char *job_id, char *why, size_t why_len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, why_len, fmt, ap);
+    va_end(ap);
+    log_error("job %s: %s", job_id, why);
+    Appliance__JobAbort a = APPLIANCE__JOB_ABORT__INIT;
+    a.job_id = (char *)job_id;
+    a.reason = why;
+    Appliance__Envelope env = APPLIANCE__ENVELOPE__INIT;
+    env.msg_case = APPLIANCE__ENVELOPE__MSG_JOB_ABORT;
+    env.job_abort = &a;
+    node_send_coordinator(n, &env);
+}
+
 /* ---- shutdown ---- */
 
 static void node__on_signal(uv_signal_t *s, int signum)

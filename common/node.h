@@ -108,6 +108,11 @@ int node_defer(node *n, conn *c, const Appliance__Envelope *env);
 /* Hands every held message to its handler again (after a job started). */
 void node_replay(node *n);
 
+/* A job failed here: logs why and tells the coordinator, which ends the
+ * job everywhere. why is written into (why_len bytes) for the caller. */
+void node_job_failed(node *n, const char *job_id, char *why, size_t why_len, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
 /* The role's name for logs ("wse-node"). */
 const char *node_role_name(Appliance__Role r);
 

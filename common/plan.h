@@ -10,3 +10,8 @@
  * training it): every eval_frequency steps, and at max_steps (after the
  * last step), when the job has an [eval_input]. */
 bool plan_eval_at(const Appliance__Plan *p, uint64_t step);
+
+/* A copy of a plan the caller owns (appliance__plan__free_unpacked), or
+ * NULL when out of memory: handlers keep the plan of a JobStart, whose
+ * envelope is freed when they return. */
+Appliance__Plan *plan_copy(const Appliance__Plan *p);

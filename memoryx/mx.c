@@ -58,17 +58,12 @@ static void mx__abort(node *n, mx_job *j, const char *fmt, ...) __attribute__((f
 
 static void mx__abort(node *n, mx_job *j, const char *fmt, ...)
 {
-    char why[512];
+    char fmtd[512], why[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(why, sizeof(why), fmt, ap);
+    vsnprintf(fmtd, sizeof(fmtd), fmt, ap);
     va_end(ap);
-    log_error("job %s: %s", j->id, why);
-    Appliance__JobAbort a = APPLIANCE__JOB_ABORT__INIT;
-    a.job_id = j->id;
-    a.reason = why;
-    ENVELOPE(env, job_abort, JOB_ABORT, &a);
-    node_send_coordinator(n, &env);
+    node_job_failed(n, j->id, why, sizeof(why), "%s", fmtd);
     memoryx *mx = mx_of(n);
     if (mx->job == j) {
         mx->job = NULL;
@@ -294,16 +289,10 @@ static void mx__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *p
     if (!j)
         return;
     snprintf(j->id, sizeof(j->id), "%s", in->job_id);
-    /* Keep our own copy of the plan: env is freed after this handler. */
-    size_t plen = appliance__plan__get_packed_size(in);
-    uint8_t *buf = malloc(plen ? plen : 1);
-    if (!buf) {
+    if (!(j->plan = plan_copy(in))) {
         free(j);
         return;
     }
-    appliance__plan__pack(in, buf);
-    j->plan = appliance__plan__unpack(NULL, plen, buf);
-    free(buf);
     mx->job = j;
     Appliance__Plan *p = j->plan;
     bool found = false;

@@ -7,6 +7,7 @@
 
 #include "log.h"
 #include "msg.h"
+#include "plan.h"
 
 #define SWX_CHILD_QUEUE_MAX 32     /* gradient chunks buffered per child */
 #define SWX_UPSTREAM 1             /* conn kind: our link to memoryx or the parent */
@@ -78,17 +79,12 @@ static void swx__abort(node *n, swx_job *j, const char *fmt, ...) __attribute__(
 
 static void swx__abort(node *n, swx_job *j, const char *fmt, ...)
 {
-    char why[512];
+    char fmtd[512], why[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(why, sizeof(why), fmt, ap);
+    vsnprintf(fmtd, sizeof(fmtd), fmt, ap);
     va_end(ap);
-    log_error("job %s: %s", j->id, why);
-    Appliance__JobAbort a = APPLIANCE__JOB_ABORT__INIT;
-    a.job_id = j->id;
-    a.reason = why;
-    ENVELOPE(env, job_abort, JOB_ABORT, &a);
-    node_send_coordinator(n, &env);
+    node_job_failed(n, j->id, why, sizeof(why), "%s", fmtd);
     swarmx *s = swx_of(n);
     if (s->job == j)
         s->job = NULL;
@@ -460,11 +456,10 @@ static void swx__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *
         return;
     j->n = n;
     snprintf(j->id, sizeof(j->id), "%s", in->job_id);
-    size_t plen = appliance__plan__get_packed_size(in);
-    uint8_t *buf = malloc(plen ? plen : 1);
-    appliance__plan__pack(in, buf);
-    j->plan = appliance__plan__unpack(NULL, plen, buf);
-    free(buf);
+    if (!(j->plan = plan_copy(in))) {
+        free(j);
+        return;
+    }
     s->job = j;
     Appliance__Plan *p = j->plan;
     const Appliance__PlanSwarmNode *me = NULL;

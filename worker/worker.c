@@ -8,6 +8,7 @@
 
 #include "log.h"
 #include "msg.h"
+#include "plan.h"
 
 static worker *wk_of(node *n) { return n->data; }
 
@@ -58,13 +59,8 @@ static void wk__job_release(worker *w)
 
 static void wk__job_abort(worker *w, const char *reason)
 {
-    wk_job *j = w->job;
-    log_error("job %s: %s", j->id, reason);
-    Appliance__JobAbort a = APPLIANCE__JOB_ABORT__INIT;
-    a.job_id = j->id;
-    a.reason = (char *)reason;
-    ENVELOPE(ae, job_abort, JOB_ABORT, &a);
-    node_send_coordinator(w->n, &ae);
+    char why[600];
+    node_job_failed(w->n, w->job->id, why, sizeof(why), "%s", reason);
 }
 
 static void wk__batch_sent(void *arg, int status)
@@ -249,15 +245,7 @@ static void wk__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *p
         return;
     snprintf(j->id, sizeof(j->id), "%s", in->job_id);
     j->w = w;
-    /* Keep the plan: repack it out of the envelope, which is freed after
-     * this handler. */
-    size_t plen = appliance__plan__get_packed_size(in);
-    uint8_t *buf = malloc(plen ? plen : 1);
-    if (buf) {
-        appliance__plan__pack(in, buf);
-        j->plan = appliance__plan__unpack(NULL, plen, buf);
-        free(buf);
-    }
+    j->plan = plan_copy(in);
     Appliance__Plan *p = j->plan;
     j->feeds = p ? calloc(p->n_workers ? p->n_workers : 1, sizeof(*j->feeds)) : NULL;
     if (!p || !j->feeds) {

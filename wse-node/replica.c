@@ -99,17 +99,12 @@ static void wn__abort(node *n, wn_job *j, const char *fmt, ...) __attribute__((f
 
 static void wn__abort(node *n, wn_job *j, const char *fmt, ...)
 {
-    char why[512];
+    char fmtd[512], why[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(why, sizeof(why), fmt, ap);
+    vsnprintf(fmtd, sizeof(fmtd), fmt, ap);
     va_end(ap);
-    log_error("job %s: %s", j->id, why);
-    Appliance__JobAbort a = APPLIANCE__JOB_ABORT__INIT;
-    a.job_id = j->id;
-    a.reason = why;
-    ENVELOPE(env, job_abort, JOB_ABORT, &a);
-    node_send_coordinator(n, &env);
+    node_job_failed(n, j->id, why, sizeof(why), "%s", fmtd);
     wn__release(n, j);
 }
 
@@ -816,14 +811,10 @@ static const conn_ops wn__feed_ops = {
 /* ---- handlers ---- */
 
 /* A job this replica cannot take: the coordinator hears why, nothing stays. */
-static void wn__refuse(node *n, wn_job *j, const char *why)
+static void wn__refuse(node *n, wn_job *j, const char *reason)
 {
-    Appliance__JobAbort a = APPLIANCE__JOB_ABORT__INIT;
-    a.job_id = j->id;
-    a.reason = (char *)why;
-    ENVELOPE(ae, job_abort, JOB_ABORT, &a);
-    node_send_coordinator(n, &ae);
-    log_error("job %s: %s", j->id, why);
+    char why[600];
+    node_job_failed(n, j->id, why, sizeof(why), "%s", reason);
     wse_node *w = wn_of(n);
     if (w->job == j)
         w->job = NULL;
@@ -844,15 +835,10 @@ static void wn__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *p
         return;
     j->n = n;
     snprintf(j->id, sizeof(j->id), "%s", in->job_id);
-    size_t plen = appliance__plan__get_packed_size(in);
-    uint8_t *buf = malloc(plen ? plen : 1);
-    if (!buf) {
+    if (!(j->plan = plan_copy(in))) {
         free(j);
         return;
     }
-    appliance__plan__pack(in, buf);
-    j->plan = appliance__plan__unpack(NULL, plen, buf);
-    free(buf);
     w->job = j;
     Appliance__Plan *p = j->plan;
     const Appliance__PlanReplica *me = NULL;

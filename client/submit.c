@@ -1,5 +1,6 @@
-/* appliance-submit: submit a job, list the cluster. One request per run over
- * an authenticated connection to the coordinator. */
+/* appliance-submit: submit a job and follow it; status, cancel, logs and
+ * list of the coordinator's jobs; the cluster's members. One request per
+ * run over an authenticated connection to the coordinator. */
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -12,8 +13,7 @@
 #include "conn.h"
 #include "log.h"
 #include "msg.h"
-#include "node.h"
-#include "units.h"
+#include "render.h"
 
 /* Exit codes (docs/cli.md). */
 enum { EXIT_OK = 0, EXIT_USAGE = 2, EXIT_REFUSED = 3, EXIT_FAILED = 4, EXIT_CANCELLED = 5,
@@ -21,16 +21,26 @@ enum { EXIT_OK = 0, EXIT_USAGE = 2, EXIT_REFUSED = 3, EXIT_FAILED = 4, EXIT_CANC
 
 #define JOB_FILE_MAX (256u * 1024) /* bytes of job file accepted */
 
+enum command { CMD_SUBMIT, CMD_PLAN, CMD_CLUSTER, CMD_STATUS, CMD_CANCEL, CMD_LOGS, CMD_LIST };
+
 typedef struct client {
-    bool cluster;             /* --cluster */
+    enum command cmd;
     bool json;                /* --json */
-    bool plan;                /* --plan */
-    const char *job_path;
+    bool detach;              /* --detach */
+    bool follow;              /* --follow (status, logs) */
+    bool tty;                 /* stdout is a terminal: a live progress line */
+    const char *arg;          /* the job file, or a job id */
     char *job_text;
     int exit_code;
-    bool answered;
+    bool answered;            /* the request got its final answer */
     char job_id[40];          /* once accepted */
     uint64_t eval_seen;       /* the last evaluation printed */
+    bool live;                /* a live progress line is on the screen */
+    conn *c;
+    uv_signal_t sigint;
+    uv_tty_t in;              /* the answer to the Ctrl-C question */
+    bool asking;
+    char inbuf[64];
     auth_secret secret;
     conn_config cfg;
 } client;
@@ -38,175 +48,190 @@ typedef struct client {
 static void usage(FILE *f)
 {
     fprintf(f,
-            "Usage: appliance-submit [OPTIONS] JOB.toml    submit a job and follow it\n"
-            "       appliance-submit --cluster [--json]    list the cluster's members\n"
+            "Usage: appliance-submit [OPTIONS] JOB.toml   submit a job and follow it to its end\n"
+            "       appliance-submit --plan JOB.toml      compile the job, print its plan\n"
+            "       appliance-submit status [JOB]         a job's status (default: the newest)\n"
+            "       appliance-submit cancel JOB           stop a queued or running job\n"
+            "       appliance-submit logs JOB             a job's log\n"
+            "       appliance-submit list                 every job the coordinator knows\n"
+            "       appliance-submit --cluster            the cluster's members\n"
             "\n"
             "Options:\n"
             "  --coordinator HOST:PORT  the coordinator (env APPLIANCE_COORDINATOR)\n"
             "  --secret-file PATH       cluster secret (env APPLIANCE_SECRET_FILE)\n"
-            "  --json                   print the result as one JSON object on stdout\n"
-            "  --plan                   compile the job and print its plan, do not run it\n"
+            "  --json                   JSON on stdout (submit: one object at the end)\n"
+            "  --detach                 submit: print the job id and return at once\n"
+            "  --follow                 status, logs: keep following until the job ends\n"
             "  --help                   show this text\n"
             "\n"
-            "Exit codes: 0 done, 2 usage, 3 refused, 4 failed, 5 cancelled, 6 unreachable.\n");
+            "Ctrl-C while following a job asks whether to cancel it or detach.\n"
+            "Exit codes: 0 done (or answered), 2 usage, 3 refused, 4 failed, 5 cancelled,\n"
+            "6 coordinator unreachable.\n");
 }
 
-static void json_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            fprintf(f, "\\%c", ch);
-        else if (ch < 0x20)
-            fprintf(f, "\\u%04x", ch);
-        else
-            fputc(ch, f);
-    }
-    fputc('"', f);
-}
-
-static const char *state_name(Appliance__MemberState s)
+static int exit_of(Appliance__JobState s)
 {
     switch (s) {
-    case APPLIANCE__MEMBER_STATE__MEMBER_ALIVE: return "alive";
-    case APPLIANCE__MEMBER_STATE__MEMBER_BUSY: return "busy";
-    case APPLIANCE__MEMBER_STATE__MEMBER_LOST: return "lost";
-    case APPLIANCE__MEMBER_STATE__MEMBER_GONE: return "gone";
-    default: return "unknown";
+    case APPLIANCE__JOB_STATE__JOB_FAILED: return EXIT_FAILED;
+    case APPLIANCE__JOB_STATE__JOB_CANCELLED: return EXIT_CANCELLED;
+    default: return EXIT_OK;
     }
 }
 
-static void print_cluster(client *cl, const Appliance__ClusterInfo *info)
+static void finish(client *cl, int code)
 {
-    if (cl->json) {
-        printf("{\"members\": [");
-        for (size_t i = 0; i < info->n_members; i++) {
-            const Appliance__Member *m = info->members[i];
-            printf("%s{\"id\": %u, \"role\": ", i ? ", " : "", m->member_id);
-            json_string(stdout, node_role_name(m->role));
-            printf(", \"name\": ");
-            json_string(stdout, m->name);
-            printf(", \"state\": \"%s\", \"addr\": ", state_name(m->state));
-            json_string(stdout, m->advertised_addr);
-            printf(", \"wafer_memory\": %llu, \"memory\": %llu, \"threads\": %u, "
-                   "\"last_seen_ms_ago\": %llu, \"job\": ",
-                   (unsigned long long)m->wafer_memory, (unsigned long long)m->memory, m->threads,
-                   (unsigned long long)m->last_seen_ms_ago);
-            json_string(stdout, m->job_id);
-            printf("}");
-        }
-        printf("]}\n");
+    cl->exit_code = code;
+    cl->answered = true;
+    if (cl->asking) {
+        uv_read_stop((uv_stream_t *)&cl->in);
+        cl->asking = false;
+    }
+    conn_close(cl->c, 0, "done");
+}
+
+static void send_cancel(client *cl)
+{
+    Appliance__JobCancel q = APPLIANCE__JOB_CANCEL__INIT;
+    q.job_id = cl->job_id;
+    ENVELOPE(env, job_cancel, JOB_CANCEL, &q);
+    conn_send_msg(cl->c, &env);
+}
+
+/* ---- Ctrl-C while following ---- */
+
+static void on_answer_alloc(uv_handle_t *h, size_t s, uv_buf_t *b)
+{
+    client *cl = h->data;
+    *b = uv_buf_init(cl->inbuf, sizeof(cl->inbuf));
+}
+
+static void on_answer(uv_stream_t *s, ssize_t n, const uv_buf_t *b)
+{
+    client *cl = s->data;
+    uv_read_stop(s);
+    cl->asking = false;
+    char a = n > 0 ? b->base[0] : 'd';
+    if (a == 'c' || a == 'C') {
+        fprintf(stderr, "cancelling %s\n", cl->job_id);
+        send_cancel(cl);
+    } else if (a == 'd' || a == 'D' || n < 0) {
+        fprintf(stderr, "detached from %s; it goes on (appliance-submit status %s)\n", cl->job_id,
+                cl->job_id);
+        finish(cl, EXIT_OK);
+    }
+}
+
+static void on_sigint(uv_signal_t *s, int sig)
+{
+    client *cl = s->data;
+    if (!cl->job_id[0] || cl->answered || cl->cmd != CMD_SUBMIT) {
+        fprintf(stderr, "\ninterrupted\n");
+        exit(130);
+    }
+    render_progress_done(cl->tty && cl->live);
+    cl->live = false;
+    if (cl->asking || !isatty(0)) { /* a second Ctrl-C, or nobody to ask */
+        fprintf(stderr, "\ndetached from %s; it goes on (appliance-submit status %s)\n", cl->job_id,
+                cl->job_id);
+        finish(cl, EXIT_OK);
         return;
     }
-    printf("%-4s %-12s %-20s %-8s %-22s %-12s %s\n", "ID", "ROLE", "NAME", "STATE", "ADDRESS",
-           "CAPACITY", "JOB");
-    for (size_t i = 0; i < info->n_members; i++) {
-        const Appliance__Member *m = info->members[i];
-        char cap[32] = "-";
-        if (m->wafer_memory)
-            units_format_size(m->wafer_memory, cap, sizeof(cap));
-        else if (m->memory)
-            units_format_size(m->memory, cap, sizeof(cap));
-        printf("%-4u %-12s %-20s %-8s %-22s %-12s %s\n", m->member_id, node_role_name(m->role),
-               m->name, state_name(m->state), m->advertised_addr, cap,
-               m->job_id[0] ? m->job_id : "-");
-    }
+    fprintf(stderr, "\n%s: [c]ancel the job, [d]etach (it goes on), or Enter to keep following? ",
+            cl->job_id);
+    if (!uv_is_active((uv_handle_t *)&cl->in) && uv_read_start((uv_stream_t *)&cl->in,
+                                                                on_answer_alloc, on_answer) == 0)
+        cl->asking = true;
 }
 
-static const char *job_state_name(Appliance__JobState s)
-{
-    switch (s) {
-    case APPLIANCE__JOB_STATE__JOB_QUEUED: return "queued";
-    case APPLIANCE__JOB_STATE__JOB_RUNNING: return "running";
-    case APPLIANCE__JOB_STATE__JOB_DONE: return "done";
-    case APPLIANCE__JOB_STATE__JOB_FAILED: return "failed";
-    case APPLIANCE__JOB_STATE__JOB_CANCELLED: return "cancelled";
-    default: return "unknown";
-    }
-}
-
-static void print_final(client *cl, const Appliance__JobStatus *st)
-{
-    if (cl->json) {
-        printf("{\"job_id\": ");
-        json_string(stdout, st->job_id);
-        printf(", \"state\": \"%s\", \"steps\": %llu, \"max_steps\": %llu, \"final_loss\": %.9g, "
-               "\"samples_per_sec\": %.3f, \"elapsed_sec\": %.3f, \"model_dir\": ",
-               job_state_name(st->state), (unsigned long long)st->step,
-               (unsigned long long)st->max_steps, st->loss, st->samples_per_sec, st->elapsed_sec);
-        json_string(stdout, st->model_dir);
-        printf(", \"message\": ");
-        json_string(stdout, st->message);
-        if (st->eval_accuracy >= 0 || st->eval_iou >= 0)
-            printf(", \"eval_step\": %llu, \"eval_loss\": %.9g, \"eval_accuracy\": %.9g, "
-                   "\"eval_iou\": %.9g",
-                   (unsigned long long)st->eval_step, st->eval_loss, st->eval_accuracy, st->eval_iou);
-        printf("}\n");
-        return;
-    }
-    if (st->state == APPLIANCE__JOB_STATE__JOB_DONE) {
-        printf("%s done: %llu steps in %.1f s, final loss %.6f, %.1f samples/s\n", st->job_id,
-               (unsigned long long)st->step, st->elapsed_sec, st->loss, st->samples_per_sec);
-        if (st->eval_accuracy >= 0)
-            printf("test accuracy %.2f%% (eval loss %.4f at step %llu)\n", 100 * st->eval_accuracy,
-                   st->eval_loss, (unsigned long long)st->eval_step);
-        if (st->eval_iou >= 0)
-            printf("test IoU %.4f (eval loss %.4f at step %llu)\n", st->eval_iou, st->eval_loss,
-                   (unsigned long long)st->eval_step);
-        printf("checkpoints in %s\n", st->model_dir);
-    }
-    if (st->state != APPLIANCE__JOB_STATE__JOB_DONE)
-        fprintf(stderr, "%s %s at step %llu: %s\n", st->job_id, job_state_name(st->state),
-                (unsigned long long)st->step, st->message);
-}
-
-static void print_plan(client *cl, const Appliance__Plan *p)
-{
-    static const char *const modes[] = {"auto", "pipelined", "weight_streaming"};
-    printf("job %s: mode %s, %zu replica(s), global batch %u, %llu steps, %llu parameters\n",
-           p->file_name, modes[p->mode < 3 ? p->mode : 0], p->n_replicas, p->global_batch,
-           (unsigned long long)p->max_steps, (unsigned long long)p->total_params);
-    printf("\n%-24s %-18s %-16s %12s %14s %14s\n", "LAYER", "TYPE", "OUTPUT", "PARAMS",
-           "ACT B/SAMPLE", "FLOPS/SAMPLE");
-    for (size_t i = 0; i < p->n_layers; i++) {
-        const Appliance__PlanLayer *l = p->layers[i];
-        char shape[64] = "";
-        for (size_t d = 0; d < l->n_out_shape; d++)
-            snprintf(shape + strlen(shape), sizeof(shape) - strlen(shape), "%s%llu", d ? "x" : "",
-                     (unsigned long long)l->out_shape[d]);
-        printf("%-24s %-18s %-16s %12llu %14llu %14llu\n", l->name, l->type, shape,
-               (unsigned long long)l->params, (unsigned long long)l->act_bytes,
-               (unsigned long long)l->flops);
-    }
-    printf("\n%-8s %-8s %-12s %-14s %-14s\n", "REPLICA", "MEMBER", "BATCH", "NEEDS", "WAFER");
-    for (size_t i = 0; i < p->n_replicas; i++) {
-        const Appliance__PlanReplica *r = p->replicas[i];
-        char a[32], b[32];
-        printf("%-8u %-8u %-12u %-14s %-14s\n", r->index, r->member_id, r->batch,
-               units_format_size(r->memory_needed, a, sizeof(a)),
-               units_format_size(r->wafer_memory, b, sizeof(b)));
-    }
-}
+/* ---- the conversation ---- */
 
 static void on_ready(conn *c)
 {
     client *cl = c->data;
-    if (cl->cluster) {
+    switch (cl->cmd) {
+    case CMD_CLUSTER: {
         Appliance__ClusterQuery q = APPLIANCE__CLUSTER_QUERY__INIT;
         ENVELOPE(env, cluster_query, CLUSTER_QUERY, &q);
         conn_send_msg(c, &env);
         return;
     }
-    char cwd[PATH_MAX];
-    Appliance__JobSubmit s = APPLIANCE__JOB_SUBMIT__INIT;
-    s.file_name = (char *)cl->job_path;
-    s.toml = cl->job_text;
-    s.follow = true;
-    s.plan_only = cl->plan;
-    s.base_dir = getcwd(cwd, sizeof(cwd)) ? cwd : "";
-    ENVELOPE(env, job_submit, JOB_SUBMIT, &s);
-    conn_send_msg(c, &env);
+    case CMD_SUBMIT:
+    case CMD_PLAN: {
+        char cwd[PATH_MAX];
+        Appliance__JobSubmit s = APPLIANCE__JOB_SUBMIT__INIT;
+        s.file_name = (char *)cl->arg;
+        s.toml = cl->job_text;
+        s.follow = !cl->detach;
+        s.plan_only = cl->cmd == CMD_PLAN;
+        s.base_dir = getcwd(cwd, sizeof(cwd)) ? cwd : "";
+        ENVELOPE(env, job_submit, JOB_SUBMIT, &s);
+        conn_send_msg(c, &env);
+        return;
+    }
+    case CMD_STATUS: {
+        Appliance__JobStatusQuery q = APPLIANCE__JOB_STATUS_QUERY__INIT;
+        q.job_id = (char *)(cl->arg ? cl->arg : "");
+        q.follow = cl->follow;
+        ENVELOPE(env, job_status_query, JOB_STATUS_QUERY, &q);
+        conn_send_msg(c, &env);
+        return;
+    }
+    case CMD_CANCEL: {
+        snprintf(cl->job_id, sizeof(cl->job_id), "%s", cl->arg);
+        send_cancel(cl);
+        return;
+    }
+    case CMD_LOGS: {
+        Appliance__JobLogQuery q = APPLIANCE__JOB_LOG_QUERY__INIT;
+        q.job_id = (char *)cl->arg;
+        q.follow = cl->follow;
+        ENVELOPE(env, job_log_query, JOB_LOG_QUERY, &q);
+        conn_send_msg(c, &env);
+        return;
+    }
+    case CMD_LIST: {
+        Appliance__JobListQuery q = APPLIANCE__JOB_LIST_QUERY__INIT;
+        ENVELOPE(env, job_list_query, JOB_LIST_QUERY, &q);
+        conn_send_msg(c, &env);
+        return;
+    }
+    }
+}
+
+/* A status while following (submit, status --follow). */
+static void on_status(client *cl, const Appliance__JobStatus *st)
+{
+    bool ended = st->state != APPLIANCE__JOB_STATE__JOB_RUNNING &&
+                 st->state != APPLIANCE__JOB_STATE__JOB_QUEUED;
+    bool following = cl->cmd == CMD_SUBMIT || (cl->cmd == CMD_STATUS && cl->follow);
+    if (!following || ended) {
+        render_progress_done(cl->tty && cl->live);
+        cl->live = false;
+        if (cl->cmd == CMD_STATUS && !cl->json && !ended)
+            render_progress(st, false);
+        else if (cl->cmd == CMD_STATUS && cl->json) {
+            render_status_json(st);
+            printf("\n");
+        } else
+            render_final(st, cl->json);
+        finish(cl, exit_of(st->state));
+        return;
+    }
+    if (cl->json)
+        return; /* one object at the end */
+    if (st->eval_step != cl->eval_seen && (st->eval_accuracy >= 0 || st->eval_iou >= 0)) {
+        cl->eval_seen = st->eval_step;
+        render_progress_done(cl->tty && cl->live);
+        cl->live = false;
+        if (st->eval_iou >= 0)
+            printf("%s eval at step %llu: loss %.6f, IoU %.4f\n", st->job_id,
+                   (unsigned long long)st->eval_step, st->eval_loss, st->eval_iou);
+        else
+            printf("%s eval at step %llu: loss %.6f, accuracy %.4f\n", st->job_id,
+                   (unsigned long long)st->eval_step, st->eval_loss, st->eval_accuracy);
+    }
+    render_progress(st, cl->tty);
+    cl->live = cl->tty;
 }
 
 static void on_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len)
@@ -214,75 +239,69 @@ static void on_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, uint32
     client *cl = c->data;
     switch (env->msg_case) {
     case APPLIANCE__ENVELOPE__MSG_CLUSTER_INFO:
-        print_cluster(cl, env->cluster_info);
-        cl->exit_code = EXIT_OK;
-        break;
+        render_cluster(env->cluster_info, cl->json);
+        finish(cl, EXIT_OK);
+        return;
     case APPLIANCE__ENVELOPE__MSG_ERROR:
+        render_progress_done(cl->tty && cl->live);
         fprintf(stderr, "appliance-submit: %s\n", env->error->message);
-        cl->exit_code = EXIT_REFUSED;
-        break;
+        finish(cl, cl->cmd == CMD_STATUS || cl->cmd == CMD_LOGS || cl->cmd == CMD_CANCEL
+                       ? EXIT_USAGE
+                       : EXIT_REFUSED);
+        return;
     case APPLIANCE__ENVELOPE__MSG_JOB_ACCEPTED:
-        if (cl->plan) {
-            print_plan(cl, env->job_accepted->plan);
-            cl->exit_code = EXIT_OK;
-            break;
-        }
-        snprintf(cl->job_id, sizeof(cl->job_id), "%s", env->job_accepted->job_id);
-        if (!cl->json)
-            printf("%s accepted as %s: %zu replica(s), global batch %u, %llu steps\n", cl->job_path,
-                   cl->job_id, env->job_accepted->plan->n_replicas,
-                   env->job_accepted->plan->global_batch,
-                   (unsigned long long)env->job_accepted->plan->max_steps);
-        fflush(stdout);
-        return; /* progress follows */
-    case APPLIANCE__ENVELOPE__MSG_JOB_STATUS: {
-        const Appliance__JobStatus *st = env->job_status;
-        bool final = st->state != APPLIANCE__JOB_STATE__JOB_RUNNING &&
-                     st->state != APPLIANCE__JOB_STATE__JOB_QUEUED;
-        if (!final) {
-            if (!cl->json && st->eval_step != cl->eval_seen && (st->eval_accuracy >= 0 || st->eval_iou >= 0)) {
-                cl->eval_seen = st->eval_step;
-                if (st->eval_iou >= 0)
-                    printf("%s eval at step %llu: loss %.6f, IoU %.4f\n", st->job_id,
-                           (unsigned long long)st->eval_step, st->eval_loss, st->eval_iou);
-                else
-                    printf("%s eval at step %llu: loss %.6f, accuracy %.4f\n", st->job_id,
-                           (unsigned long long)st->eval_step, st->eval_loss, st->eval_accuracy);
-                fflush(stdout);
-            } else if (!cl->json && st->step == 0) {
-                printf("%s %s\n", st->job_id, st->phase);
-                fflush(stdout);
-            } else if (!cl->json) {
-                printf("%s step %llu/%llu loss %.6f  %.1f samples/s  %.1f s  [%s]\n", st->job_id,
-                       (unsigned long long)st->step, (unsigned long long)st->max_steps, st->loss,
-                       st->samples_per_sec, st->elapsed_sec, st->phase);
-                fflush(stdout);
-            }
+        if (cl->cmd == CMD_PLAN) {
+            render_plan(env->job_accepted->plan);
+            finish(cl, EXIT_OK);
             return;
         }
-        print_final(cl, st);
-        cl->exit_code = st->state == APPLIANCE__JOB_STATE__JOB_DONE        ? EXIT_OK
-                        : st->state == APPLIANCE__JOB_STATE__JOB_CANCELLED ? EXIT_CANCELLED
-                                                                          : EXIT_FAILED;
-        break;
+        snprintf(cl->job_id, sizeof(cl->job_id), "%s", env->job_accepted->job_id);
+        if (cl->detach) {
+            if (cl->json)
+                printf("{\"job_id\": \"%s\"}\n", cl->job_id);
+            else
+                printf("%s\n", cl->job_id);
+            finish(cl, EXIT_OK);
+        } else if (!cl->json) {
+            printf("%s accepted as %s\n", cl->arg, cl->job_id);
+            fflush(stdout);
+        }
+        return;
+    case APPLIANCE__ENVELOPE__MSG_JOB_STATUS:
+        on_status(cl, env->job_status);
+        return;
+    case APPLIANCE__ENVELOPE__MSG_JOB_LIST:
+        render_list(env->job_list, cl->json);
+        finish(cl, EXIT_OK);
+        return;
+    case APPLIANCE__ENVELOPE__MSG_JOB_LOG_LINES: {
+        const Appliance__JobLogLines *l = env->job_log_lines;
+        for (size_t i = 0; i < l->n_lines; i++)
+            printf("%s\n", l->lines[i]);
+        fflush(stdout);
+        if (l->end)
+            finish(cl, EXIT_OK);
+        return;
     }
     default:
         fprintf(stderr, "appliance-submit: unexpected %s from the coordinator\n",
                 frame_msg_name(env->msg_case));
-        cl->exit_code = EXIT_FAILED;
-        break;
+        finish(cl, EXIT_FAILED);
+        return;
     }
-    cl->answered = true;
-    conn_close(c, 0, "done");
 }
 
 static void on_close(conn *c, int err, const char *reason)
 {
     client *cl = c->data;
     if (!cl->answered) {
+        render_progress_done(cl->tty && cl->live);
         fprintf(stderr, "appliance-submit: coordinator at %s: %s\n", c->peer_addr, reason);
         cl->exit_code = EXIT_UNREACHABLE;
     }
+    uv_close((uv_handle_t *)&cl->sigint, NULL);
+    if (uv_is_active((uv_handle_t *)&cl->in) || cl->in.data)
+        uv_close((uv_handle_t *)&cl->in, NULL);
 }
 
 static const conn_ops ops = {.on_ready = on_ready, .on_frame = on_frame, .on_close = on_close};
@@ -313,18 +332,56 @@ static char *read_job_file(const char *path)
     return buf;
 }
 
+/* Reads the command and its argument; returns EXIT_OK or EXIT_USAGE. */
+static int parse_command(client *cl, int argc, char **argv, bool cluster, bool plan)
+{
+    static const struct {
+        const char *name;
+        enum command cmd;
+        int args_min, args_max;
+    } commands[] = {
+        {"status", CMD_STATUS, 0, 1},
+        {"cancel", CMD_CANCEL, 1, 1},
+        {"logs", CMD_LOGS, 1, 1},
+        {"list", CMD_LIST, 0, 0},
+    };
+    int nargs = argc - optind;
+    if (cluster) {
+        cl->cmd = CMD_CLUSTER;
+        return nargs == 0 ? EXIT_OK : EXIT_USAGE;
+    }
+    if (nargs >= 1)
+        for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+            if (strcmp(argv[optind], commands[i].name) == 0) {
+                if (plan || nargs - 1 < commands[i].args_min || nargs - 1 > commands[i].args_max)
+                    return EXIT_USAGE;
+                cl->cmd = commands[i].cmd;
+                cl->arg = nargs > 1 ? argv[optind + 1] : NULL;
+                return EXIT_OK;
+            }
+    if (nargs != 1)
+        return EXIT_USAGE;
+    cl->cmd = plan ? CMD_PLAN : CMD_SUBMIT;
+    cl->arg = argv[optind];
+    cl->job_text = read_job_file(cl->arg);
+    return cl->job_text ? EXIT_OK : EXIT_USAGE;
+}
+
 int main(int argc, char **argv)
 {
     static client cl;
     const char *coordinator = getenv("APPLIANCE_COORDINATOR");
     const char *secret_file = getenv("APPLIANCE_SECRET_FILE");
-    enum { O_COORD = 256, O_SECRET, O_JSON, O_CLUSTER, O_PLAN, O_HELP };
+    bool cluster = false, plan = false;
+    enum { O_COORD = 256, O_SECRET, O_JSON, O_CLUSTER, O_PLAN, O_DETACH, O_FOLLOW, O_HELP };
     static const struct option longopts[] = {
         {"coordinator", required_argument, NULL, O_COORD},
         {"secret-file", required_argument, NULL, O_SECRET},
         {"json", no_argument, NULL, O_JSON},
         {"cluster", no_argument, NULL, O_CLUSTER},
         {"plan", no_argument, NULL, O_PLAN},
+        {"detach", no_argument, NULL, O_DETACH},
+        {"follow", no_argument, NULL, O_FOLLOW},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -335,8 +392,10 @@ int main(int argc, char **argv)
         case O_COORD: coordinator = optarg; break;
         case O_SECRET: secret_file = optarg; break;
         case O_JSON: cl.json = true; break;
-        case O_CLUSTER: cl.cluster = true; break;
-        case O_PLAN: cl.plan = true; break;
+        case O_CLUSTER: cluster = true; break;
+        case O_PLAN: plan = true; break;
+        case O_DETACH: cl.detach = true; break;
+        case O_FOLLOW: cl.follow = true; break;
         case O_HELP: usage(stdout); return EXIT_OK;
         default:
             fprintf(stderr, "appliance-submit: unknown or incomplete option \"%s\" (see --help)\n",
@@ -344,17 +403,9 @@ int main(int argc, char **argv)
             return EXIT_USAGE;
         }
     }
-    if (!cl.cluster) {
-        if (optind + 1 != argc) {
+    if (parse_command(&cl, argc, argv, cluster, plan) != EXIT_OK) {
+        if (!cl.arg || cl.cmd != CMD_SUBMIT || cl.job_text)
             usage(stderr);
-            return EXIT_USAGE;
-        }
-        cl.job_path = argv[optind];
-        cl.job_text = read_job_file(cl.job_path);
-        if (!cl.job_text)
-            return EXIT_USAGE;
-    } else if (optind != argc) {
-        fprintf(stderr, "appliance-submit: --cluster takes no job file\n");
         return EXIT_USAGE;
     }
     if (!coordinator || !secret_file) {
@@ -375,11 +426,18 @@ int main(int argc, char **argv)
         return EXIT_USAGE;
     }
     log_init("appliance-submit", LOG_WARN);
+    cl.tty = isatty(1) && !cl.json;
     conn_config_default(&cl.cfg, &cl.secret, APPLIANCE__ROLE__ROLE_CLIENT, "appliance-submit");
     signal(SIGPIPE, SIG_IGN);
     uv_loop_t *loop = uv_default_loop();
+    uv_signal_init(loop, &cl.sigint);
+    cl.sigint.data = &cl;
+    uv_signal_start(&cl.sigint, on_sigint, SIGINT);
+    if (isatty(0) && uv_tty_init(loop, &cl.in, 0, 1) == 0)
+        cl.in.data = &cl;
     cl.exit_code = EXIT_UNREACHABLE;
-    if (!conn_connect(loop, host, port, &cl.cfg, &ops, &cl))
+    cl.c = conn_connect(loop, host, port, &cl.cfg, &ops, &cl);
+    if (!cl.c)
         return EXIT_FAILED;
     uv_run(loop, UV_RUN_DEFAULT);
     uv_loop_close(loop);

@@ -41,6 +41,7 @@ static const key_spec runconfig_keys[] = {
     KI(jobspec, num_wgt_servers, 1, 64),
     KI(jobspec, swarmx_fanout, 2, 64),
     KS(jobspec, mode, "auto|pipelined|weight_streaming"),
+    KS(jobspec, job_priority, "p1|p2|p3"),
 };
 
 static const key_spec input_keys[] = {
@@ -88,6 +89,7 @@ static void jobspec__defaults(jobspec *j)
     j->num_wgt_servers = 1;
     j->swarmx_fanout = 4;
     strcpy(j->mode, "auto");
+    strcpy(j->job_priority, "p2");
     jobspec_input *ins[2] = {&j->train, &j->eval};
     for (int i = 0; i < 2; i++) {
         strcpy(ins[i]->data_processor, "synthetic_classification");

@@ -41,6 +41,7 @@ typedef struct jobspec {
     int64_t num_wgt_servers;      /* memoryx shards */
     int64_t swarmx_fanout;
     char mode[32];                /* "auto", "pipelined", "weight_streaming" */
+    char job_priority[4];         /* "p1" (first) to "p3" */
     /* [train_input], [eval_input] */
     jobspec_input train;
     jobspec_input eval;

@@ -18,7 +18,7 @@ typedef struct node node;
 typedef void (*node_handler)(node *n, conn *c, Appliance__Envelope *env, uint8_t *payload,
                              uint32_t len);
 
-#define NODE_MSG_MAX 32 /* > the largest Envelope oneof number */
+#define NODE_MSG_MAX 48 /* > the largest Envelope oneof number */
 
 typedef struct node_options {
     char listen[128];          /* HOST:PORT to bind; port 0 picks one */

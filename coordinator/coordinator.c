@@ -78,6 +78,7 @@ static void co__register(node *n, conn *c, Appliance__Envelope *env, uint8_t *p,
     out.msg_case = APPLIANCE__ENVELOPE__MSG_REGISTER_ACK;
     out.register_ack = &ack;
     conn_send_msg(c, &out);
+    jobs_member_joined(co);
 }
 
 static void co__heartbeat(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, uint32_t len)
@@ -170,7 +171,7 @@ void coordinator_role(node_role *role)
     role->role = APPLIANCE__ROLE__ROLE_COORDINATOR;
     role->component = "coordinator";
     role->usage_extra =
-        "  --state-dir DIR          job journal and job outputs (default .)\n"
+        "  --state-dir DIR          the job journal (journal.sqlite); without it jobs are not kept\n"
         "  --heartbeat-timeout-ms MS  silence after which a member is lost (default 3000)\n";
     role->handlers[APPLIANCE__ENVELOPE__MSG_REGISTER] = co__register;
     role->handlers[APPLIANCE__ENVELOPE__MSG_HEARTBEAT] = co__heartbeat;
@@ -183,6 +184,9 @@ void coordinator_role(node_role *role)
     role->handlers[APPLIANCE__ENVELOPE__MSG_STEP_COMMITTED] = jobs_handle_step_committed;
     role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_FINISHED] = jobs_handle_finished;
     role->handlers[APPLIANCE__ENVELOPE__MSG_EVAL_REPORT] = jobs_handle_eval_report;
+    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_CANCEL] = jobs_handle_cancel;
+    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_LIST_QUERY] = jobs_handle_list;
+    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_LOG_QUERY] = jobs_handle_logs;
     role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_ABORT] = jobs_handle_abort;
     role->on_conn_close = co__conn_close;
     role->on_shutdown = co__shutdown;
@@ -197,4 +201,12 @@ void coordinator_init(coordinator *co, node *n)
     co->sweep.data = co;
     uint32_t every = n->opt.heartbeat_timeout_ms / 4 ? n->opt.heartbeat_timeout_ms / 4 : 1;
     uv_timer_start(&co->sweep, co__sweep, every, every);
+    co->next_seq = 1;
+    if (n->opt.state_dir[0]) {
+        char err[512];
+        co->journal = journal_open(n->opt.state_dir, err, sizeof(err));
+        if (!co->journal)
+            log_error("no job journal: %s", err);
+    }
+    jobs_load(co);
 }

@@ -1,6 +1,7 @@
 /* The coordinator's state: membership, jobs, and the handlers of its role. */
 #pragma once
 
+#include "journal.h"
 #include "members.h"
 #include "node.h"
 
@@ -13,7 +14,8 @@ typedef struct coordinator {
     job **jobs;                   /* every job of this run, oldest first */
     size_t njobs, capjobs;
     job *running;                 /* the job driving the cluster, or NULL */
-    uint64_t next_job;            /* sequence for job ids */
+    uint64_t next_seq;            /* the next job's sequence number */
+    journal *journal;             /* jobs and their logs, or NULL without a state directory */
 } coordinator;
 
 /* Fills the role table of the coordinator. */
@@ -25,7 +27,15 @@ void coordinator_init(coordinator *c, node *n);
 /* A member's control connection or heartbeats are gone. */
 void coordinator_member_lost(coordinator *co, member *mb, const char *why);
 
-/* Jobs (jobs.c). */
+/* Jobs (jobs.c, jobctl.c). */
+/* Loads the journal: old jobs for status and logs; queued jobs queue again;
+ * jobs that were running when the coordinator stopped are failed. */
+void jobs_load(coordinator *co);
+void jobs_handle_cancel(node *n, conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len);
+void jobs_handle_list(node *n, conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len);
+void jobs_handle_logs(node *n, conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len);
+/* A member registered: a queued job may start. */
+void jobs_member_joined(coordinator *co);
 void jobs_handle_submit(node *n, conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len);
 void jobs_handle_status(node *n, conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len);
 void jobs_handle_ready(node *n, conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len);

@@ -3,12 +3,16 @@
  * end of a job (done, failed) with every member released. */
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
+#include <time.h>
 
-#include "coordinator.h"
+#include "job.h"
 #include "jobspec.h"
+#include "optim_plan.h"
 #include "log.h"
 #include "msg.h"
 #include "plan.h"
@@ -16,52 +20,11 @@
 
 #define JOB_CHUNK_ELEMS (256u * 1024) /* 1 MiB of float32 per chunk */
 #define JOB_STEP_WINDOW (1u << 20)    /* steps whose reports may be in flight at most */
-
-typedef struct job_step {
-    uint64_t step;        /* which step this slot holds, UINT64_MAX if none */
-    double loss_sum;      /* sum over replicas of their loss sums */
-    uint32_t reports;     /* replicas that reported */
-    uint32_t commits;     /* shards that committed */
-} job_step;
-
-struct job {
-    char id[40];
-    Appliance__JobState state;
-    char file[256];
-    char model_dir[PATH_MAX];
-    char message[1024];   /* why it failed, or the final word */
-    char phase[32];       /* compiling, loading weights, training, checkpointing */
-    uint8_t *plan_bytes;  /* packed plan, owned */
-    size_t plan_len;
-    Appliance__Plan *plan; /* unpacked from plan_bytes, owned */
-    uint32_t *members;    /* member ids the job uses */
-    size_t nmembers;
-    size_t ready;         /* members that reported ready */
-    size_t finished;      /* shards that wrote their final checkpoint */
-    uint64_t steps_done;
-    double last_loss;
-    job_step *ring;       /* steps in flight, by step % ring_cap (a power of two) */
-    size_t ring_cap;
-    conn *follower;       /* client following the job, or NULL */
-    bool json;
-    uint64_t t_start, t_train; /* uv_now at acceptance and at the first step */
-    uint64_t samples;      /* trained */
-    uint64_t log_steps;    /* progress goes to the follower every log_steps steps */
-    /* Evaluation: the reports of the one in progress, and the last result. */
-    uint64_t eval_step;    /* the step being evaluated */
-    uint32_t eval_reports; /* replicas that reported it */
-    uint64_t eval_samples, eval_correct;
-    double eval_loss_sum;
-    uint32_t eval_classes;
-    uint64_t eval_inter[256], eval_union[256];
-    bool have_eval;        /* a result below */
-    uint64_t last_eval_step;
-    double last_eval_loss, last_eval_accuracy, last_eval_iou;
-};
+#define JOB_LOG_MAX 100000            /* log lines kept per job */
 
 static coordinator *co_of(node *n) { return n->data; }
 
-static const char *job__state_name(Appliance__JobState s)
+const char *job_state_name(Appliance__JobState s)
 {
     switch (s) {
     case APPLIANCE__JOB_STATE__JOB_QUEUED: return "queued";
@@ -73,7 +36,7 @@ static const char *job__state_name(Appliance__JobState s)
     }
 }
 
-static job *job__find(coordinator *co, const char *id)
+job *job_find(coordinator *co, const char *id)
 {
     for (size_t i = 0; i < co->njobs; i++)
         if (strcmp(co->jobs[i]->id, id) == 0)
@@ -81,19 +44,41 @@ static job *job__find(coordinator *co, const char *id)
     return NULL;
 }
 
-static void job__status(coordinator *co, job *j, Appliance__JobStatus *s)
+/* Position among the queued jobs in the order they will start. */
+static uint32_t job__queue_position(coordinator *co, const job *j)
+{
+    if (j->state != APPLIANCE__JOB_STATE__JOB_QUEUED)
+        return 0;
+    uint32_t pos = 1;
+    for (size_t i = 0; i < co->njobs; i++) {
+        const job *o = co->jobs[i];
+        if (o != j && o->state == APPLIANCE__JOB_STATE__JOB_QUEUED &&
+            (o->priority < j->priority || (o->priority == j->priority && o->seq < j->seq)))
+            pos++;
+    }
+    return pos;
+}
+
+void job_status(coordinator *co, job *j, Appliance__JobStatus *s)
 {
     appliance__job_status__init(s);
     s->job_id = j->id;
     s->state = j->state;
     s->step = j->steps_done;
-    s->max_steps = j->plan ? j->plan->max_steps : 0;
+    s->max_steps = j->max_steps;
     s->loss = j->last_loss;
     s->model_dir = j->model_dir;
     s->message = j->message;
     s->phase = j->phase;
+    s->file_name = j->file;
+    s->priority = j->priority;
+    s->queue_position = job__queue_position(co, j);
+    s->submitted_at = j->submitted_at;
+    s->learning_rate = j->last_lr;
+    s->eta_sec = -1;
     uint64_t now = uv_now(co->n->loop);
-    s->elapsed_sec = (double)(now - j->t_start) / 1000.0;
+    if (j->t_start)
+        s->elapsed_sec = (double)(now - j->t_start) / 1000.0;
     s->eval_accuracy = s->eval_iou = -1;
     if (j->have_eval) {
         s->eval_step = j->last_eval_step;
@@ -101,18 +86,118 @@ static void job__status(coordinator *co, job *j, Appliance__JobStatus *s)
         s->eval_accuracy = j->last_eval_accuracy;
         s->eval_iou = j->last_eval_iou;
     }
-    if (j->t_train && now > j->t_train)
-        s->samples_per_sec = (double)j->samples * 1000.0 / (double)(now - j->t_train);
+    if (j->state == APPLIANCE__JOB_STATE__JOB_RUNNING && j->t_train && now > j->t_train &&
+        j->samples) {
+        double secs = (double)(now - j->t_train) / 1000.0;
+        s->samples_per_sec = (double)j->samples / secs;
+        uint64_t trained = j->steps_done - j->first_step;
+        if (trained > 0)
+            s->eta_sec = secs / (double)trained * (double)(j->max_steps - j->steps_done);
+    }
 }
 
-static void job__notify(coordinator *co, job *j)
+void job_notify(coordinator *co, job *j)
 {
-    if (!j->follower)
+    if (j->nfollowers == 0)
         return;
     Appliance__JobStatus s;
-    job__status(co, j, &s);
+    job_status(co, j, &s);
     ENVELOPE(env, job_status, JOB_STATUS, &s);
-    conn_send_msg(j->follower, &env);
+    for (size_t i = 0; i < j->nfollowers; i++)
+        conn_send_msg(j->followers[i], &env);
+}
+
+void job_save(coordinator *co, job *j)
+{
+    if (!co->journal)
+        return;
+    journal_job jj = {
+        .id = j->id, .seq = j->seq, .state = j->state, .priority = j->priority,
+        .file = j->file, .toml = j->toml ? j->toml : "", .base_dir = j->base_dir,
+        .model_dir = j->model_dir, .message = j->message, .submitted_at = j->submitted_at,
+        .steps = j->steps_done, .max_steps = j->max_steps, .loss = j->last_loss,
+        .eval_step = j->have_eval ? j->last_eval_step : 0, .eval_loss = j->last_eval_loss,
+        .eval_accuracy = j->have_eval ? j->last_eval_accuracy : -1,
+        .eval_iou = j->have_eval ? j->last_eval_iou : -1,
+    };
+    journal_put(co->journal, &jj);
+}
+
+/* Sends lines [from, nlog) to a log reader. */
+void job_send_log(job *j, conn *c, uint64_t from, bool end)
+{
+    Appliance__JobLogLines m = APPLIANCE__JOB_LOG_LINES__INIT;
+    m.job_id = j->id;
+    m.first = from;
+    m.n_lines = from < j->nlog ? j->nlog - from : 0;
+    m.lines = j->log + (from < j->nlog ? from : j->nlog);
+    m.end = end;
+    ENVELOPE(env, job_log_lines, JOB_LOG_LINES, &m);
+    conn_send_msg(c, &env);
+}
+
+/* Adds a line the journal already holds (loading) or a new one. */
+void job_append_log(job *j, const char *line)
+{
+    if (j->nlog >= JOB_LOG_MAX)
+        return;
+    if (j->nlog == j->caplog) {
+        size_t cap = j->caplog ? j->caplog * 2 : 32;
+        char **v = realloc(j->log, cap * sizeof(*v));
+        if (!v)
+            return;
+        j->log = v;
+        j->caplog = cap;
+    }
+    char *copy = strdup(line);
+    if (copy)
+        j->log[j->nlog++] = copy;
+}
+
+void job_log(coordinator *co, job *j, const char *fmt, ...)
+{
+    char text[1200];
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    struct tm tm;
+    gmtime_r(&tv.tv_sec, &tm);
+    int n = (int)strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ ", &tm);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text + n, sizeof(text) - (size_t)n, fmt, ap);
+    va_end(ap);
+    uint64_t line = j->nlog;
+    job_append_log(j, text);
+    if (j->nlog == line)
+        return; /* past the limit */
+    if (co->journal)
+        journal_log(co->journal, j->id, line, text);
+    for (size_t i = 0; i < j->nreaders; i++) {
+        job_send_log(j, j->readers[i].c, j->readers[i].next, false);
+        j->readers[i].next = j->nlog;
+    }
+}
+
+job *job_new(coordinator *co, uint64_t seq)
+{
+    if (co->njobs == co->capjobs) {
+        size_t cap = co->capjobs ? co->capjobs * 2 : 16;
+        job **v = realloc(co->jobs, cap * sizeof(*v));
+        if (!v)
+            return NULL;
+        co->jobs = v;
+        co->capjobs = cap;
+    }
+    job *j = calloc(1, sizeof(*j));
+    if (!j)
+        return NULL;
+    co->jobs[co->njobs++] = j;
+    j->seq = seq;
+    if (seq >= co->next_seq)
+        co->next_seq = seq + 1;
+    snprintf(j->id, sizeof(j->id), "job-%llu", (unsigned long long)seq);
+    j->priority = 2;
+    return j;
 }
 
 static void job__send_all(coordinator *co, job *j, const Appliance__Envelope *env)
@@ -138,23 +223,41 @@ static void job__release(coordinator *co, job *j)
         co->running = NULL;
 }
 
-/* Ends a job: every member is told, the follower gets the final status. */
-static void job__end(coordinator *co, job *j, Appliance__JobState state, const char *why)
+/* Frees what only a running job needs. */
+static void job__drop_run(job *j)
 {
-    if (j->state != APPLIANCE__JOB_STATE__JOB_RUNNING)
+    if (j->plan)
+        appliance__plan__free_unpacked(j->plan, NULL);
+    j->plan = NULL;
+    free(j->plan_bytes);
+    j->plan_bytes = NULL;
+    free(j->members);
+    j->members = NULL;
+    j->nmembers = 0;
+    free(j->ring);
+    j->ring = NULL;
+    j->ring_cap = 0;
+    summaries_close(j->sum);
+    j->sum = NULL;
+}
+
+void job_end(coordinator *co, job *j, Appliance__JobState state, const char *why)
+{
+    bool running = j->state == APPLIANCE__JOB_STATE__JOB_RUNNING;
+    if (!running && j->state != APPLIANCE__JOB_STATE__JOB_QUEUED)
         return;
     j->state = state;
     snprintf(j->message, sizeof(j->message), "%s", why);
-    snprintf(j->phase, sizeof(j->phase), "%s", job__state_name(state));
-    if (state == APPLIANCE__JOB_STATE__JOB_DONE) {
+    snprintf(j->phase, sizeof(j->phase), "%s", job_state_name(state));
+    if (running && state == APPLIANCE__JOB_STATE__JOB_DONE) {
         log_info("job %s done: %llu steps, loss %.6f", j->id, (unsigned long long)j->steps_done,
                  j->last_loss);
         Appliance__JobEnd e = APPLIANCE__JOB_END__INIT;
         e.job_id = j->id;
         ENVELOPE(env, job_end, JOB_END, &e);
         job__send_all(co, j, &env);
-    } else {
-        log_error("job %s %s at step %llu: %s", j->id, job__state_name(state),
+    } else if (running) {
+        log_error("job %s %s at step %llu: %s", j->id, job_state_name(state),
                   (unsigned long long)j->steps_done, why);
         Appliance__JobAbort a = APPLIANCE__JOB_ABORT__INIT;
         a.job_id = j->id;
@@ -162,157 +265,193 @@ static void job__end(coordinator *co, job *j, Appliance__JobState state, const c
         ENVELOPE(env, job_abort, JOB_ABORT, &a);
         job__send_all(co, j, &env);
     }
+    if (state == APPLIANCE__JOB_STATE__JOB_DONE)
+        job_log(co, j, "done: %llu steps, final loss %.6f", (unsigned long long)j->steps_done,
+                j->last_loss);
+    else
+        job_log(co, j, "%s at step %llu: %s", job_state_name(state),
+                (unsigned long long)j->steps_done, why);
+    if (j->sum)
+        summaries_flush(j->sum);
     job__release(co, j);
-    job__notify(co, j);
-    j->follower = NULL;
+    job_notify(co, j); /* the final status: followers exit on it */
+    j->nfollowers = 0;
+    for (size_t i = 0; i < j->nreaders; i++)
+        job_send_log(j, j->readers[i].c, j->readers[i].next, true);
+    j->nreaders = 0;
+    job__drop_run(j);
+    free(j->toml); /* kept in the journal */
+    j->toml = NULL;
+    job_save(co, j);
+    if (running)
+        jobs_schedule(co);
 }
 
-/* Picks idle members of a role in member-id order. */
-static size_t job__pick(coordinator *co, Appliance__Role role, member **out, size_t want)
+/* Picks live members of a role in member-id order: idle ones only, or (for
+ * feasibility and plans) any. */
+static size_t job__pick(coordinator *co, Appliance__Role role, member **out, size_t want, bool idle)
 {
     size_t k = 0;
     for (size_t i = 0; i < co->members.n && k < want; i++) {
         member *mb = &co->members.v[i];
-        if (mb->role == role && mb->state == APPLIANCE__MEMBER_STATE__MEMBER_ALIVE && !mb->job[0])
+        bool live = mb->state == APPLIANCE__MEMBER_STATE__MEMBER_ALIVE ||
+                    mb->state == APPLIANCE__MEMBER_STATE__MEMBER_BUSY;
+        if (mb->role == role && live && (!idle || (!mb->job[0] && mb->state == APPLIANCE__MEMBER_STATE__MEMBER_ALIVE)))
             out[k++] = mb;
     }
     return k;
 }
 
-static job *job__new(coordinator *co)
+/* The members of a placement. */
+typedef struct job_place {
+    member *reps[1024], *shards[64], *swarm[1024], *workers[256];
+    size_t nr, ns, nx, nw;         /* needed */
+    size_t gr, gs, gx, gw;         /* found */
+} job_place;
+
+static bool job__place(coordinator *co, const jobspec *spec, job_place *pl, bool idle)
 {
-    if (co->njobs == co->capjobs) {
-        size_t cap = co->capjobs ? co->capjobs * 2 : 16;
-        job **v = realloc(co->jobs, cap * sizeof(*v));
-        if (!v)
-            return NULL;
-        co->jobs = v;
-        co->capjobs = cap;
-    }
-    job *j = calloc(1, sizeof(*j));
-    if (!j)
-        return NULL;
-    co->jobs[co->njobs++] = j;
-    snprintf(j->id, sizeof(j->id), "job-%llu-%04llu", (unsigned long long)(uv_now(co->n->loop) % 1000000),
-             (unsigned long long)++co->next_job);
-    j->t_start = uv_now(co->n->loop);
-    return j;
+    pl->nr = (size_t)spec->num_csx;
+    pl->ns = (size_t)spec->num_wgt_servers;
+    pl->nx = planner_swarm_nodes(pl->nr, (size_t)spec->swarmx_fanout);
+    pl->nw = 1;
+    pl->gr = job__pick(co, APPLIANCE__ROLE__ROLE_WSE_NODE, pl->reps, pl->nr, idle);
+    pl->gs = job__pick(co, APPLIANCE__ROLE__ROLE_MEMORYX, pl->shards, pl->ns, idle);
+    pl->gx = job__pick(co, APPLIANCE__ROLE__ROLE_SWARMX, pl->swarm, pl->nx, idle);
+    pl->gw = job__pick(co, APPLIANCE__ROLE__ROLE_WORKER, pl->workers, 256, idle);
+    return pl->gr >= pl->nr && pl->gs >= pl->ns && pl->gx >= pl->nx && pl->gw >= pl->nw;
 }
 
-void jobs_handle_submit(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, uint32_t len)
+bool jobs_feasible(coordinator *co, const jobspec *spec, char *err, size_t errlen)
 {
-    coordinator *co = co_of(n);
-    Appliance__JobSubmit *s = env->job_submit;
-    const char *file = s->file_name && s->file_name[0] ? s->file_name : "job.toml";
-    char err[1024];
-    jobspec *spec = jobspec_parse(s->toml, strlen(s->toml), file, s->base_dir, err, sizeof(err));
-    if (!spec) {
-        log_info("job file %s from %s refused: %s", file, c->peer_addr, err);
-        node_reply_error(c, -EINVAL, "%s", err);
-        return;
+    static job_place pl;
+    if (job__place(co, spec, &pl, false))
+        return true;
+    snprintf(err, errlen,
+             "%s: the job needs %zu wse-node(s), %zu memoryx, %zu swarmx and at least 1 worker; "
+             "the cluster has %zu wse-node(s), %zu memoryx, %zu swarmx, %zu worker(s)",
+             spec->source, pl.nr, pl.ns, pl.nx, pl.gr, pl.gs, pl.gx, pl.gw);
+    return false;
+}
+
+int jobs_plan(coordinator *co, const jobspec *spec, const char *id, const char *toml, bool idle,
+              uint8_t **plan, size_t *len, member ***used, size_t *nused, char *err, size_t errlen)
+{
+    static job_place pl;
+    if (!job__place(co, spec, &pl, idle)) {
+        snprintf(err, errlen, "%s: not enough idle members", spec->source);
+        return -EAGAIN;
     }
-    if (co->running && !s->plan_only) {
-        node_reply_error(c, -EBUSY, "%s: the cluster is running job %s; try again when it ends",
-                         file, co->running->id);
-        jobspec_free(spec);
-        return;
-    }
-    /* Placement: idle members, in member-id order. */
-    size_t nr = (size_t)spec->num_csx, ns = (size_t)spec->num_wgt_servers;
-    member *reps[1024], *shards[64], *swarm[1024], *workers[256];
-    size_t nx = planner_swarm_nodes(nr, (size_t)spec->swarmx_fanout);
-    size_t gr = job__pick(co, APPLIANCE__ROLE__ROLE_WSE_NODE, reps, nr);
-    size_t gs = job__pick(co, APPLIANCE__ROLE__ROLE_MEMORYX, shards, ns);
-    size_t gx = job__pick(co, APPLIANCE__ROLE__ROLE_SWARMX, swarm, nx);
-    size_t gw = job__pick(co, APPLIANCE__ROLE__ROLE_WORKER, workers, 256);
-    if (gr < nr || gs < ns || gx < nx || gw < 1) {
-        node_reply_error(c, -EAGAIN,
-                         "%s: the job needs %zu wse-node(s), %zu memoryx, %zu swarmx and at least 1 "
-                         "worker; idle now: %zu wse-node(s), %zu memoryx, %zu swarmx, %zu worker(s)",
-                         file, nr, ns, nx, gr, gs, gx, gw);
-        jobspec_free(spec);
-        return;
-    }
-    job *j = job__new(co);
-    if (!j) {
-        node_reply_error(c, -ENOMEM, "out of memory");
-        jobspec_free(spec);
-        return;
-    }
-    snprintf(j->file, sizeof(j->file), "%s", file);
-    snprintf(j->model_dir, sizeof(j->model_dir), "%s", spec->model_dir);
-    j->log_steps = (uint64_t)spec->log_steps;
-    planner_members pm = {reps, nr, shards, ns, swarm, nx, workers, gw};
-    int rc = planner_build(spec, j->id, s->toml, &pm, JOB_CHUNK_ELEMS, &j->plan_bytes, &j->plan_len,
-                           err, sizeof(err));
-    jobspec_free(spec);
-    if (rc == 0)
-        j->plan = appliance__plan__unpack(NULL, j->plan_len, j->plan_bytes);
-    if (j->plan)
-        j->steps_done = j->plan->first_step;
-    if (rc < 0 || !j->plan) {
-        j->state = APPLIANCE__JOB_STATE__JOB_FAILED;
-        snprintf(j->message, sizeof(j->message), "%s", rc < 0 ? err : "cannot decode the plan");
-        node_reply_error(c, rc < 0 ? rc : -EPROTO, "%s", j->message);
-        return;
-    }
-    Appliance__JobAccepted acc = APPLIANCE__JOB_ACCEPTED__INIT;
-    acc.job_id = j->id;
-    acc.plan = j->plan;
-    ENVELOPE(out, job_accepted, JOB_ACCEPTED, &acc);
-    if (s->plan_only) {
-        j->state = APPLIANCE__JOB_STATE__JOB_DONE;
-        snprintf(j->message, sizeof(j->message), "plan only");
-        conn_send_msg(c, &out);
-        return;
-    }
-    /* The members this job uses. */
-    j->nmembers = nr + ns + nx + (gw < j->plan->n_workers ? gw : j->plan->n_workers);
-    j->members = calloc(j->nmembers, sizeof(uint32_t));
-    if (!j->members) {
-        node_reply_error(c, -ENOMEM, "out of memory");
-        return;
+    planner_members pm = {pl.reps, pl.nr, pl.shards, pl.ns, pl.swarm, pl.nx, pl.workers, pl.gw};
+    int rc = planner_build(spec, id, toml, &pm, JOB_CHUNK_ELEMS, plan, len, err, errlen);
+    if (rc < 0 || !used)
+        return rc;
+    size_t nw = pl.gw < (size_t)spec->num_csx * (size_t)spec->num_workers_per_csx
+                    ? pl.gw
+                    : (size_t)spec->num_csx * (size_t)spec->num_workers_per_csx;
+    *nused = pl.nr + pl.ns + pl.nx + nw;
+    *used = calloc(*nused, sizeof(member *));
+    if (!*used) {
+        free(*plan);
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
     }
     size_t k = 0;
-    for (size_t i = 0; i < nr; i++)
-        j->members[k++] = reps[i]->id;
-    for (size_t i = 0; i < ns; i++)
-        j->members[k++] = shards[i]->id;
-    for (size_t i = 0; i < nx; i++)
-        j->members[k++] = swarm[i]->id;
-    for (size_t i = 0; i < gw && i < j->plan->n_workers; i++)
-        j->members[k++] = workers[i]->id;
-    for (size_t i = 0; i < j->nmembers; i++) {
-        member *mb = members_by_id(&co->members, j->members[i]);
-        snprintf(mb->job, sizeof(mb->job), "%s", j->id);
-        mb->state = APPLIANCE__MEMBER_STATE__MEMBER_BUSY;
+    for (size_t i = 0; i < pl.nr; i++)
+        (*used)[k++] = pl.reps[i];
+    for (size_t i = 0; i < pl.ns; i++)
+        (*used)[k++] = pl.shards[i];
+    for (size_t i = 0; i < pl.nx; i++)
+        (*used)[k++] = pl.swarm[i];
+    for (size_t i = 0; i < nw; i++)
+        (*used)[k++] = pl.workers[i];
+    return 0;
+}
+
+/* Starts a queued job on idle members. Returns 1 when started, 0 when the
+ * cluster has no room for it now, -1 when it failed (it has ended). */
+static int job__start(coordinator *co, job *j)
+{
+    char err[1024];
+    jobspec *spec = jobspec_parse(j->toml, strlen(j->toml), j->file, j->base_dir, err, sizeof(err));
+    if (!spec) {
+        job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, err);
+        return -1;
     }
+    static job_place pl;
+    if (!job__place(co, spec, &pl, true)) {
+        jobspec_free(spec);
+        return 0;
+    }
+    member **used = NULL;
+    size_t nused = 0;
+    int rc = jobs_plan(co, spec, j->id, j->toml, true, &j->plan_bytes, &j->plan_len, &used, &nused,
+                       err, sizeof(err));
+    if (rc == 0 && !(j->plan = appliance__plan__unpack(NULL, j->plan_len, j->plan_bytes))) {
+        snprintf(err, sizeof(err), "cannot decode the plan");
+        rc = -EPROTO;
+    }
+    if (rc < 0) {
+        jobspec_free(spec);
+        free(used);
+        job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, err);
+        return -1;
+    }
+    j->log_steps = (uint64_t)spec->log_steps;
+    j->members = calloc(nused, sizeof(uint32_t));
+    j->nmembers = j->members ? nused : 0;
+    for (size_t i = 0; i < j->nmembers; i++) {
+        j->members[i] = used[i]->id;
+        snprintf(used[i]->job, sizeof(used[i]->job), "%s", j->id);
+        used[i]->state = APPLIANCE__MEMBER_STATE__MEMBER_BUSY;
+    }
+    free(used);
+    j->steps_done = j->first_step = j->plan->first_step;
+    j->max_steps = j->plan->max_steps;
+    j->t_start = uv_now(co->n->loop);
     j->state = APPLIANCE__JOB_STATE__JOB_RUNNING;
     snprintf(j->phase, sizeof(j->phase), "loading weights");
     co->running = j;
-    j->follower = s->follow ? c : NULL;
-    conn_send_msg(c, &out);
+    /* TensorBoard summaries beside the checkpoints. */
+    char serr[512];
+    j->sum = summaries_open(j->model_dir, serr, sizeof(serr));
+    if (!j->sum)
+        job_log(co, j, "no TensorBoard summaries: %s", serr);
+    static const char *const modes[] = {"auto", "pipelined", "weight streaming"};
+    job_log(co, j, "started: %zu replica(s), %s mode, global batch %u, steps %llu to %llu",
+            j->plan->n_replicas, modes[j->plan->mode < 3 ? j->plan->mode : 0], j->plan->global_batch,
+            (unsigned long long)j->plan->first_step, (unsigned long long)j->plan->max_steps);
+    log_info("job %s started: %s, %zu replica(s), %llu steps, global batch %u", j->id, j->file,
+             j->plan->n_replicas, (unsigned long long)j->plan->max_steps, j->plan->global_batch);
+    job_save(co, j);
+    jobspec_free(spec);
     Appliance__JobStart st = APPLIANCE__JOB_START__INIT;
     st.plan = j->plan;
     ENVELOPE(start, job_start, JOB_START, &st);
     job__send_all(co, j, &start);
-    log_info("job %s accepted from %s: %s, %zu replica(s), %llu steps, global batch %u", j->id,
-             c->peer_addr, j->file, nr, (unsigned long long)j->plan->max_steps,
-             j->plan->global_batch);
+    job_notify(co, j);
+    return 1;
 }
 
-void jobs_handle_status(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, uint32_t len)
+void jobs_schedule(coordinator *co)
 {
-    coordinator *co = co_of(n);
-    job *j = job__find(co, env->job_status_query->job_id);
-    if (!j) {
-        node_reply_error(c, -ENOENT, "no job %s", env->job_status_query->job_id);
-        return;
+    while (!co->running && !co->n->stopping) {
+        job *next = NULL;
+        for (size_t i = 0; i < co->njobs; i++) {
+            job *j = co->jobs[i];
+            if (j->state == APPLIANCE__JOB_STATE__JOB_QUEUED &&
+                (!next || j->priority < next->priority ||
+                 (j->priority == next->priority && j->seq < next->seq)))
+                next = j;
+        }
+        if (!next || job__start(co, next) == 0)
+            return;
     }
-    Appliance__JobStatus s;
-    job__status(co, j, &s);
-    ENVELOPE(out, job_status, JOB_STATUS, &s);
-    conn_send_msg(c, &out);
+}
+
+void jobs_member_joined(coordinator *co)
+{
+    jobs_schedule(co);
 }
 
 /* The running job, if the message is for it and comes from one of its
@@ -342,6 +481,7 @@ void jobs_handle_ready(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, u
     snprintf(j->phase, sizeof(j->phase), "training");
     j->t_train = uv_now(n->loop);
     log_info("job %s: every member ready, training starts", j->id);
+    job_log(co, j, "every member ready: training");
     Appliance__JobGo go = APPLIANCE__JOB_GO__INIT;
     go.job_id = j->id;
     ENVELOPE(out, job_go, JOB_GO, &go);
@@ -350,7 +490,7 @@ void jobs_handle_ready(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, u
         if (mb && mb->c)
             conn_send_msg(mb->c, &out);
     }
-    job__notify(co, j);
+    job_notify(co, j);
 }
 
 /* The record of a step in flight. Replicas report a step as they finish it
@@ -396,7 +536,7 @@ static void job__maybe_finish(coordinator *co, job *j)
     bool evaluated = !plan_eval_at(j->plan, j->plan->max_steps) ||
                      (j->have_eval && j->last_eval_step == j->plan->max_steps);
     if (j->finished >= j->plan->n_shards && j->steps_done >= j->plan->max_steps && evaluated)
-        job__end(co, j, APPLIANCE__JOB_STATE__JOB_DONE, "done");
+        job_end(co, j, APPLIANCE__JOB_STATE__JOB_DONE, "done");
 }
 
 static bool job__step_complete(const job *j, const job_step *s)
@@ -415,14 +555,37 @@ static void job__maybe_step_done(coordinator *co, job *j, job_step *s)
     j->steps_done = s->step + 1;
     j->last_loss = s->loss_sum / (double)j->plan->global_batch;
     j->samples += j->plan->global_batch;
+    optim_config cfg;
+    if (optim_from_plan(j->plan->optimizer, &cfg) == 0)
+        j->last_lr = optim_lr_at(&cfg, (int64_t)s->step);
+    double compute = s->compute_max;
     s->step = UINT64_MAX;
     bool last = j->steps_done >= j->plan->max_steps;
     if (last)
         snprintf(j->phase, sizeof(j->phase), "checkpointing");
     if (last || j->steps_done % j->log_steps == 0) {
+        Appliance__JobStatus st;
+        job_status(co, j, &st);
         log_info("job %s: step %llu/%llu loss %.6f", j->id, (unsigned long long)j->steps_done,
                  (unsigned long long)j->plan->max_steps, j->last_loss);
-        job__notify(co, j);
+        job_log(co, j, "step %llu/%llu loss %.6f lr %.6g samples/s %.1f",
+                (unsigned long long)j->steps_done, (unsigned long long)j->plan->max_steps,
+                j->last_loss, j->last_lr, st.samples_per_sec);
+        if (j->sum) {
+            int64_t step = (int64_t)j->steps_done;
+            summaries_scalar(j->sum, "loss", step, j->last_loss);
+            summaries_scalar(j->sum, "learning_rate", step, j->last_lr);
+            summaries_scalar(j->sum, "samples_per_sec", step, st.samples_per_sec);
+            summaries_scalar(j->sum, "step_compute_sec/slowest_replica", step, compute);
+            for (size_t i = 0; j->ring && i < j->plan->n_replicas && i < 64; i++) {
+                char tag[64];
+                snprintf(tag, sizeof(tag), "step_compute_sec/replica_%zu", i);
+                summaries_scalar(j->sum, tag, step, j->replica_sec[i]);
+            }
+            summaries_flush(j->sum);
+        }
+        job_save(co, j);
+        job_notify(co, j);
     }
     job__maybe_finish(co, j);
     if (j->state == APPLIANCE__JOB_STATE__JOB_RUNNING)
@@ -441,17 +604,21 @@ void jobs_handle_step_report(node *n, conn *c, Appliance__Envelope *env, uint8_t
     if (!s) {
         snprintf(why, sizeof(why), "step report for step %llu from replica %u out of order",
                  (unsigned long long)r->step, r->replica);
-        job__end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, why);
+        job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, why);
         return;
     }
     if (!isfinite(r->loss_sum)) {
         snprintf(why, sizeof(why), "loss of replica %u is not finite at step %llu: training diverged",
                  r->replica, (unsigned long long)r->step);
-        job__end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, why);
+        job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, why);
         return;
     }
     s->loss_sum += r->loss_sum;
     s->reports++;
+    if (r->compute_sec > s->compute_max)
+        s->compute_max = r->compute_sec;
+    if (r->replica < 64)
+        j->replica_sec[r->replica] = r->compute_sec;
     job__maybe_step_done(co, j, s);
 }
 
@@ -467,7 +634,7 @@ void jobs_handle_step_committed(node *n, conn *c, Appliance__Envelope *env, uint
         char why[160];
         snprintf(why, sizeof(why), "commit of step %llu from shard %u out of order",
                  (unsigned long long)r->step, r->shard);
-        job__end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, why);
+        job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, why);
         return;
     }
     s->commits++;
@@ -482,7 +649,7 @@ void jobs_handle_eval_report(node *n, conn *c, Appliance__Envelope *env, uint8_t
     if (!j)
         return;
     if (r->n_intersection != r->n_union_ || r->n_intersection > 256) {
-        job__end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, "malformed evaluation report");
+        job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, "malformed evaluation report");
         return;
     }
     if (j->eval_reports == 0 || j->eval_step != r->step) {
@@ -528,7 +695,20 @@ void jobs_handle_eval_report(node *n, conn *c, Appliance__Envelope *env, uint8_t
              (unsigned long long)r->step, (unsigned long long)j->eval_samples, j->last_eval_loss,
              j->eval_classes ? ", IoU " : ", accuracy ",
              j->eval_classes ? j->last_eval_iou : j->last_eval_accuracy);
-    job__notify(co, j);
+    job_log(co, j, "evaluation at step %llu over %llu samples: loss %.6f%s%.4f",
+            (unsigned long long)r->step, (unsigned long long)j->eval_samples, j->last_eval_loss,
+            j->eval_classes ? ", IoU " : ", accuracy ",
+            j->eval_classes ? j->last_eval_iou : j->last_eval_accuracy);
+    if (j->sum) {
+        summaries_scalar(j->sum, "eval/loss", (int64_t)r->step, j->last_eval_loss);
+        if (j->eval_classes)
+            summaries_scalar(j->sum, "eval/iou", (int64_t)r->step, j->last_eval_iou);
+        else
+            summaries_scalar(j->sum, "eval/accuracy", (int64_t)r->step, j->last_eval_accuracy);
+        summaries_flush(j->sum);
+    }
+    job_save(co, j);
+    job_notify(co, j);
     job__maybe_finish(co, j);
 }
 
@@ -554,7 +734,7 @@ void jobs_handle_abort(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, u
     char why[900];
     snprintf(why, sizeof(why), "%s %s: %s", node_role_name(mb->role), mb->name,
              env->job_abort->reason ? env->job_abort->reason : "aborted");
-    job__end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, why);
+    job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, why);
 }
 
 void jobs_member_lost(coordinator *co, member *mb)
@@ -564,29 +744,43 @@ void jobs_member_lost(coordinator *co, member *mb)
         return;
     char why[256];
     snprintf(why, sizeof(why), "lost %s %s (member %u)", node_role_name(mb->role), mb->name, mb->id);
-    job__end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, why);
+    job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, why);
 }
 
 void jobs_client_closed(coordinator *co, conn *c)
 {
-    for (size_t i = 0; i < co->njobs; i++)
-        if (co->jobs[i]->follower == c)
-            co->jobs[i]->follower = NULL;
+    for (size_t i = 0; i < co->njobs; i++) {
+        job *j = co->jobs[i];
+        size_t k = 0;
+        for (size_t f = 0; f < j->nfollowers; f++)
+            if (j->followers[f] != c)
+                j->followers[k++] = j->followers[f];
+        j->nfollowers = k;
+        k = 0;
+        for (size_t r = 0; r < j->nreaders; r++)
+            if (j->readers[r].c != c)
+                j->readers[k++] = j->readers[r];
+        j->nreaders = k;
+    }
 }
 
 void jobs_shutdown(coordinator *co)
 {
     for (size_t i = 0; i < co->njobs; i++) {
         job *j = co->jobs[i];
-        if (j->plan)
-            appliance__plan__free_unpacked(j->plan, NULL);
-        free(j->plan_bytes);
-        free(j->members);
-        free(j->ring);
+        job__drop_run(j);
+        free(j->toml);
+        free(j->followers);
+        free(j->readers);
+        for (size_t l = 0; l < j->nlog; l++)
+            free(j->log[l]);
+        free(j->log);
         free(j);
     }
     free(co->jobs);
     co->jobs = NULL;
     co->njobs = co->capjobs = 0;
     co->running = NULL;
+    journal_close(co->journal);
+    co->journal = NULL;
 }

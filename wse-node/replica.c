@@ -89,6 +89,12 @@ static void wn__release(node *n, wn_job *j)
     wse_node *w = wn_of(n);
     if (w->job == j)
         w->job = NULL;
+    if (!j->linked) { /* still allocating: freed when that ends */
+        j->links_open = 0;
+        if (!j->busy)
+            wn__free_buffers(j);
+        return;
+    }
     j->links_open = 1 + (int)j->nfeeds;
     conn_link_stop(&j->up, wn__up_stopped);
     for (size_t i = 0; i < j->nfeeds; i++)
@@ -822,6 +828,137 @@ static void wn__refuse(node *n, wn_job *j, const char *reason)
     wn__free_buffers(j);
 }
 
+/* Allocates a job's buffers (on the compute thread). */
+static int wn__job_buffers(wn_job *j, char *err, size_t errlen)
+{
+    Appliance__Plan *p = j->plan;
+    const model *m = j->m;
+    bool oom = false;
+    j->t = calloc(p->n_tensors ? p->n_tensors : 1, sizeof(*j->t));
+    j->wp = calloc(p->n_tensors ? p->n_tensors : 1, sizeof(float *));
+    j->gp = calloc(p->n_tensors ? p->n_tensors : 1, sizeof(float *));
+    oom |= !j->t || !j->wp || !j->gp;
+    j->pipelined = p->mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED;
+    if (j->pipelined && optim_from_plan(p->optimizer, &j->cfg) < 0) {
+        snprintf(err, errlen, "bad optimizer in the plan");
+        return -EINVAL;
+    }
+    if (!j->pipelined) {
+        /* Weight Streaming: weights and gradients pass through two slots
+         * each; only the small batch-norm statistics have their own room. */
+        int rc = wslots_init(&j->ws, m, p->fwd_stream, p->n_fwd_stream, p->bwd_stream, p->n_bwd_stream);
+        if (rc < 0) {
+            snprintf(err, errlen, "%s", rc == -ENOMEM ? "out of memory for the weight slots"
+                                           : "the plan's weight schedule does not stream whole layers in order");
+            return rc;
+        }
+        j->ws_ready = true;
+    }
+    for (size_t i = 0; !oom && i < p->n_tensors; i++) {
+        wn_tensor *t = &j->t[i];
+        t->n = m->tensors[i].elems;
+        t->step = UINT64_MAX;
+        t->trainable = m->tensors[i].trainable;
+        t->job = j;
+        if (j->ws_ready) {
+            if (!t->trainable)
+                oom |= !(j->gp[i] = t->g = malloc(t->n * sizeof(float)));
+            continue;
+        }
+        j->wp[i] = t->w = malloc(t->n * sizeof(float));
+        j->gp[i] = t->g = malloc(t->n * sizeof(float));
+        oom |= !t->w || !t->g;
+        if (j->pipelined) {
+            /* One replica: its own gradient is the reduced one. */
+            t->rg = p->n_replicas > 1 ? malloc(t->n * sizeof(float)) : t->g;
+            oom |= !t->rg;
+            oom |= t->trainable && optim_state_init(&t->st, &j->cfg, t->n) < 0;
+            if (t->trainable && !oom) /* one update per step so far */
+                optim_state_set_step(&t->st, (int64_t)p->first_step);
+        }
+    }
+    if (!oom) {
+        if (exec_init(&j->ex, m, (int)j->batch, j->wp, j->gp, err, errlen) < 0)
+            return -ENOMEM;
+        j->ex_ready = true;
+        j->ex.seed = p->seed;
+        j->ex.sample_offset = j->batch_offset;
+        j->ex.replica_share = 1.0f / (float)p->n_replicas;
+    }
+    /* Workers feeding us, and a batch slot per credit each. */
+    size_t nf = 0;
+    for (size_t i = 0; i < p->n_workers; i++)
+        if (p->workers[i]->replica == j->replica)
+            nf++;
+    j->feeds = calloc(nf ? nf : 1, sizeof(*j->feeds));
+    j->nbatches = nf * WN_CREDITS;
+    j->batches = calloc(j->nbatches ? j->nbatches : 1, sizeof(*j->batches));
+    j->batch_bytes = (size_t)j->batch * (j->in_elems * sizeof(float) + j->ex.label_elems * sizeof(int32_t));
+    oom |= !j->feeds || !j->batches;
+    for (size_t i = 0; !oom && i < j->nbatches; i++) {
+        j->batches[i].step = UINT64_MAX;
+        oom |= !(j->batches[i].data = malloc(j->batch_bytes));
+    }
+    if (oom || nf == 0) {
+        snprintf(err, errlen, oom ? "out of memory for the job's buffers" : "no worker feeds replica %u", j->replica);
+        return -ENOMEM;
+    }
+    j->ebuf[0].k = j->ebuf[1].k = -1;
+    if (p->eval_batches > 0) {
+        j->ebuf_bytes = (size_t)p->eval_batch * (j->in_elems + j->ex.label_elems) * 4;
+        for (int i = 0; i < 2; i++)
+            if (!(j->ebuf[i].data = malloc(j->ebuf_bytes ? j->ebuf_bytes : 1))) {
+                snprintf(err, errlen, "out of memory for the evaluation batches");
+                return -ENOMEM;
+            }
+    }
+    return 0;
+}
+
+static void wn__job_alloc(void *arg)
+{
+    wn_job *j = arg;
+    j->compute_err = wn__job_buffers(j, j->compute_msg, sizeof(j->compute_msg));
+}
+
+/* The buffers are there: the links to the swarmx parent and the workers. */
+static void wn__job_allocated(void *arg)
+{
+    wn_job *j = arg;
+    node *n = j->n;
+    j->busy = false;
+    if (j->released) {
+        if (j->links_open == 0)
+            wn__free_buffers(j);
+        return;
+    }
+    if (j->compute_err) {
+        j->compute_err = 0;
+        wn__refuse(n, j, j->compute_msg);
+        return;
+    }
+    Appliance__Plan *p = j->plan;
+    if (plan_eval_at(p, j->step)) { /* resuming where an evaluation is due */
+        wn__eval_begin(j);
+        if (j->ws_ready)
+            wslots_new_pass(&j->ws, true);
+    }
+    j->linked = true;
+    conn_link_start(&j->up, n->loop, p->swarm[j->swarm_parent]->addr, &n->ccfg, &wn__up_ops, j);
+    for (size_t i = 0; i < p->n_workers; i++) {
+        const Appliance__PlanWorker *pw = p->workers[i];
+        if (pw->replica != j->replica)
+            continue;
+        wn_feed *f = &j->feeds[j->nfeeds++];
+        f->job = j;
+        f->slot = pw->slot;
+        f->slots = pw->slots ? pw->slots : 1;
+        conn_link_start(&f->link, n->loop, pw->addr, &n->ccfg, &wn__feed_ops, f);
+    }
+    log_info("job %s: replica %u of %zu, %u samples per step, %zu worker(s)", j->id, j->replica,
+             p->n_replicas, j->batch, j->nfeeds);
+}
+
 static void wn__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, uint32_t len)
 {
     wse_node *w = wn_of(n);
@@ -864,108 +1001,15 @@ static void wn__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *p
     j->batch = me->batch;
     j->step = p->first_step;
     j->in_elems = model_shape_elems(&j->m->input);
-    const model *m = j->m;
-    bool oom = false;
-    j->t = calloc(p->n_tensors ? p->n_tensors : 1, sizeof(*j->t));
-    j->wp = calloc(p->n_tensors ? p->n_tensors : 1, sizeof(float *));
-    j->gp = calloc(p->n_tensors ? p->n_tensors : 1, sizeof(float *));
-    oom |= !j->t || !j->wp || !j->gp;
-    j->pipelined = p->mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED;
-    if (j->pipelined && optim_from_plan(p->optimizer, &j->cfg) < 0) {
-        wn__refuse(n, j, "bad optimizer in the plan");
-        return;
+    j->batch_offset = me->batch_offset;
+    j->swarm_parent = me->swarm_parent >= 0 && (size_t)me->swarm_parent < p->n_swarm ? me->swarm_parent : 0;
+    /* The buffers are allocated (and touched) on the compute thread: a
+     * large model takes a while, and heartbeats must go on meanwhile. */
+    j->busy = true;
+    if (compute_submit(&w->comp, wn__job_alloc, wn__job_allocated, j) < 0) {
+        j->busy = false;
+        wn__refuse(n, j, "the compute thread is busy");
     }
-    if (!j->pipelined) {
-        /* Weight Streaming: weights and gradients pass through two slots
-         * each; only the small batch-norm statistics have their own room. */
-        int rc = wslots_init(&j->ws, m, p->fwd_stream, p->n_fwd_stream, p->bwd_stream, p->n_bwd_stream);
-        if (rc < 0) {
-            wn__refuse(n, j, rc == -ENOMEM ? "out of memory for the weight slots"
-                                           : "the plan's weight schedule does not stream whole layers in order");
-            return;
-        }
-        j->ws_ready = true;
-    }
-    for (size_t i = 0; !oom && i < p->n_tensors; i++) {
-        wn_tensor *t = &j->t[i];
-        t->n = m->tensors[i].elems;
-        t->step = UINT64_MAX;
-        t->trainable = m->tensors[i].trainable;
-        t->job = j;
-        if (j->ws_ready) {
-            if (!t->trainable)
-                oom |= !(j->gp[i] = t->g = malloc(t->n * sizeof(float)));
-            continue;
-        }
-        j->wp[i] = t->w = malloc(t->n * sizeof(float));
-        j->gp[i] = t->g = malloc(t->n * sizeof(float));
-        oom |= !t->w || !t->g;
-        if (j->pipelined) {
-            /* One replica: its own gradient is the reduced one. */
-            t->rg = p->n_replicas > 1 ? malloc(t->n * sizeof(float)) : t->g;
-            oom |= !t->rg;
-            oom |= t->trainable && optim_state_init(&t->st, &j->cfg, t->n) < 0;
-            if (t->trainable && !oom) /* one update per step so far */
-                optim_state_set_step(&t->st, (int64_t)p->first_step);
-        }
-    }
-    if (!oom) {
-        if (exec_init(&j->ex, m, (int)j->batch, j->wp, j->gp, err, sizeof(err)) < 0) {
-            wn__refuse(n, j, err);
-            return;
-        }
-        j->ex_ready = true;
-        j->ex.seed = p->seed;
-        j->ex.sample_offset = me->batch_offset;
-        j->ex.replica_share = 1.0f / (float)p->n_replicas;
-    }
-    /* Workers feeding us, and a batch slot per credit each. */
-    size_t nf = 0;
-    for (size_t i = 0; i < p->n_workers; i++)
-        if (p->workers[i]->replica == j->replica)
-            nf++;
-    j->feeds = calloc(nf ? nf : 1, sizeof(*j->feeds));
-    j->nbatches = nf * WN_CREDITS;
-    j->batches = calloc(j->nbatches ? j->nbatches : 1, sizeof(*j->batches));
-    j->batch_bytes = (size_t)j->batch * (j->in_elems * sizeof(float) + j->ex.label_elems * sizeof(int32_t));
-    oom |= !j->feeds || !j->batches;
-    for (size_t i = 0; !oom && i < j->nbatches; i++) {
-        j->batches[i].step = UINT64_MAX;
-        oom |= !(j->batches[i].data = malloc(j->batch_bytes));
-    }
-    if (oom || nf == 0) {
-        snprintf(err, sizeof(err), oom ? "out of memory for the job's buffers" : "no worker feeds replica %u", j->replica);
-        wn__refuse(n, j, err);
-        return;
-    }
-    j->ebuf[0].k = j->ebuf[1].k = -1;
-    if (p->eval_batches > 0) {
-        j->ebuf_bytes = (size_t)p->eval_batch * (j->in_elems + j->ex.label_elems) * 4;
-        for (int i = 0; i < 2; i++)
-            if (!(j->ebuf[i].data = malloc(j->ebuf_bytes ? j->ebuf_bytes : 1))) {
-                wn__refuse(n, j, "out of memory for the evaluation batches");
-                return;
-            }
-    }
-    if (plan_eval_at(p, j->step)) { /* resuming where an evaluation is due */
-        wn__eval_begin(j);
-        if (j->ws_ready)
-            wslots_new_pass(&j->ws, true);
-    }
-    int parent = me->swarm_parent >= 0 && (size_t)me->swarm_parent < p->n_swarm ? me->swarm_parent : 0;
-    conn_link_start(&j->up, n->loop, p->swarm[parent]->addr, &n->ccfg, &wn__up_ops, j);
-    for (size_t i = 0; i < p->n_workers; i++) {
-        const Appliance__PlanWorker *pw = p->workers[i];
-        if (pw->replica != j->replica)
-            continue;
-        wn_feed *f = &j->feeds[j->nfeeds++];
-        f->job = j;
-        f->slot = pw->slot;
-        f->slots = pw->slots ? pw->slots : 1;
-        conn_link_start(&f->link, n->loop, pw->addr, &n->ccfg, &wn__feed_ops, f);
-    }
-    log_info("job %s: replica %u of %zu, %u samples per step, %zu worker(s)", j->id, j->replica,
-             p->n_replicas, j->batch, j->nfeeds);
 }
 
 static void wn__job_end(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, uint32_t len)

@@ -88,6 +88,9 @@ typedef struct wn_job {
     enum wn_stage stage;
     int layer;               /* layer of the stage */
     bool busy;               /* a compute task is queued */
+    bool linked;             /* the links are started (after the buffers) */
+    uint32_t batch_offset;   /* first sample of the global batch */
+    uint32_t swarm_parent;   /* swarmx node it streams from */
     double loss_sum;         /* of the step, over our samples */
     int compute_err;         /* set by a task: the job fails */
     char compute_msg[256];

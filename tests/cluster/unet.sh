@@ -30,7 +30,8 @@ echo "$out" | "$py" -c '
 import re, sys
 text = sys.stdin.read()
 steps = int(sys.argv[1]); min_iou = float(sys.argv[2])
-losses = [float(m) for m in re.findall(r"step \d+/\d+ loss ([0-9.]+)", text)]
+by_step = {int(st): float(l) for st, l in re.findall(r"step (\d+)/\d+ \(\d+%\) loss ([0-9.]+)", text) if int(st) > 0}
+losses = [by_step[k] for k in sorted(by_step)]
 evals = [float(m) for m in re.findall(r"eval at step \d+: loss [0-9.]+, IoU ([0-9.]+)", text)]
 assert len(losses) == steps // 2, ("progress lines", losses)
 first, last = losses[0], sum(losses[-3:]) / 3

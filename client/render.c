@@ -1,0 +1,238 @@
+/* Rendering for appliance-submit. */
+#include "render.h"
+
+#include <string.h>
+#include <time.h>
+#include <sys/time.h>
+
+#include "node.h"
+#include "units.h"
+
+void render_json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            fprintf(f, "\\%c", ch);
+        else if (ch < 0x20)
+            fprintf(f, "\\u%04x", ch);
+        else
+            fputc(ch, f);
+    }
+    fputc('"', f);
+}
+
+static const char *state_name(Appliance__MemberState s)
+{
+    switch (s) {
+    case APPLIANCE__MEMBER_STATE__MEMBER_ALIVE: return "alive";
+    case APPLIANCE__MEMBER_STATE__MEMBER_BUSY: return "busy";
+    case APPLIANCE__MEMBER_STATE__MEMBER_LOST: return "lost";
+    case APPLIANCE__MEMBER_STATE__MEMBER_GONE: return "gone";
+    default: return "unknown";
+    }
+}
+
+void render_cluster(const Appliance__ClusterInfo *info, bool json)
+{
+    if (json) {
+        printf("{\"members\": [");
+        for (size_t i = 0; i < info->n_members; i++) {
+            const Appliance__Member *m = info->members[i];
+            printf("%s{\"id\": %u, \"role\": ", i ? ", " : "", m->member_id);
+            render_json_string(stdout, node_role_name(m->role));
+            printf(", \"name\": ");
+            render_json_string(stdout, m->name);
+            printf(", \"state\": \"%s\", \"addr\": ", state_name(m->state));
+            render_json_string(stdout, m->advertised_addr);
+            printf(", \"wafer_memory\": %llu, \"memory\": %llu, \"threads\": %u, "
+                   "\"last_seen_ms_ago\": %llu, \"job\": ",
+                   (unsigned long long)m->wafer_memory, (unsigned long long)m->memory, m->threads,
+                   (unsigned long long)m->last_seen_ms_ago);
+            render_json_string(stdout, m->job_id);
+            printf("}");
+        }
+        printf("]}\n");
+        return;
+    }
+    printf("%-4s %-12s %-20s %-8s %-22s %-12s %s\n", "ID", "ROLE", "NAME", "STATE", "ADDRESS",
+           "CAPACITY", "JOB");
+    for (size_t i = 0; i < info->n_members; i++) {
+        const Appliance__Member *m = info->members[i];
+        char cap[32] = "-";
+        if (m->wafer_memory)
+            units_format_size(m->wafer_memory, cap, sizeof(cap));
+        else if (m->memory)
+            units_format_size(m->memory, cap, sizeof(cap));
+        printf("%-4u %-12s %-20s %-8s %-22s %-12s %s\n", m->member_id, node_role_name(m->role),
+               m->name, state_name(m->state), m->advertised_addr, cap,
+               m->job_id[0] ? m->job_id : "-");
+    }
+}
+
+const char *render_job_state(Appliance__JobState s)
+{
+    switch (s) {
+    case APPLIANCE__JOB_STATE__JOB_QUEUED: return "queued";
+    case APPLIANCE__JOB_STATE__JOB_RUNNING: return "running";
+    case APPLIANCE__JOB_STATE__JOB_DONE: return "done";
+    case APPLIANCE__JOB_STATE__JOB_FAILED: return "failed";
+    case APPLIANCE__JOB_STATE__JOB_CANCELLED: return "cancelled";
+    default: return "unknown";
+    }
+}
+
+const char *render_duration(double secs, char *buf, size_t len)
+{
+    if (secs < 0)
+        snprintf(buf, len, "-");
+    else if (secs < 60)
+        snprintf(buf, len, "%.1fs", secs);
+    else if (secs < 3600)
+        snprintf(buf, len, "%dm%02ds", (int)secs / 60, (int)secs % 60);
+    else
+        snprintf(buf, len, "%dh%02dm", (int)secs / 3600, (int)secs % 3600 / 60);
+    return buf;
+}
+
+void render_status_json(const Appliance__JobStatus *st)
+{
+    printf("{\"job_id\": ");
+    render_json_string(stdout, st->job_id);
+    printf(", \"state\": \"%s\", \"file\": ", render_job_state(st->state));
+    render_json_string(stdout, st->file_name);
+    printf(", \"priority\": \"p%u\", \"queue_position\": %u, \"phase\": ", st->priority,
+           st->queue_position);
+    render_json_string(stdout, st->phase);
+    printf(", \"steps\": %llu, \"max_steps\": %llu, \"final_loss\": %.9g, \"learning_rate\": %.9g, "
+           "\"samples_per_sec\": %.3f, \"elapsed_sec\": %.3f, \"eta_sec\": %.3f, \"model_dir\": ",
+           (unsigned long long)st->step, (unsigned long long)st->max_steps, st->loss,
+           st->learning_rate, st->samples_per_sec, st->elapsed_sec, st->eta_sec);
+    render_json_string(stdout, st->model_dir);
+    printf(", \"message\": ");
+    render_json_string(stdout, st->message);
+    if (st->eval_accuracy >= 0 || st->eval_iou >= 0)
+        printf(", \"eval_step\": %llu, \"eval_loss\": %.9g, \"eval_accuracy\": %.9g, "
+               "\"eval_iou\": %.9g",
+               (unsigned long long)st->eval_step, st->eval_loss, st->eval_accuracy, st->eval_iou);
+    printf("}");
+}
+
+void render_final(const Appliance__JobStatus *st, bool json)
+{
+    if (json) {
+        render_status_json(st);
+        printf("\n");
+        return;
+    }
+    if (st->state == APPLIANCE__JOB_STATE__JOB_DONE) {
+        printf("%s done: %llu steps in %.1f s, final loss %.6f, %.1f samples/s\n", st->job_id,
+               (unsigned long long)st->step, st->elapsed_sec, st->loss, st->samples_per_sec);
+        if (st->eval_accuracy >= 0)
+            printf("test accuracy %.2f%% (eval loss %.4f at step %llu)\n", 100 * st->eval_accuracy,
+                   st->eval_loss, (unsigned long long)st->eval_step);
+        if (st->eval_iou >= 0)
+            printf("test IoU %.4f (eval loss %.4f at step %llu)\n", st->eval_iou, st->eval_loss,
+                   (unsigned long long)st->eval_step);
+        printf("checkpoints in %s\n", st->model_dir);
+    }
+    if (st->state != APPLIANCE__JOB_STATE__JOB_DONE)
+        fprintf(stderr, "%s %s at step %llu: %s\n", st->job_id, render_job_state(st->state),
+                (unsigned long long)st->step, st->message);
+}
+
+void render_plan(const Appliance__Plan *p)
+{
+    static const char *const modes[] = {"auto", "pipelined", "weight_streaming"};
+    printf("job %s: mode %s, %zu replica(s), global batch %u, %llu steps, %llu parameters\n",
+           p->file_name, modes[p->mode < 3 ? p->mode : 0], p->n_replicas, p->global_batch,
+           (unsigned long long)p->max_steps, (unsigned long long)p->total_params);
+    printf("\n%-24s %-18s %-16s %12s %14s %14s\n", "LAYER", "TYPE", "OUTPUT", "PARAMS",
+           "ACT B/SAMPLE", "FLOPS/SAMPLE");
+    for (size_t i = 0; i < p->n_layers; i++) {
+        const Appliance__PlanLayer *l = p->layers[i];
+        char shape[64] = "";
+        for (size_t d = 0; d < l->n_out_shape; d++)
+            snprintf(shape + strlen(shape), sizeof(shape) - strlen(shape), "%s%llu", d ? "x" : "",
+                     (unsigned long long)l->out_shape[d]);
+        printf("%-24s %-18s %-16s %12llu %14llu %14llu\n", l->name, l->type, shape,
+               (unsigned long long)l->params, (unsigned long long)l->act_bytes,
+               (unsigned long long)l->flops);
+    }
+    printf("\n%-8s %-8s %-12s %-14s %-14s\n", "REPLICA", "MEMBER", "BATCH", "NEEDS", "WAFER");
+    for (size_t i = 0; i < p->n_replicas; i++) {
+        const Appliance__PlanReplica *r = p->replicas[i];
+        char a[32], b[32];
+        printf("%-8u %-8u %-12u %-14s %-14s\n", r->index, r->member_id, r->batch,
+               units_format_size(r->memory_needed, a, sizeof(a)),
+               units_format_size(r->wafer_memory, b, sizeof(b)));
+    }
+}
+
+void render_progress(const Appliance__JobStatus *st, bool tty)
+{
+    char el[32], eta[32], line[512];
+    double pct = st->max_steps ? 100.0 * (double)st->step / (double)st->max_steps : 0;
+    if (st->state == APPLIANCE__JOB_STATE__JOB_QUEUED)
+        snprintf(line, sizeof(line), "%s queued at position %u (priority p%u)", st->job_id,
+                 st->queue_position, st->priority);
+    else
+        snprintf(line, sizeof(line),
+                 "%s [%s] step %llu/%llu (%.0f%%) loss %.6f lr %.3g %.1f samples/s elapsed %s ETA %s",
+                 st->job_id, st->phase, (unsigned long long)st->step,
+                 (unsigned long long)st->max_steps, pct, st->loss, st->learning_rate,
+                 st->samples_per_sec, render_duration(st->elapsed_sec, el, sizeof(el)),
+                 render_duration(st->eta_sec, eta, sizeof(eta)));
+    if (tty) {
+        printf("\r\033[K%s", line);
+    } else {
+        struct timeval tv;
+        gettimeofday(&tv, NULL);
+        struct tm tm;
+        gmtime_r(&tv.tv_sec, &tm);
+        char ts[32];
+        strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%SZ", &tm);
+        printf("%s %s\n", ts, line);
+    }
+    fflush(stdout);
+}
+
+void render_progress_done(bool tty)
+{
+    if (tty) {
+        printf("\r\033[K");
+        fflush(stdout);
+    }
+}
+
+void render_list(const Appliance__JobList *l, bool json)
+{
+    if (json) {
+        printf("{\"jobs\": [");
+        for (size_t i = 0; i < l->n_jobs; i++) {
+            printf(i ? ", " : "");
+            render_status_json(l->jobs[i]);
+        }
+        printf("]}\n");
+        return;
+    }
+    printf("%-10s %-10s %-4s %-6s %-14s %-12s %-10s %s\n", "JOB", "STATE", "PRIO", "QUEUE",
+           "STEP", "LOSS", "SUBMITTED", "FILE");
+    for (size_t i = 0; i < l->n_jobs; i++) {
+        const Appliance__JobStatus *st = l->jobs[i];
+        char step[40], pos[16] = "-", when[16] = "-";
+        snprintf(step, sizeof(step), "%llu/%llu", (unsigned long long)st->step,
+                 (unsigned long long)st->max_steps);
+        if (st->queue_position)
+            snprintf(pos, sizeof(pos), "%u", st->queue_position);
+        if (st->submitted_at > 0) {
+            time_t t = (time_t)st->submitted_at;
+            struct tm tm;
+            localtime_r(&t, &tm);
+            strftime(when, sizeof(when), "%H:%M:%S", &tm);
+        }
+        printf("%-10s %-10s p%-3u %-6s %-14s %-12.6f %-10s %s\n", st->job_id,
+               render_job_state(st->state), st->priority, pos, step, st->loss, when, st->file_name);
+    }
+}

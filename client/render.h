@@ -1,0 +1,26 @@
+/* How appliance-submit shows things: the member table, plans, job status
+ * lines (a live line on a terminal, timestamped lines otherwise), lists of
+ * jobs, final results, and the same as JSON. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "envelope.pb-c.h"
+
+void render_json_string(FILE *f, const char *s);
+const char *render_job_state(Appliance__JobState s);
+void render_cluster(const Appliance__ClusterInfo *info, bool json);
+void render_plan(const Appliance__Plan *p);
+/* The end of a job: a summary (stdout for done, stderr otherwise), or JSON. */
+void render_final(const Appliance__JobStatus *st, bool json);
+/* One job's status as a JSON object (no newline). */
+void render_status_json(const Appliance__JobStatus *st);
+/* A progress update: on a terminal one line rewritten in place, else a
+ * timestamped line. */
+void render_progress(const Appliance__JobStatus *st, bool tty);
+/* Ends a live line on a terminal before other output. */
+void render_progress_done(bool tty);
+/* Durations as "1h02m", "3m05s", "12.3s". */
+const char *render_duration(double secs, char *buf, size_t len);
+void render_list(const Appliance__JobList *l, bool json);

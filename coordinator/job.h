@@ -1,0 +1,105 @@
+/* A job on the coordinator, shared by the job driver (jobs.c) and the
+ * client commands (jobctl.c). */
+#pragma once
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "coordinator.h"
+#include "jobspec.h"
+#include "summaries.h"
+
+typedef struct job_step {
+    uint64_t step;        /* which step this slot holds, UINT64_MAX if none */
+    double loss_sum;      /* sum over replicas of their loss sums */
+    double compute_max;   /* the slowest replica's compute time */
+    uint32_t reports;     /* replicas that reported */
+    uint32_t commits;     /* shards that committed */
+} job_step;
+
+/* A client reading a job's log as it grows. */
+typedef struct job_reader {
+    conn *c;
+    uint64_t next;        /* the next line it gets */
+} job_reader;
+
+struct job {
+    uint64_t seq;         /* submission order, from 1, unique across restarts */
+    char id[40];          /* "job-<seq>" */
+    Appliance__JobState state;
+    uint32_t priority;    /* 1 (p1) to 3 (p3) */
+    char file[256];       /* the job file's name as submitted */
+    char *toml;           /* its text, owned: a queued job is compiled when it starts */
+    char base_dir[PATH_MAX];
+    char model_dir[PATH_MAX];
+    char message[1024];   /* why it failed, or the final word */
+    char phase[32];       /* queued, compiling, loading weights, training, evaluating, ... */
+    double submitted_at;  /* Unix time */
+    /* While running: */
+    uint8_t *plan_bytes;  /* packed plan, owned */
+    size_t plan_len;
+    Appliance__Plan *plan; /* unpacked from plan_bytes, owned */
+    uint32_t *members;    /* member ids the job uses */
+    size_t nmembers;
+    size_t ready;         /* members that reported ready */
+    size_t finished;      /* shards that wrote their final checkpoint */
+    job_step *ring;       /* steps in flight, by step % ring_cap (a power of two) */
+    size_t ring_cap;
+    uint64_t t_start, t_train; /* uv_now at start and at the first step */
+    uint64_t samples;     /* trained */
+    uint64_t first_step;  /* the step training started from */
+    uint64_t log_steps;   /* progress every log_steps steps */
+    summaries *sum;       /* TensorBoard event file, or NULL */
+    /* Progress: */
+    uint64_t steps_done;
+    uint64_t max_steps;
+    double last_loss;
+    double last_lr;
+    double replica_sec[64]; /* each replica's compute time in its last reported step */
+    /* Evaluation: the reports of the one in progress, and the last result. */
+    uint64_t eval_step;
+    uint32_t eval_reports;
+    uint64_t eval_samples, eval_correct;
+    double eval_loss_sum;
+    uint32_t eval_classes;
+    uint64_t eval_inter[256], eval_union[256];
+    bool have_eval;
+    uint64_t last_eval_step;
+    double last_eval_loss, last_eval_accuracy, last_eval_iou;
+    /* Clients: */
+    conn **followers;     /* get every progress status until the end */
+    size_t nfollowers;
+    job_reader *readers;  /* follow the log */
+    size_t nreaders;
+    char **log;           /* the log lines, owned */
+    size_t nlog, caplog;
+};
+
+const char *job_state_name(Appliance__JobState s);
+job *job_find(coordinator *co, const char *id);
+/* Fills s from j; its strings point into j. */
+void job_status(coordinator *co, job *j, Appliance__JobStatus *s);
+/* Sends the status to every follower. */
+void job_notify(coordinator *co, job *j);
+/* Appends a timestamped line to the job's log (journal and readers too). */
+void job_log(coordinator *co, job *j, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Writes the job's row to the journal. */
+void job_save(coordinator *co, job *j);
+/* A new job, registered with the coordinator; NULL when out of memory. */
+job *job_new(coordinator *co, uint64_t seq);
+/* Ends a running or queued job: members told, clients told, journal. */
+void job_end(coordinator *co, job *j, Appliance__JobState state, const char *why);
+/* Starts queued jobs while the cluster has room, by priority then age. */
+void jobs_schedule(coordinator *co);
+/* Compiles spec on idle (or, for a plan to show, any live) members: the
+ * packed plan in *plan; with used, the members it places (calloc'd). */
+int jobs_plan(coordinator *co, const jobspec *spec, const char *id, const char *toml, bool idle,
+              uint8_t **plan, size_t *len, member ***used, size_t *nused, char *err, size_t errlen);
+/* Sends a job's log lines from `from` on to c. */
+void job_send_log(job *j, conn *c, uint64_t from, bool end);
+/* Adds a log line without journaling it (loading). */
+void job_append_log(job *j, const char *line);
+/* Whether the cluster's live members could ever run the spec; err says what
+ * is missing when not. */
+bool jobs_feasible(coordinator *co, const jobspec *spec, char *err, size_t errlen);

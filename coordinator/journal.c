@@ -1,0 +1,173 @@
+/* The job journal on SQLite. */
+#include "journal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sqlite3.h>
+
+#include "fsutil.h"
+#include "log.h"
+
+struct journal {
+    sqlite3 *db;
+    sqlite3_stmt *put;     /* INSERT OR REPLACE INTO jobs */
+    sqlite3_stmt *log;     /* INSERT OR REPLACE INTO job_log */
+};
+
+static const char journal__schema[] =
+    "PRAGMA journal_mode=WAL;"
+    "PRAGMA synchronous=NORMAL;"
+    "CREATE TABLE IF NOT EXISTS jobs("
+    " id TEXT PRIMARY KEY, seq INTEGER NOT NULL, state INTEGER NOT NULL,"
+    " priority INTEGER NOT NULL, file TEXT, toml TEXT, base_dir TEXT, model_dir TEXT,"
+    " message TEXT, submitted_at REAL, steps INTEGER, max_steps INTEGER, loss REAL,"
+    " eval_step INTEGER, eval_loss REAL, eval_accuracy REAL, eval_iou REAL);"
+    "CREATE TABLE IF NOT EXISTS job_log("
+    " job_id TEXT NOT NULL, line INTEGER NOT NULL, text TEXT NOT NULL,"
+    " PRIMARY KEY(job_id, line));";
+
+journal *journal_open(const char *dir, char *err, size_t errlen)
+{
+    int rc = fsutil_mkdir_p(dir);
+    if (rc < 0) {
+        snprintf(err, errlen, "cannot create state directory %s: %s", dir, strerror(-rc));
+        return NULL;
+    }
+    journal *jn = calloc(1, sizeof(*jn));
+    if (!jn) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/journal.sqlite", dir);
+    char *msg = NULL;
+    if (sqlite3_open(path, &jn->db) != SQLITE_OK ||
+        sqlite3_exec(jn->db, journal__schema, NULL, NULL, &msg) != SQLITE_OK ||
+        sqlite3_prepare_v2(jn->db,
+                           "INSERT OR REPLACE INTO jobs VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,"
+                           "?12,?13,?14,?15,?16,?17)",
+                           -1, &jn->put, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(jn->db, "INSERT OR REPLACE INTO job_log VALUES(?1,?2,?3)", -1, &jn->log,
+                           NULL) != SQLITE_OK) {
+        snprintf(err, errlen, "%s: %s", path, msg ? msg : sqlite3_errmsg(jn->db));
+        sqlite3_free(msg);
+        journal_close(jn);
+        return NULL;
+    }
+    return jn;
+}
+
+void journal_close(journal *jn)
+{
+    if (!jn)
+        return;
+    sqlite3_finalize(jn->put);
+    sqlite3_finalize(jn->log);
+    sqlite3_close(jn->db);
+    free(jn);
+}
+
+static int journal__step(journal *jn, sqlite3_stmt *st, const char *what)
+{
+    int rc = sqlite3_step(st);
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    if (rc != SQLITE_DONE) {
+        log_error("journal: cannot write %s: %s", what, sqlite3_errmsg(jn->db));
+        return -EIO;
+    }
+    return 0;
+}
+
+int journal_put(journal *jn, const journal_job *jj)
+{
+    sqlite3_stmt *st = jn->put;
+    sqlite3_bind_text(st, 1, jj->id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)jj->seq);
+    sqlite3_bind_int(st, 3, jj->state);
+    sqlite3_bind_int(st, 4, (int)jj->priority);
+    sqlite3_bind_text(st, 5, jj->file, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 6, jj->toml, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 7, jj->base_dir, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 8, jj->model_dir, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 9, jj->message, -1, SQLITE_STATIC);
+    sqlite3_bind_double(st, 10, jj->submitted_at);
+    sqlite3_bind_int64(st, 11, (sqlite3_int64)jj->steps);
+    sqlite3_bind_int64(st, 12, (sqlite3_int64)jj->max_steps);
+    sqlite3_bind_double(st, 13, jj->loss);
+    sqlite3_bind_int64(st, 14, (sqlite3_int64)jj->eval_step);
+    sqlite3_bind_double(st, 15, jj->eval_loss);
+    sqlite3_bind_double(st, 16, jj->eval_accuracy);
+    sqlite3_bind_double(st, 17, jj->eval_iou);
+    return journal__step(jn, st, "a job");
+}
+
+int journal_log(journal *jn, const char *job_id, uint64_t line, const char *text)
+{
+    sqlite3_stmt *st = jn->log;
+    sqlite3_bind_text(st, 1, job_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)line);
+    sqlite3_bind_text(st, 3, text, -1, SQLITE_STATIC);
+    return journal__step(jn, st, "a log line");
+}
+
+static const char *journal__text(sqlite3_stmt *st, int col)
+{
+    const unsigned char *t = sqlite3_column_text(st, col);
+    return t ? (const char *)t : "";
+}
+
+int journal_load(journal *jn, int (*cb)(void *arg, const journal_job *jj), void *arg)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(jn->db,
+                           "SELECT id, seq, state, priority, file, toml, base_dir, model_dir, message,"
+                           " submitted_at, steps, max_steps, loss, eval_step, eval_loss,"
+                           " eval_accuracy, eval_iou FROM jobs ORDER BY seq",
+                           -1, &st, NULL) != SQLITE_OK) {
+        log_error("journal: cannot read the jobs: %s", sqlite3_errmsg(jn->db));
+        return -EIO;
+    }
+    int rc = 0;
+    while (rc == 0 && sqlite3_step(st) == SQLITE_ROW) {
+        journal_job jj = {
+            .id = journal__text(st, 0),
+            .seq = (uint64_t)sqlite3_column_int64(st, 1),
+            .state = sqlite3_column_int(st, 2),
+            .priority = (uint32_t)sqlite3_column_int(st, 3),
+            .file = journal__text(st, 4),
+            .toml = journal__text(st, 5),
+            .base_dir = journal__text(st, 6),
+            .model_dir = journal__text(st, 7),
+            .message = journal__text(st, 8),
+            .submitted_at = sqlite3_column_double(st, 9),
+            .steps = (uint64_t)sqlite3_column_int64(st, 10),
+            .max_steps = (uint64_t)sqlite3_column_int64(st, 11),
+            .loss = sqlite3_column_double(st, 12),
+            .eval_step = (uint64_t)sqlite3_column_int64(st, 13),
+            .eval_loss = sqlite3_column_double(st, 14),
+            .eval_accuracy = sqlite3_column_double(st, 15),
+            .eval_iou = sqlite3_column_double(st, 16),
+        };
+        rc = cb(arg, &jj);
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int journal_load_log(journal *jn, const char *job_id,
+                     int (*cb)(void *arg, uint64_t line, const char *text), void *arg)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(jn->db, "SELECT line, text FROM job_log WHERE job_id = ?1 ORDER BY line",
+                           -1, &st, NULL) != SQLITE_OK)
+        return -EIO;
+    sqlite3_bind_text(st, 1, job_id, -1, SQLITE_STATIC);
+    int rc = 0;
+    while (rc == 0 && sqlite3_step(st) == SQLITE_ROW)
+        rc = cb(arg, (uint64_t)sqlite3_column_int64(st, 0), journal__text(st, 1));
+    sqlite3_finalize(st);
+    return rc;
+}

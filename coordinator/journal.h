@@ -1,0 +1,48 @@
+/* The coordinator's job journal: every job it accepted, its state and its
+ * log, in SQLite (WAL mode) in the state directory, so that status, list
+ * and logs answer for old jobs, and a restarted coordinator knows what was
+ * queued or running when it stopped. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct journal journal;
+
+/* A job as the journal keeps it. Strings are borrowed (put) or valid only
+ * during the load callback (load). */
+typedef struct journal_job {
+    const char *id;
+    uint64_t seq;              /* submission order */
+    int state;                 /* Appliance__JobState */
+    uint32_t priority;         /* 1..3 */
+    const char *file;          /* the job file's name */
+    const char *toml;          /* its text */
+    const char *base_dir;      /* where relative paths resolve */
+    const char *model_dir;
+    const char *message;
+    double submitted_at;       /* Unix time */
+    uint64_t steps;            /* committed */
+    uint64_t max_steps;
+    double loss;
+    uint64_t eval_step;        /* 0: no evaluation yet */
+    double eval_loss, eval_accuracy, eval_iou;
+} journal_job;
+
+/* Opens (creating) dir/journal.sqlite. Returns NULL with a message in err. */
+journal *journal_open(const char *dir, char *err, size_t errlen);
+void journal_close(journal *jn);
+
+/* Inserts or replaces a job's row. Returns 0 or -EIO (the message is logged). */
+int journal_put(journal *jn, const journal_job *jj);
+
+/* Appends line number `line` of a job's log. */
+int journal_log(journal *jn, const char *job_id, uint64_t line, const char *text);
+
+/* Calls cb for every job, oldest first; a nonzero return stops. */
+int journal_load(journal *jn, int (*cb)(void *arg, const journal_job *jj), void *arg);
+
+/* Calls cb for every log line of a job, in order. */
+int journal_load_log(journal *jn, const char *job_id,
+                     int (*cb)(void *arg, uint64_t line, const char *text), void *arg);

@@ -2,6 +2,7 @@
 #include <uv.h>
 
 #include "coordinator.h"
+#include "log.h"
 
 int main(int argc, char **argv)
 {
@@ -13,6 +14,7 @@ int main(int argc, char **argv)
     n.data = &co;
     uv_loop_t *loop = uv_default_loop();
     n.loop = loop;
+    log_init(role.component, (enum log_level)n.opt.log_level); /* the journal logs as it loads */
     coordinator_init(&co, &n);
     int rc = node_run(&n, &role, loop);
     members_deinit(&co.members);

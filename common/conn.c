@@ -18,6 +18,57 @@ typedef struct conn_write {
 
 static void conn__link_closed(conn_link *l, conn *c);
 
+/* ---- per-peer byte counts ---- */
+
+#define CONN_PEERS_MAX 256 /* peers remembered after their connections closed */
+
+typedef struct conn_peer {
+    Appliance__Role role;
+    char name[64];
+    uint64_t in, out;       /* of closed connections (live ones are added when reported) */
+    size_t queued;
+    unsigned live;
+} conn_peer;
+
+static conn *conn__live;                   /* every live connection */
+static conn_peer conn__closed[CONN_PEERS_MAX];
+static size_t conn__nclosed;
+
+static conn_peer *conn__peer_of(conn_peer *tab, size_t *n, size_t cap, Appliance__Role role,
+                                const char *name)
+{
+    for (size_t i = 0; i < *n; i++)
+        if (tab[i].role == role && strcmp(tab[i].name, name) == 0)
+            return &tab[i];
+    if (*n == cap)
+        return NULL;
+    conn_peer *p = &tab[(*n)++];
+    memset(p, 0, sizeof(*p));
+    p->role = role;
+    snprintf(p->name, sizeof(p->name), "%s", name);
+    return p;
+}
+
+void conn_peers(conn_peer_fn fn, void *arg)
+{
+    static conn_peer tab[CONN_PEERS_MAX];
+    size_t n = conn__nclosed;
+    memcpy(tab, conn__closed, n * sizeof(*tab));
+    for (conn *c = conn__live; c; c = c->next) {
+        if (c->auth != CONN_READY)
+            continue;
+        conn_peer *p = conn__peer_of(tab, &n, CONN_PEERS_MAX, c->peer_role, c->peer_name);
+        if (!p)
+            continue;
+        p->in += c->bytes_in;
+        p->out += c->bytes_out;
+        p->queued += c->queued;
+        p->live++;
+    }
+    for (size_t i = 0; i < n; i++)
+        fn(arg, tab[i].role, tab[i].name, tab[i].in, tab[i].out, tab[i].queued, tab[i].live);
+}
+
 void conn_config_default(conn_config *cfg, const auth_secret *secret, Appliance__Role role,
                          const char *name)
 {
@@ -42,6 +93,20 @@ static void conn__unref(conn *c)
         return;
     if (c->ops->on_close)
         c->ops->on_close(c, c->close_err, c->close_reason);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        conn__live = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    if (c->auth == CONN_READY) {
+        conn_peer *p = conn__peer_of(conn__closed, &conn__nclosed, CONN_PEERS_MAX, c->peer_role,
+                                     c->peer_name);
+        if (p) {
+            p->in += c->bytes_in;
+            p->out += c->bytes_out;
+        }
+    }
     conn_link *l = c->link;
     frame_reader_deinit(&c->reader);
     if (l)
@@ -407,6 +472,10 @@ static conn *conn__new(uv_loop_t *loop, const conn_config *cfg, const conn_ops *
     c->tcp.data = c;
     c->timer.data = c;
     c->handles_open = 2;
+    c->next = conn__live;
+    if (conn__live)
+        conn__live->prev = c;
+    conn__live = c;
     frame_sink sink = {.payload_dest = conn__payload_dest, .on_frame = conn__on_frame, .ctx = c};
     frame_reader_init(&c->reader, &cfg->limits, &sink);
     return c;

@@ -84,6 +84,7 @@ struct conn {
     char peer_error[160];       /* message of the last Error frame the peer sent */
     uint64_t bytes_in;          /* counters for metrics */
     uint64_t bytes_out;
+    conn *prev, *next;          /* every live connection of the process, for metrics */
     uint8_t rbuf[64 * 1024];    /* read buffer for headers and small payloads */
 };
 
@@ -121,6 +122,12 @@ void conn_close(conn *c, int err, const char *reason);
 
 /* Sends an Error frame with code and message to the peer, then closes. */
 void conn_fail(conn *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Bytes exchanged with each peer, by the role and name its Hello gave:
+ * live connections and closed ones together. fn runs once per peer. */
+typedef void (*conn_peer_fn)(void *arg, Appliance__Role role, const char *name, uint64_t in,
+                             uint64_t out, size_t queued, unsigned live);
+void conn_peers(conn_peer_fn fn, void *arg);
 
 /* Splits "HOST:PORT" or "[V6]:PORT". Returns 0 or -EINVAL. */
 int conn_addr_parse(const char *s, char *host, size_t hostlen, int *port);

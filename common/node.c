@@ -42,6 +42,7 @@ static void node__usage(const node_role *role, FILE *f)
             "  --port-file PATH         write the bound port there once listening\n"
             "  --log-level LEVEL        debug, info, warn or error (default info)\n"
             "  --heartbeat-ms MS        heartbeat interval (default 1000)\n"
+            "  --metrics HOST:PORT      serve Prometheus metrics at http://HOST:PORT/metrics\n"
             "%s"
             "  --help                   show this text\n",
             role->component, coord ? "7070" : "0",
@@ -52,7 +53,7 @@ static void node__usage(const node_role *role, FILE *f)
 enum {
     OPT_LISTEN = 256, OPT_ADVERTISE, OPT_COORDINATOR, OPT_SECRET, OPT_CONFIG, OPT_NAME,
     OPT_PORT_FILE, OPT_STATE_DIR, OPT_LOG_LEVEL, OPT_WAFER, OPT_MEMORY, OPT_THREADS,
-    OPT_HB, OPT_HB_TIMEOUT, OPT_HELP,
+    OPT_HB, OPT_HB_TIMEOUT, OPT_METRICS, OPT_HELP,
 };
 
 static const struct option node__longopts[] = {
@@ -70,6 +71,7 @@ static const struct option node__longopts[] = {
     {"threads", required_argument, NULL, OPT_THREADS},
     {"heartbeat-ms", required_argument, NULL, OPT_HB},
     {"heartbeat-timeout-ms", required_argument, NULL, OPT_HB_TIMEOUT},
+    {"metrics", required_argument, NULL, OPT_METRICS},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -113,6 +115,7 @@ static int node__apply(node_options *o, int opt, const char *val, const char *wh
     case OPT_NAME: node__copy(o->name, sizeof(o->name), val, "--name"); break;
     case OPT_PORT_FILE: node__copy(o->port_file, sizeof(o->port_file), val, "--port-file"); break;
     case OPT_STATE_DIR: node__copy(o->state_dir, sizeof(o->state_dir), val, "--state-dir"); break;
+    case OPT_METRICS: node__copy(o->metrics, sizeof(o->metrics), val, "--metrics"); break;
     case OPT_LOG_LEVEL:
         o->log_level = log_level_parse(val);
         if (o->log_level < 0) {
@@ -485,6 +488,63 @@ void node_job_failed(node *n, const char *job_id, char *why, size_t why_len, con
     node_send_coordinator(n, &env);
 }
 
+/* ---- metrics ---- */
+
+static void node__peer_metrics(void *arg, Appliance__Role role, const char *name, uint64_t in,
+                               uint64_t out, size_t queued, unsigned live)
+{
+    metrics_buf *b = arg;
+    metrics_printf(b, "appliance_peer_bytes_received_total{peer=\"%s\",peer_role=\"%s\"} %llu\n",
+                   name, node_role_name(role), (unsigned long long)in);
+    metrics_printf(b, "appliance_peer_bytes_sent_total{peer=\"%s\",peer_role=\"%s\"} %llu\n", name,
+                   node_role_name(role), (unsigned long long)out);
+    metrics_printf(b, "appliance_peer_queued_bytes{peer=\"%s\",peer_role=\"%s\"} %zu\n", name,
+                   node_role_name(role), queued);
+    metrics_printf(b, "appliance_peer_connections{peer=\"%s\",peer_role=\"%s\"} %u\n", name,
+                   node_role_name(role), live);
+}
+
+/* What every daemon reports: memory, connections, bytes per peer. */
+static void node__metrics(void *arg, metrics_buf *b)
+{
+    node *n = arg;
+    long pages = 0, rss = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f) {
+        if (fscanf(f, "%ld %ld", &pages, &rss) != 2)
+            rss = 0;
+        fclose(f);
+    }
+    uint64_t limit = n->role->role == APPLIANCE__ROLE__ROLE_WSE_NODE ? n->opt.wafer_memory
+                     : n->role->role == APPLIANCE__ROLE__ROLE_MEMORYX ? n->opt.memory
+                                                                      : 0;
+    metrics_printf(b, "# HELP appliance_memory_bytes Resident memory of the daemon.\n"
+                      "# TYPE appliance_memory_bytes gauge\n"
+                      "appliance_memory_bytes{daemon=\"%s\"} %lld\n",
+                   n->opt.name, (long long)rss * (long long)sysconf(_SC_PAGESIZE));
+    metrics_printf(b, "# HELP appliance_memory_limit_bytes Memory the daemon may use (wafer memory, memoryx --memory); 0: none.\n"
+                      "# TYPE appliance_memory_limit_bytes gauge\n"
+                      "appliance_memory_limit_bytes{daemon=\"%s\"} %llu\n",
+                   n->opt.name, (unsigned long long)limit);
+    metrics_printf(b, "# HELP appliance_registered Whether the daemon is registered with the coordinator.\n"
+                      "# TYPE appliance_registered gauge\nappliance_registered %d\n",
+                   n->role->role == APPLIANCE__ROLE__ROLE_COORDINATOR || n->registered);
+    metrics_printf(b, "# HELP appliance_heartbeats_sent_total Heartbeats sent to the coordinator.\n"
+                      "# TYPE appliance_heartbeats_sent_total counter\nappliance_heartbeats_sent_total %llu\n",
+                   (unsigned long long)n->hb_seq);
+    metrics_printf(b, "# HELP appliance_peer_bytes_received_total Bytes received from a peer.\n"
+                      "# TYPE appliance_peer_bytes_received_total counter\n"
+                      "# HELP appliance_peer_bytes_sent_total Bytes sent to a peer.\n"
+                      "# TYPE appliance_peer_bytes_sent_total counter\n"
+                      "# HELP appliance_peer_queued_bytes Bytes queued for a peer, not yet written.\n"
+                      "# TYPE appliance_peer_queued_bytes gauge\n"
+                      "# HELP appliance_peer_connections Live connections with a peer.\n"
+                      "# TYPE appliance_peer_connections gauge\n");
+    conn_peers(node__peer_metrics, b);
+    if (n->role->metrics)
+        n->role->metrics(n, b);
+}
+
 /* ---- shutdown ---- */
 
 static void node__on_signal(uv_signal_t *s, int signum)
@@ -517,6 +577,7 @@ void node_shutdown(node *n)
         free(n->deferred[i].packed);
     n->ndeferred = 0;
     uv_close((uv_handle_t *)&n->server, NULL);
+    metrics_stop();
     for (size_t i = 0; i < n->nconns; i++)
         conn_close(n->conns[i], -ECANCELED, "daemon shutting down");
     if (n->role->role != APPLIANCE__ROLE__ROLE_COORDINATOR) {
@@ -573,6 +634,18 @@ int node_run(node *n, const node_role *role, uv_loop_t *loop)
         return 1;
     }
     log_info("%s listening on %s", n->opt.name, n->bound);
+    if (n->opt.metrics[0]) {
+        int mport = metrics_start(loop, n->opt.metrics, err, sizeof(err));
+        if (mport < 0) {
+            log_error("%s", err);
+            return 1;
+        }
+        metrics_add_source(node__metrics, n);
+        char mhost[64];
+        int unused;
+        conn_addr_parse(n->opt.metrics, mhost, sizeof(mhost), &unused);
+        log_info("metrics at http://%s:%d/metrics", mhost, mport);
+    }
     uv_signal_init(loop, &n->sigterm);
     uv_signal_init(loop, &n->sigint);
     n->sigterm.data = n;

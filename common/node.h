@@ -11,6 +11,7 @@
 #include <uv.h>
 
 #include "conn.h"
+#include "metrics.h"
 
 typedef struct node node;
 
@@ -29,6 +30,7 @@ typedef struct node_options {
     char name[64];             /* component name in logs and listings */
     char port_file[PATH_MAX];  /* written with the bound port once listening */
     char state_dir[PATH_MAX];  /* coordinator: journal; memoryx: scratch */
+    char metrics[128];         /* HOST:PORT serving Prometheus /metrics, or "" */
     int log_level;
     uint64_t wafer_memory;     /* wse-node: declared on-wafer memory, bytes */
     uint64_t memory;           /* memoryx: memory for weights, bytes */
@@ -51,6 +53,8 @@ typedef struct node_role {
     void (*on_coordinator_lost)(node *n);
     void (*on_shutdown)(node *n);     /* release the role's resources */
     void (*fill_register)(node *n, Appliance__Register *r);
+    /* Optional: the role's own Prometheus metrics (see metrics.h). */
+    void (*metrics)(node *n, struct metrics_buf *b);
 } node_role;
 
 /* A message that arrived before the state it needs. */

@@ -1,5 +1,6 @@
 /* Membership handlers: registration, heartbeats, the member list. */
 #include "coordinator.h"
+#include "job.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -25,6 +26,7 @@ static void co__on_sweep_lost(member *mb, void *arg)
     coordinator *co = arg;
     char why[64];
     snprintf(why, sizeof(why), "no heartbeat for %u ms", co->members.timeout_ms);
+    co->heartbeats_missed++;
     coordinator_member_lost(co, mb, why);
     if (mb->c) {
         conn *c = mb->c;
@@ -165,6 +167,38 @@ static void co__shutdown(node *n)
     jobs_shutdown(co);
 }
 
+static void co__metrics(node *n, metrics_buf *b)
+{
+    coordinator *co = co_of(n);
+    static const char *const states[] = {"unknown", "queued", "running", "done", "failed", "cancelled"};
+    size_t by[6] = {0};
+    for (size_t i = 0; i < co->njobs; i++)
+        if ((unsigned)co->jobs[i]->state < 6)
+            by[co->jobs[i]->state]++;
+    metrics_printf(b, "# HELP appliance_jobs Jobs the coordinator knows, by state.\n"
+                      "# TYPE appliance_jobs gauge\n");
+    for (int i = 1; i < 6; i++)
+        metrics_printf(b, "appliance_jobs{state=\"%s\"} %zu\n", states[i], by[i]);
+    size_t by_member[5] = {0};
+    for (size_t i = 0; i < co->members.n; i++)
+        if ((unsigned)co->members.v[i].state < 5)
+            by_member[co->members.v[i].state]++;
+    metrics_printf(b, "# HELP appliance_members Members, by state.\n# TYPE appliance_members gauge\n");
+    for (int i = 1; i < 5; i++)
+        metrics_printf(b, "appliance_members{state=\"%s\"} %zu\n",
+                       member_state_name((Appliance__MemberState)i), by_member[i]);
+    metrics_printf(b, "# HELP appliance_heartbeats_missed_total Members lost because their heartbeats stopped.\n"
+                      "# TYPE appliance_heartbeats_missed_total counter\n"
+                      "appliance_heartbeats_missed_total %llu\n",
+                   (unsigned long long)co->heartbeats_missed);
+    size_t queued = 0;
+    for (size_t i = 0; i < co->njobs; i++)
+        queued += co->jobs[i]->state == APPLIANCE__JOB_STATE__JOB_QUEUED;
+    metrics_printf(b, "# HELP appliance_queue_depth Jobs waiting in the queue.\n"
+                      "# TYPE appliance_queue_depth gauge\nappliance_queue_depth %zu\n", queued);
+    metrics_hist_render(&co->step_hist, b, NULL);
+}
+
 void coordinator_role(node_role *role)
 {
     memset(role, 0, sizeof(*role));
@@ -190,6 +224,7 @@ void coordinator_role(node_role *role)
     role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_ABORT] = jobs_handle_abort;
     role->on_conn_close = co__conn_close;
     role->on_shutdown = co__shutdown;
+    role->metrics = co__metrics;
 }
 
 void coordinator_init(coordinator *co, node *n)
@@ -202,6 +237,8 @@ void coordinator_init(coordinator *co, node *n)
     uint32_t every = n->opt.heartbeat_timeout_ms / 4 ? n->opt.heartbeat_timeout_ms / 4 : 1;
     uv_timer_start(&co->sweep, co__sweep, every, every);
     co->next_seq = 1;
+    metrics_hist_init(&co->step_hist, "appliance_step_seconds",
+                      "Time between committed training steps of the running job.");
     if (n->opt.state_dir[0]) {
         char err[512];
         co->journal = journal_open(n->opt.state_dir, err, sizeof(err));

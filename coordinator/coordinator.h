@@ -16,6 +16,9 @@ typedef struct coordinator {
     job *running;                 /* the job driving the cluster, or NULL */
     uint64_t next_seq;            /* the next job's sequence number */
     journal *journal;             /* jobs and their logs, or NULL without a state directory */
+    uint64_t heartbeats_missed;   /* members lost to silence */
+    uint64_t last_commit;         /* uv_now of the last committed step */
+    metrics_hist step_hist;       /* time between committed steps */
 } coordinator;
 
 /* Fills the role table of the coordinator. */

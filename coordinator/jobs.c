@@ -553,6 +553,10 @@ static void job__maybe_step_done(coordinator *co, job *j, job_step *s)
     if (s->step != j->steps_done || !job__step_complete(j, s))
         return;
     j->steps_done = s->step + 1;
+    uint64_t now = uv_now(co->n->loop);
+    if (co->last_commit && j->steps_done > j->first_step + 1)
+        metrics_hist_observe(&co->step_hist, (double)(now - co->last_commit) / 1000.0);
+    co->last_commit = now;
     j->last_loss = s->loss_sum / (double)j->plan->global_batch;
     j->samples += j->plan->global_batch;
     optim_config cfg;

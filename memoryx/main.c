@@ -9,6 +9,8 @@ int main(int argc, char **argv)
     memoryx_role(&role);
     node_parse_args(&n.opt, &role, argc, argv);
     mx.n = &n;
+    metrics_hist_init(&mx.chunk_hist, "appliance_chunk_write_seconds",
+                      "A weight chunk, from queued to written to the socket.");
     n.data = &mx;
     return node_run(&n, &role, uv_default_loop());
 }

@@ -79,8 +79,10 @@ static int mx__checkpoint(node *n, mx_job *j, uint64_t step, char *path, size_t 
     int rc = ckpt_write(j, step, path, pathlen, err, sizeof(err));
     if (rc < 0)
         log_error("job %s: checkpoint of step %llu: %s", j->id, (unsigned long long)step, err);
-    else
+    else {
+        mx_of(n)->checkpoints++;
         log_info("job %s: checkpoint of step %llu written to %s", j->id, (unsigned long long)step, path);
+    }
     return rc;
 }
 
@@ -93,6 +95,8 @@ static void mx__chunk_sent(void *arg, int status)
 {
     mx_tensor *t = arg;
     t->writes--;
+    if (status == 0)
+        metrics_hist_observe(&t->mx->chunk_hist, (double)(uv_now(t->loop) - t->sent_at) / 1000.0);
 }
 
 /* Sends the chunks of the schedule that the link to the root swarmx has
@@ -171,6 +175,7 @@ static void mx__pump(node *n, mx_job *j)
             return;
         }
         t->writes++;
+        t->sent_at = uv_now(n->loop);
         j->seq++;
         j->off += count;
         if (j->off == t->n) {
@@ -233,6 +238,7 @@ static void mx__step_done(node *n, mx_job *j)
     sc.job_id = j->id;
     sc.step = j->step;
     sc.shard = j->shard;
+    mx_of(n)->steps++;
     ENVELOPE(env, step_committed, STEP_COMMITTED, &sc);
     node_send_coordinator(n, &env);
     Appliance__Plan *p = j->plan;
@@ -329,6 +335,8 @@ static void mx__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *p
         if (pt->shard != j->shard)
             continue;
         mx_tensor *t = &j->t[j->nt++];
+        t->mx = mx;
+        t->loop = n->loop;
         t->id = pt->id;
         snprintf(t->name, sizeof(t->name), "%s", pt->name);
         t->n = 1;
@@ -511,6 +519,18 @@ static void mx__shutdown(node *n)
     mx->job = NULL;
 }
 
+static void mx__metrics(node *n, metrics_buf *b)
+{
+    memoryx *mx = mx_of(n);
+    metrics_printf(b, "# HELP appliance_steps_committed_total Steps whose updates this shard applied.\n"
+                      "# TYPE appliance_steps_committed_total counter\n"
+                      "appliance_steps_committed_total %llu\n", (unsigned long long)mx->steps);
+    metrics_printf(b, "# HELP appliance_checkpoints_total Checkpoint files written.\n"
+                      "# TYPE appliance_checkpoints_total counter\nappliance_checkpoints_total %llu\n",
+                   (unsigned long long)mx->checkpoints);
+    metrics_hist_render(&mx->chunk_hist, b, NULL);
+}
+
 void memoryx_role(node_role *role)
 {
     memset(role, 0, sizeof(*role));
@@ -530,4 +550,5 @@ void memoryx_role(node_role *role)
     role->on_conn_close = mx__conn_close;
     role->fill_register = mx__fill_register;
     role->on_shutdown = mx__shutdown;
+    role->metrics = mx__metrics;
 }

@@ -17,6 +17,9 @@ typedef struct mx_tensor {
     optim_state st;       /* optimizer state (trainable tensors) */
     uint64_t grad_have;   /* gradient elements received this step */
     int writes;           /* weight writes in flight (w must not change) */
+    uint64_t sent_at;     /* uv_now when its last chunk was queued */
+    struct memoryx *mx;   /* for the chunk latency */
+    uv_loop_t *loop;
     bool updated;         /* optimizer applied this step */
 } mx_tensor;
 
@@ -47,6 +50,9 @@ typedef struct mx_job {
 typedef struct memoryx {
     node *n;
     mx_job *job;                  /* at most one job at a time */
+    metrics_hist chunk_hist;      /* a weight chunk from queued to written */
+    uint64_t steps;               /* steps committed */
+    uint64_t checkpoints;         /* checkpoint files written */
 } memoryx;
 
 void memoryx_role(node_role *role);

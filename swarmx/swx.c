@@ -165,6 +165,7 @@ static void swx__send_down(node *n, swx_job *j, conn *from, const Appliance__Env
         j->pending_down += b->len;
     }
     j->chunks_down++;
+    swx_of(n)->chunks_down++;
     if (from && j->pending_down > SWX_DOWN_MAX)
         conn_pause(from); /* a slow child stalls the producer, not our memory */
 }
@@ -230,6 +231,7 @@ static void swx__reduce(node *n, swx_job *j)
             return;
         }
         j->chunks_up++;
+        swx_of(n)->chunks_up++;
         if (!conn_can_send(up, 0)) /* memoryx is behind: hold the children back */
             for (size_t i = 0; i < j->nkids; i++)
                 if (j->kids[i].c)
@@ -569,6 +571,31 @@ static void swx__shutdown(node *n)
     }
 }
 
+static void swx__metrics(node *n, metrics_buf *b)
+{
+    swarmx *s = swx_of(n);
+    size_t held = 0;
+    for (size_t i = 0; s->job && i < s->job->nup; i++)
+        held += s->job->up[i].qlen;
+    size_t waiting = 0;
+    for (size_t i = 0; s->job && i < s->job->nkids; i++)
+        waiting += s->job->kids[i].queued;
+    metrics_printf(b, "# HELP appliance_chunks_forwarded_total Weight chunks sent down to the children.\n"
+                      "# TYPE appliance_chunks_forwarded_total counter\n"
+                      "appliance_chunks_forwarded_total %llu\n"
+                      "# HELP appliance_chunks_reduced_total Gradient chunks summed and sent up.\n"
+                      "# TYPE appliance_chunks_reduced_total counter\n"
+                      "appliance_chunks_reduced_total %llu\n"
+                      "# HELP appliance_pending_down_bytes Weight bytes not yet written to every child.\n"
+                      "# TYPE appliance_pending_down_bytes gauge\nappliance_pending_down_bytes %zu\n"
+                      "# HELP appliance_merge_queue Weight chunks held for their turn (several shards).\n"
+                      "# TYPE appliance_merge_queue gauge\nappliance_merge_queue %zu\n"
+                      "# HELP appliance_reduce_queue Gradient chunks waiting for the other children.\n"
+                      "# TYPE appliance_reduce_queue gauge\nappliance_reduce_queue %zu\n",
+                   (unsigned long long)s->chunks_down, (unsigned long long)s->chunks_up,
+                   s->job ? s->job->pending_down : 0, held, waiting);
+}
+
 void swarmx_role(node_role *role)
 {
     memset(role, 0, sizeof(*role));
@@ -583,4 +610,5 @@ void swarmx_role(node_role *role)
     role->payload_dest = swx__payload_dest;
     role->on_conn_close = swx__conn_close;
     role->on_shutdown = swx__shutdown;
+    role->metrics = swx__metrics;
 }

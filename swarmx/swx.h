@@ -54,6 +54,8 @@ typedef struct swx_job {
 typedef struct swarmx {
     node *n;
     swx_job *job;
+    uint64_t chunks_down;        /* forwarded to the children, every job */
+    uint64_t chunks_up;          /* reduced and sent up, every job */
 } swarmx;
 
 void swarmx_role(node_role *role);

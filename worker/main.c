@@ -18,6 +18,7 @@ int main(int argc, char **argv)
     snprintf(threads, sizeof(threads), "%d", n.opt.threads);
     setenv("UV_THREADPOOL_SIZE", threads, 1);
     w.n = &n;
+    metrics_hist_init(&w.batch_hist, "appliance_batch_seconds", "Producing one batch: reading, decoding, augmenting.");
     w.max_inflight = (unsigned)n.opt.threads;
     n.data = &w;
     return node_run(&n, &role, uv_default_loop());

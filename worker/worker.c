@@ -21,6 +21,7 @@ typedef struct wk_batch {
     uint32_t eval_batch;      /* 0: training; k > 0: eval batch k-1 of the eval at step */
     uint64_t first;           /* eval: the first sample of the eval set */
     uint32_t n;               /* samples */
+    uint64_t queued_at;       /* uv_now when it was queued */
     uint8_t *buf;             /* the payload; owned until handed to conn_send */
     size_t bytes;
     int rc;                   /* of dataset_batch, with err */
@@ -115,6 +116,8 @@ static void wk__batch_done(uv_work_t *req, int status)
         if (conn_send(f->c, &env, b->buf, (uint32_t)b->bytes, wk__batch_sent, b->buf) == 0) {
             b->buf = NULL;
             j->batches_sent++;
+            w->batches++;
+            metrics_hist_observe(&w->batch_hist, (double)(uv_now(w->n->loop) - b->queued_at) / 1000.0);
         } else {
             conn_fail(f->c, -ENOBUFS, "worker: cannot queue the batch of step %llu",
                       (unsigned long long)b->step);
@@ -152,6 +155,7 @@ static bool wk__pump(worker *w, wk_feed *f)
         b->n = f->batch;
         b->buf = buf;
         b->bytes = bytes;
+        b->queued_at = uv_now(w->n->loop);
         if (uv_queue_work(w->n->loop, &b->req, wk__batch_work, wk__batch_done) < 0) {
             free(buf);
             free(b);
@@ -329,6 +333,7 @@ static void wk__eval_request(worker *w, wk_feed *f, conn *c, const Appliance__Cr
     b->step = cr->eval_step;
     b->eval_batch = cr->eval_batch;
     b->first = lo;
+    b->queued_at = uv_now(w->n->loop);
     if (uv_queue_work(w->n->loop, &b->req, wk__batch_work, wk__batch_done) < 0) {
         free(b->buf);
         free(b);
@@ -387,6 +392,17 @@ static void wk__shutdown(node *n)
     wk__job_release(wk_of(n));
 }
 
+static void wk__metrics(node *n, metrics_buf *b)
+{
+    worker *w = wk_of(n);
+    metrics_printf(b, "# HELP appliance_batches_total Batches sent to wse-nodes.\n"
+                      "# TYPE appliance_batches_total counter\nappliance_batches_total %llu\n"
+                      "# HELP appliance_batches_in_production Batches being read and decoded.\n"
+                      "# TYPE appliance_batches_in_production gauge\nappliance_batches_in_production %u\n",
+                   (unsigned long long)w->batches, w->job ? w->job->inflight : 0);
+    metrics_hist_render(&w->batch_hist, b, NULL);
+}
+
 void worker_role(node_role *role)
 {
     memset(role, 0, sizeof(*role));
@@ -401,4 +417,5 @@ void worker_role(node_role *role)
     role->on_drain = wk__drain;
     role->on_conn_close = wk__conn_close;
     role->on_shutdown = wk__shutdown;
+    role->metrics = wk__metrics;
 }

@@ -41,6 +41,8 @@ typedef struct worker {
     node *n;
     wk_job *job;              /* the job being fed, or NULL */
     unsigned max_inflight;    /* batches produced at once: the decoding threads */
+    metrics_hist batch_hist;  /* producing one batch */
+    uint64_t batches;         /* sent, every job */
 } worker;
 
 void worker_role(node_role *role);

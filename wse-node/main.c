@@ -31,6 +31,8 @@ int main(int argc, char **argv)
         n.opt.threads = 1;
     w.n = &n;
     n.data = &w;
+    metrics_hist_init(&w.step_hist, "appliance_step_compute_seconds",
+                      "Kernel time of one training step on this replica.");
     int rc = compute_start(&w.comp, uv_default_loop(), n.opt.threads);
     if (rc < 0) {
         fprintf(stderr, "wse-node: cannot start the compute thread: %s\n", uv_strerror(rc));

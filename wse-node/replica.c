@@ -335,6 +335,8 @@ static void wn__step_done(wn_job *j)
     r.loss_sum = j->loss_sum;
     r.samples = j->batch;
     r.compute_sec = j->compute_sec;
+    metrics_hist_observe(&wn_of(j->n)->step_hist, j->compute_sec);
+    wn_of(j->n)->steps++;
     ENVELOPE(env, step_report, STEP_REPORT, &r);
     node_send_coordinator(j->n, &env);
     /* The batch's slot is free again: one more credit to its worker. */
@@ -604,6 +606,7 @@ static int wn__stage(wn_job *j, const Appliance__WeightChunk *w, const uint8_t *
     st->offset = w->offset;
     st->count = w->count;
     memcpy(st->data, payload, w->count * sizeof(float));
+    wn_of(j->n)->staged++;
     if (j->staged_tail)
         j->staged_tail->next = st;
     else
@@ -1042,6 +1045,18 @@ static void wn__fill_register(node *n, Appliance__Register *r)
     r->wafer_memory = n->opt.wafer_memory;
 }
 
+static void wn__metrics(node *n, metrics_buf *b)
+{
+    wse_node *w = wn_of(n);
+    metrics_printf(b, "# HELP appliance_steps_total Training steps this replica computed.\n"
+                      "# TYPE appliance_steps_total counter\nappliance_steps_total %llu\n",
+                   (unsigned long long)w->steps);
+    metrics_printf(b, "# HELP appliance_weight_chunks_held_total Weight chunks held until their slot was free.\n"
+                      "# TYPE appliance_weight_chunks_held_total counter\n"
+                      "appliance_weight_chunks_held_total %llu\n", (unsigned long long)w->staged);
+    metrics_hist_render(&w->step_hist, b, NULL);
+}
+
 void wse_node_role(node_role *role)
 {
     memset(role, 0, sizeof(*role));
@@ -1055,4 +1070,5 @@ void wse_node_role(node_role *role)
     role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_ABORT] = wn__job_end;
     role->fill_register = wn__fill_register;
     role->on_shutdown = wn__shutdown;
+    role->metrics = wn__metrics;
 }

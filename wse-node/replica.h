@@ -116,6 +116,9 @@ typedef struct wse_node {
     node *n;
     wn_job *job;
     compute comp;            /* the thread that runs the kernels */
+    metrics_hist step_hist;  /* compute time per training step */
+    uint64_t steps;          /* training steps computed */
+    uint64_t staged;         /* weight chunks held while their slot was busy */
 } wse_node;
 
 void wse_node_role(node_role *role);

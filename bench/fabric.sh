@@ -20,7 +20,7 @@ py=/usr/bin/python3
 netns_usable || { echo "SKIP: fabric benchmark: $NETNS_WHY"; exit 0; }
 
 bytes=$((64 << 20))
-iters=5
+iters=${FABRIC_ITERS:-5}
 leaves=8
 work=$(mktemp -d "${TMPDIR:-/tmp}/appliance-fabric.XXXXXX")
 chmod 755 "$work"

@@ -53,15 +53,15 @@ netns_init() {
   ip -n "$NETNS_PREFIX-sw" link set lo up
 }
 
-# netns__shape NS DEV RATE: tbf at RATE with a burst of 1 ms at that rate
-# (at least 64 KiB, so that 64 KiB GSO packets pass), then the delay.
+# netns__shape NS DEV RATE: tbf at RATE with a burst of 5 ms at that rate
+# (5 ms; at least 64 KiB, so that 64 KiB GSO packets pass), then the delay.
 netns__shape() {
   local ns="$1" dev="$2" rate="$3" bits burst
   bits=$(/usr/bin/python3 -c '
 import sys, re
 m = re.fullmatch(r"([0-9.]+)([kmg]?)bit", sys.argv[1].lower())
 print(int(float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)]))' "$rate")
-  burst=$((bits / 8 / 1000))
+  burst=$((bits / 8 / 200))
   [ "$burst" -ge 65536 ] || burst=65536
   ip netns exec "$ns" tc qdisc add dev "$dev" root handle 1: tbf rate "$rate" burst "$burst" latency 20ms
   if [ -n "$NETNS_DELAY" ]; then

@@ -23,7 +23,9 @@ netns_usable || { echo "SKIP: $NETNS_WHY"; exit 77; }
 work=$(mktemp -d "${TMPDIR:-/tmp}/appliance-multihost.XXXXXX")
 chmod 755 "$work"
 loop="$work/loop"
+job_pid=""
 cleanup() {
+  [ -z "$job_pid" ] || kill "$job_pid" 2>/dev/null || true
   netns_teardown
   "$src/deploy/local/appliance-down" --dir "$loop" --quiet >/dev/null 2>&1 || true
   if [ "${KEEP_WORK:-}" = "" ]; then rm -rf "$work"; fi
@@ -38,6 +40,18 @@ fail() {
     echo "== $f" >&2; tail -n 15 "$f" >&2
   done
   exit 1
+}
+# submit_job OUT ARGS...: appliance-submit in the background, output to OUT;
+# waiting with wait lets INT and TERM reach the trap at once.
+submit_job() {
+  local out="$1"
+  shift
+  (cd "$work" && exec timeout 400 "$@") >"$out" 2>&1 &
+  job_pid=$!
+  local rc=0
+  wait "$job_pid" || rc=$?
+  job_pid=""
+  return "$rc"
 }
 field() { "$py" -c "import json,sys; print(json.loads(sys.stdin.read())['$1'])"; }
 
@@ -95,8 +109,10 @@ job() { # job NAME: examples/fc_mnist.toml on 4 replicas, model_dir under $work
 }
 job hosts
 t1=$SECONDS
-out=$(cd "$work" && timeout 400 env APPLIANCE_COORDINATOR="$coord" APPLIANCE_SECRET_FILE="$work/secret" \
-      ip netns exec "apmh$$-coordinator" "$build/client/appliance-submit" --json hosts.toml) || fail "job: $out"
+submit_job "$work/hosts.out" env APPLIANCE_COORDINATOR="$coord" APPLIANCE_SECRET_FILE="$work/secret" \
+  ip netns exec "apmh$$-coordinator" "$build/client/appliance-submit" --json hosts.toml ||
+  fail "job: $(cat "$work/hosts.out")"
+out=$(cat "$work/hosts.out")
 [ "$(echo "$out" | field state)" = done ] || fail "job not done: $out"
 acc=$(echo "$out" | field eval_accuracy)
 "$py" -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 0.94 else 1)" "$acc" ||
@@ -109,8 +125,9 @@ netns_teardown
 "$src/deploy/local/appliance-up" --replicas 4 --dir "$loop" --build "$build" >/dev/null
 job loop
 t1=$SECONDS
-out=$(cd "$work" && set -a && . "$loop/env" && set +a &&
-      timeout 400 "$build/client/appliance-submit" --json loop.toml) || fail "loopback job: $out"
+submit_job "$work/loop.out" env $(cat "$loop/env") "$build/client/appliance-submit" --json loop.toml ||
+  fail "loopback job: $(cat "$work/loop.out")"
+out=$(cat "$work/loop.out")
 [ "$(echo "$out" | field state)" = done ] || fail "loopback job not done: $out"
 lacc=$(echo "$out" | field eval_accuracy)
 echo "ok: the same job on a loopback cluster: test accuracy $lacc in $((SECONDS - t1)) s"

@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# Deployment test: the appliance across hosts. Nine hosts are network
+# namespaces on a bridge (netns-lib.sh), each link shaped to 1 Gbit/s:
+# coordinator, memoryx, swarmx, two workers and four wse-nodes, each daemon
+# listening on and advertising its host's address. FC-MNIST on 4 replicas,
+# submitted from the coordinator's host, reaches at least 94% test accuracy,
+# and its final weights agree within 1e-3 relative with the same job on a
+# loopback cluster (deploy/local/appliance-up --replicas 4). Needs root and
+# the MNIST of scripts/fetch-mnist; skipped otherwise.
+set -euo pipefail
+src=${SOURCE_ROOT:?}
+build=${BUILD_ROOT:?}
+py=/usr/bin/python3
+data="$src/data/mnist"
+. "$src/tests/cluster/netns-lib.sh"
+
+if [ ! -s "$data/train-images-idx3-ubyte" ] || [ ! -s "$data/t10k-labels-idx1-ubyte" ]; then
+  echo "SKIP: no MNIST in $data (run scripts/fetch-mnist)"
+  exit 77
+fi
+netns_usable || { echo "SKIP: $NETNS_WHY"; exit 77; }
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/appliance-multihost.XXXXXX")
+chmod 755 "$work"
+loop="$work/loop"
+job_pid=""
+cleanup() {
+  [ -z "$job_pid" ] || kill "$job_pid" 2>/dev/null || true
+  netns_teardown
+  "$src/deploy/local/appliance-down" --dir "$loop" --quiet >/dev/null 2>&1 || true
+  if [ "${KEEP_WORK:-}" = "" ]; then rm -rf "$work"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+fail() {
+  echo "FAIL: $*" >&2
+  for f in "$work"/logs/*.log "$loop"/logs/*.log; do
+    [ -e "$f" ] || continue
+    echo "== $f" >&2; tail -n 15 "$f" >&2
+  done
+  exit 1
+}
+# submit_job OUT ARGS...: appliance-submit in the background, output to OUT;
+# waiting with wait lets INT and TERM reach the trap at once.
+submit_job() {
+  local out="$1"
+  shift
+  (cd "$work" && exec timeout 400 "$@") >"$out" 2>&1 &
+  job_pid=$!
+  local rc=0
+  wait "$job_pid" || rc=$?
+  job_pid=""
+  return "$rc"
+}
+field() { "$py" -c "import json,sys; print(json.loads(sys.stdin.read())['$1'])"; }
+
+t0=$SECONDS
+net=10.77.0
+coord="$net.1:7070"
+declare -A addr=([coordinator]=$net.1 [memoryx]=$net.2 [swarmx]=$net.3 [worker-1]=$net.4 [worker-2]=$net.5
+                 [wse-node-1]=$net.11 [wse-node-2]=$net.12 [wse-node-3]=$net.13 [wse-node-4]=$net.14)
+hosts=(coordinator memoryx swarmx worker-1 worker-2 wse-node-1 wse-node-2 wse-node-3 wse-node-4)
+
+netns_init "apmh$$"
+for h in "${hosts[@]}"; do netns_host "$h" "${addr[$h]}" 1gbit; done
+netns_run wse-node-1 "$py" -c "
+import socket; s = socket.create_connection(('$net.2', 9), timeout=2)" 2>/dev/null &&
+  fail "a port nobody listens on accepted a connection"
+echo "ok: ${#hosts[@]} hosts on a bridge, links shaped to 1 Gbit/s${NETNS_DELAY:+ with $NETNS_DELAY delay}"
+
+mkdir -p "$work/logs" "$work/state/coordinator" "$work/state/memoryx"
+(umask 077; od -An -N32 -tx1 /dev/urandom | tr -d ' \n' >"$work/secret"; echo >>"$work/secret")
+daemon() { # daemon HOST BINARY ARGS...
+  local h="$1" bin="$2"
+  shift 2
+  netns_spawn "$h" "$work/logs/$h.log" "$build/$bin" --name "$h" --listen "${addr[$h]}:7100" \
+    --advertise "${addr[$h]}:7100" --secret-file "$work/secret" "$@"
+}
+netns_spawn coordinator "$work/logs/coordinator.log" "$build/coordinator/coordinator" --name coordinator \
+  --listen "$coord" --advertise "$coord" --secret-file "$work/secret" --state-dir "$work/state/coordinator"
+daemon memoryx memoryx/memoryx --coordinator "$coord" --state-dir "$work/state/memoryx"
+daemon swarmx swarmx/swarmx --coordinator "$coord"
+for h in worker-1 worker-2; do daemon "$h" worker/worker --coordinator "$coord"; done
+for i in 1 2 3 4; do daemon "wse-node-$i" wse-node/wse-node --coordinator "$coord" --threads 1; done
+
+submit() { netns_run coordinator env APPLIANCE_COORDINATOR="$coord" APPLIANCE_SECRET_FILE="$work/secret" \
+  "$build/client/appliance-submit" "$@"; }
+alive=0
+for _ in $(seq 1 80); do
+  alive=$(submit --cluster --json 2>/dev/null | "$py" -c '
+import json, sys
+print(sum(1 for m in json.load(sys.stdin).get("members", []) if m.get("state") == "alive"))' 2>/dev/null || echo 0)
+  [ "$alive" -ge 8 ] && break
+  sleep 0.25
+done
+[ "$alive" -ge 8 ] || fail "only $alive of 8 daemons joined the coordinator at $coord"
+submit --cluster --json | "$py" -c '
+import json, sys
+for m in json.load(sys.stdin)["members"]:
+    if not m.get("addr", m.get("advertised_addr", "10.77.0.")).startswith("10.77.0."):
+        sys.exit("member %s advertises %s" % (m.get("name"), m.get("addr")))' ||
+  fail "a member advertises an address outside the test network"
+echo "ok: 8 daemons in 8 namespaces joined the coordinator at $coord"
+
+job() { # job NAME: examples/fc_mnist.toml on 4 replicas, model_dir under $work
+  sed -e "s/^num_csx = .*/num_csx = 4/" -e "s|^model_dir = .*|model_dir = \"$work/$1\"|" \
+    -e "s|^data_dir = .*|data_dir = \"$data\"|" "$src/examples/fc_mnist.toml" >"$work/$1.toml"
+}
+job hosts
+t1=$SECONDS
+submit_job "$work/hosts.out" env APPLIANCE_COORDINATOR="$coord" APPLIANCE_SECRET_FILE="$work/secret" \
+  ip netns exec "apmh$$-coordinator" "$build/client/appliance-submit" --json hosts.toml ||
+  fail "job: $(cat "$work/hosts.out")"
+out=$(cat "$work/hosts.out")
+[ "$(echo "$out" | field state)" = done ] || fail "job not done: $out"
+acc=$(echo "$out" | field eval_accuracy)
+"$py" -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 0.94 else 1)" "$acc" ||
+  fail "test accuracy $acc below 0.94"
+echo "ok: FC-MNIST on 4 replicas across 9 hosts: test accuracy $acc in $((SECONDS - t1)) s"
+grep -q "swarmx .* connected from $net.3:" "$work/logs/memoryx.log" ||
+  fail "memoryx did not see swarmx connect from its host's address"
+netns_teardown
+
+"$src/deploy/local/appliance-up" --replicas 4 --dir "$loop" --build "$build" >/dev/null
+job loop
+t1=$SECONDS
+submit_job "$work/loop.out" env $(cat "$loop/env") "$build/client/appliance-submit" --json loop.toml ||
+  fail "loopback job: $(cat "$work/loop.out")"
+out=$(cat "$work/loop.out")
+[ "$(echo "$out" | field state)" = done ] || fail "loopback job not done: $out"
+lacc=$(echo "$out" | field eval_accuracy)
+echo "ok: the same job on a loopback cluster: test accuracy $lacc in $((SECONDS - t1)) s"
+a="$work/hosts/checkpoint_800-shard1-of-1.safetensors"
+b="$work/loop/checkpoint_800-shard1-of-1.safetensors"
+cmp=$("$build/common/st-compare" "$a" "$b" --rtol 1e-3 2>&1) ||
+  fail "the final weights across hosts and on loopback differ by more than 1e-3: $cmp"
+maxrel=$(echo "$cmp" | awk -F'rel=' '/ rel=/ { split($2, v, " "); if (v[1] + 0 > m) m = v[1] + 0 } END { printf "%.2e", m }')
+echo "ok: final weights across hosts and on loopback agree within 1e-3 (largest relative difference $maxrel)"
+"$py" -c "import sys; sys.exit(0 if abs(float(sys.argv[1]) - float(sys.argv[2])) <= 0.005 else 1)" "$acc" "$lacc" ||
+  fail "test accuracy across hosts $acc and on loopback $lacc differ by more than 0.5%"
+echo "ok: test accuracy across hosts $acc, on loopback $lacc (in $((SECONDS - t0)) s)"
+echo "1 passed, 0 failed"

@@ -56,6 +56,7 @@ static const key_spec input_keys[] = {
     KF(jobspec_input, noise, 0, 1e6),
     KB(jobspec_input, random_flip_horizontal),
     KB(jobspec_input, random_flip_vertical),
+    KI(jobspec_input, random_crop_padding, 0, 4096),
 };
 
 static const key_spec optimizer_keys[] = {

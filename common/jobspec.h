@@ -22,7 +22,8 @@ typedef struct jobspec_input {
     int64_t num_samples;          /* synthetic data sets: size of the set */
     double noise;                 /* synthetic data sets: noise around class centres */
     bool random_flip_horizontal;  /* augmentation: mirror left-right, seeded */
-    bool random_flip_vertical;    /* augmentation: mirror top-bottom, seeded */
+    bool random_flip_vertical;
+    int64_t random_crop_padding;  /* random crops from the image padded this much; 0: none */    /* augmentation: mirror top-bottom, seeded */
 } jobspec_input;
 
 typedef struct jobspec {

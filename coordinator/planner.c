@@ -35,6 +35,7 @@ static Appliance__PlanInput *planner__input(arena *a, const jobspec *spec, const
     in->noise = si->noise;
     in->random_flip_horizontal = si->random_flip_horizontal;
     in->random_flip_vertical = si->random_flip_vertical;
+    in->random_crop_padding = (uint32_t)si->random_crop_padding;
     in->n_sample_shape = (size_t)m->input.ndim;
     in->sample_shape = shape;
     for (int d = 0; d < m->input.ndim; d++)

@@ -2,6 +2,7 @@
 #include "augment.h"
 
 #include <stddef.h>
+#include <string.h>
 
 #include "rng.h"
 
@@ -55,4 +56,51 @@ void augment_apply(unsigned flags, float *x, uint32_t c, uint32_t h, uint32_t w,
         augment__flip_float(x + (size_t)k * h * w, h, w, flags);
     if (mask)
         augment__flip_int32_t(mask, h, w, flags);
+}
+
+/* augment__shift_T: moves one (H, W) plane by (dy, dx), filling with zero. */
+#define AUGMENT_SHIFT_PLANE(T)                                                                    \
+    static void augment__shift_##T(T *p, uint32_t h, uint32_t w, int dy, int dx)                  \
+    {                                                                                             \
+        int H = (int)h, W = (int)w;                                                               \
+        for (int i = 0; i < H; i++) { /* rows, in an order that reads before it writes */        \
+            int y = dy > 0 ? H - 1 - i : i, src = y - dy;                                         \
+            if (src >= 0 && src < H)                                                              \
+                memmove(p + (size_t)y * w, p + (size_t)src * w, w * sizeof(T));                   \
+            else                                                                                  \
+                memset(p + (size_t)y * w, 0, w * sizeof(T));                                      \
+        }                                                                                         \
+        if (dx == 0)                                                                              \
+            return;                                                                               \
+        int keep = W - (dx > 0 ? dx : -dx);                                                       \
+        for (int y = 0; y < H; y++) {                                                             \
+            T *row = p + (size_t)y * w;                                                           \
+            if (keep <= 0) {                                                                      \
+                memset(row, 0, w * sizeof(T));                                                    \
+            } else if (dx > 0) {                                                                  \
+                memmove(row + dx, row, (size_t)keep * sizeof(T));                                 \
+                memset(row, 0, (size_t)dx * sizeof(T));                                           \
+            } else {                                                                              \
+                memmove(row, row - dx, (size_t)keep * sizeof(T));                                 \
+                memset(row + keep, 0, (size_t)(-dx) * sizeof(T));                                 \
+            }                                                                                     \
+        }                                                                                         \
+    }
+
+AUGMENT_SHIFT_PLANE(float)
+AUGMENT_SHIFT_PLANE(int32_t)
+
+void augment_crop(uint64_t seed, uint64_t epoch, uint64_t idx, uint32_t pad, float *x, uint32_t c,
+                  uint32_t h, uint32_t w, int32_t *mask)
+{
+    if (pad == 0 || !h || !w)
+        return;
+    uint64_t r = rng_hash(rng_hash(seed, AUGMENT_STREAM + 1, epoch), AUGMENT_STREAM + 1, idx);
+    int span = 2 * (int)pad + 1;
+    int dy = (int)(r % (uint64_t)span) - (int)pad;
+    int dx = (int)((r >> 32) % (uint64_t)span) - (int)pad;
+    for (uint32_t k = 0; k < c; k++)
+        augment__shift_float(x + (size_t)k * h * w, h, w, dy, dx);
+    if (mask)
+        augment__shift_int32_t(mask, h, w, dy, dx);
 }

@@ -18,3 +18,10 @@ unsigned augment_draw(uint64_t seed, uint64_t epoch, uint64_t idx, bool flip_h, 
 /* Applies the transforms in `flags` in place to an image x of shape (C, H, W)
  * and, when mask is not NULL, to its (H, W) per-pixel labels. */
 void augment_apply(unsigned flags, float *x, uint32_t c, uint32_t h, uint32_t w, int32_t *mask);
+
+/* A random crop from the image padded by `pad` pixels on every side (zeros;
+ * background, class 0, in the mask), back to (H, W): the content moves by
+ * up to pad pixels each way. The offset is a pure function of (seed, epoch,
+ * idx). pad 0 leaves the sample as it is. */
+void augment_crop(uint64_t seed, uint64_t epoch, uint64_t idx, uint32_t pad, float *x, uint32_t c,
+                  uint32_t h, uint32_t w, int32_t *mask);

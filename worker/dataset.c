@@ -49,6 +49,7 @@ static int dataset__common(dataset *d, const Appliance__PlanInput *in, char *err
     d->shuffle = in->shuffle;
     d->flip_h = in->random_flip_horizontal;
     d->flip_v = in->random_flip_vertical;
+    d->crop_pad = in->random_crop_padding;
     if (in->n_sample_shape < 1 || in->n_sample_shape > 3) {
         snprintf(err, errlen, "the model input has %zu dimensions; a sample has 1 to 3",
                  in->n_sample_shape);
@@ -70,9 +71,9 @@ static int dataset__common(dataset *d, const Appliance__PlanInput *in, char *err
         d->channels = (uint32_t)d->shape[0];
         d->height = (uint32_t)d->shape[1];
         d->width = (uint32_t)d->shape[2];
-    } else if (d->flip_h || d->flip_v) {
+    } else if (d->flip_h || d->flip_v || d->crop_pad) {
         snprintf(err, errlen, "%s needs an image input shape [C, H, W]; the model input has %zu "
-                 "dimension(s)", d->flip_h ? "random_flip_horizontal" : "random_flip_vertical",
+                 "dimension(s)", d->flip_h ? "random_flip_horizontal" : d->flip_v ? "random_flip_vertical" : "random_crop_padding",
                  d->ndim);
         return -EINVAL;
     }
@@ -176,10 +177,11 @@ int dataset_read(const dataset *d, uint64_t epoch, uint64_t idx, float *x, int32
     if (rc < 0)
         return rc;
     unsigned flags = augment_draw(d->seed, epoch, idx, d->flip_h, d->flip_v);
-    if (flags) {
-        bool mask = d->ndim == 3 && d->label_elems == (uint64_t)d->height * d->width;
+    bool mask = d->ndim == 3 && d->label_elems == (uint64_t)d->height * d->width;
+    if (flags)
         augment_apply(flags, x, d->channels, d->height, d->width, mask ? labels : NULL);
-    }
+    augment_crop(d->seed, epoch, idx, d->crop_pad, x, d->channels, d->height, d->width,
+                 mask ? labels : NULL);
     return 0;
 }
 

@@ -31,6 +31,7 @@ struct dataset {
     uint32_t channels, height, width; /* shape as an image (C, H, W) when ndim == 3, else 0 */
     bool shuffle;             /* a new seeded order every epoch */
     bool flip_h, flip_v;      /* random flips, drawn per (seed, epoch, index) */
+    uint32_t crop_pad;        /* random crops from the image padded this much; 0: none */
     /* Set by the reader's open: */
     uint64_t size;            /* samples per epoch, > 0 */
     uint64_t sample_elems;    /* product of shape */

@@ -3,6 +3,7 @@
  * produces them; synthetic segmentation, seeded flips and the batch layout.
  * The readers of files are tested in test_dataset_files.c. */
 #include <check.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -378,6 +379,59 @@ START_TEST(batch_layout)
 }
 END_TEST
 
+/* Random crops: image and mask move together by up to pad pixels, the
+ * uncovered border is zero (background), and the offset is seeded. */
+START_TEST(crops_shift_image_and_mask)
+{
+    enum { C = 2, H = 5, W = 6, PAD = 2 };
+    int seen_dx[2 * PAD + 1] = {0}, seen_dy[2 * PAD + 1] = {0};
+    for (uint64_t idx = 0; idx < 200; idx++) {
+        float x[C * H * W], x2[C * H * W];
+        int32_t m[H * W];
+        for (int i = 0; i < C * H * W; i++)
+            x[i] = (float)(i + 1);
+        for (int i = 0; i < H * W; i++)
+            m[i] = i + 1;
+        memcpy(x2, x, sizeof(x));
+        augment_crop(7, 3, idx, PAD, x, C, H, W, m);
+        /* Find the shift from the mask: the pixel that came to (y, x). */
+        int dy = 99, dx = 99;
+        for (int y = 0; y < H && dy == 99; y++)
+            for (int xx = 0; xx < W; xx++)
+                if (m[y * W + xx]) {
+                    int src = m[y * W + xx] - 1;
+                    dy = y - src / W;
+                    dx = xx - src % W;
+                    break;
+                }
+        ck_assert_int_le(abs(dy), PAD);
+        ck_assert_int_le(abs(dx), PAD);
+        seen_dy[dy + PAD]++;
+        seen_dx[dx + PAD]++;
+        for (int k = 0; k < C; k++)
+            for (int y = 0; y < H; y++)
+                for (int xx = 0; xx < W; xx++) {
+                    int sy = y - dy, sx = xx - dx;
+                    bool in = sy >= 0 && sy < H && sx >= 0 && sx < W;
+                    float want = in ? x2[k * H * W + sy * W + sx] : 0.0f;
+                    ck_assert_float_eq(x[k * H * W + y * W + xx], want);
+                    if (k == 0)
+                        ck_assert_int_eq(m[y * W + xx], in ? sy * W + sx + 1 : 0);
+                }
+        /* Seeded: the same sample, epoch and seed crop the same way. */
+        int32_t m2[H * W];
+        for (int i = 0; i < H * W; i++)
+            m2[i] = i + 1;
+        augment_crop(7, 3, idx, PAD, x2, C, H, W, m2);
+        ck_assert_int_eq(memcmp(m, m2, sizeof(m)), 0);
+    }
+    for (int i = 0; i <= 2 * PAD; i++) {
+        ck_assert_int_gt(seen_dy[i], 0);
+        ck_assert_int_gt(seen_dx[i], 0);
+    }
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("dataset");
@@ -396,6 +450,7 @@ static Suite *suite(void)
     tcase_add_test(seg, flip_in_place);
     tcase_add_test(seg, flips_are_seeded_and_consistent);
     tcase_add_test(seg, batch_layout);
+    tcase_add_test(seg, crops_shift_image_and_mask);
     suite_add_tcase(s, seg);
     return s;
 }

@@ -81,6 +81,7 @@ void conn_config_default(conn_config *cfg, const auth_secret *secret, Appliance_
     cfg->high_water = 16u << 20;
     cfg->queue_max = 256u << 20;
     cfg->auth_timeout_ms = 5000;
+    cfg->connect_timeout_ms = 3000;
 }
 
 /* ---- closing ---- */
@@ -458,6 +459,15 @@ static void conn__auth_deadline(uv_timer_t *t)
     conn_fail(c, -ETIMEDOUT, "not authenticated within %u ms", c->cfg->auth_timeout_ms);
 }
 
+static void conn__connect_deadline(uv_timer_t *t)
+{
+    conn *c = t->data;
+    char why[160];
+    snprintf(why, sizeof(why), "cannot connect to %s: no answer within %u ms", c->peer_addr,
+             c->cfg->connect_timeout_ms);
+    conn_close(c, -ETIMEDOUT, why);
+}
+
 static conn *conn__new(uv_loop_t *loop, const conn_config *cfg, const conn_ops *ops, void *data)
 {
     conn *c = calloc(1, sizeof(*c));
@@ -567,6 +577,9 @@ conn *conn_connect(uv_loop_t *loop, const char *host, int port, const conn_confi
         return NULL;
     c->dialer = true;
     snprintf(c->peer_addr, sizeof(c->peer_addr), "%s:%d", host, port);
+    /* Until connected; conn__start replaces it with the authentication deadline. */
+    if (cfg->connect_timeout_ms)
+        uv_timer_start(&c->timer, conn__connect_deadline, cfg->connect_timeout_ms, 0);
     char service[16];
     snprintf(service, sizeof(service), "%d", port);
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "sdnotify.h"
 #include "toml.h"
 #include "units.h"
 
@@ -276,7 +277,8 @@ static void node__on_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, 
         uv_timer_start(&n->heartbeat, node__heartbeat, n->opt.heartbeat_ms, n->opt.heartbeat_ms);
         if (n->role->on_registered)
             n->role->on_registered(n);
-        (void)first;
+        if (first)
+            sdnotify_ready();
         return;
     }
     /* Messages behind a held one wait with it, in order. */
@@ -401,8 +403,17 @@ static void node__on_close(conn *c, int err, const char *reason)
     if (c->link == &n->coord) {
         if (n->registered && !n->stopping)
             log_warn("lost the coordinator at %s: %s", c->peer_addr, reason);
-        else if (!n->stopping)
-            log_debug("coordinator at %s not reached: %s", c->peer_addr, reason);
+        else if (!n->stopping) {
+            /* Backoff tries up to every 5 s; say so at most every 4 s. */
+            static uint64_t last_said;
+            uint64_t now = uv_now(n->loop);
+            if (last_said == 0 || now - last_said >= 4000) {
+                last_said = now;
+                log_warn("coordinator %s not reached: %s; retrying", c->peer_addr, reason);
+            } else {
+                log_debug("coordinator %s not reached: %s; retrying", c->peer_addr, reason);
+            }
+        }
         bool was = n->registered;
         n->registered = false;
         uv_timer_stop(&n->heartbeat);
@@ -565,6 +576,7 @@ void node_shutdown(node *n)
     if (n->stopping)
         return;
     n->stopping = true;
+    sdnotify_stopping();
     if (n->role->on_shutdown)
         n->role->on_shutdown(n);
     uv_close((uv_handle_t *)&n->sigterm, NULL);
@@ -634,6 +646,9 @@ int node_run(node *n, const node_role *role, uv_loop_t *loop)
         return 1;
     }
     log_info("%s listening on %s", n->opt.name, n->bound);
+    sdnotify_watchdog_start(loop);
+    if (role->role == APPLIANCE__ROLE__ROLE_COORDINATOR)
+        sdnotify_ready();
     if (n->opt.metrics[0]) {
         int mport = metrics_start(loop, n->opt.metrics, err, sizeof(err));
         if (mport < 0) {

@@ -38,6 +38,7 @@ typedef struct client {
     bool live;                /* a live progress line is on the screen */
     conn *c;
     uv_signal_t sigint;
+    uv_timer_t ask;           /* prints the question */
     uv_tty_t in;              /* the answer to the Ctrl-C question */
     bool asking;
     char inbuf[64];
@@ -99,6 +100,17 @@ static void send_cancel(client *cl)
 
 /* ---- Ctrl-C while following ---- */
 
+static void on_ask(uv_timer_t *t)
+{
+    client *cl = t->data;
+    if (!cl->asking)
+        return;
+    render_progress_done(cl->tty && cl->live);
+    cl->live = false;
+    fprintf(stderr, "%s: [c]ancel the job, [d]etach (it goes on), or Enter to keep following? ",
+            cl->job_id);
+}
+
 static void on_answer_alloc(uv_handle_t *h, size_t s, uv_buf_t *b)
 {
     client *cl = h->data;
@@ -128,21 +140,22 @@ static void on_sigint(uv_signal_t *s, int sig)
         fprintf(stderr, "\ninterrupted\n");
         exit(130);
     }
-    render_progress_done(cl->tty && cl->live);
-    cl->live = false;
     if (cl->asking || !isatty(0)) { /* a second Ctrl-C, or nobody to ask */
+        render_progress_done(cl->tty && cl->live);
+        cl->live = false;
         fprintf(stderr, "\ndetached from %s; it goes on (appliance-submit status %s)\n", cl->job_id,
                 cl->job_id);
         finish(cl, EXIT_OK);
         return;
     }
-    fprintf(stderr, "\n%s: [c]ancel the job, [d]etach (it goes on), or Enter to keep following? ",
-            cl->job_id);
-    if (!uv_is_active((uv_handle_t *)&cl->in) && uv_read_start((uv_stream_t *)&cl->in,
-                                                                on_answer_alloc, on_answer) == 0)
+    if (!uv_is_active((uv_handle_t *)&cl->in) &&
+        uv_read_start((uv_stream_t *)&cl->in, on_answer_alloc, on_answer) == 0) {
         cl->asking = true;
+        /* The terminal drops what is written as it delivers the signal:
+         * ask a moment later. */
+        uv_timer_start(&cl->ask, on_ask, 100, 0);
+    }
 }
-
 /* ---- the conversation ---- */
 
 static void on_ready(conn *c)
@@ -230,6 +243,8 @@ static void on_status(client *cl, const Appliance__JobStatus *st)
             printf("%s eval at step %llu: loss %.6f, accuracy %.4f\n", st->job_id,
                    (unsigned long long)st->eval_step, st->eval_loss, st->eval_accuracy);
     }
+    if (cl->asking)
+        return; /* the question stays on the screen */
     render_progress(st, cl->tty);
     cl->live = cl->tty;
 }
@@ -300,6 +315,7 @@ static void on_close(conn *c, int err, const char *reason)
         cl->exit_code = EXIT_UNREACHABLE;
     }
     uv_close((uv_handle_t *)&cl->sigint, NULL);
+    uv_close((uv_handle_t *)&cl->ask, NULL);
     if (uv_is_active((uv_handle_t *)&cl->in) || cl->in.data)
         uv_close((uv_handle_t *)&cl->in, NULL);
 }
@@ -433,6 +449,8 @@ int main(int argc, char **argv)
     uv_signal_init(loop, &cl.sigint);
     cl.sigint.data = &cl;
     uv_signal_start(&cl.sigint, on_sigint, SIGINT);
+    uv_timer_init(loop, &cl.ask);
+    cl.ask.data = &cl;
     if (isatty(0) && uv_tty_init(loop, &cl.in, 0, 1) == 0)
         cl.in.data = &cl;
     cl.exit_code = EXIT_UNREACHABLE;

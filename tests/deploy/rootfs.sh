@@ -7,7 +7,7 @@
 set -euo pipefail
 
 cache=${APPLIANCE_ROOTFS_CACHE:-/var/cache/appliance-test}
-packages=systemd,dbus,libuv1,libprotobuf-c1,libopenblas0-pthread,libsqlite3-0,libsodium23,libpng16-16,libsystemd0
+packages=systemd,dbus,libuv1,libprotobuf-c1,libopenblas0-pthread,libsqlite3-0,libsodium23,libpng16-16,libmicrohttpd12,libsystemd0
 dest="$cache/bookworm-rootfs"
 
 # The Debian mirror this host already uses (deb822 or one-line sources).

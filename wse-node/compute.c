@@ -2,8 +2,24 @@
 #include "compute.h"
 
 #include <errno.h>
+#include <stdlib.h>
 
 #include "kernels.h"
+
+struct compute_task {
+    compute_fn fn;   /* on the compute thread */
+    compute_fn done; /* then on the loop */
+    void *arg;
+    compute_task *next;
+};
+
+static void compute__append(compute_task **list, compute_task *t)
+{
+    t->next = NULL;
+    while (*list)
+        list = &(*list)->next;
+    *list = t;
+}
 
 static void *compute__main(void *arg)
 {
@@ -11,42 +27,50 @@ static void *compute__main(void *arg)
     kernels_set_threads(c->threads);
     pthread_mutex_lock(&c->mu);
     for (;;) {
-        while (!c->stop && !(c->pending && !c->finished))
+        while (!c->stop && !c->queue)
             pthread_cond_wait(&c->cv, &c->mu);
         if (c->stop)
             break;
-        compute_fn fn = c->fn;
-        void *a = c->arg;
+        compute_task *t = c->queue;
+        c->queue = t->next;
+        c->running = t;
         pthread_mutex_unlock(&c->mu);
-        fn(a);
+        t->fn(t->arg);
         pthread_mutex_lock(&c->mu);
-        c->finished = true;
+        c->running = NULL;
+        compute__append(&c->done, t);
         uv_async_send(&c->async);
     }
     pthread_mutex_unlock(&c->mu);
     return NULL;
 }
 
+/* Calls the owed done callbacks in order; one may submit the next task. */
 static void compute__wake(uv_async_t *a)
 {
     compute *c = a->data;
-    pthread_mutex_lock(&c->mu);
-    bool done = c->pending && c->finished;
-    compute_fn fn = c->done;
-    void *arg = c->arg;
-    if (done) {
-        c->pending = false;
-        c->finished = false;
+    for (;;) {
+        pthread_mutex_lock(&c->mu);
+        compute_task *t = c->done;
+        if (t) {
+            c->done = t->next;
+            c->n_tasks--;
+        }
+        pthread_mutex_unlock(&c->mu);
+        if (!t)
+            return;
+        if (t->done)
+            t->done(t->arg);
+        free(t);
     }
-    pthread_mutex_unlock(&c->mu);
-    if (done && fn)
-        fn(arg);
 }
 
 int compute_start(compute *c, uv_loop_t *loop, int threads)
 {
     c->threads = threads > 0 ? threads : 1;
-    c->pending = c->finished = c->stop = false;
+    c->queue = c->running = c->done = NULL;
+    c->n_tasks = 0;
+    c->stop = false;
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     int rc = uv_async_init(loop, &c->async, compute__wake);
@@ -64,16 +88,15 @@ int compute_start(compute *c, uv_loop_t *loop, int threads)
 
 int compute_submit(compute *c, compute_fn fn, compute_fn done, void *arg)
 {
+    compute_task *t = malloc(sizeof(*t));
+    if (!t)
+        return -ENOMEM;
+    t->fn = fn;
+    t->done = done;
+    t->arg = arg;
     pthread_mutex_lock(&c->mu);
-    if (c->pending) {
-        pthread_mutex_unlock(&c->mu);
-        return -EBUSY;
-    }
-    c->fn = fn;
-    c->done = done;
-    c->arg = arg;
-    c->pending = true;
-    c->finished = false;
+    compute__append(&c->queue, t);
+    c->n_tasks++;
     pthread_cond_signal(&c->cv);
     pthread_mutex_unlock(&c->mu);
     return 0;
@@ -81,7 +104,7 @@ int compute_submit(compute *c, compute_fn fn, compute_fn done, void *arg)
 
 bool compute_busy(const compute *c)
 {
-    return c->pending;
+    return c->n_tasks > 0;
 }
 
 void compute_stop(compute *c)
@@ -93,6 +116,14 @@ void compute_stop(compute *c)
     pthread_cond_signal(&c->cv);
     pthread_mutex_unlock(&c->mu);
     pthread_join(c->thread, NULL);
+    /* The thread is gone: what ran owes its callback, and so does what
+     * never ran, for its owner to free what it holds. */
+    compute_task **tail = &c->done;
+    while (*tail)
+        tail = &(*tail)->next;
+    *tail = c->queue;
+    c->queue = NULL;
+    compute__wake(&c->async);
     uv_close((uv_handle_t *)&c->async, NULL);
     c->started = false;
 }

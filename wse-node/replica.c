@@ -504,8 +504,10 @@ static void wn__advance(wn_job *j)
         return;
     if (backward && wn__sending(j, j->layer)) /* its gradients of the last step must have left */
         return;
-    if (compute_submit(&wn_of(j->n)->comp, wn__work, wn__work_done, j) < 0)
-        return; /* cannot happen: one job, one task at a time */
+    if (compute_submit(&wn_of(j->n)->comp, wn__work, wn__work_done, j) < 0) {
+        wn__abort(j->n, j, "out of memory queueing a compute task");
+        return;
+    }
     j->busy = true;
 }
 
@@ -1011,7 +1013,7 @@ static void wn__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *p
     j->busy = true;
     if (compute_submit(&w->comp, wn__job_alloc, wn__job_allocated, j) < 0) {
         j->busy = false;
-        wn__refuse(n, j, "the compute thread is busy");
+        wn__refuse(n, j, "out of memory queueing the buffer allocation");
     }
 }
 
@@ -1032,12 +1034,7 @@ static void wn__shutdown(node *n)
     wn_job *j = w->job;
     if (j)
         wn__release(n, j);
-    compute_stop(&w->comp); /* after the task in flight */
-    if (j && j->busy) {
-        j->busy = false;
-        if (j->links_open == 0)
-            wn__free_buffers(j);
-    }
+    compute_stop(&w->comp); /* after the task in flight; calls every done */
 }
 
 static void wn__fill_register(node *n, Appliance__Register *r)

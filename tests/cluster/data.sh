@@ -5,18 +5,7 @@
 # the job with a message naming the file. When scripts/fetch-mnist has been
 # run, a softmax regression on that MNIST trains too. No network is used.
 set -euo pipefail
-src=${SOURCE_ROOT:?}
-build=${BUILD_ROOT:?}
-py=/usr/bin/python3
-work=$(mktemp -d "${TMPDIR:-/tmp}/appliance-cluster.XXXXXX")
-run="$work/run"
-cleanup() {
-  "$src/deploy/local/appliance-down" --dir "$run" --quiet >/dev/null 2>&1 || true
-  if [ "${KEEP_WORK:-}" = "" ]; then rm -rf "$work"; fi
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; for f in "$run"/logs/*.log; do echo "== $f" >&2; tail -n 15 "$f" >&2; done; exit 1; }
-field() { "$py" -c "import json,sys; print(json.loads(sys.stdin.read())['$1'])"; }
+. "${SOURCE_ROOT:?}/tests/cluster/lib.sh" appliance-cluster
 
 # Four classes: a bright quadrant on a noisy dark 8x8 image.
 "$py" - "$work/idx" <<'PY'

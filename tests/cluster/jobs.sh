@@ -6,23 +6,12 @@
 # a restarted coordinator still knows every job, and the TensorBoard event
 # file of a job decodes (CRCs checked) to the values the job reported.
 set -euo pipefail
-src=${SOURCE_ROOT:?}
-build=${BUILD_ROOT:?}
-py=/usr/bin/python3
-work=$(mktemp -d "${TMPDIR:-/tmp}/appliance-jobs.XXXXXX")
-run="$work/run"
-cleanup() {
-  "$src/deploy/local/appliance-down" --dir "$run" --quiet >/dev/null 2>&1 || true
-  [ -n "${coord_pid:-}" ] && kill "$coord_pid" 2>/dev/null || true
-  if [ "${KEEP_WORK:-}" = "" ]; then rm -rf "$work"; fi
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; for f in "$run"/logs/*.log; do echo "== $f" >&2; tail -n 15 "$f" >&2; done; exit 1; }
+. "${SOURCE_ROOT:?}/tests/cluster/lib.sh" appliance-jobs
+cleanup_extra() { [ -n "${coord_pid:-}" ] && kill "$coord_pid" 2>/dev/null || true; }
 
 "$src/deploy/local/appliance-up" --replicas 1 --dir "$run" --build "$build" >/dev/null
 set -a; . "$run/env"; set +a
 submit="$build/client/appliance-submit"
-field() { "$py" -c "import json,sys; print(json.loads(sys.stdin.read())['$1'])"; }
 job() { # job NAME STEPS PRIORITY
   sed -e "s/^max_steps = .*/max_steps = $2/" -e "s/^num_csx = .*/num_csx = 1\njob_priority = \"$3\"/" \
     -e "s|^model_dir = .*|model_dir = \"$work/$1\"|" -e "s/^checkpoint_steps = .*/checkpoint_steps = 0/" \

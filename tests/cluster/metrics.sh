@@ -3,17 +3,7 @@
 # parses as text exposition; during a job the counters move (bytes per peer,
 # steps, chunks, batches, jobs by state) and histograms fill.
 set -euo pipefail
-src=${SOURCE_ROOT:?}
-build=${BUILD_ROOT:?}
-py=/usr/bin/python3
-work=$(mktemp -d "${TMPDIR:-/tmp}/appliance-metrics.XXXXXX")
-run="$work/run"
-cleanup() {
-  "$src/deploy/local/appliance-down" --dir "$run" --quiet >/dev/null 2>&1 || true
-  if [ "${KEEP_WORK:-}" = "" ]; then rm -rf "$work"; fi
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; for f in "$run"/logs/*.log; do echo "== $f" >&2; tail -n 15 "$f" >&2; done; exit 1; }
+. "${SOURCE_ROOT:?}/tests/cluster/lib.sh" appliance-metrics
 
 "$src/deploy/local/appliance-up" --replicas 2 --metrics --dir "$run" --build "$build" >/dev/null
 set -a; . "$run/env"; set +a

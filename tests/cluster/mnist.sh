@@ -5,26 +5,15 @@
 # three runs agree within 1e-4 relative. Skipped when the data set has not
 # been fetched (scripts/test fetches it).
 set -euo pipefail
-src=${SOURCE_ROOT:?}
-build=${BUILD_ROOT:?}
-py=/usr/bin/python3
+. "${SOURCE_ROOT:?}/tests/cluster/lib.sh" appliance-mnist
 data="$src/data/mnist"
 if [ ! -s "$data/train-images-idx3-ubyte" ] || [ ! -s "$data/t10k-labels-idx1-ubyte" ]; then
   echo "SKIP: no MNIST in $data (run scripts/fetch-mnist)"
   exit 77
 fi
-work=$(mktemp -d "${TMPDIR:-/tmp}/appliance-mnist.XXXXXX")
-run="$work/run"
-cleanup() {
-  "$src/deploy/local/appliance-down" --dir "$run" --quiet >/dev/null 2>&1 || true
-  if [ "${KEEP_WORK:-}" = "" ]; then rm -rf "$work"; fi
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; for f in "$run"/logs/*.log; do echo "== $f" >&2; tail -n 15 "$f" >&2; done; exit 1; }
 
 "$src/deploy/local/appliance-up" --replicas 4 --dir "$run" --build "$build" >/dev/null
 set -a; . "$run/env"; set +a
-field() { "$py" -c "import json,sys; print(json.loads(sys.stdin.read())['$1'])"; }
 
 for r in 1 2 4; do
   sed -e "s/^num_csx = .*/num_csx = $r/" -e "s|^model_dir = .*|model_dir = \"$work/m$r\"\ncheckpoint_steps = 100|" \

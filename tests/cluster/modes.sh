@@ -3,22 +3,11 @@
 # declare 12 MiB; a model with 16 MiB of weights trains in Weight Streaming
 # mode (auto picks it), and asking for Pipelined is refused with the numbers.
 set -euo pipefail
-src=${SOURCE_ROOT:?}
-build=${BUILD_ROOT:?}
-py=/usr/bin/python3
-work=$(mktemp -d "${TMPDIR:-/tmp}/appliance-modes.XXXXXX")
-run="$work/run"
-cleanup() {
-  "$src/deploy/local/appliance-down" --dir "$run" --quiet >/dev/null 2>&1 || true
-  if [ "${KEEP_WORK:-}" = "" ]; then rm -rf "$work"; fi
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; for f in "$run"/logs/*.log; do echo "== $f" >&2; tail -n 15 "$f" >&2; done; exit 1; }
+. "${SOURCE_ROOT:?}/tests/cluster/lib.sh" appliance-modes
 
 "$src/deploy/local/appliance-up" --replicas 2 --wafer-memory 12M --dir "$run" --build "$build" >/dev/null
 set -a; . "$run/env"; set +a
 submit="$build/client/appliance-submit"
-field() { "$py" -c "import json,sys; print(json.loads(sys.stdin.read())['$1'])"; }
 
 sed -e "s|^model_dir = .*|model_dir = \"$work/deep\"|" "$src/tests/cluster/jobs/deep.toml" > "$work/deep.toml"
 plan=$(cd "$work" && "$submit" --plan deep.toml) || fail "plan: $plan"

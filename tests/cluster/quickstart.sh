@@ -5,17 +5,7 @@
 # (a misspelt key, a wrong secret, a garbage frame) is refused with a clear
 # message and leaves the cluster serving.
 set -euo pipefail
-src=${SOURCE_ROOT:?}
-build=${BUILD_ROOT:?}
-py=/usr/bin/python3
-work=$(mktemp -d "${TMPDIR:-/tmp}/appliance-cluster.XXXXXX")
-run="$work/run"
-cleanup() {
-  "$src/deploy/local/appliance-down" --dir "$run" --quiet >/dev/null 2>&1 || true
-  if [ "${KEEP_WORK:-}" = "" ]; then rm -rf "$work"; fi
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; for f in "$run"/logs/*.log; do echo "== $f" >&2; tail -n 15 "$f" >&2; done; exit 1; }
+. "${SOURCE_ROOT:?}/tests/cluster/lib.sh" appliance-cluster
 
 "$src/deploy/local/appliance-up" --replicas 2 --dir "$run" --build "$build" >/dev/null
 set -a; . "$run/env"; set +a
@@ -27,7 +17,6 @@ job() { # job REPLICAS MODEL_DIR
     "$src/examples/quickstart.toml" > "$work/job-$1.toml"
   echo "$work/job-$1.toml"
 }
-field() { "$py" -c "import json,sys; print(json.loads(sys.stdin.read())['$1'])"; }
 # logged PATTERN: the coordinator logs it within 3 s (it logs as the connection closes)
 logged() {
   for _ in $(seq 1 30); do grep -q "$1" "$run/logs/coordinator.log" && return 0; sleep 0.1; done

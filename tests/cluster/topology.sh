@@ -4,22 +4,11 @@
 # swarmx tree (fan-out 2: a root over two leaves of two replicas), in
 # Pipelined and in Weight Streaming mode, and the same as on one replica.
 set -euo pipefail
-src=${SOURCE_ROOT:?}
-build=${BUILD_ROOT:?}
-py=/usr/bin/python3
-work=$(mktemp -d "${TMPDIR:-/tmp}/appliance-topology.XXXXXX")
-run="$work/run"
-cleanup() {
-  "$src/deploy/local/appliance-down" --dir "$run" --quiet >/dev/null 2>&1 || true
-  if [ "${KEEP_WORK:-}" = "" ]; then rm -rf "$work"; fi
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; for f in "$run"/logs/*.log; do echo "== $f" >&2; tail -n 15 "$f" >&2; done; exit 1; }
+. "${SOURCE_ROOT:?}/tests/cluster/lib.sh" appliance-topology
 
 "$src/deploy/local/appliance-up" --replicas 4 --memoryx 2 --swarmx 3 --dir "$run" --build "$build" >/dev/null
 set -a; . "$run/env"; set +a
 submit="$build/client/appliance-submit"
-field() { "$py" -c "import json,sys; print(json.loads(sys.stdin.read())['$1'])"; }
 
 # run NAME REPLICAS SHARDS [FANOUT [MODE]]
 run_job() {

@@ -4,17 +4,7 @@
 # mean IoU on held-out images is above 0.8. With APPLIANCE_TEST_LIGHT set
 # (the sanitizer run), the same network on 128x128 images, with a lower bar.
 set -euo pipefail
-src=${SOURCE_ROOT:?}
-build=${BUILD_ROOT:?}
-py=/usr/bin/python3
-work=$(mktemp -d "${TMPDIR:-/tmp}/appliance-unet.XXXXXX")
-run="$work/run"
-cleanup() {
-  "$src/deploy/local/appliance-down" --dir "$run" --quiet >/dev/null 2>&1 || true
-  if [ "${KEEP_WORK:-}" = "" ]; then rm -rf "$work"; fi
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; for f in "$run"/logs/*.log; do echo "== $f" >&2; tail -n 15 "$f" >&2; done; exit 1; }
+. "${SOURCE_ROOT:?}/tests/cluster/lib.sh" appliance-unet
 
 size=512 steps=24 min_iou=0.8
 if [ -n "${APPLIANCE_TEST_LIGHT:-}" ]; then size=128 steps=16 min_iou=0.5; fi

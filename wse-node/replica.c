@@ -426,8 +426,12 @@ static bool wn__weights_ready(wn_job *j, const model_layer *l)
 {
     for (int k = 0; k < l->ntensors; k++) {
         const wn_tensor *t = &j->t[l->first_tensor + k];
-        if (j->pipelined && t->have >= t->n * (1 + wn__states_streamed(j, t)))
-            continue; /* resident since the first step */
+        if (j->pipelined) { /* resident since the first step, with the
+                              * optimizer state of a resumed job */
+            if (t->have < t->n * (1 + wn__states_streamed(j, t)))
+                return false;
+            continue;
+        }
         if (t->step != j->step || t->have < t->n)
             return false;
     }

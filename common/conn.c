@@ -78,9 +78,10 @@ void conn_config_default(conn_config *cfg, const auth_secret *secret, Appliance_
     cfg->name = name;
     cfg->limits.max_header = FRAME_DEFAULT_MAX_HEADER;
     cfg->limits.max_payload = FRAME_DEFAULT_MAX_PAYLOAD;
-    cfg->high_water = 16u << 20;
-    cfg->queue_max = 256u << 20;
-    cfg->auth_timeout_ms = 5000;
+    cfg->insecure = secret == NULL;
+    cfg->high_water = CONN_DEFAULT_HIGH_WATER;
+    cfg->queue_max = CONN_DEFAULT_QUEUE_MAX;
+    cfg->auth_timeout_ms = CONN_DEFAULT_AUTH_TIMEOUT_MS;
     cfg->connect_timeout_ms = 3000;
 }
 
@@ -226,12 +227,22 @@ int conn_send(conn *c, const Appliance__Envelope *env, const void *payload, uint
     size_t hlen;
     if (len > c->cfg->limits.max_payload)
         return -EMSGSIZE;
+    if (appliance__envelope__get_packed_size(env) > c->cfg->limits.max_header)
+        return -EMSGSIZE; /* the peer would refuse it: the caller must split it */
     uint8_t *head = frame_encode(env, len, &hlen);
     if (!head)
         return -ENOMEM;
     size_t total = hlen + len;
     if (c->queued + total > c->cfg->queue_max) {
+        /* Producers wait at the high water mark; only a peer that stops
+         * reading what it asked for gets here. Dropping one message would
+         * leave it with a wrong picture: it goes. */
         free(head);
+        char why[192];
+        snprintf(why, sizeof(why),
+                 "peer does not read: %zu bytes queued for it, more than the limit of %zu "
+                 "(max_queued_bytes)", c->queued + total, c->cfg->queue_max);
+        conn_close(c, -ENOBUFS, why);
         return -ENOBUFS;
     }
     conn_write *w = malloc(sizeof(*w));
@@ -282,10 +293,56 @@ static int conn__send_hello(conn *c)
     h.nonce.data = c->my_nonce;
     h.nonce.len = AUTH_NONCE_LEN;
     h.version = FRAME_VERSION;
+    h.insecure = c->cfg->insecure;
+    if (c->dialer && c->cfg->user)
+        h.user = (char *)c->cfg->user;
     Appliance__Envelope env = APPLIANCE__ENVELOPE__INIT;
     env.msg_case = APPLIANCE__ENVELOPE__MSG_HELLO;
     env.hello = &h;
     return conn_send_msg(c, &env);
+}
+
+static void conn__ready(conn *c)
+{
+    c->auth = CONN_READY;
+    uv_timer_stop(&c->timer);
+    if (c->ops->on_ready)
+        c->ops->on_ready(c);
+}
+
+/* Picks the key of this connection's proofs once the peer's Hello is in:
+ * the cluster secret, or the key of the user a client names. Returns false
+ * after failing the connection. */
+static bool conn__choose_key(conn *c, const Appliance__Hello *h)
+{
+    static auth_secret nobody; /* for unknown users: the proof fails as for a wrong key */
+    const char *user = h->user ? h->user : "";
+    if (c->dialer) {
+        snprintf(c->auth_user, sizeof(c->auth_user), "%s", c->cfg->user ? c->cfg->user : "");
+        c->key = c->cfg->secret;
+        return true;
+    }
+    if (!user[0]) {
+        c->key = c->cfg->secret;
+        return true;
+    }
+    if (!c->cfg->user_key) {
+        conn_fail(c, -EACCES, "user \"%.63s\" refused: this daemon takes no user keys, only the "
+                  "cluster secret", user);
+        return false;
+    }
+    if (strlen(user) >= sizeof(c->auth_user)) {
+        conn_fail(c, -EACCES, "user name longer than %zu characters", sizeof(c->auth_user) - 1);
+        return false;
+    }
+    snprintf(c->auth_user, sizeof(c->auth_user), "%s", user);
+    c->key = c->cfg->user_key(c->cfg->user_key_arg, user);
+    if (!c->key) {
+        if (nobody.len == 0)
+            auth_secret_random(&nobody);
+        c->key = &nobody;
+    }
+    return true;
 }
 
 static void conn__auth_frame(conn *c, Appliance__Envelope *env)
@@ -312,9 +369,25 @@ static void conn__auth_frame(conn *c, Appliance__Envelope *env)
         memcpy(c->peer_nonce, h->nonce.data, AUTH_NONCE_LEN);
         c->peer_role = h->role;
         snprintf(c->peer_name, sizeof(c->peer_name), "%s", h->name ? h->name : "");
+        if (h->insecure && c->cfg->insecure) {
+            conn__ready(c); /* both sides chose to run without authentication */
+            return;
+        }
+        if (h->insecure) {
+            conn_fail(c, -EACCES, "refused \"%s\": it runs --insecure (no cluster secret) and "
+                      "this end requires authentication", c->peer_name);
+            return;
+        }
+        if (c->cfg->insecure) {
+            conn_fail(c, -EACCES, "refused \"%s\": it requires authentication and this end runs "
+                      "--insecure (no cluster secret)", c->peer_name);
+            return;
+        }
+        if (!conn__choose_key(c, h))
+            return;
         uint8_t mac[AUTH_MAC_LEN];
-        auth_proof(mac, c->cfg->secret, c->dialer, c->dialer ? c->my_nonce : c->peer_nonce,
-                   c->dialer ? c->peer_nonce : c->my_nonce);
+        auth_proof(mac, c->key, c->dialer, c->dialer ? c->my_nonce : c->peer_nonce,
+                   c->dialer ? c->peer_nonce : c->my_nonce, c->auth_user);
         Appliance__AuthProof p = APPLIANCE__AUTH_PROOF__INIT;
         p.mac.data = mac;
         p.mac.len = AUTH_MAC_LEN;
@@ -331,15 +404,16 @@ static void conn__auth_frame(conn *c, Appliance__Envelope *env)
             conn_fail(c, -EPROTO, "authentication proof before hello");
             return;
         }
-        if (!auth_verify(env->auth_proof->mac.data, env->auth_proof->mac.len, c->cfg->secret,
-                         !c->dialer, dialer_nonce, acceptor_nonce)) {
-            conn_fail(c, -EACCES, "authentication failed: wrong cluster secret");
+        if (!auth_verify(env->auth_proof->mac.data, env->auth_proof->mac.len, c->key,
+                         !c->dialer, dialer_nonce, acceptor_nonce, c->auth_user)) {
+            if (c->auth_user[0])
+                conn_fail(c, -EACCES, "authentication failed: wrong key for user \"%s\", or no "
+                          "such user", c->auth_user);
+            else
+                conn_fail(c, -EACCES, "authentication failed: wrong cluster secret");
             return;
         }
-        c->auth = CONN_READY;
-        uv_timer_stop(&c->timer);
-        if (c->ops->on_ready)
-            c->ops->on_ready(c);
+        conn__ready(c);
         return;
     case APPLIANCE__ENVELOPE__MSG_ERROR: {
         char why[192];
@@ -526,6 +600,7 @@ conn *conn_accept(uv_stream_t *server, const conn_config *cfg, const conn_ops *o
         }
     }
     snprintf(c->peer_addr, sizeof(c->peer_addr), "%s:%d", ip, port);
+    snprintf(c->peer_ip, sizeof(c->peer_ip), "%s", ip);
     conn__start(c);
     return c;
 }

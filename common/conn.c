@@ -155,7 +155,7 @@ static void conn__fail_written(void *arg, int status)
 
 void conn_fail(conn *c, int code, const char *fmt, ...)
 {
-    if (c->closing)
+    if (c->closing || c->failing) /* the first reason stands */
         return;
     char msg[160];
     va_list ap;
@@ -164,6 +164,7 @@ void conn_fail(conn *c, int code, const char *fmt, ...)
     va_end(ap);
     c->close_err = code;
     snprintf(c->close_reason, sizeof(c->close_reason), "%s", msg);
+    c->failing = true;
     uv_read_stop((uv_stream_t *)&c->tcp);
     if (!c->connected) {
         conn_close(c, code, msg);
@@ -374,13 +375,13 @@ static void conn__auth_frame(conn *c, Appliance__Envelope *env)
             return;
         }
         if (h->insecure) {
-            conn_fail(c, -EACCES, "refused \"%s\": it runs --insecure (no cluster secret) and "
-                      "this end requires authentication", c->peer_name);
+            conn_fail(c, -EACCES, "refused \"%s\": it runs --insecure (no cluster secret), and "
+                      "authentication is required here", c->peer_name);
             return;
         }
         if (c->cfg->insecure) {
-            conn_fail(c, -EACCES, "refused \"%s\": it requires authentication and this end runs "
-                      "--insecure (no cluster secret)", c->peer_name);
+            conn_fail(c, -EACCES, "refused \"%s\": it authenticates with a secret, and "
+                      "authentication is off here (--insecure)", c->peer_name);
             return;
         }
         if (!conn__choose_key(c, h))
@@ -433,7 +434,7 @@ static void conn__auth_frame(conn *c, Appliance__Envelope *env)
 static int conn__on_frame(void *ctx, Appliance__Envelope *env, uint8_t *payload, uint32_t len)
 {
     conn *c = ctx;
-    if (c->closing)
+    if (c->closing || c->failing) /* frames behind the one that failed it, in the same read */
         return -ECANCELED;
     if (env->msg_case == APPLIANCE__ENVELOPE__MSG_ERROR)
         snprintf(c->peer_error, sizeof(c->peer_error), "%s",
@@ -453,7 +454,7 @@ static int conn__on_frame(void *ctx, Appliance__Envelope *env, uint8_t *payload,
 static void *conn__payload_dest(void *ctx, const Appliance__Envelope *env, uint32_t len, int *err)
 {
     conn *c = ctx;
-    if (c->auth != CONN_READY || c->closing) {
+    if (c->auth != CONN_READY || c->closing || c->failing) {
         *err = -EACCES;
         return NULL;
     }
@@ -476,7 +477,7 @@ static void conn__alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 static void conn__read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 {
     conn *c = s->data;
-    if (c->closing)
+    if (c->closing || c->failing)
         return;
     if (n < 0) {
         if (n == UV_EOF && c->peer_error[0]) {
@@ -517,7 +518,7 @@ void conn_pause(conn *c)
 
 void conn_resume(conn *c)
 {
-    if (c->closing || !c->paused)
+    if (c->closing || c->failing || !c->paused)
         return;
     c->paused = false;
     int rc = uv_read_start((uv_stream_t *)&c->tcp, conn__alloc, conn__read);

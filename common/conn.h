@@ -96,6 +96,8 @@ struct conn {
     bool blocked;               /* a producer was told to wait; on_drain is owed */
     bool connected;             /* the TCP connection is established */
     bool closing;               /* conn_close was called; no more callbacks but on_close */
+    bool failing;               /* conn_fail was called: its Error frame is on its way, and
+                                 * nothing more the peer sent is read or dispatched */
     bool resolving;             /* a getaddrinfo request is pending */
     bool paused;                /* reading stopped by conn_pause */
     int handles_open;           /* handles to close and requests to return before freeing */

@@ -359,6 +359,9 @@ static void node__remove_conn(node *n, conn *c)
 static void node__on_ready(conn *c)
 {
     node *n = c->data;
+    log_debug("connection %s %s: authenticated %s \"%s\"%s%s", c->dialer ? "to" : "from",
+              c->peer_addr, node_role_name(c->peer_role), c->peer_name,
+              c->auth_user[0] ? " as user " : n->opt.insecure ? " (insecure)" : "", c->auth_user);
     if (c->link == &n->coord) {
         Appliance__Register r = APPLIANCE__REGISTER__INIT;
         r.role = n->role->role;
@@ -418,6 +421,9 @@ static void node__on_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, 
         }
     unsigned mc = (unsigned)env->msg_case;
     node_handler h = mc < NODE_MSG_MAX ? n->role->handlers[mc] : NULL;
+    if (len == 0) /* control messages; tensor frames would drown the log */
+        log_debug("%s from %s (%s \"%s\")", frame_msg_name(env->msg_case), c->peer_addr,
+                  node_role_name(c->peer_role), c->peer_name);
     if (h && c->auth_user[0] && !n->role->user_msgs[mc]) {
         log_warn("%s from %s (user %s) refused: users may not send it; closing that connection",
                  frame_msg_name(env->msg_case), c->peer_addr, c->auth_user);
@@ -558,6 +564,7 @@ static void node__on_close(conn *c, int err, const char *reason)
     }
     if (!c->link)
         node__remove_conn(n, c);
+    log_debug("connection %s %s closed: %s", c->dialer ? "to" : "from", c->peer_addr, reason);
     /* Refusals and broken limits are logged with the peer's address and name. */
     bool refused = err == -EACCES || err == -ENOBUFS || err == -EMSGSIZE || err == -EBADMSG ||
                    err == -EPROTONOSUPPORT;
@@ -602,6 +609,7 @@ static void node__on_connection(uv_stream_t *server, int status)
     if (!c)
         return;
     n->conns[n->nconns++] = c;
+    log_debug("connection from %s accepted", c->peer_addr);
     /* Limits: the connection was accepted to be told why it goes. */
     size_t open = 0, same = 0, closing = 0;
     for (size_t i = 0; i + 1 < n->nconns; i++) {
@@ -799,8 +807,8 @@ int node_run(node *n, const node_role *role, uv_loop_t *loop)
     n->role = role;
     log_init(role->component, (enum log_level)n->opt.log_level);
     if (n->opt.insecure) {
-        log_warn("running --insecure: no cluster secret, the cluster is unauthenticated; anyone "
-                 "who reaches %s can join it, submit, read and cancel jobs", n->opt.listen);
+        log_warn("running --insecure: no cluster secret, the cluster is unauthenticated: anyone "
+                 "who reaches its ports can join it and submit, read or cancel jobs");
     } else if (auth_secret_load(&n->secret, n->opt.secret_file, err, sizeof(err)) < 0) {
         log_error("%s", err);
         return 1;

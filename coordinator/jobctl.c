@@ -12,9 +12,15 @@
 #include "msg.h"
 #include "units.h"
 
-/* Replies are split into frames of about this many bytes, far below any
- * header limit a peer may have. */
+/* Replies are split into frames of about this many bytes, far below the
+ * default header limit; less when the limit is set lower. */
 #define JOBCTL_REPLY_CHUNK (256u * 1024)
+
+static size_t jobctl__chunk(const conn *c)
+{
+    size_t half = c->cfg->limits.max_header / 2;
+    return half < JOBCTL_REPLY_CHUNK ? half : JOBCTL_REPLY_CHUNK;
+}
 
 static coordinator *co_of(node *n) { return n->data; }
 
@@ -67,7 +73,7 @@ void jobs_handle_submit(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, 
         snprintf(err, sizeof(err), "%s: the job file has %zu bytes, more than this coordinator "
                  "accepts (max_job_file = %llu bytes)", file, toml_len,
                  (unsigned long long)lim->max_job_file);
-        log_info("job file from %s refused: %s", c->peer_addr, err);
+        log_info("job file %s from %s refused: %s", file, c->peer_addr, err);
         node_reply_error(c, -EFBIG, "%s", err);
         return;
     }
@@ -220,11 +226,11 @@ void jobs_handle_list(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, ui
             k++;
         }
     /* A long list goes in several frames, each well below the header limit. */
-    size_t first = 0;
+    size_t first = 0, chunk = jobctl__chunk(c);
     do {
         size_t end = first, bytes = 0;
         while (end < k && (end == first || bytes + appliance__job_status__get_packed_size(ptrs[end]) +
-                                                   8 <= JOBCTL_REPLY_CHUNK))
+                                                   8 <= chunk))
             bytes += appliance__job_status__get_packed_size(ptrs[end++]) + 8;
         Appliance__JobList l = APPLIANCE__JOB_LIST__INIT;
         l.n_jobs = end - first;
@@ -277,10 +283,11 @@ static size_t jobctl__nsends;
 static bool jobctl__pump(jobctl_send *s)
 {
     job *j = s->j;
+    size_t chunk = jobctl__chunk(s->c);
     for (;;) {
         uint64_t end = s->next;
         size_t bytes = 0;
-        while (end < j->nlog && (end == s->next || bytes + strlen(j->log[end]) + 8 <= JOBCTL_REPLY_CHUNK))
+        while (end < j->nlog && (end == s->next || bytes + strlen(j->log[end]) + 8 <= chunk))
             bytes += strlen(j->log[end++]) + 8;
         bool caught_up = end >= j->nlog;
         if (caught_up && s->follow && !jobctl__ended(j)) {

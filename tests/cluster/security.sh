@@ -40,6 +40,12 @@ logged() {
   echo "---- $1" >&2; tail -n 20 "$1" >&2
   return 1
 }
+# refused_job ADDR FILE TEXT: submitting FILE exits 3 with TEXT
+refused_job() {
+  local rc=0 msg
+  msg=$(env -u APPLIANCE_INSECURE APPLIANCE_SECRET_FILE="$secret" "$submit" --coordinator "$1" --detach "$2" 2>&1) || rc=$?
+  [ "$rc" = 3 ] && [[ "$msg" == *"$3"* ]] || fail "submitting $2: exit $rc, $msg"
+}
 # serves ADDR: an operator's request still gets its answer
 serves() {
   env -u APPLIANCE_INSECURE APPLIANCE_SECRET_FILE="$secret" "$submit" --coordinator "$1" list >/dev/null
@@ -48,7 +54,7 @@ serves() {
 # ---- Before authentication nothing passes; limits refuse, the daemon goes on.
 start_coordinator limits --secret-file "$secret" --auth-timeout-ms 800 --max-connections 3 \
   --max-connections-per-address 2 --max-frame-header 64K --max-frame-payload 1M \
-  --max-queued-bytes 4M
+  --max-queued-bytes 4M --max-job-file 2K --max-steps 1000 --max-model-params 100
 log="$work/limits.log"
 raw "$addr" register-before-proof || fail "register before the proof"
 logged "$log" "connection from 127.0.0.1:[0-9]* (wse-node \"raw-peer\"): register before authentication" ||
@@ -84,6 +90,53 @@ logged "$log" "(client \"raw-peer\"): peer does not read: [0-9]* bytes queued fo
   fail "the dropped reader not logged"
 serves "$addr" || fail "the coordinator stopped serving after the frame and queue limits"
 echo "ok: an oversized header and a peer that does not read its answers are dropped"
+
+# Job sizes, refused at submission with the limit named (the quickstart
+# model has 32 x 4 + 4 = 132 parameters).
+job_at() { # job_at NAME STEPS: the quickstart job with that many steps
+  sed -e "s/^max_steps = .*/max_steps = $2/" "$src/examples/quickstart.toml" >"$work/$1.toml"
+  echo "$work/$1.toml"
+}
+refused_job "$addr" "$(job_at steps 5000)" \
+  "steps.toml: runconfig.max_steps = 5000 is more than this coordinator accepts (max_steps = 1000)"
+refused_job "$addr" "$(job_at params 1000)" \
+  "params.toml: the model has 132 trainable parameters (528 B of float32 weights), more than this coordinator accepts (max_model_params = 100)"
+{ cat "$work/params.toml"; for i in $(seq 1 40); do echo "# padding line $i of a job file that is too long"; done; } >"$work/long.toml"
+refused_job "$addr" "$work/long.toml" \
+  "long.toml: the job file has $(wc -c <"$work/long.toml") bytes, more than this coordinator accepts (max_job_file = 2048 bytes)"
+logged "$log" "job file .*long.toml from 127.0.0.1:[0-9]* refused: .*(max_job_file = 2048 bytes)" ||
+  fail "the long job file not logged"
+echo "ok: job files, step counts and models beyond the limits are refused at submission"
+
+# ---- Long replies go in bounded frames: a list and a log each larger than
+# the 1 MiB header limit arrive whole, and a client that does not read a
+# long log holds it back instead of being dropped for queued bytes.
+mkdir -p "$work/big"
+"$py" - "$work/big/journal.sqlite" <<'PY'
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+db.executescript("""
+CREATE TABLE jobs(id TEXT PRIMARY KEY, seq INTEGER NOT NULL, state INTEGER NOT NULL,
+ priority INTEGER NOT NULL, file TEXT, toml TEXT, base_dir TEXT, model_dir TEXT,
+ message TEXT, submitted_at REAL, steps INTEGER, max_steps INTEGER, loss REAL,
+ eval_step INTEGER, eval_loss REAL, eval_accuracy REAL, eval_iou REAL);
+CREATE TABLE job_log(job_id TEXT NOT NULL, line INTEGER NOT NULL, text TEXT NOT NULL,
+ PRIMARY KEY(job_id, line));""")
+db.executemany("INSERT INTO jobs VALUES(?,?,3,2,'old.toml','','/','/tmp/old',?,1.0e9,10,10,0.5,0,0,-1,-1)",
+               [("job-%d" % i, i, "done " + "x" * 900) for i in range(1, 2501)])
+db.executemany("INSERT INTO job_log VALUES('job-1',?,?)",
+               [(i, "2001-09-09T01:46:40Z line %06d %s" % (i, "y" * 220)) for i in range(60000)])
+db.commit()
+PY
+start_coordinator big --secret-file "$secret" --state-dir "$work/big" --max-queued-bytes 4M --max-frame-payload 1M
+n=$(env -u APPLIANCE_INSECURE APPLIANCE_SECRET_FILE="$secret" "$submit" --coordinator "$addr" list --json |
+    "$py" -c 'import json,sys; print(len(json.load(sys.stdin)["jobs"]))') || fail "a list of 2500 jobs"
+[ "$n" = 2500 ] || fail "the list has $n jobs, expected 2500"
+n=$(env -u APPLIANCE_INSECURE APPLIANCE_SECRET_FILE="$secret" "$submit" --coordinator "$addr" logs job-1 | wc -l)
+[ "$n" = 60000 ] || fail "the log has $n lines, expected 60000"
+raw "$addr" slow-log job-1 60000 --key-file "$secret" || fail "a slow reader of a long log"
+! grep -q "peer does not read" "$work/big.log" || fail "the slow log reader was dropped: $(grep "does not read" "$work/big.log")"
+echo "ok: a 2.5 MB list and a 14 MB log arrive whole; a slow reader holds the log back"
 
 # ---- --insecure
 set +e

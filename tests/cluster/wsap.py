@@ -19,6 +19,8 @@ expected, 1 otherwise. Scenarios:
   spam-list N            authenticates, sends N JobListQuery without reading
                          the answers; the daemon must drop the connection
   user-register          authenticates as a user, then sends Register
+  slow-log JOB N         authenticates, asks for a job's log, reads nothing for
+                         3 s, then reads it: N lines in order, then the end
 """
 import argparse
 import hashlib
@@ -32,9 +34,10 @@ import time
 MAGIC = b"WSAP"
 # Envelope fields (proto/envelope.proto).
 HELLO, AUTH_PROOF, ERROR, REGISTER = 1, 2, 3, 4
-JOB_SUBMIT, JOB_LIST_QUERY = 10, 29
+JOB_SUBMIT, JOB_LIST_QUERY, JOB_LOG_QUERY = 10, 29, 31
 NAMES = {1: "hello", 2: "auth_proof", 3: "error", 4: "register", 5: "register_ack",
-         10: "job_submit", 29: "job_list_query", 30: "job_list"}
+         10: "job_submit", 29: "job_list_query", 30: "job_list", 31: "job_log_query",
+         32: "job_log_lines"}
 ROLE_WSE_NODE, ROLE_CLIENT = 5, 6
 
 
@@ -236,7 +239,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("addr")
     ap.add_argument("scenario")
-    ap.add_argument("count", nargs="?", type=int, default=0)
+    ap.add_argument("args", nargs="*", help="spam-list: N; slow-log: JOB N")
     ap.add_argument("--key-file")
     ap.add_argument("--user", default="")
     ap.add_argument("--expect", default="", help="text the refusal must contain")
@@ -296,7 +299,7 @@ def main():
         batch = q * 10000
         sent = 0
         try:
-            while sent < a.count:
+            while sent < int(a.args[0]):
                 p.send(batch)
                 sent += 10000
         except (BrokenPipeError, ConnectionResetError):
@@ -319,6 +322,33 @@ def main():
         reg = field_varint(1, ROLE_WSE_NODE) + field_bytes(2, "raw-peer") + field_bytes(3, "127.0.0.1:1")
         p.send(frame(envelope(REGISTER, reg)))
         expect_error(p, a.expect or "register is not allowed for user")
+    elif sc == "slow-log":
+        p = Peer(a.addr, rcvbuf=4096)
+        authenticate(p, read_key(a.key_file))
+        p.send(frame(envelope(JOB_LOG_QUERY, field_bytes(1, a.args[0]))))
+        time.sleep(3)
+        got, frames = 0, 0
+        while True:
+            body = expect(p, "job_log_lines", "the log")
+            frames += 1
+            first, end, n = 0, False, 0
+            for num, v in fields(body):
+                if num == 2:
+                    first = v
+                elif num == 3:
+                    n += 1
+                elif num == 4:
+                    end = bool(v)
+            if first != got:
+                print("FAIL: a frame starts at line %d, expected %d" % (first, got))
+                sys.exit(1)
+            got += n
+            if end:
+                break
+        print("%d lines in %d frames" % (got, frames))
+        if got != int(a.args[1]):
+            print("FAIL: expected %s lines" % a.args[1])
+            sys.exit(1)
     else:
         ap.error("unknown scenario " + sc)
 

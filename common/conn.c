@@ -18,6 +18,19 @@ typedef struct conn_write {
 
 static void conn__link_closed(conn_link *l, conn *c);
 
+/* Copies text a peer sent for our logs and messages: control characters,
+ * quotes and backslashes become '?', so that a name cannot forge a log line. */
+static void conn__printable(char *dst, size_t len, const char *src)
+{
+    size_t i = 0;
+    for (; src && src[i] && i + 1 < len; i++) {
+        unsigned char ch = (unsigned char)src[i];
+        dst[i] = ch < 0x20 || ch == 0x7f || ch == '"' || ch == '\\' ? '?' : (char)ch;
+    }
+    if (len)
+        dst[i] = 0;
+}
+
 /* ---- per-peer byte counts ---- */
 
 #define CONN_PEERS_MAX 256 /* peers remembered after their connections closed */
@@ -157,7 +170,7 @@ void conn_fail(conn *c, int code, const char *fmt, ...)
 {
     if (c->closing || c->failing) /* the first reason stands */
         return;
-    char msg[160];
+    char msg[192]; /* as long as close_reason */
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
@@ -328,16 +341,19 @@ static bool conn__choose_key(conn *c, const Appliance__Hello *h)
         return true;
     }
     if (!c->cfg->user_key) {
-        conn_fail(c, -EACCES, "user \"%.63s\" refused: this daemon takes no user keys, only the "
-                  "cluster secret", user);
+        char name[64];
+        conn__printable(name, sizeof(name), user);
+        conn_fail(c, -EACCES, "user \"%s\" refused: this daemon takes no user keys, only the "
+                  "cluster secret", name);
         return false;
     }
     if (strlen(user) >= sizeof(c->auth_user)) {
         conn_fail(c, -EACCES, "user name longer than %zu characters", sizeof(c->auth_user) - 1);
         return false;
     }
-    snprintf(c->auth_user, sizeof(c->auth_user), "%s", user);
-    c->key = c->cfg->user_key(c->cfg->user_key_arg, user);
+    /* A name with characters no user has matches nobody, and logs as it is. */
+    conn__printable(c->auth_user, sizeof(c->auth_user), user);
+    c->key = c->cfg->user_key(c->cfg->user_key_arg, c->auth_user);
     if (!c->key) {
         if (nobody.len == 0)
             auth_secret_random(&nobody);
@@ -369,7 +385,7 @@ static void conn__auth_frame(conn *c, Appliance__Envelope *env)
         }
         memcpy(c->peer_nonce, h->nonce.data, AUTH_NONCE_LEN);
         c->peer_role = h->role;
-        snprintf(c->peer_name, sizeof(c->peer_name), "%s", h->name ? h->name : "");
+        conn__printable(c->peer_name, sizeof(c->peer_name), h->name);
         if (h->insecure && c->cfg->insecure) {
             conn__ready(c); /* both sides chose to run without authentication */
             return;
@@ -417,9 +433,9 @@ static void conn__auth_frame(conn *c, Appliance__Envelope *env)
         conn__ready(c);
         return;
     case APPLIANCE__ENVELOPE__MSG_ERROR: {
-        char why[192];
-        snprintf(why, sizeof(why), "refused by peer: %s",
-                 env->error->message ? env->error->message : "");
+        char why[192], msg[160];
+        conn__printable(msg, sizeof(msg), env->error->message);
+        snprintf(why, sizeof(why), "refused by peer: %s", msg);
         conn_close(c, env->error->code < 0 ? env->error->code : -EACCES, why);
         return;
     }
@@ -437,8 +453,7 @@ static int conn__on_frame(void *ctx, Appliance__Envelope *env, uint8_t *payload,
     if (c->closing || c->failing) /* frames behind the one that failed it, in the same read */
         return -ECANCELED;
     if (env->msg_case == APPLIANCE__ENVELOPE__MSG_ERROR)
-        snprintf(c->peer_error, sizeof(c->peer_error), "%s",
-                 env->error->message ? env->error->message : "");
+        conn__printable(c->peer_error, sizeof(c->peer_error), env->error->message);
     if (c->auth != CONN_READY) {
         if (len > 0) {
             conn_fail(c, -EACCES, "payload before authentication");

@@ -64,7 +64,11 @@ void jobs_handle_submit(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, 
 {
     coordinator *co = co_of(n);
     Appliance__JobSubmit *s = env->job_submit;
-    const char *file = s->file_name && s->file_name[0] ? s->file_name : "job.toml";
+    char file[256]; /* as it goes into logs and statuses: one printable line */
+    snprintf(file, sizeof(file), "%s", s->file_name && s->file_name[0] ? s->file_name : "job.toml");
+    for (char *q = file; *q; q++)
+        if ((unsigned char)*q < 0x20 || *q == 0x7f)
+            *q = '?';
     const char *base = s->base_dir ? s->base_dir : "";
     char err[1024];
     const node_options *lim = &n->opt;

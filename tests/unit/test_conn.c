@@ -465,6 +465,21 @@ START_TEST(user_keys)
 }
 END_TEST
 
+/* What a peer calls itself reaches logs only as one printable line. */
+START_TEST(peer_names_printable)
+{
+    conn_config forger;
+    conn_config_default(&forger, NULL, APPLIANCE__ROLE__ROLE_WSE_NODE,
+                        "x\n2026-01-01T00:00:00Z INFO coordinator: \"forged\"");
+    side cli = {0};
+    dial(&forger, &cli);
+    RUN_UNTIL(srv_side[0].closed == 1);
+    ck_assert_str_eq(srv_side[0].reason,
+                     "refused \"x?2026-01-01T00:00:00Z INFO coordinator: ?forged?\": it runs --insecure "
+                     "(no cluster secret), and authentication is required here");
+}
+END_TEST
+
 /* A daemon without users refuses a client that names one. */
 START_TEST(user_keys_refused_without_users)
 {
@@ -560,6 +575,7 @@ static Suite *suite(void)
     tcase_add_test(t, insecure_mode);
     tcase_add_test(t, user_keys);
     tcase_add_test(t, user_keys_refused_without_users);
+    tcase_add_test(t, peer_names_printable);
     tcase_add_test(t, nothing_after_a_refusal);
     tcase_add_test(t, link_reconnects_with_backoff);
     suite_add_tcase(s, t);

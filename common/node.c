@@ -46,14 +46,15 @@ static void node__usage(const node_role *role, FILE *f)
             "  --heartbeat-ms MS        heartbeat interval (default 1000)\n"
             "  --metrics HOST:PORT      serve Prometheus metrics at http://HOST:PORT/metrics\n"
             "%s"
-            "Limits on peers:\n"
+            "  --help                   show this text\n"
+            "\n"
+            "Limits on peers (docs/security.md):\n"
             "  --max-connections N      accepted connections open at once (default %u)\n"
             "  --max-connections-per-address N  of them from one IP address (default %u)\n"
             "  --auth-timeout-ms MS     to finish authenticating (default %u)\n"
             "  --max-frame-header SIZE  protobuf header of a frame (default 1M)\n"
             "  --max-frame-payload SIZE raw payload of a frame (default 64M)\n"
-            "  --max-queued-bytes SIZE  queued for one peer before it is dropped (default 256M)\n"
-            "  --help                   show this text\n",
+            "  --max-queued-bytes SIZE  queued for one peer before it is dropped (default 256M)\n",
             role->component, coord ? "7070" : "0",
             coord ? "" : "  --coordinator HOST:PORT  the coordinator (env APPLIANCE_COORDINATOR)\n",
             role->usage_extra ? role->usage_extra : "", NODE_DEFAULT_MAX_CONNECTIONS,

@@ -141,6 +141,9 @@ assert "raw-peer" not in names, names
 rc=0; msg=$("$submit" --user alice list 2>&1) || rc=$?
 [ "$rc" = 2 ] && [[ "$msg" == *"a user needs a key file"* ]] || fail "--user without a key: $rc $msg"
 echo "ok: a wrong key, an unknown user and a user speaking for a daemon are refused"
+for k in alice bob; do
+  ! grep -aqF "$(cat "$keys/$k.key")" "$run"/logs/*.log || fail "$k's key is in a log"
+done
 
 # ---- Owners survive a restart; an old journal is migrated.
 "$src/deploy/local/appliance-down" --dir "$run" --quiet

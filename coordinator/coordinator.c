@@ -133,7 +133,8 @@ static void co__cluster_query(node *n, conn *c, Appliance__Envelope *env, uint8_
         ms[i].memory = mb->memory;
         ms[i].threads = mb->threads;
         ms[i].last_seen_ms_ago = now - mb->last_seen;
-        ms[i].job_id = mb->job;
+        job *j = mb->job[0] ? job_find(co, mb->job) : NULL;
+        ms[i].job_id = !j || jobs_visible(c, j) ? mb->job : ""; /* users see only their own */
         ms[i].peer_addr = mb->peer;
         ptrs[i] = &ms[i];
     }
@@ -158,6 +159,12 @@ static void co__conn_close(node *n, conn *c, int err, const char *reason)
             coordinator_member_lost(co, mb, reason);
     }
     jobs_client_closed(co, c);
+    jobs_client_forget(co, c);
+}
+
+static void co__drain(node *n, conn *c)
+{
+    jobs_client_drain(co_of(n), c);
 }
 
 static void co__shutdown(node *n)
@@ -207,7 +214,11 @@ void coordinator_role(node_role *role)
     role->component = "coordinator";
     role->usage_extra =
         "  --state-dir DIR          the job journal (journal.sqlite); without it jobs are not kept\n"
-        "  --heartbeat-timeout-ms MS  silence after which a member is lost (default 3000)\n";
+        "  --heartbeat-timeout-ms MS  silence after which a member is lost (default 3000)\n"
+        "  --users-file PATH        users and their keys: a user sees only their own jobs\n"
+        "  --max-job-file SIZE      bytes of a submitted job file (default 256K)\n"
+        "  --max-model-params N     trainable parameters of a submitted model (default 1G)\n"
+        "  --max-steps N            runconfig.max_steps of a submitted job (default 100000000)\n";
     role->handlers[APPLIANCE__ENVELOPE__MSG_REGISTER] = co__register;
     role->handlers[APPLIANCE__ENVELOPE__MSG_HEARTBEAT] = co__heartbeat;
     role->handlers[APPLIANCE__ENVELOPE__MSG_DEREGISTER] = co__deregister;
@@ -224,7 +235,16 @@ void coordinator_role(node_role *role)
     role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_LOG_QUERY] = jobs_handle_logs;
     role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_ABORT] = jobs_handle_abort;
     role->handlers[APPLIANCE__ENVELOPE__MSG_CHECKPOINT_WRITTEN] = jobs_handle_checkpoint;
+    /* What a client holding a user key (not the cluster secret) may ask. */
+    static const Appliance__Envelope__MsgCase user_msgs[] = {
+        APPLIANCE__ENVELOPE__MSG_JOB_SUBMIT, APPLIANCE__ENVELOPE__MSG_JOB_STATUS_QUERY,
+        APPLIANCE__ENVELOPE__MSG_JOB_CANCEL, APPLIANCE__ENVELOPE__MSG_JOB_LIST_QUERY,
+        APPLIANCE__ENVELOPE__MSG_JOB_LOG_QUERY, APPLIANCE__ENVELOPE__MSG_CLUSTER_QUERY,
+    };
+    for (size_t i = 0; i < sizeof(user_msgs) / sizeof(user_msgs[0]); i++)
+        role->user_msgs[user_msgs[i]] = true;
     role->on_conn_close = co__conn_close;
+    role->on_drain = co__drain;
     role->on_shutdown = co__shutdown;
     role->metrics = co__metrics;
 }

@@ -30,6 +30,7 @@ struct job {
     Appliance__JobState state;
     uint32_t priority;    /* 1 (p1) to 3 (p3) */
     char file[256];       /* the job file's name as submitted */
+    char owner[64];       /* the user who submitted it (users file); "" for an operator */
     char *toml;           /* its text, owned: a queued job is compiled when it starts */
     char base_dir[PATH_MAX];
     char model_dir[PATH_MAX];

@@ -28,6 +28,7 @@ typedef struct journal_job {
     double loss;
     uint64_t eval_step;        /* 0: no evaluation yet */
     double eval_loss, eval_accuracy, eval_iou;
+    const char *owner;         /* load: the user who submitted it, "" for an operator */
 } journal_job;
 
 /* Opens (creating) dir/journal.sqlite. Returns NULL with a message in err. */
@@ -36,6 +37,10 @@ void journal_close(journal *jn);
 
 /* Inserts or replaces a job's row. Returns 0 or -EIO (the message is logged). */
 int journal_put(journal *jn, const journal_job *jj);
+
+/* Records who submitted a job: a user's name, "" for an operator. Jobs of
+ * journals from before users existed have no owner: operators see them. */
+int journal_set_owner(journal *jn, const char *job_id, const char *owner);
 
 /* Appends line number `line` of a job's log. */
 int journal_log(journal *jn, const char *job_id, uint64_t line, const char *text);

@@ -389,6 +389,14 @@ static void node__heartbeat(uv_timer_t *t)
     conn *c = conn_link_conn(&n->coord);
     if (!c || !n->registered)
         return;
+    uint64_t silent = uv_now(n->loop) - n->coord_heard;
+    if (n->coord_timeout_ms && silent > n->coord_timeout_ms) {
+        char why[96];
+        snprintf(why, sizeof(why), "the coordinator has not answered for %llu ms",
+                 (unsigned long long)silent);
+        conn_close(c, -ETIMEDOUT, why); /* the link dials again */
+        return;
+    }
     Appliance__Heartbeat hb = APPLIANCE__HEARTBEAT__INIT;
     hb.member_id = n->member_id;
     hb.seq = ++n->hb_seq;
@@ -401,9 +409,15 @@ static void node__heartbeat(uv_timer_t *t)
 static void node__on_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len)
 {
     node *n = c->data;
+    if (c->link == &n->coord) {
+        n->coord_heard = uv_now(n->loop);
+        if (env->msg_case == APPLIANCE__ENVELOPE__MSG_HEARTBEAT)
+            return; /* its answer to ours */
+    }
     if (c->link == &n->coord && env->msg_case == APPLIANCE__ENVELOPE__MSG_REGISTER_ACK) {
         bool first = !n->registered;
         n->member_id = env->register_ack->member_id;
+        n->coord_timeout_ms = env->register_ack->timeout_ms;
         n->registered = true;
         log_info("registered with the coordinator at %s as member %u", c->peer_addr, n->member_id);
         uv_timer_start(&n->heartbeat, node__heartbeat, n->opt.heartbeat_ms, n->opt.heartbeat_ms);

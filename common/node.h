@@ -107,6 +107,8 @@ struct node {
     bool registered;
     uv_timer_t heartbeat;
     uint64_t hb_seq;
+    uint64_t coord_heard;      /* uv_now of the last frame from the coordinator */
+    uint32_t coord_timeout_ms; /* silent this long, the coordinator is lost (0: never) */
     uv_signal_t sigterm, sigint;
     bool stopping;
     conn **conns;              /* accepted connections still open */

@@ -77,6 +77,7 @@ static void co__register(node *n, conn *c, Appliance__Envelope *env, uint8_t *p,
     Appliance__RegisterAck ack = APPLIANCE__REGISTER_ACK__INIT;
     ack.member_id = mb->id;
     ack.heartbeat_ms = n->opt.heartbeat_ms;
+    ack.timeout_ms = n->opt.heartbeat_timeout_ms;
     Appliance__Envelope out = APPLIANCE__ENVELOPE__INIT;
     out.msg_case = APPLIANCE__ENVELOPE__MSG_REGISTER_ACK;
     out.register_ack = &ack;
@@ -92,6 +93,7 @@ static void co__heartbeat(node *n, conn *c, Appliance__Envelope *env, uint8_t *p
         return;
     }
     mb->last_seen = uv_now(n->loop);
+    conn_send_msg(c, env); /* the answer: the member knows the coordinator is there */
 }
 
 static void co__deregister(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, uint32_t len)

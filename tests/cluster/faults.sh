@@ -126,6 +126,37 @@ grep -q "the coordinator has not answered for" "$run/logs/wse-node-1.log" ||
 wait_members 6
 echo "ok: a silent coordinator is noticed by its members, which register again"
 
+# A memoryx killed while it writes a checkpoint: the checkpoint before
+# stays intact and loadable, the partial files go, and the job recovers
+# from it. A wider model (72 MB of weights, as much momentum) so that a
+# write takes long enough to be caught.
+wide='s/^units = 512/units = 4096/; s/^units = 256/units = 4096/; s/^max_steps = .*/max_steps = 12/; s/^checkpoint_steps = .*/checkpoint_steps = 3/'
+id=$(cd "$work" && "$submit" --detach "$(job ckpt "$wide")" | grep -o 'job-[0-9]*' | head -n 1)
+partial=""
+deadline=$((SECONDS + 120))
+while [ -z "$partial" ]; do
+  partial=$(cd "$work/ckpt" 2>/dev/null && ls -- *_[69]-shard1-of-1.safetensors.tmp-* 2>/dev/null | head -n 1) || true
+  [ "$SECONDS" -lt "$deadline" ] || fail "no checkpoint write of step 6 or 9 was seen"
+  [ -n "$partial" ] || sleep 0.005
+done
+kill -KILL "$(cat "$run/pids/memoryx-1.pid")"
+at=${partial#*_}; at=${at%%-*}
+prev=$((at - 3))
+echo "checkpoint: memoryx killed while writing $partial"
+for f in checkpoint optimizer; do
+  "$build/common/st-compare" "$work/ckpt/${f}_$prev-shard1-of-1.safetensors" \
+    "$work/ckpt/${f}_$prev-shard1-of-1.safetensors" --rtol 0 >/dev/null ||
+    fail "the $f file of step $prev does not load after the kill"
+done
+out=$(finish "$id")
+[ "$(echo "$out" | field state)" = done ] || fail "the job did not recover from the kill during a checkpoint: $out"
+"$submit" logs "$id" | grep -q "restart 1 of 3 from the checkpoint of step $prev" ||
+  fail "the job did not restart from the checkpoint of step $prev"
+grep -q "removed .*$partial, a partial checkpoint file" "$run/logs/memoryx-1.log" ||
+  fail "the partial file $partial was not removed"
+ls "$work/ckpt" | grep -q 'tmp-' && fail "partial files left in model_dir: $(ls "$work/ckpt")"
+echo "ok: a memoryx killed while writing the checkpoint of step $at: step $prev stays loadable, the job recovers from it"
+
 # A wse-node that does not come back: after the wait for a replacement the
 # job goes on with the survivor (min_num_csx = 1), the same global batch.
 disturb survivor wse-node-2 forever

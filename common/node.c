@@ -406,6 +406,8 @@ static void node__heartbeat(uv_timer_t *t)
     conn_send_msg(c, &env);
 }
 
+static void node__flight_dump(node *n, const char *job_id, const char *why);
+
 static void node__on_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len)
 {
     node *n = c->data;
@@ -435,8 +437,8 @@ static void node__on_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, 
             return;
         }
     if (env->msg_case == APPLIANCE__ENVELOPE__MSG_JOB_ABORT && c->link == &n->coord)
-        flight_dump(&n->flight, env->job_abort->job_id,
-                    env->job_abort->reason ? env->job_abort->reason : "aborted by the coordinator");
+        node__flight_dump(n, env->job_abort->job_id,
+                          env->job_abort->reason ? env->job_abort->reason : "aborted by the coordinator");
     unsigned mc = (unsigned)env->msg_case;
     node_handler h = mc < NODE_MSG_MAX ? n->role->handlers[mc] : NULL;
     if (len == 0) /* control messages; tensor frames would drown the log */
@@ -619,7 +621,7 @@ static void node__flight_check(uv_timer_t *t)
     if (flight_hung(&n->flight, NODE_SILENT_MS)) {
         char why[96];
         snprintf(why, sizeof(why), "its stream has been silent for %u s", NODE_SILENT_MS / 1000);
-        flight_dump(&n->flight, n->flight.job, why);
+        node__flight_dump(n, n->flight.job, why);
     }
 }
 
@@ -695,10 +697,20 @@ void node_reply_error(conn *c, int code, const char *fmt, ...)
     conn_send_msg(c, &env);
 }
 
+/* The flight recorder's dump, headed by why and what the job waited for. */
+static void node__flight_dump(node *n, const char *job_id, const char *why)
+{
+    char wait[256] = "", head[1024];
+    if (n->role->describe_wait)
+        n->role->describe_wait(n, wait, sizeof(wait));
+    snprintf(head, sizeof(head), "%s%s%s", why, wait[0] ? "; it was waiting for " : "", wait);
+    flight_dump(&n->flight, job_id, head);
+}
+
 static void node__job_abort(node *n, const char *job_id, bool fault, const char *why)
 {
     log_error("job %s: %s%s", job_id, why, fault ? " (a fault: the job may be recovered)" : "");
-    flight_dump(&n->flight, job_id, why);
+    node__flight_dump(n, job_id, why);
     Appliance__JobAbort a = APPLIANCE__JOB_ABORT__INIT;
     a.job_id = (char *)job_id;
     a.reason = (char *)why;

@@ -74,6 +74,9 @@ typedef struct node_role {
     void (*on_drain)(node *n, conn *c);
     void (*on_registered)(node *n);   /* the coordinator acknowledged us */
     void (*on_coordinator_lost)(node *n);
+    /* Optional: what the role's job waits for now, for the flight recorder's
+     * dump ("weights of layer fc2 for step 7 from swarmx swarmx-1"). */
+    void (*describe_wait)(node *n, char *out, size_t len);
     void (*on_shutdown)(node *n);     /* release the role's resources */
     void (*fill_register)(node *n, Appliance__Register *r);
     /* Optional: the role's own Prometheus metrics (see metrics.h). */

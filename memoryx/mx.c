@@ -533,6 +533,21 @@ static void mx__shutdown(node *n)
     mx->job = NULL;
 }
 
+static void mx__describe_wait(node *n, char *out, size_t len)
+{
+    mx_job *j = mx_of(n)->job;
+    if (!j)
+        snprintf(out, len, "nothing: no job");
+    else if (!j->running)
+        snprintf(out, len, "the coordinator's go for the first step");
+    else if (j->streaming)
+        snprintf(out, len, "the link to swarmx to take the weights of step %llu (%zu of %zu tensors updated)",
+                 (unsigned long long)j->step, j->updated, j->nt);
+    else
+        snprintf(out, len, "the reduced gradients of step %llu from swarmx: %zu of %zu tensors updated",
+                 (unsigned long long)j->step, j->updated, j->nt);
+}
+
 /* The coordinator owns the job: without it no step can be committed, and a
  * restarted coordinator recovers the job from its last checkpoint. */
 static void mx__coordinator_lost(node *n)
@@ -577,5 +592,6 @@ void memoryx_role(node_role *role)
     role->fill_register = mx__fill_register;
     role->on_shutdown = mx__shutdown;
     role->on_coordinator_lost = mx__coordinator_lost;
+    role->describe_wait = mx__describe_wait;
     role->metrics = mx__metrics;
 }

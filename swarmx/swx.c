@@ -563,6 +563,18 @@ static void swx__job_end(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl
         swx__release(n, "released");
 }
 
+static void swx__describe_wait(node *n, char *out, size_t len)
+{
+    swx_job *j = swx_of(n)->job;
+    if (!j)
+        snprintf(out, len, "nothing: no job");
+    else
+        snprintf(out, len, "weight chunks from its %zu upstream link(s) or gradient chunks from its %zu "
+                 "children (tree node %u; %llu chunks down, %llu up, %zu bytes not yet written down)",
+                 j->nup, j->nkids, j->index, (unsigned long long)j->chunks_down,
+                 (unsigned long long)j->chunks_up, j->pending_down);
+}
+
 /* The coordinator owns the job; a restarted one recovers it. */
 static void swx__coordinator_lost(node *n)
 {
@@ -629,5 +641,6 @@ void swarmx_role(node_role *role)
     role->on_conn_close = swx__conn_close;
     role->on_shutdown = swx__shutdown;
     role->on_coordinator_lost = swx__coordinator_lost;
+    role->describe_wait = swx__describe_wait;
     role->metrics = swx__metrics;
 }

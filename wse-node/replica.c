@@ -1038,6 +1038,29 @@ static void wn__job_end(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl,
     }
 }
 
+static void wn__describe_wait(node *n, char *out, size_t len)
+{
+    wn_job *j = wn_of(n)->job;
+    if (!j) {
+        snprintf(out, len, "nothing: no job");
+        return;
+    }
+    static const char *const stages[] = {"forward pass", "loss", "backward pass", "update",
+                                         "evaluation", "evaluation metrics"};
+    const char *stage = (unsigned)j->stage < 6 ? stages[j->stage] : "?";
+    const char *layer = j->m && j->layer >= 0 && j->layer < j->m->nlayers ? j->m->layers[j->layer].name : "-";
+    if (j->busy)
+        snprintf(out, len, "its own compute task: step %llu, %s of layer %s", (unsigned long long)j->step,
+                 stage, layer);
+    else if (j->pipelined && j->stage == WN_UPDATE)
+        snprintf(out, len, "the reduced gradients of step %llu from swarmx node %u (%zu tensors complete)",
+                 (unsigned long long)j->step, j->swarm_parent, j->rg_done);
+    else
+        snprintf(out, len, "step %llu, %s of layer %s: its weights from swarmx node %u or its batch "
+                 "from %zu worker(s)", (unsigned long long)j->step, stage, layer, j->swarm_parent,
+                 j->nfeeds);
+}
+
 /* The coordinator owns the job; a restarted one recovers it. */
 static void wn__coordinator_lost(node *n)
 {
@@ -1089,5 +1112,6 @@ void wse_node_role(node_role *role)
     role->fill_register = wn__fill_register;
     role->on_shutdown = wn__shutdown;
     role->on_coordinator_lost = wn__coordinator_lost;
+    role->describe_wait = wn__describe_wait;
     role->metrics = wn__metrics;
 }

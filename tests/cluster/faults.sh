@@ -91,7 +91,9 @@ done
 grep -q "flight recorder, job" "$run/logs/memoryx-1.log" || fail "no flight recorder dump in the memoryx log"
 grep -Eq "flight: -[0-9.]+s grad_chunk from swarmx-1 step [0-9]+ layer [0-9]+ tensor [0-9]+ chunk" \
   "$run/logs/memoryx-1.log" || fail "the flight recorder dump does not name gradient chunks"
-echo "ok: the flight recorder's dump names step, layer, tensor, chunk and peer"
+grep -Eq "flight recorder, job job-[0-9.r]+ \(.*; it was waiting for (the reduced gradients|step [0-9]+|its own compute task)" \
+  "$run/logs/wse-node-1.log" || fail "the flight recorder's dump does not say what wse-node-1 waited for"
+echo "ok: the flight recorder's dump names step, layer, tensor, chunk, peer and what the job waited for"
 
 # No restarts allowed: the fault fails the job and says why.
 id=$(cd "$work" && "$submit" --detach "$(job norestart 's/^max_num_restarts = .*/max_num_restarts = 0/')" |
@@ -150,8 +152,8 @@ for f in checkpoint optimizer; do
 done
 out=$(finish "$id")
 [ "$(echo "$out" | field state)" = done ] || fail "the job did not recover from the kill during a checkpoint: $out"
-"$submit" logs "$id" | grep -q "restart 1 of 3 from the checkpoint of step $prev" ||
-  fail "the job did not restart from the checkpoint of step $prev"
+"$submit" logs "$id" | grep -q "fault at step $at: lost memoryx memoryx-1 .*restart [1-3] of 3 from the checkpoint of step $prev" ||
+  fail "the job did not restart from the checkpoint of step $prev: $("$submit" logs "$id" | grep -E 'fault|restart')"
 grep -q "removed .*$partial, a partial checkpoint file" "$run/logs/memoryx-1.log" ||
   fail "the partial file $partial was not removed"
 ls "$work/ckpt" | grep -q 'tmp-' && fail "partial files left in model_dir: $(ls "$work/ckpt")"

@@ -4,11 +4,15 @@
 # again while one daemon of each role is killed with SIGKILL at a random
 # step (seeded: FAULT_SEED reproduces the steps). Every disturbed job must
 # end done, with a restart in its log, and with the undisturbed run's
-# weights within 1e-4 relative. Then: a job whose restarts are used up
+# weights within 1e-4 relative; so must a job whose wse-node stops
+# answering (SIGSTOP) for 6 s. Then: a job whose restarts are used up
 # fails with a message that says so; a coordinator that stops answering
 # is noticed by the members, which let go and register again; the flight
-# recorder's dump names the stream events before a fault; and a wse-node
-# that does not come back leaves the job to the survivor.
+# recorder's dump names the stream events before a fault and what the job
+# waited for; a memoryx killed during a checkpoint write leaves the previous
+# checkpoint loadable; a worker that does not come back leaves its share to
+# the other; and a wse-node that does not come back leaves the job to the
+# survivor.
 set -euo pipefail
 . "${SOURCE_ROOT:?}/tests/cluster/lib.sh" appliance-faults
 
@@ -66,8 +70,15 @@ disturb() {
     kill -KILL "$(cat "$run/pids/$victim.supervisor")"
   fi
   pid=$(cat "$run/pids/$victim.pid")
-  echo "$name: kill -9 $victim (pid $pid) at step $(step_of "$id" || echo "$at") of $id"
-  kill -KILL "$pid"
+  if [ "${3:-}" = stop ]; then
+    echo "$name: SIGSTOP to $victim (pid $pid) for 6 s at step $(step_of "$id" || echo "$at") of $id"
+    kill -STOP "$pid"
+    sleep 6
+    kill -CONT "$pid"
+  else
+    echo "$name: kill -9 $victim (pid $pid) at step $(step_of "$id" || echo "$at") of $id"
+    kill -KILL "$pid"
+  fi
   out=$(finish "$id")
   [ "$(echo "$out" | field state)" = done ] || fail "$name: job $id did not recover: $out"
   "$submit" logs "$id" >"$work/$name.log"
@@ -158,6 +169,18 @@ grep -q "removed .*$partial, a partial checkpoint file" "$run/logs/memoryx-1.log
   fail "the partial file $partial was not removed"
 ls "$work/ckpt" | grep -q 'tmp-' && fail "partial files left in model_dir: $(ls "$work/ckpt")"
 echo "ok: a memoryx killed while writing the checkpoint of step $at: step $prev stays loadable, the job recovers from it"
+
+# A wse-node that stops answering (SIGSTOP) mid-stream: the coordinator
+# notices within its heartbeat timeout and the job recovers; the wse-node,
+# continued 6 s later, finds its coordinator link closed, lets the job go
+# and registers again.
+disturb stopped wse-node-1 stop
+grep -q "(wse-node wse-node-1 at [0-9.:]*) lost: no heartbeat for" "$run/logs/coordinator.log" ||
+  fail "the coordinator did not notice the stopped wse-node by its heartbeats"
+
+# A worker that does not come back: its share moves to the other worker.
+disturb worker-gone worker-2 forever
+grep -q "restarted: 2 replica(s)" "$work/worker-gone.log" || fail "the job did not restart on 2 replicas"
 
 # A wse-node that does not come back: after the wait for a replacement the
 # job goes on with the survivor (min_num_csx = 1), the same global batch.

@@ -721,22 +721,19 @@ static void node__job_abort(node *n, const char *job_id, bool fault, const char 
     node_send_coordinator(n, &env);
 }
 
+void node_job_vabort(node *n, const char *job_id, bool fault, char *why, size_t why_len,
+                     const char *fmt, va_list ap)
+{
+    vsnprintf(why, why_len, fmt, ap);
+    node__job_abort(n, job_id, fault, why);
+}
+
 void node_job_failed(node *n, const char *job_id, char *why, size_t why_len, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(why, why_len, fmt, ap);
+    node_job_vabort(n, job_id, false, why, why_len, fmt, ap);
     va_end(ap);
-    node__job_abort(n, job_id, false, why);
-}
-
-void node_job_fault(node *n, const char *job_id, char *why, size_t why_len, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, why_len, fmt, ap);
-    va_end(ap);
-    node__job_abort(n, job_id, true, why);
 }
 
 /* ---- metrics ---- */

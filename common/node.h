@@ -6,6 +6,7 @@
 #pragma once
 
 #include <limits.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <uv.h>
@@ -149,11 +150,11 @@ void node_replay(node *n);
  * job everywhere. why is written into (why_len bytes) for the caller. */
 void node_job_failed(node *n, const char *job_id, char *why, size_t why_len, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
-/* The same for a fault outside the job (a peer or link lost, a peer that
- * no longer knows the job): the coordinator may recover the job from its
- * last checkpoint instead of failing it. */
-void node_job_fault(node *n, const char *job_id, char *why, size_t why_len, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
+/* The same with a va_list; fault marks a fault outside the job (a peer or
+ * link lost, a peer that no longer knows the job): the coordinator may
+ * recover the job from its last checkpoint instead of failing it. */
+void node_job_vabort(node *n, const char *job_id, bool fault, char *why, size_t why_len,
+                     const char *fmt, va_list ap) __attribute__((format(printf, 6, 0)));
 
 /* The role's name for logs ("wse-node"). */
 const char *node_role_name(Appliance__Role r);

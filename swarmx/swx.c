@@ -82,15 +82,11 @@ static void swx__abort_as(node *n, swx_job *j, bool fault, const char *fmt, ...)
 
 static void swx__abort_as(node *n, swx_job *j, bool fault, const char *fmt, ...)
 {
-    char fmtd[512], why[512];
+    char why[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(fmtd, sizeof(fmtd), fmt, ap);
+    node_job_vabort(n, j->id, fault, why, sizeof(why), fmt, ap);
     va_end(ap);
-    if (fault)
-        node_job_fault(n, j->id, why, sizeof(why), "%s", fmtd);
-    else
-        node_job_failed(n, j->id, why, sizeof(why), "%s", fmtd);
     swarmx *s = swx_of(n);
     if (s->job == j)
         s->job = NULL;

@@ -108,15 +108,11 @@ static void wn__abort_as(node *n, wn_job *j, bool fault, const char *fmt, ...)
 
 static void wn__abort_as(node *n, wn_job *j, bool fault, const char *fmt, ...)
 {
-    char fmtd[512], why[512];
+    char why[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(fmtd, sizeof(fmtd), fmt, ap);
+    node_job_vabort(n, j->id, fault, why, sizeof(why), fmt, ap);
     va_end(ap);
-    if (fault)
-        node_job_fault(n, j->id, why, sizeof(why), "%s", fmtd);
-    else
-        node_job_failed(n, j->id, why, sizeof(why), "%s", fmtd);
     wn__release(n, j);
 }
 

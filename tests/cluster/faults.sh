@@ -94,7 +94,10 @@ disturb() {
   fi
 }
 
-for victim in wse-node-2 memoryx-1 swarmx-1 worker-1 coordinator; do
+# Under the sanitizers (APPLIANCE_TEST_LIGHT) two roles stand for all.
+victims=(wse-node-2 memoryx-1 swarmx-1 worker-1 coordinator)
+[ -z "${APPLIANCE_TEST_LIGHT:-}" ] || victims=(memoryx-1 coordinator)
+for victim in "${victims[@]}"; do
   disturb "kill-$victim" "$victim"
 done
 
@@ -174,13 +177,15 @@ echo "ok: a memoryx killed while writing the checkpoint of step $at: step $prev 
 # notices within its heartbeat timeout and the job recovers; the wse-node,
 # continued 6 s later, finds its coordinator link closed, lets the job go
 # and registers again.
-disturb stopped wse-node-1 stop
-grep -q "(wse-node wse-node-1 at [0-9.:]*) lost: no heartbeat for" "$run/logs/coordinator.log" ||
-  fail "the coordinator did not notice the stopped wse-node by its heartbeats"
+if [ -z "${APPLIANCE_TEST_LIGHT:-}" ]; then
+  disturb stopped wse-node-1 stop
+  grep -q "(wse-node wse-node-1 at [0-9.:]*) lost: no heartbeat for" "$run/logs/coordinator.log" ||
+    fail "the coordinator did not notice the stopped wse-node by its heartbeats"
 
-# A worker that does not come back: its share moves to the other worker.
-disturb worker-gone worker-2 forever
-grep -q "restarted: 2 replica(s)" "$work/worker-gone.log" || fail "the job did not restart on 2 replicas"
+  # A worker that does not come back: its share moves to the other worker.
+  disturb worker-gone worker-2 forever
+  grep -q "restarted: 2 replica(s)" "$work/worker-gone.log" || fail "the job did not restart on 2 replicas"
+fi
 
 # A wse-node that does not come back: after the wait for a replacement the
 # job goes on with the survivor (min_num_csx = 1), the same global batch.

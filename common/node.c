@@ -578,6 +578,8 @@ static void node__on_close(conn *c, int err, const char *reason)
         bool was = n->registered;
         n->registered = false;
         uv_timer_stop(&n->heartbeat);
+        if (was && n->flight.job[0])
+            node__flight_dump(n, n->flight.job, "lost the coordinator");
         if (was && n->role->on_coordinator_lost)
             n->role->on_coordinator_lost(n);
         return;

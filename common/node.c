@@ -54,7 +54,8 @@ static void node__usage(const node_role *role, FILE *f)
 enum {
     OPT_LISTEN = 256, OPT_ADVERTISE, OPT_COORDINATOR, OPT_SECRET, OPT_CONFIG, OPT_NAME,
     OPT_PORT_FILE, OPT_STATE_DIR, OPT_LOG_LEVEL, OPT_WAFER, OPT_MEMORY, OPT_THREADS,
-    OPT_HB, OPT_HB_TIMEOUT, OPT_METRICS, OPT_HELP,
+    OPT_HB, OPT_HB_TIMEOUT, OPT_METRICS, OPT_MAX_QUEUED, OPT_MAX_PER_SUBMITTER, OPT_MAX_HISTORY,
+    OPT_MAX_JOB_FILE, OPT_MAX_BACKLOG, OPT_HELP,
 };
 
 static const struct option node__longopts[] = {
@@ -73,6 +74,11 @@ static const struct option node__longopts[] = {
     {"heartbeat-ms", required_argument, NULL, OPT_HB},
     {"heartbeat-timeout-ms", required_argument, NULL, OPT_HB_TIMEOUT},
     {"metrics", required_argument, NULL, OPT_METRICS},
+    {"max-queued-jobs", required_argument, NULL, OPT_MAX_QUEUED},
+    {"max-queued-per-submitter", required_argument, NULL, OPT_MAX_PER_SUBMITTER},
+    {"max-job-history", required_argument, NULL, OPT_MAX_HISTORY},
+    {"max-job-file", required_argument, NULL, OPT_MAX_JOB_FILE},
+    {"max-client-backlog", required_argument, NULL, OPT_MAX_BACKLOG},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -88,7 +94,12 @@ static bool node__role_has(const node_role *role, int opt)
     case OPT_MEMORY: return r == APPLIANCE__ROLE__ROLE_MEMORYX;
     case OPT_THREADS: return r == APPLIANCE__ROLE__ROLE_WSE_NODE || r == APPLIANCE__ROLE__ROLE_MEMORYX ||
                              r == APPLIANCE__ROLE__ROLE_WORKER;
-    case OPT_HB_TIMEOUT: return r == APPLIANCE__ROLE__ROLE_COORDINATOR;
+    case OPT_HB_TIMEOUT:
+    case OPT_MAX_QUEUED:
+    case OPT_MAX_PER_SUBMITTER:
+    case OPT_MAX_HISTORY:
+    case OPT_MAX_JOB_FILE:
+    case OPT_MAX_BACKLOG: return r == APPLIANCE__ROLE__ROLE_COORDINATOR;
     default: return true;
     }
 }
@@ -126,6 +137,8 @@ static int node__apply(node_options *o, int opt, const char *val, const char *wh
         break;
     case OPT_WAFER:
     case OPT_MEMORY:
+    case OPT_MAX_JOB_FILE:
+    case OPT_MAX_BACKLOG:
         if (units_parse_size(val, &v) < 0 || v == 0) {
             fprintf(stderr, "%s: size \"%s\": expected bytes with an optional K, M, G or T suffix\n",
                     where, val);
@@ -133,12 +146,19 @@ static int node__apply(node_options *o, int opt, const char *val, const char *wh
         }
         if (opt == OPT_WAFER)
             o->wafer_memory = v;
-        else
+        else if (opt == OPT_MEMORY)
             o->memory = v;
+        else if (opt == OPT_MAX_JOB_FILE)
+            o->max_job_file = v;
+        else
+            o->max_client_backlog = v;
         break;
     case OPT_THREADS:
     case OPT_HB:
-    case OPT_HB_TIMEOUT: {
+    case OPT_HB_TIMEOUT:
+    case OPT_MAX_QUEUED:
+    case OPT_MAX_PER_SUBMITTER:
+    case OPT_MAX_HISTORY: {
         long n = strtol(val, &end, 10);
         if (*end || end == val || n <= 0 || n > 10000000) {
             fprintf(stderr, "%s: \"%s\": expected a positive integer\n", where, val);
@@ -148,8 +168,14 @@ static int node__apply(node_options *o, int opt, const char *val, const char *wh
             o->threads = (int)n;
         else if (opt == OPT_HB)
             o->heartbeat_ms = (uint32_t)n;
-        else
+        else if (opt == OPT_HB_TIMEOUT)
             o->heartbeat_timeout_ms = (uint32_t)n;
+        else if (opt == OPT_MAX_QUEUED)
+            o->max_queued_jobs = (uint32_t)n;
+        else if (opt == OPT_MAX_PER_SUBMITTER)
+            o->max_queued_per_submitter = (uint32_t)n;
+        else
+            o->max_job_history = (uint32_t)n;
         break;
     }
     default:
@@ -167,6 +193,11 @@ void node_parse_args(node_options *o, const node_role *role, int argc, char **ar
     o->log_level = LOG_INFO;
     o->heartbeat_ms = 1000;
     o->heartbeat_timeout_ms = 3000;
+    o->max_queued_jobs = 1000;
+    o->max_queued_per_submitter = 100;
+    o->max_job_history = 1000;
+    o->max_job_file = 256u << 10;
+    o->max_client_backlog = 8u << 20;
     bool given[OPT_HELP + 1] = {false};
     int c;
     opterr = 0;

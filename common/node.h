@@ -37,6 +37,11 @@ typedef struct node_options {
     int threads;               /* compute threads */
     uint32_t heartbeat_ms;     /* interval of heartbeats */
     uint32_t heartbeat_timeout_ms; /* coordinator: a member silent this long is lost */
+    uint32_t max_queued_jobs;  /* coordinator: jobs waiting in the queue at most */
+    uint32_t max_queued_per_submitter; /* coordinator: of those, from one submitter */
+    uint32_t max_job_history;  /* coordinator: finished jobs kept in memory */
+    uint64_t max_job_file;     /* coordinator: bytes of a submitted job file */
+    uint64_t max_client_backlog; /* coordinator: unread reply bytes a client may leave */
 } node_options;
 
 typedef struct node_role {

@@ -7,9 +7,13 @@
 #include <string.h>
 #include <sys/time.h>
 
+#include "admission.h"
+#include "history.h"
 #include "job.h"
 #include "log.h"
 #include "msg.h"
+
+#define JOB_FOLLOWERS_MAX 1024 /* clients following one job (status or log) at most */
 
 static coordinator *co_of(node *n) { return n->data; }
 
@@ -22,6 +26,11 @@ static double jobctl__now(void)
 
 static int jobctl__follow(job *j, conn *c)
 {
+    for (size_t i = 0; i < j->nfollowers; i++)
+        if (j->followers[i] == c)
+            return 0;
+    if (j->nfollowers >= JOB_FOLLOWERS_MAX)
+        return -ENOBUFS;
     conn **v = realloc(j->followers, (j->nfollowers + 1) * sizeof(*v));
     if (!v)
         return -ENOMEM;
@@ -51,6 +60,14 @@ void jobs_handle_submit(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, 
     const char *file = s->file_name && s->file_name[0] ? s->file_name : "job.toml";
     const char *base = s->base_dir ? s->base_dir : "";
     char err[1024];
+    char submitter[ADMISSION_SUBMITTER_LEN];
+    admission_submitter(c, submitter, sizeof(submitter));
+    int arc = admission_check(co, submitter, strlen(s->toml), s->plan_only, err, sizeof(err));
+    if (arc < 0) {
+        log_info("job file %s from %s %s", file, submitter, err);
+        node_reply_error(c, arc, "%s", err);
+        return;
+    }
     jobspec *spec = jobspec_parse(s->toml, strlen(s->toml), file, base, err, sizeof(err));
     if (!spec) {
         log_info("job file %s from %s refused: %s", file, c->peer_addr, err);
@@ -92,6 +109,7 @@ void jobs_handle_submit(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, 
         jobspec_free(spec);
         return;
     }
+    history_evict(co, 0);
     job *j = job_new(co, co->next_seq);
     if (!j || !(j->toml = strdup(s->toml))) {
         node_reply_error(c, -ENOMEM, "out of memory");
@@ -99,6 +117,7 @@ void jobs_handle_submit(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, 
         return;
     }
     snprintf(j->file, sizeof(j->file), "%s", file);
+    snprintf(j->submitter, sizeof(j->submitter), "%s", submitter);
     snprintf(j->base_dir, sizeof(j->base_dir), "%s", base);
     snprintf(j->model_dir, sizeof(j->model_dir), "%s", spec->model_dir);
     j->priority = (uint32_t)(spec->job_priority[1] - '0');
@@ -124,12 +143,16 @@ void jobs_handle_submit(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, 
     }
 }
 
-/* The job a query names, "" for the newest; NULL after replying an error. */
+/* The job a query names, "" for the newest; NULL after replying an error.
+ * A finished job evicted from memory is read back from the journal: give it
+ * back with history_release. */
 static job *jobctl__named(coordinator *co, conn *c, const char *id)
 {
     if ((!id || !id[0]) && co->njobs > 0)
         return co->jobs[co->njobs - 1];
     job *j = id ? job_find(co, id) : NULL;
+    if (!j)
+        j = history_load(co, id);
     if (!j)
         node_reply_error(c, -ENOENT, "no job %s", id && id[0] ? id : "yet");
     return j;
@@ -142,32 +165,15 @@ void jobs_handle_status(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, 
     if (!j)
         return;
     jobctl__send_status(co, j, c);
-    if (env->job_status_query->follow && !jobctl__ended(j))
-        jobctl__follow(j, c);
+    if (env->job_status_query->follow && !jobctl__ended(j) && jobctl__follow(j, c) < 0)
+        node_reply_error(c, -ENOBUFS, "job %s has %u followers, the most it takes", j->id,
+                         JOB_FOLLOWERS_MAX);
+    history_release(j);
 }
 
 void jobs_handle_list(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, uint32_t len)
 {
-    coordinator *co = co_of(n);
-    Appliance__JobStatus *st = calloc(co->njobs ? co->njobs : 1, sizeof(*st));
-    Appliance__JobStatus **ptrs = calloc(co->njobs ? co->njobs : 1, sizeof(*ptrs));
-    if (!st || !ptrs) {
-        free(st);
-        free(ptrs);
-        node_reply_error(c, -ENOMEM, "out of memory");
-        return;
-    }
-    for (size_t i = 0; i < co->njobs; i++) {
-        job_status(co, co->jobs[i], &st[i]);
-        ptrs[i] = &st[i];
-    }
-    Appliance__JobList l = APPLIANCE__JOB_LIST__INIT;
-    l.n_jobs = co->njobs;
-    l.jobs = ptrs;
-    ENVELOPE(out, job_list, JOB_LIST, &l);
-    conn_send_msg(c, &out);
-    free(st);
-    free(ptrs);
+    history_list(co_of(n), c);
 }
 
 void jobs_handle_cancel(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, uint32_t len)
@@ -178,6 +184,7 @@ void jobs_handle_cancel(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, 
         return;
     if (jobctl__ended(j)) {
         node_reply_error(c, -EALREADY, "job %s has already ended: %s", j->id, job_state_name(j->state));
+        history_release(j);
         return;
     }
     char why[128];
@@ -197,8 +204,18 @@ void jobs_handle_logs(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, ui
         return;
     bool follow = q->follow && !jobctl__ended(j);
     job_send_log(j, c, q->from, !follow);
-    if (!follow)
+    if (!follow) {
+        history_release(j);
         return;
+    }
+    for (size_t i = 0; i < j->nreaders; i++)
+        if (j->readers[i].c == c)
+            return;
+    if (j->nreaders >= JOB_FOLLOWERS_MAX) {
+        node_reply_error(c, -ENOBUFS, "job %s has %u log readers, the most it takes", j->id,
+                         JOB_FOLLOWERS_MAX);
+        return;
+    }
     job_reader *v = realloc(j->readers, (j->nreaders + 1) * sizeof(*v));
     if (!v)
         return;
@@ -216,12 +233,8 @@ static int jobctl__load_line(void *arg, uint64_t line, const char *text)
     return 0;
 }
 
-static int jobctl__load_job(void *arg, const journal_job *jj)
+int job_from_journal(coordinator *co, job *j, const journal_job *jj)
 {
-    coordinator *co = arg;
-    job *j = job_new(co, jj->seq);
-    if (!j)
-        return -ENOMEM;
     snprintf(j->id, sizeof(j->id), "%s", jj->id);
     j->state = (Appliance__JobState)jj->state;
     j->priority = jj->priority >= 1 && jj->priority <= 3 ? jj->priority : 2;
@@ -244,6 +257,16 @@ static int jobctl__load_job(void *arg, const journal_job *jj)
     if (j->state == APPLIANCE__JOB_STATE__JOB_QUEUED && !(j->toml = strdup(jj->toml)))
         return -ENOMEM;
     journal_load_log(co->journal, j->id, jobctl__load_line, j);
+    return 0;
+}
+
+static int jobctl__load_job(void *arg, const journal_job *jj)
+{
+    coordinator *co = arg;
+    job *j = job_new(co, jj->seq);
+    if (!j || job_from_journal(co, j, jj) < 0)
+        return -ENOMEM;
+    history_evict(co, 64); /* a long journal loads within the memory bound */
     return 0;
 }
 

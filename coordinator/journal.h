@@ -43,6 +43,15 @@ int journal_log(journal *jn, const char *job_id, uint64_t line, const char *text
 /* Calls cb for every job, oldest first; a nonzero return stops. */
 int journal_load(journal *jn, int (*cb)(void *arg, const journal_job *jj), void *arg);
 
+/* Calls cb with the job named id. Returns 0, -ENOENT when the journal does
+ * not hold it, or -EIO. */
+int journal_get(journal *jn, const char *id, int (*cb)(void *arg, const journal_job *jj), void *arg);
+
+/* Calls cb for the newest `limit` jobs, newest first; a nonzero return stops.
+ * *total (may be NULL) gets how many jobs the journal holds. */
+int journal_recent(journal *jn, size_t limit, uint64_t *total,
+                   int (*cb)(void *arg, const journal_job *jj), void *arg);
+
 /* Calls cb for every log line of a job, in order. */
 int journal_load_log(journal *jn, const char *job_id,
                      int (*cb)(void *arg, uint64_t line, const char *text), void *arg);

@@ -1,0 +1,25 @@
+/* The coordinator keeps a bounded number of finished jobs in memory: past
+ * --max-job-history the oldest are evicted, and status, logs and list answer
+ * for them from the journal. */
+#pragma once
+
+#include <stddef.h>
+
+#include "coordinator.h"
+
+/* Evicts the oldest finished jobs once more than max_job_history + slack are
+ * in memory, down to max_job_history. Queued and running jobs stay. */
+void history_evict(coordinator *co, size_t slack);
+
+/* A finished job read back from the journal for one answer, with its log;
+ * NULL when the journal does not hold it (or there is none). Not one of
+ * co->jobs: give it back with history_release. */
+job *history_load(coordinator *co, const char *id);
+
+/* Frees j if history_load made it; any other job is left alone. */
+void history_release(job *j);
+
+/* Replies to a JobListQuery on c: the jobs in memory and those only the
+ * journal still holds, oldest first; the newest that fit one frame when they
+ * are too many, with the count of the rest left out. */
+void history_list(coordinator *co, conn *c);

@@ -16,4 +16,7 @@ for d in ("coordinator", "memoryx", "swarmx", "worker", "wse-node"):
     for s in (".SH NAME", ".SH DAEMON OPTIONS", "--metrics", "--secret-file", "--config"):
         assert s in t, (d, s)
 assert "--wafer-memory" in pages["wse-node"] and "--heartbeat-timeout-ms" in pages["coordinator"]
+for opt in ("--max-queued-jobs", "--max-queued-per-submitter", "--max-job-history", "--max-job-file",
+            "--max-client-backlog"):
+    assert opt in pages["coordinator"], opt
 print("man pages: %d checked" % len(pages))

@@ -12,11 +12,14 @@
 # A client polling the job every 25 ms times its steps and the status round
 # trip, unloaded before the load, under the load, and unloaded after it; the
 # baseline is the mean of the two unloaded runs, so a drift of the machine
-# cancels out. The coordinator's VmRSS is sampled every 0.2 s. Prints:
+# cancels out. The coordinator's VmRSS is sampled every 0.2 s, and once more
+# during a second, shorter load (its jobs find the queue full), which must not
+# take more than the first. Prints:
 #   BENCH train_step_under_load <ratio> of_unloaded
 #   BENCH status_rtt_p99_under_load <ratio> of_idle
 #   BENCH coordinator_rss_under_load <ratio> of_idle
 #   BENCH coordinator_rss_after_load <ratio> of_under_load
+#   BENCH coordinator_rss_second_load <ratio> of_first_load
 #   BENCH load_jobs_accounted <ratio> of_submitted
 # with the absolute figures and the counts beside them. Fails when a
 # submitted job is not accounted for (refused with a reason, or queued,
@@ -39,6 +42,7 @@ fail() { echo "FAIL: $*" >&2; tail -n 20 "$run/logs/coordinator.log" >&2 || true
 clients=${LOAD_CLIENTS:-200}
 jobs=${LOAD_JOBS:-1000}
 seconds=${LOAD_SECONDS:-40}       # the loaded run
+seconds2=${LOAD_SECONDS2:-20}     # the second one
 idle_seconds=${LOAD_IDLE_SECONDS:-15} # each unloaded run
 
 cat > "$work/coordinator.toml" <<TOML
@@ -109,6 +113,7 @@ done
 [ "$step" -ge 10 ] || fail "the training job $train did not reach step 10"
 
 rss() { awk '/^VmRSS:/ {print $2}' "/proc/$coord_pid/status"; }
+cpu_ticks() { sed -e 's/^.*) //' "/proc/$coord_pid/stat" | awk '{print $12 + $13}'; } # utime + stime
 val() { awk -v k="$1" '$1 == k {print $2}' "$2"; }
 
 "$load" --train "$train" --clients 0 --seconds "$idle_seconds" > "$work/before.out" ||
@@ -116,34 +121,47 @@ val() { awk -v k="$1" '$1 == k {print $2}' "$2"; }
 rss_idle=$(rss)
 while :; do rss >> "$work/rss"; sleep 0.2; done &
 sampler=$!
+cpu0=$(cpu_ticks)
 set +e
 "$load" --train "$train" --job-file "$work/small.toml" --clients "$clients" --jobs "$jobs" \
   --seconds "$seconds" > "$work/loaded.out" 2> "$work/loaded.err"
 load_rc=$?
 set -e
+cpu1=$(cpu_ticks)
 kill "$sampler"; wait "$sampler" 2>/dev/null || true; sampler=
 cat "$work/loaded.err" >&2
 "$load" --train "$train" --clients 0 --seconds "$idle_seconds" > "$work/after.out" ||
   fail "unloaded run (after): $(cat "$work/after.out")"
 rss_after=$(rss)
 rss_peak=$(sort -n "$work/rss" | tail -n 1)
+while :; do rss >> "$work/rss2"; sleep 0.2; done &
+sampler=$!
+"$load" --train "$train" --job-file "$work/small.toml" --clients "$clients" --jobs "$jobs" \
+  --seconds "$seconds2" > "$work/second.out" 2> "$work/second.err" ||
+  fail "second load: $(cat "$work/second.out" "$work/second.err")"
+kill "$sampler"; wait "$sampler" 2>/dev/null || true; sampler=
+rss_peak2=$(sort -n "$work/rss2" | tail -n 1)
 hwm=$(awk '/^VmHWM:/ {print $2}' "/proc/$coord_pid/status")
 "$submit" cancel "$train" >/dev/null 2>&1 || true
 
-"$py" - "$work" "$rss_idle" "$rss_peak" "$rss_after" "$hwm" "$jobs" <<'PY'
+cpu_sec=$(awk -v t="$((cpu1 - cpu0))" -v hz="$(getconf CLK_TCK)" 'BEGIN {print t / hz}')
+"$py" - "$work" "$rss_idle" "$rss_peak" "$rss_after" "$rss_peak2" "$hwm" "$cpu_sec" "$seconds" <<'PY'
 import sys
-work, rss_idle, rss_peak, rss_after, hwm, jobs = sys.argv[1], *map(float, sys.argv[2:])
+work, rss_idle, rss_peak, rss_after, rss_peak2, hwm, cpu_sec, seconds = \
+    sys.argv[1], *map(float, sys.argv[2:])
 def read(name):
     d = {}
     for line in open("%s/%s.out" % (work, name)):
         k, v = line.split()
         d[k] = float(v)
     return d
-b, l, a = read("before"), read("loaded"), read("after")
+b, l, a, l2 = read("before"), read("loaded"), read("after"), read("second")
 step_idle = (b["train_step_sec"] + a["train_step_sec"]) / 2
 rtt_idle = (b["obs_rtt_p99_ms"] + a["obs_rtt_p99_ms"]) / 2
 def bench(name, value, unit, fmt="%.3f"):
     print("BENCH %s %s %s" % (name, fmt % value, unit))
+bench("train_step_unloaded_before", b["train_step_sec"], "s", "%.4f")
+bench("train_step_unloaded_after", a["train_step_sec"], "s", "%.4f")
 bench("train_step_unloaded", step_idle, "s", "%.4f")
 bench("train_step_loaded", l["train_step_sec"], "s", "%.4f")
 bench("train_step_under_load", l["train_step_sec"] / step_idle, "of_unloaded")
@@ -152,11 +170,13 @@ bench("status_rtt_p99_loaded", l["obs_rtt_p99_ms"], "ms")
 bench("status_rtt_p99_under_load", l["obs_rtt_p99_ms"] / rtt_idle, "of_idle")
 bench("client_status_rtt_p99_loaded", l["all_rtt_p99_ms"], "ms")
 bench("submit_rtt_p99_loaded", l["submit_rtt_p99_ms"], "ms")
+bench("coordinator_cpu_under_load", cpu_sec / seconds, "cores")
 bench("coordinator_rss_idle", rss_idle / 1024, "MiB", "%.1f")
 bench("coordinator_rss_peak_under_load", rss_peak / 1024, "MiB", "%.1f")
 bench("coordinator_rss_hwm", hwm / 1024, "MiB", "%.1f")
 bench("coordinator_rss_under_load", rss_peak / rss_idle, "of_idle")
 bench("coordinator_rss_after_load", rss_after / rss_peak, "of_under_load")
+bench("coordinator_rss_second_load", rss_peak2 / rss_peak, "of_first_load")
 submitted = l["submitted"]
 bench("load_clients_connected", l["clients_connected"], "clients", "%d")
 bench("load_status_polls", l["status_polls"], "polls", "%d")
@@ -169,5 +189,8 @@ for s in ("queued", "running", "done", "failed", "cancelled"):
     bench("load_jobs_" + s, l["final_" + s], "jobs", "%d")
 bench("load_jobs_unaccounted", l["unaccounted"], "jobs", "%d")
 bench("load_jobs_accounted", (submitted - l["unaccounted"]) / max(submitted, 1), "of_submitted")
+bench("second_load_jobs_refused", l2["refused"], "jobs", "%d")
+bench("second_load_jobs_accounted", (l2["submitted"] - l2["unaccounted"]) / max(l2["submitted"], 1),
+      "of_submitted")
 PY
 [ "$load_rc" = 0 ] || fail "the load generator reported a failure (exit $load_rc): $(cat "$work/loaded.out")"

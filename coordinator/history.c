@@ -102,6 +102,18 @@ job *history_load(coordinator *co, const char *id)
     return j;
 }
 
+static int history__line(void *arg, uint64_t line, const char *text)
+{
+    job_append_log(arg, text);
+    return 0;
+}
+
+void history_load_log(coordinator *co, job *j)
+{
+    if (co->journal && j->nlog == 0)
+        journal_load_log(co->journal, j->id, history__line, j);
+}
+
 void history_release(job *j)
 {
     if (j && j->from_journal)

@@ -11,10 +11,13 @@
  * in memory, down to max_job_history. Queued and running jobs stay. */
 void history_evict(coordinator *co, size_t slack);
 
-/* A finished job read back from the journal for one answer, with its log;
- * NULL when the journal does not hold it (or there is none). Not one of
+/* A finished job read back from the journal for one answer, without its
+ * log; NULL when the journal does not hold it (or there is none). Not one of
  * co->jobs: give it back with history_release. */
 job *history_load(coordinator *co, const char *id);
+
+/* Reads the log of a job history_load made from the journal. */
+void history_load_log(coordinator *co, job *j);
 
 /* Frees j if history_load made it; any other job is left alone. */
 void history_release(job *j);

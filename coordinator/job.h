@@ -101,8 +101,8 @@ int jobs_plan(coordinator *co, const jobspec *spec, const char *id, const char *
               uint8_t **plan, size_t *len, member ***used, size_t *nused, char *err, size_t errlen);
 /* Sends a job's log lines from `from` on to c. */
 void job_send_log(job *j, conn *c, uint64_t from, bool end);
-/* Fills j (its seq set) from its journal row, and its log from the journal.
- * Returns 0 or -ENOMEM. */
+/* Fills j (its seq set) from its journal row; not its log. Returns 0 or
+ * -ENOMEM. */
 int job_from_journal(coordinator *co, job *j, const journal_job *jj);
 /* Adds a log line without journaling it (loading). */
 void job_append_log(job *j, const char *line);

@@ -202,6 +202,8 @@ void jobs_handle_logs(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, ui
     job *j = jobctl__named(co, c, q->job_id);
     if (!j)
         return;
+    if (j->from_journal)
+        history_load_log(co, j);
     bool follow = q->follow && !jobctl__ended(j);
     job_send_log(j, c, q->from, !follow);
     if (!follow) {
@@ -256,7 +258,6 @@ int job_from_journal(coordinator *co, job *j, const journal_job *jj)
     }
     if (j->state == APPLIANCE__JOB_STATE__JOB_QUEUED && !(j->toml = strdup(jj->toml)))
         return -ENOMEM;
-    journal_load_log(co->journal, j->id, jobctl__load_line, j);
     return 0;
 }
 
@@ -266,6 +267,7 @@ static int jobctl__load_job(void *arg, const journal_job *jj)
     job *j = job_new(co, jj->seq);
     if (!j || job_from_journal(co, j, jj) < 0)
         return -ENOMEM;
+    journal_load_log(co->journal, j->id, jobctl__load_line, j);
     history_evict(co, 64); /* a long journal loads within the memory bound */
     return 0;
 }

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -291,6 +292,10 @@ static void report(load *ld)
     printf("all_rtt_p50_ms %.3f\n", times_quantile(&ld->all_rtt, 0.5));
     printf("all_rtt_p99_ms %.3f\n", times_quantile(&ld->all_rtt, 0.99));
     printf("submit_rtt_p99_ms %.3f\n", times_quantile(&ld->submit_rtt, 0.99));
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0)
+        printf("cpu_sec %.3f\n", (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
+                                     (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6);
     fflush(stdout);
     /* One example of each kind of refusal (the limit it names), for the log. */
     static const char *const kinds[] = {"--max-queued-per-submitter", "--max-queued-jobs",

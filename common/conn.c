@@ -253,6 +253,8 @@ int conn_send(conn *c, const Appliance__Envelope *env, const void *payload, uint
         return rc;
     }
     c->queued += total;
+    if (c->cfg->tap && c->auth == CONN_READY)
+        c->cfg->tap(c->cfg->tap_arg, c, env, true);
     return 0;
 }
 
@@ -371,6 +373,8 @@ static int conn__on_frame(void *ctx, Appliance__Envelope *env, uint8_t *payload,
         }
         conn__auth_frame(c, env);
     } else {
+        if (c->cfg->tap)
+            c->cfg->tap(c->cfg->tap_arg, c, env, false);
         c->ops->on_frame(c, env, payload, len);
     }
     return c->closing ? -ECANCELED : 0;

@@ -44,6 +44,10 @@ typedef struct conn_config {
     size_t queue_max;           /* queued bytes above which conn_send refuses */
     uint32_t auth_timeout_ms;   /* a peer that has not authenticated by then is dropped */
     uint32_t connect_timeout_ms; /* a dial not connected by then fails (no answer to SYN) */
+    /* Optional: sees every message sent or received after authentication
+     * (the flight recorder). */
+    void (*tap)(void *arg, conn *c, const Appliance__Envelope *env, bool out);
+    void *tap_arg;
 } conn_config;
 
 /* Fills a configuration with defaults: 1 MiB headers, 64 MiB payloads, 16 MiB

@@ -37,6 +37,8 @@ static const key_spec runconfig_keys[] = {
     KP(jobspec, checkpoint_path),
     KI(jobspec, seed, 0, 9.2e18),
     KI(jobspec, num_csx, 1, 1024),
+    KI(jobspec, min_num_csx, 1, 1024),
+    KI(jobspec, max_num_restarts, 0, 1000),
     KI(jobspec, num_workers_per_csx, 1, 64),
     KI(jobspec, num_wgt_servers, 1, 64),
     KI(jobspec, swarmx_fanout, 2, 64),
@@ -86,6 +88,8 @@ static void jobspec__defaults(jobspec *j)
     strcpy(j->model_dir, "model_dir");
     j->seed = 1;
     j->num_csx = 1;
+    j->min_num_csx = 1;
+    j->max_num_restarts = 3;
     j->num_workers_per_csx = 1;
     j->num_wgt_servers = 1;
     j->swarmx_fanout = 4;
@@ -329,6 +333,13 @@ jobspec *jobspec_parse(const char *text, size_t len, const char *name, const cha
                     "train_input.batch_size %lld is smaller than runconfig.num_csx %lld: every "
                     "replica needs at least one sample",
                     (long long)j->train.batch_size, (long long)j->num_csx);
+        goto fail;
+    }
+    if (j->min_num_csx > j->num_csx) {
+        const toml_value *rc = toml_table_get(root, "runconfig");
+        toml_errorf(err, errlen, name, toml_pos_of(toml_table_get(rc, "min_num_csx")),
+                    "runconfig.min_num_csx %lld is larger than runconfig.num_csx %lld",
+                    (long long)j->min_num_csx, (long long)j->num_csx);
         goto fail;
     }
     if (jobspec__check_input(root, "train_input", &j->train, err, errlen) < 0 ||

@@ -319,6 +319,9 @@ static void node__on_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, 
                 conn_fail(c, -ENOBUFS, "too many messages before the job they belong to");
             return;
         }
+    if (env->msg_case == APPLIANCE__ENVELOPE__MSG_JOB_ABORT && c->link == &n->coord)
+        flight_dump(&n->flight, env->job_abort->job_id,
+                    env->job_abort->reason ? env->job_abort->reason : "aborted by the coordinator");
     unsigned mc = (unsigned)env->msg_case;
     node_handler h = mc < NODE_MSG_MAX ? n->role->handlers[mc] : NULL;
     if (!h) {
@@ -468,6 +471,23 @@ static const conn_ops node__ops = {
     .on_close = node__on_close,
 };
 
+/* Every message after authentication passes here (conn_config.tap). */
+static void node__tap(void *arg, conn *c, const Appliance__Envelope *env, bool out)
+{
+    node *n = arg;
+    flight_note(&n->flight, env, c->peer_name[0] ? c->peer_name : c->peer_addr, out);
+}
+
+static void node__flight_check(uv_timer_t *t)
+{
+    node *n = t->data;
+    if (flight_hung(&n->flight, NODE_SILENT_MS)) {
+        char why[96];
+        snprintf(why, sizeof(why), "its stream has been silent for %u s", NODE_SILENT_MS / 1000);
+        flight_dump(&n->flight, n->flight.job, why);
+    }
+}
+
 static void node__on_connection(uv_stream_t *server, int status)
 {
     node *n = server->data;
@@ -514,20 +534,36 @@ void node_reply_error(conn *c, int code, const char *fmt, ...)
     conn_send_msg(c, &env);
 }
 
+static void node__job_abort(node *n, const char *job_id, bool fault, const char *why)
+{
+    log_error("job %s: %s%s", job_id, why, fault ? " (a fault: the job may be recovered)" : "");
+    flight_dump(&n->flight, job_id, why);
+    Appliance__JobAbort a = APPLIANCE__JOB_ABORT__INIT;
+    a.job_id = (char *)job_id;
+    a.reason = (char *)why;
+    a.fault = fault;
+    Appliance__Envelope env = APPLIANCE__ENVELOPE__INIT;
+    env.msg_case = APPLIANCE__ENVELOPE__MSG_JOB_ABORT;
+    env.job_abort = &a;
+    node_send_coordinator(n, &env);
+}
+
 void node_job_failed(node *n, const char *job_id, char *why, size_t why_len, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(why, why_len, fmt, ap);
     va_end(ap);
-    log_error("job %s: %s", job_id, why);
-    Appliance__JobAbort a = APPLIANCE__JOB_ABORT__INIT;
-    a.job_id = (char *)job_id;
-    a.reason = why;
-    Appliance__Envelope env = APPLIANCE__ENVELOPE__INIT;
-    env.msg_case = APPLIANCE__ENVELOPE__MSG_JOB_ABORT;
-    env.job_abort = &a;
-    node_send_coordinator(n, &env);
+    node__job_abort(n, job_id, false, why);
+}
+
+void node_job_fault(node *n, const char *job_id, char *why, size_t why_len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, why_len, fmt, ap);
+    va_end(ap);
+    node__job_abort(n, job_id, true, why);
 }
 
 /* ---- metrics ---- */
@@ -616,6 +652,7 @@ void node_shutdown(node *n)
     uv_close((uv_handle_t *)&n->heartbeat, NULL);
     uv_timer_stop(&n->defer_timer);
     uv_close((uv_handle_t *)&n->defer_timer, NULL);
+    uv_close((uv_handle_t *)&n->flight_timer, NULL);
     for (size_t i = 0; i < n->ndeferred; i++)
         free(n->deferred[i].packed);
     n->ndeferred = 0;
@@ -665,6 +702,8 @@ int node_run(node *n, const node_role *role, uv_loop_t *loop)
         return 1;
     }
     conn_config_default(&n->ccfg, &n->secret, role->role, n->opt.name);
+    n->ccfg.tap = node__tap;
+    n->ccfg.tap_arg = n;
     n->server.data = n;
     if (conn_listen(loop, &n->server, n->opt.listen, node__on_connection, err, sizeof(err)) < 0) {
         log_error("%s", err);
@@ -702,6 +741,9 @@ int node_run(node *n, const node_role *role, uv_loop_t *loop)
     n->heartbeat.data = n;
     uv_timer_init(loop, &n->defer_timer);
     n->defer_timer.data = n;
+    uv_timer_init(loop, &n->flight_timer);
+    n->flight_timer.data = n;
+    uv_timer_start(&n->flight_timer, node__flight_check, 1000, 1000);
     if (role->role != APPLIANCE__ROLE__ROLE_COORDINATOR) {
         if (conn_link_start(&n->coord, loop, n->opt.coordinator, &n->ccfg, &node__ops, n) < 0) {
             log_error("bad coordinator address \"%s\": expected HOST:PORT", n->opt.coordinator);
@@ -711,6 +753,7 @@ int node_run(node *n, const node_role *role, uv_loop_t *loop)
     signal(SIGPIPE, SIG_IGN);
     uv_run(loop, UV_RUN_DEFAULT);
     free(n->conns);
+    flight_free(&n->flight);
     auth_secret_clear(&n->secret);
     log_info("stopped");
     return 0;

@@ -11,6 +11,7 @@
 #include <uv.h>
 
 #include "conn.h"
+#include "flight.h"
 #include "metrics.h"
 
 typedef struct node node;
@@ -72,6 +73,7 @@ typedef struct node_deferred {
 
 #define NODE_DEFER_MAX 64      /* deferred messages held at once */
 #define NODE_DEFER_MS 10000    /* how long one is held */
+#define NODE_SILENT_MS 30000   /* a running job's stream silent this long: the flight recorder is logged */
 
 struct node {
     uv_loop_t *loop;
@@ -93,6 +95,8 @@ struct node {
     node_deferred deferred[NODE_DEFER_MAX];
     size_t ndeferred;
     uv_timer_t defer_timer;    /* expires deferred messages */
+    flight flight;             /* the last stream and job events */
+    uv_timer_t flight_timer;   /* dumps the recorder when a job's stream goes silent */
     void *data;                /* the role's state */
 };
 
@@ -120,6 +124,11 @@ void node_replay(node *n);
 /* A job failed here: logs why and tells the coordinator, which ends the
  * job everywhere. why is written into (why_len bytes) for the caller. */
 void node_job_failed(node *n, const char *job_id, char *why, size_t why_len, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* The same for a fault outside the job (a peer or link lost, a peer that
+ * no longer knows the job): the coordinator may recover the job from its
+ * last checkpoint instead of failing it. */
+void node_job_fault(node *n, const char *job_id, char *why, size_t why_len, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 
 /* The role's name for logs ("wse-node"). */

@@ -40,6 +40,7 @@ static void co__sweep(uv_timer_t *t)
 {
     coordinator *co = t->data;
     members_sweep(&co->members, uv_now(t->loop), co__on_sweep_lost, co);
+    jobs_tick(co);
     admission_sweep_clients(co);
 }
 
@@ -239,6 +240,7 @@ void coordinator_role(node_role *role)
     role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_LIST_QUERY] = jobs_handle_list;
     role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_LOG_QUERY] = jobs_handle_logs;
     role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_ABORT] = jobs_handle_abort;
+    role->handlers[APPLIANCE__ENVELOPE__MSG_CHECKPOINT_WRITTEN] = jobs_handle_checkpoint;
     role->on_conn_close = co__conn_close;
     role->on_shutdown = co__shutdown;
     role->metrics = co__metrics;

@@ -50,7 +50,8 @@ void jobs_handle_step_committed(node *n, conn *c, Appliance__Envelope *env, uint
 void jobs_handle_eval_report(node *n, conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len);
 void jobs_handle_finished(node *n, conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len);
 void jobs_handle_abort(node *n, conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len);
-/* A member the running job uses is lost: the job fails. */
+void jobs_handle_checkpoint(node *n, conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len);
+/* A member the running job uses is lost: the job recovers (or fails). */
 void jobs_member_lost(coordinator *co, member *mb);
 /* A client connection closed: stop streaming progress to it. */
 void jobs_client_closed(coordinator *co, conn *c);

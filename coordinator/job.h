@@ -36,6 +36,19 @@ struct job {
     char message[1024];   /* why it failed, or the final word */
     char phase[32];       /* queued, compiling, loading weights, training, evaluating, ... */
     double submitted_at;  /* Unix time */
+    /* Recovery (every attempt of the job): */
+    char run_id[64];       /* the id the daemons know this attempt by: id, then id.rN; "" between attempts */
+    uint32_t restarts;    /* recoveries so far */
+    uint32_t max_restarts; /* runconfig.max_num_restarts */
+    uint64_t shard_ckpt[64]; /* per shard: 1 + the newest step it checkpointed, 0 none */
+    bool have_ckpt;       /* every shard wrote the checkpoint of ckpt_step */
+    uint64_t ckpt_step;
+    bool recovering;      /* between attempts: waiting for members */
+    uint64_t recover_at;  /* uv_now from which to try the next attempt */
+    uint64_t full_until;  /* until then, wait for a full complement of replicas */
+    uint64_t give_up_at;  /* the members needed have not come back by then: the job fails */
+    char fault[512];      /* what the last fault was */
+    uint64_t summarized;  /* the last step written to the summaries */
     /* While running: */
     uint8_t *plan_bytes;  /* packed plan, owned */
     size_t plan_len;
@@ -47,6 +60,7 @@ struct job {
     job_step *ring;       /* steps in flight, by step % ring_cap (a power of two) */
     size_t ring_cap;
     uint64_t t_start, t_train; /* uv_now at start and at the first step */
+    uint64_t t_end;       /* uv_now when it ended, 0 before */
     uint64_t samples;     /* trained */
     uint64_t first_step;  /* the step training started from */
     uint64_t log_steps;   /* progress every log_steps steps */
@@ -106,6 +120,15 @@ void job_send_log(job *j, conn *c, uint64_t from, bool end);
 int job_from_journal(coordinator *co, job *j, const journal_job *jj);
 /* Adds a log line without journaling it (loading). */
 void job_append_log(job *j, const char *line);
+/* A fault hit the running job (a member or a link lost): it restarts from
+ * its newest complete checkpoint when restarts remain, else fails. */
+void job_fault(coordinator *co, job *j, const char *why);
+/* A job the journal says was running when the coordinator stopped: it
+ * recovers like after a fault (0), or fails when it cannot (-1). */
+int job_recover_loaded(coordinator *co, job *j);
+/* Drives a recovering job: tries the next attempt when its time has come
+ * (called from the sweep timer and when members register). */
+void jobs_tick(coordinator *co);
 /* Whether the cluster's live members could ever run the spec; err says what
  * is missing when not. */
 bool jobs_feasible(coordinator *co, const jobspec *spec, char *err, size_t errlen);

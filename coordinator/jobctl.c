@@ -256,7 +256,8 @@ int job_from_journal(coordinator *co, job *j, const journal_job *jj)
         j->last_eval_accuracy = jj->eval_accuracy;
         j->last_eval_iou = jj->eval_iou;
     }
-    if (j->state == APPLIANCE__JOB_STATE__JOB_QUEUED && !(j->toml = strdup(jj->toml)))
+    if ((j->state == APPLIANCE__JOB_STATE__JOB_QUEUED || j->state == APPLIANCE__JOB_STATE__JOB_RUNNING) &&
+        !(j->toml = strdup(jj->toml)))
         return -ENOMEM;
     return 0;
 }
@@ -278,22 +279,22 @@ void jobs_load(coordinator *co)
         return;
     if (journal_load(co->journal, jobctl__load_job, co) < 0)
         log_error("journal: could not load every job");
-    size_t queued = 0, failed = 0;
+    size_t queued = 0, failed = 0, recovering = 0;
     for (size_t i = 0; i < co->njobs; i++) {
         job *j = co->jobs[i];
         if (j->state == APPLIANCE__JOB_STATE__JOB_RUNNING) {
             /* It was running when the coordinator stopped: its daemons let
-             * it go when they lost the coordinator. */
-            j->state = APPLIANCE__JOB_STATE__JOB_QUEUED; /* so that job_end takes it */
-            job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED,
-                    "the coordinator stopped while the job was running; resume it from its last "
-                    "checkpoint with runconfig.checkpoint_path");
-            failed++;
+             * it go when they lost the coordinator. It recovers from its
+             * newest complete checkpoint once they have registered again. */
+            if (job_recover_loaded(co, j) == 0)
+                recovering++;
+            else
+                failed++;
         } else if (j->state == APPLIANCE__JOB_STATE__JOB_QUEUED) {
             queued++;
         }
     }
     if (co->njobs)
-        log_info("journal: %zu job(s) known, %zu queued again, %zu failed as interrupted", co->njobs,
-                 queued, failed);
+        log_info("journal: %zu job(s) known, %zu queued again, %zu recovering, %zu failed as "
+                 "interrupted", co->njobs, queued, recovering, failed);
 }

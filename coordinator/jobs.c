@@ -21,6 +21,9 @@
 #define JOB_CHUNK_ELEMS (256u * 1024) /* 1 MiB of float32 per chunk */
 #define JOB_STEP_WINDOW (1u << 20)    /* steps whose reports may be in flight at most */
 #define JOB_LOG_MAX 100000            /* log lines kept per job */
+#define JOB_SETTLE_MS 1000            /* after a fault, before the next attempt: the members let go */
+#define JOB_FULL_WAIT_MS 5000         /* how long a recovery waits for replacements of lost replicas */
+#define JOB_GIVE_UP_MS 120000         /* how long it waits for members it cannot do without */
 
 static coordinator *co_of(node *n) { return n->data; }
 
@@ -78,7 +81,7 @@ void job_status(coordinator *co, job *j, Appliance__JobStatus *s)
     s->eta_sec = -1;
     uint64_t now = uv_now(co->n->loop);
     if (j->t_start)
-        s->elapsed_sec = (double)(now - j->t_start) / 1000.0;
+        s->elapsed_sec = (double)((j->t_end ? j->t_end : now) - j->t_start) / 1000.0;
     s->eval_accuracy = s->eval_iou = -1;
     if (j->have_eval) {
         s->eval_step = j->last_eval_step;
@@ -213,7 +216,7 @@ static void job__release(coordinator *co, job *j)
 {
     for (size_t i = 0; i < j->nmembers; i++) {
         member *mb = members_by_id(&co->members, j->members[i]);
-        if (mb && strcmp(mb->job, j->id) == 0) {
+        if (mb && strcmp(mb->job, j->run_id) == 0) {
             mb->job[0] = 0;
             if (mb->state == APPLIANCE__MEMBER_STATE__MEMBER_BUSY)
                 mb->state = APPLIANCE__MEMBER_STATE__MEMBER_ALIVE;
@@ -223,8 +226,9 @@ static void job__release(coordinator *co, job *j)
         co->running = NULL;
 }
 
-/* Frees what only a running job needs. */
-static void job__drop_run(job *j)
+/* Frees what only a running attempt needs; the summaries stay open for the
+ * next attempt unless the job ends. */
+static void job__drop_run(job *j, bool ending)
 {
     if (j->plan)
         appliance__plan__free_unpacked(j->plan, NULL);
@@ -237,8 +241,10 @@ static void job__drop_run(job *j)
     free(j->ring);
     j->ring = NULL;
     j->ring_cap = 0;
-    summaries_close(j->sum);
-    j->sum = NULL;
+    if (ending) {
+        summaries_close(j->sum);
+        j->sum = NULL;
+    }
 }
 
 void job_end(coordinator *co, job *j, Appliance__JobState state, const char *why)
@@ -253,18 +259,21 @@ void job_end(coordinator *co, job *j, Appliance__JobState state, const char *why
         log_info("job %s done: %llu steps, loss %.6f", j->id, (unsigned long long)j->steps_done,
                  j->last_loss);
         Appliance__JobEnd e = APPLIANCE__JOB_END__INIT;
-        e.job_id = j->id;
+        e.job_id = j->run_id;
         ENVELOPE(env, job_end, JOB_END, &e);
         job__send_all(co, j, &env);
     } else if (running) {
         log_error("job %s %s at step %llu: %s", j->id, job_state_name(state),
                   (unsigned long long)j->steps_done, why);
         Appliance__JobAbort a = APPLIANCE__JOB_ABORT__INIT;
-        a.job_id = j->id;
+        a.job_id = j->run_id;
         a.reason = (char *)why;
         ENVELOPE(env, job_abort, JOB_ABORT, &a);
         job__send_all(co, j, &env);
     }
+    j->recovering = false;
+    if (running)
+        j->t_end = uv_now(co->n->loop);
     if (state == APPLIANCE__JOB_STATE__JOB_DONE)
         job_log(co, j, "done: %llu steps, final loss %.6f", (unsigned long long)j->steps_done,
                 j->last_loss);
@@ -279,7 +288,7 @@ void job_end(coordinator *co, job *j, Appliance__JobState state, const char *why
     for (size_t i = 0; i < j->nreaders; i++)
         job_send_log(j, j->readers[i].c, j->readers[i].next, true);
     j->nreaders = 0;
-    job__drop_run(j);
+    job__drop_run(j, true);
     free(j->toml); /* kept in the journal */
     j->toml = NULL;
     job_save(co, j);
@@ -368,25 +377,26 @@ int jobs_plan(coordinator *co, const jobspec *spec, const char *id, const char *
     return 0;
 }
 
-/* Starts a queued job on idle members. Returns 1 when started, 0 when the
- * cluster has no room for it now, -1 when it failed (it has ended). */
-static int job__start(coordinator *co, job *j)
+/* Plans an attempt of job j from spec on idle members and sends them the
+ * plan. Returns 1 when started, 0 when the cluster has no room for it now,
+ * -1 when it failed (it has ended). Frees spec. */
+static int job__launch(coordinator *co, job *j, jobspec *spec)
 {
     char err[1024];
-    jobspec *spec = jobspec_parse(j->toml, strlen(j->toml), j->file, j->base_dir, err, sizeof(err));
-    if (!spec) {
-        job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, err);
-        return -1;
-    }
     static job_place pl;
     if (!job__place(co, spec, &pl, true)) {
         jobspec_free(spec);
         return 0;
     }
+    if (j->restarts)
+        snprintf(j->run_id, sizeof(j->run_id), "%s.r%u", j->id, j->restarts);
+    else
+        snprintf(j->run_id, sizeof(j->run_id), "%s", j->id);
+    j->max_restarts = (uint32_t)spec->max_num_restarts;
     member **used = NULL;
     size_t nused = 0;
-    int rc = jobs_plan(co, spec, j->id, j->toml, true, &j->plan_bytes, &j->plan_len, &used, &nused,
-                       err, sizeof(err));
+    int rc = jobs_plan(co, spec, j->run_id, j->toml, true, &j->plan_bytes, &j->plan_len, &used,
+                       &nused, err, sizeof(err));
     if (rc == 0 && !(j->plan = appliance__plan__unpack(NULL, j->plan_len, j->plan_bytes))) {
         snprintf(err, sizeof(err), "cannot decode the plan");
         rc = -EPROTO;
@@ -402,35 +412,226 @@ static int job__start(coordinator *co, job *j)
     j->nmembers = j->members ? nused : 0;
     for (size_t i = 0; i < j->nmembers; i++) {
         j->members[i] = used[i]->id;
-        snprintf(used[i]->job, sizeof(used[i]->job), "%s", j->id);
+        snprintf(used[i]->job, sizeof(used[i]->job), "%s", j->run_id);
         used[i]->state = APPLIANCE__MEMBER_STATE__MEMBER_BUSY;
     }
     free(used);
     j->steps_done = j->first_step = j->plan->first_step;
     j->max_steps = j->plan->max_steps;
-    j->t_start = uv_now(co->n->loop);
+    if (!j->t_start)
+        j->t_start = uv_now(co->n->loop);
+    j->t_train = 0;
+    j->samples = 0;
+    j->ready = j->finished = 0;
+    j->eval_reports = 0;
+    j->recovering = false;
     j->state = APPLIANCE__JOB_STATE__JOB_RUNNING;
     snprintf(j->phase, sizeof(j->phase), "loading weights");
     co->running = j;
     /* TensorBoard summaries beside the checkpoints. */
     char serr[512];
-    j->sum = summaries_open(j->model_dir, serr, sizeof(serr));
-    if (!j->sum)
-        job_log(co, j, "no TensorBoard summaries: %s", serr);
+    if (!j->sum) {
+        j->sum = summaries_open(j->model_dir, serr, sizeof(serr));
+        if (!j->sum)
+            job_log(co, j, "no TensorBoard summaries: %s", serr);
+    }
     static const char *const modes[] = {"auto", "pipelined", "weight streaming"};
-    job_log(co, j, "started: %zu replica(s), %s mode, global batch %u, steps %llu to %llu",
-            j->plan->n_replicas, modes[j->plan->mode < 3 ? j->plan->mode : 0], j->plan->global_batch,
+    job_log(co, j, "%s: %zu replica(s), %s mode, global batch %u, steps %llu to %llu",
+            j->restarts ? "restarted" : "started", j->plan->n_replicas,
+            modes[j->plan->mode < 3 ? j->plan->mode : 0], j->plan->global_batch,
             (unsigned long long)j->plan->first_step, (unsigned long long)j->plan->max_steps);
     log_info("job %s started: %s, %zu replica(s), %llu steps, global batch %u", j->id, j->file,
              j->plan->n_replicas, (unsigned long long)j->plan->max_steps, j->plan->global_batch);
     job_save(co, j);
     jobspec_free(spec);
+    if (co->journal)
+        journal_put_recovery(co->journal, j->id, j->restarts, j->have_ckpt, j->ckpt_step);
     Appliance__JobStart st = APPLIANCE__JOB_START__INIT;
     st.plan = j->plan;
     ENVELOPE(start, job_start, JOB_START, &st);
     job__send_all(co, j, &start);
     job_notify(co, j);
     return 1;
+}
+
+/* Starts a queued job on idle members (see job__launch). */
+static int job__start(coordinator *co, job *j)
+{
+    char err[1024];
+    jobspec *spec = jobspec_parse(j->toml, strlen(j->toml), j->file, j->base_dir, err, sizeof(err));
+    if (!spec) {
+        job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, err);
+        return -1;
+    }
+    return job__launch(co, j, spec);
+}
+
+void job_fault(coordinator *co, job *j, const char *why)
+{
+    if (j->state != APPLIANCE__JOB_STATE__JOB_RUNNING || j->recovering)
+        return;
+    if (j->restarts >= j->max_restarts) {
+        char msg[900];
+        snprintf(msg, sizeof(msg), "%s (no restarts left: runconfig.max_num_restarts = %u)", why,
+                 j->max_restarts);
+        job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, msg);
+        return;
+    }
+    j->restarts++;
+    snprintf(j->fault, sizeof(j->fault), "%s", why);
+    char from[64] = "its first step";
+    if (j->have_ckpt)
+        snprintf(from, sizeof(from), "the checkpoint of step %llu", (unsigned long long)j->ckpt_step);
+    log_warn("job %s: fault at step %llu: %s; restart %u of %u from %s", j->id,
+             (unsigned long long)j->steps_done, why, j->restarts, j->max_restarts, from);
+    job_log(co, j, "fault at step %llu: %s; restart %u of %u from %s",
+            (unsigned long long)j->steps_done, why, j->restarts, j->max_restarts, from);
+    Appliance__JobAbort a = APPLIANCE__JOB_ABORT__INIT;
+    a.job_id = j->run_id;
+    a.reason = (char *)why;
+    a.fault = true;
+    ENVELOPE(env, job_abort, JOB_ABORT, &a);
+    job__send_all(co, j, &env);
+    job__release(co, j);
+    co->running = j; /* the members it had stay free for its next attempt */
+    job__drop_run(j, false);
+    j->run_id[0] = 0;
+    j->recovering = true;
+    uint64_t now = uv_now(co->n->loop);
+    uint64_t wait = 2ull * co->members.timeout_ms;
+    j->recover_at = now + JOB_SETTLE_MS;
+    j->full_until = now + (wait > JOB_FULL_WAIT_MS ? wait : JOB_FULL_WAIT_MS);
+    j->give_up_at = now + JOB_GIVE_UP_MS;
+    snprintf(j->phase, sizeof(j->phase), "recovering");
+    if (co->journal)
+        journal_put_recovery(co->journal, j->id, j->restarts, j->have_ckpt, j->ckpt_step);
+    job_save(co, j);
+    job_notify(co, j);
+}
+
+int job_recover_loaded(coordinator *co, job *j)
+{
+    char err[1024];
+    jobspec *spec = j->toml ? jobspec_parse(j->toml, strlen(j->toml), j->file, j->base_dir, err,
+                                            sizeof(err))
+                            : NULL;
+    const char *why = "the coordinator stopped while the job was running";
+    if (co->journal)
+        journal_get_recovery(co->journal, j->id, &j->restarts, &j->have_ckpt, &j->ckpt_step);
+    if (!spec || co->running || j->restarts >= (uint32_t)spec->max_num_restarts) {
+        snprintf(err, sizeof(err), "%s; %s", why,
+                 !spec ? "its job file no longer compiles"
+                 : co->running ? "another job is recovering"
+                               : "no restarts left (runconfig.max_num_restarts)");
+        jobspec_free(spec);
+        j->state = APPLIANCE__JOB_STATE__JOB_QUEUED; /* so that job_end takes it */
+        job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, err);
+        return -1;
+    }
+    j->max_restarts = (uint32_t)spec->max_num_restarts;
+    jobspec_free(spec);
+    j->run_id[0] = 0;
+    j->summarized = j->steps_done;
+    j->recovering = false;
+    co->running = j;
+    snprintf(j->fault, sizeof(j->fault), "%s", why);
+    /* job_fault counts the restart and sets the deadlines. */
+    j->recovering = false;
+    job_fault(co, j, why);
+    return 0;
+}
+
+/* Idle live members of a role. */
+static size_t job__idle(coordinator *co, Appliance__Role role)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < co->members.n; i++) {
+        const member *mb = &co->members.v[i];
+        k += mb->role == role && !mb->job[0] && mb->state == APPLIANCE__MEMBER_STATE__MEMBER_ALIVE;
+    }
+    return k;
+}
+
+/* The next attempt of a recovering job: from its newest complete
+ * checkpoint (or its start), on a full complement of replicas when they
+ * come back in time, else on the survivors down to runconfig.min_num_csx,
+ * with a SwarmX tree as wide as the SwarmX nodes left need. */
+static void job__restart(coordinator *co, job *j, uint64_t now)
+{
+    char err[1024];
+    jobspec *spec = jobspec_parse(j->toml, strlen(j->toml), j->file, j->base_dir, err, sizeof(err));
+    if (!spec) {
+        job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, err);
+        return;
+    }
+    if (j->have_ckpt && j->ckpt_step >= (uint64_t)spec->max_steps) {
+        /* The fault came after the final checkpoint: training is complete. */
+        bool eval = spec->eval.present;
+        jobspec_free(spec);
+        j->steps_done = j->ckpt_step;
+        if (!eval) {
+            job_end(co, j, APPLIANCE__JOB_STATE__JOB_DONE, "done");
+        } else {
+            snprintf(err, sizeof(err), "training and its final checkpoint are complete, but the final "
+                     "evaluation was lost to a fault: %s", j->fault);
+            job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, err);
+        }
+        return;
+    }
+    if (j->have_ckpt) {
+        char path[PATH_MAX + 80];
+        int len = snprintf(path, sizeof(path), "%s/checkpoint_%llu-shard1-of-%lld.safetensors",
+                           spec->model_dir, (unsigned long long)j->ckpt_step,
+                           (long long)spec->num_wgt_servers);
+        if (len < 0 || (size_t)len >= sizeof(spec->checkpoint_path)) {
+            jobspec_free(spec);
+            job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, "the checkpoint's path is too long");
+            return;
+        }
+        memcpy(spec->checkpoint_path, path, (size_t)len + 1);
+    }
+    static job_place pl;
+    if (!job__place(co, spec, &pl, true)) {
+        size_t reps = job__idle(co, APPLIANCE__ROLE__ROLE_WSE_NODE);
+        size_t swarm = job__idle(co, APPLIANCE__ROLE__ROLE_SWARMX);
+        bool others = job__idle(co, APPLIANCE__ROLE__ROLE_MEMORYX) >= (size_t)spec->num_wgt_servers &&
+                      job__idle(co, APPLIANCE__ROLE__ROLE_WORKER) >= 1 && swarm >= 1;
+        if (now < j->full_until || !others || reps < (size_t)spec->min_num_csx) {
+            if (now >= j->give_up_at) {
+                snprintf(err, sizeof(err), "%s; the members to recover on did not come back within "
+                         "%u s (idle now: %zu wse-node(s), %zu memoryx, %zu swarmx, %zu worker(s))",
+                         j->fault, JOB_GIVE_UP_MS / 1000, reps,
+                         job__idle(co, APPLIANCE__ROLE__ROLE_MEMORYX), swarm,
+                         job__idle(co, APPLIANCE__ROLE__ROLE_WORKER));
+                jobspec_free(spec);
+                job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, err);
+                return;
+            }
+            j->recover_at = now + 250;
+            jobspec_free(spec);
+            return;
+        }
+        /* Go on with what is left. */
+        if (reps < (size_t)spec->num_csx) {
+            job_log(co, j, "%zu of %lld replica(s) available: going on with them (min_num_csx %lld)",
+                    reps, (long long)spec->num_csx, (long long)spec->min_num_csx);
+            spec->num_csx = (int64_t)reps;
+        }
+        while (planner_swarm_nodes((size_t)spec->num_csx, (size_t)spec->swarmx_fanout) > swarm &&
+               spec->swarmx_fanout < 1024)
+            spec->swarmx_fanout++;
+    }
+    job__launch(co, j, spec);
+}
+
+void jobs_tick(coordinator *co)
+{
+    job *j = co->running;
+    if (!j || !j->recovering || co->n->stopping)
+        return;
+    uint64_t now = uv_now(co->n->loop);
+    if (now >= j->recover_at)
+        job__restart(co, j, now);
 }
 
 void jobs_schedule(coordinator *co)
@@ -451,6 +652,7 @@ void jobs_schedule(coordinator *co)
 
 void jobs_member_joined(coordinator *co)
 {
+    jobs_tick(co);
     jobs_schedule(co);
 }
 
@@ -460,7 +662,13 @@ static job *job__of_member(coordinator *co, conn *c, const char *job_id, member 
 {
     member *mb = members_by_conn(&co->members, c);
     job *j = co->running;
-    if (!mb || !j || strcmp(j->id, job_id) != 0 || strcmp(mb->job, job_id) != 0) {
+    if (j && (!j->run_id[0] || strcmp(j->run_id, job_id) != 0) &&
+        strncmp(job_id, j->id, strlen(j->id)) == 0 &&
+        (job_id[strlen(j->id)] == 0 || job_id[strlen(j->id)] == '.')) {
+        log_debug("message for %s ignored: an earlier attempt of job %s", job_id, j->id);
+        return NULL;
+    }
+    if (!mb || !j || strcmp(j->run_id, job_id) != 0 || strcmp(mb->job, job_id) != 0) {
         log_warn("message for job %s from %s ignored: not a member of a running job with that id",
                  job_id, c->peer_addr);
         return NULL;
@@ -483,7 +691,7 @@ void jobs_handle_ready(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, u
     log_info("job %s: every member ready, training starts", j->id);
     job_log(co, j, "every member ready: training");
     Appliance__JobGo go = APPLIANCE__JOB_GO__INIT;
-    go.job_id = j->id;
+    go.job_id = j->run_id;
     ENVELOPE(out, job_go, JOB_GO, &go);
     for (size_t i = 0; i < j->plan->n_shards; i++) {
         member *mb = members_by_id(&co->members, j->plan->shards[i]->member_id);
@@ -575,7 +783,8 @@ static void job__maybe_step_done(coordinator *co, job *j, job_step *s)
         job_log(co, j, "step %llu/%llu loss %.6f lr %.6g samples/s %.1f",
                 (unsigned long long)j->steps_done, (unsigned long long)j->plan->max_steps,
                 j->last_loss, j->last_lr, st.samples_per_sec);
-        if (j->sum) {
+        if (j->sum && j->steps_done > j->summarized) { /* a replayed step is written once */
+            j->summarized = j->steps_done;
             int64_t step = (int64_t)j->steps_done;
             summaries_scalar(j->sum, "loss", step, j->last_loss);
             summaries_scalar(j->sum, "learning_rate", step, j->last_lr);
@@ -738,17 +947,47 @@ void jobs_handle_abort(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, u
     char why[900];
     snprintf(why, sizeof(why), "%s %s: %s", node_role_name(mb->role), mb->name,
              env->job_abort->reason ? env->job_abort->reason : "aborted");
-    job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, why);
+    if (env->job_abort->fault)
+        job_fault(co, j, why);
+    else
+        job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, why);
+}
+
+void jobs_handle_checkpoint(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, uint32_t len)
+{
+    coordinator *co = co_of(n);
+    Appliance__CheckpointWritten *w = env->checkpoint_written;
+    job *j = job__of_member(co, c, w->job_id, NULL);
+    if (!j)
+        return;
+    if (w->shard >= j->plan->n_shards || w->shard >= 64) {
+        log_warn("checkpoint report from %s for shard %u of a job with %zu: ignored", c->peer_addr,
+                 w->shard, j->plan->n_shards);
+        return;
+    }
+    j->shard_ckpt[w->shard] = w->step + 1;
+    uint64_t all = UINT64_MAX;
+    for (size_t k = 0; k < j->plan->n_shards; k++)
+        if (j->shard_ckpt[k] < all)
+            all = j->shard_ckpt[k];
+    if (all == 0 || (j->have_ckpt && all - 1 == j->ckpt_step))
+        return;
+    j->have_ckpt = true;
+    j->ckpt_step = all - 1;
+    log_info("job %s: checkpoint of step %llu complete on every shard", j->id,
+             (unsigned long long)j->ckpt_step);
+    if (co->journal)
+        journal_put_recovery(co->journal, j->id, j->restarts, j->have_ckpt, j->ckpt_step);
 }
 
 void jobs_member_lost(coordinator *co, member *mb)
 {
     job *j = co->running;
-    if (!j || strcmp(mb->job, j->id) != 0)
+    if (!j || !j->run_id[0] || strcmp(mb->job, j->run_id) != 0)
         return;
     char why[256];
     snprintf(why, sizeof(why), "lost %s %s (member %u)", node_role_name(mb->role), mb->name, mb->id);
-    job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, why);
+    job_fault(co, j, why);
 }
 
 void jobs_client_closed(coordinator *co, conn *c)
@@ -772,7 +1011,7 @@ void jobs_shutdown(coordinator *co)
 {
     for (size_t i = 0; i < co->njobs; i++) {
         job *j = co->jobs[i];
-        job__drop_run(j);
+        job__drop_run(j, true);
         free(j->toml);
         free(j->followers);
         free(j->readers);

@@ -31,6 +31,8 @@ static const char journal__schema[] =
     " priority INTEGER NOT NULL, file TEXT, toml TEXT, base_dir TEXT, model_dir TEXT,"
     " message TEXT, submitted_at REAL, steps INTEGER, max_steps INTEGER, loss REAL,"
     " eval_step INTEGER, eval_loss REAL, eval_accuracy REAL, eval_iou REAL);"
+    "CREATE TABLE IF NOT EXISTS job_recovery("
+    " job_id TEXT PRIMARY KEY, restarts INTEGER NOT NULL, ckpt_step INTEGER NOT NULL);"
     "CREATE TABLE IF NOT EXISTS job_log("
     " job_id TEXT NOT NULL, line INTEGER NOT NULL, text TEXT NOT NULL,"
     " PRIMARY KEY(job_id, line));";
@@ -112,6 +114,48 @@ int journal_put(journal *jn, const journal_job *jj)
     sqlite3_bind_double(st, 16, jj->eval_accuracy);
     sqlite3_bind_double(st, 17, jj->eval_iou);
     return journal__step(jn, st, "a job");
+}
+
+int journal_put_recovery(journal *jn, const char *job_id, uint32_t restarts, bool have_ckpt,
+                         uint64_t ckpt_step)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(jn->db, "INSERT OR REPLACE INTO job_recovery VALUES(?1,?2,?3)", -1, &st,
+                           NULL) != SQLITE_OK) {
+        log_error("journal: cannot write a job's recovery point: %s", sqlite3_errmsg(jn->db));
+        return -EIO;
+    }
+    sqlite3_bind_text(st, 1, job_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)restarts);
+    sqlite3_bind_int64(st, 3, have_ckpt ? (sqlite3_int64)ckpt_step : -1);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        log_error("journal: cannot write a job's recovery point: %s", sqlite3_errmsg(jn->db));
+        return -EIO;
+    }
+    return 0;
+}
+
+int journal_get_recovery(journal *jn, const char *job_id, uint32_t *restarts, bool *have_ckpt,
+                         uint64_t *ckpt_step)
+{
+    *restarts = 0;
+    *have_ckpt = false;
+    *ckpt_step = 0;
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(jn->db, "SELECT restarts, ckpt_step FROM job_recovery WHERE job_id = ?1",
+                           -1, &st, NULL) != SQLITE_OK)
+        return -EIO;
+    sqlite3_bind_text(st, 1, job_id, -1, SQLITE_STATIC);
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        *restarts = (uint32_t)sqlite3_column_int64(st, 0);
+        sqlite3_int64 step = sqlite3_column_int64(st, 1);
+        *have_ckpt = step >= 0;
+        *ckpt_step = step >= 0 ? (uint64_t)step : 0;
+    }
+    sqlite3_finalize(st);
+    return 0;
 }
 
 int journal_log(journal *jn, const char *job_id, uint64_t line, const char *text)

@@ -40,6 +40,14 @@ int journal_put(journal *jn, const journal_job *jj);
 /* Appends line number `line` of a job's log. */
 int journal_log(journal *jn, const char *job_id, uint64_t line, const char *text);
 
+/* What recovering a job needs: its restarts so far and the newest step
+ * every shard checkpointed (have_ckpt false: none yet). */
+int journal_put_recovery(journal *jn, const char *job_id, uint32_t restarts, bool have_ckpt,
+                         uint64_t ckpt_step);
+/* Reads it back; 0 with *restarts = 0 and *have_ckpt = false when none. */
+int journal_get_recovery(journal *jn, const char *job_id, uint32_t *restarts, bool *have_ckpt,
+                         uint64_t *ckpt_step);
+
 /* Calls cb for every job, oldest first; a nonzero return stops. */
 int journal_load(journal *jn, int (*cb)(void *arg, const journal_job *jj), void *arg);
 

@@ -19,7 +19,7 @@ typedef struct member {
     uint32_t threads;
     uint64_t last_seen;           /* uv_now of the last message */
     conn *c;                      /* control connection, NULL once closed */
-    char job[40];                 /* job it serves, "" when idle */
+    char job[64];                  /* job it serves, "" when idle */
 } member;
 
 typedef struct members {

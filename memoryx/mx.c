@@ -54,16 +54,22 @@ static void mx__job_free(mx_job *j)
     free(j);
 }
 
-static void mx__abort(node *n, mx_job *j, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void mx__abort_as(node *n, mx_job *j, bool fault, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+#define mx__abort(n, j, ...) mx__abort_as(n, j, false, __VA_ARGS__)
+#define mx__fault(n, j, ...) mx__abort_as(n, j, true, __VA_ARGS__)
 
-static void mx__abort(node *n, mx_job *j, const char *fmt, ...)
+static void mx__abort_as(node *n, mx_job *j, bool fault, const char *fmt, ...)
 {
     char fmtd[512], why[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(fmtd, sizeof(fmtd), fmt, ap);
     va_end(ap);
-    node_job_failed(n, j->id, why, sizeof(why), "%s", fmtd);
+    if (fault)
+        node_job_fault(n, j->id, why, sizeof(why), "%s", fmtd);
+    else
+        node_job_failed(n, j->id, why, sizeof(why), "%s", fmtd);
     memoryx *mx = mx_of(n);
     if (mx->job == j) {
         mx->job = NULL;
@@ -82,6 +88,13 @@ static int mx__checkpoint(node *n, mx_job *j, uint64_t step, char *path, size_t 
     else {
         mx_of(n)->checkpoints++;
         log_info("job %s: checkpoint of step %llu written to %s", j->id, (unsigned long long)step, path);
+        Appliance__CheckpointWritten cw = APPLIANCE__CHECKPOINT_WRITTEN__INIT;
+        cw.job_id = j->id;
+        cw.step = step;
+        cw.shard = j->shard;
+        cw.path = path;
+        ENVELOPE(env, checkpoint_written, CHECKPOINT_WRITTEN, &cw);
+        node_send_coordinator(n, &env);
     }
     return rc;
 }
@@ -171,7 +184,7 @@ static void mx__pump(node *n, mx_job *j)
         int rc = conn_send(j->down, &env, src + j->off, (uint32_t)(count * sizeof(float)),
                            mx__chunk_sent, t);
         if (rc < 0) {
-            mx__abort(n, j, "cannot stream %s to swarmx: %s", t->name, strerror(-rc));
+            mx__fault(n, j, "cannot stream %s to swarmx: %s", t->name, strerror(-rc));
             return;
         }
         t->writes++;
@@ -503,7 +516,7 @@ static void mx__conn_close(node *n, conn *c, int err, const char *reason)
     mx_job *j = mx_of(n)->job;
     if (j && c == j->down) {
         j->down = NULL;
-        mx__abort(n, j, "lost swarmx %s: %s", c->peer_addr, reason);
+        mx__fault(n, j, "lost swarmx %s: %s", c->peer_addr, reason);
     }
 }
 
@@ -517,6 +530,18 @@ static void mx__shutdown(node *n)
     memoryx *mx = mx_of(n);
     mx__job_free(mx->job);
     mx->job = NULL;
+}
+
+/* The coordinator owns the job: without it no step can be committed, and a
+ * restarted coordinator recovers the job from its last checkpoint. */
+static void mx__coordinator_lost(node *n)
+{
+    memoryx *mx = mx_of(n);
+    if (mx->job) {
+        log_warn("job %s: released: lost the coordinator", mx->job->id);
+        mx__job_free(mx->job);
+        mx->job = NULL;
+    }
 }
 
 static void mx__metrics(node *n, metrics_buf *b)
@@ -550,5 +575,6 @@ void memoryx_role(node_role *role)
     role->on_conn_close = mx__conn_close;
     role->fill_register = mx__fill_register;
     role->on_shutdown = mx__shutdown;
+    role->on_coordinator_lost = mx__coordinator_lost;
     role->metrics = mx__metrics;
 }

@@ -75,16 +75,22 @@ static void swx__job_free(swx_job *j)
         conn_link_stop(&j->up[i].link, swx__up_stopped);
 }
 
-static void swx__abort(node *n, swx_job *j, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void swx__abort_as(node *n, swx_job *j, bool fault, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+#define swx__abort(n, j, ...) swx__abort_as(n, j, false, __VA_ARGS__)
+#define swx__fault(n, j, ...) swx__abort_as(n, j, true, __VA_ARGS__)
 
-static void swx__abort(node *n, swx_job *j, const char *fmt, ...)
+static void swx__abort_as(node *n, swx_job *j, bool fault, const char *fmt, ...)
 {
     char fmtd[512], why[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(fmtd, sizeof(fmtd), fmt, ap);
     va_end(ap);
-    node_job_failed(n, j->id, why, sizeof(why), "%s", fmtd);
+    if (fault)
+        node_job_fault(n, j->id, why, sizeof(why), "%s", fmtd);
+    else
+        node_job_failed(n, j->id, why, sizeof(why), "%s", fmtd);
     swarmx *s = swx_of(n);
     if (s->job == j)
         s->job = NULL;
@@ -159,7 +165,7 @@ static void swx__send_down(node *n, swx_job *j, conn *from, const Appliance__Env
         if (rc < 0) {
             b->refs--;
             free(s);
-            swx__abort(n, j, "cannot forward weights to %s: %s", c->peer_addr, strerror(-rc));
+            swx__fault(n, j, "cannot forward weights to %s: %s", c->peer_addr, strerror(-rc));
             return;
         }
         j->pending_down += b->len;
@@ -227,7 +233,7 @@ static void swx__reduce(node *n, swx_job *j)
         int rc = up ? conn_send(up, &env, sum->data, sum->len, swx__up_sent, sum) : -ENOTCONN;
         if (rc < 0) {
             swx__buf_unref(sum);
-            swx__abort(n, j, "cannot send gradients up: %s", strerror(-rc));
+            swx__fault(n, j, "cannot send gradients up: %s", strerror(-rc));
             return;
         }
         j->chunks_up++;
@@ -399,7 +405,7 @@ static void swx__up_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, u
         return;
     }
     if (env->msg_case == APPLIANCE__ENVELOPE__MSG_ERROR) {
-        swx__abort(u->job->n, u->job, "upstream %s refused: %s", c->peer_addr, env->error->message);
+        swx__fault(u->job->n, u->job, "upstream %s refused: %s", c->peer_addr, env->error->message);
         return;
     }
     conn_fail(c, -EPROTO, "unexpected %s from upstream", frame_msg_name(env->msg_case));
@@ -418,7 +424,7 @@ static void swx__up_close(conn *c, int err, const char *reason)
         return;
     if (u->ready) {
         u->ready = false;
-        swx__abort(u->job->n, u->job, "lost upstream %s: %s", c->peer_addr, reason);
+        swx__fault(u->job->n, u->job, "lost upstream %s: %s", c->peer_addr, reason);
     }
 }
 
@@ -535,21 +541,33 @@ static void swx__stream_hello(node *n, conn *c, Appliance__Envelope *env, uint8_
               j->index);
 }
 
+static void swx__release(node *n, const char *why)
+{
+    swarmx *s = swx_of(n);
+    swx_job *j = s->job;
+    log_info("job %s: %s after %llu chunks down, %llu up", j->id, why,
+             (unsigned long long)j->chunks_down, (unsigned long long)j->chunks_up);
+    s->job = NULL;
+    for (size_t i = 0; i < j->nkids; i++)
+        if (j->kids[i].c)
+            j->kids[i].c->user = NULL;
+    swx__job_free(j);
+}
+
 static void swx__job_end(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, uint32_t len)
 {
     swarmx *s = swx_of(n);
     const char *id = env->msg_case == APPLIANCE__ENVELOPE__MSG_JOB_END ? env->job_end->job_id
                                                                       : env->job_abort->job_id;
-    if (s->job && strcmp(s->job->id, id) == 0) {
-        log_info("job %s: released after %llu chunks down, %llu up", id,
-                 (unsigned long long)s->job->chunks_down, (unsigned long long)s->job->chunks_up);
-        swx_job *j = s->job;
-        s->job = NULL;
-        for (size_t i = 0; i < j->nkids; i++)
-            if (j->kids[i].c)
-                j->kids[i].c->user = NULL;
-        swx__job_free(j);
-    }
+    if (s->job && strcmp(s->job->id, id) == 0)
+        swx__release(n, "released");
+}
+
+/* The coordinator owns the job; a restarted one recovers it. */
+static void swx__coordinator_lost(node *n)
+{
+    if (swx_of(n)->job)
+        swx__release(n, "released: lost the coordinator");
 }
 
 static void swx__conn_close(node *n, conn *c, int err, const char *reason)
@@ -558,7 +576,7 @@ static void swx__conn_close(node *n, conn *c, int err, const char *reason)
     swx_child *k = c->user;
     if (j && k && k->c == c) {
         k->c = NULL;
-        swx__abort(n, j, "lost child %s: %s", c->peer_addr, reason);
+        swx__fault(n, j, "lost child %s: %s", c->peer_addr, reason);
     }
 }
 
@@ -610,5 +628,6 @@ void swarmx_role(node_role *role)
     role->payload_dest = swx__payload_dest;
     role->on_conn_close = swx__conn_close;
     role->on_shutdown = swx__shutdown;
+    role->on_coordinator_lost = swx__coordinator_lost;
     role->metrics = swx__metrics;
 }

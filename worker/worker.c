@@ -387,6 +387,17 @@ static void wk__conn_close(node *n, conn *c, int err, const char *reason)
         f->c = NULL;
 }
 
+/* The coordinator owns the job; a restarted one recovers it. */
+static void wk__coordinator_lost(node *n)
+{
+    worker *w = wk_of(n);
+    if (w->job) {
+        log_warn("job %s: released after %llu batches: lost the coordinator", w->job->id,
+                 (unsigned long long)w->job->batches_sent);
+        wk__job_release(w);
+    }
+}
+
 static void wk__shutdown(node *n)
 {
     wk__job_release(wk_of(n));
@@ -417,5 +428,6 @@ void worker_role(node_role *role)
     role->on_drain = wk__drain;
     role->on_conn_close = wk__conn_close;
     role->on_shutdown = wk__shutdown;
+    role->on_coordinator_lost = wk__coordinator_lost;
     role->metrics = wk__metrics;
 }

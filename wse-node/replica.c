@@ -101,16 +101,22 @@ static void wn__release(node *n, wn_job *j)
         conn_link_stop(&j->feeds[i].link, wn__feed_stopped);
 }
 
-static void wn__abort(node *n, wn_job *j, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void wn__abort_as(node *n, wn_job *j, bool fault, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+#define wn__abort(n, j, ...) wn__abort_as(n, j, false, __VA_ARGS__)
+#define wn__fault(n, j, ...) wn__abort_as(n, j, true, __VA_ARGS__)
 
-static void wn__abort(node *n, wn_job *j, const char *fmt, ...)
+static void wn__abort_as(node *n, wn_job *j, bool fault, const char *fmt, ...)
 {
     char fmtd[512], why[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(fmtd, sizeof(fmtd), fmt, ap);
     va_end(ap);
-    node_job_failed(n, j->id, why, sizeof(why), "%s", fmtd);
+    if (fault)
+        node_job_fault(n, j->id, why, sizeof(why), "%s", fmtd);
+    else
+        node_job_failed(n, j->id, why, sizeof(why), "%s", fmtd);
     wn__release(n, j);
 }
 
@@ -398,7 +404,7 @@ static void wn__work_done(void *arg)
     } else if (j->stage == WN_BACKWARD) {
         int rc = wn__send_grads(j, &m->layers[j->layer]);
         if (rc < 0) {
-            wn__abort(j->n, j, "cannot send gradients of %s: %s", m->layers[j->layer].name,
+            wn__fault(j->n, j, "cannot send gradients of %s: %s", m->layers[j->layer].name,
                       strerror(-rc));
             return;
         }
@@ -656,7 +662,7 @@ static void wn__up_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, ui
     if (j->released)
         return;
     if (env->msg_case == APPLIANCE__ENVELOPE__MSG_ERROR) {
-        wn__abort(j->n, j, "swarmx refused: %s", env->error->message);
+        wn__fault(j->n, j, "swarmx refused: %s", env->error->message);
         return;
     }
     if (j->pipelined && env->msg_case == APPLIANCE__ENVELOPE__MSG_GRAD_CHUNK && payload) {
@@ -705,7 +711,7 @@ static void wn__up_close(conn *c, int err, const char *reason)
         return;
     if (j->up_ready) {
         j->up_ready = false;
-        wn__abort(j->n, j, "lost swarmx %s: %s", c->peer_addr, reason);
+        wn__fault(j->n, j, "lost swarmx %s: %s", c->peer_addr, reason);
     }
 }
 
@@ -783,7 +789,7 @@ static void wn__feed_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, 
     if (j->released)
         return;
     if (env->msg_case == APPLIANCE__ENVELOPE__MSG_ERROR) {
-        wn__abort(j->n, j, "worker %s refused: %s", c->peer_addr, env->error->message);
+        wn__fault(j->n, j, "worker %s refused: %s", c->peer_addr, env->error->message);
         return;
     }
     if (env->msg_case != APPLIANCE__ENVELOPE__MSG_BATCH || !payload) {
@@ -812,7 +818,7 @@ static void wn__feed_close(conn *c, int err, const char *reason)
         return;
     if (f->ready) {
         f->ready = false;
-        wn__abort(j->n, j, "lost worker %s: %s", c->peer_addr, reason);
+        wn__fault(j->n, j, "lost worker %s: %s", c->peer_addr, reason);
     }
 }
 
@@ -1032,6 +1038,17 @@ static void wn__job_end(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl,
     }
 }
 
+/* The coordinator owns the job; a restarted one recovers it. */
+static void wn__coordinator_lost(node *n)
+{
+    wse_node *w = wn_of(n);
+    if (w->job) {
+        log_warn("job %s: released at step %llu: lost the coordinator", w->job->id,
+                 (unsigned long long)w->job->step);
+        wn__release(n, w->job);
+    }
+}
+
 static void wn__shutdown(node *n)
 {
     wse_node *w = wn_of(n);
@@ -1071,5 +1088,6 @@ void wse_node_role(node_role *role)
     role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_ABORT] = wn__job_end;
     role->fill_register = wn__fill_register;
     role->on_shutdown = wn__shutdown;
+    role->on_coordinator_lost = wn__coordinator_lost;
     role->metrics = wn__metrics;
 }

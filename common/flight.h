@@ -1,0 +1,52 @@
+/* A flight recorder: the last FLIGHT_CAP stream and job events a daemon saw
+ * or sent (which message, step, layer, tensor, chunk, peer), kept in a ring
+ * in memory at the cost of a few stores per frame, and written to the log
+ * when a job fails here, is aborted, or goes silent for too long: the
+ * record of what happened just before. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "envelope.pb-c.h"
+
+#define FLIGHT_CAP 512
+
+typedef struct flight_event {
+    uint64_t t_us;        /* monotonic clock */
+    uint64_t step;
+    uint64_t chunk;       /* element offset of a chunk, samples of a batch, ... */
+    uint32_t tensor;
+    uint32_t count;       /* elements or samples */
+    uint16_t msg;         /* Envelope msg case */
+    bool out;             /* sent (true) or received */
+    char peer[40];        /* the peer's name from its Hello, or its address */
+} flight_event;
+
+typedef struct flight {
+    flight_event ev[FLIGHT_CAP];
+    uint64_t n;           /* events recorded since start */
+    char job[48];         /* the job whose stream is recorded, "" when none */
+    uint32_t *tensor_layer; /* layer of each tensor id of that job, owned */
+    size_t ntensors;
+    uint64_t last_us;     /* when the last event was recorded */
+    uint64_t dumped_at;   /* n when the ring was last written out */
+} flight;
+
+/* Records a message sent to or received from peer. Heartbeats and the
+ * authentication exchange are not recorded. */
+void flight_note(flight *f, const Appliance__Envelope *env, const char *peer, bool out);
+
+/* Writes the events recorded since the last dump (at most FLIGHT_CAP) to the
+ * log at WARN, oldest first, headed by the job and why. */
+void flight_dump(flight *f, const char *job_id, const char *why);
+
+/* True (once per silence) when a job's stream has recorded nothing for
+ * silence_ms although the job has not ended: the caller dumps it. */
+bool flight_hung(flight *f, uint64_t silence_ms);
+
+/* Formats event i (0 = oldest kept) into out; returns false past the end. */
+bool flight_format(const flight *f, size_t i, char *out, size_t outlen);
+
+void flight_free(flight *f);

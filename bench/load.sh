@@ -16,9 +16,11 @@
 # some percent: compare train_step_unloaded_before and _after). The CPU the
 # coordinator and the load generator took is printed too. The coordinator's
 # VmRSS is sampled every 0.2 s, and again during a second, shorter load
-# (whose jobs find the queue full), to show that it does not keep growing.
+# (whose jobs find the queue full), to show that it does not keep growing;
+# that load is timed too, against the unloaded runs around it.
 # Prints:
 #   BENCH train_step_under_load <ratio> of_unloaded
+#   BENCH train_step_under_second_load <ratio> of_unloaded
 #   BENCH status_rtt_p99_under_load <ratio> of_idle
 #   BENCH coordinator_rss_under_load <ratio> of_idle
 #   BENCH coordinator_rss_after_load <ratio> of_under_load
@@ -144,6 +146,8 @@ sampler=$!
   fail "second load: $(cat "$work/second.out" "$work/second.err")"
 kill "$sampler"; wait "$sampler" 2>/dev/null || true; sampler=
 rss_peak2=$(sort -n "$work/rss2" | tail -n 1)
+"$load" --train "$train" --clients 0 --seconds "$idle_seconds" > "$work/last.out" ||
+  fail "unloaded run (last): $(cat "$work/last.out")"
 hwm=$(awk '/^VmHWM:/ {print $2}' "/proc/$coord_pid/status")
 "$submit" cancel "$train" >/dev/null 2>&1 || true
 
@@ -158,7 +162,7 @@ def read(name):
         k, v = line.split()
         d[k] = float(v)
     return d
-b, l, a, l2 = read("before"), read("loaded"), read("after"), read("second")
+b, l, a, l2, z = read("before"), read("loaded"), read("after"), read("second"), read("last")
 step_idle = (b["train_step_sec"] + a["train_step_sec"]) / 2
 rtt_idle = (b["obs_rtt_p99_ms"] + a["obs_rtt_p99_ms"]) / 2
 def bench(name, value, unit, fmt="%.3f"):
@@ -168,6 +172,10 @@ bench("train_step_unloaded_after", a["train_step_sec"], "s", "%.4f")
 bench("train_step_unloaded", step_idle, "s", "%.4f")
 bench("train_step_loaded", l["train_step_sec"], "s", "%.4f")
 bench("train_step_under_load", l["train_step_sec"] / step_idle, "of_unloaded")
+bench("train_step_unloaded_last", z["train_step_sec"], "s", "%.4f")
+bench("train_step_second_load", l2["train_step_sec"], "s", "%.4f")
+step_idle2 = (a["train_step_sec"] + z["train_step_sec"]) / 2
+bench("train_step_under_second_load", l2["train_step_sec"] / step_idle2, "of_unloaded")
 bench("status_rtt_p99_idle", rtt_idle, "ms")
 bench("status_rtt_p99_loaded", l["obs_rtt_p99_ms"], "ms")
 bench("status_rtt_p99_under_load", l["obs_rtt_p99_ms"] / rtt_idle, "of_idle")

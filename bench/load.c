@@ -67,7 +67,7 @@ typedef struct load_client {
 
 /* A growing array of round-trip times, in milliseconds. */
 typedef struct load_times {
-    double *v;
+    double *v;                /* n of cap used, in arrival order until sorted */
     size_t n, cap;
 } load_times;
 
@@ -75,37 +75,45 @@ enum phase { PHASE_RUN, PHASE_DRAIN, PHASE_LIST, PHASE_CHECK, PHASE_DONE };
 
 struct load {
     uv_loop_t *loop;
-    auth_secret secret;
-    char host[256];
+    auth_secret secret;       /* the cluster secret every connection proves */
+    char host[256];           /* the coordinator */
     int port;
     const char *train;        /* the training job's id */
     char *job_text;           /* the small job's file */
-    char cwd[PATH_MAX];
-    int nclients, njobs;
-    double seconds;
-    unsigned poll_ms, observe_ms;
+    char cwd[PATH_MAX];       /* sent as the jobs' base directory */
+    int nclients, njobs;      /* --clients, --jobs */
+    double seconds;           /* --seconds: the run, submissions in its first 80% */
+    unsigned poll_ms, observe_ms; /* --poll-ms, --observe-ms */
     load_client *clients;     /* nclients of them */
     load_client obs;          /* the observer */
     load_sub *subs;           /* njobs of them */
     int next_sub;             /* the next submission to send */
     int next_client;          /* round robin of submissions */
     int connected;            /* clients that dialled so far */
-    enum phase phase;
+    enum phase phase;         /* where the run is */
     uint64_t t_start;         /* uv_hrtime at start */
     uint64_t t0;              /* the observer authenticated: the run starts */
-    uint64_t drain_start;
-    uv_timer_t connector, submitter, clock;
+    uint64_t drain_start;     /* uv_hrtime when the run ended and draining began */
+    uv_timer_t connector;     /* dials the next client */
+    uv_timer_t submitter;     /* sends the submissions due */
+    uv_timer_t clock;         /* ends the run, then the draining */
     /* The training job as the observer saw it: */
     uint64_t prev_step;       /* in the last status */
     bool seen_step;           /* a status came */
     bool timing;              /* the step changed once: the clock runs */
     uint64_t first_step, last_step; /* at the first and the last change seen */
     uint64_t t_first, t_last; /* uv_hrtime of those changes */
-    int train_state;
+    int train_state;          /* its Appliance__JobState in the last status */
     /* Counters: */
-    load_times obs_rtt, all_rtt, submit_rtt;
-    uint64_t status_polls, status_errors, unexpected, skipped_polls;
-    int ready_clients, closed_early;
+    load_times obs_rtt;       /* the observer's status round trips */
+    load_times all_rtt;       /* every status round trip */
+    load_times submit_rtt;    /* submission to acceptance or refusal */
+    uint64_t status_polls;    /* status queries answered */
+    uint64_t status_errors;   /* of them, answered with an error */
+    uint64_t unexpected;      /* replies no request was waiting for */
+    uint64_t skipped_polls;   /* polls not sent: the connection had LOAD_INFLIGHT out */
+    int ready_clients;        /* clients that authenticated */
+    int closed_early;         /* connections that closed before the end */
     int check_next;           /* next submission to ask about (PHASE_CHECK) */
     int check_out;            /* those asked, not answered */
     bool failed;              /* the run itself went wrong */

@@ -253,7 +253,7 @@ static void report(load *ld)
                 per_submitter++;
             else if (strstr(s->reason, "--max-queued-jobs"))
                 queue_full++;
-            else if (strstr(s->reason, "--max-job-file"))
+            else if (strstr(s->reason, "max_job_file"))
                 too_big++;
             else
                 other++;
@@ -307,12 +307,12 @@ static void report(load *ld)
     fflush(stdout);
     /* One example of each kind of refusal (the limit it names), for the log. */
     static const char *const kinds[] = {"--max-queued-per-submitter", "--max-queued-jobs",
-                                        "--max-job-file", NULL};
+                                        "max_job_file", NULL};
     for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++)
         for (int i = 0; i < ld->njobs; i++) {
             const char *r = ld->subs[i].reason;
             bool match = r && (kinds[k] ? strstr(r, kinds[k]) != NULL
-                                        : !strstr(r, "--max-queued") && !strstr(r, "--max-job-file"));
+                                        : !strstr(r, "--max-queued") && !strstr(r, "max_job_file"));
             if (match) {
                 fprintf(stderr, "load: refused, e.g. %s: %s\n", ld->subs[i].file, r);
                 break;
@@ -340,7 +340,8 @@ static void check_more(load *ld)
         finish(ld);
 }
 
-static void on_list(load *ld, const Appliance__JobList *l)
+/* One frame of the list; the last (last true) ends the listing. */
+static void on_list(load *ld, const Appliance__JobList *l, bool last)
 {
     for (size_t i = 0; i < l->n_jobs; i++) {
         const Appliance__JobStatus *st = l->jobs[i];
@@ -360,6 +361,8 @@ static void on_list(load *ld, const Appliance__JobList *l)
         }
         s->state = st->state;
     }
+    if (!last)
+        return;
     if (l->omitted)
         fprintf(stderr, "load: the list left out %llu older jobs; asking for them one by one\n",
                 (unsigned long long)l->omitted);
@@ -489,8 +492,14 @@ static void on_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, uint32
         return;
     }
     load_req r = cl->q[cl->qhead];
-    cl->qhead = (cl->qhead + 1) % LOAD_INFLIGHT;
-    cl->qn--;
+    /* A long list comes in several frames: the request is answered by the
+     * last (JobList.more false). */
+    bool more = r.kind == REQ_LIST && env->msg_case == APPLIANCE__ENVELOPE__MSG_JOB_LIST &&
+                env->job_list->more;
+    if (!more) {
+        cl->qhead = (cl->qhead + 1) % LOAD_INFLIGHT;
+        cl->qn--;
+    }
     double rtt = (double)(uv_hrtime() - r.sent) / 1e6;
     bool is_error = env->msg_case == APPLIANCE__ENVELOPE__MSG_ERROR;
     const char *msg = is_error && env->error->message ? env->error->message : "";
@@ -537,7 +546,7 @@ static void on_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, uint32
             finish(ld);
             return;
         }
-        on_list(ld, env->job_list);
+        on_list(ld, env->job_list, !more);
         return;
     case REQ_CHECK:
         ld->check_out--;

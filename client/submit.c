@@ -19,7 +19,9 @@
 enum { EXIT_OK = 0, EXIT_USAGE = 2, EXIT_REFUSED = 3, EXIT_FAILED = 4, EXIT_CANCELLED = 5,
        EXIT_UNREACHABLE = 6 };
 
-#define JOB_FILE_MAX (256u * 1024) /* bytes of job file accepted */
+/* Bytes of job file sent at most: what fits in a frame header. The
+ * coordinator has its own limit (max_job_file) and says so when it is less. */
+#define JOB_FILE_MAX (960u * 1024)
 
 enum command { CMD_SUBMIT, CMD_PLAN, CMD_CLUSTER, CMD_STATUS, CMD_CANCEL, CMD_LOGS, CMD_LIST };
 
@@ -42,8 +44,10 @@ typedef struct client {
     uv_tty_t in;              /* the answer to the Ctrl-C question */
     bool asking;
     char inbuf[64];
-    auth_secret secret;
+    auth_secret secret;       /* the cluster secret, or the user's key */
     conn_config cfg;
+    uint8_t *list;            /* the JobList frames so far, packed one after the other */
+    size_t list_len;
 } client;
 
 static void usage(FILE *f)
@@ -60,6 +64,11 @@ static void usage(FILE *f)
             "Options:\n"
             "  --coordinator HOST:PORT  the coordinator (env APPLIANCE_COORDINATOR)\n"
             "  --secret-file PATH       cluster secret (env APPLIANCE_SECRET_FILE)\n"
+            "  --user NAME              authenticate as a user of the coordinator's users file\n"
+            "                           (env APPLIANCE_USER); sees only that user's jobs\n"
+            "  --key-file PATH          that user's key (env APPLIANCE_KEY_FILE)\n"
+            "  --insecure               no secret, for a cluster started with --insecure\n"
+            "                           (env APPLIANCE_INSECURE=1)\n"
             "  --json                   JSON on stdout (submit: one object at the end)\n"
             "  --detach                 submit: print the job id and return at once\n"
             "  --follow                 status, logs: keep following until the job ends\n"
@@ -285,10 +294,31 @@ static void on_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, uint32
     case APPLIANCE__ENVELOPE__MSG_JOB_STATUS:
         on_status(cl, env->job_status);
         return;
-    case APPLIANCE__ENVELOPE__MSG_JOB_LIST:
-        render_list(env->job_list, cl->json);
+    case APPLIANCE__ENVELOPE__MSG_JOB_LIST: {
+        /* A long list comes in several frames; packed protobuf messages
+         * concatenate into one whose repeated fields are joined. */
+        size_t add = appliance__job_list__get_packed_size(env->job_list);
+        uint8_t *buf = realloc(cl->list, cl->list_len + add + 1);
+        if (!buf) {
+            fprintf(stderr, "appliance-submit: out of memory\n");
+            finish(cl, EXIT_FAILED);
+            return;
+        }
+        cl->list = buf;
+        cl->list_len += appliance__job_list__pack(env->job_list, buf + cl->list_len);
+        if (env->job_list->more)
+            return;
+        Appliance__JobList *all = appliance__job_list__unpack(NULL, cl->list_len, cl->list);
+        if (!all) {
+            fprintf(stderr, "appliance-submit: cannot decode the job list\n");
+            finish(cl, EXIT_FAILED);
+            return;
+        }
+        render_list(all, cl->json);
+        appliance__job_list__free_unpacked(all, NULL);
         finish(cl, EXIT_OK);
         return;
+    }
     case APPLIANCE__ENVELOPE__MSG_JOB_LOG_LINES: {
         const Appliance__JobLogLines *l = env->job_log_lines;
         for (size_t i = 0; i < l->n_lines; i++)
@@ -383,16 +413,55 @@ static int parse_command(client *cl, int argc, char **argv, bool cluster, bool p
     return cl->job_text ? EXIT_OK : EXIT_USAGE;
 }
 
+/* Credentials from one place: the command line if it names any, else the
+ * environment. Returns EXIT_OK or EXIT_USAGE after saying what is wrong. */
+static int credentials(const char **secret_file, const char **user, const char **key_file,
+                       bool *insecure, bool from_cli)
+{
+    if (!from_cli) {
+        const char *v;
+        *secret_file = (v = getenv("APPLIANCE_SECRET_FILE")) && v[0] ? v : NULL;
+        *user = (v = getenv("APPLIANCE_USER")) && v[0] ? v : NULL;
+        *key_file = (v = getenv("APPLIANCE_KEY_FILE")) && v[0] ? v : NULL;
+        *insecure = (v = getenv("APPLIANCE_INSECURE")) &&
+                    (strcmp(v, "1") == 0 || strcmp(v, "true") == 0 || strcmp(v, "yes") == 0);
+    }
+    const char *where = from_cli ? "the command line" : "the environment";
+    if (*insecure && (*secret_file || *user || *key_file)) {
+        fprintf(stderr, "appliance-submit: %s gives both insecure mode and a %s: choose one\n",
+                where, *secret_file ? "cluster secret" : "user key");
+        return EXIT_USAGE;
+    }
+    if (*user && *secret_file && from_cli) {
+        fprintf(stderr, "appliance-submit: give either --user with --key-file, or --secret-file\n");
+        return EXIT_USAGE;
+    }
+    if (!*user != !*key_file) {
+        fprintf(stderr, "appliance-submit: %s: a user needs a key file and a key file a user "
+                        "(--user NAME --key-file PATH, or APPLIANCE_USER and APPLIANCE_KEY_FILE)\n",
+                where);
+        return EXIT_USAGE;
+    }
+    if (*user)
+        *secret_file = NULL; /* the environment's operator secret gives way to a user */
+    return EXIT_OK;
+}
+
 int main(int argc, char **argv)
 {
     static client cl;
     const char *coordinator = getenv("APPLIANCE_COORDINATOR");
-    const char *secret_file = getenv("APPLIANCE_SECRET_FILE");
+    const char *secret_file = NULL, *user = NULL, *key_file = NULL;
+    bool insecure = false, cli_credentials = false;
     bool cluster = false, plan = false;
-    enum { O_COORD = 256, O_SECRET, O_JSON, O_CLUSTER, O_PLAN, O_DETACH, O_FOLLOW, O_HELP };
+    enum { O_COORD = 256, O_SECRET, O_JSON, O_CLUSTER, O_PLAN, O_DETACH, O_FOLLOW, O_HELP,
+           O_INSECURE, O_USER, O_KEY_FILE };
     static const struct option longopts[] = {
         {"coordinator", required_argument, NULL, O_COORD},
         {"secret-file", required_argument, NULL, O_SECRET},
+        {"insecure", no_argument, NULL, O_INSECURE},
+        {"user", required_argument, NULL, O_USER},
+        {"key-file", required_argument, NULL, O_KEY_FILE},
         {"json", no_argument, NULL, O_JSON},
         {"cluster", no_argument, NULL, O_CLUSTER},
         {"plan", no_argument, NULL, O_PLAN},
@@ -406,7 +475,10 @@ int main(int argc, char **argv)
     while ((o = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         switch (o) {
         case O_COORD: coordinator = optarg; break;
-        case O_SECRET: secret_file = optarg; break;
+        case O_SECRET: secret_file = optarg; cli_credentials = true; break;
+        case O_INSECURE: insecure = true; cli_credentials = true; break;
+        case O_USER: user = optarg; cli_credentials = true; break;
+        case O_KEY_FILE: key_file = optarg; cli_credentials = true; break;
         case O_JSON: cl.json = true; break;
         case O_CLUSTER: cluster = true; break;
         case O_PLAN: plan = true; break;
@@ -424,10 +496,18 @@ int main(int argc, char **argv)
             usage(stderr);
         return EXIT_USAGE;
     }
-    if (!coordinator || !secret_file) {
-        fprintf(stderr, "appliance-submit: give --coordinator and --secret-file, or set "
-                        "APPLIANCE_COORDINATOR and APPLIANCE_SECRET_FILE (deploy/local/appliance-up "
-                        "writes them to RUNDIR/env)\n");
+    if (cli_credentials && user && !key_file && getenv("APPLIANCE_KEY_FILE"))
+        key_file = getenv("APPLIANCE_KEY_FILE");
+    if (credentials(&secret_file, &user, &key_file, &insecure, cli_credentials) != EXIT_OK)
+        return EXIT_USAGE;
+    if (!coordinator || (!secret_file && !key_file && !insecure)) {
+        fprintf(stderr, "appliance-submit: give --coordinator and --secret-file (or --user and "
+                        "--key-file), or set APPLIANCE_COORDINATOR and APPLIANCE_SECRET_FILE "
+                        "(deploy/local/appliance-up writes them to RUNDIR/env)\n");
+        return EXIT_USAGE;
+    }
+    if (user && (strlen(user) >= 64 || !user[0])) {
+        fprintf(stderr, "appliance-submit: user name \"%s\": 1 to 63 characters\n", user);
         return EXIT_USAGE;
     }
     char err[512], host[256];
@@ -437,13 +517,19 @@ int main(int argc, char **argv)
                 coordinator);
         return EXIT_USAGE;
     }
-    if (auth_secret_load(&cl.secret, secret_file, err, sizeof(err)) < 0) {
+    if (!insecure &&
+        auth_secret_load(&cl.secret, user ? key_file : secret_file, err, sizeof(err)) < 0) {
         fprintf(stderr, "appliance-submit: %s\n", err);
         return EXIT_USAGE;
     }
     log_init("appliance-submit", LOG_WARN);
+    if (insecure)
+        log_warn("--insecure: no cluster secret; this only reaches a cluster that runs without "
+                 "authentication");
     cl.tty = isatty(1) && !cl.json;
-    conn_config_default(&cl.cfg, &cl.secret, APPLIANCE__ROLE__ROLE_CLIENT, "appliance-submit");
+    conn_config_default(&cl.cfg, insecure ? NULL : &cl.secret, APPLIANCE__ROLE__ROLE_CLIENT,
+                        "appliance-submit");
+    cl.cfg.user = user;
     signal(SIGPIPE, SIG_IGN);
     uv_loop_t *loop = uv_default_loop();
     uv_signal_init(loop, &cl.sigint);
@@ -460,6 +546,7 @@ int main(int argc, char **argv)
     uv_run(loop, UV_RUN_DEFAULT);
     uv_loop_close(loop);
     free(cl.job_text);
+    free(cl.list);
     auth_secret_clear(&cl.secret);
     return cl.exit_code;
 }

@@ -42,6 +42,25 @@ int auth_secret_load(auth_secret *s, const char *path, char *err, size_t errlen)
     return 0;
 }
 
+int auth_secret_set(auth_secret *s, const void *key, size_t len)
+{
+    memset(s, 0, sizeof(*s));
+    if (len == 0 || len > AUTH_SECRET_MAX)
+        return -EINVAL;
+    memcpy(s->key, key, len);
+    s->len = len;
+    return 0;
+}
+
+void auth_secret_random(auth_secret *s)
+{
+    memset(s, 0, sizeof(*s));
+    if (sodium_init() < 0)
+        abort();
+    randombytes_buf(s->key, 32);
+    s->len = 32;
+}
+
 void auth_nonce(uint8_t out[AUTH_NONCE_LEN])
 {
     if (sodium_init() < 0)
@@ -51,7 +70,7 @@ void auth_nonce(uint8_t out[AUTH_NONCE_LEN])
 
 void auth_proof(uint8_t mac[AUTH_MAC_LEN], const auth_secret *s, bool from_dialer,
                 const uint8_t dialer_nonce[AUTH_NONCE_LEN],
-                const uint8_t acceptor_nonce[AUTH_NONCE_LEN])
+                const uint8_t acceptor_nonce[AUTH_NONCE_LEN], const char *user)
 {
     static const char dialer_label[] = "wsap-auth-v1 dialer";
     static const char acceptor_label[] = "wsap-auth-v1 acceptor";
@@ -61,18 +80,20 @@ void auth_proof(uint8_t mac[AUTH_MAC_LEN], const auth_secret *s, bool from_diale
     crypto_auth_hmacsha256_update(&st, (const unsigned char *)label, strlen(label) + 1);
     crypto_auth_hmacsha256_update(&st, dialer_nonce, AUTH_NONCE_LEN);
     crypto_auth_hmacsha256_update(&st, acceptor_nonce, AUTH_NONCE_LEN);
+    if (user && user[0]) /* absent for the cluster secret: proofs as before users existed */
+        crypto_auth_hmacsha256_update(&st, (const unsigned char *)user, strlen(user) + 1);
     crypto_auth_hmacsha256_final(&st, mac);
     sodium_memzero(&st, sizeof(st));
 }
 
 bool auth_verify(const uint8_t *mac, size_t len, const auth_secret *s, bool from_dialer,
                  const uint8_t dialer_nonce[AUTH_NONCE_LEN],
-                 const uint8_t acceptor_nonce[AUTH_NONCE_LEN])
+                 const uint8_t acceptor_nonce[AUTH_NONCE_LEN], const char *user)
 {
     if (len != AUTH_MAC_LEN || s->len == 0)
         return false;
     uint8_t expect[AUTH_MAC_LEN];
-    auth_proof(expect, s, from_dialer, dialer_nonce, acceptor_nonce);
+    auth_proof(expect, s, from_dialer, dialer_nonce, acceptor_nonce, user);
     bool ok = crypto_verify_32(mac, expect) == 0;
     sodium_memzero(expect, sizeof(expect));
     return ok;

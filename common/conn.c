@@ -18,6 +18,19 @@ typedef struct conn_write {
 
 static void conn__link_closed(conn_link *l, conn *c);
 
+/* Copies text a peer sent for our logs and messages: control characters,
+ * quotes and backslashes become '?', so that a name cannot forge a log line. */
+static void conn__printable(char *dst, size_t len, const char *src)
+{
+    size_t i = 0;
+    for (; src && src[i] && i + 1 < len; i++) {
+        unsigned char ch = (unsigned char)src[i];
+        dst[i] = ch < 0x20 || ch == 0x7f || ch == '"' || ch == '\\' ? '?' : (char)ch;
+    }
+    if (len)
+        dst[i] = 0;
+}
+
 /* ---- per-peer byte counts ---- */
 
 #define CONN_PEERS_MAX 256 /* peers remembered after their connections closed */
@@ -78,9 +91,10 @@ void conn_config_default(conn_config *cfg, const auth_secret *secret, Appliance_
     cfg->name = name;
     cfg->limits.max_header = FRAME_DEFAULT_MAX_HEADER;
     cfg->limits.max_payload = FRAME_DEFAULT_MAX_PAYLOAD;
-    cfg->high_water = 16u << 20;
-    cfg->queue_max = 256u << 20;
-    cfg->auth_timeout_ms = 5000;
+    cfg->insecure = secret == NULL;
+    cfg->high_water = CONN_DEFAULT_HIGH_WATER;
+    cfg->queue_max = CONN_DEFAULT_QUEUE_MAX;
+    cfg->auth_timeout_ms = CONN_DEFAULT_AUTH_TIMEOUT_MS;
     cfg->connect_timeout_ms = 3000;
 }
 
@@ -154,15 +168,16 @@ static void conn__fail_written(void *arg, int status)
 
 void conn_fail(conn *c, int code, const char *fmt, ...)
 {
-    if (c->closing)
+    if (c->closing || c->failing) /* the first reason stands */
         return;
-    char msg[160];
+    char msg[192]; /* as long as close_reason */
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     c->close_err = code;
     snprintf(c->close_reason, sizeof(c->close_reason), "%s", msg);
+    c->failing = true;
     uv_read_stop((uv_stream_t *)&c->tcp);
     if (!c->connected) {
         conn_close(c, code, msg);
@@ -226,12 +241,22 @@ int conn_send(conn *c, const Appliance__Envelope *env, const void *payload, uint
     size_t hlen;
     if (len > c->cfg->limits.max_payload)
         return -EMSGSIZE;
+    if (appliance__envelope__get_packed_size(env) > c->cfg->limits.max_header)
+        return -EMSGSIZE; /* the peer would refuse it: the caller must split it */
     uint8_t *head = frame_encode(env, len, &hlen);
     if (!head)
         return -ENOMEM;
     size_t total = hlen + len;
     if (c->queued + total > c->cfg->queue_max) {
+        /* Producers wait at the high water mark; only a peer that stops
+         * reading what it asked for gets here. Dropping one message would
+         * leave it with a wrong picture: it goes. */
         free(head);
+        char why[192];
+        snprintf(why, sizeof(why),
+                 "peer does not read: %zu bytes queued for it, more than the limit of %zu "
+                 "(max_queued_bytes)", c->queued + total, c->cfg->queue_max);
+        conn_close(c, -ENOBUFS, why);
         return -ENOBUFS;
     }
     conn_write *w = malloc(sizeof(*w));
@@ -284,10 +309,59 @@ static int conn__send_hello(conn *c)
     h.nonce.data = c->my_nonce;
     h.nonce.len = AUTH_NONCE_LEN;
     h.version = FRAME_VERSION;
+    h.insecure = c->cfg->insecure;
+    if (c->dialer && c->cfg->user)
+        h.user = (char *)c->cfg->user;
     Appliance__Envelope env = APPLIANCE__ENVELOPE__INIT;
     env.msg_case = APPLIANCE__ENVELOPE__MSG_HELLO;
     env.hello = &h;
     return conn_send_msg(c, &env);
+}
+
+static void conn__ready(conn *c)
+{
+    c->auth = CONN_READY;
+    uv_timer_stop(&c->timer);
+    if (c->ops->on_ready)
+        c->ops->on_ready(c);
+}
+
+/* Picks the key of this connection's proofs once the peer's Hello is in:
+ * the cluster secret, or the key of the user a client names. Returns false
+ * after failing the connection. */
+static bool conn__choose_key(conn *c, const Appliance__Hello *h)
+{
+    static auth_secret nobody; /* for unknown users: the proof fails as for a wrong key */
+    const char *user = h->user ? h->user : "";
+    if (c->dialer) {
+        snprintf(c->auth_user, sizeof(c->auth_user), "%s", c->cfg->user ? c->cfg->user : "");
+        c->key = c->cfg->secret;
+        return true;
+    }
+    if (!user[0]) {
+        c->key = c->cfg->secret;
+        return true;
+    }
+    if (!c->cfg->user_key) {
+        char name[64];
+        conn__printable(name, sizeof(name), user);
+        conn_fail(c, -EACCES, "user \"%s\" refused: this daemon takes no user keys, only the "
+                  "cluster secret", name);
+        return false;
+    }
+    if (strlen(user) >= sizeof(c->auth_user)) {
+        conn_fail(c, -EACCES, "user name longer than %zu characters", sizeof(c->auth_user) - 1);
+        return false;
+    }
+    /* A name with characters no user has matches nobody, and logs as it is. */
+    conn__printable(c->auth_user, sizeof(c->auth_user), user);
+    c->key = c->cfg->user_key(c->cfg->user_key_arg, c->auth_user);
+    if (!c->key) {
+        if (nobody.len == 0)
+            auth_secret_random(&nobody);
+        c->key = &nobody;
+    }
+    return true;
 }
 
 static void conn__auth_frame(conn *c, Appliance__Envelope *env)
@@ -313,10 +387,26 @@ static void conn__auth_frame(conn *c, Appliance__Envelope *env)
         }
         memcpy(c->peer_nonce, h->nonce.data, AUTH_NONCE_LEN);
         c->peer_role = h->role;
-        snprintf(c->peer_name, sizeof(c->peer_name), "%s", h->name ? h->name : "");
+        conn__printable(c->peer_name, sizeof(c->peer_name), h->name);
+        if (h->insecure && c->cfg->insecure) {
+            conn__ready(c); /* both sides chose to run without authentication */
+            return;
+        }
+        if (h->insecure) {
+            conn_fail(c, -EACCES, "refused \"%s\": it runs --insecure (no cluster secret), and "
+                      "authentication is required here", c->peer_name);
+            return;
+        }
+        if (c->cfg->insecure) {
+            conn_fail(c, -EACCES, "refused \"%s\": it authenticates with a secret, and "
+                      "authentication is off here (--insecure)", c->peer_name);
+            return;
+        }
+        if (!conn__choose_key(c, h))
+            return;
         uint8_t mac[AUTH_MAC_LEN];
-        auth_proof(mac, c->cfg->secret, c->dialer, c->dialer ? c->my_nonce : c->peer_nonce,
-                   c->dialer ? c->peer_nonce : c->my_nonce);
+        auth_proof(mac, c->key, c->dialer, c->dialer ? c->my_nonce : c->peer_nonce,
+                   c->dialer ? c->peer_nonce : c->my_nonce, c->auth_user);
         Appliance__AuthProof p = APPLIANCE__AUTH_PROOF__INIT;
         p.mac.data = mac;
         p.mac.len = AUTH_MAC_LEN;
@@ -333,20 +423,21 @@ static void conn__auth_frame(conn *c, Appliance__Envelope *env)
             conn_fail(c, -EPROTO, "authentication proof before hello");
             return;
         }
-        if (!auth_verify(env->auth_proof->mac.data, env->auth_proof->mac.len, c->cfg->secret,
-                         !c->dialer, dialer_nonce, acceptor_nonce)) {
-            conn_fail(c, -EACCES, "authentication failed: wrong cluster secret");
+        if (!auth_verify(env->auth_proof->mac.data, env->auth_proof->mac.len, c->key,
+                         !c->dialer, dialer_nonce, acceptor_nonce, c->auth_user)) {
+            if (c->auth_user[0])
+                conn_fail(c, -EACCES, "authentication failed: wrong key for user \"%s\", or no "
+                          "such user", c->auth_user);
+            else
+                conn_fail(c, -EACCES, "authentication failed: wrong cluster secret");
             return;
         }
-        c->auth = CONN_READY;
-        uv_timer_stop(&c->timer);
-        if (c->ops->on_ready)
-            c->ops->on_ready(c);
+        conn__ready(c);
         return;
     case APPLIANCE__ENVELOPE__MSG_ERROR: {
-        char why[192];
-        snprintf(why, sizeof(why), "refused by peer: %s",
-                 env->error->message ? env->error->message : "");
+        char why[192], msg[160];
+        conn__printable(msg, sizeof(msg), env->error->message);
+        snprintf(why, sizeof(why), "refused by peer: %s", msg);
         conn_close(c, env->error->code < 0 ? env->error->code : -EACCES, why);
         return;
     }
@@ -361,11 +452,10 @@ static void conn__auth_frame(conn *c, Appliance__Envelope *env)
 static int conn__on_frame(void *ctx, Appliance__Envelope *env, uint8_t *payload, uint32_t len)
 {
     conn *c = ctx;
-    if (c->closing)
+    if (c->closing || c->failing) /* frames behind the one that failed it, in the same read */
         return -ECANCELED;
     if (env->msg_case == APPLIANCE__ENVELOPE__MSG_ERROR)
-        snprintf(c->peer_error, sizeof(c->peer_error), "%s",
-                 env->error->message ? env->error->message : "");
+        conn__printable(c->peer_error, sizeof(c->peer_error), env->error->message);
     if (c->auth != CONN_READY) {
         if (len > 0) {
             conn_fail(c, -EACCES, "payload before authentication");
@@ -383,7 +473,7 @@ static int conn__on_frame(void *ctx, Appliance__Envelope *env, uint8_t *payload,
 static void *conn__payload_dest(void *ctx, const Appliance__Envelope *env, uint32_t len, int *err)
 {
     conn *c = ctx;
-    if (c->auth != CONN_READY || c->closing) {
+    if (c->auth != CONN_READY || c->closing || c->failing) {
         *err = -EACCES;
         return NULL;
     }
@@ -406,7 +496,7 @@ static void conn__alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 static void conn__read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 {
     conn *c = s->data;
-    if (c->closing)
+    if (c->closing || c->failing)
         return;
     if (n < 0) {
         if (n == UV_EOF && c->peer_error[0]) {
@@ -447,7 +537,7 @@ void conn_pause(conn *c)
 
 void conn_resume(conn *c)
 {
-    if (c->closing || !c->paused)
+    if (c->closing || c->failing || !c->paused)
         return;
     c->paused = false;
     int rc = uv_read_start((uv_stream_t *)&c->tcp, conn__alloc, conn__read);
@@ -530,6 +620,7 @@ conn *conn_accept(uv_stream_t *server, const conn_config *cfg, const conn_ops *o
         }
     }
     snprintf(c->peer_addr, sizeof(c->peer_addr), "%s:%d", ip, port);
+    snprintf(c->peer_ip, sizeof(c->peer_ip), "%s", ip);
     conn__start(c);
     return c;
 }

@@ -35,13 +35,23 @@ typedef struct conn_ops {
     void (*on_close)(conn *c, int err, const char *reason);
 } conn_ops;
 
+/* The key of a user a client names in its Hello; NULL for an unknown user. */
+typedef const auth_secret *(*conn_user_key_fn)(void *arg, const char *user);
+
 typedef struct conn_config {
-    const auth_secret *secret;  /* the cluster secret; required */
+    const auth_secret *secret;  /* the cluster secret, or the user's key when user is set;
+                                 * NULL only when insecure */
+    bool insecure;              /* no secret: Hello only, and only with peers that are
+                                 * insecure too; peers with a secret are refused */
+    const char *user;           /* dialling: authenticate as this user, secret being its
+                                 * key; NULL or "": with the cluster secret */
+    conn_user_key_fn user_key;  /* accepting: finds a user's key; NULL: users refused */
+    void *user_key_arg;         /* passed to user_key */
     Appliance__Role role;       /* our role, sent in Hello */
     const char *name;           /* our name, sent in Hello */
     frame_limits limits;        /* on frames we accept */
     size_t high_water;          /* queued bytes above which conn_can_send is false */
-    size_t queue_max;           /* queued bytes above which conn_send refuses */
+    size_t queue_max;           /* queued bytes above which conn_send refuses and closes */
     uint32_t auth_timeout_ms;   /* a peer that has not authenticated by then is dropped */
     uint32_t connect_timeout_ms; /* a dial not connected by then fails (no answer to SYN) */
     /* Optional: sees every message sent or received after authentication
@@ -50,8 +60,13 @@ typedef struct conn_config {
     void *tap_arg;
 } conn_config;
 
+#define CONN_DEFAULT_HIGH_WATER (16u << 20)  /* queued bytes a producer fills up to */
+#define CONN_DEFAULT_QUEUE_MAX (256u << 20)  /* queued bytes per connection, at most */
+#define CONN_DEFAULT_AUTH_TIMEOUT_MS 5000u   /* to finish the handshake */
+
 /* Fills a configuration with defaults: 1 MiB headers, 64 MiB payloads, 16 MiB
- * high water, 256 MiB hard cap, 5 s to authenticate. */
+ * high water, 256 MiB hard cap, 5 s to authenticate. secret may be NULL
+ * (then set insecure). */
 void conn_config_default(conn_config *cfg, const auth_secret *secret, Appliance__Role role,
                          const char *name);
 
@@ -77,10 +92,16 @@ struct conn {
     Appliance__Role peer_role;  /* from the peer's Hello */
     char peer_name[64];         /* from the peer's Hello */
     char peer_addr[64];         /* "ip:port" as seen on the socket, or the dialled target */
+    char peer_ip[48];           /* accepted: the peer's IP alone (per-address limits) */
+    const auth_secret *key;     /* the key of this connection's proofs, once chosen */
+    char auth_user[64];         /* the user authenticated by key; "": the cluster secret
+                                 * (an operator), or an insecure peer */
     size_t queued;              /* bytes handed to uv_write and not yet written */
     bool blocked;               /* a producer was told to wait; on_drain is owed */
     bool connected;             /* the TCP connection is established */
     bool closing;               /* conn_close was called; no more callbacks but on_close */
+    bool failing;               /* conn_fail was called: its Error frame is on its way, and
+                                 * nothing more the peer sent is read or dispatched */
     bool resolving;             /* a getaddrinfo request is pending */
     bool paused;                /* reading stopped by conn_pause */
     int handles_open;           /* handles to close and requests to return before freeing */
@@ -106,8 +127,10 @@ typedef void (*conn_done_fn)(void *arg, int status);
 /* Sends env followed by len bytes of payload, written from payload as it is
  * (the caller keeps it alive and unchanged until done runs). Returns 0, after
  * which done(arg, status) runs exactly once; or a negative code (-ECANCELED
- * when closing, -ENOBUFS past the hard cap, -ENOTCONN before
- * authentication), after which done is not called. */
+ * when closing, -ENOTCONN before authentication, -EMSGSIZE for a header or
+ * payload beyond the frame limits, -ENOBUFS past the hard cap of queued
+ * bytes: a peer that does not read; the connection is then closed), after
+ * which done is not called. */
 int conn_send(conn *c, const Appliance__Envelope *env, const void *payload, uint32_t len,
               conn_done_fn done, void *arg);
 

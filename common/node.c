@@ -38,6 +38,7 @@ static void node__usage(const node_role *role, FILE *f)
             "  --advertise HOST:PORT    address other daemons dial (default: the bound address)\n"
             "%s"
             "  --secret-file PATH       cluster secret (env APPLIANCE_SECRET_FILE)\n"
+            "  --insecure               run without a secret: no authentication at all\n"
             "  --config FILE            TOML configuration; keys as the long options with '_'\n"
             "  --name NAME              name in logs and in the member list\n"
             "  --port-file PATH         write the bound port there once listening\n"
@@ -45,17 +46,28 @@ static void node__usage(const node_role *role, FILE *f)
             "  --heartbeat-ms MS        heartbeat interval (default 1000)\n"
             "  --metrics HOST:PORT      serve Prometheus metrics at http://HOST:PORT/metrics\n"
             "%s"
-            "  --help                   show this text\n",
+            "  --help                   show this text\n"
+            "\n"
+            "Limits on peers (docs/security.md):\n"
+            "  --max-connections N      accepted connections open at once (default %u)\n"
+            "  --max-connections-per-address N  of them from one IP address (default %u)\n"
+            "  --auth-timeout-ms MS     to finish authenticating (default %u)\n"
+            "  --max-frame-header SIZE  protobuf header of a frame (default 1M)\n"
+            "  --max-frame-payload SIZE raw payload of a frame (default 64M)\n"
+            "  --max-queued-bytes SIZE  queued for one peer before it is dropped (default 256M)\n",
             role->component, coord ? "7070" : "0",
             coord ? "" : "  --coordinator HOST:PORT  the coordinator (env APPLIANCE_COORDINATOR)\n",
-            role->usage_extra ? role->usage_extra : "");
+            role->usage_extra ? role->usage_extra : "", NODE_DEFAULT_MAX_CONNECTIONS,
+            NODE_DEFAULT_MAX_CONNECTIONS_PER_ADDRESS, CONN_DEFAULT_AUTH_TIMEOUT_MS);
 }
 
 enum {
     OPT_LISTEN = 256, OPT_ADVERTISE, OPT_COORDINATOR, OPT_SECRET, OPT_CONFIG, OPT_NAME,
     OPT_PORT_FILE, OPT_STATE_DIR, OPT_LOG_LEVEL, OPT_WAFER, OPT_MEMORY, OPT_THREADS,
-    OPT_HB, OPT_HB_TIMEOUT, OPT_METRICS, OPT_MAX_QUEUED, OPT_MAX_PER_SUBMITTER, OPT_MAX_HISTORY,
-    OPT_MAX_JOB_FILE, OPT_MAX_BACKLOG, OPT_HELP,
+    OPT_HB, OPT_HB_TIMEOUT, OPT_METRICS, OPT_INSECURE, OPT_MAX_CONNS, OPT_MAX_CONNS_ADDR,
+    OPT_AUTH_TIMEOUT, OPT_MAX_HEADER, OPT_MAX_PAYLOAD, OPT_MAX_QUEUED, OPT_USERS_FILE,
+    OPT_MAX_JOB_FILE, OPT_MAX_MODEL_PARAMS, OPT_MAX_STEPS, OPT_MAX_QUEUED_JOBS,
+    OPT_MAX_PER_SUBMITTER, OPT_MAX_HISTORY, OPT_MAX_BACKLOG, OPT_HELP,
 };
 
 static const struct option node__longopts[] = {
@@ -74,10 +86,20 @@ static const struct option node__longopts[] = {
     {"heartbeat-ms", required_argument, NULL, OPT_HB},
     {"heartbeat-timeout-ms", required_argument, NULL, OPT_HB_TIMEOUT},
     {"metrics", required_argument, NULL, OPT_METRICS},
-    {"max-queued-jobs", required_argument, NULL, OPT_MAX_QUEUED},
+    {"insecure", no_argument, NULL, OPT_INSECURE},
+    {"max-connections", required_argument, NULL, OPT_MAX_CONNS},
+    {"max-connections-per-address", required_argument, NULL, OPT_MAX_CONNS_ADDR},
+    {"auth-timeout-ms", required_argument, NULL, OPT_AUTH_TIMEOUT},
+    {"max-frame-header", required_argument, NULL, OPT_MAX_HEADER},
+    {"max-frame-payload", required_argument, NULL, OPT_MAX_PAYLOAD},
+    {"max-queued-bytes", required_argument, NULL, OPT_MAX_QUEUED},
+    {"users-file", required_argument, NULL, OPT_USERS_FILE},
+    {"max-job-file", required_argument, NULL, OPT_MAX_JOB_FILE},
+    {"max-model-params", required_argument, NULL, OPT_MAX_MODEL_PARAMS},
+    {"max-steps", required_argument, NULL, OPT_MAX_STEPS},
+    {"max-queued-jobs", required_argument, NULL, OPT_MAX_QUEUED_JOBS},
     {"max-queued-per-submitter", required_argument, NULL, OPT_MAX_PER_SUBMITTER},
     {"max-job-history", required_argument, NULL, OPT_MAX_HISTORY},
-    {"max-job-file", required_argument, NULL, OPT_MAX_JOB_FILE},
     {"max-client-backlog", required_argument, NULL, OPT_MAX_BACKLOG},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
@@ -95,10 +117,13 @@ static bool node__role_has(const node_role *role, int opt)
     case OPT_THREADS: return r == APPLIANCE__ROLE__ROLE_WSE_NODE || r == APPLIANCE__ROLE__ROLE_MEMORYX ||
                              r == APPLIANCE__ROLE__ROLE_WORKER;
     case OPT_HB_TIMEOUT:
-    case OPT_MAX_QUEUED:
+    case OPT_USERS_FILE:
+    case OPT_MAX_JOB_FILE:
+    case OPT_MAX_MODEL_PARAMS:
+    case OPT_MAX_STEPS:
+    case OPT_MAX_QUEUED_JOBS:
     case OPT_MAX_PER_SUBMITTER:
     case OPT_MAX_HISTORY:
-    case OPT_MAX_JOB_FILE:
     case OPT_MAX_BACKLOG: return r == APPLIANCE__ROLE__ROLE_COORDINATOR;
     default: return true;
     }
@@ -128,6 +153,60 @@ static int node__apply(node_options *o, int opt, const char *val, const char *wh
     case OPT_PORT_FILE: node__copy(o->port_file, sizeof(o->port_file), val, "--port-file"); break;
     case OPT_STATE_DIR: node__copy(o->state_dir, sizeof(o->state_dir), val, "--state-dir"); break;
     case OPT_METRICS: node__copy(o->metrics, sizeof(o->metrics), val, "--metrics"); break;
+    case OPT_USERS_FILE: node__copy(o->users_file, sizeof(o->users_file), val, "--users-file"); break;
+    case OPT_INSECURE:
+        if (strcmp(val, "true") != 0 && strcmp(val, "false") != 0) {
+            fprintf(stderr, "%s: \"%s\": expected true or false\n", where, val);
+            return -1;
+        }
+        o->insecure = strcmp(val, "true") == 0;
+        break;
+    case OPT_MAX_HEADER:
+    case OPT_MAX_PAYLOAD:
+    case OPT_MAX_QUEUED:
+    case OPT_MAX_JOB_FILE:
+    case OPT_MAX_MODEL_PARAMS: {
+        /* Bounds that keep a frame's lengths in 32 bits and leave room for
+         * the frames the daemons must exchange (a plan, a chunk). */
+        static const struct { int opt; uint64_t min, max; } bounds[] = {
+            {OPT_MAX_HEADER, 64u << 10, 256u << 20},
+            {OPT_MAX_PAYLOAD, 1u << 20, 1u << 30},
+            {OPT_MAX_QUEUED, 4u << 20, UINT64_C(1) << 40},
+            {OPT_MAX_JOB_FILE, 1u << 10, 256u << 20},
+            {OPT_MAX_MODEL_PARAMS, 1, UINT64_C(1) << 40},
+        };
+        if (units_parse_size(val, &v) < 0) {
+            fprintf(stderr, "%s: size \"%s\": expected a number with an optional K, M, G or T "
+                            "suffix\n", where, val);
+            return -1;
+        }
+        for (size_t i = 0; i < sizeof(bounds) / sizeof(bounds[0]); i++)
+            if (bounds[i].opt == opt && (v < bounds[i].min || v > bounds[i].max)) {
+                fprintf(stderr, "%s: \"%s\": expected from %llu to %llu\n", where, val,
+                        (unsigned long long)bounds[i].min, (unsigned long long)bounds[i].max);
+                return -1;
+            }
+        if (opt == OPT_MAX_HEADER)
+            o->max_frame_header = v;
+        else if (opt == OPT_MAX_PAYLOAD)
+            o->max_frame_payload = v;
+        else if (opt == OPT_MAX_QUEUED)
+            o->max_queued_bytes = v;
+        else if (opt == OPT_MAX_JOB_FILE)
+            o->max_job_file = v;
+        else
+            o->max_model_params = v;
+        break;
+    }
+    case OPT_MAX_STEPS: {
+        long long n = strtoll(val, &end, 10);
+        if (*end || end == val || n <= 0) {
+            fprintf(stderr, "%s: \"%s\": expected a positive integer\n", where, val);
+            return -1;
+        }
+        o->max_steps = (uint64_t)n;
+        break;
+    }
     case OPT_LOG_LEVEL:
         o->log_level = log_level_parse(val);
         if (o->log_level < 0) {
@@ -137,7 +216,6 @@ static int node__apply(node_options *o, int opt, const char *val, const char *wh
         break;
     case OPT_WAFER:
     case OPT_MEMORY:
-    case OPT_MAX_JOB_FILE:
     case OPT_MAX_BACKLOG:
         if (units_parse_size(val, &v) < 0 || v == 0) {
             fprintf(stderr, "%s: size \"%s\": expected bytes with an optional K, M, G or T suffix\n",
@@ -148,15 +226,16 @@ static int node__apply(node_options *o, int opt, const char *val, const char *wh
             o->wafer_memory = v;
         else if (opt == OPT_MEMORY)
             o->memory = v;
-        else if (opt == OPT_MAX_JOB_FILE)
-            o->max_job_file = v;
         else
             o->max_client_backlog = v;
         break;
     case OPT_THREADS:
     case OPT_HB:
     case OPT_HB_TIMEOUT:
-    case OPT_MAX_QUEUED:
+    case OPT_MAX_CONNS:
+    case OPT_MAX_CONNS_ADDR:
+    case OPT_AUTH_TIMEOUT:
+    case OPT_MAX_QUEUED_JOBS:
     case OPT_MAX_PER_SUBMITTER:
     case OPT_MAX_HISTORY: {
         long n = strtol(val, &end, 10);
@@ -170,12 +249,18 @@ static int node__apply(node_options *o, int opt, const char *val, const char *wh
             o->heartbeat_ms = (uint32_t)n;
         else if (opt == OPT_HB_TIMEOUT)
             o->heartbeat_timeout_ms = (uint32_t)n;
-        else if (opt == OPT_MAX_QUEUED)
+        else if (opt == OPT_MAX_QUEUED_JOBS)
             o->max_queued_jobs = (uint32_t)n;
         else if (opt == OPT_MAX_PER_SUBMITTER)
             o->max_queued_per_submitter = (uint32_t)n;
-        else
+        else if (opt == OPT_MAX_HISTORY)
             o->max_job_history = (uint32_t)n;
+        else if (opt == OPT_MAX_CONNS)
+            o->max_connections = (uint32_t)n;
+        else if (opt == OPT_MAX_CONNS_ADDR)
+            o->max_connections_per_address = (uint32_t)n;
+        else
+            o->auth_timeout_ms = (uint32_t)n;
         break;
     }
     default:
@@ -187,16 +272,36 @@ static int node__apply(node_options *o, int opt, const char *val, const char *wh
 int node__load_config(node_options *o, const node_role *role, const char *path,
                       const bool *given);
 
+/* The credentials come whole from the first place that names any: the
+ * command line, the configuration file, the environment. A place naming
+ * both a secret and --insecure is a mistake, never resolved silently. */
+static void node__check_credentials(const node_options *o, const node_role *role, const char *where)
+{
+    if (o->insecure && o->secret_file[0]) {
+        fprintf(stderr, "%s: %s gives both a cluster secret and insecure mode: choose one\n",
+                role->component, where);
+        exit(2);
+    }
+}
+
 void node_parse_args(node_options *o, const node_role *role, int argc, char **argv)
 {
     memset(o, 0, sizeof(*o));
     o->log_level = LOG_INFO;
     o->heartbeat_ms = 1000;
     o->heartbeat_timeout_ms = 3000;
+    o->max_connections = NODE_DEFAULT_MAX_CONNECTIONS;
+    o->max_connections_per_address = NODE_DEFAULT_MAX_CONNECTIONS_PER_ADDRESS;
+    o->auth_timeout_ms = CONN_DEFAULT_AUTH_TIMEOUT_MS;
+    o->max_frame_header = FRAME_DEFAULT_MAX_HEADER;
+    o->max_frame_payload = FRAME_DEFAULT_MAX_PAYLOAD;
+    o->max_queued_bytes = CONN_DEFAULT_QUEUE_MAX;
+    o->max_job_file = NODE_DEFAULT_MAX_JOB_FILE;
+    o->max_model_params = NODE_DEFAULT_MAX_MODEL_PARAMS;
+    o->max_steps = NODE_DEFAULT_MAX_STEPS;
     o->max_queued_jobs = 1000;
     o->max_queued_per_submitter = 100;
     o->max_job_history = 1000;
-    o->max_job_file = 256u << 10;
     o->max_client_backlog = 8u << 20;
     bool given[OPT_HELP + 1] = {false};
     int c;
@@ -216,23 +321,29 @@ void node_parse_args(node_options *o, const node_role *role, int argc, char **ar
                     role->component, argv[optind - 1], role->component);
             exit(2);
         }
-        if (node__apply(o, c, optarg, argv[optind - 1]) < 0)
+        if (node__apply(o, c, c == OPT_INSECURE ? "true" : optarg, argv[optind - 1]) < 0)
             exit(2);
         given[c] = true;
     }
+    node__check_credentials(o, role, "the command line");
+    /* The credentials are one setting: a file does not add a secret to a
+     * command line's --insecure, nor the other way round. */
+    if (given[OPT_INSECURE] || given[OPT_SECRET])
+        given[OPT_INSECURE] = given[OPT_SECRET] = true;
     if (optind < argc) {
         fprintf(stderr, "%s: unexpected argument \"%s\" (see --help)\n", role->component, argv[optind]);
         exit(2);
     }
     if (o->config[0] && node__load_config(o, role, o->config, given) < 0)
         exit(2);
+    node__check_credentials(o, role, o->config);
     if (!o->listen[0])
         strcpy(o->listen, role->role == APPLIANCE__ROLE__ROLE_COORDINATOR ? "127.0.0.1:7070"
                                                                         : "127.0.0.1:0");
     const char *env;
     if (!o->coordinator[0] && (env = getenv("APPLIANCE_COORDINATOR")))
         node__copy(o->coordinator, sizeof(o->coordinator), env, "APPLIANCE_COORDINATOR");
-    if (!o->secret_file[0] && (env = getenv("APPLIANCE_SECRET_FILE")))
+    if (!o->secret_file[0] && !o->insecure && (env = getenv("APPLIANCE_SECRET_FILE")) && env[0])
         node__copy(o->secret_file, sizeof(o->secret_file), env, "APPLIANCE_SECRET_FILE");
     if (!o->name[0])
         snprintf(o->name, sizeof(o->name), "%s-%d", role->component, (int)getpid());
@@ -241,11 +352,23 @@ void node_parse_args(node_options *o, const node_role *role, int argc, char **ar
                 role->component);
         exit(2);
     }
-    if (!o->secret_file[0]) {
-        fprintf(stderr, "%s: no cluster secret: give --secret-file PATH or set APPLIANCE_SECRET_FILE\n",
+    if (!o->secret_file[0] && !o->insecure) {
+        fprintf(stderr, "%s: no cluster secret: give --secret-file PATH or set APPLIANCE_SECRET_FILE "
+                        "(or --insecure to run without authentication)\n", role->component);
+        exit(2);
+    }
+    if (o->insecure && o->users_file[0]) {
+        fprintf(stderr, "%s: --users-file needs authentication: it does not go with --insecure\n",
                 role->component);
         exit(2);
     }
+    if (o->max_queued_bytes < o->max_frame_header + o->max_frame_payload + FRAME_PREFIX_LEN) {
+        fprintf(stderr, "%s: --max-queued-bytes must hold at least one whole frame "
+                        "(--max-frame-header + --max-frame-payload)\n", role->component);
+        exit(2);
+    }
+    if (o->max_connections_per_address > o->max_connections)
+        o->max_connections_per_address = o->max_connections;
 }
 
 /* ---- connections ---- */
@@ -262,6 +385,9 @@ static void node__remove_conn(node *n, conn *c)
 static void node__on_ready(conn *c)
 {
     node *n = c->data;
+    log_debug("connection %s %s: authenticated %s \"%s\"%s%s", c->dialer ? "to" : "from",
+              c->peer_addr, node_role_name(c->peer_role), c->peer_name,
+              c->auth_user[0] ? " as user " : n->opt.insecure ? " (insecure)" : "", c->auth_user);
     if (c->link == &n->coord) {
         Appliance__Register r = APPLIANCE__REGISTER__INIT;
         r.role = n->role->role;
@@ -288,6 +414,14 @@ static void node__heartbeat(uv_timer_t *t)
     conn *c = conn_link_conn(&n->coord);
     if (!c || !n->registered)
         return;
+    uint64_t silent = uv_now(n->loop) - n->coord_heard;
+    if (n->coord_timeout_ms && silent > n->coord_timeout_ms) {
+        char why[96];
+        snprintf(why, sizeof(why), "the coordinator has not answered for %llu ms",
+                 (unsigned long long)silent);
+        conn_close(c, -ETIMEDOUT, why); /* the link dials again */
+        return;
+    }
     Appliance__Heartbeat hb = APPLIANCE__HEARTBEAT__INIT;
     hb.member_id = n->member_id;
     hb.seq = ++n->hb_seq;
@@ -300,9 +434,15 @@ static void node__heartbeat(uv_timer_t *t)
 static void node__on_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len)
 {
     node *n = c->data;
+    if (c->link == &n->coord) {
+        n->coord_heard = uv_now(n->loop);
+        if (env->msg_case == APPLIANCE__ENVELOPE__MSG_HEARTBEAT)
+            return; /* its answer to ours */
+    }
     if (c->link == &n->coord && env->msg_case == APPLIANCE__ENVELOPE__MSG_REGISTER_ACK) {
         bool first = !n->registered;
         n->member_id = env->register_ack->member_id;
+        n->coord_timeout_ms = env->register_ack->timeout_ms;
         n->registered = true;
         log_info("registered with the coordinator at %s as member %u", c->peer_addr, n->member_id);
         uv_timer_start(&n->heartbeat, node__heartbeat, n->opt.heartbeat_ms, n->opt.heartbeat_ms);
@@ -324,6 +464,16 @@ static void node__on_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, 
                     env->job_abort->reason ? env->job_abort->reason : "aborted by the coordinator");
     unsigned mc = (unsigned)env->msg_case;
     node_handler h = mc < NODE_MSG_MAX ? n->role->handlers[mc] : NULL;
+    if (len == 0) /* control messages; tensor frames would drown the log */
+        log_debug("%s from %s (%s \"%s\")", frame_msg_name(env->msg_case), c->peer_addr,
+                  node_role_name(c->peer_role), c->peer_name);
+    if (h && c->auth_user[0] && !n->role->user_msgs[mc]) {
+        log_warn("%s from %s (user %s) refused: users may not send it; closing that connection",
+                 frame_msg_name(env->msg_case), c->peer_addr, c->auth_user);
+        conn_fail(c, -EPERM, "%s is not allowed for user \"%s\"", frame_msg_name(env->msg_case),
+                  c->auth_user);
+        return;
+    }
     if (!h) {
         log_warn("unexpected %s from %s (%s): closing that connection", frame_msg_name(env->msg_case),
                  c->peer_addr, node_role_name(c->peer_role));
@@ -457,8 +607,18 @@ static void node__on_close(conn *c, int err, const char *reason)
     }
     if (!c->link)
         node__remove_conn(n, c);
-    if (err == -EACCES || (c->auth != CONN_READY && !n->stopping))
-        log_warn("connection %s %s: %s", c->dialer ? "to" : "from", c->peer_addr, reason);
+    log_debug("connection %s %s closed: %s", c->dialer ? "to" : "from", c->peer_addr, reason);
+    /* Refusals and broken limits are logged with the peer's address and name. */
+    bool refused = err == -EACCES || err == -ENOBUFS || err == -EMSGSIZE || err == -EBADMSG ||
+                   err == -EPROTONOSUPPORT;
+    if (refused || (c->auth != CONN_READY && !n->stopping)) {
+        if (c->peer_name[0])
+            log_warn("connection %s %s (%s \"%s\"%s%s): %s", c->dialer ? "to" : "from",
+                     c->peer_addr, node_role_name(c->peer_role), c->peer_name,
+                     c->auth_user[0] ? ", user " : "", c->auth_user, reason);
+        else
+            log_warn("connection %s %s: %s", c->dialer ? "to" : "from", c->peer_addr, reason);
+    }
     if (n->role->on_conn_close)
         n->role->on_conn_close(n, c, err, reason);
 }
@@ -506,8 +666,34 @@ static void node__on_connection(uv_stream_t *server, int status)
         n->capconns = cap;
     }
     conn *c = conn_accept(server, &n->ccfg, &node__ops, n);
-    if (c)
-        n->conns[n->nconns++] = c;
+    if (!c)
+        return;
+    n->conns[n->nconns++] = c;
+    log_debug("connection from %s accepted", c->peer_addr);
+    /* Limits: the connection was accepted to be told why it goes. */
+    size_t open = 0, same = 0, closing = 0;
+    for (size_t i = 0; i + 1 < n->nconns; i++) {
+        if (n->conns[i]->closing) {
+            closing++;
+            continue;
+        }
+        open++;
+        same += strcmp(n->conns[i]->peer_ip, c->peer_ip) == 0;
+    }
+    if (open >= n->opt.max_connections) {
+        if (closing >= n->opt.max_connections) /* a flood: no error frames for it */
+            conn_close(c, -EMFILE, "too many connections");
+        else
+            conn_fail(c, -EMFILE, "too many connections: %zu open, the limit (max_connections)",
+                      open);
+    } else if (same >= n->opt.max_connections_per_address) {
+        if (closing >= n->opt.max_connections)
+            conn_close(c, -EMFILE, "too many connections from one address");
+        else
+            conn_fail(c, -EMFILE,
+                      "too many connections from %s: %zu open, the limit "
+                      "(max_connections_per_address)", c->peer_ip, same);
+    }
 }
 
 int node_send_coordinator(node *n, const Appliance__Envelope *env)
@@ -697,13 +883,29 @@ int node_run(node *n, const node_role *role, uv_loop_t *loop)
     n->loop = loop;
     n->role = role;
     log_init(role->component, (enum log_level)n->opt.log_level);
-    if (auth_secret_load(&n->secret, n->opt.secret_file, err, sizeof(err)) < 0) {
+    if (n->opt.insecure) {
+        log_warn("running --insecure: no cluster secret, the cluster is unauthenticated: anyone "
+                 "who reaches its ports can join it and submit, read or cancel jobs");
+    } else if (auth_secret_load(&n->secret, n->opt.secret_file, err, sizeof(err)) < 0) {
         log_error("%s", err);
         return 1;
     }
-    conn_config_default(&n->ccfg, &n->secret, role->role, n->opt.name);
+    conn_config_default(&n->ccfg, n->opt.insecure ? NULL : &n->secret, role->role, n->opt.name);
     n->ccfg.tap = node__tap;
     n->ccfg.tap_arg = n;
+    n->ccfg.user_key = n->user_key;
+    n->ccfg.user_key_arg = n->user_key_arg;
+    n->ccfg.auth_timeout_ms = n->opt.auth_timeout_ms;
+    n->ccfg.limits.max_header = (uint32_t)n->opt.max_frame_header;
+    n->ccfg.limits.max_payload = (uint32_t)n->opt.max_frame_payload;
+    n->ccfg.queue_max = n->opt.max_queued_bytes;
+    if (n->ccfg.high_water > n->ccfg.queue_max / 4)
+        n->ccfg.high_water = n->ccfg.queue_max / 4;
+    /* The coordinator paces long replies (logs) to the high water: they must
+     * stay below the backlog after which it disconnects a client. */
+    if (role->role == APPLIANCE__ROLE__ROLE_COORDINATOR &&
+        n->ccfg.high_water > n->opt.max_client_backlog / 2)
+        n->ccfg.high_water = n->opt.max_client_backlog / 2;
     n->server.data = n;
     if (conn_listen(loop, &n->server, n->opt.listen, node__on_connection, err, sizeof(err)) < 0) {
         log_error("%s", err);
@@ -798,9 +1000,11 @@ int node__load_config(node_options *o, const node_role *role, const char *path, 
             snprintf(val, sizeof(val), "%s", toml_string(v));
         else if (toml_type_of(v) == TOML_INTEGER)
             snprintf(val, sizeof(val), "%lld", (long long)toml_int(v));
+        else if (toml_type_of(v) == TOML_BOOL)
+            snprintf(val, sizeof(val), "%s", toml_bool(v) ? "true" : "false");
         else {
-            toml_errorf(err, sizeof(err), path, toml_pos_of(v), "%s: expected a string or an integer",
-                        key);
+            toml_errorf(err, sizeof(err), path, toml_pos_of(v),
+                        "%s: expected a string, an integer or a boolean", key);
             fprintf(stderr, "%s\n", err);
             rc = -1;
             break;

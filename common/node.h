@@ -27,6 +27,7 @@ typedef struct node_options {
     char advertise[128];       /* HOST:PORT others dial; default: the bound address */
     char coordinator[128];     /* HOST:PORT of the coordinator (not for the coordinator) */
     char secret_file[PATH_MAX];
+    bool insecure;             /* --insecure: no secret, only insecure peers */
     char config[PATH_MAX];     /* optional TOML configuration */
     char name[64];             /* component name in logs and listings */
     char port_file[PATH_MAX];  /* written with the bound port once listening */
@@ -38,18 +39,39 @@ typedef struct node_options {
     int threads;               /* compute threads */
     uint32_t heartbeat_ms;     /* interval of heartbeats */
     uint32_t heartbeat_timeout_ms; /* coordinator: a member silent this long is lost */
-    uint32_t max_queued_jobs;  /* coordinator: jobs waiting in the queue at most */
-    uint32_t max_queued_per_submitter; /* coordinator: of those, from one submitter */
-    uint32_t max_job_history;  /* coordinator: finished jobs kept in memory */
-    uint64_t max_job_file;     /* coordinator: bytes of a submitted job file */
-    uint64_t max_client_backlog; /* coordinator: unread reply bytes a client may leave */
+    /* Limits on peers (docs/security.md). */
+    uint32_t max_connections;  /* accepted connections open at once */
+    uint32_t max_connections_per_address; /* of them, from one IP address */
+    uint32_t auth_timeout_ms;  /* a connection not authenticated by then is closed */
+    uint64_t max_frame_header; /* bytes of a frame's protobuf header accepted */
+    uint64_t max_frame_payload; /* bytes of a frame's raw payload accepted */
+    uint64_t max_queued_bytes; /* bytes queued for one peer before it is dropped */
+    /* Coordinator: who may submit, and how big a job may be. */
+    char users_file[PATH_MAX]; /* users and their keys, or "" (every client an operator) */
+    uint64_t max_job_file;     /* bytes of a submitted job file */
+    uint64_t max_model_params; /* trainable parameters of a submitted model */
+    uint64_t max_steps;        /* runconfig.max_steps of a submitted job */
+    /* Coordinator: admission and history (docs/architecture.md). */
+    uint32_t max_queued_jobs;  /* jobs waiting in the queue at most */
+    uint32_t max_queued_per_submitter; /* of those, from one submitter */
+    uint32_t max_job_history;  /* finished jobs kept in memory */
+    uint64_t max_client_backlog; /* unread reply bytes a client may leave */
 } node_options;
+
+#define NODE_DEFAULT_MAX_CONNECTIONS 1024u
+#define NODE_DEFAULT_MAX_CONNECTIONS_PER_ADDRESS 256u
+#define NODE_DEFAULT_MAX_JOB_FILE (256u * 1024)
+#define NODE_DEFAULT_MAX_MODEL_PARAMS (UINT64_C(1) << 30)
+#define NODE_DEFAULT_MAX_STEPS UINT64_C(100000000)
 
 typedef struct node_role {
     Appliance__Role role;
     const char *component;            /* "coordinator", "wse-node", ... */
     const char *usage_extra;          /* role-specific lines of --help */
     node_handler handlers[NODE_MSG_MAX]; /* by Envelope msg case */
+    /* Which messages a client authenticated as a user (not with the cluster
+     * secret) may send; anything else closes its connection. */
+    bool user_msgs[NODE_MSG_MAX];
     /* Optional hooks. */
     void *(*payload_dest)(node *n, conn *c, const Appliance__Envelope *env, uint32_t len, int *err);
     void (*on_conn_ready)(node *n, conn *c);
@@ -81,6 +103,8 @@ struct node {
     node_options opt;
     auth_secret secret;
     conn_config ccfg;          /* for every connection of this daemon */
+    conn_user_key_fn user_key; /* set before node_run to accept user keys (the coordinator) */
+    void *user_key_arg;
     uv_tcp_t server;
     char bound[64];            /* the address actually bound */
     conn_link coord;           /* to the coordinator (not on the coordinator) */
@@ -88,6 +112,8 @@ struct node {
     bool registered;
     uv_timer_t heartbeat;
     uint64_t hb_seq;
+    uint64_t coord_heard;      /* uv_now of the last frame from the coordinator */
+    uint32_t coord_timeout_ms; /* silent this long, the coordinator is lost (0: never) */
     uv_signal_t sigterm, sigint;
     bool stopping;
     conn **conns;              /* accepted connections still open */

@@ -10,23 +10,27 @@
 
 void admission_submitter(const conn *c, char *out, size_t outlen)
 {
+    if (c->auth_user[0]) {
+        snprintf(out, outlen, "%s", c->auth_user);
+        return;
+    }
     /* peer_addr is "IP:PORT"; the port changes with every connection. */
     const char *colon = strrchr(c->peer_addr, ':');
     int hostlen = colon ? (int)(colon - c->peer_addr) : (int)strlen(c->peer_addr);
     snprintf(out, outlen, "%.*s/%s", hostlen, c->peer_addr, c->peer_name[0] ? c->peer_name : "-");
 }
 
-int admission_check(coordinator *co, const char *submitter, size_t toml_len, bool plan_only,
-                    char *err, size_t errlen)
+int admission_check(coordinator *co, const char *submitter, const char *file, size_t toml_len,
+                    bool plan_only, char *err, size_t errlen)
 {
     const node_options *o = &co->n->opt;
     if (toml_len > o->max_job_file) {
         snprintf(err, errlen,
-                 "refused: the job file has %zu bytes, more than the coordinator takes "
-                 "(--max-job-file %llu)",
-                 toml_len, (unsigned long long)o->max_job_file);
+                 "%s: the job file has %zu bytes, more than this coordinator accepts "
+                 "(max_job_file = %llu bytes)",
+                 file, toml_len, (unsigned long long)o->max_job_file);
         co->jobs_refused++;
-        return -E2BIG;
+        return -EFBIG;
     }
     if (plan_only)
         return 0;
@@ -40,15 +44,16 @@ int admission_check(coordinator *co, const char *submitter, size_t toml_len, boo
     }
     if (mine >= o->max_queued_per_submitter) {
         snprintf(err, errlen,
-                 "refused: %s already has %zu jobs queued, the most one submitter may have "
+                 "%s%s already has %zu jobs queued, the most one submitter may have "
                  "(--max-queued-per-submitter %u); submit again when one has started",
-                 submitter, mine, o->max_queued_per_submitter);
+                 strchr(submitter, '/') ? "" : "user ", submitter, mine,
+                 o->max_queued_per_submitter);
         co->jobs_refused++;
         return -EBUSY;
     }
     if (queued >= o->max_queued_jobs) {
         snprintf(err, errlen,
-                 "refused: the queue is full, %zu jobs are waiting (--max-queued-jobs %u); "
+                 "the queue is full, %zu jobs are waiting (--max-queued-jobs %u); "
                  "submit again when one has started",
                  queued, o->max_queued_jobs);
         co->jobs_refused++;

@@ -79,6 +79,7 @@ static void co__register(node *n, conn *c, Appliance__Envelope *env, uint8_t *p,
     Appliance__RegisterAck ack = APPLIANCE__REGISTER_ACK__INIT;
     ack.member_id = mb->id;
     ack.heartbeat_ms = n->opt.heartbeat_ms;
+    ack.timeout_ms = n->opt.heartbeat_timeout_ms;
     Appliance__Envelope out = APPLIANCE__ENVELOPE__INIT;
     out.msg_case = APPLIANCE__ENVELOPE__MSG_REGISTER_ACK;
     out.register_ack = &ack;
@@ -94,6 +95,7 @@ static void co__heartbeat(node *n, conn *c, Appliance__Envelope *env, uint8_t *p
         return;
     }
     mb->last_seen = uv_now(n->loop);
+    conn_send_msg(c, env); /* the answer: the member knows the coordinator is there */
 }
 
 static void co__deregister(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, uint32_t len)
@@ -135,7 +137,8 @@ static void co__cluster_query(node *n, conn *c, Appliance__Envelope *env, uint8_
         ms[i].memory = mb->memory;
         ms[i].threads = mb->threads;
         ms[i].last_seen_ms_ago = now - mb->last_seen;
-        ms[i].job_id = mb->job;
+        job *j = mb->job[0] ? job_find(co, mb->job) : NULL;
+        ms[i].job_id = !j || jobs_visible(c, j) ? mb->job : ""; /* users see only their own */
         ms[i].peer_addr = mb->peer;
         ptrs[i] = &ms[i];
     }
@@ -160,6 +163,12 @@ static void co__conn_close(node *n, conn *c, int err, const char *reason)
             coordinator_member_lost(co, mb, reason);
     }
     jobs_client_closed(co, c);
+    jobs_client_forget(co, c);
+}
+
+static void co__drain(node *n, conn *c)
+{
+    jobs_client_drain(co_of(n), c);
 }
 
 static void co__shutdown(node *n)
@@ -218,11 +227,14 @@ void coordinator_role(node_role *role)
     role->usage_extra =
         "  --state-dir DIR          the job journal (journal.sqlite); without it jobs are not kept\n"
         "  --heartbeat-timeout-ms MS  silence after which a member is lost (default 3000)\n"
+        "  --users-file PATH        users and their keys: a user sees only their own jobs\n"
+        "  --max-job-file SIZE      bytes of a submitted job file (default 256K)\n"
+        "  --max-model-params N     trainable parameters of a submitted model (default 1G)\n"
+        "  --max-steps N            runconfig.max_steps of a submitted job (default 100000000)\n"
         "  --max-queued-jobs N      jobs waiting in the queue at most (default 1000)\n"
         "  --max-queued-per-submitter N  of those, from one submitter (default 100)\n"
         "  --max-job-history N      finished jobs kept in memory; older ones are read\n"
         "                           back from the journal (default 1000)\n"
-        "  --max-job-file SIZE      largest job file accepted (default 256K)\n"
         "  --max-client-backlog SIZE  unread replies after which a client is\n"
         "                           disconnected (default 8M)\n";
     role->handlers[APPLIANCE__ENVELOPE__MSG_REGISTER] = co__register;
@@ -241,7 +253,16 @@ void coordinator_role(node_role *role)
     role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_LOG_QUERY] = jobs_handle_logs;
     role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_ABORT] = jobs_handle_abort;
     role->handlers[APPLIANCE__ENVELOPE__MSG_CHECKPOINT_WRITTEN] = jobs_handle_checkpoint;
+    /* What a client holding a user key (not the cluster secret) may ask. */
+    static const Appliance__Envelope__MsgCase user_msgs[] = {
+        APPLIANCE__ENVELOPE__MSG_JOB_SUBMIT, APPLIANCE__ENVELOPE__MSG_JOB_STATUS_QUERY,
+        APPLIANCE__ENVELOPE__MSG_JOB_CANCEL, APPLIANCE__ENVELOPE__MSG_JOB_LIST_QUERY,
+        APPLIANCE__ENVELOPE__MSG_JOB_LOG_QUERY, APPLIANCE__ENVELOPE__MSG_CLUSTER_QUERY,
+    };
+    for (size_t i = 0; i < sizeof(user_msgs) / sizeof(user_msgs[0]); i++)
+        role->user_msgs[user_msgs[i]] = true;
     role->on_conn_close = co__conn_close;
+    role->on_drain = co__drain;
     role->on_shutdown = co__shutdown;
     role->metrics = co__metrics;
 }

@@ -55,5 +55,12 @@ void jobs_handle_checkpoint(node *n, conn *c, Appliance__Envelope *env, uint8_t 
 void jobs_member_lost(coordinator *co, member *mb);
 /* A client connection closed: stop streaming progress to it. */
 void jobs_client_closed(coordinator *co, conn *c);
+/* Whether the client on c may see job j: an operator (the cluster secret,
+ * or an insecure cluster) sees every job, a user only their own. */
+bool jobs_visible(const conn *c, const job *j);
+/* A client's connection drained: the log being sent to it goes on. */
+void jobs_client_drain(coordinator *co, conn *c);
+/* A client's connection closed: the logs being sent to it are dropped. */
+void jobs_client_forget(coordinator *co, conn *c);
 /* Frees every job (at exit). */
 void jobs_shutdown(coordinator *co);

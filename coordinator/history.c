@@ -10,14 +10,20 @@
 #include "log.h"
 #include "msg.h"
 
-#define HISTORY_LIST_ROWS 5000          /* journal rows one list reads at most */
-#define HISTORY_LIST_BYTES (768u << 10) /* packed statuses in one list reply at most
-                                         * (a frame header takes 1 MiB) */
+#define HISTORY_LIST_ROWS 5000         /* journal rows one list reads at most */
+#define HISTORY_LIST_BYTES (4u << 20)  /* packed statuses in one list reply at most */
+#define HISTORY_FRAME_BYTES (256u << 10) /* of them in one frame at most */
 
 static bool history__ended(const job *j)
 {
     return j->state != APPLIANCE__JOB_STATE__JOB_QUEUED &&
            j->state != APPLIANCE__JOB_STATE__JOB_RUNNING;
+}
+
+/* Finished, and no log of it on its way to a client (jobctl.c holds it). */
+static bool history__evictable(const coordinator *co, const job *j)
+{
+    return history__ended(j) && j != co->running && j->sending == 0;
 }
 
 static void history__free(job *j)
@@ -41,13 +47,13 @@ void history_evict(coordinator *co, size_t slack)
 {
     size_t keep = co->n->opt.max_job_history, ended = 0;
     for (size_t i = 0; i < co->njobs; i++)
-        ended += history__ended(co->jobs[i]) && co->jobs[i] != co->running;
+        ended += history__evictable(co, co->jobs[i]);
     if (ended <= keep + slack)
         return;
     size_t drop = ended - keep, dropped = 0, k = 0;
     for (size_t i = 0; i < co->njobs; i++) {
         job *j = co->jobs[i];
-        if (dropped < drop && history__ended(j) && j != co->running) {
+        if (dropped < drop && history__evictable(co, j)) {
             history__free(j);
             dropped++;
         } else {
@@ -95,6 +101,22 @@ job *history_load(coordinator *co, const char *id)
         return NULL;
     history_fill f = {co, j};
     if (journal_get(co->journal, id, history__fill, &f) < 0) {
+        history__free(j);
+        return NULL;
+    }
+    j->from_journal = true;
+    return j;
+}
+
+job *history_load_newest(coordinator *co, const char *owner)
+{
+    if (!co->journal)
+        return NULL;
+    job *j = calloc(1, sizeof(*j));
+    if (!j)
+        return NULL;
+    history_fill f = {co, j};
+    if (journal_recent(co->journal, owner, 1, NULL, history__fill, &f) < 0 || !j->id[0]) {
         history__free(j);
         return NULL;
     }
@@ -204,21 +226,36 @@ static bool history__holds(const history_items *it, size_t n, uint64_t seq)
     return lo < n && it->v[lo].seq == seq;
 }
 
+/* Bytes of statuses one list reply takes at most: HISTORY_LIST_BYTES, and
+ * never so much that the reply alone would get its reader dropped (the
+ * queue cap of a connection, the backlog a client may leave unread), with
+ * room for a frame more. */
+static size_t history__budget(const coordinator *co, const conn *c)
+{
+    size_t cap = c->cfg->queue_max;
+    if (co->n->opt.max_client_backlog && co->n->opt.max_client_backlog < cap)
+        cap = co->n->opt.max_client_backlog;
+    cap = cap > 2 * HISTORY_FRAME_BYTES ? cap - HISTORY_FRAME_BYTES : cap / 2;
+    return cap < HISTORY_LIST_BYTES ? cap : HISTORY_LIST_BYTES;
+}
+
 void history_list(coordinator *co, conn *c)
 {
     history_items it = {.co = co};
     Appliance__JobStatus **ptrs = NULL;
+    /* A user lists their own jobs, an operator every job. */
+    const char *owner = c->auth_user[0] ? c->auth_user : NULL;
     uint64_t total = 0, beyond = 0; /* jobs in the journal; of them, older than the rows read */
     int rc = 0;
     if (co->journal) {
-        rc = journal_recent(co->journal, HISTORY_LIST_ROWS, &total, history__row, &it);
+        rc = journal_recent(co->journal, owner, HISTORY_LIST_ROWS, &total, history__row, &it);
         beyond = total > it.n ? total - it.n : 0;
     }
     /* Jobs in memory the rows did not cover: no journal, or older than the
      * newest HISTORY_LIST_ROWS (a long-queued job). */
     size_t rows = it.n;
     for (size_t i = 0; rc == 0 && i < co->njobs; i++)
-        if (!history__holds(&it, rows, co->jobs[i]->seq)) {
+        if (jobs_visible(c, co->jobs[i]) && !history__holds(&it, rows, co->jobs[i]->seq)) {
             rc = history__push(&it, co->jobs[i]->seq, co->jobs[i]);
             if (co->journal && beyond)
                 beyond--;
@@ -227,24 +264,40 @@ void history_list(coordinator *co, conn *c)
         node_reply_error(c, -ENOMEM, "out of memory listing the jobs");
         goto out;
     }
+    /* The newest jobs that fit the budget, sent oldest first. */
     qsort(it.v, it.n, sizeof(*it.v), history__newest_first);
-    size_t listed = 0, bytes = 0;
+    size_t listed = 0, bytes = 0, budget = history__budget(co, c);
     for (; listed < it.n; listed++) {
         history_item *x = &it.v[listed];
         if (x->j)
             job_status(co, x->j, &x->st);
         bytes += appliance__job_status__get_packed_size(&x->st) + 8;
-        if (bytes > HISTORY_LIST_BYTES)
+        if (bytes > budget)
             break;
     }
     for (size_t i = 0; i < listed; i++)
-        ptrs[i] = &it.v[listed - 1 - i].st; /* oldest first */
-    Appliance__JobList l = APPLIANCE__JOB_LIST__INIT;
-    l.n_jobs = listed;
-    l.jobs = ptrs;
-    l.omitted = beyond + (it.n - listed);
-    ENVELOPE(out, job_list, JOB_LIST, &l);
-    conn_send_msg(c, &out);
+        ptrs[i] = &it.v[listed - 1 - i].st;
+    /* In frames well below the header limit: JobList.more says another
+     * follows; the last says how many jobs were left out. */
+    size_t frame = c->cfg->limits.max_header / 2;
+    if (frame > HISTORY_FRAME_BYTES)
+        frame = HISTORY_FRAME_BYTES;
+    size_t first = 0;
+    do {
+        size_t end = first, fb = 0;
+        while (end < listed &&
+               (end == first || fb + appliance__job_status__get_packed_size(ptrs[end]) + 8 <= frame))
+            fb += appliance__job_status__get_packed_size(ptrs[end++]) + 8;
+        Appliance__JobList l = APPLIANCE__JOB_LIST__INIT;
+        l.n_jobs = end - first;
+        l.jobs = ptrs + first;
+        l.more = end < listed;
+        l.omitted = l.more ? 0 : beyond + (it.n - listed);
+        ENVELOPE(out, job_list, JOB_LIST, &l);
+        if (conn_send_msg(c, &out) < 0)
+            break;
+        first = end;
+    } while (first < listed);
 out:
     for (size_t i = 0; i < it.n; i++)
         if (!it.v[i].j) {

@@ -30,6 +30,7 @@ struct job {
     Appliance__JobState state;
     uint32_t priority;    /* 1 (p1) to 3 (p3) */
     char file[256];       /* the job file's name as submitted */
+    char owner[64];       /* the user who submitted it (users file); "" for an operator */
     char *toml;           /* its text, owned: a queued job is compiled when it starts */
     char base_dir[PATH_MAX];
     char model_dir[PATH_MAX];
@@ -89,8 +90,10 @@ struct job {
     char **log;           /* the log lines, owned */
     size_t nlog, caplog;
     /* Admission and history (admission.c, history.c): */
-    char submitter[96];   /* "HOST/NAME" of the client that submitted it (ADMISSION_SUBMITTER_LEN) */
+    char submitter[96];   /* whose queue slots it takes: the user, else "HOST/NAME" of the
+                           * client (admission_submitter, ADMISSION_SUBMITTER_LEN) */
     bool from_journal;    /* read back from the journal for one answer; not one of co->jobs */
+    uint32_t sending;     /* its log is being sent to clients (jobctl.c): not evicted meanwhile */
 };
 
 const char *job_state_name(Appliance__JobState s);

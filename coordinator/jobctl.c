@@ -12,10 +12,26 @@
 #include "job.h"
 #include "log.h"
 #include "msg.h"
+#include "units.h"
+
+/* Replies are split into frames of about this many bytes, far below the
+ * default header limit; less when the limit is set lower. */
+#define JOBCTL_REPLY_CHUNK (256u * 1024)
+
+static size_t jobctl__chunk(const conn *c)
+{
+    size_t half = c->cfg->limits.max_header / 2;
+    return half < JOBCTL_REPLY_CHUNK ? half : JOBCTL_REPLY_CHUNK;
+}
 
 #define JOB_FOLLOWERS_MAX 1024 /* clients following one job (status or log) at most */
 
 static coordinator *co_of(node *n) { return n->data; }
+
+bool jobs_visible(const conn *c, const job *j)
+{
+    return !c->auth_user[0] || strcmp(c->auth_user, j->owner) == 0;
+}
 
 static double jobctl__now(void)
 {
@@ -57,21 +73,47 @@ void jobs_handle_submit(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, 
 {
     coordinator *co = co_of(n);
     Appliance__JobSubmit *s = env->job_submit;
-    const char *file = s->file_name && s->file_name[0] ? s->file_name : "job.toml";
+    char file[256]; /* as it goes into logs and statuses: one printable line */
+    snprintf(file, sizeof(file), "%s", s->file_name && s->file_name[0] ? s->file_name : "job.toml");
+    for (char *q = file; *q; q++)
+        if ((unsigned char)*q < 0x20 || *q == 0x7f)
+            *q = '?';
     const char *base = s->base_dir ? s->base_dir : "";
     char err[1024];
     char submitter[ADMISSION_SUBMITTER_LEN];
     admission_submitter(c, submitter, sizeof(submitter));
-    int arc = admission_check(co, submitter, strlen(s->toml), s->plan_only, err, sizeof(err));
+    size_t toml_len = strlen(s->toml);
+    int arc = admission_check(co, submitter, file, toml_len, s->plan_only, err, sizeof(err));
     if (arc < 0) {
-        log_info("job file %s from %s %s", file, submitter, err);
+        log_info("job file %s from %s refused: %s", file, c->peer_addr, err);
         node_reply_error(c, arc, "%s", err);
         return;
     }
-    jobspec *spec = jobspec_parse(s->toml, strlen(s->toml), file, base, err, sizeof(err));
+    const node_options *lim = &n->opt;
+    jobspec *spec = jobspec_parse(s->toml, toml_len, file, base, err, sizeof(err));
     if (!spec) {
         log_info("job file %s from %s refused: %s", file, c->peer_addr, err);
         node_reply_error(c, -EINVAL, "%s", err);
+        return;
+    }
+    char sz[32];
+    if ((uint64_t)spec->max_steps > lim->max_steps)
+        snprintf(err, sizeof(err), "%s: runconfig.max_steps = %lld is more than this coordinator "
+                 "accepts (max_steps = %llu)", file, (long long)spec->max_steps,
+                 (unsigned long long)lim->max_steps);
+    else if (spec->model->total_params > lim->max_model_params)
+        snprintf(err, sizeof(err), "%s: the model has %llu trainable parameters (%s of float32 "
+                 "weights), more than this coordinator accepts (max_model_params = %llu)", file,
+                 (unsigned long long)spec->model->total_params,
+                 units_format_size(spec->model->total_params * 4, sz, sizeof(sz)),
+                 (unsigned long long)lim->max_model_params);
+    else
+        err[0] = 0;
+    if (err[0]) {
+        log_info("job file %s from %s refused: %s", file, c->peer_addr, err);
+        co->jobs_refused++;
+        node_reply_error(c, -EFBIG, "%s", err);
+        jobspec_free(spec);
         return;
     }
     if (!jobs_feasible(co, spec, err, sizeof(err))) {
@@ -118,6 +160,7 @@ void jobs_handle_submit(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, 
     }
     snprintf(j->file, sizeof(j->file), "%s", file);
     snprintf(j->submitter, sizeof(j->submitter), "%s", submitter);
+    snprintf(j->owner, sizeof(j->owner), "%s", c->auth_user);
     snprintf(j->base_dir, sizeof(j->base_dir), "%s", base);
     snprintf(j->model_dir, sizeof(j->model_dir), "%s", spec->model_dir);
     j->priority = (uint32_t)(spec->job_priority[1] - '0');
@@ -129,7 +172,13 @@ void jobs_handle_submit(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, 
     if (s->follow)
         jobctl__follow(j, c);
     job_save(co, j);
-    job_log(co, j, "submitted from %s: %s, priority p%u", c->peer_addr, j->file, j->priority);
+    if (co->journal)
+        journal_set_owner(co->journal, j->id, j->owner);
+    if (j->owner[0])
+        job_log(co, j, "submitted from %s by user %s: %s, priority p%u", c->peer_addr, j->owner,
+                j->file, j->priority);
+    else
+        job_log(co, j, "submitted from %s: %s, priority p%u", c->peer_addr, j->file, j->priority);
     Appliance__JobAccepted acc = APPLIANCE__JOB_ACCEPTED__INIT;
     acc.job_id = j->id;
     ENVELOPE(out, job_accepted, JOB_ACCEPTED, &acc);
@@ -143,16 +192,29 @@ void jobs_handle_submit(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, 
     }
 }
 
-/* The job a query names, "" for the newest; NULL after replying an error.
- * A finished job evicted from memory is read back from the journal: give it
- * back with history_release. */
+/* The job a query names, "" for the newest the client may see; NULL after
+ * replying an error. Another user's job is not there for this client: the
+ * answer is the same as for a job that never was. A finished job evicted
+ * from memory is read back from the journal: give it back with
+ * history_release. */
 static job *jobctl__named(coordinator *co, conn *c, const char *id)
 {
-    if ((!id || !id[0]) && co->njobs > 0)
-        return co->jobs[co->njobs - 1];
-    job *j = id ? job_find(co, id) : NULL;
-    if (!j)
-        j = history_load(co, id);
+    job *j = NULL;
+    if (!id || !id[0]) {
+        for (size_t i = co->njobs; i > 0 && !j; i--)
+            if (jobs_visible(c, co->jobs[i - 1]))
+                j = co->jobs[i - 1];
+        if (!j && c->auth_user[0]) /* a user whose jobs were all evicted */
+            j = history_load_newest(co, c->auth_user);
+    } else {
+        j = job_find(co, id);
+        if (!j)
+            j = history_load(co, id);
+        if (j && !jobs_visible(c, j)) {
+            history_release(j);
+            j = NULL;
+        }
+    }
     if (!j)
         node_reply_error(c, -ENOENT, "no job %s", id && id[0] ? id : "yet");
     return j;
@@ -182,17 +244,114 @@ void jobs_handle_cancel(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, 
     job *j = jobctl__named(co, c, env->job_cancel->job_id);
     if (!j)
         return;
-    if (jobctl__ended(j)) {
+    if (jobctl__ended(j) || j->from_journal) { /* only finished jobs are evicted */
         node_reply_error(c, -EALREADY, "job %s has already ended: %s", j->id, job_state_name(j->state));
         history_release(j);
         return;
     }
-    char why[128];
-    snprintf(why, sizeof(why), "cancelled by a client at %s", c->peer_addr);
+    char why[160];
+    if (c->auth_user[0])
+        snprintf(why, sizeof(why), "cancelled by user %s at %s", c->auth_user, c->peer_addr);
+    else
+        snprintf(why, sizeof(why), "cancelled by a client at %s", c->peer_addr);
     log_info("job %s %s", j->id, why);
     job_end(co, j, APPLIANCE__JOB_STATE__JOB_CANCELLED, why);
     jobctl__send_status(co, j, c);
     jobs_schedule(co);
+}
+
+/* A job's log on its way to a client, a frame at a time as the
+ * connection drains: a long log never sits whole in a write queue. The job
+ * stays in memory until its log is sent (j->sending); one read back from
+ * the journal is freed then. */
+typedef struct jobctl_send {
+    conn *c;
+    job *j;
+    uint64_t next;        /* the next line to send */
+    bool follow;          /* once caught up, the client reads new lines as they come */
+} jobctl_send;
+
+static jobctl_send *jobctl__sends; /* logs still being sent, in request order */
+static size_t jobctl__nsends;
+
+/* Sends what the connection takes of s. Returns true when s is finished:
+ * everything sent, or (following) the client became a reader of the job. */
+static bool jobctl__pump(jobctl_send *s)
+{
+    job *j = s->j;
+    size_t chunk = jobctl__chunk(s->c);
+    for (;;) {
+        uint64_t end = s->next;
+        size_t bytes = 0;
+        while (end < j->nlog && (end == s->next || bytes + strlen(j->log[end]) + 8 <= chunk))
+            bytes += strlen(j->log[end++]) + 8;
+        bool caught_up = end >= j->nlog;
+        if (caught_up && s->follow && !jobctl__ended(j)) {
+            if (end > s->next)
+                job_send_log(j, s->c, s->next, false);
+            for (size_t i = 0; i < j->nreaders; i++)
+                if (j->readers[i].c == s->c)
+                    return true;
+            if (j->nreaders >= JOB_FOLLOWERS_MAX) {
+                node_reply_error(s->c, -ENOBUFS, "job %s has %u log readers, the most it takes",
+                                 j->id, JOB_FOLLOWERS_MAX);
+                return true;
+            }
+            job_reader *v = realloc(j->readers, (j->nreaders + 1) * sizeof(*v));
+            if (!v)
+                return true;
+            j->readers = v;
+            j->readers[j->nreaders].c = s->c;
+            j->readers[j->nreaders].next = j->nlog;
+            j->nreaders++;
+            return true;
+        }
+        if (!conn_can_send(s->c, bytes + 64))
+            return false; /* jobs_client_drain goes on */
+        Appliance__JobLogLines m = APPLIANCE__JOB_LOG_LINES__INIT;
+        m.job_id = j->id;
+        m.first = s->next;
+        m.n_lines = end > s->next ? end - s->next : 0;
+        m.lines = j->log + (s->next < j->nlog ? s->next : j->nlog);
+        m.end = caught_up;
+        ENVELOPE(env, job_log_lines, JOB_LOG_LINES, &m);
+        if (conn_send_msg(s->c, &env) < 0 || caught_up)
+            return true;
+        s->next = end;
+    }
+}
+
+/* A send is over (finished or its client gone): the job may go. */
+static void jobctl__done(jobctl_send *s)
+{
+    s->j->sending--;
+    if (s->j->sending == 0)
+        history_release(s->j);
+}
+
+/* Sends a log now, or after the client's earlier ones (one at a time per
+ * client, in request order). */
+static void jobctl__start(jobctl_send *s)
+{
+    s->j->sending++;
+    bool waiting = false;
+    for (size_t i = 0; i < jobctl__nsends && !waiting; i++)
+        waiting = jobctl__sends[i].c == s->c;
+    if (!waiting && jobctl__pump(s)) {
+        jobctl__done(s);
+        return;
+    }
+    jobctl_send *v = realloc(jobctl__sends, (jobctl__nsends + 1) * sizeof(*v));
+    if (!v) {
+        jobctl__done(s);
+        if (waiting)
+            node_reply_error(s->c, -ENOMEM, "out of memory");
+        else
+            conn_fail(s->c, -ENOMEM, "out of memory"); /* a log half sent */
+        return;
+    }
+    jobctl__sends = v;
+    jobctl__sends[jobctl__nsends++] = *s;
 }
 
 void jobs_handle_logs(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, uint32_t len)
@@ -204,27 +363,40 @@ void jobs_handle_logs(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, ui
         return;
     if (j->from_journal)
         history_load_log(co, j);
-    bool follow = q->follow && !jobctl__ended(j);
-    job_send_log(j, c, q->from, !follow);
-    if (!follow) {
-        history_release(j);
-        return;
-    }
-    for (size_t i = 0; i < j->nreaders; i++)
-        if (j->readers[i].c == c)
+    jobctl_send s = {.c = c, .j = j, .next = q->from, .follow = q->follow && !j->from_journal};
+    jobctl__start(&s);
+}
+
+void jobs_client_drain(coordinator *co, conn *c)
+{
+    /* The client's logs in request order: the first unfinished one stops it. */
+    for (size_t i = 0; i < jobctl__nsends;) {
+        if (jobctl__sends[i].c != c) {
+            i++;
+            continue;
+        }
+        if (!jobctl__pump(&jobctl__sends[i]))
             return;
-    if (j->nreaders >= JOB_FOLLOWERS_MAX) {
-        node_reply_error(c, -ENOBUFS, "job %s has %u log readers, the most it takes", j->id,
-                         JOB_FOLLOWERS_MAX);
-        return;
+        jobctl__done(&jobctl__sends[i]);
+        memmove(&jobctl__sends[i], &jobctl__sends[i + 1],
+                (jobctl__nsends - i - 1) * sizeof(*jobctl__sends));
+        jobctl__nsends--;
     }
-    job_reader *v = realloc(j->readers, (j->nreaders + 1) * sizeof(*v));
-    if (!v)
-        return;
-    j->readers = v;
-    j->readers[j->nreaders].c = c;
-    j->readers[j->nreaders].next = j->nlog;
-    j->nreaders++;
+}
+
+void jobs_client_forget(coordinator *co, conn *c)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < jobctl__nsends; i++)
+        if (jobctl__sends[i].c != c)
+            jobctl__sends[k++] = jobctl__sends[i];
+        else
+            jobctl__done(&jobctl__sends[i]);
+    jobctl__nsends = k;
+    if (k == 0) {
+        free(jobctl__sends);
+        jobctl__sends = NULL;
+    }
 }
 
 /* ---- the journal ---- */
@@ -241,6 +413,9 @@ int job_from_journal(coordinator *co, job *j, const journal_job *jj)
     j->state = (Appliance__JobState)jj->state;
     j->priority = jj->priority >= 1 && jj->priority <= 3 ? jj->priority : 2;
     snprintf(j->file, sizeof(j->file), "%s", jj->file);
+    snprintf(j->owner, sizeof(j->owner), "%s", jj->owner ? jj->owner : "");
+    /* A user's queued jobs count against them again (admission_submitter). */
+    snprintf(j->submitter, sizeof(j->submitter), "%s", j->owner);
     snprintf(j->base_dir, sizeof(j->base_dir), "%s", jj->base_dir);
     snprintf(j->model_dir, sizeof(j->model_dir), "%s", jj->model_dir);
     snprintf(j->message, sizeof(j->message), "%s", jj->message);

@@ -15,12 +15,16 @@ struct journal {
     sqlite3_stmt *put;     /* INSERT OR REPLACE INTO jobs */
     sqlite3_stmt *log;     /* INSERT OR REPLACE INTO job_log */
     sqlite3_stmt *get;     /* SELECT one job by id */
+    sqlite3_stmt *owner;   /* INSERT OR REPLACE INTO job_owner */
 };
 
-/* The columns journal__row reads, in its order. */
+/* The columns journal__row reads, in its order, and the tables they come
+ * from: a job's owner is in job_owner, and a job without a row there (one
+ * submitted by an operator, or before owners were kept) has owner "". */
 #define JOURNAL_COLUMNS                                                                      \
     "id, seq, state, priority, file, toml, base_dir, model_dir, message, submitted_at, steps," \
-    " max_steps, loss, eval_step, eval_loss, eval_accuracy, eval_iou"
+    " max_steps, loss, eval_step, eval_loss, eval_accuracy, eval_iou, COALESCE(o.owner, '')"
+#define JOURNAL_TABLES "jobs LEFT JOIN job_owner o ON o.job_id = jobs.id"
 
 
 static const char journal__schema[] =
@@ -37,6 +41,48 @@ static const char journal__schema[] =
     " job_id TEXT NOT NULL, line INTEGER NOT NULL, text TEXT NOT NULL,"
     " PRIMARY KEY(job_id, line));";
 
+/* Schema changes after the first, by PRAGMA user_version: entry i takes a
+ * journal from version i to i + 1. */
+static const char *const journal__migrations[] = {
+    /* 0 -> 1: job owners (coordinator users file); older jobs keep no row
+     * and belong to the operators. */
+    "CREATE TABLE IF NOT EXISTS job_owner(job_id TEXT PRIMARY KEY, owner TEXT NOT NULL);",
+};
+
+/* Brings an older journal up to the current schema, one transaction per
+ * step. Returns 0 or -EIO with a message in err. */
+static int journal__migrate(journal *jn, char *err, size_t errlen)
+{
+    sqlite3_stmt *st;
+    int version = -1;
+    if (sqlite3_prepare_v2(jn->db, "PRAGMA user_version", -1, &st, NULL) == SQLITE_OK) {
+        if (sqlite3_step(st) == SQLITE_ROW)
+            version = sqlite3_column_int(st, 0);
+        sqlite3_finalize(st);
+    }
+    int latest = (int)(sizeof(journal__migrations) / sizeof(journal__migrations[0]));
+    if (version < 0 || version > latest) {
+        snprintf(err, errlen, "journal schema version %d: this coordinator knows 0 to %d", version,
+                 latest);
+        return -EIO;
+    }
+    for (int v = version; v < latest; v++) {
+        char sql[512];
+        snprintf(sql, sizeof(sql), "BEGIN; %s PRAGMA user_version = %d; COMMIT;",
+                 journal__migrations[v], v + 1);
+        char *msg = NULL;
+        if (sqlite3_exec(jn->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
+            snprintf(err, errlen, "journal schema %d -> %d: %s", v, v + 1,
+                     msg ? msg : sqlite3_errmsg(jn->db));
+            sqlite3_free(msg);
+            sqlite3_exec(jn->db, "ROLLBACK", NULL, NULL, NULL);
+            return -EIO;
+        }
+        log_info("journal: schema version %d -> %d", v, v + 1);
+    }
+    return 0;
+}
+
 journal *journal_open(const char *dir, char *err, size_t errlen)
 {
     int rc = fsutil_mkdir_p(dir);
@@ -52,17 +98,22 @@ journal *journal_open(const char *dir, char *err, size_t errlen)
     char path[4200];
     snprintf(path, sizeof(path), "%s/journal.sqlite", dir);
     char *msg = NULL;
+    err[0] = 0;
     if (sqlite3_open(path, &jn->db) != SQLITE_OK ||
         sqlite3_exec(jn->db, journal__schema, NULL, NULL, &msg) != SQLITE_OK ||
+        journal__migrate(jn, err, errlen) < 0 ||
         sqlite3_prepare_v2(jn->db,
                            "INSERT OR REPLACE INTO jobs VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,"
                            "?12,?13,?14,?15,?16,?17)",
                            -1, &jn->put, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(jn->db, "INSERT OR REPLACE INTO job_log VALUES(?1,?2,?3)", -1, &jn->log,
                            NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(jn->db, "SELECT " JOURNAL_COLUMNS " FROM jobs WHERE id = ?1", -1,
-                           &jn->get, NULL) != SQLITE_OK) {
-        snprintf(err, errlen, "%s: %s", path, msg ? msg : sqlite3_errmsg(jn->db));
+        sqlite3_prepare_v2(jn->db, "INSERT OR REPLACE INTO job_owner VALUES(?1,?2)", -1,
+                           &jn->owner, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(jn->db, "SELECT " JOURNAL_COLUMNS " FROM " JOURNAL_TABLES " WHERE id = ?1",
+                           -1, &jn->get, NULL) != SQLITE_OK) {
+        if (!err[0] || msg)
+            snprintf(err, errlen, "%s: %s", path, msg ? msg : sqlite3_errmsg(jn->db));
         sqlite3_free(msg);
         journal_close(jn);
         return NULL;
@@ -77,6 +128,7 @@ void journal_close(journal *jn)
     sqlite3_finalize(jn->put);
     sqlite3_finalize(jn->log);
     sqlite3_finalize(jn->get);
+    sqlite3_finalize(jn->owner);
     sqlite3_close(jn->db);
     free(jn);
 }
@@ -158,6 +210,14 @@ int journal_get_recovery(journal *jn, const char *job_id, uint32_t *restarts, bo
     return 0;
 }
 
+int journal_set_owner(journal *jn, const char *job_id, const char *owner)
+{
+    sqlite3_stmt *st = jn->owner;
+    sqlite3_bind_text(st, 1, job_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, owner, -1, SQLITE_STATIC);
+    return journal__step(jn, st, "a job's owner");
+}
+
 int journal_log(journal *jn, const char *job_id, uint64_t line, const char *text)
 {
     sqlite3_stmt *st = jn->log;
@@ -194,6 +254,7 @@ static journal_job journal__row(sqlite3_stmt *st)
         .eval_loss = sqlite3_column_double(st, 14),
         .eval_accuracy = sqlite3_column_double(st, 15),
         .eval_iou = sqlite3_column_double(st, 16),
+        .owner = journal__text(st, 17),
     };
     return jj;
 }
@@ -201,7 +262,7 @@ static journal_job journal__row(sqlite3_stmt *st)
 int journal_load(journal *jn, int (*cb)(void *arg, const journal_job *jj), void *arg)
 {
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(jn->db, "SELECT " JOURNAL_COLUMNS " FROM jobs ORDER BY seq", -1, &st,
+    if (sqlite3_prepare_v2(jn->db, "SELECT " JOURNAL_COLUMNS " FROM " JOURNAL_TABLES " ORDER BY seq", -1, &st,
                            NULL) != SQLITE_OK) {
         log_error("journal: cannot read the jobs: %s", sqlite3_errmsg(jn->db));
         return -EIO;
@@ -232,24 +293,33 @@ int journal_get(journal *jn, const char *id, int (*cb)(void *arg, const journal_
     return rc;
 }
 
-int journal_recent(journal *jn, size_t limit, uint64_t *total,
+int journal_recent(journal *jn, const char *owner, size_t limit, uint64_t *total,
                    int (*cb)(void *arg, const journal_job *jj), void *arg)
 {
+    /* ?2 NULL: every job; else the jobs of that owner ("" an operator's). */
     sqlite3_stmt *st;
     if (total) {
         *total = 0;
-        if (sqlite3_prepare_v2(jn->db, "SELECT COUNT(*) FROM jobs", -1, &st, NULL) != SQLITE_OK)
+        if (sqlite3_prepare_v2(jn->db,
+                               "SELECT COUNT(*) FROM " JOURNAL_TABLES
+                               " WHERE ?1 IS NULL OR COALESCE(o.owner, '') = ?1",
+                               -1, &st, NULL) != SQLITE_OK)
             return -EIO;
+        sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
         if (sqlite3_step(st) == SQLITE_ROW)
             *total = (uint64_t)sqlite3_column_int64(st, 0);
         sqlite3_finalize(st);
     }
-    if (sqlite3_prepare_v2(jn->db, "SELECT " JOURNAL_COLUMNS " FROM jobs ORDER BY seq DESC LIMIT ?1",
+    if (sqlite3_prepare_v2(jn->db,
+                           "SELECT " JOURNAL_COLUMNS " FROM " JOURNAL_TABLES
+                           " WHERE ?2 IS NULL OR COALESCE(o.owner, '') = ?2"
+                           " ORDER BY seq DESC LIMIT ?1",
                            -1, &st, NULL) != SQLITE_OK) {
         log_error("journal: cannot read the jobs: %s", sqlite3_errmsg(jn->db));
         return -EIO;
     }
     sqlite3_bind_int64(st, 1, limit > (size_t)INT64_MAX ? INT64_MAX : (sqlite3_int64)limit);
+    sqlite3_bind_text(st, 2, owner, -1, SQLITE_STATIC);
     int rc = 0;
     while (rc == 0 && sqlite3_step(st) == SQLITE_ROW) {
         journal_job jj = journal__row(st);

@@ -28,6 +28,7 @@ typedef struct journal_job {
     double loss;
     uint64_t eval_step;        /* 0: no evaluation yet */
     double eval_loss, eval_accuracy, eval_iou;
+    const char *owner;         /* read back: the user who submitted it, "" for an operator */
 } journal_job;
 
 /* Opens (creating) dir/journal.sqlite. Returns NULL with a message in err. */
@@ -36,6 +37,10 @@ void journal_close(journal *jn);
 
 /* Inserts or replaces a job's row. Returns 0 or -EIO (the message is logged). */
 int journal_put(journal *jn, const journal_job *jj);
+
+/* Records who submitted a job: a user's name, "" for an operator. Jobs of
+ * journals from before users existed have no owner: operators see them. */
+int journal_set_owner(journal *jn, const char *job_id, const char *owner);
 
 /* Appends line number `line` of a job's log. */
 int journal_log(journal *jn, const char *job_id, uint64_t line, const char *text);
@@ -56,8 +61,9 @@ int journal_load(journal *jn, int (*cb)(void *arg, const journal_job *jj), void 
 int journal_get(journal *jn, const char *id, int (*cb)(void *arg, const journal_job *jj), void *arg);
 
 /* Calls cb for the newest `limit` jobs, newest first; a nonzero return stops.
- * *total (may be NULL) gets how many jobs the journal holds. */
-int journal_recent(journal *jn, size_t limit, uint64_t *total,
+ * With owner, only that owner's jobs ("" an operator's); NULL: every job.
+ * *total (may be NULL) gets how many of those the journal holds. */
+int journal_recent(journal *jn, const char *owner, size_t limit, uint64_t *total,
                    int (*cb)(void *arg, const journal_job *jj), void *arg);
 
 /* Calls cb for every log line of a job, in order. */

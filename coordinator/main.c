@@ -3,6 +3,7 @@
 
 #include "coordinator.h"
 #include "log.h"
+#include "users.h"
 
 int main(int argc, char **argv)
 {
@@ -15,8 +16,22 @@ int main(int argc, char **argv)
     uv_loop_t *loop = uv_default_loop();
     n.loop = loop;
     log_init(role.component, (enum log_level)n.opt.log_level); /* the journal logs as it loads */
+    users *u = NULL;
+    if (n.opt.users_file[0]) {
+        char err[1024];
+        if (!(u = users_load(n.opt.users_file, err, sizeof(err)))) {
+            log_error("%s", err);
+            return 1;
+        }
+        n.user_key = users_key;
+        n.user_key_arg = u;
+        log_info("users file %s: %zu user(s), each sees only their own jobs; clients holding the "
+                 "cluster secret are operators and see every job", n.opt.users_file,
+                 users_count(u));
+    }
     coordinator_init(&co, &n);
     int rc = node_run(&n, &role, loop);
     members_deinit(&co.members);
+    users_free(u);
     return rc;
 }

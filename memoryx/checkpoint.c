@@ -1,13 +1,17 @@
 /* Checkpoints of a memoryx shard: write, and load for a resumed job. */
 #include "checkpoint.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fsutil.h"
+#include "log.h"
 #include "safetensors.h"
 
 static int ckpt__add(st_writer *w, const char *name, const Appliance__PlanTensor *pt, const float *data,
@@ -162,4 +166,34 @@ int ckpt_load(mx_job *j, char *err, size_t errlen)
         st_close(files[i]);
     free(files);
     return rc;
+}
+
+int ckpt_clean_partial(const mx_job *j)
+{
+    const Appliance__Plan *p = j->plan;
+    DIR *d = opendir(p->model_dir);
+    if (!d)
+        return 0;
+    char suffix[64];
+    snprintf(suffix, sizeof(suffix), "-shard%u-of-%zu.safetensors.tmp-", j->shard + 1, p->n_shards);
+    int removed = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        const char *tail = strstr(e->d_name, suffix);
+        if (!tail || (strncmp(e->d_name, "checkpoint_", 11) != 0 && strncmp(e->d_name, "optimizer_", 10) != 0))
+            continue;
+        char *end;
+        long pid = strtol(tail + strlen(suffix), &end, 10);
+        if (*end || pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        char path[PATH_MAX + 256];
+        snprintf(path, sizeof(path), "%s/%s", p->model_dir, e->d_name);
+        if (unlink(path) == 0) {
+            log_warn("job %s: removed %s, a partial checkpoint file of an interrupted write (process %ld is gone)",
+                     j->id, path, pid);
+            removed++;
+        }
+    }
+    closedir(d);
+    return removed;
 }

@@ -17,6 +17,11 @@
  * message in err. */
 int ckpt_write(const mx_job *j, uint64_t step, char *path, size_t pathlen, char *err, size_t errlen);
 
+/* Removes this shard's partial checkpoint files ("<name>.tmp-<pid>") that
+ * a memoryx killed during a write left in model_dir, when that process is
+ * gone. Returns how many it removed; each is logged. */
+int ckpt_clean_partial(const mx_job *j);
+
 /* Loads every tensor of the shard, and its optimizer state, from the plan's
  * resume files. Returns 0 or a negative errno with a message in err. */
 int ckpt_load(mx_job *j, char *err, size_t errlen);

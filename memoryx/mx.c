@@ -374,6 +374,7 @@ static void mx__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *p
         return;
     }
     j->step = p->first_step;
+    ckpt_clean_partial(j);
     if (p->n_resume_weights > 0) {
         char err[512];
         if (ckpt_load(j, err, sizeof(err)) < 0) {

@@ -59,7 +59,7 @@ grep -q "the queue is full, 4 jobs are waiting (--max-queued-jobs 4)" "$work/loa
 echo "ok: a full queue refuses, naming the limit; every job the load clients submitted is accounted for"
 
 { cat "$(job big 5)"; for _ in $(seq 1 80); do echo "# padding padding padding padding padding padding"; done; } > "$work/big2.toml"
-refused "--max-job-file 4096" "$work/big2.toml"
+refused "max_job_file = 4096 bytes" "$work/big2.toml"
 echo "ok: an oversized job file is refused"
 
 "$submit" cancel job-1 >/dev/null || [ $? = 5 ] || fail "cancel job-1"

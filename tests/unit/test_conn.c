@@ -1,6 +1,7 @@
-/* Connections over real loopback sockets: authentication, payloads straight
- * into their destination, garbage and unauthenticated peers dropped while
- * the server carries on, and the bounded write queue. */
+/* Connections over real loopback sockets: authentication (cluster secret,
+ * user keys, insecure mode), payloads straight into their destination,
+ * garbage and unauthenticated peers dropped while the server carries on,
+ * and the bounded write queue. */
 #include <check.h>
 #include <errno.h>
 #include <stdio.h>
@@ -20,17 +21,27 @@ typedef struct side {
     char reason[192];
     uint8_t *dest; /* payload destination */
     uint32_t got_len;
+    conn *c;       /* the connection, once ready (until closed) */
 } side;
 
 static uv_loop_t loop;
 static uv_tcp_t server;
-static auth_secret secret_a, secret_b;
+static auth_secret secret_a, secret_b, alice_key;
 static conn_config server_cfg, client_cfg, bad_cfg;
 static side srv_side[4];
 static int n_accepted;
 static char server_addr[64];
 
-static void on_ready(conn *c) { ((side *)c->data)->ready++; }
+static void on_ready(conn *c)
+{
+    ((side *)c->data)->ready++;
+    ((side *)c->data)->c = c;
+}
+
+static const auth_secret *user_key(void *arg, const char *user)
+{
+    return strcmp(user, "alice") == 0 ? &alice_key : NULL;
+}
 
 static void on_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len)
 {
@@ -84,6 +95,7 @@ static void setup(void)
     write_file(pb, "another secret\n");
     ck_assert_int_eq(auth_secret_load(&secret_a, pa, err, sizeof(err)), 0);
     ck_assert_int_eq(auth_secret_load(&secret_b, pb, err, sizeof(err)), 0);
+    ck_assert_int_eq(auth_secret_set(&alice_key, "alice's own key, 32 bytes long", 31), 0);
     unlink(pa);
     unlink(pb);
     conn_config_default(&server_cfg, &secret_a, APPLIANCE__ROLE__ROLE_COORDINATOR, "server");
@@ -243,9 +255,51 @@ START_TEST(unauthenticated_message_refused)
     uv_write(&r.wreq, (uv_stream_t *)&r.tcp, &r.buf, 1, NULL);
     RUN_UNTIL(srv_side[0].closed == 1);
     ck_assert_str_eq(srv_side[0].reason, "register before authentication");
+    ck_assert_int_eq(srv_side[0].frames, 0);
     free(head);
     uv_close((uv_handle_t *)&r.tcp, NULL);
     uv_run(&loop, UV_RUN_NOWAIT); /* r lives on this stack: finish closing here */
+}
+END_TEST
+
+/* Frames behind the one that fails a connection, in the same read, are
+ * neither handled nor allowed to change why it closed. */
+START_TEST(nothing_after_a_refusal)
+{
+    raw r = {0};
+    uv_tcp_init(&loop, &r.tcp);
+    struct sockaddr_in sa;
+    char host[64];
+    int port;
+    conn_addr_parse(server_addr, host, sizeof(host), &port);
+    uv_ip4_addr(host, port, &sa);
+    uv_tcp_connect(&r.req, &r.tcp, (struct sockaddr *)&sa, raw_connected);
+    RUN_UNTIL(r.connected);
+    uv_read_start((uv_stream_t *)&r.tcp, raw_alloc, raw_read);
+    Appliance__JobListQuery q = APPLIANCE__JOB_LIST_QUERY__INIT;
+    Appliance__Envelope env = APPLIANCE__ENVELOPE__INIT;
+    env.msg_case = APPLIANCE__ENVELOPE__MSG_JOB_LIST_QUERY;
+    env.job_list_query = &q;
+    Appliance__Error e = APPLIANCE__ERROR__INIT;
+    e.message = "a later frame";
+    Appliance__Envelope env2 = APPLIANCE__ENVELOPE__INIT;
+    env2.msg_case = APPLIANCE__ENVELOPE__MSG_ERROR;
+    env2.error = &e;
+    size_t l1, l2;
+    uint8_t *f1 = frame_encode(&env, 0, &l1), *f2 = frame_encode(&env2, 0, &l2);
+    uint8_t *both = malloc(l1 + l2);
+    memcpy(both, f1, l1);
+    memcpy(both + l1, f2, l2);
+    r.buf = uv_buf_init((char *)both, (unsigned)(l1 + l2));
+    uv_write(&r.wreq, (uv_stream_t *)&r.tcp, &r.buf, 1, NULL);
+    RUN_UNTIL(srv_side[0].closed == 1);
+    ck_assert_str_eq(srv_side[0].reason, "job_list_query before authentication");
+    ck_assert_int_eq(srv_side[0].frames, 0);
+    free(f1);
+    free(f2);
+    free(both);
+    uv_close((uv_handle_t *)&r.tcp, NULL);
+    uv_run(&loop, UV_RUN_NOWAIT);
 }
 END_TEST
 
@@ -301,9 +355,143 @@ START_TEST(bounded_write_queue)
     env.msg_case = APPLIANCE__ENVELOPE__MSG_CREDIT;
     env.credit = &cr;
     ck_assert_int_eq(conn_send(c, &env, big, 2000, NULL, NULL), -ENOBUFS);
-    c->cfg = &client_cfg;
+    ck_assert(c->closing); /* a peer that does not read is dropped, not fed less */
+    RUN_UNTIL(srv_side[0].closed == 1 && cli.closed == 1);
+    ck_assert_msg(strstr(cli.reason, "peer does not read") && strstr(cli.reason, "max_queued_bytes"),
+                  "%s", cli.reason);
+}
+END_TEST
+
+/* A header the peer would refuse is not sent at all; the connection stays. */
+START_TEST(oversized_header_not_sent)
+{
+    side cli = {0};
+    conn_config small = client_cfg;
+    small.limits.max_header = 1024;
+    conn *c = dial(&small, &cli);
+    RUN_UNTIL(cli.ready == 1 && srv_side[0].ready == 1);
+    static char text[4096];
+    memset(text, 'x', sizeof(text) - 1);
+    Appliance__Error e = APPLIANCE__ERROR__INIT;
+    e.message = text;
+    Appliance__Envelope env = APPLIANCE__ENVELOPE__INIT;
+    env.msg_case = APPLIANCE__ENVELOPE__MSG_ERROR;
+    env.error = &e;
+    ck_assert_int_eq(conn_send_msg(c, &env), -EMSGSIZE);
+    ck_assert(!c->closing);
+    uint8_t small_payload[8] = {0};
+    send_chunk(c, small_payload, sizeof(small_payload), 1);
+    RUN_UNTIL(srv_side[0].frames == 1);
     conn_close(c, 0, "done");
     RUN_UNTIL(srv_side[0].closed == 1 && cli.closed == 1);
+}
+END_TEST
+
+/* Two insecure ends talk without proofs; an insecure end and one with a
+ * secret refuse each other, each saying why and naming the other. */
+START_TEST(insecure_mode)
+{
+    conn_config ins_client, ins_server;
+    conn_config_default(&ins_client, NULL, APPLIANCE__ROLE__ROLE_WSE_NODE, "open-client");
+    ck_assert(ins_client.insecure);
+    side cli = {0};
+    conn *c = dial(&ins_client, &cli); /* the server has the secret */
+    RUN_UNTIL(cli.closed == 1 && srv_side[0].closed == 1);
+    ck_assert_int_eq(srv_side[0].ready + cli.ready, 0);
+    ck_assert_str_eq(srv_side[0].reason, "refused \"open-client\": it runs --insecure (no cluster "
+                                         "secret), and authentication is required here");
+    ck_assert_msg(strstr(cli.reason, "refused \"server\": it authenticates with a secret, and "
+                                     "authentication is off here (--insecure)"), "%s", cli.reason);
+    /* Both insecure: ready at once, and frames pass. */
+    conn_config_default(&ins_server, NULL, APPLIANCE__ROLE__ROLE_COORDINATOR, "open-server");
+    server_cfg = ins_server;
+    side cli2 = {0};
+    c = dial(&ins_client, &cli2);
+    RUN_UNTIL(cli2.ready == 1 && srv_side[1].ready == 1);
+    uint8_t payload[16] = {7};
+    uint8_t dest[16];
+    srv_side[1].dest = dest;
+    send_chunk(c, payload, sizeof(payload), 1);
+    RUN_UNTIL(srv_side[1].frames == 1);
+    ck_assert_int_eq(dest[0], 7);
+    conn_close(c, 0, "done");
+    RUN_UNTIL(srv_side[1].closed == 1);
+    /* A client with a secret against the insecure server. */
+    side cli3 = {0};
+    dial(&client_cfg, &cli3);
+    RUN_UNTIL(cli3.closed == 1 && srv_side[2].closed == 1);
+    ck_assert_msg(strstr(srv_side[2].reason, "refused \"client\": it authenticates with a secret"),
+                  "%s", srv_side[2].reason);
+}
+END_TEST
+
+/* A client proves a user's key instead of the cluster secret; the server
+ * knows who it is. A wrong key and an unknown user fail alike. */
+START_TEST(user_keys)
+{
+    server_cfg.user_key = user_key;
+    conn_config as_alice = client_cfg;
+    as_alice.secret = &alice_key;
+    as_alice.user = "alice";
+    side cli = {0};
+    conn *c = dial(&as_alice, &cli);
+    RUN_UNTIL(cli.ready == 1 && srv_side[0].ready == 1);
+    ck_assert_str_eq(c->auth_user, "alice");
+    ck_assert_str_eq(srv_side[0].c->auth_user, "alice");
+    conn_close(c, 0, "done");
+    RUN_UNTIL(srv_side[0].closed == 1);
+    /* The cluster secret still works, as an operator (no user). */
+    side op = {0};
+    c = dial(&client_cfg, &op);
+    RUN_UNTIL(op.ready == 1 && srv_side[1].ready == 1);
+    ck_assert_str_eq(srv_side[1].c->auth_user, "");
+    conn_close(c, 0, "done");
+    RUN_UNTIL(srv_side[1].closed == 1);
+    /* alice with the cluster secret as her key; then a user nobody knows. */
+    conn_config wrong = as_alice;
+    wrong.secret = &secret_a;
+    side w = {0};
+    dial(&wrong, &w);
+    RUN_UNTIL(w.closed == 1 && srv_side[2].closed == 1);
+    ck_assert_str_eq(srv_side[2].reason, "authentication failed: wrong key for user \"alice\", or no such user");
+    ck_assert_msg(strstr(w.reason, "wrong key for user \"alice\""), "%s", w.reason);
+    conn_config nobody = as_alice;
+    nobody.user = "mallory";
+    side u = {0};
+    dial(&nobody, &u);
+    RUN_UNTIL(u.closed == 1 && srv_side[3].closed == 1);
+    ck_assert_int_eq(srv_side[3].ready + u.ready, 0);
+    ck_assert_str_eq(srv_side[3].reason, "authentication failed: wrong key for user \"mallory\", or no such user");
+}
+END_TEST
+
+/* What a peer calls itself reaches logs only as one printable line. */
+START_TEST(peer_names_printable)
+{
+    conn_config forger;
+    conn_config_default(&forger, NULL, APPLIANCE__ROLE__ROLE_WSE_NODE,
+                        "x\n2026-01-01T00:00:00Z INFO coordinator: \"forged\"");
+    side cli = {0};
+    dial(&forger, &cli);
+    RUN_UNTIL(srv_side[0].closed == 1);
+    ck_assert_str_eq(srv_side[0].reason,
+                     "refused \"x?2026-01-01T00:00:00Z INFO coordinator: ?forged?\": it runs --insecure "
+                     "(no cluster secret), and authentication is required here");
+}
+END_TEST
+
+/* A daemon without users refuses a client that names one. */
+START_TEST(user_keys_refused_without_users)
+{
+    conn_config as_alice = client_cfg;
+    as_alice.secret = &alice_key;
+    as_alice.user = "alice";
+    side cli = {0};
+    dial(&as_alice, &cli);
+    RUN_UNTIL(cli.closed == 1 && srv_side[0].closed == 1);
+    ck_assert_int_eq(srv_side[0].ready, 0);
+    ck_assert_str_eq(srv_side[0].reason,
+                     "user \"alice\" refused: this daemon takes no user keys, only the cluster secret");
 }
 END_TEST
 
@@ -383,6 +571,12 @@ static Suite *suite(void)
     tcase_add_test(t, unauthenticated_message_refused);
     tcase_add_test(t, garbage_closes_only_that_connection);
     tcase_add_test(t, bounded_write_queue);
+    tcase_add_test(t, oversized_header_not_sent);
+    tcase_add_test(t, insecure_mode);
+    tcase_add_test(t, user_keys);
+    tcase_add_test(t, user_keys_refused_without_users);
+    tcase_add_test(t, peer_names_printable);
+    tcase_add_test(t, nothing_after_a_refusal);
     tcase_add_test(t, link_reconnects_with_backoff);
     suite_add_tcase(s, t);
     TCase *p = tcase_create("parsing");

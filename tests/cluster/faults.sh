@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# Cluster test of recovery: a supervised local cluster (appliance-up
+# --restart) trains tests/cluster/jobs/faults.toml once undisturbed, then
+# again while one daemon of each role is killed with SIGKILL at a random
+# step (seeded: FAULT_SEED reproduces the steps). Every disturbed job must
+# end done, with a restart in its log, and with the undisturbed run's
+# weights within 1e-4 relative. Then: a job whose restarts are used up
+# fails with a message that says so; a coordinator that stops answering
+# is noticed by the members, which let go and register again; the flight
+# recorder's dump names the stream events before a fault; and a wse-node
+# that does not come back leaves the job to the survivor.
+set -euo pipefail
+. "${SOURCE_ROOT:?}/tests/cluster/lib.sh" appliance-faults
+
+seed=${FAULT_SEED:-$(date +%s)}
+echo "fault seed $seed (FAULT_SEED=$seed reproduces the kill steps)"
+RANDOM=$seed
+
+"$src/deploy/local/appliance-up" --replicas 2 --dir "$run" --build "$build" --restart >/dev/null
+set -a; . "$run/env"; set +a
+submit="$build/client/appliance-submit"
+steps=$(sed -n 's/^max_steps = //p' "$src/tests/cluster/jobs/faults.toml")
+
+job() { # job NAME [SED-EXPRESSION]: the job file with model_dir $work/NAME
+  sed -e "s|^model_dir = .*|model_dir = \"$work/$1\"|" -e "${2:-}" \
+    "$src/tests/cluster/jobs/faults.toml" >"$work/$1.toml"
+  echo "$work/$1.toml"
+}
+# step_of JOB: its committed steps (empty while the coordinator is away)
+step_of() { "$submit" status "$1" --json 2>/dev/null | field steps 2>/dev/null || true; }
+# finish JOB: follows the job to its end, across a restart of the coordinator
+finish() {
+  local out state deadline=$((SECONDS + 180))
+  while :; do
+    out=$(timeout 120 "$submit" status "$1" --follow --json 2>&1 | tail -n 1) || true
+    state=$(echo "$out" | field state 2>/dev/null) || state=""
+    case "$state" in done|failed|cancelled) echo "$out"; return 0 ;; esac
+    [ "$SECONDS" -lt "$deadline" ] || fail "job $1 did not end: $out"
+    sleep 0.5
+  done
+}
+# wait_step JOB STEP: until the job has committed STEP steps
+wait_step() {
+  local s deadline=$((SECONDS + 60))
+  while :; do
+    s=$(step_of "$1")
+    [ -n "$s" ] && [ "$s" -ge "$2" ] && return 0
+    [ "$SECONDS" -lt "$deadline" ] || fail "job $1 did not reach step $2 (at ${s:-?})"
+    sleep 0.02
+  done
+}
+
+out=$(cd "$work" && timeout 120 "$submit" --json "$(job ref)") || fail "undisturbed job: $out"
+[ "$(echo "$out" | field state)" = done ] || fail "undisturbed job not done: $out"
+ref="$work/ref/checkpoint_$steps-shard1-of-1.safetensors"
+echo "ok: the undisturbed run: $steps steps"
+
+# disturb NAME VICTIM [forever]: kills VICTIM at a random step of a job
+disturb() {
+  local name="$1" victim="$2" at id out pid
+  at=$((15 + RANDOM % (steps - 60)))
+  id=$(cd "$work" && "$submit" --detach "$(job "$name")" | grep -o 'job-[0-9]*' | head -n 1)
+  [ -n "$id" ] || fail "$name: no job id"
+  wait_step "$id" "$at"
+  if [ "${3:-}" = forever ]; then
+    kill -KILL "$(cat "$run/pids/$victim.supervisor")"
+  fi
+  pid=$(cat "$run/pids/$victim.pid")
+  echo "$name: kill -9 $victim (pid $pid) at step $(step_of "$id" || echo "$at") of $id"
+  kill -KILL "$pid"
+  out=$(finish "$id")
+  [ "$(echo "$out" | field state)" = done ] || fail "$name: job $id did not recover: $out"
+  "$submit" logs "$id" >"$work/$name.log"
+  grep -q "fault at step .*restart 1 of 3" "$work/$name.log" || fail "$name: no restart in the log of $id"
+  grep -E "fault at step|restarted" "$work/$name.log" | sed 's/^/  /'
+  "$build/common/st-compare" "$ref" "$work/$name/checkpoint_$steps-shard1-of-1.safetensors" \
+    --rtol 1e-4 >"$work/$name.cmp" || { cat "$work/$name.cmp"; fail "$name: weights differ from the undisturbed run"; }
+  if "$build/common/st-compare" "$ref" "$work/$name/checkpoint_$steps-shard1-of-1.safetensors" \
+    --rtol 0 >/dev/null; then
+    echo "ok: $name: recovered; the weights are bitwise those of the undisturbed run"
+  else
+    echo "ok: $name: recovered; the weights agree within 1e-4"
+  fi
+}
+
+for victim in wse-node-2 memoryx-1 swarmx-1 worker-1 coordinator; do
+  disturb "kill-$victim" "$victim"
+done
+
+# The flight recorder: memoryx logged the stream events before the fault.
+grep -q "flight recorder, job" "$run/logs/memoryx-1.log" || fail "no flight recorder dump in the memoryx log"
+grep -Eq "flight: -[0-9.]+s grad_chunk from swarmx-1 step [0-9]+ layer [0-9]+ tensor [0-9]+ chunk" \
+  "$run/logs/memoryx-1.log" || fail "the flight recorder dump does not name gradient chunks"
+echo "ok: the flight recorder's dump names step, layer, tensor, chunk and peer"
+
+# No restarts allowed: the fault fails the job and says why.
+id=$(cd "$work" && "$submit" --detach "$(job norestart 's/^max_num_restarts = .*/max_num_restarts = 0/')" |
+  grep -o 'job-[0-9]*' | head -n 1)
+wait_step "$id" 20
+kill -KILL "$(cat "$run/pids/worker-2.pid")"
+out=$(finish "$id")
+[ "$(echo "$out" | field state)" = failed ] || fail "a job without restarts did not fail: $out"
+echo "$out" | field message | grep -qF "no restarts left: runconfig.max_num_restarts = 0" ||
+  fail "the failure does not say the restarts are used up: $out"
+echo "ok: with max_num_restarts = 0 a fault fails the job: $(echo "$out" | field message)"
+
+# A coordinator that stops answering: the members notice within the
+# timeout, let go, and register again once it answers.
+wait_members() { # wait_members N: until N members are alive
+  local deadline=$((SECONDS + 30)) n
+  while :; do
+    n=$("$submit" --cluster --json 2>/dev/null | "$py" -c \
+      "import json,sys; print(sum(m['state'] == 'alive' for m in json.load(sys.stdin)['members']))" 2>/dev/null || echo 0)
+    [ "$n" -ge "$1" ] && return 0
+    [ "$SECONDS" -lt "$deadline" ] || fail "only $n of $1 members alive: $("$submit" --cluster 2>&1)"
+    sleep 0.2
+  done
+}
+wait_members 6
+cpid=$(cat "$run/pids/coordinator.pid")
+kill -STOP "$cpid"
+sleep 5
+kill -CONT "$cpid"
+grep -q "the coordinator has not answered for" "$run/logs/wse-node-1.log" ||
+  fail "wse-node-1 did not notice the silent coordinator"
+wait_members 6
+echo "ok: a silent coordinator is noticed by its members, which register again"
+
+# A memoryx killed while it writes a checkpoint: the checkpoint before
+# stays intact and loadable, the partial files go, and the job recovers
+# from it. A wider model (72 MB of weights, as much momentum) so that a
+# write takes long enough to be caught.
+wide='s/^units = 512/units = 4096/; s/^units = 256/units = 4096/; s/^max_steps = .*/max_steps = 12/; s/^checkpoint_steps = .*/checkpoint_steps = 3/'
+id=$(cd "$work" && "$submit" --detach "$(job ckpt "$wide")" | grep -o 'job-[0-9]*' | head -n 1)
+partial=""
+deadline=$((SECONDS + 120))
+while [ -z "$partial" ]; do
+  partial=$(cd "$work/ckpt" 2>/dev/null && ls -- *_[69]-shard1-of-1.safetensors.tmp-* 2>/dev/null | head -n 1) || true
+  [ "$SECONDS" -lt "$deadline" ] || fail "no checkpoint write of step 6 or 9 was seen"
+  [ -n "$partial" ] || sleep 0.005
+done
+kill -KILL "$(cat "$run/pids/memoryx-1.pid")"
+at=${partial#*_}; at=${at%%-*}
+prev=$((at - 3))
+echo "checkpoint: memoryx killed while writing $partial"
+for f in checkpoint optimizer; do
+  "$build/common/st-compare" "$work/ckpt/${f}_$prev-shard1-of-1.safetensors" \
+    "$work/ckpt/${f}_$prev-shard1-of-1.safetensors" --rtol 0 >/dev/null ||
+    fail "the $f file of step $prev does not load after the kill"
+done
+out=$(finish "$id")
+[ "$(echo "$out" | field state)" = done ] || fail "the job did not recover from the kill during a checkpoint: $out"
+"$submit" logs "$id" | grep -q "restart 1 of 3 from the checkpoint of step $prev" ||
+  fail "the job did not restart from the checkpoint of step $prev"
+grep -q "removed .*$partial, a partial checkpoint file" "$run/logs/memoryx-1.log" ||
+  fail "the partial file $partial was not removed"
+ls "$work/ckpt" | grep -q 'tmp-' && fail "partial files left in model_dir: $(ls "$work/ckpt")"
+echo "ok: a memoryx killed while writing the checkpoint of step $at: step $prev stays loadable, the job recovers from it"
+
+# A wse-node that does not come back: after the wait for a replacement the
+# job goes on with the survivor (min_num_csx = 1), the same global batch.
+disturb survivor wse-node-2 forever
+grep -q "1 of 2 replica(s) available: going on with them" "$work/survivor.log" ||
+  fail "the job did not go on with the survivor"
+echo "ok: the job went on with the surviving replica"

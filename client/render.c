@@ -214,7 +214,7 @@ void render_list(const Appliance__JobList *l, bool json)
             printf(i ? ", " : "");
             render_status_json(l->jobs[i]);
         }
-        printf("]}\n");
+        printf("], \"omitted\": %llu}\n", (unsigned long long)l->omitted);
         return;
     }
     printf("%-10s %-10s %-4s %-6s %-14s %-12s %-10s %s\n", "JOB", "STATE", "PRIO", "QUEUE",
@@ -235,4 +235,7 @@ void render_list(const Appliance__JobList *l, bool json)
         printf("%-10s %-10s p%-3u %-6s %-14s %-12.6f %-10s %s\n", st->job_id,
                render_job_state(st->state), st->priority, pos, step, st->loss, when, st->file_name);
     }
+    if (l->omitted)
+        printf("(%llu older jobs not listed; appliance-submit status JOB shows any of them)\n",
+               (unsigned long long)l->omitted);
 }

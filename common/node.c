@@ -66,7 +66,8 @@ enum {
     OPT_PORT_FILE, OPT_STATE_DIR, OPT_LOG_LEVEL, OPT_WAFER, OPT_MEMORY, OPT_THREADS,
     OPT_HB, OPT_HB_TIMEOUT, OPT_METRICS, OPT_INSECURE, OPT_MAX_CONNS, OPT_MAX_CONNS_ADDR,
     OPT_AUTH_TIMEOUT, OPT_MAX_HEADER, OPT_MAX_PAYLOAD, OPT_MAX_QUEUED, OPT_USERS_FILE,
-    OPT_MAX_JOB_FILE, OPT_MAX_MODEL_PARAMS, OPT_MAX_STEPS, OPT_HELP,
+    OPT_MAX_JOB_FILE, OPT_MAX_MODEL_PARAMS, OPT_MAX_STEPS, OPT_MAX_QUEUED_JOBS,
+    OPT_MAX_PER_SUBMITTER, OPT_MAX_HISTORY, OPT_MAX_BACKLOG, OPT_HELP,
 };
 
 static const struct option node__longopts[] = {
@@ -96,6 +97,10 @@ static const struct option node__longopts[] = {
     {"max-job-file", required_argument, NULL, OPT_MAX_JOB_FILE},
     {"max-model-params", required_argument, NULL, OPT_MAX_MODEL_PARAMS},
     {"max-steps", required_argument, NULL, OPT_MAX_STEPS},
+    {"max-queued-jobs", required_argument, NULL, OPT_MAX_QUEUED_JOBS},
+    {"max-queued-per-submitter", required_argument, NULL, OPT_MAX_PER_SUBMITTER},
+    {"max-job-history", required_argument, NULL, OPT_MAX_HISTORY},
+    {"max-client-backlog", required_argument, NULL, OPT_MAX_BACKLOG},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -115,7 +120,11 @@ static bool node__role_has(const node_role *role, int opt)
     case OPT_USERS_FILE:
     case OPT_MAX_JOB_FILE:
     case OPT_MAX_MODEL_PARAMS:
-    case OPT_MAX_STEPS: return r == APPLIANCE__ROLE__ROLE_COORDINATOR;
+    case OPT_MAX_STEPS:
+    case OPT_MAX_QUEUED_JOBS:
+    case OPT_MAX_PER_SUBMITTER:
+    case OPT_MAX_HISTORY:
+    case OPT_MAX_BACKLOG: return r == APPLIANCE__ROLE__ROLE_COORDINATOR;
     default: return true;
     }
 }
@@ -207,6 +216,7 @@ static int node__apply(node_options *o, int opt, const char *val, const char *wh
         break;
     case OPT_WAFER:
     case OPT_MEMORY:
+    case OPT_MAX_BACKLOG:
         if (units_parse_size(val, &v) < 0 || v == 0) {
             fprintf(stderr, "%s: size \"%s\": expected bytes with an optional K, M, G or T suffix\n",
                     where, val);
@@ -214,15 +224,20 @@ static int node__apply(node_options *o, int opt, const char *val, const char *wh
         }
         if (opt == OPT_WAFER)
             o->wafer_memory = v;
-        else
+        else if (opt == OPT_MEMORY)
             o->memory = v;
+        else
+            o->max_client_backlog = v;
         break;
     case OPT_THREADS:
     case OPT_HB:
     case OPT_HB_TIMEOUT:
     case OPT_MAX_CONNS:
     case OPT_MAX_CONNS_ADDR:
-    case OPT_AUTH_TIMEOUT: {
+    case OPT_AUTH_TIMEOUT:
+    case OPT_MAX_QUEUED_JOBS:
+    case OPT_MAX_PER_SUBMITTER:
+    case OPT_MAX_HISTORY: {
         long n = strtol(val, &end, 10);
         if (*end || end == val || n <= 0 || n > 10000000) {
             fprintf(stderr, "%s: \"%s\": expected a positive integer\n", where, val);
@@ -234,6 +249,12 @@ static int node__apply(node_options *o, int opt, const char *val, const char *wh
             o->heartbeat_ms = (uint32_t)n;
         else if (opt == OPT_HB_TIMEOUT)
             o->heartbeat_timeout_ms = (uint32_t)n;
+        else if (opt == OPT_MAX_QUEUED_JOBS)
+            o->max_queued_jobs = (uint32_t)n;
+        else if (opt == OPT_MAX_PER_SUBMITTER)
+            o->max_queued_per_submitter = (uint32_t)n;
+        else if (opt == OPT_MAX_HISTORY)
+            o->max_job_history = (uint32_t)n;
         else if (opt == OPT_MAX_CONNS)
             o->max_connections = (uint32_t)n;
         else if (opt == OPT_MAX_CONNS_ADDR)
@@ -278,6 +299,10 @@ void node_parse_args(node_options *o, const node_role *role, int argc, char **ar
     o->max_job_file = NODE_DEFAULT_MAX_JOB_FILE;
     o->max_model_params = NODE_DEFAULT_MAX_MODEL_PARAMS;
     o->max_steps = NODE_DEFAULT_MAX_STEPS;
+    o->max_queued_jobs = 1000;
+    o->max_queued_per_submitter = 100;
+    o->max_job_history = 1000;
+    o->max_client_backlog = 8u << 20;
     bool given[OPT_HELP + 1] = {false};
     int c;
     opterr = 0;
@@ -887,6 +912,11 @@ int node_run(node *n, const node_role *role, uv_loop_t *loop)
     n->ccfg.queue_max = n->opt.max_queued_bytes;
     if (n->ccfg.high_water > n->ccfg.queue_max / 4)
         n->ccfg.high_water = n->ccfg.queue_max / 4;
+    /* The coordinator paces long replies (logs) to the high water: they must
+     * stay below the backlog after which it disconnects a client. */
+    if (role->role == APPLIANCE__ROLE__ROLE_COORDINATOR &&
+        n->ccfg.high_water > n->opt.max_client_backlog / 2)
+        n->ccfg.high_water = n->opt.max_client_backlog / 2;
     n->server.data = n;
     if (conn_listen(loop, &n->server, n->opt.listen, node__on_connection, err, sizeof(err)) < 0) {
         log_error("%s", err);

@@ -52,6 +52,11 @@ typedef struct node_options {
     uint64_t max_job_file;     /* bytes of a submitted job file */
     uint64_t max_model_params; /* trainable parameters of a submitted model */
     uint64_t max_steps;        /* runconfig.max_steps of a submitted job */
+    /* Coordinator: admission and history (docs/architecture.md). */
+    uint32_t max_queued_jobs;  /* jobs waiting in the queue at most */
+    uint32_t max_queued_per_submitter; /* of those, from one submitter */
+    uint32_t max_job_history;  /* finished jobs kept in memory */
+    uint64_t max_client_backlog; /* unread reply bytes a client may leave */
 } node_options;
 
 #define NODE_DEFAULT_MAX_CONNECTIONS 1024u

@@ -1,5 +1,6 @@
 /* Membership handlers: registration, heartbeats, the member list. */
 #include "coordinator.h"
+#include "admission.h"
 #include "job.h"
 
 #include <errno.h>
@@ -40,6 +41,7 @@ static void co__sweep(uv_timer_t *t)
     coordinator *co = t->data;
     members_sweep(&co->members, uv_now(t->loop), co__on_sweep_lost, co);
     jobs_tick(co);
+    admission_sweep_clients(co);
 }
 
 static void co__register(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, uint32_t len)
@@ -206,6 +208,14 @@ static void co__metrics(node *n, metrics_buf *b)
         queued += co->jobs[i]->state == APPLIANCE__JOB_STATE__JOB_QUEUED;
     metrics_printf(b, "# HELP appliance_queue_depth Jobs waiting in the queue.\n"
                       "# TYPE appliance_queue_depth gauge\nappliance_queue_depth %zu\n", queued);
+    metrics_printf(b, "# HELP appliance_jobs_refused_total Submissions refused by an admission limit.\n"
+                      "# TYPE appliance_jobs_refused_total counter\nappliance_jobs_refused_total %llu\n"
+                      "# HELP appliance_jobs_evicted_total Finished jobs evicted from memory (the journal keeps them).\n"
+                      "# TYPE appliance_jobs_evicted_total counter\nappliance_jobs_evicted_total %llu\n"
+                      "# HELP appliance_clients_dropped_total Clients disconnected for leaving replies unread.\n"
+                      "# TYPE appliance_clients_dropped_total counter\nappliance_clients_dropped_total %llu\n",
+                   (unsigned long long)co->jobs_refused, (unsigned long long)co->jobs_evicted,
+                   (unsigned long long)co->clients_dropped);
     metrics_hist_render(&co->step_hist, b, NULL);
 }
 
@@ -220,7 +230,13 @@ void coordinator_role(node_role *role)
         "  --users-file PATH        users and their keys: a user sees only their own jobs\n"
         "  --max-job-file SIZE      bytes of a submitted job file (default 256K)\n"
         "  --max-model-params N     trainable parameters of a submitted model (default 1G)\n"
-        "  --max-steps N            runconfig.max_steps of a submitted job (default 100000000)\n";
+        "  --max-steps N            runconfig.max_steps of a submitted job (default 100000000)\n"
+        "  --max-queued-jobs N      jobs waiting in the queue at most (default 1000)\n"
+        "  --max-queued-per-submitter N  of those, from one submitter (default 100)\n"
+        "  --max-job-history N      finished jobs kept in memory; older ones are read\n"
+        "                           back from the journal (default 1000)\n"
+        "  --max-client-backlog SIZE  unread replies after which a client is\n"
+        "                           disconnected (default 8M)\n";
     role->handlers[APPLIANCE__ENVELOPE__MSG_REGISTER] = co__register;
     role->handlers[APPLIANCE__ENVELOPE__MSG_HEARTBEAT] = co__heartbeat;
     role->handlers[APPLIANCE__ENVELOPE__MSG_DEREGISTER] = co__deregister;

@@ -19,6 +19,9 @@ typedef struct coordinator {
     uint64_t heartbeats_missed;   /* members lost to silence */
     uint64_t last_commit;         /* uv_now of the last committed step */
     metrics_hist step_hist;       /* time between committed steps */
+    uint64_t jobs_refused;        /* submissions refused by an admission limit (admission.c) */
+    uint64_t jobs_evicted;        /* finished jobs evicted from memory (history.c) */
+    uint64_t clients_dropped;     /* clients closed for leaving replies unread */
 } coordinator;
 
 /* Fills the role table of the coordinator. */

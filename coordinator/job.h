@@ -89,6 +89,11 @@ struct job {
     size_t nreaders;
     char **log;           /* the log lines, owned */
     size_t nlog, caplog;
+    /* Admission and history (admission.c, history.c): */
+    char submitter[96];   /* whose queue slots it takes: the user, else "HOST/NAME" of the
+                           * client (admission_submitter, ADMISSION_SUBMITTER_LEN) */
+    bool from_journal;    /* read back from the journal for one answer; not one of co->jobs */
+    uint32_t sending;     /* its log is being sent to clients (jobctl.c): not evicted meanwhile */
 };
 
 const char *job_state_name(Appliance__JobState s);
@@ -113,6 +118,9 @@ int jobs_plan(coordinator *co, const jobspec *spec, const char *id, const char *
               uint8_t **plan, size_t *len, member ***used, size_t *nused, char *err, size_t errlen);
 /* Sends a job's log lines from `from` on to c. */
 void job_send_log(job *j, conn *c, uint64_t from, bool end);
+/* Fills j (its seq set) from its journal row; not its log. Returns 0 or
+ * -ENOMEM. */
+int job_from_journal(coordinator *co, job *j, const journal_job *jj);
 /* Adds a log line without journaling it (loading). */
 void job_append_log(job *j, const char *line);
 /* A fault hit the running job (a member or a link lost): it restarts from

@@ -7,6 +7,8 @@
 #include <string.h>
 #include <sys/time.h>
 
+#include "admission.h"
+#include "history.h"
 #include "job.h"
 #include "log.h"
 #include "msg.h"
@@ -21,6 +23,8 @@ static size_t jobctl__chunk(const conn *c)
     size_t half = c->cfg->limits.max_header / 2;
     return half < JOBCTL_REPLY_CHUNK ? half : JOBCTL_REPLY_CHUNK;
 }
+
+#define JOB_FOLLOWERS_MAX 1024 /* clients following one job (status or log) at most */
 
 static coordinator *co_of(node *n) { return n->data; }
 
@@ -38,6 +42,11 @@ static double jobctl__now(void)
 
 static int jobctl__follow(job *j, conn *c)
 {
+    for (size_t i = 0; i < j->nfollowers; i++)
+        if (j->followers[i] == c)
+            return 0;
+    if (j->nfollowers >= JOB_FOLLOWERS_MAX)
+        return -ENOBUFS;
     conn **v = realloc(j->followers, (j->nfollowers + 1) * sizeof(*v));
     if (!v)
         return -ENOMEM;
@@ -71,16 +80,16 @@ void jobs_handle_submit(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, 
             *q = '?';
     const char *base = s->base_dir ? s->base_dir : "";
     char err[1024];
-    const node_options *lim = &n->opt;
+    char submitter[ADMISSION_SUBMITTER_LEN];
+    admission_submitter(c, submitter, sizeof(submitter));
     size_t toml_len = strlen(s->toml);
-    if (toml_len > lim->max_job_file) {
-        snprintf(err, sizeof(err), "%s: the job file has %zu bytes, more than this coordinator "
-                 "accepts (max_job_file = %llu bytes)", file, toml_len,
-                 (unsigned long long)lim->max_job_file);
+    int arc = admission_check(co, submitter, file, toml_len, s->plan_only, err, sizeof(err));
+    if (arc < 0) {
         log_info("job file %s from %s refused: %s", file, c->peer_addr, err);
-        node_reply_error(c, -EFBIG, "%s", err);
+        node_reply_error(c, arc, "%s", err);
         return;
     }
+    const node_options *lim = &n->opt;
     jobspec *spec = jobspec_parse(s->toml, toml_len, file, base, err, sizeof(err));
     if (!spec) {
         log_info("job file %s from %s refused: %s", file, c->peer_addr, err);
@@ -102,6 +111,7 @@ void jobs_handle_submit(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, 
         err[0] = 0;
     if (err[0]) {
         log_info("job file %s from %s refused: %s", file, c->peer_addr, err);
+        co->jobs_refused++;
         node_reply_error(c, -EFBIG, "%s", err);
         jobspec_free(spec);
         return;
@@ -141,6 +151,7 @@ void jobs_handle_submit(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, 
         jobspec_free(spec);
         return;
     }
+    history_evict(co, 0);
     job *j = job_new(co, co->next_seq);
     if (!j || !(j->toml = strdup(s->toml))) {
         node_reply_error(c, -ENOMEM, "out of memory");
@@ -148,6 +159,7 @@ void jobs_handle_submit(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, 
         return;
     }
     snprintf(j->file, sizeof(j->file), "%s", file);
+    snprintf(j->submitter, sizeof(j->submitter), "%s", submitter);
     snprintf(j->owner, sizeof(j->owner), "%s", c->auth_user);
     snprintf(j->base_dir, sizeof(j->base_dir), "%s", base);
     snprintf(j->model_dir, sizeof(j->model_dir), "%s", spec->model_dir);
@@ -182,7 +194,9 @@ void jobs_handle_submit(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, 
 
 /* The job a query names, "" for the newest the client may see; NULL after
  * replying an error. Another user's job is not there for this client: the
- * answer is the same as for a job that never was. */
+ * answer is the same as for a job that never was. A finished job evicted
+ * from memory is read back from the journal: give it back with
+ * history_release. */
 static job *jobctl__named(coordinator *co, conn *c, const char *id)
 {
     job *j = NULL;
@@ -190,10 +204,16 @@ static job *jobctl__named(coordinator *co, conn *c, const char *id)
         for (size_t i = co->njobs; i > 0 && !j; i--)
             if (jobs_visible(c, co->jobs[i - 1]))
                 j = co->jobs[i - 1];
+        if (!j && c->auth_user[0]) /* a user whose jobs were all evicted */
+            j = history_load_newest(co, c->auth_user);
     } else {
         j = job_find(co, id);
-        if (j && !jobs_visible(c, j))
+        if (!j)
+            j = history_load(co, id);
+        if (j && !jobs_visible(c, j)) {
+            history_release(j);
             j = NULL;
+        }
     }
     if (!j)
         node_reply_error(c, -ENOENT, "no job %s", id && id[0] ? id : "yet");
@@ -207,46 +227,15 @@ void jobs_handle_status(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, 
     if (!j)
         return;
     jobctl__send_status(co, j, c);
-    if (env->job_status_query->follow && !jobctl__ended(j))
-        jobctl__follow(j, c);
+    if (env->job_status_query->follow && !jobctl__ended(j) && jobctl__follow(j, c) < 0)
+        node_reply_error(c, -ENOBUFS, "job %s has %u followers, the most it takes", j->id,
+                         JOB_FOLLOWERS_MAX);
+    history_release(j);
 }
 
 void jobs_handle_list(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, uint32_t len)
 {
-    coordinator *co = co_of(n);
-    Appliance__JobStatus *st = calloc(co->njobs ? co->njobs : 1, sizeof(*st));
-    Appliance__JobStatus **ptrs = calloc(co->njobs ? co->njobs : 1, sizeof(*ptrs));
-    if (!st || !ptrs) {
-        free(st);
-        free(ptrs);
-        node_reply_error(c, -ENOMEM, "out of memory");
-        return;
-    }
-    size_t k = 0;
-    for (size_t i = 0; i < co->njobs; i++)
-        if (jobs_visible(c, co->jobs[i])) {
-            job_status(co, co->jobs[i], &st[k]);
-            ptrs[k] = &st[k];
-            k++;
-        }
-    /* A long list goes in several frames, each well below the header limit. */
-    size_t first = 0, chunk = jobctl__chunk(c);
-    do {
-        size_t end = first, bytes = 0;
-        while (end < k && (end == first || bytes + appliance__job_status__get_packed_size(ptrs[end]) +
-                                                   8 <= chunk))
-            bytes += appliance__job_status__get_packed_size(ptrs[end++]) + 8;
-        Appliance__JobList l = APPLIANCE__JOB_LIST__INIT;
-        l.n_jobs = end - first;
-        l.jobs = ptrs + first;
-        l.more = end < k;
-        ENVELOPE(out, job_list, JOB_LIST, &l);
-        if (conn_send_msg(c, &out) < 0)
-            break;
-        first = end;
-    } while (first < k);
-    free(st);
-    free(ptrs);
+    history_list(co_of(n), c);
 }
 
 void jobs_handle_cancel(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, uint32_t len)
@@ -255,8 +244,9 @@ void jobs_handle_cancel(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, 
     job *j = jobctl__named(co, c, env->job_cancel->job_id);
     if (!j)
         return;
-    if (jobctl__ended(j)) {
+    if (jobctl__ended(j) || j->from_journal) { /* only finished jobs are evicted */
         node_reply_error(c, -EALREADY, "job %s has already ended: %s", j->id, job_state_name(j->state));
+        history_release(j);
         return;
     }
     char why[160];
@@ -271,7 +261,9 @@ void jobs_handle_cancel(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, 
 }
 
 /* A job's log on its way to a client, a frame at a time as the
- * connection drains: a long log never sits whole in a write queue. */
+ * connection drains: a long log never sits whole in a write queue. The job
+ * stays in memory until its log is sent (j->sending); one read back from
+ * the journal is freed then. */
 typedef struct jobctl_send {
     conn *c;
     job *j;
@@ -297,6 +289,14 @@ static bool jobctl__pump(jobctl_send *s)
         if (caught_up && s->follow && !jobctl__ended(j)) {
             if (end > s->next)
                 job_send_log(j, s->c, s->next, false);
+            for (size_t i = 0; i < j->nreaders; i++)
+                if (j->readers[i].c == s->c)
+                    return true;
+            if (j->nreaders >= JOB_FOLLOWERS_MAX) {
+                node_reply_error(s->c, -ENOBUFS, "job %s has %u log readers, the most it takes",
+                                 j->id, JOB_FOLLOWERS_MAX);
+                return true;
+            }
             job_reader *v = realloc(j->readers, (j->nreaders + 1) * sizeof(*v));
             if (!v)
                 return true;
@@ -321,6 +321,39 @@ static bool jobctl__pump(jobctl_send *s)
     }
 }
 
+/* A send is over (finished or its client gone): the job may go. */
+static void jobctl__done(jobctl_send *s)
+{
+    s->j->sending--;
+    if (s->j->sending == 0)
+        history_release(s->j);
+}
+
+/* Sends a log now, or after the client's earlier ones (one at a time per
+ * client, in request order). */
+static void jobctl__start(jobctl_send *s)
+{
+    s->j->sending++;
+    bool waiting = false;
+    for (size_t i = 0; i < jobctl__nsends && !waiting; i++)
+        waiting = jobctl__sends[i].c == s->c;
+    if (!waiting && jobctl__pump(s)) {
+        jobctl__done(s);
+        return;
+    }
+    jobctl_send *v = realloc(jobctl__sends, (jobctl__nsends + 1) * sizeof(*v));
+    if (!v) {
+        jobctl__done(s);
+        if (waiting)
+            node_reply_error(s->c, -ENOMEM, "out of memory");
+        else
+            conn_fail(s->c, -ENOMEM, "out of memory"); /* a log half sent */
+        return;
+    }
+    jobctl__sends = v;
+    jobctl__sends[jobctl__nsends++] = *s;
+}
+
 void jobs_handle_logs(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, uint32_t len)
 {
     coordinator *co = co_of(n);
@@ -328,27 +361,10 @@ void jobs_handle_logs(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, ui
     job *j = jobctl__named(co, c, q->job_id);
     if (!j)
         return;
-    jobctl_send s = {.c = c, .j = j, .next = q->from, .follow = q->follow};
-    for (size_t i = 0; i < jobctl__nsends; i++)
-        if (jobctl__sends[i].c == c) { /* one at a time per client: this one waits its turn */
-            jobctl_send *v = realloc(jobctl__sends, (jobctl__nsends + 1) * sizeof(*v));
-            if (!v) {
-                node_reply_error(c, -ENOMEM, "out of memory");
-                return;
-            }
-            jobctl__sends = v;
-            jobctl__sends[jobctl__nsends++] = s;
-            return;
-        }
-    if (jobctl__pump(&s))
-        return;
-    jobctl_send *v = realloc(jobctl__sends, (jobctl__nsends + 1) * sizeof(*v));
-    if (!v) {
-        conn_fail(c, -ENOMEM, "out of memory");
-        return;
-    }
-    jobctl__sends = v;
-    jobctl__sends[jobctl__nsends++] = s;
+    if (j->from_journal)
+        history_load_log(co, j);
+    jobctl_send s = {.c = c, .j = j, .next = q->from, .follow = q->follow && !j->from_journal};
+    jobctl__start(&s);
 }
 
 void jobs_client_drain(coordinator *co, conn *c)
@@ -361,6 +377,7 @@ void jobs_client_drain(coordinator *co, conn *c)
         }
         if (!jobctl__pump(&jobctl__sends[i]))
             return;
+        jobctl__done(&jobctl__sends[i]);
         memmove(&jobctl__sends[i], &jobctl__sends[i + 1],
                 (jobctl__nsends - i - 1) * sizeof(*jobctl__sends));
         jobctl__nsends--;
@@ -373,6 +390,8 @@ void jobs_client_forget(coordinator *co, conn *c)
     for (size_t i = 0; i < jobctl__nsends; i++)
         if (jobctl__sends[i].c != c)
             jobctl__sends[k++] = jobctl__sends[i];
+        else
+            jobctl__done(&jobctl__sends[i]);
     jobctl__nsends = k;
     if (k == 0) {
         free(jobctl__sends);
@@ -388,17 +407,15 @@ static int jobctl__load_line(void *arg, uint64_t line, const char *text)
     return 0;
 }
 
-static int jobctl__load_job(void *arg, const journal_job *jj)
+int job_from_journal(coordinator *co, job *j, const journal_job *jj)
 {
-    coordinator *co = arg;
-    job *j = job_new(co, jj->seq);
-    if (!j)
-        return -ENOMEM;
     snprintf(j->id, sizeof(j->id), "%s", jj->id);
     j->state = (Appliance__JobState)jj->state;
     j->priority = jj->priority >= 1 && jj->priority <= 3 ? jj->priority : 2;
     snprintf(j->file, sizeof(j->file), "%s", jj->file);
     snprintf(j->owner, sizeof(j->owner), "%s", jj->owner ? jj->owner : "");
+    /* A user's queued jobs count against them again (admission_submitter). */
+    snprintf(j->submitter, sizeof(j->submitter), "%s", j->owner);
     snprintf(j->base_dir, sizeof(j->base_dir), "%s", jj->base_dir);
     snprintf(j->model_dir, sizeof(j->model_dir), "%s", jj->model_dir);
     snprintf(j->message, sizeof(j->message), "%s", jj->message);
@@ -417,7 +434,17 @@ static int jobctl__load_job(void *arg, const journal_job *jj)
     if ((j->state == APPLIANCE__JOB_STATE__JOB_QUEUED || j->state == APPLIANCE__JOB_STATE__JOB_RUNNING) &&
         !(j->toml = strdup(jj->toml)))
         return -ENOMEM;
+    return 0;
+}
+
+static int jobctl__load_job(void *arg, const journal_job *jj)
+{
+    coordinator *co = arg;
+    job *j = job_new(co, jj->seq);
+    if (!j || job_from_journal(co, j, jj) < 0)
+        return -ENOMEM;
     journal_load_log(co->journal, j->id, jobctl__load_line, j);
+    history_evict(co, 64); /* a long journal loads within the memory bound */
     return 0;
 }
 

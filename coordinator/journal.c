@@ -14,8 +14,18 @@ struct journal {
     sqlite3 *db;
     sqlite3_stmt *put;     /* INSERT OR REPLACE INTO jobs */
     sqlite3_stmt *log;     /* INSERT OR REPLACE INTO job_log */
+    sqlite3_stmt *get;     /* SELECT one job by id */
     sqlite3_stmt *owner;   /* INSERT OR REPLACE INTO job_owner */
 };
+
+/* The columns journal__row reads, in its order, and the tables they come
+ * from: a job's owner is in job_owner, and a job without a row there (one
+ * submitted by an operator, or before owners were kept) has owner "". */
+#define JOURNAL_COLUMNS                                                                      \
+    "id, seq, state, priority, file, toml, base_dir, model_dir, message, submitted_at, steps," \
+    " max_steps, loss, eval_step, eval_loss, eval_accuracy, eval_iou, COALESCE(o.owner, '')"
+#define JOURNAL_TABLES "jobs LEFT JOIN job_owner o ON o.job_id = jobs.id"
+
 
 static const char journal__schema[] =
     "PRAGMA journal_mode=WAL;"
@@ -99,7 +109,9 @@ journal *journal_open(const char *dir, char *err, size_t errlen)
         sqlite3_prepare_v2(jn->db, "INSERT OR REPLACE INTO job_log VALUES(?1,?2,?3)", -1, &jn->log,
                            NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(jn->db, "INSERT OR REPLACE INTO job_owner VALUES(?1,?2)", -1,
-                           &jn->owner, NULL) != SQLITE_OK) {
+                           &jn->owner, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(jn->db, "SELECT " JOURNAL_COLUMNS " FROM " JOURNAL_TABLES " WHERE id = ?1",
+                           -1, &jn->get, NULL) != SQLITE_OK) {
         if (!err[0] || msg)
             snprintf(err, errlen, "%s: %s", path, msg ? msg : sqlite3_errmsg(jn->db));
         sqlite3_free(msg);
@@ -115,6 +127,7 @@ void journal_close(journal *jn)
         return;
     sqlite3_finalize(jn->put);
     sqlite3_finalize(jn->log);
+    sqlite3_finalize(jn->get);
     sqlite3_finalize(jn->owner);
     sqlite3_close(jn->db);
     free(jn);
@@ -220,40 +233,96 @@ static const char *journal__text(sqlite3_stmt *st, int col)
     return t ? (const char *)t : "";
 }
 
+/* The job on the current row of a statement selecting JOURNAL_COLUMNS. */
+static journal_job journal__row(sqlite3_stmt *st)
+{
+    journal_job jj = {
+        .id = journal__text(st, 0),
+        .seq = (uint64_t)sqlite3_column_int64(st, 1),
+        .state = sqlite3_column_int(st, 2),
+        .priority = (uint32_t)sqlite3_column_int(st, 3),
+        .file = journal__text(st, 4),
+        .toml = journal__text(st, 5),
+        .base_dir = journal__text(st, 6),
+        .model_dir = journal__text(st, 7),
+        .message = journal__text(st, 8),
+        .submitted_at = sqlite3_column_double(st, 9),
+        .steps = (uint64_t)sqlite3_column_int64(st, 10),
+        .max_steps = (uint64_t)sqlite3_column_int64(st, 11),
+        .loss = sqlite3_column_double(st, 12),
+        .eval_step = (uint64_t)sqlite3_column_int64(st, 13),
+        .eval_loss = sqlite3_column_double(st, 14),
+        .eval_accuracy = sqlite3_column_double(st, 15),
+        .eval_iou = sqlite3_column_double(st, 16),
+        .owner = journal__text(st, 17),
+    };
+    return jj;
+}
+
 int journal_load(journal *jn, int (*cb)(void *arg, const journal_job *jj), void *arg)
 {
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(jn->db,
-                           "SELECT id, seq, state, priority, file, toml, base_dir, model_dir, message,"
-                           " submitted_at, steps, max_steps, loss, eval_step, eval_loss,"
-                           " eval_accuracy, eval_iou, COALESCE(o.owner, '') FROM jobs"
-                           " LEFT JOIN job_owner o ON o.job_id = jobs.id ORDER BY seq",
-                           -1, &st, NULL) != SQLITE_OK) {
+    if (sqlite3_prepare_v2(jn->db, "SELECT " JOURNAL_COLUMNS " FROM " JOURNAL_TABLES " ORDER BY seq", -1, &st,
+                           NULL) != SQLITE_OK) {
         log_error("journal: cannot read the jobs: %s", sqlite3_errmsg(jn->db));
         return -EIO;
     }
     int rc = 0;
     while (rc == 0 && sqlite3_step(st) == SQLITE_ROW) {
-        journal_job jj = {
-            .id = journal__text(st, 0),
-            .seq = (uint64_t)sqlite3_column_int64(st, 1),
-            .state = sqlite3_column_int(st, 2),
-            .priority = (uint32_t)sqlite3_column_int(st, 3),
-            .file = journal__text(st, 4),
-            .toml = journal__text(st, 5),
-            .base_dir = journal__text(st, 6),
-            .model_dir = journal__text(st, 7),
-            .message = journal__text(st, 8),
-            .submitted_at = sqlite3_column_double(st, 9),
-            .steps = (uint64_t)sqlite3_column_int64(st, 10),
-            .max_steps = (uint64_t)sqlite3_column_int64(st, 11),
-            .loss = sqlite3_column_double(st, 12),
-            .eval_step = (uint64_t)sqlite3_column_int64(st, 13),
-            .eval_loss = sqlite3_column_double(st, 14),
-            .eval_accuracy = sqlite3_column_double(st, 15),
-            .eval_iou = sqlite3_column_double(st, 16),
-            .owner = journal__text(st, 17),
-        };
+        journal_job jj = journal__row(st);
+        rc = cb(arg, &jj);
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int journal_get(journal *jn, const char *id, int (*cb)(void *arg, const journal_job *jj), void *arg)
+{
+    sqlite3_stmt *st = jn->get;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    int step = sqlite3_step(st);
+    int rc = step == SQLITE_ROW ? 0 : step == SQLITE_DONE ? -ENOENT : -EIO;
+    if (rc == 0) {
+        journal_job jj = journal__row(st);
+        rc = cb(arg, &jj);
+    } else if (rc == -EIO) {
+        log_error("journal: cannot read job %s: %s", id, sqlite3_errmsg(jn->db));
+    }
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    return rc;
+}
+
+int journal_recent(journal *jn, const char *owner, size_t limit, uint64_t *total,
+                   int (*cb)(void *arg, const journal_job *jj), void *arg)
+{
+    /* ?2 NULL: every job; else the jobs of that owner ("" an operator's). */
+    sqlite3_stmt *st;
+    if (total) {
+        *total = 0;
+        if (sqlite3_prepare_v2(jn->db,
+                               "SELECT COUNT(*) FROM " JOURNAL_TABLES
+                               " WHERE ?1 IS NULL OR COALESCE(o.owner, '') = ?1",
+                               -1, &st, NULL) != SQLITE_OK)
+            return -EIO;
+        sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+        if (sqlite3_step(st) == SQLITE_ROW)
+            *total = (uint64_t)sqlite3_column_int64(st, 0);
+        sqlite3_finalize(st);
+    }
+    if (sqlite3_prepare_v2(jn->db,
+                           "SELECT " JOURNAL_COLUMNS " FROM " JOURNAL_TABLES
+                           " WHERE ?2 IS NULL OR COALESCE(o.owner, '') = ?2"
+                           " ORDER BY seq DESC LIMIT ?1",
+                           -1, &st, NULL) != SQLITE_OK) {
+        log_error("journal: cannot read the jobs: %s", sqlite3_errmsg(jn->db));
+        return -EIO;
+    }
+    sqlite3_bind_int64(st, 1, limit > (size_t)INT64_MAX ? INT64_MAX : (sqlite3_int64)limit);
+    sqlite3_bind_text(st, 2, owner, -1, SQLITE_STATIC);
+    int rc = 0;
+    while (rc == 0 && sqlite3_step(st) == SQLITE_ROW) {
+        journal_job jj = journal__row(st);
         rc = cb(arg, &jj);
     }
     sqlite3_finalize(st);

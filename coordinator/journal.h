@@ -28,7 +28,7 @@ typedef struct journal_job {
     double loss;
     uint64_t eval_step;        /* 0: no evaluation yet */
     double eval_loss, eval_accuracy, eval_iou;
-    const char *owner;         /* load: the user who submitted it, "" for an operator */
+    const char *owner;         /* read back: the user who submitted it, "" for an operator */
 } journal_job;
 
 /* Opens (creating) dir/journal.sqlite. Returns NULL with a message in err. */
@@ -55,6 +55,16 @@ int journal_get_recovery(journal *jn, const char *job_id, uint32_t *restarts, bo
 
 /* Calls cb for every job, oldest first; a nonzero return stops. */
 int journal_load(journal *jn, int (*cb)(void *arg, const journal_job *jj), void *arg);
+
+/* Calls cb with the job named id. Returns 0, -ENOENT when the journal does
+ * not hold it, or -EIO. */
+int journal_get(journal *jn, const char *id, int (*cb)(void *arg, const journal_job *jj), void *arg);
+
+/* Calls cb for the newest `limit` jobs, newest first; a nonzero return stops.
+ * With owner, only that owner's jobs ("" an operator's); NULL: every job.
+ * *total (may be NULL) gets how many of those the journal holds. */
+int journal_recent(journal *jn, const char *owner, size_t limit, uint64_t *total,
+                   int (*cb)(void *arg, const journal_job *jj), void *arg);
 
 /* Calls cb for every log line of a job, in order. */
 int journal_load_log(journal *jn, const char *job_id,

@@ -18,6 +18,7 @@ for d in ("coordinator", "memoryx", "swarmx", "worker", "wse-node"):
               "--max-connections-per-address", "--auth-timeout-ms", "--max-queued-bytes"):
         assert s in t, (d, s)
 assert "--wafer-memory" in pages["wse-node"] and "--heartbeat-timeout-ms" in pages["coordinator"]
-for s in ("--users-file", "--max-job-file", "--max-model-params", "--max-steps"):
-    assert s in pages["coordinator"], s
+for opt in ("--users-file", "--max-job-file", "--max-model-params", "--max-steps", "--max-queued-jobs",
+            "--max-queued-per-submitter", "--max-job-history", "--max-client-backlog"):
+    assert opt in pages["coordinator"], opt
 print("man pages: %d checked" % len(pages))

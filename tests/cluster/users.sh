@@ -6,8 +6,11 @@
 # (the cluster secret) sees and cancels everything; a wrong key, an unknown
 # user and a user sending a daemon's message are refused and logged; the
 # owners survive a restart of the coordinator, and a journal from before
-# users existed is migrated, its jobs left to the operators. A users file or
-# key file that others may read stops the coordinator from starting.
+# users existed is migrated, its jobs left to the operators. A user is one
+# submitter for the queue limits. Jobs evicted from memory (past
+# --max-job-history) keep their owners: lists, status, logs and cancel read
+# from the journal show each user only their own. A users file or key file
+# that others may read stops the coordinator from starting.
 set -euo pipefail
 . "${SOURCE_ROOT:?}/tests/cluster/lib.sh" appliance-users
 cleanup_extra() { for p in ${extra_pids:-}; do kill "$p" 2>/dev/null || true; done; }
@@ -49,7 +52,9 @@ set -e
 echo "ok: users and key files others may read, and users without authentication, are refused"
 
 # ---- Two users and an operator on one cluster.
-"$src/deploy/local/appliance-up" --replicas 1 --dir "$run" --build "$build" --users-file "$keys/users.toml" >/dev/null
+echo "max_queued_per_submitter = 1" >"$work/coordinator.toml"
+"$src/deploy/local/appliance-up" --replicas 1 --dir "$run" --build "$build" --users-file "$keys/users.toml" \
+  --coordinator-config "$work/coordinator.toml" >/dev/null
 set -a; . "$run/env"; set +a
 grep -q "users file $keys/users.toml: 2 user(s)" "$run/logs/coordinator.log" || fail "users file not announced"
 alice() { env -u APPLIANCE_SECRET_FILE APPLIANCE_USER=alice APPLIANCE_KEY_FILE="$keys/alice.key" "$submit" "$@"; }
@@ -75,6 +80,10 @@ for _ in $(seq 1 100); do [ "$(alice status job-1 --json | field state)" = runni
 [ "$(alice status job-1 --json | field state)" = running ] || fail "job-1 is not running"
 b=$(bob --detach "$(job bob 40)") || fail "bob submits: $b"
 [ "$b" = job-2 ] || fail "bob's job is $b"
+rc=0; msg=$(bob --detach "$(job bob2 40)" 2>&1) || rc=$?
+[ "$rc" = 3 ] && [[ "$msg" == *"user bob already has 1 jobs queued, the most one submitter may have (--max-queued-per-submitter 1)"* ]] ||
+  fail "bob's second queued job: exit $rc, $msg"
+echo "ok: a user is one submitter for the queue limits"
 
 [ "$(alice list --json | ids)" = "job-1" ] || fail "alice lists: $(alice list)"
 [ "$(bob list --json | ids)" = "job-2" ] || fail "bob lists: $(bob list)"
@@ -187,4 +196,59 @@ grep -q "journal: schema version 0 -> 1" "$work/c3.log" || fail "no migration lo
 [ "$("$py" -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("PRAGMA user_version").fetchone()[0])' "$work/old/journal.sqlite")" = 1 ] ||
   fail "the old journal's schema version"
 echo "ok: a journal from before users is migrated; its jobs belong to the operators"
+
+# ---- Jobs evicted from memory keep their owners: alice 5010 jobs, bob 89,
+# one of an operator; the coordinator keeps 2 finished jobs in memory (and
+# up to 64 more while it loads), so alice's are all read from the journal.
+mkdir -p "$work/hist"
+"$py" - "$work/hist/journal.sqlite" <<'PY'
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+db.executescript("""
+CREATE TABLE jobs(id TEXT PRIMARY KEY, seq INTEGER NOT NULL, state INTEGER NOT NULL,
+ priority INTEGER NOT NULL, file TEXT, toml TEXT, base_dir TEXT, model_dir TEXT,
+ message TEXT, submitted_at REAL, steps INTEGER, max_steps INTEGER, loss REAL,
+ eval_step INTEGER, eval_loss REAL, eval_accuracy REAL, eval_iou REAL);
+CREATE TABLE job_log(job_id TEXT NOT NULL, line INTEGER NOT NULL, text TEXT NOT NULL,
+ PRIMARY KEY(job_id, line));
+CREATE TABLE job_owner(job_id TEXT PRIMARY KEY, owner TEXT NOT NULL);
+PRAGMA user_version = 1;""")
+db.executemany("INSERT INTO jobs VALUES(?,?,3,2,'old.toml','','/','/tmp/old','done',1.0e9,10,10,0.5,0,0,-1,-1)",
+               [("job-%d" % i, i) for i in range(1, 5101)])
+db.executemany("INSERT INTO job_owner VALUES(?,?)",
+               [("job-%d" % i, "alice" if i <= 5010 else "bob") for i in range(1, 5100)])
+db.execute("INSERT INTO job_log VALUES('job-3', 0, '2001-09-09T01:46:40Z done: 10 steps, alice')")
+db.commit()
+PY
+"$coordinator" --listen 127.0.0.1:0 --port-file "$work/c4.port" --secret-file "$APPLIANCE_SECRET_FILE" \
+  --state-dir "$work/hist" --users-file "$keys/users.toml" --max-job-history 2 >"$work/c4.log" 2>&1 &
+extra_pids="$extra_pids $!"
+for _ in $(seq 1 100); do [ -s "$work/c4.port" ] && break; sleep 0.05; done
+export APPLIANCE_COORDINATOR="127.0.0.1:$(cat "$work/c4.port")"
+# listed WHO N FIRST LAST OMITTED: WHO's list has N jobs, FIRST..LAST, OMITTED left out
+listed() {
+  "$1" list --json | "$py" -c '
+import json, sys
+l = json.load(sys.stdin)
+ids = [j["job_id"] for j in l["jobs"]]
+want = (int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4]))
+got = (len(ids), ids[0], ids[-1], l["omitted"])
+assert got == want, (got, want)
+' "${@:2}" || fail "$1 lists: $("$1" list | tail -n 3)"
+}
+op() { "$submit" "$@"; }
+listed alice 5000 job-11 job-5010 10
+listed bob 89 job-5011 job-5099 0
+listed op 5000 job-101 job-5100 100
+[ "$(alice status --json | field job_id)" = job-5010 ] || fail "alice's newest job, from the journal"
+[ "$(alice status job-3 --json | field state)" = done ] || fail "alice's evicted job-3"
+alice logs job-3 | grep -q "done: 10 steps, alice" || fail "alice's log of job-3: $(alice logs job-3)"
+rc=0; msg=$(alice cancel job-3 2>&1) || rc=$?
+[ "$rc" = 2 ] && [[ "$msg" == *"job job-3 has already ended: done"* ]] || fail "alice cancels job-3: $rc $msg"
+refused bob status job-3
+refused bob logs job-3
+refused bob cancel job-3
+refused alice status job-5100
+[ "$(op status job-3 --json | field state)" = done ] || fail "the operator's status of job-3"
+echo "ok: jobs evicted from memory keep their owners: each user lists, reads and cancels only their own"
 echo "1 passed, 0 failed"

@@ -39,6 +39,7 @@ static const key_spec runconfig_keys[] = {
     KI(jobspec, num_csx, 1, 1024),
     KI(jobspec, min_num_csx, 1, 1024),
     KI(jobspec, max_num_restarts, 0, 1000),
+    KI(jobspec, step_timeout_seconds, 0, 604800),
     KI(jobspec, num_workers_per_csx, 1, 64),
     KI(jobspec, num_wgt_servers, 1, 64),
     KI(jobspec, swarmx_fanout, 2, 64),
@@ -90,6 +91,7 @@ static void jobspec__defaults(jobspec *j)
     j->num_csx = 1;
     j->min_num_csx = 1;
     j->max_num_restarts = 3;
+    j->step_timeout_seconds = 600;
     j->num_workers_per_csx = 1;
     j->num_wgt_servers = 1;
     j->swarmx_fanout = 4;

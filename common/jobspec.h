@@ -40,6 +40,7 @@ typedef struct jobspec {
     int64_t num_csx;              /* wse-node replicas */
     int64_t min_num_csx;          /* recovery may go on with this few (0: num_csx) */
     int64_t max_num_restarts;     /* recoveries after faults before the job fails */
+    int64_t step_timeout_seconds; /* no step (or start-up progress) this long: a fault; 0: none */
     int64_t num_workers_per_csx;
     int64_t num_wgt_servers;      /* memoryx shards */
     int64_t swarmx_fanout;

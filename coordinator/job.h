@@ -50,6 +50,8 @@ struct job {
     uint64_t give_up_at;  /* the members needed have not come back by then: the job fails */
     char fault[512];      /* what the last fault was */
     uint64_t summarized;  /* the last step written to the summaries */
+    uint64_t progress_at; /* uv_now of the attempt's last progress (start, ready, step, evaluation) */
+    uint64_t step_timeout_ms; /* runconfig.step_timeout_seconds, 0: none */
     /* While running: */
     uint8_t *plan_bytes;  /* packed plan, owned */
     size_t plan_len;

@@ -393,6 +393,8 @@ static int job__launch(coordinator *co, job *j, jobspec *spec)
     else
         snprintf(j->run_id, sizeof(j->run_id), "%s", j->id);
     j->max_restarts = (uint32_t)spec->max_num_restarts;
+    j->step_timeout_ms = (uint64_t)spec->step_timeout_seconds * 1000u;
+    j->progress_at = uv_now(co->n->loop);
     member **used = NULL;
     size_t nused = 0;
     int rc = jobs_plan(co, spec, j->run_id, j->toml, true, &j->plan_bytes, &j->plan_len, &used,
@@ -627,9 +629,22 @@ static void job__restart(coordinator *co, job *j, uint64_t now)
 void jobs_tick(coordinator *co)
 {
     job *j = co->running;
-    if (!j || !j->recovering || co->n->stopping)
+    if (!j || co->n->stopping)
         return;
     uint64_t now = uv_now(co->n->loop);
+    if (!j->recovering) {
+        /* Every member may be alive and still the job make no progress (a
+         * stuck stream): past runconfig.step_timeout_seconds it is a fault. */
+        if (j->step_timeout_ms && j->state == APPLIANCE__JOB_STATE__JOB_RUNNING &&
+            now - j->progress_at > j->step_timeout_ms) {
+            char why[160];
+            snprintf(why, sizeof(why), "no progress for %llu s after step %llu "
+                     "(runconfig.step_timeout_seconds): the job stalled",
+                     (unsigned long long)(j->step_timeout_ms / 1000), (unsigned long long)j->steps_done);
+            job_fault(co, j, why);
+        }
+        return;
+    }
     if (now >= j->recover_at)
         job__restart(co, j, now);
 }
@@ -684,6 +699,7 @@ void jobs_handle_ready(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, u
     job *j = job__of_member(co, c, env->job_ready->job_id, NULL);
     if (!j)
         return;
+    j->progress_at = uv_now(n->loop);
     if (++j->ready < j->nmembers)
         return;
     snprintf(j->phase, sizeof(j->phase), "training");
@@ -762,6 +778,7 @@ static void job__maybe_step_done(coordinator *co, job *j, job_step *s)
         return;
     j->steps_done = s->step + 1;
     uint64_t now = uv_now(co->n->loop);
+    j->progress_at = now;
     if (co->last_commit && j->steps_done > j->first_step + 1)
         metrics_hist_observe(&co->step_hist, (double)(now - co->last_commit) / 1000.0);
     co->last_commit = now;
@@ -883,6 +900,7 @@ void jobs_handle_eval_report(node *n, conn *c, Appliance__Envelope *env, uint8_t
         j->eval_inter[i] += r->intersection[i];
         j->eval_union[i] += r->union_[i];
     }
+    j->progress_at = uv_now(n->loop);
     if (++j->eval_reports < j->plan->n_replicas)
         return;
     j->eval_reports = 0;
@@ -932,6 +950,7 @@ void jobs_handle_finished(node *n, conn *c, Appliance__Envelope *env, uint8_t *p
     job *j = job__of_member(co, c, f->job_id, NULL);
     if (!j)
         return;
+    j->progress_at = uv_now(n->loop);
     log_info("job %s: shard %u wrote %s", j->id, f->shard, f->checkpoint);
     j->finished++;
     job__maybe_finish(co, j);
@@ -965,6 +984,7 @@ void jobs_handle_checkpoint(node *n, conn *c, Appliance__Envelope *env, uint8_t 
                  w->shard, j->plan->n_shards);
         return;
     }
+    j->progress_at = uv_now(n->loop);
     j->shard_ckpt[w->shard] = w->step + 1;
     uint64_t all = UINT64_MAX;
     for (size_t k = 0; k < j->plan->n_shards; k++)

@@ -243,6 +243,76 @@ TOML_SNIPPETS = {
     "crlf": b"a = 1\r\nb = '''x\r\ny'''\r\n",
 }
 
+def layer(name, type_, **kw):
+    text = '[[model.layers]]\nname = "%s"\ntype = "%s"\n' % (name, type_)
+    for k, v in kw.items():
+        if isinstance(v, bool):
+            v = "true" if v else "false"
+        elif isinstance(v, str):
+            v = '"%s"' % v
+        elif isinstance(v, list):
+            v = "[" + ", ".join('"%s"' % x if isinstance(x, str) else str(x) for x in v) + "]"
+        text += "%s = %s\n" % (k, v)
+    return text
+
+
+# One of every layer type and most of their parameters, on a small image.
+EVERY_LAYER = ("""[runconfig]
+max_steps = 3
+num_csx = 2
+num_wgt_servers = 2
+swarmx_fanout = 2
+mode = "weight_streaming"
+[train_input]
+data_processor = "synthetic_classification"
+batch_size = 4
+num_classes = 3
+random_flip_horizontal = true
+random_crop_padding = 1
+[optimizer]
+optimizer_type = "adamw"
+lr_schedule = "cosine"
+warmup_steps = 2
+[model]
+input_shape = [3, 8, 8]
+loss = "softmax_cross_entropy"
+""" + layer("c1", "conv2d", filters=4, kernel_size=3, padding="same")
+    + layer("bn", "batch_norm", momentum=0.2)
+    + layer("lr", "leaky_relu", negative_slope=0.2)
+    + layer("mp", "max_pool2d", kernel_size=2)
+    + layer("c2", "conv2d", filters=4, kernel_size=[3, 1], stride=1, padding=[1, 0], dilation=1, bias=False)
+    + layer("gn", "group_norm", groups=2)
+    + layer("ge", "gelu")
+    + layer("up", "upsample", scale_factor=2, mode="bilinear")
+    + layer("cat", "concat", inputs=["up", "lr"])
+    + layer("c3", "conv2d", filters=3, kernel_size=1)
+    + layer("sum", "add", inputs=["c3", "input"])
+    + layer("ct", "conv_transpose2d", filters=2, kernel_size=2, stride=2, output_padding=0)
+    + layer("sg", "sigmoid")
+    + layer("th", "tanh")
+    + layer("ap", "avg_pool2d", kernel_size=4, stride=4)
+    + layer("un", "upsample", scale_factor=2)
+    + layer("dr", "dropout", rate=0.25)
+    + layer("fl", "flatten")
+    + layer("fc", "dense", units=3)).encode()
+
+SEGMENTATION = ("""[runconfig]
+max_steps = 2
+eval_frequency = 1
+[train_input]
+data_processor = "synthetic_segmentation"
+batch_size = 2
+num_classes = 2
+[eval_input]
+data_processor = "synthetic_segmentation"
+batch_size = 2
+num_classes = 2
+num_samples = 5
+[model]
+input_shape = [1, 8, 8]
+loss = "bce_dice"
+""" + layer("c", "conv2d", filters=1, kernel_size=3, padding=1) + layer("r", "relu")).encode()
+
 JOB_FILES = ["examples/quickstart.toml", "examples/fc_mnist.toml", "examples/mnist.toml",
              "examples/resnet_small.toml", "examples/unet.toml",
              "tests/toml/models/fc_mnist.toml", "tests/toml/models/resnet_small.toml",
@@ -266,6 +336,13 @@ def corpus_toml_and_jobs():
           .replace(b"[runconfig]", b'[runconfig]\nmode = "pipelined"\njob_priority = "p1"'))
     write("jobspec", "weight-streaming", quick.replace(b"[runconfig]", b'[runconfig]\nmode = "weight_streaming"'))
     write("jobspec", "bad-key", b"[runconfig]\nmax_stepz = 3\n")
+    write("jobspec", "every-layer", EVERY_LAYER)
+    write("toml", "every-layer", EVERY_LAYER)
+    write("jobspec", "segmentation", SEGMENTATION)
+    write("jobspec", "too-large", b"[train_input]\nnum_classes = 2\n[model]\ninput_shape = [16777216]\n"
+                                  b"loss = \"softmax_cross_entropy\"\n"
+                                  b"[[model.layers]]\nname = \"a\"\ntype = \"dense\"\nunits = 16777216\n"
+                                  b"[[model.layers]]\nname = \"b\"\ntype = \"dense\"\nunits = 2\n")
 
 
 # ---- safetensors ----

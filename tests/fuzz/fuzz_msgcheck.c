@@ -15,6 +15,7 @@
 #include "msgcheck.h"
 #include "plan.h"
 #include "toml.h"
+#include "wslots.h"
 
 /* The job of the fixed plan: 3 inputs, dense 4, relu, dense 2. */
 static const char fuzz_job_toml[] =
@@ -138,6 +139,42 @@ static void fuzz_refused(int rc, const char *err, size_t errlen)
     FUZZ_ASSERT(err[0] != '\0');
 }
 
+/* A plan that matches the model, streamed as memoryx streams it (each
+ * tensor of the forward and then the backward schedule in chunks of
+ * chunk_elems) into the weight slots of a Weight Streaming wse-node, which
+ * computes a layer whenever its slot is blocked: every chunk must land in
+ * order and inside its slot. */
+static void fuzz_stream(const Appliance__Plan *p)
+{
+    wslots ws;
+    if (wslots_init(&ws, fuzz_model, p->fwd_stream, p->n_fwd_stream, p->bwd_stream,
+                    p->n_bwd_stream) < 0)
+        return; /* the wse-node refuses the job */
+    for (int pass = 0; pass < 2; pass++) {
+        const uint32_t *list = pass ? p->bwd_stream : p->fwd_stream;
+        size_t n = pass ? p->n_bwd_stream : p->n_fwd_stream;
+        for (size_t i = 0; i < n; i++) {
+            uint64_t elems = fuzz_model->tensors[list[i]].elems;
+            for (uint64_t off = 0; off < elems; off += p->chunk_elems) {
+                uint64_t count = elems - off < p->chunk_elems ? elems - off : p->chunk_elems;
+                bool blocked;
+                float *dst;
+                while (!(dst = wslots_dest(&ws, list[i], pass == 1, off, count, &blocked)) && blocked) {
+                    FUZZ_ASSERT(ws.consumed < ws.recv);
+                    wslots_consume(&ws, ws.arr_layer[ws.consumed], ws.consumed >= ws.nfwd);
+                }
+                FUZZ_ASSERT(dst != NULL);
+                int k = dst >= ws.slot[1] && dst < ws.slot[1] + ws.slot_elems;
+                FUZZ_ASSERT(dst >= ws.slot[k] && dst + count <= ws.slot[k] + ws.slot_elems);
+                memset(dst, 0, count * sizeof(float));
+                wslots_received(&ws, count);
+            }
+        }
+    }
+    FUZZ_ASSERT(ws.recv == ws.narrivals);
+    wslots_deinit(&ws);
+}
+
 /* A plan that passed msgcheck_plan, used as memoryx, swarmx, the wse-nodes
  * and the workers use one: every index they follow must land inside. */
 static void fuzz_use_plan(const Appliance__Plan *p)
@@ -185,9 +222,11 @@ static void fuzz_use_plan(const Appliance__Plan *p)
     FUZZ_ASSERT(msgcheck_plan(copy, err, sizeof(err)) == 0);
     int rc = msgcheck_plan_model(copy, fuzz_model, err, sizeof(err));
     fuzz_refused(rc, err, sizeof(err));
-    if (rc == 0) /* the wse-node: the model's tensors by the plan's ids */
+    if (rc == 0) { /* the wse-node: the model's tensors by the plan's ids */
         for (size_t i = 0; i < copy->n_tensors; i++)
             FUZZ_ASSERT(fuzz_model->tensors[i].elems == msgcheck_tensor_elems(copy->tensors[i]));
+        fuzz_stream(copy);
+    }
     appliance__plan__free_unpacked(copy, NULL);
     (void)sink;
 }

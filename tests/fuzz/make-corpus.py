@@ -467,7 +467,44 @@ def corpus_png():
     write("png", "bad-crc-kept", png_input(16, 2, gray[:-1] + b"\x00", mask01))
 
 
+# ---- render target: the coordinator's answers to appliance-submit ----
+
+CLUSTER_INFO, JOB_ACCEPTED, JOB_STATUS, JOB_LIST, JOB_LOG_LINES = 9, 11, 13, 30, 32
+
+
+def job_status(state, step=0, max_steps=100, eta=-1.0, elapsed=0.0, accuracy=-1.0, iou=-1.0,
+               position=0, submitted=1.7e9):
+    return (fb(1, "job-7") + fv(2, state) + fv(3, step) + fv(4, max_steps) + fd(5, 0.693) +
+            fb(6, "model_dir/x") + fb(7, "done") + fd(8, 812.5) + fd(9, elapsed) + fb(10, "training") +
+            fv(11, step) + fd(12, 0.5) + fd(13, accuracy) + fd(14, iou) + fb(15, "job.toml") +
+            fv(16, 2) + fv(17, position) + fd(18, submitted) + fd(19, eta) + fd(20, 0.01))
+
+
+def corpus_render():
+    member = fv(1, 1) + fv(2, ROLE_WSE_NODE) + fb(3, "wse-node-1") + fb(4, "127.0.0.1:7001") + fv(5, 1) + \
+        fv(6, 40 << 30) + fv(8, 2) + fv(9, 120) + fb(10, "job-7") + fb(11, "127.0.0.1:5555")
+    write("render", "cluster", env(CLUSTER_INFO, fb(1, member) + fb(1, member.replace(b"wse-node-1", b'q"\\\x01'))))
+    layer_msg = fb(1, "fc1") + fb(2, "dense") + fpacked(3, [4]) + fv(4, 16) + fv(5, 16) + fv(6, 40)
+    accepted_plan = plan() + fb(11, layer_msg) + fb(3, "job.toml")
+    write("render", "plan", env(JOB_ACCEPTED, fb(1, "plan") + fb(2, accepted_plan)))
+    write("render", "accepted", env(JOB_ACCEPTED, fb(1, "job-7")))
+    write("render", "status-queued", env(JOB_STATUS, job_status(1, position=3)))
+    write("render", "status-running", env(JOB_STATUS, job_status(2, step=40, eta=4000.0, elapsed=75.0)))
+    write("render", "status-done", env(JOB_STATUS, job_status(3, step=100, elapsed=3.5, accuracy=0.95)))
+    write("render", "status-done-iou", env(JOB_STATUS, job_status(3, step=100, iou=0.7)))
+    write("render", "status-failed", env(JOB_STATUS, job_status(4, step=12)))
+    # durations that once went through (int): not a number, and the ETA of max_steps = 1e12
+    write("render", "crash-duration-nan", env(JOB_STATUS, job_status(2, step=1, eta=float("nan"))))
+    write("render", "crash-eta-beyond-int", env(JOB_STATUS, job_status(2, step=10, max_steps=10 ** 12,
+                                                                       eta=1e11, elapsed=60.0)))
+    write("render", "crash-submitted-far-future", env(JOB_LIST, fb(1, job_status(3, submitted=1e300))))
+    write("render", "list", env(JOB_LIST, fb(1, job_status(3)) + fb(1, job_status(1, position=1))))
+    write("render", "log-lines", env(JOB_LOG_LINES, fb(1, "job-7") + fv(2, 4) + fb(3, "line one") +
+                                     fb(3, "tab\there") + fv(4, 1)))
+
+
 def main():
+    corpus_render()
     corpus_frame()
     corpus_msgcheck()
     corpus_toml_and_jobs()

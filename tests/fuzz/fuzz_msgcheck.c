@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "envelope.pb-c.h"
+#include "frame.h"
 #include "fuzz.h"
 #include "jobspec.h"
 #include "msgcheck.h"
@@ -255,7 +256,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint32_t len = (uint32_t)data[0] | (uint32_t)data[1] << 8 | (uint32_t)data[2] << 16 |
                    (uint32_t)data[3] << 24;
     uint8_t variant = data[4];
-    Appliance__Envelope *env = appliance__envelope__unpack(NULL, size - 5, data + 5);
+    Appliance__Envelope *env = frame_envelope_unpack(data + 5, size - 5);
     if (!env)
         return 0;
     const Appliance__Plan *p = &fuzz_plan;

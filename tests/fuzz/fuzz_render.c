@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "frame.h"
 #include "fuzz.h"
 #include "render.h"
 
@@ -158,7 +159,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         null = fopen("/dev/null", "w");
         FUZZ_ASSERT(null != NULL);
     }
-    Appliance__Envelope *env = appliance__envelope__unpack(NULL, size, data);
+    Appliance__Envelope *env = frame_envelope_unpack(data, size);
     if (!env)
         return 0;
     /* Sanitizer reports go to file descriptor 2, not through these. */

@@ -1,6 +1,7 @@
 /* Rendering for appliance-submit. */
 #include "render.h"
 
+#include <math.h>
 #include <string.h>
 #include <time.h>
 #include <sys/time.h>
@@ -85,14 +86,23 @@ const char *render_job_state(Appliance__JobState s)
 
 const char *render_duration(double secs, char *buf, size_t len)
 {
-    if (secs < 0)
+    if (!(secs >= 0) || isinf(secs)) /* unknown (-1), or not a number at all */
         snprintf(buf, len, "-");
     else if (secs < 60)
         snprintf(buf, len, "%.1fs", secs);
     else if (secs < 3600)
         snprintf(buf, len, "%dm%02ds", (int)secs / 60, (int)secs % 60);
-    else
-        snprintf(buf, len, "%dh%02dm", (int)secs / 3600, (int)secs % 3600 / 60);
+    else /* hours beyond an int: the ETA of max_steps = 1e12 */
+        snprintf(buf, len, "%.0fh%02dm", floor(secs / 3600), (int)(fmod(secs, 3600) / 60));
+    return buf;
+}
+
+/* A number for JSON, which has no NaN nor infinities: those are null. */
+static const char *render__json_number(double x, const char *fmt, char *buf, size_t len)
+{
+    if (!isfinite(x))
+        return "null";
+    snprintf(buf, len, fmt, x);
     return buf;
 }
 
@@ -105,17 +115,25 @@ void render_status_json(const Appliance__JobStatus *st)
     printf(", \"priority\": \"p%u\", \"queue_position\": %u, \"phase\": ", st->priority,
            st->queue_position);
     render_json_string(stdout, st->phase);
-    printf(", \"steps\": %llu, \"max_steps\": %llu, \"final_loss\": %.9g, \"learning_rate\": %.9g, "
-           "\"samples_per_sec\": %.3f, \"elapsed_sec\": %.3f, \"eta_sec\": %.3f, \"model_dir\": ",
-           (unsigned long long)st->step, (unsigned long long)st->max_steps, st->loss,
-           st->learning_rate, st->samples_per_sec, st->elapsed_sec, st->eta_sec);
+    char n[5][320]; /* %.3f of the largest double */
+    printf(", \"steps\": %llu, \"max_steps\": %llu, \"final_loss\": %s, \"learning_rate\": %s, "
+           "\"samples_per_sec\": %s, \"elapsed_sec\": %s, \"eta_sec\": %s, \"model_dir\": ",
+           (unsigned long long)st->step, (unsigned long long)st->max_steps,
+           render__json_number(st->loss, "%.9g", n[0], sizeof(n[0])),
+           render__json_number(st->learning_rate, "%.9g", n[1], sizeof(n[1])),
+           render__json_number(st->samples_per_sec, "%.3f", n[2], sizeof(n[2])),
+           render__json_number(st->elapsed_sec, "%.3f", n[3], sizeof(n[3])),
+           render__json_number(st->eta_sec, "%.3f", n[4], sizeof(n[4])));
     render_json_string(stdout, st->model_dir);
     printf(", \"message\": ");
     render_json_string(stdout, st->message);
     if (st->eval_accuracy >= 0 || st->eval_iou >= 0)
-        printf(", \"eval_step\": %llu, \"eval_loss\": %.9g, \"eval_accuracy\": %.9g, "
-               "\"eval_iou\": %.9g",
-               (unsigned long long)st->eval_step, st->eval_loss, st->eval_accuracy, st->eval_iou);
+        printf(", \"eval_step\": %llu, \"eval_loss\": %s, \"eval_accuracy\": %s, "
+               "\"eval_iou\": %s",
+               (unsigned long long)st->eval_step,
+               render__json_number(st->eval_loss, "%.9g", n[0], sizeof(n[0])),
+               render__json_number(st->eval_accuracy, "%.9g", n[1], sizeof(n[1])),
+               render__json_number(st->eval_iou, "%.9g", n[2], sizeof(n[2])));
     printf("}");
 }
 
@@ -226,7 +244,7 @@ void render_list(const Appliance__JobList *l, bool json)
                  (unsigned long long)st->max_steps);
         if (st->queue_position)
             snprintf(pos, sizeof(pos), "%u", st->queue_position);
-        if (st->submitted_at > 0) {
+        if (st->submitted_at > 0 && st->submitted_at < 253402300800.0) { /* before year 10000 */
             time_t t = (time_t)st->submitted_at;
             struct tm tm;
             localtime_r(&t, &tm);

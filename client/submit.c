@@ -275,6 +275,11 @@ static void on_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, uint32
         return;
     case APPLIANCE__ENVELOPE__MSG_JOB_ACCEPTED:
         if (cl->cmd == CMD_PLAN) {
+            if (!env->job_accepted->plan) {
+                fprintf(stderr, "appliance-submit: the coordinator accepted the job without a plan\n");
+                finish(cl, EXIT_FAILED);
+                return;
+            }
             render_plan(env->job_accepted->plan);
             finish(cl, EXIT_OK);
             return;

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "msgcheck.h"
+
 typedef struct conn_write {
     uv_write_t req;
     conn *c;
@@ -375,14 +377,10 @@ static void conn__auth_frame(conn *c, Appliance__Envelope *env)
             conn_fail(c, -EPROTO, "unexpected second hello");
             return;
         }
-        if (h->version != FRAME_VERSION) {
-            conn_fail(c, -EPROTONOSUPPORT, "protocol version %u, expected %u", h->version,
-                      FRAME_VERSION);
-            return;
-        }
-        if (h->nonce.len != AUTH_NONCE_LEN) {
-            conn_fail(c, -EPROTO, "hello nonce of %zu bytes, expected %d", h->nonce.len,
-                      AUTH_NONCE_LEN);
+        char why[128];
+        int rc = msgcheck_hello(h, why, sizeof(why));
+        if (rc < 0) {
+            conn_fail(c, rc, "%s", why);
             return;
         }
         memcpy(c->peer_nonce, h->nonce.data, AUTH_NONCE_LEN);

@@ -50,6 +50,46 @@ int frame_prefix_decode(const uint8_t in[FRAME_PREFIX_LEN], const frame_limits *
     return 0;
 }
 
+/* No unknown field of m or of a message inside it names field 0. */
+static bool frame__fields_valid(const ProtobufCMessage *m)
+{
+    for (unsigned i = 0; i < m->n_unknown_fields; i++)
+        if (m->unknown_fields[i].tag == 0)
+            return false;
+    const ProtobufCMessageDescriptor *d = m->descriptor;
+    const char *base = (const char *)m;
+    for (unsigned i = 0; i < d->n_fields; i++) {
+        const ProtobufCFieldDescriptor *f = &d->fields[i];
+        if (f->type != PROTOBUF_C_TYPE_MESSAGE)
+            continue;
+        if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+            size_t n = *(const size_t *)(base + f->quantifier_offset);
+            ProtobufCMessage *const *v = *(ProtobufCMessage *const *const *)(base + f->offset);
+            for (size_t k = 0; k < n; k++)
+                if (!frame__fields_valid(v[k]))
+                    return false;
+            continue;
+        }
+        if ((f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) &&
+            *(const uint32_t *)(base + f->quantifier_offset) != f->id)
+            continue;
+        const ProtobufCMessage *sub = *(const ProtobufCMessage *const *)(base + f->offset);
+        if (sub && !frame__fields_valid(sub))
+            return false;
+    }
+    return true;
+}
+
+Appliance__Envelope *frame_envelope_unpack(const uint8_t *buf, size_t len)
+{
+    Appliance__Envelope *env = appliance__envelope__unpack(NULL, len, buf);
+    if (env && !frame__fields_valid(&env->base)) {
+        appliance__envelope__free_unpacked(env, NULL);
+        env = NULL;
+    }
+    return env;
+}
+
 uint8_t *frame_encode(const Appliance__Envelope *env, uint32_t payload_len, size_t *len)
 {
     size_t hlen = appliance__envelope__get_packed_size(env);
@@ -119,7 +159,7 @@ static int reader__deliver(frame_reader *r)
 /* The header is complete: decode it and decide where the payload goes. */
 static int reader__header_done(frame_reader *r)
 {
-    r->env = appliance__envelope__unpack(NULL, r->header_len, r->header);
+    r->env = frame_envelope_unpack(r->header, r->header_len);
     free(r->header);
     r->header = NULL;
     if (!r->env)

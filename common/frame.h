@@ -32,6 +32,14 @@ void frame_prefix_encode(uint8_t out[FRAME_PREFIX_LEN], uint32_t header_len, uin
 int frame_prefix_decode(const uint8_t in[FRAME_PREFIX_LEN], const frame_limits *lim,
                         uint32_t *header_len, uint32_t *payload_len);
 
+/* Decodes an Envelope as every reader of frames does: protobuf-c's unpack,
+ * and then a refusal of what protobuf-c keeps but cannot read once written
+ * back (an over-long key naming field 0, in any message inside), since a
+ * daemon writes back what it keeps (a plan, a held message, a forwarded
+ * chunk). Returns NULL for a malformed header; free with
+ * appliance__envelope__free_unpacked. */
+Appliance__Envelope *frame_envelope_unpack(const uint8_t *buf, size_t len);
+
 /* Serialises prefix + header into one malloc'd buffer of *len bytes (the
  * payload is sent separately). Returns NULL when out of memory. */
 uint8_t *frame_encode(const Appliance__Envelope *env, uint32_t payload_len, size_t *len);

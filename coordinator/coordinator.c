@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "msgcheck.h"
 
 static coordinator *co_of(node *n) { return n->data; }
 
@@ -48,12 +49,11 @@ static void co__register(node *n, conn *c, Appliance__Envelope *env, uint8_t *p,
 {
     coordinator *co = co_of(n);
     Appliance__Register *r = env->register_;
-    if (r->role == APPLIANCE__ROLE__ROLE_COORDINATOR || r->role == APPLIANCE__ROLE__ROLE_CLIENT ||
-        r->role != c->peer_role || !r->name || !r->name[0] || strlen(r->name) >= 64 ||
-        !r->advertised_addr || strlen(r->advertised_addr) >= 128) {
-        log_warn("bad registration from %s: role %s, name \"%s\"", c->peer_addr,
-                 node_role_name(r->role), r->name ? r->name : "");
-        conn_fail(c, -EINVAL, "bad registration: role, name or address invalid");
+    char why[160];
+    if (msgcheck_register(r, c->peer_role, why, sizeof(why)) < 0) {
+        log_warn("%s from %s: role %s, name \"%s\"", why, c->peer_addr, node_role_name(r->role),
+                 r->name ? r->name : "");
+        conn_fail(c, -EINVAL, "%s", why);
         return;
     }
     if (members_by_conn(&co->members, c)) {

@@ -15,6 +15,7 @@
 #include "optim_plan.h"
 #include "log.h"
 #include "msg.h"
+#include "msgcheck.h"
 #include "plan.h"
 #include "planner.h"
 
@@ -878,8 +879,9 @@ void jobs_handle_eval_report(node *n, conn *c, Appliance__Envelope *env, uint8_t
     job *j = job__of_member(co, c, r->job_id, NULL);
     if (!j)
         return;
-    if (r->n_intersection != r->n_union_ || r->n_intersection > 256) {
-        job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, "malformed evaluation report");
+    char why[160];
+    if (msgcheck_eval_report(r, j->plan, why, sizeof(why)) < 0) {
+        job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, why);
         return;
     }
     if (j->eval_reports == 0 || j->eval_step != r->step) {

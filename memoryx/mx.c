@@ -11,6 +11,7 @@
 #include "plan.h"
 #include "log.h"
 #include "msg.h"
+#include "msgcheck.h"
 #include "rng.h"
 #include "safetensors.h"
 
@@ -292,8 +293,9 @@ static void mx__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *p
 {
     memoryx *mx = mx_of(n);
     Appliance__Plan *in = env->job_start->plan;
-    if (!in || !in->job_id) {
-        conn_fail(c, -EINVAL, "job_start without a plan");
+    char why[256];
+    if (msgcheck_plan(in, why, sizeof(why)) < 0) {
+        conn_fail(c, -EINVAL, "%s", why);
         return;
     }
     if (mx->job) {
@@ -400,7 +402,7 @@ static void mx__stream_hello(node *n, conn *c, Appliance__Envelope *env, uint8_t
 {
     mx_job *j = mx_of(n)->job;
     Appliance__StreamHello *h = env->stream_hello;
-    if (h->role != APPLIANCE__ROLE__ROLE_SWARMX) {
+    if (msgcheck_stream_hello(h, APPLIANCE__ROLE__ROLE_SWARMX, NULL, NULL, 0) < 0) {
         conn_fail(c, -EPROTO, "a %s may not stream from memoryx", node_role_name(h->role));
         return;
     }
@@ -447,8 +449,7 @@ static void *mx__payload_dest(node *n, conn *c, const Appliance__Envelope *env, 
     }
     const Appliance__GradChunk *g = env->grad_chunk;
     mx_tensor *t = g->tensor_id < j->nids ? j->by_id[g->tensor_id] : NULL;
-    if (!t || g->step != j->step || g->total != t->n || g->offset > t->n ||
-        g->count > t->n - g->offset || (uint64_t)len != g->count * sizeof(float)) {
+    if (!t || g->step != j->step || msgcheck_grad_chunk(g, j->plan, len, NULL, 0) < 0) {
         *err = -EINVAL;
         return NULL;
     }

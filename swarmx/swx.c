@@ -7,6 +7,7 @@
 
 #include "log.h"
 #include "msg.h"
+#include "msgcheck.h"
 #include "plan.h"
 
 #define SWX_CHILD_QUEUE_MAX 32     /* gradient chunks buffered per child */
@@ -259,10 +260,10 @@ static void swx__grad_chunk(node *n, swx_job *j, conn *c, Appliance__Envelope *e
         return;
     }
     const Appliance__GradChunk *g = env->grad_chunk;
-    if (g->tensor_id >= j->plan->n_tensors || (uint64_t)b->len != g->count * sizeof(float)) {
+    char why[256];
+    if (msgcheck_grad_chunk(g, j->plan, b->len, why, sizeof(why)) < 0) {
         swx__buf_unref(b);
-        swx__abort(n, j, "bad gradient chunk from %s: tensor %u, %llu elements in %u bytes",
-                   c->peer_addr, g->tensor_id, (unsigned long long)g->count, b->len);
+        swx__abort(n, j, "bad gradient chunk from %s: %s", c->peer_addr, why);
         return;
     }
     b->hdr = *g;
@@ -451,6 +452,11 @@ static void swx__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *
 {
     swarmx *s = swx_of(n);
     Appliance__Plan *in = env->job_start->plan;
+    char why[256];
+    if (msgcheck_plan(in, why, sizeof(why)) < 0) {
+        conn_fail(c, -EINVAL, "%s", why);
+        return;
+    }
     if (s->job) {
         log_warn("job %s refused: busy with job %s", in->job_id, s->job->id);
         return;
@@ -517,6 +523,11 @@ static void swx__stream_hello(node *n, conn *c, Appliance__Envelope *env, uint8_
     if (!j || strcmp(h->job_id, j->id) != 0) {
         if (node_defer(n, c, env) < 0)
             conn_fail(c, -ENOENT, "no job %s on this swarmx", h->job_id);
+        return;
+    }
+    char why[256];
+    if (msgcheck_stream_hello(h, APPLIANCE__ROLE__ROLE_UNKNOWN, j->plan, why, sizeof(why)) < 0) {
+        conn_fail(c, -EINVAL, "%s", why);
         return;
     }
     bool replica = h->role == APPLIANCE__ROLE__ROLE_WSE_NODE;

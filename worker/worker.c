@@ -8,6 +8,7 @@
 
 #include "log.h"
 #include "msg.h"
+#include "msgcheck.h"
 #include "plan.h"
 
 static worker *wk_of(node *n) { return n->data; }
@@ -240,6 +241,11 @@ static void wk__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *p
 {
     worker *w = wk_of(n);
     Appliance__Plan *in = env->job_start->plan;
+    char why[256];
+    if (msgcheck_plan(in, why, sizeof(why)) < 0) {
+        conn_fail(c, -EINVAL, "%s", why);
+        return;
+    }
     if (w->job) {
         log_warn("job %s refused: busy with job %s", in->job_id, w->job->id);
         return;
@@ -287,6 +293,11 @@ static void wk__stream_hello(node *n, conn *c, Appliance__Envelope *env, uint8_t
     if (!j || strcmp(h->job_id, j->id) != 0 || !j->ready) {
         if (node_defer(n, c, env) < 0)
             conn_fail(c, -ENOENT, "no job %s on this worker", h->job_id);
+        return;
+    }
+    char why[256];
+    if (msgcheck_stream_hello(h, APPLIANCE__ROLE__ROLE_WSE_NODE, j->plan, why, sizeof(why)) < 0) {
+        conn_fail(c, -EINVAL, "%s", why);
         return;
     }
     for (size_t i = 0; i < j->nfeeds; i++)
@@ -350,12 +361,17 @@ static void wk__credit(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, 
         conn_fail(c, -EPROTO, "credit before stream hello");
         return;
     }
+    char why[256];
+    if (msgcheck_credit(env->credit, f->job->plan, why, sizeof(why)) < 0) {
+        conn_fail(c, -EINVAL, "%s", why);
+        return;
+    }
     if (env->credit->eval_batch > 0) {
         wk__eval_request(wk_of(n), f, c, env->credit);
         return;
     }
-    if (env->credit->n > 64 || f->credits + env->credit->n > 64) {
-        conn_fail(c, -EINVAL, "credit beyond the limit of 64 batches");
+    if (f->credits + env->credit->n > MSGCHECK_MAX_CREDITS) {
+        conn_fail(c, -EINVAL, "credit beyond the limit of %d batches", MSGCHECK_MAX_CREDITS);
         return;
     }
     f->credits += env->credit->n;

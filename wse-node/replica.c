@@ -11,6 +11,7 @@
 #include "kernels.h"
 #include "log.h"
 #include "msg.h"
+#include "msgcheck.h"
 #include "op_activation.h"
 #include "op_dense.h"
 #include "optim_plan.h"
@@ -538,21 +539,21 @@ static void *wn__up_dest(conn *c, const Appliance__Envelope *env, uint32_t len, 
     wn_job *j = c->data;
     if (j->pipelined && env->msg_case == APPLIANCE__ENVELOPE__MSG_GRAD_CHUNK && !j->released) {
         const Appliance__GradChunk *g = env->grad_chunk;
-        wn_tensor *t = g->tensor_id < j->plan->n_tensors ? &j->t[g->tensor_id] : NULL;
-        if (!t || g->step != j->step || g->total != t->n || g->offset > t->n ||
-            g->count > t->n - g->offset || (uint64_t)len != g->count * sizeof(float) ||
-            t->rg_have + g->count > t->n) {
+        if (msgcheck_grad_chunk(g, j->plan, len, NULL, 0) < 0 || g->step != j->step ||
+            j->t[g->tensor_id].rg_have + g->count > j->t[g->tensor_id].n) {
             *err = -EINVAL;
             return NULL;
         }
-        return t->rg + g->offset;
+        return j->t[g->tensor_id].rg + g->offset;
     }
     if (env->msg_case != APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK || j->released) {
         *err = -EPROTO;
         return NULL;
     }
     const Appliance__WeightChunk *w = env->weight_chunk;
-    if (w->tensor_id >= j->plan->n_tensors) {
+    char why[256];
+    if (msgcheck_weight_chunk(w, j->plan, len, why, sizeof(why)) < 0) {
+        log_warn("job %s: %s", j->id, why);
         *err = -EINVAL;
         return NULL;
     }
@@ -750,20 +751,21 @@ static void *wn__feed_dest(conn *c, const Appliance__Envelope *env, uint32_t len
         return NULL;
     }
     const Appliance__Batch *b = env->batch;
+    if (msgcheck_batch(b, j->plan, len, NULL, 0) < 0 || b->sample_elems != j->in_elems ||
+        b->label_elems != j->ex.label_elems) {
+        *err = -EINVAL;
+        return NULL;
+    }
     if (b->eval_batch > 0) {
         wn_eval_buf *eb = wn__eval_buf(j, b->eval_batch - 1);
-        if (!eb || eb->full || b->n > j->plan->eval_batch || b->step != j->step ||
-            b->sample_elems != j->in_elems || b->label_elems != j->ex.label_elems ||
-            len != (uint64_t)b->n * (j->in_elems + j->ex.label_elems) * 4) {
+        if (!eb || eb->full || b->step != j->step) {
             *err = -EINVAL;
             return NULL;
         }
         eb->n = b->n;
         return eb->data;
     }
-    if (b->n != j->batch || b->sample_elems != j->in_elems || b->label_elems != j->ex.label_elems ||
-        len != j->batch_bytes || b->replica != j->replica || b->step < j->step ||
-        b->step % f->slots != f->slot) {
+    if (b->replica != j->replica || b->step < j->step || b->step % f->slots != f->slot) {
         *err = -EINVAL;
         return NULL;
     }
@@ -974,6 +976,11 @@ static void wn__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *p
 {
     wse_node *w = wn_of(n);
     Appliance__Plan *in = env->job_start->plan;
+    char why[256];
+    if (msgcheck_plan(in, why, sizeof(why)) < 0) {
+        conn_fail(c, -EINVAL, "%s", why);
+        return;
+    }
     if (w->job) {
         log_warn("job %s refused: busy with job %s", in->job_id, w->job->id);
         return;
@@ -1005,6 +1012,10 @@ static void wn__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *p
             snprintf(err, sizeof(err), "plan has no replica for member %u", n->member_id);
         else if (p->n_swarm == 0)
             snprintf(err, sizeof(err), "plan has no swarmx node");
+        wn__refuse(n, j, err);
+        return;
+    }
+    if (msgcheck_plan_model(p, j->m, err, sizeof(err)) < 0) {
         wn__refuse(n, j, err);
         return;
     }

@@ -174,6 +174,26 @@ START_TEST(garbage_header)
 }
 END_TEST
 
+/* protobuf-c reads an over-long key naming field 0 into an unknown field
+ * and writes it back as a key it refuses: a daemon that kept such a plan
+ * could not copy it. The reader refuses the header instead. */
+START_TEST(field_zero_refused)
+{
+    /* Envelope { grad_chunk (23) { step: 1, <key 0x80 0x00: field 0, varint> 7 } } */
+    static const uint8_t bad[] = {0xba, 0x01, 0x05, 0x08, 0x01, 0x80, 0x00, 0x07};
+    static const uint8_t good[] = {0xba, 0x01, 0x05, 0x08, 0x01, 0xf8, 0x07, 0x07};
+    ck_assert_ptr_null(frame_envelope_unpack(bad, sizeof(bad)));
+    Appliance__Envelope *env = frame_envelope_unpack(good, sizeof(good)); /* field 127: kept */
+    ck_assert_ptr_nonnull(env);
+    ck_assert_uint_eq(env->grad_chunk->base.n_unknown_fields, 1);
+    appliance__envelope__free_unpacked(env, NULL);
+    uint8_t buf[64];
+    frame_prefix_encode(buf, sizeof(bad), 0);
+    memcpy(buf + FRAME_PREFIX_LEN, bad, sizeof(bad));
+    ck_assert_int_eq(feed_expect(buf, FRAME_PREFIX_LEN + sizeof(bad), "not a valid Envelope"), -EBADMSG);
+}
+END_TEST
+
 START_TEST(truncated_payload)
 {
     uint8_t buf[4096];
@@ -199,6 +219,7 @@ static Suite *suite(void)
     tcase_add_test(t, wrong_version);
     tcase_add_test(t, oversized_lengths);
     tcase_add_test(t, garbage_header);
+    tcase_add_test(t, field_zero_refused);
     tcase_add_test(t, truncated_payload);
     suite_add_tcase(s, t);
     return s;

@@ -1,0 +1,88 @@
+/* Checks of an incoming message on its own, or against the job's plan, made
+ * before a handler acts on it: lengths, indices and ranges a peer could get
+ * wrong. Pure functions, so that they can be tested and fuzzed apart from the
+ * daemons; what depends on a daemon's state (the current step, which tensors
+ * a shard holds, free buffers) stays in the handler.
+ *
+ * Each returns 0, or a negative errno-style code with a one-line message in
+ * err (always NUL-terminated when errlen > 0). */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "envelope.pb-c.h"
+#include "model.h"
+#include "plan.pb-c.h"
+
+/* Elements of a tensor the plan may declare (a bound far above any real
+ * model that keeps byte counts of a tensor and its optimizer state far from
+ * overflow). */
+#define MSGCHECK_MAX_TENSOR_ELEMS (1ull << 40)
+/* Dimensions of a plan tensor. */
+#define MSGCHECK_MAX_DIMS 8
+/* Credits a worker accepts outstanding per replica. */
+#define MSGCHECK_MAX_CREDITS 64
+/* Classes of a segmentation evaluation report. */
+#define MSGCHECK_MAX_EVAL_CLASSES 256
+/* Bytes of a job id (with its NUL): the daemons keep it in char[40]. */
+#define MSGCHECK_JOB_ID_MAX 40
+
+/* Hello: the protocol version and a nonce of AUTH_NONCE_LEN bytes.
+ * -EPROTONOSUPPORT for another version, -EPROTO otherwise. */
+int msgcheck_hello(const Appliance__Hello *h, char *err, size_t errlen);
+
+/* Register from a peer that authenticated as peer_role: a daemon role equal
+ * to peer_role, a name of 1..63 bytes, an address under 128 bytes. -EINVAL. */
+int msgcheck_register(const Appliance__Register *r, Appliance__Role peer_role, char *err,
+                      size_t errlen);
+
+/* A plan (JobStart): everything a daemon indexes with is in range. Tensor
+ * ids are their positions, dims multiply to at most
+ * MSGCHECK_MAX_TENSOR_ELEMS, shards are owned by a shard of the plan; the
+ * schedules name tensors of the plan; the tree's parents and children, the
+ * replicas' swarmx parents and the workers' replicas exist; a chunk fits a
+ * frame. NULL (a JobStart without a plan) is refused too. -EINVAL. */
+int msgcheck_plan(const Appliance__Plan *p, char *err, size_t errlen);
+
+/* A checked plan against the model a daemon compiled from its job_toml:
+ * the same tensors, each of the same size. -EINVAL. */
+int msgcheck_plan_model(const Appliance__Plan *p, const model *m, char *err, size_t errlen);
+
+/* The elements of plan tensor t (after msgcheck_plan: at most
+ * MSGCHECK_MAX_TENSOR_ELEMS; before, saturated at UINT64_MAX). */
+uint64_t msgcheck_tensor_elems(const Appliance__PlanTensor *t);
+
+/* A weight chunk of len payload bytes against a checked plan: a tensor of
+ * the plan, total its size, [offset, offset + count) inside it, len ==
+ * count * 4. -EINVAL. */
+int msgcheck_weight_chunk(const Appliance__WeightChunk *w, const Appliance__Plan *p, uint32_t len,
+                          char *err, size_t errlen);
+
+/* A gradient chunk, as msgcheck_weight_chunk. -EINVAL. */
+int msgcheck_grad_chunk(const Appliance__GradChunk *g, const Appliance__Plan *p, uint32_t len,
+                        char *err, size_t errlen);
+
+/* A batch of len payload bytes against a checked plan: n samples of
+ * sample_elems floats and label_elems labels each, exactly len bytes; a
+ * training batch is for a replica of the plan and has its batch share of
+ * samples; an eval batch is one of the plan's eval_batches and has at most
+ * eval_batch samples. -EINVAL. */
+int msgcheck_batch(const Appliance__Batch *b, const Appliance__Plan *p, uint32_t len, char *err,
+                   size_t errlen);
+
+/* A credit against a checked plan: at most MSGCHECK_MAX_CREDITS batches, or
+ * the request of one of the plan's eval batches. -EINVAL. */
+int msgcheck_credit(const Appliance__Credit *c, const Appliance__Plan *p, char *err, size_t errlen);
+
+/* A stream hello: a job id, and the role the receiver takes data links from
+ * (want; ROLE_UNKNOWN: a swarmx or a wse-node). With a checked plan, its
+ * index names a tree node (swarmx) or a replica (wse-node) of the plan.
+ * -EPROTO for the role, -EINVAL otherwise. */
+int msgcheck_stream_hello(const Appliance__StreamHello *h, Appliance__Role want,
+                          const Appliance__Plan *p, char *err, size_t errlen);
+
+/* An evaluation report against a checked plan: a replica of the plan, as
+ * many intersections as unions, at most MSGCHECK_MAX_EVAL_CLASSES. -EINVAL. */
+int msgcheck_eval_report(const Appliance__EvalReport *r, const Appliance__Plan *p, char *err,
+                         size_t errlen);

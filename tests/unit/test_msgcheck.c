@@ -1,0 +1,281 @@
+/* The checks of incoming messages (common/msgcheck.c), each with the case
+ * that once got past a handler: a count whose byte size wraps, a plan
+ * without a plan, a tree parent out of range, a plan that does not match
+ * the model. */
+#include <check.h>
+#include <errno.h>
+#include <string.h>
+
+#include "msgcheck.h"
+#include "toml.h"
+
+static char err[256];
+
+/* Two tensors (3x4 and 4) on one shard, a root swarmx over two replicas,
+ * one worker per replica; chunks of 5 elements. */
+typedef struct fixture {
+    Appliance__Plan p;
+    Appliance__PlanTensor t[2], *tp[2];
+    uint64_t dims[2][2];
+    Appliance__PlanShard sh, *shp[1];
+    Appliance__PlanSwarmNode sw, *swp[1];
+    uint32_t kids[2];
+    Appliance__PlanReplica r[2], *rp[2];
+    Appliance__PlanWorker w[2], *wp[2];
+    uint32_t stream[2];
+} fixture;
+
+static fixture fx;
+
+static void setup(void)
+{
+    memset(&fx, 0, sizeof(fx));
+    Appliance__Plan *p = &fx.p;
+    appliance__plan__init(p);
+    p->job_id = "job-1";
+    p->chunk_elems = 5;
+    fx.dims[0][0] = 3;
+    fx.dims[0][1] = 4;
+    fx.dims[1][0] = 4;
+    for (int i = 0; i < 2; i++) {
+        appliance__plan_tensor__init(&fx.t[i]);
+        fx.t[i].id = (uint32_t)i;
+        fx.t[i].name = i ? "fc.bias" : "fc.weight";
+        fx.t[i].dims = fx.dims[i];
+        fx.t[i].n_dims = i ? 1 : 2;
+        fx.tp[i] = &fx.t[i];
+        fx.stream[i] = (uint32_t)i;
+        appliance__plan_replica__init(&fx.r[i]);
+        fx.r[i].index = (uint32_t)i;
+        fx.r[i].batch = 4;
+        fx.rp[i] = &fx.r[i];
+        appliance__plan_worker__init(&fx.w[i]);
+        fx.w[i].replica = (uint32_t)i;
+        fx.wp[i] = &fx.w[i];
+        fx.kids[i] = (uint32_t)i;
+    }
+    p->tensors = fx.tp;
+    p->n_tensors = 2;
+    appliance__plan_shard__init(&fx.sh);
+    fx.shp[0] = &fx.sh;
+    p->shards = fx.shp;
+    p->n_shards = 1;
+    appliance__plan_swarm_node__init(&fx.sw);
+    fx.sw.parent = -1;
+    fx.sw.children_replicas = fx.kids;
+    fx.sw.n_children_replicas = 2;
+    fx.swp[0] = &fx.sw;
+    p->swarm = fx.swp;
+    p->n_swarm = 1;
+    p->replicas = fx.rp;
+    p->n_replicas = 2;
+    p->workers = fx.wp;
+    p->n_workers = 2;
+    p->fwd_stream = p->grad_order = fx.stream;
+    p->n_fwd_stream = p->n_grad_order = 2;
+}
+
+START_TEST(plan_valid)
+{
+    ck_assert_int_eq(msgcheck_plan(&fx.p, err, sizeof(err)), 0);
+    ck_assert_uint_eq(msgcheck_tensor_elems(&fx.t[0]), 12);
+}
+END_TEST
+
+START_TEST(plan_missing)
+{
+    ck_assert_int_eq(msgcheck_plan(NULL, err, sizeof(err)), -EINVAL);
+    ck_assert_str_eq(err, "job start without a plan");
+}
+END_TEST
+
+START_TEST(plan_parent_out_of_range)
+{
+    fx.sw.parent = 1; /* swarmx followed it into swarm[1] */
+    ck_assert_int_eq(msgcheck_plan(&fx.p, err, sizeof(err)), -EINVAL);
+    ck_assert_str_eq(err, "plan: swarmx node 0 has index 0 and parent 1 of 1");
+    fx.sw.parent = -2;
+    ck_assert_int_eq(msgcheck_plan(&fx.p, err, sizeof(err)), -EINVAL);
+}
+END_TEST
+
+START_TEST(plan_indices)
+{
+    fx.stream[1] = 2;
+    ck_assert_int_eq(msgcheck_plan(&fx.p, err, sizeof(err)), -EINVAL);
+    ck_assert_str_eq(err, "plan: fwd_stream[1] names tensor 2 of 2");
+    fx.stream[1] = 1;
+    fx.r[1].swarm_parent = 1;
+    ck_assert_int_eq(msgcheck_plan(&fx.p, err, sizeof(err)), -EINVAL);
+    fx.r[1].swarm_parent = 0;
+    fx.w[1].replica = 2;
+    ck_assert_int_eq(msgcheck_plan(&fx.p, err, sizeof(err)), -EINVAL);
+    fx.w[1].replica = 1;
+    fx.t[1].id = 0;
+    ck_assert_int_eq(msgcheck_plan(&fx.p, err, sizeof(err)), -EINVAL);
+    fx.t[1].id = 1;
+    fx.p.chunk_elems = 0;
+    ck_assert_int_eq(msgcheck_plan(&fx.p, err, sizeof(err)), -EINVAL);
+    fx.p.chunk_elems = 5;
+    ck_assert_int_eq(msgcheck_plan(&fx.p, err, sizeof(err)), 0);
+}
+END_TEST
+
+START_TEST(plan_tensor_too_large)
+{
+    fx.dims[0][0] = 1ull << 32;
+    fx.dims[0][1] = 1ull << 32; /* 2^64 elements: the product wraps to 0 */
+    ck_assert_uint_eq(msgcheck_tensor_elems(&fx.t[0]), UINT64_MAX);
+    ck_assert_int_eq(msgcheck_plan(&fx.p, err, sizeof(err)), -EINVAL);
+}
+END_TEST
+
+START_TEST(plan_model_mismatch)
+{
+    static const char doc[] = "[model]\ninput_shape = [4]\nloss = \"softmax_cross_entropy\"\n"
+                              "[[model.layers]]\nname = \"fc\"\ntype = \"dense\"\nunits = 3\n";
+    toml_value *root = toml_parse(doc, strlen(doc), "job.toml", err, sizeof(err));
+    ck_assert_ptr_nonnull(root);
+    model *m = model_compile_document(root, err, sizeof(err));
+    toml_free(root);
+    ck_assert_ptr_nonnull(m);
+    fx.dims[1][0] = 3;
+    ck_assert_int_eq(msgcheck_plan_model(&fx.p, m, err, sizeof(err)), 0);
+    fx.dims[1][0] = 4;
+    ck_assert_int_eq(msgcheck_plan_model(&fx.p, m, err, sizeof(err)), -EINVAL);
+    ck_assert_str_eq(err, "plan: tensor 1 (fc.bias) has 4 elements, the model's fc.bias has 3");
+    fx.p.n_tensors = 1;
+    ck_assert_int_eq(msgcheck_plan_model(&fx.p, m, err, sizeof(err)), -EINVAL);
+    model_free(m);
+}
+END_TEST
+
+START_TEST(chunk_count_wraps)
+{
+    Appliance__GradChunk g = APPLIANCE__GRAD_CHUNK__INIT;
+    g.tensor_id = 0;
+    g.total = 12;
+    g.count = (1ull << 62) + 1; /* count * 4 == 4 in 64 bits */
+    ck_assert_int_eq(msgcheck_grad_chunk(&g, &fx.p, 4, err, sizeof(err)), -EINVAL);
+    g.count = 3;
+    g.offset = 9;
+    ck_assert_int_eq(msgcheck_grad_chunk(&g, &fx.p, 12, err, sizeof(err)), 0);
+    g.offset = 10;
+    ck_assert_int_eq(msgcheck_grad_chunk(&g, &fx.p, 12, err, sizeof(err)), -EINVAL);
+}
+END_TEST
+
+START_TEST(weight_chunk_length)
+{
+    Appliance__WeightChunk w = APPLIANCE__WEIGHT_CHUNK__INIT;
+    w.tensor_id = 1;
+    w.total = 4;
+    w.count = 4;
+    ck_assert_int_eq(msgcheck_weight_chunk(&w, &fx.p, 16, err, sizeof(err)), 0);
+    /* a shorter payload than count says: the wse-node once held it and
+     * copied count * 4 bytes out of it */
+    ck_assert_int_eq(msgcheck_weight_chunk(&w, &fx.p, 12, err, sizeof(err)), -EINVAL);
+    ck_assert_str_eq(err, "weight chunk of tensor 1: 4 elements in 12 bytes");
+    w.total = 5;
+    ck_assert_int_eq(msgcheck_weight_chunk(&w, &fx.p, 16, err, sizeof(err)), -EINVAL);
+    w.total = 4;
+    w.tensor_id = 2;
+    ck_assert_int_eq(msgcheck_weight_chunk(&w, &fx.p, 16, err, sizeof(err)), -EINVAL);
+}
+END_TEST
+
+START_TEST(batch_sizes)
+{
+    Appliance__Batch b = APPLIANCE__BATCH__INIT;
+    b.replica = 1;
+    b.n = 4;
+    b.sample_elems = 3;
+    b.label_elems = 1;
+    ck_assert_int_eq(msgcheck_batch(&b, &fx.p, 64, err, sizeof(err)), 0);
+    ck_assert_int_eq(msgcheck_batch(&b, &fx.p, 60, err, sizeof(err)), -EINVAL);
+    b.sample_elems = 1ull << 62; /* n * (sample + label) * 4 wraps */
+    ck_assert_int_eq(msgcheck_batch(&b, &fx.p, 16, err, sizeof(err)), -EINVAL);
+    b.sample_elems = 3;
+    b.replica = 2;
+    ck_assert_int_eq(msgcheck_batch(&b, &fx.p, 64, err, sizeof(err)), -EINVAL);
+    b.replica = 0;
+    b.eval_batch = 1; /* the plan has no evaluation */
+    ck_assert_int_eq(msgcheck_batch(&b, &fx.p, 64, err, sizeof(err)), -EINVAL);
+}
+END_TEST
+
+START_TEST(small_messages)
+{
+    Appliance__Hello h = APPLIANCE__HELLO__INIT;
+    uint8_t nonce[32] = {0};
+    h.version = 1;
+    h.nonce.data = nonce;
+    h.nonce.len = 31;
+    ck_assert_int_eq(msgcheck_hello(&h, err, sizeof(err)), -EPROTO);
+    h.nonce.len = 32;
+    ck_assert_int_eq(msgcheck_hello(&h, err, sizeof(err)), 0);
+    h.version = 2;
+    ck_assert_int_eq(msgcheck_hello(&h, err, sizeof(err)), -EPROTONOSUPPORT);
+
+    Appliance__Register r = APPLIANCE__REGISTER__INIT;
+    r.role = APPLIANCE__ROLE__ROLE_MEMORYX;
+    r.name = "memoryx-1";
+    r.advertised_addr = "127.0.0.1:1";
+    ck_assert_int_eq(msgcheck_register(&r, APPLIANCE__ROLE__ROLE_MEMORYX, err, sizeof(err)), 0);
+    ck_assert_int_eq(msgcheck_register(&r, APPLIANCE__ROLE__ROLE_WORKER, err, sizeof(err)), -EINVAL);
+    r.name = "";
+    ck_assert_int_eq(msgcheck_register(&r, APPLIANCE__ROLE__ROLE_MEMORYX, err, sizeof(err)), -EINVAL);
+
+    Appliance__Credit c = APPLIANCE__CREDIT__INIT;
+    c.n = MSGCHECK_MAX_CREDITS;
+    ck_assert_int_eq(msgcheck_credit(&c, &fx.p, err, sizeof(err)), 0);
+    c.n++;
+    ck_assert_int_eq(msgcheck_credit(&c, &fx.p, err, sizeof(err)), -EINVAL);
+
+    Appliance__StreamHello s = APPLIANCE__STREAM_HELLO__INIT;
+    s.job_id = "job-1";
+    s.role = APPLIANCE__ROLE__ROLE_WSE_NODE;
+    s.index = 1;
+    ck_assert_int_eq(msgcheck_stream_hello(&s, APPLIANCE__ROLE__ROLE_UNKNOWN, &fx.p, err, sizeof(err)), 0);
+    ck_assert_int_eq(msgcheck_stream_hello(&s, APPLIANCE__ROLE__ROLE_SWARMX, NULL, err, sizeof(err)), -EPROTO);
+    s.index = 2;
+    ck_assert_int_eq(msgcheck_stream_hello(&s, APPLIANCE__ROLE__ROLE_WSE_NODE, &fx.p, err, sizeof(err)), -EINVAL);
+
+    Appliance__EvalReport e = APPLIANCE__EVAL_REPORT__INIT;
+    uint64_t v[2] = {1, 2};
+    e.intersection = e.union_ = v;
+    e.n_intersection = 2;
+    e.n_union_ = 1;
+    ck_assert_int_eq(msgcheck_eval_report(&e, &fx.p, err, sizeof(err)), -EINVAL);
+    e.n_union_ = 2;
+    ck_assert_int_eq(msgcheck_eval_report(&e, &fx.p, err, sizeof(err)), 0);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("msgcheck");
+    TCase *t = tcase_create("checks");
+    tcase_add_checked_fixture(t, setup, NULL);
+    tcase_add_test(t, plan_valid);
+    tcase_add_test(t, plan_missing);
+    tcase_add_test(t, plan_parent_out_of_range);
+    tcase_add_test(t, plan_indices);
+    tcase_add_test(t, plan_tensor_too_large);
+    tcase_add_test(t, plan_model_mismatch);
+    tcase_add_test(t, chunk_count_wraps);
+    tcase_add_test(t, weight_chunk_length);
+    tcase_add_test(t, batch_sizes);
+    tcase_add_test(t, small_messages);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

@@ -265,7 +265,8 @@ void history_list(coordinator *co, conn *c)
         goto out;
     }
     /* The newest jobs that fit the budget, sent oldest first. */
-    qsort(it.v, it.n, sizeof(*it.v), history__newest_first);
+    if (it.n > 1)
+        qsort(it.v, it.n, sizeof(*it.v), history__newest_first);
     size_t listed = 0, bytes = 0, budget = history__budget(co, c);
     for (; listed < it.n; listed++) {
         history_item *x = &it.v[listed];

@@ -2,8 +2,9 @@
 # Cluster test: FC-MNIST on real data (the 10,000 digits scripts/fetch-mnist
 # writes to data/mnist) on 1, 2 and 4 replicas: each run reaches at least 94%
 # accuracy on the 2,000 test digits, and after 100 steps the weights of the
-# three runs agree within 1e-4 relative. Skipped when the data set has not
-# been fetched (scripts/test fetches it).
+# three runs agree within 1e-4 relative. Under the sanitizers
+# (APPLIANCE_TEST_LIGHT) only the 2-replica run. Skipped when the data set
+# has not been fetched (scripts/test fetches it).
 set -euo pipefail
 . "${SOURCE_ROOT:?}/tests/cluster/lib.sh" appliance-mnist
 data="$src/data/mnist"
@@ -15,7 +16,9 @@ fi
 "$src/deploy/local/appliance-up" --replicas 4 --dir "$run" --build "$build" >/dev/null
 set -a; . "$run/env"; set +a
 
-for r in 1 2 4; do
+replicas=(1 2 4)
+[ -z "${APPLIANCE_TEST_LIGHT:-}" ] || replicas=(2)
+for r in "${replicas[@]}"; do
   sed -e "s/^num_csx = .*/num_csx = $r/" -e "s|^model_dir = .*|model_dir = \"$work/m$r\"\ncheckpoint_steps = 100|" \
     -e "s|^data_dir = .*|data_dir = \"$data\"|" "$src/examples/fc_mnist.toml" > "$work/fc$r.toml"
   out=$(cd "$work" && timeout 300 "$build/client/appliance-submit" --json "fc$r.toml") || fail "$r replica(s): $out"
@@ -25,6 +28,7 @@ for r in 1 2 4; do
     fail "$r replica(s): test accuracy $acc below 0.94"
   echo "ok: FC-MNIST on $r replica(s): test accuracy $acc"
 done
+if [ -n "${APPLIANCE_TEST_LIGHT:-}" ]; then echo "1 passed, 0 failed"; exit 0; fi
 for r in 2 4; do
   "$build/common/st-compare" "$work/m1/checkpoint_100-shard1-of-1.safetensors" \
     "$work/m$r/checkpoint_100-shard1-of-1.safetensors" --rtol 1e-4 >/dev/null ||

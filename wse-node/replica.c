@@ -790,7 +790,11 @@ static void wn__feed_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, 
         wn__fault(j->n, j, "worker %s refused: %s", c->peer_addr, env->error->message);
         return;
     }
-    if (env->msg_case != APPLIANCE__ENVELOPE__MSG_BATCH || !payload) {
+    /* An eval batch of no samples (a share of the eval set smaller than the
+     * replicas) comes without a payload. */
+    bool empty_eval = env->msg_case == APPLIANCE__ENVELOPE__MSG_BATCH &&
+                      env->batch->eval_batch > 0 && env->batch->n == 0 && len == 0;
+    if (env->msg_case != APPLIANCE__ENVELOPE__MSG_BATCH || (!payload && !empty_eval)) {
         conn_fail(c, -EPROTO, "unexpected %s from a worker", frame_msg_name(env->msg_case));
         return;
     }

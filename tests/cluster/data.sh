@@ -3,7 +3,8 @@
 # set in MNIST's IDX format (8x8 images of four classes, written here) trains
 # on 1 and 2 replicas with the weights agreeing; a damaged labels file fails
 # the job with a message naming the file. When scripts/fetch-mnist has been
-# run, a softmax regression on that MNIST trains too. No network is used.
+# run, a softmax regression on that MNIST trains too; an eval set smaller
+# than the replicas evaluates. No network is used.
 set -euo pipefail
 . "${SOURCE_ROOT:?}/tests/cluster/lib.sh" appliance-cluster
 
@@ -114,4 +115,13 @@ if [ -f "$src/data/mnist/train-images-idx3-ubyte" ]; then
 else
   echo "skip: no data/mnist (scripts/fetch-mnist makes it)"
 fi
+# An eval set smaller than the replicas: one replica's share is empty, its
+# worker sends an empty eval batch, and the evaluation still completes.
+sed -e "s|^model_dir = .*|model_dir = \"$work/tiny-eval\"|" "$src/examples/quickstart.toml" >"$work/tiny-eval.toml"
+printf '\n[eval_input]\ndata_processor = "synthetic_classification"\nbatch_size = 4\nnum_classes = 4\nnum_samples = 1\n' \
+  >>"$work/tiny-eval.toml"
+out=$(cd "$work" && timeout 120 "$build/client/appliance-submit" --json "$work/tiny-eval.toml") ||
+  fail "a 1-sample eval set on 2 replicas: $out"
+[ "$(echo "$out" | field eval_step)" = 60 ] || fail "no evaluation at step 60: $out"
+echo "ok: a 1-sample eval set on 2 replicas evaluates (one share empty)"
 echo "passed"

@@ -26,22 +26,6 @@ static bool history__evictable(const coordinator *co, const job *j)
     return history__ended(j) && j != co->running && j->sending == 0;
 }
 
-static void history__free(job *j)
-{
-    if (j->plan)
-        appliance__plan__free_unpacked(j->plan, NULL);
-    free(j->plan_bytes);
-    free(j->members);
-    free(j->ring);
-    summaries_close(j->sum);
-    free(j->toml);
-    free(j->followers);
-    free(j->readers);
-    for (size_t l = 0; l < j->nlog; l++)
-        free(j->log[l]);
-    free(j->log);
-    free(j);
-}
 
 void history_evict(coordinator *co, size_t slack)
 {
@@ -54,7 +38,7 @@ void history_evict(coordinator *co, size_t slack)
     for (size_t i = 0; i < co->njobs; i++) {
         job *j = co->jobs[i];
         if (dropped < drop && history__evictable(co, j)) {
-            history__free(j);
+            job_free(j);
             dropped++;
         } else {
             co->jobs[k++] = j;
@@ -101,7 +85,7 @@ job *history_load(coordinator *co, const char *id)
         return NULL;
     history_fill f = {co, j};
     if (journal_get(co->journal, id, history__fill, &f) < 0) {
-        history__free(j);
+        job_free(j);
         return NULL;
     }
     j->from_journal = true;
@@ -117,7 +101,7 @@ job *history_load_newest(coordinator *co, const char *owner)
         return NULL;
     history_fill f = {co, j};
     if (journal_recent(co->journal, owner, 1, NULL, history__fill, &f) < 0 || !j->id[0]) {
-        history__free(j);
+        job_free(j);
         return NULL;
     }
     j->from_journal = true;
@@ -139,7 +123,7 @@ void history_load_log(coordinator *co, job *j)
 void history_release(job *j)
 {
     if (j && j->from_journal)
-        history__free(j);
+        job_free(j);
 }
 
 /* One job of a list reply: in memory, or a journal row whose strings it owns. */

@@ -1029,18 +1029,22 @@ void jobs_client_closed(coordinator *co, conn *c)
     }
 }
 
+void job_free(job *j)
+{
+    job__drop_run(j, true);
+    free(j->toml);
+    free(j->followers);
+    free(j->readers);
+    for (size_t l = 0; l < j->nlog; l++)
+        free(j->log[l]);
+    free(j->log);
+    free(j);
+}
+
 void jobs_shutdown(coordinator *co)
 {
     for (size_t i = 0; i < co->njobs; i++) {
-        job *j = co->jobs[i];
-        job__drop_run(j, true);
-        free(j->toml);
-        free(j->followers);
-        free(j->readers);
-        for (size_t l = 0; l < j->nlog; l++)
-            free(j->log[l]);
-        free(j->log);
-        free(j);
+        job_free(co->jobs[i]);
     }
     free(co->jobs);
     co->jobs = NULL;

@@ -3,6 +3,7 @@
 # with one memoryx and one swarmx as with two memoryx shards and a two-level
 # swarmx tree (fan-out 2: a root over two leaves of two replicas), in
 # Pipelined and in Weight Streaming mode, and the same as on one replica.
+# A swarmx killed for good mid-job: the job recovers on a tree without it.
 set -euo pipefail
 . "${SOURCE_ROOT:?}/tests/cluster/lib.sh" appliance-topology
 
@@ -40,4 +41,31 @@ echo "ok: 4 replicas agree with 1 within 1e-5"
   "$work/tree-ws/checkpoint_40-shard1-of-2.safetensors,$work/tree-ws/checkpoint_40-shard2-of-2.safetensors" \
   --rtol 1e-5 >/dev/null || fail "weight streaming from 2 shards through a 2-level tree disagrees"
 echo "ok: weight streaming from 2 shards (chunks merged in schedule order) through a 2-level tree agrees"
+# A swarmx lost for good: the job recovers on a tree without it (the two
+# swarmx nodes left as one level of fan-out 4), from its last checkpoint,
+# and ends where the flat run ends.
+sed -e "s/^num_csx = .*/num_csx = 4\nnum_wgt_servers = 2\nswarmx_fanout = 2\ncheckpoint_steps = 10/" \
+  -e "s/^max_steps = .*/max_steps = 200/" -e "s|^model_dir = .*|model_dir = \"$work/lost\"|" \
+  -e '/^max_gradient_norm/d' "$src/tests/cluster/jobs/cnn.toml" > "$work/lost.toml"
+sed -e "s/^num_csx = .*/num_csx = 4/" -e "s/^max_steps = .*/max_steps = 200/" \
+  -e "s|^model_dir = .*|model_dir = \"$work/lost-ref\"|" -e '/^max_gradient_norm/d' \
+  "$src/tests/cluster/jobs/cnn.toml" > "$work/lost-ref.toml"
+out=$(cd "$work" && timeout 120 "$submit" --json "$work/lost-ref.toml") || fail "lost-ref: $out"
+id=$(cd "$work" && "$submit" --detach "$work/lost.toml" | grep -o 'job-[0-9]*' | head -n 1)
+for _ in $(seq 1 1000); do
+  s=$("$submit" status "$id" --json | field steps)
+  [ "$s" -ge 15 ] && break
+  sleep 0.02
+done
+victim=$(grep -l "job $id: tree node [12], inner" "$run"/logs/swarmx-*.log | head -n 1)
+victim=$(basename "$victim" .log)
+kill -KILL "$(cat "$run/pids/$victim.pid")"
+out=$(timeout 120 "$submit" status "$id" --follow --json) || fail "the job did not recover from the loss of $victim: $out"
+"$submit" logs "$id" | grep -q "restarted: 4 replica(s)" || fail "no restart on 4 replicas"
+grep -q "job $id.r1: tree node 0, root, 4 children" "$run"/logs/swarmx-*.log ||
+  fail "the tree was not rebuilt as one node over 4 replicas"
+"$build/common/st-compare" "$work/lost-ref/checkpoint_200-shard1-of-1.safetensors" \
+  "$work/lost/checkpoint_200-shard1-of-2.safetensors,$work/lost/checkpoint_200-shard2-of-2.safetensors" \
+  --rtol 1e-4 >/dev/null || fail "after the tree was rebuilt the weights differ from the flat run"
+echo "ok: $victim killed at step $s: the job recovered on a tree without it and agrees with the flat run"
 echo "1 passed, 0 failed"

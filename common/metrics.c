@@ -176,3 +176,23 @@ void metrics_stop(void)
     metrics__s.text = NULL;
     pthread_mutex_unlock(&metrics__s.mu);
 }
+
+const char *metrics_label_escape(const char *in, char *out, size_t outlen)
+{
+    size_t k = 0;
+    for (; *in && outlen > 0; in++) {
+        const char *esc = *in == '\\' ? "\\\\" : *in == '"' ? "\\\"" : *in == '\n' ? "\\n" : NULL;
+        size_t need = esc ? 2 : 1;
+        if (k + need >= outlen)
+            break;
+        if (esc) {
+            out[k++] = esc[0];
+            out[k++] = esc[1];
+        } else {
+            out[k++] = *in;
+        }
+    }
+    if (outlen > 0)
+        out[k] = 0;
+    return out;
+}

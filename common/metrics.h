@@ -14,6 +14,11 @@ typedef struct metrics_buf metrics_buf;
 /* Appends text to the exposition being rendered. */
 void metrics_printf(metrics_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Copies a label value into out (outlen bytes, always terminated) with
+ * backslash, double quote and newline escaped as the text exposition format
+ * requires; a value cut short never ends inside an escape. Returns out. */
+const char *metrics_label_escape(const char *in, char *out, size_t outlen);
+
 /* A histogram with fixed upper bounds (seconds, ascending). */
 #define METRICS_BUCKETS 12
 typedef struct metrics_hist {

@@ -769,6 +769,8 @@ static void node__peer_metrics(void *arg, Appliance__Role role, const char *name
                                uint64_t out, size_t queued, unsigned live)
 {
     metrics_buf *b = arg;
+    char esc[160];
+    name = metrics_label_escape(name, esc, sizeof(esc)); /* peers name themselves */
     metrics_printf(b, "appliance_peer_bytes_received_total{peer=\"%s\",peer_role=\"%s\"} %llu\n",
                    name, node_role_name(role), (unsigned long long)in);
     metrics_printf(b, "appliance_peer_bytes_sent_total{peer=\"%s\",peer_role=\"%s\"} %llu\n", name,

@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "msgcheck.h"
+#include "plan.h"
 #include "sdnotify.h"
 #include "toml.h"
 #include "units.h"
@@ -706,6 +708,24 @@ int node_send_coordinator(node *n, const Appliance__Envelope *env)
     if (!c || !n->registered)
         return -ENOTCONN;
     return conn_send_msg(c, env);
+}
+
+Appliance__Plan *node_job_start_plan(conn *c, const Appliance__Envelope *env, const char *busy_with)
+{
+    const Appliance__Plan *in = env->job_start->plan;
+    char why[256];
+    if (msgcheck_plan(in, why, sizeof(why)) < 0) {
+        conn_fail(c, -EINVAL, "%s", why);
+        return NULL;
+    }
+    if (busy_with) {
+        log_warn("job %s refused: busy with job %s", in->job_id, busy_with);
+        return NULL;
+    }
+    Appliance__Plan *p = plan_copy(in);
+    if (!p)
+        log_error("job %s refused: out of memory copying its plan", in->job_id);
+    return p;
 }
 
 void node_reply_error(conn *c, int code, const char *fmt, ...)

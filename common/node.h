@@ -161,6 +161,12 @@ void node_job_failed(node *n, const char *job_id, char *why, size_t why_len, con
 void node_job_vabort(node *n, const char *job_id, bool fault, char *why, size_t why_len,
                      const char *fmt, va_list ap) __attribute__((format(printf, 6, 0)));
 
+/* The plan of a JobStart, checked (a bad one fails the connection c) and
+ * copied for the role to own (free with appliance__plan__free_unpacked).
+ * NULL, and logged, when it is bad, when busy_with names the job this
+ * daemon still runs, or when out of memory. */
+Appliance__Plan *node_job_start_plan(conn *c, const Appliance__Envelope *env, const char *busy_with);
+
 /* The role's name for logs ("wse-node"). */
 const char *node_role_name(Appliance__Role r);
 

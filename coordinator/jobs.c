@@ -535,12 +535,8 @@ int job_recover_loaded(coordinator *co, job *j)
     jobspec_free(spec);
     j->run_id[0] = 0;
     j->summarized = j->steps_done;
-    j->recovering = false;
     co->running = j;
-    snprintf(j->fault, sizeof(j->fault), "%s", why);
-    /* job_fault counts the restart and sets the deadlines. */
-    j->recovering = false;
-    job_fault(co, j, why);
+    job_fault(co, j, why); /* counts the restart, sets the deadlines */
     return 0;
 }
 

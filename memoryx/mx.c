@@ -292,24 +292,16 @@ static void mx__step_done(node *n, mx_job *j)
 static void mx__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, uint32_t len)
 {
     memoryx *mx = mx_of(n);
-    Appliance__Plan *in = env->job_start->plan;
-    char why[256];
-    if (msgcheck_plan(in, why, sizeof(why)) < 0) {
-        conn_fail(c, -EINVAL, "%s", why);
+    Appliance__Plan *plan = node_job_start_plan(c, env, mx->job ? mx->job->id : NULL);
+    if (!plan)
         return;
-    }
-    if (mx->job) {
-        log_warn("job %s refused: busy with job %s", in->job_id, mx->job->id);
-        return;
-    }
     mx_job *j = calloc(1, sizeof(*j));
-    if (!j)
-        return;
-    snprintf(j->id, sizeof(j->id), "%s", in->job_id);
-    if (!(j->plan = plan_copy(in))) {
-        free(j);
+    if (!j) {
+        appliance__plan__free_unpacked(plan, NULL);
         return;
     }
+    snprintf(j->id, sizeof(j->id), "%s", plan->job_id);
+    j->plan = plan;
     mx->job = j;
     Appliance__Plan *p = j->plan;
     bool found = false;

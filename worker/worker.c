@@ -240,25 +240,19 @@ static void wk__open_done(uv_work_t *req, int status)
 static void wk__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, uint32_t len)
 {
     worker *w = wk_of(n);
-    Appliance__Plan *in = env->job_start->plan;
-    char why[256];
-    if (msgcheck_plan(in, why, sizeof(why)) < 0) {
-        conn_fail(c, -EINVAL, "%s", why);
+    Appliance__Plan *p = node_job_start_plan(c, env, w->job ? w->job->id : NULL);
+    if (!p)
         return;
-    }
-    if (w->job) {
-        log_warn("job %s refused: busy with job %s", in->job_id, w->job->id);
-        return;
-    }
     wk_job *j = calloc(1, sizeof(*j));
-    if (!j)
+    if (!j) {
+        appliance__plan__free_unpacked(p, NULL);
         return;
-    snprintf(j->id, sizeof(j->id), "%s", in->job_id);
+    }
+    snprintf(j->id, sizeof(j->id), "%s", p->job_id);
     j->w = w;
-    j->plan = plan_copy(in);
-    Appliance__Plan *p = j->plan;
-    j->feeds = p ? calloc(p->n_workers ? p->n_workers : 1, sizeof(*j->feeds)) : NULL;
-    if (!p || !j->feeds) {
+    j->plan = p;
+    j->feeds = calloc(p->n_workers ? p->n_workers : 1, sizeof(*j->feeds));
+    if (!j->feeds) {
         log_error("job %s: out of memory", j->id);
         wk__job_free(j);
         return;

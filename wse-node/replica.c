@@ -979,25 +979,17 @@ static void wn__job_allocated(void *arg)
 static void wn__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, uint32_t len)
 {
     wse_node *w = wn_of(n);
-    Appliance__Plan *in = env->job_start->plan;
-    char why[256];
-    if (msgcheck_plan(in, why, sizeof(why)) < 0) {
-        conn_fail(c, -EINVAL, "%s", why);
+    Appliance__Plan *plan = node_job_start_plan(c, env, w->job ? w->job->id : NULL);
+    if (!plan)
         return;
-    }
-    if (w->job) {
-        log_warn("job %s refused: busy with job %s", in->job_id, w->job->id);
-        return;
-    }
     wn_job *j = calloc(1, sizeof(*j));
-    if (!j)
-        return;
-    j->n = n;
-    snprintf(j->id, sizeof(j->id), "%s", in->job_id);
-    if (!(j->plan = plan_copy(in))) {
-        free(j);
+    if (!j) {
+        appliance__plan__free_unpacked(plan, NULL);
         return;
     }
+    j->n = n;
+    snprintf(j->id, sizeof(j->id), "%s", plan->job_id);
+    j->plan = plan;
     w->job = j;
     Appliance__Plan *p = j->plan;
     const Appliance__PlanReplica *me = NULL;

@@ -1,6 +1,7 @@
 /* The flight recorder: a ring of the last stream and job events. */
 #include "flight.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,76 @@ static uint64_t flight__now_us(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+static const char *flight__name(uint16_t msg)
+{
+    const ProtobufCFieldDescriptor *fd =
+        protobuf_c_message_descriptor_get_field(&appliance__envelope__descriptor, msg);
+    return fd ? fd->name : "message";
+}
+
+/* ---- the trace file ---- */
+
+#define FLIGHT_TRACE_COLUMNS "t_us dir msg peer step tensor offset count pass eval"
+
+int flight_trace_open(flight *f, const char *path, const char *self, uint64_t max_bytes, char *err,
+                      size_t errlen)
+{
+    FILE *fp = fopen(path, "ae");
+    if (!fp) {
+        int e = errno;
+        snprintf(err, errlen, "cannot open the trace file %s: %s", path, strerror(e));
+        return -e;
+    }
+    setvbuf(fp, NULL, _IOFBF, 1u << 20);
+    int k = fprintf(fp, "# appliance trace of %s: " FLIGHT_TRACE_COLUMNS "\n", self);
+    if (k < 0 || fflush(fp) != 0) {
+        int e = errno ? errno : EIO;
+        snprintf(err, errlen, "cannot write the trace file %s: %s", path, strerror(e));
+        fclose(fp);
+        return -e;
+    }
+    f->trace = fp;
+    f->trace_bytes = (uint64_t)k;
+    f->trace_max = max_bytes;
+    return 0;
+}
+
+static void flight__trace_close(flight *f, const char *why)
+{
+    if (!f->trace)
+        return;
+    if (why)
+        log_warn("trace: %s; tracing stops", why);
+    fclose(f->trace);
+    f->trace = NULL;
+}
+
+static void flight__trace(flight *f, const flight_event *e)
+{
+    static const char *passes[] = {"forward", "backward", "resident"};
+    bool chunk = e->msg == APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK;
+    int k = fprintf(f->trace, "%" PRIu64 " %s %s %s %" PRIu64 " %d %" PRIu64 " %u %s %u\n", e->t_us,
+                    e->out ? "out" : "in", flight__name(e->msg), e->peer, e->step,
+                    e->tensor == UINT32_MAX ? -1 : (int)e->tensor, e->chunk, e->count,
+                    chunk && e->pass < 3 ? passes[e->pass] : "-", e->eval);
+    if (k < 0) {
+        flight__trace_close(f, strerror(errno));
+        return;
+    }
+    f->trace_bytes += (uint64_t)k;
+    if (f->trace_bytes >= f->trace_max) {
+        char why[96];
+        snprintf(why, sizeof(why), "the trace file reached its limit of %" PRIu64 " bytes", f->trace_max);
+        flight__trace_close(f, why);
+    }
+}
+
+void flight_trace_flush(flight *f)
+{
+    if (f->trace && fflush(f->trace) != 0)
+        flight__trace_close(f, strerror(errno));
 }
 
 /* A job starts: keep its tensor -> layer map for the dump. */
@@ -58,6 +129,8 @@ void flight_note(flight *f, const Appliance__Envelope *env, const char *peer, bo
         e.tensor = w->tensor_id;
         e.chunk = w->offset;
         e.count = (uint32_t)w->count;
+        e.pass = (uint8_t)w->pass;
+        e.eval = w->eval_pass;
         break;
     }
     case APPLIANCE__ENVELOPE__MSG_GRAD_CHUNK: {
@@ -103,13 +176,11 @@ void flight_note(flight *f, const Appliance__Envelope *env, const char *peer, bo
     snprintf(e.peer, sizeof(e.peer), "%s", peer && peer[0] ? peer : "?");
     f->ev[f->n % FLIGHT_CAP] = e;
     f->n++;
-}
-
-static const char *flight__name(uint16_t msg)
-{
-    const ProtobufCFieldDescriptor *fd =
-        protobuf_c_message_descriptor_get_field(&appliance__envelope__descriptor, msg);
-    return fd ? fd->name : "message";
+    if (f->trace) {
+        flight__trace(f, &e);
+        if (e.msg == APPLIANCE__ENVELOPE__MSG_JOB_END || e.msg == APPLIANCE__ENVELOPE__MSG_JOB_ABORT)
+            flight_trace_flush(f);
+    }
 }
 
 bool flight_format(const flight *f, size_t i, char *out, size_t outlen)
@@ -183,4 +254,5 @@ void flight_free(flight *f)
     free(f->tensor_layer);
     f->tensor_layer = NULL;
     f->ntensors = 0;
+    flight__trace_close(f, NULL);
 }

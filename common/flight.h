@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "envelope.pb-c.h"
 
@@ -21,6 +22,8 @@ typedef struct flight_event {
     uint32_t count;       /* elements or samples */
     uint16_t msg;         /* Envelope msg case */
     bool out;             /* sent (true) or received */
+    uint8_t pass;         /* a weight chunk's Pass (forward, backward, resident) */
+    uint32_t eval;        /* a weight chunk's eval pass (0: the training pass) */
     char peer[40];        /* the peer's name from its Hello, or its address */
 } flight_event;
 
@@ -32,6 +35,9 @@ typedef struct flight {
     size_t ntensors;
     uint64_t last_us;     /* when the last event was recorded */
     uint64_t dumped_at;   /* n when the ring was last written out */
+    FILE *trace;          /* every event also written here (--trace), or NULL */
+    uint64_t trace_bytes; /* written so far */
+    uint64_t trace_max;   /* the cap: tracing stops there, with a warning */
 } flight;
 
 /* Records a message sent to or received from peer. Heartbeats and the
@@ -49,4 +55,17 @@ bool flight_hung(flight *f, uint64_t silence_ms);
 /* Formats event i (0 = oldest kept) into out; returns false past the end. */
 bool flight_format(const flight *f, size_t i, char *out, size_t outlen);
 
+/* The trace: every event flight_note records is also appended to the file
+ * at path as one line, with its monotonic time in microseconds (the same
+ * clock in every process of a machine, network namespaces included), so the
+ * traces of several daemons line up. The first line names the daemon (self)
+ * and the columns. Writing stops, with a warning, after max_bytes. Returns 0,
+ * or a negative errno with a message naming the file in err. */
+int flight_trace_open(flight *f, const char *path, const char *self, uint64_t max_bytes, char *err,
+                      size_t errlen);
+/* Writes out what the trace holds in its buffer (once a second, and at the
+ * end of a job). */
+void flight_trace_flush(flight *f);
+
+/* Frees the tensor map and closes the trace. */
 void flight_free(flight *f);

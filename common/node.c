@@ -47,6 +47,9 @@ static void node__usage(const node_role *role, FILE *f)
             "  --log-level LEVEL        debug, info, warn or error (default info)\n"
             "  --heartbeat-ms MS        heartbeat interval (default 1000)\n"
             "  --metrics HOST:PORT      serve Prometheus metrics at http://HOST:PORT/metrics\n"
+            "  --trace FILE             append every stream message sent or received to FILE,\n"
+            "                           one line each with its monotonic time (docs/cli.md)\n"
+            "  --trace-max SIZE         stop tracing after SIZE bytes (default 1G)\n"
             "%s"
             "  --help                   show this text\n"
             "\n"
@@ -69,7 +72,7 @@ enum {
     OPT_HB, OPT_HB_TIMEOUT, OPT_METRICS, OPT_INSECURE, OPT_MAX_CONNS, OPT_MAX_CONNS_ADDR,
     OPT_AUTH_TIMEOUT, OPT_MAX_HEADER, OPT_MAX_PAYLOAD, OPT_MAX_QUEUED, OPT_USERS_FILE,
     OPT_MAX_JOB_FILE, OPT_MAX_MODEL_PARAMS, OPT_MAX_STEPS, OPT_MAX_QUEUED_JOBS,
-    OPT_MAX_PER_SUBMITTER, OPT_MAX_HISTORY, OPT_MAX_BACKLOG, OPT_HELP,
+    OPT_MAX_PER_SUBMITTER, OPT_MAX_HISTORY, OPT_MAX_BACKLOG, OPT_TRACE, OPT_TRACE_MAX, OPT_HELP,
 };
 
 static const struct option node__longopts[] = {
@@ -88,6 +91,8 @@ static const struct option node__longopts[] = {
     {"heartbeat-ms", required_argument, NULL, OPT_HB},
     {"heartbeat-timeout-ms", required_argument, NULL, OPT_HB_TIMEOUT},
     {"metrics", required_argument, NULL, OPT_METRICS},
+    {"trace", required_argument, NULL, OPT_TRACE},
+    {"trace-max", required_argument, NULL, OPT_TRACE_MAX},
     {"insecure", no_argument, NULL, OPT_INSECURE},
     {"max-connections", required_argument, NULL, OPT_MAX_CONNS},
     {"max-connections-per-address", required_argument, NULL, OPT_MAX_CONNS_ADDR},
@@ -155,6 +160,7 @@ static int node__apply(node_options *o, int opt, const char *val, const char *wh
     case OPT_PORT_FILE: node__copy(o->port_file, sizeof(o->port_file), val, "--port-file"); break;
     case OPT_STATE_DIR: node__copy(o->state_dir, sizeof(o->state_dir), val, "--state-dir"); break;
     case OPT_METRICS: node__copy(o->metrics, sizeof(o->metrics), val, "--metrics"); break;
+    case OPT_TRACE: node__copy(o->trace, sizeof(o->trace), val, "--trace"); break;
     case OPT_USERS_FILE: node__copy(o->users_file, sizeof(o->users_file), val, "--users-file"); break;
     case OPT_INSECURE:
         if (strcmp(val, "true") != 0 && strcmp(val, "false") != 0) {
@@ -166,6 +172,7 @@ static int node__apply(node_options *o, int opt, const char *val, const char *wh
     case OPT_MAX_HEADER:
     case OPT_MAX_PAYLOAD:
     case OPT_MAX_QUEUED:
+    case OPT_TRACE_MAX:
     case OPT_MAX_JOB_FILE:
     case OPT_MAX_MODEL_PARAMS: {
         /* Bounds that keep a frame's lengths in 32 bits and leave room for
@@ -174,6 +181,7 @@ static int node__apply(node_options *o, int opt, const char *val, const char *wh
             {OPT_MAX_HEADER, 64u << 10, 256u << 20},
             {OPT_MAX_PAYLOAD, 1u << 20, 1u << 30},
             {OPT_MAX_QUEUED, 4u << 20, UINT64_C(1) << 40},
+            {OPT_TRACE_MAX, 4u << 10, UINT64_C(1) << 50},
             {OPT_MAX_JOB_FILE, 1u << 10, 256u << 20},
             {OPT_MAX_MODEL_PARAMS, 1, UINT64_C(1) << 40},
         };
@@ -194,6 +202,8 @@ static int node__apply(node_options *o, int opt, const char *val, const char *wh
             o->max_frame_payload = v;
         else if (opt == OPT_MAX_QUEUED)
             o->max_queued_bytes = v;
+        else if (opt == OPT_TRACE_MAX)
+            o->trace_max = v;
         else if (opt == OPT_MAX_JOB_FILE)
             o->max_job_file = v;
         else
@@ -298,6 +308,7 @@ void node_parse_args(node_options *o, const node_role *role, int argc, char **ar
     o->max_frame_header = FRAME_DEFAULT_MAX_HEADER;
     o->max_frame_payload = FRAME_DEFAULT_MAX_PAYLOAD;
     o->max_queued_bytes = CONN_DEFAULT_QUEUE_MAX;
+    o->trace_max = UINT64_C(1) << 30;
     o->max_job_file = NODE_DEFAULT_MAX_JOB_FILE;
     o->max_model_params = NODE_DEFAULT_MAX_MODEL_PARAMS;
     o->max_steps = NODE_DEFAULT_MAX_STEPS;
@@ -647,6 +658,7 @@ static void node__tap(void *arg, conn *c, const Appliance__Envelope *env, bool o
 static void node__flight_check(uv_timer_t *t)
 {
     node *n = t->data;
+    flight_trace_flush(&n->flight);
     if (flight_hung(&n->flight, NODE_SILENT_MS)) {
         char why[96];
         snprintf(why, sizeof(why), "its stream has been silent for %u s", NODE_SILENT_MS / 1000);
@@ -951,6 +963,15 @@ int node_run(node *n, const node_role *role, uv_loop_t *loop)
         return 1;
     }
     log_info("%s listening on %s", n->opt.name, n->bound);
+    if (n->opt.trace[0]) {
+        if (flight_trace_open(&n->flight, n->opt.trace, n->opt.name, n->opt.trace_max, err,
+                              sizeof(err)) < 0) {
+            log_error("%s", err);
+            return 1;
+        }
+        log_info("tracing the stream to %s (at most %llu bytes)", n->opt.trace,
+                 (unsigned long long)n->opt.trace_max);
+    }
     sdnotify_watchdog_start(loop);
     if (role->role == APPLIANCE__ROLE__ROLE_COORDINATOR)
         sdnotify_ready();

@@ -34,6 +34,8 @@ typedef struct node_options {
     char port_file[PATH_MAX];  /* written with the bound port once listening */
     char state_dir[PATH_MAX];  /* coordinator: journal; memoryx: scratch */
     char metrics[128];         /* HOST:PORT serving Prometheus /metrics, or "" */
+    char trace[PATH_MAX];      /* every stream event appended there (flight.h), or "" */
+    uint64_t trace_max;        /* bytes of trace written at most */
     int log_level;
     uint64_t wafer_memory;     /* wse-node: declared on-wafer memory, bytes */
     uint64_t memory;           /* memoryx: memory for weights, bytes */

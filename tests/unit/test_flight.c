@@ -1,7 +1,10 @@
 /* The flight recorder's ring (order, wrap-around, what it leaves out, the
  * text of an event, silence) and the escaping of Prometheus label values. */
 #include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "flight.h"
 #include "metrics.h"
@@ -94,6 +97,60 @@ START_TEST(silence_is_reported_once_and_not_after_the_end)
 }
 END_TEST
 
+/* The trace: one line per event in the columns its header names, the pass of
+ * a weight chunk, monotonic times that do not go back, and a cap. */
+START_TEST(trace_writes_one_line_per_event_and_stops_at_its_cap)
+{
+    char path[] = "/tmp/test-trace-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    char err[256];
+    ck_assert_int_eq(flight_trace_open(&f, path, "wse-node-3", 400, err, sizeof(err)), 0);
+    Appliance__WeightChunk w = APPLIANCE__WEIGHT_CHUNK__INIT;
+    w.step = 7;
+    w.tensor_id = 2;
+    w.offset = 262144;
+    w.count = 4096;
+    w.pass = APPLIANCE__PASS__PASS_BACKWARD;
+    ENVELOPE(env, weight_chunk, WEIGHT_CHUNK, &w);
+    flight_note(&f, &env, "swarmx-0", false);
+    note_grad(7, 2, 0, true);
+    flight_trace_flush(&f);
+    FILE *fp = fopen(path, "r");
+    ck_assert_ptr_nonnull(fp);
+    char line[3][256];
+    for (int i = 0; i < 3; i++)
+        ck_assert_ptr_nonnull(fgets(line[i], sizeof(line[i]), fp));
+    fclose(fp);
+    ck_assert_str_eq(line[0], "# appliance trace of wse-node-3: t_us dir msg peer step tensor offset "
+                              "count pass eval\n");
+    unsigned long long t1, t2;
+    char rest[200];
+    ck_assert_int_eq(sscanf(line[1], "%llu %199[^\n]", &t1, rest), 2);
+    ck_assert_str_eq(rest, "in weight_chunk swarmx-0 7 2 262144 4096 backward 0");
+    ck_assert_int_eq(sscanf(line[2], "%llu %199[^\n]", &t2, rest), 2);
+    ck_assert_str_eq(rest, "out grad_chunk swarmx-1 7 2 0 256 - 0");
+    ck_assert(t1 > 0 && t2 >= t1);
+    /* About 60 bytes a line: the cap of 400 bytes is reached within a few
+     * more events, after which nothing more is written. */
+    for (int i = 0; i < 20; i++)
+        note_grad(8, 2, (uint64_t)i * 256, true);
+    ck_assert_ptr_null(f.trace);
+    fp = fopen(path, "r");
+    ck_assert_ptr_nonnull(fp);
+    fseek(fp, 0, SEEK_END);
+    long size = ftell(fp);
+    fclose(fp);
+    ck_assert_int_ge(size, 400);
+    ck_assert_int_lt(size, 400 + 100);
+    unlink(path);
+    /* An unwritable place is refused with the file named. */
+    ck_assert_int_lt(flight_trace_open(&f, "/nonexistent-dir/trace", "x", 400, err, sizeof(err)), 0);
+    ck_assert_msg(strstr(err, "/nonexistent-dir/trace"), "%s", err);
+}
+END_TEST
+
 START_TEST(label_values_are_escaped)
 {
     char out[32];
@@ -113,6 +170,7 @@ int main(void)
     tcase_add_test(tc, ring_keeps_the_newest_in_order);
     tcase_add_test(tc, job_start_names_layers_and_heartbeats_are_left_out);
     tcase_add_test(tc, silence_is_reported_once_and_not_after_the_end);
+    tcase_add_test(tc, trace_writes_one_line_per_event_and_stops_at_its_cap);
     tcase_add_test(tc, label_values_are_escaped);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

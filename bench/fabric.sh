@@ -11,7 +11,8 @@
 #   BENCH fabric_reduce_64MiB_8 <bound/time> of_link_bound
 # and, when Open MPI (mpicc, mpirun) is installed, MPI_Bcast and MPI_Reduce
 # of the same bytes from the memoryx host to the 8 wse-node hosts.
-# Needs root; prints a SKIP line otherwise.
+# FABRIC_ITERS sets the iterations (5); FABRIC_KEEP=1 keeps the daemons' logs
+# and traces. Needs root; prints a SKIP line otherwise.
 set -euo pipefail
 src=${SOURCE_ROOT:?}
 build=${BUILD_ROOT:?}
@@ -26,7 +27,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/appliance-fabric.XXXXXX")
 chmod 755 "$work"
 cleanup() {
   netns_teardown
-  rm -rf "$work"
+  if [ -n "${FABRIC_KEEP:-}" ]; then echo "fabric: logs and traces kept in $work"; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT
@@ -34,8 +35,10 @@ trap 'exit 143' TERM
 
 net=10.77.0
 netns_init "apfb$$"
+netns_host coord "$net.1" 1gbit
 netns_host mx "$net.2" 1gbit
 netns_host swx "$net.3" 8gbit
+netns_host wk "$net.4" 1gbit
 for i in $(seq 1 $leaves); do netns_host "wse$i" "$net.$((10 + i))" 1gbit; done
 echo "fabric: memoryx and $leaves wse-node hosts at 1 Gbit/s, swarmx at 8 Gbit/s${NETNS_DELAY:+, $NETNS_DELAY delay}${NETNS_DELAY:- (no netem in this kernel: no added delay)}"
 (umask 077; od -An -N32 -tx1 /dev/urandom | tr -d ' \n' >"$work/secret"; echo >>"$work/secret")
@@ -66,6 +69,107 @@ echo "BENCH fabric_broadcast_64MiB_8_s $b s (link bound $bound s)"
 echo "BENCH fabric_reduce_64MiB_8_s $r s (link bound $bound s)"
 report fabric_broadcast_64MiB_8 "$b"
 report fabric_reduce_64MiB_8 "$r"
+
+# The same through the daemons: a coordinator, a worker, memoryx, swarmx and
+# 8 wse-nodes on those hosts train a model whose one weight tensor is 64 MiB
+# (dense 4096 -> 4096) in Weight Streaming, each daemon tracing its stream
+# (--trace); bench/trace_phases.py measures, for each step, the forward
+# weight broadcast (memoryx's first chunk out to the last wse-node's last
+# chunk in) and the gradient reduction (the last wse-node's first gradient
+# out to memoryx's last reduced chunk in). The first step is left out (warm-up).
+dsteps=$((iters + 1))
+mkdir -p "$work/d" "$work/d/coord" "$work/d/mx"
+coord="$net.1:7070"
+dnode() { # dnode HOST NAME BINARY ARGS...
+  local h="$1" name="$2" bin="$3"
+  shift 3
+  netns_spawn "$h" "$work/d/$name.log" "$build/$bin" --name "$name" --secret-file "$work/secret" \
+    --trace "$work/d/$name.trace" "$@"
+}
+dnode coord coordinator coordinator/coordinator --listen "$coord" --state-dir "$work/d/coord"
+dnode mx memoryx memoryx/memoryx --listen "$net.2:7100" --coordinator "$coord" --state-dir "$work/d/mx"
+dnode swx swarmx swarmx/swarmx --listen "$net.3:7100" --coordinator "$coord"
+dnode wk worker worker/worker --listen "$net.4:7100" --coordinator "$coord"
+for i in $(seq 1 $leaves); do
+  dnode "wse$i" "wse-node-$i" wse-node/wse-node --listen "$net.$((10 + i)):7100" --coordinator "$coord"
+done
+dsubmit() { netns_run coord env APPLIANCE_COORDINATOR="$coord" APPLIANCE_SECRET_FILE="$work/secret" \
+  "$build/client/appliance-submit" "$@"; }
+alive=0
+for _ in $(seq 1 120); do
+  alive=$(dsubmit --cluster --json 2>/dev/null | "$py" -c '
+import json, sys
+print(sum(1 for m in json.load(sys.stdin).get("members", []) if m.get("state") == "alive"))' 2>/dev/null || echo 0)
+  [ "$alive" -ge $((leaves + 3)) ] && break
+  sleep 0.25
+done
+if [ "$alive" -lt $((leaves + 3)) ]; then
+  tail -n 5 "$work/d"/*.log >&2
+  echo "fabric: only $alive of $((leaves + 3)) daemons joined the coordinator" >&2
+  exit 1
+fi
+cat >"$work/d/job.toml" <<TOML
+[runconfig]
+max_steps = $dsteps
+log_steps = $dsteps
+seed = 3
+num_csx = $leaves
+swarmx_fanout = $leaves
+mode = "weight_streaming"
+model_dir = "$work/d/model"
+[train_input]
+data_processor = "synthetic_classification"
+batch_size = $leaves
+num_classes = 4096
+num_samples = 256
+[model]
+input_shape = [4096]
+loss = "softmax_cross_entropy"
+[[model.layers]]
+name = "fc"
+type = "dense"
+units = 4096
+[optimizer]
+optimizer_type = "sgd"
+learning_rate = 0.01
+TOML
+if ! dsubmit --json "$work/d/job.toml" >"$work/d/result.json" ||
+   ! "$py" -c 'import json, sys; r = json.load(open(sys.argv[1])); sys.exit(r.get("state") != "done")' \
+     "$work/d/result.json"; then
+  cat "$work/d/result.json" >&2
+  tail -n 20 "$work/d"/*.log >&2
+  echo "fabric: the job through the daemons failed" >&2
+  exit 1
+fi
+# TCP's losses over the whole run, for the record: retransmissions and
+# retransmission timeouts of every host.
+for h in coord mx swx wk $(seq -f 'wse%g' 1 $leaves); do
+  netns_run "$h" nstat -az TcpRetransSegs TcpExtTCPTimeouts TcpExtTCPLostRetransmit 2>/dev/null |
+    awk -v h="$h" '/^Tcp/ { printf "%s %s=%s ", h, $1, $2 } END { print "" }'
+done | sed 's/^/daemons: tcp: /'
+kill -TERM "${NETNS_PIDS[@]:$((leaves + 1))}" 2>/dev/null || true   # flush the traces
+for _ in $(seq 1 50); do
+  left=0
+  for pid in "${NETNS_PIDS[@]:$((leaves + 1))}"; do kill -0 "$pid" 2>/dev/null && left=1; done
+  [ "$left" -eq 0 ] && break
+  sleep 0.1
+done
+wse_traces=()
+for i in $(seq 1 $leaves); do wse_traces+=("$work/d/wse-node-$i.trace"); done
+"$py" "$src/bench/trace_phases.py" "$work/d/memoryx.trace" "${wse_traces[@]}" >"$work/d/phases"
+first=$(awk 'NR == 1 { print $2 }' "$work/d/phases")
+awk -v f="$first" '$2 != f' "$work/d/phases" | sed 's/^/daemons: /'
+dbytes=$(awk -v f="$first" '$2 != f { print $6; exit }' "$work/d/phases")
+rbytes=$(awk -v f="$first" '$2 != f { print $10; exit }' "$work/d/phases")
+db=$(median $(awk -v f="$first" '$2 != f { print $4 }' "$work/d/phases"))
+dr=$(median $(awk -v f="$first" '$2 != f { print $8 }' "$work/d/phases"))
+# The bound of what the daemons moved: the weight tensor and its bias.
+dbound=$("$py" -c "print(max($dbytes * 8 / 1e9, $leaves * $dbytes * 8 / 8e9))")
+rbound=$("$py" -c "print(max($rbytes * 8 / 1e9, $leaves * $rbytes * 8 / 8e9))")
+echo "BENCH daemons_broadcast_64MiB_8_s $db s (link bound $dbound s, $dbytes bytes)"
+echo "BENCH daemons_reduce_64MiB_8_s $dr s (link bound $rbound s, $rbytes bytes)"
+"$py" -c 'import sys; print("BENCH daemons_broadcast_64MiB_8 %.3f of_link_bound" % (float(sys.argv[2]) / float(sys.argv[1])))' "$db" "$dbound"
+"$py" -c 'import sys; print("BENCH daemons_reduce_64MiB_8 %.3f of_link_bound" % (float(sys.argv[2]) / float(sys.argv[1])))' "$dr" "$rbound"
 
 # Open MPI beside it: rank 0 on the memoryx host, one rank on each wse-node
 # host. mpirun runs in the memoryx namespace and starts its daemons through

@@ -13,7 +13,8 @@ Both start when the last party can start, so neither counts compute. Prints
 one line per step:
   step S broadcast_s B broadcast_bytes N reduce_s R reduce_bytes M
 The times are seconds; the bytes are those of one copy (what memoryx sent,
-what it received). Exits 1 with a message when a trace is missing a part.
+what it received). Only the last job of each trace counts (the events after
+its last job_start). Exits 1 with a message when a trace is missing a part.
 """
 import sys
 
@@ -30,7 +31,8 @@ def read(path):
                 sys.exit("%s:%d: expected 10 columns, found %d" % (path, lineno, len(p)))
             events.append((int(p[0]), p[1], p[2], p[3], int(p[4]), int(p[5]), int(p[6]), int(p[7]),
                            p[8], int(p[9])))
-    return events
+    starts = [i for i, e in enumerate(events) if e[2] == "job_start" and e[1] == "in"]
+    return events[starts[-1]:] if starts else events
 
 
 def main(argv):

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Cluster test: Prometheus metrics. Every daemon serves /metrics; a scrape
 # parses as text exposition; during a job the counters move (bytes per peer,
-# steps, chunks, batches, jobs by state) and histograms fill.
+# steps, chunks, batches, jobs by state) and histograms fill. Every daemon
+# also traces its stream (--trace): the traces have the documented columns,
+# swarmx sent each weight chunk to both replicas, and bench/trace_phases.py
+# finds the broadcast and the reduction of each step of a Weight Streaming job.
 set -euo pipefail
 . "${SOURCE_ROOT:?}/tests/cluster/lib.sh" appliance-metrics
 
-"$src/deploy/local/appliance-up" --replicas 2 --metrics --dir "$run" --build "$build" >/dev/null
+"$src/deploy/local/appliance-up" --replicas 2 --metrics --trace --dir "$run" --build "$build" >/dev/null
 set -a; . "$run/env"; set +a
 [ "$(wc -l < "$run/metrics")" = 7 ] || fail "metrics addresses: $(cat "$run/metrics")"
 
@@ -62,4 +65,44 @@ assert wse['appliance_step_compute_seconds_bucket{le="+Inf"}'] == 60
 assert get(wse, "appliance_memory_limit_bytes") > 0
 print("ok: every daemon's metrics parse and move during a job")
 PY
+
+# The traces, of a Weight Streaming run of the same model: 4 steps.
+sed -e "s|^model_dir = .*|model_dir = \"$work/ws\"|" -e 's/^max_steps = .*/max_steps = 4/' \
+  -e 's/^\[runconfig\]/[runconfig]\nmode = "weight_streaming"/' "$src/examples/quickstart.toml" > "$work/ws.toml"
+"$build/client/appliance-submit" --json "$work/ws.toml" > "$work/ws.json" || fail "ws job: $(cat "$work/ws.json")"
+job=$(field job_id < "$work/ws.json")
+"$src/deploy/local/appliance-down" --dir "$run" --quiet >/dev/null 2>&1 # the traces are complete
+"$py" - "$run/traces" "$job" <<'PY' || fail "traces"
+import glob, os, sys
+d, job = sys.argv[1], sys.argv[2]
+names = sorted(os.path.basename(p)[:-6] for p in glob.glob(d + "/*.trace"))
+assert names == ["coordinator", "memoryx-1", "swarmx-1", "worker-1", "worker-2", "wse-node-1",
+                 "wse-node-2"], names
+cols = "t_us dir msg peer step tensor offset count pass eval"
+for n in names:
+    lines = open(f"{d}/{n}.trace").read().splitlines()
+    assert lines[0] == f"# appliance trace of {n}: {cols}", lines[0]
+    last = 0
+    for l in lines[1:]:
+        p = l.split()
+        assert len(p) == 10 and p[1] in ("in", "out"), (n, l)
+        assert int(p[0]) >= last, (n, "time went back", l)
+        last = int(p[0])
+sw = [l.split() for l in open(f"{d}/swarmx-1.trace") if not l.startswith("#")]
+win = sum(1 for p in sw if p[1] == "in" and p[2] == "weight_chunk")
+wout = sum(1 for p in sw if p[1] == "out" and p[2] == "weight_chunk")
+assert win > 0 and wout == 2 * win, (win, wout)
+PY
+"$py" "$src/bench/trace_phases.py" "$run/traces/memoryx-1.trace" "$run/traces/wse-node-1.trace" \
+  "$run/traces/wse-node-2.trace" > "$work/phases" || fail "trace_phases: $(cat "$work/phases")"
+# quickstart's weights: 32 x 4 and a bias of 4, float32: 528 bytes a step.
+"$py" - "$work/phases" <<'PY' || fail "phases: $(cat "$work/phases")"
+import sys
+rows = [l.split() for l in open(sys.argv[1])]
+assert [int(r[1]) for r in rows] == [0, 1, 2, 3], rows
+for r in rows:
+    assert r[5] == "528" and r[9] == "528", r
+    assert 0 < float(r[3]) < 10 and 0 < float(r[7]) < 10, r
+PY
+echo "ok: traces of every daemon; the broadcast and reduction of 4 Weight Streaming steps: $(awk '{ printf "%s/%s ", $4, $8 }' "$work/phases")s"
 echo "1 passed, 0 failed"

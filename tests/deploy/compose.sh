@@ -4,9 +4,10 @@
 # replicas) under podman-compose; examples/quickstart.toml submitted from the
 # host through the coordinator's published port trains to the end.
 #
-# No registry is reachable from where this runs, so deploy/docker/Dockerfile
-# (FROM debian:bookworm-slim) cannot be built here. The test builds a
-# stand-in, tests/deploy/Containerfile (FROM scratch), from a root it stages:
+# No registry is reachable from where this runs, and building
+# deploy/docker/Dockerfile (FROM debian:bookworm-slim) takes apt downloads
+# and a full compile (tests/deploy/dockerfile.sh does, opt-in). This quick
+# test builds a stand-in, tests/deploy/Containerfile (FROM scratch), from a root it stages:
 # the built binaries, the entrypoint and health check of deploy/docker, bash
 # and mkdir for them, every shared library ldd lists for these programs, the
 # dynamic loader, the NSS modules and /etc/nsswitch.conf (service names such

@@ -80,6 +80,8 @@ cleanup() {
   [ -n "${KEEP_WORK:-}" ] || rm -rf "$work"
 }
 trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM       # meson's timeout: clean up all the same
 fail() { echo "FAIL: $*" >&2; compose_logs; exit 1; }
 
 # ---- debian:bookworm-slim

@@ -4,9 +4,10 @@
 # replicas) under podman-compose; examples/quickstart.toml submitted from the
 # host through the coordinator's published port trains to the end.
 #
-# No registry is reachable from where this runs, so deploy/docker/Dockerfile
-# (FROM debian:bookworm-slim) cannot be built here. The test builds a
-# stand-in, tests/deploy/Containerfile (FROM scratch), from a root it stages:
+# No registry is reachable from where this runs, and building
+# deploy/docker/Dockerfile (FROM debian:bookworm-slim) takes apt downloads
+# and a full compile (tests/deploy/dockerfile.sh does, opt-in). This quick
+# test builds a stand-in, tests/deploy/Containerfile (FROM scratch), from a root it stages:
 # the built binaries, the entrypoint and health check of deploy/docker, bash
 # and mkdir for them, every shared library ldd lists for these programs, the
 # dynamic loader, the NSS modules and /etc/nsswitch.conf (service names such
@@ -15,12 +16,14 @@
 # Skips (exit 77) when not root, or when podman cannot be installed or cannot
 # run a container here.
 set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=tests/deploy/lib.sh
+. "$here/lib.sh"
 src=${SOURCE_ROOT:?}
 build=${BUILD_ROOT:?}
 export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell}
 t0=$SECONDS
 
-skip() { echo "SKIP: $*"; exit 77; }
 [ "$(id -u)" -eq 0 ] || skip "needs root (rootful podman)"
 if ! command -v podman >/dev/null || ! command -v podman-compose >/dev/null; then
   command -v apt-get >/dev/null || skip "podman and podman-compose are not installed"
@@ -38,50 +41,17 @@ image="localhost/$tag"
 project="appliance-test-$$"
 compose_file="$src/deploy/docker/compose.yaml"
 
-# Podman's configuration for this test only:
-# - runc: crun cannot start containers on sandboxed kernels such as gVisor;
-# - explicit ulimits: podman's defaults raise RLIMIT_NOFILE and RLIMIT_NPROC,
-#   which needs CAP_SYS_RESOURCE; without it the container fails to start
-#   ("error setting rlimit type 6/7: operation not permitted"). Values below
-#   the current hard limits are always allowed.
-nofile=$(ulimit -Hn); [ "$nofile" = unlimited ] || [ "$nofile" -gt 4096 ] && nofile=4096
-nproc=$(ulimit -Hu); [ "$nproc" = unlimited ] || [ "$nproc" -gt 4096 ] && nproc=4096
-cat >"$work/containers.conf" <<EOF
-[engine]
-runtime = "runc"
-[containers]
-default_ulimits = ["nofile=$nofile:$nofile", "nproc=$nproc:$nproc"]
-EOF
-export CONTAINERS_CONF="$work/containers.conf"
+# Podman's configuration for this test only (lib.sh: runc, ulimits).
+podman_conf "$work/containers.conf"
 
-compose() {
-  podman-compose -p "$project" -f "$compose_file" "$@"
-}
-logs() {
-  for c in $(podman ps -a --format '{{.Names}}' --filter "label=io.podman.compose.project=$project"); do
-    echo "== $c" >&2
-    podman logs --tail 15 "$c" >&2 2>&1 || true
-  done
-}
 cleanup() {
   set +e
-  compose down -v >/dev/null 2>&1
-  # podman-compose 1.0 leaves the project's network (and, when up failed
-  # half-way, possibly containers and volumes): remove all by label.
-  for c in $(podman ps -aq --filter "label=io.podman.compose.project=$project"); do
-    podman rm -f "$c" >/dev/null 2>&1
-  done
-  for v in $(podman volume ls -q --filter "label=io.podman.compose.project=$project"); do
-    podman volume rm -f "$v" >/dev/null 2>&1
-  done
-  for n in $(podman network ls -q --filter "label=io.podman.compose.project=$project"); do
-    podman network rm -f "$n" >/dev/null 2>&1
-  done
+  compose_down
   podman rmi -f "$image" >/dev/null 2>&1
   [ -n "${KEEP_WORK:-}" ] || rm -rf "$work"
 }
 trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; logs; exit 1; }
+fail() { echo "FAIL: $*" >&2; compose_logs; exit 1; }
 
 # ---- the staged root
 root="$work/ctx/root"
@@ -135,51 +105,14 @@ out=$(podman run --rm --net none "$image" bash -c 'echo ok' 2>&1) ||
 [ "$out" = ok ] || skip "podman cannot run a container here: $out"
 
 # ---- the cluster, from the compose file as users have it
-head -c 32 /dev/urandom | base64 >"$work/secret"
-chmod 0644 "$work/secret"    # bind-mounted as it is; the daemons run as uid 10001
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-export APPLIANCE_IMAGE="$image" APPLIANCE_PULL_POLICY=never APPLIANCE_SECRET="$work/secret"
-export WSE_NODES=2 WORKERS=2 COORDINATOR_PORT="$port" APPLIANCE_PUBLISH=127.0.0.1
-compose up -d --no-build >"$work/up.log" 2>&1 || { cat "$work/up.log" >&2; fail "podman-compose up failed"; }
-coord="${project}_coordinator_1"
-
-submit="$build/client/appliance-submit"
-export APPLIANCE_COORDINATOR="127.0.0.1:$port" APPLIANCE_SECRET_FILE="$work/secret"
-alive=0
-for _ in $(seq 1 120); do
-  if list=$("$submit" --cluster --json 2>/dev/null); then
-    alive=$(python3 -c 'import json,sys; print(sum(m["state"] == "alive" for m in json.loads(sys.argv[1])["members"]))' "$list")
-    [ "$alive" -ge 6 ] && break
-  fi
-  sleep 0.5
-done
-[ "$alive" -ge 6 ] || fail "after 60 s $alive of 6 members alive (memoryx, swarmx, 2 workers, 2 wse-nodes): ${list:-no answer}"
-python3 - "$list" <<'PY' || fail "member list: $list"
-import json, sys
-members = json.loads(sys.argv[1])["members"]
-wse = [m for m in members if m["name"].startswith("wse-node-")]
-assert len(wse) == 2 and len({m["name"] for m in wse}) == 2, "two wse-nodes with distinct names"
-PY
+compose_up "$image" "$build/client/appliance-submit"
 t_up=$((SECONDS - t0))
 echo "ok: 6 members alive after $((t_up - t_image)) s (image built in $t_image s)"
 
-for c in $(podman ps --format '{{.Names}}' --filter "label=io.podman.compose.project=$project"); do
+for c in $(compose_containers); do
   podman exec "$c" appliance-healthcheck >/dev/null || fail "health check fails in $c"
 done
 echo "ok: the health check passes in every container"
 
-# model_dir is absolute, under the data volume that memoryx mounts.
-sed -e 's|^model_dir = .*|model_dir = "/data/model_dir/quickstart"|' "$src/examples/quickstart.toml" >"$work/quickstart.toml"
-out=$(cd "$work" && timeout 300 "$submit" --json quickstart.toml) || fail "the job failed: $out"
-python3 - "$out" <<'PY' || fail "result: $out"
-import json, sys
-r = json.loads(sys.argv[1])
-assert r["state"] == "done", r["state"]
-assert r["steps"] == 60, r["steps"]
-assert 0 < r["final_loss"] < 0.3, r["final_loss"]
-assert r["model_dir"] == "/data/model_dir/quickstart", r["model_dir"]
-PY
-podman exec "${project}_memoryx_1" bash -c '[ -f /data/model_dir/quickstart/checkpoint_60-shard1-of-1.safetensors ]' ||
-  fail "no checkpoint of step 60 in the data volume"
-echo "ok: quickstart done in the containers: $out"
+compose_quickstart
 echo "1 passed, 0 failed ($((SECONDS - t0)) s)"

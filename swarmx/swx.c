@@ -182,6 +182,24 @@ static void swx__up_sent(void *arg, int status)
 
 static void swx__send_down(node *n, swx_job *j, conn *from, const Appliance__Envelope *env, swx_buf *b);
 
+/* dst += src, four floats at a time (GCC and clang vector extensions; the
+ * loads and stores through memcpy need no alignment). */
+typedef float swx_v4 __attribute__((vector_size(16)));
+
+static void swx__add(float *restrict dst, const float *restrict src, uint64_t count)
+{
+    uint64_t e = 0;
+    for (; e + 4 <= count; e += 4) {
+        swx_v4 a, b;
+        memcpy(&a, dst + e, sizeof(a));
+        memcpy(&b, src + e, sizeof(b));
+        a += b;
+        memcpy(dst + e, &a, sizeof(a));
+    }
+    for (; e < count; e++)
+        dst[e] += src[e];
+}
+
 static void swx__reduce(node *n, swx_job *j)
 {
     for (;;) {
@@ -207,10 +225,7 @@ static void swx__reduce(node *n, swx_job *j)
             if (k->queued-- == SWX_CHILD_QUEUE_MAX)
                 conn_resume(k->c);
             if (i > 0) {
-                float *dst = (float *)sum->data;
-                const float *src = (const float *)b->data;
-                for (uint64_t e = 0; e < h->count; e++)
-                    dst[e] += src[e];
+                swx__add((float *)sum->data, (const float *)b->data, h->count);
                 swx__buf_unref(b);
             }
         }

@@ -9,17 +9,19 @@
 #    (NETNS_DELAY="0.2ms");
 #  - otherwise, where NFQUEUE works and the delay line is built
 #    ($BUILD_ROOT/tests/cluster/delayline, or NETNS_DELAYLINE), a delay line
-#    in each host's namespace: iptables (mangle) sends every packet leaving
-#    by eth0 (POSTROUTING) and every packet coming in by it (PREROUTING) to
-#    NFQUEUE 0 (--queue-bypass: packets pass undelayed if the delay line is
-#    gone), and the delay line holds each for NETNS_DELAY_US then accepts it
-#    (NETNS_DELAY="0.2ms (nfqueue)"); it runs under SCHED_FIFO so that it
-#    wakes on time on a busy machine. The incoming hold stands for netem on
-#    the switch port's egress, so both ways give the same figures;
+#    in each host's namespace (NETNS_DELAY="0.2ms (nfqueue)"): an iptables
+#    rule (mangle PREROUTING -i eth0, --queue-bypass: packets pass
+#    undelayed if the delay line is gone) sends every packet the host
+#    receives to NFQUEUE 0, and the delay line holds each for
+#    2 x NETNS_DELAY_US from when it arrived, then accepts it. That is the
+#    sender's link end and the receiver's together, as netem on both gives;
+#    received packets carry the kernel's arrival stamp, which sent ones do
+#    not, so holding them on the way in keeps the delay exact and costs one
+#    pass through a queue per packet. The delay line runs under SCHED_FIFO
+#    so that it wakes on time on a busy machine;
 #  - otherwise no delay (NETNS_DELAY empty, NETNS_DELAY_WHY says why).
-# So with the default a packet from one host to another is held 0.2 ms
-# leaving its host and 0.2 ms entering the other, 0.4 ms one way, and a
-# round trip between two hosts takes 0.8 ms more than without the delay.
+# So with the default a packet from one host to another takes 0.4 ms more
+# one way, and a round trip between two hosts 0.8 ms more, either way.
 # NETNS_DELAY_US=0 turns the delay off; NETNS_DELAY_VIA=nfqueue takes the
 # delay line even where there is netem (tests/cluster/delay.sh).
 #
@@ -174,11 +176,12 @@ netns_host() {
 }
 
 # netns__delayline NAME: starts the host's delay line on queue 0 of its
-# namespace, waits until it has bound the queue, then sends eth0's traffic
-# both ways through it.
+# namespace, waits until it has bound the queue, then sends what comes in by
+# eth0 through it.
 netns__delayline() {
   local name="$1" ns="$NETNS_PREFIX-$1" ready="$NETNS__DIR/delayline-$1.ready" log="$NETNS__DIR/delayline-$1.log"
-  netns_spawn "$name" "$log" "$NETNS_DELAYLINE" --queue 0 --delay-us "$NETNS_DELAY_US" --ready-file "$ready" --realtime 10
+  netns_spawn "$name" "$log" "$NETNS_DELAYLINE" --queue 0 --delay-us $((2 * NETNS_DELAY_US)) \
+    --ready-file "$ready" --realtime 10
   NETNS__DLPID[$name]=${NETNS_PIDS[-1]}
   for _ in $(seq 1 100); do
     [ -e "$ready" ] && break
@@ -189,14 +192,12 @@ netns__delayline() {
     echo "netns: the delay line of host $name did not start: $(cat "$log")" >&2
     return 1
   fi
-  ip netns exec "$ns" iptables -t mangle -A POSTROUTING -o eth0 -j NFQUEUE --queue-num 0 --queue-bypass
   ip netns exec "$ns" iptables -t mangle -A PREROUTING -i eth0 -j NFQUEUE --queue-num 0 --queue-bypass
 }
 
 netns_delay_stop() {
   local name="$1" ns="$NETNS_PREFIX-$1" pid="${NETNS__DLPID[$1]:-}"
   [ -n "$pid" ] || return 0
-  ip netns exec "$ns" iptables -t mangle -D POSTROUTING -o eth0 -j NFQUEUE --queue-num 0 --queue-bypass
   ip netns exec "$ns" iptables -t mangle -D PREROUTING -i eth0 -j NFQUEUE --queue-num 0 --queue-bypass
   kill -TERM "$pid" 2>/dev/null || true
   for _ in $(seq 1 50); do

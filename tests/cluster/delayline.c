@@ -7,8 +7,8 @@
  * --queue-bypass); the delay line binds the queue over raw netlink
  * (NETLINK_NETFILTER, nfnetlink_queue), takes each packet's metadata only
  * (NFQNL_COPY_META: no payload is copied), holds its verdict for US
- * microseconds of CLOCK_MONOTONIC, then accepts it. The delay counts from when the packet entered the queue: the
- * kernel stamps each packet message (NFQA_TIMESTAMP, CLOCK_REALTIME, once
+ * microseconds of CLOCK_MONOTONIC, then accepts it. The delay counts from
+ * when the packet entered the queue: the kernel stamps each packet message (NFQA_TIMESTAMP, CLOCK_REALTIME, once
  * any socket asks for receive timestamps, which the delay line does on its
  * own), so the time it takes the delay line to wake up and read the packet
  * is part of the delay, not added to it. Packets a local TCP socket sends
@@ -29,15 +29,16 @@
  * a virtual machine or a busy one), it asks to wake that much early: the
  * lead is a running average of how late its timed wake-ups were (at most
  * half the delay), and a packet goes once its due time less the lead has
- * passed, so that on average it goes when due. --realtime P runs it under SCHED_FIFO at
- * priority P (it sleeps but for the moments it reads and releases packets),
+ * passed, so that on average it goes when due. --realtime P runs it under
+ * SCHED_FIFO at priority P (it sleeps but for the moments it reads and releases packets),
  * so that on a busy machine it wakes on time instead of waiting for a CPU;
  * where that is not permitted it says so and goes on at normal priority.
  *
  * Once the queue is bound it prints "delayline: queue N bound, delay US us"
  * on stderr and, with --ready-file, creates F. On SIGTERM or SIGINT it
  * accepts what it still holds, unbinds and prints how long it held packets:
- *   delayline: queue N: P packets, held us: median M p99 Q max X (delay D)
+ *   delayline: queue N: P packets, held us: median M p99 Q max X (delay D;
+ *   wake-up lead L us; read R us after queueing; U without a kernel stamp)
  * Exit status 0, or 1 with a message naming what failed. */
 #include <endian.h>
 #include <errno.h>

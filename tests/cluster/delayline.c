@@ -8,31 +8,33 @@
  * (NETLINK_NETFILTER, nfnetlink_queue), takes each packet's metadata only
  * (NFQNL_COPY_META: no payload is copied), holds its verdict for US
  * microseconds of CLOCK_MONOTONIC, then accepts it. The delay counts from
- * when the packet entered the queue: the kernel stamps each packet message (NFQA_TIMESTAMP, CLOCK_REALTIME, once
- * any socket asks for receive timestamps, which the delay line does on its
- * own), so the time it takes the delay line to wake up and read the packet
- * is part of the delay, not added to it. Packets a local TCP socket sends
- * carry no stamp (their skb time is TCP's departure time, which the kernel
- * does not pass on): for those it takes the read time less a running
- * average of how long stamped packets took to be read. While it holds
- * stamped packets only, it sleeps until the first is due and reads what
- * came meanwhile then, one wake-up per batch instead of one per packet; so
- * it is cheapest on ingress hooks (PREROUTING), where every packet has a
- * stamp. The delay is the same for every packet, so the queue is a FIFO
- * and one NFQNL_MSG_VERDICT_BATCH accepts every packet whose time has come
- * (a batch verdict covers every queued id up to the one given). GSO packets
- * are queued whole (NFQA_CFG_F_GSO), so a 64 KiB super-packet costs one
- * message and throughput holds; NFQA_CFG_F_FAIL_OPEN accepts packets the
- * queue (--maxlen, default 65536) or the socket has no room for, instead of
+ * when the packet entered the queue: the kernel stamps each packet message
+ * (NFQA_TIMESTAMP, CLOCK_REALTIME, once any socket asks for receive
+ * timestamps, which the delay line does on its own), so the time it takes
+ * the delay line to wake up and read the packet is part of the delay, not
+ * added to it. Packets a local TCP socket sends carry no stamp (their skb
+ * time is TCP's departure time, which the kernel does not pass on): for
+ * those it takes the read time less a running average of how long stamped
+ * packets took to be read. While it holds stamped packets only, it sleeps
+ * until the first is due and reads what came meanwhile then, one wake-up per
+ * batch instead of one per packet; so it is cheapest on ingress hooks
+ * (PREROUTING), where every packet has a stamp. The delay is the same for
+ * every packet, so the queue is a FIFO and one NFQNL_MSG_VERDICT_BATCH
+ * accepts every packet whose time has come (a batch verdict covers every
+ * queued id up to the one given). GSO packets are queued whole
+ * (NFQA_CFG_F_GSO), so a 64 KiB super-packet costs one message and
+ * throughput holds; NFQA_CFG_F_FAIL_OPEN accepts packets the queue
+ * (--maxlen, default 65536) or the socket has no room for, instead of
  * dropping them. Waits are ppoll() timeouts computed from CLOCK_MONOTONIC
  * with a timer slack of 1 ns; as wake-ups come late (tens of microseconds on
  * a virtual machine or a busy one), it asks to wake that much early: the
  * lead is a running average of how late its timed wake-ups were (at most
  * half the delay), and a packet goes once its due time less the lead has
  * passed, so that on average it goes when due. --realtime P runs it under
- * SCHED_FIFO at priority P (it sleeps but for the moments it reads and releases packets),
- * so that on a busy machine it wakes on time instead of waiting for a CPU;
- * where that is not permitted it says so and goes on at normal priority.
+ * SCHED_FIFO at priority P (it sleeps but for the moments it reads and
+ * releases packets), so that on a busy machine it wakes on time instead of
+ * waiting for a CPU; where that is not permitted it says so and goes on at
+ * normal priority.
  *
  * Once the queue is bound it prints "delayline: queue N bound, delay US us"
  * on stderr and, with --ready-file, creates F. On SIGTERM or SIGINT it

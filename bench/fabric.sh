@@ -40,7 +40,8 @@ netns_host mx "$net.2" 1gbit
 netns_host swx "$net.3" 8gbit
 netns_host wk "$net.4" 1gbit
 for i in $(seq 1 $leaves); do netns_host "wse$i" "$net.$((10 + i))" 1gbit; done
-echo "fabric: memoryx and $leaves wse-node hosts at 1 Gbit/s, swarmx at 8 Gbit/s${NETNS_DELAY:+, $NETNS_DELAY delay}${NETNS_DELAY:- (no netem in this kernel: no added delay)}"
+if [ -n "$NETNS_DELAY" ]; then delay="$NETNS_DELAY delay at each link end"; else delay="no added delay ($NETNS_DELAY_WHY)"; fi
+echo "fabric: memoryx and $leaves wse-node hosts at 1 Gbit/s, swarmx at 8 Gbit/s, $delay"
 (umask 077; od -An -N32 -tx1 /dev/urandom | tr -d ' \n' >"$work/secret"; echo >>"$work/secret")
 
 # Bytes over bits per second, in seconds: the bound is the same on every host.

@@ -4,19 +4,28 @@
 # wse-node hosts on 1 Gbit/s links, a swarmx host on an 8 Gbit/s link (a
 # SwarmX node has more ports); bench/fabric broadcasts a 64 MiB tensor from
 # memoryx through swarmx to the 8 wse-nodes and reduces 64 MiB from them
-# back. The link bound is the largest, over all hosts, of the bytes its link
-# carries over its rate: 64 MiB at 1 Gbit/s for memoryx and each wse-node,
-# 8 x 64 MiB at 8 Gbit/s for swarmx. Prints the median of 5 iterations:
+# back: first the connection layer alone (bench/fabric.c), then the daemons
+# training a 64 MiB layer (below). The link bound is the largest, over all
+# hosts, of the bytes its link carries over its rate: 64 MiB at 1 Gbit/s for
+# memoryx and each wse-node, 8 x 64 MiB at 8 Gbit/s for swarmx. Prints the
+# median of 5 iterations (steps):
 #   BENCH fabric_broadcast_64MiB_8 <bound/time> of_link_bound
 #   BENCH fabric_reduce_64MiB_8 <bound/time> of_link_bound
+#   BENCH daemons_broadcast_64MiB_8 <bound/time> of_link_bound
+#   BENCH daemons_reduce_64MiB_8 <bound/time> of_link_bound
 # and, when Open MPI (mpicc, mpirun) is installed, MPI_Bcast and MPI_Reduce
 # of the same bytes from the memoryx host to the 8 wse-node hosts.
 # FABRIC_ITERS sets the iterations (5); FABRIC_KEEP=1 keeps the daemons' logs
-# and traces. Needs root; prints a SKIP line otherwise.
+# and traces. The links get no added delay unless FABRIC_DELAY_US says so
+# (e.g. 200): without netem the delay is a user-space delay line in every
+# host (netns-lib.sh), whose work per packet takes CPU from the daemons on a
+# small machine and lowers the figures; where the kernel has netem it costs
+# nothing. Needs root; prints a SKIP line otherwise.
 set -euo pipefail
 src=${SOURCE_ROOT:?}
 build=${BUILD_ROOT:?}
 py=/usr/bin/python3
+export NETNS_DELAY_US=${FABRIC_DELAY_US:-0}
 . "$src/tests/cluster/netns-lib.sh"
 netns_usable || { echo "SKIP: fabric benchmark: $NETNS_WHY"; exit 0; }
 
@@ -41,7 +50,7 @@ netns_host swx "$net.3" 8gbit
 netns_host wk "$net.4" 1gbit
 for i in $(seq 1 $leaves); do netns_host "wse$i" "$net.$((10 + i))" 1gbit; done
 if [ -n "$NETNS_DELAY" ]; then delay="$NETNS_DELAY delay at each link end"; else delay="no added delay ($NETNS_DELAY_WHY)"; fi
-echo "fabric: memoryx and $leaves wse-node hosts at 1 Gbit/s, swarmx at 8 Gbit/s, $delay"
+echo "fabric: memoryx and $leaves wse-node hosts at 1 Gbit/s, swarmx at 8 Gbit/s, $delay, TCP $(netns_run mx sysctl -n net.ipv4.tcp_congestion_control)"
 (umask 077; od -An -N32 -tx1 /dev/urandom | tr -d ' \n' >"$work/secret"; echo >>"$work/secret")
 
 # Bytes over bits per second, in seconds: the bound is the same on every host.

@@ -20,6 +20,10 @@
 #    pass through a queue per packet. The delay line runs under SCHED_FIFO
 #    so that it wakes on time on a busy machine;
 #  - otherwise no delay (NETNS_DELAY empty, NETNS_DELAY_WHY says why).
+# Every host's TCP uses the congestion control NETNS_TCP_CC (default cubic,
+# the kernel's own default), whatever the machine is set to: BBR, which some
+# machines default to, paces below what a tbf-shaped link carries and makes
+# the fabric figures swing by a fifth from run to run.
 # So with the default a packet from one host to another takes 0.4 ms more
 # one way, and a round trip between two hosts 0.8 ms more, either way.
 # NETNS_DELAY_US=0 turns the delay off; NETNS_DELAY_VIA=nfqueue takes the
@@ -165,6 +169,8 @@ netns_host() {
   ip netns add "$ns"
   NETNS_NAMES+=("$ns")
   ip -n "$ns" link set lo up
+  ip netns exec "$ns" sysctl -qw net.ipv4.tcp_congestion_control="${NETNS_TCP_CC:-cubic}" ||
+    echo "netns: ${NETNS_TCP_CC:-cubic} congestion control not available; host $name keeps $(ip netns exec "$ns" sysctl -n net.ipv4.tcp_congestion_control)" >&2
   ip -n "$ns" link add eth0 type veth peer name "p-$name" netns "$sw"
   ip -n "$ns" addr add "$addr/24" dev eth0
   ip -n "$ns" link set eth0 up

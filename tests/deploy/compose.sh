@@ -44,6 +44,31 @@ compose_file="$src/deploy/docker/compose.yaml"
 # Podman's configuration for this test only (lib.sh: runc, ulimits).
 podman_conf "$work/containers.conf"
 
+# ---- docker-compose config: the file is valid Compose as Docker reads it,
+# the replica counts come from their variables, and a broken copy is refused
+# with the key named.
+if ! command -v docker-compose >/dev/null && command -v apt-get >/dev/null; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-compose \
+    >/dev/null 2>&1 || true
+fi
+if command -v docker-compose >/dev/null; then
+  dc() { APPLIANCE_SECRET="$work/secret" docker-compose -f "$1" --project-directory "$(dirname "$compose_file")" config "${@:2}"; }
+  : >"$work/secret"
+  err=$(dc "$compose_file" -q 2>&1) || fail "docker-compose config refuses compose.yaml: $err"
+  replicas=$(WSE_NODES=4 dc "$compose_file" 2>/dev/null | /usr/bin/python3 -c '
+import sys
+lines = sys.stdin.read().splitlines()
+i = lines.index("  wse-node:")
+print(next(l.split(":")[1].strip() for l in lines[i:] if l.strip().startswith("replicas:")))')
+  [ "$replicas" = 4 ] || fail "WSE_NODES=4 gives $replicas wse-node replicas in docker-compose config"
+  sed 's/^\( *\)replicas: .*/\1replicas: two/' "$compose_file" >"$work/broken.yaml"
+  if err=$(dc "$work/broken.yaml" -q 2>&1); then fail "docker-compose config accepted replicas: two"; fi
+  case "$err" in *replicas*) ;; *) fail "docker-compose's refusal does not name the key: $err" ;; esac
+  echo "ok: docker-compose $(docker-compose version --short 2>/dev/null) config accepts compose.yaml (WSE_NODES=4: $replicas replicas) and refuses a broken copy: $(echo "$err" | head -n 1)"
+else
+  echo "docker-compose is not installed: compose.yaml not checked with docker-compose config"
+fi
+
 cleanup() {
   set +e
   compose_down

@@ -64,6 +64,7 @@ struct job {
     size_t ring_cap;
     uint64_t t_start, t_train; /* uv_now at start and at the first step */
     uint64_t t_end;       /* uv_now when it ended, 0 before */
+    uint64_t t_step;      /* uv_now when its last step was committed */
     uint64_t samples;     /* trained */
     uint64_t first_step;  /* the step training started from */
     uint64_t log_steps;   /* progress every log_steps steps */

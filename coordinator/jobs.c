@@ -90,12 +90,15 @@ void job_status(coordinator *co, job *j, Appliance__JobStatus *s)
         s->eval_accuracy = j->last_eval_accuracy;
         s->eval_iou = j->last_eval_iou;
     }
-    if (j->state == APPLIANCE__JOB_STATE__JOB_RUNNING && j->t_train && now > j->t_train &&
-        j->samples) {
-        double secs = (double)(now - j->t_train) / 1000.0;
+    /* The rate of training: up to now while the job runs, up to its last
+     * step once it has ended. */
+    bool running = j->state == APPLIANCE__JOB_STATE__JOB_RUNNING;
+    uint64_t until = running ? now : j->t_step;
+    if (j->t_train && until > j->t_train && j->samples) {
+        double secs = (double)(until - j->t_train) / 1000.0;
         s->samples_per_sec = (double)j->samples / secs;
         uint64_t trained = j->steps_done - j->first_step;
-        if (trained > 0)
+        if (running && trained > 0)
             s->eta_sec = secs / (double)trained * (double)(j->max_steps - j->steps_done);
     }
 }
@@ -781,6 +784,7 @@ static void job__maybe_step_done(coordinator *co, job *j, job_step *s)
     co->last_commit = now;
     j->last_loss = s->loss_sum / (double)j->plan->global_batch;
     j->samples += j->plan->global_batch;
+    j->t_step = now;
     optim_config cfg;
     if (optim_from_plan(j->plan->optimizer, &cfg) == 0)
         j->last_lr = optim_lr_at(&cfg, (int64_t)s->step);

@@ -30,6 +30,12 @@ for out in "$out1" "$out2"; do
   [ "$(echo "$out" | field steps)" = 60 ] || fail "job did not run 60 steps: $out"
   "$py" -c "import sys; l=float(sys.argv[1]); sys.exit(0 if 0 < l < 0.3 else 1)" \
     "$(echo "$out" | field final_loss)" || fail "loss did not fall below 0.3 (ln 4 = 1.386 at start): $out"
+  # A finished job reports its training rate: 60 steps of 64 samples over
+  # its time from the first to the last step, so above 0 and at most 3840
+  # samples in the job's elapsed time.
+  "$py" -c "import sys; r, e = float(sys.argv[1]), float(sys.argv[2]); sys.exit(0 if r > 0 and r * e >= 3840 * 0.5 else 1)" \
+    "$(echo "$out" | field samples_per_sec)" "$(echo "$out" | field elapsed_sec)" ||
+    fail "a finished job's samples/s is not its training rate: $out"
 done
 ck1="$work/m1/checkpoint_60-shard1-of-1.safetensors"
 ck2="$work/m2/checkpoint_60-shard1-of-1.safetensors"

@@ -56,9 +56,9 @@ echo "fabric: memoryx and $leaves wse-node hosts at 1 Gbit/s, swarmx at 8 Gbit/s
 # Bytes over bits per second, in seconds: the bound is the same on every host.
 bound=$("$py" -c "print(max($bytes * 8 / 1e9, $leaves * $bytes * 8 / 8e9))")
 median() { "$py" -c 'import statistics, sys; print(statistics.median(float(x) for x in sys.argv[1:]))' "$@"; }
-report() { # report NAME SECONDS
+report() { # report NAME SECONDS [BOUND]: the bound (default $bound) over the time
   "$py" -c 'import sys; print("BENCH %s %.3f of_link_bound" % (sys.argv[1], float(sys.argv[3]) / float(sys.argv[2])))' \
-    "$1" "$2" "$bound"
+    "$1" "$2" "${3:-$bound}"
 }
 
 fab="$build/bench/fabric"
@@ -90,6 +90,7 @@ report fabric_reduce_64MiB_8 "$r"
 dsteps=$((iters + 1))
 mkdir -p "$work/d" "$work/d/coord" "$work/d/mx"
 coord="$net.1:7070"
+first_daemon=${#NETNS_PIDS[@]}   # netns_spawn records the daemons' pids from here
 dnode() { # dnode HOST NAME BINARY ARGS...
   local h="$1" name="$2" bin="$3"
   shift 3
@@ -157,10 +158,10 @@ for h in coord mx swx wk $(seq -f 'wse%g' 1 $leaves); do
   netns_run "$h" nstat -az TcpRetransSegs TcpExtTCPTimeouts TcpExtTCPLostRetransmit 2>/dev/null |
     awk -v h="$h" '/^Tcp/ { printf "%s %s=%s ", h, $1, $2 } END { print "" }'
 done | sed 's/^/daemons: tcp: /'
-kill -TERM "${NETNS_PIDS[@]:$((leaves + 1))}" 2>/dev/null || true   # flush the traces
+kill -TERM "${NETNS_PIDS[@]:$first_daemon}" 2>/dev/null || true   # flush the traces
 for _ in $(seq 1 50); do
   left=0
-  for pid in "${NETNS_PIDS[@]:$((leaves + 1))}"; do kill -0 "$pid" 2>/dev/null && left=1; done
+  for pid in "${NETNS_PIDS[@]:$first_daemon}"; do kill -0 "$pid" 2>/dev/null && left=1; done
   [ "$left" -eq 0 ] && break
   sleep 0.1
 done
@@ -178,8 +179,8 @@ dbound=$("$py" -c "print(max($dbytes * 8 / 1e9, $leaves * $dbytes * 8 / 8e9))")
 rbound=$("$py" -c "print(max($rbytes * 8 / 1e9, $leaves * $rbytes * 8 / 8e9))")
 echo "BENCH daemons_broadcast_64MiB_8_s $db s (link bound $dbound s, $dbytes bytes)"
 echo "BENCH daemons_reduce_64MiB_8_s $dr s (link bound $rbound s, $rbytes bytes)"
-"$py" -c 'import sys; print("BENCH daemons_broadcast_64MiB_8 %.3f of_link_bound" % (float(sys.argv[2]) / float(sys.argv[1])))' "$db" "$dbound"
-"$py" -c 'import sys; print("BENCH daemons_reduce_64MiB_8 %.3f of_link_bound" % (float(sys.argv[2]) / float(sys.argv[1])))' "$dr" "$rbound"
+report daemons_broadcast_64MiB_8 "$db" "$dbound"
+report daemons_reduce_64MiB_8 "$dr" "$rbound"
 
 # Open MPI beside it: rank 0 on the memoryx host, one rank on each wse-node
 # host. mpirun runs in the memoryx namespace and starts its daemons through

@@ -6,7 +6,7 @@
 #include <time.h>
 #include <sys/time.h>
 
-#include "node.h"
+#include "msg.h"
 #include "units.h"
 
 void render_json_string(FILE *f, const char *s)
@@ -42,7 +42,7 @@ void render_cluster(const Appliance__ClusterInfo *info, bool json)
         for (size_t i = 0; i < info->n_members; i++) {
             const Appliance__Member *m = info->members[i];
             printf("%s{\"id\": %u, \"role\": ", i ? ", " : "", m->member_id);
-            render_json_string(stdout, node_role_name(m->role));
+            render_json_string(stdout, msg_role_name(m->role));
             printf(", \"name\": ");
             render_json_string(stdout, m->name);
             printf(", \"state\": \"%s\", \"addr\": ", state_name(m->state));
@@ -66,7 +66,7 @@ void render_cluster(const Appliance__ClusterInfo *info, bool json)
             units_format_size(m->wafer_memory, cap, sizeof(cap));
         else if (m->memory)
             units_format_size(m->memory, cap, sizeof(cap));
-        printf("%-4u %-12s %-20s %-8s %-22s %-12s %s\n", m->member_id, node_role_name(m->role),
+        printf("%-4u %-12s %-20s %-8s %-22s %-12s %s\n", m->member_id, msg_role_name(m->role),
                m->name, state_name(m->state), m->advertised_addr, cap,
                m->job_id[0] ? m->job_id : "-");
     }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "msg.h"
 #include "msgcheck.h"
 
 static coordinator *co_of(node *n) { return n->data; }
@@ -17,7 +18,7 @@ void coordinator_member_lost(coordinator *co, member *mb, const char *why)
     if (mb->state == APPLIANCE__MEMBER_STATE__MEMBER_ALIVE ||
         mb->state == APPLIANCE__MEMBER_STATE__MEMBER_BUSY)
         mb->state = APPLIANCE__MEMBER_STATE__MEMBER_LOST;
-    log_warn("member %u (%s %s at %s) lost: %s", mb->id, node_role_name(mb->role), mb->name,
+    log_warn("member %u (%s %s at %s) lost: %s", mb->id, msg_role_name(mb->role), mb->name,
              mb->addr, why);
     if (mb->job[0])
         jobs_member_lost(co, mb);
@@ -51,7 +52,7 @@ static void co__register(node *n, conn *c, Appliance__Envelope *env, uint8_t *p,
     Appliance__Register *r = env->register_;
     char why[160];
     if (msgcheck_register(r, c->peer_role, why, sizeof(why)) < 0) {
-        log_warn("%s from %s: role %s, name \"%s\"", why, c->peer_addr, node_role_name(r->role),
+        log_warn("%s from %s: role %s, name \"%s\"", why, c->peer_addr, msg_role_name(r->role),
                  r->name ? r->name : "");
         conn_fail(c, -EINVAL, "%s", why);
         return;
@@ -65,16 +66,16 @@ static void co__register(node *n, conn *c, Appliance__Envelope *env, uint8_t *p,
     if (!mb) {
         if (dup) {
             log_warn("registration of %s \"%s\" from %s refused: member %u already has that name",
-                     node_role_name(r->role), r->name, c->peer_addr, dup->id);
+                     msg_role_name(r->role), r->name, c->peer_addr, dup->id);
             conn_fail(c, -EEXIST, "a live %s named \"%s\" is already registered",
-                      node_role_name(r->role), r->name);
+                      msg_role_name(r->role), r->name);
         } else {
             conn_fail(c, -ENOMEM, "out of memory");
         }
         return;
     }
     c->user = mb;
-    log_info("member %u registered: %s %s at %s", mb->id, node_role_name(mb->role), mb->name,
+    log_info("member %u registered: %s %s at %s", mb->id, msg_role_name(mb->role), mb->name,
              mb->addr);
     Appliance__RegisterAck ack = APPLIANCE__REGISTER_ACK__INIT;
     ack.member_id = mb->id;
@@ -104,7 +105,7 @@ static void co__deregister(node *n, conn *c, Appliance__Envelope *env, uint8_t *
     member *mb = members_by_conn(&co->members, c);
     if (!mb)
         return;
-    log_info("member %u (%s %s) deregistered", mb->id, node_role_name(mb->role), mb->name);
+    log_info("member %u (%s %s) deregistered", mb->id, msg_role_name(mb->role), mb->name);
     if (mb->job[0])
         jobs_member_lost(co, mb);
     mb->state = APPLIANCE__MEMBER_STATE__MEMBER_GONE;

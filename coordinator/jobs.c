@@ -966,7 +966,7 @@ void jobs_handle_abort(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, u
     if (!j)
         return;
     char why[900];
-    snprintf(why, sizeof(why), "%s %s: %s", node_role_name(mb->role), mb->name,
+    snprintf(why, sizeof(why), "%s %s: %s", msg_role_name(mb->role), mb->name,
              env->job_abort->reason ? env->job_abort->reason : "aborted");
     if (env->job_abort->fault)
         job_fault(co, j, why);
@@ -1008,7 +1008,7 @@ void jobs_member_lost(coordinator *co, member *mb)
     if (!j || !j->run_id[0] || strcmp(mb->job, j->run_id) != 0)
         return;
     char why[256];
-    snprintf(why, sizeof(why), "lost %s %s (member %u)", node_role_name(mb->role), mb->name, mb->id);
+    snprintf(why, sizeof(why), "lost %s %s (member %u)", msg_role_name(mb->role), mb->name, mb->id);
     job_fault(co, j, why);
 }
 

@@ -395,7 +395,7 @@ static void mx__stream_hello(node *n, conn *c, Appliance__Envelope *env, uint8_t
     mx_job *j = mx_of(n)->job;
     Appliance__StreamHello *h = env->stream_hello;
     if (msgcheck_stream_hello(h, APPLIANCE__ROLE__ROLE_SWARMX, NULL, NULL, 0) < 0) {
-        conn_fail(c, -EPROTO, "a %s may not stream from memoryx", node_role_name(h->role));
+        conn_fail(c, -EPROTO, "a %s may not stream from memoryx", msg_role_name(h->role));
         return;
     }
     if (!j || strcmp(h->job_id, j->id) != 0) {

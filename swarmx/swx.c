@@ -551,7 +551,7 @@ static void swx__stream_hello(node *n, conn *c, Appliance__Envelope *env, uint8_
             return;
         }
     }
-    conn_fail(c, -ENOENT, "%s %u is not a child of tree node %u", node_role_name(h->role), h->index,
+    conn_fail(c, -ENOENT, "%s %u is not a child of tree node %u", msg_role_name(h->role), h->index,
               j->index);
 }
 

@@ -11,6 +11,7 @@
 #include "kernels.h"
 #include "log.h"
 #include "msg.h"
+#include "model_plan.h"
 #include "msgcheck.h"
 #include "op_activation.h"
 #include "op_dense.h"
@@ -1011,7 +1012,7 @@ static void wn__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *p
         wn__refuse(n, j, err);
         return;
     }
-    if (msgcheck_plan_model(p, j->m, err, sizeof(err)) < 0) {
+    if (model_plan_check(p, j->m, err, sizeof(err)) < 0) {
         wn__refuse(n, j, err);
         return;
     }

@@ -69,7 +69,7 @@ for r in 1 2; do
   "$py" -c "import sys; l=float(sys.argv[1]); sys.exit(0 if 0 < l < 0.5 else 1)" \
     "$(echo "$out" | field final_loss)" || fail "loss did not fall below 0.5 (ln 4 = 1.386): $out"
 done
-"$build/common/st-compare" "$work/m1/checkpoint_40-shard1-of-1.safetensors" \
+"$build/client/st-compare" "$work/m1/checkpoint_40-shard1-of-1.safetensors" \
   "$work/m2/checkpoint_40-shard1-of-1.safetensors" --rtol 1e-5 || fail "1 and 2 replicas disagree"
 echo "ok: IDX files, 1 and 2 replicas agree within 1e-5"
 
@@ -77,7 +77,7 @@ echo "ok: IDX files, 1 and 2 replicas agree within 1e-5"
 sed -e 's/^num_csx = 1$/num_csx = 1\nnum_workers_per_csx = 2/' -e "s|$work/m1|$work/m1w|" \
   "$(job 1 "$work/m1" "$work/idx" 4 8)" > "$work/job-1w.toml"
 out=$(cd "$work" && timeout 120 "$submit" --json "$work/job-1w.toml") || fail "two workers: $out"
-"$build/common/st-compare" "$work/m1/checkpoint_40-shard1-of-1.safetensors" \
+"$build/client/st-compare" "$work/m1/checkpoint_40-shard1-of-1.safetensors" \
   "$work/m1w/checkpoint_40-shard1-of-1.safetensors" --rtol 0 >/dev/null ||
   fail "two workers per replica changed the weights"
 echo "ok: two workers per replica give the same weights as one"

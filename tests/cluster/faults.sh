@@ -84,9 +84,9 @@ disturb() {
   "$submit" logs "$id" >"$work/$name.log"
   grep -q "fault at step .*restart 1 of 3" "$work/$name.log" || fail "$name: no restart in the log of $id"
   grep -E "fault at step|restarted" "$work/$name.log" | sed 's/^/  /'
-  "$build/common/st-compare" "$ref" "$work/$name/checkpoint_$steps-shard1-of-1.safetensors" \
+  "$build/client/st-compare" "$ref" "$work/$name/checkpoint_$steps-shard1-of-1.safetensors" \
     --rtol 1e-4 >"$work/$name.cmp" || { cat "$work/$name.cmp"; fail "$name: weights differ from the undisturbed run"; }
-  if "$build/common/st-compare" "$ref" "$work/$name/checkpoint_$steps-shard1-of-1.safetensors" \
+  if "$build/client/st-compare" "$ref" "$work/$name/checkpoint_$steps-shard1-of-1.safetensors" \
     --rtol 0 >/dev/null; then
     echo "ok: $name: recovered; the weights are bitwise those of the undisturbed run"
   else
@@ -171,7 +171,7 @@ at=${partial#*_}; at=${at%%-*}
 prev=$((at - 3))
 echo "checkpoint: memoryx killed while writing $partial"
 for f in checkpoint optimizer; do
-  "$build/common/st-compare" "$work/ckpt/${f}_$prev-shard1-of-1.safetensors" \
+  "$build/client/st-compare" "$work/ckpt/${f}_$prev-shard1-of-1.safetensors" \
     "$work/ckpt/${f}_$prev-shard1-of-1.safetensors" --rtol 0 >/dev/null ||
     fail "the $f file of step $prev does not load after the kill"
 done

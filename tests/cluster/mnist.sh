@@ -30,7 +30,7 @@ for r in "${replicas[@]}"; do
 done
 if [ -n "${APPLIANCE_TEST_LIGHT:-}" ]; then echo "1 passed, 0 failed"; exit 0; fi
 for r in 2 4; do
-  "$build/common/st-compare" "$work/m1/checkpoint_100-shard1-of-1.safetensors" \
+  "$build/client/st-compare" "$work/m1/checkpoint_100-shard1-of-1.safetensors" \
     "$work/m$r/checkpoint_100-shard1-of-1.safetensors" --rtol 1e-4 >/dev/null ||
     fail "after 100 steps, 1 and $r replicas disagree by more than 1e-4"
 done

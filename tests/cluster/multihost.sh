@@ -157,7 +157,7 @@ submit logs "$id" | grep -q "fault at step .*lost wse-node wse-node-2" ||
   fail "the coordinator did not notice the partition: $(submit logs "$id" | tail -n 5)"
 grep -q "the coordinator has not answered for" "$work/logs/wse-node-2.log" ||
   fail "wse-node-2 did not notice that the coordinator went silent"
-"$build/common/st-compare" "$work/calm/checkpoint_200-shard1-of-1.safetensors" \
+"$build/client/st-compare" "$work/calm/checkpoint_200-shard1-of-1.safetensors" \
   "$work/cut/checkpoint_200-shard1-of-1.safetensors" --rtol 1e-4 >/dev/null ||
   fail "after the partition the weights differ from the undisturbed run"
 echo "ok: a partitioned wse-node (5 s) is noticed on both sides; the job recovers to the undisturbed weights"
@@ -174,7 +174,7 @@ lacc=$(echo "$out" | field eval_accuracy)
 echo "ok: the same job on a loopback cluster: test accuracy $lacc in $((SECONDS - t1)) s"
 a="$work/hosts/checkpoint_800-shard1-of-1.safetensors"
 b="$work/loop/checkpoint_800-shard1-of-1.safetensors"
-cmp=$("$build/common/st-compare" "$a" "$b" --rtol 1e-3 2>&1) ||
+cmp=$("$build/client/st-compare" "$a" "$b" --rtol 1e-3 2>&1) ||
   fail "the final weights across hosts and on loopback differ by more than 1e-3: $cmp"
 maxrel=$(echo "$cmp" | awk -F'rel=' '/ rel=/ { split($2, v, " "); if (v[1] + 0 > m) m = v[1] + 0 } END { printf "%.2e", m }')
 echo "ok: final weights across hosts and on loopback agree within 1e-3 (largest relative difference $maxrel)"

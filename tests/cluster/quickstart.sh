@@ -40,14 +40,14 @@ done
 ck1="$work/m1/checkpoint_60-shard1-of-1.safetensors"
 ck2="$work/m2/checkpoint_60-shard1-of-1.safetensors"
 [ -f "$ck1" ] && [ -f "$ck2" ] || fail "checkpoints missing"
-"$build/common/st-compare" "$ck1" "$ck2" --rtol 1e-5 || fail "1 and 2 replicas disagree"
+"$build/client/st-compare" "$ck1" "$ck2" --rtol 1e-5 || fail "1 and 2 replicas disagree"
 echo "ok: 1 and 2 replicas give the same weights within 1e-5"
 for s in 0 20 40 60; do
   [ -f "$work/m2/checkpoint_$s-shard1-of-1.safetensors" ] || fail "checkpoint of step $s missing"
 done
-"$build/common/st-compare" "$work/m1/checkpoint_0-shard1-of-1.safetensors" \
+"$build/client/st-compare" "$work/m1/checkpoint_0-shard1-of-1.safetensors" \
   "$work/m2/checkpoint_0-shard1-of-1.safetensors" --rtol 0 >/dev/null || fail "initial weights differ"
-if "$build/common/st-compare" "$work/m2/checkpoint_0-shard1-of-1.safetensors" "$ck2" >/dev/null; then
+if "$build/client/st-compare" "$work/m2/checkpoint_0-shard1-of-1.safetensors" "$ck2" >/dev/null; then
   fail "the weights did not change during training"
 fi
 ls "$work/m2" | grep -Ev '^((checkpoint|optimizer)_[0-9]*-shard1-of-1.safetensors|events.out.tfevents.*)$' &&
@@ -65,7 +65,7 @@ for model in mlp cnn; do
     out=$(cd "$work" && timeout 120 "$submit" --json "$work/$model-$r.toml") || fail "$model on $r replica(s): $out"
     [ "$(echo "$out" | field state)" = done ] || fail "$model not done: $out"
   done
-  "$build/common/st-compare" "$work/${model}1/checkpoint_$steps-shard1-of-1.safetensors" \
+  "$build/client/st-compare" "$work/${model}1/checkpoint_$steps-shard1-of-1.safetensors" \
     "$work/${model}2/checkpoint_$steps-shard1-of-1.safetensors" --rtol 1e-5 >/dev/null ||
     fail "$model: 1 and 2 replicas disagree"
   echo "ok: $model, 1 and 2 replicas agree within 1e-5"
@@ -77,7 +77,7 @@ grep -q "mode pipelined" <(cd "$work" && "$submit" --plan "$work/cnn-2.toml") ||
 sed -e "s|^model_dir = .*|model_dir = \"$work/cnn-ws\"\nmode = \"weight_streaming\"|" "$work/cnn-2.toml" > "$work/cnn-ws.toml"
 grep -q "mode weight_streaming" <(cd "$work" && "$submit" --plan "$work/cnn-ws.toml") || fail "mode = weight_streaming not in the plan"
 out=$(cd "$work" && timeout 120 "$submit" --json "$work/cnn-ws.toml") || fail "cnn in weight streaming: $out"
-"$build/common/st-compare" "$work/cnn2/checkpoint_40-shard1-of-1.safetensors" \
+"$build/client/st-compare" "$work/cnn2/checkpoint_40-shard1-of-1.safetensors" \
   "$work/cnn-ws/checkpoint_40-shard1-of-1.safetensors" --rtol 1e-6 >/dev/null ||
   fail "weight streaming and pipelined disagree"
 echo "ok: cnn in Weight Streaming and in Pipelined mode end with the same weights"
@@ -89,7 +89,7 @@ sed -e "s|^model_dir = .*|model_dir = \"$work/resumed\"\ncheckpoint_path = \"$wo
 out=$(cd "$work" && timeout 120 "$submit" --json "$work/resume.toml") || fail "resumed job: $out"
 [ "$(echo "$out" | field steps)" = 40 ] || fail "resumed job did not end at step 40: $out"
 [ ! -e "$work/resumed/checkpoint_20-shard1-of-1.safetensors" ] || fail "the resumed job re-ran step 20"
-"$build/common/st-compare" "$work/cnn2/checkpoint_40-shard1-of-1.safetensors" \
+"$build/client/st-compare" "$work/cnn2/checkpoint_40-shard1-of-1.safetensors" \
   "$work/resumed/checkpoint_40-shard1-of-1.safetensors" --rtol 0 >/dev/null ||
   fail "the resumed job ended with other weights than the uninterrupted one"
 ls "$work/resumed/optimizer_40-shard1-of-1.safetensors" >/dev/null || fail "no optimizer state beside the weights"
@@ -97,7 +97,7 @@ echo "ok: resumed from step 20, the same weights at step 40 as the uninterrupted
 
 # The same job twice on the same replica count: bitwise identical.
 out3=$(cd "$work" && timeout 120 "$submit" --json "$(job 2 "$work/m3")") || fail "repeat job: $out3"
-"$build/common/st-compare" "$ck2" "$work/m3/checkpoint_60-shard1-of-1.safetensors" --rtol 0 >/dev/null ||
+"$build/client/st-compare" "$ck2" "$work/m3/checkpoint_60-shard1-of-1.safetensors" --rtol 0 >/dev/null ||
   fail "the same job twice gave different weights"
 echo "ok: the same job twice gives the same weights"
 

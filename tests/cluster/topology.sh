@@ -29,15 +29,15 @@ grep -q "tree node 0, root, 2 children" "$run"/logs/swarmx-*.log || fail "no swa
   fail "no two leaves of two replicas"
 ls "$work/tree"/checkpoint_40-shard1-of-2.safetensors "$work/tree"/checkpoint_40-shard2-of-2.safetensors >/dev/null ||
   fail "two shards should write two files"
-"$build/common/st-compare" "$work/flat/checkpoint_40-shard1-of-1.safetensors" \
+"$build/client/st-compare" "$work/flat/checkpoint_40-shard1-of-1.safetensors" \
   "$work/tree/checkpoint_40-shard1-of-2.safetensors,$work/tree/checkpoint_40-shard2-of-2.safetensors" \
   --rtol 1e-5 >/dev/null || fail "two shards and a two-level tree disagree with one memoryx and one swarmx"
 echo "ok: 2 memoryx shards and a 2-level swarmx tree (fan-out 2, 4 replicas) agree with 1 and 1"
-"$build/common/st-compare" "$work/one/checkpoint_40-shard1-of-1.safetensors" \
+"$build/client/st-compare" "$work/one/checkpoint_40-shard1-of-1.safetensors" \
   "$work/flat/checkpoint_40-shard1-of-1.safetensors" --rtol 1e-5 >/dev/null ||
   fail "4 replicas disagree with 1"
 echo "ok: 4 replicas agree with 1 within 1e-5"
-"$build/common/st-compare" "$work/flat/checkpoint_40-shard1-of-1.safetensors" \
+"$build/client/st-compare" "$work/flat/checkpoint_40-shard1-of-1.safetensors" \
   "$work/tree-ws/checkpoint_40-shard1-of-2.safetensors,$work/tree-ws/checkpoint_40-shard2-of-2.safetensors" \
   --rtol 1e-5 >/dev/null || fail "weight streaming from 2 shards through a 2-level tree disagrees"
 echo "ok: weight streaming from 2 shards (chunks merged in schedule order) through a 2-level tree agrees"
@@ -64,7 +64,7 @@ out=$(timeout 120 "$submit" status "$id" --follow --json) || fail "the job did n
 "$submit" logs "$id" | grep -q "restarted: 4 replica(s)" || fail "no restart on 4 replicas"
 grep -q "job $id.r1: tree node 0, root, 4 children" "$run"/logs/swarmx-*.log ||
   fail "the tree was not rebuilt as one node over 4 replicas"
-"$build/common/st-compare" "$work/lost-ref/checkpoint_200-shard1-of-1.safetensors" \
+"$build/client/st-compare" "$work/lost-ref/checkpoint_200-shard1-of-1.safetensors" \
   "$work/lost/checkpoint_200-shard1-of-2.safetensors,$work/lost/checkpoint_200-shard2-of-2.safetensors" \
   --rtol 1e-4 >/dev/null || fail "after the tree was rebuilt the weights differ from the flat run"
 echo "ok: $victim killed at step $s: the job recovered on a tree without it and agrees with the flat run"

@@ -1,4 +1,4 @@
-/* Fuzz target: the IDX reader of MNIST-format data sets (worker/ds_mnist.c)
+/* Fuzz target: the IDX reader of MNIST-format data sets (common/dataset/ds_mnist.c)
  * behind dataset_open, as the input workers and the coordinator use it.
  *
  * Input: one byte of flags (bits 0-1: the model's input shape as [R*C],

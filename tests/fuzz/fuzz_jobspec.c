@@ -8,6 +8,7 @@
 
 #include "fuzz.h"
 #include "jobspec.h"
+#include "model_plan.h"
 #include "msgcheck.h"
 #include "planner.h"
 #include "wslots.h"
@@ -82,7 +83,7 @@ static void plan_job(const jobspec *spec)
     FUZZ_ASSERT(p != NULL);
     rc = msgcheck_plan(p, err, sizeof(err));
     if (rc == 0)
-        rc = msgcheck_plan_model(p, spec->model, err, sizeof(err));
+        rc = model_plan_check(p, spec->model, err, sizeof(err));
     if (rc < 0)
         fprintf(stderr, "the planner made a plan the daemons refuse: %s\n", err);
     FUZZ_ASSERT(rc == 0);

@@ -13,6 +13,7 @@
 #include "frame.h"
 #include "fuzz.h"
 #include "jobspec.h"
+#include "model_plan.h"
 #include "msgcheck.h"
 #include "plan.h"
 #include "toml.h"
@@ -127,7 +128,7 @@ static void fuzz_plan_init(void)
     toml_free(doc);
     FUZZ_ASSERT(fuzz_model != NULL);
     FUZZ_ASSERT(msgcheck_plan(p, err, sizeof(err)) == 0);
-    FUZZ_ASSERT(msgcheck_plan_model(p, fuzz_model, err, sizeof(err)) == 0);
+    FUZZ_ASSERT(model_plan_check(p, fuzz_model, err, sizeof(err)) == 0);
 }
 
 /* A refusal comes with a message. */
@@ -221,7 +222,7 @@ static void fuzz_use_plan(const Appliance__Plan *p)
     FUZZ_ASSERT(copy != NULL);
     char err[512];
     FUZZ_ASSERT(msgcheck_plan(copy, err, sizeof(err)) == 0);
-    int rc = msgcheck_plan_model(copy, fuzz_model, err, sizeof(err));
+    int rc = model_plan_check(copy, fuzz_model, err, sizeof(err));
     fuzz_refused(rc, err, sizeof(err));
     if (rc == 0) { /* the wse-node: the model's tensors by the plan's ids */
         for (size_t i = 0; i < copy->n_tensors; i++)

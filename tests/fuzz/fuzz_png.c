@@ -1,4 +1,4 @@
-/* Fuzz target: the PNG segmentation reader (worker/ds_png.c) behind
+/* Fuzz target: the PNG segmentation reader (common/dataset/ds_png.c) behind
  * dataset_open and dataset_read: headers checked at open, pixels of the
  * image and its mask decoded per sample, then the augmentation.
  *

@@ -315,8 +315,8 @@ loss = "bce_dice"
 
 JOB_FILES = ["examples/quickstart.toml", "examples/fc_mnist.toml", "examples/mnist.toml",
              "examples/resnet_small.toml", "examples/unet.toml",
-             "tests/toml/models/fc_mnist.toml", "tests/toml/models/resnet_small.toml",
-             "tests/toml/models/unet.toml",
+             "tests/model/models/fc_mnist.toml", "tests/model/models/resnet_small.toml",
+             "tests/model/models/unet.toml",
              "tests/cluster/jobs/cnn.toml", "tests/cluster/jobs/deep.toml", "tests/cluster/jobs/mlp.toml"]
 
 

@@ -1,4 +1,5 @@
-/* Building an Envelope around one message in one line. */
+/* Building an Envelope around one message in one line, and the names of
+ * the protocol's enums. */
 #pragma once
 
 #include "envelope.pb-c.h"
@@ -8,3 +9,6 @@
     Appliance__Envelope var = APPLIANCE__ENVELOPE__INIT;                                       \
     var.msg_case = APPLIANCE__ENVELOPE__MSG_##CASE;                                            \
     var.field = (ptr)
+
+/* The role's name for logs and listings ("wse-node"); a static string. */
+const char *msg_role_name(Appliance__Role r);

@@ -12,7 +12,6 @@
 #include <stdint.h>
 
 #include "envelope.pb-c.h"
-#include "model.h"
 #include "plan.pb-c.h"
 
 /* Elements of a tensor the plan may declare (a bound far above any real
@@ -44,10 +43,6 @@ int msgcheck_register(const Appliance__Register *r, Appliance__Role peer_role, c
  * replicas' swarmx parents and the workers' replicas exist; a chunk fits a
  * frame. NULL (a JobStart without a plan) is refused too. -EINVAL. */
 int msgcheck_plan(const Appliance__Plan *p, char *err, size_t errlen);
-
-/* A checked plan against the model a daemon compiled from its job_toml:
- * the same tensors, each of the same size. -EINVAL. */
-int msgcheck_plan_model(const Appliance__Plan *p, const model *m, char *err, size_t errlen);
 
 /* The elements of plan tensor t (after msgcheck_plan: at most
  * MSGCHECK_MAX_TENSOR_ELEMS; before, saturated at UINT64_MAX). */

@@ -10,24 +10,12 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "msg.h"
 #include "msgcheck.h"
 #include "plan.h"
 #include "sdnotify.h"
 #include "toml.h"
 #include "units.h"
-
-const char *node_role_name(Appliance__Role r)
-{
-    switch (r) {
-    case APPLIANCE__ROLE__ROLE_COORDINATOR: return "coordinator";
-    case APPLIANCE__ROLE__ROLE_MEMORYX: return "memoryx";
-    case APPLIANCE__ROLE__ROLE_SWARMX: return "swarmx";
-    case APPLIANCE__ROLE__ROLE_WORKER: return "worker";
-    case APPLIANCE__ROLE__ROLE_WSE_NODE: return "wse-node";
-    case APPLIANCE__ROLE__ROLE_CLIENT: return "client";
-    default: return "unknown";
-    }
-}
 
 static void node__usage(const node_role *role, FILE *f)
 {
@@ -399,7 +387,7 @@ static void node__on_ready(conn *c)
 {
     node *n = c->data;
     log_debug("connection %s %s: authenticated %s \"%s\"%s%s", c->dialer ? "to" : "from",
-              c->peer_addr, node_role_name(c->peer_role), c->peer_name,
+              c->peer_addr, msg_role_name(c->peer_role), c->peer_name,
               c->auth_user[0] ? " as user " : n->opt.insecure ? " (insecure)" : "", c->auth_user);
     if (c->link == &n->coord) {
         Appliance__Register r = APPLIANCE__REGISTER__INIT;
@@ -481,7 +469,7 @@ static void node__on_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, 
     node_handler h = mc < NODE_MSG_MAX ? n->role->handlers[mc] : NULL;
     if (len == 0) /* control messages; tensor frames would drown the log */
         log_debug("%s from %s (%s \"%s\")", frame_msg_name(env->msg_case), c->peer_addr,
-                  node_role_name(c->peer_role), c->peer_name);
+                  msg_role_name(c->peer_role), c->peer_name);
     if (h && c->auth_user[0] && !n->role->user_msgs[mc]) {
         log_warn("%s from %s (user %s) refused: users may not send it; closing that connection",
                  frame_msg_name(env->msg_case), c->peer_addr, c->auth_user);
@@ -491,7 +479,7 @@ static void node__on_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, 
     }
     if (!h) {
         log_warn("unexpected %s from %s (%s): closing that connection", frame_msg_name(env->msg_case),
-                 c->peer_addr, node_role_name(c->peer_role));
+                 c->peer_addr, msg_role_name(c->peer_role));
         conn_fail(c, -EPROTO, "unexpected message %s for a %s", frame_msg_name(env->msg_case),
                   n->role->component);
         return;
@@ -631,7 +619,7 @@ static void node__on_close(conn *c, int err, const char *reason)
     if (refused || (c->auth != CONN_READY && !n->stopping)) {
         if (c->peer_name[0])
             log_warn("connection %s %s (%s \"%s\"%s%s): %s", c->dialer ? "to" : "from",
-                     c->peer_addr, node_role_name(c->peer_role), c->peer_name,
+                     c->peer_addr, msg_role_name(c->peer_role), c->peer_name,
                      c->auth_user[0] ? ", user " : "", c->auth_user, reason);
         else
             log_warn("connection %s %s: %s", c->dialer ? "to" : "from", c->peer_addr, reason);
@@ -804,13 +792,13 @@ static void node__peer_metrics(void *arg, Appliance__Role role, const char *name
     char esc[160];
     name = metrics_label_escape(name, esc, sizeof(esc)); /* peers name themselves */
     metrics_printf(b, "appliance_peer_bytes_received_total{peer=\"%s\",peer_role=\"%s\"} %llu\n",
-                   name, node_role_name(role), (unsigned long long)in);
+                   name, msg_role_name(role), (unsigned long long)in);
     metrics_printf(b, "appliance_peer_bytes_sent_total{peer=\"%s\",peer_role=\"%s\"} %llu\n", name,
-                   node_role_name(role), (unsigned long long)out);
+                   msg_role_name(role), (unsigned long long)out);
     metrics_printf(b, "appliance_peer_queued_bytes{peer=\"%s\",peer_role=\"%s\"} %zu\n", name,
-                   node_role_name(role), queued);
+                   msg_role_name(role), queued);
     metrics_printf(b, "appliance_peer_connections{peer=\"%s\",peer_role=\"%s\"} %u\n", name,
-                   node_role_name(role), live);
+                   msg_role_name(role), live);
 }
 
 /* What every daemon reports: memory, connections, bytes per peer. */

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "model_plan.h"
 #include "msgcheck.h"
 #include "toml.h"
 
@@ -140,12 +141,12 @@ START_TEST(plan_model_mismatch)
     toml_free(root);
     ck_assert_ptr_nonnull(m);
     fx.dims[1][0] = 3;
-    ck_assert_int_eq(msgcheck_plan_model(&fx.p, m, err, sizeof(err)), 0);
+    ck_assert_int_eq(model_plan_check(&fx.p, m, err, sizeof(err)), 0);
     fx.dims[1][0] = 4;
-    ck_assert_int_eq(msgcheck_plan_model(&fx.p, m, err, sizeof(err)), -EINVAL);
+    ck_assert_int_eq(model_plan_check(&fx.p, m, err, sizeof(err)), -EINVAL);
     ck_assert_str_eq(err, "plan: tensor 1 (fc.bias) has 4 elements, the model's fc.bias has 3");
     fx.p.n_tensors = 1;
-    ck_assert_int_eq(msgcheck_plan_model(&fx.p, m, err, sizeof(err)), -EINVAL);
+    ck_assert_int_eq(model_plan_check(&fx.p, m, err, sizeof(err)), -EINVAL);
     model_free(m);
 }
 END_TEST

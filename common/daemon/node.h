@@ -169,8 +169,5 @@ void node_job_vabort(node *n, const char *job_id, bool fault, char *why, size_t 
  * daemon still runs, or when out of memory. */
 Appliance__Plan *node_job_start_plan(conn *c, const Appliance__Envelope *env, const char *busy_with);
 
-/* The role's name for logs ("wse-node"). */
-const char *node_role_name(Appliance__Role r);
-
 /* Sends an Error reply with code and message (the connection stays open). */
 void node_reply_error(conn *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

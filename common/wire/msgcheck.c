@@ -152,20 +152,6 @@ int msgcheck_plan(const Appliance__Plan *p, char *err, size_t errlen)
     return 0;
 }
 
-int msgcheck_plan_model(const Appliance__Plan *p, const model *m, char *err, size_t errlen)
-{
-    if (p->n_tensors != (size_t)m->ntensors)
-        return msgcheck__fail(-EINVAL, err, errlen, "plan: %zu tensors, the model has %d",
-                              p->n_tensors, m->ntensors);
-    for (size_t i = 0; i < p->n_tensors; i++)
-        if (msgcheck_tensor_elems(p->tensors[i]) != m->tensors[i].elems)
-            return msgcheck__fail(-EINVAL, err, errlen, "plan: tensor %zu (%s) has %llu elements, "
-                                  "the model's %s has %llu", i, p->tensors[i]->name,
-                                  (unsigned long long)msgcheck_tensor_elems(p->tensors[i]),
-                                  m->tensors[i].name, (unsigned long long)m->tensors[i].elems);
-    return 0;
-}
-
 /* A chunk of a plan tensor: in range, and len bytes of count floats. */
 static int msgcheck__chunk(const char *what, uint32_t tensor_id, uint64_t offset, uint64_t count,
                            uint64_t total, const Appliance__Plan *p, uint32_t len, char *err,

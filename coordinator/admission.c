@@ -23,7 +23,7 @@ void admission_submitter(const conn *c, char *out, size_t outlen)
 int admission_check(coordinator *co, const char *submitter, const char *file, size_t toml_len,
                     bool plan_only, char *err, size_t errlen)
 {
-    const node_options *o = &co->n->opt;
+    const coordinator_options *o = &co->opt;
     if (toml_len > o->max_job_file) {
         snprintf(err, errlen,
                  "%s: the job file has %zu bytes, more than this coordinator accepts "
@@ -68,11 +68,11 @@ void admission_sweep_clients(coordinator *co)
     for (size_t i = 0; i < n->nconns; i++) {
         conn *c = n->conns[i];
         if (c->closing || c->auth != CONN_READY || c->peer_role != APPLIANCE__ROLE__ROLE_CLIENT ||
-            c->queued <= n->opt.max_client_backlog)
+            c->queued <= co->opt.max_client_backlog)
             continue;
         log_warn("client %s (%s) leaves %zu bytes of replies unread, more than "
                  "--max-client-backlog %llu: disconnected",
-                 c->peer_addr, c->peer_name, c->queued, (unsigned long long)n->opt.max_client_backlog);
+                 c->peer_addr, c->peer_name, c->queued, (unsigned long long)co->opt.max_client_backlog);
         co->clients_dropped++;
         conn_close(c, -ENOBUFS, "the client does not read its replies");
     }

@@ -4,6 +4,9 @@
 #include "job.h"
 
 #include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -80,7 +83,7 @@ static void co__register(node *n, conn *c, Appliance__Envelope *env, uint8_t *p,
     Appliance__RegisterAck ack = APPLIANCE__REGISTER_ACK__INIT;
     ack.member_id = mb->id;
     ack.heartbeat_ms = n->opt.heartbeat_ms;
-    ack.timeout_ms = n->opt.heartbeat_timeout_ms;
+    ack.timeout_ms = co->opt.heartbeat_timeout_ms;
     Appliance__Envelope out = APPLIANCE__ENVELOPE__INIT;
     out.msg_case = APPLIANCE__ENVELOPE__MSG_REGISTER_ACK;
     out.register_ack = &ack;
@@ -220,24 +223,58 @@ static void co__metrics(node *n, metrics_buf *b)
     metrics_hist_render(&co->step_hist, b, NULL);
 }
 
-void coordinator_role(node_role *role)
+#define CO__OPT(f) offsetof(coordinator_options, f)
+#define CO__STR(f) CO__OPT(f), sizeof(((coordinator_options *)0)->f)
+static const options_key co__keys[] = {
+    {"state-dir", "DIR", OPTIONS_STRING, CO__STR(state_dir), 0, 0,
+     "the job journal (journal.sqlite); without it jobs are not kept"},
+    {"heartbeat-timeout-ms", "MS", OPTIONS_U32, CO__OPT(heartbeat_timeout_ms), 0, 1, 10000000,
+     "silence after which a member is lost (default 3000)"},
+    {"users-file", "PATH", OPTIONS_STRING, CO__STR(users_file), 0, 0,
+     "users and their keys: a user sees only their own jobs"},
+    {"max-job-file", "SIZE", OPTIONS_SIZE, CO__OPT(max_job_file), 0, 1u << 10, 256u << 20,
+     "bytes of a submitted job file (default 256K)"},
+    {"max-model-params", "N", OPTIONS_SIZE, CO__OPT(max_model_params), 0, 1, UINT64_C(1) << 40,
+     "trainable parameters of a submitted model (default 1G)"},
+    {"max-steps", "N", OPTIONS_U64, CO__OPT(max_steps), 0, 1, INT64_MAX,
+     "runconfig.max_steps of a submitted job (default 100000000)"},
+    {"max-queued-jobs", "N", OPTIONS_U32, CO__OPT(max_queued_jobs), 0, 1, 10000000,
+     "jobs waiting in the queue at most (default 1000)"},
+    {"max-queued-per-submitter", "N", OPTIONS_U32, CO__OPT(max_queued_per_submitter), 0, 1, 10000000,
+     "of those, from one submitter (default 100)"},
+    {"max-job-history", "N", OPTIONS_U32, CO__OPT(max_job_history), 0, 1, 10000000,
+     "finished jobs kept in memory; older ones are read\nback from the journal (default 1000)"},
+    {"max-client-backlog", "SIZE", OPTIONS_SIZE, CO__OPT(max_client_backlog), 0, 0, 0,
+     "unread replies after which a client is\ndisconnected (default 8M)"},
+    {NULL, NULL, 0, 0, 0, 0, 0, NULL},
+};
+
+static int co__check_options(const node_options *frame, void *opts)
+{
+    const coordinator_options *o = opts;
+    if (frame->insecure && o->users_file[0]) {
+        fprintf(stderr, "coordinator: --users-file needs authentication: it does not go with --insecure\n");
+        return -1;
+    }
+    return 0;
+}
+
+void coordinator_role(node_role *role, coordinator_options *opt)
 {
     memset(role, 0, sizeof(*role));
     role->role = APPLIANCE__ROLE__ROLE_COORDINATOR;
     role->component = "coordinator";
-    role->usage_extra =
-        "  --state-dir DIR          the job journal (journal.sqlite); without it jobs are not kept\n"
-        "  --heartbeat-timeout-ms MS  silence after which a member is lost (default 3000)\n"
-        "  --users-file PATH        users and their keys: a user sees only their own jobs\n"
-        "  --max-job-file SIZE      bytes of a submitted job file (default 256K)\n"
-        "  --max-model-params N     trainable parameters of a submitted model (default 1G)\n"
-        "  --max-steps N            runconfig.max_steps of a submitted job (default 100000000)\n"
-        "  --max-queued-jobs N      jobs waiting in the queue at most (default 1000)\n"
-        "  --max-queued-per-submitter N  of those, from one submitter (default 100)\n"
-        "  --max-job-history N      finished jobs kept in memory; older ones are read\n"
-        "                           back from the journal (default 1000)\n"
-        "  --max-client-backlog SIZE  unread replies after which a client is\n"
-        "                           disconnected (default 8M)\n";
+    memset(opt, 0, sizeof(*opt));
+    opt->heartbeat_timeout_ms = 3000;
+    opt->max_job_file = COORDINATOR_DEFAULT_MAX_JOB_FILE;
+    opt->max_model_params = COORDINATOR_DEFAULT_MAX_MODEL_PARAMS;
+    opt->max_steps = COORDINATOR_DEFAULT_MAX_STEPS;
+    opt->max_queued_jobs = 1000;
+    opt->max_queued_per_submitter = 100;
+    opt->max_job_history = 1000;
+    opt->max_client_backlog = 8u << 20;
+    role->options = (options_table){NULL, co__keys, opt};
+    role->check_options = co__check_options;
     role->handlers[APPLIANCE__ENVELOPE__MSG_REGISTER] = co__register;
     role->handlers[APPLIANCE__ENVELOPE__MSG_HEARTBEAT] = co__heartbeat;
     role->handlers[APPLIANCE__ENVELOPE__MSG_DEREGISTER] = co__deregister;
@@ -270,19 +307,21 @@ void coordinator_role(node_role *role)
 
 void coordinator_init(coordinator *co, node *n)
 {
+    coordinator_options opt = co->opt; /* parsed before; the rest starts empty */
     memset(co, 0, sizeof(*co));
+    co->opt = opt;
     co->n = n;
-    members_init(&co->members, n->opt.heartbeat_timeout_ms);
+    members_init(&co->members, co->opt.heartbeat_timeout_ms);
     uv_timer_init(n->loop, &co->sweep);
     co->sweep.data = co;
-    uint32_t every = n->opt.heartbeat_timeout_ms / 4 ? n->opt.heartbeat_timeout_ms / 4 : 1;
+    uint32_t every = co->opt.heartbeat_timeout_ms / 4 ? co->opt.heartbeat_timeout_ms / 4 : 1;
     uv_timer_start(&co->sweep, co__sweep, every, every);
     co->next_seq = 1;
     metrics_hist_init(&co->step_hist, "appliance_step_seconds",
                       "Time between committed training steps of the running job.");
-    if (n->opt.state_dir[0]) {
+    if (co->opt.state_dir[0]) {
         char err[512];
-        co->journal = journal_open(n->opt.state_dir, err, sizeof(err));
+        co->journal = journal_open(co->opt.state_dir, err, sizeof(err));
         if (!co->journal)
             log_error("no job journal: %s", err);
     }

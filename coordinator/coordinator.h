@@ -1,14 +1,35 @@
 /* The coordinator's state: membership, jobs, and the handlers of its role. */
 #pragma once
 
+#include <limits.h>
+
 #include "journal.h"
 #include "members.h"
 #include "node.h"
 
 typedef struct job job;
 
+/* The coordinator's own options (its key table: coordinator_role). */
+typedef struct coordinator_options {
+    char state_dir[PATH_MAX];       /* the journal's directory, or "" (jobs not kept) */
+    uint32_t heartbeat_timeout_ms;  /* a member silent this long is lost */
+    char users_file[PATH_MAX];      /* users and their keys, or "" (every client an operator) */
+    uint64_t max_job_file;          /* bytes of a submitted job file */
+    uint64_t max_model_params;      /* trainable parameters of a submitted model */
+    uint64_t max_steps;             /* runconfig.max_steps of a submitted job */
+    uint32_t max_queued_jobs;       /* jobs waiting in the queue at most */
+    uint32_t max_queued_per_submitter; /* of those, from one submitter */
+    uint32_t max_job_history;       /* finished jobs kept in memory */
+    uint64_t max_client_backlog;    /* unread reply bytes a client may leave */
+} coordinator_options;
+
+#define COORDINATOR_DEFAULT_MAX_JOB_FILE (256u * 1024)
+#define COORDINATOR_DEFAULT_MAX_MODEL_PARAMS (UINT64_C(1) << 30)
+#define COORDINATOR_DEFAULT_MAX_STEPS UINT64_C(100000000)
+
 typedef struct coordinator {
     node *n;
+    coordinator_options opt;      /* its options, filled by node_parse_args */
     members members;
     uv_timer_t sweep;             /* checks heartbeats */
     job **jobs;                   /* every job of this run, oldest first */
@@ -24,10 +45,11 @@ typedef struct coordinator {
     uint64_t clients_dropped;     /* clients closed for leaving replies unread */
 } coordinator;
 
-/* Fills the role table of the coordinator. */
-void coordinator_role(node_role *role);
+/* Fills the role table of the coordinator, its option keys pointing into
+ * opt, which it sets to the defaults. */
+void coordinator_role(node_role *role, coordinator_options *opt);
 
-/* Sets up state on the node's loop; the node's data must point to c. */
+/* Sets up state on the node's loop, keeping c->opt; the node's data must point to c. */
 void coordinator_init(coordinator *c, node *n);
 
 /* A member's control connection or heartbeats are gone. */

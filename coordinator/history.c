@@ -29,7 +29,7 @@ static bool history__evictable(const coordinator *co, const job *j)
 
 void history_evict(coordinator *co, size_t slack)
 {
-    size_t keep = co->n->opt.max_job_history, ended = 0;
+    size_t keep = co->opt.max_job_history, ended = 0;
     for (size_t i = 0; i < co->njobs; i++)
         ended += history__evictable(co, co->jobs[i]);
     if (ended <= keep + slack)
@@ -217,8 +217,8 @@ static bool history__holds(const history_items *it, size_t n, uint64_t seq)
 static size_t history__budget(const coordinator *co, const conn *c)
 {
     size_t cap = c->cfg->queue_max;
-    if (co->n->opt.max_client_backlog && co->n->opt.max_client_backlog < cap)
-        cap = co->n->opt.max_client_backlog;
+    if (co->opt.max_client_backlog && co->opt.max_client_backlog < cap)
+        cap = co->opt.max_client_backlog;
     cap = cap > 2 * HISTORY_FRAME_BYTES ? cap - HISTORY_FRAME_BYTES : cap / 2;
     return cap < HISTORY_LIST_BYTES ? cap : HISTORY_LIST_BYTES;
 }

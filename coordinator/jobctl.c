@@ -89,7 +89,7 @@ void jobs_handle_submit(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, 
         node_reply_error(c, arc, "%s", err);
         return;
     }
-    const node_options *lim = &n->opt;
+    const coordinator_options *lim = &co->opt;
     jobspec *spec = jobspec_parse(s->toml, toml_len, file, base, err, sizeof(err));
     if (!spec) {
         log_info("job file %s from %s refused: %s", file, c->peer_addr, err);

@@ -10,25 +10,26 @@ int main(int argc, char **argv)
     static node_role role;
     static node n;
     static coordinator co;
-    coordinator_role(&role);
+    coordinator_role(&role, &co.opt);
     node_parse_args(&n.opt, &role, argc, argv);
     n.data = &co;
     uv_loop_t *loop = uv_default_loop();
     n.loop = loop;
     log_init(role.component, (enum log_level)n.opt.log_level); /* the journal logs as it loads */
     users *u = NULL;
-    if (n.opt.users_file[0]) {
+    if (co.opt.users_file[0]) {
         char err[1024];
-        if (!(u = users_load(n.opt.users_file, err, sizeof(err)))) {
+        if (!(u = users_load(co.opt.users_file, err, sizeof(err)))) {
             log_error("%s", err);
             return 1;
         }
         n.user_key = users_key;
         n.user_key_arg = u;
         log_info("users file %s: %zu user(s), each sees only their own jobs; clients holding the "
-                 "cluster secret are operators and see every job", n.opt.users_file,
+                 "cluster secret are operators and see every job", co.opt.users_file,
                  users_count(u));
     }
+    n.reply_backlog = co.opt.max_client_backlog;
     coordinator_init(&co, &n);
     int rc = node_run(&n, &role, loop);
     members_deinit(&co.members);

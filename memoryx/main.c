@@ -6,9 +6,11 @@ int main(int argc, char **argv)
     static node_role role;
     static node n;
     static memoryx mx;
-    memoryx_role(&role);
+    memoryx_role(&role, &mx.opt);
     node_parse_args(&n.opt, &role, argc, argv);
     mx.n = &n;
+    n.threads = mx.opt.threads;
+    n.memory_limit = mx.opt.memory;
     metrics_hist_init(&mx.chunk_hist, "appliance_chunk_write_seconds",
                       "A weight chunk, from queued to written to the socket.");
     n.data = &mx;

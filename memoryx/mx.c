@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -358,9 +359,9 @@ static void mx__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *p
         j->by_id[t->id] = t;
         bytes += t->n * sizeof(float) * (2 + optim_state_count(&t->st));
     }
-    if (n->opt.memory && bytes > n->opt.memory) {
+    if (mx_of(n)->opt.memory && bytes > mx_of(n)->opt.memory) {
         mx__abort(n, j, "shard %u needs %llu bytes, this memoryx has %llu", j->shard,
-                  (unsigned long long)bytes, (unsigned long long)n->opt.memory);
+                  (unsigned long long)bytes, (unsigned long long)mx_of(n)->opt.memory);
         return;
     }
     j->step = p->first_step;
@@ -512,7 +513,7 @@ static void mx__conn_close(node *n, conn *c, int err, const char *reason)
 
 static void mx__fill_register(node *n, Appliance__Register *r)
 {
-    r->memory = n->opt.memory;
+    r->memory = mx_of(n)->opt.memory;
 }
 
 static void mx__shutdown(node *n)
@@ -561,14 +562,24 @@ static void mx__metrics(node *n, metrics_buf *b)
     metrics_hist_render(&mx->chunk_hist, b, NULL);
 }
 
-void memoryx_role(node_role *role)
+static const options_key mx__keys[] = {
+    {"memory", "SIZE", OPTIONS_SIZE, offsetof(memoryx_options, memory), 0, 0, 0,
+     "memory for weights and optimizer state (default: unlimited)"},
+    {"threads", "N", OPTIONS_U32, offsetof(memoryx_options, threads), 0, 1, 10000000,
+     "threads for optimizer steps (default 1)"},
+    {"state-dir", "DIR", OPTIONS_STRING, offsetof(memoryx_options, state_dir),
+     sizeof(((memoryx_options *)0)->state_dir), 0, 0, "scratch directory"},
+    {NULL, NULL, 0, 0, 0, 0, 0, NULL},
+};
+
+void memoryx_role(node_role *role, memoryx_options *opt)
 {
     memset(role, 0, sizeof(*role));
     role->role = APPLIANCE__ROLE__ROLE_MEMORYX;
     role->component = "memoryx";
-    role->usage_extra = "  --memory SIZE            memory for weights and optimizer state (default: unlimited)\n"
-                        "  --threads N              threads for optimizer steps (default 1)\n"
-                        "  --state-dir DIR          scratch directory\n";
+    memset(opt, 0, sizeof(*opt));
+    opt->threads = 1;
+    role->options = (options_table){NULL, mx__keys, opt};
     role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_START] = mx__job_start;
     role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_GO] = mx__job_go;
     role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_END] = mx__job_end;

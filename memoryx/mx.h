@@ -4,6 +4,8 @@
  * and checkpoints. */
 #pragma once
 
+#include <limits.h>
+
 #include "node.h"
 #include "optim.h"
 
@@ -47,12 +49,22 @@ typedef struct mx_job {
     bool ready_sent;
 } mx_job;
 
+/* memoryx's own options (its key table: memoryx_role). */
+typedef struct memoryx_options {
+    uint64_t memory;              /* bytes for weights and optimizer state; 0: unlimited */
+    uint32_t threads;             /* threads for optimizer steps */
+    char state_dir[PATH_MAX];     /* scratch directory, or "" */
+} memoryx_options;
+
 typedef struct memoryx {
     node *n;
+    memoryx_options opt;          /* filled by node_parse_args */
     mx_job *job;                  /* at most one job at a time */
     metrics_hist chunk_hist;      /* a weight chunk from queued to written */
     uint64_t steps;               /* steps committed */
     uint64_t checkpoints;         /* checkpoint files written */
 } memoryx;
 
-void memoryx_role(node_role *role);
+/* Fills the role table of memoryx, its option keys pointing into opt, which
+ * it sets to the defaults. */
+void memoryx_role(node_role *role, memoryx_options *opt);

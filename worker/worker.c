@@ -2,6 +2,7 @@
 #include "worker.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -424,12 +425,20 @@ static void wk__metrics(node *n, metrics_buf *b)
     metrics_hist_render(&w->batch_hist, b, NULL);
 }
 
-void worker_role(node_role *role)
+static const options_key wk__keys[] = {
+    {"threads", "N", OPTIONS_U32, offsetof(worker_options, threads), 0, 1, 10000000,
+     "decoding threads (default 1)"},
+    {NULL, NULL, 0, 0, 0, 0, 0, NULL},
+};
+
+void worker_role(node_role *role, worker_options *opt)
 {
     memset(role, 0, sizeof(*role));
     role->role = APPLIANCE__ROLE__ROLE_WORKER;
     role->component = "worker";
-    role->usage_extra = "  --threads N              decoding threads (default 1)\n";
+    memset(opt, 0, sizeof(*opt));
+    opt->threads = 1;
+    role->options = (options_table){NULL, wk__keys, opt};
     role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_START] = wk__job_start;
     role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_END] = wk__job_end;
     role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_ABORT] = wk__job_end;

@@ -37,12 +37,20 @@ typedef struct wk_job {
     uint64_t batches_sent;
 } wk_job;
 
+/* The worker's own options (its key table: worker_role). */
+typedef struct worker_options {
+    uint32_t threads;         /* decoding threads */
+} worker_options;
+
 typedef struct worker {
     node *n;
+    worker_options opt;       /* filled by node_parse_args */
     wk_job *job;              /* the job being fed, or NULL */
     unsigned max_inflight;    /* batches produced at once: the decoding threads */
     metrics_hist batch_hist;  /* producing one batch */
     uint64_t batches;         /* sent, every job */
 } worker;
 
-void worker_role(node_role *role);
+/* Fills the role table of a worker, its option keys pointing into opt,
+ * which it sets to the defaults. */
+void worker_role(node_role *role, worker_options *opt);

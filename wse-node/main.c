@@ -12,28 +12,28 @@ int main(int argc, char **argv)
     static node_role role;
     static node n;
     static wse_node w;
-    wse_node_role(&role);
+    wse_node_role(&role, &w.opt);
     node_parse_args(&n.opt, &role, argc, argv);
     uint64_t host = uv_get_total_memory();
     uint64_t limit = uv_get_constrained_memory();
     if (limit && limit < host)
         host = limit;
     char a[32], b[32];
-    if (!n.opt.wafer_memory) {
-        n.opt.wafer_memory = WAFER_DEFAULT < host ? WAFER_DEFAULT : host;
-    } else if (host && n.opt.wafer_memory > host) {
+    if (!w.opt.wafer_memory) {
+        w.opt.wafer_memory = WAFER_DEFAULT < host ? WAFER_DEFAULT : host;
+    } else if (host && w.opt.wafer_memory > host) {
         fprintf(stderr, "wse-node: --wafer-memory %s is more than this host can give (%s)\n",
-                units_format_size(n.opt.wafer_memory, a, sizeof(a)),
+                units_format_size(w.opt.wafer_memory, a, sizeof(a)),
                 units_format_size(host, b, sizeof(b)));
         return 2;
     }
-    if (!n.opt.threads)
-        n.opt.threads = 1;
+    n.threads = w.opt.threads;
+    n.memory_limit = w.opt.wafer_memory;
     w.n = &n;
     n.data = &w;
     metrics_hist_init(&w.step_hist, "appliance_step_compute_seconds",
                       "Kernel time of one training step on this replica.");
-    int rc = compute_start(&w.comp, uv_default_loop(), n.opt.threads);
+    int rc = compute_start(&w.comp, uv_default_loop(), (int)w.opt.threads);
     if (rc < 0) {
         fprintf(stderr, "wse-node: cannot start the compute thread: %s\n", uv_strerror(rc));
         return 1;

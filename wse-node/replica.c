@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -1087,7 +1088,7 @@ static void wn__shutdown(node *n)
 
 static void wn__fill_register(node *n, Appliance__Register *r)
 {
-    r->wafer_memory = n->opt.wafer_memory;
+    r->wafer_memory = wn_of(n)->opt.wafer_memory;
 }
 
 static void wn__metrics(node *n, metrics_buf *b)
@@ -1102,14 +1103,22 @@ static void wn__metrics(node *n, metrics_buf *b)
     metrics_hist_render(&w->step_hist, b, NULL);
 }
 
-void wse_node_role(node_role *role)
+static const options_key wn__keys[] = {
+    {"wafer-memory", "SIZE", OPTIONS_SIZE, offsetof(wse_node_options, wafer_memory), 0, 0, 0,
+     "declared on-wafer memory (default 40G, at most the host's memory)"},
+    {"threads", "N", OPTIONS_U32, offsetof(wse_node_options, threads), 0, 1, 10000000,
+     "BLAS threads for the kernels (default 1)"},
+    {NULL, NULL, 0, 0, 0, 0, 0, NULL},
+};
+
+void wse_node_role(node_role *role, wse_node_options *opt)
 {
     memset(role, 0, sizeof(*role));
     role->role = APPLIANCE__ROLE__ROLE_WSE_NODE;
     role->component = "wse-node";
-    role->usage_extra =
-        "  --wafer-memory SIZE      declared on-wafer memory (default 40G, at most the host's memory)\n"
-        "  --threads N              BLAS threads for the kernels (default 1)\n";
+    memset(opt, 0, sizeof(*opt));
+    opt->threads = 1;
+    role->options = (options_table){NULL, wn__keys, opt};
     role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_START] = wn__job_start;
     role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_END] = wn__job_end;
     role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_ABORT] = wn__job_end;

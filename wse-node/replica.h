@@ -112,8 +112,15 @@ typedef struct wn_job {
     double compute_sec;      /* time in kernels this step */
 } wn_job;
 
+/* The wse-node's own options (its key table: wse_node_role). */
+typedef struct wse_node_options {
+    uint64_t wafer_memory;   /* declared on-wafer memory, bytes; 0: the default */
+    uint32_t threads;        /* kernel threads */
+} wse_node_options;
+
 typedef struct wse_node {
     node *n;
+    wse_node_options opt;    /* filled by node_parse_args */
     wn_job *job;
     compute comp;            /* the thread that runs the kernels */
     metrics_hist step_hist;  /* compute time per training step */
@@ -121,4 +128,6 @@ typedef struct wse_node {
     uint64_t staged;         /* weight chunks held while their slot was busy */
 } wse_node;
 
-void wse_node_role(node_role *role);
+/* Fills the role table of a wse-node, its option keys pointing into opt,
+ * which it sets to the defaults. */
+void wse_node_role(node_role *role, wse_node_options *opt);

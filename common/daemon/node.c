@@ -2,7 +2,7 @@
 #include "node.h"
 
 #include <errno.h>
-#include <getopt.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,265 +12,105 @@
 #include "log.h"
 #include "msg.h"
 #include "msgcheck.h"
+#include "options.h"
 #include "plan.h"
 #include "sdnotify.h"
 #include "toml.h"
 #include "units.h"
 
-static void node__usage(const node_role *role, FILE *f)
-{
-    bool coord = role->role == APPLIANCE__ROLE__ROLE_COORDINATOR;
-    fprintf(f,
-            "Usage: %s [OPTIONS]\n"
-            "\n"
-            "Options:\n"
-            "  --listen HOST:PORT       address to listen on (default 127.0.0.1:%s)\n"
-            "  --advertise HOST:PORT    address other daemons dial (default: the bound address)\n"
-            "%s"
-            "  --secret-file PATH       cluster secret (env APPLIANCE_SECRET_FILE)\n"
-            "  --insecure               run without a secret: no authentication at all\n"
-            "  --config FILE            TOML configuration; keys as the long options with '_'\n"
-            "  --name NAME              name in logs and in the member list\n"
-            "  --port-file PATH         write the bound port there once listening\n"
-            "  --log-level LEVEL        debug, info, warn or error (default info)\n"
-            "  --heartbeat-ms MS        heartbeat interval (default 1000)\n"
-            "  --metrics HOST:PORT      serve Prometheus metrics at http://HOST:PORT/metrics\n"
-            "  --trace FILE             append every stream message sent or received to FILE,\n"
-            "                           one line each with its monotonic time (docs/cli.md)\n"
-            "  --trace-max SIZE         stop tracing after SIZE bytes (default 1G)\n"
-            "%s"
-            "  --help                   show this text\n"
-            "\n"
-            "Limits on peers (docs/security.md):\n"
-            "  --max-connections N      accepted connections open at once (default %u)\n"
-            "  --max-connections-per-address N  of them from one IP address (default %u)\n"
-            "  --auth-timeout-ms MS     to finish authenticating (default %u)\n"
-            "  --max-frame-header SIZE  protobuf header of a frame (default 1M)\n"
-            "  --max-frame-payload SIZE raw payload of a frame (default 64M)\n"
-            "  --max-queued-bytes SIZE  queued for one peer before it is dropped (default 256M)\n",
-            role->component, coord ? "7070" : "0",
-            coord ? "" : "  --coordinator HOST:PORT  the coordinator (env APPLIANCE_COORDINATOR)\n",
-            role->usage_extra ? role->usage_extra : "", NODE_DEFAULT_MAX_CONNECTIONS,
-            NODE_DEFAULT_MAX_CONNECTIONS_PER_ADDRESS, CONN_DEFAULT_AUTH_TIMEOUT_MS);
-}
-
-enum {
-    OPT_LISTEN = 256, OPT_ADVERTISE, OPT_COORDINATOR, OPT_SECRET, OPT_CONFIG, OPT_NAME,
-    OPT_PORT_FILE, OPT_STATE_DIR, OPT_LOG_LEVEL, OPT_WAFER, OPT_MEMORY, OPT_THREADS,
-    OPT_HB, OPT_HB_TIMEOUT, OPT_METRICS, OPT_INSECURE, OPT_MAX_CONNS, OPT_MAX_CONNS_ADDR,
-    OPT_AUTH_TIMEOUT, OPT_MAX_HEADER, OPT_MAX_PAYLOAD, OPT_MAX_QUEUED, OPT_USERS_FILE,
-    OPT_MAX_JOB_FILE, OPT_MAX_MODEL_PARAMS, OPT_MAX_STEPS, OPT_MAX_QUEUED_JOBS,
-    OPT_MAX_PER_SUBMITTER, OPT_MAX_HISTORY, OPT_MAX_BACKLOG, OPT_TRACE, OPT_TRACE_MAX, OPT_HELP,
+/* The daemon frame's own options; a role adds its table (node_role.options). */
+static const options_key node__keys[] = {
+    {"listen", "HOST:PORT", OPTIONS_STRING, offsetof(node_options, listen),
+     sizeof(((node_options *)0)->listen), 0, 0,
+     "address to listen on (default 127.0.0.1:0; the coordinator's 127.0.0.1:7070)"},
+    {"advertise", "HOST:PORT", OPTIONS_STRING, offsetof(node_options, advertise),
+     sizeof(((node_options *)0)->advertise), 0, 0,
+     "address other daemons dial (default: the bound address)"},
+    {"secret-file", "PATH", OPTIONS_STRING, offsetof(node_options, secret_file),
+     sizeof(((node_options *)0)->secret_file), 0, 0, "cluster secret (env APPLIANCE_SECRET_FILE)"},
+    {"insecure", NULL, OPTIONS_FLAG, offsetof(node_options, insecure), 0, 0, 0,
+     "run without a secret: no authentication at all"},
+    {"config", "FILE", OPTIONS_STRING, offsetof(node_options, config),
+     sizeof(((node_options *)0)->config), 0, 0, "TOML configuration; keys as the long options with '_'"},
+    {"name", "NAME", OPTIONS_STRING, offsetof(node_options, name), sizeof(((node_options *)0)->name),
+     0, 0, "name in logs and in the member list"},
+    {"port-file", "PATH", OPTIONS_STRING, offsetof(node_options, port_file),
+     sizeof(((node_options *)0)->port_file), 0, 0, "write the bound port there once listening"},
+    {"log-level", "LEVEL", OPTIONS_LOG_LEVEL, offsetof(node_options, log_level), 0, 0, 0,
+     "debug, info, warn or error (default info)"},
+    {"heartbeat-ms", "MS", OPTIONS_U32, offsetof(node_options, heartbeat_ms), 0, 1, 10000000,
+     "heartbeat interval (default 1000)"},
+    {"metrics", "HOST:PORT", OPTIONS_STRING, offsetof(node_options, metrics),
+     sizeof(((node_options *)0)->metrics), 0, 0, "serve Prometheus metrics at http://HOST:PORT/metrics"},
+    {"trace", "FILE", OPTIONS_STRING, offsetof(node_options, trace), sizeof(((node_options *)0)->trace),
+     0, 0, "append every stream message sent or received to FILE,\none line each with its monotonic "
+     "time (docs/cli.md)"},
+    {"trace-max", "SIZE", OPTIONS_SIZE, offsetof(node_options, trace_max), 0, 4u << 10,
+     UINT64_C(1) << 50, "stop tracing after SIZE bytes (default 1G)"},
+    {NULL, NULL, 0, 0, 0, 0, 0, NULL},
 };
 
-static const struct option node__longopts[] = {
-    {"listen", required_argument, NULL, OPT_LISTEN},
-    {"advertise", required_argument, NULL, OPT_ADVERTISE},
-    {"coordinator", required_argument, NULL, OPT_COORDINATOR},
-    {"secret-file", required_argument, NULL, OPT_SECRET},
-    {"config", required_argument, NULL, OPT_CONFIG},
-    {"name", required_argument, NULL, OPT_NAME},
-    {"port-file", required_argument, NULL, OPT_PORT_FILE},
-    {"state-dir", required_argument, NULL, OPT_STATE_DIR},
-    {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
-    {"wafer-memory", required_argument, NULL, OPT_WAFER},
-    {"memory", required_argument, NULL, OPT_MEMORY},
-    {"threads", required_argument, NULL, OPT_THREADS},
-    {"heartbeat-ms", required_argument, NULL, OPT_HB},
-    {"heartbeat-timeout-ms", required_argument, NULL, OPT_HB_TIMEOUT},
-    {"metrics", required_argument, NULL, OPT_METRICS},
-    {"trace", required_argument, NULL, OPT_TRACE},
-    {"trace-max", required_argument, NULL, OPT_TRACE_MAX},
-    {"insecure", no_argument, NULL, OPT_INSECURE},
-    {"max-connections", required_argument, NULL, OPT_MAX_CONNS},
-    {"max-connections-per-address", required_argument, NULL, OPT_MAX_CONNS_ADDR},
-    {"auth-timeout-ms", required_argument, NULL, OPT_AUTH_TIMEOUT},
-    {"max-frame-header", required_argument, NULL, OPT_MAX_HEADER},
-    {"max-frame-payload", required_argument, NULL, OPT_MAX_PAYLOAD},
-    {"max-queued-bytes", required_argument, NULL, OPT_MAX_QUEUED},
-    {"users-file", required_argument, NULL, OPT_USERS_FILE},
-    {"max-job-file", required_argument, NULL, OPT_MAX_JOB_FILE},
-    {"max-model-params", required_argument, NULL, OPT_MAX_MODEL_PARAMS},
-    {"max-steps", required_argument, NULL, OPT_MAX_STEPS},
-    {"max-queued-jobs", required_argument, NULL, OPT_MAX_QUEUED_JOBS},
-    {"max-queued-per-submitter", required_argument, NULL, OPT_MAX_PER_SUBMITTER},
-    {"max-job-history", required_argument, NULL, OPT_MAX_HISTORY},
-    {"max-client-backlog", required_argument, NULL, OPT_MAX_BACKLOG},
-    {"help", no_argument, NULL, OPT_HELP},
-    {NULL, 0, NULL, 0},
+/* Every role but the coordinator's dials the coordinator. */
+static const options_key node__link_keys[] = {
+    {"coordinator", "HOST:PORT", OPTIONS_STRING, offsetof(node_options, coordinator),
+     sizeof(((node_options *)0)->coordinator), 0, 0, "the coordinator (env APPLIANCE_COORDINATOR)"},
+    {NULL, NULL, 0, 0, 0, 0, 0, NULL},
 };
 
-/* Which role-specific options a role takes. */
-static bool node__role_has(const node_role *role, int opt)
+/* Bounds that keep a frame's lengths in 32 bits and leave room for the
+ * frames the daemons must exchange (a plan, a chunk). */
+static const options_key node__limit_keys[] = {
+    {"max-connections", "N", OPTIONS_U32, offsetof(node_options, max_connections), 0, 1, 10000000,
+     "accepted connections open at once (default 1024)"},
+    {"max-connections-per-address", "N", OPTIONS_U32,
+     offsetof(node_options, max_connections_per_address), 0, 1, 10000000,
+     "of them from one IP address (default 256)"},
+    {"auth-timeout-ms", "MS", OPTIONS_U32, offsetof(node_options, auth_timeout_ms), 0, 1, 10000000,
+     "to finish authenticating (default 10000)"},
+    {"max-frame-header", "SIZE", OPTIONS_SIZE, offsetof(node_options, max_frame_header), 0, 64u << 10,
+     256u << 20, "protobuf header of a frame (default 1M)"},
+    {"max-frame-payload", "SIZE", OPTIONS_SIZE, offsetof(node_options, max_frame_payload), 0, 1u << 20,
+     1u << 30, "raw payload of a frame (default 64M)"},
+    {"max-queued-bytes", "SIZE", OPTIONS_SIZE, offsetof(node_options, max_queued_bytes), 0, 4u << 20,
+     UINT64_C(1) << 40, "queued for one peer before it is dropped (default 256M)"},
+    {NULL, NULL, 0, 0, 0, 0, 0, NULL},
+};
+
+/* The tables of a daemon: the frame's, the coordinator link's (not on the
+ * coordinator), the role's, the limits on peers. Returns how many. */
+static size_t node__tables(options_table *t, node_options *o, const node_role *role)
 {
-    Appliance__Role r = role->role;
-    switch (opt) {
-    case OPT_COORDINATOR: return r != APPLIANCE__ROLE__ROLE_COORDINATOR;
-    case OPT_STATE_DIR: return r == APPLIANCE__ROLE__ROLE_COORDINATOR || r == APPLIANCE__ROLE__ROLE_MEMORYX;
-    case OPT_WAFER: return r == APPLIANCE__ROLE__ROLE_WSE_NODE;
-    case OPT_MEMORY: return r == APPLIANCE__ROLE__ROLE_MEMORYX;
-    case OPT_THREADS: return r == APPLIANCE__ROLE__ROLE_WSE_NODE || r == APPLIANCE__ROLE__ROLE_MEMORYX ||
-                             r == APPLIANCE__ROLE__ROLE_WORKER;
-    case OPT_HB_TIMEOUT:
-    case OPT_USERS_FILE:
-    case OPT_MAX_JOB_FILE:
-    case OPT_MAX_MODEL_PARAMS:
-    case OPT_MAX_STEPS:
-    case OPT_MAX_QUEUED_JOBS:
-    case OPT_MAX_PER_SUBMITTER:
-    case OPT_MAX_HISTORY:
-    case OPT_MAX_BACKLOG: return r == APPLIANCE__ROLE__ROLE_COORDINATOR;
-    default: return true;
-    }
+    size_t n = 0;
+    t[n++] = (options_table){"Options", node__keys, o};
+    if (role->role != APPLIANCE__ROLE__ROLE_COORDINATOR)
+        t[n++] = (options_table){NULL, node__link_keys, o};
+    if (role->options.keys)
+        t[n++] = role->options;
+    t[n++] = (options_table){"Limits on peers (docs/security.md)", node__limit_keys, o};
+    return n;
 }
 
-static void node__copy(char *dst, size_t len, const char *src, const char *what)
-{
-    if (strlen(src) >= len) {
-        fprintf(stderr, "%s is too long (at most %zu characters)\n", what, len - 1);
-        exit(2);
-    }
-    strcpy(dst, src);
-}
+typedef struct node__usage_arg {
+    const options_table *t;
+    size_t nt;
+    const char *component;
+} node__usage_arg;
 
-/* Applies one option value; returns 0 or prints why not and returns -1. */
-static int node__apply(node_options *o, int opt, const char *val, const char *where)
+static void node__usage(FILE *f, void *arg)
 {
-    uint64_t v;
-    char *end;
-    switch (opt) {
-    case OPT_LISTEN: node__copy(o->listen, sizeof(o->listen), val, "--listen"); break;
-    case OPT_ADVERTISE: node__copy(o->advertise, sizeof(o->advertise), val, "--advertise"); break;
-    case OPT_COORDINATOR: node__copy(o->coordinator, sizeof(o->coordinator), val, "--coordinator"); break;
-    case OPT_SECRET: node__copy(o->secret_file, sizeof(o->secret_file), val, "--secret-file"); break;
-    case OPT_CONFIG: node__copy(o->config, sizeof(o->config), val, "--config"); break;
-    case OPT_NAME: node__copy(o->name, sizeof(o->name), val, "--name"); break;
-    case OPT_PORT_FILE: node__copy(o->port_file, sizeof(o->port_file), val, "--port-file"); break;
-    case OPT_STATE_DIR: node__copy(o->state_dir, sizeof(o->state_dir), val, "--state-dir"); break;
-    case OPT_METRICS: node__copy(o->metrics, sizeof(o->metrics), val, "--metrics"); break;
-    case OPT_TRACE: node__copy(o->trace, sizeof(o->trace), val, "--trace"); break;
-    case OPT_USERS_FILE: node__copy(o->users_file, sizeof(o->users_file), val, "--users-file"); break;
-    case OPT_INSECURE:
-        if (strcmp(val, "true") != 0 && strcmp(val, "false") != 0) {
-            fprintf(stderr, "%s: \"%s\": expected true or false\n", where, val);
-            return -1;
+    const node__usage_arg *u = arg;
+    fprintf(f, "Usage: %s [OPTIONS]\n", u->component);
+    bool helped = false;
+    for (size_t i = 0; i < u->nt; i++) {
+        if (u->t[i].title)
+            fprintf(f, "\n%s:\n", u->t[i].title);
+        options_usage(f, &u->t[i]);
+        if (!helped && (i + 1 == u->nt || u->t[i + 1].title)) {
+            fprintf(f, "  --help                   show this text\n");
+            helped = true;
         }
-        o->insecure = strcmp(val, "true") == 0;
-        break;
-    case OPT_MAX_HEADER:
-    case OPT_MAX_PAYLOAD:
-    case OPT_MAX_QUEUED:
-    case OPT_TRACE_MAX:
-    case OPT_MAX_JOB_FILE:
-    case OPT_MAX_MODEL_PARAMS: {
-        /* Bounds that keep a frame's lengths in 32 bits and leave room for
-         * the frames the daemons must exchange (a plan, a chunk). */
-        static const struct { int opt; uint64_t min, max; } bounds[] = {
-            {OPT_MAX_HEADER, 64u << 10, 256u << 20},
-            {OPT_MAX_PAYLOAD, 1u << 20, 1u << 30},
-            {OPT_MAX_QUEUED, 4u << 20, UINT64_C(1) << 40},
-            {OPT_TRACE_MAX, 4u << 10, UINT64_C(1) << 50},
-            {OPT_MAX_JOB_FILE, 1u << 10, 256u << 20},
-            {OPT_MAX_MODEL_PARAMS, 1, UINT64_C(1) << 40},
-        };
-        if (units_parse_size(val, &v) < 0) {
-            fprintf(stderr, "%s: size \"%s\": expected a number with an optional K, M, G or T "
-                            "suffix\n", where, val);
-            return -1;
-        }
-        for (size_t i = 0; i < sizeof(bounds) / sizeof(bounds[0]); i++)
-            if (bounds[i].opt == opt && (v < bounds[i].min || v > bounds[i].max)) {
-                fprintf(stderr, "%s: \"%s\": expected from %llu to %llu\n", where, val,
-                        (unsigned long long)bounds[i].min, (unsigned long long)bounds[i].max);
-                return -1;
-            }
-        if (opt == OPT_MAX_HEADER)
-            o->max_frame_header = v;
-        else if (opt == OPT_MAX_PAYLOAD)
-            o->max_frame_payload = v;
-        else if (opt == OPT_MAX_QUEUED)
-            o->max_queued_bytes = v;
-        else if (opt == OPT_TRACE_MAX)
-            o->trace_max = v;
-        else if (opt == OPT_MAX_JOB_FILE)
-            o->max_job_file = v;
-        else
-            o->max_model_params = v;
-        break;
     }
-    case OPT_MAX_STEPS: {
-        long long n = strtoll(val, &end, 10);
-        if (*end || end == val || n <= 0) {
-            fprintf(stderr, "%s: \"%s\": expected a positive integer\n", where, val);
-            return -1;
-        }
-        o->max_steps = (uint64_t)n;
-        break;
-    }
-    case OPT_LOG_LEVEL:
-        o->log_level = log_level_parse(val);
-        if (o->log_level < 0) {
-            fprintf(stderr, "%s: log level \"%s\": expected debug, info, warn or error\n", where, val);
-            return -1;
-        }
-        break;
-    case OPT_WAFER:
-    case OPT_MEMORY:
-    case OPT_MAX_BACKLOG:
-        if (units_parse_size(val, &v) < 0 || v == 0) {
-            fprintf(stderr, "%s: size \"%s\": expected bytes with an optional K, M, G or T suffix\n",
-                    where, val);
-            return -1;
-        }
-        if (opt == OPT_WAFER)
-            o->wafer_memory = v;
-        else if (opt == OPT_MEMORY)
-            o->memory = v;
-        else
-            o->max_client_backlog = v;
-        break;
-    case OPT_THREADS:
-    case OPT_HB:
-    case OPT_HB_TIMEOUT:
-    case OPT_MAX_CONNS:
-    case OPT_MAX_CONNS_ADDR:
-    case OPT_AUTH_TIMEOUT:
-    case OPT_MAX_QUEUED_JOBS:
-    case OPT_MAX_PER_SUBMITTER:
-    case OPT_MAX_HISTORY: {
-        long n = strtol(val, &end, 10);
-        if (*end || end == val || n <= 0 || n > 10000000) {
-            fprintf(stderr, "%s: \"%s\": expected a positive integer\n", where, val);
-            return -1;
-        }
-        if (opt == OPT_THREADS)
-            o->threads = (int)n;
-        else if (opt == OPT_HB)
-            o->heartbeat_ms = (uint32_t)n;
-        else if (opt == OPT_HB_TIMEOUT)
-            o->heartbeat_timeout_ms = (uint32_t)n;
-        else if (opt == OPT_MAX_QUEUED_JOBS)
-            o->max_queued_jobs = (uint32_t)n;
-        else if (opt == OPT_MAX_PER_SUBMITTER)
-            o->max_queued_per_submitter = (uint32_t)n;
-        else if (opt == OPT_MAX_HISTORY)
-            o->max_job_history = (uint32_t)n;
-        else if (opt == OPT_MAX_CONNS)
-            o->max_connections = (uint32_t)n;
-        else if (opt == OPT_MAX_CONNS_ADDR)
-            o->max_connections_per_address = (uint32_t)n;
-        else
-            o->auth_timeout_ms = (uint32_t)n;
-        break;
-    }
-    default:
-        return -1;
-    }
-    return 0;
 }
-
-int node__load_config(node_options *o, const node_role *role, const char *path,
-                      const bool *given);
 
 /* The credentials come whole from the first place that names any: the
  * command line, the configuration file, the environment. A place naming
@@ -284,12 +124,20 @@ static void node__check_credentials(const node_options *o, const node_role *role
     }
 }
 
+static void node__copy(char *dst, size_t len, const char *src, const char *what)
+{
+    if (strlen(src) >= len) {
+        fprintf(stderr, "%s is too long (at most %zu characters)\n", what, len - 1);
+        exit(2);
+    }
+    strcpy(dst, src);
+}
+
 void node_parse_args(node_options *o, const node_role *role, int argc, char **argv)
 {
     memset(o, 0, sizeof(*o));
     o->log_level = LOG_INFO;
     o->heartbeat_ms = 1000;
-    o->heartbeat_timeout_ms = 3000;
     o->max_connections = NODE_DEFAULT_MAX_CONNECTIONS;
     o->max_connections_per_address = NODE_DEFAULT_MAX_CONNECTIONS_PER_ADDRESS;
     o->auth_timeout_ms = CONN_DEFAULT_AUTH_TIMEOUT_MS;
@@ -297,45 +145,23 @@ void node_parse_args(node_options *o, const node_role *role, int argc, char **ar
     o->max_frame_payload = FRAME_DEFAULT_MAX_PAYLOAD;
     o->max_queued_bytes = CONN_DEFAULT_QUEUE_MAX;
     o->trace_max = UINT64_C(1) << 30;
-    o->max_job_file = NODE_DEFAULT_MAX_JOB_FILE;
-    o->max_model_params = NODE_DEFAULT_MAX_MODEL_PARAMS;
-    o->max_steps = NODE_DEFAULT_MAX_STEPS;
-    o->max_queued_jobs = 1000;
-    o->max_queued_per_submitter = 100;
-    o->max_job_history = 1000;
-    o->max_client_backlog = 8u << 20;
-    bool given[OPT_HELP + 1] = {false};
-    int c;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, "", node__longopts, NULL)) != -1) {
-        if (c == OPT_HELP) {
-            node__usage(role, stdout);
-            exit(0);
-        }
-        if (c == '?' || c == ':') {
-            fprintf(stderr, "%s: unknown or incomplete option \"%s\" (see --help)\n",
-                    role->component, argv[optind - 1]);
-            exit(2);
-        }
-        if (!node__role_has(role, c)) {
-            fprintf(stderr, "%s: option \"%s\" does not apply to %s (see --help)\n",
-                    role->component, argv[optind - 1], role->component);
-            exit(2);
-        }
-        if (node__apply(o, c, c == OPT_INSECURE ? "true" : optarg, argv[optind - 1]) < 0)
-            exit(2);
-        given[c] = true;
-    }
+    options_table t[OPTIONS_TABLES_MAX];
+    size_t nt = node__tables(t, o, role);
+    node__usage_arg u = {t, nt, role->component};
+    options_given given;
+    int first = options_parse_argv(t, nt, argc, argv, role->component, node__usage, &u, &given);
     node__check_credentials(o, role, "the command line");
     /* The credentials are one setting: a file does not add a secret to a
      * command line's --insecure, nor the other way round. */
-    if (given[OPT_INSECURE] || given[OPT_SECRET])
-        given[OPT_INSECURE] = given[OPT_SECRET] = true;
-    if (optind < argc) {
-        fprintf(stderr, "%s: unexpected argument \"%s\" (see --help)\n", role->component, argv[optind]);
+    const options_key *ins = options_find(t, nt, "insecure", NULL);
+    const options_key *sec = options_find(t, nt, "secret-file", NULL);
+    if (options_was_given(&given, t, 0, ins) || options_was_given(&given, t, 0, sec))
+        given.bits[0] |= UINT64_C(1) << (ins - node__keys) | UINT64_C(1) << (sec - node__keys);
+    if (first < argc) {
+        fprintf(stderr, "%s: unexpected argument \"%s\" (see --help)\n", role->component, argv[first]);
         exit(2);
     }
-    if (o->config[0] && node__load_config(o, role, o->config, given) < 0)
+    if (o->config[0] && options_load_file(t, nt, o->config, role->component, &given) < 0)
         exit(2);
     node__check_credentials(o, role, o->config);
     if (!o->listen[0])
@@ -358,11 +184,8 @@ void node_parse_args(node_options *o, const node_role *role, int argc, char **ar
                         "(or --insecure to run without authentication)\n", role->component);
         exit(2);
     }
-    if (o->insecure && o->users_file[0]) {
-        fprintf(stderr, "%s: --users-file needs authentication: it does not go with --insecure\n",
-                role->component);
+    if (role->check_options && role->check_options(o, role->options.base) < 0)
         exit(2);
-    }
     if (o->max_queued_bytes < o->max_frame_header + o->max_frame_payload + FRAME_PREFIX_LEN) {
         fprintf(stderr, "%s: --max-queued-bytes must hold at least one whole frame "
                         "(--max-frame-header + --max-frame-payload)\n", role->component);
@@ -394,7 +217,7 @@ static void node__on_ready(conn *c)
         r.role = n->role->role;
         r.name = n->opt.name;
         r.advertised_addr = n->opt.advertise[0] ? n->opt.advertise : n->bound;
-        r.threads = (uint32_t)n->opt.threads;
+        r.threads = n->threads;
         r.pid = (uint32_t)getpid();
         if (n->role->fill_register)
             n->role->fill_register(n, &r);
@@ -812,9 +635,7 @@ static void node__metrics(void *arg, metrics_buf *b)
             rss = 0;
         fclose(f);
     }
-    uint64_t limit = n->role->role == APPLIANCE__ROLE__ROLE_WSE_NODE ? n->opt.wafer_memory
-                     : n->role->role == APPLIANCE__ROLE__ROLE_MEMORYX ? n->opt.memory
-                                                                      : 0;
+    uint64_t limit = n->memory_limit;
     metrics_printf(b, "# HELP appliance_memory_bytes Resident memory of the daemon.\n"
                       "# TYPE appliance_memory_bytes gauge\n"
                       "appliance_memory_bytes{daemon=\"%s\"} %lld\n",
@@ -936,9 +757,8 @@ int node_run(node *n, const node_role *role, uv_loop_t *loop)
         n->ccfg.high_water = n->ccfg.queue_max / 4;
     /* The coordinator paces long replies (logs) to the high water: they must
      * stay below the backlog after which it disconnects a client. */
-    if (role->role == APPLIANCE__ROLE__ROLE_COORDINATOR &&
-        n->ccfg.high_water > n->opt.max_client_backlog / 2)
-        n->ccfg.high_water = n->opt.max_client_backlog / 2;
+    if (n->reply_backlog && n->ccfg.high_water > n->reply_backlog / 2)
+        n->ccfg.high_water = n->reply_backlog / 2;
     n->server.data = n;
     if (conn_listen(loop, &n->server, n->opt.listen, node__on_connection, err, sizeof(err)) < 0) {
         log_error("%s", err);
@@ -1006,57 +826,3 @@ int node_run(node *n, const node_role *role, uv_loop_t *loop)
 /* Daemon configuration: a TOML file whose keys are the long options with
  * '_' for '-' (listen = "0.0.0.0:7070", wafer_memory = "40G", threads = 2).
  * Options given on the command line win. */
-int node__load_config(node_options *o, const node_role *role, const char *path, const bool *given)
-{
-    char err[512];
-    toml_value *root = toml_parse_file(path, err, sizeof(err));
-    if (!root) {
-        fprintf(stderr, "%s\n", err);
-        return -1;
-    }
-    int rc = 0;
-    for (size_t i = 0; i < toml_table_len(root) && rc == 0; i++) {
-        const char *key = toml_table_key(root, i);
-        const toml_value *v = toml_table_value(root, i);
-        toml_pos kp = toml_table_key_pos(root, i);
-        char opt[64];
-        snprintf(opt, sizeof(opt), "%s", key);
-        for (char *p = opt; *p; p++)
-            if (*p == '_')
-                *p = '-';
-        const struct option *lo = NULL;
-        for (const struct option *q = node__longopts; q->name; q++)
-            if (strcmp(q->name, opt) == 0 && q->val != OPT_HELP && q->val != OPT_CONFIG)
-                lo = q;
-        if (!lo || !node__role_has(role, lo->val)) {
-            toml_errorf(err, sizeof(err), path, kp, "unknown key \"%s\" for %s", key,
-                        role->component);
-            fprintf(stderr, "%s\n", err);
-            rc = -1;
-            break;
-        }
-        if (given[lo->val])
-            continue;
-        char val[PATH_MAX];
-        if (toml_type_of(v) == TOML_STRING)
-            snprintf(val, sizeof(val), "%s", toml_string(v));
-        else if (toml_type_of(v) == TOML_INTEGER)
-            snprintf(val, sizeof(val), "%lld", (long long)toml_int(v));
-        else if (toml_type_of(v) == TOML_BOOL)
-            snprintf(val, sizeof(val), "%s", toml_bool(v) ? "true" : "false");
-        else {
-            toml_errorf(err, sizeof(err), path, toml_pos_of(v),
-                        "%s: expected a string, an integer or a boolean", key);
-            fprintf(stderr, "%s\n", err);
-            rc = -1;
-            break;
-        }
-        char where[PATH_MAX + 80];
-        toml_pos vp = toml_pos_of(v);
-        snprintf(where, sizeof(where), "%s:%d:%d: %s", path, vp.line, vp.col, key);
-        if (node__apply(o, lo->val, val, where) < 0)
-            rc = -1;
-    }
-    toml_free(root);
-    return rc;
-}

@@ -14,6 +14,7 @@
 #include "conn.h"
 #include "flight.h"
 #include "metrics.h"
+#include "options.h"
 
 typedef struct node node;
 
@@ -23,6 +24,8 @@ typedef void (*node_handler)(node *n, conn *c, Appliance__Envelope *env, uint8_t
 
 #define NODE_MSG_MAX 48 /* > the largest Envelope oneof number */
 
+/* The options of the daemon frame; a role's own options are in its table
+ * (node_role.options) and its own struct. */
 typedef struct node_options {
     char listen[128];          /* HOST:PORT to bind; port 0 picks one */
     char advertise[128];       /* HOST:PORT others dial; default: the bound address */
@@ -32,16 +35,11 @@ typedef struct node_options {
     char config[PATH_MAX];     /* optional TOML configuration */
     char name[64];             /* component name in logs and listings */
     char port_file[PATH_MAX];  /* written with the bound port once listening */
-    char state_dir[PATH_MAX];  /* coordinator: journal; memoryx: scratch */
     char metrics[128];         /* HOST:PORT serving Prometheus /metrics, or "" */
     char trace[PATH_MAX];      /* every stream event appended there (flight.h), or "" */
     uint64_t trace_max;        /* bytes of trace written at most */
     int log_level;
-    uint64_t wafer_memory;     /* wse-node: declared on-wafer memory, bytes */
-    uint64_t memory;           /* memoryx: memory for weights, bytes */
-    int threads;               /* compute threads */
     uint32_t heartbeat_ms;     /* interval of heartbeats */
-    uint32_t heartbeat_timeout_ms; /* coordinator: a member silent this long is lost */
     /* Limits on peers (docs/security.md). */
     uint32_t max_connections;  /* accepted connections open at once */
     uint32_t max_connections_per_address; /* of them, from one IP address */
@@ -49,28 +47,20 @@ typedef struct node_options {
     uint64_t max_frame_header; /* bytes of a frame's protobuf header accepted */
     uint64_t max_frame_payload; /* bytes of a frame's raw payload accepted */
     uint64_t max_queued_bytes; /* bytes queued for one peer before it is dropped */
-    /* Coordinator: who may submit, and how big a job may be. */
-    char users_file[PATH_MAX]; /* users and their keys, or "" (every client an operator) */
-    uint64_t max_job_file;     /* bytes of a submitted job file */
-    uint64_t max_model_params; /* trainable parameters of a submitted model */
-    uint64_t max_steps;        /* runconfig.max_steps of a submitted job */
-    /* Coordinator: admission and history (docs/architecture.md). */
-    uint32_t max_queued_jobs;  /* jobs waiting in the queue at most */
-    uint32_t max_queued_per_submitter; /* of those, from one submitter */
-    uint32_t max_job_history;  /* finished jobs kept in memory */
-    uint64_t max_client_backlog; /* unread reply bytes a client may leave */
 } node_options;
 
 #define NODE_DEFAULT_MAX_CONNECTIONS 1024u
 #define NODE_DEFAULT_MAX_CONNECTIONS_PER_ADDRESS 256u
-#define NODE_DEFAULT_MAX_JOB_FILE (256u * 1024)
-#define NODE_DEFAULT_MAX_MODEL_PARAMS (UINT64_C(1) << 30)
-#define NODE_DEFAULT_MAX_STEPS UINT64_C(100000000)
 
 typedef struct node_role {
     Appliance__Role role;
     const char *component;            /* "coordinator", "wse-node", ... */
-    const char *usage_extra;          /* role-specific lines of --help */
+    /* The role's own options (keys, heading, and the struct they fill: set
+     * base before node_parse_args), or keys NULL for none. */
+    options_table options;
+    /* Optional: checks the role's options against each other and the
+     * frame's after parsing; returns 0, or -1 after printing why. */
+    int (*check_options)(const node_options *frame, void *opts);
     node_handler handlers[NODE_MSG_MAX]; /* by Envelope msg case */
     /* Which messages a client authenticated as a user (not with the cluster
      * secret) may send; anything else closes its connection. */
@@ -129,6 +119,9 @@ struct node {
     uv_timer_t defer_timer;    /* expires deferred messages */
     flight flight;             /* the last stream and job events */
     uv_timer_t flight_timer;   /* dumps the recorder when a job's stream goes silent */
+    uint32_t threads;          /* compute threads, reported at registration; set by the role */
+    uint64_t memory_limit;     /* memory the role may use (wafer, memoryx --memory) in /metrics; 0: none */
+    uint64_t reply_backlog;    /* unread reply bytes a client may leave (the coordinator); 0: no bound */
     void *data;                /* the role's state */
 };
 

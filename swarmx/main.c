@@ -6,9 +6,8 @@ int main(int argc, char **argv)
     static node_role role;
     static node n;
     static swarmx s;
-    swarmx_role(&role);
+    swarmx_role(&role, &s, &n);
     node_parse_args(&n.opt, &role, argc, argv);
-    s.n = &n;
     n.data = &s;
     return node_run(&n, &role, uv_default_loop());
 }

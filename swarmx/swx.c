@@ -81,17 +81,17 @@ static void swx__abort_as(node *n, swx_job *j, bool fault, const char *fmt, ...)
 #define swx__abort(n, j, ...) swx__abort_as(n, j, false, __VA_ARGS__)
 #define swx__fault(n, j, ...) swx__abort_as(n, j, true, __VA_ARGS__)
 
+/* Fails the job j (or reports a fault): the jobhost tells the coordinator
+ * and releases it. A job already let go is left alone. */
 static void swx__abort_as(node *n, swx_job *j, bool fault, const char *fmt, ...)
 {
-    char why[512];
+    swarmx *s = swx_of(n);
+    if (s->job != j)
+        return;
     va_list ap;
     va_start(ap, fmt);
-    node_job_vabort(n, j->id, fault, why, sizeof(why), fmt, ap);
+    jobhost_vabort(&s->jobs, fault, fmt, ap);
     va_end(ap);
-    swarmx *s = swx_of(n);
-    if (s->job == j)
-        s->job = NULL;
-    swx__job_free(j);
 }
 
 static void swx__maybe_ready(node *n, swx_job *j)
@@ -463,46 +463,45 @@ static const conn_ops swx__up_conn_ops = {
 
 /* ---- handlers ---- */
 
-static void swx__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, uint32_t len)
+/* Starts a job (jobhost_ops.start): our tree node of the plan, its
+ * children, and the links up (to every memoryx shard at the root). */
+static void *swx__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
 {
+    node *n = h->n;
     swarmx *s = swx_of(n);
-    Appliance__Plan *plan = node_job_start_plan(c, env, s->job ? s->job->id : NULL);
-    if (!plan)
-        return;
-    swx_job *j = calloc(1, sizeof(*j));
-    if (!j) {
-        appliance__plan__free_unpacked(plan, NULL);
-        return;
-    }
-    j->n = n;
-    snprintf(j->id, sizeof(j->id), "%s", plan->job_id);
-    j->plan = plan;
-    s->job = j;
-    Appliance__Plan *p = j->plan;
     const Appliance__PlanSwarmNode *me = NULL;
     for (size_t i = 0; i < p->n_swarm; i++)
         if (p->swarm[i]->member_id == n->member_id)
             me = p->swarm[i];
     if (!me) {
-        swx__abort(n, j, "plan has no tree node for member %u", n->member_id);
-        return;
+        snprintf(why, whylen, "plan has no tree node for member %u", n->member_id);
+        return NULL;
     }
+    swx_job *j = calloc(1, sizeof(*j));
+    if (!j) {
+        snprintf(why, whylen, "out of memory");
+        return NULL;
+    }
+    j->n = n;
+    snprintf(j->id, sizeof(j->id), "%s", p->job_id);
     j->index = me->index;
     j->root = me->parent < 0;
     j->nkids = me->n_children_replicas + me->n_children_swarmx;
     j->kids = calloc(j->nkids ? j->nkids : 1, sizeof(*j->kids));
     size_t k = 0;
-    for (size_t i = 0; i < me->n_children_replicas; i++, k++) {
+    for (size_t i = 0; j->kids && i < me->n_children_replicas; i++, k++) {
         j->kids[k].replica = true;
         j->kids[k].index = me->children_replicas[i];
     }
-    for (size_t i = 0; i < me->n_children_swarmx; i++, k++)
+    for (size_t i = 0; j->kids && i < me->n_children_swarmx; i++, k++)
         j->kids[k].index = me->children_swarmx[i];
     j->nup = j->root ? p->n_shards : 1;
     j->up = calloc(j->nup, sizeof(*j->up));
     if (!j->kids || !j->up) {
-        swx__abort(n, j, "out of memory");
-        return;
+        snprintf(why, whylen, "out of memory");
+        j->nup = 0;
+        swx__job_free(j);
+        return NULL;
     }
     for (size_t i = 0; i < j->nup; i++) {
         const char *addr;
@@ -514,13 +513,18 @@ static void swx__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *
         }
         j->up[i].job = j;
         if (conn_link_start(&j->up[i].link, n->loop, addr, &n->ccfg, &swx__up_conn_ops, &j->up[i]) < 0) {
-            swx__abort(n, j, "bad upstream address %s", addr);
-            return;
+            snprintf(why, whylen, "bad upstream address %s", addr);
+            j->nup = i; /* the links started so far are stopped */
+            swx__job_free(j);
+            return NULL;
         }
     }
+    j->plan = p;
+    s->job = j;
     log_info("job %s: tree node %u, %s, %zu children", j->id, j->index,
              j->root ? "root" : "inner", j->nkids);
     node_replay(n);
+    return j;
 }
 
 static void swx__stream_hello(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, uint32_t len)
@@ -555,26 +559,21 @@ static void swx__stream_hello(node *n, conn *c, Appliance__Envelope *env, uint8_
               j->index);
 }
 
-static void swx__release(node *n, const char *why)
+/* Lets the job go (jobhost_ops.release): the children's links stay open
+ * for the next job; the links up close. */
+static void swx__release(jobhost *h, void *job, jobhost_end end, const char *why)
 {
-    swarmx *s = swx_of(n);
-    swx_job *j = s->job;
-    log_info("job %s: %s after %llu chunks down, %llu up", j->id, why,
-             (unsigned long long)j->chunks_down, (unsigned long long)j->chunks_up);
+    swarmx *s = swx_of(h->n);
+    swx_job *j = job;
+    if (end == JOBHOST_RELEASED || end == JOBHOST_COORDINATOR_LOST)
+        log_info("job %s: released%s after %llu chunks down, %llu up", j->id,
+                 end == JOBHOST_COORDINATOR_LOST ? ": lost the coordinator" : "",
+                 (unsigned long long)j->chunks_down, (unsigned long long)j->chunks_up);
     s->job = NULL;
     for (size_t i = 0; i < j->nkids; i++)
         if (j->kids[i].c)
             j->kids[i].c->user = NULL;
     swx__job_free(j);
-}
-
-static void swx__job_end(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, uint32_t len)
-{
-    swarmx *s = swx_of(n);
-    const char *id = env->msg_case == APPLIANCE__ENVELOPE__MSG_JOB_END ? env->job_end->job_id
-                                                                      : env->job_abort->job_id;
-    if (s->job && strcmp(s->job->id, id) == 0)
-        swx__release(n, "released");
 }
 
 static void swx__describe_wait(node *n, char *out, size_t len)
@@ -592,8 +591,7 @@ static void swx__describe_wait(node *n, char *out, size_t len)
 /* The coordinator owns the job; a restarted one recovers it. */
 static void swx__coordinator_lost(node *n)
 {
-    if (swx_of(n)->job)
-        swx__release(n, "released: lost the coordinator");
+    jobhost_end_job(&swx_of(n)->jobs, JOBHOST_COORDINATOR_LOST, "lost the coordinator");
 }
 
 static void swx__conn_close(node *n, conn *c, int err, const char *reason)
@@ -608,11 +606,7 @@ static void swx__conn_close(node *n, conn *c, int err, const char *reason)
 
 static void swx__shutdown(node *n)
 {
-    swarmx *s = swx_of(n);
-    if (s->job) {
-        swx__job_free(s->job);
-        s->job = NULL;
-    }
+    jobhost_end_job(&swx_of(n)->jobs, JOBHOST_SHUTDOWN, "shutdown");
 }
 
 static void swx__metrics(node *n, metrics_buf *b)
@@ -640,14 +634,16 @@ static void swx__metrics(node *n, metrics_buf *b)
                    s->job ? s->job->pending_down : 0, held, waiting);
 }
 
-void swarmx_role(node_role *role)
+static const jobhost_ops swx__jobhost_ops = {swx__start, swx__release};
+
+void swarmx_role(node_role *role, swarmx *s, node *n)
 {
     memset(role, 0, sizeof(*role));
     role->role = APPLIANCE__ROLE__ROLE_SWARMX;
     role->component = "swarmx";
-    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_START] = swx__job_start;
-    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_END] = swx__job_end;
-    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_ABORT] = swx__job_end;
+    memset(s, 0, sizeof(*s));
+    s->n = n;
+    jobhost_init(&s->jobs, n, role, &swx__jobhost_ops);
     role->handlers[APPLIANCE__ENVELOPE__MSG_STREAM_HELLO] = swx__stream_hello;
     role->handlers[APPLIANCE__ENVELOPE__MSG_GRAD_CHUNK] = swx__on_data;
     role->handlers[APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK] = swx__on_data;

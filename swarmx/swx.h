@@ -5,6 +5,7 @@
  * tensor (or to the parent swarmx). */
 #pragma once
 
+#include "jobhost.h"
 #include "node.h"
 
 typedef struct swx_buf {
@@ -36,7 +37,7 @@ typedef struct swx_up {
 typedef struct swx_job {
     node *n;                     /* the daemon */
     char id[40];
-    Appliance__Plan *plan;       /* owned */
+    Appliance__Plan *plan;       /* owned (jobhost_ops.start) */
     uint32_t index;              /* our tree node index */
     bool root;                   /* fed by memoryx */
     swx_up *up;                  /* shards (root) or the parent (one) */
@@ -53,9 +54,12 @@ typedef struct swx_job {
 
 typedef struct swarmx {
     node *n;
-    swx_job *job;
+    jobhost jobs;                /* the job's life cycle (jobhost.h) */
+    swx_job *job;                /* the job (jobs.job), or NULL */
     uint64_t chunks_down;        /* forwarded to the children, every job */
     uint64_t chunks_up;          /* reduced and sent up, every job */
 } swarmx;
 
-void swarmx_role(node_role *role);
+/* Fills the role table of a swarmx and ties s (cleared) to n: its job life
+ * cycle is s->jobs. */
+void swarmx_role(node_role *role, swarmx *s, node *n);

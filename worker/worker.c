@@ -42,13 +42,18 @@ static void wk__job_free(wk_job *j)
     free(j);
 }
 
-/* Ends the job on this worker: no more batches; the memory goes once the
- * thread pool has given back every request of the job. */
-static void wk__job_release(worker *w)
+/* Ends the job on this worker (jobhost_ops.release): no more batches; the
+ * memory goes once the thread pool has given back every request of the
+ * job. */
+static void wk__release(jobhost *h, void *job, jobhost_end end, const char *why)
 {
-    wk_job *j = w->job;
-    if (!j)
-        return;
+    worker *w = wk_of(h->n);
+    wk_job *j = job;
+    if (end == JOBHOST_RELEASED)
+        log_info("job %s: released after %llu batches", j->id, (unsigned long long)j->batches_sent);
+    else if (end == JOBHOST_COORDINATOR_LOST)
+        log_warn("job %s: released after %llu batches: lost the coordinator", j->id,
+                 (unsigned long long)j->batches_sent);
     w->job = NULL;
     j->released = true;
     for (size_t i = 0; i < j->nfeeds; i++)
@@ -58,12 +63,6 @@ static void wk__job_release(worker *w)
         }
     if (j->inflight == 0)
         wk__job_free(j);
-}
-
-static void wk__job_abort(worker *w, const char *reason)
-{
-    char why[600];
-    node_job_failed(w->n, w->job->id, why, sizeof(why), "%s", reason);
 }
 
 static void wk__batch_sent(void *arg, int status)
@@ -97,13 +96,9 @@ static void wk__batch_done(uv_work_t *req, int status)
         goto done;
     }
     if (b->rc < 0 || status < 0) {
-        if (!j->failed) {
-            j->failed = true;
-            char reason[600];
-            snprintf(reason, sizeof(reason), "step %llu: %s", (unsigned long long)b->step,
+        /* releases the job: the batches still in production are dropped */
+        jobhost_fail(&w->jobs, "step %llu: %s", (unsigned long long)b->step,
                      status < 0 ? uv_strerror(status) : b->err);
-            wk__job_abort(w, reason);
-        }
         goto done;
     }
     if (f->c) { /* else the wse-node went away; it aborts the job itself */
@@ -137,7 +132,7 @@ done:
 static bool wk__pump(worker *w, wk_feed *f)
 {
     wk_job *j = f->job;
-    if (!f->c || j->failed || j->released || !j->ready)
+    if (!f->c || j->released || !j->ready)
         return true;
     size_t bytes = dataset_batch_bytes(j->data, f->batch);
     while (f->credits > 0 && f->next_step < j->plan->max_steps && conn_can_send(f->c, bytes)) {
@@ -221,8 +216,7 @@ static void wk__open_done(uv_work_t *req, int status)
         }
     }
     if (j->open_rc < 0) {
-        wk__job_abort(w, j->open_err);
-        wk__job_release(w);
+        jobhost_fail(&w->jobs, "%s", j->open_err);
         return;
     }
     j->ready = true;
@@ -238,26 +232,20 @@ static void wk__open_done(uv_work_t *req, int status)
     node_replay(n);
 }
 
-static void wk__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, uint32_t len)
+/* Starts a job (jobhost_ops.start): the feeds of our replicas, and the data
+ * set opened in the thread pool; JobReady once it is open. */
+static void *wk__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
 {
+    node *n = h->n;
     worker *w = wk_of(n);
-    Appliance__Plan *p = node_job_start_plan(c, env, w->job ? w->job->id : NULL);
-    if (!p)
-        return;
     wk_job *j = calloc(1, sizeof(*j));
-    if (!j) {
-        appliance__plan__free_unpacked(p, NULL);
-        return;
+    if (!j || !(j->feeds = calloc(p->n_workers ? p->n_workers : 1, sizeof(*j->feeds)))) {
+        free(j);
+        snprintf(why, whylen, "out of memory");
+        return NULL;
     }
     snprintf(j->id, sizeof(j->id), "%s", p->job_id);
     j->w = w;
-    j->plan = p;
-    j->feeds = calloc(p->n_workers ? p->n_workers : 1, sizeof(*j->feeds));
-    if (!j->feeds) {
-        log_error("job %s: out of memory", j->id);
-        wk__job_free(j);
-        return;
-    }
     for (size_t i = 0; i < p->n_workers; i++) {
         const Appliance__PlanWorker *pw = p->workers[i];
         if (pw->member_id != n->member_id || pw->replica >= p->n_replicas)
@@ -272,13 +260,16 @@ static void wk__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *p
         f->next_step = p->first_step + (pw->slot + f->slots - p->first_step % f->slots) % f->slots;
         f->job = j;
     }
-    w->job = j;
+    j->plan = p; /* read by the opening thread */
     if (uv_queue_work(n->loop, &j->open_req, wk__open_work, wk__open_done) < 0) {
-        wk__job_abort(w, "cannot start opening the data set");
-        wk__job_release(w);
-        return;
+        j->plan = NULL; /* the jobhost frees it */
+        wk__job_free(j);
+        snprintf(why, whylen, "cannot start opening the data set");
+        return NULL;
     }
     j->inflight++;
+    w->job = j;
+    return j;
 }
 
 static void wk__stream_hello(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, uint32_t len)
@@ -329,7 +320,7 @@ static void wk__eval_request(worker *w, wk_feed *f, conn *c, const Appliance__Cr
     if (!b || !buf) {
         free(buf);
         free(b);
-        wk__job_abort(w, "out of memory for an eval batch");
+        jobhost_fail(&w->jobs, "out of memory for an eval batch");
         return;
     }
     b->n = count;
@@ -343,7 +334,7 @@ static void wk__eval_request(worker *w, wk_feed *f, conn *c, const Appliance__Cr
     if (uv_queue_work(w->n->loop, &b->req, wk__batch_work, wk__batch_done) < 0) {
         free(b->buf);
         free(b);
-        wk__job_abort(w, "cannot queue an eval batch");
+        jobhost_fail(&w->jobs, "cannot queue an eval batch");
         return;
     }
     j->inflight++;
@@ -380,38 +371,29 @@ static void wk__drain(node *n, conn *c)
         wk__pump_all(wk_of(n), f->job);
 }
 
-static void wk__job_end(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, uint32_t len)
-{
-    worker *w = wk_of(n);
-    const char *id = env->msg_case == APPLIANCE__ENVELOPE__MSG_JOB_END ? env->job_end->job_id
-                                                                      : env->job_abort->job_id;
-    if (w->job && strcmp(w->job->id, id) == 0) {
-        log_info("job %s: released after %llu batches", id, (unsigned long long)w->job->batches_sent);
-        wk__job_release(w);
-    }
-}
-
+/* A wse-node's feed link closed while the job runs: a fault (the job may be
+ * recovered without it); after the job it is the wse-node letting go. */
 static void wk__conn_close(node *n, conn *c, int err, const char *reason)
 {
+    worker *w = wk_of(n);
     wk_feed *f = c->user;
-    if (f && f->c == c)
-        f->c = NULL;
+    if (!f || f->c != c)
+        return;
+    f->c = NULL;
+    c->user = NULL;
+    if (w->job == f->job)
+        jobhost_fault(&w->jobs, "lost wse-node %s (replica %u): %s", c->peer_name[0] ? c->peer_name
+                      : c->peer_addr, f->replica, reason);
 }
 
-/* The coordinator owns the job; a restarted one recovers it. */
 static void wk__coordinator_lost(node *n)
 {
-    worker *w = wk_of(n);
-    if (w->job) {
-        log_warn("job %s: released after %llu batches: lost the coordinator", w->job->id,
-                 (unsigned long long)w->job->batches_sent);
-        wk__job_release(w);
-    }
+    jobhost_end_job(&wk_of(n)->jobs, JOBHOST_COORDINATOR_LOST, "lost the coordinator");
 }
 
 static void wk__shutdown(node *n)
 {
-    wk__job_release(wk_of(n));
+    jobhost_end_job(&wk_of(n)->jobs, JOBHOST_SHUTDOWN, "shutdown");
 }
 
 static void wk__metrics(node *n, metrics_buf *b)
@@ -431,17 +413,18 @@ static const options_key wk__keys[] = {
     {NULL, NULL, 0, 0, 0, 0, 0, NULL},
 };
 
-void worker_role(node_role *role, worker_options *opt)
+static const jobhost_ops wk__jobhost_ops = {wk__start, wk__release};
+
+void worker_role(node_role *role, worker *w, node *n)
 {
     memset(role, 0, sizeof(*role));
     role->role = APPLIANCE__ROLE__ROLE_WORKER;
     role->component = "worker";
-    memset(opt, 0, sizeof(*opt));
-    opt->threads = 1;
-    role->options = (options_table){NULL, wk__keys, opt};
-    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_START] = wk__job_start;
-    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_END] = wk__job_end;
-    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_ABORT] = wk__job_end;
+    memset(w, 0, sizeof(*w));
+    w->n = n;
+    w->opt.threads = 1;
+    role->options = (options_table){NULL, wk__keys, &w->opt};
+    jobhost_init(&w->jobs, n, role, &wk__jobhost_ops);
     role->handlers[APPLIANCE__ENVELOPE__MSG_STREAM_HELLO] = wk__stream_hello;
     role->handlers[APPLIANCE__ENVELOPE__MSG_CREDIT] = wk__credit;
     role->on_drain = wk__drain;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "dataset.h"
+#include "jobhost.h"
 #include "node.h"
 
 typedef struct wk_feed {
@@ -21,7 +22,7 @@ typedef struct wk_feed {
 typedef struct wk_job {
     char id[40];
     struct worker *w;
-    Appliance__Plan *plan;    /* owned */
+    Appliance__Plan *plan;    /* owned (jobhost_ops.start) */
     dataset *data;            /* owned; written by the opening thread, read once ready */
     dataset *eval_data;       /* the eval set, or NULL; owned, as data */
     bool ready;               /* the data set is open: batches may be produced */
@@ -32,8 +33,7 @@ typedef struct wk_job {
     int open_rc;              /* its result, with open_err */
     char open_err[512];
     unsigned inflight;        /* thread pool requests not yet completed */
-    bool failed;              /* a batch could not be produced: the job is being aborted */
-    bool released;            /* ended; freed when inflight reaches 0 */
+    bool released;            /* ended (released, failed or lost); freed when inflight reaches 0 */
     uint64_t batches_sent;
 } wk_job;
 
@@ -45,12 +45,14 @@ typedef struct worker_options {
 typedef struct worker {
     node *n;
     worker_options opt;       /* filled by node_parse_args */
-    wk_job *job;              /* the job being fed, or NULL */
+    jobhost jobs;             /* the job's life cycle (jobhost.h) */
+    wk_job *job;              /* the job being fed (jobs.job), or NULL */
     unsigned max_inflight;    /* batches produced at once: the decoding threads */
     metrics_hist batch_hist;  /* producing one batch */
     uint64_t batches;         /* sent, every job */
 } worker;
 
-/* Fills the role table of a worker, its option keys pointing into opt,
- * which it sets to the defaults. */
-void worker_role(node_role *role, worker_options *opt);
+/* Fills the role table of a worker and ties w (cleared) to n: its option
+ * keys point into w->opt, set to the defaults; its job life cycle is
+ * w->jobs. */
+void worker_role(node_role *role, worker *w, node *n);

@@ -55,7 +55,7 @@ static void wk__release(jobhost *h, void *job, jobhost_end end, const char *why)
         log_warn("job %s: released after %llu batches: lost the coordinator", j->id,
                  (unsigned long long)j->batches_sent);
     w->job = NULL;
-    j->released = true;
+    j->state = WK_RELEASED;
     for (size_t i = 0; i < j->nfeeds; i++)
         if (j->feeds[i].c) {
             j->feeds[i].c->user = NULL;
@@ -90,7 +90,7 @@ static void wk__batch_done(uv_work_t *req, int status)
     wk_job *j = f->job;
     worker *w = j->w;
     j->inflight--;
-    if (j->released) {
+    if (j->state == WK_RELEASED) {
         if (j->inflight == 0)
             wk__job_free(j);
         goto done;
@@ -132,7 +132,7 @@ done:
 static bool wk__pump(worker *w, wk_feed *f)
 {
     wk_job *j = f->job;
-    if (!f->c || j->released || !j->ready)
+    if (!f->c || j->state != WK_FEEDING)
         return true;
     size_t bytes = dataset_batch_bytes(j->data, f->batch);
     while (f->credits > 0 && f->next_step < j->plan->max_steps && conn_can_send(f->c, bytes)) {
@@ -192,7 +192,7 @@ static void wk__open_done(uv_work_t *req, int status)
     node *n = w->n;
     Appliance__Plan *p = j->plan;
     j->inflight--;
-    if (j->released) {
+    if (j->state == WK_RELEASED) {
         if (j->inflight == 0)
             wk__job_free(j);
         return;
@@ -219,7 +219,7 @@ static void wk__open_done(uv_work_t *req, int status)
         jobhost_fail(&w->jobs, "%s", j->open_err);
         return;
     }
-    j->ready = true;
+    j->state = WK_FEEDING;
     log_info("job %s: feeding %zu replica(s), %llu floats and %u labels per sample, %llu samples "
              "per epoch", j->id, j->nfeeds, (unsigned long long)dataset_sample_elems(j->data),
              dataset_label_elems(j->data), (unsigned long long)dataset_size(j->data));
@@ -276,7 +276,7 @@ static void wk__stream_hello(node *n, conn *c, Appliance__Envelope *env, uint8_t
 {
     wk_job *j = wk_of(n)->job;
     Appliance__StreamHello *h = env->stream_hello;
-    if (!j || strcmp(h->job_id, j->id) != 0 || !j->ready) {
+    if (!j || strcmp(h->job_id, j->id) != 0 || j->state != WK_FEEDING) {
         if (node_defer(n, c, env) < 0)
             conn_fail(c, -ENOENT, "no job %s on this worker", h->job_id);
         return;

@@ -19,13 +19,32 @@ typedef struct wk_feed {
     struct wk_job *job;
 } wk_feed;
 
+/* The state of a worker's job.
+ *
+ *   WK_OPENING --wk__open_done: data sets open, JobReady sent--> WK_FEEDING
+ *        |                                                         |
+ *        +--------- wk__release (any end: jobhost.h) --------------+
+ *                                  |
+ *                                  v
+ *                             WK_RELEASED --last thread pool request back--> freed
+ *
+ * OPENING: the data sets open in the thread pool; stream hellos are held
+ * (node_defer). FEEDING: batches are produced on credit. RELEASED: no longer
+ * the worker's job (w->job is NULL); requests still in the thread pool come
+ * back to wk__open_done or wk__batch_done, which free the job with the last. */
+typedef enum wk_state {
+    WK_OPENING,
+    WK_FEEDING,
+    WK_RELEASED,
+} wk_state;
+
 typedef struct wk_job {
     char id[40];
     struct worker *w;
     Appliance__Plan *plan;    /* owned (jobhost_ops.start) */
     dataset *data;            /* owned; written by the opening thread, read once ready */
     dataset *eval_data;       /* the eval set, or NULL; owned, as data */
-    bool ready;               /* the data set is open: batches may be produced */
+    wk_state state;           /* opening, feeding or released (wk_state) */
     wk_feed *feeds;           /* one per replica we serve */
     size_t nfeeds;
     size_t next_feed;         /* where the next round of production starts (fairness) */
@@ -33,7 +52,6 @@ typedef struct wk_job {
     int open_rc;              /* its result, with open_err */
     char open_err[512];
     unsigned inflight;        /* thread pool requests not yet completed */
-    bool released;            /* ended (released, failed or lost); freed when inflight reaches 0 */
     uint64_t batches_sent;
 } wk_job;
 

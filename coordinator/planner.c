@@ -10,8 +10,7 @@
 #include "arena.h"
 #include "dataset.h"
 #include "safetensors.h"
-#include "exec.h"
-#include "wslots.h"
+#include "footprint.h"
 #include "units.h"
 
 /* What the input workers read for one split, in the arena (a->failed on
@@ -194,19 +193,15 @@ size_t planner_swarm_nodes(size_t replicas, size_t fanout)
     }
 }
 
-uint64_t planner_replica_bytes(const model *m, uint64_t batch, Appliance__ExecMode mode,
-                               unsigned optimizer_states)
+uint64_t planner_replica_bytes(const model *m, uint64_t batch, unsigned threads,
+                               Appliance__ExecMode mode, unsigned optimizer_states)
 {
-    uint64_t weights = (m->total_params + m->total_buffers) * sizeof(float);
-    uint64_t sample = (model_shape_elems(&m->input) + exec_label_elems(m)) * 4;
-    /* The executor's activations, gradients and workspace, and two batches
-     * in flight; then the weights: */
-    uint64_t base = exec_bytes(m, (int)batch) + 2 * batch * sample;
-    if (mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED) /* resident, with gradients, reduced gradients, state */
-        return base + (3 + optimizer_states) * weights;
-    /* Two slots of the largest layer's weights and two of its gradients,
-     * the batch-norm statistics, and a chunk held while a slot frees. */
-    return base + wslots_bytes(m) + m->total_buffers * sizeof(float) + (1u << 20) + (64u << 10);
+    footprint f;
+    if (footprint_init(&f, m, (int)batch, (int)(threads ? threads : 1)) < 0)
+        return UINT64_MAX; /* cannot even plan it here: it does not fit */
+    uint64_t bytes = footprint_replica_bytes(&f, m, mode, optimizer_states);
+    footprint_free(&f);
+    return bytes;
 }
 
 int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
@@ -244,9 +239,17 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
     size_t nr = pm->nreplicas;
     uint64_t B = (uint64_t)spec->train.batch_size;
     uint64_t max_share = (B + nr - 1) / nr;
-    unsigned states = strcmp(spec->optimizer_type, "sgd") != 0 ? 2 : spec->momentum > 0 ? 1 : 0;
-    uint64_t need_ws = planner_replica_bytes(m, max_share, APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING, states);
-    uint64_t need_pipe = planner_replica_bytes(m, max_share, APPLIANCE__EXEC_MODE__MODE_PIPELINED, states);
+    unsigned states = footprint_optimizer_states(spec->optimizer_type, spec->momentum);
+    /* the mode is chosen for the replica that needs the most: the largest
+     * share on the most threads (the convolution workspace grows with them) */
+    unsigned threads = 1;
+    for (size_t i = 0; i < nr; i++)
+        if (pm->replicas[i]->threads > threads)
+            threads = pm->replicas[i]->threads;
+    uint64_t need_ws = planner_replica_bytes(m, max_share, threads,
+                                             APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING, states);
+    uint64_t need_pipe = planner_replica_bytes(m, max_share, threads,
+                                               APPLIANCE__EXEC_MODE__MODE_PIPELINED, states);
     uint64_t wafer = UINT64_MAX;
     for (size_t i = 0; i < nr; i++)
         if (pm->replicas[i]->wafer_memory < wafer)
@@ -296,7 +299,8 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
         offset += r->batch;
         r->swarm_parent = 0;
         r->wafer_memory = pm->replicas[i]->wafer_memory;
-        r->memory_needed = planner_replica_bytes(m, r->batch, p->mode, states);
+        r->memory_needed = planner_replica_bytes(m, r->batch, pm->replicas[i]->threads, p->mode,
+                                                 states);
         p->replicas[i] = r;
     }
 

@@ -33,7 +33,9 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
  * to one root. */
 size_t planner_swarm_nodes(size_t replicas, size_t fanout);
 
-/* Bytes one replica needs for a batch share of `batch` samples in `mode`,
- * with an optimizer keeping optimizer_states tensors per parameter. */
-uint64_t planner_replica_bytes(const model *m, uint64_t batch, Appliance__ExecMode mode,
-                               unsigned optimizer_states);
+/* Bytes one replica needs for a batch share of `batch` samples in `mode`
+ * on a wse-node of `threads` compute threads (0: 1), with an optimizer
+ * keeping optimizer_states tensors per parameter: the footprint's
+ * (footprint.h), which the wse-node's executor allocates by. */
+uint64_t planner_replica_bytes(const model *m, uint64_t batch, unsigned threads,
+                               Appliance__ExecMode mode, unsigned optimizer_states);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "footprint.h"
 #include "op_activation.h"
 #include "op_concat.h"
 #include "op_conv2d.h"
@@ -88,76 +89,8 @@ static op_pool2d_params exec__pool(const model_layer *l, int n)
     return p;
 }
 
-/* Bytes of a layer's saved state for n samples. */
-static size_t exec__aux_bytes(const model_layer *l, int n)
-{
-    switch (l->type) {
-    case LAYER_MAX_POOL2D: return (size_t)n * model_shape_elems(&l->out) * sizeof(int32_t);
-    case LAYER_BATCH_NORM: return 2 * (size_t)l->in.d[0] * sizeof(float);
-    case LAYER_GROUP_NORM: return 2 * (size_t)n * (size_t)l->groups * sizeof(float);
-    default: return 0;
-    }
-}
-
-static size_t exec__ws_bytes(const model_layer *l, int n)
-{
-    if (l->type == LAYER_CONV2D) {
-        op_conv2d_params p = exec__conv(l, n);
-        return op_conv2d_workspace(&p);
-    }
-    if (l->type == LAYER_CONV_TRANSPOSE2D) {
-        op_conv_transpose2d_params p = exec__convt(l, n);
-        return op_conv_transpose2d_workspace(&p);
-    }
-    return 0;
-}
-
-/* Elements of all inputs of a layer for n samples. */
-static size_t exec__in_elems(const model *m, const model_layer *l, int n)
-{
-    size_t sum = 0;
-    for (int i = 0; i < l->ninputs; i++)
-        sum += (size_t)n * model_shape_elems(exec__shape_of(m, l->inputs[i]));
-    return sum;
-}
-
-static bool exec__loss_is_sigmoid(model_loss loss)
-{
-    return loss == LOSS_BCE_WITH_LOGITS || loss == LOSS_DICE || loss == LOSS_BCE_DICE;
-}
-
-uint32_t exec_label_elems(const model *m)
-{
-    const model_shape *o = &m->layers[m->nlayers - 1].out;
-    switch (m->loss) {
-    case LOSS_SOFTMAX_CROSS_ENTROPY: return 1;
-    case LOSS_PIXEL_SOFTMAX_CROSS_ENTROPY: return (uint32_t)exec__hw(o);
-    default:
-        /* one target per logit, or a class per pixel for several channels */
-        return o->ndim == 3 && o->d[0] > 1 ? (uint32_t)exec__hw(o) : (uint32_t)model_shape_elems(o);
-    }
-}
-
-size_t exec_bytes(const model *m, int n)
-{
-    size_t bytes = 0, ws = 0, scratch = 0;
-    for (int i = 0; i < m->nlayers; i++) {
-        const model_layer *l = &m->layers[i];
-        size_t out = (size_t)n * model_shape_elems(&l->out) * sizeof(float);
-        bytes += (l->type == LAYER_FLATTEN ? 0 : out) + out + exec__aux_bytes(l, n);
-        size_t w = exec__ws_bytes(l, n);
-        if (w > ws)
-            ws = w;
-        size_t in = exec__in_elems(m, l, n) * sizeof(float);
-        if (in > scratch)
-            scratch = in;
-    }
-    if (exec__loss_is_sigmoid(m->loss))
-        bytes += 2 * (size_t)n * model_shape_elems(&m->layers[m->nlayers - 1].out) * sizeof(float);
-    return bytes + ws + scratch;
-}
-
-int exec_init(exec *e, const model *m, int n, float **w, float **g, char *err, size_t errlen)
+int exec_init(exec *e, const model *m, int n, int threads, float **w, float **g, char *err,
+              size_t errlen)
 {
     memset(e, 0, sizeof(*e));
     e->m = m;
@@ -165,46 +98,41 @@ int exec_init(exec *e, const model *m, int n, float **w, float **g, char *err, s
     e->w = w;
     e->g = g;
     e->replica_share = 1.0f;
-    const model_layer *last = &m->layers[m->nlayers - 1];
-    const model_shape *o = &last->out;
-    e->label_elems = exec_label_elems(m);
+    footprint f;
+    if (footprint_init(&f, m, n, threads) < 0) {
+        snprintf(err, errlen, "out of memory for the memory plan of %d samples", n);
+        return -ENOMEM;
+    }
+    e->label_elems = f.label_elems;
     e->act = calloc((size_t)m->nlayers, sizeof(float *));
     e->dact = calloc((size_t)m->nlayers, sizeof(float *));
     e->aux = calloc((size_t)m->nlayers, sizeof(void *));
     if (!e->act || !e->dact || !e->aux)
         goto oom;
-    size_t scratch = 0;
+    /* every buffer as the footprint sizes it: the plan is what runs */
     for (int i = 0; i < m->nlayers; i++) {
-        const model_layer *l = &m->layers[i];
-        size_t out = (size_t)n * model_shape_elems(&l->out);
-        if (l->type != LAYER_FLATTEN && !(e->act[i] = malloc(out * sizeof(float))))
+        const footprint_layer *fl = &f.layers[i];
+        if (fl->act && !(e->act[i] = malloc(fl->act)))
             goto oom;
-        if (!(e->dact[i] = calloc(out, sizeof(float))))
+        if (!(e->dact[i] = calloc(1, fl->dact ? fl->dact : 1)))
             goto oom;
-        size_t aux = exec__aux_bytes(l, n);
-        if (aux && !(e->aux[i] = malloc(aux)))
-            goto oom;
-        size_t ws = exec__ws_bytes(l, n);
-        if (ws > e->ws_bytes)
-            e->ws_bytes = ws;
-        size_t in = exec__in_elems(m, l, n);
-        if (in > scratch)
-            scratch = in;
-    }
-    if (!(e->scratch = malloc((scratch ? scratch : 1) * sizeof(float))))
-        goto oom;
-    if (e->ws_bytes && !(e->ws = aligned_alloc(64, (e->ws_bytes + 63) / 64 * 64)))
-        goto oom;
-    if (exec__loss_is_sigmoid(m->loss)) {
-        size_t per = (size_t)n * model_shape_elems(o);
-        if (!(e->targets = malloc(per * sizeof(float))) || !(e->lossgrad = malloc(per * sizeof(float))))
+        if (fl->aux && !(e->aux[i] = malloc(fl->aux)))
             goto oom;
     }
-    e->bytes = exec_bytes(m, n);
+    if (!(e->scratch = malloc(f.scratch)))
+        goto oom;
+    e->ws_bytes = f.workspace;
+    if (e->ws_bytes && !(e->ws = aligned_alloc(64, e->ws_bytes)))
+        goto oom;
+    if (f.loss && (!(e->targets = malloc(f.loss / 2)) || !(e->lossgrad = malloc(f.loss / 2))))
+        goto oom;
+    e->bytes = f.exec;
+    footprint_free(&f);
     return 0;
 oom:
-    snprintf(err, errlen, "out of memory for the activations of %d samples (%zu bytes)", n,
-             exec_bytes(m, n));
+    snprintf(err, errlen, "out of memory for the activations of %d samples (%llu bytes)", n,
+             (unsigned long long)f.exec);
+    footprint_free(&f);
     exec_deinit(e);
     return -ENOMEM;
 }

@@ -28,19 +28,15 @@ typedef struct exec {
     size_t ws_bytes;
     float *targets;         /* float targets of bce and dice (n x per) */
     float *lossgrad;        /* the second gradient of bce_dice */
-    size_t bytes;           /* allocated */
+    size_t bytes;           /* allocated: the footprint's exec bytes */
 } exec;
 
-/* int32 labels per sample the model's loss needs: 1 for classification, a
- * class per pixel for segmentation, a 0/1 target per logit otherwise. */
-uint32_t exec_label_elems(const model *m);
-
-/* Bytes exec_init allocates for n samples. */
-size_t exec_bytes(const model *m, int n);
-
-/* Allocates the buffers of n samples. w and g are arrays over the model's tensors.
- * Returns 0, or a negative code with a message naming the layer. */
-int exec_init(exec *e, const model *m, int n, float **w, float **g, char *err, size_t errlen);
+/* Allocates the buffers of n samples as the footprint of (m, n, threads)
+ * sizes them (footprint.h: threads are the wse-node's, which the
+ * convolution workspace grows with). w and g are arrays over the model's
+ * tensors. Returns 0, or a negative code with a message. */
+int exec_init(exec *e, const model *m, int n, int threads, float **w, float **g, char *err,
+              size_t errlen);
 void exec_deinit(exec *e);
 
 /* The output of layer (-1: the input x). */

@@ -897,7 +897,8 @@ static int wn__job_buffers(wn_job *j, char *err, size_t errlen)
         }
     }
     if (!oom) {
-        if (exec_init(&j->ex, m, (int)j->batch, j->wp, j->gp, err, errlen) < 0)
+        if (exec_init(&j->ex, m, (int)j->batch, (int)wn_of(j->n)->opt.threads, j->wp, j->gp, err,
+                      errlen) < 0)
             return -ENOMEM;
         j->ex_ready = true;
         j->ex.seed = p->seed;

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "footprint.h"
+
 static uint64_t wslots__layer_elems(const model *m, int layer)
 {
     uint64_t sum = 0;
@@ -23,11 +25,6 @@ static uint64_t wslots__max_layer(const model *m)
             max = e;
     }
     return max;
-}
-
-size_t wslots_bytes(const model *m)
-{
-    return 4 * (size_t)wslots__max_layer(m) * sizeof(float);
 }
 
 /* Appends the arrivals of one stream list: whole layers, tensors in order. */
@@ -76,7 +73,7 @@ int wslots_init(wslots *w, const model *m, const uint32_t *fwd, size_t nfwd, con
         wslots_deinit(w);
         return -ENOMEM;
     }
-    w->bytes = wslots_bytes(m);
+    w->bytes = footprint_wslots_bytes(m);
     for (size_t l = 0; l < nl; l++)
         w->fwd_arr[l] = w->bwd_arr[l] = w->gseq[l] = -1;
     int g = 0;

@@ -37,7 +37,7 @@ typedef struct wslots {
     uint64_t recv_have;        /* floats of it received */
     int consumed;              /* arrivals whose computation finished */
     int glayer[2];             /* the layer whose gradients a gradient slot holds, or -1 */
-    size_t bytes;              /* allocated */
+    size_t bytes;              /* allocated: footprint_wslots_bytes */
 } wslots;
 
 /* Sets up the slots for a schedule: fwd and bwd list the tensor ids memoryx
@@ -46,9 +46,6 @@ typedef struct wslots {
 int wslots_init(wslots *w, const model *m, const uint32_t *fwd, size_t nfwd, const uint32_t *bwd,
                 size_t nbwd);
 void wslots_deinit(wslots *w);
-
-/* Bytes wslots_init allocates for a model (for memory plans). */
-size_t wslots_bytes(const model *m);
 
 /* Starts a pass over the weights: a training step (forward and backward
  * arrivals) or an evaluation batch (forward arrivals only). Nothing received,

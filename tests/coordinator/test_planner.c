@@ -103,11 +103,67 @@ START_TEST(inputs)
 }
 END_TEST
 
+/* A replica's memory is planned for the threads its wse-node registered:
+ * the convolution workspace grows with them (it was once planned with the
+ * coordinator's own single thread). */
+START_TEST(memory_for_the_members_threads)
+{
+    static const char *conv_job = "[train_input]\n"
+                                  "data_processor = \"synthetic_classification\"\n"
+                                  "batch_size = 4\n"
+                                  "num_classes = 4\n"
+                                  "[model]\n"
+                                  "input_shape = [3, 64, 64]\n"
+                                  "loss = \"softmax_cross_entropy\"\n"
+                                  "[[model.layers]]\n"
+                                  "name = \"conv\"\n"
+                                  "type = \"conv2d\"\n"
+                                  "filters = 16\n"
+                                  "kernel_size = 3\n"
+                                  "padding = 1\n"
+                                  "[[model.layers]]\n"
+                                  "name = \"flatten\"\n"
+                                  "type = \"flatten\"\n"
+                                  "[[model.layers]]\n"
+                                  "name = \"fc\"\n"
+                                  "type = \"dense\"\n"
+                                  "units = 4\n";
+    char err[512];
+    jobspec *spec = jobspec_parse(conv_job, strlen(conv_job), "job.toml", "/src", err, sizeof(err));
+    ck_assert_msg(spec != NULL, "%s", err);
+    member w1 = {.id = 1, .role = APPLIANCE__ROLE__ROLE_WSE_NODE, .addr = "127.0.0.1:1",
+                 .wafer_memory = 1ull << 30, .threads = 1};
+    member w4 = {.id = 5, .role = APPLIANCE__ROLE__ROLE_WSE_NODE, .addr = "127.0.0.1:5",
+                 .wafer_memory = 1ull << 30, .threads = 4};
+    member mx = {.id = 2, .role = APPLIANCE__ROLE__ROLE_MEMORYX, .addr = "127.0.0.1:2"};
+    member sx = {.id = 3, .role = APPLIANCE__ROLE__ROLE_SWARMX, .addr = "127.0.0.1:3"};
+    member wk = {.id = 4, .role = APPLIANCE__ROLE__ROLE_WORKER, .addr = "127.0.0.1:4"};
+    member *r[] = {&w1, &w4}, *s[] = {&mx}, *w[] = {&sx}, *k[] = {&wk};
+    planner_members pm = {r, 2, s, 1, w, 1, k, 1};
+    uint8_t *buf;
+    size_t len;
+    ck_assert_msg(planner_build(spec, "job-1", conv_job, &pm, 1024, &buf, &len, err, sizeof(err)) == 0,
+                  "%s", err);
+    Appliance__Plan *p = appliance__plan__unpack(NULL, len, buf);
+    free(buf);
+    ck_assert_ptr_nonnull(p);
+    uint64_t one = planner_replica_bytes(spec->model, 2, 1, p->mode, 0);
+    uint64_t four = planner_replica_bytes(spec->model, 2, 4, p->mode, 0);
+    ck_assert_uint_gt(four, one);
+    ck_assert_uint_eq(p->replicas[0]->memory_needed, one);
+    ck_assert_uint_eq(p->replicas[1]->memory_needed, four);
+    ck_assert_uint_eq(planner_replica_bytes(spec->model, 2, 0, p->mode, 0), one); /* 0: one thread */
+    appliance__plan__free_unpacked(p, NULL);
+    jobspec_free(spec);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("planner");
     TCase *t = tcase_create("inputs");
     tcase_add_test(t, inputs);
+    tcase_add_test(t, memory_for_the_members_threads);
     suite_add_tcase(s, t);
     return s;
 }

@@ -11,6 +11,7 @@
 #include "model_plan.h"
 #include "msgcheck.h"
 #include "planner.h"
+#include "footprint.h"
 #include "wslots.h"
 
 #define FUZZ_JOB_NAME "job.toml"
@@ -88,7 +89,7 @@ static void plan_job(const jobspec *spec)
         fprintf(stderr, "the planner made a plan the daemons refuse: %s\n", err);
     FUZZ_ASSERT(rc == 0);
     if (p->mode == APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING &&
-        wslots_bytes(spec->model) <= FUZZ_WSLOTS_MAX_BYTES) {
+        footprint_wslots_bytes(spec->model) <= FUZZ_WSLOTS_MAX_BYTES) {
         wslots ws;
         rc = wslots_init(&ws, spec->model, p->fwd_stream, p->n_fwd_stream, p->bwd_stream,
                          p->n_bwd_stream);

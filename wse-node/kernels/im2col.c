@@ -4,38 +4,6 @@
 
 #include <string.h>
 
-/* Bytes of one band of columns, per thread: big enough that the GEMM on it
- * runs near its peak, small enough to stay in cache between the lowering
- * and the GEMM (measured with bench_conv). */
-#ifndef KERN_COL_BUDGET
-#define KERN_COL_BUDGET ((size_t)1 << 20)
-#endif
-
-int kern__cols_direct(const kern__cols *g)
-{
-    return g->r == 1 && g->s == 1 && g->sh == 1 && g->sw == 1 &&
-           g->ph == 0 && g->pw == 0 && g->oh == g->h && g->ow == g->w;
-}
-
-int kern__cols_band(const kern__cols *g)
-{
-    size_t row_bytes = (size_t)g->c * g->r * g->s * g->ow * sizeof(float);
-    size_t rows = row_bytes ? KERN_COL_BUDGET / row_bytes : (size_t)g->oh;
-    if (rows < 1)
-        rows = 1;
-    if (rows > (size_t)g->oh)
-        rows = g->oh;
-    return (int)rows;
-}
-
-size_t kern__cols_workspace(const kern__cols *g)
-{
-    if (kern__cols_direct(g))
-        return 0;
-    return (size_t)g->c * g->r * g->s * kern__cols_band(g) * g->ow *
-           sizeof(float);
-}
-
 /* The range [lo, hi) of grid columns whose input column x*sw + off lies in
  * [0, w). */
 static void valid_range(int *lo, int *hi, int ow, int w, int sw, int off)
@@ -54,7 +22,7 @@ static void valid_range(int *lo, int *hi, int ow, int w, int sw, int off)
     *hi = b;
 }
 
-void kern__im2col(float *col, const float *img, const kern__cols *g,
+void kern__im2col(float *col, const float *img, const convplan_cols *g,
                   int oh0, int oh1)
 {
     /* img (c, h, w); col (c*r*s, (oh1 - oh0) * ow) */
@@ -89,7 +57,7 @@ void kern__im2col(float *col, const float *img, const kern__cols *g,
     }
 }
 
-void kern__col2im_add(float *img, const float *col, const kern__cols *g,
+void kern__col2im_add(float *img, const float *col, const convplan_cols *g,
                       int oh0, int oh1)
 {
     /* col (c*r*s, (oh1 - oh0) * ow); img (c, h, w), accumulated into */

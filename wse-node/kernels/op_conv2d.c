@@ -13,102 +13,8 @@
 #include "kernels.h"
 #include "kernels_internal.h"
 
-static int one_if_zero(int v)
-{
-    return v ? v : 1;
-}
-
-int op_conv2d_out_h(const op_conv2d_params *p)
-{
-    int span = one_if_zero(p->dil_h) * (p->r - 1) + 1;
-    return (p->h + 2 * p->pad_h - span) / one_if_zero(p->stride_h) + 1;
-}
-
-int op_conv2d_out_w(const op_conv2d_params *p)
-{
-    int span = one_if_zero(p->dil_w) * (p->s - 1) + 1;
-    return (p->w + 2 * p->pad_w - span) / one_if_zero(p->stride_w) + 1;
-}
-
-static kern__cols cols_of(const op_conv2d_params *p)
-{
-    kern__cols g = {
-        .c = p->c, .h = p->h, .w = p->w, .r = p->r, .s = p->s,
-        .sh = one_if_zero(p->stride_h), .sw = one_if_zero(p->stride_w),
-        .ph = p->pad_h, .pw = p->pad_w,
-        .dh = one_if_zero(p->dil_h), .dw = one_if_zero(p->dil_w),
-        .oh = op_conv2d_out_h(p), .ow = op_conv2d_out_w(p),
-    };
-    return g;
-}
-
-/* For unit strides the data gradient is itself a convolution: dout padded
- * by dil*(r-1) - pad (negative padding crops) with the kernel flipped and
- * its channel axes swapped. Lowering dout with im2col and one GEMM with
- * the long k*r*s reduction beats a GEMM over only k followed by col2im,
- * and its bands write disjoint rows of din. Geometry of that lowering,
- * the image being dout. */
-static kern__cols dgrad_cols_of(const op_conv2d_params *p)
-{
-    kern__cols g = {
-        .c = p->k, .h = op_conv2d_out_h(p), .w = op_conv2d_out_w(p),
-        .r = p->r, .s = p->s, .sh = 1, .sw = 1,
-        .dh = one_if_zero(p->dil_h), .dw = one_if_zero(p->dil_w),
-        .oh = p->h, .ow = p->w,
-    };
-    g.ph = g.dh * (p->r - 1) - p->pad_h;
-    g.pw = g.dw * (p->s - 1) - p->pad_w;
-    return g;
-}
-
-/* How one convolution is cut into work and where its pieces live in the
- * workspace: [flipped kernel] then, per thread, [column band][dweight
- * partial][dbias partial], each thread's block 64-byte aligned. */
-typedef struct plan {
-    kern__cols g;        /* lowering of the input */
-    kern__cols dg;       /* lowering of dout for the data gradient */
-    int direct;          /* 1x1 unit stride unpadded: no lowering */
-    int as_conv;         /* unit stride: data gradient as a convolution */
-    int crs, krs;        /* GEMM reduction lengths */
-    int band, nb;        /* output rows per band, bands per image */
-    int dband, dnb;      /* the same for the rows of din */
-    size_t ohw, hw;      /* output and input plane sizes */
-    size_t head;         /* floats of the flipped kernel (0 if unused) */
-    size_t col;          /* floats of one column band, max of both */
-    size_t per_thread;   /* floats of one thread's block */
-} plan;
-
-static size_t round16(size_t v)
-{
-    return (v + 15) & ~(size_t)15;
-}
-
-static plan plan_of(const op_conv2d_params *p)
-{
-    plan pl;
-    pl.g = cols_of(p);
-    pl.dg = dgrad_cols_of(p);
-    pl.direct = kern__cols_direct(&pl.g);
-    pl.as_conv = pl.g.sh == 1 && pl.g.sw == 1 && !pl.direct;
-    pl.crs = p->c * p->r * p->s;
-    pl.krs = p->k * p->r * p->s;
-    pl.band = kern__cols_band(&pl.g);
-    pl.nb = (pl.g.oh + pl.band - 1) / pl.band;
-    pl.dband = kern__cols_band(&pl.dg);
-    pl.dnb = (p->h + pl.dband - 1) / pl.dband;
-    pl.ohw = (size_t)pl.g.oh * pl.g.ow;
-    pl.hw = (size_t)p->h * p->w;
-    pl.col = kern__cols_workspace(&pl.g) / sizeof(float);
-    pl.head = 0;
-    if (pl.as_conv) {
-        size_t d = kern__cols_workspace(&pl.dg) / sizeof(float);
-        if (d > pl.col)
-            pl.col = d;
-        pl.head = round16((size_t)p->k * pl.crs);
-    }
-    pl.per_thread = round16(round16(pl.col) + round16((size_t)p->k * pl.crs) + p->k);
-    return pl;
-}
+/* How a call is cut into work (convplan.h). */
+typedef convplan_conv2d plan;
 
 /* Threads the workspace has room for, at most kernels_threads(). */
 static int threads_for(const plan *pl, size_t ws_bytes)
@@ -122,8 +28,7 @@ static int threads_for(const plan *pl, size_t ws_bytes)
 
 size_t op_conv2d_workspace(const op_conv2d_params *p)
 {
-    plan pl = plan_of(p);
-    return (pl.head + (size_t)kernels_threads() * pl.per_thread) * sizeof(float);
+    return convplan_conv2d_workspace(p, kernels_threads());
 }
 
 /* The share [*u0, *u1) of `units` work units of thread tid of nt. */
@@ -186,7 +91,7 @@ void op_conv2d_forward(float *out, const float *in, const float *weight,
     /* in (n, c, h, w), weight (k, c, r, s), bias (k) or NULL,
      * out (n, k, oh, ow); per band of output rows:
      * out[:, band] = weight (k, crs) * im2col(in) (crs, band) */
-    plan pl = plan_of(p);
+    plan pl = convplan_conv2d_of(p);
     conv_call cc = {.p = p, .pl = &pl, .out = out, .in = in,
                     .weight = weight, .bias = bias, .ws = ws};
     int units = p->n * pl.nb, t = threads_for(&pl, ws_bytes);
@@ -202,7 +107,7 @@ static void wgrad_task(void *arg, int tid, int nt)
     const op_conv2d_params *p = cc->p;
     const plan *pl = cc->pl;
     float *col = thread_block(cc, tid);
-    float *dw = col + round16(pl->col), *db = dw + round16((size_t)p->k * pl->crs);
+    float *dw = col + convplan_round16(pl->col), *db = dw + convplan_round16((size_t)p->k * pl->crs);
     int u0, u1;
 
     memset(dw, 0, sizeof(float) * p->k * (size_t)pl->crs);
@@ -305,7 +210,7 @@ void op_conv2d_backward(float *din, float *dweight, float *dbias,
      * din: unit stride: din[:, band] = wflip (c, krs) * im2col(dout),
      * otherwise dcol (crs, band) = weight^T * dout[:, band] and
      * din = col2im(dcol) */
-    plan pl = plan_of(p);
+    plan pl = convplan_conv2d_of(p);
     conv_call cc = {.p = p, .pl = &pl, .out = din, .dweight = dweight,
                     .dbias = dbias, .in = in, .dout = dout, .weight = weight,
                     .ws = ws};
@@ -318,8 +223,8 @@ void op_conv2d_backward(float *din, float *dweight, float *dbias,
     kern__parallel(wgrad_task, &cc, used);
     size_t nw = (size_t)p->k * pl.crs;
     for (int tid = 0; tid < used; tid++) {
-        const float *dw = thread_block(&cc, tid) + round16(pl.col);
-        const float *db = dw + round16(nw);
+        const float *dw = thread_block(&cc, tid) + convplan_round16(pl.col);
+        const float *db = dw + convplan_round16(nw);
         if (tid == 0) {
             memcpy(dweight, dw, sizeof(float) * nw);
             if (dbias)
@@ -358,7 +263,7 @@ void op_conv2d_forward_ref(float *out, const float *in, const float *weight,
 {
     /* in (n, c, h, w), weight (k, c, r, s), bias (k) or NULL,
      * out (n, k, oh, ow) */
-    kern__cols g = cols_of(p);
+    convplan_cols g = convplan_conv2d_of(p).g;
     for (int i = 0; i < p->n; i++)
         for (int k = 0; k < p->k; k++)
             for (int oy = 0; oy < g.oh; oy++)
@@ -387,7 +292,7 @@ void op_conv2d_backward_ref(float *din, float *dweight, float *dbias,
 {
     /* dout (n, k, oh, ow), in (n, c, h, w), weight (k, c, r, s);
      * dweight (k, c, r, s), dbias (k) or NULL, din (n, c, h, w) or NULL */
-    kern__cols g = cols_of(p);
+    convplan_cols g = convplan_conv2d_of(p).g;
     size_t nw = (size_t)p->k * p->c * p->r * p->s;
     memset(dweight, 0, sizeof(float) * nw);
     if (dbias)

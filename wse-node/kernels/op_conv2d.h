@@ -5,22 +5,7 @@
 
 #include <stddef.h>
 
-/* Shape of one convolution. Zero stride or dilation is taken as 1. */
-typedef struct op_conv2d_params {
-    int n;                  /* batch size */
-    int c;                  /* input channels */
-    int h, w;               /* input height and width */
-    int k;                  /* output channels */
-    int r, s;               /* kernel height and width */
-    int stride_h, stride_w; /* stride (0 means 1) */
-    int pad_h, pad_w;       /* zero padding on each side, >= 0 */
-    int dil_h, dil_w;       /* dilation (0 means 1) */
-} op_conv2d_params;
-
-/* Output height and width: (h + 2*pad - dil*(r-1) - 1) / stride + 1.
- * A result below 1 means the shape is invalid. */
-int op_conv2d_out_h(const op_conv2d_params *p);
-int op_conv2d_out_w(const op_conv2d_params *p);
+#include "convplan.h" /* the shape, its output size and its plan */
 
 /* Bytes of workspace that op_conv2d_forward and op_conv2d_backward need
  * for shape p on kernels_threads() threads: one band of im2col columns and

@@ -12,75 +12,8 @@
 #include "kernels.h"
 #include "kernels_internal.h"
 
-static int one_if_zero(int v)
-{
-    return v ? v : 1;
-}
-
-int op_conv_transpose2d_out_h(const op_conv_transpose2d_params *p)
-{
-    return (p->h - 1) * one_if_zero(p->stride_h) - 2 * p->pad_h +
-           one_if_zero(p->dil_h) * (p->r - 1) + p->out_pad_h + 1;
-}
-
-int op_conv_transpose2d_out_w(const op_conv_transpose2d_params *p)
-{
-    return (p->w - 1) * one_if_zero(p->stride_w) - 2 * p->pad_w +
-           one_if_zero(p->dil_w) * (p->s - 1) + p->out_pad_w + 1;
-}
-
-/* The output seen as the image of a convolution whose window grid is the
- * input. */
-static kern__cols cols_of(const op_conv_transpose2d_params *p)
-{
-    kern__cols g = {
-        .c = p->k,
-        .h = op_conv_transpose2d_out_h(p), .w = op_conv_transpose2d_out_w(p),
-        .r = p->r, .s = p->s,
-        .sh = one_if_zero(p->stride_h), .sw = one_if_zero(p->stride_w),
-        .ph = p->pad_h, .pw = p->pad_w,
-        .dh = one_if_zero(p->dil_h), .dw = one_if_zero(p->dil_w),
-        .oh = p->h, .ow = p->w,
-    };
-    return g;
-}
-
-/* How one call is cut into work and where its pieces live in the
- * workspace: per thread, [column band][dweight partial][dbias partial],
- * each block 64-byte aligned. */
-typedef struct plan {
-    kern__cols g;        /* the output as the image lowered over the input */
-    int direct;          /* 1x1 unit stride unpadded: no lowering */
-    int disjoint;        /* bands of input rows write disjoint output rows */
-    int krs;             /* k*r*s */
-    int band, nb;        /* input rows per band, bands per image */
-    size_t hw, ohw;      /* input and output plane sizes */
-    size_t col;          /* floats of one column band */
-    size_t per_thread;   /* floats of one thread's block */
-} plan;
-
-static size_t round16(size_t v)
-{
-    return (v + 15) & ~(size_t)15;
-}
-
-static plan plan_of(const op_conv_transpose2d_params *p)
-{
-    plan pl;
-    pl.g = cols_of(p);
-    pl.direct = kern__cols_direct(&pl.g);
-    /* input rows [y0, y1) write output rows up to (y1-1)*sh - ph +
-     * dh*(r-1), the next band from y1*sh - ph */
-    pl.disjoint = pl.g.dh * (p->r - 1) < pl.g.sh;
-    pl.krs = p->k * p->r * p->s;
-    pl.band = kern__cols_band(&pl.g);
-    pl.nb = (p->h + pl.band - 1) / pl.band;
-    pl.hw = (size_t)p->h * p->w;
-    pl.ohw = (size_t)pl.g.h * pl.g.w;
-    pl.col = kern__cols_workspace(&pl.g) / sizeof(float);
-    pl.per_thread = round16(round16(pl.col) + round16((size_t)p->c * pl.krs) + p->k);
-    return pl;
-}
+/* How a call is cut into work (convplan.h). */
+typedef convplan_convt plan;
 
 static int threads_for(const plan *pl, size_t ws_bytes)
 {
@@ -92,8 +25,7 @@ static int threads_for(const plan *pl, size_t ws_bytes)
 
 size_t op_conv_transpose2d_workspace(const op_conv_transpose2d_params *p)
 {
-    plan pl = plan_of(p);
-    return (size_t)kernels_threads() * pl.per_thread * sizeof(float);
+    return convplan_convt_workspace(p, kernels_threads());
 }
 
 static void share(int *u0, int *u1, int units, int tid, int nt)
@@ -178,7 +110,7 @@ void op_conv_transpose2d_forward(float *out, const float *in,
     /* in (n, c, h, w), weight (c, k, r, s), bias (k) or NULL,
      * out (n, k, oh, ow); per band of input rows:
      * col (krs, band) = weight^T (krs, c) * in[:, band], out += col2im(col) */
-    plan pl = plan_of(p);
+    plan pl = convplan_convt_of(p);
     convt_call cc = {.p = p, .pl = &pl, .out = out, .in = in,
                      .weight = weight, .bias = bias, .ws = ws};
     int t = threads_for(&pl, ws_bytes);
@@ -197,7 +129,7 @@ static void backward_task(void *arg, int tid, int nt)
     const op_conv_transpose2d_params *p = cc->p;
     const plan *pl = cc->pl;
     float *col = thread_block(cc, tid);
-    float *dw = col + round16(pl->col), *db = dw + round16((size_t)p->c * pl->krs);
+    float *dw = col + convplan_round16(pl->col), *db = dw + convplan_round16((size_t)p->c * pl->krs);
     int u0, u1;
 
     memset(dw, 0, sizeof(float) * p->c * (size_t)pl->krs);
@@ -244,7 +176,7 @@ void op_conv_transpose2d_backward(float *din, float *dweight, float *dbias,
      * per band of input rows: col (krs, band) = im2col(dout),
      * dweight (c, krs) += in[:, band] * col^T, din[:, band] = weight * col;
      * dbias (k) = sum of dout over n, oh, ow */
-    plan pl = plan_of(p);
+    plan pl = convplan_convt_of(p);
     convt_call cc = {.p = p, .pl = &pl, .out = din, .dweight = dweight,
                      .dbias = dbias, .in = in, .dout = dout, .weight = weight,
                      .ws = ws};
@@ -256,8 +188,8 @@ void op_conv_transpose2d_backward(float *din, float *dweight, float *dbias,
     kern__parallel(backward_task, &cc, used);
     size_t nw = (size_t)p->c * pl.krs;
     for (int tid = 0; tid < used; tid++) {
-        const float *dw = thread_block(&cc, tid) + round16(pl.col);
-        const float *db = dw + round16(nw);
+        const float *dw = thread_block(&cc, tid) + convplan_round16(pl.col);
+        const float *db = dw + convplan_round16(nw);
         if (tid == 0) {
             memcpy(dweight, dw, sizeof(float) * nw);
             if (dbias)
@@ -278,7 +210,7 @@ void op_conv_transpose2d_forward_ref(float *out, const float *in,
 {
     /* in (n, c, h, w), weight (c, k, r, s), bias (k) or NULL,
      * out (n, k, oh, ow): every input pixel scatters its kernel */
-    kern__cols g = cols_of(p);
+    convplan_cols g = convplan_convt_of(p).g;
     size_t ohw = (size_t)g.h * g.w;
     for (int i = 0; i < p->n; i++)
         for (int k = 0; k < p->k; k++)
@@ -312,7 +244,7 @@ void op_conv_transpose2d_backward_ref(float *din, float *dweight,
 {
     /* dout (n, k, oh, ow), in (n, c, h, w), weight (c, k, r, s);
      * dweight (c, k, r, s), dbias (k) or NULL, din (n, c, h, w) or NULL */
-    kern__cols g = cols_of(p);
+    convplan_cols g = convplan_convt_of(p).g;
     size_t ohw = (size_t)g.h * g.w;
     memset(dweight, 0, sizeof(float) * p->c * p->k * (size_t)p->r * p->s);
     if (dbias) {

@@ -5,24 +5,7 @@
 
 #include <stddef.h>
 
-/* Shape of one transposed convolution. Zero stride or dilation is taken as
- * 1. out_pad must be smaller than the stride or the dilation. */
-typedef struct op_conv_transpose2d_params {
-    int n;                      /* batch size */
-    int c;                      /* input channels */
-    int h, w;                   /* input height and width */
-    int k;                      /* output channels */
-    int r, s;                   /* kernel height and width */
-    int stride_h, stride_w;     /* stride (0 means 1) */
-    int pad_h, pad_w;           /* padding removed from each side, >= 0 */
-    int dil_h, dil_w;           /* dilation (0 means 1) */
-    int out_pad_h, out_pad_w;   /* extra rows/columns at the bottom/right */
-} op_conv_transpose2d_params;
-
-/* Output height and width:
- * (h - 1)*stride - 2*pad + dil*(r - 1) + out_pad + 1. */
-int op_conv_transpose2d_out_h(const op_conv_transpose2d_params *p);
-int op_conv_transpose2d_out_w(const op_conv_transpose2d_params *p);
+#include "convplan.h" /* the shape, its output size and its plan */
 
 /* Bytes of workspace for forward and backward on kernels_threads()
  * threads: a band of columns and the weight-gradient partial sums per

@@ -1,0 +1,166 @@
+/* How a convolution is cut into work: lowering geometry and workspace. */
+#include "convplan.h"
+
+static int convplan__one_if_zero(int v)
+{
+    return v ? v : 1;
+}
+
+int op_conv2d_out_h(const op_conv2d_params *p)
+{
+    int span = convplan__one_if_zero(p->dil_h) * (p->r - 1) + 1;
+    return (p->h + 2 * p->pad_h - span) / convplan__one_if_zero(p->stride_h) + 1;
+}
+
+int op_conv2d_out_w(const op_conv2d_params *p)
+{
+    int span = convplan__one_if_zero(p->dil_w) * (p->s - 1) + 1;
+    return (p->w + 2 * p->pad_w - span) / convplan__one_if_zero(p->stride_w) + 1;
+}
+
+int op_conv_transpose2d_out_h(const op_conv_transpose2d_params *p)
+{
+    return (p->h - 1) * convplan__one_if_zero(p->stride_h) - 2 * p->pad_h +
+           convplan__one_if_zero(p->dil_h) * (p->r - 1) + p->out_pad_h + 1;
+}
+
+int op_conv_transpose2d_out_w(const op_conv_transpose2d_params *p)
+{
+    return (p->w - 1) * convplan__one_if_zero(p->stride_w) - 2 * p->pad_w +
+           convplan__one_if_zero(p->dil_w) * (p->s - 1) + p->out_pad_w + 1;
+}
+
+int convplan_cols_direct(const convplan_cols *g)
+{
+    return g->r == 1 && g->s == 1 && g->sh == 1 && g->sw == 1 &&
+           g->ph == 0 && g->pw == 0 && g->oh == g->h && g->ow == g->w;
+}
+
+int convplan_cols_band(const convplan_cols *g)
+{
+    size_t row_bytes = (size_t)g->c * g->r * g->s * g->ow * sizeof(float);
+    size_t rows = row_bytes ? CONVPLAN_COL_BUDGET / row_bytes : (size_t)g->oh;
+    if (rows < 1)
+        rows = 1;
+    if (rows > (size_t)g->oh)
+        rows = g->oh;
+    return (int)rows;
+}
+
+size_t convplan_cols_workspace(const convplan_cols *g)
+{
+    if (convplan_cols_direct(g))
+        return 0;
+    return (size_t)g->c * g->r * g->s * convplan_cols_band(g) * g->ow * sizeof(float);
+}
+
+size_t convplan_round16(size_t v)
+{
+    return (v + 15) & ~(size_t)15;
+}
+
+static convplan_cols convplan__conv2d_cols(const op_conv2d_params *p)
+{
+    convplan_cols g = {
+        .c = p->c, .h = p->h, .w = p->w, .r = p->r, .s = p->s,
+        .sh = convplan__one_if_zero(p->stride_h), .sw = convplan__one_if_zero(p->stride_w),
+        .ph = p->pad_h, .pw = p->pad_w,
+        .dh = convplan__one_if_zero(p->dil_h), .dw = convplan__one_if_zero(p->dil_w),
+        .oh = op_conv2d_out_h(p), .ow = op_conv2d_out_w(p),
+    };
+    return g;
+}
+
+/* For unit strides the data gradient is itself a convolution: dout padded
+ * by dil*(r-1) - pad (negative padding crops) with the kernel flipped and
+ * its channel axes swapped. Lowering dout with im2col and one GEMM with
+ * the long k*r*s reduction beats a GEMM over only k followed by col2im,
+ * and its bands write disjoint rows of din. Geometry of that lowering,
+ * the image being dout. */
+static convplan_cols convplan__dgrad_cols(const op_conv2d_params *p)
+{
+    convplan_cols g = {
+        .c = p->k, .h = op_conv2d_out_h(p), .w = op_conv2d_out_w(p),
+        .r = p->r, .s = p->s, .sh = 1, .sw = 1,
+        .dh = convplan__one_if_zero(p->dil_h), .dw = convplan__one_if_zero(p->dil_w),
+        .oh = p->h, .ow = p->w,
+    };
+    g.ph = g.dh * (p->r - 1) - p->pad_h;
+    g.pw = g.dw * (p->s - 1) - p->pad_w;
+    return g;
+}
+
+convplan_conv2d convplan_conv2d_of(const op_conv2d_params *p)
+{
+    convplan_conv2d pl;
+    pl.g = convplan__conv2d_cols(p);
+    pl.dg = convplan__dgrad_cols(p);
+    pl.direct = convplan_cols_direct(&pl.g);
+    pl.as_conv = pl.g.sh == 1 && pl.g.sw == 1 && !pl.direct;
+    pl.crs = p->c * p->r * p->s;
+    pl.krs = p->k * p->r * p->s;
+    pl.band = convplan_cols_band(&pl.g);
+    pl.nb = (pl.g.oh + pl.band - 1) / pl.band;
+    pl.dband = convplan_cols_band(&pl.dg);
+    pl.dnb = (p->h + pl.dband - 1) / pl.dband;
+    pl.ohw = (size_t)pl.g.oh * pl.g.ow;
+    pl.hw = (size_t)p->h * p->w;
+    pl.col = convplan_cols_workspace(&pl.g) / sizeof(float);
+    pl.head = 0;
+    if (pl.as_conv) {
+        size_t d = convplan_cols_workspace(&pl.dg) / sizeof(float);
+        if (d > pl.col)
+            pl.col = d;
+        pl.head = convplan_round16((size_t)p->k * pl.crs);
+    }
+    pl.per_thread = convplan_round16(convplan_round16(pl.col) +
+                                     convplan_round16((size_t)p->k * pl.crs) + p->k);
+    return pl;
+}
+
+/* The output seen as the image of a convolution whose window grid is the
+ * input. */
+static convplan_cols convplan__convt_cols(const op_conv_transpose2d_params *p)
+{
+    convplan_cols g = {
+        .c = p->k,
+        .h = op_conv_transpose2d_out_h(p), .w = op_conv_transpose2d_out_w(p),
+        .r = p->r, .s = p->s,
+        .sh = convplan__one_if_zero(p->stride_h), .sw = convplan__one_if_zero(p->stride_w),
+        .ph = p->pad_h, .pw = p->pad_w,
+        .dh = convplan__one_if_zero(p->dil_h), .dw = convplan__one_if_zero(p->dil_w),
+        .oh = p->h, .ow = p->w,
+    };
+    return g;
+}
+
+convplan_convt convplan_convt_of(const op_conv_transpose2d_params *p)
+{
+    convplan_convt pl;
+    pl.g = convplan__convt_cols(p);
+    pl.direct = convplan_cols_direct(&pl.g);
+    /* input rows [y0, y1) write output rows up to (y1-1)*sh - ph +
+     * dh*(r-1), the next band from y1*sh - ph */
+    pl.disjoint = pl.g.dh * (p->r - 1) < pl.g.sh;
+    pl.krs = p->k * p->r * p->s;
+    pl.band = convplan_cols_band(&pl.g);
+    pl.nb = (p->h + pl.band - 1) / pl.band;
+    pl.hw = (size_t)p->h * p->w;
+    pl.ohw = (size_t)pl.g.h * pl.g.w;
+    pl.col = convplan_cols_workspace(&pl.g) / sizeof(float);
+    pl.per_thread = convplan_round16(convplan_round16(pl.col) +
+                                     convplan_round16((size_t)p->c * pl.krs) + p->k);
+    return pl;
+}
+
+size_t convplan_conv2d_workspace(const op_conv2d_params *p, int threads)
+{
+    convplan_conv2d pl = convplan_conv2d_of(p);
+    return (pl.head + (size_t)(threads > 0 ? threads : 1) * pl.per_thread) * sizeof(float);
+}
+
+size_t convplan_convt_workspace(const op_conv_transpose2d_params *p, int threads)
+{
+    convplan_convt pl = convplan_convt_of(p);
+    return (size_t)(threads > 0 ? threads : 1) * pl.per_thread * sizeof(float);
+}

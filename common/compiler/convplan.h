@@ -1,0 +1,115 @@
+/* How a convolution is cut into work: the geometry of its lowering to
+ * columns (im2col) over bands of rows, and the workspace that takes on a
+ * given number of threads. Pure arithmetic on shapes, shared by the
+ * kernels that run the convolutions (wse-node/kernels) and the memory plan
+ * that sizes their workspace ahead of time (footprint.h), so that the two
+ * cannot disagree. */
+#pragma once
+
+#include <stddef.h>
+
+/* Shape of one convolution. Zero stride or dilation is taken as 1. */
+typedef struct op_conv2d_params {
+    int n;                  /* batch size */
+    int c;                  /* input channels */
+    int h, w;               /* input height and width */
+    int k;                  /* output channels */
+    int r, s;               /* kernel height and width */
+    int stride_h, stride_w; /* stride (0 means 1) */
+    int pad_h, pad_w;       /* zero padding on each side, >= 0 */
+    int dil_h, dil_w;       /* dilation (0 means 1) */
+} op_conv2d_params;
+
+/* Shape of one transposed convolution. Zero stride or dilation is taken as
+ * 1. out_pad must be smaller than the stride or the dilation. */
+typedef struct op_conv_transpose2d_params {
+    int n;                      /* batch size */
+    int c;                      /* input channels */
+    int h, w;                   /* input height and width */
+    int k;                      /* output channels */
+    int r, s;                   /* kernel height and width */
+    int stride_h, stride_w;     /* stride (0 means 1) */
+    int pad_h, pad_w;           /* padding removed from each side, >= 0 */
+    int dil_h, dil_w;           /* dilation (0 means 1) */
+    int out_pad_h, out_pad_w;   /* extra rows/columns at the bottom/right */
+} op_conv_transpose2d_params;
+
+/* Output height and width: (h + 2*pad - dil*(r-1) - 1) / stride + 1.
+ * A result below 1 means the shape is invalid. */
+int op_conv2d_out_h(const op_conv2d_params *p);
+int op_conv2d_out_w(const op_conv2d_params *p);
+
+/* Output height and width:
+ * (h - 1)*stride - 2*pad + dil*(r - 1) + out_pad + 1. */
+int op_conv_transpose2d_out_h(const op_conv_transpose2d_params *p);
+int op_conv_transpose2d_out_w(const op_conv_transpose2d_params *p);
+
+/* Geometry of one image and the grid of windows laid over it. */
+typedef struct convplan_cols {
+    int c;          /* channels of the image */
+    int h, w;       /* image height and width */
+    int r, s;       /* window height and width */
+    int sh, sw;     /* strides, >= 1 */
+    int ph, pw;     /* zero padding before row 0 / column 0, >= 0 */
+    int dh, dw;     /* dilations, >= 1 */
+    int oh, ow;     /* grid of window positions (columns), >= 1 */
+} convplan_cols;
+
+/* Bytes one band of columns aims at, per thread: big enough that the GEMM
+ * on it runs near its peak, small enough to stay in cache between the
+ * lowering and the GEMM (measured with bench_conv). */
+#ifndef CONVPLAN_COL_BUDGET
+#define CONVPLAN_COL_BUDGET ((size_t)1 << 20)
+#endif
+
+/* True when the columns are the image itself: 1x1 window, stride 1, no
+ * padding (then oh == h, ow == w and no lowering is needed). */
+int convplan_cols_direct(const convplan_cols *g);
+
+/* Number of grid rows per band so that a band of columns, c*r*s rows by
+ * rows*ow, is about CONVPLAN_COL_BUDGET bytes. At least 1, at most oh. */
+int convplan_cols_band(const convplan_cols *g);
+
+/* Bytes of the column band buffer, 0 for a direct geometry. */
+size_t convplan_cols_workspace(const convplan_cols *g);
+
+/* How one convolution is cut into work and where its pieces live in the
+ * workspace: [flipped kernel] then, per thread, [column band][dweight
+ * partial][dbias partial], each thread's block 64-byte aligned. */
+typedef struct convplan_conv2d {
+    convplan_cols g;     /* lowering of the input */
+    convplan_cols dg;    /* lowering of dout for the data gradient */
+    int direct;          /* 1x1 unit stride unpadded: no lowering */
+    int as_conv;         /* unit stride: data gradient as a convolution */
+    int crs, krs;        /* GEMM reduction lengths */
+    int band, nb;        /* output rows per band, bands per image */
+    int dband, dnb;      /* the same for the rows of din */
+    size_t ohw, hw;      /* output and input plane sizes */
+    size_t head;         /* floats of the flipped kernel (0 if unused) */
+    size_t col;          /* floats of one column band, max of both */
+    size_t per_thread;   /* floats of one thread's block */
+} convplan_conv2d;
+
+/* The same for a transposed convolution: per thread, [column band][dweight
+ * partial][dbias partial], each block 64-byte aligned. */
+typedef struct convplan_convt {
+    convplan_cols g;     /* the output as the image lowered over the input */
+    int direct;          /* 1x1 unit stride unpadded: no lowering */
+    int disjoint;        /* bands of input rows write disjoint output rows */
+    int krs;             /* k*r*s */
+    int band, nb;        /* input rows per band, bands per image */
+    size_t hw, ohw;      /* input and output plane sizes */
+    size_t col;          /* floats of one column band */
+    size_t per_thread;   /* floats of one thread's block */
+} convplan_convt;
+
+/* The plan of a convolution, and of a transposed one. */
+convplan_conv2d convplan_conv2d_of(const op_conv2d_params *p);
+convplan_convt convplan_convt_of(const op_conv_transpose2d_params *p);
+
+/* Bytes of workspace for forward and backward on `threads` threads. */
+size_t convplan_conv2d_workspace(const op_conv2d_params *p, int threads);
+size_t convplan_convt_workspace(const op_conv_transpose2d_params *p, int threads);
+
+/* v rounded up to a multiple of 16 floats (64 bytes). */
+size_t convplan_round16(size_t v);

@@ -1,0 +1,154 @@
+/* Every byte a replica holds, from the model, its batch share and threads. */
+#include "footprint.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "convplan.h"
+
+static const model_shape *footprint__shape_of(const model *m, int layer)
+{
+    return layer < 0 ? &m->input : &m->layers[layer].out;
+}
+
+static uint64_t footprint__hw(const model_shape *s)
+{
+    return s->ndim == 3 ? (uint64_t)s->d[1] * (uint64_t)s->d[2] : 1;
+}
+
+uint32_t footprint_label_elems(const model *m)
+{
+    const model_shape *o = &m->layers[m->nlayers - 1].out;
+    switch (m->loss) {
+    case LOSS_SOFTMAX_CROSS_ENTROPY: return 1;
+    case LOSS_PIXEL_SOFTMAX_CROSS_ENTROPY: return (uint32_t)footprint__hw(o);
+    default:
+        /* one target per logit, or a class per pixel for several channels */
+        return o->ndim == 3 && o->d[0] > 1 ? (uint32_t)footprint__hw(o)
+                                           : (uint32_t)model_shape_elems(o);
+    }
+}
+
+uint64_t footprint_aux_bytes(const model_layer *l, int n)
+{
+    switch (l->type) {
+    case LAYER_MAX_POOL2D: return (uint64_t)n * model_shape_elems(&l->out) * sizeof(int32_t);
+    case LAYER_BATCH_NORM: return 2 * (uint64_t)l->in.d[0] * sizeof(float);
+    case LAYER_GROUP_NORM: return 2 * (uint64_t)n * (uint64_t)l->groups * sizeof(float);
+    default: return 0;
+    }
+}
+
+uint64_t footprint_workspace_bytes(const model_layer *l, int n, int threads)
+{
+    if (l->type != LAYER_CONV2D && l->type != LAYER_CONV_TRANSPOSE2D)
+        return 0;
+    if (l->type == LAYER_CONV2D) {
+        op_conv2d_params p = {
+            .n = n, .c = (int)l->in.d[0], .h = (int)l->in.d[1], .w = (int)l->in.d[2],
+            .k = (int)l->filters, .r = l->kernel[0], .s = l->kernel[1],
+            .stride_h = l->stride[0], .stride_w = l->stride[1],
+            .pad_h = l->padding[0], .pad_w = l->padding[1],
+            .dil_h = l->dilation[0], .dil_w = l->dilation[1],
+        };
+        return convplan_conv2d_workspace(&p, threads);
+    }
+    op_conv_transpose2d_params p = {
+        .n = n, .c = (int)l->in.d[0], .h = (int)l->in.d[1], .w = (int)l->in.d[2],
+        .k = (int)l->filters, .r = l->kernel[0], .s = l->kernel[1],
+        .stride_h = l->stride[0], .stride_w = l->stride[1],
+        .pad_h = l->padding[0], .pad_w = l->padding[1],
+        .dil_h = l->dilation[0], .dil_w = l->dilation[1],
+        .out_pad_h = l->output_padding[0], .out_pad_w = l->output_padding[1],
+    };
+    return convplan_convt_workspace(&p, threads);
+}
+
+static bool footprint__sigmoid_loss(model_loss loss)
+{
+    return loss == LOSS_BCE_WITH_LOGITS || loss == LOSS_DICE || loss == LOSS_BCE_DICE;
+}
+
+static uint64_t footprint__layer_elems(const model *m, int layer)
+{
+    uint64_t sum = 0;
+    const model_layer *l = &m->layers[layer];
+    for (int k = 0; k < l->ntensors; k++)
+        sum += m->tensors[l->first_tensor + k].elems;
+    return sum;
+}
+
+uint64_t footprint_wslots_bytes(const model *m)
+{
+    uint64_t max = 1;
+    for (int l = 0; l < m->nlayers; l++) {
+        uint64_t e = footprint__layer_elems(m, l);
+        if (e > max)
+            max = e;
+    }
+    return 4 * max * sizeof(float);
+}
+
+unsigned footprint_optimizer_states(const char *optimizer_type, double momentum)
+{
+    if (strcmp(optimizer_type, "sgd") != 0)
+        return 2;
+    return momentum > 0 ? 1 : 0;
+}
+
+int footprint_init(footprint *f, const model *m, int n, int threads)
+{
+    memset(f, 0, sizeof(*f));
+    f->layers = calloc(m->nlayers ? (size_t)m->nlayers : 1, sizeof(*f->layers));
+    if (!f->layers)
+        return -ENOMEM;
+    f->n = n;
+    f->threads = threads > 0 ? threads : 1;
+    f->nlayers = m->nlayers;
+    uint64_t ws = 0, scratch = sizeof(float);
+    for (int i = 0; i < m->nlayers; i++) {
+        const model_layer *l = &m->layers[i];
+        footprint_layer *fl = &f->layers[i];
+        uint64_t out = (uint64_t)n * model_shape_elems(&l->out) * sizeof(float);
+        fl->act = l->type == LAYER_FLATTEN ? 0 : out;
+        fl->dact = out;
+        fl->aux = footprint_aux_bytes(l, n);
+        fl->workspace = footprint_workspace_bytes(l, n, f->threads);
+        for (int k = 0; k < l->ninputs; k++)
+            fl->scratch += (uint64_t)n * model_shape_elems(footprint__shape_of(m, l->inputs[k])) *
+                           sizeof(float);
+        f->act += fl->act;
+        f->dact += fl->dact;
+        f->aux += fl->aux;
+        if (fl->workspace > ws)
+            ws = fl->workspace;
+        if (fl->scratch > scratch)
+            scratch = fl->scratch;
+    }
+    f->workspace = (ws + 63) / 64 * 64;
+    f->scratch = scratch;
+    if (footprint__sigmoid_loss(m->loss))
+        f->loss = 2 * (uint64_t)n * model_shape_elems(&m->layers[m->nlayers - 1].out) * sizeof(float);
+    f->exec = f->act + f->dact + f->aux + f->workspace + f->scratch + f->loss;
+    f->label_elems = footprint_label_elems(m);
+    f->batches = 2 * (uint64_t)n * (model_shape_elems(&m->input) + f->label_elems) * 4;
+    f->weights = (m->total_params + m->total_buffers) * sizeof(float);
+    f->wslots = footprint_wslots_bytes(m);
+    return 0;
+}
+
+void footprint_free(footprint *f)
+{
+    free(f->layers);
+    memset(f, 0, sizeof(*f));
+}
+
+uint64_t footprint_replica_bytes(const footprint *f, const model *m, Appliance__ExecMode mode,
+                                 unsigned optimizer_states)
+{
+    uint64_t base = f->exec + f->batches;
+    if (mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED)
+        return base + (3 + (uint64_t)optimizer_states) * f->weights;
+    return base + f->wslots + m->total_buffers * sizeof(float) + (1u << 20) + (64u << 10);
+}

@@ -1,0 +1,69 @@
+/* Every byte a replica holds, computed from the job alone: the model, the
+ * replica's batch share and the thread count of the wse-node that runs it
+ * (its convolution workspace grows with the threads). The coordinator
+ * plans with it and the wse-node's executor allocates by it, so the plan
+ * and the process cannot disagree. Pure functions, no allocation but the
+ * table's own rows. */
+#pragma once
+
+#include <stdint.h>
+
+#include "model.h"
+#include "plan.pb-c.h"
+
+/* What the executor holds for one layer, in bytes. */
+typedef struct footprint_layer {
+    uint64_t act;        /* its output, kept for the backward pass (0 for a flatten: a view) */
+    uint64_t dact;       /* the gradient of its output */
+    uint64_t aux;        /* saved state: max-pool argmax indices, norm statistics */
+    uint64_t workspace;  /* convolution workspace on the wse-node's threads */
+    uint64_t scratch;    /* the gradients of all its inputs, computed at once */
+} footprint_layer;
+
+/* A replica's memory table. Buffers shared by the layers (workspace,
+ * scratch) are sized by the largest layer's need. */
+typedef struct footprint {
+    int n;                    /* samples of the replica's batch share */
+    int threads;              /* of the wse-node */
+    int nlayers;
+    footprint_layer *layers;  /* per layer; owned (footprint_free) */
+    uint64_t act, dact, aux;  /* sums over the layers */
+    uint64_t workspace;       /* one workspace: the largest, rounded up to 64 bytes */
+    uint64_t scratch;         /* one scratch buffer: the largest, at least one float */
+    uint64_t loss;            /* float targets and second gradient of a sigmoid loss */
+    uint64_t exec;            /* what the executor allocates: the sum of the above */
+    uint32_t label_elems;     /* int32 labels per sample */
+    uint64_t batches;         /* two batches in flight (float inputs, int32 labels) */
+    uint64_t weights;         /* every parameter and buffer once, float32 */
+    uint64_t wslots;          /* Weight Streaming: two slots of the largest layer's weights, two of its gradients */
+} footprint;
+
+/* Fills f for model m, n samples and a wse-node of `threads` threads (at
+ * least 1). Returns 0, or -ENOMEM (f is then empty). */
+int footprint_init(footprint *f, const model *m, int n, int threads);
+void footprint_free(footprint *f);
+
+/* int32 labels per sample the model's loss needs: 1 for classification, a
+ * class per pixel for segmentation, a 0/1 target per logit otherwise. */
+uint32_t footprint_label_elems(const model *m);
+
+/* Bytes of saved state (aux) and convolution workspace of one layer for n
+ * samples on `threads` threads. */
+uint64_t footprint_aux_bytes(const model_layer *l, int n);
+uint64_t footprint_workspace_bytes(const model_layer *l, int n, int threads);
+
+/* Bytes of the Weight Streaming slots (wslots.h) for a model. */
+uint64_t footprint_wslots_bytes(const model *m);
+
+/* Optimizer state tensors kept per parameter tensor: 0 for plain SGD, 1
+ * with momentum, 2 for Adam and AdamW (the optimizer library's
+ * optim_state_count says the same). */
+unsigned footprint_optimizer_states(const char *optimizer_type, double momentum);
+
+/* Bytes a replica needs in `mode`: the executor, two batches in flight,
+ * and the weights (Pipelined: resident, with their gradients, the reduced
+ * gradients and optimizer_states tensors of state each; Weight Streaming:
+ * the slots, the batch-norm statistics and a chunk held while a slot
+ * frees). */
+uint64_t footprint_replica_bytes(const footprint *f, const model *m, Appliance__ExecMode mode,
+                                 unsigned optimizer_states);

@@ -49,7 +49,7 @@ static int planner__eval(const jobspec *spec, Appliance__Plan *p, char *err, siz
 {
     dataset *d;
     char why[512];
-    int rc = dataset_open(&d, p->eval_input, why, sizeof(why));
+    int rc = dataset_probe(&d, p->eval_input, why, sizeof(why));
     if (rc < 0) {
         snprintf(err, errlen, "%s: [eval_input]: %s", spec->source, why);
         return rc;

@@ -22,6 +22,12 @@ typedef struct dataset dataset;
  * with *out owned by the caller (dataset_close), or a negative errno-style
  * code with a message naming the file and the problem in err. */
 int dataset_open(dataset **out, const Appliance__PlanInput *in, char *err, size_t errlen);
+/* Opens the data set as dataset_open does, checking and sizing it, but
+ * without the means to decode its samples (no libpng: PNG headers are read
+ * by hand): what a planner needs. dataset_size and the element counts
+ * work; dataset_read and what builds on it return -ENOTSUP. */
+int dataset_probe(dataset **out, const Appliance__PlanInput *in, char *err, size_t errlen);
+
 /* Releases a data set; NULL is fine. */
 void dataset_close(dataset *d);
 

@@ -43,3 +43,9 @@ extern const dataset_reader ds_synthetic_reader;    /* synthetic_classification 
 extern const dataset_reader ds_segmentation_reader; /* synthetic_segmentation */
 extern const dataset_reader ds_mnist_reader;        /* mnist */
 extern const dataset_reader ds_png_reader;          /* png_segmentation */
+extern const dataset_reader ds_png_probe_reader;    /* png_segmentation, headers only (no read) */
+
+/* dataset_open over a table of readers (probe.c): the one named by the
+ * input's data_processor, the checks every reader shares, then its open. */
+int dataset__open_with(const dataset_reader *const *readers, size_t nreaders, dataset **out,
+                       const Appliance__PlanInput *in, char *err, size_t errlen);

@@ -322,7 +322,7 @@ static void make_dirs(void)
     ck_assert_int_eq(mkdir(path_of("masks"), 0700), 0);
 }
 
-static int open_png(dataset **d, uint32_t c, uint32_t classes)
+static int open_png_as(dataset **d, uint32_t c, uint32_t classes, bool probe)
 {
     Appliance__PlanInput in = APPLIANCE__PLAN_INPUT__INIT;
     uint64_t shape[3] = {c, PH, PW};
@@ -332,7 +332,12 @@ static int open_png(dataset **d, uint32_t c, uint32_t classes)
     in.seed = 1;
     in.n_sample_shape = 3;
     in.sample_shape = shape;
-    return dataset_open(d, &in, err, sizeof(err));
+    return probe ? dataset_probe(d, &in, err, sizeof(err)) : dataset_open(d, &in, err, sizeof(err));
+}
+
+static int open_png(dataset **d, uint32_t c, uint32_t classes)
+{
+    return open_png_as(d, c, classes, false);
 }
 
 /* Gray images with binary masks, sorted by name; a 16-bit image and a
@@ -433,14 +438,63 @@ START_TEST(png_rgb_classes)
 }
 END_TEST
 
+/* Refused with msg by dataset_open and, with the same words, by
+ * dataset_probe (which reads the PNG headers without libpng). */
 static void png_refused(uint32_t c, uint32_t classes, const char *file, const char *msg)
 {
     dataset *d;
-    ck_assert_int_lt(open_png(&d, c, classes), 0);
     char want[2048];
     snprintf(want, sizeof(want), "%s/%s%s", dir, file, msg);
+    ck_assert_int_lt(open_png(&d, c, classes), 0);
+    ck_assert_str_eq(err, want);
+    ck_assert_int_lt(open_png_as(&d, c, classes, true), 0);
     ck_assert_str_eq(err, want);
 }
+
+/* dataset_probe sizes and checks a PNG set as dataset_open does, reads
+ * the headers itself (a damaged IHDR is refused) and decodes nothing. */
+START_TEST(png_probe)
+{
+    make_dirs();
+    write_gray_pair("a.png");
+    write_gray_pair("b.png");
+    uint8_t img16[PH * PW * 2] = {0};
+    write_png("images/c.png", PW, PH, PNG_COLOR_TYPE_GRAY, 16, img16);
+    write_png("masks/c.png", PW, PH, PNG_COLOR_TYPE_GRAY, 8, img16);
+    dataset *d, *p;
+    ck_assert_msg(open_png(&d, 1, 2) == 0, "%s", err);
+    ck_assert_msg(open_png_as(&p, 1, 2, true) == 0, "%s", err);
+    ck_assert_uint_eq(dataset_size(p), 3);
+    ck_assert_uint_eq(dataset_size(p), dataset_size(d));
+    ck_assert_uint_eq(dataset_sample_elems(p), dataset_sample_elems(d));
+    ck_assert_uint_eq(dataset_label_elems(p), dataset_label_elems(d));
+    float x[PH * PW];
+    int32_t y[PH * PW];
+    ck_assert_int_eq(dataset_read(d, 0, 0, x, y, err, sizeof(err)), 0);
+    ck_assert_int_eq(dataset_read(p, 0, 0, x, y, err, sizeof(err)), -ENOTSUP);
+    ck_assert_str_eq(err, "png_segmentation: opened to be sized only (dataset_probe): no samples");
+    dataset_close(d);
+    dataset_close(p);
+    /* a flipped bit in the IHDR's width: libpng and the probe both refuse it */
+    FILE *f = fopen(path_of("images/b.png"), "rb");
+    uint8_t buf[4096];
+    size_t n = fread(buf, 1, sizeof(buf), f);
+    fclose(f);
+    buf[19] ^= 0x01;
+    write_file("images/b.png", buf, n);
+    ck_assert_int_lt(open_png_as(&p, 1, 2, true), 0);
+    char want[2048];
+    snprintf(want, sizeof(want), "%s/images/b.png: corrupt PNG: IHDR: CRC error", dir);
+    ck_assert_str_eq(err, want);
+    ck_assert_int_lt(open_png(&d, 1, 2), 0);
+    ck_assert_msg(strstr(err, "/images/b.png: corrupt PNG: ") != NULL, "%s", err);
+    /* a truncated header */
+    write_file("images/b.png", buf, 20);
+    ck_assert_int_lt(open_png_as(&p, 1, 2, true), 0);
+    snprintf(want, sizeof(want), "%s/images/b.png: corrupt PNG: no IHDR chunk first", dir);
+    ck_assert_str_eq(err, want);
+}
+END_TEST
 
 START_TEST(png_damage)
 {
@@ -568,6 +622,7 @@ static Suite *suite(void)
     tcase_add_test(p, png_gray_binary);
     tcase_add_test(p, png_rgb_classes);
     tcase_add_test(p, png_damage);
+    tcase_add_test(p, png_probe);
     tcase_add_test(p, png_needs_an_image_shape);
     tcase_add_test(p, png_flips);
     suite_add_tcase(s, p);

@@ -1,0 +1,176 @@
+/* png_segmentation, decoding: libpng reads the pixels of one sample at a
+ * time (ds_png.c lists the files and checks their headers). */
+#include <errno.h>
+#include <limits.h>
+#include <png.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ds_png.h"
+
+/* One decoding: libpng reports errors through longjmp; the message lands
+ * here. */
+typedef struct ds_png_ctx {
+    char msg[160];
+} ds_png_ctx;
+
+static void ds_png__error(png_structp png, png_const_charp msg)
+{
+    ds_png_ctx *ctx = png_get_error_ptr(png);
+    snprintf(ctx->msg, sizeof(ctx->msg), "%s", msg);
+    png_longjmp(png, 1);
+}
+
+static void ds_png__warning(png_structp png, png_const_charp msg)
+{
+    /* Warnings (unknown chunks, bad gamma) do not stop a sample. */
+}
+
+/* Reads the header of path into *hd and checks it (ds_png__check). Then,
+ * when out is not NULL, decodes the pixels into
+ * out: H rows of W * C bytes for an image; W bytes (2 * W, big-endian, for
+ * 16 bits) for a mask. Returns 0 or a negative code with a message naming
+ * path. Thread-safe. */
+static int ds_png__load(const char *path, enum ds_png_kind kind, uint32_t C, uint32_t H, uint32_t W,
+                        ds_png_header *hd, uint8_t *out, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        int e = errno;
+        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(e));
+        return -e;
+    }
+    uint8_t sig[8];
+    if (fread(sig, 1, sizeof(sig), f) != sizeof(sig) || png_sig_cmp(sig, 0, sizeof(sig)) != 0) {
+        fclose(f);
+        snprintf(err, errlen, "%s: not a PNG file", path);
+        return -EINVAL;
+    }
+    ds_png_ctx ctx = {{0}};
+    png_infop info = NULL;
+    png_bytep *volatile rows = NULL;
+    png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &ctx, ds_png__error,
+                                             ds_png__warning);
+    if (png)
+        info = png_create_info_struct(png);
+    if (!png || !info) {
+        png_destroy_read_struct(png ? &png : NULL, NULL, NULL);
+        fclose(f);
+        snprintf(err, errlen, "%s: out of memory", path);
+        return -ENOMEM;
+    }
+    int rc = -EINVAL;
+    if (setjmp(png_jmpbuf(png))) {
+        snprintf(err, errlen, "%s: corrupt PNG: %s", path, ctx.msg);
+        rc = -EINVAL;
+        goto done;
+    }
+    png_init_io(png, f);
+    png_set_sig_bytes(png, sizeof(sig));
+    png_set_user_limits(png, DS_PNG_MAX_SIDE, DS_PNG_MAX_SIDE);
+    png_read_info(png, info);
+    hd->width = png_get_image_width(png, info);
+    hd->height = png_get_image_height(png, info);
+    hd->color_type = png_get_color_type(png, info);
+    hd->bit_depth = png_get_bit_depth(png, info);
+    rc = ds_png__check(path, kind, C, H, W, hd, err, errlen);
+    if (rc < 0 || !out)
+        goto done;
+
+
+    size_t rowbytes;
+    if (kind == DS_PNG_IMAGE) {
+        if (hd->color_type == PNG_COLOR_TYPE_PALETTE)
+            png_set_palette_to_rgb(png);
+        if (hd->color_type == PNG_COLOR_TYPE_GRAY && hd->bit_depth < 8)
+            png_set_expand_gray_1_2_4_to_8(png);
+        if (hd->bit_depth == 16)
+            png_set_scale_16(png);
+        png_set_strip_alpha(png);
+        rowbytes = (size_t)W * C;
+    } else {
+        if (hd->bit_depth < 8)
+            png_set_packing(png); /* one byte per value, not rescaled */
+        png_set_strip_alpha(png);
+        rowbytes = (size_t)W * (hd->bit_depth == 16 ? 2 : 1);
+    }
+    png_set_interlace_handling(png);
+    png_read_update_info(png, info);
+    if (png_get_rowbytes(png, info) != rowbytes) {
+        snprintf(err, errlen, "%s: %s, %d bits: decodes to %zu bytes per row, not %zu", path,
+                 ds_png__color_name(hd->color_type), hd->bit_depth,
+                 (size_t)png_get_rowbytes(png, info), rowbytes);
+        rc = -EINVAL;
+        goto done;
+    }
+    rows = malloc(H * sizeof(*rows));
+    if (!rows) {
+        snprintf(err, errlen, "%s: out of memory", path);
+        rc = -ENOMEM;
+        goto done;
+    }
+    for (uint32_t y = 0; y < H; y++)
+        rows[y] = out + (size_t)y * rowbytes;
+    png_read_image(png, rows);
+    png_read_end(png, NULL);
+done:
+    free(rows);
+    png_destroy_read_struct(&png, &info, NULL);
+    fclose(f);
+    return rc;
+}
+
+static int ds_png__read(const dataset *d, uint64_t idx, float *x, int32_t *labels, char *err,
+                        size_t errlen)
+{
+    const ds_png *p = d->priv;
+    const uint32_t C = d->channels, H = d->height, W = d->width;
+    const size_t hw = (size_t)H * W;
+    char path[PATH_MAX];
+    ds_png_header hd;
+    int rc = -ENOMEM;
+    uint8_t *buf = malloc(hw * (C > 2 ? C : 2)); /* the image, then the mask */
+    if (!buf) {
+        snprintf(err, errlen, "out of memory for a %ux%u image", W, H);
+        return rc;
+    }
+    if ((rc = ds_png__path(path, d, "images", p->names[idx], err, errlen)) < 0 ||
+        (rc = ds_png__load(path, DS_PNG_IMAGE, C, H, W, &hd, buf, err, errlen)) < 0)
+        goto done;
+    for (uint32_t c = 0; c < C; c++) /* interleaved HWC bytes -> planar CHW floats */
+        for (size_t i = 0; i < hw; i++)
+            x[c * hw + i] = (float)buf[i * C + c] / 255.0f;
+
+    if ((rc = ds_png__path(path, d, "masks", p->names[idx], err, errlen)) < 0 ||
+        (rc = ds_png__load(path, DS_PNG_MASK, 1, H, W, &hd, buf, err, errlen)) < 0)
+        goto done;
+    bool wide = hd.bit_depth == 16;
+    bool palette = hd.color_type == PNG_COLOR_TYPE_PALETTE;
+    bool binary = !palette && d->num_classes <= 2;
+    uint32_t half = ((1u << hd.bit_depth) - 1) / 2;
+    for (size_t i = 0; i < hw; i++) {
+        uint32_t v = wide ? (uint32_t)buf[2 * i] << 8 | buf[2 * i + 1] : buf[i];
+        if (binary)
+            v = v > half;
+        else if (v >= d->num_classes) {
+            snprintf(err, errlen, "%s: pixel (x %zu, y %zu) has value %u, not below num_classes "
+                     "%u", path, i % W, i / W, v, d->num_classes);
+            rc = -EINVAL;
+            goto done;
+        }
+        labels[i] = (int32_t)v;
+    }
+    rc = 0;
+done:
+    free(buf);
+    return rc;
+}
+
+const dataset_reader ds_png_reader = {
+    .name = "png_segmentation",
+    .open = ds_png__open,
+    .close = ds_png__close,
+    .read = ds_png__read,
+};

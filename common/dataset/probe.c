@@ -1,0 +1,145 @@
+/* Opening a data set, the checks every reader shares, and dataset_probe:
+ * a data set opened to be sized and checked, without the means to decode
+ * samples (the planner's view: no libpng). */
+#include "dataset_reader.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rng.h"
+#include "util.h"
+
+/* Above this many floats a sample cannot travel in one frame anyway; the
+ * bound keeps every size computation far from overflow. */
+#define DATASET_MAX_SAMPLE_ELEMS (1ull << 28)
+
+/* The readers as the planner opens them: the PNG reader without its
+ * decoding (libpng), since sizing and checking reads headers only. */
+static const dataset_reader *const dataset__probe_readers[] = {
+    &ds_synthetic_reader,
+    &ds_segmentation_reader,
+    &ds_mnist_reader,
+    &ds_png_probe_reader,
+};
+
+/* What every reader needs from the input, checked once here. */
+static int dataset__common(dataset *d, const Appliance__PlanInput *in, char *err, size_t errlen)
+{
+    const char *split = in->split ? in->split : "";
+    if (!split[0] || strcmp(split, "train") == 0)
+        d->eval = false;
+    else if (strcmp(split, "eval") == 0)
+        d->eval = true;
+    else {
+        snprintf(err, errlen, "split \"%s\" is neither \"train\" nor \"eval\"", split);
+        return -EINVAL;
+    }
+    d->seed = in->seed;
+    /* The training split keeps the seed as it is; the evaluation split of a
+     * synthetic set draws other samples from the same classes. */
+    d->sample_seed = d->eval ? rng_hash(in->seed, 0x6576616cu /* "eval" */, 0) : in->seed;
+    d->data_dir = strdup(in->data_dir ? in->data_dir : "");
+    if (!d->data_dir) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    d->num_classes = in->num_classes ? in->num_classes : 1;
+    d->num_samples = in->num_samples ? in->num_samples : 1;
+    d->noise = in->noise;
+    d->shuffle = in->shuffle;
+    d->flip_h = in->random_flip_horizontal;
+    d->flip_v = in->random_flip_vertical;
+    d->crop_pad = in->random_crop_padding;
+    if (in->n_sample_shape < 1 || in->n_sample_shape > 3) {
+        snprintf(err, errlen, "the model input has %zu dimensions; a sample has 1 to 3",
+                 in->n_sample_shape);
+        return -EINVAL;
+    }
+    d->ndim = in->n_sample_shape;
+    uint64_t elems = 1;
+    for (size_t i = 0; i < d->ndim; i++) {
+        d->shape[i] = in->sample_shape[i];
+        if (d->shape[i] == 0 || d->shape[i] > DATASET_MAX_SAMPLE_ELEMS ||
+            elems * d->shape[i] > DATASET_MAX_SAMPLE_ELEMS) {
+            snprintf(err, errlen, "the model input shape is empty or above %llu values per sample",
+                     (unsigned long long)DATASET_MAX_SAMPLE_ELEMS);
+            return -EINVAL;
+        }
+        elems *= d->shape[i];
+    }
+    if (d->ndim == 3) {
+        d->channels = (uint32_t)d->shape[0];
+        d->height = (uint32_t)d->shape[1];
+        d->width = (uint32_t)d->shape[2];
+    } else if (d->flip_h || d->flip_v || d->crop_pad) {
+        snprintf(err, errlen, "%s needs an image input shape [C, H, W]; the model input has %zu "
+                 "dimension(s)", d->flip_h ? "random_flip_horizontal" : d->flip_v ? "random_flip_vertical" : "random_crop_padding",
+                 d->ndim);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+int dataset__open_with(const dataset_reader *const *readers, size_t nreaders, dataset **out,
+                        const Appliance__PlanInput *in, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (!in) {
+        snprintf(err, errlen, "the plan describes no input");
+        return -EINVAL;
+    }
+    const char *name = in->data_processor ? in->data_processor : "";
+    const dataset_reader *r = NULL;
+    for (size_t i = 0; i < nreaders; i++)
+        if (strcmp(readers[i]->name, name) == 0)
+            r = readers[i];
+    if (!r) {
+        snprintf(err, errlen, "data_processor \"%s\" is not available", name);
+        return -EINVAL;
+    }
+    dataset *d = calloc(1, sizeof(*d));
+    if (!d) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    int rc = dataset__common(d, in, err, errlen);
+    if (rc < 0)
+        goto fail;
+    d->reader = r;
+    rc = r->open(d, in, err, errlen);
+    if (rc < 0)
+        goto fail;
+    /* The readers keep these; a reader that does not is a bug. */
+    if (d->size == 0 || d->sample_elems == 0 || d->label_elems == 0) {
+        snprintf(err, errlen, "%s: the data set is empty", name);
+        rc = -EINVAL;
+        goto fail;
+    }
+    *out = d;
+    return 0;
+fail:
+    dataset_close(d);
+    return rc;
+}
+
+void dataset_close(dataset *d)
+{
+    if (!d)
+        return;
+    if (d->reader && d->reader->close)
+        d->reader->close(d);
+    free((char *)d->data_dir);
+    free(d);
+}
+
+uint64_t dataset_size(const dataset *d) { return d->size; }
+uint64_t dataset_sample_elems(const dataset *d) { return d->sample_elems; }
+uint32_t dataset_label_elems(const dataset *d) { return d->label_elems; }
+
+int dataset_probe(dataset **out, const Appliance__PlanInput *in, char *err, size_t errlen)
+{
+    return dataset__open_with(dataset__probe_readers, ARRAY_SIZE(dataset__probe_readers), out, in,
+                              err, errlen);
+}

@@ -20,23 +20,22 @@ void admission_submitter(const conn *c, char *out, size_t outlen)
     snprintf(out, outlen, "%.*s/%s", hostlen, c->peer_addr, c->peer_name[0] ? c->peer_name : "-");
 }
 
-int admission_check(coordinator *co, const char *submitter, const char *file, size_t toml_len,
-                    bool plan_only, char *err, size_t errlen)
+int admission_check(const admission_limits *o, struct job *const *jobs, size_t njobs,
+                    const char *submitter, const char *file, size_t toml_len, bool plan_only,
+                    char *err, size_t errlen)
 {
-    const coordinator_options *o = &co->opt;
     if (toml_len > o->max_job_file) {
         snprintf(err, errlen,
                  "%s: the job file has %zu bytes, more than this coordinator accepts "
                  "(max_job_file = %llu bytes)",
                  file, toml_len, (unsigned long long)o->max_job_file);
-        co->jobs_refused++;
         return -EFBIG;
     }
     if (plan_only)
         return 0;
     size_t queued = 0, mine = 0;
-    for (size_t i = 0; i < co->njobs; i++) {
-        const job *j = co->jobs[i];
+    for (size_t i = 0; i < njobs; i++) {
+        const job *j = jobs[i];
         if (j->state != APPLIANCE__JOB_STATE__JOB_QUEUED)
             continue;
         queued++;
@@ -48,7 +47,6 @@ int admission_check(coordinator *co, const char *submitter, const char *file, si
                  "(--max-queued-per-submitter %u); submit again when one has started",
                  strchr(submitter, '/') ? "" : "user ", submitter, mine,
                  o->max_queued_per_submitter);
-        co->jobs_refused++;
         return -EBUSY;
     }
     if (queued >= o->max_queued_jobs) {
@@ -56,24 +54,24 @@ int admission_check(coordinator *co, const char *submitter, const char *file, si
                  "the queue is full, %zu jobs are waiting (--max-queued-jobs %u); "
                  "submit again when one has started",
                  queued, o->max_queued_jobs);
-        co->jobs_refused++;
         return -EBUSY;
     }
     return 0;
 }
 
-void admission_sweep_clients(coordinator *co)
+unsigned admission_sweep_clients(node *n, const admission_limits *lim)
 {
-    node *n = co->n;
+    unsigned dropped = 0;
     for (size_t i = 0; i < n->nconns; i++) {
         conn *c = n->conns[i];
         if (c->closing || c->auth != CONN_READY || c->peer_role != APPLIANCE__ROLE__ROLE_CLIENT ||
-            c->queued <= co->opt.max_client_backlog)
+            c->queued <= lim->max_client_backlog)
             continue;
         log_warn("client %s (%s) leaves %zu bytes of replies unread, more than "
                  "--max-client-backlog %llu: disconnected",
-                 c->peer_addr, c->peer_name, c->queued, (unsigned long long)co->opt.max_client_backlog);
-        co->clients_dropped++;
+                 c->peer_addr, c->peer_name, c->queued, (unsigned long long)lim->max_client_backlog);
+        dropped++;
         conn_close(c, -ENOBUFS, "the client does not read its replies");
     }
+    return dropped;
 }

@@ -7,9 +7,21 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "coordinator.h"
+#include <stdint.h>
+
+#include "node.h"
+
+struct job;
 
 #define ADMISSION_SUBMITTER_LEN 96 /* bytes of a submitter key, with its NUL */
+
+/* The limits (coordinator options, docs/cli.md). */
+typedef struct admission_limits {
+    uint64_t max_job_file;             /* bytes of a submitted job file */
+    uint32_t max_queued_jobs;          /* jobs waiting in the queue at most */
+    uint32_t max_queued_per_submitter; /* of those, from one submitter */
+    uint64_t max_client_backlog;       /* unread reply bytes a client may leave */
+} admission_limits;
 
 /* The submitter of jobs sent on connection c, whose queue slots they take:
  * the user's name when the client authenticated with a user key (users
@@ -19,12 +31,14 @@
 void admission_submitter(const conn *c, char *out, size_t outlen);
 
 /* Whether the job file `file` of toml_len bytes from submitter may be
- * accepted; a plan-only request is held only to the file size. Returns 0,
- * or -EFBIG (the file) or -EBUSY (the queue) with the reason, naming the
- * limit, in err. */
-int admission_check(coordinator *co, const char *submitter, const char *file, size_t toml_len,
-                    bool plan_only, char *err, size_t errlen);
+ * accepted beside the njobs jobs the coordinator holds; a plan-only request
+ * is held only to the file size. Returns 0, or -EFBIG (the file) or -EBUSY
+ * (the queue) with the reason, naming the limit, in err. */
+int admission_check(const admission_limits *lim, struct job *const *jobs, size_t njobs,
+                    const char *submitter, const char *file, size_t toml_len, bool plan_only,
+                    char *err, size_t errlen);
 
-/* Closes client connections whose unread replies passed the backlog limit
- * (they stopped reading; the coordinator does not buffer for them). */
-void admission_sweep_clients(coordinator *co);
+/* Closes the client connections of n whose unread replies passed the
+ * backlog limit (they stopped reading; the coordinator does not buffer for
+ * them). Returns how many it closed. */
+unsigned admission_sweep_clients(node *n, const admission_limits *lim);

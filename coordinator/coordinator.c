@@ -1,6 +1,5 @@
 /* Membership handlers: registration, heartbeats, the member list. */
 #include "coordinator.h"
-#include "admission.h"
 #include "job.h"
 
 #include <errno.h>
@@ -46,7 +45,7 @@ static void co__sweep(uv_timer_t *t)
     coordinator *co = t->data;
     members_sweep(&co->members, uv_now(t->loop), co__on_sweep_lost, co);
     jobs_tick(co);
-    admission_sweep_clients(co);
+    co->clients_dropped += admission_sweep_clients(co->n, &co->opt.admission);
 }
 
 static void co__register(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, uint32_t len)
@@ -232,19 +231,19 @@ static const options_key co__keys[] = {
      "silence after which a member is lost (default 3000)"},
     {"users-file", "PATH", OPTIONS_STRING, CO__STR(users_file), 0, 0,
      "users and their keys: a user sees only their own jobs"},
-    {"max-job-file", "SIZE", OPTIONS_SIZE, CO__OPT(max_job_file), 0, 1u << 10, 256u << 20,
+    {"max-job-file", "SIZE", OPTIONS_SIZE, CO__OPT(admission.max_job_file), 0, 1u << 10, 256u << 20,
      "bytes of a submitted job file (default 256K)"},
     {"max-model-params", "N", OPTIONS_SIZE, CO__OPT(max_model_params), 0, 1, UINT64_C(1) << 40,
      "trainable parameters of a submitted model (default 1G)"},
     {"max-steps", "N", OPTIONS_U64, CO__OPT(max_steps), 0, 1, INT64_MAX,
      "runconfig.max_steps of a submitted job (default 100000000)"},
-    {"max-queued-jobs", "N", OPTIONS_U32, CO__OPT(max_queued_jobs), 0, 1, 10000000,
+    {"max-queued-jobs", "N", OPTIONS_U32, CO__OPT(admission.max_queued_jobs), 0, 1, 10000000,
      "jobs waiting in the queue at most (default 1000)"},
-    {"max-queued-per-submitter", "N", OPTIONS_U32, CO__OPT(max_queued_per_submitter), 0, 1, 10000000,
+    {"max-queued-per-submitter", "N", OPTIONS_U32, CO__OPT(admission.max_queued_per_submitter), 0, 1, 10000000,
      "of those, from one submitter (default 100)"},
     {"max-job-history", "N", OPTIONS_U32, CO__OPT(max_job_history), 0, 1, 10000000,
      "finished jobs kept in memory; older ones are read\nback from the journal (default 1000)"},
-    {"max-client-backlog", "SIZE", OPTIONS_SIZE, CO__OPT(max_client_backlog), 0, 0, 0,
+    {"max-client-backlog", "SIZE", OPTIONS_SIZE, CO__OPT(admission.max_client_backlog), 0, 0, 0,
      "unread replies after which a client is\ndisconnected (default 8M)"},
     {NULL, NULL, 0, 0, 0, 0, 0, NULL},
 };
@@ -266,13 +265,13 @@ void coordinator_role(node_role *role, coordinator_options *opt)
     role->component = "coordinator";
     memset(opt, 0, sizeof(*opt));
     opt->heartbeat_timeout_ms = 3000;
-    opt->max_job_file = COORDINATOR_DEFAULT_MAX_JOB_FILE;
+    opt->admission.max_job_file = COORDINATOR_DEFAULT_MAX_JOB_FILE;
     opt->max_model_params = COORDINATOR_DEFAULT_MAX_MODEL_PARAMS;
     opt->max_steps = COORDINATOR_DEFAULT_MAX_STEPS;
-    opt->max_queued_jobs = 1000;
-    opt->max_queued_per_submitter = 100;
+    opt->admission.max_queued_jobs = 1000;
+    opt->admission.max_queued_per_submitter = 100;
     opt->max_job_history = 1000;
-    opt->max_client_backlog = 8u << 20;
+    opt->admission.max_client_backlog = 8u << 20;
     role->options = (options_table){NULL, co__keys, opt};
     role->check_options = co__check_options;
     role->handlers[APPLIANCE__ENVELOPE__MSG_REGISTER] = co__register;

@@ -3,6 +3,7 @@
 
 #include <limits.h>
 
+#include "admission.h"
 #include "journal.h"
 #include "members.h"
 #include "node.h"
@@ -14,13 +15,10 @@ typedef struct coordinator_options {
     char state_dir[PATH_MAX];       /* the journal's directory, or "" (jobs not kept) */
     uint32_t heartbeat_timeout_ms;  /* a member silent this long is lost */
     char users_file[PATH_MAX];      /* users and their keys, or "" (every client an operator) */
-    uint64_t max_job_file;          /* bytes of a submitted job file */
+    admission_limits admission;     /* job files, the queue, clients' unread replies */
     uint64_t max_model_params;      /* trainable parameters of a submitted model */
     uint64_t max_steps;             /* runconfig.max_steps of a submitted job */
-    uint32_t max_queued_jobs;       /* jobs waiting in the queue at most */
-    uint32_t max_queued_per_submitter; /* of those, from one submitter */
     uint32_t max_job_history;       /* finished jobs kept in memory */
-    uint64_t max_client_backlog;    /* unread reply bytes a client may leave */
 } coordinator_options;
 
 #define COORDINATOR_DEFAULT_MAX_JOB_FILE (256u * 1024)

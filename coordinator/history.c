@@ -217,8 +217,8 @@ static bool history__holds(const history_items *it, size_t n, uint64_t seq)
 static size_t history__budget(const coordinator *co, const conn *c)
 {
     size_t cap = c->cfg->queue_max;
-    if (co->opt.max_client_backlog && co->opt.max_client_backlog < cap)
-        cap = co->opt.max_client_backlog;
+    if (co->opt.admission.max_client_backlog && co->opt.admission.max_client_backlog < cap)
+        cap = co->opt.admission.max_client_backlog;
     cap = cap > 2 * HISTORY_FRAME_BYTES ? cap - HISTORY_FRAME_BYTES : cap / 2;
     return cap < HISTORY_LIST_BYTES ? cap : HISTORY_LIST_BYTES;
 }

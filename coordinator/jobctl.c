@@ -83,8 +83,10 @@ void jobs_handle_submit(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, 
     char submitter[ADMISSION_SUBMITTER_LEN];
     admission_submitter(c, submitter, sizeof(submitter));
     size_t toml_len = strlen(s->toml);
-    int arc = admission_check(co, submitter, file, toml_len, s->plan_only, err, sizeof(err));
+    int arc = admission_check(&co->opt.admission, co->jobs, co->njobs, submitter, file, toml_len,
+                              s->plan_only, err, sizeof(err));
     if (arc < 0) {
+        co->jobs_refused++;
         log_info("job file %s from %s refused: %s", file, c->peer_addr, err);
         node_reply_error(c, arc, "%s", err);
         return;

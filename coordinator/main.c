@@ -29,7 +29,7 @@ int main(int argc, char **argv)
                  "cluster secret are operators and see every job", co.opt.users_file,
                  users_count(u));
     }
-    n.reply_backlog = co.opt.max_client_backlog;
+    n.reply_backlog = co.opt.admission.max_client_backlog;
     coordinator_init(&co, &n);
     int rc = node_run(&n, &role, loop);
     members_deinit(&co.members);

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "mx.h"
+#include "store.h"
 
 /* Writes the shard's checkpoint of `step` into the plan's model_dir; the
  * weights file's path goes to path. Returns 0 or a negative errno with a

@@ -8,46 +8,7 @@
 
 #include "node.h"
 #include "optim.h"
-
-typedef struct mx_tensor {
-    uint32_t id;          /* plan tensor id */
-    char name[128];
-    uint64_t n;           /* elements */
-    float *w;             /* weights, owned */
-    float *g;             /* reduced gradient of the current step, owned */
-    bool trainable;       /* false: a buffer (running statistics), assigned the reduced value */
-    optim_state st;       /* optimizer state (trainable tensors) */
-    uint64_t grad_have;   /* gradient elements received this step */
-    int writes;           /* weight writes in flight (w must not change) */
-    uint64_t sent_at;     /* uv_now when its last chunk was queued */
-    struct memoryx *mx;   /* for the chunk latency */
-    uv_loop_t *loop;
-    bool updated;         /* optimizer applied this step */
-} mx_tensor;
-
-typedef struct mx_job {
-    char id[40];
-    Appliance__Plan *plan;        /* owned (unpacked copy) */
-    uint32_t shard;               /* our shard index */
-    mx_tensor *t;                 /* our tensors */
-    size_t nt;
-    mx_tensor **by_id;            /* plan tensor id -> ours or NULL */
-    size_t nids;
-    conn *down;                   /* the root swarmx */
-    uint64_t step;                /* step being run */
-    bool running;                 /* JobGo received */
-    bool streaming;               /* the weight stream of this step is not finished */
-    int phase;                    /* 0: forward list, 1: backward list */
-    size_t pos;                   /* index in the current list */
-    uint64_t off;                 /* element offset in the current tensor */
-    uint32_t sidx;                /* 0: sending weights, i > 0: optimizer state i-1 */
-    uint32_t eval_pass;           /* Weight Streaming: the eval batch being streamed, 1-based; 0: training */
-    uint64_t seq;                 /* chunks of the job's weight stream so far, every shard's */
-    size_t states;                /* optimizer state tensors per trainable tensor */
-    size_t updated;               /* tensors updated this step */
-    optim_config cfg;             /* the optimizer of the job */
-    bool ready_sent;
-} mx_job;
+#include "store.h"
 
 /* memoryx's own options (its key table: memoryx_role). */
 typedef struct memoryx_options {

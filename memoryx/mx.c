@@ -230,17 +230,17 @@ static void mx__apply(mx_job *j, mx_tensor *t, float grad_scale)
     optim_update(&j->cfg, &t->st, t->w, t->g, t->n, t->trainable, grad_scale, (int64_t)j->step);
 }
 
+static void mx__param(void *ctx, size_t i, optim_param *out)
+{
+    mx_tensor *t = &((mx_job *)ctx)->t[i];
+    *out = (optim_param){t->w, t->g, t->n, t->trainable, &t->st};
+}
+
 /* With clipping, every gradient of the step must be in: the global norm
- * scales them all. */
+ * scales them all (the step a Pipelined wse-node runs too). */
 static void mx__apply_clipped(mx_job *j)
 {
-    double sum = 0;
-    for (size_t i = 0; i < j->nt; i++)
-        if (j->t[i].trainable)
-            sum += optim_sum_squares(j->t[i].g, j->t[i].n);
-    float scale = optim_clip_scale(sqrt(sum), j->cfg.max_gradient_norm);
-    for (size_t i = 0; i < j->nt; i++)
-        mx__apply(j, &j->t[i], scale);
+    optim_apply_step(&j->cfg, j->nt, mx__param, j, (int64_t)j->step);
 }
 
 static void mx__step_done(node *n, mx_job *j)

@@ -145,22 +145,18 @@ static wn_batch *wn__batch_for(wn_job *j, uint64_t step)
     return NULL;
 }
 
-/* Pipelined: applies the all-reduced gradients to the resident weights,
- * exactly as memoryx applies them to its copy. */
+static void wn__param(void *ctx, size_t i, optim_param *out)
+{
+    wn_tensor *t = &((wn_job *)ctx)->t[i];
+    *out = (optim_param){t->w, t->rg, t->n, t->trainable, &t->st};
+}
+
+/* Pipelined: applies the all-reduced gradients to the resident weights
+ * with the step memoryx runs on its copy (optim_apply_step): bit for bit
+ * the same. */
 static void wn__update(wn_job *j)
 {
-    float scale = 1.0f;
-    if (j->cfg.max_gradient_norm > 0) {
-        double sum = 0;
-        for (size_t i = 0; i < j->plan->n_tensors; i++)
-            if (j->t[i].trainable)
-                sum += optim_sum_squares(j->t[i].rg, j->t[i].n);
-        scale = optim_clip_scale(sqrt(sum), j->cfg.max_gradient_norm);
-    }
-    for (size_t i = 0; i < j->plan->n_tensors; i++) {
-        wn_tensor *t = &j->t[i];
-        optim_update(&j->cfg, &t->st, t->w, t->rg, t->n, t->trainable, scale, (int64_t)j->step);
-    }
+    optim_apply_step(&j->cfg, j->plan->n_tensors, wn__param, j, (int64_t)j->step);
 }
 
 static void wn__unstage(wn_job *j);

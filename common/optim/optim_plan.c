@@ -2,6 +2,7 @@
 #include "optim_plan.h"
 
 #include <errno.h>
+#include <math.h>
 #include <string.h>
 
 int optim_from_plan(const Appliance__PlanOptimizer *po, optim_config *cfg)
@@ -38,4 +39,24 @@ void optim_update(const optim_config *cfg, optim_state *st, float *w, const floa
         return;
     }
     optim_step(cfg, st, w, g, grad_scale, optim_lr_at(cfg, step));
+}
+
+void optim_apply_step(const optim_config *cfg, size_t count, optim_param_fn get, void *ctx,
+                      int64_t step)
+{
+    optim_param p;
+    float scale = 1.0f;
+    if (cfg->max_gradient_norm > 0) {
+        double sum = 0;
+        for (size_t i = 0; i < count; i++) {
+            get(ctx, i, &p);
+            if (p.trainable)
+                sum += optim_sum_squares(p.g, p.n);
+        }
+        scale = optim_clip_scale(sqrt(sum), cfg->max_gradient_norm);
+    }
+    for (size_t i = 0; i < count; i++) {
+        get(ctx, i, &p);
+        optim_update(cfg, p.st, p.w, p.g, p.n, p.trainable, scale, step);
+    }
 }

@@ -19,3 +19,24 @@ int optim_from_plan(const Appliance__PlanOptimizer *po, optim_config *cfg);
  * statistics (the replicas' average). */
 void optim_update(const optim_config *cfg, optim_state *st, float *w, const float *g, size_t n,
                   bool trainable, float grad_scale, int64_t step);
+
+/* One tensor of a step as its keeper holds it. */
+typedef struct optim_param {
+    float *w;            /* the weights (or a buffer's values) */
+    const float *g;      /* the step's reduced gradient (or the buffer's average) */
+    size_t n;            /* elements */
+    bool trainable;      /* false: a buffer, assigned g */
+    optim_state *st;     /* its optimizer state (trainable tensors) */
+} optim_param;
+
+/* Fills *out with tensor i (< the count given to optim_apply_step). */
+typedef void (*optim_param_fn)(void *ctx, size_t i, optim_param *out);
+
+/* The optimizer step over every tensor of a step at once, when all their
+ * reduced gradients are in: with cfg->max_gradient_norm, the gradients are
+ * scaled by the clipping factor of their global norm (over the trainable
+ * tensors, in index order), then each tensor is updated (optim_update).
+ * memoryx and a Pipelined wse-node both run this, so their weights agree
+ * bit for bit. */
+void optim_apply_step(const optim_config *cfg, size_t count, optim_param_fn get, void *ctx,
+                      int64_t step);

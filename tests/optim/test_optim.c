@@ -9,6 +9,7 @@
 
 #include "kt.h"
 #include "optim.h"
+#include "optim_plan.h"
 
 /* Runs two updates with gradients g0, g1 and checks w after each. */
 static void two_steps(const optim_config *cfg, float g0, float g1, double w1,
@@ -146,6 +147,54 @@ START_TEST(test_clipping)
 }
 END_TEST
 
+/* The tensors of one step: [3 4] and [12] (norm 13), and a buffer whose
+ * value is assigned, not optimized. */
+typedef struct step_fixture {
+    float w[3][2];
+    float g[3][2];
+    optim_state st[3];
+} step_fixture;
+
+static void step_param(void *ctx, size_t i, optim_param *out)
+{
+    step_fixture *f = ctx;
+    static const size_t n[3] = {2, 1, 2};
+    *out = (optim_param){f->w[i], f->g[i], n[i], i < 2, &f->st[i]};
+}
+
+/* optim_apply_step: the clipping factor of the trainable tensors' global
+ * norm (the buffer's values do not count), then SGD on each; a buffer
+ * takes the reduced value. */
+START_TEST(test_apply_step)
+{
+    optim_config c;
+    optim_config_defaults(&c, OPTIM_SGD);
+    c.lr = 0.1f;
+    c.max_gradient_norm = 6.5f;
+    step_fixture f = {
+        .w = {{1, 1}, {1, 0}, {5, 6}},
+        .g = {{3, 4}, {12, 0}, {100, 200}},
+    };
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(optim_state_init(&f.st[i], &c, 2), 0);
+    optim_apply_step(&c, 3, step_param, &f, 0);
+    float s = optim_clip_scale(13.0, 6.5f); /* the buffer's 100, 200 left out */
+    ck_assert_float_eq(f.w[0][0], 1.0f - 0.1f * (3 * s));
+    ck_assert_float_eq(f.w[0][1], 1.0f - 0.1f * (4 * s));
+    ck_assert_float_eq(f.w[1][0], 1.0f - 0.1f * (12 * s));
+    ck_assert_float_eq_tol(f.w[1][0], 1.0f - 0.6f, 1e-6f);
+    ck_assert_float_eq(f.w[2][0], 100.0f);
+    ck_assert_float_eq(f.w[2][1], 200.0f);
+    ck_assert_int_eq(optim_state_step(&f.st[0]), 1);
+    /* without clipping the gradients go in whole */
+    c.max_gradient_norm = 0;
+    optim_apply_step(&c, 3, step_param, &f, 1);
+    ck_assert_float_eq(f.w[1][0], (1.0f - 0.1f * (12 * s)) - 0.1f * 12);
+    for (int i = 0; i < 3; i++)
+        optim_state_deinit(&f.st[i]);
+}
+END_TEST
+
 START_TEST(test_names_and_config)
 {
     optim_type t = OPTIM_SGD;
@@ -259,6 +308,7 @@ int main(void)
     tcase_add_test(tc, test_grad_scale);
     tcase_add_test(tc, test_schedules);
     tcase_add_test(tc, test_clipping);
+    tcase_add_test(tc, test_apply_step);
     tcase_add_test(tc, test_names_and_config);
     tcase_add_test(tc, test_state_save_restore);
     suite_add_tcase(s, tc);

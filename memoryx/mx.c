@@ -112,74 +112,34 @@ static void mx__chunk_sent(void *arg, int status)
 
 /* Sends the chunks of the schedule that the link to the root swarmx has
  * room for; stops when the link is full (on_drain resumes). */
+/* Whether the weight stream of the step is still going. */
+static bool mx__streaming(const mx_job *j)
+{
+    return j->cur.plan && !j->cur.done;
+}
+
+/* Sends the step's weight chunks while the link to swarmx has room, in the
+ * order the stream cursor gives (plan_stream.h). */
 static void mx__pump(node *n, mx_job *j)
 {
-    Appliance__Plan *p = j->plan;
-    while (j->streaming && j->down) {
-        size_t nlist = j->phase == 0 ? p->n_fwd_stream : p->n_bwd_stream;
-        uint32_t *list = j->phase == 0 ? p->fwd_stream : p->bwd_stream;
-        if (j->pos >= nlist && j->eval_pass > 0) {
-            /* One forward pass per eval batch; then the step's training. */
-            j->pos = 0;
-            j->off = 0;
-            if (j->eval_pass++ < p->eval_batches)
-                continue;
-            j->eval_pass = 0;
-            if (j->step < p->max_steps)
-                continue;
-            j->streaming = false; /* the final evaluation */
-            return;
-        }
-        if (j->pos >= nlist) {
-            if (j->phase == 0) {
-                j->phase = 1;
-                j->pos = 0;
-                j->off = 0;
-                continue;
-            }
-            j->streaming = false;
-            if (j->updated == j->nt) /* a shard without tensors */
-                mx__step_done(n, j);
-            return;
-        }
-        uint32_t id = list[j->pos];
-        mx_tensor *t = id < j->nids ? j->by_id[id] : NULL;
-        /* A resumed Pipelined job also sends the optimizer state: the
-         * replicas apply the updates themselves. */
-        bool resident = p->mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED;
-        const Appliance__PlanTensor *pt = p->tensors[id];
-        size_t nstates = resident && p->n_resume_weights > 0 && pt->trainable ? j->states : 0;
-        if (!t) { /* another shard's tensor: count its chunks in the stream */
-            uint64_t elems = 1;
-            for (size_t d = 0; d < pt->n_dims; d++)
-                elems *= pt->dims[d];
-            j->seq += (elems + p->chunk_elems - 1) / p->chunk_elems * (1 + nstates);
-            j->pos++;
-            j->off = 0;
-            continue;
-        }
-        const char *sname;
-        size_t scount;
-        const float *src = j->sidx == 0 ? t->w : optim_state_tensor(&t->st, j->sidx - 1, &sname, &scount);
-        uint64_t count = t->n - j->off;
-        if (count > p->chunk_elems)
-            count = p->chunk_elems;
-        if (!conn_can_send(j->down, count * sizeof(float)))
+    plan_chunk ch;
+    while (j->down && plan_stream_next(&j->cur, &ch)) {
+        mx_tensor *t = j->by_id[ch.tensor];
+        const float *src = ch.state == 0 ? t->w : optim_state_tensor(&t->st, ch.state - 1, NULL, NULL);
+        if (!conn_can_send(j->down, ch.count * sizeof(float)))
             return;
         Appliance__WeightChunk wc = APPLIANCE__WEIGHT_CHUNK__INIT;
-        wc.step = j->step;
-        wc.tensor_id = id;
-        wc.offset = j->off;
-        wc.count = count;
-        wc.total = t->n;
-        wc.state = j->sidx;
-        wc.seq = j->seq;
-        wc.eval_pass = j->eval_pass;
-        wc.pass = j->plan->mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED ? APPLIANCE__PASS__PASS_RESIDENT
-                  : j->phase == 0                                      ? APPLIANCE__PASS__PASS_FORWARD
-                                                                       : APPLIANCE__PASS__PASS_BACKWARD;
+        wc.step = ch.step;
+        wc.tensor_id = ch.tensor;
+        wc.offset = ch.offset;
+        wc.count = ch.count;
+        wc.total = ch.total;
+        wc.state = ch.state;
+        wc.seq = ch.seq;
+        wc.eval_pass = ch.eval_pass;
+        wc.pass = ch.pass;
         ENVELOPE(env, weight_chunk, WEIGHT_CHUNK, &wc);
-        int rc = conn_send(j->down, &env, src + j->off, (uint32_t)(count * sizeof(float)),
+        int rc = conn_send(j->down, &env, src + ch.offset, (uint32_t)(ch.count * sizeof(float)),
                            mx__chunk_sent, t);
         if (rc < 0) {
             mx__fault(n, j, "cannot stream %s to swarmx: %s", t->name, strerror(-rc));
@@ -187,33 +147,17 @@ static void mx__pump(node *n, mx_job *j)
         }
         t->writes++;
         t->sent_at = uv_now(n->loop);
-        j->seq++;
-        j->off += count;
-        if (j->off == t->n) {
-            j->off = 0;
-            if (j->sidx < nstates) {
-                j->sidx++;
-            } else {
-                j->sidx = 0;
-                j->pos++;
-            }
-        }
+        plan_stream_take(&j->cur);
     }
+    /* the stream of a training step ended with every gradient in (a shard
+     * without tensors): the step is done */
+    if (j->cur.done && j->cur.training && j->updated == j->nt)
+        mx__step_done(n, j);
 }
 
 static void mx__start_step(node *n, mx_job *j)
 {
-    /* Pipelined: the weights went out once, at the first step; the
-     * replicas apply the same updates to their resident copies. */
-    bool pipelined = j->plan->mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED;
-    j->streaming = !pipelined || j->step == j->plan->first_step;
-    /* Weight Streaming evaluates with the weights streamed once more per
-     * eval batch, before the step's training passes. */
-    j->eval_pass = !pipelined && plan_eval_at(j->plan, j->step) ? 1 : 0;
-    j->phase = 0;
-    j->pos = 0;
-    j->off = 0;
-    j->sidx = 0;
+    plan_stream_start(&j->cur, j->plan, j->shard, (uint32_t)j->states, j->step, j->cur.seq);
     j->updated = 0;
     for (size_t i = 0; i < j->nt; i++) {
         j->t[i].grad_have = 0;
@@ -479,7 +423,7 @@ static void mx__grad_chunk(node *n, conn *c, Appliance__Envelope *env, uint8_t *
         mx__apply(j, t, 1.0f);
         ++j->updated;
     }
-    if (j->updated == j->nt && !j->streaming)
+    if (j->updated == j->nt && !mx__streaming(j))
         mx__step_done(n, j);
 }
 
@@ -530,7 +474,7 @@ static void mx__describe_wait(node *n, char *out, size_t len)
         snprintf(out, len, "nothing: no job");
     else if (!j->running)
         snprintf(out, len, "the coordinator's go for the first step");
-    else if (j->streaming)
+    else if (mx__streaming(j))
         snprintf(out, len, "the link to swarmx to take the weights of step %llu (%zu of %zu tensors updated)",
                  (unsigned long long)j->step, j->updated, j->nt);
     else

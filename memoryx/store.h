@@ -10,6 +10,7 @@
 #include "conn.h"
 #include "optim.h"
 #include "plan.pb-c.h"
+#include "plan_stream.h"
 
 struct memoryx;
 
@@ -40,13 +41,8 @@ typedef struct mx_job {
     conn *down;                   /* the root swarmx */
     uint64_t step;                /* step being run */
     bool running;                 /* JobGo received */
-    bool streaming;               /* the weight stream of this step is not finished */
-    int phase;                    /* 0: forward list, 1: backward list */
-    size_t pos;                   /* index in the current list */
-    uint64_t off;                 /* element offset in the current tensor */
-    uint32_t sidx;                /* 0: sending weights, i > 0: optimizer state i-1 */
-    uint32_t eval_pass;           /* Weight Streaming: the eval batch being streamed, 1-based; 0: training */
-    uint64_t seq;                 /* chunks of the job's weight stream so far, every shard's */
+    plan_stream cur;              /* where this step's weight stream stands (plan_stream.h);
+                                     zero before the first step; cur.seq runs on over steps */
     size_t states;                /* optimizer state tensors per trainable tensor */
     size_t updated;               /* tensors updated this step */
     optim_config cfg;             /* the optimizer of the job */

@@ -144,6 +144,41 @@ static void swx__down_sent(void *arg, int status)
 
 /* Forwards a frame to every child, cut-through; pauses `from` (the
  * upstream) while the children's queues are too long. */
+/* A weight chunk on its way down must be the next of the job's stream as
+ * the plan defines it (plan_stream.h), every shard's chunks counted: a
+ * shard that streams out of order or a chunk that does not match its place
+ * fails the job here, not as wrong weights on the wse-nodes. Returns 0, or
+ * -EPROTO after aborting the job. */
+static int swx__expect(node *n, swx_job *j, const Appliance__WeightChunk *w, const char *from)
+{
+    plan_chunk c;
+    bool have = j->cur.plan && plan_stream_next(&j->cur, &c);
+    if (!have) { /* the previous step's stream is over: this chunk opens the next */
+        plan_stream_start(&j->cur, j->plan, PLAN_STREAM_ALL_SHARDS, plan_stream_states(j->plan),
+                          w->step, j->cur.seq);
+        have = plan_stream_next(&j->cur, &c);
+    }
+    if (!have) {
+        swx__abort(n, j, "weight chunk %llu from %s: step %llu streams no weights",
+                   (unsigned long long)w->seq, from, (unsigned long long)w->step);
+        return -EPROTO;
+    }
+    if (w->step != c.step || w->seq != c.seq || w->tensor_id != c.tensor || w->offset != c.offset ||
+        w->count != c.count || w->state != c.state || w->eval_pass != c.eval_pass ||
+        w->pass != c.pass) {
+        swx__abort(n, j, "weight chunk %llu from %s (step %llu, tensor %u [%llu, +%llu), state %u, "
+                   "eval pass %u) is not the stream's next: step %llu, chunk %llu, tensor %u "
+                   "[%llu, +%llu), state %u, eval pass %u",
+                   (unsigned long long)w->seq, from, (unsigned long long)w->step, w->tensor_id,
+                   (unsigned long long)w->offset, (unsigned long long)w->count, w->state,
+                   w->eval_pass, (unsigned long long)c.step, (unsigned long long)c.seq, c.tensor,
+                   (unsigned long long)c.offset, (unsigned long long)c.count, c.state, c.eval_pass);
+        return -EPROTO;
+    }
+    plan_stream_take(&j->cur);
+    return 0;
+}
+
 static void swx__send_down(node *n, swx_job *j, conn *from, const Appliance__Envelope *env, swx_buf *b)
 {
     for (size_t i = 0; i < j->nkids; i++) {
@@ -329,6 +364,10 @@ static void swx__merge_drain(node *n, swx_job *j)
             conn *uc = conn_link_conn(&u->link);
             if (u->qlen-- == SWX_MERGE_QUEUE && uc)
                 conn_resume(uc);
+            if (swx__expect(n, j, &b->whdr, uc ? uc->peer_addr : "a shard") < 0) {
+                swx__buf_unref(b);
+                return;
+            }
             ENVELOPE(env, weight_chunk, WEIGHT_CHUNK, &b->whdr);
             swx__send_down(n, j, uc, &env, b);
             swx__buf_unref(b);
@@ -379,6 +418,11 @@ static void swx__on_data(node *n, conn *c, Appliance__Envelope *env, uint8_t *pa
     } else if (env->msg_case == APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK ||
                (from_up && env->msg_case == APPLIANCE__ENVELOPE__MSG_GRAD_CHUNK)) {
         /* Weights, or (pipelined) the reduced gradient, on their way down. */
+        if (env->msg_case == APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK &&
+            swx__expect(n, j, env->weight_chunk, c->peer_addr) < 0) {
+            swx__buf_unref(b);
+            return;
+        }
         swx__send_down(n, j, c, env, b);
         swx__buf_unref(b);
     } else if (from_up) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "jobhost.h"
+#include "plan_stream.h"
 #include "node.h"
 
 typedef struct swx_buf {
@@ -47,6 +48,8 @@ typedef struct swx_job {
     size_t nkids;
     size_t pending_down;         /* bytes of weight chunks not yet written to all children */
     uint64_t next_seq;           /* the weight chunk to forward next (merging several shards) */
+    plan_stream cur;             /* what the next weight chunk down must be (plan_stream.h);
+                                    zero until the first */
     bool ready_sent;
     bool released;
     uint64_t chunks_down, chunks_up;

@@ -151,32 +151,11 @@ static void swx__down_sent(void *arg, int status)
  * -EPROTO after aborting the job. */
 static int swx__expect(node *n, swx_job *j, const Appliance__WeightChunk *w, const char *from)
 {
-    plan_chunk c;
-    bool have = j->cur.plan && plan_stream_next(&j->cur, &c);
-    if (!have) { /* the previous step's stream is over: this chunk opens the next */
-        plan_stream_start(&j->cur, j->plan, PLAN_STREAM_ALL_SHARDS, plan_stream_states(j->plan),
-                          w->step, j->cur.seq);
-        have = plan_stream_next(&j->cur, &c);
-    }
-    if (!have) {
-        swx__abort(n, j, "weight chunk %llu from %s: step %llu streams no weights",
-                   (unsigned long long)w->seq, from, (unsigned long long)w->step);
-        return -EPROTO;
-    }
-    if (w->step != c.step || w->seq != c.seq || w->tensor_id != c.tensor || w->offset != c.offset ||
-        w->count != c.count || w->state != c.state || w->eval_pass != c.eval_pass ||
-        w->pass != c.pass) {
-        swx__abort(n, j, "weight chunk %llu from %s (step %llu, tensor %u [%llu, +%llu), state %u, "
-                   "eval pass %u) is not the stream's next: step %llu, chunk %llu, tensor %u "
-                   "[%llu, +%llu), state %u, eval pass %u",
-                   (unsigned long long)w->seq, from, (unsigned long long)w->step, w->tensor_id,
-                   (unsigned long long)w->offset, (unsigned long long)w->count, w->state,
-                   w->eval_pass, (unsigned long long)c.step, (unsigned long long)c.seq, c.tensor,
-                   (unsigned long long)c.offset, (unsigned long long)c.count, c.state, c.eval_pass);
-        return -EPROTO;
-    }
-    plan_stream_take(&j->cur);
-    return 0;
+    char why[512];
+    if (plan_stream_expect(&j->cur, j->plan, w, why, sizeof(why)) == 0)
+        return 0;
+    swx__abort(n, j, "from %s: %s", from, why);
+    return -EPROTO;
 }
 
 static void swx__send_down(node *n, swx_job *j, conn *from, const Appliance__Envelope *env, swx_buf *b)

@@ -549,10 +549,15 @@ static void *wn__up_dest(conn *c, const Appliance__Envelope *env, uint32_t len, 
         return NULL;
     }
     const Appliance__WeightChunk *w = env->weight_chunk;
-    char why[256];
+    char why[512];
     if (msgcheck_weight_chunk(w, j->plan, len, why, sizeof(why)) < 0) {
         log_warn("job %s: %s", j->id, why);
         *err = -EINVAL;
+        return NULL;
+    }
+    if (plan_stream_expect(&j->cur, j->plan, w, why, sizeof(why)) < 0) {
+        log_warn("job %s: from swarmx: %s", j->id, why);
+        *err = -EPROTO;
         return NULL;
     }
     if (j->ws_ready) {

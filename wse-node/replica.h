@@ -11,6 +11,7 @@
 #include "model.h"
 #include "node.h"
 #include "optim.h"
+#include "plan_stream.h"
 #include "wslots.h"
 
 #define WN_CREDITS 2 /* batches each worker may have in flight to us */
@@ -105,6 +106,7 @@ typedef struct wn_job {
     exec_metrics metrics;    /* of the evaluation in progress */
     bool finished;           /* max_steps trained (and evaluated): nothing left */
     wslots ws;               /* Weight Streaming: the slots weights and gradients pass through */
+    plan_stream cur;         /* the weight chunk expected next (plan_stream.h); zero before the first */
     bool ws_ready;           /* ws was initialised */
     bool chunk_staged;       /* the weight chunk being read has no slot yet */
     wn_staged *staged, *staged_tail; /* held chunks, in arrival order */

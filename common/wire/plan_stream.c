@@ -1,6 +1,8 @@
 /* The order of a job's weight stream: one cursor for memoryx and swarmx. */
 #include "plan_stream.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <strings.h>
 
 #include "plan.h"
@@ -118,6 +120,36 @@ bool plan_stream_next(plan_stream *s, plan_chunk *c)
         return true;
     }
     return false;
+}
+
+int plan_stream_expect(plan_stream *s, const Appliance__Plan *p, const Appliance__WeightChunk *w,
+                       char *why, size_t whylen)
+{
+    plan_chunk c;
+    bool have = s->plan && plan_stream_next(s, &c);
+    if (!have) { /* the previous step's stream is over: this chunk opens the next */
+        plan_stream_start(s, p, PLAN_STREAM_ALL_SHARDS, plan_stream_states(p), w->step, s->seq);
+        have = plan_stream_next(s, &c);
+    }
+    if (!have) {
+        snprintf(why, whylen, "weight chunk %llu: step %llu streams no weights",
+                 (unsigned long long)w->seq, (unsigned long long)w->step);
+        return -EPROTO;
+    }
+    if (w->step != c.step || w->seq != c.seq || w->tensor_id != c.tensor || w->offset != c.offset ||
+        w->count != c.count || w->state != c.state || w->eval_pass != c.eval_pass ||
+        w->pass != c.pass) {
+        snprintf(why, whylen, "weight chunk %llu (step %llu, tensor %u [%llu, +%llu), state %u, "
+                 "eval pass %u) is not the stream's next: chunk %llu of step %llu, tensor %u "
+                 "[%llu, +%llu), state %u, eval pass %u",
+                 (unsigned long long)w->seq, (unsigned long long)w->step, w->tensor_id,
+                 (unsigned long long)w->offset, (unsigned long long)w->count, w->state,
+                 w->eval_pass, (unsigned long long)c.seq, (unsigned long long)c.step, c.tensor,
+                 (unsigned long long)c.offset, (unsigned long long)c.count, c.state, c.eval_pass);
+        return -EPROTO;
+    }
+    plan_stream_take(s);
+    return 0;
 }
 
 void plan_stream_take(plan_stream *s)

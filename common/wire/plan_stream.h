@@ -77,3 +77,10 @@ bool plan_stream_next(plan_stream *s, plan_chunk *c);
 
 /* Moves past the chunk plan_stream_next gave (it was sent, or checked). */
 void plan_stream_take(plan_stream *s);
+
+/* For a receiver of the whole stream in seq order (swarmx, a wse-node):
+ * checks that w is the next chunk of plan p's stream (every shard's; the
+ * first chunk of a step opens that step's stream, zero s before the first)
+ * and moves past it. Returns 0, or -EPROTO with what was expected in why. */
+int plan_stream_expect(plan_stream *s, const Appliance__Plan *p, const Appliance__WeightChunk *w,
+                       char *why, size_t whylen);

@@ -4,6 +4,7 @@
  * continue the numbering, Pipelined streams once with the optimizer state
  * of a resumed job, and a final evaluation has no training passes. */
 #include <check.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -211,6 +212,34 @@ START_TEST(pipelined_once_with_resumed_state)
 }
 END_TEST
 
+/* A receiver's check: the whole stream in order passes, step after step;
+ * a chunk out of its place is refused with both named. */
+START_TEST(receivers_expect_the_stream)
+{
+    static plan_chunk all[MAXC];
+    plan_stream r;
+    memset(&r, 0, sizeof(r));
+    char why[512];
+    uint64_t seq = 0;
+    for (uint64_t step = 0; step < 3; step++) {
+        size_t n = step_agrees(step, &seq, all);
+        for (size_t i = 0; i < n; i++) {
+            Appliance__WeightChunk w = APPLIANCE__WEIGHT_CHUNK__INIT;
+            w.step = all[i].step, w.seq = all[i].seq, w.tensor_id = all[i].tensor;
+            w.offset = all[i].offset, w.count = all[i].count, w.total = all[i].total;
+            w.state = all[i].state, w.eval_pass = all[i].eval_pass, w.pass = all[i].pass;
+            ck_assert_msg(plan_stream_expect(&r, &fx.p, &w, why, sizeof(why)) == 0, "%s", why);
+        }
+    }
+    /* step 3's first chunk arrives as tensor 2 instead of tensor 0 */
+    Appliance__WeightChunk w = APPLIANCE__WEIGHT_CHUNK__INIT;
+    w.step = 3, w.seq = seq, w.tensor_id = 2, w.count = 2, w.total = 8;
+    ck_assert_int_eq(plan_stream_expect(&r, &fx.p, &w, why, sizeof(why)), -EPROTO);
+    ck_assert_msg(strstr(why, "is not the stream's next: chunk 45 of step 3, tensor 0 [0, +2)") != NULL,
+                  "%s", why);
+}
+END_TEST
+
 /* The state count the stream numbers by is the optimizer library's. */
 START_TEST(states_match_the_optimizer)
 {
@@ -245,6 +274,7 @@ int main(void)
     tcase_add_test(tc, evaluation_passes_first);
     tcase_add_test(tc, pipelined_once_with_resumed_state);
     tcase_add_test(tc, states_match_the_optimizer);
+    tcase_add_test(tc, receivers_expect_the_stream);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -6,9 +6,8 @@ int main(int argc, char **argv)
     static node_role role;
     static node n;
     static memoryx mx;
-    memoryx_role(&role, &mx.opt);
+    memoryx_role(&role, &mx, &n);
     node_parse_args(&n.opt, &role, argc, argv);
-    mx.n = &n;
     n.threads = mx.opt.threads;
     n.memory_limit = mx.opt.memory;
     metrics_hist_init(&mx.chunk_hist, "appliance_chunk_write_seconds",

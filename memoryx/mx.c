@@ -61,18 +61,17 @@ static void mx__abort_as(node *n, mx_job *j, bool fault, const char *fmt, ...)
 #define mx__abort(n, j, ...) mx__abort_as(n, j, false, __VA_ARGS__)
 #define mx__fault(n, j, ...) mx__abort_as(n, j, true, __VA_ARGS__)
 
+/* Fails the job j (or reports a fault): the jobhost tells the coordinator
+ * and releases it. */
 static void mx__abort_as(node *n, mx_job *j, bool fault, const char *fmt, ...)
 {
-    char why[512];
+    memoryx *mx = mx_of(n);
+    if (mx->job != j)
+        return;
     va_list ap;
     va_start(ap, fmt);
-    node_job_vabort(n, j->id, fault, why, sizeof(why), fmt, ap);
+    jobhost_vabort(&mx->jobs, fault, fmt, ap);
     va_end(ap);
-    memoryx *mx = mx_of(n);
-    if (mx->job == j) {
-        mx->job = NULL;
-        mx__job_free(j);
-    }
 }
 
 /* ---- checkpoints ---- */
@@ -212,7 +211,7 @@ static void mx__step_done(node *n, mx_job *j)
         f.checkpoint = path;
         ENVELOPE(fe, job_finished, JOB_FINISHED, &f);
         node_send_coordinator(n, &fe);
-        j->running = false;
+        j->state = MX_FINISHED;
         if (plan_eval_at(p, done)) { /* the final evaluation's weights */
             j->step = done;
             mx__start_step(n, j);
@@ -234,52 +233,59 @@ static void mx__step_done(node *n, mx_job *j)
 
 /* ---- handlers ---- */
 
-static void mx__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, uint32_t len)
+/* A job start that cannot go on: what was built is freed, the plan is the
+ * jobhost's to free. Returns NULL for mx__start. */
+static void *mx__start_failed(mx_job *j, char *why, size_t whylen, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void *mx__start_failed(mx_job *j, char *why, size_t whylen, const char *fmt, ...)
 {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, whylen, fmt, ap);
+    va_end(ap);
+    j->plan = NULL;
+    mx__job_free(j);
+    return NULL;
+}
+
+/* Starts a job (jobhost_ops.start): the shard's tensors initialised from
+ * the seed or loaded from the checkpoint the job resumes from. */
+static void *mx__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
+{
+    node *n = h->n;
     memoryx *mx = mx_of(n);
-    Appliance__Plan *plan = node_job_start_plan(c, env, mx->job ? mx->job->id : NULL);
-    if (!plan)
-        return;
     mx_job *j = calloc(1, sizeof(*j));
     if (!j) {
-        appliance__plan__free_unpacked(plan, NULL);
-        return;
+        snprintf(why, whylen, "out of memory");
+        return NULL;
     }
-    snprintf(j->id, sizeof(j->id), "%s", plan->job_id);
-    j->plan = plan;
-    mx->job = j;
-    Appliance__Plan *p = j->plan;
+    snprintf(j->id, sizeof(j->id), "%s", p->job_id);
+    j->plan = p;
     bool found = false;
     for (size_t i = 0; i < p->n_shards; i++)
         if (p->shards[i]->member_id == n->member_id) {
             j->shard = p->shards[i]->index;
             found = true;
         }
-    if (!found) {
-        mx__abort(n, j, "plan has no shard for member %u", n->member_id);
-        return;
-    }
+    if (!found)
+        return mx__start_failed(j, why, whylen, "plan has no shard for member %u", n->member_id);
     optim_state probe;
-    if (optim_from_plan(p->optimizer, &j->cfg) < 0 || optim_state_init(&probe, &j->cfg, 1) < 0) {
-        mx__abort(n, j, "bad optimizer in the plan: %s", p->optimizer ? p->optimizer->type : "none");
-        return;
-    }
+    if (optim_from_plan(p->optimizer, &j->cfg) < 0 || optim_state_init(&probe, &j->cfg, 1) < 0)
+        return mx__start_failed(j, why, whylen, "bad optimizer in the plan: %s",
+                                p->optimizer ? p->optimizer->type : "none");
     j->states = optim_state_count(&probe);
     optim_state_deinit(&probe);
     j->nids = p->n_tensors;
     j->by_id = calloc(j->nids ? j->nids : 1, sizeof(*j->by_id));
     j->t = calloc(p->n_tensors ? p->n_tensors : 1, sizeof(*j->t));
-    if (!j->by_id || !j->t) {
-        mx__abort(n, j, "out of memory");
-        return;
-    }
+    if (!j->by_id || !j->t)
+        return mx__start_failed(j, why, whylen, "out of memory");
     uint64_t bytes = 0;
     for (size_t i = 0; i < p->n_tensors; i++) {
         const Appliance__PlanTensor *pt = p->tensors[i];
-        if (pt->id != i) {
-            mx__abort(n, j, "plan tensor %zu has id %u", i, pt->id);
-            return;
-        }
+        if (pt->id != i)
+            return mx__start_failed(j, why, whylen, "plan tensor %zu has id %u", i, pt->id);
         if (pt->shard != j->shard)
             continue;
         mx_tensor *t = &j->t[j->nt++];
@@ -294,40 +300,38 @@ static void mx__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *p
         t->w = malloc(t->n * sizeof(float));
         t->g = malloc(t->n * sizeof(float));
         bool st_ok = !t->trainable || optim_state_init(&t->st, &j->cfg, t->n) == 0;
-        if (!t->w || !t->g || !st_ok) {
-            mx__abort(n, j, "out of memory for tensor %s (%llu elements)", t->name,
-                      (unsigned long long)t->n);
-            return;
-        }
+        if (!t->w || !t->g || !st_ok)
+            return mx__start_failed(j, why, whylen, "out of memory for tensor %s (%llu elements)",
+                                    t->name, (unsigned long long)t->n);
         mx__init_tensor(t, pt, p->seed);
         j->by_id[t->id] = t;
         bytes += t->n * sizeof(float) * (2 + optim_state_count(&t->st));
     }
-    if (mx_of(n)->opt.memory && bytes > mx_of(n)->opt.memory) {
-        mx__abort(n, j, "shard %u needs %llu bytes, this memoryx has %llu", j->shard,
-                  (unsigned long long)bytes, (unsigned long long)mx_of(n)->opt.memory);
-        return;
-    }
+    if (mx_of(n)->opt.memory && bytes > mx_of(n)->opt.memory)
+        return mx__start_failed(j, why, whylen, "shard %u needs %llu bytes, this memoryx has %llu",
+                                j->shard, (unsigned long long)bytes,
+                                (unsigned long long)mx_of(n)->opt.memory);
     j->step = p->first_step;
     ckpt_clean_partial(j);
     if (p->n_resume_weights > 0) {
         char err[512];
-        if (ckpt_load(j, err, sizeof(err)) < 0) {
-            mx__abort(n, j, "cannot resume: %s", err);
-            return;
-        }
+        if (ckpt_load(j, err, sizeof(err)) < 0)
+            return mx__start_failed(j, why, whylen, "cannot resume: %s", err);
         log_info("job %s: resumed from the checkpoint of step %llu", j->id, (unsigned long long)j->step);
     }
     log_info("job %s: shard %u holds %zu tensors (%llu bytes with optimizer state)", j->id,
              j->shard, j->nt, (unsigned long long)bytes);
+    j->state = MX_STARTED;
+    mx->job = j;
     node_replay(n);
+    return j;
 }
 
 static void mx__maybe_ready(node *n, mx_job *j)
 {
-    if (j->ready_sent || !j->down)
+    if (j->state != MX_STARTED || !j->down)
         return;
-    j->ready_sent = true;
+    j->state = MX_READY;
     Appliance__JobReady r = APPLIANCE__JOB_READY__INIT;
     r.job_id = j->id;
     r.member_id = n->member_id;
@@ -361,9 +365,9 @@ static void mx__stream_hello(node *n, conn *c, Appliance__Envelope *env, uint8_t
 static void mx__job_go(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, uint32_t len)
 {
     mx_job *j = mx_of(n)->job;
-    if (!j || strcmp(env->job_go->job_id, j->id) != 0 || j->running)
+    if (!j || strcmp(env->job_go->job_id, j->id) != 0 || j->state >= MX_RUNNING)
         return;
-    j->running = true;
+    j->state = MX_RUNNING;
     if (j->plan->save_initial_checkpoint) {
         char path[PATH_MAX];
         int rc = mx__checkpoint(n, j, j->step, path, sizeof(path));
@@ -427,16 +431,16 @@ static void mx__grad_chunk(node *n, conn *c, Appliance__Envelope *env, uint8_t *
         mx__step_done(n, j);
 }
 
-static void mx__job_end(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, uint32_t len)
+/* Lets the job go (jobhost_ops.release). */
+static void mx__release(jobhost *h, void *job, jobhost_end end, const char *why)
 {
-    memoryx *mx = mx_of(n);
-    const char *id = env->msg_case == APPLIANCE__ENVELOPE__MSG_JOB_END ? env->job_end->job_id
-                                                                      : env->job_abort->job_id;
-    if (mx->job && strcmp(mx->job->id, id) == 0) {
-        log_info("job %s: released", id);
-        mx__job_free(mx->job);
-        mx->job = NULL;
-    }
+    mx_job *j = job;
+    if (end == JOBHOST_RELEASED)
+        log_info("job %s: released", j->id);
+    else if (end == JOBHOST_COORDINATOR_LOST)
+        log_warn("job %s: released: lost the coordinator", j->id);
+    mx_of(h->n)->job = NULL;
+    mx__job_free(j);
 }
 
 static void mx__drain(node *n, conn *c)
@@ -462,9 +466,7 @@ static void mx__fill_register(node *n, Appliance__Register *r)
 
 static void mx__shutdown(node *n)
 {
-    memoryx *mx = mx_of(n);
-    mx__job_free(mx->job);
-    mx->job = NULL;
+    jobhost_end_job(&mx_of(n)->jobs, JOBHOST_SHUTDOWN, "shutdown");
 }
 
 static void mx__describe_wait(node *n, char *out, size_t len)
@@ -472,7 +474,7 @@ static void mx__describe_wait(node *n, char *out, size_t len)
     mx_job *j = mx_of(n)->job;
     if (!j)
         snprintf(out, len, "nothing: no job");
-    else if (!j->running)
+    else if (j->state < MX_RUNNING)
         snprintf(out, len, "the coordinator's go for the first step");
     else if (mx__streaming(j))
         snprintf(out, len, "the link to swarmx to take the weights of step %llu (%zu of %zu tensors updated)",
@@ -486,12 +488,7 @@ static void mx__describe_wait(node *n, char *out, size_t len)
  * restarted coordinator recovers the job from its last checkpoint. */
 static void mx__coordinator_lost(node *n)
 {
-    memoryx *mx = mx_of(n);
-    if (mx->job) {
-        log_warn("job %s: released: lost the coordinator", mx->job->id);
-        mx__job_free(mx->job);
-        mx->job = NULL;
-    }
+    jobhost_end_job(&mx_of(n)->jobs, JOBHOST_COORDINATOR_LOST, "lost the coordinator");
 }
 
 static void mx__metrics(node *n, metrics_buf *b)
@@ -516,18 +513,19 @@ static const options_key mx__keys[] = {
     {NULL, NULL, 0, 0, 0, 0, 0, NULL},
 };
 
-void memoryx_role(node_role *role, memoryx_options *opt)
+static const jobhost_ops mx__jobhost_ops = {mx__start, mx__release};
+
+void memoryx_role(node_role *role, memoryx *mx, node *n)
 {
     memset(role, 0, sizeof(*role));
     role->role = APPLIANCE__ROLE__ROLE_MEMORYX;
     role->component = "memoryx";
-    memset(opt, 0, sizeof(*opt));
-    opt->threads = 1;
-    role->options = (options_table){NULL, mx__keys, opt};
-    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_START] = mx__job_start;
+    memset(mx, 0, sizeof(*mx));
+    mx->n = n;
+    mx->opt.threads = 1;
+    role->options = (options_table){NULL, mx__keys, &mx->opt};
+    jobhost_init(&mx->jobs, n, role, &mx__jobhost_ops);
     role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_GO] = mx__job_go;
-    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_END] = mx__job_end;
-    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_ABORT] = mx__job_end;
     role->handlers[APPLIANCE__ENVELOPE__MSG_STREAM_HELLO] = mx__stream_hello;
     role->handlers[APPLIANCE__ENVELOPE__MSG_GRAD_CHUNK] = mx__grad_chunk;
     role->payload_dest = mx__payload_dest;

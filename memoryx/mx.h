@@ -6,6 +6,7 @@
 
 #include <limits.h>
 
+#include "jobhost.h"
 #include "node.h"
 #include "optim.h"
 #include "store.h"
@@ -20,12 +21,14 @@ typedef struct memoryx_options {
 typedef struct memoryx {
     node *n;
     memoryx_options opt;          /* filled by node_parse_args */
-    mx_job *job;                  /* at most one job at a time */
+    jobhost jobs;                 /* the job's life cycle (jobhost.h) */
+    mx_job *job;                  /* at most one job at a time (jobs.job) */
     metrics_hist chunk_hist;      /* a weight chunk from queued to written */
     uint64_t steps;               /* steps committed */
     uint64_t checkpoints;         /* checkpoint files written */
 } memoryx;
 
-/* Fills the role table of memoryx, its option keys pointing into opt, which
- * it sets to the defaults. */
-void memoryx_role(node_role *role, memoryx_options *opt);
+/* Fills the role table of memoryx and ties mx (cleared) to n: its option
+ * keys point into mx->opt, set to the defaults; its job life cycle is
+ * mx->jobs. */
+void memoryx_role(node_role *role, memoryx *mx, node *n);

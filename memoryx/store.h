@@ -30,6 +30,26 @@ typedef struct mx_tensor {
     bool updated;         /* optimizer applied this step */
 } mx_tensor;
 
+/* The life of memoryx's job.
+ *
+ *   MX_STARTED --root swarmx's hello: JobReady (mx__maybe_ready)--> MX_READY
+ *   MX_READY --the coordinator's JobGo (mx__job_go)--> MX_RUNNING
+ *   MX_RUNNING --the last step committed, JobFinished (mx__step_done)--> MX_FINISHED
+ *   any state --an end (jobhost.h: JobEnd/JobAbort, failure, fault,
+ *                coordinator lost, shutdown; mx__release)--> freed
+ *
+ * RUNNING: each step streams its weights (cur, the stream cursor, says how
+ * far: mx__pump) while reduced gradients come back and the optimizer runs
+ * (mx__grad_chunk); a step is done when every tensor is updated and the
+ * stream is over (mx__step_done), and the next starts (mx__start_step).
+ * FINISHED: the final evaluation's weights may still stream; no step runs. */
+typedef enum mx_state {
+    MX_STARTED,
+    MX_READY,
+    MX_RUNNING,
+    MX_FINISHED,
+} mx_state;
+
 typedef struct mx_job {
     char id[40];
     Appliance__Plan *plan;        /* owned (unpacked copy) */
@@ -40,11 +60,10 @@ typedef struct mx_job {
     size_t nids;
     conn *down;                   /* the root swarmx */
     uint64_t step;                /* step being run */
-    bool running;                 /* JobGo received */
+    mx_state state;               /* see mx_state */
     plan_stream cur;              /* where this step's weight stream stands (plan_stream.h);
                                      zero before the first step; cur.seq runs on over steps */
     size_t states;                /* optimizer state tensors per trainable tensor */
     size_t updated;               /* tensors updated this step */
     optim_config cfg;             /* the optimizer of the job */
-    bool ready_sent;
 } mx_job;

@@ -12,7 +12,7 @@ int main(int argc, char **argv)
     static node_role role;
     static node n;
     static wse_node w;
-    wse_node_role(&role, &w.opt);
+    wse_node_role(&role, &w, &n);
     node_parse_args(&n.opt, &role, argc, argv);
     uint64_t host = uv_get_total_memory();
     uint64_t limit = uv_get_constrained_memory();
@@ -29,7 +29,6 @@ int main(int argc, char **argv)
     }
     n.threads = w.opt.threads;
     n.memory_limit = w.opt.wafer_memory;
-    w.n = &n;
     n.data = &w;
     metrics_hist_init(&w.step_hist, "appliance_step_compute_seconds",
                       "Kernel time of one training step on this replica.");

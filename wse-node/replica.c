@@ -86,13 +86,14 @@ static void wn__feed_stopped(conn_link *l)
 /* Drops the job: links close, buffers go once no task uses them. */
 static void wn__release(node *n, wn_job *j)
 {
-    if (j->released)
+    if (j->state == WN_RELEASED)
         return;
-    j->released = true;
+    wn_state was = j->state;
+    j->state = WN_RELEASED;
     wse_node *w = wn_of(n);
     if (w->job == j)
         w->job = NULL;
-    if (!j->linked) { /* still allocating: freed when that ends */
+    if (was == WN_ALLOCATING) { /* freed when the allocation ends */
         j->links_open = 0;
         if (!j->busy)
             wn__free_buffers(j);
@@ -109,24 +110,27 @@ static void wn__abort_as(node *n, wn_job *j, bool fault, const char *fmt, ...)
 #define wn__abort(n, j, ...) wn__abort_as(n, j, false, __VA_ARGS__)
 #define wn__fault(n, j, ...) wn__abort_as(n, j, true, __VA_ARGS__)
 
+/* Fails the job j (or reports a fault): the jobhost tells the coordinator
+ * and releases it. A job already let go is left alone. */
 static void wn__abort_as(node *n, wn_job *j, bool fault, const char *fmt, ...)
 {
-    char why[512];
+    wse_node *w = wn_of(n);
+    if (w->job != j)
+        return;
     va_list ap;
     va_start(ap, fmt);
-    node_job_vabort(n, j->id, fault, why, sizeof(why), fmt, ap);
+    jobhost_vabort(&w->jobs, fault, fmt, ap);
     va_end(ap);
-    wn__release(n, j);
 }
 
 static void wn__maybe_ready(wn_job *j)
 {
-    if (j->ready_sent || !j->up_ready)
+    if (j->state != WN_LINKING || !j->up_ready)
         return;
     for (size_t i = 0; i < j->nfeeds; i++)
         if (!j->feeds[i].ready)
             return;
-    j->ready_sent = true;
+    j->state = WN_RUNNING;
     Appliance__JobReady r = APPLIANCE__JOB_READY__INIT;
     r.job_id = j->id;
     r.member_id = j->n->member_id;
@@ -238,7 +242,7 @@ static void wn__eval_next(wn_job *j)
     node_send_coordinator(j->n, &env);
     j->stage = WN_FORWARD;
     if (j->step >= j->plan->max_steps) {
-        j->finished = true;
+        j->state = WN_FINISHED;
         return;
     }
     wn__begin_pass(j);
@@ -295,7 +299,7 @@ static void wn__grad_sent(void *arg, int status)
 {
     wn_tensor *t = arg;
     t->sends--;
-    if (!t->job->released)
+    if (t->job->state != WN_RELEASED)
         wn__advance(t->job);
 }
 
@@ -362,7 +366,7 @@ static void wn__step_done(wn_job *j)
     if (plan_eval_at(j->plan, j->step))
         wn__eval_begin(j);
     else if (j->step >= j->plan->max_steps)
-        j->finished = true;
+        j->state = WN_FINISHED;
     wn__begin_pass(j);
 }
 
@@ -370,7 +374,7 @@ static void wn__work_done(void *arg)
 {
     wn_job *j = arg;
     j->busy = false;
-    if (j->released) {
+    if (j->state == WN_RELEASED) {
         if (j->links_open == 0)
             wn__free_buffers(j);
         return;
@@ -383,7 +387,7 @@ static void wn__work_done(void *arg)
     if (j->ws_ready && (j->stage == WN_FORWARD || j->stage == WN_BACKWARD || j->stage == WN_EVAL) &&
         wslots_consume(&j->ws, j->layer, j->stage == WN_BACKWARD))
         wn__unstage(j); /* a slot is free: held chunks land, reading resumes */
-    if (j->released)
+    if (j->state == WN_RELEASED)
         return;
     if (j->stage == WN_EVAL) {
         if (++j->layer == m->nlayers)
@@ -467,7 +471,7 @@ static void wn__eval_skip(wn_job *j)
                 return; /* resumes when the weights come */
             if (wslots_consume(&j->ws, j->layer, false))
                 wn__unstage(j);
-            if (j->released)
+            if (j->state == WN_RELEASED)
                 return;
         }
         if (++j->layer == m->nlayers)
@@ -478,7 +482,7 @@ static void wn__eval_skip(wn_job *j)
 /* Starts the next compute task if what it needs is there. */
 static void wn__advance(wn_job *j)
 {
-    if (j->busy || j->released || j->finished)
+    if (j->busy || j->state >= WN_FINISHED)
         return;
     if (j->stage == WN_EVAL || j->stage == WN_EVAL_METRICS) {
         const wn_eval_buf *eb = wn__eval_buf(j, j->eval_k);
@@ -535,7 +539,7 @@ static void wn__up_ready(conn *c)
 static void *wn__up_dest(conn *c, const Appliance__Envelope *env, uint32_t len, int *err)
 {
     wn_job *j = c->data;
-    if (j->pipelined && env->msg_case == APPLIANCE__ENVELOPE__MSG_GRAD_CHUNK && !j->released) {
+    if (j->pipelined && env->msg_case == APPLIANCE__ENVELOPE__MSG_GRAD_CHUNK && j->state != WN_RELEASED) {
         const Appliance__GradChunk *g = env->grad_chunk;
         if (msgcheck_grad_chunk(g, j->plan, len, NULL, 0) < 0 || g->step != j->step ||
             j->t[g->tensor_id].rg_have + g->count > j->t[g->tensor_id].n) {
@@ -544,7 +548,7 @@ static void *wn__up_dest(conn *c, const Appliance__Envelope *env, uint32_t len, 
         }
         return j->t[g->tensor_id].rg + g->offset;
     }
-    if (env->msg_case != APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK || j->released) {
+    if (env->msg_case != APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK || j->state == WN_RELEASED) {
         *err = -EPROTO;
         return NULL;
     }
@@ -659,7 +663,7 @@ static void wn__unstage(wn_job *j)
 static void wn__up_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len)
 {
     wn_job *j = c->data;
-    if (j->released)
+    if (j->state == WN_RELEASED)
         return;
     if (env->msg_case == APPLIANCE__ENVELOPE__MSG_ERROR) {
         wn__fault(j->n, j, "swarmx refused: %s", env->error->message);
@@ -687,7 +691,7 @@ static void wn__up_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, ui
             }
             wn__pause(j);
             wn__unstage(j);
-            if (j->released)
+            if (j->state == WN_RELEASED)
                 return;
         } else if (wslots_received(&j->ws, w->count)) {
             wn__pause(j);
@@ -707,7 +711,7 @@ static void wn__up_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, ui
 static void wn__up_close(conn *c, int err, const char *reason)
 {
     wn_job *j = c->data;
-    if (j->released)
+    if (j->state == WN_RELEASED)
         return;
     if (j->up_ready) {
         j->up_ready = false;
@@ -749,7 +753,7 @@ static void *wn__feed_dest(conn *c, const Appliance__Envelope *env, uint32_t len
 {
     wn_feed *f = c->data;
     wn_job *j = f->job;
-    if (env->msg_case != APPLIANCE__ENVELOPE__MSG_BATCH || j->released) {
+    if (env->msg_case != APPLIANCE__ENVELOPE__MSG_BATCH || j->state == WN_RELEASED) {
         *err = -EPROTO;
         return NULL;
     }
@@ -787,7 +791,7 @@ static void wn__feed_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, 
 {
     wn_feed *f = c->data;
     wn_job *j = f->job;
-    if (j->released)
+    if (j->state == WN_RELEASED)
         return;
     if (env->msg_case == APPLIANCE__ENVELOPE__MSG_ERROR) {
         wn__fault(j->n, j, "worker %s refused: %s", c->peer_addr, env->error->message);
@@ -819,7 +823,7 @@ static void wn__feed_close(conn *c, int err, const char *reason)
 {
     wn_feed *f = c->data;
     wn_job *j = f->job;
-    if (j->released)
+    if (j->state == WN_RELEASED)
         return;
     if (f->ready) {
         f->ready = false;
@@ -836,16 +840,15 @@ static const conn_ops wn__feed_ops = {
 
 /* ---- handlers ---- */
 
-/* A job this replica cannot take: the coordinator hears why, nothing stays. */
-static void wn__refuse(node *n, wn_job *j, const char *reason)
+/* A job start this replica cannot go on with: what was built is freed, the
+ * plan is the jobhost's to free. Returns NULL for wn__start. */
+static void *wn__start_failed(wn_job *j, char *why, size_t whylen, const char *reason)
 {
-    char why[600];
-    node_job_failed(n, j->id, why, sizeof(why), "%s", reason);
-    wse_node *w = wn_of(n);
-    if (w->job == j)
-        w->job = NULL;
-    j->released = true;
+    snprintf(why, whylen, "%s", reason);
+    j->plan = NULL;
+    j->state = WN_RELEASED;
     wn__free_buffers(j);
+    return NULL;
 }
 
 /* Allocates a job's buffers (on the compute thread). */
@@ -948,14 +951,14 @@ static void wn__job_allocated(void *arg)
     wn_job *j = arg;
     node *n = j->n;
     j->busy = false;
-    if (j->released) {
+    if (j->state == WN_RELEASED) {
         if (j->links_open == 0)
             wn__free_buffers(j);
         return;
     }
     if (j->compute_err) {
         j->compute_err = 0;
-        wn__refuse(n, j, j->compute_msg);
+        wn__abort(n, j, "%s", j->compute_msg); /* the coordinator hears why, nothing stays */
         return;
     }
     Appliance__Plan *p = j->plan;
@@ -964,7 +967,7 @@ static void wn__job_allocated(void *arg)
         if (j->ws_ready)
             wslots_new_pass(&j->ws, true);
     }
-    j->linked = true;
+    j->state = WN_LINKING;
     conn_link_start(&j->up, n->loop, p->swarm[j->swarm_parent]->addr, &n->ccfg, &wn__up_ops, j);
     for (size_t i = 0; i < p->n_workers; i++) {
         const Appliance__PlanWorker *pw = p->workers[i];
@@ -980,22 +983,21 @@ static void wn__job_allocated(void *arg)
              p->n_replicas, j->batch, j->nfeeds);
 }
 
-static void wn__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, uint32_t len)
+/* Starts a job (jobhost_ops.start): the replica's share of the plan and its
+ * model; the buffers are allocated on the compute thread, then the links
+ * start (wn__job_allocated). */
+static void *wn__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
 {
+    node *n = h->n;
     wse_node *w = wn_of(n);
-    Appliance__Plan *plan = node_job_start_plan(c, env, w->job ? w->job->id : NULL);
-    if (!plan)
-        return;
     wn_job *j = calloc(1, sizeof(*j));
     if (!j) {
-        appliance__plan__free_unpacked(plan, NULL);
-        return;
+        snprintf(why, whylen, "out of memory");
+        return NULL;
     }
     j->n = n;
-    snprintf(j->id, sizeof(j->id), "%s", plan->job_id);
-    j->plan = plan;
-    w->job = j;
-    Appliance__Plan *p = j->plan;
+    snprintf(j->id, sizeof(j->id), "%s", p->job_id);
+    j->plan = p;
     const Appliance__PlanReplica *me = NULL;
     for (size_t i = 0; i < p->n_replicas; i++)
         if (p->replicas[i]->member_id == n->member_id)
@@ -1012,13 +1014,10 @@ static void wn__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *p
             snprintf(err, sizeof(err), "plan has no replica for member %u", n->member_id);
         else if (p->n_swarm == 0)
             snprintf(err, sizeof(err), "plan has no swarmx node");
-        wn__refuse(n, j, err);
-        return;
+        return wn__start_failed(j, why, whylen, err);
     }
-    if (model_plan_check(p, j->m, err, sizeof(err)) < 0) {
-        wn__refuse(n, j, err);
-        return;
-    }
+    if (model_plan_check(p, j->m, err, sizeof(err)) < 0)
+        return wn__start_failed(j, why, whylen, err);
     j->replica = me->index;
     j->batch = me->batch;
     j->step = p->first_step;
@@ -1027,22 +1026,27 @@ static void wn__job_start(node *n, conn *c, Appliance__Envelope *env, uint8_t *p
     j->swarm_parent = me->swarm_parent >= 0 && (size_t)me->swarm_parent < p->n_swarm ? me->swarm_parent : 0;
     /* The buffers are allocated (and touched) on the compute thread: a
      * large model takes a while, and heartbeats must go on meanwhile. */
+    j->state = WN_ALLOCATING;
     j->busy = true;
     if (compute_submit(&w->comp, wn__job_alloc, wn__job_allocated, j) < 0) {
         j->busy = false;
-        wn__refuse(n, j, "out of memory queueing the buffer allocation");
+        return wn__start_failed(j, why, whylen, "out of memory queueing the buffer allocation");
     }
+    w->job = j;
+    return j;
 }
 
-static void wn__job_end(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, uint32_t len)
+/* Lets the job go (jobhost_ops.release): links close, buffers go once no
+ * task uses them. */
+static void wn__release_job(jobhost *h, void *job, jobhost_end end, const char *why)
 {
-    wse_node *w = wn_of(n);
-    const char *id = env->msg_case == APPLIANCE__ENVELOPE__MSG_JOB_END ? env->job_end->job_id
-                                                                      : env->job_abort->job_id;
-    if (w->job && strcmp(w->job->id, id) == 0) {
-        log_info("job %s: released at step %llu", id, (unsigned long long)w->job->step);
-        wn__release(n, w->job);
-    }
+    wn_job *j = job;
+    if (end == JOBHOST_RELEASED)
+        log_info("job %s: released at step %llu", j->id, (unsigned long long)j->step);
+    else if (end == JOBHOST_COORDINATOR_LOST)
+        log_warn("job %s: released at step %llu: lost the coordinator", j->id,
+                 (unsigned long long)j->step);
+    wn__release(h->n, j);
 }
 
 static void wn__describe_wait(node *n, char *out, size_t len)
@@ -1071,20 +1075,13 @@ static void wn__describe_wait(node *n, char *out, size_t len)
 /* The coordinator owns the job; a restarted one recovers it. */
 static void wn__coordinator_lost(node *n)
 {
-    wse_node *w = wn_of(n);
-    if (w->job) {
-        log_warn("job %s: released at step %llu: lost the coordinator", w->job->id,
-                 (unsigned long long)w->job->step);
-        wn__release(n, w->job);
-    }
+    jobhost_end_job(&wn_of(n)->jobs, JOBHOST_COORDINATOR_LOST, "lost the coordinator");
 }
 
 static void wn__shutdown(node *n)
 {
     wse_node *w = wn_of(n);
-    wn_job *j = w->job;
-    if (j)
-        wn__release(n, j);
+    jobhost_end_job(&w->jobs, JOBHOST_SHUTDOWN, "shutdown");
     compute_stop(&w->comp); /* after the task in flight; calls every done */
 }
 
@@ -1113,17 +1110,18 @@ static const options_key wn__keys[] = {
     {NULL, NULL, 0, 0, 0, 0, 0, NULL},
 };
 
-void wse_node_role(node_role *role, wse_node_options *opt)
+static const jobhost_ops wn__jobhost_ops = {wn__start, wn__release_job};
+
+void wse_node_role(node_role *role, wse_node *w, node *n)
 {
     memset(role, 0, sizeof(*role));
     role->role = APPLIANCE__ROLE__ROLE_WSE_NODE;
     role->component = "wse-node";
-    memset(opt, 0, sizeof(*opt));
-    opt->threads = 1;
-    role->options = (options_table){NULL, wn__keys, opt};
-    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_START] = wn__job_start;
-    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_END] = wn__job_end;
-    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_ABORT] = wn__job_end;
+    memset(w, 0, sizeof(*w));
+    w->n = n;
+    w->opt.threads = 1;
+    role->options = (options_table){NULL, wn__keys, &w->opt};
+    jobhost_init(&w->jobs, n, role, &wn__jobhost_ops);
     role->fill_register = wn__fill_register;
     role->on_shutdown = wn__shutdown;
     role->on_coordinator_lost = wn__coordinator_lost;

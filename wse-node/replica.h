@@ -8,6 +8,7 @@
 
 #include "compute.h"
 #include "exec.h"
+#include "jobhost.h"
 #include "model.h"
 #include "node.h"
 #include "optim.h"
@@ -64,6 +65,29 @@ typedef struct wn_eval_buf {
     uint8_t *data;         /* eval_batch samples: inputs, then labels */
 } wn_eval_buf;
 
+/* The life of a replica's job.
+ *
+ *   WN_ALLOCATING --buffers allocated on the compute thread (wn__job_allocated)--> WN_LINKING
+ *   WN_LINKING --swarmx and every worker linked: JobReady (wn__maybe_ready)--> WN_RUNNING
+ *   WN_RUNNING --max_steps trained and evaluated (wn__step_done, wn__eval_next)--> WN_FINISHED
+ *   any state --an end (jobhost.h; wn__release)--> WN_RELEASED --links closed, task done--> freed
+ *
+ * RUNNING: the steps run as weights and batches arrive; stage and layer
+ * say where the step is. RELEASED: no longer the wse-node's job; the links
+ * close and the compute task in flight finishes before the memory goes.
+ * Beside the state, a few flags are independent of it: busy (a compute task
+ * is queued, in any state), up_ready and the feeds' ready (links come and
+ * go), chunk_staged and up_paused (flow control of the weight stream),
+ * ex_ready and ws_ready (which buffers an allocation that failed half-way
+ * made), pipelined (the mode). */
+typedef enum wn_state {
+    WN_ALLOCATING,
+    WN_LINKING,
+    WN_RUNNING,
+    WN_FINISHED,
+    WN_RELEASED,
+} wn_state;
+
 typedef struct wn_job {
     node *n;
     char id[40];
@@ -82,20 +106,17 @@ typedef struct wn_job {
     wn_feed *feeds;
     size_t nfeeds;
     conn_link up;            /* to the swarmx parent */
-    bool up_ready;
-    bool ready_sent;
-    bool running;            /* the first weights arrived */
+    bool up_ready;           /* the link to swarmx is up */
+    wn_state state;          /* see wn_state */
     uint64_t step;           /* step being computed */
     enum wn_stage stage;
     int layer;               /* layer of the stage */
     bool busy;               /* a compute task is queued */
-    bool linked;             /* the links are started (after the buffers) */
     uint32_t batch_offset;   /* first sample of the global batch */
     uint32_t swarm_parent;   /* swarmx node it streams from */
     double loss_sum;         /* of the step, over our samples */
     int compute_err;         /* set by a task: the job fails */
     char compute_msg[256];
-    bool released;
     int links_open;          /* links still closing at release */
     bool pipelined;          /* weights resident, all-reduced gradients applied here */
     optim_config cfg;        /* Pipelined: the optimizer */
@@ -104,7 +125,6 @@ typedef struct wn_job {
     size_t ebuf_bytes;
     uint32_t eval_k;         /* the eval batch being computed */
     exec_metrics metrics;    /* of the evaluation in progress */
-    bool finished;           /* max_steps trained (and evaluated): nothing left */
     wslots ws;               /* Weight Streaming: the slots weights and gradients pass through */
     plan_stream cur;         /* the weight chunk expected next (plan_stream.h); zero before the first */
     bool ws_ready;           /* ws was initialised */
@@ -123,13 +143,15 @@ typedef struct wse_node_options {
 typedef struct wse_node {
     node *n;
     wse_node_options opt;    /* filled by node_parse_args */
-    wn_job *job;
+    jobhost jobs;            /* the job's life cycle (jobhost.h) */
+    wn_job *job;             /* the replica's job (jobs.job), or NULL */
     compute comp;            /* the thread that runs the kernels */
     metrics_hist step_hist;  /* compute time per training step */
     uint64_t steps;          /* training steps computed */
     uint64_t staged;         /* weight chunks held while their slot was busy */
 } wse_node;
 
-/* Fills the role table of a wse-node, its option keys pointing into opt,
- * which it sets to the defaults. */
-void wse_node_role(node_role *role, wse_node_options *opt);
+/* Fills the role table of a wse-node and ties w (cleared) to n: its option
+ * keys point into w->opt, set to the defaults; its job life cycle is
+ * w->jobs. */
+void wse_node_role(node_role *role, wse_node *w, node *n);

@@ -8,15 +8,8 @@
 
 #include "coordinator.h"
 #include "jobspec.h"
+#include "steps.h"
 #include "summaries.h"
-
-typedef struct job_step {
-    uint64_t step;        /* which step this slot holds, UINT64_MAX if none */
-    double loss_sum;      /* sum over replicas of their loss sums */
-    double compute_max;   /* the slowest replica's compute time */
-    uint32_t reports;     /* replicas that reported */
-    uint32_t commits;     /* shards that committed */
-} job_step;
 
 /* A client reading a job's log as it grows. */
 typedef struct job_reader {
@@ -60,8 +53,7 @@ struct job {
     size_t nmembers;
     size_t ready;         /* members that reported ready */
     size_t finished;      /* shards that wrote their final checkpoint */
-    job_step *ring;       /* steps in flight, by step % ring_cap (a power of two) */
-    size_t ring_cap;
+    steps flight;         /* the steps in flight and their reports (steps.h) */
     uint64_t t_start, t_train; /* uv_now at start and at the first step */
     uint64_t t_end;       /* uv_now when it ended, 0 before */
     uint64_t t_step;      /* uv_now when its last step was committed */

@@ -20,7 +20,6 @@
 #include "planner.h"
 
 #define JOB_CHUNK_ELEMS (256u * 1024) /* 1 MiB of float32 per chunk */
-#define JOB_STEP_WINDOW (1u << 20)    /* steps whose reports may be in flight at most */
 #define JOB_LOG_MAX 100000            /* log lines kept per job */
 #define JOB_SETTLE_MS 1000            /* after a fault, before the next attempt: the members let go */
 #define JOB_FULL_WAIT_MS 5000         /* how long a recovery waits for replacements of lost replicas */
@@ -96,7 +95,7 @@ void job_status(coordinator *co, job *j, Appliance__JobStatus *s)
     uint64_t until = running ? now : j->t_step;
     if (j->t_train && until > j->t_train && j->samples) {
         double secs = (double)(until - j->t_train) / 1000.0;
-        s->samples_per_sec = (double)j->samples / secs;
+        s->samples_per_sec = steps_rate(j->samples, j->t_train, until);
         uint64_t trained = j->steps_done - j->first_step;
         if (running && trained > 0)
             s->eta_sec = secs / (double)trained * (double)(j->max_steps - j->steps_done);
@@ -242,9 +241,7 @@ static void job__drop_run(job *j, bool ending)
     free(j->members);
     j->members = NULL;
     j->nmembers = 0;
-    free(j->ring);
-    j->ring = NULL;
-    j->ring_cap = 0;
+    steps_free(&j->flight);
     if (ending) {
         summaries_close(j->sum);
         j->sum = NULL;
@@ -423,6 +420,8 @@ static int job__launch(coordinator *co, job *j, jobspec *spec)
     }
     free(used);
     j->steps_done = j->first_step = j->plan->first_step;
+    steps_free(&j->flight);
+    steps_init(&j->flight, j->first_step, (uint32_t)j->plan->n_replicas, (uint32_t)j->plan->n_shards);
     j->max_steps = j->plan->max_steps;
     if (!j->t_start)
         j->t_start = uv_now(co->n->loop);
@@ -717,42 +716,6 @@ void jobs_handle_ready(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, u
     job_notify(co, j);
 }
 
-/* The record of a step in flight. Replicas report a step as they finish it
- * and memoryx commits it once updated; in Pipelined mode the replicas may
- * run ahead of the commits by as many steps as the gradient queues hold, so
- * the window grows (up to JOB_STEP_WINDOW). NULL when out of memory or past
- * the window. */
-static job_step *job__slot(job *j, uint64_t step)
-{
-    if (step < j->steps_done)
-        return NULL; /* a step already committed */
-    uint64_t span = step - j->steps_done + 1;
-    if (span > JOB_STEP_WINDOW)
-        return NULL;
-    if (span > j->ring_cap) {
-        size_t cap = j->ring_cap ? j->ring_cap : 8;
-        while (cap < span)
-            cap *= 2;
-        job_step *r = malloc(cap * sizeof(*r));
-        if (!r)
-            return NULL;
-        for (size_t i = 0; i < cap; i++)
-            r[i].step = UINT64_MAX;
-        for (size_t i = 0; i < j->ring_cap; i++)
-            if (j->ring[i].step != UINT64_MAX)
-                r[j->ring[i].step & (cap - 1)] = j->ring[i];
-        free(j->ring);
-        j->ring = r;
-        j->ring_cap = cap;
-    }
-    job_step *s = &j->ring[step & (j->ring_cap - 1)];
-    if (s->step != step) {
-        memset(s, 0, sizeof(*s));
-        s->step = step;
-    }
-    return s;
-}
-
 /* Done once every shard wrote its final checkpoint and every step's
  * reports are in (they travel on other connections and may come later). */
 static void job__maybe_finish(coordinator *co, job *j)
@@ -763,64 +726,56 @@ static void job__maybe_finish(coordinator *co, job *j)
         job_end(co, j, APPLIANCE__JOB_STATE__JOB_DONE, "done");
 }
 
-static bool job__step_complete(const job *j, const job_step *s)
+/* Counts the steps that are complete, in order (steps.h): the loss, the
+ * rate, the log, the summaries and the journal of each. */
+static void job__count_steps(coordinator *co, job *j)
 {
-    return s->reports >= j->plan->n_replicas && s->commits >= j->plan->n_shards;
-}
-
-static void job__maybe_step_done(coordinator *co, job *j, job_step *s)
-{
-    /* Steps commit in order: this one and any complete ones after it. */
-    if (!j->ring_cap)
-        return;
-    s = &j->ring[j->steps_done & (j->ring_cap - 1)];
-    if (s->step != j->steps_done || !job__step_complete(j, s))
-        return;
-    j->steps_done = s->step + 1;
-    uint64_t now = uv_now(co->n->loop);
-    j->progress_at = now;
-    if (co->last_commit && j->steps_done > j->first_step + 1)
-        metrics_hist_observe(&co->step_hist, (double)(now - co->last_commit) / 1000.0);
-    co->last_commit = now;
-    j->last_loss = s->loss_sum / (double)j->plan->global_batch;
-    j->samples += j->plan->global_batch;
-    j->t_step = now;
-    optim_config cfg;
-    if (optim_from_plan(j->plan->optimizer, &cfg) == 0)
-        j->last_lr = optim_lr_at(&cfg, (int64_t)s->step);
-    double compute = s->compute_max;
-    s->step = UINT64_MAX;
-    bool last = j->steps_done >= j->plan->max_steps;
-    if (last)
-        snprintf(j->phase, sizeof(j->phase), "checkpointing");
-    if (last || j->steps_done % j->log_steps == 0) {
-        Appliance__JobStatus st;
-        job_status(co, j, &st);
-        log_info("job %s: step %llu/%llu loss %.6f", j->id, (unsigned long long)j->steps_done,
-                 (unsigned long long)j->plan->max_steps, j->last_loss);
-        job_log(co, j, "step %llu/%llu loss %.6f lr %.6g samples/s %.1f",
-                (unsigned long long)j->steps_done, (unsigned long long)j->plan->max_steps,
-                j->last_loss, j->last_lr, st.samples_per_sec);
-        if (j->sum && j->steps_done > j->summarized) { /* a replayed step is written once */
-            j->summarized = j->steps_done;
-            int64_t step = (int64_t)j->steps_done;
-            summaries_scalar(j->sum, "loss", step, j->last_loss);
-            summaries_scalar(j->sum, "learning_rate", step, j->last_lr);
-            summaries_scalar(j->sum, "samples_per_sec", step, st.samples_per_sec);
-            summaries_scalar(j->sum, "step_compute_sec/slowest_replica", step, compute);
-            for (size_t i = 0; j->ring && i < j->plan->n_replicas && i < 64; i++) {
-                char tag[64];
-                snprintf(tag, sizeof(tag), "step_compute_sec/replica_%zu", i);
-                summaries_scalar(j->sum, tag, step, j->replica_sec[i]);
+    job_step done;
+    while (j->state == APPLIANCE__JOB_STATE__JOB_RUNNING && steps_next(&j->flight, &done)) {
+        const job_step *s = &done;
+        j->steps_done = j->flight.done;
+        uint64_t now = uv_now(co->n->loop);
+        j->progress_at = now;
+        if (co->last_commit && j->steps_done > j->first_step + 1)
+            metrics_hist_observe(&co->step_hist, (double)(now - co->last_commit) / 1000.0);
+        co->last_commit = now;
+        j->last_loss = s->loss_sum / (double)j->plan->global_batch;
+        j->samples += j->plan->global_batch;
+        j->t_step = now;
+        optim_config cfg;
+        if (optim_from_plan(j->plan->optimizer, &cfg) == 0)
+            j->last_lr = optim_lr_at(&cfg, (int64_t)s->step);
+        double compute = s->compute_max;
+        bool last = j->steps_done >= j->plan->max_steps;
+        if (last)
+            snprintf(j->phase, sizeof(j->phase), "checkpointing");
+        if (last || j->steps_done % j->log_steps == 0) {
+            Appliance__JobStatus st;
+            job_status(co, j, &st);
+            log_info("job %s: step %llu/%llu loss %.6f", j->id, (unsigned long long)j->steps_done,
+                     (unsigned long long)j->plan->max_steps, j->last_loss);
+            job_log(co, j, "step %llu/%llu loss %.6f lr %.6g samples/s %.1f",
+                    (unsigned long long)j->steps_done, (unsigned long long)j->plan->max_steps,
+                    j->last_loss, j->last_lr, st.samples_per_sec);
+            if (j->sum && j->steps_done > j->summarized) { /* a replayed step is written once */
+                j->summarized = j->steps_done;
+                int64_t step = (int64_t)j->steps_done;
+                summaries_scalar(j->sum, "loss", step, j->last_loss);
+                summaries_scalar(j->sum, "learning_rate", step, j->last_lr);
+                summaries_scalar(j->sum, "samples_per_sec", step, st.samples_per_sec);
+                summaries_scalar(j->sum, "step_compute_sec/slowest_replica", step, compute);
+                for (size_t i = 0; i < j->plan->n_replicas && i < 64; i++) {
+                    char tag[64];
+                    snprintf(tag, sizeof(tag), "step_compute_sec/replica_%zu", i);
+                    summaries_scalar(j->sum, tag, step, j->replica_sec[i]);
+                }
+                summaries_flush(j->sum);
             }
-            summaries_flush(j->sum);
+            job_save(co, j);
+            job_notify(co, j);
         }
-        job_save(co, j);
-        job_notify(co, j);
+        job__maybe_finish(co, j);
     }
-    job__maybe_finish(co, j);
-    if (j->state == APPLIANCE__JOB_STATE__JOB_RUNNING)
-        job__maybe_step_done(co, j, NULL);
 }
 
 void jobs_handle_step_report(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, uint32_t len)
@@ -830,27 +785,22 @@ void jobs_handle_step_report(node *n, conn *c, Appliance__Envelope *env, uint8_t
     job *j = job__of_member(co, c, r->job_id, NULL);
     if (!j)
         return;
-    job_step *s = job__slot(j, r->step);
     char why[160];
-    if (!s) {
-        snprintf(why, sizeof(why), "step report for step %llu from replica %u out of order",
-                 (unsigned long long)r->step, r->replica);
-        job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, why);
-        return;
-    }
     if (!isfinite(r->loss_sum)) {
         snprintf(why, sizeof(why), "loss of replica %u is not finite at step %llu: training diverged",
                  r->replica, (unsigned long long)r->step);
         job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, why);
         return;
     }
-    s->loss_sum += r->loss_sum;
-    s->reports++;
-    if (r->compute_sec > s->compute_max)
-        s->compute_max = r->compute_sec;
+    if (steps_report(&j->flight, r->step, r->loss_sum, r->compute_sec) < 0) {
+        snprintf(why, sizeof(why), "step report for step %llu from replica %u out of order",
+                 (unsigned long long)r->step, r->replica);
+        job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, why);
+        return;
+    }
     if (r->replica < 64)
         j->replica_sec[r->replica] = r->compute_sec;
-    job__maybe_step_done(co, j, s);
+    job__count_steps(co, j);
 }
 
 void jobs_handle_step_committed(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, uint32_t len)
@@ -860,16 +810,14 @@ void jobs_handle_step_committed(node *n, conn *c, Appliance__Envelope *env, uint
     job *j = job__of_member(co, c, r->job_id, NULL);
     if (!j)
         return;
-    job_step *s = job__slot(j, r->step);
-    if (!s) {
+    if (steps_commit(&j->flight, r->step) < 0) {
         char why[160];
         snprintf(why, sizeof(why), "commit of step %llu from shard %u out of order",
                  (unsigned long long)r->step, r->shard);
         job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, why);
         return;
     }
-    s->commits++;
-    job__maybe_step_done(co, j, s);
+    job__count_steps(co, j);
 }
 
 void jobs_handle_eval_report(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, uint32_t len)

@@ -9,29 +9,12 @@
 #include "msg.h"
 #include "msgcheck.h"
 #include "plan.h"
+#include "queue.h"
 
-#define SWX_CHILD_QUEUE_MAX 32     /* gradient chunks buffered per child */
 #define SWX_UPSTREAM 1             /* conn kind: our link to memoryx or the parent */
 #define SWX_DOWN_MAX (64u << 20)   /* weight bytes buffered for slow children */
 
 static swarmx *swx_of(node *n) { return n->data; }
-
-static swx_buf *swx__buf_new(uint32_t len)
-{
-    swx_buf *b = malloc(sizeof(*b) + len);
-    if (b) {
-        b->refs = 1;
-        b->len = len;
-        b->next = NULL;
-    }
-    return b;
-}
-
-static void swx__buf_unref(swx_buf *b)
-{
-    if (b && --b->refs == 0)
-        free(b);
-}
 
 static void swx__up_stopped(conn_link *l)
 {
@@ -52,7 +35,7 @@ static void swx__job_free(swx_job *j)
         swx_buf *b = j->kids[i].head;
         while (b) {
             swx_buf *next = b->next;
-            swx__buf_unref(b);
+            swx_buf_unref(b);
             b = next;
         }
     }
@@ -60,7 +43,7 @@ static void swx__job_free(swx_job *j)
     for (size_t i = 0; i < j->nup; i++)
         while (j->up[i].qhead) {
             swx_buf *next = j->up[i].qhead->next;
-            swx__buf_unref(j->up[i].qhead);
+            swx_buf_unref(j->up[i].qhead);
             j->up[i].qhead = next;
         }
     if (j->plan)
@@ -138,7 +121,7 @@ static void swx__down_sent(void *arg, int status)
         if (j->pending_down <= SWX_DOWN_MAX / 2)
             swx__resume_up(j);
     }
-    swx__buf_unref(s->b);
+    swx_buf_unref(s->b);
     free(s);
 }
 
@@ -191,58 +174,30 @@ static void swx__send_down(node *n, swx_job *j, conn *from, const Appliance__Env
 
 static void swx__up_sent(void *arg, int status)
 {
-    swx__buf_unref(arg);
+    swx_buf_unref(arg);
 }
 
 static void swx__send_down(node *n, swx_job *j, conn *from, const Appliance__Envelope *env, swx_buf *b);
 
-/* dst += src, four floats at a time (GCC and clang vector extensions; the
- * loads and stores through memcpy need no alignment). */
-typedef float swx_v4 __attribute__((vector_size(16)));
-
-static void swx__add(float *restrict dst, const float *restrict src, uint64_t count)
+static void swx__child_resume(swx_child *k, void *arg)
 {
-    uint64_t e = 0;
-    for (; e + 4 <= count; e += 4) {
-        swx_v4 a, b;
-        memcpy(&a, dst + e, sizeof(a));
-        memcpy(&b, src + e, sizeof(b));
-        a += b;
-        memcpy(dst + e, &a, sizeof(a));
-    }
-    for (; e < count; e++)
-        dst[e] += src[e];
+    if (k->c)
+        conn_resume(k->c);
 }
 
+/* Sums the children's gradient chunks in child order as they complete
+ * (queue.c) and sends each sum up. */
 static void swx__reduce(node *n, swx_job *j)
 {
     for (;;) {
-        for (size_t i = 0; i < j->nkids; i++)
-            if (!j->kids[i].head)
-                return;
-        swx_buf *sum = j->kids[0].head;
+        swx_buf *sum;
+        char why[256];
+        int rc = swx_reduce_take(j->kids, j->nkids, &sum, swx__child_resume, NULL, why, sizeof(why));
+        if (rc < 0)
+            swx__abort(n, j, "%s", why);
+        if (rc <= 0)
+            return;
         const Appliance__GradChunk *h = &sum->hdr;
-        for (size_t i = 0; i < j->nkids; i++) {
-            swx_child *k = &j->kids[i];
-            swx_buf *b = k->head;
-            if (b->hdr.step != h->step || b->hdr.tensor_id != h->tensor_id ||
-                b->hdr.offset != h->offset || b->hdr.count != h->count) {
-                swx__abort(n, j, "gradient streams diverge: child %zu sent tensor %u offset %llu, "
-                           "child 0 tensor %u offset %llu", i, b->hdr.tensor_id,
-                           (unsigned long long)b->hdr.offset, h->tensor_id,
-                           (unsigned long long)h->offset);
-                return;
-            }
-            k->head = b->next;
-            if (!k->head)
-                k->tail = NULL;
-            if (k->queued-- == SWX_CHILD_QUEUE_MAX)
-                conn_resume(k->c);
-            if (i > 0) {
-                swx__add((float *)sum->data, (const float *)b->data, h->count);
-                swx__buf_unref(b);
-            }
-        }
         /* Route up: the root sends to the shard owning the tensor. */
         conn *up = NULL;
         if (j->root) {
@@ -255,10 +210,9 @@ static void swx__reduce(node *n, swx_job *j)
         }
         Appliance__GradChunk hdr = *h;
         ENVELOPE(env, grad_chunk, GRAD_CHUNK, &hdr);
-        sum->next = NULL;
-        int rc = up ? conn_send(up, &env, sum->data, sum->len, swx__up_sent, sum) : -ENOTCONN;
+        rc = up ? conn_send(up, &env, sum->data, sum->len, swx__up_sent, sum) : -ENOTCONN;
         if (rc < 0) {
-            swx__buf_unref(sum);
+            swx_buf_unref(sum);
             swx__fault(n, j, "cannot send gradients up: %s", strerror(-rc));
             return;
         }
@@ -275,7 +229,7 @@ static void swx__reduce(node *n, swx_job *j)
             swx__send_down(n, j, NULL, &env, sum);
             if (!j->plan)
                 return; /* aborted */
-            swx__buf_unref(sum);
+            swx_buf_unref(sum);
         }
     }
 }
@@ -284,26 +238,21 @@ static void swx__grad_chunk(node *n, swx_job *j, conn *c, Appliance__Envelope *e
 {
     swx_child *k = c->user;
     if (!k) {
-        swx__buf_unref(b);
+        swx_buf_unref(b);
         conn_fail(c, -EPROTO, "gradient chunk before stream hello");
         return;
     }
     const Appliance__GradChunk *g = env->grad_chunk;
     char why[256];
     if (msgcheck_grad_chunk(g, j->plan, b->len, why, sizeof(why)) < 0) {
-        swx__buf_unref(b);
+        swx_buf_unref(b);
         swx__abort(n, j, "bad gradient chunk from %s: %s", c->peer_addr, why);
         return;
     }
     b->hdr = *g;
     b->hdr.base.unknown_fields = NULL;
     b->hdr.base.n_unknown_fields = 0;
-    if (k->tail)
-        k->tail->next = b;
-    else
-        k->head = b;
-    k->tail = b;
-    if (++k->queued == SWX_CHILD_QUEUE_MAX)
+    if (swx_child_push(k, b))
         conn_pause(c);
     swx__reduce(n, j);
 }
@@ -316,7 +265,7 @@ static void *swx__payload_dest(node *n, conn *c, const Appliance__Envelope *env,
         *err = -EPROTO;
         return NULL;
     }
-    swx_buf *b = swx__buf_new(len);
+    swx_buf *b = swx_buf_new(len);
     if (!b) {
         *err = -ENOMEM;
         return NULL;
@@ -324,35 +273,25 @@ static void *swx__payload_dest(node *n, conn *c, const Appliance__Envelope *env,
     return b->data;
 }
 
-#define SWX_MERGE_QUEUE 32 /* weight chunks held per shard before it is paused */
 
 /* Forwards the held chunks whose turn has come. */
 static void swx__merge_drain(node *n, swx_job *j)
 {
-    for (bool moved = true; moved && !j->released;) {
-        moved = false;
-        for (size_t i = 0; i < j->nup; i++) {
-            swx_up *u = &j->up[i];
-            swx_buf *b = u->qhead;
-            if (!b || b->whdr.seq != j->next_seq)
-                continue;
-            u->qhead = b->next;
-            if (!u->qhead)
-                u->qtail = NULL;
-            b->next = NULL;
-            conn *uc = conn_link_conn(&u->link);
-            if (u->qlen-- == SWX_MERGE_QUEUE && uc)
-                conn_resume(uc);
-            if (swx__expect(n, j, &b->whdr, uc ? uc->peer_addr : "a shard") < 0) {
-                swx__buf_unref(b);
-                return;
-            }
-            ENVELOPE(env, weight_chunk, WEIGHT_CHUNK, &b->whdr);
-            swx__send_down(n, j, uc, &env, b);
-            swx__buf_unref(b);
-            j->next_seq++;
-            moved = true;
+    size_t from;
+    bool unpause;
+    swx_buf *b;
+    while (!j->released && (b = swx_merge_take(j->up, j->nup, j->next_seq, &from, &unpause))) {
+        conn *uc = conn_link_conn(&j->up[from].link);
+        if (unpause && uc)
+            conn_resume(uc);
+        if (swx__expect(n, j, &b->whdr, uc ? uc->peer_addr : "a shard") < 0) {
+            swx_buf_unref(b);
+            return;
         }
+        ENVELOPE(env, weight_chunk, WEIGHT_CHUNK, &b->whdr);
+        swx__send_down(n, j, uc, &env, b);
+        swx_buf_unref(b);
+        j->next_seq++;
     }
 }
 
@@ -366,18 +305,12 @@ static void swx__merge(node *n, swx_job *j, conn *c, const Appliance__Envelope *
     b->whdr.base.unknown_fields = NULL;
     b->whdr.base.n_unknown_fields = 0;
     if (b->whdr.seq < j->next_seq) {
-        swx__buf_unref(b);
+        swx_buf_unref(b);
         swx__abort(n, j, "weight chunk %llu from %s came twice", (unsigned long long)b->whdr.seq,
                    c->peer_addr);
         return;
     }
-    b->next = NULL;
-    if (u->qtail)
-        u->qtail->next = b;
-    else
-        u->qhead = b;
-    u->qtail = b;
-    if (++u->qlen >= SWX_MERGE_QUEUE)
+    if (swx_merge_push(u, b))
         conn_pause(c);
     swx__merge_drain(n, j);
 }
@@ -387,7 +320,7 @@ static void swx__on_data(node *n, conn *c, Appliance__Envelope *env, uint8_t *pa
     swx_job *j = swx_of(n)->job;
     swx_buf *b = payload ? container_of(payload, swx_buf, data) : NULL;
     if (!j || !b) {
-        swx__buf_unref(b);
+        swx_buf_unref(b);
         conn_fail(c, -EPROTO, "%s without a job or payload", frame_msg_name(env->msg_case));
         return;
     }
@@ -399,13 +332,13 @@ static void swx__on_data(node *n, conn *c, Appliance__Envelope *env, uint8_t *pa
         /* Weights, or (pipelined) the reduced gradient, on their way down. */
         if (env->msg_case == APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK &&
             swx__expect(n, j, env->weight_chunk, c->peer_addr) < 0) {
-            swx__buf_unref(b);
+            swx_buf_unref(b);
             return;
         }
         swx__send_down(n, j, c, env, b);
-        swx__buf_unref(b);
+        swx_buf_unref(b);
     } else if (from_up) {
-        swx__buf_unref(b);
+        swx_buf_unref(b);
         conn_fail(c, -EPROTO, "unexpected %s from upstream", frame_msg_name(env->msg_case));
     } else {
         swx__grad_chunk(n, j, c, env, b);

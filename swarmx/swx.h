@@ -7,33 +7,8 @@
 
 #include "jobhost.h"
 #include "plan_stream.h"
+#include "queue.h"
 #include "node.h"
-
-typedef struct swx_buf {
-    int refs;                    /* sends in flight + the holder */
-    uint32_t len;
-    struct swx_buf *next;        /* in a child's gradient queue */
-    Appliance__GradChunk hdr;    /* for gradient chunks: what it is */
-    Appliance__WeightChunk whdr; /* for weight chunks held for the ordered merge */
-    uint8_t data[];
-} swx_buf;
-
-typedef struct swx_child {
-    conn *c;                     /* NULL until it says hello */
-    bool replica;                /* a wse-node (else a child swarmx) */
-    uint32_t index;              /* replica or swarmx index */
-    swx_buf *head, *tail;        /* gradient chunks waiting for the others */
-    size_t queued;
-} swx_child;
-
-typedef struct swx_up {
-    conn_link link;              /* to a memoryx shard or the parent swarmx */
-    uint32_t shard;              /* shard index, for routing gradients */
-    bool ready;
-    struct swx_job *job;
-    swx_buf *qhead, *qtail;      /* weight chunks that came before their turn */
-    size_t qlen;
-} swx_up;
 
 typedef struct swx_job {
     node *n;                     /* the daemon */

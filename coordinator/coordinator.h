@@ -9,6 +9,8 @@
 #include "node.h"
 
 typedef struct job job;
+/* A job's log on its way to a client (jobctl.c). */
+typedef struct jobctl_send jobctl_send;
 
 /* The coordinator's own options (its key table: coordinator_role). */
 typedef struct coordinator_options {
@@ -41,6 +43,8 @@ typedef struct coordinator {
     uint64_t jobs_refused;        /* submissions refused by an admission limit (admission.c) */
     uint64_t jobs_evicted;        /* finished jobs evicted from memory (history.c) */
     uint64_t clients_dropped;     /* clients closed for leaving replies unread */
+    jobctl_send *log_sends;       /* logs still being sent to clients, in request order (jobctl.c) */
+    size_t nlog_sends;
 } coordinator;
 
 /* Fills the role table of the coordinator, its option keys pointing into

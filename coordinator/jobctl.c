@@ -28,11 +28,6 @@ static size_t jobctl__chunk(const conn *c)
 
 static coordinator *co_of(node *n) { return n->data; }
 
-bool jobs_visible(const conn *c, const job *j)
-{
-    return !c->auth_user[0] || strcmp(c->auth_user, j->owner) == 0;
-}
-
 static double jobctl__now(void)
 {
     struct timeval tv;
@@ -266,15 +261,13 @@ void jobs_handle_cancel(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, 
  * connection drains: a long log never sits whole in a write queue. The job
  * stays in memory until its log is sent (j->sending); one read back from
  * the journal is freed then. */
-typedef struct jobctl_send {
+struct jobctl_send {
     conn *c;
     job *j;
     uint64_t next;        /* the next line to send */
     bool follow;          /* once caught up, the client reads new lines as they come */
-} jobctl_send;
+};
 
-static jobctl_send *jobctl__sends; /* logs still being sent, in request order */
-static size_t jobctl__nsends;
 
 /* Sends what the connection takes of s. Returns true when s is finished:
  * everything sent, or (following) the client became a reader of the job. */
@@ -333,17 +326,17 @@ static void jobctl__done(jobctl_send *s)
 
 /* Sends a log now, or after the client's earlier ones (one at a time per
  * client, in request order). */
-static void jobctl__start(jobctl_send *s)
+static void jobctl__start(coordinator *co, jobctl_send *s)
 {
     s->j->sending++;
     bool waiting = false;
-    for (size_t i = 0; i < jobctl__nsends && !waiting; i++)
-        waiting = jobctl__sends[i].c == s->c;
+    for (size_t i = 0; i < co->nlog_sends && !waiting; i++)
+        waiting = co->log_sends[i].c == s->c;
     if (!waiting && jobctl__pump(s)) {
         jobctl__done(s);
         return;
     }
-    jobctl_send *v = realloc(jobctl__sends, (jobctl__nsends + 1) * sizeof(*v));
+    jobctl_send *v = realloc(co->log_sends, (co->nlog_sends + 1) * sizeof(*v));
     if (!v) {
         jobctl__done(s);
         if (waiting)
@@ -352,8 +345,8 @@ static void jobctl__start(jobctl_send *s)
             conn_fail(s->c, -ENOMEM, "out of memory"); /* a log half sent */
         return;
     }
-    jobctl__sends = v;
-    jobctl__sends[jobctl__nsends++] = *s;
+    co->log_sends = v;
+    co->log_sends[co->nlog_sends++] = *s;
 }
 
 void jobs_handle_logs(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, uint32_t len)
@@ -366,38 +359,38 @@ void jobs_handle_logs(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, ui
     if (j->from_journal)
         history_load_log(co, j);
     jobctl_send s = {.c = c, .j = j, .next = q->from, .follow = q->follow && !j->from_journal};
-    jobctl__start(&s);
+    jobctl__start(co, &s);
 }
 
 void jobs_client_drain(coordinator *co, conn *c)
 {
     /* The client's logs in request order: the first unfinished one stops it. */
-    for (size_t i = 0; i < jobctl__nsends;) {
-        if (jobctl__sends[i].c != c) {
+    for (size_t i = 0; i < co->nlog_sends;) {
+        if (co->log_sends[i].c != c) {
             i++;
             continue;
         }
-        if (!jobctl__pump(&jobctl__sends[i]))
+        if (!jobctl__pump(&co->log_sends[i]))
             return;
-        jobctl__done(&jobctl__sends[i]);
-        memmove(&jobctl__sends[i], &jobctl__sends[i + 1],
-                (jobctl__nsends - i - 1) * sizeof(*jobctl__sends));
-        jobctl__nsends--;
+        jobctl__done(&co->log_sends[i]);
+        memmove(&co->log_sends[i], &co->log_sends[i + 1],
+                (co->nlog_sends - i - 1) * sizeof(*co->log_sends));
+        co->nlog_sends--;
     }
 }
 
 void jobs_client_forget(coordinator *co, conn *c)
 {
     size_t k = 0;
-    for (size_t i = 0; i < jobctl__nsends; i++)
-        if (jobctl__sends[i].c != c)
-            jobctl__sends[k++] = jobctl__sends[i];
+    for (size_t i = 0; i < co->nlog_sends; i++)
+        if (co->log_sends[i].c != c)
+            co->log_sends[k++] = co->log_sends[i];
         else
-            jobctl__done(&jobctl__sends[i]);
-    jobctl__nsends = k;
+            jobctl__done(&co->log_sends[i]);
+    co->nlog_sends = k;
     if (k == 0) {
-        free(jobctl__sends);
-        jobctl__sends = NULL;
+        free(co->log_sends);
+        co->log_sends = NULL;
     }
 }
 

@@ -102,6 +102,11 @@ void job_status(coordinator *co, job *j, Appliance__JobStatus *s)
     }
 }
 
+bool jobs_visible(const conn *c, const job *j)
+{
+    return !c->auth_user[0] || strcmp(c->auth_user, j->owner) == 0;
+}
+
 void job_notify(coordinator *co, job *j)
 {
     if (j->nfollowers == 0)

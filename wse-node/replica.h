@@ -155,3 +155,34 @@ typedef struct wse_node {
  * keys point into w->opt, set to the defaults; its job life cycle is
  * w->jobs. */
 void wse_node_role(node_role *role, wse_node *w, node *n);
+
+/* ---- between the replica's files: replica.c (its life and handlers),
+ * step.c (the steps), links.c (the links). Internal to the wse-node. ---- */
+
+static inline wse_node *wn_of(node *n) { return n->data; }
+
+/* Seconds on the monotonic clock. */
+double wn__now(void);
+
+/* replica.c: fails the job (a fault: a peer or link lost), releases it;
+ * frees a released job's memory; sends JobReady once every link is up. */
+void wn__abort_as(node *n, wn_job *j, bool fault, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+#define wn__abort(n, j, ...) wn__abort_as(n, j, false, __VA_ARGS__)
+#define wn__fault(n, j, ...) wn__abort_as(n, j, true, __VA_ARGS__)
+void wn__free_buffers(wn_job *j);
+void wn__maybe_ready(wn_job *j);
+
+/* step.c: starts the next compute task if what it needs is there; starts
+ * an evaluation; the buffer holding (or awaiting) eval batch k; asks for
+ * eval batch k. */
+void wn__advance(wn_job *j);
+void wn__eval_begin(wn_job *j);
+wn_eval_buf *wn__eval_buf(wn_job *j, uint32_t k);
+void wn__eval_request(wn_job *j, uint32_t k);
+
+/* links.c: held weight chunks land once a slot frees; the link callbacks
+ * of the swarmx parent and of the workers. */
+void wn__unstage(wn_job *j);
+extern const conn_ops wn__up_ops;
+extern const conn_ops wn__feed_ops;

@@ -1,0 +1,331 @@
+/* wse-node: the links of a replica: weights from its swarmx parent into
+ * their slots (held while a slot is busy), batches from its workers on
+ * credit. */
+#include "replica.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "msg.h"
+#include "msgcheck.h"
+
+/* ---- links ---- */
+
+static void wn__up_ready(conn *c)
+{
+    wn_job *j = c->data;
+    Appliance__StreamHello h = APPLIANCE__STREAM_HELLO__INIT;
+    h.job_id = j->id;
+    h.role = APPLIANCE__ROLE__ROLE_WSE_NODE;
+    h.index = j->replica;
+    h.member_id = j->n->member_id;
+    ENVELOPE(env, stream_hello, STREAM_HELLO, &h);
+    conn_send_msg(c, &env);
+    j->up_ready = true;
+    wn__maybe_ready(j);
+}
+
+static void *wn__up_dest(conn *c, const Appliance__Envelope *env, uint32_t len, int *err)
+{
+    wn_job *j = c->data;
+    if (j->pipelined && env->msg_case == APPLIANCE__ENVELOPE__MSG_GRAD_CHUNK && j->state != WN_RELEASED) {
+        const Appliance__GradChunk *g = env->grad_chunk;
+        if (msgcheck_grad_chunk(g, j->plan, len, NULL, 0) < 0 || g->step != j->step ||
+            j->t[g->tensor_id].rg_have + g->count > j->t[g->tensor_id].n) {
+            *err = -EINVAL;
+            return NULL;
+        }
+        return j->t[g->tensor_id].rg + g->offset;
+    }
+    if (env->msg_case != APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK || j->state == WN_RELEASED) {
+        *err = -EPROTO;
+        return NULL;
+    }
+    const Appliance__WeightChunk *w = env->weight_chunk;
+    char why[512];
+    if (msgcheck_weight_chunk(w, j->plan, len, why, sizeof(why)) < 0) {
+        log_warn("job %s: %s", j->id, why);
+        *err = -EINVAL;
+        return NULL;
+    }
+    if (plan_stream_expect(&j->cur, j->plan, w, why, sizeof(why)) < 0) {
+        log_warn("job %s: from swarmx: %s", j->id, why);
+        *err = -EPROTO;
+        return NULL;
+    }
+    if (j->ws_ready) {
+        bool blocked = false;
+        float *dst = w->step == j->step && (uint64_t)len == w->count * sizeof(float) && !j->staged
+                         ? wslots_dest(&j->ws, w->tensor_id, w->pass == APPLIANCE__PASS__PASS_BACKWARD,
+                                       w->offset, w->count, &blocked)
+                         : NULL;
+        j->chunk_staged = !dst && (blocked || (j->staged && w->step == j->step));
+        if (!dst && !j->chunk_staged) {
+            log_warn("job %s: weight chunk out of schedule: tensor %u step %llu offset %llu "
+                     "(replica at step %llu)", j->id, w->tensor_id, (unsigned long long)w->step,
+                     (unsigned long long)w->offset, (unsigned long long)j->step);
+            *err = -EINVAL;
+        }
+        return dst; /* NULL and staged: the reader holds it, on_frame keeps it */
+    }
+    wn_tensor *t = &j->t[w->tensor_id];
+    float *base = t->w;
+    if (w->state > 0) { /* optimizer state of a resumed Pipelined job */
+        const char *sname;
+        size_t scount;
+        base = j->pipelined && t->trainable && w->state <= optim_state_count(&t->st)
+                   ? optim_state_tensor(&t->st, w->state - 1, &sname, &scount)
+                   : NULL;
+    }
+    if (!base || w->total != t->n || w->offset > t->n || w->count > t->n - w->offset ||
+        (uint64_t)len != w->count * sizeof(float) || w->step < j->step) {
+        log_warn("job %s: weight chunk refused: tensor %u step %llu offset %llu count %llu "
+                 "total %llu (%u bytes); replica at step %llu, tensor has %llu elements",
+                 j->id, w->tensor_id, (unsigned long long)w->step, (unsigned long long)w->offset,
+                 (unsigned long long)w->count, (unsigned long long)w->total, len,
+                 (unsigned long long)j->step, (unsigned long long)t->n);
+        *err = -EINVAL;
+        return NULL;
+    }
+    return base + w->offset;
+}
+
+static void wn__pause(wn_job *j)
+{
+    conn *up = conn_link_conn(&j->up);
+    if (up && !j->up_paused) {
+        conn_pause(up);
+        j->up_paused = true;
+    }
+}
+
+/* Keeps a chunk that came before its slot was free. */
+static int wn__stage(wn_job *j, const Appliance__WeightChunk *w, const uint8_t *payload)
+{
+    wn_staged *st = malloc(sizeof(*st) + w->count * sizeof(float));
+    if (!st)
+        return -ENOMEM;
+    st->next = NULL;
+    st->tensor = w->tensor_id;
+    st->backward = w->pass == APPLIANCE__PASS__PASS_BACKWARD;
+    st->offset = w->offset;
+    st->count = w->count;
+    memcpy(st->data, payload, w->count * sizeof(float));
+    wn_of(j->n)->staged++;
+    if (j->staged_tail)
+        j->staged_tail->next = st;
+    else
+        j->staged = st;
+    j->staged_tail = st;
+    return 0;
+}
+
+/* A slot freed: held chunks land in order; reading resumes once none is
+ * held and the next arrival has a slot. */
+void wn__unstage(wn_job *j)
+{
+    while (j->staged) {
+        wn_staged *st = j->staged;
+        bool blocked;
+        float *dst = wslots_dest(&j->ws, st->tensor, st->backward, st->offset, st->count, &blocked);
+        if (!dst) {
+            if (!blocked)
+                wn__abort(j->n, j, "held weight chunk of tensor %u out of schedule", st->tensor);
+            return;
+        }
+        memcpy(dst, st->data, st->count * sizeof(float));
+        bool next_blocked = wslots_received(&j->ws, st->count);
+        j->staged = st->next;
+        if (!j->staged)
+            j->staged_tail = NULL;
+        free(st);
+        if (next_blocked)
+            return;
+    }
+    conn *up = conn_link_conn(&j->up);
+    if (up && j->up_paused) {
+        j->up_paused = false;
+        conn_resume(up);
+    }
+}
+
+static void wn__up_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len)
+{
+    wn_job *j = c->data;
+    if (j->state == WN_RELEASED)
+        return;
+    if (env->msg_case == APPLIANCE__ENVELOPE__MSG_ERROR) {
+        wn__fault(j->n, j, "swarmx refused: %s", env->error->message);
+        return;
+    }
+    if (j->pipelined && env->msg_case == APPLIANCE__ENVELOPE__MSG_GRAD_CHUNK && payload) {
+        wn_tensor *t = &j->t[env->grad_chunk->tensor_id];
+        t->rg_have += env->grad_chunk->count;
+        if (t->rg_have == t->n)
+            j->rg_done++;
+        wn__advance(j);
+        return;
+    }
+    if (env->msg_case != APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK || !payload) {
+        conn_fail(c, -EPROTO, "unexpected %s from swarmx", frame_msg_name(env->msg_case));
+        return;
+    }
+    const Appliance__WeightChunk *w = env->weight_chunk;
+    if (j->ws_ready) {
+        if (j->chunk_staged) {
+            /* Its slot may have freed while the rest of it was read. */
+            if (wn__stage(j, w, payload) < 0) {
+                wn__abort(j->n, j, "out of memory holding a weight chunk");
+                return;
+            }
+            wn__pause(j);
+            wn__unstage(j);
+            if (j->state == WN_RELEASED)
+                return;
+        } else if (wslots_received(&j->ws, w->count)) {
+            wn__pause(j);
+        }
+        wn__advance(j);
+        return;
+    }
+    wn_tensor *t = &j->t[w->tensor_id];
+    if (t->step != w->step) {
+        t->step = w->step;
+        t->have = 0;
+    }
+    t->have += w->count;
+    wn__advance(j);
+}
+
+static void wn__up_close(conn *c, int err, const char *reason)
+{
+    wn_job *j = c->data;
+    if (j->state == WN_RELEASED)
+        return;
+    if (j->up_ready) {
+        j->up_ready = false;
+        wn__fault(j->n, j, "lost swarmx %s: %s", c->peer_addr, reason);
+    }
+}
+
+const conn_ops wn__up_ops = {
+    .on_ready = wn__up_ready,
+    .on_frame = wn__up_frame,
+    .payload_dest = wn__up_dest,
+    .on_close = wn__up_close,
+};
+
+static void wn__feed_ready(conn *c)
+{
+    wn_feed *f = c->data;
+    wn_job *j = f->job;
+    Appliance__StreamHello h = APPLIANCE__STREAM_HELLO__INIT;
+    h.job_id = j->id;
+    h.role = APPLIANCE__ROLE__ROLE_WSE_NODE;
+    h.index = j->replica;
+    h.member_id = j->n->member_id;
+    ENVELOPE(env, stream_hello, STREAM_HELLO, &h);
+    conn_send_msg(c, &env);
+    Appliance__Credit cr = APPLIANCE__CREDIT__INIT;
+    cr.n = WN_CREDITS;
+    ENVELOPE(ce, credit, CREDIT, &cr);
+    conn_send_msg(c, &ce);
+    f->ready = true;
+    if (f == &j->feeds[0] && j->stage == WN_EVAL) { /* an evaluation first: its batches */
+        wn__eval_request(j, j->eval_k);
+        wn__eval_request(j, j->eval_k + 1);
+    }
+    wn__maybe_ready(j);
+}
+
+static void *wn__feed_dest(conn *c, const Appliance__Envelope *env, uint32_t len, int *err)
+{
+    wn_feed *f = c->data;
+    wn_job *j = f->job;
+    if (env->msg_case != APPLIANCE__ENVELOPE__MSG_BATCH || j->state == WN_RELEASED) {
+        *err = -EPROTO;
+        return NULL;
+    }
+    const Appliance__Batch *b = env->batch;
+    if (msgcheck_batch(b, j->plan, len, NULL, 0) < 0 || b->sample_elems != j->in_elems ||
+        b->label_elems != j->ex.label_elems) {
+        *err = -EINVAL;
+        return NULL;
+    }
+    if (b->eval_batch > 0) {
+        wn_eval_buf *eb = wn__eval_buf(j, b->eval_batch - 1);
+        if (!eb || eb->full || b->step != j->step) {
+            *err = -EINVAL;
+            return NULL;
+        }
+        eb->n = b->n;
+        return eb->data;
+    }
+    if (b->replica != j->replica || b->step < j->step || b->step % f->slots != f->slot) {
+        *err = -EINVAL;
+        return NULL;
+    }
+    for (size_t i = 0; i < j->nbatches; i++)
+        if (j->batches[i].step == UINT64_MAX) {
+            j->batches[i].step = b->step;
+            j->batches[i].full = false;
+            j->batches[i].from = f;
+            return j->batches[i].data;
+        }
+    *err = -ENOBUFS; /* the worker sent beyond its credits */
+    return NULL;
+}
+
+static void wn__feed_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len)
+{
+    wn_feed *f = c->data;
+    wn_job *j = f->job;
+    if (j->state == WN_RELEASED)
+        return;
+    if (env->msg_case == APPLIANCE__ENVELOPE__MSG_ERROR) {
+        wn__fault(j->n, j, "worker %s refused: %s", c->peer_addr, env->error->message);
+        return;
+    }
+    /* An eval batch of no samples (a share of the eval set smaller than the
+     * replicas) comes without a payload. */
+    bool empty_eval = env->msg_case == APPLIANCE__ENVELOPE__MSG_BATCH &&
+                      env->batch->eval_batch > 0 && env->batch->n == 0 && len == 0;
+    if (env->msg_case != APPLIANCE__ENVELOPE__MSG_BATCH || (!payload && !empty_eval)) {
+        conn_fail(c, -EPROTO, "unexpected %s from a worker", frame_msg_name(env->msg_case));
+        return;
+    }
+    if (env->batch->eval_batch > 0) {
+        wn_eval_buf *eb = wn__eval_buf(j, env->batch->eval_batch - 1);
+        eb->full = true;
+        if (env->batch->n == 0)
+            eb->n = 0;
+        wn__advance(j);
+        return;
+    }
+    for (size_t i = 0; i < j->nbatches; i++)
+        if (j->batches[i].data == payload)
+            j->batches[i].full = true;
+    wn__advance(j);
+}
+
+static void wn__feed_close(conn *c, int err, const char *reason)
+{
+    wn_feed *f = c->data;
+    wn_job *j = f->job;
+    if (j->state == WN_RELEASED)
+        return;
+    if (f->ready) {
+        f->ready = false;
+        wn__fault(j->n, j, "lost worker %s: %s", c->peer_addr, reason);
+    }
+}
+
+const conn_ops wn__feed_ops = {
+    .on_ready = wn__feed_ready,
+    .on_frame = wn__feed_frame,
+    .payload_dest = wn__feed_dest,
+    .on_close = wn__feed_close,
+};

@@ -1,0 +1,389 @@
+/* wse-node: the steps of a replica: each layer's forward and backward pass
+ * on the compute thread as soon as its weights and batch are in, the loss,
+ * the gradients sent up, the Pipelined update, evaluation. */
+#include "replica.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "msg.h"
+#include "optim_plan.h"
+#include "plan.h"
+
+/* ---- compute ---- */
+
+static wn_batch *wn__batch_for(wn_job *j, uint64_t step)
+{
+    for (size_t i = 0; i < j->nbatches; i++)
+        if (j->batches[i].step == step && j->batches[i].full)
+            return &j->batches[i];
+    return NULL;
+}
+
+static void wn__param(void *ctx, size_t i, optim_param *out)
+{
+    wn_tensor *t = &((wn_job *)ctx)->t[i];
+    *out = (optim_param){t->w, t->rg, t->n, t->trainable, &t->st};
+}
+
+/* Pipelined: applies the all-reduced gradients to the resident weights
+ * with the step memoryx runs on its copy (optim_apply_step): bit for bit
+ * the same. */
+static void wn__update(wn_job *j)
+{
+    optim_apply_step(&j->cfg, j->plan->n_tensors, wn__param, j, (int64_t)j->step);
+}
+
+/* The buffer holding (or awaiting) eval batch k, or NULL. */
+wn_eval_buf *wn__eval_buf(wn_job *j, uint32_t k)
+{
+    for (int i = 0; i < 2; i++)
+        if (j->ebuf[i].k == (int32_t)k)
+            return &j->ebuf[i];
+    return NULL;
+}
+
+/* Asks the replica's first worker for eval batch k into a free buffer. */
+void wn__eval_request(wn_job *j, uint32_t k)
+{
+    if (k >= j->plan->eval_batches || wn__eval_buf(j, k))
+        return;
+    wn_eval_buf *eb = wn__eval_buf(j, (uint32_t)-1);
+    conn *c = conn_link_conn(&j->feeds[0].link);
+    if (!eb || !c)
+        return;
+    eb->k = (int32_t)k;
+    eb->full = false;
+    Appliance__Credit cr = APPLIANCE__CREDIT__INIT;
+    cr.eval_batch = k + 1;
+    cr.eval_step = j->step;
+    ENVELOPE(env, credit, CREDIT, &cr);
+    conn_send_msg(c, &env);
+}
+
+/* Starts the pass the stage needs over the streamed weights, and lets held
+ * chunks of it land. */
+static void wn__begin_pass(wn_job *j)
+{
+    if (!j->ws_ready)
+        return;
+    wslots_new_pass(&j->ws, j->stage == WN_EVAL);
+    wn__unstage(j);
+}
+
+/* Begins the evaluation of the weights at the current step. */
+void wn__eval_begin(wn_job *j)
+{
+    j->stage = WN_EVAL;
+    j->layer = 0;
+    j->eval_k = 0;
+    memset(&j->metrics, 0, sizeof(j->metrics));
+    wn__eval_request(j, 0);
+    wn__eval_request(j, 1);
+}
+
+/* Eval batch eval_k went through every layer: the next, or the report. */
+static void wn__eval_next(wn_job *j)
+{
+    wn_eval_buf *eb = wn__eval_buf(j, j->eval_k);
+    if (eb)
+        eb->k = -1;
+    j->layer = 0;
+    if (++j->eval_k < j->plan->eval_batches) {
+        wn__eval_request(j, j->eval_k + 1);
+        j->stage = WN_EVAL;
+        wn__begin_pass(j);
+        return;
+    }
+    const exec_metrics *mt = &j->metrics;
+    Appliance__EvalReport r = APPLIANCE__EVAL_REPORT__INIT;
+    r.job_id = j->id;
+    r.step = j->step;
+    r.replica = j->replica;
+    r.samples = mt->samples;
+    r.correct = mt->correct;
+    r.loss_sum = mt->loss;
+    r.n_intersection = r.n_union_ = mt->classes;
+    r.intersection = (uint64_t *)mt->inter;
+    r.union_ = (uint64_t *)mt->uni;
+    ENVELOPE(env, eval_report, EVAL_REPORT, &r);
+    node_send_coordinator(j->n, &env);
+    j->stage = WN_FORWARD;
+    if (j->step >= j->plan->max_steps) {
+        j->state = WN_FINISHED;
+        return;
+    }
+    wn__begin_pass(j);
+}
+
+/* Runs the current stage on the compute thread. */
+static void wn__work(void *arg)
+{
+    wn_job *j = arg;
+    double t0 = wn__now();
+    if (j->stage == WN_EVAL || j->stage == WN_EVAL_METRICS) {
+        const wn_eval_buf *eb = wn__eval_buf(j, j->eval_k);
+        const float *ex = (const float *)eb->data;
+        const int32_t *ey = (const int32_t *)(eb->data + (size_t)eb->n * j->in_elems * sizeof(float));
+        exec_set_batch(&j->ex, (int)eb->n);
+        if (j->stage == WN_EVAL) {
+            exec_forward(&j->ex, j->layer, ex, (int64_t)j->step, false);
+        } else if (exec_eval(&j->ex, ex, ey, &j->metrics) < 0) {
+            j->compute_err = -EINVAL;
+            snprintf(j->compute_msg, sizeof(j->compute_msg),
+                     "evaluation at step %llu: a label out of range", (unsigned long long)j->step);
+        }
+        exec_set_batch(&j->ex, (int)j->batch);
+        j->compute_sec += wn__now() - t0;
+        return;
+    }
+    wn_batch *b = wn__batch_for(j, j->step);
+    const float *x = (const float *)b->data;
+    const int32_t *y = (const int32_t *)(b->data + (size_t)j->batch * j->in_elems * sizeof(float));
+    if (j->stage == WN_FORWARD) {
+        if (j->layer == 0)
+            exec_zero_grads(&j->ex);
+        exec_forward(&j->ex, j->layer, x, (int64_t)j->step, true);
+    } else if (j->stage == WN_LOSS) {
+        j->loss_sum = exec_loss(&j->ex, x, y, 1.0f / (float)j->plan->global_batch);
+        if (!isfinite(j->loss_sum)) {
+            j->compute_err = -EINVAL;
+            snprintf(j->compute_msg, sizeof(j->compute_msg),
+                     "loss of step %llu is not finite: a label out of range, or training diverged",
+                     (unsigned long long)j->step);
+        }
+    } else if (j->stage == WN_BACKWARD) {
+        exec_backward(&j->ex, j->layer, x, (int64_t)j->step);
+    } else {
+        wn__update(j);
+    }
+    j->compute_sec += wn__now() - t0;
+}
+
+static void wn__grad_sent(void *arg, int status)
+{
+    wn_tensor *t = arg;
+    t->sends--;
+    if (t->job->state != WN_RELEASED)
+        wn__advance(t->job);
+}
+
+/* Sends the gradients of a layer's trainable tensors up, in chunks. */
+static int wn__send_grads(wn_job *j, const model_layer *l)
+{
+    conn *up = conn_link_conn(&j->up);
+    if (!up)
+        return -ENOTCONN;
+    for (int k = 0; k < l->ntensors; k++) {
+        const model_tensor *mt = &j->m->tensors[l->first_tensor + k];
+        wn_tensor *t = &j->t[mt->id];
+        for (uint64_t off = 0; off < t->n; off += j->plan->chunk_elems) {
+            uint64_t count = t->n - off < j->plan->chunk_elems ? t->n - off : j->plan->chunk_elems;
+            Appliance__GradChunk g = APPLIANCE__GRAD_CHUNK__INIT;
+            g.step = j->step;
+            g.tensor_id = mt->id;
+            g.offset = off;
+            g.count = count;
+            g.total = t->n;
+            ENVELOPE(env, grad_chunk, GRAD_CHUNK, &g);
+            int rc = conn_send(up, &env, j->gp[mt->id] + off, (uint32_t)(count * sizeof(float)),
+                               wn__grad_sent, t);
+            if (rc < 0)
+                return rc;
+            t->sends++;
+        }
+    }
+    return 0;
+}
+
+static void wn__step_done(wn_job *j)
+{
+    Appliance__StepReport r = APPLIANCE__STEP_REPORT__INIT;
+    r.job_id = j->id;
+    r.step = j->step;
+    r.replica = j->replica;
+    r.loss_sum = j->loss_sum;
+    r.samples = j->batch;
+    r.compute_sec = j->compute_sec;
+    metrics_hist_observe(&wn_of(j->n)->step_hist, j->compute_sec);
+    wn_of(j->n)->steps++;
+    ENVELOPE(env, step_report, STEP_REPORT, &r);
+    node_send_coordinator(j->n, &env);
+    /* The batch's slot is free again: one more credit to its worker. */
+    wn_batch *b = wn__batch_for(j, j->step);
+    wn_feed *f = b->from;
+    b->step = UINT64_MAX;
+    b->full = false;
+    conn *c = conn_link_conn(&f->link);
+    if (c) {
+        Appliance__Credit cr = APPLIANCE__CREDIT__INIT;
+        cr.n = 1;
+        ENVELOPE(ce, credit, CREDIT, &cr);
+        conn_send_msg(c, &ce);
+    }
+    j->step++;
+    j->stage = WN_FORWARD;
+    j->layer = 0;
+    j->compute_sec = 0;
+    j->rg_done = 0;
+    for (size_t i = 0; i < j->plan->n_tensors; i++)
+        j->t[i].rg_have = 0;
+    if (plan_eval_at(j->plan, j->step))
+        wn__eval_begin(j);
+    else if (j->step >= j->plan->max_steps)
+        j->state = WN_FINISHED;
+    wn__begin_pass(j);
+}
+
+static void wn__work_done(void *arg)
+{
+    wn_job *j = arg;
+    j->busy = false;
+    if (j->state == WN_RELEASED) {
+        if (j->links_open == 0)
+            wn__free_buffers(j);
+        return;
+    }
+    if (j->compute_err) {
+        wn__abort(j->n, j, "%s", j->compute_msg);
+        return;
+    }
+    const model *m = j->m;
+    if (j->ws_ready && (j->stage == WN_FORWARD || j->stage == WN_BACKWARD || j->stage == WN_EVAL) &&
+        wslots_consume(&j->ws, j->layer, j->stage == WN_BACKWARD))
+        wn__unstage(j); /* a slot is free: held chunks land, reading resumes */
+    if (j->state == WN_RELEASED)
+        return;
+    if (j->stage == WN_EVAL) {
+        if (++j->layer == m->nlayers)
+            j->stage = WN_EVAL_METRICS;
+    } else if (j->stage == WN_EVAL_METRICS) {
+        wn__eval_next(j);
+    } else if (j->stage == WN_FORWARD) {
+        if (++j->layer == m->nlayers)
+            j->stage = WN_LOSS;
+    } else if (j->stage == WN_LOSS) {
+        j->stage = WN_BACKWARD;
+        j->layer = m->nlayers - 1;
+    } else if (j->stage == WN_BACKWARD) {
+        int rc = wn__send_grads(j, &m->layers[j->layer]);
+        if (rc < 0) {
+            wn__fault(j->n, j, "cannot send gradients of %s: %s", m->layers[j->layer].name,
+                      strerror(-rc));
+            return;
+        }
+        if (--j->layer < 0) {
+            if (j->pipelined)
+                j->stage = WN_UPDATE; /* once the reduced gradients are in */
+            else
+                wn__step_done(j);
+        }
+    } else {
+        wn__step_done(j);
+    }
+    wn__advance(j);
+}
+
+/* Optimizer state tensors memoryx streams with a tensor: a resumed
+ * Pipelined job carries its state over. */
+static size_t wn__states_streamed(const wn_job *j, const wn_tensor *t)
+{
+    return j->pipelined && t->trainable && j->plan->n_resume_weights > 0 ? optim_state_count(&t->st) : 0;
+}
+
+/* Whether the weights of a layer are complete for the current step. */
+static bool wn__weights_ready(wn_job *j, const model_layer *l)
+{
+    for (int k = 0; k < l->ntensors; k++) {
+        const wn_tensor *t = &j->t[l->first_tensor + k];
+        if (j->pipelined) { /* resident since the first step, with the
+                              * optimizer state of a resumed job */
+            if (t->have < t->n * (1 + wn__states_streamed(j, t)))
+                return false;
+            continue;
+        }
+        if (t->step != j->step || t->have < t->n)
+            return false;
+    }
+    return true;
+}
+
+/* Whether gradients of a layer are still being sent. */
+static bool wn__sending(const wn_job *j, int layer)
+{
+    const model_layer *l = &j->m->layers[layer];
+    for (int k = 0; k < l->ntensors; k++)
+        if (j->t[l->first_tensor + k].sends > 0)
+            return true;
+    return false;
+}
+
+/* An eval batch with no samples for this replica: nothing to compute, but
+ * in Weight Streaming its weights arrive and must be let through. */
+static void wn__eval_skip(wn_job *j)
+{
+    const model *m = j->m;
+    while (j->stage == WN_EVAL || j->stage == WN_EVAL_METRICS) {
+        if (j->stage == WN_EVAL_METRICS) {
+            wn__eval_next(j);
+            if (j->stage == WN_EVAL && wn__eval_buf(j, j->eval_k) && wn__eval_buf(j, j->eval_k)->full &&
+                wn__eval_buf(j, j->eval_k)->n > 0)
+                wn__advance(j);
+            return;
+        }
+        if (j->ws_ready) {
+            if (!wslots_ready(&j->ws, j->layer, false))
+                return; /* resumes when the weights come */
+            if (wslots_consume(&j->ws, j->layer, false))
+                wn__unstage(j);
+            if (j->state == WN_RELEASED)
+                return;
+        }
+        if (++j->layer == m->nlayers)
+            j->stage = WN_EVAL_METRICS;
+    }
+}
+
+/* Starts the next compute task if what it needs is there. */
+void wn__advance(wn_job *j)
+{
+    if (j->busy || j->state >= WN_FINISHED)
+        return;
+    if (j->stage == WN_EVAL || j->stage == WN_EVAL_METRICS) {
+        const wn_eval_buf *eb = wn__eval_buf(j, j->eval_k);
+        if (!eb || !eb->full)
+            return;
+        if (eb->n == 0) { /* an empty share: the weights still go by */
+            wn__eval_skip(j);
+            return;
+        }
+    } else if (!wn__batch_for(j, j->step)) {
+        return;
+    }
+    bool backward = j->stage == WN_BACKWARD;
+    if (j->ws_ready && (j->stage == WN_FORWARD || backward || j->stage == WN_EVAL)) {
+        /* Weight Streaming: the layer's weights in their slot, and the
+         * gradient slot free of gradients not yet sent. */
+        if (!wslots_ready(&j->ws, j->layer, backward))
+            return;
+        int blocker = backward ? wslots_grad_blocker(&j->ws, j->layer) : -1;
+        if (blocker >= 0 && wn__sending(j, blocker))
+            return;
+        wslots_bind(&j->ws, j->layer, backward, j->wp, j->gp);
+    } else if ((j->stage == WN_FORWARD || j->stage == WN_EVAL) &&
+               !wn__weights_ready(j, &j->m->layers[j->layer])) {
+        return;
+    }
+    if (j->stage == WN_UPDATE && j->plan->n_replicas > 1 && j->rg_done < j->plan->n_tensors)
+        return;
+    if (backward && wn__sending(j, j->layer)) /* its gradients of the last step must have left */
+        return;
+    if (compute_submit(&wn_of(j->n)->comp, wn__work, wn__work_done, j) < 0) {
+        wn__abort(j->n, j, "out of memory queueing a compute task");
+        return;
+    }
+    j->busy = true;
+}

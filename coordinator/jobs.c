@@ -302,45 +302,10 @@ void job_end(coordinator *co, job *j, Appliance__JobState state, const char *why
         jobs_schedule(co);
 }
 
-/* Picks live members of a role in member-id order: idle ones only, or (for
- * feasibility and plans) any. */
-static size_t job__pick(coordinator *co, Appliance__Role role, member **out, size_t want, bool idle)
-{
-    size_t k = 0;
-    for (size_t i = 0; i < co->members.n && k < want; i++) {
-        member *mb = &co->members.v[i];
-        bool live = mb->state == APPLIANCE__MEMBER_STATE__MEMBER_ALIVE ||
-                    mb->state == APPLIANCE__MEMBER_STATE__MEMBER_BUSY;
-        if (mb->role == role && live && (!idle || (!mb->job[0] && mb->state == APPLIANCE__MEMBER_STATE__MEMBER_ALIVE)))
-            out[k++] = mb;
-    }
-    return k;
-}
-
-/* The members of a placement. */
-typedef struct job_place {
-    member *reps[1024], *shards[64], *swarm[1024], *workers[256];
-    size_t nr, ns, nx, nw;         /* needed */
-    size_t gr, gs, gx, gw;         /* found */
-} job_place;
-
-static bool job__place(coordinator *co, const jobspec *spec, job_place *pl, bool idle)
-{
-    pl->nr = (size_t)spec->num_csx;
-    pl->ns = (size_t)spec->num_wgt_servers;
-    pl->nx = planner_swarm_nodes(pl->nr, (size_t)spec->swarmx_fanout);
-    pl->nw = 1;
-    pl->gr = job__pick(co, APPLIANCE__ROLE__ROLE_WSE_NODE, pl->reps, pl->nr, idle);
-    pl->gs = job__pick(co, APPLIANCE__ROLE__ROLE_MEMORYX, pl->shards, pl->ns, idle);
-    pl->gx = job__pick(co, APPLIANCE__ROLE__ROLE_SWARMX, pl->swarm, pl->nx, idle);
-    pl->gw = job__pick(co, APPLIANCE__ROLE__ROLE_WORKER, pl->workers, 256, idle);
-    return pl->gr >= pl->nr && pl->gs >= pl->ns && pl->gx >= pl->nx && pl->gw >= pl->nw;
-}
-
 bool jobs_feasible(coordinator *co, const jobspec *spec, char *err, size_t errlen)
 {
-    static job_place pl;
-    if (job__place(co, spec, &pl, false))
+    planner_place pl;
+    if (planner_place_members(&co->members, spec, false, &pl))
         return true;
     snprintf(err, errlen,
              "%s: the job needs %zu wse-node(s), %zu memoryx, %zu swarmx and at least 1 worker; "
@@ -352,8 +317,8 @@ bool jobs_feasible(coordinator *co, const jobspec *spec, char *err, size_t errle
 int jobs_plan(coordinator *co, const jobspec *spec, const char *id, const char *toml, bool idle,
               uint8_t **plan, size_t *len, member ***used, size_t *nused, char *err, size_t errlen)
 {
-    static job_place pl;
-    if (!job__place(co, spec, &pl, idle)) {
+    planner_place pl;
+    if (!planner_place_members(&co->members, spec, idle, &pl)) {
         snprintf(err, errlen, "%s: not enough idle members", spec->source);
         return -EAGAIN;
     }
@@ -389,8 +354,8 @@ int jobs_plan(coordinator *co, const jobspec *spec, const char *id, const char *
 static int job__launch(coordinator *co, job *j, jobspec *spec)
 {
     char err[1024];
-    static job_place pl;
-    if (!job__place(co, spec, &pl, true)) {
+    planner_place pl;
+    if (!planner_place_members(&co->members, spec, true, &pl)) {
         jobspec_free(spec);
         return 0;
     }
@@ -596,8 +561,8 @@ static void job__restart(coordinator *co, job *j, uint64_t now)
         }
         memcpy(spec->checkpoint_path, path, (size_t)len + 1);
     }
-    static job_place pl;
-    if (!job__place(co, spec, &pl, true)) {
+    planner_place pl;
+    if (!planner_place_members(&co->members, spec, true, &pl)) {
         size_t reps = job__idle(co, APPLIANCE__ROLE__ROLE_WSE_NODE);
         size_t swarm = job__idle(co, APPLIANCE__ROLE__ROLE_SWARMX);
         bool others = job__idle(co, APPLIANCE__ROLE__ROLE_MEMORYX) >= (size_t)spec->num_wgt_servers &&

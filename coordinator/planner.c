@@ -183,6 +183,35 @@ static int planner__resume(const jobspec *spec, Appliance__Plan *p, arena *a, ch
     return 0;
 }
 
+/* Picks live members of a role in member-id order: idle ones only, or any. */
+static size_t planner__pick(const members *ms, Appliance__Role role, member **out, size_t want,
+                            bool idle)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < ms->n && k < want; i++) {
+        member *mb = &ms->v[i];
+        bool live = mb->state == APPLIANCE__MEMBER_STATE__MEMBER_ALIVE ||
+                    mb->state == APPLIANCE__MEMBER_STATE__MEMBER_BUSY;
+        if (mb->role == role && live &&
+            (!idle || (!mb->job[0] && mb->state == APPLIANCE__MEMBER_STATE__MEMBER_ALIVE)))
+            out[k++] = mb;
+    }
+    return k;
+}
+
+bool planner_place_members(const members *ms, const jobspec *spec, bool idle, planner_place *pl)
+{
+    pl->nr = (size_t)spec->num_csx;
+    pl->ns = (size_t)spec->num_wgt_servers;
+    pl->nx = planner_swarm_nodes(pl->nr, (size_t)spec->swarmx_fanout);
+    pl->nw = 1;
+    pl->gr = planner__pick(ms, APPLIANCE__ROLE__ROLE_WSE_NODE, pl->reps, pl->nr, idle);
+    pl->gs = planner__pick(ms, APPLIANCE__ROLE__ROLE_MEMORYX, pl->shards, pl->ns, idle);
+    pl->gx = planner__pick(ms, APPLIANCE__ROLE__ROLE_SWARMX, pl->swarm, pl->nx, idle);
+    pl->gw = planner__pick(ms, APPLIANCE__ROLE__ROLE_WORKER, pl->workers, 256, idle);
+    return pl->gr >= pl->nr && pl->gs >= pl->ns && pl->gx >= pl->nx && pl->gw >= pl->nw;
+}
+
 size_t planner_swarm_nodes(size_t replicas, size_t fanout)
 {
     size_t total = 0;

@@ -3,6 +3,7 @@
  * shards, schedule, memory per replica, execution mode). */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -20,6 +21,18 @@ typedef struct planner_members {
     member **workers;
     size_t nworkers;
 } planner_members;
+
+/* The members a job is placed on: live members of each role in member-id
+ * order, idle ones only or (for feasibility and plans to show) any. */
+typedef struct planner_place {
+    member *reps[1024], *shards[64], *swarm[1024], *workers[256];
+    size_t nr, ns, nx, nw;         /* needed: wse-nodes, memoryx, swarmx, workers */
+    size_t gr, gs, gx, gw;         /* found */
+} planner_place;
+
+/* Places spec on the members of ms. Returns whether every role has as many
+ * as the job needs (pl says how many of each it found either way). */
+bool planner_place_members(const members *ms, const jobspec *spec, bool idle, planner_place *pl);
 
 /* Builds the plan. chunk_elems is the float32 elements per chunk. On success
  * returns 0 and a packed plan in *out (malloc'd, *outlen bytes); otherwise a

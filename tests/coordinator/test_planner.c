@@ -158,12 +158,45 @@ START_TEST(memory_for_the_members_threads)
 }
 END_TEST
 
+/* Placement: live members of each role in id order; idle ones only for a
+ * launch, any for a plan to show; a role short of members says so. */
+START_TEST(placement)
+{
+    char err[512];
+    jobspec *spec = jobspec_parse(job_text, strlen(job_text), "job.toml", "/src", err, sizeof(err));
+    ck_assert_msg(spec != NULL, "%s", err);
+    member v[6] = {
+        {.id = 1, .role = APPLIANCE__ROLE__ROLE_WSE_NODE, .state = APPLIANCE__MEMBER_STATE__MEMBER_BUSY},
+        {.id = 2, .role = APPLIANCE__ROLE__ROLE_WSE_NODE, .state = APPLIANCE__MEMBER_STATE__MEMBER_ALIVE},
+        {.id = 3, .role = APPLIANCE__ROLE__ROLE_MEMORYX, .state = APPLIANCE__MEMBER_STATE__MEMBER_ALIVE},
+        {.id = 4, .role = APPLIANCE__ROLE__ROLE_SWARMX, .state = APPLIANCE__MEMBER_STATE__MEMBER_ALIVE},
+        {.id = 5, .role = APPLIANCE__ROLE__ROLE_WORKER, .state = APPLIANCE__MEMBER_STATE__MEMBER_LOST},
+        {.id = 6, .role = APPLIANCE__ROLE__ROLE_WORKER, .state = APPLIANCE__MEMBER_STATE__MEMBER_ALIVE},
+    };
+    strcpy(v[0].job, "job-1");
+    members ms = {.v = v, .n = 6};
+    planner_place pl;
+    ck_assert(planner_place_members(&ms, spec, true, &pl)); /* num_csx 1 */
+    ck_assert_uint_eq(pl.reps[0]->id, 2);                     /* member 1 is busy */
+    ck_assert_uint_eq(pl.gw, 1);                              /* member 5 is lost */
+    ck_assert_uint_eq(pl.workers[0]->id, 6);
+    ck_assert(planner_place_members(&ms, spec, false, &pl));
+    ck_assert_uint_eq(pl.reps[0]->id, 1);                     /* any live one */
+    spec->num_csx = 3;
+    ck_assert(!planner_place_members(&ms, spec, false, &pl));
+    ck_assert_uint_eq(pl.nr, 3);
+    ck_assert_uint_eq(pl.gr, 2);
+    jobspec_free(spec);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("planner");
     TCase *t = tcase_create("inputs");
     tcase_add_test(t, inputs);
     tcase_add_test(t, memory_for_the_members_threads);
+    tcase_add_test(t, placement);
     suite_add_tcase(s, t);
     return s;
 }

@@ -132,3 +132,20 @@ void jobs_tick(coordinator *co);
 /* Whether the cluster's live members could ever run the spec; err says what
  * is missing when not. */
 bool jobs_feasible(coordinator *co, const jobspec *spec, char *err, size_t errlen);
+
+/* ---- between the coordinator's job files: jobs.c (the job object, its
+ * launch and its end) and recovery.c ---- */
+
+/* Sends env to every member of the job's attempt. */
+void job__send_all(coordinator *co, job *j, const Appliance__Envelope *env);
+/* Frees the members the job's attempt held. */
+void job__release(coordinator *co, job *j);
+/* Drops what an attempt held (plan, members, steps in flight); ending:
+ * the summaries too. */
+void job__drop_run(job *j, bool ending);
+/* Plans an attempt of job j from spec on idle members and sends them the
+ * plan. Returns 1 when started, 0 when the cluster has no room for it now,
+ * -1 when it failed (it has ended). Frees spec. */
+int job__launch(coordinator *co, job *j, jobspec *spec);
+/* Starts a queued job on idle members (job__launch). */
+int job__start(coordinator *co, job *j);

@@ -21,9 +21,6 @@
 
 #define JOB_CHUNK_ELEMS (256u * 1024) /* 1 MiB of float32 per chunk */
 #define JOB_LOG_MAX 100000            /* log lines kept per job */
-#define JOB_SETTLE_MS 1000            /* after a fault, before the next attempt: the members let go */
-#define JOB_FULL_WAIT_MS 5000         /* how long a recovery waits for replacements of lost replicas */
-#define JOB_GIVE_UP_MS 120000         /* how long it waits for members it cannot do without */
 
 static coordinator *co_of(node *n) { return n->data; }
 
@@ -211,7 +208,7 @@ job *job_new(coordinator *co, uint64_t seq)
     return j;
 }
 
-static void job__send_all(coordinator *co, job *j, const Appliance__Envelope *env)
+void job__send_all(coordinator *co, job *j, const Appliance__Envelope *env)
 {
     for (size_t i = 0; i < j->nmembers; i++) {
         member *mb = members_by_id(&co->members, j->members[i]);
@@ -220,7 +217,7 @@ static void job__send_all(coordinator *co, job *j, const Appliance__Envelope *en
     }
 }
 
-static void job__release(coordinator *co, job *j)
+void job__release(coordinator *co, job *j)
 {
     for (size_t i = 0; i < j->nmembers; i++) {
         member *mb = members_by_id(&co->members, j->members[i]);
@@ -236,7 +233,7 @@ static void job__release(coordinator *co, job *j)
 
 /* Frees what only a running attempt needs; the summaries stay open for the
  * next attempt unless the job ends. */
-static void job__drop_run(job *j, bool ending)
+void job__drop_run(job *j, bool ending)
 {
     if (j->plan)
         appliance__plan__free_unpacked(j->plan, NULL);
@@ -351,7 +348,7 @@ int jobs_plan(coordinator *co, const jobspec *spec, const char *id, const char *
 /* Plans an attempt of job j from spec on idle members and sends them the
  * plan. Returns 1 when started, 0 when the cluster has no room for it now,
  * -1 when it failed (it has ended). Frees spec. */
-static int job__launch(coordinator *co, job *j, jobspec *spec)
+int job__launch(coordinator *co, job *j, jobspec *spec)
 {
     char err[1024];
     planner_place pl;
@@ -430,7 +427,7 @@ static int job__launch(coordinator *co, job *j, jobspec *spec)
 }
 
 /* Starts a queued job on idle members (see job__launch). */
-static int job__start(coordinator *co, job *j)
+int job__start(coordinator *co, job *j)
 {
     char err[1024];
     jobspec *spec = jobspec_parse(j->toml, strlen(j->toml), j->file, j->base_dir, err, sizeof(err));
@@ -441,182 +438,6 @@ static int job__start(coordinator *co, job *j)
     return job__launch(co, j, spec);
 }
 
-void job_fault(coordinator *co, job *j, const char *why)
-{
-    if (j->state != APPLIANCE__JOB_STATE__JOB_RUNNING || j->recovering)
-        return;
-    if (j->restarts >= j->max_restarts) {
-        char msg[900];
-        snprintf(msg, sizeof(msg), "%s (no restarts left: runconfig.max_num_restarts = %u)", why,
-                 j->max_restarts);
-        job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, msg);
-        return;
-    }
-    j->restarts++;
-    snprintf(j->fault, sizeof(j->fault), "%s", why);
-    char from[64] = "its first step";
-    if (j->have_ckpt)
-        snprintf(from, sizeof(from), "the checkpoint of step %llu", (unsigned long long)j->ckpt_step);
-    log_warn("job %s: fault at step %llu: %s; restart %u of %u from %s", j->id,
-             (unsigned long long)j->steps_done, why, j->restarts, j->max_restarts, from);
-    job_log(co, j, "fault at step %llu: %s; restart %u of %u from %s",
-            (unsigned long long)j->steps_done, why, j->restarts, j->max_restarts, from);
-    Appliance__JobAbort a = APPLIANCE__JOB_ABORT__INIT;
-    a.job_id = j->run_id;
-    a.reason = (char *)why;
-    a.fault = true;
-    ENVELOPE(env, job_abort, JOB_ABORT, &a);
-    job__send_all(co, j, &env);
-    job__release(co, j);
-    co->running = j; /* the members it had stay free for its next attempt */
-    job__drop_run(j, false);
-    j->run_id[0] = 0;
-    j->recovering = true;
-    uint64_t now = uv_now(co->n->loop);
-    uint64_t wait = 2ull * co->members.timeout_ms;
-    j->recover_at = now + JOB_SETTLE_MS;
-    j->full_until = now + (wait > JOB_FULL_WAIT_MS ? wait : JOB_FULL_WAIT_MS);
-    j->give_up_at = now + JOB_GIVE_UP_MS;
-    snprintf(j->phase, sizeof(j->phase), "recovering");
-    if (co->journal)
-        journal_put_recovery(co->journal, j->id, j->restarts, j->have_ckpt, j->ckpt_step);
-    job_save(co, j);
-    job_notify(co, j);
-}
-
-int job_recover_loaded(coordinator *co, job *j)
-{
-    char err[1024];
-    jobspec *spec = j->toml ? jobspec_parse(j->toml, strlen(j->toml), j->file, j->base_dir, err,
-                                            sizeof(err))
-                            : NULL;
-    const char *why = "the coordinator stopped while the job was running";
-    if (co->journal)
-        journal_get_recovery(co->journal, j->id, &j->restarts, &j->have_ckpt, &j->ckpt_step);
-    if (!spec || co->running || j->restarts >= (uint32_t)spec->max_num_restarts) {
-        snprintf(err, sizeof(err), "%s; %s", why,
-                 !spec ? "its job file no longer compiles"
-                 : co->running ? "another job is recovering"
-                               : "no restarts left (runconfig.max_num_restarts)");
-        jobspec_free(spec);
-        j->state = APPLIANCE__JOB_STATE__JOB_QUEUED; /* so that job_end takes it */
-        job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, err);
-        return -1;
-    }
-    j->max_restarts = (uint32_t)spec->max_num_restarts;
-    jobspec_free(spec);
-    j->run_id[0] = 0;
-    j->summarized = j->steps_done;
-    co->running = j;
-    job_fault(co, j, why); /* counts the restart, sets the deadlines */
-    return 0;
-}
-
-/* Idle live members of a role. */
-static size_t job__idle(coordinator *co, Appliance__Role role)
-{
-    size_t k = 0;
-    for (size_t i = 0; i < co->members.n; i++) {
-        const member *mb = &co->members.v[i];
-        k += mb->role == role && !mb->job[0] && mb->state == APPLIANCE__MEMBER_STATE__MEMBER_ALIVE;
-    }
-    return k;
-}
-
-/* The next attempt of a recovering job: from its newest complete
- * checkpoint (or its start), on a full complement of replicas when they
- * come back in time, else on the survivors down to runconfig.min_num_csx,
- * with a SwarmX tree as wide as the SwarmX nodes left need. */
-static void job__restart(coordinator *co, job *j, uint64_t now)
-{
-    char err[1024];
-    jobspec *spec = jobspec_parse(j->toml, strlen(j->toml), j->file, j->base_dir, err, sizeof(err));
-    if (!spec) {
-        job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, err);
-        return;
-    }
-    if (j->have_ckpt && j->ckpt_step >= (uint64_t)spec->max_steps) {
-        /* The fault came after the final checkpoint: training is complete. */
-        bool eval = spec->eval.present;
-        jobspec_free(spec);
-        j->steps_done = j->ckpt_step;
-        if (!eval) {
-            job_end(co, j, APPLIANCE__JOB_STATE__JOB_DONE, "done");
-        } else {
-            snprintf(err, sizeof(err), "training and its final checkpoint are complete, but the final "
-                     "evaluation was lost to a fault: %s", j->fault);
-            job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, err);
-        }
-        return;
-    }
-    if (j->have_ckpt) {
-        char path[PATH_MAX + 80];
-        int len = snprintf(path, sizeof(path), "%s/checkpoint_%llu-shard1-of-%lld.safetensors",
-                           spec->model_dir, (unsigned long long)j->ckpt_step,
-                           (long long)spec->num_wgt_servers);
-        if (len < 0 || (size_t)len >= sizeof(spec->checkpoint_path)) {
-            jobspec_free(spec);
-            job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, "the checkpoint's path is too long");
-            return;
-        }
-        memcpy(spec->checkpoint_path, path, (size_t)len + 1);
-    }
-    planner_place pl;
-    if (!planner_place_members(&co->members, spec, true, &pl)) {
-        size_t reps = job__idle(co, APPLIANCE__ROLE__ROLE_WSE_NODE);
-        size_t swarm = job__idle(co, APPLIANCE__ROLE__ROLE_SWARMX);
-        bool others = job__idle(co, APPLIANCE__ROLE__ROLE_MEMORYX) >= (size_t)spec->num_wgt_servers &&
-                      job__idle(co, APPLIANCE__ROLE__ROLE_WORKER) >= 1 && swarm >= 1;
-        if (now < j->full_until || !others || reps < (size_t)spec->min_num_csx) {
-            if (now >= j->give_up_at) {
-                snprintf(err, sizeof(err), "%s; the members to recover on did not come back within "
-                         "%u s (idle now: %zu wse-node(s), %zu memoryx, %zu swarmx, %zu worker(s))",
-                         j->fault, JOB_GIVE_UP_MS / 1000, reps,
-                         job__idle(co, APPLIANCE__ROLE__ROLE_MEMORYX), swarm,
-                         job__idle(co, APPLIANCE__ROLE__ROLE_WORKER));
-                jobspec_free(spec);
-                job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, err);
-                return;
-            }
-            j->recover_at = now + 250;
-            jobspec_free(spec);
-            return;
-        }
-        /* Go on with what is left. */
-        if (reps < (size_t)spec->num_csx) {
-            job_log(co, j, "%zu of %lld replica(s) available: going on with them (min_num_csx %lld)",
-                    reps, (long long)spec->num_csx, (long long)spec->min_num_csx);
-            spec->num_csx = (int64_t)reps;
-        }
-        while (planner_swarm_nodes((size_t)spec->num_csx, (size_t)spec->swarmx_fanout) > swarm &&
-               spec->swarmx_fanout < 1024)
-            spec->swarmx_fanout++;
-    }
-    job__launch(co, j, spec);
-}
-
-void jobs_tick(coordinator *co)
-{
-    job *j = co->running;
-    if (!j || co->n->stopping)
-        return;
-    uint64_t now = uv_now(co->n->loop);
-    if (!j->recovering) {
-        /* Every member may be alive and still the job make no progress (a
-         * stuck stream): past runconfig.step_timeout_seconds it is a fault. */
-        if (j->step_timeout_ms && j->state == APPLIANCE__JOB_STATE__JOB_RUNNING &&
-            now - j->progress_at > j->step_timeout_ms) {
-            char why[160];
-            snprintf(why, sizeof(why), "no progress for %llu s after step %llu "
-                     "(runconfig.step_timeout_seconds): the job stalled",
-                     (unsigned long long)(j->step_timeout_ms / 1000), (unsigned long long)j->steps_done);
-            job_fault(co, j, why);
-        }
-        return;
-    }
-    if (now >= j->recover_at)
-        job__restart(co, j, now);
-}
 
 void jobs_schedule(coordinator *co)
 {

@@ -1,0 +1,193 @@
+/* Recovery of a running job: a fault stops the attempt everywhere and,
+ * while restarts remain, the next attempt starts from the newest complete
+ * checkpoint on the members there are (docs/architecture.md, "Faults and
+ * recovery"). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "job.h"
+#include "log.h"
+#include "msg.h"
+#include "planner.h"
+
+#define JOB_SETTLE_MS 1000            /* after a fault, before the next attempt: the members let go */
+#define JOB_FULL_WAIT_MS 5000         /* how long a recovery waits for replacements of lost replicas */
+#define JOB_GIVE_UP_MS 120000         /* how long it waits for members it cannot do without */
+
+void job_fault(coordinator *co, job *j, const char *why)
+{
+    if (j->state != APPLIANCE__JOB_STATE__JOB_RUNNING || j->recovering)
+        return;
+    if (j->restarts >= j->max_restarts) {
+        char msg[900];
+        snprintf(msg, sizeof(msg), "%s (no restarts left: runconfig.max_num_restarts = %u)", why,
+                 j->max_restarts);
+        job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, msg);
+        return;
+    }
+    j->restarts++;
+    snprintf(j->fault, sizeof(j->fault), "%s", why);
+    char from[64] = "its first step";
+    if (j->have_ckpt)
+        snprintf(from, sizeof(from), "the checkpoint of step %llu", (unsigned long long)j->ckpt_step);
+    log_warn("job %s: fault at step %llu: %s; restart %u of %u from %s", j->id,
+             (unsigned long long)j->steps_done, why, j->restarts, j->max_restarts, from);
+    job_log(co, j, "fault at step %llu: %s; restart %u of %u from %s",
+            (unsigned long long)j->steps_done, why, j->restarts, j->max_restarts, from);
+    Appliance__JobAbort a = APPLIANCE__JOB_ABORT__INIT;
+    a.job_id = j->run_id;
+    a.reason = (char *)why;
+    a.fault = true;
+    ENVELOPE(env, job_abort, JOB_ABORT, &a);
+    job__send_all(co, j, &env);
+    job__release(co, j);
+    co->running = j; /* the members it had stay free for its next attempt */
+    job__drop_run(j, false);
+    j->run_id[0] = 0;
+    j->recovering = true;
+    uint64_t now = uv_now(co->n->loop);
+    uint64_t wait = 2ull * co->members.timeout_ms;
+    j->recover_at = now + JOB_SETTLE_MS;
+    j->full_until = now + (wait > JOB_FULL_WAIT_MS ? wait : JOB_FULL_WAIT_MS);
+    j->give_up_at = now + JOB_GIVE_UP_MS;
+    snprintf(j->phase, sizeof(j->phase), "recovering");
+    if (co->journal)
+        journal_put_recovery(co->journal, j->id, j->restarts, j->have_ckpt, j->ckpt_step);
+    job_save(co, j);
+    job_notify(co, j);
+}
+
+int job_recover_loaded(coordinator *co, job *j)
+{
+    char err[1024];
+    jobspec *spec = j->toml ? jobspec_parse(j->toml, strlen(j->toml), j->file, j->base_dir, err,
+                                            sizeof(err))
+                            : NULL;
+    const char *why = "the coordinator stopped while the job was running";
+    if (co->journal)
+        journal_get_recovery(co->journal, j->id, &j->restarts, &j->have_ckpt, &j->ckpt_step);
+    if (!spec || co->running || j->restarts >= (uint32_t)spec->max_num_restarts) {
+        snprintf(err, sizeof(err), "%s; %s", why,
+                 !spec ? "its job file no longer compiles"
+                 : co->running ? "another job is recovering"
+                               : "no restarts left (runconfig.max_num_restarts)");
+        jobspec_free(spec);
+        j->state = APPLIANCE__JOB_STATE__JOB_QUEUED; /* so that job_end takes it */
+        job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, err);
+        return -1;
+    }
+    j->max_restarts = (uint32_t)spec->max_num_restarts;
+    jobspec_free(spec);
+    j->run_id[0] = 0;
+    j->summarized = j->steps_done;
+    co->running = j;
+    job_fault(co, j, why); /* counts the restart, sets the deadlines */
+    return 0;
+}
+
+/* Idle live members of a role. */
+static size_t job__idle(coordinator *co, Appliance__Role role)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < co->members.n; i++) {
+        const member *mb = &co->members.v[i];
+        k += mb->role == role && !mb->job[0] && mb->state == APPLIANCE__MEMBER_STATE__MEMBER_ALIVE;
+    }
+    return k;
+}
+
+/* The next attempt of a recovering job: from its newest complete
+ * checkpoint (or its start), on a full complement of replicas when they
+ * come back in time, else on the survivors down to runconfig.min_num_csx,
+ * with a SwarmX tree as wide as the SwarmX nodes left need. */
+static void job__restart(coordinator *co, job *j, uint64_t now)
+{
+    char err[1024];
+    jobspec *spec = jobspec_parse(j->toml, strlen(j->toml), j->file, j->base_dir, err, sizeof(err));
+    if (!spec) {
+        job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, err);
+        return;
+    }
+    if (j->have_ckpt && j->ckpt_step >= (uint64_t)spec->max_steps) {
+        /* The fault came after the final checkpoint: training is complete. */
+        bool eval = spec->eval.present;
+        jobspec_free(spec);
+        j->steps_done = j->ckpt_step;
+        if (!eval) {
+            job_end(co, j, APPLIANCE__JOB_STATE__JOB_DONE, "done");
+        } else {
+            snprintf(err, sizeof(err), "training and its final checkpoint are complete, but the final "
+                     "evaluation was lost to a fault: %s", j->fault);
+            job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, err);
+        }
+        return;
+    }
+    if (j->have_ckpt) {
+        char path[PATH_MAX + 80];
+        int len = snprintf(path, sizeof(path), "%s/checkpoint_%llu-shard1-of-%lld.safetensors",
+                           spec->model_dir, (unsigned long long)j->ckpt_step,
+                           (long long)spec->num_wgt_servers);
+        if (len < 0 || (size_t)len >= sizeof(spec->checkpoint_path)) {
+            jobspec_free(spec);
+            job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, "the checkpoint's path is too long");
+            return;
+        }
+        memcpy(spec->checkpoint_path, path, (size_t)len + 1);
+    }
+    planner_place pl;
+    if (!planner_place_members(&co->members, spec, true, &pl)) {
+        size_t reps = job__idle(co, APPLIANCE__ROLE__ROLE_WSE_NODE);
+        size_t swarm = job__idle(co, APPLIANCE__ROLE__ROLE_SWARMX);
+        bool others = job__idle(co, APPLIANCE__ROLE__ROLE_MEMORYX) >= (size_t)spec->num_wgt_servers &&
+                      job__idle(co, APPLIANCE__ROLE__ROLE_WORKER) >= 1 && swarm >= 1;
+        if (now < j->full_until || !others || reps < (size_t)spec->min_num_csx) {
+            if (now >= j->give_up_at) {
+                snprintf(err, sizeof(err), "%s; the members to recover on did not come back within "
+                         "%u s (idle now: %zu wse-node(s), %zu memoryx, %zu swarmx, %zu worker(s))",
+                         j->fault, JOB_GIVE_UP_MS / 1000, reps,
+                         job__idle(co, APPLIANCE__ROLE__ROLE_MEMORYX), swarm,
+                         job__idle(co, APPLIANCE__ROLE__ROLE_WORKER));
+                jobspec_free(spec);
+                job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, err);
+                return;
+            }
+            j->recover_at = now + 250;
+            jobspec_free(spec);
+            return;
+        }
+        /* Go on with what is left. */
+        if (reps < (size_t)spec->num_csx) {
+            job_log(co, j, "%zu of %lld replica(s) available: going on with them (min_num_csx %lld)",
+                    reps, (long long)spec->num_csx, (long long)spec->min_num_csx);
+            spec->num_csx = (int64_t)reps;
+        }
+        while (planner_swarm_nodes((size_t)spec->num_csx, (size_t)spec->swarmx_fanout) > swarm &&
+               spec->swarmx_fanout < 1024)
+            spec->swarmx_fanout++;
+    }
+    job__launch(co, j, spec);
+}
+
+void jobs_tick(coordinator *co)
+{
+    job *j = co->running;
+    if (!j || co->n->stopping)
+        return;
+    uint64_t now = uv_now(co->n->loop);
+    if (!j->recovering) {
+        /* Every member may be alive and still the job make no progress (a
+         * stuck stream): past runconfig.step_timeout_seconds it is a fault. */
+        if (j->step_timeout_ms && j->state == APPLIANCE__JOB_STATE__JOB_RUNNING &&
+            now - j->progress_at > j->step_timeout_ms) {
+            char why[160];
+            snprintf(why, sizeof(why), "no progress for %llu s after step %llu "
+                     "(runconfig.step_timeout_seconds): the job stalled",
+                     (unsigned long long)(j->step_timeout_ms / 1000), (unsigned long long)j->steps_done);
+            job_fault(co, j, why);
+        }
+        return;
+    }
+    if (now >= j->recover_at)
+        job__restart(co, j, now);
+}

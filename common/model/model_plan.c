@@ -3,23 +3,10 @@
 #include "model_plan.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 
-static int model_plan__fail(int code, char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int model_plan__fail(int code, char *err, size_t errlen, const char *fmt, ...)
-{
-    if (errlen > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
+#include "errmsg.h"
 
 /* Elements of a plan tensor, saturated at UINT64_MAX. */
 static uint64_t model_plan__elems(const Appliance__PlanTensor *t)
@@ -33,11 +20,11 @@ static uint64_t model_plan__elems(const Appliance__PlanTensor *t)
 int model_plan_check(const Appliance__Plan *p, const model *m, char *err, size_t errlen)
 {
     if (p->n_tensors != (size_t)m->ntensors)
-        return model_plan__fail(-EINVAL, err, errlen, "plan: %zu tensors, the model has %d",
+        return errmsg(-EINVAL, err, errlen, "plan: %zu tensors, the model has %d",
                                 p->n_tensors, m->ntensors);
     for (size_t i = 0; i < p->n_tensors; i++)
         if (model_plan__elems(p->tensors[i]) != m->tensors[i].elems)
-            return model_plan__fail(-EINVAL, err, errlen, "plan: tensor %zu (%s) has %llu elements, "
+            return errmsg(-EINVAL, err, errlen, "plan: tensor %zu (%s) has %llu elements, "
                                     "the model's %s has %llu", i, p->tensors[i]->name,
                                     (unsigned long long)model_plan__elems(p->tensors[i]),
                                     m->tensors[i].name, (unsigned long long)m->tensors[i].elems);

@@ -2,26 +2,12 @@
 #include "msgcheck.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "auth.h"
+#include "errmsg.h"
 #include "frame.h"
-
-static int msgcheck__fail(int code, char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int msgcheck__fail(int code, char *err, size_t errlen, const char *fmt, ...)
-{
-    if (errlen > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 /* protobuf-c gives "" for an absent string; a hand-built message may hold
  * NULL. */
@@ -33,10 +19,10 @@ static size_t msgcheck__len(const char *s)
 int msgcheck_hello(const Appliance__Hello *h, char *err, size_t errlen)
 {
     if (h->version != FRAME_VERSION)
-        return msgcheck__fail(-EPROTONOSUPPORT, err, errlen, "protocol version %u, expected %u",
+        return errmsg(-EPROTONOSUPPORT, err, errlen, "protocol version %u, expected %u",
                               h->version, FRAME_VERSION);
     if (h->nonce.len != AUTH_NONCE_LEN || !h->nonce.data)
-        return msgcheck__fail(-EPROTO, err, errlen, "hello nonce of %zu bytes, expected %d",
+        return errmsg(-EPROTO, err, errlen, "hello nonce of %zu bytes, expected %d",
                               h->nonce.len, AUTH_NONCE_LEN);
     return 0;
 }
@@ -47,14 +33,14 @@ int msgcheck_register(const Appliance__Register *r, Appliance__Role peer_role, c
     bool daemon = r->role == APPLIANCE__ROLE__ROLE_MEMORYX || r->role == APPLIANCE__ROLE__ROLE_SWARMX ||
                   r->role == APPLIANCE__ROLE__ROLE_WORKER || r->role == APPLIANCE__ROLE__ROLE_WSE_NODE;
     if (!daemon || r->role != peer_role)
-        return msgcheck__fail(-EINVAL, err, errlen, "bad registration: role %d (authenticated as %d)",
+        return errmsg(-EINVAL, err, errlen, "bad registration: role %d (authenticated as %d)",
                               (int)r->role, (int)peer_role);
     size_t name = msgcheck__len(r->name);
     if (name == 0 || name >= 64)
-        return msgcheck__fail(-EINVAL, err, errlen, "bad registration: a name of %zu bytes (1 to 63)",
+        return errmsg(-EINVAL, err, errlen, "bad registration: a name of %zu bytes (1 to 63)",
                               name);
     if (msgcheck__len(r->advertised_addr) >= 128)
-        return msgcheck__fail(-EINVAL, err, errlen, "bad registration: address of %zu bytes (at most 127)",
+        return errmsg(-EINVAL, err, errlen, "bad registration: address of %zu bytes (at most 127)",
                               msgcheck__len(r->advertised_addr));
     return 0;
 }
@@ -76,7 +62,7 @@ static int msgcheck__ids(const uint32_t *ids, size_t n, const Appliance__Plan *p
 {
     for (size_t i = 0; i < n; i++)
         if (ids[i] >= p->n_tensors)
-            return msgcheck__fail(-EINVAL, err, errlen, "plan: %s[%zu] names tensor %u of %zu", what,
+            return errmsg(-EINVAL, err, errlen, "plan: %s[%zu] names tensor %u of %zu", what,
                                   i, ids[i], p->n_tensors);
     return 0;
 }
@@ -84,32 +70,32 @@ static int msgcheck__ids(const uint32_t *ids, size_t n, const Appliance__Plan *p
 int msgcheck_plan(const Appliance__Plan *p, char *err, size_t errlen)
 {
     if (!p)
-        return msgcheck__fail(-EINVAL, err, errlen, "job start without a plan");
+        return errmsg(-EINVAL, err, errlen, "job start without a plan");
     size_t idlen = msgcheck__len(p->job_id);
     if (idlen == 0 || idlen >= MSGCHECK_JOB_ID_MAX)
-        return msgcheck__fail(-EINVAL, err, errlen, "plan: a job id of %zu bytes (1 to %d)", idlen,
+        return errmsg(-EINVAL, err, errlen, "plan: a job id of %zu bytes (1 to %d)", idlen,
                               MSGCHECK_JOB_ID_MAX - 1);
     if (p->chunk_elems == 0 || p->chunk_elems > FRAME_DEFAULT_MAX_PAYLOAD / sizeof(float))
-        return msgcheck__fail(-EINVAL, err, errlen, "plan: chunks of %llu elements (1 to %zu)",
+        return errmsg(-EINVAL, err, errlen, "plan: chunks of %llu elements (1 to %zu)",
                               (unsigned long long)p->chunk_elems,
                               (size_t)(FRAME_DEFAULT_MAX_PAYLOAD / sizeof(float)));
     if (p->n_shards == 0 || p->n_replicas == 0 || p->n_swarm == 0)
-        return msgcheck__fail(-EINVAL, err, errlen, "plan: %zu shards, %zu replicas, %zu swarmx nodes; "
+        return errmsg(-EINVAL, err, errlen, "plan: %zu shards, %zu replicas, %zu swarmx nodes; "
                               "each must be at least 1", p->n_shards, p->n_replicas, p->n_swarm);
     for (size_t i = 0; i < p->n_shards; i++)
         if (p->shards[i]->index != i)
-            return msgcheck__fail(-EINVAL, err, errlen, "plan: shard %zu has index %u", i,
+            return errmsg(-EINVAL, err, errlen, "plan: shard %zu has index %u", i,
                                   p->shards[i]->index);
     for (size_t i = 0; i < p->n_tensors; i++) {
         const Appliance__PlanTensor *t = p->tensors[i];
         if (t->id != i)
-            return msgcheck__fail(-EINVAL, err, errlen, "plan: tensor %zu has id %u", i, t->id);
+            return errmsg(-EINVAL, err, errlen, "plan: tensor %zu has id %u", i, t->id);
         if (t->n_dims > MSGCHECK_MAX_DIMS || msgcheck_tensor_elems(t) > MSGCHECK_MAX_TENSOR_ELEMS)
-            return msgcheck__fail(-EINVAL, err, errlen, "plan: tensor %zu has %zu dimensions of "
+            return errmsg(-EINVAL, err, errlen, "plan: tensor %zu has %zu dimensions of "
                                   "%llu elements in all", i, t->n_dims,
                                   (unsigned long long)msgcheck_tensor_elems(t));
         if (t->shard >= p->n_shards)
-            return msgcheck__fail(-EINVAL, err, errlen, "plan: tensor %zu on shard %u of %zu", i,
+            return errmsg(-EINVAL, err, errlen, "plan: tensor %zu on shard %u of %zu", i,
                                   t->shard, p->n_shards);
     }
     int rc;
@@ -121,33 +107,33 @@ int msgcheck_plan(const Appliance__Plan *p, char *err, size_t errlen)
         const Appliance__PlanSwarmNode *s = p->swarm[i];
         if (s->index != i || s->parent < -1 || (s->parent >= 0 && (size_t)s->parent >= p->n_swarm) ||
             s->parent == (int32_t)i)
-            return msgcheck__fail(-EINVAL, err, errlen, "plan: swarmx node %zu has index %u and "
+            return errmsg(-EINVAL, err, errlen, "plan: swarmx node %zu has index %u and "
                                   "parent %d of %zu", i, s->index, s->parent, p->n_swarm);
         for (size_t k = 0; k < s->n_children_swarmx; k++)
             if (s->children_swarmx[k] >= p->n_swarm)
-                return msgcheck__fail(-EINVAL, err, errlen, "plan: swarmx node %zu has child node "
+                return errmsg(-EINVAL, err, errlen, "plan: swarmx node %zu has child node "
                                       "%u of %zu", i, s->children_swarmx[k], p->n_swarm);
         for (size_t k = 0; k < s->n_children_replicas; k++)
             if (s->children_replicas[k] >= p->n_replicas)
-                return msgcheck__fail(-EINVAL, err, errlen, "plan: swarmx node %zu has child "
+                return errmsg(-EINVAL, err, errlen, "plan: swarmx node %zu has child "
                                       "replica %u of %zu", i, s->children_replicas[k],
                                       p->n_replicas);
     }
     for (size_t i = 0; i < p->n_replicas; i++) {
         const Appliance__PlanReplica *r = p->replicas[i];
         if (r->index != i || r->swarm_parent < 0 || (size_t)r->swarm_parent >= p->n_swarm)
-            return msgcheck__fail(-EINVAL, err, errlen, "plan: replica %zu has index %u and swarmx "
+            return errmsg(-EINVAL, err, errlen, "plan: replica %zu has index %u and swarmx "
                                   "parent %d of %zu", i, r->index, r->swarm_parent, p->n_swarm);
     }
     for (size_t i = 0; i < p->n_workers; i++) {
         const Appliance__PlanWorker *w = p->workers[i];
         uint32_t slots = w->slots ? w->slots : 1;
         if (w->replica >= p->n_replicas || w->slot >= slots)
-            return msgcheck__fail(-EINVAL, err, errlen, "plan: worker %zu feeds replica %u of %zu "
+            return errmsg(-EINVAL, err, errlen, "plan: worker %zu feeds replica %u of %zu "
                                   "in slot %u of %u", i, w->replica, p->n_replicas, w->slot, slots);
     }
     if (p->eval_batches > 0 && p->eval_batch == 0)
-        return msgcheck__fail(-EINVAL, err, errlen, "plan: %u eval batches of no samples",
+        return errmsg(-EINVAL, err, errlen, "plan: %u eval batches of no samples",
                               p->eval_batches);
     return 0;
 }
@@ -158,17 +144,17 @@ static int msgcheck__chunk(const char *what, uint32_t tensor_id, uint64_t offset
                            size_t errlen)
 {
     if (tensor_id >= p->n_tensors)
-        return msgcheck__fail(-EINVAL, err, errlen, "%s of tensor %u: the plan has %zu tensors", what,
+        return errmsg(-EINVAL, err, errlen, "%s of tensor %u: the plan has %zu tensors", what,
                               tensor_id, p->n_tensors);
     uint64_t n = msgcheck_tensor_elems(p->tensors[tensor_id]);
     if (total != n || offset > n || count > n - offset)
-        return msgcheck__fail(-EINVAL, err, errlen, "%s of tensor %u: elements [%llu, +%llu) of "
+        return errmsg(-EINVAL, err, errlen, "%s of tensor %u: elements [%llu, +%llu) of "
                               "%llu; the tensor has %llu", what, tensor_id,
                               (unsigned long long)offset, (unsigned long long)count,
                               (unsigned long long)total, (unsigned long long)n);
     /* count <= n <= MSGCHECK_MAX_TENSOR_ELEMS: the product cannot wrap. */
     if ((uint64_t)len != count * sizeof(float))
-        return msgcheck__fail(-EINVAL, err, errlen, "%s of tensor %u: %llu elements in %u bytes", what,
+        return errmsg(-EINVAL, err, errlen, "%s of tensor %u: %llu elements in %u bytes", what,
                               tensor_id, (unsigned long long)count, len);
     return 0;
 }
@@ -192,21 +178,21 @@ int msgcheck_batch(const Appliance__Batch *b, const Appliance__Plan *p, uint32_t
 {
     if (b->eval_batch > 0) {
         if (b->eval_batch > p->eval_batches || b->n > p->eval_batch)
-            return msgcheck__fail(-EINVAL, err, errlen, "eval batch %u of %u samples: the plan has "
+            return errmsg(-EINVAL, err, errlen, "eval batch %u of %u samples: the plan has "
                                   "%u eval batches of at most %u", b->eval_batch, b->n,
                                   p->eval_batches, p->eval_batch);
     } else if (b->replica >= p->n_replicas || b->n != p->replicas[b->replica]->batch) {
-        return msgcheck__fail(-EINVAL, err, errlen, "batch of %u samples for replica %u: the plan "
+        return errmsg(-EINVAL, err, errlen, "batch of %u samples for replica %u: the plan "
                               "has %zu replicas", b->n, b->replica, p->n_replicas);
     }
     /* Wider than 32 bits cannot match a frame's length anyway; within, the
      * sums and the product fit in 64 bits. */
     if (b->sample_elems > UINT32_MAX)
-        return msgcheck__fail(-EINVAL, err, errlen, "batch of %llu values per sample",
+        return errmsg(-EINVAL, err, errlen, "batch of %llu values per sample",
                               (unsigned long long)b->sample_elems);
     uint64_t bytes = (uint64_t)b->n * (b->sample_elems + b->label_elems) * 4;
     if (bytes != len)
-        return msgcheck__fail(-EINVAL, err, errlen, "batch of %u samples of %llu values and %u "
+        return errmsg(-EINVAL, err, errlen, "batch of %u samples of %llu values and %u "
                               "labels in %u bytes", b->n, (unsigned long long)b->sample_elems,
                               b->label_elems, len);
     return 0;
@@ -215,9 +201,9 @@ int msgcheck_batch(const Appliance__Batch *b, const Appliance__Plan *p, uint32_t
 int msgcheck_credit(const Appliance__Credit *c, const Appliance__Plan *p, char *err, size_t errlen)
 {
     if (c->eval_batch > 0 && c->eval_batch > p->eval_batches)
-        return msgcheck__fail(-EINVAL, err, errlen, "no eval batch %u in this job", c->eval_batch);
+        return errmsg(-EINVAL, err, errlen, "no eval batch %u in this job", c->eval_batch);
     if (c->eval_batch == 0 && c->n > MSGCHECK_MAX_CREDITS)
-        return msgcheck__fail(-EINVAL, err, errlen, "credit beyond the limit of %d batches",
+        return errmsg(-EINVAL, err, errlen, "credit beyond the limit of %d batches",
                               MSGCHECK_MAX_CREDITS);
     return 0;
 }
@@ -229,15 +215,15 @@ int msgcheck_stream_hello(const Appliance__StreamHello *h, Appliance__Role want,
                   ? h->role == APPLIANCE__ROLE__ROLE_SWARMX || h->role == APPLIANCE__ROLE__ROLE_WSE_NODE
                   : h->role == want;
     if (!ok)
-        return msgcheck__fail(-EPROTO, err, errlen, "a stream from role %d is not taken here",
+        return errmsg(-EPROTO, err, errlen, "a stream from role %d is not taken here",
                               (int)h->role);
     if (msgcheck__len(h->job_id) == 0)
-        return msgcheck__fail(-EINVAL, err, errlen, "stream hello without a job id");
+        return errmsg(-EINVAL, err, errlen, "stream hello without a job id");
     if (!p)
         return 0;
     size_t limit = h->role == APPLIANCE__ROLE__ROLE_SWARMX ? p->n_swarm : p->n_replicas;
     if (h->index >= limit)
-        return msgcheck__fail(-EINVAL, err, errlen, "stream hello of %s %u: the plan has %zu",
+        return errmsg(-EINVAL, err, errlen, "stream hello of %s %u: the plan has %zu",
                               h->role == APPLIANCE__ROLE__ROLE_SWARMX ? "swarmx node" : "replica",
                               h->index, limit);
     return 0;
@@ -247,10 +233,10 @@ int msgcheck_eval_report(const Appliance__EvalReport *r, const Appliance__Plan *
                          size_t errlen)
 {
     if (r->replica >= p->n_replicas)
-        return msgcheck__fail(-EINVAL, err, errlen, "evaluation report of replica %u: the plan has %zu",
+        return errmsg(-EINVAL, err, errlen, "evaluation report of replica %u: the plan has %zu",
                               r->replica, p->n_replicas);
     if (r->n_intersection != r->n_union_ || r->n_intersection > MSGCHECK_MAX_EVAL_CLASSES)
-        return msgcheck__fail(-EINVAL, err, errlen, "malformed evaluation report: %zu intersections, "
+        return errmsg(-EINVAL, err, errlen, "malformed evaluation report: %zu intersections, "
                               "%zu unions (at most %d classes)", r->n_intersection, r->n_union_,
                               MSGCHECK_MAX_EVAL_CLASSES);
     return 0;

@@ -71,26 +71,19 @@ static void *wn__up_dest(conn *c, const Appliance__Envelope *env, uint32_t len, 
         }
         return dst; /* NULL and staged: the reader holds it, on_frame keeps it */
     }
-    wn_tensor *t = &j->t[w->tensor_id];
-    float *base = t->w;
-    if (w->state > 0) { /* optimizer state of a resumed Pipelined job */
-        const char *sname;
-        size_t scount;
-        base = j->pipelined && t->trainable && w->state <= optim_state_count(&t->st)
-                   ? optim_state_tensor(&t->st, w->state - 1, &sname, &scount)
-                   : NULL;
-    }
-    if (!base || w->total != t->n || w->offset > t->n || w->count > t->n - w->offset ||
-        (uint64_t)len != w->count * sizeof(float) || w->step < j->step) {
-        log_warn("job %s: weight chunk refused: tensor %u step %llu offset %llu count %llu "
-                 "total %llu (%u bytes); replica at step %llu, tensor has %llu elements",
-                 j->id, w->tensor_id, (unsigned long long)w->step, (unsigned long long)w->offset,
+    /* Pipelined: the resident weights (and a resumed job's optimizer state) */
+    float *dst = j->res_ready && (uint64_t)len == w->count * sizeof(float) && w->step >= j->step
+                     ? wresident_dest(&j->res, w->tensor_id, w->state, w->offset, w->count, w->total)
+                     : NULL;
+    if (!dst) {
+        log_warn("job %s: weight chunk refused: tensor %u state %u step %llu offset %llu count %llu "
+                 "total %llu (%u bytes); replica at step %llu", j->id, w->tensor_id, w->state,
+                 (unsigned long long)w->step, (unsigned long long)w->offset,
                  (unsigned long long)w->count, (unsigned long long)w->total, len,
-                 (unsigned long long)j->step, (unsigned long long)t->n);
+                 (unsigned long long)j->step);
         *err = -EINVAL;
-        return NULL;
     }
-    return base + w->offset;
+    return dst;
 }
 
 static void wn__pause(wn_job *j)
@@ -191,12 +184,7 @@ static void wn__up_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, ui
         wn__advance(j);
         return;
     }
-    wn_tensor *t = &j->t[w->tensor_id];
-    if (t->step != w->step) {
-        t->step = w->step;
-        t->have = 0;
-    }
-    t->have += w->count;
+    wresident_received(&j->res, w->tensor_id, w->count);
     wn__advance(j);
 }
 

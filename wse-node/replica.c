@@ -30,6 +30,8 @@ void wn__free_buffers(wn_job *j)
         exec_deinit(&j->ex);
     if (j->ws_ready)
         wslots_deinit(&j->ws);
+    if (j->res_ready)
+        wresident_deinit(&j->res);
     while (j->staged) {
         wn_staged *next = j->staged->next;
         free(j->staged);
@@ -170,11 +172,17 @@ static int wn__job_buffers(wn_job *j, char *err, size_t errlen)
             return rc;
         }
         j->ws_ready = true;
+    } else {
+        /* Pipelined: every tensor resident, streamed in once. */
+        if (wresident_init(&j->res, m) < 0) {
+            snprintf(err, errlen, "out of memory for the resident weights");
+            return -ENOMEM;
+        }
+        j->res_ready = true;
     }
     for (size_t i = 0; !oom && i < p->n_tensors; i++) {
         wn_tensor *t = &j->t[i];
         t->n = m->tensors[i].elems;
-        t->step = UINT64_MAX;
         t->trainable = m->tensors[i].trainable;
         t->job = j;
         if (j->ws_ready) {
@@ -192,6 +200,11 @@ static int wn__job_buffers(wn_job *j, char *err, size_t errlen)
             oom |= t->trainable && optim_state_init(&t->st, &j->cfg, t->n) < 0;
             if (t->trainable && !oom) /* one update per step so far */
                 optim_state_set_step(&t->st, (int64_t)p->first_step);
+            /* a resumed job streams the optimizer state after the weights */
+            uint32_t states = t->trainable && p->n_resume_weights > 0
+                                  ? (uint32_t)optim_state_count(&t->st) : 0;
+            if (!oom)
+                wresident_bind_tensor(&j->res, i, t->w, t->n, t->trainable ? &t->st : NULL, states);
         }
     }
     if (!oom) {

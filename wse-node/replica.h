@@ -13,6 +13,7 @@
 #include "node.h"
 #include "optim.h"
 #include "plan_stream.h"
+#include "wresident.h"
 #include "wslots.h"
 
 #define WN_CREDITS 2 /* batches each worker may have in flight to us */
@@ -25,8 +26,6 @@ typedef struct wn_tensor {
     optim_state st;        /* Pipelined: the optimizer state of the resident weights */
     bool trainable;        /* false for buffers (running statistics) */
     uint64_t n;            /* elements */
-    uint64_t have;         /* weight elements received for `step` */
-    uint64_t step;         /* step the weights belong to */
     int sends;             /* gradient sends in flight: g must not change */
     struct wn_job *job;    /* the job it belongs to */
 } wn_tensor;
@@ -78,7 +77,7 @@ typedef struct wn_eval_buf {
  * Beside the state, a few flags are independent of it: busy (a compute task
  * is queued, in any state), up_ready and the feeds' ready (links come and
  * go), chunk_staged and up_paused (flow control of the weight stream),
- * ex_ready and ws_ready (which buffers an allocation that failed half-way
+ * ex_ready, ws_ready and res_ready (which buffers an allocation that failed half-way
  * made), pipelined (the mode). */
 typedef enum wn_state {
     WN_ALLOCATING,
@@ -128,6 +127,8 @@ typedef struct wn_job {
     wslots ws;               /* Weight Streaming: the slots weights and gradients pass through */
     plan_stream cur;         /* the weight chunk expected next (plan_stream.h); zero before the first */
     bool ws_ready;           /* ws was initialised */
+    wresident res;           /* Pipelined: the resident weights (wresident.h) */
+    bool res_ready;          /* res was initialised */
     bool chunk_staged;       /* the weight chunk being read has no slot yet */
     wn_staged *staged, *staged_tail; /* held chunks, in arrival order */
     bool up_paused;          /* reading from swarmx stopped until a slot frees */

@@ -287,28 +287,13 @@ static void wn__work_done(void *arg)
     wn__advance(j);
 }
 
-/* Optimizer state tensors memoryx streams with a tensor: a resumed
- * Pipelined job carries its state over. */
-static size_t wn__states_streamed(const wn_job *j, const wn_tensor *t)
-{
-    return j->pipelined && t->trainable && j->plan->n_resume_weights > 0 ? optim_state_count(&t->st) : 0;
-}
-
-/* Whether the weights of a layer are complete for the current step. */
+/* Whether the weights of a layer are complete for the current step: in its
+ * slot (Weight Streaming), or resident since the first step (Pipelined). */
 static bool wn__weights_ready(wn_job *j, const model_layer *l)
 {
-    for (int k = 0; k < l->ntensors; k++) {
-        const wn_tensor *t = &j->t[l->first_tensor + k];
-        if (j->pipelined) { /* resident since the first step, with the
-                              * optimizer state of a resumed job */
-            if (t->have < t->n * (1 + wn__states_streamed(j, t)))
-                return false;
-            continue;
-        }
-        if (t->step != j->step || t->have < t->n)
-            return false;
-    }
-    return true;
+    if (j->res_ready)
+        return wresident_ready(&j->res, (int)(l - j->m->layers));
+    return false; /* Weight Streaming asks its slots (wslots_ready) */
 }
 
 /* Whether gradients of a layer are still being sent. */

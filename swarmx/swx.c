@@ -28,9 +28,9 @@ static void swx__up_stopped(conn_link *l)
 
 static void swx__job_free(swx_job *j)
 {
-    if (!j || j->released)
+    if (!j || j->state == SWX_RELEASED)
         return;
-    j->released = true;
+    j->state = SWX_RELEASED;
     for (size_t i = 0; i < j->nkids; i++) {
         swx_buf *b = j->kids[i].head;
         while (b) {
@@ -79,7 +79,7 @@ static void swx__abort_as(node *n, swx_job *j, bool fault, const char *fmt, ...)
 
 static void swx__maybe_ready(node *n, swx_job *j)
 {
-    if (j->ready_sent)
+    if (j->state != SWX_LINKING)
         return;
     for (size_t i = 0; i < j->nup; i++)
         if (!j->up[i].ready)
@@ -87,7 +87,7 @@ static void swx__maybe_ready(node *n, swx_job *j)
     for (size_t i = 0; i < j->nkids; i++)
         if (!j->kids[i].c)
             return;
-    j->ready_sent = true;
+    j->state = SWX_STREAMING;
     Appliance__JobReady r = APPLIANCE__JOB_READY__INIT;
     r.job_id = j->id;
     r.member_id = n->member_id;
@@ -116,7 +116,7 @@ static void swx__down_sent(void *arg, int status)
 {
     swx_send *s = arg;
     swx_job *j = s->j;
-    if (!j->released) {
+    if (j->state != SWX_RELEASED) {
         j->pending_down -= s->b->len;
         if (j->pending_down <= SWX_DOWN_MAX / 2)
             swx__resume_up(j);
@@ -280,7 +280,7 @@ static void swx__merge_drain(node *n, swx_job *j)
     size_t from;
     bool unpause;
     swx_buf *b;
-    while (!j->released && (b = swx_merge_take(j->up, j->nup, j->next_seq, &from, &unpause))) {
+    while (j->state != SWX_RELEASED && (b = swx_merge_take(j->up, j->nup, j->next_seq, &from, &unpause))) {
         conn *uc = conn_link_conn(&j->up[from].link);
         if (unpause && uc)
             conn_resume(uc);
@@ -365,7 +365,7 @@ static void swx__up_ready(conn *c)
 static void swx__up_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len)
 {
     swx_up *u = c->data;
-    if (u->job->released)
+    if (u->job->state == SWX_RELEASED)
         return;
     if (env->msg_case == APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK ||
         env->msg_case == APPLIANCE__ENVELOPE__MSG_GRAD_CHUNK) {
@@ -388,7 +388,7 @@ static void *swx__up_payload_dest(conn *c, const Appliance__Envelope *env, uint3
 static void swx__up_close(conn *c, int err, const char *reason)
 {
     swx_up *u = c->data;
-    if (u->job->released)
+    if (u->job->state == SWX_RELEASED)
         return;
     if (u->ready) {
         u->ready = false;
@@ -402,7 +402,7 @@ static void swx__up_drain(conn *c)
 {
     swx_up *u = c->data;
     swx_job *j = u->job;
-    if (j->released)
+    if (j->state == SWX_RELEASED)
         return;
     for (size_t i = 0; i < j->nkids; i++)
         if (j->kids[i].c && j->kids[i].queued < SWX_CHILD_QUEUE_MAX)

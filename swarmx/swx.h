@@ -10,6 +10,22 @@
 #include "queue.h"
 #include "node.h"
 
+/* The life of a tree node's job.
+ *
+ *   SWX_LINKING --every link up and every child's hello: JobReady (swx__maybe_ready)--> SWX_STREAMING
+ *   any state --an end (jobhost.h; swx__release, swx__job_free)--> SWX_RELEASED --links closed--> freed
+ *
+ * LINKING: the links up (every memoryx shard at the root, else the parent)
+ * dial and the children say hello. STREAMING: weights go down as they
+ * arrive (merged by seq at a root over several shards) and gradients go up
+ * summed in child order. RELEASED: no longer the node's job; chunks still
+ * arriving are dropped while the links up close. */
+typedef enum swx_state {
+    SWX_LINKING,
+    SWX_STREAMING,
+    SWX_RELEASED,
+} swx_state;
+
 typedef struct swx_job {
     node *n;                     /* the daemon */
     char id[40];
@@ -25,8 +41,7 @@ typedef struct swx_job {
     uint64_t next_seq;           /* the weight chunk to forward next (merging several shards) */
     plan_stream cur;             /* what the next weight chunk down must be (plan_stream.h);
                                     zero until the first */
-    bool ready_sent;
-    bool released;
+    swx_state state;             /* see swx_state */
     uint64_t chunks_down, chunks_up;
 } swx_job;
 

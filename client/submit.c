@@ -13,7 +13,9 @@
 #include "conn.h"
 #include "log.h"
 #include "msg.h"
+#include "offline.h"
 #include "render.h"
+#include "units.h"
 
 /* Exit codes (docs/cli.md). */
 enum { EXIT_OK = 0, EXIT_USAGE = 2, EXIT_REFUSED = 3, EXIT_FAILED = 4, EXIT_CANCELLED = 5,
@@ -55,6 +57,8 @@ static void usage(FILE *f)
     fprintf(f,
             "Usage: appliance-submit [OPTIONS] JOB.toml   submit a job and follow it to its end\n"
             "       appliance-submit --plan JOB.toml      compile the job, print its plan\n"
+            "       appliance-submit --plan --wafer-memory SIZE JOB.toml\n"
+            "                                             what fits a wafer of SIZE, without a cluster\n"
             "       appliance-submit status [JOB]         a job's status (default: the newest)\n"
             "       appliance-submit cancel JOB           stop a queued or running job\n"
             "       appliance-submit logs JOB             a job's log\n"
@@ -68,6 +72,9 @@ static void usage(FILE *f)
             "                           (env APPLIANCE_USER); sees only that user's jobs\n"
             "  --key-file PATH          that user's key (env APPLIANCE_KEY_FILE)\n"
             "  --insecure               no secret, for a cluster started with --insecure\n"
+            "  --wafer-memory SIZE      with --plan: plan for wse-nodes of SIZE, here, without a\n"
+            "                           cluster (the largest batch and square input that fit)\n"
+            "  --threads N              with --wafer-memory: threads of each wse-node (default 1)\n"
             "                           (env APPLIANCE_INSECURE=1)\n"
             "  --json                   JSON on stdout (submit: one object at the end)\n"
             "  --detach                 submit: print the job id and return at once\n"
@@ -459,8 +466,9 @@ int main(int argc, char **argv)
     const char *secret_file = NULL, *user = NULL, *key_file = NULL;
     bool insecure = false, cli_credentials = false;
     bool cluster = false, plan = false;
+    uint64_t wafer = 0, threads = 1;
     enum { O_COORD = 256, O_SECRET, O_JSON, O_CLUSTER, O_PLAN, O_DETACH, O_FOLLOW, O_HELP,
-           O_INSECURE, O_USER, O_KEY_FILE };
+           O_INSECURE, O_USER, O_KEY_FILE, O_WAFER, O_THREADS };
     static const struct option longopts[] = {
         {"coordinator", required_argument, NULL, O_COORD},
         {"secret-file", required_argument, NULL, O_SECRET},
@@ -472,6 +480,8 @@ int main(int argc, char **argv)
         {"plan", no_argument, NULL, O_PLAN},
         {"detach", no_argument, NULL, O_DETACH},
         {"follow", no_argument, NULL, O_FOLLOW},
+        {"wafer-memory", required_argument, NULL, O_WAFER},
+        {"threads", required_argument, NULL, O_THREADS},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -489,6 +499,20 @@ int main(int argc, char **argv)
         case O_PLAN: plan = true; break;
         case O_DETACH: cl.detach = true; break;
         case O_FOLLOW: cl.follow = true; break;
+        case O_WAFER:
+            if (units_parse_size(optarg, &wafer) < 0 || wafer == 0) {
+                fprintf(stderr, "appliance-submit: --wafer-memory \"%s\": expected bytes with an "
+                                "optional K, M, G or T suffix\n", optarg);
+                return EXIT_USAGE;
+            }
+            break;
+        case O_THREADS:
+            if (units_parse_size(optarg, &threads) < 0 || threads == 0 || threads > 4096) {
+                fprintf(stderr, "appliance-submit: --threads \"%s\": expected from 1 to 4096\n",
+                        optarg);
+                return EXIT_USAGE;
+            }
+            break;
         case O_HELP: usage(stdout); return EXIT_OK;
         default:
             fprintf(stderr, "appliance-submit: unknown or incomplete option \"%s\" (see --help)\n",
@@ -500,6 +524,15 @@ int main(int argc, char **argv)
         if (!cl.arg || cl.cmd != CMD_SUBMIT || cl.job_text)
             usage(stderr);
         return EXIT_USAGE;
+    }
+    if (wafer && cl.cmd != CMD_PLAN) {
+        fprintf(stderr, "appliance-submit: --wafer-memory goes with --plan\n");
+        return EXIT_USAGE;
+    }
+    if (wafer) { /* planned here: no cluster asked */
+        int rc = offline_plan(cl.arg, cl.job_text, wafer, (int)threads, cl.json);
+        free(cl.job_text);
+        return rc == 0 ? EXIT_OK : EXIT_FAILED;
     }
     if (cli_credentials && user && !key_file && getenv("APPLIANCE_KEY_FILE"))
         key_file = getenv("APPLIANCE_KEY_FILE");

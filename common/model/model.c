@@ -903,7 +903,8 @@ static int check_loss(compiler *c)
     return 0;
 }
 
-model *model_compile(const toml_value *mt, char *err, size_t errlen)
+static model *model__compile(const toml_value *mt, const model_shape *input, char *err,
+                             size_t errlen)
 {
     compiler c = {.source = toml_source_name(mt), .err = err, .errlen = errlen};
     model *m = calloc(1, sizeof(*m));
@@ -929,6 +930,8 @@ model *model_compile(const toml_value *mt, char *err, size_t errlen)
     }
     if (read_input_shape(&c, mt) < 0 || read_loss(&c, mt) < 0)
         goto fail;
+    if (input) /* the same layers on another input (model_compile_as) */
+        m->input = *input;
     const toml_value *layers = toml_table_get(mt, "layers");
     if (!layers || toml_type_of(layers) != TOML_ARRAY || toml_array_len(layers) == 0) {
         fail(&c, layers ? toml_pos_of(layers) : toml_pos_of(mt),
@@ -959,6 +962,16 @@ model *model_compile(const toml_value *mt, char *err, size_t errlen)
 fail:
     model_free(m);
     return NULL;
+}
+
+model *model_compile(const toml_value *mt, char *err, size_t errlen)
+{
+    return model__compile(mt, NULL, err, errlen);
+}
+
+model *model_compile_as(const toml_value *mt, const model_shape *input, char *err, size_t errlen)
+{
+    return model__compile(mt, input, err, errlen);
 }
 
 model *model_compile_document(const toml_value *root, char *err, size_t errlen)

@@ -132,6 +132,10 @@ typedef struct {
  * after writing one message "FILE:LINE:COL: layer "NAME": problem" (or
  * "FILE:LINE:COL: problem" outside layers) into err. */
 model *model_compile(const toml_value *model_table, char *err, size_t errlen);
+/* model_compile with the input shape replaced by *input (the same layers
+ * on another image size: what fits a wafer). */
+model *model_compile_as(const toml_value *model_table, const model_shape *input, char *err,
+                        size_t errlen);
 /* Compiles the [model] table of a whole job document (the root table);
  * a missing [model] is an error. */
 model *model_compile_document(const toml_value *root, char *err, size_t errlen);

@@ -1,0 +1,131 @@
+/* The plan's first answers without a cluster: needs, fit, largest batch,
+ * largest square input, and the memory table of a replica. */
+#include "offline.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fit.h"
+#include "jobspec.h"
+#include "toml.h"
+#include "units.h"
+
+#define OFFLINE_MAX_BATCH (1 << 20) /* the largest batch looked for */
+
+static const char *offline__mode_name(Appliance__ExecMode mode)
+{
+    return mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED ? "pipelined" : "weight_streaming";
+}
+
+/* What fits in one mode. */
+typedef struct offline_fit {
+    Appliance__ExecMode mode;
+    uint64_t need;       /* bytes per replica at the job's batch share */
+    int batch;           /* the largest batch share at the job's input; 0: none */
+    int side;            /* the largest square input at the job's share; 0: none; -1: not an image */
+} offline_fit;
+
+static void offline__table(const model *m, int share, int threads)
+{
+    footprint f;
+    if (footprint_init(&f, m, share, threads) < 0)
+        return;
+    char shape[64], a[4][32];
+    printf("memory of a replica, %d sample(s), per layer:\n", share);
+    printf("  %-24s %-16s %12s %12s %12s %12s\n", "layer", "output", "activations", "gradients",
+           "saved", "workspace");
+    for (int i = 0; i < m->nlayers; i++) {
+        const footprint_layer *l = &f.layers[i];
+        printf("  %-24.24s %-16s %12s %12s %12s %12s\n", m->layers[i].name,
+               model_shape_str(&m->layers[i].out, shape, sizeof(shape)),
+               units_format_size(l->act, a[0], sizeof(a[0])),
+               units_format_size(l->dact, a[1], sizeof(a[1])),
+               units_format_size(l->aux, a[2], sizeof(a[2])),
+               units_format_size(l->workspace, a[3], sizeof(a[3])));
+    }
+    printf("  %-41s %12s %12s %12s %12s\n", "sums (one workspace, the largest)",
+           units_format_size(f.act, a[0], sizeof(a[0])), units_format_size(f.dact, a[1], sizeof(a[1])),
+           units_format_size(f.aux, a[2], sizeof(a[2])),
+           units_format_size(f.workspace, a[3], sizeof(a[3])));
+    printf("  scratch %s, loss buffers %s, two batches in flight %s, weights %s, weight slots %s\n",
+           units_format_size(f.scratch, a[0], sizeof(a[0])), units_format_size(f.loss, a[1], sizeof(a[1])),
+           units_format_size(f.batches, a[2], sizeof(a[2])),
+           units_format_size(f.weights, a[3], sizeof(a[3])),
+           units_format_size(f.wslots, shape, sizeof(shape)));
+    footprint_free(&f);
+}
+
+int offline_plan(const char *file, const char *text, uint64_t wafer, int threads, bool json)
+{
+    char err[1024];
+    jobspec *spec = jobspec_parse(text, strlen(text), file, NULL, err, sizeof(err));
+    if (!spec) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    toml_value *root = toml_parse(text, strlen(text), file, err, sizeof(err));
+    const toml_value *mt = root ? toml_table_get(root, "model") : NULL;
+    const model *m = spec->model;
+    int replicas = spec->num_csx > 0 ? (int)spec->num_csx : 1;
+    int share = (int)((spec->train.batch_size + replicas - 1) / replicas);
+    unsigned states = footprint_optimizer_states(spec->optimizer_type, spec->momentum);
+    offline_fit fits[2] = {{.mode = APPLIANCE__EXEC_MODE__MODE_PIPELINED},
+                           {.mode = APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING}};
+    for (int i = 0; i < 2; i++) {
+        offline_fit *o = &fits[i];
+        o->need = fit_replica_bytes(m, share, threads, o->mode, states);
+        o->batch = fit_largest_batch(m, threads, o->mode, states, wafer, OFFLINE_MAX_BATCH);
+        o->side = mt ? fit_largest_side(mt, m, share, threads, o->mode, states, wafer) : -1;
+    }
+    /* what mode = "auto" picks, as the planner does */
+    bool want_pipe = strcmp(spec->mode, "pipelined") == 0;
+    bool want_ws = strcmp(spec->mode, "weight_streaming") == 0;
+    const offline_fit *pick = want_pipe || (!want_ws && fits[0].need <= wafer) ? &fits[0] : &fits[1];
+    char in[64], w[32], n[32];
+    model_shape_str(&m->input, in, sizeof(in));
+    units_format_size(wafer, w, sizeof(w));
+    if (json) {
+        printf("{\"file\": \"%s\", \"input\": \"%s\", \"replicas\": %d, \"batch_per_replica\": %d, "
+               "\"threads\": %d, \"wafer_memory\": %llu, \"mode\": \"%s\", \"fits\": %s, \"modes\": [",
+               file, in, replicas, share, threads, (unsigned long long)wafer,
+               offline__mode_name(pick->mode), pick->need <= wafer ? "true" : "false");
+        for (int i = 0; i < 2; i++)
+            printf("%s{\"mode\": \"%s\", \"bytes_per_replica\": %llu, \"fits\": %s, "
+                   "\"largest_batch\": %d, \"largest_square_input\": %d}", i ? ", " : "",
+                   offline__mode_name(fits[i].mode), (unsigned long long)fits[i].need,
+                   fits[i].need <= wafer ? "true" : "false", fits[i].batch, fits[i].side);
+        printf("]}\n");
+    } else {
+        printf("%s: input %s, %d replica(s) of %d sample(s), %d thread(s) per wse-node, "
+               "wafer memory %s (planned here, no cluster asked)\n",
+               file, in, replicas, share, threads, w);
+        printf("  %-18s %14s %6s %20s %26s\n", "mode", "per replica", "fits", "largest batch",
+               "largest square input");
+        for (int i = 0; i < 2; i++) {
+            const offline_fit *o = &fits[i];
+            char side[32] = "not an image";
+            if (o->side == 0)
+                snprintf(side, sizeof(side), "none");
+            else if (o->side > 0)
+                snprintf(side, sizeof(side), "%lldx%dx%d", (long long)m->input.d[0], o->side, o->side);
+            printf("  %-18s %14s %6s %20d %26s\n", offline__mode_name(o->mode),
+                   units_format_size(o->need, n, sizeof(n)), o->need <= wafer ? "yes" : "no",
+                   o->batch, side);
+        }
+        if (pick->need <= wafer)
+            printf("mode %s: %s\n", spec->mode, offline__mode_name(pick->mode));
+        else if (pick->batch >= 1)
+            printf("mode %s: %s does not fit %d sample(s) per replica; at most %d fit: lower "
+                   "train_input.batch_size or raise runconfig.num_csx\n", spec->mode,
+                   offline__mode_name(pick->mode), share, pick->batch);
+        else
+            printf("mode %s: %s does not fit one sample of %s: it needs a larger wafer "
+                   "(--wafer-memory)%s\n", spec->mode, offline__mode_name(pick->mode), in,
+                   pick->side > 0 ? ", or a smaller image" : "");
+        offline__table(m, share, threads);
+    }
+    toml_free(root);
+    jobspec_free(spec);
+    return 0;
+}

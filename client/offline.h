@@ -1,0 +1,13 @@
+/* `appliance-submit --plan JOB.toml --wafer-memory SIZE`: the plan's first
+ * answers without a cluster: what a replica needs in each mode, whether it
+ * fits the wafer, the largest batch at the job's input and the largest
+ * square input at the job's batch, and the memory table per layer. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Compiles the job file `file` (its text in text) and prints the answers
+ * for wse-nodes of wafer bytes and `threads` threads, as text or JSON.
+ * Returns the process exit code: 0, or 1 with the job file's error. */
+int offline_plan(const char *file, const char *text, uint64_t wafer, int threads, bool json);

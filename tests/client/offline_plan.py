@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""appliance-submit --plan --wafer-memory: the plan's answers without a
+cluster, held to the footprint's own numbers: a wafer of exactly what a
+replica needs fits and one byte less does not; the largest batch fits and
+one more does not; the largest square input is an image size the model
+takes; a model that is no image says so; a sample that fits no wafer is
+refused with what would help, never a batch below 1.
+
+Usage: offline_plan.py APPLIANCE_SUBMIT EXAMPLES_DIR"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+submit, examples = sys.argv[1], sys.argv[2]
+
+
+def plan(job, wafer, *extra):
+    out = subprocess.run([submit, "--plan", "--wafer-memory", str(wafer), *extra, job],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, (out.returncode, out.stdout, out.stderr)
+    return out.stdout
+
+
+def plan_json(job, wafer, *extra):
+    return json.loads(plan(job, wafer, "--json", *extra))
+
+
+unet = os.path.join(examples, "unet.toml")
+p = plan_json(unet, "20G")
+assert p["input"] == "3x512x512" and p["replicas"] == 2 and p["batch_per_replica"] == 2, p
+for m in p["modes"]:
+    need = m["bytes_per_replica"]
+    # exactly the need fits, a byte less does not
+    at = {x["mode"]: x for x in plan_json(unet, need)["modes"]}[m["mode"]]
+    assert at["fits"], (m, at)
+    below = {x["mode"]: x for x in plan_json(unet, need - 1)["modes"]}[m["mode"]]
+    assert not below["fits"], (m, below)
+    # at a wafer of exactly the need, the largest batch is the job's share
+    assert at["largest_batch"] == p["batch_per_replica"], at
+    side = m["largest_square_input"]
+    assert side > 512 and side % 16 == 0, m
+
+# the workspace grows with the wse-node's threads
+one = plan_json(unet, "20G")["modes"][1]["bytes_per_replica"]
+four = plan_json(unet, "20G", "--threads", "4")["modes"][1]["bytes_per_replica"]
+assert four > one, (one, four)
+
+# text: the table and the mode auto picks
+text = plan(unet, "20G")
+assert "planned here, no cluster asked" in text, text
+assert "mode auto: pipelined" in text, text
+assert "enc1_conv1" in text and "8x512x512" in text, text
+
+# not an image
+q = plan_json(os.path.join(examples, "quickstart.toml"), "1G")
+assert all(m["largest_square_input"] == -1 for m in q["modes"]), q
+assert "not an image" in plan(os.path.join(examples, "quickstart.toml"), "1G")
+
+# a wafer too small for one sample: what would help, no batch below 1
+small = plan(unet, "1M")
+assert "does not fit one sample of 3x512x512: it needs a larger wafer (--wafer-memory)" in small, small
+assert "batch_size" not in small.split("memory of a replica")[0], small
+
+# a job file with an error names its place; --wafer-memory goes with --plan
+with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
+    f.write("[runconfig]\nmax_step = 3\n")
+bad = subprocess.run([submit, "--plan", "--wafer-memory", "1G", f.name], capture_output=True, text=True)
+os.unlink(f.name)
+assert bad.returncode != 0 and ':2:1: unknown key "max_step" in [runconfig]' in bad.stderr, bad
+use = subprocess.run([submit, "--wafer-memory", "1G", unet], capture_output=True, text=True)
+assert use.returncode == 2 and "--wafer-memory goes with --plan" in use.stderr, use
+print("offline plan: ok")

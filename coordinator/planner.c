@@ -10,6 +10,7 @@
 #include "arena.h"
 #include "dataset.h"
 #include "safetensors.h"
+#include "fit.h"
 #include "footprint.h"
 #include "units.h"
 
@@ -233,6 +234,47 @@ uint64_t planner_replica_bytes(const model *m, uint64_t batch, unsigned threads,
     return bytes;
 }
 
+/* Why a job does not fit in Weight Streaming, and what would help: fewer
+ * samples per replica while one fits, else a larger wafer or an image that
+ * fits (never a batch below 1). */
+static void planner__refuse_ws(const jobspec *spec, const char *job_toml, uint64_t share,
+                               unsigned threads, unsigned states, uint64_t wafer, uint64_t need,
+                               size_t nr, char *err, size_t errlen)
+{
+    const model *m = spec->model;
+    const Appliance__ExecMode ws = APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING;
+    char n1[32], w1[32], in[64];
+    units_format_size(need, n1, sizeof(n1));
+    units_format_size(wafer, w1, sizeof(w1));
+    model_shape_str(&m->input, in, sizeof(in));
+    int fit = fit_largest_batch(m, (int)threads, ws, states, wafer, (int)share);
+    if (fit >= 1) {
+        snprintf(err, errlen,
+                 "%s: the model does not fit: Weight Streaming needs %s per replica for %llu "
+                 "samples of %s, the smallest wafer has %s; %d sample(s) per replica fit: lower "
+                 "train_input.batch_size to %llu or raise runconfig.num_csx to %llu",
+                 spec->source, n1, (unsigned long long)share, in, w1, fit,
+                 (unsigned long long)((uint64_t)fit * nr),
+                 (unsigned long long)(((uint64_t)spec->train.batch_size + (uint64_t)fit - 1) / (uint64_t)fit));
+        return;
+    }
+    char one[32], hint[96] = "";
+    units_format_size(fit_replica_bytes(m, 1, (int)threads, ws, states), one, sizeof(one));
+    char terr[256];
+    toml_value *root = toml_parse(job_toml, strlen(job_toml), spec->source, terr, sizeof(terr));
+    const toml_value *mt = root ? toml_table_get(root, "model") : NULL;
+    int side = mt ? fit_largest_side(mt, m, 1, (int)threads, ws, states, wafer) : -1;
+    toml_free(root);
+    if (side > 0)
+        snprintf(hint, sizeof(hint), ", or images of at most %lldx%dx%d",
+                 (long long)m->input.d[0], side, side);
+    snprintf(err, errlen,
+             "%s: not even one sample of %s fits a wafer: Weight Streaming needs %s per replica "
+             "for one sample, the smallest wafer has %s; use wse-nodes with more wafer memory "
+             "(--wafer-memory)%s",
+             spec->source, in, one, w1, hint);
+}
+
 int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
                   const planner_members *pm, uint64_t chunk_elems, uint8_t **out, size_t *outlen,
                   char *err, size_t errlen)
@@ -301,11 +343,8 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
         goto done;
     }
     if (!want_pipe && need_ws > wafer) {
-        snprintf(err, errlen,
-                 "%s: the model does not fit: Weight Streaming needs %s per replica for %llu "
-                 "samples (activations %s per sample), the smallest wafer has %s; lower "
-                 "train_input.batch_size or raise runconfig.num_csx",
-                 spec->source, a3, (unsigned long long)max_share, a4, a2);
+        planner__refuse_ws(spec, job_toml, max_share, threads, states, wafer, need_ws, nr, err,
+                           errlen);
         rc = -E2BIG;
         goto done;
     }

@@ -53,14 +53,13 @@ int fit_largest_side(const toml_value *mt, const model *m, int batch, int thread
     if (m->input.ndim != 3)
         return -1;
     int64_t c = m->input.d[0], side = m->input.d[1] < m->input.d[2] ? m->input.d[1] : m->input.d[2];
-    /* the step: the largest power of two dividing the job's side (at most
-     * 256) with which the model still compiles one step further */
+    /* the step: the smallest power of two (at most 256) by which the job's
+     * side can grow and the model still compile (a U-Net's pooling levels
+     * want multiples of 16) */
     int64_t step = 1;
-    while (step < 256 && side % (step * 2) == 0)
+    while (step < 256 &&
+           fit__side_bytes(mt, c, side + step, 1, threads, mode, optimizer_states) == UINT64_MAX)
         step *= 2;
-    while (step > 1 && fit__side_bytes(mt, c, side + step, 1, threads, mode, optimizer_states) ==
-                           UINT64_MAX)
-        step /= 2;
     /* bisect over multiples of step: k * step fits, hi * step does not */
     int64_t lo = 0, hi = FIT_MAX_SIDE / step + 1;
     while (hi - lo > 1) {

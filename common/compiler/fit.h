@@ -25,9 +25,9 @@ int fit_largest_batch(const model *m, int threads, Appliance__ExecMode mode,
 
 /* The largest side S such that the model of model_table compiles on a
  * [C, S, S] input (C the job's channels) and a replica of `batch` samples
- * fits in wafer bytes. Sides are tried in steps of the largest power of
- * two (at most 256) that the job's own side allows the model to compile
- * with, so pooling levels stay whole. Returns S, 0 when none fits, -1 when
+ * fits in wafer bytes. Sides are tried in steps of the smallest power of
+ * two (at most 256) by which the job's side can grow with the model still
+ * compiling, so pooling levels stay whole. Returns S, 0 when none fits, -1 when
  * the model's input is not an image. */
 int fit_largest_side(const toml_value *model_table, const model *m, int batch, int threads,
                      Appliance__ExecMode mode, unsigned optimizer_states, uint64_t wafer);

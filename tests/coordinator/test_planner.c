@@ -1,6 +1,7 @@
 /* The plan's inputs: what the workers read for training and, when the job
  * has [eval_input], for evaluation. */
 #include <check.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -158,6 +159,54 @@ START_TEST(memory_for_the_members_threads)
 }
 END_TEST
 
+/* A job that does not fit says what would help: fewer samples per replica
+ * while one fits, else a larger wafer or an image that fits; never a batch
+ * below 1. */
+START_TEST(refusals_say_what_helps)
+{
+    static const char *job = "[runconfig]\n"
+                             "mode = \"weight_streaming\"\n"
+                             "[train_input]\n"
+                             "data_processor = \"synthetic_classification\"\n"
+                             "batch_size = 8\n"
+                             "num_classes = 4\n"
+                             "[model]\n"
+                             "input_shape = [3, 256, 256]\n"
+                             "loss = \"softmax_cross_entropy\"\n"
+                             "[[model.layers]]\nname = \"conv\"\ntype = \"conv2d\"\nfilters = 16\n"
+                             "kernel_size = 3\npadding = 1\n"
+                             "[[model.layers]]\nname = \"pool\"\ntype = \"max_pool2d\"\nkernel_size = 2\n"
+                             "[[model.layers]]\nname = \"flatten\"\ntype = \"flatten\"\n"
+                             "[[model.layers]]\nname = \"fc\"\ntype = \"dense\"\nunits = 4\n";
+    char err[1024];
+    jobspec *spec = jobspec_parse(job, strlen(job), "job.toml", "/src", err, sizeof(err));
+    ck_assert_msg(spec != NULL, "%s", err);
+    uint64_t one = planner_replica_bytes(spec->model, 1, 1, APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING, 0);
+    uint64_t three = planner_replica_bytes(spec->model, 3, 1, APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING, 0);
+    uint64_t four = planner_replica_bytes(spec->model, 4, 1, APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING, 0);
+    member wse = {.id = 1, .role = APPLIANCE__ROLE__ROLE_WSE_NODE, .addr = "127.0.0.1:1", .threads = 1};
+    member mx = {.id = 2, .role = APPLIANCE__ROLE__ROLE_MEMORYX, .addr = "127.0.0.1:2"};
+    member sx = {.id = 3, .role = APPLIANCE__ROLE__ROLE_SWARMX, .addr = "127.0.0.1:3"};
+    member wk = {.id = 4, .role = APPLIANCE__ROLE__ROLE_WORKER, .addr = "127.0.0.1:4"};
+    member *r[] = {&wse}, *s[] = {&mx}, *w[] = {&sx}, *k[] = {&wk};
+    planner_members pm = {r, 1, s, 1, w, 1, k, 1};
+    uint8_t *buf = NULL;
+    size_t len;
+    /* three of the eight samples fit */
+    wse.wafer_memory = (three + four) / 2;
+    ck_assert_int_eq(planner_build(spec, "job-1", job, &pm, 1024, &buf, &len, err, sizeof(err)), -E2BIG);
+    ck_assert_msg(strstr(err, "for 8 samples of 3x256x256") && strstr(err, "3 sample(s) per replica fit: "
+                  "lower train_input.batch_size to 3 or raise runconfig.num_csx to 3"), "%s", err);
+    /* not one fits: a larger wafer, or a smaller image (one that fits) */
+    wse.wafer_memory = one - 1;
+    ck_assert_int_eq(planner_build(spec, "job-1", job, &pm, 1024, &buf, &len, err, sizeof(err)), -E2BIG);
+    ck_assert_msg(strstr(err, "not even one sample of 3x256x256 fits a wafer") &&
+                  strstr(err, "use wse-nodes with more wafer memory (--wafer-memory), or images of at "
+                         "most 3x") && !strstr(err, "batch_size"), "%s", err);
+    jobspec_free(spec);
+}
+END_TEST
+
 /* Placement: live members of each role in id order; idle ones only for a
  * launch, any for a plan to show; a role short of members says so. */
 START_TEST(placement)
@@ -197,6 +246,7 @@ static Suite *suite(void)
     tcase_add_test(t, inputs);
     tcase_add_test(t, memory_for_the_members_threads);
     tcase_add_test(t, placement);
+    tcase_add_test(t, refusals_say_what_helps);
     suite_add_tcase(s, t);
     return s;
 }

@@ -488,6 +488,26 @@ START_TEST(png_probe)
     ck_assert_str_eq(err, want);
     ck_assert_int_lt(open_png(&d, 1, 2), 0);
     ck_assert_msg(strstr(err, "/images/b.png: corrupt PNG: ") != NULL, "%s", err);
+    /* a decompression bomb: a header claiming 100000x100000 pixels is
+     * refused from its 33 bytes, before anything is allocated or decoded */
+    uint8_t bomb[33] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0, 0, 13, 'I', 'H', 'D', 'R'};
+    put_be32(bomb + 16, 100000);
+    put_be32(bomb + 20, 100000);
+    bomb[24] = 8; /* 8-bit gray */
+    uint32_t crc = 0xffffffffu;
+    for (int i = 12; i < 29; i++) {
+        crc ^= bomb[i];
+        for (int b = 0; b < 8; b++)
+            crc = crc & 1 ? 0xedb88320u ^ (crc >> 1) : crc >> 1;
+    }
+    put_be32(bomb + 29, crc ^ 0xffffffffu);
+    write_file("images/b.png", bomb, sizeof(bomb));
+    ck_assert_int_lt(open_png_as(&p, 1, 2, true), 0);
+    snprintf(want, sizeof(want), "%s/images/b.png: corrupt PNG: 100000x100000 pixels (1 to 65536 a side)",
+             dir);
+    ck_assert_str_eq(err, want);
+    ck_assert_int_lt(open_png(&d, 1, 2), 0);
+    ck_assert_msg(strstr(err, "/images/b.png") != NULL, "%s", err);
     /* a truncated header */
     write_file("images/b.png", buf, 20);
     ck_assert_int_lt(open_png_as(&p, 1, 2, true), 0);

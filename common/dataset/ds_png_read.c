@@ -28,13 +28,20 @@ static void ds_png__warning(png_structp png, png_const_charp msg)
     /* Warnings (unknown chunks, bad gamma) do not stop a sample. */
 }
 
-/* Reads the header of path into *hd and checks it (ds_png__check). Then,
- * when out is not NULL, decodes the pixels into
- * out: H rows of W * C bytes for an image; W bytes (2 * W, big-endian, for
- * 16 bits) for a mask. Returns 0 or a negative code with a message naming
- * path. Thread-safe. */
+/* Takes decoded row y (W * C bytes for an image; W bytes, 2 * W big-endian
+ * for 16 bits, for a mask). Returns 0, or a negative code with a message
+ * in err that stops the decoding. */
+typedef int (*ds_png_row_fn)(void *ctx, const ds_png_header *hd, uint32_t y, const uint8_t *row,
+                             char *err, size_t errlen);
+
+/* Reads the header of path into *hd and checks it (ds_png__check), then
+ * decodes the pixels and hands each row to row(arg, ...): row by row
+ * through one row buffer, so that a large image is not held twice (as
+ * bytes and as the caller's floats); an interlaced PNG, whose passes
+ * revisit every row, is decoded whole first. Returns 0 or a negative code
+ * with a message naming path. Thread-safe. */
 static int ds_png__load(const char *path, enum ds_png_kind kind, uint32_t C, uint32_t H, uint32_t W,
-                        ds_png_header *hd, uint8_t *out, char *err, size_t errlen)
+                        ds_png_header *hd, ds_png_row_fn row, void *arg, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
@@ -51,6 +58,7 @@ static int ds_png__load(const char *path, enum ds_png_kind kind, uint32_t C, uin
     ds_png_ctx ctx = {{0}};
     png_infop info = NULL;
     png_bytep *volatile rows = NULL;
+    uint8_t *volatile pix = NULL; /* one row, or the whole interlaced image */
     png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &ctx, ds_png__error,
                                              ds_png__warning);
     if (png)
@@ -76,9 +84,8 @@ static int ds_png__load(const char *path, enum ds_png_kind kind, uint32_t C, uin
     hd->color_type = png_get_color_type(png, info);
     hd->bit_depth = png_get_bit_depth(png, info);
     rc = ds_png__check(path, kind, C, H, W, hd, err, errlen);
-    if (rc < 0 || !out)
+    if (rc < 0)
         goto done;
-
 
     size_t rowbytes;
     if (kind == DS_PNG_IMAGE) {
@@ -96,7 +103,7 @@ static int ds_png__load(const char *path, enum ds_png_kind kind, uint32_t C, uin
         png_set_strip_alpha(png);
         rowbytes = (size_t)W * (hd->bit_depth == 16 ? 2 : 1);
     }
-    png_set_interlace_handling(png);
+    int passes = png_set_interlace_handling(png);
     png_read_update_info(png, info);
     if (png_get_rowbytes(png, info) != rowbytes) {
         snprintf(err, errlen, "%s: %s, %d bits: decodes to %zu bytes per row, not %zu", path,
@@ -105,21 +112,87 @@ static int ds_png__load(const char *path, enum ds_png_kind kind, uint32_t C, uin
         rc = -EINVAL;
         goto done;
     }
-    rows = malloc(H * sizeof(*rows));
-    if (!rows) {
-        snprintf(err, errlen, "%s: out of memory", path);
-        rc = -ENOMEM;
-        goto done;
+    if (passes > 1) { /* interlaced: every pass revisits every row */
+        pix = malloc((size_t)H * rowbytes);
+        rows = malloc(H * sizeof(*rows));
+        if (!pix || !rows) {
+            snprintf(err, errlen, "%s: out of memory", path);
+            rc = -ENOMEM;
+            goto done;
+        }
+        for (uint32_t y = 0; y < H; y++)
+            rows[y] = pix + (size_t)y * rowbytes;
+        png_read_image(png, rows);
+        for (uint32_t y = 0; y < H && rc == 0; y++)
+            rc = row(arg, hd, y, rows[y], err, errlen);
+    } else {
+        if (!(pix = malloc(rowbytes))) {
+            snprintf(err, errlen, "%s: out of memory", path);
+            rc = -ENOMEM;
+            goto done;
+        }
+        for (uint32_t y = 0; y < H && rc == 0; y++) {
+            png_read_row(png, pix, NULL);
+            rc = row(arg, hd, y, pix, err, errlen);
+        }
     }
-    for (uint32_t y = 0; y < H; y++)
-        rows[y] = out + (size_t)y * rowbytes;
-    png_read_image(png, rows);
-    png_read_end(png, NULL);
+    if (rc == 0)
+        png_read_end(png, NULL);
 done:
     free(rows);
+    free(pix);
     png_destroy_read_struct(&png, &info, NULL);
     fclose(f);
     return rc;
+}
+
+/* Where decoded rows go: the sample's planar floats, or its labels. */
+typedef struct ds_png_dest {
+    const dataset *d;
+    const char *path;         /* for messages */
+    float *x;                 /* (C, H, W) */
+    int32_t *labels;          /* (H, W) */
+} ds_png_dest;
+
+/* An image row: interleaved bytes to planar floats in [0, 1]. */
+static int ds_png__image_row(void *ctx, const ds_png_header *hd, uint32_t y, const uint8_t *row,
+                             char *err, size_t errlen)
+{
+    const ds_png_dest *t = ctx;
+    const uint32_t C = t->d->channels, W = t->d->width;
+    const size_t hw = (size_t)t->d->height * W;
+    for (uint32_t c = 0; c < C; c++) {
+        float *out = t->x + c * hw + (size_t)y * W;
+        for (uint32_t i = 0; i < W; i++)
+            out[i] = (float)row[i * C + c] / 255.0f;
+    }
+    return 0;
+}
+
+/* A mask row: a class per pixel (binary masks: above half the range). */
+static int ds_png__mask_row(void *ctx, const ds_png_header *hd, uint32_t y, const uint8_t *row,
+                            char *err, size_t errlen)
+{
+    const ds_png_dest *t = ctx;
+    const dataset *d = t->d;
+    const uint32_t W = d->width;
+    bool wide = hd->bit_depth == 16;
+    bool palette = hd->color_type == PNG_COLOR_TYPE_PALETTE;
+    bool binary = !palette && d->num_classes <= 2;
+    uint32_t half = ((1u << hd->bit_depth) - 1) / 2;
+    int32_t *out = t->labels + (size_t)y * W;
+    for (uint32_t i = 0; i < W; i++) {
+        uint32_t v = wide ? (uint32_t)row[2 * i] << 8 | row[2 * i + 1] : row[i];
+        if (binary)
+            v = v > half;
+        else if (v >= d->num_classes) {
+            snprintf(err, errlen, "%s: pixel (x %u, y %u) has value %u, not below num_classes %u",
+                     t->path, i, y, v, d->num_classes);
+            return -EINVAL;
+        }
+        out[i] = (int32_t)v;
+    }
+    return 0;
 }
 
 static int ds_png__read(const dataset *d, uint64_t idx, float *x, int32_t *labels, char *err,
@@ -127,45 +200,17 @@ static int ds_png__read(const dataset *d, uint64_t idx, float *x, int32_t *label
 {
     const ds_png *p = d->priv;
     const uint32_t C = d->channels, H = d->height, W = d->width;
-    const size_t hw = (size_t)H * W;
     char path[PATH_MAX];
     ds_png_header hd;
-    int rc = -ENOMEM;
-    uint8_t *buf = malloc(hw * (C > 2 ? C : 2)); /* the image, then the mask */
-    if (!buf) {
-        snprintf(err, errlen, "out of memory for a %ux%u image", W, H);
-        return rc;
-    }
+    ds_png_dest t = {d, path, x, labels};
+    int rc;
     if ((rc = ds_png__path(path, d, "images", p->names[idx], err, errlen)) < 0 ||
-        (rc = ds_png__load(path, DS_PNG_IMAGE, C, H, W, &hd, buf, err, errlen)) < 0)
-        goto done;
-    for (uint32_t c = 0; c < C; c++) /* interleaved HWC bytes -> planar CHW floats */
-        for (size_t i = 0; i < hw; i++)
-            x[c * hw + i] = (float)buf[i * C + c] / 255.0f;
-
-    if ((rc = ds_png__path(path, d, "masks", p->names[idx], err, errlen)) < 0 ||
-        (rc = ds_png__load(path, DS_PNG_MASK, 1, H, W, &hd, buf, err, errlen)) < 0)
-        goto done;
-    bool wide = hd.bit_depth == 16;
-    bool palette = hd.color_type == PNG_COLOR_TYPE_PALETTE;
-    bool binary = !palette && d->num_classes <= 2;
-    uint32_t half = ((1u << hd.bit_depth) - 1) / 2;
-    for (size_t i = 0; i < hw; i++) {
-        uint32_t v = wide ? (uint32_t)buf[2 * i] << 8 | buf[2 * i + 1] : buf[i];
-        if (binary)
-            v = v > half;
-        else if (v >= d->num_classes) {
-            snprintf(err, errlen, "%s: pixel (x %zu, y %zu) has value %u, not below num_classes "
-                     "%u", path, i % W, i / W, v, d->num_classes);
-            rc = -EINVAL;
-            goto done;
-        }
-        labels[i] = (int32_t)v;
-    }
-    rc = 0;
-done:
-    free(buf);
-    return rc;
+        (rc = ds_png__load(path, DS_PNG_IMAGE, C, H, W, &hd, ds_png__image_row, &t, err,
+                           errlen)) < 0 ||
+        (rc = ds_png__path(path, d, "masks", p->names[idx], err, errlen)) < 0 ||
+        (rc = ds_png__load(path, DS_PNG_MASK, 1, H, W, &hd, ds_png__mask_row, &t, err, errlen)) < 0)
+        return rc;
+    return 0;
 }
 
 const dataset_reader ds_png_reader = {

@@ -265,6 +265,10 @@ END_TEST
 
 /* ---- PNG ---- */
 
+/* write_png writes Adam7-interlaced files while this is set (the reader
+ * decodes those whole, not row by row). */
+static bool write_interlaced;
+
 /* Writes a w x h PNG of the colour type and depth given; data holds the
  * samples row by row as libpng takes them (16 bits big-endian). A palette
  * image gets a 16-entry gray palette. */
@@ -279,7 +283,8 @@ static void write_png(const char *name, uint32_t w, uint32_t h, int color_type, 
     if (setjmp(png_jmpbuf(png)))
         ck_abort_msg("libpng failed writing %s", name);
     png_init_io(png, f);
-    png_set_IHDR(png, info, w, h, depth, color_type, PNG_INTERLACE_NONE,
+    png_set_IHDR(png, info, w, h, depth, color_type,
+                 write_interlaced ? PNG_INTERLACE_ADAM7 : PNG_INTERLACE_NONE,
                  PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
     if (color_type == PNG_COLOR_TYPE_PALETTE) {
         png_color pal[16];
@@ -291,8 +296,10 @@ static void write_png(const char *name, uint32_t w, uint32_t h, int color_type, 
     int channels = color_type == PNG_COLOR_TYPE_RGB ? 3 : color_type == PNG_COLOR_TYPE_RGBA ? 4
                  : color_type == PNG_COLOR_TYPE_GRAY_ALPHA ? 2 : 1;
     size_t rowbytes = ((size_t)w * channels * depth + 7) / 8;
-    for (uint32_t y = 0; y < h; y++)
-        png_write_row(png, data + y * rowbytes);
+    int passes = png_set_interlace_handling(png);
+    for (int pass = 0; pass < passes; pass++)
+        for (uint32_t y = 0; y < h; y++)
+            png_write_row(png, data + y * rowbytes);
     png_write_end(png, NULL);
     png_destroy_write_struct(&png, &info);
     ck_assert_int_eq(fclose(f), 0);
@@ -361,15 +368,19 @@ START_TEST(png_gray_binary)
     write_png("images/d.png", PW, PH, PNG_COLOR_TYPE_GRAY_ALPHA, 8, alpha);
     write_png("masks/d.png", PW, PH, PNG_COLOR_TYPE_GRAY_ALPHA, 8, alpha); /* >127 from p 7 on */
     write_file("images/notes.txt", "x", 1); /* not a .png: ignored */
+    /* e.png: the same as b.png, interlaced (Adam7) */
+    write_interlaced = true;
+    write_gray_pair("e.png");
+    write_interlaced = false;
 
     dataset *d;
     ck_assert_msg(open_png(&d, 1, 2) == 0, "%s", err);
-    ck_assert_uint_eq(dataset_size(d), 4);
+    ck_assert_uint_eq(dataset_size(d), 5);
     ck_assert_uint_eq(dataset_sample_elems(d), PH * PW);
     ck_assert_uint_eq(dataset_label_elems(d), PH * PW);
     float x[PH * PW];
     int32_t y[PH * PW];
-    for (uint64_t i = 0; i < 4; i++) {
+    for (uint64_t i = 0; i < 5; i++) {
         ck_assert_msg(dataset_read(d, 0, i, x, y, err, sizeof(err)) == 0, "%s", err);
         for (int p = 0; p < PH * PW; p++) {
             ck_assert_float_eq(x[p], (float)(20 * p + 1) / 255.0f);

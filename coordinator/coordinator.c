@@ -243,6 +243,8 @@ static const options_key co__keys[] = {
      "of those, from one submitter (default 100)"},
     {"max-job-history", "N", OPTIONS_U32, CO__OPT(max_job_history), 0, 1, 10000000,
      "finished jobs kept in memory; older ones are read\nback from the journal (default 1000)"},
+    {"chunk-size", "SIZE", OPTIONS_SIZE, CO__OPT(chunk_bytes), 0, 1u << 10, 64u << 20,
+     "payload of a frame of weights, gradients or input\nbatches in a job's streams; a multiple of 4,\nat most every daemon's --max-frame-payload (default 1M)"},
     {"max-client-backlog", "SIZE", OPTIONS_SIZE, CO__OPT(admission.max_client_backlog), 0, 0, 0,
      "unread replies after which a client is\ndisconnected (default 8M)"},
     {NULL, NULL, 0, 0, 0, 0, 0, NULL},
@@ -253,6 +255,12 @@ static int co__check_options(const node_options *frame, void *opts)
     const coordinator_options *o = opts;
     if (frame->insecure && o->users_file[0]) {
         fprintf(stderr, "coordinator: --users-file needs authentication: it does not go with --insecure\n");
+        return -1;
+    }
+    if (o->chunk_bytes % sizeof(float) != 0 || o->chunk_bytes > frame->max_frame_payload) {
+        fprintf(stderr, "coordinator: --chunk-size %llu is not a multiple of 4 at most "
+                        "--max-frame-payload (%llu)\n", (unsigned long long)o->chunk_bytes,
+                (unsigned long long)frame->max_frame_payload);
         return -1;
     }
     return 0;
@@ -267,6 +275,7 @@ void coordinator_role(node_role *role, coordinator_options *opt)
     opt->heartbeat_timeout_ms = 3000;
     opt->admission.max_job_file = COORDINATOR_DEFAULT_MAX_JOB_FILE;
     opt->max_model_params = COORDINATOR_DEFAULT_MAX_MODEL_PARAMS;
+    opt->chunk_bytes = COORDINATOR_DEFAULT_CHUNK;
     opt->max_steps = COORDINATOR_DEFAULT_MAX_STEPS;
     opt->admission.max_queued_jobs = 1000;
     opt->admission.max_queued_per_submitter = 100;

@@ -21,11 +21,13 @@ typedef struct coordinator_options {
     uint64_t max_model_params;      /* trainable parameters of a submitted model */
     uint64_t max_steps;             /* runconfig.max_steps of a submitted job */
     uint32_t max_job_history;       /* finished jobs kept in memory */
+    uint64_t chunk_bytes;           /* of a frame of weights, gradients or a batch */
 } coordinator_options;
 
 #define COORDINATOR_DEFAULT_MAX_JOB_FILE (256u * 1024)
 #define COORDINATOR_DEFAULT_MAX_MODEL_PARAMS (UINT64_C(1) << 30)
 #define COORDINATOR_DEFAULT_MAX_STEPS UINT64_C(100000000)
+#define COORDINATOR_DEFAULT_CHUNK (1u << 20)
 
 typedef struct coordinator {
     node *n;

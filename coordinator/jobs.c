@@ -19,7 +19,6 @@
 #include "plan.h"
 #include "planner.h"
 
-#define JOB_CHUNK_ELEMS (256u * 1024) /* 1 MiB of float32 per chunk */
 #define JOB_LOG_MAX 100000            /* log lines kept per job */
 
 static coordinator *co_of(node *n) { return n->data; }
@@ -320,7 +319,8 @@ int jobs_plan(coordinator *co, const jobspec *spec, const char *id, const char *
         return -EAGAIN;
     }
     planner_members pm = {pl.reps, pl.nr, pl.shards, pl.ns, pl.swarm, pl.nx, pl.workers, pl.gw};
-    int rc = planner_build(spec, id, toml, &pm, JOB_CHUNK_ELEMS, plan, len, err, errlen);
+    int rc = planner_build(spec, id, toml, &pm, co->opt.chunk_bytes / sizeof(float), plan, len,
+                           err, errlen);
     if (rc < 0 || !used)
         return rc;
     size_t nw = pl.gw < (size_t)spec->num_csx * (size_t)spec->num_workers_per_csx

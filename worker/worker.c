@@ -14,9 +14,13 @@
 
 static worker *wk_of(node *n) { return n->data; }
 
-/* One batch in production. */
+/* One batch: produced in the thread pool, then queued on its feed and sent
+ * in chunks as the connection has room. */
 typedef struct wk_batch {
     uv_work_t req;            /* in the thread pool */
+    struct wk_batch *next;    /* in its feed's send queue */
+    unsigned refs;            /* the producer or the queue, and each chunk being written */
+    size_t sent;              /* bytes handed to the connection */
     wk_feed *feed;
     uint64_t step;
     uint64_t global;          /* the global batch */
@@ -24,16 +28,37 @@ typedef struct wk_batch {
     uint64_t first;           /* eval: the first sample of the eval set */
     uint32_t n;               /* samples */
     uint64_t queued_at;       /* uv_now when it was queued */
-    uint8_t *buf;             /* the payload; owned until handed to conn_send */
+    uint8_t *buf;             /* the batch's bytes (sample.h) */
     size_t bytes;
     int rc;                   /* of dataset_batch, with err */
     char err[512];
 } wk_batch;
 
+static void wk__batch_unref(wk_batch *b)
+{
+    if (--b->refs == 0) {
+        free(b->buf);
+        free(b);
+    }
+}
+
+/* Drops the batches a feed has not sent (its wse-node went away). */
+static void wk__drop_queue(wk_feed *f)
+{
+    while (f->queue) {
+        wk_batch *b = f->queue;
+        f->queue = b->next;
+        wk__batch_unref(b);
+    }
+    f->queue_tail = NULL;
+}
+
 static void wk__job_free(wk_job *j)
 {
     if (!j)
         return;
+    for (size_t i = 0; i < j->nfeeds; i++)
+        wk__drop_queue(&j->feeds[i]);
     dataset_close(j->data);
     dataset_close(j->eval_data);
     free(j->feeds);
@@ -56,18 +81,61 @@ static void wk__release(jobhost *h, void *job, jobhost_end end, const char *why)
                  (unsigned long long)j->batches_sent);
     w->job = NULL;
     j->state = WK_RELEASED;
-    for (size_t i = 0; i < j->nfeeds; i++)
+    for (size_t i = 0; i < j->nfeeds; i++) {
         if (j->feeds[i].c) {
             j->feeds[i].c->user = NULL;
             j->feeds[i].c = NULL;
         }
+        wk__drop_queue(&j->feeds[i]);
+    }
     if (j->inflight == 0)
         wk__job_free(j);
 }
 
-static void wk__batch_sent(void *arg, int status)
+static void wk__chunk_sent(void *arg, int status)
 {
-    free(arg);
+    wk__batch_unref(arg);
+}
+
+/* Sends the feed's queued batches, each in frames of at most a chunk, in
+ * order, while the connection has room; its on_drain calls again. */
+static void wk__send(worker *w, wk_feed *f)
+{
+    wk_job *j = f->job;
+    const size_t chunk = j->plan->chunk_elems * sizeof(float);
+    while (f->c && f->queue) {
+        wk_batch *b = f->queue;
+        do {
+            size_t len = b->bytes - b->sent < chunk ? b->bytes - b->sent : chunk;
+            if (!conn_can_send(f->c, len))
+                return;
+            Appliance__Batch m = APPLIANCE__BATCH__INIT;
+            m.step = b->step;
+            m.replica = f->replica;
+            m.n = b->n;
+            m.eval_batch = b->eval_batch;
+            const dataset *d = b->eval_batch ? j->eval_data : j->data;
+            m.sample_elems = dataset_sample_elems(d);
+            m.label_elems = dataset_label_elems(d);
+            m.offset = b->sent;
+            m.total = b->bytes;
+            ENVELOPE(env, batch, BATCH, &m);
+            if (conn_send(f->c, &env, b->buf + b->sent, (uint32_t)len, wk__chunk_sent, b) < 0) {
+                conn_fail(f->c, -ENOBUFS, "worker: cannot queue the batch of step %llu",
+                          (unsigned long long)b->step);
+                return; /* the connection's close drops the queue */
+            }
+            b->refs++;
+            b->sent += len;
+        } while (b->sent < b->bytes);
+        f->queue = b->next;
+        if (!f->queue)
+            f->queue_tail = NULL;
+        j->batches_sent++;
+        w->batches++;
+        metrics_hist_observe(&w->batch_hist, (double)(uv_now(w->n->loop) - b->queued_at) / 1000.0);
+        wk__batch_unref(b);
+    }
 }
 
 static void wk__pump_all(worker *w, wk_job *j);
@@ -91,39 +159,29 @@ static void wk__batch_done(uv_work_t *req, int status)
     worker *w = j->w;
     j->inflight--;
     if (j->state == WK_RELEASED) {
+        wk__batch_unref(b);
         if (j->inflight == 0)
             wk__job_free(j);
-        goto done;
+        return;
     }
     if (b->rc < 0 || status < 0) {
         /* releases the job: the batches still in production are dropped */
         jobhost_fail(&w->jobs, "step %llu: %s", (unsigned long long)b->step,
                      status < 0 ? uv_strerror(status) : b->err);
-        goto done;
+        wk__batch_unref(b);
+        return;
     }
     if (f->c) { /* else the wse-node went away; it aborts the job itself */
-        Appliance__Batch m = APPLIANCE__BATCH__INIT;
-        m.step = b->step;
-        m.replica = f->replica;
-        m.n = b->n;
-        m.eval_batch = b->eval_batch;
-        m.sample_elems = dataset_sample_elems(j->data);
-        m.label_elems = dataset_label_elems(j->data);
-        ENVELOPE(env, batch, BATCH, &m);
-        if (conn_send(f->c, &env, b->buf, (uint32_t)b->bytes, wk__batch_sent, b->buf) == 0) {
-            b->buf = NULL;
-            j->batches_sent++;
-            w->batches++;
-            metrics_hist_observe(&w->batch_hist, (double)(uv_now(w->n->loop) - b->queued_at) / 1000.0);
-        } else {
-            conn_fail(f->c, -ENOBUFS, "worker: cannot queue the batch of step %llu",
-                      (unsigned long long)b->step);
-        }
+        if (f->queue_tail)
+            f->queue_tail->next = b;
+        else
+            f->queue = b;
+        f->queue_tail = b;
+        wk__send(w, f);
+    } else {
+        wk__batch_unref(b);
     }
     wk__pump_all(w, j); /* a slot of the thread pool is free */
-done:
-    free(b->buf);
-    free(b);
 }
 
 /* Starts producing f's next batches while it has credits, its connection
@@ -135,7 +193,7 @@ static bool wk__pump(worker *w, wk_feed *f)
     if (!f->c || j->state != WK_FEEDING)
         return true;
     size_t bytes = dataset_batch_bytes(j->data, f->batch);
-    while (f->credits > 0 && f->next_step < j->plan->max_steps && conn_can_send(f->c, bytes)) {
+    while (f->credits > 0 && f->next_step < j->plan->max_steps) {
         if (j->inflight >= w->max_inflight)
             return false;
         wk_batch *b = calloc(1, sizeof(*b));
@@ -146,6 +204,7 @@ static bool wk__pump(worker *w, wk_feed *f)
             log_error("job %s: out of memory for a batch of %zu bytes", j->id, bytes);
             return true;
         }
+        b->refs = 1;
         b->feed = f;
         b->step = f->next_step;
         b->global = j->plan->global_batch;
@@ -190,7 +249,6 @@ static void wk__open_done(uv_work_t *req, int status)
     wk_job *j = container_of(req, wk_job, open_req);
     worker *w = j->w;
     node *n = w->n;
-    Appliance__Plan *p = j->plan;
     j->inflight--;
     if (j->state == WK_RELEASED) {
         if (j->inflight == 0)
@@ -201,28 +259,15 @@ static void wk__open_done(uv_work_t *req, int status)
         j->open_rc = status;
         snprintf(j->open_err, sizeof(j->open_err), "%s", uv_strerror(status));
     }
-    uint32_t largest = 0;
-    for (size_t i = 0; i < p->n_replicas; i++)
-        if (p->replicas[i]->batch > largest)
-            largest = p->replicas[i]->batch;
-    if (j->open_rc == 0) {
-        size_t bytes = dataset_batch_bytes(j->data, largest);
-        if (bytes > n->ccfg.limits.max_payload) {
-            snprintf(j->open_err, sizeof(j->open_err),
-                     "a batch of %u samples takes %zu bytes, above the frame limit of %u: lower "
-                     "train_input.batch_size or raise runconfig.num_csx", largest, bytes,
-                     n->ccfg.limits.max_payload);
-            j->open_rc = -EMSGSIZE;
-        }
-    }
     if (j->open_rc < 0) {
         jobhost_fail(&w->jobs, "%s", j->open_err);
         return;
     }
     j->state = WK_FEEDING;
-    log_info("job %s: feeding %zu replica(s), %llu floats and %u labels per sample, %llu samples "
-             "per epoch", j->id, j->nfeeds, (unsigned long long)dataset_sample_elems(j->data),
-             dataset_label_elems(j->data), (unsigned long long)dataset_size(j->data));
+    log_info("job %s: feeding %zu replica(s), %llu %s inputs and %u %s labels per sample, %llu "
+             "samples per epoch", j->id, j->nfeeds, (unsigned long long)dataset_sample_elems(j->data),
+             dataset_input_unorm8(j->data) ? "8-bit" : "float32", dataset_label_elems(j->data),
+             dataset_labels_u8(j->data) ? "8-bit" : "int32", (unsigned long long)dataset_size(j->data));
     /* Ready: the wse-nodes dial us; hellos that came early are replayed. */
     Appliance__JobReady r = APPLIANCE__JOB_READY__INIT;
     r.job_id = j->id;
@@ -323,6 +368,7 @@ static void wk__eval_request(worker *w, wk_feed *f, conn *c, const Appliance__Cr
         jobhost_fail(&w->jobs, "out of memory for an eval batch");
         return;
     }
+    b->refs = 1;
     b->n = count;
     b->bytes = bytes;
     b->buf = buf;
@@ -367,8 +413,10 @@ static void wk__credit(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, 
 static void wk__drain(node *n, conn *c)
 {
     wk_feed *f = c->user;
-    if (f)
+    if (f) {
+        wk__send(wk_of(n), f);
         wk__pump_all(wk_of(n), f->job);
+    }
 }
 
 /* A wse-node's feed link closed while the job runs: a fault (the job may be
@@ -381,6 +429,7 @@ static void wk__conn_close(node *n, conn *c, int err, const char *reason)
         return;
     f->c = NULL;
     c->user = NULL;
+    wk__drop_queue(f);
     if (w->job == f->job)
         jobhost_fault(&w->jobs, "lost wse-node %s (replica %u): %s", c->peer_name[0] ? c->peer_name
                       : c->peer_addr, f->replica, reason);

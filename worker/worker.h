@@ -16,6 +16,8 @@ typedef struct wk_feed {
     uint32_t slot, slots;     /* we serve steps with step % slots == slot */
     uint64_t next_step;       /* the next step to produce */
     uint32_t credits;         /* batches the wse-node has room for, less those in production */
+    struct wk_batch *queue;   /* produced, waiting for room on c, oldest first */
+    struct wk_batch *queue_tail;
     struct wk_job *job;
 } wk_feed;
 

@@ -19,6 +19,7 @@
 #include "op_norm.h"
 #include "op_pool.h"
 #include "op_upsample.h"
+#include "sample.h"
 
 #define DICE_EPS 1.0f /* smoothing of the soft Dice ratio */
 
@@ -104,6 +105,8 @@ int exec_init(exec *e, const model *m, int n, int threads, float **w, float **g,
         return -ENOMEM;
     }
     e->label_elems = f.label_elems;
+    e->input_unorm8 = m->input_unorm8;
+    e->labels_u8 = m->labels_u8;
     e->act = calloc((size_t)m->nlayers, sizeof(float *));
     e->dact = calloc((size_t)m->nlayers, sizeof(float *));
     e->aux = calloc((size_t)m->nlayers, sizeof(void *));
@@ -125,6 +128,8 @@ int exec_init(exec *e, const model *m, int n, int threads, float **w, float **g,
     if (e->ws_bytes && !(e->ws = aligned_alloc(64, e->ws_bytes)))
         goto oom;
     if (f.loss && (!(e->targets = malloc(f.loss / 2)) || !(e->lossgrad = malloc(f.loss / 2))))
+        goto oom;
+    if (f.input && !(e->input = malloc(f.input)))
         goto oom;
     e->bytes = f.exec;
     footprint_free(&f);
@@ -152,7 +157,22 @@ void exec_deinit(exec *e)
     free(e->ws);
     free(e->targets);
     free(e->lossgrad);
+    free(e->input);
     memset(e, 0, sizeof(*e));
+}
+
+const float *exec_take_input(exec *e, const void *batch)
+{
+    if (!e->input_unorm8)
+        return batch;
+    sample_unorm8_to_float(e->input, batch, (size_t)e->n * model_shape_elems(&e->m->input));
+    return e->input;
+}
+
+const void *exec_labels(const exec *e, const void *batch)
+{
+    return (const uint8_t *)batch +
+           (size_t)e->n * model_shape_elems(&e->m->input) * sample_input_size(e->input_unorm8);
 }
 
 const float *exec_output(const exec *e, int layer, const float *x)
@@ -273,7 +293,7 @@ void exec_forward(exec *e, int li, const float *x, int64_t step, bool training)
     }
 }
 
-double exec_loss(exec *e, const float *x, const int32_t *labels, float scale)
+double exec_loss(exec *e, const float *x, const void *labels, float scale)
 {
     const model *m = e->m;
     int last = m->nlayers - 1;
@@ -281,11 +301,12 @@ double exec_loss(exec *e, const float *x, const int32_t *labels, float scale)
     const float *logits = exec_output(e, last, x);
     float *dlogits = e->dact[last];
     int n = e->n;
+    op_labels lv = {labels, e->labels_u8};
     switch (m->loss) {
     case LOSS_SOFTMAX_CROSS_ENTROPY:
-        return op_softmax_xent(dlogits, logits, labels, n, (int)o->d[0], scale);
+        return op_softmax_xent(dlogits, logits, lv, n, (int)o->d[0], scale);
     case LOSS_PIXEL_SOFTMAX_CROSS_ENTROPY:
-        return op_softmax_xent_pixels(dlogits, logits, labels, n, (int)o->d[0], (int)o->d[1],
+        return op_softmax_xent_pixels(dlogits, logits, lv, n, (int)o->d[0], (int)o->d[1],
                                       (int)o->d[2], scale);
     default:
         break;
@@ -296,20 +317,22 @@ double exec_loss(exec *e, const float *x, const int32_t *labels, float scale)
     int ch = o->ndim == 3 ? (int)o->d[0] : 1;
     int hw = exec__hw(o);
     for (int s = 0; s < n; s++) {
-        const int32_t *lab = labels + (size_t)s * e->label_elems;
+        size_t lab = (size_t)s * e->label_elems;
         float *t = e->targets + (size_t)s * per;
         if (ch > 1 && o->ndim == 3) {
             for (int k = 0; k < ch; k++)
                 for (int i = 0; i < hw; i++) {
-                    if (lab[i] < 0 || lab[i] >= ch)
+                    int32_t v = op_label(lv, lab + (size_t)i);
+                    if (v < 0 || v >= ch)
                         return NAN;
-                    t[(size_t)k * hw + i] = lab[i] == k ? 1.0f : 0.0f;
+                    t[(size_t)k * hw + i] = v == k ? 1.0f : 0.0f;
                 }
         } else {
             for (int i = 0; i < per; i++) {
-                if (lab[i] < 0 || lab[i] > 1)
+                int32_t v = op_label(lv, lab + (size_t)i);
+                if (v < 0 || v > 1)
                     return NAN;
-                t[i] = (float)lab[i];
+                t[i] = (float)v;
             }
         }
     }
@@ -452,7 +475,7 @@ void exec_set_batch(exec *e, int n)
     e->n = n;
 }
 
-int exec_eval(exec *e, const float *x, const int32_t *labels, exec_metrics *mt)
+int exec_eval(exec *e, const float *x, const void *labels, exec_metrics *mt)
 {
     const model *m = e->m;
     int last = m->nlayers - 1;
@@ -463,6 +486,7 @@ int exec_eval(exec *e, const float *x, const int32_t *labels, exec_metrics *mt)
         return -EINVAL;
     mt->loss += loss;
     mt->samples += (uint64_t)e->n;
+    op_labels lv = {labels, e->labels_u8};
     if (m->loss == LOSS_SOFTMAX_CROSS_ENTROPY && o->ndim == 1) {
         int classes = (int)o->d[0];
         for (int s = 0; s < e->n; s++) {
@@ -471,7 +495,7 @@ int exec_eval(exec *e, const float *x, const int32_t *labels, exec_metrics *mt)
             for (int c = 1; c < classes; c++)
                 if (row[c] > row[best])
                     best = c;
-            mt->correct += best == labels[s];
+            mt->correct += best == op_label(lv, (size_t)s);
         }
         return 0;
     }
@@ -484,7 +508,7 @@ int exec_eval(exec *e, const float *x, const int32_t *labels, exec_metrics *mt)
     mt->classes = classes;
     for (int s = 0; s < e->n; s++) {
         const float *img = logits + (size_t)s * ch * hw;
-        const int32_t *lab = labels + (size_t)s * e->label_elems;
+        size_t lab = (size_t)s * e->label_elems;
         for (int i = 0; i < hw; i++) {
             int pred = 0;
             if (ch == 1) {
@@ -494,7 +518,7 @@ int exec_eval(exec *e, const float *x, const int32_t *labels, exec_metrics *mt)
                     if (img[(size_t)c * hw + i] > img[(size_t)pred * hw + i])
                         pred = c;
             }
-            int truth = lab[i];
+            int truth = op_label(lv, lab + (size_t)i);
             mt->correct += pred == truth;
             if ((uint32_t)pred < classes)
                 mt->uni[pred]++;

@@ -14,7 +14,9 @@
 typedef struct exec {
     const model *m;         /* not owned */
     int n;                  /* samples per step on this replica */
-    uint32_t label_elems;   /* int32 labels per sample */
+    uint32_t label_elems;   /* labels per sample */
+    bool input_unorm8;      /* batches bring 8-bit inputs, made float here (sample.h) */
+    bool labels_u8;         /* batches bring byte labels, not int32 */
     uint64_t seed;          /* the job seed: dropout masks */
     uint64_t sample_offset; /* first global sample of this replica's share */
     float replica_share;    /* 1 / replicas: running statistics are averaged */
@@ -28,6 +30,7 @@ typedef struct exec {
     size_t ws_bytes;
     float *targets;         /* float targets of bce and dice (n x per) */
     float *lossgrad;        /* the second gradient of bce_dice */
+    float *input;           /* the float inputs of 8-bit batches (n x input) */
     size_t bytes;           /* allocated: the footprint's exec bytes */
 } exec;
 
@@ -38,6 +41,15 @@ typedef struct exec {
 int exec_init(exec *e, const model *m, int n, int threads, float **w, float **g, char *err,
               size_t errlen);
 void exec_deinit(exec *e);
+
+/* The float inputs of the first n samples of a batch as it arrived (its
+ * inputs first, sample.h): the batch itself when it brings floats, else
+ * converted into the executor's input buffer. The layers read these until
+ * the next call. */
+const float *exec_take_input(exec *e, const void *batch);
+
+/* Where the labels of a batch of n samples start, after its inputs. */
+const void *exec_labels(const exec *e, const void *batch);
 
 /* The output of layer (-1: the input x). */
 const float *exec_output(const exec *e, int layer, const float *x);
@@ -53,7 +65,7 @@ void exec_forward(exec *e, int layer, const float *x, int64_t step, bool trainin
 /* The loss of the step, summed over this replica's samples, and its gradient
  * (times scale) in the last layer's output gradient. NAN for a label out of
  * range. */
-double exec_loss(exec *e, const float *x, const int32_t *labels, float scale);
+double exec_loss(exec *e, const float *x, const void *labels, float scale);
 
 /* Backward pass of one layer: its weight gradients into g, its input
  * gradients added to the output gradients of the layers it reads. */
@@ -79,4 +91,4 @@ void exec_set_batch(exec *e, int n);
  * accuracy (classification) or per-class intersections and unions
  * (segmentation: argmax over channels, or logit > 0 for one channel) to mt.
  * Returns -EINVAL for a label out of range. */
-int exec_eval(exec *e, const float *x, const int32_t *labels, exec_metrics *mt);
+int exec_eval(exec *e, const float *x, const void *labels, exec_metrics *mt);

@@ -229,6 +229,19 @@ static void wn__feed_ready(conn *c)
     wn__maybe_ready(j);
 }
 
+/* The buffer of the training batch of `step` whose frames are arriving
+ * (full false) or have arrived (full true), or NULL. */
+static wn_batch *wn__batch_of(wn_job *j, uint64_t step, bool full)
+{
+    for (size_t i = 0; i < j->nbatches; i++)
+        if (j->batches[i].step == step && j->batches[i].full == full)
+            return &j->batches[i];
+    return NULL;
+}
+
+/* Where a frame of a batch goes: its place in the buffer of that batch.
+ * A batch's first frame (offset 0) takes a free buffer; the others must
+ * follow on from the bytes already there. */
 static void *wn__feed_dest(conn *c, const Appliance__Envelope *env, uint32_t len, int *err)
 {
     wn_feed *f = c->data;
@@ -245,14 +258,28 @@ static void *wn__feed_dest(conn *c, const Appliance__Envelope *env, uint32_t len
     }
     if (b->eval_batch > 0) {
         wn_eval_buf *eb = wn__eval_buf(j, b->eval_batch - 1);
-        if (!eb || eb->full || b->step != j->step) {
+        if (!eb || eb->full || b->step != j->step || b->offset != (b->offset ? eb->got : 0) ||
+            (b->offset && b->n != eb->n)) {
             *err = -EINVAL;
             return NULL;
         }
         eb->n = b->n;
-        return eb->data;
+        eb->got = b->offset;
+        return eb->data + b->offset;
     }
     if (b->replica != j->replica || b->step < j->step || b->step % f->slots != f->slot) {
+        *err = -EINVAL;
+        return NULL;
+    }
+    wn_batch *t = wn__batch_of(j, b->step, false);
+    if (t) {
+        if (t->from != f || b->offset != t->got) {
+            *err = -EINVAL; /* out of order, or a batch begun twice */
+            return NULL;
+        }
+        return t->data + b->offset;
+    }
+    if (b->offset != 0 || wn__batch_of(j, b->step, true)) {
         *err = -EINVAL;
         return NULL;
     }
@@ -260,6 +287,7 @@ static void *wn__feed_dest(conn *c, const Appliance__Envelope *env, uint32_t len
         if (j->batches[i].step == UINT64_MAX) {
             j->batches[i].step = b->step;
             j->batches[i].full = false;
+            j->batches[i].got = 0;
             j->batches[i].from = f;
             return j->batches[i].data;
         }
@@ -278,25 +306,37 @@ static void wn__feed_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, 
         return;
     }
     /* An eval batch of no samples (a share of the eval set smaller than the
-     * replicas) comes without a payload. */
-    bool empty_eval = env->msg_case == APPLIANCE__ENVELOPE__MSG_BATCH &&
-                      env->batch->eval_batch > 0 && env->batch->n == 0 && len == 0;
+     * replicas) comes as one frame without a payload. */
+    const Appliance__Batch *b = env->batch;
+    bool empty_eval = env->msg_case == APPLIANCE__ENVELOPE__MSG_BATCH && b->eval_batch > 0 &&
+                      b->n == 0 && b->total == 0 && b->offset == 0 && len == 0;
     if (env->msg_case != APPLIANCE__ENVELOPE__MSG_BATCH || (!payload && !empty_eval)) {
         conn_fail(c, -EPROTO, "unexpected %s from a worker", frame_msg_name(env->msg_case));
         return;
     }
-    if (env->batch->eval_batch > 0) {
-        wn_eval_buf *eb = wn__eval_buf(j, env->batch->eval_batch - 1);
-        eb->full = true;
-        if (env->batch->n == 0)
+    if (b->eval_batch > 0) {
+        wn_eval_buf *eb = wn__eval_buf(j, b->eval_batch - 1);
+        if (empty_eval) {
+            if (!eb || eb->full || b->step != j->step) {
+                conn_fail(c, -EINVAL, "eval batch %u of step %llu not asked for", b->eval_batch,
+                          (unsigned long long)b->step);
+                return;
+            }
             eb->n = 0;
-        wn__advance(j);
+        }
+        eb->got += len;
+        if (eb->got == b->total) {
+            eb->full = true;
+            wn__advance(j);
+        }
         return;
     }
-    for (size_t i = 0; i < j->nbatches; i++)
-        if (j->batches[i].data == payload)
-            j->batches[i].full = true;
-    wn__advance(j);
+    wn_batch *t = wn__batch_of(j, b->step, false);
+    t->got += len;
+    if (t->got == b->total) {
+        t->full = true;
+        wn__advance(j);
+    }
 }
 
 static void wn__feed_close(conn *c, int err, const char *reason)

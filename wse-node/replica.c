@@ -14,6 +14,7 @@
 #include "model_plan.h"
 #include "optim_plan.h"
 #include "plan.h"
+#include "sample.h"
 
 double wn__now(void)
 {
@@ -224,7 +225,8 @@ static int wn__job_buffers(wn_job *j, char *err, size_t errlen)
     j->feeds = calloc(nf ? nf : 1, sizeof(*j->feeds));
     j->nbatches = nf * WN_CREDITS;
     j->batches = calloc(j->nbatches ? j->nbatches : 1, sizeof(*j->batches));
-    j->batch_bytes = (size_t)j->batch * (j->in_elems * sizeof(float) + j->ex.label_elems * sizeof(int32_t));
+    j->batch_bytes = (size_t)sample_batch_bytes(j->batch, j->in_elems, j->ex.label_elems,
+                                                m->input_unorm8, m->labels_u8);
     oom |= !j->feeds || !j->batches;
     for (size_t i = 0; !oom && i < j->nbatches; i++) {
         j->batches[i].step = UINT64_MAX;
@@ -236,7 +238,8 @@ static int wn__job_buffers(wn_job *j, char *err, size_t errlen)
     }
     j->ebuf[0].k = j->ebuf[1].k = -1;
     if (p->eval_batches > 0) {
-        j->ebuf_bytes = (size_t)p->eval_batch * (j->in_elems + j->ex.label_elems) * 4;
+        j->ebuf_bytes = (size_t)sample_batch_bytes(p->eval_batch, j->in_elems, j->ex.label_elems,
+                                                   m->input_unorm8, m->labels_u8);
         for (int i = 0; i < 2; i++)
             if (!(j->ebuf[i].data = malloc(j->ebuf_bytes ? j->ebuf_bytes : 1))) {
                 snprintf(err, errlen, "out of memory for the evaluation batches");

@@ -43,7 +43,8 @@ typedef struct wn_staged {
 typedef struct wn_batch {
     uint64_t step;         /* UINT64_MAX: free */
     bool full;             /* every byte arrived */
-    uint8_t *data;         /* batch * in_elems floats, then batch int32 labels */
+    uint64_t got;          /* bytes arrived so far (the frames come in order) */
+    uint8_t *data;         /* the batch as it travels (sample.h): inputs, then labels */
     struct wn_feed *from;  /* the worker link it came over */
 } wn_batch;
 
@@ -61,7 +62,8 @@ typedef struct wn_eval_buf {
     int32_t k;             /* the eval batch it holds or awaits, -1: free */
     bool full;             /* every byte arrived */
     uint32_t n;            /* samples in it */
-    uint8_t *data;         /* eval_batch samples: inputs, then labels */
+    uint64_t got;          /* bytes arrived so far */
+    uint8_t *data;         /* eval_batch samples: inputs, then labels (sample.h) */
 } wn_eval_buf;
 
 /* The life of a replica's job.
@@ -94,7 +96,7 @@ typedef struct wn_job {
     model *m;                /* owned */
     uint32_t replica;
     uint32_t batch;          /* our share of each global batch */
-    uint64_t in_elems;       /* floats per input sample */
+    uint64_t in_elems;       /* input values per sample */
     wn_tensor *t;            /* by plan tensor id */
     float **wp, **gp;        /* per tensor: t[i].w and t[i].g, for the executor */
     exec ex;                 /* activations and the layers' computation */
@@ -133,6 +135,7 @@ typedef struct wn_job {
     wn_staged *staged, *staged_tail; /* held chunks, in arrival order */
     bool up_paused;          /* reading from swarmx stopped until a slot frees */
     double compute_sec;      /* time in kernels this step */
+    const float *x;          /* the float inputs of the batch being computed (exec_take_input) */
 } wn_job;
 
 /* The wse-node's own options (its key table: wse_node_role). */

@@ -126,12 +126,12 @@ static void wn__work(void *arg)
     double t0 = wn__now();
     if (j->stage == WN_EVAL || j->stage == WN_EVAL_METRICS) {
         const wn_eval_buf *eb = wn__eval_buf(j, j->eval_k);
-        const float *ex = (const float *)eb->data;
-        const int32_t *ey = (const int32_t *)(eb->data + (size_t)eb->n * j->in_elems * sizeof(float));
         exec_set_batch(&j->ex, (int)eb->n);
+        if (j->stage == WN_EVAL && j->layer == 0)
+            j->x = exec_take_input(&j->ex, eb->data);
         if (j->stage == WN_EVAL) {
-            exec_forward(&j->ex, j->layer, ex, (int64_t)j->step, false);
-        } else if (exec_eval(&j->ex, ex, ey, &j->metrics) < 0) {
+            exec_forward(&j->ex, j->layer, j->x, (int64_t)j->step, false);
+        } else if (exec_eval(&j->ex, j->x, exec_labels(&j->ex, eb->data), &j->metrics) < 0) {
             j->compute_err = -EINVAL;
             snprintf(j->compute_msg, sizeof(j->compute_msg),
                      "evaluation at step %llu: a label out of range", (unsigned long long)j->step);
@@ -141,14 +141,15 @@ static void wn__work(void *arg)
         return;
     }
     wn_batch *b = wn__batch_for(j, j->step);
-    const float *x = (const float *)b->data;
-    const int32_t *y = (const int32_t *)(b->data + (size_t)j->batch * j->in_elems * sizeof(float));
     if (j->stage == WN_FORWARD) {
-        if (j->layer == 0)
+        if (j->layer == 0) {
             exec_zero_grads(&j->ex);
-        exec_forward(&j->ex, j->layer, x, (int64_t)j->step, true);
+            j->x = exec_take_input(&j->ex, b->data);
+        }
+        exec_forward(&j->ex, j->layer, j->x, (int64_t)j->step, true);
     } else if (j->stage == WN_LOSS) {
-        j->loss_sum = exec_loss(&j->ex, x, y, 1.0f / (float)j->plan->global_batch);
+        j->loss_sum = exec_loss(&j->ex, j->x, exec_labels(&j->ex, b->data),
+                                1.0f / (float)j->plan->global_batch);
         if (!isfinite(j->loss_sum)) {
             j->compute_err = -EINVAL;
             snprintf(j->compute_msg, sizeof(j->compute_msg),
@@ -156,7 +157,7 @@ static void wn__work(void *arg)
                      (unsigned long long)j->step);
         }
     } else if (j->stage == WN_BACKWARD) {
-        exec_backward(&j->ex, j->layer, x, (int64_t)j->step);
+        exec_backward(&j->ex, j->layer, j->x, (int64_t)j->step);
     } else {
         wn__update(j);
     }

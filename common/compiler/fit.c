@@ -33,15 +33,18 @@ int fit_largest_batch(const model *m, int threads, Appliance__ExecMode mode,
 }
 
 /* Whether the model compiles on a [c, side, side] input and, when it does,
- * the bytes of a replica (UINT64_MAX when it does not). */
-static uint64_t fit__side_bytes(const toml_value *mt, int64_t c, int64_t side, int batch,
-                                int threads, Appliance__ExecMode mode, unsigned states)
+ * the bytes of a replica with the sample encodings of `like` (UINT64_MAX
+ * when it does not). */
+static uint64_t fit__side_bytes(const toml_value *mt, const model *like, int64_t c, int64_t side,
+                                int batch, int threads, Appliance__ExecMode mode, unsigned states)
 {
     model_shape in = {.ndim = 3, .d = {c, side, side}};
     char err[256];
     model *m = model_compile_as(mt, &in, err, sizeof(err));
     if (!m)
         return UINT64_MAX;
+    m->input_unorm8 = like->input_unorm8;
+    m->labels_u8 = like->labels_u8;
     uint64_t bytes = fit_replica_bytes(m, batch, threads, mode, states);
     model_free(m);
     return bytes;
@@ -58,13 +61,13 @@ int fit_largest_side(const toml_value *mt, const model *m, int batch, int thread
      * want multiples of 16) */
     int64_t step = 1;
     while (step < 256 &&
-           fit__side_bytes(mt, c, side + step, 1, threads, mode, optimizer_states) == UINT64_MAX)
+           fit__side_bytes(mt, m, c, side + step, 1, threads, mode, optimizer_states) == UINT64_MAX)
         step *= 2;
     /* bisect over multiples of step: k * step fits, hi * step does not */
     int64_t lo = 0, hi = FIT_MAX_SIDE / step + 1;
     while (hi - lo > 1) {
         int64_t mid = lo + (hi - lo) / 2;
-        if (fit__side_bytes(mt, c, mid * step, batch, threads, mode, optimizer_states) <= wafer)
+        if (fit__side_bytes(mt, m, c, mid * step, batch, threads, mode, optimizer_states) <= wafer)
             lo = mid;
         else
             hi = mid;

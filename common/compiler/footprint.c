@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "convplan.h"
+#include "sample.h"
 
 static const model_shape *footprint__shape_of(const model *m, int layer)
 {
@@ -130,9 +131,13 @@ int footprint_init(footprint *f, const model *m, int n, int threads)
     f->scratch = scratch;
     if (footprint__sigmoid_loss(m->loss))
         f->loss = 2 * (uint64_t)n * model_shape_elems(&m->layers[m->nlayers - 1].out) * sizeof(float);
-    f->exec = f->act + f->dact + f->aux + f->workspace + f->scratch + f->loss;
+    uint64_t in_elems = (uint64_t)model_shape_elems(&m->input);
+    if (m->input_unorm8)
+        f->input = (uint64_t)n * in_elems * sizeof(float);
+    f->exec = f->act + f->dact + f->aux + f->workspace + f->scratch + f->loss + f->input;
     f->label_elems = footprint_label_elems(m);
-    f->batches = 2 * (uint64_t)n * (model_shape_elems(&m->input) + f->label_elems) * 4;
+    f->batches = 2 * sample_batch_bytes((uint64_t)n, in_elems, f->label_elems, m->input_unorm8,
+                                        m->labels_u8);
     f->weights = (m->total_params + m->total_buffers) * sizeof(float);
     f->wslots = footprint_wslots_bytes(m);
     return 0;

@@ -31,9 +31,10 @@ typedef struct footprint {
     uint64_t workspace;       /* one workspace: the largest, rounded up to 64 bytes */
     uint64_t scratch;         /* one scratch buffer: the largest, at least one float */
     uint64_t loss;            /* float targets and second gradient of a sigmoid loss */
+    uint64_t input;           /* the float inputs made from 8-bit ones (sample.h); 0 for float32 */
     uint64_t exec;            /* what the executor allocates: the sum of the above */
-    uint32_t label_elems;     /* int32 labels per sample */
-    uint64_t batches;         /* two batches in flight (float inputs, int32 labels) */
+    uint32_t label_elems;     /* labels per sample */
+    uint64_t batches;         /* two batches in flight, as they travel (sample.h) */
     uint64_t weights;         /* every parameter and buffer once, float32 */
     uint64_t wslots;          /* Weight Streaming: two slots of the largest layer's weights, two of its gradients */
 } footprint;

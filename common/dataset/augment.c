@@ -2,6 +2,7 @@
 #include "augment.h"
 
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "rng.h"
@@ -45,17 +46,28 @@ unsigned augment_draw(uint64_t seed, uint64_t epoch, uint64_t idx, bool flip_h, 
             }                                                                                     \
     }
 
-AUGMENT_FLIP_PLANE(float)
-AUGMENT_FLIP_PLANE(int32_t)
+AUGMENT_FLIP_PLANE(uint8_t)
+AUGMENT_FLIP_PLANE(uint32_t)
 
-void augment_apply(unsigned flags, float *x, uint32_t c, uint32_t h, uint32_t w, int32_t *mask)
+/* Flips one plane of values of `size` bytes. */
+static void augment__flip(void *p, size_t size, uint32_t h, uint32_t w, unsigned flags)
 {
-    if (!flags || !h || !w)
+    if (size == 1)
+        augment__flip_uint8_t(p, h, w, flags);
+    else
+        augment__flip_uint32_t(p, h, w, flags);
+}
+
+void augment_apply(unsigned flags, const augment_image *img)
+{
+    if (!flags || !img->h || !img->w)
         return;
-    for (uint32_t k = 0; k < c; k++)
-        augment__flip_float(x + (size_t)k * h * w, h, w, flags);
-    if (mask)
-        augment__flip_int32_t(mask, h, w, flags);
+    size_t plane = (size_t)img->h * img->w;
+    for (uint32_t k = 0; k < img->c; k++)
+        augment__flip((uint8_t *)img->x + k * plane * img->x_size, img->x_size, img->h, img->w,
+                      flags);
+    if (img->mask)
+        augment__flip(img->mask, img->mask_size, img->h, img->w, flags);
 }
 
 /* augment__shift_T: moves one (H, W) plane by (dy, dx), filling with zero. */
@@ -87,20 +99,30 @@ void augment_apply(unsigned flags, float *x, uint32_t c, uint32_t h, uint32_t w,
         }                                                                                         \
     }
 
-AUGMENT_SHIFT_PLANE(float)
-AUGMENT_SHIFT_PLANE(int32_t)
+AUGMENT_SHIFT_PLANE(uint8_t)
+AUGMENT_SHIFT_PLANE(uint32_t)
 
-void augment_crop(uint64_t seed, uint64_t epoch, uint64_t idx, uint32_t pad, float *x, uint32_t c,
-                  uint32_t h, uint32_t w, int32_t *mask)
+static void augment__shift(void *p, size_t size, uint32_t h, uint32_t w, int dy, int dx)
 {
-    if (pad == 0 || !h || !w)
+    if (size == 1)
+        augment__shift_uint8_t(p, h, w, dy, dx);
+    else
+        augment__shift_uint32_t(p, h, w, dy, dx);
+}
+
+void augment_crop(uint64_t seed, uint64_t epoch, uint64_t idx, uint32_t pad,
+                  const augment_image *img)
+{
+    if (pad == 0 || !img->h || !img->w)
         return;
     uint64_t r = rng_hash(rng_hash(seed, AUGMENT_STREAM + 1, epoch), AUGMENT_STREAM + 1, idx);
     int span = 2 * (int)pad + 1;
     int dy = (int)(r % (uint64_t)span) - (int)pad;
     int dx = (int)((r >> 32) % (uint64_t)span) - (int)pad;
-    for (uint32_t k = 0; k < c; k++)
-        augment__shift_float(x + (size_t)k * h * w, h, w, dy, dx);
-    if (mask)
-        augment__shift_int32_t(mask, h, w, dy, dx);
+    size_t plane = (size_t)img->h * img->w;
+    for (uint32_t k = 0; k < img->c; k++)
+        augment__shift((uint8_t *)img->x + k * plane * img->x_size, img->x_size, img->h, img->w,
+                       dy, dx);
+    if (img->mask)
+        augment__shift(img->mask, img->mask_size, img->h, img->w, dy, dx);
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 enum {
@@ -15,13 +16,23 @@ enum {
  * flips, each with probability 1/2. */
 unsigned augment_draw(uint64_t seed, uint64_t epoch, uint64_t idx, bool flip_h, bool flip_v);
 
-/* Applies the transforms in `flags` in place to an image x of shape (C, H, W)
- * and, when mask is not NULL, to its (H, W) per-pixel labels. */
-void augment_apply(unsigned flags, float *x, uint32_t c, uint32_t h, uint32_t w, int32_t *mask);
+/* An image (C, H, W) of values of x_size bytes, and optionally its (H, W)
+ * per-pixel labels of mask_size bytes (1 or 4 each: 8-bit or 32-bit
+ * values, floats included; a transform only moves them). */
+typedef struct augment_image {
+    void *x;
+    size_t x_size;
+    uint32_t c, h, w;
+    void *mask;               /* NULL: no per-pixel labels */
+    size_t mask_size;
+} augment_image;
+
+/* Applies the transforms in `flags` in place to an image and its mask. */
+void augment_apply(unsigned flags, const augment_image *img);
 
 /* A random crop from the image padded by `pad` pixels on every side (zeros;
  * background, class 0, in the mask), back to (H, W): the content moves by
  * up to pad pixels each way. The offset is a pure function of (seed, epoch,
  * idx). pad 0 leaves the sample as it is. */
-void augment_crop(uint64_t seed, uint64_t epoch, uint64_t idx, uint32_t pad, float *x, uint32_t c,
-                  uint32_t h, uint32_t w, int32_t *mask);
+void augment_crop(uint64_t seed, uint64_t epoch, uint64_t idx, uint32_t pad,
+                  const augment_image *img);

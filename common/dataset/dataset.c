@@ -53,7 +53,7 @@ uint64_t dataset_index(const dataset *d, uint64_t step, uint64_t batch, uint64_t
     return d->shuffle ? dataset__permute(d->seed ^ 0x5eed, epoch, i, d->size) : i;
 }
 
-int dataset_read(const dataset *d, uint64_t epoch, uint64_t idx, float *x, int32_t *labels,
+int dataset_read(const dataset *d, uint64_t epoch, uint64_t idx, void *x, void *labels,
                  char *err, size_t errlen)
 {
     if (!d->reader->read) {
@@ -71,33 +71,37 @@ int dataset_read(const dataset *d, uint64_t epoch, uint64_t idx, float *x, int32
         return rc;
     unsigned flags = augment_draw(d->seed, epoch, idx, d->flip_h, d->flip_v);
     bool mask = d->ndim == 3 && d->label_elems == (uint64_t)d->height * d->width;
+    augment_image img = {x, sample_input_size(d->input_unorm8), d->channels, d->height, d->width,
+                         mask ? labels : NULL, sample_label_size(d->labels_u8)};
     if (flags)
-        augment_apply(flags, x, d->channels, d->height, d->width, mask ? labels : NULL);
-    augment_crop(d->seed, epoch, idx, d->crop_pad, x, d->channels, d->height, d->width,
-                 mask ? labels : NULL);
+        augment_apply(flags, &img);
+    augment_crop(d->seed, epoch, idx, d->crop_pad, &img);
     return 0;
 }
 
-int dataset_sample(const dataset *d, uint64_t step, uint64_t batch, uint64_t pos, float *x,
-                   int32_t *labels, char *err, size_t errlen)
+int dataset_sample(const dataset *d, uint64_t step, uint64_t batch, uint64_t pos, void *x,
+                   void *labels, char *err, size_t errlen)
 {
     uint64_t epoch = (step * batch + pos) / d->size;
     return dataset_read(d, epoch, dataset_index(d, step, batch, pos), x, labels, err, errlen);
 }
 
-size_t dataset_batch_bytes(const dataset *d, uint32_t n)
+/* Where sample i of a batch of n goes in its wire layout. */
+static void dataset__slot(const dataset *d, void *buf, uint32_t n, uint32_t i, void **x, void **y)
 {
-    return (size_t)n * (d->sample_elems * sizeof(float) + d->label_elems * sizeof(int32_t));
+    size_t xs = sample_input_size(d->input_unorm8), ys = sample_label_size(d->labels_u8);
+    uint8_t *b = buf;
+    *x = b + (size_t)i * d->sample_elems * xs;
+    *y = b + (size_t)n * d->sample_elems * xs + (size_t)i * d->label_elems * ys;
 }
 
 int dataset_batch(const dataset *d, uint64_t step, uint64_t batch, uint64_t offset, uint32_t n,
                   void *buf, char *err, size_t errlen)
 {
-    float *x = buf;
-    int32_t *y = (int32_t *)(x + (size_t)n * d->sample_elems);
     for (uint32_t i = 0; i < n; i++) {
-        int rc = dataset_sample(d, step, batch, offset + i, x + (size_t)i * d->sample_elems,
-                                y + (size_t)i * d->label_elems, err, errlen);
+        void *x, *y;
+        dataset__slot(d, buf, n, i, &x, &y);
+        int rc = dataset_sample(d, step, batch, offset + i, x, y, err, errlen);
         if (rc < 0)
             return rc;
     }
@@ -106,11 +110,10 @@ int dataset_batch(const dataset *d, uint64_t step, uint64_t batch, uint64_t offs
 
 int dataset_range(const dataset *d, uint64_t first, uint32_t n, void *buf, char *err, size_t errlen)
 {
-    float *x = buf;
-    int32_t *y = (int32_t *)(x + (size_t)n * d->sample_elems);
     for (uint32_t i = 0; i < n; i++) {
-        int rc = dataset_read(d, 0, first + i, x + (size_t)i * d->sample_elems,
-                              y + (size_t)i * d->label_elems, err, errlen);
+        void *x, *y;
+        dataset__slot(d, buf, n, i, &x, &y);
+        int rc = dataset_read(d, 0, first + i, x, y, err, errlen);
         if (rc < 0)
             return rc;
     }

@@ -33,10 +33,15 @@ void dataset_close(dataset *d);
 
 /* Samples in one epoch. */
 uint64_t dataset_size(const dataset *d);
-/* float32 inputs per sample (the model's input size). */
+/* Inputs per sample (the model's input size). */
 uint64_t dataset_sample_elems(const dataset *d);
-/* int32 labels per sample: 1 for classification, H*W for segmentation. */
+/* Labels per sample: 1 for classification, H*W for segmentation. */
 uint32_t dataset_label_elems(const dataset *d);
+
+/* The encodings the samples come in (sample.h), as the input asked:
+ * 8-bit inputs rather than float32, byte labels rather than int32. */
+bool dataset_input_unorm8(const dataset *d);
+bool dataset_labels_u8(const dataset *d);
 
 /* The sample at position pos (0..batch-1) of step `step` with a global batch
  * of `batch`: the data set is read in epochs; with shuffle, each epoch in its
@@ -44,24 +49,26 @@ uint32_t dataset_label_elems(const dataset *d);
 uint64_t dataset_index(const dataset *d, uint64_t step, uint64_t batch, uint64_t pos);
 
 /* Writes sample `idx` as seen in epoch `epoch` (augmentation is drawn from
- * (seed, epoch, idx)): sample_elems floats into x, label_elems labels into
- * labels. Returns 0, or a negative code with a message in err (a file that
- * went missing or is corrupt, a label out of range). */
-int dataset_read(const dataset *d, uint64_t epoch, uint64_t idx, float *x, int32_t *labels,
+ * (seed, epoch, idx)): sample_elems inputs into x, label_elems labels into
+ * labels, in the data set's encodings (float32 and int32 unless the input
+ * asked for 8 bits). Returns 0, or a negative code with a message in err (a
+ * file that went missing or is corrupt, a label out of range). */
+int dataset_read(const dataset *d, uint64_t epoch, uint64_t idx, void *x, void *labels,
                  char *err, size_t errlen);
 
 /* dataset_read of the sample at (step, batch, pos), as dataset_index orders
  * them. */
-int dataset_sample(const dataset *d, uint64_t step, uint64_t batch, uint64_t pos, float *x,
-                   int32_t *labels, char *err, size_t errlen);
+int dataset_sample(const dataset *d, uint64_t step, uint64_t batch, uint64_t pos, void *x,
+                   void *labels, char *err, size_t errlen);
 
-/* Bytes of a batch of n samples as it goes on the wire. */
+/* Bytes of a batch of n samples as it goes on the wire (sample.h). */
 size_t dataset_batch_bytes(const dataset *d, uint32_t n);
 
 /* Fills buf (dataset_batch_bytes(d, n) bytes) with positions offset ..
  * offset+n-1 of step `step` (global batch `batch`) in the wire layout of a
  * Batch frame: n * sample_elems float32 inputs, then n * label_elems int32
- * labels. Returns 0 or dataset_read's error. */
+ * labels, in the data set's encodings (sample.h). Returns 0 or
+ * dataset_read's error. */
 int dataset_batch(const dataset *d, uint64_t step, uint64_t batch, uint64_t offset, uint32_t n,
                   void *buf, char *err, size_t errlen);
 

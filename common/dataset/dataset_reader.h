@@ -3,6 +3,7 @@
 #pragma once
 
 #include "dataset.h"
+#include "sample.h"
 
 typedef struct dataset_reader {
     const char *name;         /* the data_processor that selects it */
@@ -12,9 +13,9 @@ typedef struct dataset_reader {
     int (*open)(dataset *d, const Appliance__PlanInput *in, char *err, size_t errlen);
     /* Frees priv (also after a failed open). */
     void (*close)(dataset *d);
-    /* Writes sample idx (< size) before augmentation. Must be thread-safe. */
-    int (*read)(const dataset *d, uint64_t idx, float *x, int32_t *labels, char *err,
-                size_t errlen);
+    /* Writes sample idx (< size) before augmentation, in the data set's
+     * encodings (ds_put_*). Must be thread-safe. */
+    int (*read)(const dataset *d, uint64_t idx, void *x, void *labels, char *err, size_t errlen);
 } dataset_reader;
 
 struct dataset {
@@ -32,12 +33,39 @@ struct dataset {
     bool shuffle;             /* a new seeded order every epoch */
     bool flip_h, flip_v;      /* random flips, drawn per (seed, epoch, index) */
     uint32_t crop_pad;        /* random crops from the image padded this much; 0: none */
+    bool input_unorm8;        /* inputs as 8-bit values, not float32 (sample.h) */
+    bool labels_u8;           /* labels as bytes, not int32 */
     /* Set by the reader's open: */
     uint64_t size;            /* samples per epoch, > 0 */
     uint64_t sample_elems;    /* product of shape */
     uint32_t label_elems;     /* 1, or height * width for per-pixel labels */
     void *priv;               /* the reader's own state */
 };
+
+/* Stores input value i of a sample, given as 8 bits (v / 255), in the data
+ * set's input encoding. */
+static inline void ds_put_unorm8(const dataset *d, void *x, size_t i, uint8_t v)
+{
+    if (d->input_unorm8)
+        ((uint8_t *)x)[i] = v;
+    else
+        ((float *)x)[i] = sample_unorm8(v);
+}
+
+/* Stores label i of a sample (below num_classes, so below 256 when labels
+ * are bytes), and reads it back. */
+static inline void ds_put_label(const dataset *d, void *labels, size_t i, uint32_t v)
+{
+    if (d->labels_u8)
+        ((uint8_t *)labels)[i] = (uint8_t)v;
+    else
+        ((int32_t *)labels)[i] = (int32_t)v;
+}
+
+static inline uint32_t ds_get_label(const dataset *d, const void *labels, size_t i)
+{
+    return (uint32_t)sample_label(labels, d->labels_u8, i);
+}
 
 extern const dataset_reader ds_synthetic_reader;    /* synthetic_classification */
 extern const dataset_reader ds_segmentation_reader; /* synthetic_segmentation */

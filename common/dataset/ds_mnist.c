@@ -228,14 +228,16 @@ static int ds_mnist__open(dataset *d, const Appliance__PlanInput *in, char *err,
     return 0;
 }
 
-static int ds_mnist__read(const dataset *d, uint64_t idx, float *x, int32_t *labels, char *err,
+static int ds_mnist__read(const dataset *d, uint64_t idx, void *x, void *labels, char *err,
                           size_t errlen)
 {
     const ds_mnist *m = d->priv;
     const uint8_t *p = m->pixels + idx * d->sample_elems;
-    for (uint64_t k = 0; k < d->sample_elems; k++)
-        x[k] = (float)p[k] / 255.0f;
-    labels[0] = m->labels[idx];
+    if (d->input_unorm8)
+        memcpy(x, p, d->sample_elems);
+    else
+        sample_unorm8_to_float(x, p, d->sample_elems);
+    ds_put_label(d, labels, 0, m->labels[idx]);
     return 0;
 }
 

@@ -146,15 +146,16 @@ done:
     return rc;
 }
 
-/* Where decoded rows go: the sample's planar floats, or its labels. */
+/* Where decoded rows go: the sample's planar inputs, or its labels (in the
+ * data set's encodings). */
 typedef struct ds_png_dest {
     const dataset *d;
     const char *path;         /* for messages */
-    float *x;                 /* (C, H, W) */
-    int32_t *labels;          /* (H, W) */
+    void *x;                  /* (C, H, W) */
+    void *labels;             /* (H, W) */
 } ds_png_dest;
 
-/* An image row: interleaved bytes to planar floats in [0, 1]. */
+/* An image row: interleaved bytes to planar inputs. */
 static int ds_png__image_row(void *ctx, const ds_png_header *hd, uint32_t y, const uint8_t *row,
                              char *err, size_t errlen)
 {
@@ -162,9 +163,9 @@ static int ds_png__image_row(void *ctx, const ds_png_header *hd, uint32_t y, con
     const uint32_t C = t->d->channels, W = t->d->width;
     const size_t hw = (size_t)t->d->height * W;
     for (uint32_t c = 0; c < C; c++) {
-        float *out = t->x + c * hw + (size_t)y * W;
+        size_t at = c * hw + (size_t)y * W;
         for (uint32_t i = 0; i < W; i++)
-            out[i] = (float)row[i * C + c] / 255.0f;
+            ds_put_unorm8(t->d, t->x, at + i, row[i * C + c]);
     }
     return 0;
 }
@@ -180,7 +181,7 @@ static int ds_png__mask_row(void *ctx, const ds_png_header *hd, uint32_t y, cons
     bool palette = hd->color_type == PNG_COLOR_TYPE_PALETTE;
     bool binary = !palette && d->num_classes <= 2;
     uint32_t half = ((1u << hd->bit_depth) - 1) / 2;
-    int32_t *out = t->labels + (size_t)y * W;
+    size_t at = (size_t)y * W;
     for (uint32_t i = 0; i < W; i++) {
         uint32_t v = wide ? (uint32_t)row[2 * i] << 8 | row[2 * i + 1] : row[i];
         if (binary)
@@ -190,12 +191,12 @@ static int ds_png__mask_row(void *ctx, const ds_png_header *hd, uint32_t y, cons
                      t->path, i, y, v, d->num_classes);
             return -EINVAL;
         }
-        out[i] = (int32_t)v;
+        ds_put_label(d, t->labels, at + i, v);
     }
     return 0;
 }
 
-static int ds_png__read(const dataset *d, uint64_t idx, float *x, int32_t *labels, char *err,
+static int ds_png__read(const dataset *d, uint64_t idx, void *x, void *labels, char *err,
                         size_t errlen)
 {
     const ds_png *p = d->priv;

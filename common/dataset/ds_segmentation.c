@@ -3,11 +3,13 @@
  * class 0, and the mask giving the class of every pixel. Each class has its
  * own colour and stripe texture (from the seed, shared by both splits); the
  * shapes, their places and the pixel noise come from the split's sample
- * seed and the index. O(H * W * C) per sample. */
+ * seed and the index; pixels are 8-bit values, as a camera's would be.
+ * O(H * W * C) per sample. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "dataset_reader.h"
 #include "rng.h"
@@ -94,8 +96,8 @@ static double ds_seg__u(uint64_t key, uint64_t shape, uint64_t what)
 
 /* Paints one shape of class cls into the mask (later shapes cover earlier
  * ones), touching only its bounding box. */
-static void ds_seg__shape(int32_t *mask, uint32_t H, uint32_t W, uint64_t key, uint32_t n,
-                          int32_t cls)
+static void ds_seg__shape(const dataset *d, void *mask, uint32_t H, uint32_t W, uint64_t key,
+                          uint32_t n, uint32_t cls)
 {
     double side = H < W ? H : W;
     double cx = ds_seg__u(key, n, 1) * W, cy = ds_seg__u(key, n, 2) * H;
@@ -153,24 +155,23 @@ static void ds_seg__shape(int32_t *mask, uint32_t H, uint32_t W, uint64_t key, u
                 in = ea[0] * px + eb[0] * py + ec[0] >= 0 && ea[1] * px + eb[1] * py + ec[1] >= 0 &&
                      ea[2] * px + eb[2] * py + ec[2] >= 0;
             if (in)
-                mask[(size_t)y * W + (size_t)x] = cls;
+                ds_put_label(d, mask, (size_t)y * W + (size_t)x, cls);
         }
     }
 }
 
-static int ds_seg__read(const dataset *d, uint64_t idx, float *x, int32_t *labels, char *err,
+static int ds_seg__read(const dataset *d, uint64_t idx, void *x, void *labels, char *err,
                         size_t errlen)
 {
     const ds_seg *s = d->priv;
     const uint32_t C = d->channels, H = d->height, W = d->width, K = d->num_classes;
     const size_t hw = (size_t)H * W;
     uint64_t key = rng_hash(d->sample_seed, DS_SEG_SHAPE, idx);
-    for (size_t i = 0; i < hw; i++)
-        labels[i] = 0;
+    memset(labels, 0, hw * sample_label_size(d->labels_u8));
     uint32_t nshapes = 1 + (uint32_t)(rng_hash(key, DS_SEG_SHAPE, 0) % DS_SEG_MAX_SHAPES);
     for (uint32_t n = 1; n <= nshapes; n++) {
-        int32_t cls = 1 + (int32_t)(rng_hash(key, DS_SEG_SHAPE, n * 16) % (K - 1));
-        ds_seg__shape(labels, H, W, key, n, cls);
+        uint32_t cls = 1 + (uint32_t)(rng_hash(key, DS_SEG_SHAPE, n * 16) % (K - 1));
+        ds_seg__shape(d, labels, H, W, key, n, cls);
     }
     /* Pixels: the class's colour, its stripes and uniform noise; one hash
      * gives the noise of four channels. */
@@ -178,7 +179,7 @@ static int ds_seg__read(const dataset *d, uint64_t idx, float *x, int32_t *label
     for (uint32_t y = 0; y < H; y++)
         for (uint32_t xx = 0; xx < W; xx++) {
             size_t p = (size_t)y * W + xx;
-            uint32_t k = (uint32_t)labels[p];
+            uint32_t k = ds_get_label(d, labels, p);
             uint32_t proj;
             switch (s->orient[k]) {
             case 0:
@@ -201,7 +202,8 @@ static int ds_seg__read(const dataset *d, uint64_t idx, float *x, int32_t *label
                     h = rng_hash(key, DS_SEG_NOISE_STREAM + c / 4, p);
                 float u = (float)((h >> (16 * (c % 4))) & 0xffff) * (1.0f / 65535.0f);
                 float v = s->level[(size_t)k * C + c] + tex + nh * (2.0f * u - 1.0f);
-                x[c * hw + p] = v < 0 ? 0 : v > 1 ? 1 : v;
+                v = v < 0 ? 0 : v > 1 ? 1 : v;
+                ds_put_unorm8(d, x, c * hw + p, (uint8_t)lrintf(v * 255.0f));
             }
         }
     return 0;

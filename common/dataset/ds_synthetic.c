@@ -9,6 +9,10 @@
 
 static int ds_synthetic__open(dataset *d, const Appliance__PlanInput *in, char *err, size_t errlen)
 {
+    if (d->input_unorm8) {
+        snprintf(err, errlen, "synthetic_classification: samples are float32, not 8-bit values");
+        return -EINVAL;
+    }
     d->size = d->num_samples;
     d->sample_elems = 1;
     for (size_t i = 0; i < d->ndim; i++)
@@ -17,11 +21,12 @@ static int ds_synthetic__open(dataset *d, const Appliance__PlanInput *in, char *
     return 0;
 }
 
-static int ds_synthetic__read(const dataset *d, uint64_t idx, float *x, int32_t *labels, char *err,
+static int ds_synthetic__read(const dataset *d, uint64_t idx, void *out, void *labels, char *err,
                               size_t errlen)
 {
+    float *x = out;
     uint32_t y = (uint32_t)(rng_hash(d->sample_seed, 1, idx) % d->num_classes);
-    labels[0] = (int32_t)y;
+    ds_put_label(d, labels, 0, y);
     for (uint64_t k = 0; k < d->sample_elems; k++) {
         double centre = rng_normal(d->seed, 3, (uint64_t)y * d->sample_elems + k);
         x[k] = (float)(centre + d->noise * rng_normal(d->sample_seed, 2, idx * d->sample_elems + k));

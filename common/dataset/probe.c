@@ -11,9 +11,9 @@
 #include "rng.h"
 #include "util.h"
 
-/* Above this many floats a sample cannot travel in one frame anyway; the
- * bound keeps every size computation far from overflow. */
-#define DATASET_MAX_SAMPLE_ELEMS (1ull << 28)
+/* A sample of at most this many values (a 26000^2 RGB image) keeps every
+ * size computation far from overflow. */
+#define DATASET_MAX_SAMPLE_ELEMS (1ull << 31)
 
 /* The readers as the planner opens them: the PNG reader without its
  * decoding (libpng), since sizing and checking reads headers only. */
@@ -52,6 +52,13 @@ static int dataset__common(dataset *d, const Appliance__PlanInput *in, char *err
     d->flip_h = in->random_flip_horizontal;
     d->flip_v = in->random_flip_vertical;
     d->crop_pad = in->random_crop_padding;
+    d->input_unorm8 = in->input_unorm8;
+    d->labels_u8 = in->labels_uint8;
+    if (d->labels_u8 && d->num_classes > 256) {
+        snprintf(err, errlen, "labels travel as bytes, but num_classes %u is above 256",
+                 d->num_classes);
+        return -EINVAL;
+    }
     if (in->n_sample_shape < 1 || in->n_sample_shape > 3) {
         snprintf(err, errlen, "the model input has %zu dimensions; a sample has 1 to 3",
                  in->n_sample_shape);
@@ -137,6 +144,14 @@ void dataset_close(dataset *d)
 uint64_t dataset_size(const dataset *d) { return d->size; }
 uint64_t dataset_sample_elems(const dataset *d) { return d->sample_elems; }
 uint32_t dataset_label_elems(const dataset *d) { return d->label_elems; }
+bool dataset_input_unorm8(const dataset *d) { return d->input_unorm8; }
+bool dataset_labels_u8(const dataset *d) { return d->labels_u8; }
+
+size_t dataset_batch_bytes(const dataset *d, uint32_t n)
+{
+    return (size_t)sample_batch_bytes(n, d->sample_elems, d->label_elems, d->input_unorm8,
+                                      d->labels_u8);
+}
 
 int dataset_probe(dataset **out, const Appliance__PlanInput *in, char *err, size_t errlen)
 {

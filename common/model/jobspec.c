@@ -266,6 +266,12 @@ static int jobspec__refuse_unbuilt(const toml_value *root, const jobspec *j, cha
     return 0;
 }
 
+void jobspec_input_encoding(const jobspec_input *in, bool *input_unorm8, bool *labels_u8)
+{
+    *input_unorm8 = strcmp(in->data_processor, "synthetic_classification") != 0;
+    *labels_u8 = in->num_classes <= 256;
+}
+
 jobspec *jobspec_parse(const char *text, size_t len, const char *name, const char *base_dir,
                        char *err, size_t errlen)
 {
@@ -358,6 +364,14 @@ jobspec *jobspec_parse(const char *text, size_t len, const char *name, const cha
     j->model = model_compile(model_table, err, errlen);
     if (!j->model)
         goto fail;
+    /* One encoding for the job's batches: what both of its inputs can take. */
+    jobspec_input_encoding(&j->train, &j->model->input_unorm8, &j->model->labels_u8);
+    if (j->eval.present) {
+        bool unorm8, labels_u8;
+        jobspec_input_encoding(&j->eval, &unorm8, &labels_u8);
+        j->model->input_unorm8 &= unorm8;
+        j->model->labels_u8 &= labels_u8;
+    }
     if (j->model->loss == LOSS_SOFTMAX_CROSS_ENTROPY) {
         const model_layer *last = &j->model->layers[j->model->nlayers - 1];
         if (last->out.ndim != 1 || last->out.d[0] != j->train.num_classes) {

@@ -22,9 +22,17 @@ typedef struct jobspec_input {
     int64_t num_samples;          /* synthetic data sets: size of the set */
     double noise;                 /* synthetic data sets: noise around class centres */
     bool random_flip_horizontal;  /* augmentation: mirror left-right, seeded */
-    bool random_flip_vertical;
-    int64_t random_crop_padding;  /* random crops from the image padded this much; 0: none */    /* augmentation: mirror top-bottom, seeded */
+    bool random_flip_vertical;    /* augmentation: mirror top-bottom, seeded */
+    int64_t random_crop_padding;  /* random crops from the image padded this much; 0: none */
 } jobspec_input;
+
+/* How an input's samples travel (sample.h): every data set of stored images
+ * (MNIST, PNG, synthetic images of 8-bit pixels) as its 8-bit values, only
+ * synthetic_classification's Gaussian features as float32; labels as bytes
+ * when every class is below 256. A job's batches, training and eval, all
+ * travel in the encoding both of its inputs can take: its model's
+ * input_unorm8 and labels_u8. */
+void jobspec_input_encoding(const jobspec_input *in, bool *input_unorm8, bool *labels_u8);
 
 typedef struct jobspec {
     char source[256];             /* the job file's name, for messages */

@@ -115,6 +115,11 @@ typedef struct {
     uint64_t total_buffers;     /* non-trainable elements of all layers */
     uint64_t act_bytes;         /* sum of the layers' act_bytes */
     uint64_t flops;             /* sum of the layers' flops */
+    /* How samples arrive (sample.h): 8-bit inputs rather than float32, byte
+     * labels rather than int32. Set from the job's data by jobspec_load;
+     * false from model_compile alone. */
+    bool input_unorm8;
+    bool labels_u8;
 } model;
 
 /* Compiles the [model] table of a parsed job file: keys input_shape, loss,

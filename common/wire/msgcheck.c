@@ -8,6 +8,7 @@
 #include "auth.h"
 #include "errmsg.h"
 #include "frame.h"
+#include "sample.h"
 
 /* protobuf-c gives "" for an absent string; a hand-built message may hold
  * NULL. */
@@ -185,16 +186,20 @@ int msgcheck_batch(const Appliance__Batch *b, const Appliance__Plan *p, uint32_t
         return errmsg(-EINVAL, err, errlen, "batch of %u samples for replica %u: the plan "
                               "has %zu replicas", b->n, b->replica, p->n_replicas);
     }
-    /* Wider than 32 bits cannot match a frame's length anyway; within, the
-     * sums and the product fit in 64 bits. */
-    if (b->sample_elems > UINT32_MAX)
-        return errmsg(-EINVAL, err, errlen, "batch of %llu values per sample",
-                              (unsigned long long)b->sample_elems);
-    uint64_t bytes = (uint64_t)b->n * (b->sample_elems + b->label_elems) * 4;
-    if (bytes != len)
-        return errmsg(-EINVAL, err, errlen, "batch of %u samples of %llu values and %u "
-                              "labels in %u bytes", b->n, (unsigned long long)b->sample_elems,
-                              b->label_elems, len);
+    const Appliance__PlanInput *in = b->eval_batch > 0 ? p->eval_input : p->train_input;
+    bool unorm8 = in && in->input_unorm8, labels_u8 = in && in->labels_uint8;
+    uint64_t bytes = sample_batch_bytes(b->n, b->sample_elems, b->label_elems, unorm8, labels_u8);
+    if (bytes != b->total || (bytes == 0 && b->n > 0 && b->sample_elems > 0))
+        return errmsg(-EINVAL, err, errlen, "batch of %u samples of %llu %s inputs and %u %s "
+                      "labels in %llu bytes", b->n, (unsigned long long)b->sample_elems,
+                      unorm8 ? "8-bit" : "float32", b->label_elems, labels_u8 ? "8-bit" : "int32",
+                      (unsigned long long)b->total);
+    uint64_t chunk = p->chunk_elems * sizeof(float);
+    if (b->offset > b->total || len > b->total - b->offset || len > chunk ||
+        (len == 0 && b->total > 0))
+        return errmsg(-EINVAL, err, errlen, "batch frame of %u bytes at %llu of %llu (chunks of "
+                      "%llu bytes)", len, (unsigned long long)b->offset,
+                      (unsigned long long)b->total, (unsigned long long)chunk);
     return 0;
 }
 

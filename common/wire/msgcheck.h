@@ -58,11 +58,15 @@ int msgcheck_weight_chunk(const Appliance__WeightChunk *w, const Appliance__Plan
 int msgcheck_grad_chunk(const Appliance__GradChunk *g, const Appliance__Plan *p, uint32_t len,
                         char *err, size_t errlen);
 
-/* A batch of len payload bytes against a checked plan: n samples of
- * sample_elems floats and label_elems labels each, exactly len bytes; a
- * training batch is for a replica of the plan and has its batch share of
- * samples; an eval batch is one of the plan's eval_batches and has at most
- * eval_batch samples. -EINVAL. */
+/* A frame of a batch, with len payload bytes, against a checked plan: the
+ * batch (total bytes) is n samples of sample_elems inputs and label_elems
+ * labels in the encodings of the plan's input (sample.h); the frame is the
+ * range [offset, offset + len) of it, at most one chunk (chunk_elems * 4
+ * bytes) and not empty unless the batch is; a training batch is for a
+ * replica of the plan and has its batch share of samples; an eval batch is
+ * one of the plan's eval_batches and has at most eval_batch samples. That
+ * the frames of a batch come in order is the receiver's to check.
+ * -EINVAL. */
 int msgcheck_batch(const Appliance__Batch *b, const Appliance__Plan *p, uint32_t len, char *err,
                    size_t errlen);
 

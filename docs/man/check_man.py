@@ -19,6 +19,6 @@ for d in ("coordinator", "memoryx", "swarmx", "worker", "wse-node"):
         assert s in t, (d, s)
 assert "--wafer-memory" in pages["wse-node"] and "--heartbeat-timeout-ms" in pages["coordinator"]
 for opt in ("--users-file", "--max-job-file", "--max-model-params", "--max-steps", "--max-queued-jobs",
-            "--max-queued-per-submitter", "--max-job-history", "--max-client-backlog"):
+            "--max-queued-per-submitter", "--max-job-history", "--max-client-backlog", "--chunk-size"):
     assert opt in pages["coordinator"], opt
 print("man pages: %d checked" % len(pages))

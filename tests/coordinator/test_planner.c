@@ -61,6 +61,7 @@ START_TEST(inputs)
     ck_assert(in->random_flip_vertical);
     ck_assert_uint_eq(in->n_sample_shape, 3);
     ck_assert_uint_eq(in->sample_shape[1], 28);
+    ck_assert(in->input_unorm8 && in->labels_uint8); /* MNIST's bytes travel as they are */
     ck_assert_ptr_null(p->eval_input); /* no [eval_input] */
     appliance__plan__free_unpacked(p, NULL);
 
@@ -72,7 +73,11 @@ START_TEST(inputs)
     spec->eval.shuffle = false;
     spec->eval.shuffle_seed = 77;
     spec->eval_frequency = 50;
+    /* as jobspec_parse would have it: Gaussian features travel as float32 */
+    spec->model->input_unorm8 = false;
     p = plan_of(spec);
+    ck_assert(!p->train_input->input_unorm8 && !p->eval_input->input_unorm8);
+    ck_assert(p->eval_input->labels_uint8);
     in = p->eval_input;
     ck_assert_ptr_nonnull(in);
     ck_assert_str_eq(in->split, "eval");

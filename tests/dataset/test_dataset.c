@@ -276,16 +276,25 @@ START_TEST(flip_in_place)
     /* (C=2, H=2, W=3) and its (2, 3) mask. */
     float x[12] = {0, 1, 2, 3, 4, 5, 10, 11, 12, 13, 14, 15};
     int32_t m[6] = {0, 1, 2, 3, 4, 5};
-    augment_apply(AUGMENT_FLIP_H, x, 2, 2, 3, m);
+    augment_image img = {x, sizeof(float), 2, 2, 3, m, sizeof(int32_t)};
+    augment_apply(AUGMENT_FLIP_H, &img);
     const float xh[12] = {2, 1, 0, 5, 4, 3, 12, 11, 10, 15, 14, 13};
     const int32_t mh[6] = {2, 1, 0, 5, 4, 3};
     ck_assert_int_eq(memcmp(x, xh, sizeof(x)), 0);
     ck_assert_int_eq(memcmp(m, mh, sizeof(m)), 0);
-    augment_apply(AUGMENT_FLIP_V, x, 2, 2, 3, m);
+    augment_apply(AUGMENT_FLIP_V, &img);
     const float xhv[12] = {5, 4, 3, 2, 1, 0, 15, 14, 13, 12, 11, 10};
     const int32_t mhv[6] = {5, 4, 3, 2, 1, 0};
     ck_assert_int_eq(memcmp(x, xhv, sizeof(x)), 0);
     ck_assert_int_eq(memcmp(m, mhv, sizeof(m)), 0);
+    /* The same moves on 8-bit pixels and byte labels. */
+    uint8_t x8[12] = {0, 1, 2, 3, 4, 5, 10, 11, 12, 13, 14, 15}, m8[6] = {0, 1, 2, 3, 4, 5};
+    augment_image img8 = {x8, 1, 2, 2, 3, m8, 1};
+    augment_apply(AUGMENT_FLIP_H | AUGMENT_FLIP_V, &img8);
+    for (int i = 0; i < 12; i++)
+        ck_assert_uint_eq(x8[i], (unsigned)xhv[i]);
+    for (int i = 0; i < 6; i++)
+        ck_assert_uint_eq(m8[i], (unsigned)mhv[i]);
     ck_assert_uint_eq(augment_draw(1, 2, 3, false, false), 0);
 }
 END_TEST
@@ -393,7 +402,7 @@ START_TEST(crops_shift_image_and_mask)
         for (int i = 0; i < H * W; i++)
             m[i] = i + 1;
         memcpy(x2, x, sizeof(x));
-        augment_crop(7, 3, idx, PAD, x, C, H, W, m);
+        augment_crop(7, 3, idx, PAD, &(augment_image){x, sizeof(float), C, H, W, m, sizeof(int32_t)});
         /* Find the shift from the mask: the pixel that came to (y, x). */
         int dy = 99, dx = 99;
         for (int y = 0; y < H && dy == 99; y++)
@@ -422,7 +431,7 @@ START_TEST(crops_shift_image_and_mask)
         int32_t m2[H * W];
         for (int i = 0; i < H * W; i++)
             m2[i] = i + 1;
-        augment_crop(7, 3, idx, PAD, x2, C, H, W, m2);
+        augment_crop(7, 3, idx, PAD, &(augment_image){x2, sizeof(float), C, H, W, m2, sizeof(int32_t)});
         ck_assert_int_eq(memcmp(m, m2, sizeof(m)), 0);
     }
     for (int i = 0; i <= 2 * PAD; i++) {

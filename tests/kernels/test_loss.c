@@ -19,14 +19,14 @@ START_TEST(test_xent_hand_values)
     const float x[6] = {1, 2, 3, 0, 0, 0};
     const int32_t y[2] = {2, 1};
     float d[6];
-    double loss = op_softmax_xent(d, x, y, 2, 3, 0.5f);
+    double loss = op_softmax_xent(d, x, OP_LABELS_I32(y), 2, 3, 0.5f);
     ck_assert_double_eq_tol(loss, 0.4076059644 + 1.0986122887, 1e-6);
     const float ed[6] = {0.0450153f, 0.1223642f, -0.1673795f,
                          1.0f / 6, -1.0f / 3, 1.0f / 6};
     for (int i = 0; i < 6; i++)
         ck_assert_float_eq_tol(d[i], ed[i], 1e-6f);
     /* loss only */
-    ck_assert_double_eq_tol(op_softmax_xent(NULL, x, y, 2, 3, 1.0f),
+    ck_assert_double_eq_tol(op_softmax_xent(NULL, x, OP_LABELS_I32(y), 2, 3, 1.0f),
                             1.5062182531, 1e-6);
 }
 END_TEST
@@ -38,7 +38,7 @@ START_TEST(test_xent_stable)
     const float x[4] = {1000, 0, 1000, 0};
     const int32_t y[2] = {1, 0};
     float d[4];
-    double loss = op_softmax_xent(d, x, y, 2, 2, 1.0f);
+    double loss = op_softmax_xent(d, x, OP_LABELS_I32(y), 2, 2, 1.0f);
     ck_assert_double_eq_tol(loss, 1000.0, 1e-9);
     ck_assert_float_eq_tol(d[0], 1.0f, 1e-6f);
     ck_assert_float_eq_tol(d[1], -1.0f, 1e-6f);
@@ -52,11 +52,11 @@ START_TEST(test_xent_bad_label)
     const float x[4] = {1, 2, 3, 4};
     int32_t y[2] = {0, 2};
     float d[4] = {9, 9, 9, 9};
-    ck_assert(isnan(op_softmax_xent(d, x, y, 2, 2, 1.0f)));
+    ck_assert(isnan(op_softmax_xent(d, x, OP_LABELS_I32(y), 2, 2, 1.0f)));
     for (int i = 0; i < 4; i++)
         ck_assert_float_eq(d[i], 0.0f);
     y[1] = -1;
-    ck_assert(isnan(op_softmax_xent(d, x, y, 2, 2, 1.0f)));
+    ck_assert(isnan(op_softmax_xent(d, x, OP_LABELS_I32(y), 2, 2, 1.0f)));
 }
 END_TEST
 
@@ -92,7 +92,7 @@ START_TEST(test_xent_gradients_fd)
     for (int i = 0; i < n; i++)
         y[i] = kt_int(&r, 0, classes - 1);
     float scale = 0.25f;
-    op_softmax_xent(d, x, y, n, classes, scale);
+    op_softmax_xent(d, x, OP_LABELS_I32(y), n, classes, scale);
     for (size_t i = 0; i < nx; i++)
         d[i] /= scale;
     struct xent_fd c = {n, classes, kt_dalloc(nx), y};
@@ -116,7 +116,7 @@ START_TEST(test_pixels_hand_values)
     const float x[4] = {0, 2, 0, 0};
     const int32_t y[2] = {0, 1};
     float d[4];
-    double loss = op_softmax_xent_pixels(d, x, y, 1, 2, 1, 2, 1.0f);
+    double loss = op_softmax_xent_pixels(d, x, OP_LABELS_I32(y), 1, 2, 1, 2, 1.0f);
     ck_assert_double_eq_tol(loss, 1.4100376, 1e-6);
     /* d is NCHW: class 0 at pixels 0, 1 then class 1 */
     ck_assert_float_eq_tol(d[0], -0.25f, 1e-6f);
@@ -124,7 +124,7 @@ START_TEST(test_pixels_hand_values)
     ck_assert_float_eq_tol(d[1], 0.4403985f, 1e-6f);
     ck_assert_float_eq_tol(d[3], -0.4403985f, 1e-6f);
     int32_t bad[2] = {0, 2};
-    ck_assert(isnan(op_softmax_xent_pixels(d, x, bad, 1, 2, 1, 2, 1.0f)));
+    ck_assert(isnan(op_softmax_xent_pixels(d, x, OP_LABELS_I32(bad), 1, 2, 1, 2, 1.0f)));
 }
 END_TEST
 
@@ -230,7 +230,7 @@ START_TEST(test_losses_gradients_fd)
         float scale = 0.5f;
         double loss;
         if (kind == 0)
-            loss = op_softmax_xent_pixels(d, x, y, n, c, 7, 3, scale);
+            loss = op_softmax_xent_pixels(d, x, OP_LABELS_I32(y), n, c, 7, 3, scale);
         else if (kind == 1)
             loss = op_bce_logits(d, x, t, n, hw, scale);
         else

@@ -24,6 +24,7 @@ typedef struct fixture {
     Appliance__PlanReplica r[2], *rp[2];
     Appliance__PlanWorker w[2], *wp[2];
     uint32_t stream[2];
+    Appliance__PlanInput in;
 } fixture;
 
 static fixture fx;
@@ -192,8 +193,32 @@ START_TEST(batch_sizes)
     b.n = 4;
     b.sample_elems = 3;
     b.label_elems = 1;
+    b.total = 64;
+    ck_assert_int_eq(msgcheck_batch(&b, &fx.p, 64, err, sizeof(err)), -EINVAL); /* > a chunk */
+    ck_assert_str_eq(err, "batch frame of 64 bytes at 0 of 64 (chunks of 20 bytes)");
+    fx.p.chunk_elems = 1024;
     ck_assert_int_eq(msgcheck_batch(&b, &fx.p, 64, err, sizeof(err)), 0);
-    ck_assert_int_eq(msgcheck_batch(&b, &fx.p, 60, err, sizeof(err)), -EINVAL);
+    /* In frames: any range of the batch's bytes, not empty, within it. */
+    ck_assert_int_eq(msgcheck_batch(&b, &fx.p, 60, err, sizeof(err)), 0);
+    b.offset = 60;
+    ck_assert_int_eq(msgcheck_batch(&b, &fx.p, 4, err, sizeof(err)), 0);
+    ck_assert_int_eq(msgcheck_batch(&b, &fx.p, 5, err, sizeof(err)), -EINVAL);
+    ck_assert_str_eq(err, "batch frame of 5 bytes at 60 of 64 (chunks of 4096 bytes)");
+    ck_assert_int_eq(msgcheck_batch(&b, &fx.p, 0, err, sizeof(err)), -EINVAL);
+    b.offset = UINT64_MAX;
+    ck_assert_int_eq(msgcheck_batch(&b, &fx.p, 4, err, sizeof(err)), -EINVAL);
+    b.offset = 0;
+    b.total = 63; /* not what 4 samples take */
+    ck_assert_int_eq(msgcheck_batch(&b, &fx.p, 63, err, sizeof(err)), -EINVAL);
+    ck_assert_str_eq(err, "batch of 4 samples of 3 float32 inputs and 1 int32 labels in 63 bytes");
+    /* With 8-bit inputs and labels as the plan's input says: 4 * (3 + 1). */
+    appliance__plan_input__init(&fx.in);
+    fx.p.train_input = &fx.in;
+    fx.in.input_unorm8 = fx.in.labels_uint8 = true;
+    b.total = 16;
+    ck_assert_int_eq(msgcheck_batch(&b, &fx.p, 16, err, sizeof(err)), 0);
+    fx.p.train_input = NULL;
+    b.total = 64;
     b.sample_elems = 1ull << 62; /* n * (sample + label) * 4 wraps */
     ck_assert_int_eq(msgcheck_batch(&b, &fx.p, 16, err, sizeof(err)), -EINVAL);
     b.sample_elems = 3;

@@ -29,11 +29,11 @@ static double softmax_xent_row(float *d, const float *x, size_t stride,
 }
 
 double op_softmax_xent(float *dlogits, const float *logits,
-                       const int32_t *labels, int n, int classes, float scale)
+                       op_labels labels, int n, int classes, float scale)
 {
     /* logits (n, classes), labels (n), dlogits (n, classes) or NULL */
     for (int i = 0; i < n; i++) {
-        if (labels[i] < 0 || labels[i] >= classes) {
+        if (op_label(labels, (size_t)i) < 0 || op_label(labels, (size_t)i) >= classes) {
             if (dlogits)
                 memset(dlogits, 0, sizeof(float) * n * (size_t)classes);
             return NAN;
@@ -43,20 +43,20 @@ double op_softmax_xent(float *dlogits, const float *logits,
     for (int i = 0; i < n; i++) {
         size_t off = (size_t)i * classes;
         loss += softmax_xent_row(dlogits ? dlogits + off : NULL, logits + off,
-                                 1, classes, labels[i], scale);
+                                 1, classes, op_label(labels, (size_t)i), scale);
     }
     return loss;
 }
 
 double op_softmax_xent_pixels(float *dlogits, const float *logits,
-                              const int32_t *labels, int n, int classes,
+                              op_labels labels, int n, int classes,
                               int h, int w, float scale)
 {
     /* logits (n, classes, h, w), labels (n, h, w),
      * dlogits (n, classes, h, w) or NULL */
     size_t hw = (size_t)h * w, total = (size_t)n * hw;
     for (size_t j = 0; j < total; j++) {
-        if (labels[j] < 0 || labels[j] >= classes) {
+        if (op_label(labels, j) < 0 || op_label(labels, j) >= classes) {
             if (dlogits)
                 memset(dlogits, 0, sizeof(float) * total * classes);
             return NAN;
@@ -66,12 +66,12 @@ double op_softmax_xent_pixels(float *dlogits, const float *logits,
     float pscale = hw ? (float)(scale / (double)hw) : 0.0f;
     for (int i = 0; i < n; i++) {
         size_t off = (size_t)i * classes * hw;
-        const int32_t *lab = labels + (size_t)i * hw;
+        size_t lab = (size_t)i * hw;
         double sample = 0.0;
         for (size_t j = 0; j < hw; j++)
             sample += softmax_xent_row(dlogits ? dlogits + off + j : NULL,
-                                       logits + off + j, hw, classes, lab[j],
-                                       pscale);
+                                       logits + off + j, hw, classes,
+                                       op_label(labels, lab + j), pscale);
         if (hw)
             loss += sample / (double)hw;
     }

@@ -4,7 +4,23 @@
 #ifndef OP_LOSS_H
 #define OP_LOSS_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+
+/* Class labels as they arrive: int32, or one byte each. */
+typedef struct op_labels {
+    const void *p;
+    bool u8;
+} op_labels;
+
+#define OP_LABELS_I32(ptr) ((op_labels){(ptr), false})
+#define OP_LABELS_U8(ptr) ((op_labels){(ptr), true})
+
+static inline int32_t op_label(op_labels l, size_t i)
+{
+    return l.u8 ? (int32_t)((const uint8_t *)l.p)[i] : ((const int32_t *)l.p)[i];
+}
 
 /* logits is (n, classes), labels is (n) in [0, classes).
  * Returns sum over samples of -log softmax(logits)[label], accumulated in
@@ -12,7 +28,7 @@
  * onehot(label)) unless dlogits is NULL; dlogits must not alias logits.
  * A label out of range returns NAN and zeroes dlogits. */
 double op_softmax_xent(float *dlogits, const float *logits,
-                       const int32_t *labels, int n, int classes, float scale);
+                       op_labels labels, int n, int classes, float scale);
 
 /* logits is (n, classes, h, w), labels is (n, h, w) in [0, classes).
  * Returns the sum over samples of the per-sample MEAN over the h*w pixels of
@@ -20,7 +36,7 @@ double op_softmax_xent(float *dlogits, const float *logits,
  * scale/(h*w) * (softmax - onehot) unless NULL; must not alias logits.
  * A label out of range returns NAN and zeroes dlogits. */
 double op_softmax_xent_pixels(float *dlogits, const float *logits,
-                              const int32_t *labels, int n, int classes,
+                              op_labels labels, int n, int classes,
                               int h, int w, float scale);
 
 /* logits and targets are (n, per), targets in [0, 1]. Returns the sum over

@@ -3,6 +3,7 @@
  * produces them; synthetic segmentation, seeded flips and the batch layout.
  * The readers of files are tested in test_dataset_files.c. */
 #include <check.h>
+#include <errno.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 
 #include "augment.h"
 #include "dataset.h"
+#include "sample.h"
 
 static dataset *make(uint64_t n, bool shuffle, uint64_t seed)
 {
@@ -142,6 +144,63 @@ static void read_sample(const dataset *d, uint64_t epoch, uint64_t idx, float **
     ck_assert(*x && *y);
     ck_assert_msg(dataset_read(d, epoch, idx, *x, *y, err, sizeof(err)) == 0, "%s", err);
 }
+
+/* The same batch in both encodings (sample.h): 8-bit pixels and byte labels
+ * are exactly the float32 and int32 batch, made float as the wse-node
+ * does; augmentation moves bytes as it moves floats. */
+START_TEST(encodings_agree)
+{
+    enum { C = 3, H = 20, W = 24, N = 3 };
+    uint64_t shape[3] = {C, H, W};
+    Appliance__PlanInput in = APPLIANCE__PLAN_INPUT__INIT;
+    in.data_processor = "synthetic_segmentation";
+    in.num_samples = 50;
+    in.num_classes = 3;
+    in.noise = 1.0;
+    in.shuffle = true;
+    in.seed = 4;
+    in.random_flip_horizontal = in.random_flip_vertical = true;
+    in.random_crop_padding = 3;
+    in.n_sample_shape = 3;
+    in.sample_shape = shape;
+    dataset *f, *b;
+    char err[256];
+    ck_assert_msg(dataset_open(&f, &in, err, sizeof(err)) == 0, "%s", err);
+    in.input_unorm8 = in.labels_uint8 = true;
+    ck_assert_msg(dataset_open(&b, &in, err, sizeof(err)) == 0, "%s", err);
+    ck_assert(dataset_input_unorm8(b) && dataset_labels_u8(b) && !dataset_input_unorm8(f));
+    ck_assert_uint_eq(dataset_batch_bytes(f, N), N * (C * H * W + H * W) * 4);
+    ck_assert_uint_eq(dataset_batch_bytes(b, N), N * (C * H * W + H * W));
+    float *xf = malloc(dataset_batch_bytes(f, N));
+    uint8_t *xb = malloc(dataset_batch_bytes(b, N));
+    ck_assert(xf && xb);
+    for (uint64_t step = 0; step < 4; step++) {
+        ck_assert(dataset_batch(f, step, 8, 2, N, xf, err, sizeof(err)) == 0);
+        ck_assert(dataset_batch(b, step, 8, 2, N, xb, err, sizeof(err)) == 0);
+        for (size_t i = 0; i < (size_t)N * C * H * W; i++)
+            ck_assert_float_eq(xf[i], sample_unorm8(xb[i]));
+        const int32_t *yf = (const int32_t *)(xf + (size_t)N * C * H * W);
+        const uint8_t *yb = xb + (size_t)N * C * H * W;
+        for (size_t i = 0; i < (size_t)N * H * W; i++)
+            ck_assert_int_eq(yf[i], yb[i]);
+    }
+    free(xf);
+    free(xb);
+    dataset_close(f);
+    dataset_close(b);
+
+    /* What cannot travel as bytes is refused. */
+    in.num_classes = 300;
+    ck_assert_int_eq(dataset_open(&b, &in, err, sizeof(err)), -EINVAL);
+    ck_assert_str_eq(err, "labels travel as bytes, but num_classes 300 is above 256");
+    in.num_classes = 3;
+    in.data_processor = "synthetic_classification";
+    in.random_flip_horizontal = in.random_flip_vertical = false;
+    in.random_crop_padding = 0;
+    ck_assert_int_eq(dataset_open(&b, &in, err, sizeof(err)), -EINVAL);
+    ck_assert_str_eq(err, "synthetic_classification: samples are float32, not 8-bit values");
+}
+END_TEST
 
 START_TEST(segmentation_is_a_pure_function)
 {
@@ -453,6 +512,7 @@ static Suite *suite(void)
     TCase *seg = tcase_create("segmentation");
     tcase_set_timeout(seg, 30);
     tcase_add_test(seg, segmentation_is_a_pure_function);
+    tcase_add_test(seg, encodings_agree);
     tcase_add_test(seg, segmentation_classes);
     tcase_add_test(seg, segmentation_is_fast_at_512);
     tcase_add_test(seg, segmentation_refusals);

@@ -3,6 +3,7 @@
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kt.h"
 #include "op_loss.h"
@@ -28,6 +29,13 @@ START_TEST(test_xent_hand_values)
     /* loss only */
     ck_assert_double_eq_tol(op_softmax_xent(NULL, x, OP_LABELS_I32(y), 2, 3, 1.0f),
                             1.5062182531, 1e-6);
+    /* byte labels give the very same loss and gradient */
+    const uint8_t y8[2] = {2, 1};
+    float d8[6];
+    ck_assert(op_softmax_xent(d8, x, OP_LABELS_U8(y8), 2, 3, 0.5f) == loss);
+    ck_assert_int_eq(memcmp(d, d8, sizeof(d)), 0);
+    const uint8_t bad8[2] = {2, 3};
+    ck_assert(isnan(op_softmax_xent(d8, x, OP_LABELS_U8(bad8), 2, 3, 0.5f)));
 }
 END_TEST
 

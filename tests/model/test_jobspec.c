@@ -105,6 +105,14 @@ START_TEST(input_keys)
     ck_assert_str_eq(j->train.data_dir, "/home/me/data/mnist");
     ck_assert(j->train.random_flip_horizontal);
     ck_assert(!j->train.random_flip_vertical); /* default */
+    ck_assert(j->model->input_unorm8 && j->model->labels_u8); /* MNIST travels as its bytes */
+    jobspec_free(j);
+    /* Batches travel in what both inputs can take: Gaussian eval features
+     * are float32, so the job's inputs are. */
+    j = parse("[train_input]\nnum_classes = 3\ndata_processor = \"mnist\"\n"
+              "data_dir = \"data/mnist\"\n[eval_input]\nnum_classes = 3\n", err, sizeof(err));
+    ck_assert_msg(j != NULL, "%s", err);
+    ck_assert(!j->model->input_unorm8 && j->model->labels_u8);
     jobspec_free(j);
     refused("[train_input]\nnum_classes = 3\ndata_processor = \"png_segmentation\"\n",
             "job.toml:3:18: train_input.data_dir: required by data_processor "

@@ -23,6 +23,8 @@
 
 #define DICE_EPS 1.0f /* smoothing of the soft Dice ratio */
 
+enum { EXEC__TRAIN, EXEC__EVAL, EXEC__RECOMPUTE }; /* exec__run_forward's modes */
+
 static const model_shape *exec__shape_of(const model *m, int layer)
 {
     return layer < 0 ? &m->input : &m->layers[layer].out;
@@ -90,8 +92,23 @@ static op_pool2d_params exec__pool(const model_layer *l, int n)
     return p;
 }
 
+static int exec__init(exec *e, const model *m, int n, int threads, float **w, float **g,
+                      bool reference, char *err, size_t errlen);
+
 int exec_init(exec *e, const model *m, int n, int threads, float **w, float **g, char *err,
               size_t errlen)
+{
+    return exec__init(e, m, n, threads, w, g, false, err, errlen);
+}
+
+int exec_init_reference(exec *e, const model *m, int n, int threads, float **w, float **g,
+                        char *err, size_t errlen)
+{
+    return exec__init(e, m, n, threads, w, g, true, err, errlen);
+}
+
+static int exec__init(exec *e, const model *m, int n, int threads, float **w, float **g,
+                      bool reference, char *err, size_t errlen)
 {
     memset(e, 0, sizeof(*e));
     e->m = m;
@@ -104,30 +121,35 @@ int exec_init(exec *e, const model *m, int n, int threads, float **w, float **g,
         snprintf(err, errlen, "out of memory for the memory plan of %d samples", n);
         return -ENOMEM;
     }
+    if (reference) {
+        memplan_free(&f.plan);
+        if (memplan_build_as(&f.plan, m, n, true) < 0) {
+            footprint_free(&f);
+            snprintf(err, errlen, "out of memory for the memory plan of %d samples", n);
+            return -ENOMEM;
+        }
+        f.exec += f.plan.arena - f.arena;
+        f.arena = f.plan.arena;
+    }
+    e->plan = f.plan; /* the executor follows the plan the footprint made */
+    memset(&f.plan, 0, sizeof(f.plan));
     e->label_elems = f.label_elems;
     e->input_unorm8 = m->input_unorm8;
     e->labels_u8 = m->labels_u8;
     e->act = calloc((size_t)m->nlayers, sizeof(float *));
     e->dact = calloc((size_t)m->nlayers, sizeof(float *));
     e->aux = calloc((size_t)m->nlayers, sizeof(void *));
-    if (!e->act || !e->dact || !e->aux)
+    e->res = malloc((size_t)m->nlayers * sizeof(int));
+    if (!e->act || !e->dact || !e->aux || !e->res)
         goto oom;
-    /* every buffer as the footprint sizes it: the plan is what runs */
-    for (int i = 0; i < m->nlayers; i++) {
-        const footprint_layer *fl = &f.layers[i];
-        if (fl->act && !(e->act[i] = malloc(fl->act)))
-            goto oom;
-        if (!(e->dact[i] = calloc(1, fl->dact ? fl->dact : 1)))
-            goto oom;
-        if (fl->aux && !(e->aux[i] = malloc(fl->aux)))
-            goto oom;
-    }
-    if (!(e->scratch = malloc(f.scratch)))
+    for (int i = 0; i < m->nlayers; i++)
+        e->res[i] = memplan_resolve(m, i);
+    /* every buffer of the step in the plan's arena: the plan is what runs */
+    e->arena_bytes = f.arena;
+    if (!(e->arena = aligned_alloc(64, f.arena ? f.arena : 64)))
         goto oom;
     e->ws_bytes = f.workspace;
     if (e->ws_bytes && !(e->ws = aligned_alloc(64, e->ws_bytes)))
-        goto oom;
-    if (f.loss && (!(e->targets = malloc(f.loss / 2)) || !(e->lossgrad = malloc(f.loss / 2))))
         goto oom;
     if (f.input && !(e->input = malloc(f.input)))
         goto oom;
@@ -144,20 +166,14 @@ oom:
 
 void exec_deinit(exec *e)
 {
-    if (e->act)
-        for (int i = 0; i < e->m->nlayers; i++) {
-            free(e->act[i]);
-            free(e->dact[i]);
-            free(e->aux[i]);
-        }
     free(e->act);
     free(e->dact);
     free(e->aux);
-    free(e->scratch);
+    free(e->res);
+    free(e->arena);
     free(e->ws);
-    free(e->targets);
-    free(e->lossgrad);
     free(e->input);
+    memplan_free(&e->plan);
     memset(e, 0, sizeof(*e));
 }
 
@@ -177,16 +193,61 @@ const void *exec_labels(const exec *e, const void *batch)
 
 const float *exec_output(const exec *e, int layer, const float *x)
 {
-    while (layer >= 0 && e->m->layers[layer].type == LAYER_FLATTEN)
-        layer = e->m->layers[layer].inputs[0];
-    return layer < 0 ? x : e->act[layer];
+    int r = layer < 0 ? -1 : e->res[layer];
+    return r < 0 ? x : e->act[r];
+}
+
+/* The gradient buffer a layer's output gradient adds into (through
+ * flatten views), or NULL for the model input. */
+static float *exec__dout(const exec *e, int layer)
+{
+    int r = layer < 0 ? -1 : e->res[layer];
+    return r < 0 ? NULL : e->dact[r];
+}
+
+static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int mode);
+
+/* Replays the events before operation op: buffers take their places in
+ * the arena (a gradient's first writer finds it zeroed), outputs the
+ * forward pass let go are recomputed. */
+static void exec__replay(exec *e, int op, const float *x, int64_t step)
+{
+    const memplan_op *o = &e->plan.ops[op];
+    for (uint32_t k = 0; k < o->count; k++) {
+        const memplan_event *ev = &e->plan.events[o->first + k];
+        uint8_t *p = e->arena + ev->offset;
+        switch ((enum memplan_kind)ev->kind) {
+        case MEMPLAN_OUT:
+            e->act[ev->layer] = (float *)p;
+            break;
+        case MEMPLAN_DOUT:
+            e->dact[ev->layer] = (float *)p;
+            if (ev->zero)
+                memset(p, 0, (size_t)e->n * model_shape_elems(&e->m->layers[ev->layer].out) *
+                                 sizeof(float));
+            break;
+        case MEMPLAN_AUX:
+            e->aux[ev->layer] = p;
+            break;
+        case MEMPLAN_SCRATCH:
+            e->scratch = (float *)p;
+            break;
+        case MEMPLAN_LOSS:
+            e->targets = (float *)p;
+            e->lossgrad = e->targets + (size_t)e->n *
+                                           model_shape_elems(&e->m->layers[e->m->nlayers - 1].out);
+            break;
+        case MEMPLAN_RECOMPUTE:
+            exec__run_forward(e, ev->layer, x, step, EXEC__RECOMPUTE);
+            e->recomputed++;
+            break;
+        }
+    }
 }
 
 void exec_zero_grads(exec *e)
 {
-    for (int i = 0; i < e->m->nlayers; i++)
-        memset(e->dact[i], 0,
-               (size_t)e->n * model_shape_elems(&e->m->layers[i].out) * sizeof(float));
+    /* gradients are zeroed as the plan places them (memplan.h) */
 }
 
 /* Tensor i of layer l: weights, gradients. */
@@ -195,6 +256,17 @@ void exec_zero_grads(exec *e)
 
 void exec_forward(exec *e, int li, const float *x, int64_t step, bool training)
 {
+    exec__replay(e, memplan_forward_op(&e->plan, li), x, step);
+    exec__run_forward(e, li, x, step, training ? EXEC__TRAIN : EXEC__EVAL);
+}
+
+/* A layer's forward pass: in training (batch statistics, dropout, running
+ * statistics updated), in evaluation, or again in training's backward pass
+ * (EXEC__RECOMPUTE: the very output the forward pass made, from what it
+ * saved, with no side effect). */
+static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int mode)
+{
+    const bool training = mode != EXEC__EVAL;
     const model_layer *l = &e->m->layers[li];
     int n = e->n;
     const float *in = exec_output(e, l->inputs[0], x);
@@ -250,7 +322,9 @@ void exec_forward(exec *e, int li, const float *x, int64_t step, bool training)
         break;
     case LAYER_BATCH_NORM: {
         float *save = e->aux[li];
-        if (training) {
+        if (mode == EXEC__RECOMPUTE) {
+            op_norm_affine(out, in, save + 2 * c, save + 3 * c, n, c, hw, false);
+        } else if (training) {
             /* Running statistics are updated in the gradient buffers and go
              * up with the gradients, averaged over the replicas. */
             memcpy(G(l, 2), W(l, 2), (size_t)c * sizeof(float));
@@ -260,6 +334,9 @@ void exec_forward(exec *e, int li, const float *x, int64_t step, bool training)
             for (int i = 0; i < c; i++) {
                 G(l, 2)[i] *= e->replica_share;
                 G(l, 3)[i] *= e->replica_share;
+                /* the scale and shift the output was made with, to make it again */
+                op_norm_coeffs(save[c + i], save[i], W(l, 0) ? W(l, 0)[i] : 1.0f,
+                               W(l, 1) ? W(l, 1)[i] : 0.0f, &save[2 * c + i], &save[3 * c + i]);
             }
         } else {
             op_batchnorm_forward_eval(out, in, W(l, 0), W(l, 1), W(l, 2), W(l, 3), n, c, hw,
@@ -269,8 +346,21 @@ void exec_forward(exec *e, int li, const float *x, int64_t step, bool training)
     }
     case LAYER_GROUP_NORM: {
         float *save = e->aux[li];
-        op_groupnorm_forward(out, save, save + (size_t)n * l->groups, in, W(l, 0), W(l, 1), n, c,
-                             hw, l->groups, (float)l->eps);
+        size_t ng = (size_t)n * l->groups, nc = (size_t)n * c;
+        if (mode == EXEC__RECOMPUTE) {
+            op_norm_affine(out, in, save + 2 * ng, save + 2 * ng + nc, n, c, hw, true);
+            break;
+        }
+        op_groupnorm_forward(out, save, save + ng, in, W(l, 0), W(l, 1), n, c, hw, l->groups,
+                             (float)l->eps);
+        int cg = c / l->groups;
+        for (int s = 0; s < n; s++)
+            for (int ch = 0; ch < c; ch++) {
+                size_t g = (size_t)s * l->groups + ch / cg, k = (size_t)s * c + ch;
+                op_norm_coeffs(save[ng + g], save[g], W(l, 0) ? W(l, 0)[ch] : 1.0f,
+                               W(l, 1) ? W(l, 1)[ch] : 0.0f, &save[2 * ng + k],
+                               &save[2 * ng + nc + k]);
+            }
         break;
     }
     case LAYER_RELU: op_relu_forward(out, in, count); break;
@@ -295,11 +385,12 @@ void exec_forward(exec *e, int li, const float *x, int64_t step, bool training)
 
 double exec_loss(exec *e, const float *x, const void *labels, float scale)
 {
+    exec__replay(e, memplan_loss_op(&e->plan), x, -1);
     const model *m = e->m;
     int last = m->nlayers - 1;
     const model_shape *o = &m->layers[last].out;
     const float *logits = exec_output(e, last, x);
-    float *dlogits = e->dact[last];
+    float *dlogits = exec__dout(e, last);
     int n = e->n;
     op_labels lv = {labels, e->labels_u8};
     switch (m->loss) {
@@ -357,13 +448,16 @@ static void exec__accumulate(float *dst, const float *src, size_t count)
 void exec_backward(exec *e, int li, const float *x, int64_t step)
 {
     const model_layer *l = &e->m->layers[li];
+    if (l->type == LAYER_FLATTEN) /* a view: its consumers added into its input's gradient */
+        return;
+    exec__replay(e, memplan_backward_op(&e->plan, li), x, step);
     int n = e->n;
     const float *in = exec_output(e, l->inputs[0], x);
     const float *dout = e->dact[li];
     size_t count = (size_t)n * model_shape_elems(&l->out);
     size_t in_count = (size_t)n * model_shape_elems(&l->in);
     int c = (int)l->in.d[0], hw = exec__hw(&l->in);
-    int src = l->inputs[0];
+    int src = l->inputs[0] < 0 ? -1 : e->res[l->inputs[0]]; /* through flatten views */
     float *din = e->scratch; /* the gradient of inputs[0], added below */
     bool has_din = true;
     switch (l->type) {
@@ -416,21 +510,21 @@ void exec_backward(exec *e, int li, const float *x, int64_t step)
             const model_shape *s = exec__shape_of(e->m, l->inputs[i]);
             channels[i] = (int)s->d[0];
             sizes[i] = (size_t)n * model_shape_elems(s);
-            dins[i] = l->inputs[i] >= 0 ? p : NULL;
+            dins[i] = exec__dout(e, l->inputs[i]) ? p : NULL;
             p += sizes[i];
         }
         op_concat_backward(dins, dout, channels, l->ninputs, n, exec__hw(&l->out));
         for (int i = 0; i < l->ninputs; i++)
             if (dins[i])
-                exec__accumulate(e->dact[l->inputs[i]], dins[i], sizes[i]);
+                exec__accumulate(exec__dout(e, l->inputs[i]), dins[i], sizes[i]);
         has_din = false;
         break;
     }
     case LAYER_ADD:
         /* d(a + b) = dout for both. */
         for (int i = 0; i < 2; i++)
-            if (l->inputs[i] >= 0)
-                exec__accumulate(e->dact[l->inputs[i]], dout, count);
+            if (exec__dout(e, l->inputs[i]))
+                exec__accumulate(exec__dout(e, l->inputs[i]), dout, count);
         has_din = false;
         break;
     case LAYER_BATCH_NORM: {
@@ -458,16 +552,12 @@ void exec_backward(exec *e, int li, const float *x, int64_t step)
         break;
     }
     case LAYER_FLATTEN:
-        if (src >= 0)
-            exec__accumulate(e->dact[src], dout, count);
-        has_din = false;
-        break;
     case LAYER_TYPE_COUNT:
         has_din = false;
         break;
     }
     if (has_din && din && src >= 0)
-        exec__accumulate(e->dact[src], din, in_count);
+        exec__accumulate(exec__dout(e, src), din, in_count);
 }
 
 void exec_set_batch(exec *e, int n)

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "memplan.h"
 #include "model.h"
 
 typedef struct exec {
@@ -22,24 +23,39 @@ typedef struct exec {
     float replica_share;    /* 1 / replicas: running statistics are averaged */
     float **w;              /* per tensor: weights (not owned) */
     float **g;              /* per tensor: gradients, or running statistics (not owned) */
-    float **act;            /* per layer: output (batch x out); NULL for flatten */
+    memplan plan;           /* the step's buffers (memplan.h); owned */
+    uint8_t *arena;         /* where they live */
+    uint64_t arena_bytes;
+    int *res;               /* per layer: the layer whose buffers it uses (flatten: a view) */
+    /* Where each buffer is now, as the plan's events place them: */
+    float **act;            /* per layer: output (batch x out) */
     float **dact;           /* per layer: gradient of the output, accumulated */
     void **aux;             /* per layer: argmax indices or saved statistics */
     float *scratch;         /* the input gradients of one layer */
-    void *ws;               /* convolution workspace */
-    size_t ws_bytes;
     float *targets;         /* float targets of bce and dice (n x per) */
     float *lossgrad;        /* the second gradient of bce_dice */
+    void *ws;               /* convolution workspace, outside the arena */
+    size_t ws_bytes;
     float *input;           /* the float inputs of 8-bit batches (n x input) */
     size_t bytes;           /* allocated: the footprint's exec bytes */
+    uint64_t recomputed;    /* layer outputs recomputed, every step so far */
 } exec;
 
 /* Allocates the buffers of n samples as the footprint of (m, n, threads)
  * sizes them (footprint.h: threads are the wse-node's, which the
- * convolution workspace grows with). w and g are arrays over the model's
- * tensors. Returns 0, or a negative code with a message. */
+ * convolution workspace grows with): one arena laid out by the lean memory
+ * plan (memplan.h), whose events each call below replays, the workspace
+ * and the float inputs. w and g are arrays over the model's tensors. A
+ * step must call exec_forward for every layer in order, exec_loss, then
+ * exec_backward for every layer last first (an evaluation: the forward
+ * passes and exec_eval). Returns 0, or a negative code with a message. */
 int exec_init(exec *e, const model *m, int n, int threads, float **w, float **g, char *err,
               size_t errlen);
+/* exec_init with the reference plan (memplan_build_as keep_all): every
+ * buffer kept for the whole step, nothing recomputed; what the lean plan is
+ * tested against. */
+int exec_init_reference(exec *e, const model *m, int n, int threads, float **w, float **g,
+                        char *err, size_t errlen);
 void exec_deinit(exec *e);
 
 /* The float inputs of the first n samples of a batch as it arrived (its
@@ -54,7 +70,8 @@ const void *exec_labels(const exec *e, const void *batch);
 /* The output of layer (-1: the input x). */
 const float *exec_output(const exec *e, int layer, const float *x);
 
-/* Zeroes the output gradients before a step's backward pass. */
+/* Nothing to do: the plan zeroes each output gradient as it places it.
+ * Kept for callers that mark a step's start. */
 void exec_zero_grads(exec *e);
 
 /* Forward pass of one layer. training selects batch statistics and dropout;

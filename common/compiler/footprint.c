@@ -8,11 +8,6 @@
 #include "convplan.h"
 #include "sample.h"
 
-static const model_shape *footprint__shape_of(const model *m, int layer)
-{
-    return layer < 0 ? &m->input : &m->layers[layer].out;
-}
-
 static uint64_t footprint__hw(const model_shape *s)
 {
     return s->ndim == 3 ? (uint64_t)s->d[1] * (uint64_t)s->d[2] : 1;
@@ -33,12 +28,7 @@ uint32_t footprint_label_elems(const model *m)
 
 uint64_t footprint_aux_bytes(const model_layer *l, int n)
 {
-    switch (l->type) {
-    case LAYER_MAX_POOL2D: return (uint64_t)n * model_shape_elems(&l->out) * sizeof(int32_t);
-    case LAYER_BATCH_NORM: return 2 * (uint64_t)l->in.d[0] * sizeof(float);
-    case LAYER_GROUP_NORM: return 2 * (uint64_t)n * (uint64_t)l->groups * sizeof(float);
-    default: return 0;
-    }
+    return memplan_aux_bytes(l, n);
 }
 
 uint64_t footprint_workspace_bytes(const model_layer *l, int n, int threads)
@@ -64,11 +54,6 @@ uint64_t footprint_workspace_bytes(const model_layer *l, int n, int threads)
         .out_pad_h = l->output_padding[0], .out_pad_w = l->output_padding[1],
     };
     return convplan_convt_workspace(&p, threads);
-}
-
-static bool footprint__sigmoid_loss(model_loss loss)
-{
-    return loss == LOSS_BCE_WITH_LOGITS || loss == LOSS_DICE || loss == LOSS_BCE_DICE;
 }
 
 static uint64_t footprint__layer_elems(const model *m, int layer)
@@ -102,24 +87,28 @@ int footprint_init(footprint *f, const model *m, int n, int threads)
 {
     memset(f, 0, sizeof(*f));
     f->layers = calloc(m->nlayers ? (size_t)m->nlayers : 1, sizeof(*f->layers));
-    if (!f->layers)
+    if (!f->layers || memplan_build(&f->plan, m, n) < 0) {
+        free(f->layers);
+        f->layers = NULL;
         return -ENOMEM;
+    }
     f->n = n;
     f->threads = threads > 0 ? threads : 1;
     f->nlayers = m->nlayers;
-    uint64_t ws = 0, scratch = sizeof(float);
+    uint64_t ws = 0, scratch = 0;
     for (int i = 0; i < m->nlayers; i++) {
         const model_layer *l = &m->layers[i];
         footprint_layer *fl = &f->layers[i];
-        uint64_t out = (uint64_t)n * model_shape_elems(&l->out) * sizeof(float);
+        uint64_t out = memplan_out_bytes(m, i, n);
         fl->act = l->type == LAYER_FLATTEN ? 0 : out;
-        fl->dact = out;
-        fl->aux = footprint_aux_bytes(l, n);
+        fl->kept = f->plan.kept[i];
+        fl->dact = l->type == LAYER_FLATTEN ? 0 : out;
+        fl->aux = memplan_aux_bytes(l, n);
         fl->workspace = footprint_workspace_bytes(l, n, f->threads);
-        for (int k = 0; k < l->ninputs; k++)
-            fl->scratch += (uint64_t)n * model_shape_elems(footprint__shape_of(m, l->inputs[k])) *
-                           sizeof(float);
+        fl->scratch = memplan_scratch_bytes(m, i, n);
         f->act += fl->act;
+        if (fl->kept)
+            f->kept += fl->act;
         f->dact += fl->dact;
         f->aux += fl->aux;
         if (fl->workspace > ws)
@@ -129,12 +118,13 @@ int footprint_init(footprint *f, const model *m, int n, int threads)
     }
     f->workspace = (ws + 63) / 64 * 64;
     f->scratch = scratch;
-    if (footprint__sigmoid_loss(m->loss))
-        f->loss = 2 * (uint64_t)n * model_shape_elems(&m->layers[m->nlayers - 1].out) * sizeof(float);
+    f->loss = memplan_loss_bytes(m, n);
+    f->arena = f->plan.arena;
     uint64_t in_elems = (uint64_t)model_shape_elems(&m->input);
     if (m->input_unorm8)
         f->input = (uint64_t)n * in_elems * sizeof(float);
-    f->exec = f->act + f->dact + f->aux + f->workspace + f->scratch + f->loss + f->input;
+    f->exec = f->arena + f->workspace + f->input;
+    f->eager = f->act + f->dact + f->aux + f->scratch + f->loss + f->workspace + f->input;
     f->label_elems = footprint_label_elems(m);
     f->batches = 2 * sample_batch_bytes((uint64_t)n, in_elems, f->label_elems, m->input_unorm8,
                                         m->labels_u8);
@@ -146,6 +136,7 @@ int footprint_init(footprint *f, const model *m, int n, int threads)
 void footprint_free(footprint *f)
 {
     free(f->layers);
+    memplan_free(&f->plan);
     memset(f, 0, sizeof(*f));
 }
 

@@ -8,31 +8,38 @@
 
 #include <stdint.h>
 
+#include "memplan.h"
 #include "model.h"
 #include "plan.pb-c.h"
 
 /* What the executor holds for one layer, in bytes. */
 typedef struct footprint_layer {
-    uint64_t act;        /* its output, kept for the backward pass (0 for a flatten: a view) */
-    uint64_t dact;       /* the gradient of its output */
+    uint64_t act;        /* its output (0 for a flatten: a view) */
+    bool kept;           /* the output is kept for the backward pass, else recomputed there */
+    uint64_t dact;       /* the gradient of its output, while it is alive (0 for a flatten) */
     uint64_t aux;        /* saved state: max-pool argmax indices, norm statistics */
     uint64_t workspace;  /* convolution workspace on the wse-node's threads */
     uint64_t scratch;    /* the gradients of all its inputs, computed at once */
 } footprint_layer;
 
-/* A replica's memory table. Buffers shared by the layers (workspace,
- * scratch) are sized by the largest layer's need. */
+/* A replica's memory table. The activations, gradients, saved state and
+ * temporaries of a step live in one arena laid out by the lean memory plan
+ * (memplan.h); the sums say what keeping every buffer would take. */
 typedef struct footprint {
     int n;                    /* samples of the replica's batch share */
     int threads;              /* of the wse-node */
     int nlayers;
     footprint_layer *layers;  /* per layer; owned (footprint_free) */
+    memplan plan;             /* the step's buffers; owned */
     uint64_t act, dact, aux;  /* sums over the layers */
+    uint64_t kept;            /* of act, the outputs kept for the backward pass */
     uint64_t workspace;       /* one workspace: the largest, rounded up to 64 bytes */
-    uint64_t scratch;         /* one scratch buffer: the largest, at least one float */
+    uint64_t scratch;         /* the largest layer's input gradients at once */
     uint64_t loss;            /* float targets and second gradient of a sigmoid loss */
+    uint64_t arena;           /* the plan's arena: every buffer above but the workspace */
     uint64_t input;           /* the float inputs made from 8-bit ones (sample.h); 0 for float32 */
-    uint64_t exec;            /* what the executor allocates: the sum of the above */
+    uint64_t exec;            /* what the executor allocates: arena, workspace and input */
+    uint64_t eager;           /* what it would allocate keeping every buffer for the step */
     uint32_t label_elems;     /* labels per sample */
     uint64_t batches;         /* two batches in flight, as they travel (sample.h) */
     uint64_t weights;         /* every parameter and buffer once, float32 */
@@ -48,8 +55,8 @@ void footprint_free(footprint *f);
  * class per pixel for segmentation, a 0/1 target per logit otherwise. */
 uint32_t footprint_label_elems(const model *m);
 
-/* Bytes of saved state (aux) and convolution workspace of one layer for n
- * samples on `threads` threads. */
+/* Bytes of saved state (aux, memplan_aux_bytes) and convolution workspace
+ * of one layer for n samples on `threads` threads. */
 uint64_t footprint_aux_bytes(const model_layer *l, int n);
 uint64_t footprint_workspace_bytes(const model_layer *l, int n, int threads);
 

@@ -38,8 +38,9 @@ void op_batchnorm_forward_train(float *out, float *save_mean,
             running_var[ch] = (float)((1.0 - momentum) * running_var[ch] +
                                       momentum * unbiased);
         }
-        float a = (float)invstd * (gamma ? gamma[ch] : 1.0f);
-        float b = (beta ? beta[ch] : 0.0f) - (float)mean * a;
+        float a, b;
+        op_norm_coeffs((float)invstd, (float)mean, gamma ? gamma[ch] : 1.0f,
+                       beta ? beta[ch] : 0.0f, &a, &b);
         for (int i = 0; i < n; i++) {
             const float *x = in + ((size_t)i * c + ch) * hw;
             float *y = out + ((size_t)i * c + ch) * hw;
@@ -133,8 +134,9 @@ void op_groupnorm_forward(float *out, float *save_mean, float *save_invstd,
             save_invstd[i * groups + g] = (float)invstd;
             for (int k = 0; k < cg; k++) {
                 int ch = g * cg + k;
-                float a = (float)invstd * (gamma ? gamma[ch] : 1.0f);
-                float b = (beta ? beta[ch] : 0.0f) - (float)mean * a;
+                float a, b;
+                op_norm_coeffs((float)invstd, (float)mean, gamma ? gamma[ch] : 1.0f,
+                               beta ? beta[ch] : 0.0f, &a, &b);
                 for (int j = 0; j < hw; j++)
                     y[(size_t)k * hw + j] = x[(size_t)k * hw + j] * a + b;
             }
@@ -202,5 +204,19 @@ void op_groupnorm_backward(float *din, float *dgamma, float *dbeta,
                     dx[j] = finv * (dy[j] * gm - m1 - xhat * m2);
                 }
             }
+        }
+}
+
+void op_norm_affine(float *out, const float *in, const float *a, const float *b, int n, int c,
+                    int hw, bool per_sample)
+{
+    for (int i = 0; i < n; i++)
+        for (int ch = 0; ch < c; ch++) {
+            size_t k = per_sample ? (size_t)i * c + ch : (size_t)ch;
+            const float *x = in + ((size_t)i * c + ch) * hw;
+            float *y = out + ((size_t)i * c + ch) * hw;
+            const float ak = a[k], bk = b[k];
+            for (int j = 0; j < hw; j++)
+                y[j] = x[j] * ak + bk;
         }
 }

@@ -4,6 +4,25 @@
 #ifndef OP_NORM_H
 #define OP_NORM_H
 
+#include <stdbool.h>
+
+/* The scale a and shift b that normalise a channel (y = x * a + b) given
+ * its statistics and affine parameters: what the forward passes compute
+ * with, so that op_norm_affine with the saved a and b makes the very same
+ * output again. */
+static inline void op_norm_coeffs(float invstd, float mean, float gamma, float beta, float *a,
+                                  float *b)
+{
+    *a = invstd * gamma;
+    *b = beta - mean * *a;
+}
+
+/* y = x * a + b per channel: in and out (n, c, hw); a and b are (c), or
+ * (n, c) when per_sample. The output of a norm made again from its saved
+ * scale and shift. out may alias in. */
+void op_norm_affine(float *out, const float *in, const float *a, const float *b, int n, int c,
+                    int hw, bool per_sample);
+
 /* Training mode. in and out are (n, c, hw); gamma, beta, running_mean,
  * running_var, save_mean and save_invstd are (c). Normalises with the
  * batch statistics of this call (biased variance), writes them to

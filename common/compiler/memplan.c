@@ -1,0 +1,456 @@
+/* The lean memory plan: a simulation of one step's buffers, then offsets. */
+#include "memplan.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MEMPLAN_ALIGN 64
+
+static const model_shape *memplan__shape_of(const model *m, int layer)
+{
+    return layer < 0 ? &m->input : &m->layers[layer].out;
+}
+
+int memplan_resolve(const model *m, int layer)
+{
+    while (layer >= 0 && m->layers[layer].type == LAYER_FLATTEN)
+        layer = m->layers[layer].inputs[0];
+    return layer;
+}
+
+uint64_t memplan_out_bytes(const model *m, int layer, int n)
+{
+    return (uint64_t)n * model_shape_elems(memplan__shape_of(m, layer)) * sizeof(float);
+}
+
+uint64_t memplan_aux_bytes(const model_layer *l, int n)
+{
+    switch (l->type) {
+    case LAYER_MAX_POOL2D: return (uint64_t)n * model_shape_elems(&l->out) * sizeof(int32_t);
+    /* mean, 1/std, and the scale and shift that recompute the output */
+    case LAYER_BATCH_NORM: return 4 * (uint64_t)l->in.d[0] * sizeof(float);
+    case LAYER_GROUP_NORM:
+        return 2 * (uint64_t)n * ((uint64_t)l->groups + (uint64_t)l->in.d[0]) * sizeof(float);
+    default: return 0;
+    }
+}
+
+uint64_t memplan_scratch_bytes(const model *m, int layer, int n)
+{
+    const model_layer *l = &m->layers[layer];
+    switch (l->type) {
+    case LAYER_ADD:
+    case LAYER_FLATTEN:
+    case LAYER_TYPE_COUNT:
+        return 0;
+    case LAYER_DENSE:
+    case LAYER_CONV2D:
+    case LAYER_CONV_TRANSPOSE2D:
+        if (memplan_resolve(m, l->inputs[0]) < 0)
+            return 0; /* no gradient for the model input */
+        break;
+    default:
+        break;
+    }
+    uint64_t sum = 0;
+    for (int k = 0; k < l->ninputs; k++)
+        sum += memplan_out_bytes(m, l->inputs[k], n);
+    return sum;
+}
+
+uint64_t memplan_loss_bytes(const model *m, int n)
+{
+    if (m->loss != LOSS_BCE_WITH_LOGITS && m->loss != LOSS_DICE && m->loss != LOSS_BCE_DICE)
+        return 0;
+    return 2 * memplan_out_bytes(m, m->nlayers - 1, n);
+}
+
+/* Whether a layer's backward pass reads its input (inputs[0]) or its own
+ * output. */
+static bool memplan__reads_input(layer_type t)
+{
+    switch (t) {
+    case LAYER_DENSE:
+    case LAYER_CONV2D:
+    case LAYER_CONV_TRANSPOSE2D:
+    case LAYER_BATCH_NORM:
+    case LAYER_GROUP_NORM:
+    case LAYER_RELU:
+    case LAYER_LEAKY_RELU:
+    case LAYER_GELU:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static bool memplan__reads_output(layer_type t)
+{
+    return t == LAYER_SIGMOID || t == LAYER_TANH;
+}
+
+/* Layers whose output is kept: making it again would cost a GEMM. */
+static bool memplan__costly(layer_type t)
+{
+    return t == LAYER_DENSE || t == LAYER_CONV2D || t == LAYER_CONV_TRANSPOSE2D;
+}
+
+/* A buffer's life: placed at time t0, freed at t1 (inclusive). */
+typedef struct memplan_buf {
+    uint64_t bytes;
+    uint64_t t0, t1;
+    uint32_t event;
+    uint64_t offset;
+} memplan_buf;
+
+typedef struct memplan_sim {
+    const model *m;
+    memplan *p;
+    int n;
+    memplan_buf *bufs;
+    uint32_t nbufs, capbufs;
+    uint32_t capevents;
+    uint64_t t;
+    int *out, *dout, *aux;      /* per layer: the live buffer, -1 */
+    int scratch, loss;          /* the operation's temporaries, -1 */
+    uint64_t *needs;            /* per layer: bitset over the operations */
+    size_t words;               /* of one bitset */
+    int *fwd_last;              /* per layer: its last reader in the forward pass */
+    int *need_last;             /* per layer: its last need in the backward pass, -1: none */
+    bool keep_all;              /* the reference plan: nothing freed, nothing recomputed */
+    bool failed;
+} memplan_sim;
+
+static bool memplan__has(const memplan_sim *s, int layer, int op)
+{
+    return op >= 0 && op <= 2 * s->m->nlayers &&
+           (s->needs[(size_t)layer * s->words + (size_t)op / 64] >> (op % 64)) & 1;
+}
+
+static void memplan__need(memplan_sim *s, int layer, int op)
+{
+    s->needs[(size_t)layer * s->words + (size_t)op / 64] |= 1ull << (op % 64);
+}
+
+/* Appends an event to the operation being built; returns its index. */
+static uint32_t memplan__event(memplan_sim *s, enum memplan_kind kind, int layer, bool zero)
+{
+    memplan *p = s->p;
+    if (p->nevents == s->capevents) {
+        uint32_t cap = s->capevents ? 2 * s->capevents : 256;
+        memplan_event *e = realloc(p->events, cap * sizeof(*e));
+        if (!e) {
+            s->failed = true;
+            return 0;
+        }
+        p->events = e;
+        s->capevents = cap;
+    }
+    memplan_event *e = &p->events[p->nevents];
+    e->kind = (uint8_t)kind;
+    e->zero = zero;
+    e->layer = layer;
+    e->offset = 0;
+    return p->nevents++;
+}
+
+/* Places a buffer of `bytes` for (kind, layer) now; returns its index. */
+static int memplan__place(memplan_sim *s, enum memplan_kind kind, int layer, uint64_t bytes,
+                          bool zero)
+{
+    uint32_t ev = memplan__event(s, kind, layer, zero);
+    if (s->failed)
+        return -1;
+    if (s->nbufs == s->capbufs) {
+        uint32_t cap = s->capbufs ? 2 * s->capbufs : 256;
+        memplan_buf *b = realloc(s->bufs, cap * sizeof(*b));
+        if (!b) {
+            s->failed = true;
+            return -1;
+        }
+        s->bufs = b;
+        s->capbufs = cap;
+    }
+    memplan_buf *b = &s->bufs[s->nbufs];
+    b->bytes = (bytes + MEMPLAN_ALIGN - 1) / MEMPLAN_ALIGN * MEMPLAN_ALIGN;
+    if (b->bytes == 0)
+        b->bytes = MEMPLAN_ALIGN;
+    b->t0 = s->t++;
+    b->t1 = UINT64_MAX;
+    b->event = ev;
+    return (int)s->nbufs++;
+}
+
+static void memplan__free(memplan_sim *s, int *slot)
+{
+    if (*slot >= 0)
+        s->bufs[*slot].t1 = s->t;
+    *slot = -1;
+}
+
+/* The output of layer j live now, recomputing it (and, first, whatever of
+ * its inputs is not live) when the forward pass let it go. */
+static void memplan__ensure(memplan_sim *s, int j)
+{
+    if (j < 0 || s->out[j] >= 0 || s->failed)
+        return;
+    const model_layer *l = &s->m->layers[j];
+    for (int k = 0; k < l->ninputs; k++)
+        memplan__ensure(s, memplan_resolve(s->m, l->inputs[k]));
+    s->out[j] = memplan__place(s, MEMPLAN_OUT, j, memplan_out_bytes(s->m, j, s->n), false);
+    memplan__event(s, MEMPLAN_RECOMPUTE, j, false);
+    s->p->recomputes++;
+}
+
+/* The operations: forward, loss, backward, with their events. */
+static void memplan__simulate(memplan_sim *s)
+{
+    const model *m = s->m;
+    memplan *p = s->p;
+    const int L = m->nlayers, n = s->n;
+    const int last = memplan_resolve(m, L - 1);
+    for (int op = 0; op <= 2 * L && !s->failed; op++) {
+        p->ops[op].first = p->nevents;
+        if (op < L) { /* forward of layer op */
+            int i = op;
+            const model_layer *l = &m->layers[i];
+            if (l->type != LAYER_FLATTEN) {
+                s->out[i] = memplan__place(s, MEMPLAN_OUT, i, memplan_out_bytes(m, i, n), false);
+                uint64_t aux = memplan_aux_bytes(l, n);
+                if (aux)
+                    s->aux[i] = memplan__place(s, MEMPLAN_AUX, i, aux, false);
+            }
+            p->ops[op].count = p->nevents - p->ops[op].first;
+            s->t++; /* it runs */
+            for (int j = 0; j <= i; j++)
+                if (s->out[j] >= 0 && s->fwd_last[j] == i && !(p->kept[j] && s->need_last[j] >= 0))
+                    memplan__free(s, &s->out[j]);
+        } else if (op == L) { /* the loss */
+            if (s->dout[last] < 0 && last >= 0)
+                s->dout[last] = memplan__place(s, MEMPLAN_DOUT, last,
+                                               memplan_out_bytes(m, last, n), false);
+            uint64_t lb = memplan_loss_bytes(m, n);
+            if (lb)
+                s->loss = memplan__place(s, MEMPLAN_LOSS, -1, lb, false);
+            p->ops[op].count = p->nevents - p->ops[op].first;
+            s->t++;
+            memplan__free(s, &s->loss);
+            for (int j = 0; j < L; j++)
+                if (s->out[j] >= 0 && p->kept[j] && s->need_last[j] <= op)
+                    memplan__free(s, &s->out[j]);
+        } else { /* backward of layer i */
+            int i = 2 * L - op;
+            const model_layer *l = &m->layers[i];
+            if (l->type == LAYER_FLATTEN) { /* a view: nothing of its own */
+                p->ops[op].count = 0;
+                continue;
+            }
+            if (memplan__reads_input(l->type))
+                memplan__ensure(s, memplan_resolve(m, l->inputs[0]));
+            if (memplan__reads_output(l->type))
+                memplan__ensure(s, i);
+            if (s->dout[i] < 0) /* nothing read its output: a zero gradient */
+                s->dout[i] = memplan__place(s, MEMPLAN_DOUT, i, memplan_out_bytes(m, i, n), true);
+            for (int k = 0; k < l->ninputs; k++) {
+                int src = memplan_resolve(m, l->inputs[k]);
+                if (src >= 0 && s->dout[src] < 0)
+                    s->dout[src] = memplan__place(s, MEMPLAN_DOUT, src,
+                                                  memplan_out_bytes(m, src, n), true);
+            }
+            uint64_t sb = memplan_scratch_bytes(m, i, n);
+            if (sb)
+                s->scratch = memplan__place(s, MEMPLAN_SCRATCH, i, sb, false);
+            p->ops[op].count = p->nevents - p->ops[op].first;
+            s->t++;
+            memplan__free(s, &s->scratch);
+            if (s->keep_all)
+                goto next;
+            memplan__free(s, &s->dout[i]);
+            memplan__free(s, &s->aux[i]);
+            for (int j = 0; j < L; j++) {
+                if (s->out[j] < 0)
+                    continue;
+                bool keep = p->kept[j] ? s->need_last[j] > op : memplan__has(s, j, op + 1);
+                if (!keep)
+                    memplan__free(s, &s->out[j]);
+            }
+        }
+    next:
+        s->t++;
+    }
+    /* anything still alive ends with the step */
+    for (uint32_t b = 0; b < s->nbufs; b++)
+        if (s->bufs[b].t1 == UINT64_MAX)
+            s->bufs[b].t1 = s->t;
+}
+
+/* When each output is read: in the forward pass (its last reader), and in
+ * the backward pass (the operations that read it, directly or by
+ * recomputing a cheap layer that reads it). */
+static void memplan__needs(memplan_sim *s)
+{
+    const model *m = s->m;
+    memplan *p = s->p;
+    const int L = m->nlayers;
+    const int last = memplan_resolve(m, L - 1);
+    for (int j = 0; j < L; j++) {
+        s->fwd_last[j] = j;
+        p->kept[j] = memplan__costly(m->layers[j].type) || j == last ||
+                     (s->keep_all && m->layers[j].type != LAYER_FLATTEN);
+    }
+    for (int c = 0; c < L; c++)
+        for (int k = 0; k < m->layers[c].ninputs; k++) {
+            int j = memplan_resolve(m, m->layers[c].inputs[k]);
+            if (j >= 0 && m->layers[c].type != LAYER_FLATTEN && c > s->fwd_last[j])
+                s->fwd_last[j] = c;
+        }
+    for (int j = L - 1; j >= 0; j--) {
+        const model_layer *lj = &m->layers[j];
+        if (lj->type == LAYER_FLATTEN)
+            continue;
+        if (j == last)
+            memplan__need(s, j, L);
+        if (memplan__reads_output(lj->type))
+            memplan__need(s, j, 2 * L - j);
+        for (int c = j + 1; c < L; c++) {
+            const model_layer *lc = &m->layers[c];
+            if (lc->type == LAYER_FLATTEN)
+                continue;
+            for (int k = 0; k < lc->ninputs; k++) {
+                if (memplan_resolve(m, lc->inputs[k]) != j)
+                    continue;
+                if (k == 0 && memplan__reads_input(lc->type))
+                    memplan__need(s, j, 2 * L - c);
+                if (!p->kept[c]) /* recomputing c reads j */
+                    for (size_t w = 0; w < s->words; w++)
+                        s->needs[(size_t)j * s->words + w] |= s->needs[(size_t)c * s->words + w];
+            }
+        }
+        s->need_last[j] = s->keep_all ? 2 * L + 1 : -1;
+        for (int op = 2 * L; op >= L && !s->keep_all; op--)
+            if (memplan__has(s, j, op)) {
+                s->need_last[j] = op;
+                break;
+            }
+    }
+}
+
+static int memplan__by_size(const void *a, const void *b)
+{
+    const memplan_buf *x = *(const memplan_buf *const *)a, *y = *(const memplan_buf *const *)b;
+    if (x->bytes != y->bytes)
+        return x->bytes < y->bytes ? 1 : -1;
+    return x->t0 < y->t0 ? -1 : x->t0 > y->t0;
+}
+
+static int memplan__by_offset(const void *a, const void *b)
+{
+    const memplan_buf *x = *(const memplan_buf *const *)a, *y = *(const memplan_buf *const *)b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* Offsets: the largest buffer first, each at the lowest offset that no
+ * buffer alive at the same time already holds. */
+static int memplan__assign(memplan_sim *s)
+{
+    uint32_t nb = s->nbufs;
+    memplan_buf **order = malloc((nb ? nb : 1) * sizeof(*order));
+    memplan_buf **placed = malloc((nb ? nb : 1) * sizeof(*placed));
+    if (!order || !placed) {
+        free(order);
+        free(placed);
+        return -ENOMEM;
+    }
+    for (uint32_t b = 0; b < nb; b++)
+        order[b] = &s->bufs[b];
+    qsort(order, nb, sizeof(*order), memplan__by_size);
+    uint64_t arena = 0;
+    for (uint32_t i = 0; i < nb; i++) {
+        memplan_buf *b = order[i];
+        uint32_t np = 0;
+        for (uint32_t k = 0; k < i; k++)
+            if (order[k]->t0 <= b->t1 && b->t0 <= order[k]->t1)
+                placed[np++] = order[k];
+        qsort(placed, np, sizeof(*placed), memplan__by_offset);
+        uint64_t off = 0;
+        for (uint32_t k = 0; k < np; k++) {
+            if (placed[k]->offset >= off + b->bytes)
+                break;
+            if (placed[k]->offset + placed[k]->bytes > off)
+                off = placed[k]->offset + placed[k]->bytes;
+        }
+        b->offset = off;
+        s->p->events[b->event].offset = off;
+        if (off + b->bytes > arena)
+            arena = off + b->bytes;
+    }
+    s->p->arena = arena;
+    /* the most bytes alive at once, for the record */
+    uint64_t peak = 0;
+    for (uint32_t i = 0; i < nb; i++) {
+        uint64_t live = 0, t = s->bufs[i].t0;
+        for (uint32_t k = 0; k < nb; k++)
+            if (s->bufs[k].t0 <= t && t <= s->bufs[k].t1)
+                live += s->bufs[k].bytes;
+        if (live > peak)
+            peak = live;
+    }
+    s->p->peak_live = peak;
+    free(order);
+    free(placed);
+    return 0;
+}
+
+int memplan_build(memplan *p, const model *m, int n)
+{
+    return memplan_build_as(p, m, n, false);
+}
+
+int memplan_build_as(memplan *p, const model *m, int n, bool keep_all)
+{
+    memset(p, 0, sizeof(*p));
+    const int L = m->nlayers;
+    p->nlayers = L;
+    p->n = n;
+    memplan_sim s = {.m = m, .p = p, .n = n, .scratch = -1, .loss = -1, .keep_all = keep_all};
+    s.words = (size_t)(2 * L + 1 + 63) / 64;
+    size_t nl = L ? (size_t)L : 1;
+    p->ops = calloc(2 * nl + 1, sizeof(*p->ops));
+    p->kept = calloc(nl, sizeof(*p->kept));
+    s.out = malloc(nl * sizeof(int));
+    s.dout = malloc(nl * sizeof(int));
+    s.aux = malloc(nl * sizeof(int));
+    s.fwd_last = malloc(nl * sizeof(int));
+    s.need_last = malloc(nl * sizeof(int));
+    s.needs = calloc(nl * s.words, sizeof(uint64_t));
+    int rc = -ENOMEM;
+    if (!p->ops || !p->kept || !s.out || !s.dout || !s.aux || !s.fwd_last || !s.need_last ||
+        !s.needs)
+        goto done;
+    for (int j = 0; j < L; j++)
+        s.out[j] = s.dout[j] = s.aux[j] = -1;
+    memplan__needs(&s);
+    memplan__simulate(&s);
+    if (!s.failed)
+        rc = memplan__assign(&s);
+done:
+    free(s.bufs);
+    free(s.out);
+    free(s.dout);
+    free(s.aux);
+    free(s.fwd_last);
+    free(s.need_last);
+    free(s.needs);
+    if (rc < 0)
+        memplan_free(p);
+    return rc;
+}
+
+void memplan_free(memplan *p)
+{
+    free(p->ops);
+    free(p->events);
+    free(p->kept);
+    memset(p, 0, sizeof(*p));
+}

@@ -1,0 +1,95 @@
+/* The lean memory plan of one training step on a replica: which buffers
+ * exist when, and where each lives in one arena.
+ *
+ * A step runs 2L + 1 operations for a model of L layers: the forward pass
+ * of each layer (op i for layer i), the loss (op L), and the backward pass
+ * of each layer, last first (op 2L - i for layer i). The plan decides:
+ *
+ *  - what is kept for the backward pass: the outputs of the layers whose
+ *    output is costly to make again (dense, convolutions, transposed
+ *    convolutions, and the model's last layer), each until its last reader
+ *    in the backward pass is done. The outputs of the cheap layers (norms,
+ *    activations, pooling, upsampling, concatenation, dropout) live in the
+ *    forward pass only until their last reader there, and are recomputed
+ *    from what was kept when the backward pass reads them (a batch norm
+ *    from its convolution's output and the per-channel scale and shift it
+ *    saved), and dropped again unless the very next operation reads them
+ *    too;
+ *  - gradients by liveness: the gradient of a layer's output exists from
+ *    its first writer in the backward pass (zeroed then) to the end of the
+ *    layer's own backward pass;
+ *  - saved state (max-pool indices, norm statistics) from the layer's
+ *    forward pass to its backward pass; temporaries (the input gradients
+ *    of one layer, the loss's targets) for one operation.
+ *
+ * Every buffer then gets an offset in one arena, greedily (largest first,
+ * at the lowest offset free for its whole life), so the arena is what the
+ * executor allocates and what the plan reports: the executor replays the
+ * plan's events and cannot need more. Flatten layers are views: their
+ * output and gradient are their input's. Pure function of (model, n). */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "model.h"
+
+/* What an event concerns. */
+enum memplan_kind {
+    MEMPLAN_OUT,        /* a layer's output: from here on at offset */
+    MEMPLAN_DOUT,       /* the gradient of a layer's output (zero it when `zero`) */
+    MEMPLAN_AUX,        /* a layer's saved state */
+    MEMPLAN_SCRATCH,    /* the input gradients of the operation's layer */
+    MEMPLAN_LOSS,       /* the loss's float targets and second gradient */
+    MEMPLAN_RECOMPUTE,  /* run the layer's forward again into its output, placed before */
+};
+
+typedef struct memplan_event {
+    uint8_t kind;       /* memplan_kind */
+    bool zero;          /* MEMPLAN_DOUT: the first writer accumulates into zeros */
+    int32_t layer;
+    uint64_t offset;    /* in the arena */
+} memplan_event;
+
+/* The events that come before one operation runs, in order. */
+typedef struct memplan_op {
+    uint32_t first, count;
+} memplan_op;
+
+typedef struct memplan {
+    int nlayers;
+    int n;                  /* samples the buffers are sized for */
+    memplan_op *ops;        /* 2 * nlayers + 1; owned */
+    memplan_event *events;  /* owned */
+    uint32_t nevents;
+    uint64_t arena;         /* bytes of the arena, 64-byte aligned */
+    uint64_t peak_live;     /* the most bytes alive at once (the arena holds at least this) */
+    bool *kept;             /* per layer: its output is kept for the backward pass; owned */
+    uint32_t recomputes;    /* layer outputs recomputed in one step's backward pass */
+} memplan;
+
+/* Operation numbers. */
+static inline int memplan_forward_op(const memplan *p, int layer) { return layer; }
+static inline int memplan_loss_op(const memplan *p) { return p->nlayers; }
+static inline int memplan_backward_op(const memplan *p, int layer) { return 2 * p->nlayers - layer; }
+
+/* Sizes of a layer's buffers for n samples, as the plan allocates them. */
+uint64_t memplan_out_bytes(const model *m, int layer, int n);
+uint64_t memplan_aux_bytes(const model_layer *l, int n);
+/* The input gradients of a layer's backward pass, computed at once (0: it
+ * needs none: it adds its output gradient to its inputs' directly). */
+uint64_t memplan_scratch_bytes(const model *m, int layer, int n);
+/* The loss's float targets and second gradient (0 unless a sigmoid loss). */
+uint64_t memplan_loss_bytes(const model *m, int n);
+
+/* The layer whose buffers a layer's output and gradient are (through
+ * flatten views); -1 for the model input. */
+int memplan_resolve(const model *m, int layer);
+
+/* Builds the plan of model m for n samples. Returns 0 or -ENOMEM. */
+int memplan_build(memplan *p, const model *m, int n);
+/* memplan_build, or with keep_all the reference the lean plan is tested
+ * against: every output, gradient and saved state kept for the whole step
+ * (no buffer shares memory with another, nothing is recomputed). */
+int memplan_build_as(memplan *p, const model *m, int n, bool keep_all);
+void memplan_free(memplan *p);

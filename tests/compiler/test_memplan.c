@@ -1,0 +1,345 @@
+/* The lean memory plan (common/compiler/memplan.c): checked against an
+ * independent reading of what each operation reads, and trained: the
+ * executor following it gives bitwise the weights of the reference plan,
+ * which keeps every buffer. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec.h"
+#include "memplan.h"
+#include "rng.h"
+#include "toml.h"
+
+/* A model file with its input shape replaced. */
+static model *load(const char *file, const char *from, const char *to)
+{
+    char path[1024], err[512];
+    snprintf(path, sizeof(path), "%s/%s", MODELS_DIR, file);
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "%s", path);
+    static char text[1 << 16], out[1 << 16];
+    size_t len = fread(text, 1, sizeof(text) - 1, f);
+    fclose(f);
+    text[len] = '\0';
+    char *at = from ? strstr(text, from) : NULL;
+    if (from)
+        ck_assert_msg(at != NULL, "%s has no %s", file, from);
+    if (at)
+        snprintf(out, sizeof(out), "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
+    else
+        snprintf(out, sizeof(out), "%s", text);
+    toml_value *root = toml_parse(out, strlen(out), file, err, sizeof(err));
+    ck_assert_msg(root != NULL, "%s", err);
+    model *m = model_compile_document(root, err, sizeof(err));
+    ck_assert_msg(m != NULL, "%s: %s", file, err);
+    toml_free(root);
+    return m;
+}
+
+/* ---- the plan against what each operation reads ---- */
+
+/* The rules, written down again: which backward passes read their input
+ * or their own output. */
+static bool reads_input(layer_type t)
+{
+    return t == LAYER_DENSE || t == LAYER_CONV2D || t == LAYER_CONV_TRANSPOSE2D ||
+           t == LAYER_BATCH_NORM || t == LAYER_GROUP_NORM || t == LAYER_RELU ||
+           t == LAYER_LEAKY_RELU || t == LAYER_GELU;
+}
+
+static bool reads_output(layer_type t)
+{
+    return t == LAYER_SIGMOID || t == LAYER_TANH;
+}
+
+enum { K_OUT, K_DOUT, K_AUX, K_SCRATCH, K_LOSS, K_N };
+
+/* Where each buffer is and whether anything placed since has overlapped it. */
+typedef struct shadow {
+    const model *m;
+    int n;
+    uint64_t arena;
+    uint64_t off[K_N][4096], bytes[K_N][4096];
+    bool valid[K_N][4096];
+    int placed_dout[4096];
+} shadow;
+
+static uint64_t kind_bytes(const shadow *s, int kind, int layer)
+{
+    switch (kind) {
+    case K_OUT:
+    case K_DOUT: return memplan_out_bytes(s->m, layer, s->n);
+    case K_AUX: return memplan_aux_bytes(&s->m->layers[layer], s->n);
+    case K_SCRATCH: return memplan_scratch_bytes(s->m, layer, s->n);
+    default: return memplan_loss_bytes(s->m, s->n);
+    }
+}
+
+static void place(shadow *s, int kind, int layer, uint64_t off)
+{
+    int slot = layer < 0 ? 0 : layer;
+    uint64_t b = kind_bytes(s, kind, layer);
+    ck_assert_msg(off + b <= s->arena, "kind %d of layer %d beyond the arena", kind, layer);
+    for (int k = 0; k < K_N; k++)
+        for (int j = 0; j < s->m->nlayers; j++)
+            if (s->valid[k][j] && s->off[k][j] < off + b && off < s->off[k][j] + s->bytes[k][j])
+                s->valid[k][j] = false;
+    s->off[kind][slot] = off;
+    s->bytes[kind][slot] = b;
+    s->valid[kind][slot] = true;
+    if (kind == K_DOUT)
+        ck_assert_msg(++s->placed_dout[slot] == 1, "gradient of layer %d placed twice", layer);
+}
+
+static void need(const shadow *s, int kind, int layer, const char *at, int op)
+{
+    if (layer < 0 && kind == K_OUT)
+        return; /* the model input */
+    ck_assert_msg(s->valid[kind][layer < 0 ? 0 : layer],
+                  "op %d (%s): kind %d of layer %d is not where the plan put it", op, at, kind,
+                  layer);
+}
+
+static void check_plan(const model *m, int n, bool keep_all)
+{
+    memplan p;
+    ck_assert_int_eq(memplan_build_as(&p, m, n, keep_all), 0);
+    shadow *s = calloc(1, sizeof(*s));
+    s->m = m;
+    s->n = n;
+    s->arena = p.arena;
+    const int L = m->nlayers;
+    const int last = memplan_resolve(m, L - 1);
+    unsigned recomputes = 0;
+    for (int op = 0; op <= 2 * L; op++) {
+        for (uint32_t k = 0; k < p.ops[op].count; k++) {
+            const memplan_event *ev = &p.events[p.ops[op].first + k];
+            if (ev->kind == MEMPLAN_RECOMPUTE) {
+                const model_layer *l = &m->layers[ev->layer];
+                ck_assert_msg(!p.kept[ev->layer], "a kept layer recomputed: %s", l->name);
+                for (int i = 0; i < l->ninputs; i++)
+                    need(s, K_OUT, memplan_resolve(m, l->inputs[i]), "recompute", op);
+                need(s, K_OUT, ev->layer, "recompute", op);
+                if (memplan_aux_bytes(l, n))
+                    need(s, K_AUX, ev->layer, "recompute", op);
+                recomputes++;
+                continue;
+            }
+            int kind = ev->kind == MEMPLAN_OUT ? K_OUT : ev->kind == MEMPLAN_DOUT ? K_DOUT
+                       : ev->kind == MEMPLAN_AUX ? K_AUX : ev->kind == MEMPLAN_SCRATCH ? K_SCRATCH
+                                                                               : K_LOSS;
+            place(s, kind, ev->layer, ev->offset);
+        }
+        if (op < L) {
+            const model_layer *l = &m->layers[op];
+            if (l->type == LAYER_FLATTEN)
+                continue;
+            for (int i = 0; i < l->ninputs; i++)
+                need(s, K_OUT, memplan_resolve(m, l->inputs[i]), "forward", op);
+            need(s, K_OUT, op, "forward", op);
+        } else if (op == L) {
+            need(s, K_OUT, last, "loss", op);
+            need(s, K_DOUT, last, "loss", op);
+            if (memplan_loss_bytes(m, n))
+                need(s, K_LOSS, -1, "loss", op);
+        } else {
+            int i = 2 * L - op;
+            const model_layer *l = &m->layers[i];
+            if (l->type == LAYER_FLATTEN)
+                continue;
+            need(s, K_DOUT, i, "backward", op);
+            if (memplan_aux_bytes(l, n))
+                need(s, K_AUX, i, "backward", op);
+            if (reads_input(l->type))
+                need(s, K_OUT, memplan_resolve(m, l->inputs[0]), "backward", op);
+            if (reads_output(l->type))
+                need(s, K_OUT, i, "backward", op);
+            for (int k = 0; k < l->ninputs; k++)
+                if (memplan_resolve(m, l->inputs[k]) >= 0)
+                    need(s, K_DOUT, memplan_resolve(m, l->inputs[k]), "backward", op);
+            if (memplan_scratch_bytes(m, i, n))
+                need(s, K_SCRATCH, i, "backward", op);
+        }
+    }
+    ck_assert_uint_eq(recomputes, p.recomputes);
+    if (keep_all)
+        ck_assert_uint_eq(p.recomputes, 0);
+    ck_assert_uint_ge(p.arena, p.peak_live);
+    free(s);
+    memplan_free(&p);
+}
+
+START_TEST(plans_hold_what_each_operation_reads)
+{
+    struct {
+        const char *file, *from, *to;
+    } models[] = {
+        {"fc_mnist.toml", NULL, NULL},
+        {"resnet_small.toml", NULL, NULL},
+        {"unet.toml", "[3, 512, 512]", "[3, 64, 64]"},
+    };
+    for (size_t i = 0; i < sizeof(models) / sizeof(models[0]); i++) {
+        model *m = load(models[i].file, models[i].from, models[i].to);
+        for (int n = 1; n <= 3; n += 2) {
+            check_plan(m, n, false);
+            check_plan(m, n, true);
+        }
+        model_free(m);
+    }
+}
+END_TEST
+
+/* The U-Net's lean plan at a large image: the outputs of its norms and
+ * activations are not kept, so the arena is well below keeping everything. */
+START_TEST(unet_plan_is_lean)
+{
+    model *m = load("unet.toml", "[3, 512, 512]", "[3, 1024, 1024]");
+    memplan lean, all;
+    ck_assert_int_eq(memplan_build(&lean, m, 1), 0);
+    ck_assert_int_eq(memplan_build_as(&all, m, 1, true), 0);
+    int kept = 0, costly = 0;
+    for (int i = 0; i < m->nlayers; i++) {
+        layer_type t = m->layers[i].type;
+        bool c = t == LAYER_CONV2D || t == LAYER_CONV_TRANSPOSE2D || i == m->nlayers - 1;
+        ck_assert_msg(lean.kept[i] == c, "layer %s", m->layers[i].name);
+        kept += lean.kept[i];
+        costly += c;
+    }
+    ck_assert_int_eq(kept, costly);
+    ck_assert_uint_gt(lean.recomputes, 0);
+    /* keeping everything: 2 x the activations (and a little); lean: < 1/3 of that */
+    ck_assert_uint_lt(lean.arena * 3, all.arena);
+    memplan_free(&lean);
+    memplan_free(&all);
+    model_free(m);
+}
+END_TEST
+
+/* ---- training with the plan ---- */
+
+typedef struct net {
+    exec e;
+    float **w, **g;
+} net;
+
+static void net_init(net *t, const model *m, int n, bool reference)
+{
+    t->w = calloc((size_t)m->ntensors, sizeof(float *));
+    t->g = calloc((size_t)m->ntensors, sizeof(float *));
+    for (int i = 0; i < m->ntensors; i++) {
+        const model_tensor *mt = &m->tensors[i];
+        t->w[i] = malloc(mt->elems * sizeof(float));
+        t->g[i] = calloc(mt->elems, sizeof(float));
+        const char *dot = strrchr(mt->name, '.');
+        const model_layer *l = &m->layers[mt->layer];
+        bool norm = l->type == LAYER_BATCH_NORM || l->type == LAYER_GROUP_NORM;
+        float fill = -1.0f;
+        if (strcmp(dot, ".running_var") == 0 || (norm && strcmp(dot, ".weight") == 0))
+            fill = 1.0f;
+        else if (strcmp(dot, ".bias") == 0 || strcmp(dot, ".running_mean") == 0)
+            fill = 0.0f;
+        double fan_in = (double)mt->elems / (double)mt->dims[0];
+        if (l->type == LAYER_CONV_TRANSPOSE2D)
+            fan_in = (double)mt->elems / (double)mt->dims[1];
+        for (uint64_t k = 0; k < mt->elems; k++)
+            t->w[i][k] = fill >= 0 ? fill
+                                   : (float)((2.0 * rng_uniform(7, i, k) - 1.0) * sqrt(3.0 / fan_in));
+    }
+    char err[256];
+    int rc = reference ? exec_init_reference(&t->e, m, n, 1, t->w, t->g, err, sizeof(err))
+                       : exec_init(&t->e, m, n, 1, t->w, t->g, err, sizeof(err));
+    ck_assert_msg(rc == 0, "%s", err);
+    t->e.seed = 11;
+}
+
+static void net_free(net *t, const model *m)
+{
+    exec_deinit(&t->e);
+    for (int i = 0; i < m->ntensors; i++) {
+        free(t->w[i]);
+        free(t->g[i]);
+    }
+    free(t->w);
+    free(t->g);
+}
+
+/* One step of plain SGD; returns the loss. */
+static double net_step(net *t, const model *m, const float *x, const int32_t *y, int64_t step,
+                       int n)
+{
+    for (int i = 0; i < m->nlayers; i++)
+        exec_forward(&t->e, i, x, step, true);
+    double loss = exec_loss(&t->e, x, y, 1.0f / (float)n);
+    for (int i = m->nlayers - 1; i >= 0; i--)
+        exec_backward(&t->e, i, x, step);
+    for (int i = 0; i < m->ntensors; i++) {
+        const model_tensor *mt = &m->tensors[i];
+        for (uint64_t k = 0; k < mt->elems; k++)
+            t->w[i][k] = mt->trainable ? t->w[i][k] - 0.05f * t->g[i][k] : t->g[i][k];
+    }
+    return loss;
+}
+
+static void train_alike(const char *file, const char *from, const char *to, int n, int classes)
+{
+    model *m = load(file, from, to);
+    net lean, all;
+    net_init(&lean, m, n, false);
+    net_init(&all, m, n, true);
+    ck_assert_uint_lt(lean.e.arena_bytes, all.e.arena_bytes);
+    uint64_t in = model_shape_elems(&m->input);
+    float *x = malloc((size_t)n * in * sizeof(float));
+    int32_t *y = malloc((size_t)n * lean.e.label_elems * sizeof(int32_t));
+    for (int64_t step = 0; step < 5; step++) {
+        for (uint64_t k = 0; k < (uint64_t)n * in; k++)
+            x[k] = (float)rng_uniform(3, (uint64_t)step, k);
+        for (uint64_t k = 0; k < (uint64_t)n * lean.e.label_elems; k++)
+            y[k] = (int32_t)(rng_hash(4, (uint64_t)step, k) % (uint64_t)classes);
+        double a = net_step(&lean, m, x, y, step, n), b = net_step(&all, m, x, y, step, n);
+        ck_assert_msg(isfinite(a) && a == b, "%s step %lld: loss %.9g lean, %.9g reference", file,
+                      (long long)step, a, b);
+    }
+    for (int i = 0; i < m->ntensors; i++)
+        ck_assert_msg(memcmp(lean.w[i], all.w[i], m->tensors[i].elems * sizeof(float)) == 0,
+                      "%s: %s differs after 5 steps", file, m->tensors[i].name);
+    if (strcmp(file, "unet.toml") == 0)
+        ck_assert_uint_gt(lean.e.recomputed, 0);
+    free(x);
+    free(y);
+    net_free(&lean, m);
+    net_free(&all, m);
+    model_free(m);
+}
+
+START_TEST(lean_trains_as_the_reference_unet)
+{
+    train_alike("unet.toml", "[3, 512, 512]", "[3, 128, 128]", 2, 2);
+}
+END_TEST
+
+START_TEST(lean_trains_as_the_reference_others)
+{
+    train_alike("resnet_small.toml", NULL, NULL, 3, 10);
+    train_alike("fc_mnist.toml", NULL, NULL, 4, 10);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("memplan");
+    TCase *t = tcase_create("core");
+    tcase_set_timeout(t, 240);
+    tcase_add_test(t, plans_hold_what_each_operation_reads);
+    tcase_add_test(t, unet_plan_is_lean);
+    tcase_add_test(t, lean_trains_as_the_reference_unet);
+    tcase_add_test(t, lean_trains_as_the_reference_others);
+    suite_add_tcase(s, t);
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? 1 : 0;
+}

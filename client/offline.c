@@ -31,28 +31,34 @@ static void offline__table(const model *m, int share, int threads)
     footprint f;
     if (footprint_init(&f, m, share, threads) < 0)
         return;
-    char shape[64], a[4][32];
-    printf("memory of a replica, %d sample(s), per layer:\n", share);
-    printf("  %-24s %-16s %12s %12s %12s %12s\n", "layer", "output", "activations", "gradients",
-           "saved", "workspace");
+    char shape[64], a[5][32];
+    printf("memory of a replica, %d sample(s), per layer (the output: kept for the backward pass, "
+           "or recomputed there):\n", share);
+    printf("  %-24s %-16s %12s %-10s %12s %12s %12s\n", "layer", "output", "output", "",
+           "gradient", "saved", "workspace");
     for (int i = 0; i < m->nlayers; i++) {
         const footprint_layer *l = &f.layers[i];
-        printf("  %-24.24s %-16s %12s %12s %12s %12s\n", m->layers[i].name,
+        printf("  %-24.24s %-16s %12s %-10s %12s %12s %12s\n", m->layers[i].name,
                model_shape_str(&m->layers[i].out, shape, sizeof(shape)),
                units_format_size(l->act, a[0], sizeof(a[0])),
+               l->act == 0 ? "(a view)" : l->kept ? "kept" : "recomputed",
                units_format_size(l->dact, a[1], sizeof(a[1])),
                units_format_size(l->aux, a[2], sizeof(a[2])),
                units_format_size(l->workspace, a[3], sizeof(a[3])));
     }
-    printf("  %-41s %12s %12s %12s %12s\n", "sums (one workspace, the largest)",
-           units_format_size(f.act, a[0], sizeof(a[0])), units_format_size(f.dact, a[1], sizeof(a[1])),
-           units_format_size(f.aux, a[2], sizeof(a[2])),
-           units_format_size(f.workspace, a[3], sizeof(a[3])));
-    printf("  scratch %s, loss buffers %s, two batches in flight %s, weights %s, weight slots %s\n",
-           units_format_size(f.scratch, a[0], sizeof(a[0])), units_format_size(f.loss, a[1], sizeof(a[1])),
+    printf("  step buffers (lean plan): %s at most (outputs kept %s of %s; gradients by "
+           "liveness; %u outputs recomputed per step); keeping every buffer would take %s\n",
+           units_format_size(f.arena, a[0], sizeof(a[0])),
+           units_format_size(f.kept, a[1], sizeof(a[1])),
+           units_format_size(f.act, a[2], sizeof(a[2])), f.plan.recomputes,
+           units_format_size(f.eager - f.workspace - f.input, a[3], sizeof(a[3])));
+    printf("  workspace %s, float inputs %s, two batches in flight %s, weights %s, weight "
+           "slots %s\n",
+           units_format_size(f.workspace, a[0], sizeof(a[0])),
+           units_format_size(f.input, a[1], sizeof(a[1])),
            units_format_size(f.batches, a[2], sizeof(a[2])),
            units_format_size(f.weights, a[3], sizeof(a[3])),
-           units_format_size(f.wslots, shape, sizeof(shape)));
+           units_format_size(f.wslots, a[4], sizeof(a[4])));
     footprint_free(&f);
 }
 

@@ -249,8 +249,65 @@ static void *mx__start_failed(mx_job *j, char *why, size_t whylen, const char *f
     return NULL;
 }
 
+static void mx__maybe_ready(node *n, mx_job *j);
+
+/* In the thread pool: the shard's tensors allocated and initialised from
+ * the seed, or loaded from the checkpoint the job resumes from. Touches
+ * the job's own tensors only. */
+static void mx__load_work(uv_work_t *req)
+{
+    mx_job *j = container_of(req, mx_job, load_req);
+    const Appliance__Plan *p = j->plan;
+    j->load_rc = 0;
+    for (size_t i = 0; i < j->nt; i++) {
+        mx_tensor *t = &j->t[i];
+        t->w = malloc(t->n * sizeof(float));
+        t->g = malloc(t->n * sizeof(float));
+        bool st_ok = !t->trainable || optim_state_init(&t->st, &j->cfg, t->n) == 0;
+        if (!t->w || !t->g || !st_ok) {
+            snprintf(j->load_err, sizeof(j->load_err), "out of memory for tensor %s (%llu elements)",
+                     t->name, (unsigned long long)t->n);
+            j->load_rc = -ENOMEM;
+            return;
+        }
+        mx__init_tensor(t, p->tensors[t->id], p->seed);
+    }
+    ckpt_clean_partial(j);
+    if (p->n_resume_weights > 0) {
+        char err[480];
+        if (ckpt_load(j, err, sizeof(err)) < 0) {
+            snprintf(j->load_err, sizeof(j->load_err), "cannot resume: %s", err);
+            j->load_rc = -EIO;
+        }
+    }
+}
+
+/* Back on the loop: the job can take its swarmx link and report ready. */
+static void mx__load_done(uv_work_t *req, int status)
+{
+    mx_job *j = container_of(req, mx_job, load_req);
+    if (j->released) {
+        mx__job_free(j);
+        return;
+    }
+    node *n = j->mx->n;
+    if (status < 0 || j->load_rc < 0) {
+        j->state = MX_STARTED; /* the release frees it now */
+        jobhost_fail(&j->mx->jobs, "%s", status < 0 ? uv_strerror(status) : j->load_err);
+        return;
+    }
+    if (j->plan->n_resume_weights > 0)
+        log_info("job %s: resumed from the checkpoint of step %llu", j->id, (unsigned long long)j->step);
+    log_info("job %s: shard %u holds %zu tensors (%llu bytes with optimizer state)", j->id,
+             j->shard, j->nt, (unsigned long long)j->load_bytes);
+    j->state = MX_STARTED;
+    node_replay(n);
+    mx__maybe_ready(n, j);
+}
+
 /* Starts a job (jobhost_ops.start): the shard's tensors initialised from
- * the seed or loaded from the checkpoint the job resumes from. */
+ * the seed or loaded from the checkpoint the job resumes from, in the
+ * thread pool (mx__load_work); the loop goes on meanwhile. */
 static void *mx__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
 {
     node *n = h->n;
@@ -297,31 +354,19 @@ static void *mx__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
         for (size_t d = 0; d < pt->n_dims; d++)
             t->n *= pt->dims[d];
         t->trainable = pt->trainable;
-        t->w = malloc(t->n * sizeof(float));
-        t->g = malloc(t->n * sizeof(float));
-        bool st_ok = !t->trainable || optim_state_init(&t->st, &j->cfg, t->n) == 0;
-        if (!t->w || !t->g || !st_ok)
-            return mx__start_failed(j, why, whylen, "out of memory for tensor %s (%llu elements)",
-                                    t->name, (unsigned long long)t->n);
-        mx__init_tensor(t, pt, p->seed);
         j->by_id[t->id] = t;
-        bytes += t->n * sizeof(float) * (2 + optim_state_count(&t->st));
+        bytes += t->n * sizeof(float) * (2 + (t->trainable ? j->states : 0));
     }
     if (mx_of(n)->opt.memory && bytes > mx_of(n)->opt.memory)
         return mx__start_failed(j, why, whylen, "shard %u needs %llu bytes, this memoryx has %llu",
                                 j->shard, (unsigned long long)bytes,
                                 (unsigned long long)mx_of(n)->opt.memory);
+    j->load_bytes = bytes;
     j->step = p->first_step;
-    ckpt_clean_partial(j);
-    if (p->n_resume_weights > 0) {
-        char err[512];
-        if (ckpt_load(j, err, sizeof(err)) < 0)
-            return mx__start_failed(j, why, whylen, "cannot resume: %s", err);
-        log_info("job %s: resumed from the checkpoint of step %llu", j->id, (unsigned long long)j->step);
-    }
-    log_info("job %s: shard %u holds %zu tensors (%llu bytes with optimizer state)", j->id,
-             j->shard, j->nt, (unsigned long long)bytes);
-    j->state = MX_STARTED;
+    j->mx = mx;
+    j->state = MX_LOADING;
+    if (uv_queue_work(n->loop, &j->load_req, mx__load_work, mx__load_done) < 0)
+        return mx__start_failed(j, why, whylen, "cannot start loading the shard");
     mx->job = j;
     node_replay(n);
     return j;
@@ -440,7 +485,10 @@ static void mx__release(jobhost *h, void *job, jobhost_end end, const char *why)
     else if (end == JOBHOST_COORDINATOR_LOST)
         log_warn("job %s: released: lost the coordinator", j->id);
     mx_of(h->n)->job = NULL;
-    mx__job_free(j);
+    if (j->state == MX_LOADING) /* the thread pool still has it */
+        j->released = true;
+    else
+        mx__job_free(j);
 }
 
 static void mx__drain(node *n, conn *c)

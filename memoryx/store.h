@@ -32,18 +32,23 @@ typedef struct mx_tensor {
 
 /* The life of memoryx's job.
  *
+ *   MX_LOADING --tensors initialised or loaded in the thread pool (mx__load_done)--> MX_STARTED
  *   MX_STARTED --root swarmx's hello: JobReady (mx__maybe_ready)--> MX_READY
  *   MX_READY --the coordinator's JobGo (mx__job_go)--> MX_RUNNING
  *   MX_RUNNING --the last step committed, JobFinished (mx__step_done)--> MX_FINISHED
  *   any state --an end (jobhost.h: JobEnd/JobAbort, failure, fault,
  *                coordinator lost, shutdown; mx__release)--> freed
  *
+ * LOADING: the shard's weights are made from the seed, or read from the
+ * checkpoint the job resumes from, off the event loop (heartbeats go on);
+ * a job released meanwhile is freed when the load comes back.
  * RUNNING: each step streams its weights (cur, the stream cursor, says how
  * far: mx__pump) while reduced gradients come back and the optimizer runs
  * (mx__grad_chunk); a step is done when every tensor is updated and the
  * stream is over (mx__step_done), and the next starts (mx__start_step).
  * FINISHED: the final evaluation's weights may still stream; no step runs. */
 typedef enum mx_state {
+    MX_LOADING,
     MX_STARTED,
     MX_READY,
     MX_RUNNING,
@@ -66,4 +71,10 @@ typedef struct mx_job {
     size_t states;                /* optimizer state tensors per trainable tensor */
     size_t updated;               /* tensors updated this step */
     optim_config cfg;             /* the optimizer of the job */
+    struct memoryx *mx;           /* its memoryx */
+    uv_work_t load_req;           /* LOADING: the tensors made in the thread pool */
+    int load_rc;                  /* its result, with load_err */
+    char load_err[512];
+    uint64_t load_bytes;          /* weights, gradients and optimizer state held */
+    bool released;                /* released while loading: freed when the load comes back */
 } mx_job;

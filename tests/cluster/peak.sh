@@ -5,6 +5,10 @@
 # steps and an evaluation is within 10% of what `appliance-submit --plan`
 # says a replica needs.
 set -euo pipefail
+if [ -n "${APPLIANCE_TEST_LIGHT:-}" ]; then
+  echo "skipped: under the sanitizers a process's memory is not the plan's (shadow memory)"
+  exit 77
+fi
 . "${SOURCE_ROOT:?}/tests/cluster/lib.sh" appliance-peak
 submit="$build/client/appliance-submit"
 sizes=${PEAK_SIZES:-"512 1024"}
@@ -15,13 +19,13 @@ for size in $sizes; do
     -e "s/^num_samples = 16/num_samples = 1/" \
     -e "s|^input_shape = .*|input_shape = [3, $size, $size]|" \
     -e "s|^model_dir = .*|model_dir = \"$work/m$size\"|" "$src/examples/unet.toml" > "$work/u$size.toml"
-  plan=$("$submit" --plan --wafer-memory 64G --threads 2 --json "$work/u$size.toml") ||
+  plan=$("$submit" --plan --wafer-memory 16G --threads 2 --json "$work/u$size.toml") ||
     fail "plan $size: $plan"
   need=$(echo "$plan" | "$py" -c '
 import json, sys
 p = json.load(sys.stdin)
 print([m for m in p["modes"] if m["mode"] == p["mode"]][0]["bytes_per_replica"])')
-  "$src/deploy/local/appliance-up" --replicas 1 --threads 2 --wafer-memory 64G --dir "$run" \
+  "$src/deploy/local/appliance-up" --replicas 1 --threads 2 --wafer-memory 16G --dir "$run" \
     --build "$build" >/dev/null
   out=$(set -a; . "$run/env"; set +a; cd "$work" && timeout 600 "$submit" --json "u$size.toml" 2>&1) ||
     fail "job $size: $out"

@@ -58,7 +58,7 @@ appliance() {
     { echo "large_image: the $1^2 job failed: $out" >&2; exit 1; }
   local wse=0 all=0 f k
   for f in "$run"/pids/*.pid; do
-    k=$(awk '/^VmHWM:/ {print $2 * 1024}' "/proc/$(cat "$f")/status" 2>/dev/null || echo 0)
+    k=$(awk '/^VmHWM:/ {printf "%.0f\n", $2 * 1024}' "/proc/$(cat "$f")/status" 2>/dev/null || echo 0)
     all=$((all + k))
     case "$f" in */wse-node-1.pid) wse=$k ;; esac
   done

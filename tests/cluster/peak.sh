@@ -30,7 +30,7 @@ print([m for m in p["modes"] if m["mode"] == p["mode"]][0]["bytes_per_replica"])
   out=$(set -a; . "$run/env"; set +a; cd "$work" && timeout 600 "$submit" --json "u$size.toml" 2>&1) ||
     fail "job $size: $out"
   [ "$(echo "$out" | field state)" = done ] || fail "job $size: not done: $out"
-  hwm=$(awk '/^VmHWM:/ {print $2 * 1024}' "/proc/$(cat "$run/pids/wse-node-1.pid")/status")
+  hwm=$(awk '/^VmHWM:/ {printf "%.0f\n", $2 * 1024}' "/proc/$(cat "$run/pids/wse-node-1.pid")/status")
   "$src/deploy/local/appliance-down" --dir "$run" --quiet >/dev/null
   rm -rf "$run"
   "$py" -c '

@@ -26,14 +26,14 @@ typedef struct offline_fit {
     int side;            /* the largest square input at the job's share; 0: none; -1: not an image */
 } offline_fit;
 
-static void offline__table(const model *m, int share, int threads)
+static void offline__table(const model *m, int share, int micro, int threads)
 {
     footprint f;
-    if (footprint_init(&f, m, share, threads) < 0)
+    if (footprint_init_micro(&f, m, share, micro, threads) < 0)
         return;
     char shape[64], a[5][32];
-    printf("memory of a replica, %d sample(s), per layer (the output: kept for the backward pass, "
-           "or recomputed there):\n", share);
+    printf("memory of a replica, %d sample(s) at once, per layer (the output: kept for the "
+           "backward pass, or recomputed there):\n", f.n);
     printf("  %-24s %-16s %12s %-10s %12s %12s %12s\n", "layer", "output", "output", "",
            "gradient", "saved", "workspace");
     for (int i = 0; i < m->nlayers; i++) {
@@ -84,18 +84,28 @@ int offline_plan(const char *file, const char *text, uint64_t wafer, int threads
         o->batch = fit_largest_batch(m, threads, o->mode, states, wafer, OFFLINE_MAX_BATCH);
         o->side = mt ? fit_largest_side(mt, m, share, threads, o->mode, states, wafer) : -1;
     }
-    /* what mode = "auto" picks, as the planner does */
-    bool want_pipe = strcmp(spec->mode, "pipelined") == 0;
-    bool want_ws = strcmp(spec->mode, "weight_streaming") == 0;
-    const offline_fit *pick = want_pipe || (!want_ws && fits[0].need <= wafer) ? &fits[0] : &fits[1];
+    /* what mode = "auto" picks, and the micro-batch: the planner's decision */
+    fit_choice choice;
+    if (fit_choose(spec, (uint64_t)share, (unsigned)threads, wafer, &choice, err, sizeof(err)) < 0) {
+        fprintf(stderr, "%s\n", err);
+        toml_free(root);
+        jobspec_free(spec);
+        return 3;
+    }
+    if (choice.micro)
+        fits[0].need = choice.need_pipe;
+    const offline_fit *pick =
+        choice.mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED ? &fits[0] : &fits[1];
     char in[64], w[32], n[32];
     model_shape_str(&m->input, in, sizeof(in));
     units_format_size(wafer, w, sizeof(w));
     if (json) {
         printf("{\"file\": \"%s\", \"input\": \"%s\", \"replicas\": %d, \"batch_per_replica\": %d, "
-               "\"threads\": %d, \"wafer_memory\": %llu, \"mode\": \"%s\", \"fits\": %s, \"modes\": [",
+               "\"threads\": %d, \"wafer_memory\": %llu, \"mode\": \"%s\", \"micro_batch\": %llu, "
+               "\"fits\": %s, \"modes\": [",
                file, in, replicas, share, threads, (unsigned long long)wafer,
-               offline__mode_name(pick->mode), pick->need <= wafer ? "true" : "false");
+               offline__mode_name(pick->mode), (unsigned long long)choice.micro,
+               pick->need <= wafer ? "true" : "false");
         for (int i = 0; i < 2; i++)
             printf("%s{\"mode\": \"%s\", \"bytes_per_replica\": %llu, \"fits\": %s, "
                    "\"largest_batch\": %d, \"largest_square_input\": %d}", i ? ", " : "",
@@ -119,17 +129,22 @@ int offline_plan(const char *file, const char *text, uint64_t wafer, int threads
                    units_format_size(o->need, n, sizeof(n)), o->need <= wafer ? "yes" : "no",
                    o->batch, side);
         }
-        if (pick->need <= wafer)
+        if (pick->need <= wafer && choice.micro)
+            printf("mode %s: %s, in micro-batches of %llu sample(s) (train_input.micro_batch_size)"
+                   "\n", spec->mode, offline__mode_name(pick->mode),
+                   (unsigned long long)choice.micro);
+        else if (pick->need <= wafer)
             printf("mode %s: %s\n", spec->mode, offline__mode_name(pick->mode));
         else if (pick->batch >= 1)
             printf("mode %s: %s does not fit %d sample(s) per replica; at most %d fit: lower "
-                   "train_input.batch_size or raise runconfig.num_csx\n", spec->mode,
+                   "train_input.batch_size, raise runconfig.num_csx, or compute the share in "
+                   "micro-batches (train_input.micro_batch_size = \"auto\")\n", spec->mode,
                    offline__mode_name(pick->mode), share, pick->batch);
         else
             printf("mode %s: %s does not fit one sample of %s: it needs a larger wafer "
                    "(--wafer-memory)%s\n", spec->mode, offline__mode_name(pick->mode), in,
                    pick->side > 0 ? ", or a smaller image" : "");
-        offline__table(m, share, threads);
+        offline__table(m, share, choice.micro ? (int)choice.micro : share, threads);
     }
     toml_free(root);
     jobspec_free(spec);

@@ -166,6 +166,9 @@ void render_plan(const Appliance__Plan *p)
     printf("job %s: mode %s, %zu replica(s), global batch %u, %llu steps, %llu parameters\n",
            p->file_name, modes[p->mode < 3 ? p->mode : 0], p->n_replicas, p->global_batch,
            (unsigned long long)p->max_steps, (unsigned long long)p->total_params);
+    if (p->micro_batch)
+        printf("micro-batches of %u samples: each replica computes its share %u at a time and "
+               "adds up their gradients\n", p->micro_batch, p->micro_batch);
     printf("\n%-24s %-18s %-16s %12s %14s %14s\n", "LAYER", "TYPE", "OUTPUT", "PARAMS",
            "ACT B/SAMPLE", "FLOPS/SAMPLE");
     for (size_t i = 0; i < p->n_layers; i++) {

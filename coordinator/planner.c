@@ -64,6 +64,8 @@ static int planner__eval(const jobspec *spec, Appliance__Plan *p, char *err, siz
     for (size_t i = 0; i < nr; i++)
         if (p->replicas[i]->batch < share)
             share = p->replicas[i]->batch;
+    if (p->micro_batch && p->micro_batch < share) /* what a replica computes at once */
+        share = p->micro_batch;
     uint64_t b = ((uint64_t)spec->eval.batch_size + nr - 1) / nr;
     p->eval_frequency = (uint64_t)spec->eval_frequency;
     p->eval_samples = size;
@@ -228,8 +230,17 @@ size_t planner_swarm_nodes(size_t replicas, size_t fanout)
 uint64_t planner_replica_bytes(const model *m, uint64_t batch, unsigned threads,
                                Appliance__ExecMode mode, unsigned optimizer_states)
 {
+    return planner_replica_bytes_micro(m, batch, 0, threads, mode, optimizer_states);
+}
+
+uint64_t planner_replica_bytes_micro(const model *m, uint64_t batch, uint64_t micro,
+                                     unsigned threads, Appliance__ExecMode mode,
+                                     unsigned optimizer_states)
+{
     footprint f;
-    if (footprint_init(&f, m, (int)batch, (int)(threads ? threads : 1)) < 0)
+    int share = (int)batch;
+    if (footprint_init_micro(&f, m, share, micro ? (int)micro : share,
+                             (int)(threads ? threads : 1)) < 0)
         return UINT64_MAX; /* cannot even plan it here: it does not fit */
     uint64_t bytes = footprint_replica_bytes(&f, m, mode, optimizer_states);
     footprint_free(&f);
@@ -319,39 +330,42 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
     for (size_t i = 0; i < nr; i++)
         if (pm->replicas[i]->threads > threads)
             threads = pm->replicas[i]->threads;
-    uint64_t need_ws = planner_replica_bytes(m, max_share, threads,
-                                             APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING, states);
-    uint64_t need_pipe = planner_replica_bytes(m, max_share, threads,
-                                               APPLIANCE__EXEC_MODE__MODE_PIPELINED, states);
     uint64_t wafer = UINT64_MAX;
     for (size_t i = 0; i < nr; i++)
         if (pm->replicas[i]->wafer_memory < wafer)
             wafer = pm->replicas[i]->wafer_memory;
+    fit_choice choice;
+    rc = fit_choose(spec, max_share, threads, wafer, &choice, err, errlen);
+    if (rc < 0)
+        goto done;
+    rc = -ENOMEM;
+    uint64_t micro = choice.micro;
+    p->micro_batch = (uint32_t)micro;
+    uint64_t need_ws = choice.need_ws, need_pipe = choice.need_pipe;
     char a1[32], a2[32], a3[32], a4[32];
     units_format_size(need_pipe, a1, sizeof(a1));
     units_format_size(need_ws, a3, sizeof(a3));
     units_format_size(wafer, a2, sizeof(a2));
     units_format_size(m->act_bytes, a4, sizeof(a4));
-    bool want_pipe = strcmp(spec->mode, "pipelined") == 0;
-    bool want_ws = strcmp(spec->mode, "weight_streaming") == 0;
-    if (want_pipe && need_pipe > wafer) {
+    const bool pipelined = choice.mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED;
+    if (pipelined && need_pipe > wafer) {
         snprintf(err, errlen,
                  "%s: Pipelined does not fit: the weights, their gradients and optimizer state "
                  "and the activations of %llu samples need %s per replica, the smallest wafer has "
-                 "%s; use mode = \"weight_streaming\" (needs %s) or \"auto\", or lower "
-                 "train_input.batch_size",
-                 spec->source, (unsigned long long)max_share, a1, a2, a3);
+                 "%s; use mode = \"weight_streaming\" (needs %s) or \"auto\", lower "
+                 "train_input.batch_size, or compute the share in micro-batches "
+                 "(train_input.micro_batch_size = \"auto\")",
+                 spec->source, (unsigned long long)(micro ? micro : max_share), a1, a2, a3);
         rc = -E2BIG;
         goto done;
     }
-    if (!want_pipe && need_ws > wafer) {
+    if (!pipelined && need_ws > wafer) {
         planner__refuse_ws(spec, job_toml, max_share, threads, states, wafer, need_ws, nr, err,
                            errlen);
         rc = -E2BIG;
         goto done;
     }
-    p->mode = want_pipe || (!want_ws && need_pipe <= wafer) ? APPLIANCE__EXEC_MODE__MODE_PIPELINED
-                                                            : APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING;
+    p->mode = choice.mode;
 
     p->n_replicas = nr;
     p->replicas = arena_alloc(&a, nr * sizeof(*p->replicas));
@@ -369,8 +383,9 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
         offset += r->batch;
         r->swarm_parent = 0;
         r->wafer_memory = pm->replicas[i]->wafer_memory;
-        r->memory_needed = planner_replica_bytes(m, r->batch, pm->replicas[i]->threads, p->mode,
-                                                 states);
+        r->memory_needed = planner_replica_bytes_micro(
+            m, r->batch, p->mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED ? micro : 0,
+            pm->replicas[i]->threads, p->mode, states);
         p->replicas[i] = r;
     }
 

@@ -52,3 +52,8 @@ size_t planner_swarm_nodes(size_t replicas, size_t fanout);
  * (footprint.h), which the wse-node's executor allocates by. */
 uint64_t planner_replica_bytes(const model *m, uint64_t batch, unsigned threads,
                                Appliance__ExecMode mode, unsigned optimizer_states);
+/* The same for a share computed in micro-batches of `micro` samples (0:
+ * none). */
+uint64_t planner_replica_bytes_micro(const model *m, uint64_t batch, uint64_t micro,
+                                     unsigned threads, Appliance__ExecMode mode,
+                                     unsigned optimizer_states);

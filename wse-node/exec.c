@@ -92,23 +92,30 @@ static op_pool2d_params exec__pool(const model_layer *l, int n)
     return p;
 }
 
-static int exec__init(exec *e, const model *m, int n, int threads, float **w, float **g,
-                      bool reference, char *err, size_t errlen);
+static int exec__init(exec *e, const model *m, int share, int n, int threads, float **w,
+                      float **g, bool reference, char *err, size_t errlen);
 
 int exec_init(exec *e, const model *m, int n, int threads, float **w, float **g, char *err,
               size_t errlen)
 {
-    return exec__init(e, m, n, threads, w, g, false, err, errlen);
+    return exec__init(e, m, n, n, threads, w, g, false, err, errlen);
+}
+
+int exec_init_micro(exec *e, const model *m, int share, int micro, int threads, float **w,
+                    float **g, char *err, size_t errlen)
+{
+    return exec__init(e, m, share, micro < 1 || micro > share ? share : micro, threads, w, g,
+                      false, err, errlen);
 }
 
 int exec_init_reference(exec *e, const model *m, int n, int threads, float **w, float **g,
                         char *err, size_t errlen)
 {
-    return exec__init(e, m, n, threads, w, g, true, err, errlen);
+    return exec__init(e, m, n, n, threads, w, g, true, err, errlen);
 }
 
-static int exec__init(exec *e, const model *m, int n, int threads, float **w, float **g,
-                      bool reference, char *err, size_t errlen)
+static int exec__init(exec *e, const model *m, int share, int n, int threads, float **w,
+                      float **g, bool reference, char *err, size_t errlen)
 {
     memset(e, 0, sizeof(*e));
     e->m = m;
@@ -117,7 +124,7 @@ static int exec__init(exec *e, const model *m, int n, int threads, float **w, fl
     e->g = g;
     e->replica_share = 1.0f;
     footprint f;
-    if (footprint_init(&f, m, n, threads) < 0) {
+    if (footprint_init_micro(&f, m, share, n, threads) < 0) {
         snprintf(err, errlen, "out of memory for the memory plan of %d samples", n);
         return -ENOMEM;
     }
@@ -153,6 +160,8 @@ static int exec__init(exec *e, const model *m, int n, int threads, float **w, fl
         goto oom;
     if (f.input && !(e->input = malloc(f.input)))
         goto oom;
+    if (f.accum && !(e->gtmp = malloc(f.accum)))
+        goto oom;
     e->bytes = f.exec;
     footprint_free(&f);
     return 0;
@@ -173,22 +182,26 @@ void exec_deinit(exec *e)
     free(e->arena);
     free(e->ws);
     free(e->input);
+    free(e->gtmp);
     memplan_free(&e->plan);
     memset(e, 0, sizeof(*e));
 }
 
-const float *exec_take_input(exec *e, const void *batch)
+const float *exec_take_input(exec *e, const void *batch, int first)
 {
+    size_t in = model_shape_elems(&e->m->input);
+    const uint8_t *b = (const uint8_t *)batch + (size_t)first * in * sample_input_size(e->input_unorm8);
     if (!e->input_unorm8)
-        return batch;
-    sample_unorm8_to_float(e->input, batch, (size_t)e->n * model_shape_elems(&e->m->input));
+        return (const float *)b;
+    sample_unorm8_to_float(e->input, b, (size_t)e->n * in);
     return e->input;
 }
 
-const void *exec_labels(const exec *e, const void *batch)
+const void *exec_labels(const exec *e, const void *batch, int nbatch, int first)
 {
     return (const uint8_t *)batch +
-           (size_t)e->n * model_shape_elems(&e->m->input) * sample_input_size(e->input_unorm8);
+           (size_t)nbatch * model_shape_elems(&e->m->input) * sample_input_size(e->input_unorm8) +
+           (size_t)first * e->label_elems * sample_label_size(e->labels_u8);
 }
 
 const float *exec_output(const exec *e, int layer, const float *x)
@@ -327,13 +340,17 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
         } else if (training) {
             /* Running statistics are updated in the gradient buffers and go
              * up with the gradients, averaged over the replicas. */
-            memcpy(G(l, 2), W(l, 2), (size_t)c * sizeof(float));
-            memcpy(G(l, 3), W(l, 3), (size_t)c * sizeof(float));
+            if (!e->micro_later) { /* later micro-batches update the statistics further */
+                memcpy(G(l, 2), W(l, 2), (size_t)c * sizeof(float));
+                memcpy(G(l, 3), W(l, 3), (size_t)c * sizeof(float));
+            }
             op_batchnorm_forward_train(out, save, save + c, G(l, 2), G(l, 3), in, W(l, 0), W(l, 1),
                                        n, c, hw, (float)l->momentum, (float)l->eps);
             for (int i = 0; i < c; i++) {
-                G(l, 2)[i] *= e->replica_share;
-                G(l, 3)[i] *= e->replica_share;
+                if (!e->micro_more) {
+                    G(l, 2)[i] *= e->replica_share;
+                    G(l, 3)[i] *= e->replica_share;
+                }
                 /* the scale and shift the output was made with, to make it again */
                 op_norm_coeffs(save[c + i], save[i], W(l, 0) ? W(l, 0)[i] : 1.0f,
                                W(l, 1) ? W(l, 1)[i] : 0.0f, &save[2 * c + i], &save[3 * c + i]);
@@ -439,6 +456,8 @@ double exec_loss(exec *e, const float *x, const void *labels, float scale)
     return loss;
 }
 
+static void exec__backward(exec *e, const model_layer *l, int li, const float *x, int64_t step);
+
 static void exec__accumulate(float *dst, const float *src, size_t count)
 {
     for (size_t i = 0; i < count; i++)
@@ -451,6 +470,33 @@ void exec_backward(exec *e, int li, const float *x, int64_t step)
     if (l->type == LAYER_FLATTEN) /* a view: its consumers added into its input's gradient */
         return;
     exec__replay(e, memplan_backward_op(&e->plan, li), x, step);
+    /* a later micro-batch: the layer's weight gradients are made aside and
+     * added to the step's */
+    float *keep[4]; /* a layer has at most 4 tensors: weight, bias, running mean and variance */
+    if (e->accumulate) {
+        float *p = e->gtmp;
+        for (int k = 0; k < l->ntensors; k++) {
+            const model_tensor *mt = &e->m->tensors[l->first_tensor + k];
+            keep[k] = e->g[mt->id];
+            if (mt->trainable) {
+                memset(p, 0, mt->elems * sizeof(float));
+                e->g[mt->id] = p;
+                p += mt->elems;
+            }
+        }
+    }
+    exec__backward(e, l, li, x, step);
+    if (e->accumulate)
+        for (int k = 0; k < l->ntensors; k++) {
+            const model_tensor *mt = &e->m->tensors[l->first_tensor + k];
+            if (mt->trainable)
+                exec__accumulate(keep[k], e->g[mt->id], mt->elems);
+            e->g[mt->id] = keep[k];
+        }
+}
+
+static void exec__backward(exec *e, const model_layer *l, int li, const float *x, int64_t step)
+{
     int n = e->n;
     const float *in = exec_output(e, l->inputs[0], x);
     const float *dout = e->dact[li];

@@ -37,6 +37,13 @@ typedef struct exec {
     void *ws;               /* convolution workspace, outside the arena */
     size_t ws_bytes;
     float *input;           /* the float inputs of 8-bit batches (n x input) */
+    float *gtmp;            /* micro-batches: one layer's weight gradients */
+    bool accumulate;        /* backward: add the weight gradients to the step's (a later
+                             * micro-batch), rather than write them */
+    bool micro_later;       /* forward: a later micro-batch of the step (batch-norm running
+                             * statistics go on from the earlier ones) */
+    bool micro_more;        /* forward: more micro-batches follow in the step (running
+                             * statistics are scaled by replica_share after the last) */
     size_t bytes;           /* allocated: the footprint's exec bytes */
     uint64_t recomputed;    /* layer outputs recomputed, every step so far */
 } exec;
@@ -51,6 +58,12 @@ typedef struct exec {
  * passes and exec_eval). Returns 0, or a negative code with a message. */
 int exec_init(exec *e, const model *m, int n, int threads, float **w, float **g, char *err,
               size_t errlen);
+/* exec_init for a share of `share` samples computed in micro-batches of
+ * `micro` (footprint_init_micro): the buffers hold one micro-batch, and
+ * later micro-batches add their weight gradients to the step's
+ * (accumulate). */
+int exec_init_micro(exec *e, const model *m, int share, int micro, int threads, float **w,
+                    float **g, char *err, size_t errlen);
 /* exec_init with the reference plan (memplan_build_as keep_all): every
  * buffer kept for the whole step, nothing recomputed; what the lean plan is
  * tested against. */
@@ -58,14 +71,14 @@ int exec_init_reference(exec *e, const model *m, int n, int threads, float **w, 
                         char *err, size_t errlen);
 void exec_deinit(exec *e);
 
-/* The float inputs of the first n samples of a batch as it arrived (its
- * inputs first, sample.h): the batch itself when it brings floats, else
- * converted into the executor's input buffer. The layers read these until
- * the next call. */
-const float *exec_take_input(exec *e, const void *batch);
+/* The float inputs of samples first .. first+n-1 of a batch as it arrived
+ * (its inputs first, sample.h): in the batch itself when it brings floats,
+ * else converted into the executor's input buffer. The layers read these
+ * until the next call. */
+const float *exec_take_input(exec *e, const void *batch, int first);
 
-/* Where the labels of a batch of n samples start, after its inputs. */
-const void *exec_labels(const exec *e, const void *batch);
+/* Where the labels of sample `first` of a batch of nbatch samples are. */
+const void *exec_labels(const exec *e, const void *batch, int nbatch, int first);
 
 /* The output of layer (-1: the input x). */
 const float *exec_output(const exec *e, int layer, const float *x);

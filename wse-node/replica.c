@@ -132,7 +132,11 @@ void wn__maybe_ready(wn_job *j)
     r.member_id = j->n->member_id;
     ENVELOPE(env, job_ready, JOB_READY, &r);
     node_send_coordinator(j->n, &env);
-    log_info("job %s: replica %u ready (%u samples per step)", j->id, j->replica, j->batch);
+    if (j->nmicro > 1)
+        log_info("job %s: replica %u ready (%u samples per step, in %u micro-batches of %u)", j->id,
+                 j->replica, j->batch, j->nmicro, j->mb);
+    else
+        log_info("job %s: replica %u ready (%u samples per step)", j->id, j->replica, j->batch);
 }
 
 /* ---- handlers ---- */
@@ -209,8 +213,10 @@ static int wn__job_buffers(wn_job *j, char *err, size_t errlen)
         }
     }
     if (!oom) {
-        if (exec_init(&j->ex, m, (int)j->batch, (int)wn_of(j->n)->opt.threads, j->wp, j->gp, err,
-                      errlen) < 0)
+        j->mb = p->micro_batch && p->micro_batch < j->batch ? p->micro_batch : j->batch;
+        j->nmicro = j->mb ? (j->batch + j->mb - 1) / j->mb : 1;
+        if (exec_init_micro(&j->ex, m, (int)j->batch, (int)j->mb, (int)wn_of(j->n)->opt.threads,
+                            j->wp, j->gp, err, errlen) < 0)
             return -ENOMEM;
         j->ex_ready = true;
         j->ex.seed = p->seed;

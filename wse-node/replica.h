@@ -96,6 +96,9 @@ typedef struct wn_job {
     model *m;                /* owned */
     uint32_t replica;
     uint32_t batch;          /* our share of each global batch */
+    uint32_t mb;             /* samples computed at once: the micro-batch, or the share */
+    uint32_t nmicro;         /* micro-batches per step (1: none) */
+    uint32_t micro;          /* the micro-batch being computed */
     uint64_t in_elems;       /* input values per sample */
     wn_tensor *t;            /* by plan tensor id */
     float **wp, **gp;        /* per tensor: t[i].w and t[i].g, for the executor */

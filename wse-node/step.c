@@ -128,29 +128,35 @@ static void wn__work(void *arg)
         const wn_eval_buf *eb = wn__eval_buf(j, j->eval_k);
         exec_set_batch(&j->ex, (int)eb->n);
         if (j->stage == WN_EVAL && j->layer == 0)
-            j->x = exec_take_input(&j->ex, eb->data);
+            j->x = exec_take_input(&j->ex, eb->data, 0);
         if (j->stage == WN_EVAL) {
             exec_forward(&j->ex, j->layer, j->x, (int64_t)j->step, false);
-        } else if (exec_eval(&j->ex, j->x, exec_labels(&j->ex, eb->data), &j->metrics) < 0) {
+        } else if (exec_eval(&j->ex, j->x, exec_labels(&j->ex, eb->data, (int)eb->n, 0),
+                             &j->metrics) < 0) {
             j->compute_err = -EINVAL;
             snprintf(j->compute_msg, sizeof(j->compute_msg),
                      "evaluation at step %llu: a label out of range", (unsigned long long)j->step);
         }
-        exec_set_batch(&j->ex, (int)j->batch);
         j->compute_sec += wn__now() - t0;
         return;
     }
     wn_batch *b = wn__batch_for(j, j->step);
+    uint32_t first = j->micro * j->mb; /* the micro-batch's first sample in the share */
     if (j->stage == WN_FORWARD) {
         if (j->layer == 0) {
-            exec_zero_grads(&j->ex);
-            j->x = exec_take_input(&j->ex, b->data);
+            uint32_t count = j->batch - first < j->mb ? j->batch - first : j->mb;
+            exec_set_batch(&j->ex, (int)count);
+            j->ex.sample_offset = (uint64_t)j->batch_offset + first;
+            j->ex.micro_later = j->ex.accumulate = j->micro > 0;
+            j->ex.micro_more = j->micro + 1 < j->nmicro;
+            j->x = exec_take_input(&j->ex, b->data, (int)first);
         }
         exec_forward(&j->ex, j->layer, j->x, (int64_t)j->step, true);
     } else if (j->stage == WN_LOSS) {
-        j->loss_sum = exec_loss(&j->ex, j->x, exec_labels(&j->ex, b->data),
+        double loss = exec_loss(&j->ex, j->x, exec_labels(&j->ex, b->data, (int)j->batch, (int)first),
                                 1.0f / (float)j->plan->global_batch);
-        if (!isfinite(j->loss_sum)) {
+        j->loss_sum += loss;
+        if (!isfinite(loss)) {
             j->compute_err = -EINVAL;
             snprintf(j->compute_msg, sizeof(j->compute_msg),
                      "loss of step %llu is not finite: a label out of range, or training diverged",
@@ -228,6 +234,8 @@ static void wn__step_done(wn_job *j)
     j->step++;
     j->stage = WN_FORWARD;
     j->layer = 0;
+    j->micro = 0;
+    j->loss_sum = 0;
     j->compute_sec = 0;
     j->rg_done = 0;
     for (size_t i = 0; i < j->plan->n_tensors; i++)
@@ -270,14 +278,20 @@ static void wn__work_done(void *arg)
         j->stage = WN_BACKWARD;
         j->layer = m->nlayers - 1;
     } else if (j->stage == WN_BACKWARD) {
-        int rc = wn__send_grads(j, &m->layers[j->layer]);
+        /* the gradients go up once the step's last micro-batch added to them */
+        bool last_micro = j->micro + 1 >= j->nmicro;
+        int rc = last_micro ? wn__send_grads(j, &m->layers[j->layer]) : 0;
         if (rc < 0) {
             wn__fault(j->n, j, "cannot send gradients of %s: %s", m->layers[j->layer].name,
                       strerror(-rc));
             return;
         }
         if (--j->layer < 0) {
-            if (j->pipelined)
+            if (!last_micro) { /* the next micro-batch of the share */
+                j->micro++;
+                j->stage = WN_FORWARD;
+                j->layer = 0;
+            } else if (j->pipelined)
                 j->stage = WN_UPDATE; /* once the reduced gradients are in */
             else
                 wn__step_done(j);

@@ -1,18 +1,45 @@
 /* What fits a wafer: the largest batch, the largest square image. */
 #include "fit.h"
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "units.h"
 
 uint64_t fit_replica_bytes(const model *m, int batch, int threads, Appliance__ExecMode mode,
                            unsigned optimizer_states)
 {
+    return fit_replica_bytes_micro(m, batch, batch, threads, mode, optimizer_states);
+}
+
+uint64_t fit_replica_bytes_micro(const model *m, int share, int micro, int threads,
+                                 Appliance__ExecMode mode, unsigned optimizer_states)
+{
     footprint f;
-    if (footprint_init(&f, m, batch, threads) < 0)
+    if (footprint_init_micro(&f, m, share, micro, threads) < 0)
         return UINT64_MAX;
     uint64_t bytes = footprint_replica_bytes(&f, m, mode, optimizer_states);
     footprint_free(&f);
     return bytes;
+}
+
+int fit_largest_micro(const model *m, int share, int threads, Appliance__ExecMode mode,
+                      unsigned optimizer_states, uint64_t wafer)
+{
+    if (fit_replica_bytes_micro(m, share, 1, threads, mode, optimizer_states) > wafer)
+        return 0;
+    int lo = 1, hi = share + 1; /* lo fits, hi does not */
+    while (hi - lo > 1) {
+        int mid = lo + (hi - lo) / 2;
+        if (fit_replica_bytes_micro(m, share, mid, threads, mode, optimizer_states) <= wafer)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
 }
 
 int fit_largest_batch(const model *m, int threads, Appliance__ExecMode mode,
@@ -73,4 +100,53 @@ int fit_largest_side(const toml_value *mt, const model *m, int batch, int thread
             hi = mid;
     }
     return (int)(lo * step);
+}
+
+int fit_choose(const jobspec *spec, uint64_t share, unsigned threads, uint64_t wafer,
+               fit_choice *c, char *err, size_t errlen)
+{
+    const model *m = spec->model;
+    const Appliance__ExecMode pipe = APPLIANCE__EXEC_MODE__MODE_PIPELINED;
+    const Appliance__ExecMode ws = APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING;
+    unsigned states = footprint_optimizer_states(spec->optimizer_type, spec->momentum);
+    int sh = (int)share, th = (int)(threads ? threads : 1);
+    bool want_pipe = strcmp(spec->mode, "pipelined") == 0;
+    bool want_ws = strcmp(spec->mode, "weight_streaming") == 0;
+    int64_t want = spec->train.micro_batch_size;
+    memset(c, 0, sizeof(*c));
+    c->need_ws = fit_replica_bytes(m, sh, th, ws, states);
+    c->need_pipe = fit_replica_bytes(m, sh, th, pipe, states);
+    if (want == JOBSPEC_AUTO && !want_ws && c->need_pipe > wafer) {
+        int fit = fit_largest_micro(m, sh, th, pipe, states, wafer);
+        if (fit >= 1 && (uint64_t)fit < share)
+            c->micro = (uint64_t)fit;
+    } else if (want > 0 && (uint64_t)want < share) {
+        if (want_ws) {
+            snprintf(err, errlen, "%s: train_input.micro_batch_size: micro-batches run in "
+                     "Pipelined execution; this job asks for mode = \"weight_streaming\"",
+                     spec->source);
+            return -E2BIG;
+        }
+        uint64_t need = fit_replica_bytes_micro(m, sh, (int)want, th, pipe, states);
+        if (need > wafer) {
+            char n1[32], w1[32];
+            units_format_size(need, n1, sizeof(n1));
+            units_format_size(wafer, w1, sizeof(w1));
+            int fit = fit_largest_micro(m, sh, th, pipe, states, wafer);
+            if (fit >= 1)
+                snprintf(err, errlen, "%s: train_input.micro_batch_size: micro-batches of %lld "
+                         "need %s per replica, the smallest wafer has %s; micro-batches of %d "
+                         "fit (or use \"auto\")", spec->source, (long long)want, n1, w1, fit);
+            else
+                snprintf(err, errlen, "%s: train_input.micro_batch_size: micro-batches of even "
+                         "one sample do not fit a wafer of %s; use wse-nodes with more wafer "
+                         "memory (--wafer-memory)", spec->source, w1);
+            return -E2BIG;
+        }
+        c->micro = (uint64_t)want;
+    }
+    if (c->micro)
+        c->need_pipe = fit_replica_bytes_micro(m, sh, (int)c->micro, th, pipe, states);
+    c->mode = want_pipe || c->micro || (!want_ws && c->need_pipe <= wafer) ? pipe : ws;
+    return 0;
 }

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "footprint.h"
+#include "jobspec.h"
 #include "toml.h"
 
 /* The largest side a square input can have: the model's limit of a
@@ -17,6 +18,16 @@
  * (footprint_replica_bytes), or UINT64_MAX when out of memory to plan. */
 uint64_t fit_replica_bytes(const model *m, int batch, int threads, Appliance__ExecMode mode,
                            unsigned optimizer_states);
+
+/* The same for a share computed in micro-batches of `micro` samples
+ * (footprint_init_micro). */
+uint64_t fit_replica_bytes_micro(const model *m, int share, int micro, int threads,
+                                 Appliance__ExecMode mode, unsigned optimizer_states);
+
+/* The largest micro-batch, at most share, with which a replica of `share`
+ * samples fits in wafer bytes; 0 when not even micro-batches of one do. */
+int fit_largest_micro(const model *m, int share, int threads, Appliance__ExecMode mode,
+                      unsigned optimizer_states, uint64_t wafer);
 
 /* The largest batch, at most max_batch, whose replica fits in wafer bytes;
  * 0 when not even one sample fits. */
@@ -31,3 +42,22 @@ int fit_largest_batch(const model *m, int threads, Appliance__ExecMode mode,
  * the model's input is not an image. */
 int fit_largest_side(const toml_value *model_table, const model *m, int batch, int threads,
                      Appliance__ExecMode mode, unsigned optimizer_states, uint64_t wafer);
+
+/* What a job runs as on wse-nodes of `wafer` bytes and `threads` threads,
+ * with a batch share of `share` samples: the one decision the coordinator's
+ * planner and `appliance-submit --plan --wafer-memory` both take. */
+typedef struct fit_choice {
+    Appliance__ExecMode mode;  /* the file's mode, or what "auto" picks: Pipelined when it fits */
+    uint64_t micro;            /* micro-batch (Pipelined only), 0: the whole share at once */
+    uint64_t need_pipe;        /* bytes per replica in Pipelined, with the micro-batch */
+    uint64_t need_ws;          /* bytes per replica in Weight Streaming */
+} fit_choice;
+
+/* train_input.micro_batch_size: an integer below the share sets it (and
+ * Pipelined); "auto" takes none when the whole share fits in Pipelined, else
+ * the largest micro-batch that does. Returns 0, or -E2BIG with the reason
+ * in err when the micro-batch asked for cannot run (in Weight Streaming, or
+ * too large for the wafer: the message says what fits). Whether the chosen
+ * mode fits is the caller's to say (need_* against wafer). */
+int fit_choose(const jobspec *spec, uint64_t share, unsigned threads, uint64_t wafer,
+               fit_choice *c, char *err, size_t errlen);

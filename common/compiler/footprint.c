@@ -85,6 +85,27 @@ unsigned footprint_optimizer_states(const char *optimizer_type, double momentum)
 
 int footprint_init(footprint *f, const model *m, int n, int threads)
 {
+    return footprint_init_micro(f, m, n, n, threads);
+}
+
+uint64_t footprint_accum_bytes(const model *m)
+{
+    uint64_t max = 0;
+    for (int l = 0; l < m->nlayers; l++) {
+        uint64_t e = 0;
+        const model_layer *ly = &m->layers[l];
+        for (int k = 0; k < ly->ntensors; k++)
+            if (m->tensors[ly->first_tensor + k].trainable)
+                e += m->tensors[ly->first_tensor + k].elems;
+        if (e > max)
+            max = e;
+    }
+    return max * sizeof(float);
+}
+
+int footprint_init_micro(footprint *f, const model *m, int share, int micro, int threads)
+{
+    int n = micro < 1 || micro > share ? share : micro;
     memset(f, 0, sizeof(*f));
     f->layers = calloc(m->nlayers ? (size_t)m->nlayers : 1, sizeof(*f->layers));
     if (!f->layers || memplan_build(&f->plan, m, n) < 0) {
@@ -93,6 +114,7 @@ int footprint_init(footprint *f, const model *m, int n, int threads)
         return -ENOMEM;
     }
     f->n = n;
+    f->share = share;
     f->threads = threads > 0 ? threads : 1;
     f->nlayers = m->nlayers;
     uint64_t ws = 0, scratch = 0;
@@ -123,11 +145,13 @@ int footprint_init(footprint *f, const model *m, int n, int threads)
     uint64_t in_elems = (uint64_t)model_shape_elems(&m->input);
     if (m->input_unorm8)
         f->input = (uint64_t)n * in_elems * sizeof(float);
-    f->exec = f->arena + f->workspace + f->input;
+    if (n < share)
+        f->accum = footprint_accum_bytes(m);
+    f->exec = f->arena + f->workspace + f->input + f->accum;
     f->eager = f->act + f->dact + f->aux + f->scratch + f->loss + f->workspace + f->input;
     f->label_elems = footprint_label_elems(m);
-    f->batches = 2 * sample_batch_bytes((uint64_t)n, in_elems, f->label_elems, m->input_unorm8,
-                                        m->labels_u8);
+    f->batches = 2 * sample_batch_bytes((uint64_t)share, in_elems, f->label_elems,
+                                        m->input_unorm8, m->labels_u8);
     f->weights = (m->total_params + m->total_buffers) * sizeof(float);
     f->wslots = footprint_wslots_bytes(m);
     return 0;

@@ -26,7 +26,8 @@ typedef struct footprint_layer {
  * temporaries of a step live in one arena laid out by the lean memory plan
  * (memplan.h); the sums say what keeping every buffer would take. */
 typedef struct footprint {
-    int n;                    /* samples of the replica's batch share */
+    int n;                    /* samples computed at once: the micro-batch (the share without) */
+    int share;                /* samples of the replica's batch share */
     int threads;              /* of the wse-node */
     int nlayers;
     footprint_layer *layers;  /* per layer; owned (footprint_free) */
@@ -38,10 +39,11 @@ typedef struct footprint {
     uint64_t loss;            /* float targets and second gradient of a sigmoid loss */
     uint64_t arena;           /* the plan's arena: every buffer above but the workspace */
     uint64_t input;           /* the float inputs made from 8-bit ones (sample.h); 0 for float32 */
-    uint64_t exec;            /* what the executor allocates: arena, workspace and input */
+    uint64_t accum;           /* micro-batches: one layer's weight gradients, added into the step's */
+    uint64_t exec;            /* what the executor allocates: arena, workspace, input, accum */
     uint64_t eager;           /* what it would allocate keeping every buffer for the step */
     uint32_t label_elems;     /* labels per sample */
-    uint64_t batches;         /* two batches in flight, as they travel (sample.h) */
+    uint64_t batches;         /* two batches of the share in flight, as they travel (sample.h) */
     uint64_t weights;         /* every parameter and buffer once, float32 */
     uint64_t wslots;          /* Weight Streaming: two slots of the largest layer's weights, two of its gradients */
 } footprint;
@@ -49,6 +51,13 @@ typedef struct footprint {
 /* Fills f for model m, n samples and a wse-node of `threads` threads (at
  * least 1). Returns 0, or -ENOMEM (f is then empty). */
 int footprint_init(footprint *f, const model *m, int n, int threads);
+/* The same for a share of `share` samples computed in micro-batches of
+ * `micro` (micro >= share, or < 1: no micro-batches): the executor holds
+ * one micro-batch, the batch buffers the whole share. */
+int footprint_init_micro(footprint *f, const model *m, int share, int micro, int threads);
+/* The largest layer's trainable tensors, in bytes: where a micro-batch's
+ * weight gradients are made before they are added to the step's. */
+uint64_t footprint_accum_bytes(const model *m);
 void footprint_free(footprint *f);
 
 /* int32 labels per sample the model's loss needs: 1 for classification, a

@@ -10,7 +10,7 @@
 
 #include "util.h"
 
-enum key_kind { K_INT, K_FLOAT, K_BOOL, K_STRING, K_PATH };
+enum key_kind { K_INT, K_INT_AUTO, K_FLOAT, K_BOOL, K_STRING, K_PATH };
 
 typedef struct key_spec {
     const char *name;
@@ -22,6 +22,8 @@ typedef struct key_spec {
 } key_spec;
 
 #define KI(s, f, lo, hi) {#f, K_INT, offsetof(s, f), 0, lo, hi, NULL}
+/* an integer, or "auto" (stored as JOBSPEC_AUTO) */
+#define KA(s, f, lo, hi) {#f, K_INT_AUTO, offsetof(s, f), 0, lo, hi, NULL}
 #define KF(s, f, lo, hi) {#f, K_FLOAT, offsetof(s, f), 0, lo, hi, NULL}
 #define KB(s, f) {#f, K_BOOL, offsetof(s, f), 0, 0, 0, NULL}
 #define KS(s, f, ch) {#f, K_STRING, offsetof(s, f), sizeof(((s *)0)->f), 0, 0, ch}
@@ -52,6 +54,7 @@ static const key_spec input_keys[] = {
        "synthetic_classification|synthetic_segmentation|mnist|png_segmentation"),
     KP(jobspec_input, data_dir),
     KI(jobspec_input, batch_size, 1, 1 << 24),
+    KA(jobspec_input, micro_batch_size, 1, 1 << 24),
     KB(jobspec_input, shuffle),
     KI(jobspec_input, shuffle_seed, 0, 9.2e18),
     KI(jobspec_input, num_classes, 1, 1 << 20),
@@ -150,6 +153,16 @@ static int jobspec__section(const toml_value *t, const char *section, const key_
         char *field = (char *)base + ks->offset;
         toml_type ty = toml_type_of(v);
         switch (ks->kind) {
+        case K_INT_AUTO:
+            if (ty == TOML_STRING && strcmp(toml_string(v), "auto") == 0) {
+                *(int64_t *)field = JOBSPEC_AUTO;
+                break;
+            }
+            if (ty != TOML_INTEGER)
+                return toml_errorf(err, errlen, src, vpos, "%s.%s: expected an integer or \"auto\", "
+                                   "found %s", section, key,
+                                   ty == TOML_STRING ? "another string" : toml_type_name(ty));
+            /* fall through */
         case K_INT: {
             if (ty != TOML_INTEGER)
                 return toml_errorf(err, errlen, src, vpos, "%s.%s: expected an integer, found %s",
@@ -258,6 +271,12 @@ static int jobspec__refuse_unbuilt(const toml_value *root, const jobspec *j, cha
                                "%s.%s: %s is not available in this version yet", unbuilt[i].section,
                                unbuilt[i].key, unbuilt[i].what);
     }
+    const toml_value *ev = toml_table_get(root, "eval_input");
+    long mk = ev ? toml_table_find(ev, "micro_batch_size") : -1;
+    if (mk >= 0)
+        return toml_errorf(err, errlen, src, toml_table_key_pos(ev, (size_t)mk),
+                           "eval_input.micro_batch_size: micro-batches are for training; an "
+                           "evaluation batch is never larger than what a replica computes at once");
     const toml_value *rc = toml_table_get(root, "runconfig");
     long k = rc ? toml_table_find(rc, "eval_frequency") : -1;
     if (k >= 0 && j->eval_frequency > 0 && !j->eval.present)

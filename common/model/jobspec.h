@@ -11,11 +11,16 @@
 #include "model.h"
 #include "toml.h"
 
+#define JOBSPEC_AUTO (-1) /* a key given as "auto" */
+
 typedef struct jobspec_input {
     bool present;                 /* the section was given */
     char data_processor[64];      /* "synthetic_classification", "mnist", ... */
     char data_dir[PATH_MAX];      /* resolved against the submit directory */
     int64_t batch_size;           /* effective (global) batch, split over num_csx */
+    int64_t micro_batch_size;     /* train: samples a replica computes at once, its share in
+                                   * micro-batches; 0: the whole share; JOBSPEC_AUTO: the plan's
+                                   * choice, the largest that fits */
     bool shuffle;
     int64_t shuffle_seed;
     int64_t num_classes;

@@ -80,6 +80,9 @@ int msgcheck_plan(const Appliance__Plan *p, char *err, size_t errlen)
         return errmsg(-EINVAL, err, errlen, "plan: chunks of %llu elements (1 to %zu)",
                               (unsigned long long)p->chunk_elems,
                               (size_t)(FRAME_DEFAULT_MAX_PAYLOAD / sizeof(float)));
+    if (p->micro_batch && p->mode != APPLIANCE__EXEC_MODE__MODE_PIPELINED)
+        return errmsg(-EINVAL, err, errlen, "plan: micro-batches of %u samples outside Pipelined "
+                      "execution", p->micro_batch);
     if (p->n_shards == 0 || p->n_replicas == 0 || p->n_swarm == 0)
         return errmsg(-EINVAL, err, errlen, "plan: %zu shards, %zu replicas, %zu swarmx nodes; "
                               "each must be at least 1", p->n_shards, p->n_replicas, p->n_swarm);

@@ -320,6 +320,85 @@ START_TEST(lean_trains_as_the_reference_unet)
 }
 END_TEST
 
+/* A share computed in micro-batches gives the weights of the whole share
+ * at once (no batch norm: its statistics are per micro-batch), dropout
+ * included: masks follow the sample, not the micro-batch. */
+START_TEST(micro_batches_add_up_to_the_share)
+{
+    static const char *text =
+        "[model]\ninput_shape = [2, 12, 12]\nloss = \"softmax_cross_entropy\"\n"
+        "[[model.layers]]\nname = \"c1\"\ntype = \"conv2d\"\nfilters = 4\nkernel_size = 3\n"
+        "padding = 1\n"
+        "[[model.layers]]\nname = \"r1\"\ntype = \"relu\"\n"
+        "[[model.layers]]\nname = \"p1\"\ntype = \"max_pool2d\"\nkernel_size = 2\n"
+        "[[model.layers]]\nname = \"d1\"\ntype = \"dropout\"\nrate = 0.25\n"
+        "[[model.layers]]\nname = \"f\"\ntype = \"flatten\"\n"
+        "[[model.layers]]\nname = \"fc\"\ntype = \"dense\"\nunits = 5\n";
+    char err[256];
+    toml_value *root = toml_parse(text, strlen(text), "micro.toml", err, sizeof(err));
+    ck_assert_msg(root != NULL, "%s", err);
+    model *m = model_compile_document(root, err, sizeof(err));
+    ck_assert_msg(m != NULL, "%s", err);
+    toml_free(root);
+    enum { SHARE = 7, MICRO = 3, STEPS = 5 };
+    net whole, parts;
+    net_init(&whole, m, SHARE, false);
+    exec_deinit(&whole.e);
+    ck_assert_int_eq(exec_init_micro(&whole.e, m, SHARE, SHARE, 1, whole.w, whole.g, err,
+                                     sizeof(err)), 0);
+    net_init(&parts, m, SHARE, false);
+    exec_deinit(&parts.e);
+    ck_assert_int_eq(exec_init_micro(&parts.e, m, SHARE, MICRO, 1, parts.w, parts.g, err,
+                                     sizeof(err)), 0);
+    ck_assert_int_eq(parts.e.n, MICRO);
+    whole.e.seed = parts.e.seed = 11;
+    uint64_t in = model_shape_elems(&m->input);
+    /* the share as it arrives: its inputs, then its labels */
+    float *x = malloc(SHARE * (in + 1) * sizeof(float));
+    int32_t *y = (int32_t *)(x + SHARE * in);
+    for (int64_t step = 0; step < STEPS; step++) {
+        for (uint64_t k = 0; k < SHARE * in; k++)
+            x[k] = (float)rng_uniform(5, (uint64_t)step, k);
+        for (int k = 0; k < SHARE; k++)
+            y[k] = (int32_t)(rng_hash(6, (uint64_t)step, (uint64_t)k) % 5);
+        double a = net_step(&whole, m, x, y, step, SHARE), b = 0;
+        /* the micro-batches of the share, as the wse-node runs them */
+        for (int first = 0; first < SHARE; first += MICRO) {
+            int count = SHARE - first < MICRO ? SHARE - first : MICRO;
+            exec *e = &parts.e;
+            exec_set_batch(e, count);
+            e->sample_offset = (uint64_t)first;
+            e->micro_later = e->accumulate = first > 0;
+            e->micro_more = first + MICRO < SHARE;
+            const float *xm = exec_take_input(e, x, first);
+            for (int i = 0; i < m->nlayers; i++)
+                exec_forward(e, i, xm, step, true);
+            b += exec_loss(e, xm, exec_labels(e, x, SHARE, first), 1.0f / SHARE);
+            for (int i = m->nlayers - 1; i >= 0; i--)
+                exec_backward(e, i, xm, step);
+        }
+        for (int i = 0; i < m->ntensors; i++)
+            for (uint64_t k = 0; k < m->tensors[i].elems; k++)
+                parts.w[i][k] -= 0.05f * parts.g[i][k];
+        ck_assert_msg(fabs(a - b) <= 1e-5 * fabs(a), "step %lld: loss %.9g whole, %.9g in parts",
+                      (long long)step, a, b);
+    }
+    for (int i = 0; i < m->ntensors; i++) {
+        double d = 0, n = 0;
+        for (uint64_t k = 0; k < m->tensors[i].elems; k++) {
+            d += pow(whole.w[i][k] - parts.w[i][k], 2);
+            n += pow(whole.w[i][k], 2);
+        }
+        ck_assert_msg(sqrt(d) <= 1e-5 * sqrt(n), "%s: relative difference %g after %d steps",
+                      m->tensors[i].name, sqrt(d / n), STEPS);
+    }
+    free(x);
+    net_free(&whole, m);
+    net_free(&parts, m);
+    model_free(m);
+}
+END_TEST
+
 START_TEST(lean_trains_as_the_reference_others)
 {
     train_alike("resnet_small.toml", NULL, NULL, 3, 10);
@@ -336,6 +415,7 @@ int main(void)
     tcase_add_test(t, unet_plan_is_lean);
     tcase_add_test(t, lean_trains_as_the_reference_unet);
     tcase_add_test(t, lean_trains_as_the_reference_others);
+    tcase_add_test(t, micro_batches_add_up_to_the_share);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

@@ -41,7 +41,7 @@ static void offline__table(const model *m, int share, int micro, int threads)
         printf("  %-24.24s %-16s %12s %-10s %12s %12s %12s\n", m->layers[i].name,
                model_shape_str(&m->layers[i].out, shape, sizeof(shape)),
                units_format_size(l->act, a[0], sizeof(a[0])),
-               l->act == 0 ? "(a view)" : l->kept ? "kept" : "recomputed",
+               l->act == 0 ? "(a view)" : l->packed ? "kept bf16" : l->kept ? "kept" : "recomputed",
                units_format_size(l->dact, a[1], sizeof(a[1])),
                units_format_size(l->aux, a[2], sizeof(a[2])),
                units_format_size(l->workspace, a[3], sizeof(a[3])));

@@ -146,8 +146,10 @@ static int exec__init(exec *e, const model *m, int share, int n, int threads, fl
     e->act = calloc((size_t)m->nlayers, sizeof(float *));
     e->dact = calloc((size_t)m->nlayers, sizeof(float *));
     e->aux = calloc((size_t)m->nlayers, sizeof(void *));
+    e->packed = calloc((size_t)m->nlayers, sizeof(uint16_t *));
+    e->direct = calloc((size_t)m->nlayers, sizeof(bool));
     e->res = malloc((size_t)m->nlayers * sizeof(int));
-    if (!e->act || !e->dact || !e->aux || !e->res)
+    if (!e->act || !e->dact || !e->aux || !e->packed || !e->direct || !e->res)
         goto oom;
     for (int i = 0; i < m->nlayers; i++)
         e->res[i] = memplan_resolve(m, i);
@@ -178,6 +180,8 @@ void exec_deinit(exec *e)
     free(e->act);
     free(e->dact);
     free(e->aux);
+    free(e->packed);
+    free(e->direct);
     free(e->res);
     free(e->arena);
     free(e->ws);
@@ -235,6 +239,7 @@ static void exec__replay(exec *e, int op, const float *x, int64_t step)
             break;
         case MEMPLAN_DOUT:
             e->dact[ev->layer] = (float *)p;
+            e->direct[ev->layer] = ev->direct;
             if (ev->zero)
                 memset(p, 0, (size_t)e->n * model_shape_elems(&e->m->layers[ev->layer].out) *
                                  sizeof(float));
@@ -254,6 +259,13 @@ static void exec__replay(exec *e, int op, const float *x, int64_t step)
             exec__run_forward(e, ev->layer, x, step, EXEC__RECOMPUTE);
             e->recomputed++;
             break;
+        case MEMPLAN_PACKED:
+            e->packed[ev->layer] = (uint16_t *)p;
+            break;
+        case MEMPLAN_UNPACK:
+            op_bf16_unpack(e->act[ev->layer], e->packed[ev->layer],
+                           (size_t)e->n * model_shape_elems(&e->m->layers[ev->layer].out));
+            break;
         }
     }
 }
@@ -271,6 +283,9 @@ void exec_forward(exec *e, int li, const float *x, int64_t step, bool training)
 {
     exec__replay(e, memplan_forward_op(&e->plan, li), x, step);
     exec__run_forward(e, li, x, step, training ? EXEC__TRAIN : EXEC__EVAL);
+    if (training && e->plan.packed[li]) /* kept for the backward pass as bfloat16 */
+        op_bf16_pack(e->packed[li], e->act[li],
+                     (size_t)e->n * model_shape_elems(&e->m->layers[li].out));
 }
 
 /* A layer's forward pass: in training (batch statistics, dropout, running
@@ -504,8 +519,11 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
     size_t in_count = (size_t)n * model_shape_elems(&l->in);
     int c = (int)l->in.d[0], hw = exec__hw(&l->in);
     int src = l->inputs[0] < 0 ? -1 : e->res[l->inputs[0]]; /* through flatten views */
-    float *din = e->scratch; /* the gradient of inputs[0], added below */
-    bool has_din = true;
+    /* the gradient of inputs[0]: written whole where the plan says it is new
+     * here, else made in the scratch buffer and added below */
+    bool fresh = src >= 0 && e->direct[src];
+    float *din = fresh ? exec__dout(e, src) : e->scratch;
+    bool has_din = !fresh;
     switch (l->type) {
     case LAYER_DENSE:
         if (src < 0)
@@ -556,12 +574,14 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
             const model_shape *s = exec__shape_of(e->m, l->inputs[i]);
             channels[i] = (int)s->d[0];
             sizes[i] = (size_t)n * model_shape_elems(s);
-            dins[i] = exec__dout(e, l->inputs[i]) ? p : NULL;
+            float *target = exec__dout(e, l->inputs[i]);
+            bool whole = target && e->direct[e->res[l->inputs[i]]];
+            dins[i] = whole ? target : target ? p : NULL;
             p += sizes[i];
         }
         op_concat_backward(dins, dout, channels, l->ninputs, n, exec__hw(&l->out));
         for (int i = 0; i < l->ninputs; i++)
-            if (dins[i])
+            if (dins[i] && dins[i] != exec__dout(e, l->inputs[i]))
                 exec__accumulate(exec__dout(e, l->inputs[i]), dins[i], sizes[i]);
         has_din = false;
         break;
@@ -604,6 +624,9 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
     }
     if (has_din && din && src >= 0)
         exec__accumulate(exec__dout(e, src), din, in_count);
+    for (int k = 0; k < l->ninputs; k++) /* written: later writers add */
+        if (l->inputs[k] >= 0 && e->res[l->inputs[k]] >= 0)
+            e->direct[e->res[l->inputs[k]]] = false;
 }
 
 void exec_set_batch(exec *e, int n)

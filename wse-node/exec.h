@@ -31,6 +31,8 @@ typedef struct exec {
     float **act;            /* per layer: output (batch x out) */
     float **dact;           /* per layer: gradient of the output, accumulated */
     void **aux;             /* per layer: argmax indices or saved statistics */
+    uint16_t **packed;      /* per layer: its output kept as bfloat16 (activation_dtype) */
+    bool *direct;           /* per layer: this operation writes its gradient whole */
     float *scratch;         /* the input gradients of one layer */
     float *targets;         /* float targets of bce and dice (n x per) */
     float *lossgrad;        /* the second gradient of bce_dice */

@@ -365,6 +365,11 @@ static void wn__release_job(jobhost *h, void *job, jobhost_end end, const char *
     wn__release(h->n, j);
 }
 
+static bool wn__computing(node *n)
+{
+    return wn_of(n)->job && wn_of(n)->job->busy;
+}
+
 static void wn__describe_wait(node *n, char *out, size_t len)
 {
     wn_job *j = wn_of(n)->job;
@@ -442,5 +447,6 @@ void wse_node_role(node_role *role, wse_node *w, node *n)
     role->on_shutdown = wn__shutdown;
     role->on_coordinator_lost = wn__coordinator_lost;
     role->describe_wait = wn__describe_wait;
+    role->computing = wn__computing;
     role->metrics = wn__metrics;
 }

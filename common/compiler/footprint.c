@@ -124,13 +124,14 @@ int footprint_init_micro(footprint *f, const model *m, int share, int micro, int
         uint64_t out = memplan_out_bytes(m, i, n);
         fl->act = l->type == LAYER_FLATTEN ? 0 : out;
         fl->kept = f->plan.kept[i];
+        fl->packed = f->plan.packed[i];
         fl->dact = l->type == LAYER_FLATTEN ? 0 : out;
         fl->aux = memplan_aux_bytes(l, n);
         fl->workspace = footprint_workspace_bytes(l, n, f->threads);
         fl->scratch = memplan_scratch_bytes(m, i, n);
         f->act += fl->act;
         if (fl->kept)
-            f->kept += fl->act;
+            f->kept += fl->packed ? fl->act / 2 : fl->act;
         f->dact += fl->dact;
         f->aux += fl->aux;
         if (fl->workspace > ws)

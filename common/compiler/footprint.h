@@ -16,6 +16,7 @@
 typedef struct footprint_layer {
     uint64_t act;        /* its output (0 for a flatten: a view) */
     bool kept;           /* the output is kept for the backward pass, else recomputed there */
+    bool packed;         /* kept as bfloat16 (activation_dtype), half of act */
     uint64_t dact;       /* the gradient of its output, while it is alive (0 for a flatten) */
     uint64_t aux;        /* saved state: max-pool argmax indices, norm statistics */
     uint64_t workspace;  /* convolution workspace on the wse-node's threads */

@@ -24,6 +24,11 @@ uint64_t memplan_out_bytes(const model *m, int layer, int n)
     return (uint64_t)n * model_shape_elems(memplan__shape_of(m, layer)) * sizeof(float);
 }
 
+uint64_t memplan_packed_bytes(const model *m, int layer, int n)
+{
+    return (uint64_t)n * model_shape_elems(memplan__shape_of(m, layer)) * sizeof(uint16_t);
+}
+
 uint64_t memplan_aux_bytes(const model_layer *l, int n)
 {
     switch (l->type) {
@@ -112,11 +117,12 @@ typedef struct memplan_sim {
     uint32_t nbufs, capbufs;
     uint32_t capevents;
     uint64_t t;
-    int *out, *dout, *aux;      /* per layer: the live buffer, -1 */
+    int *out, *dout, *aux, *pk; /* per layer: the live buffer, -1 */
     int scratch, loss;          /* the operation's temporaries, -1 */
     uint64_t *needs;            /* per layer: bitset over the operations */
     size_t words;               /* of one bitset */
     int *fwd_last;              /* per layer: its last reader in the forward pass */
+    int *made;                  /* per layer: the backward operation that made its output again */
     int *need_last;             /* per layer: its last need in the backward pass, -1: none */
     bool keep_all;              /* the reference plan: nothing freed, nothing recomputed */
     bool failed;
@@ -150,6 +156,7 @@ static uint32_t memplan__event(memplan_sim *s, enum memplan_kind kind, int layer
     memplan_event *e = &p->events[p->nevents];
     e->kind = (uint8_t)kind;
     e->zero = zero;
+    e->direct = false;
     e->layer = layer;
     e->offset = 0;
     return p->nevents++;
@@ -189,18 +196,39 @@ static void memplan__free(memplan_sim *s, int *slot)
     *slot = -1;
 }
 
+/* Frees in the middle of an operation's events: what is placed next may
+ * take the room. */
+static void memplan__free_now(memplan_sim *s, int *slot)
+{
+    memplan__free(s, slot);
+    s->t++;
+}
+
 /* The output of layer j live now, recomputing it (and, first, whatever of
  * its inputs is not live) when the forward pass let it go. */
-static void memplan__ensure(memplan_sim *s, int j)
+static void memplan__ensure(memplan_sim *s, int j, int op, int r0, int r1)
 {
     if (j < 0 || s->out[j] >= 0 || s->failed)
         return;
+    s->made[j] = op;
+    if (s->p->packed[j]) { /* from its bfloat16 copy */
+        s->out[j] = memplan__place(s, MEMPLAN_OUT, j, memplan_out_bytes(s->m, j, s->n), false);
+        memplan__event(s, MEMPLAN_UNPACK, j, false);
+        return;
+    }
     const model_layer *l = &s->m->layers[j];
     for (int k = 0; k < l->ninputs; k++)
-        memplan__ensure(s, memplan_resolve(s->m, l->inputs[k]));
+        memplan__ensure(s, memplan_resolve(s->m, l->inputs[k]), op, r0, r1);
     s->out[j] = memplan__place(s, MEMPLAN_OUT, j, memplan_out_bytes(s->m, j, s->n), false);
     memplan__event(s, MEMPLAN_RECOMPUTE, j, false);
     s->p->recomputes++;
+    /* its inputs made again for it alone go now */
+    for (int k = 0; k < l->ninputs; k++) {
+        int src = memplan_resolve(s->m, l->inputs[k]);
+        if (src >= 0 && s->out[src] >= 0 && s->made[src] == op && src != r0 && src != r1 &&
+            !memplan__has(s, src, op + 1))
+            memplan__free_now(s, &s->out[src]);
+    }
 }
 
 /* The operations: forward, loss, backward, with their events. */
@@ -217,6 +245,9 @@ static void memplan__simulate(memplan_sim *s)
             const model_layer *l = &m->layers[i];
             if (l->type != LAYER_FLATTEN) {
                 s->out[i] = memplan__place(s, MEMPLAN_OUT, i, memplan_out_bytes(m, i, n), false);
+                if (p->packed[i])
+                    s->pk[i] = memplan__place(s, MEMPLAN_PACKED, i, memplan_packed_bytes(m, i, n),
+                                              false);
                 uint64_t aux = memplan_aux_bytes(l, n);
                 if (aux)
                     s->aux[i] = memplan__place(s, MEMPLAN_AUX, i, aux, false);
@@ -224,7 +255,8 @@ static void memplan__simulate(memplan_sim *s)
             p->ops[op].count = p->nevents - p->ops[op].first;
             s->t++; /* it runs */
             for (int j = 0; j <= i; j++)
-                if (s->out[j] >= 0 && s->fwd_last[j] == i && !(p->kept[j] && s->need_last[j] >= 0))
+                if (s->out[j] >= 0 && s->fwd_last[j] == i &&
+                    !(p->kept[j] && !p->packed[j] && s->need_last[j] >= 0))
                     memplan__free(s, &s->out[j]);
         } else if (op == L) { /* the loss */
             if (s->dout[last] < 0 && last >= 0)
@@ -236,9 +268,12 @@ static void memplan__simulate(memplan_sim *s)
             p->ops[op].count = p->nevents - p->ops[op].first;
             s->t++;
             memplan__free(s, &s->loss);
-            for (int j = 0; j < L; j++)
-                if (s->out[j] >= 0 && p->kept[j] && s->need_last[j] <= op)
+            for (int j = 0; j < L; j++) {
+                if (s->out[j] >= 0 && p->kept[j] && !p->packed[j] && s->need_last[j] <= op)
                     memplan__free(s, &s->out[j]);
+                if (s->pk[j] >= 0 && s->need_last[j] <= op)
+                    memplan__free(s, &s->pk[j]);
+            }
         } else { /* backward of layer i */
             int i = 2 * L - op;
             const model_layer *l = &m->layers[i];
@@ -246,20 +281,31 @@ static void memplan__simulate(memplan_sim *s)
                 p->ops[op].count = 0;
                 continue;
             }
-            if (memplan__reads_input(l->type))
-                memplan__ensure(s, memplan_resolve(m, l->inputs[0]));
-            if (memplan__reads_output(l->type))
-                memplan__ensure(s, i);
+            int r0 = memplan__reads_input(l->type) ? memplan_resolve(m, l->inputs[0]) : -2;
+            int r1 = memplan__reads_output(l->type) ? i : -2;
+            if (r0 >= 0)
+                memplan__ensure(s, r0, op, r0, r1);
+            if (r1 >= 0)
+                memplan__ensure(s, r1, op, r0, r1);
             if (s->dout[i] < 0) /* nothing read its output: a zero gradient */
                 s->dout[i] = memplan__place(s, MEMPLAN_DOUT, i, memplan_out_bytes(m, i, n), true);
+            uint64_t sb = memplan_scratch_bytes(m, i, n);
+            /* the input gradients written whole where they are new: every one of them */
+            bool direct = sb > 0;
             for (int k = 0; k < l->ninputs; k++) {
                 int src = memplan_resolve(m, l->inputs[k]);
-                if (src >= 0 && s->dout[src] < 0)
-                    s->dout[src] = memplan__place(s, MEMPLAN_DOUT, src,
-                                                  memplan_out_bytes(m, src, n), true);
+                if (src >= 0 && s->dout[src] >= 0)
+                    direct = false;
             }
-            uint64_t sb = memplan_scratch_bytes(m, i, n);
-            if (sb)
+            for (int k = 0; k < l->ninputs; k++) {
+                int src = memplan_resolve(m, l->inputs[k]);
+                if (src >= 0 && s->dout[src] < 0) {
+                    s->dout[src] = memplan__place(s, MEMPLAN_DOUT, src,
+                                                  memplan_out_bytes(m, src, n), !direct);
+                    p->events[p->nevents - 1].direct = direct;
+                }
+            }
+            if (sb && !direct)
                 s->scratch = memplan__place(s, MEMPLAN_SCRATCH, i, sb, false);
             p->ops[op].count = p->nevents - p->ops[op].first;
             s->t++;
@@ -269,9 +315,12 @@ static void memplan__simulate(memplan_sim *s)
             memplan__free(s, &s->dout[i]);
             memplan__free(s, &s->aux[i]);
             for (int j = 0; j < L; j++) {
+                if (s->pk[j] >= 0 && s->need_last[j] <= op)
+                    memplan__free(s, &s->pk[j]);
                 if (s->out[j] < 0)
                     continue;
-                bool keep = p->kept[j] ? s->need_last[j] > op : memplan__has(s, j, op + 1);
+                bool keep = p->kept[j] && !p->packed[j] ? s->need_last[j] > op
+                                                        : memplan__has(s, j, op + 1);
                 if (!keep)
                     memplan__free(s, &s->out[j]);
             }
@@ -333,6 +382,8 @@ static void memplan__needs(memplan_sim *s)
                 s->need_last[j] = op;
                 break;
             }
+        p->packed[j] = m->act_bf16 && !s->keep_all && p->kept[j] && j != last &&
+                       s->need_last[j] > L;
     }
 }
 
@@ -418,18 +469,21 @@ int memplan_build_as(memplan *p, const model *m, int n, bool keep_all)
     size_t nl = L ? (size_t)L : 1;
     p->ops = calloc(2 * nl + 1, sizeof(*p->ops));
     p->kept = calloc(nl, sizeof(*p->kept));
+    p->packed = calloc(nl, sizeof(*p->packed));
     s.out = malloc(nl * sizeof(int));
     s.dout = malloc(nl * sizeof(int));
     s.aux = malloc(nl * sizeof(int));
+    s.pk = malloc(nl * sizeof(int));
     s.fwd_last = malloc(nl * sizeof(int));
     s.need_last = malloc(nl * sizeof(int));
+    s.made = malloc(nl * sizeof(int));
     s.needs = calloc(nl * s.words, sizeof(uint64_t));
     int rc = -ENOMEM;
-    if (!p->ops || !p->kept || !s.out || !s.dout || !s.aux || !s.fwd_last || !s.need_last ||
-        !s.needs)
+    if (!p->ops || !p->kept || !p->packed || !s.out || !s.dout || !s.aux || !s.pk ||
+        !s.fwd_last || !s.need_last || !s.made || !s.needs)
         goto done;
     for (int j = 0; j < L; j++)
-        s.out[j] = s.dout[j] = s.aux[j] = -1;
+        s.out[j] = s.dout[j] = s.aux[j] = s.pk[j] = s.made[j] = -1;
     memplan__needs(&s);
     memplan__simulate(&s);
     if (!s.failed)
@@ -439,8 +493,10 @@ done:
     free(s.out);
     free(s.dout);
     free(s.aux);
+    free(s.pk);
     free(s.fwd_last);
     free(s.need_last);
+    free(s.made);
     free(s.needs);
     if (rc < 0)
         memplan_free(p);
@@ -452,5 +508,6 @@ void memplan_free(memplan *p)
     free(p->ops);
     free(p->events);
     free(p->kept);
+    free(p->packed);
     memset(p, 0, sizeof(*p));
 }

@@ -16,8 +16,13 @@
  *    saved), and dropped again unless the very next operation reads them
  *    too;
  *  - gradients by liveness: the gradient of a layer's output exists from
- *    its first writer in the backward pass (zeroed then) to the end of the
- *    layer's own backward pass;
+ *    its first writer in the backward pass to the end of the layer's own
+ *    backward pass; the first writer writes it whole when it is the only
+ *    gradient the operation makes (or a concatenation's, all new), else
+ *    adds into zeros through a scratch buffer;
+ *  - what the backward pass recomputes for one operation goes as soon as
+ *    the recomputations that read it are done, unless the operation or the
+ *    next one reads it;
  *  - saved state (max-pool indices, norm statistics) from the layer's
  *    forward pass to its backward pass; temporaries (the input gradients
  *    of one layer, the loss's targets) for one operation.
@@ -26,7 +31,12 @@
  * at the lowest offset free for its whole life), so the arena is what the
  * executor allocates and what the plan reports: the executor replays the
  * plan's events and cannot need more. Flatten layers are views: their
- * output and gradient are their input's. Pure function of (model, n). */
+ * output and gradient are their input's. Pure function of (model, n).
+ *
+ * With the model's activation_dtype = "bfloat16" (act_bf16), a kept output
+ * (but the last layer's) is kept as a bfloat16 copy made right after its
+ * forward pass; its float output then lives as a cheap layer's does, and
+ * the backward pass makes it again from the copy when it reads it. */
 #pragma once
 
 #include <stdbool.h>
@@ -42,11 +52,15 @@ enum memplan_kind {
     MEMPLAN_SCRATCH,    /* the input gradients of the operation's layer */
     MEMPLAN_LOSS,       /* the loss's float targets and second gradient */
     MEMPLAN_RECOMPUTE,  /* run the layer's forward again into its output, placed before */
+    MEMPLAN_PACKED,     /* a layer's output kept as bfloat16: from here on at offset */
+    MEMPLAN_UNPACK,     /* make the layer's output, placed before, from its bfloat16 copy */
 };
 
 typedef struct memplan_event {
     uint8_t kind;       /* memplan_kind */
     bool zero;          /* MEMPLAN_DOUT: the first writer accumulates into zeros */
+    bool direct;        /* MEMPLAN_DOUT: the operation, its first writer, writes it whole (no
+                         * zeros, no scratch) */
     int32_t layer;
     uint64_t offset;    /* in the arena */
 } memplan_event;
@@ -65,6 +79,7 @@ typedef struct memplan {
     uint64_t arena;         /* bytes of the arena, 64-byte aligned */
     uint64_t peak_live;     /* the most bytes alive at once (the arena holds at least this) */
     bool *kept;             /* per layer: its output is kept for the backward pass; owned */
+    bool *packed;           /* per layer: kept as bfloat16 (model act_bf16); owned */
     uint32_t recomputes;    /* layer outputs recomputed in one step's backward pass */
 } memplan;
 
@@ -75,6 +90,7 @@ static inline int memplan_backward_op(const memplan *p, int layer) { return 2 * 
 
 /* Sizes of a layer's buffers for n samples, as the plan allocates them. */
 uint64_t memplan_out_bytes(const model *m, int layer, int n);
+uint64_t memplan_packed_bytes(const model *m, int layer, int n);
 uint64_t memplan_aux_bytes(const model_layer *l, int n);
 /* The input gradients of a layer's backward pass, computed at once (0: it
  * needs none: it adds its output gradient to its inputs' directly). */

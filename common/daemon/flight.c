@@ -94,6 +94,7 @@ static void flight__job_start(flight *f, const Appliance__Plan *p)
     f->tensor_layer = NULL;
     f->ntensors = 0;
     snprintf(f->job, sizeof(f->job), "%s", p->job_id ? p->job_id : "");
+    f->max_gap_us = 0;
     uint32_t max = 0;
     for (size_t i = 0; i < p->n_tensors; i++)
         if (p->tensors[i]->id >= max)
@@ -172,7 +173,10 @@ void flight_note(flight *f, const Appliance__Envelope *env, const char *peer, bo
     default:
         break;
     }
-    e.t_us = f->last_us = flight__now_us();
+    e.t_us = flight__now_us();
+    if (f->job[0] && f->last_us && e.t_us - f->last_us > f->max_gap_us)
+        f->max_gap_us = e.t_us - f->last_us;
+    f->last_us = e.t_us;
     snprintf(e.peer, sizeof(e.peer), "%s", peer && peer[0] ? peer : "?");
     f->ev[f->n % FLIGHT_CAP] = e;
     f->n++;
@@ -246,7 +250,10 @@ bool flight_hung(flight *f, uint64_t silence_ms)
 {
     if (!f->job[0] || f->n == f->dumped_at)
         return false;
-    return flight__now_us() - f->last_us >= silence_ms * 1000u;
+    uint64_t limit = silence_ms * 1000u;
+    if (2 * f->max_gap_us > limit)
+        limit = 2 * f->max_gap_us;
+    return flight__now_us() - f->last_us >= limit;
 }
 
 void flight_free(flight *f)

@@ -34,6 +34,7 @@ typedef struct flight {
     uint32_t *tensor_layer; /* layer of each tensor id of that job, owned */
     size_t ntensors;
     uint64_t last_us;     /* when the last event was recorded */
+    uint64_t max_gap_us;  /* the longest silence this job's stream came back from */
     uint64_t dumped_at;   /* n when the ring was last written out */
     FILE *trace;          /* every event also written here (--trace), or NULL */
     uint64_t trace_bytes; /* written so far */
@@ -49,7 +50,9 @@ void flight_note(flight *f, const Appliance__Envelope *env, const char *peer, bo
 void flight_dump(flight *f, const char *job_id, const char *why);
 
 /* True (once per silence) when a job's stream has recorded nothing for
- * silence_ms although the job has not ended: the caller dumps it. */
+ * silence_ms, or twice the longest silence it already came back from (a
+ * job whose steps take minutes is slow, not stuck), although the job has
+ * not ended: the caller dumps it. */
 bool flight_hung(flight *f, uint64_t silence_ms);
 
 /* Formats event i (0 = oldest kept) into out; returns false past the end. */

@@ -470,6 +470,8 @@ static void node__flight_check(uv_timer_t *t)
 {
     node *n = t->data;
     flight_trace_flush(&n->flight);
+    if (n->role->computing && n->role->computing(n))
+        return;
     if (flight_hung(&n->flight, NODE_SILENT_MS)) {
         char why[96];
         snprintf(why, sizeof(why), "its stream has been silent for %u s", NODE_SILENT_MS / 1000);

@@ -75,6 +75,9 @@ typedef struct node_role {
     /* Optional: what the role's job waits for now, for the flight recorder's
      * dump ("weights of layer fc2 for step 7 from swarmx swarmx-1"). */
     void (*describe_wait)(node *n, char *out, size_t len);
+    /* Optional: true while the role's job is computing (a silent stream is
+     * then no sign of a stall: no flight recorder dump). */
+    bool (*computing)(node *n);
     void (*on_shutdown)(node *n);     /* release the role's resources */
     void (*fill_register)(node *n, Appliance__Register *r);
     /* Optional: the role's own Prometheus metrics (see metrics.h). */

@@ -871,6 +871,20 @@ static int read_loss(compiler *c, const toml_value *mt)
                 "\"pixel_softmax_cross_entropy\", \"bce_with_logits\", \"dice\", \"bce_dice\"");
 }
 
+static int read_activation_dtype(compiler *c, const toml_value *mt)
+{
+    const toml_value *v = toml_table_get(mt, "activation_dtype");
+    if (!v)
+        return 0;
+    if (toml_type_of(v) == TOML_STRING && strcmp(toml_string(v), "float32") == 0)
+        return 0;
+    if (toml_type_of(v) == TOML_STRING && strcmp(toml_string(v), "bfloat16") == 0) {
+        c->m->act_bf16 = true;
+        return 0;
+    }
+    return fail(c, toml_pos_of(v), "\"activation_dtype\" must be \"float32\" or \"bfloat16\"");
+}
+
 /* The loss must fit what the last layer produces. */
 static int check_loss(compiler *c)
 {
@@ -923,12 +937,14 @@ static model *model__compile(const toml_value *mt, const model_shape *input, cha
     for (size_t i = 0; i < toml_table_len(mt); i++) {
         const char *key = toml_table_key(mt, i);
         if (strcmp(key, "input_shape") != 0 && strcmp(key, "loss") != 0 &&
-            strcmp(key, "layers") != 0 && strcmp(key, "name") != 0) {
+            strcmp(key, "layers") != 0 && strcmp(key, "name") != 0 &&
+            strcmp(key, "activation_dtype") != 0) {
             fail(&c, toml_table_key_pos(mt, i), "unknown key \"%.80s\" in [model]", key);
             goto fail;
         }
     }
-    if (read_input_shape(&c, mt) < 0 || read_loss(&c, mt) < 0)
+    if (read_input_shape(&c, mt) < 0 || read_loss(&c, mt) < 0 ||
+        read_activation_dtype(&c, mt) < 0)
         goto fail;
     if (input) /* the same layers on another input (model_compile_as) */
         m->input = *input;

@@ -120,6 +120,9 @@ typedef struct {
      * false from model_compile alone. */
     bool input_unorm8;
     bool labels_u8;
+    /* activation_dtype = "bfloat16": the outputs kept for the backward pass
+     * are kept as bfloat16 (computation stays float32). */
+    bool act_bf16;
 } model;
 
 /* Compiles the [model] table of a parsed job file: keys input_shape, loss,

@@ -87,8 +87,19 @@ START_TEST(silence_is_reported_once_and_not_after_the_end)
     flight_dump(&f, f.job, "test");
     ck_assert(!flight_hung(&f, 0)); /* nothing new since the dump */
     note_grad(1, 0, 0, false);
+    usleep(50000); /* beyond twice the longest silence so far (the dump's) */
     ck_assert(flight_hung(&f, 0));
     ck_assert(!flight_hung(&f, 60000));
+    flight_dump(&f, f.job, "test");
+    /* a stream that came back from 250 ms of silence (since the last
+     * gradient) is slow, not stuck: silent again, it is reported only after
+     * twice that */
+    usleep(200000);
+    note_grad(2, 0, 0, false);
+    usleep(100000);
+    ck_assert(!flight_hung(&f, 0));
+    usleep(500000);
+    ck_assert(flight_hung(&f, 0));
     Appliance__JobEnd e = APPLIANCE__JOB_END__INIT;
     e.job_id = "job-1";
     ENVELOPE(end, job_end, JOB_END, &e);

@@ -32,3 +32,23 @@ void op_flatten_backward(float *din, const float *dout, size_t count)
     if (din != dout)
         memcpy(din, dout, sizeof(float) * count);
 }
+
+void op_bf16_pack(uint16_t *out, const float *in, size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        uint32_t u;
+        memcpy(&u, &in[i], sizeof(u));
+        if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it one, quiet */
+            out[i] = (uint16_t)((u >> 16) | 0x40);
+        else
+            out[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+}
+
+void op_bf16_unpack(float *out, const uint16_t *in, size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        uint32_t u = (uint32_t)in[i] << 16;
+        memcpy(&out[i], &u, sizeof(u));
+    }
+}

@@ -11,7 +11,7 @@ if [ -n "${APPLIANCE_TEST_LIGHT:-}" ]; then
 fi
 . "${SOURCE_ROOT:?}/tests/cluster/lib.sh" appliance-peak
 submit="$build/client/appliance-submit"
-sizes=${PEAK_SIZES:-"512 1024"}
+sizes=${PEAK_SIZES:-"768 1536"}
 
 for size in $sizes; do
   sed -e "s/^max_steps = .*/max_steps = 2/" -e "s/^eval_frequency = .*/eval_frequency = 2/" \

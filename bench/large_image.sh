@@ -16,16 +16,22 @@
 #   BENCH large_image_step_sec_<big> <seconds> s     (median step, the big run)
 #   BENCH large_image_iou_<big> <iou> after_<n>_steps (held-out synthetic images)
 #   BENCH large_image_peak_<big> <GiB> GiB           every daemon together
+#   BENCH large_image_max_side_appliance_bf16 <side> px  the same with
+#         activation_dtype = "bfloat16"
+#   with LARGE_IMAGE_STRETCH=<side> (default 0: skipped), a run at that side
+#   with bfloat16 activations: BENCH large_image_step_sec_<side>_bf16 and
+#   BENCH large_image_peak_<side>_bf16
 #
 # LARGE_IMAGE_BIG (default 5120; 0 skips the big run) and LARGE_IMAGE_STEPS
-# (default 8) size the big run; it takes tens of minutes. Without Debian's
-# python3-torch the PyTorch figures are skipped, with a message.
+# (default 16; the job evaluates every quarter, the IoU curve is printed)
+# size the big run; it takes tens of minutes. Without Debian's python3-torch
+# the PyTorch figures are skipped, with a message.
 set -euo pipefail
 src=${SOURCE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
 build=${BUILD_ROOT:-$src/build}
 py=/usr/bin/python3
 big=${LARGE_IMAGE_BIG:-5120}
-big_steps=${LARGE_IMAGE_STEPS:-8}
+big_steps=${LARGE_IMAGE_STEPS:-16}
 limit=$((20 << 30))
 work=$(mktemp -d "${TMPDIR:-/tmp}/appliance-large.XXXXXX")
 run="$work/run"
@@ -37,9 +43,12 @@ trap cleanup EXIT
 echo "host: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB;" \
   "flags: $(lscpu | sed -n 's/^Flags: *//p' | tr ' ' '\n' | grep -E '^(avx2|avx512f|avx512_bf16|amx_tile|fma)$' | tr '\n' ' ')"
 
-job() { # SIDE STEPS EVAL_SAMPLES NAME: the example U-Net at SIDE^2, batch 1, one replica
+job() { # SIDE STEPS EVAL_SAMPLES NAME [bf16]: the example U-Net at SIDE^2, batch 1, one replica
+  local dtype=""
+  [ "${5:-}" = bf16 ] && dtype='activation_dtype = "bfloat16"'
   sed -e "s/^max_steps = .*/max_steps = $2/" -e "s/^log_steps = .*/log_steps = 1/" \
-    -e "s/^eval_frequency = .*/eval_frequency = 0/" -e "s/^num_csx = .*/num_csx = 1/" \
+    -e "s/^loss = \(.*\)/loss = \1\n$dtype/" \
+    -e "s/^eval_frequency = .*/eval_frequency = ${EVAL_EVERY:-0}/" -e "s/^num_csx = .*/num_csx = 1/" \
     -e "s/^batch_size = .*/batch_size = 1/" -e "s/^num_samples = 16/num_samples = $3/" \
     -e "s|^input_shape = .*|input_shape = [3, $1, $1]|" \
     -e "s|^model_dir = .*|model_dir = \"$work/$4\"|" "$src/examples/unet.toml" > "$work/$4.toml"
@@ -67,11 +76,16 @@ appliance() {
   echo "$out" | "$py" -c '
 import re, statistics, sys
 text = sys.stdin.read()
-el = {int(s): float(e) for s, e in re.findall(r"step (\d+)/\d+ \([0-9]+%\) loss [0-9.]+ .* elapsed ([0-9.]+)s", text)}
+def sec(d):  # durations as the client prints them: 12.3s, 5m12s, 1h02m
+    h, m, s = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:([0-9.]+)s)?", d).groups()
+    return int(h or 0) * 3600 + int(m or 0) * 60 + float(s or 0)
+el = {int(s): sec(e) for s, e in re.findall(r"step (\d+)/\d+ \([0-9]+%\) loss [0-9.]+ .* elapsed ([0-9hms.]+) ETA", text)}
 ks = sorted(el)
 d = [el[b] - el[a] for a, b in zip(ks, ks[1:]) if b == a + 1]
-iou = re.findall(r"IoU ([0-9.]+)", text)
-print(statistics.median(d) if d else float("nan"), sys.argv[1], sys.argv[2], iou[-1] if iou else "nan")
+iou = re.findall(r"eval at step (\d+): loss [0-9.]+, IoU ([0-9.]+)", text)
+if len(iou) > 1:
+    print("IoU by step: " + ", ".join("%s: %s" % p for p in iou), file=sys.stderr)
+print(statistics.median(d) if d else float("nan"), sys.argv[1], sys.argv[2], iou[-1][1] if iou else "nan")
 ' "$wse" "$all"
 }
 
@@ -97,7 +111,7 @@ else
 fi
 
 if [ "$big" -gt 0 ]; then
-  read -r big_step big_wse big_all big_iou < <(appliance "$big" "$big_steps" 2 "a$big")
+  read -r big_step big_wse big_all big_iou < <(EVAL_EVERY=$((big_steps / 4)) appliance "$big" "$big_steps" 2 "a$big")
   # the eval at the end: its IoU; every step's time
   echo "BENCH large_image_step_sec_$big $big_step s"
   echo "BENCH large_image_iou_$big $big_iou after_${big_steps}_steps"
@@ -109,6 +123,9 @@ fi
 plan=$("$build/client/appliance-submit" --plan --wafer-memory $((limit - others)) --threads 2 --json "$work/a2048.toml")
 side=$(echo "$plan" | "$py" -c 'import json, sys; p = json.load(sys.stdin); print(max(m["largest_square_input"] for m in p["modes"]))')
 echo "BENCH large_image_max_side_appliance $side px"
+job 2048 1 1 b2048 bf16 >/dev/null
+plan=$("$build/client/appliance-submit" --plan --wafer-memory $((limit - others)) --threads 2 --json "$work/b2048.toml")
+echo "BENCH large_image_max_side_appliance_bf16 $(echo "$plan" | "$py" -c 'import json, sys; p = json.load(sys.stdin); print(max(m["largest_square_input"] for m in p["modes"]))') px"
 if $have_torch; then
   "$py" -c '
 import json, math, sys
@@ -121,4 +138,11 @@ print("pytorch: %.0f bytes per pixel over a base of %.0f MiB" % (per_px, base / 
 print("BENCH large_image_max_side_pytorch %d px" % t_side)
 print("BENCH large_image_pixels_vs_pytorch %.2f of_pytorch" % (side * side / (t_side * t_side)))
 ' "$side" "$limit" "$t2048" "$t1024"
+fi
+
+stretch=${LARGE_IMAGE_STRETCH:-0}
+if [ "$stretch" -gt 0 ]; then
+  read -r s_step _ s_all s_iou < <(appliance "$stretch" 3 1 "s$stretch" bf16)
+  echo "BENCH large_image_step_sec_${stretch}_bf16 $s_step s"
+  "$py" -c 'import sys; print("BENCH large_image_peak_%s_bf16 %.2f GiB" % (sys.argv[1], int(sys.argv[2]) / 2**30))' "$stretch" "$s_all"
 fi

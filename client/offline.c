@@ -140,10 +140,19 @@ int offline_plan(const char *file, const char *text, uint64_t wafer, int threads
                    "train_input.batch_size, raise runconfig.num_csx, or compute the share in "
                    "micro-batches (train_input.micro_batch_size = \"auto\")\n", spec->mode,
                    offline__mode_name(pick->mode), share, pick->batch);
-        else
+        else {
+            model half = *m; /* what bfloat16 activations would need */
+            half.act_bf16 = true;
+            uint64_t need_half = fit_replica_bytes(&half, 1, threads, pick->mode, states);
+            char h1[32];
             printf("mode %s: %s does not fit one sample of %s: it needs a larger wafer "
-                   "(--wafer-memory)%s\n", spec->mode, offline__mode_name(pick->mode), in,
+                   "(--wafer-memory)%s", spec->mode, offline__mode_name(pick->mode), in,
                    pick->side > 0 ? ", or a smaller image" : "");
+            if (!m->act_bf16 && need_half <= wafer)
+                printf(", or [model] activation_dtype = \"bfloat16\" (needs %s)",
+                       units_format_size(need_half, h1, sizeof(h1)));
+            printf("\n");
+        }
         offline__table(m, share, choice.micro ? (int)choice.micro : share, threads);
     }
     toml_free(root);

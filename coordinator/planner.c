@@ -271,7 +271,7 @@ static void planner__refuse_ws(const jobspec *spec, const char *job_toml, uint64
                  (unsigned long long)(((uint64_t)spec->train.batch_size + (uint64_t)fit - 1) / (uint64_t)fit));
         return;
     }
-    char one[32], hint[96] = "";
+    char one[32], hint[192] = "";
     units_format_size(fit_replica_bytes(m, 1, (int)threads, ws, states), one, sizeof(one));
     char terr[256];
     toml_value *root = toml_parse(job_toml, strlen(job_toml), spec->source, terr, sizeof(terr));
@@ -281,6 +281,16 @@ static void planner__refuse_ws(const jobspec *spec, const char *job_toml, uint64
     if (side > 0)
         snprintf(hint, sizeof(hint), ", or images of at most %lldx%dx%d",
                  (long long)m->input.d[0], side, side);
+    /* half the kept activations may be what is missing */
+    model half = *m;
+    half.act_bf16 = true;
+    uint64_t need_half = fit_replica_bytes(&half, 1, (int)threads, ws, states);
+    if (!m->act_bf16 && need_half <= wafer) {
+        char h1[32];
+        units_format_size(need_half, h1, sizeof(h1));
+        snprintf(hint + strlen(hint), sizeof(hint) - strlen(hint),
+                 ", or [model] activation_dtype = \"bfloat16\" (needs %s)", h1);
+    }
     snprintf(err, errlen,
              "%s: not even one sample of %s fits a wafer: Weight Streaming needs %s per replica "
              "for one sample, the smallest wafer has %s; use wse-nodes with more wafer memory "

@@ -63,6 +63,27 @@ small = plan(unet, "1M")
 assert "does not fit one sample of 3x512x512: it needs a larger wafer (--wafer-memory)" in small, small
 assert "batch_size" not in small.split("memory of a replica")[0], small
 
+# one sample per replica that does not fit in float32 but would with
+# bfloat16 activations: the plan offers them, with their need, which is what
+# the same job with activation_dtype = "bfloat16" plans
+with open(unet) as f:
+    text = f.read().replace("batch_size = 4", "batch_size = 2", 1)
+jobs = {}
+for name, t in (("full", text),
+                ("half", text.replace('loss = "bce_dice"', 'loss = "bce_dice"\nactivation_dtype = "bfloat16"', 1))):
+    with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
+        f.write(t)
+    jobs[name] = f.name
+need = {n: {m["mode"]: m["bytes_per_replica"] for m in plan_json(j, "20G")["modes"]} for n, j in jobs.items()}
+assert plan_json(jobs["full"], "20G")["batch_per_replica"] == 1
+assert need["half"]["weight_streaming"] < need["full"]["weight_streaming"], need
+between = plan(jobs["full"], (need["half"]["weight_streaming"] + need["full"]["weight_streaming"]) // 2)
+assert ', or [model] activation_dtype = "bfloat16" (needs ' in between, between
+text_half = plan(jobs["half"], "20G")
+assert "kept bf16" in text_half and "recomputed" in text_half, text_half
+for j in jobs.values():
+    os.unlink(j)
+
 # a job file with an error names its place; --wafer-memory goes with --plan
 with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
     f.write("[runconfig]\nmax_step = 3\n")

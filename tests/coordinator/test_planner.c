@@ -208,6 +208,12 @@ START_TEST(refusals_say_what_helps)
     ck_assert_msg(strstr(err, "not even one sample of 3x256x256 fits a wafer") &&
                   strstr(err, "use wse-nodes with more wafer memory (--wafer-memory), or images of at "
                          "most 3x") && !strstr(err, "batch_size"), "%s", err);
+    /* bfloat16 activations are offered only when they would make one sample
+     * fit: here the one convolution's output is read in float32 anyway */
+    model half = *spec->model;
+    half.act_bf16 = true;
+    ck_assert_uint_ge(planner_replica_bytes(&half, 1, 1, APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING, 0), one);
+    ck_assert_msg(!strstr(err, "bfloat16"), "%s", err);
     jobspec_free(spec);
 }
 END_TEST

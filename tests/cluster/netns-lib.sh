@@ -101,6 +101,14 @@ netns__probe_nfqueue() {
     NETNS_DELAY_WHY="$pre and no delay line built (${NETNS_DELAYLINE:-BUILD_ROOT unset})"
     return 1
   fi
+  if ! command -v iptables >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    # what the delay line needs, installed as the scripts install what is missing
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iptables \
+      >/dev/null 2>&1 ||
+      { apt-get update -qq >/dev/null 2>&1 &&
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iptables \
+          >/dev/null 2>&1; } || true
+  fi
   if ! command -v iptables >/dev/null; then
     NETNS_DELAY_WHY="$pre and no iptables for the delay line (apt-get install iptables)"
     return 1

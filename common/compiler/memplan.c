@@ -32,7 +32,7 @@ uint64_t memplan_packed_bytes(const model *m, int layer, int n)
 uint64_t memplan_aux_bytes(const model_layer *l, int n)
 {
     switch (l->type) {
-    case LAYER_MAX_POOL2D: return (uint64_t)n * model_shape_elems(&l->out) * sizeof(int32_t);
+    case LAYER_MAX_POOL2D: return (uint64_t)n * model_shape_elems(&l->out); /* a byte each */
     /* mean, 1/std, and the scale and shift that recompute the output */
     case LAYER_BATCH_NORM: return 4 * (uint64_t)l->in.d[0] * sizeof(float);
     case LAYER_GROUP_NORM:

@@ -456,6 +456,11 @@ static int infer_pool(compiler *c)
         return r;
     if ((r = get_pair(c, "kernel_size", true, 0, 1, l->kernel)) < 0)
         return r;
+    /* a max-pool window's argmax is kept in a byte */
+    if (l->type == LAYER_MAX_POOL2D && (int64_t)l->kernel[0] * l->kernel[1] > 256)
+        return lfail(c, toml_pos_of(key_value(c, "kernel_size")),
+                     "max_pool2d windows of at most 256 elements are supported, got %dx%d",
+                     l->kernel[0], l->kernel[1]);
     if (key_value(c, "stride")) {
         if ((r = get_pair(c, "stride", false, 1, 1, l->stride)) < 0)
             return r;

@@ -416,9 +416,12 @@ START_TEST(test_error_shapes)
                                "units = 10\n"),
                      "job.toml:9:1: layer \"fc1\": dense needs 1-D input features, but \"l1\" "
                      "gives 8x26x26 (add a flatten layer)");
-    ck_compile_error(ONE_LAYER("type = \"max_pool2d\"\nkernel_size = 32\n"),
-                     "job.toml:4:1: layer \"l1\": output would be 1x0x0 from the 1x28x28 input of "
-                     "\"input\" (kernel 32x32, stride 32x32, padding 0x0)");
+    ck_compile_error(ONE_LAYER("type = \"max_pool2d\"\nkernel_size = [1, 32]\n"),
+                     "job.toml:4:1: layer \"l1\": output would be 1x28x0 from the 1x28x28 input of "
+                     "\"input\" (kernel 1x32, stride 1x32, padding 0x0)");
+    ck_compile_error(ONE_LAYER("type = \"max_pool2d\"\nkernel_size = 17\n"),
+                     "job.toml:7:15: layer \"l1\": max_pool2d windows of at most 256 elements are "
+                     "supported, got 17x17");
     ck_compile_error(ONE_LAYER("type = \"conv2d\"\nfilters = 2\nkernel_size = 5\ndilation = 7\n"),
                      "job.toml:4:1: layer \"l1\": output would be 2x0x0 from the 1x28x28 input of "
                      "\"input\" (kernel 5x5, stride 1x1, padding 0x0, dilation 7x7)");

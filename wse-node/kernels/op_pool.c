@@ -52,7 +52,7 @@ static window window_at(const op_pool2d_params *p, int oy, int ox)
     return win;
 }
 
-void op_maxpool2d_forward(float *out, int32_t *argmax, const float *in,
+void op_maxpool2d_forward(float *out, uint8_t *argmax, const float *in,
                           const op_pool2d_params *p)
 {
     /* in (n, c, h, w); out, argmax (n, c, oh, ow) */
@@ -61,7 +61,7 @@ void op_maxpool2d_forward(float *out, int32_t *argmax, const float *in,
     for (size_t pl = 0; pl < planes; pl++) {
         const float *x = in + pl * p->h * p->w;
         float *y = out + pl * oh * ow;
-        int32_t *am = argmax + pl * oh * ow;
+        uint8_t *am = argmax + pl * oh * ow;
         for (int oy = 0; oy < oh; oy++)
             for (int ox = 0; ox < ow; ox++) {
                 window win = window_at(p, oy, ox);
@@ -77,24 +77,32 @@ void op_maxpool2d_forward(float *out, int32_t *argmax, const float *in,
                         }
                     }
                 y[oy * ow + ox] = m;
-                am[oy * ow + ox] = best;
+                /* where in the (unclipped) window */
+                int wy = oy * stride_h(p) - p->pad_h, wx = ox * stride_w(p) - p->pad_w;
+                am[oy * ow + ox] = (uint8_t)((best / p->w - wy) * p->kw + (best % p->w - wx));
             }
     }
 }
 
 void op_maxpool2d_backward(float *din, const float *dout,
-                           const int32_t *argmax, const op_pool2d_params *p)
+                           const uint8_t *argmax, const op_pool2d_params *p)
 {
     /* dout, argmax (n, c, oh, ow); din (n, c, h, w) */
-    size_t ohw = (size_t)op_pool2d_out_h(p) * op_pool2d_out_w(p);
+    int oh = op_pool2d_out_h(p), ow = op_pool2d_out_w(p);
+    size_t ohw = (size_t)oh * ow;
     size_t hw = (size_t)p->h * p->w, planes = (size_t)p->n * p->c;
     memset(din, 0, sizeof(float) * planes * hw);
     for (size_t pl = 0; pl < planes; pl++) {
         float *dx = din + pl * hw;
         const float *dy = dout + pl * ohw;
-        const int32_t *am = argmax + pl * ohw;
-        for (size_t j = 0; j < ohw; j++)
-            dx[am[j]] += dy[j];
+        const uint8_t *am = argmax + pl * ohw;
+        for (int oy = 0; oy < oh; oy++) {
+            int wy = oy * stride_h(p) - p->pad_h;
+            for (int ox = 0; ox < ow; ox++) {
+                int wx = ox * stride_w(p) - p->pad_w, a = am[oy * ow + ox];
+                dx[(wy + a / p->kw) * p->w + wx + a % p->kw] += dy[oy * ow + ox];
+            }
+        }
     }
 }
 

@@ -23,15 +23,20 @@ typedef struct op_pool2d_params {
 int op_pool2d_out_h(const op_pool2d_params *p);
 int op_pool2d_out_w(const op_pool2d_params *p);
 
-/* in is (n, c, h, w), out and argmax are (n, c, oh, ow). argmax receives,
- * for every output, the index y*w + x within its input plane of the
- * maximum (the first one on ties; padding never wins). */
-void op_maxpool2d_forward(float *out, int32_t *argmax, const float *in,
+/* The largest window whose argmax fits a byte. */
+#define OP_MAXPOOL_MAX_WINDOW 256
+
+/* in is (n, c, h, w), out and argmax are (n, c, oh, ow); kh * kw is at most
+ * OP_MAXPOOL_MAX_WINDOW. argmax receives, for every output, where in its
+ * window the maximum is, dy * kw + dx from the window's corner (the first
+ * one on ties; padding never wins): one byte where an input index took
+ * four. */
+void op_maxpool2d_forward(float *out, uint8_t *argmax, const float *in,
                           const op_pool2d_params *p);
 
 /* dout and argmax are (n, c, oh, ow). Overwrites din (n, c, h, w). */
 void op_maxpool2d_backward(float *din, const float *dout,
-                           const int32_t *argmax, const op_pool2d_params *p);
+                           const uint8_t *argmax, const op_pool2d_params *p);
 
 /* in is (n, c, h, w), out is (n, c, oh, ow). */
 void op_avgpool2d_forward(float *out, const float *in,

@@ -2,6 +2,8 @@
  * coordinator (default 40 GB as on a CS-2, never more than the host has). */
 #include <stdio.h>
 
+#include "blas_check.h"
+#include "log.h"
 #include "replica.h"
 #include "units.h"
 
@@ -14,6 +16,18 @@ int main(int argc, char **argv)
     static wse_node w;
     wse_node_role(&role, &w, &n);
     node_parse_args(&n.opt, &role, argc, argv);
+    /* before any thread starts: the guard may run the program again */
+    char err[512];
+    log_init(role.component, (enum log_level)n.opt.log_level);
+    if (blas_guard(argv, &w.blas, err, sizeof(err)) < 0) {
+        log_error("%s", err);
+        return 1;
+    }
+    if (w.blas.failed[0])
+        log_warn("OpenBLAS core %s failed its start-up self-check (%s): the kernels run on core "
+                 "type %s", w.blas.failed, w.blas.why, w.blas.core);
+    else
+        log_info("OpenBLAS core %s passed its start-up self-check", w.blas.core);
     uint64_t host = uv_get_total_memory();
     uint64_t limit = uv_get_constrained_memory();
     if (limit && limit < host)

@@ -421,6 +421,10 @@ static void wn__metrics(node *n, metrics_buf *b)
                       "# TYPE appliance_weight_chunks_held_total counter\n"
                       "appliance_weight_chunks_held_total %llu\n", (unsigned long long)w->staged);
     metrics_hist_render(&w->step_hist, b, NULL);
+    metrics_printf(b, "# HELP appliance_blas_info The BLAS core type the kernels run (failed: the core "
+                      "that failed its start-up self-check before it).\n"
+                      "# TYPE appliance_blas_info gauge\n"
+                      "appliance_blas_info{core=\"%s\",failed=\"%s\"} 1\n", w->blas.core, w->blas.failed);
 }
 
 static const options_key wn__keys[] = {

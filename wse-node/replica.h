@@ -6,6 +6,7 @@
  * buffer is sized from the plan at job start: no allocation per step. */
 #pragma once
 
+#include "blas_check.h"
 #include "compute.h"
 #include "exec.h"
 #include "jobhost.h"
@@ -156,6 +157,7 @@ typedef struct wse_node {
     metrics_hist step_hist;  /* compute time per training step */
     uint64_t steps;          /* training steps computed */
     uint64_t staged;         /* weight chunks held while their slot was busy */
+    blas_status blas;        /* the BLAS core in use and its self-check */
 } wse_node;
 
 /* Fills the role table of a wse-node and ties w (cleared) to n: its option

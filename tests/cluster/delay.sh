@@ -10,7 +10,6 @@
 set -euo pipefail
 src=${SOURCE_ROOT:?}
 py=/usr/bin/python3
-export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell}
 export NETNS_DELAY_VIA=nfqueue
 . "$src/tests/cluster/netns-lib.sh"
 netns_usable || { echo "SKIP: $NETNS_WHY"; exit 77; }

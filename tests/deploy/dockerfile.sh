@@ -25,7 +25,6 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 src=${SOURCE_ROOT:?}
 build=${BUILD_ROOT:?}
-export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell}
 t0=$SECONDS
 
 [ "${APPLIANCE_TEST_DOCKERFILE:-}" = 1 ] ||

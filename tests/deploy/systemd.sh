@@ -96,11 +96,6 @@ done
 ( umask 077; od -An -N32 -tx1 /dev/urandom | tr -d ' \n' >"$root/etc/appliance/secret" )
 chmod 600 "$root/etc/appliance/secret"
 sed -i 's/^wafer_memory = .*/wafer_memory = "512M"/' "$root/etc/appliance/wse-node.toml"
-for u in appliance-coordinator appliance-memoryx appliance-swarmx appliance-worker@ appliance-wse-node@; do
-  mkdir -p "$root/etc/systemd/system/$u.service.d"
-  printf '[Service]\nEnvironment=OPENBLAS_CORETYPE=%s\n' "${OPENBLAS_CORETYPE:-Haswell}" \
-    >"$root/etc/systemd/system/$u.service.d/openblas.conf"
-done
 mkdir -p "$root/root/job"
 sed -e 's|^model_dir = .*|model_dir = "/var/lib/appliance/memoryx/quickstart"|' \
   "$root/usr/share/appliance/examples/quickstart.toml" >"$root/root/job/quickstart.toml"

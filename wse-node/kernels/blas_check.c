@@ -1,0 +1,226 @@
+/* The BLAS start-up self-check and its fallback (blas_check.h). */
+#include "blas_check.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Where a failed core is noted across the guard's exec: "CORE\nWHY". */
+#define FAILED_ENV "APPLIANCE_BLAS_FAILED"
+
+void blas_sgemm_openblas(int ta, int tb, int m, int n, int k, float alpha, const float *a,
+                         int lda, const float *b, int ldb, float beta, float *c, int ldc)
+{
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m,
+                n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+/* One shape of the check: op(A) is m x k, op(B) is k x n. */
+typedef struct check_shape {
+    int ta, tb, m, n, k;
+    float alpha, beta;
+} check_shape;
+
+/* Sizes past OpenBLAS's register blocks and unroll factors on every x86
+ * core (the 16x4 and 32x... micro-kernels, their edge cases), and a
+ * square one that goes through packing and, with threads, the split. */
+static const check_shape shapes[] = {
+    {0, 0, 64, 64, 64, 1.0f, 0.0f},   {0, 1, 37, 129, 65, 1.0f, 1.0f},
+    {1, 0, 96, 33, 300, 0.5f, 0.0f},  {1, 1, 17, 70, 19, 1.0f, -1.0f},
+    {0, 0, 1, 255, 127, 1.0f, 0.0f},  {0, 0, 250, 3, 40, 2.0f, 0.5f},
+    {0, 0, 192, 192, 192, 1.0f, 0.0f},
+};
+
+static float lcg_unit(uint32_t *s)
+{
+    *s = *s * 1664525u + 1013904223u;
+    return (float)((*s >> 8) & 0xffff) / 32768.0f - 1.0f;
+}
+
+static int check_one(blas_sgemm_fn gemm, const check_shape *sh, char *err, size_t errlen)
+{
+    int m = sh->m, n = sh->n, k = sh->k;
+    int lda = sh->ta ? m : k, ldb = sh->tb ? k : n, ldc = n;
+    size_t na = (size_t)m * k, nb = (size_t)k * n, nc = (size_t)m * n;
+    float *a = malloc(na * sizeof(float)), *b = malloc(nb * sizeof(float));
+    float *c = malloc(nc * sizeof(float)), *c0 = malloc(nc * sizeof(float));
+    int rc = 0;
+    if (!a || !b || !c || !c0) {
+        snprintf(err, errlen, "out of memory for the BLAS self-check");
+        rc = -1;
+        goto out;
+    }
+    uint32_t s = (uint32_t)(m * 7919 + n * 104729 + k);
+    for (size_t i = 0; i < na; i++)
+        a[i] = lcg_unit(&s);
+    for (size_t i = 0; i < nb; i++)
+        b[i] = lcg_unit(&s);
+    for (size_t i = 0; i < nc; i++)
+        c[i] = c0[i] = lcg_unit(&s);
+    gemm(sh->ta, sh->tb, m, n, k, sh->alpha, a, lda, b, ldb, sh->beta, c, ldc);
+    for (int i = 0; i < m && rc == 0; i++) {
+        for (int j = 0; j < n; j++) {
+            double ref = 0, mag = 0;
+            for (int p = 0; p < k; p++) {
+                double x = sh->ta ? a[(size_t)p * lda + i] : a[(size_t)i * lda + p];
+                double y = sh->tb ? b[(size_t)j * ldb + p] : b[(size_t)p * ldb + j];
+                ref += x * y;
+                mag += fabs(x * y);
+            }
+            double cij = c0[(size_t)i * ldc + j];
+            ref = sh->alpha * ref + (sh->beta != 0.0f ? sh->beta * cij : 0.0);
+            mag = fabs(sh->alpha) * mag + fabs(sh->beta * cij);
+            double got = c[(size_t)i * ldc + j];
+            /* float32 sums of k terms: a few ulps of the magnitude per term */
+            if (!(fabs(got - ref) <= 1e-5 * mag + 1e-6)) {
+                snprintf(err, errlen,
+                         "sgemm %c%c %dx%dx%d: C[%d][%d] is %.9g where the reference gives %.9g",
+                         sh->ta ? 'T' : 'N', sh->tb ? 'T' : 'N', m, n, k, i, j, got, ref);
+                rc = -1;
+                break;
+            }
+        }
+    }
+out:
+    free(a);
+    free(b);
+    free(c);
+    free(c0);
+    return rc;
+}
+
+int blas_selfcheck(blas_sgemm_fn gemm, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
+        if (check_one(gemm, &shapes[i], err, errlen) < 0)
+            return -1;
+    return 0;
+}
+
+int blas_selfcheck_isolated(blas_sgemm_fn gemm, char *err, size_t errlen)
+{
+    int fd[2];
+    if (pipe(fd) < 0) {
+        snprintf(err, errlen, "cannot run the BLAS self-check: pipe: %s", strerror(errno));
+        return -1;
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        snprintf(err, errlen, "cannot run the BLAS self-check: fork: %s", strerror(errno));
+        close(fd[0]);
+        close(fd[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        close(fd[0]);
+        char msg[256] = "";
+        int rc = blas_selfcheck(gemm, msg, sizeof(msg));
+        if (rc < 0) {
+            ssize_t w = write(fd[1], msg, strlen(msg));
+            (void)w;
+        }
+        _exit(rc < 0 ? 1 : 0);
+    }
+    close(fd[1]);
+    char msg[256];
+    size_t got = 0;
+    for (;;) {
+        ssize_t r = read(fd[0], msg + got, sizeof(msg) - 1 - got);
+        if (r > 0 && (got += (size_t)r) < sizeof(msg) - 1)
+            continue;
+        if (r < 0 && errno == EINTR)
+            continue;
+        break;
+    }
+    msg[got] = 0;
+    close(fd[0]);
+    int status;
+    while (waitpid(pid, &status, 0) < 0) {
+        if (errno != EINTR) {
+            snprintf(err, errlen, "cannot run the BLAS self-check: waitpid: %s", strerror(errno));
+            return -1;
+        }
+    }
+    if (WIFSIGNALED(status)) {
+        snprintf(err, errlen, "sgemm died of signal %d (%s)", WTERMSIG(status),
+                 strsignal(WTERMSIG(status)));
+        return -1;
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        snprintf(err, errlen, "%s", msg[0] ? msg : "the self-check failed");
+        return -1;
+    }
+    return 0;
+}
+
+const char *blas_fallback_core(const char *failed)
+{
+    __builtin_cpu_init();
+    const char *chain[3];
+    int n = 0;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        chain[n++] = "Haswell";
+    if (__builtin_cpu_supports("avx"))
+        chain[n++] = "Sandybridge";
+    chain[n++] = "Prescott";
+    for (int i = 0; i < n; i++)
+        if (!failed || strcasecmp(failed, chain[i]) != 0)
+            return chain[i];
+    return NULL;
+}
+
+static void copy_word(char *dst, size_t len, const char *src, size_t n)
+{
+    if (n >= len)
+        n = len - 1;
+    memcpy(dst, src, n);
+    dst[n] = 0;
+}
+
+int blas_guard(char **argv, blas_status *st, char *err, size_t errlen)
+{
+    memset(st, 0, sizeof(*st));
+    const char *core = openblas_get_corename();
+    copy_word(st->core, sizeof(st->core), core ? core : "unknown", strlen(core ? core : "unknown"));
+    const char *noted = getenv(FAILED_ENV);
+    if (noted) { /* this image is a fallback: say what failed before it */
+        const char *nl = strchr(noted, '\n');
+        copy_word(st->failed, sizeof(st->failed), noted, nl ? (size_t)(nl - noted) : strlen(noted));
+        if (nl)
+            copy_word(st->why, sizeof(st->why), nl + 1, strlen(nl + 1));
+    }
+    char why[256];
+    if (blas_selfcheck_isolated(blas_sgemm_openblas, why, sizeof(why)) == 0) {
+        unsetenv(FAILED_ENV); /* not inherited by what this program starts */
+        return 0;
+    }
+    const char *next = blas_fallback_core(st->core);
+    if (noted || !next) {
+        snprintf(err, errlen,
+                 "OpenBLAS core %s fails its self-check (%s)%s%s%s: refusing to compute with it",
+                 st->core, why, noted ? ", after core " : "", noted ? st->failed : "",
+                 noted ? " failed too" : "");
+        return -1;
+    }
+    char note[320];
+    snprintf(note, sizeof(note), "%s\n%s", st->core, why);
+    if (setenv(FAILED_ENV, note, 1) < 0 || setenv("OPENBLAS_CORETYPE", next, 1) < 0) {
+        snprintf(err, errlen, "OpenBLAS core %s fails its self-check (%s) and the fallback "
+                 "cannot be set: %s", st->core, why, strerror(errno));
+        return -1;
+    }
+    fflush(NULL);
+    execv("/proc/self/exe", argv);
+    snprintf(err, errlen, "OpenBLAS core %s fails its self-check (%s) and the program cannot "
+             "start again with core type %s: %s", st->core, why, next, strerror(errno));
+    return -1;
+}

@@ -1,0 +1,54 @@
+/* The BLAS start-up self-check. OpenBLAS picks its kernels for the
+ * processor it detects when the library loads; a build that misreads a
+ * processor (a virtual CPU that reports AVX-512 its hypervisor does not
+ * enable, a core newer than the library) computes wrong numbers or dies of
+ * SIGILL. Rather than pin every machine to one slow core type, a process
+ * that computes checks the chosen kernels once against a reference and
+ * falls back to a named core type only when they fail. */
+#ifndef BLAS_CHECK_H
+#define BLAS_CHECK_H
+
+#include <stddef.h>
+
+/* A row-major single-precision GEMM, C = alpha op(A) op(B) + beta C, with
+ * ta/tb nonzero for a transposed operand (cblas_sgemm's contract). */
+typedef void (*blas_sgemm_fn)(int ta, int tb, int m, int n, int k, float alpha, const float *a,
+                              int lda, const float *b, int ldb, float beta, float *c, int ldc);
+
+/* OpenBLAS's cblas_sgemm behind that signature. */
+void blas_sgemm_openblas(int ta, int tb, int m, int n, int k, float alpha, const float *a,
+                         int lda, const float *b, int ldb, float beta, float *c, int ldc);
+
+/* Runs gemm on a few shapes that reach its packing and edge kernels (every
+ * transpose, odd sizes, accumulation into C) against a double-precision
+ * reference. Returns 0, or -1 with err naming the shape, the element and
+ * both values. */
+int blas_selfcheck(blas_sgemm_fn gemm, char *err, size_t errlen);
+
+/* The same in a child process, so that a kernel that dies (SIGILL, SIGSEGV)
+ * is a failed check, not a dead program: -1 with err saying which signal
+ * or which value. Call it before the process starts threads of its own. */
+int blas_selfcheck_isolated(blas_sgemm_fn gemm, char *err, size_t errlen);
+
+/* The core type to fall back to on this processor when core `failed` does
+ * not pass: Haswell with AVX2 and FMA, else Sandybridge with AVX, else
+ * Prescott; never `failed` itself. NULL when none is left. */
+const char *blas_fallback_core(const char *failed);
+
+/* What the guard found. */
+typedef struct blas_status {
+    char core[32];        /* the core type OpenBLAS runs (its corename) */
+    char failed[32];      /* the core that failed before a fallback, or "" */
+    char why[256];        /* how it failed */
+} blas_status;
+
+/* The guard, first thing in a program's main, before any thread starts:
+ * checks OpenBLAS's kernels in a child; when they fail, sets
+ * OPENBLAS_CORETYPE to blas_fallback_core and executes the program again
+ * (OpenBLAS reads it only when it loads), noting the failure in the
+ * environment so that the new image reports it in *st. Returns 0 with *st
+ * filled (the caller logs it), or -1 with err when no core type passes: the
+ * program must not compute. */
+int blas_guard(char **argv, blas_status *st, char *err, size_t errlen);
+
+#endif

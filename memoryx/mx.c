@@ -51,6 +51,12 @@ static void mx__job_free(mx_job *j)
     }
     free(j->t);
     free(j->by_id);
+    free(j->ready);
+    while (j->held) {
+        mx_held *h = j->held;
+        j->held = h->next;
+        free(h);
+    }
     if (j->plan)
         appliance__plan__free_unpacked(j->plan, NULL);
     free(j);
@@ -76,29 +82,106 @@ static void mx__abort_as(node *n, mx_job *j, bool fault, const char *fmt, ...)
 
 /* ---- checkpoints ---- */
 
-static int mx__checkpoint(node *n, mx_job *j, uint64_t step, char *path, size_t pathlen)
+static void mx__pump(node *n, mx_job *j);
+static void mx__start_step(node *n, mx_job *j);
+static void mx__checkpoint_done(uv_work_t *req, int status);
+
+/* Whether the thread pool's return for job j finds it released: then the
+ * last piece of work back frees it. */
+static bool mx__pool_back(mx_job *j)
 {
-    char err[512];
-    int rc = ckpt_write(j, step, path, pathlen, err, sizeof(err));
-    if (rc < 0)
-        log_error("job %s: checkpoint of step %llu: %s", j->id, (unsigned long long)step, err);
-    else {
-        mx_of(n)->checkpoints++;
-        log_info("job %s: checkpoint of step %llu written to %s", j->id, (unsigned long long)step, path);
-        Appliance__CheckpointWritten cw = APPLIANCE__CHECKPOINT_WRITTEN__INIT;
-        cw.job_id = j->id;
-        cw.step = step;
-        cw.shard = j->shard;
-        cw.path = path;
-        ENVELOPE(env, checkpoint_written, CHECKPOINT_WRITTEN, &cw);
-        node_send_coordinator(n, &env);
+    j->pool_work--;
+    if (!j->released)
+        return false;
+    if (j->pool_work == 0)
+        mx__job_free(j);
+    return true;
+}
+
+/* In the thread pool: the files of the checkpoint (the job's weights and
+ * optimizer state do not change meanwhile: no update runs). */
+static void mx__checkpoint_work(uv_work_t *req)
+{
+    mx_job *j = container_of(req, mx_job, ckpt_req);
+    j->ckpt_rc = ckpt_write(j, j->ckpt_step, j->ckpt_path, sizeof(j->ckpt_path), j->ckpt_err,
+                            sizeof(j->ckpt_err));
+}
+
+/* Writes the checkpoint of `step` in the thread pool; what follows it is
+ * kind's (mx__checkpoint_done). */
+static void mx__checkpoint(node *n, mx_job *j, uint64_t step, mx_ckpt_kind kind)
+{
+    j->ckpt_kind = kind;
+    j->ckpt_step = step;
+    j->ckpt_path[0] = 0;
+    int rc = uv_queue_work(n->loop, &j->ckpt_req, mx__checkpoint_work, mx__checkpoint_done);
+    if (rc < 0) {
+        j->ckpt_kind = MX_CKPT_NONE;
+        mx__abort(n, j, "checkpoint of step %llu cannot start: %s", (unsigned long long)step,
+                  uv_strerror(rc));
+        return;
     }
-    return rc;
+    j->pool_work++;
+}
+
+/* Back on the loop: the checkpoint is reported, then what it was for. */
+static void mx__checkpoint_done(uv_work_t *req, int status)
+{
+    mx_job *j = container_of(req, mx_job, ckpt_req);
+    if (mx__pool_back(j))
+        return;
+    node *n = j->mx->n;
+    mx_ckpt_kind kind = j->ckpt_kind;
+    uint64_t step = j->ckpt_step;
+    j->ckpt_kind = MX_CKPT_NONE;
+    if (status < 0 || j->ckpt_rc < 0) {
+        const char *why = status < 0 ? uv_strerror(status) : j->ckpt_err;
+        log_error("job %s: checkpoint of step %llu: %s", j->id, (unsigned long long)step, why);
+        mx__abort(n, j, "%s checkpoint of step %llu failed: %s",
+                  kind == MX_CKPT_INITIAL ? "initial" : kind == MX_CKPT_FINAL ? "final" : "the",
+                  (unsigned long long)step, why);
+        return;
+    }
+    mx_of(n)->checkpoints++;
+    log_info("job %s: checkpoint of step %llu written to %s", j->id, (unsigned long long)step,
+             j->ckpt_path);
+    Appliance__CheckpointWritten cw = APPLIANCE__CHECKPOINT_WRITTEN__INIT;
+    cw.job_id = j->id;
+    cw.step = step;
+    cw.shard = j->shard;
+    cw.path = j->ckpt_path;
+    ENVELOPE(env, checkpoint_written, CHECKPOINT_WRITTEN, &cw);
+    node_send_coordinator(n, &env);
+    switch (kind) {
+    case MX_CKPT_INITIAL:
+        log_info("job %s: streaming from step %llu", j->id, (unsigned long long)j->step);
+        mx__start_step(n, j);
+        break;
+    case MX_CKPT_STEP:
+        j->step++;
+        mx__start_step(n, j);
+        break;
+    case MX_CKPT_FINAL: {
+        Appliance__JobFinished f = APPLIANCE__JOB_FINISHED__INIT;
+        f.job_id = j->id;
+        f.shard = j->shard;
+        f.checkpoint = j->ckpt_path;
+        ENVELOPE(fe, job_finished, JOB_FINISHED, &f);
+        node_send_coordinator(n, &fe);
+        j->state = MX_FINISHED;
+        if (plan_eval_at(j->plan, step)) { /* the final evaluation's weights */
+            j->step = step;
+            mx__start_step(n, j);
+        }
+        break;
+    }
+    case MX_CKPT_NONE:
+        break;
+    }
 }
 
 /* ---- the weight stream ---- */
 
-static void mx__pump(node *n, mx_job *j);
 static void mx__step_done(node *n, mx_job *j);
 
 static void mx__chunk_sent(void *arg, int status)
@@ -124,6 +207,8 @@ static void mx__pump(node *n, mx_job *j)
     plan_chunk ch;
     while (j->down && plan_stream_next(&j->cur, &ch)) {
         mx_tensor *t = j->by_id[ch.tensor];
+        if (t->updating) /* its update is in the thread pool: resumed when it is back */
+            return;
         const float *src = ch.state == 0 ? t->w : optim_state_tensor(&t->st, ch.state - 1, NULL, NULL);
         if (!conn_can_send(j->down, ch.count * sizeof(float)))
             return;
@@ -148,29 +233,102 @@ static void mx__pump(node *n, mx_job *j)
         t->sent_at = uv_now(n->loop);
         plan_stream_take(&j->cur);
     }
-    /* the stream of a training step ended with every gradient in (a shard
-     * without tensors): the step is done */
-    if (j->cur.done && j->cur.training && j->updated == j->nt)
+    /* the stream of a training step is over and every tensor is updated
+     * (the last update came back, or a shard without tensors): the step is
+     * done, once: not again while its checkpoint is written or after the
+     * last step */
+    if (j->state == MX_RUNNING && j->ckpt_kind == MX_CKPT_NONE && j->cur.done &&
+        j->cur.training && j->updated == j->nt)
         mx__step_done(n, j);
 }
+
+static void mx__grad_in(node *n, mx_job *j, mx_tensor *t, uint64_t count);
 
 static void mx__start_step(node *n, mx_job *j)
 {
     plan_stream_start(&j->cur, j->plan, j->shard, (uint32_t)j->states, j->step, j->cur.seq);
     j->updated = 0;
+    j->ready_head = j->ready_len = 0;
     for (size_t i = 0; i < j->nt; i++) {
         j->t[i].grad_have = 0;
         j->t[i].updated = false;
     }
     mx__pump(n, j);
+    /* the gradients of this step that came early, then the link again */
+    while (j->held && j->held->step == j->step && mx_of(n)->job == j) {
+        mx_held *h = j->held;
+        j->held = h->next;
+        if (!j->held)
+            j->held_tail = &j->held;
+        memcpy(h->tensor->g + h->offset, h->data, h->count * sizeof(float));
+        mx__grad_in(n, j, h->tensor, h->count);
+        free(h);
+    }
+    if (mx_of(n)->job == j && j->down && !j->held)
+        conn_resume(j->down);
 }
 
-/* The update of one tensor with its reduced gradient: the optimizer for
- * parameters, assignment for buffers (the replicas' averaged running
- * statistics). */
-static void mx__apply(mx_job *j, mx_tensor *t, float grad_scale)
+/* The update of one tensor with its reduced gradient, in the thread pool:
+ * the optimizer for parameters, assignment for buffers (the replicas'
+ * averaged running statistics). Touches that tensor only. */
+static void mx__update_work(uv_work_t *req)
 {
-    optim_update(&j->cfg, &t->st, t->w, t->g, t->n, t->trainable, grad_scale, (int64_t)j->step);
+    mx_tensor *t = container_of(req, mx_tensor, upd_req);
+    mx_job *j = t->job;
+    optim_update(&j->cfg, &t->st, t->w, t->g, t->n, t->trainable, 1.0f, (int64_t)j->step);
+}
+
+static void mx__update_next(node *n, mx_job *j);
+
+/* After an update came back: the step is done when every tensor is updated
+ * and its stream is over (once: not while its checkpoint is written; the
+ * pump may have found it done already and started the next). */
+static void mx__maybe_step_done(node *n, mx_job *j)
+{
+    if (mx_of(n)->job == j && j->state == MX_RUNNING && j->ckpt_kind == MX_CKPT_NONE &&
+        j->updated == j->nt && !mx__streaming(j))
+        mx__step_done(n, j);
+}
+
+/* Back on the loop: one more tensor updated; the stream may go on with its
+ * weights, and the step may be done. */
+static void mx__update_done(uv_work_t *req, int status)
+{
+    mx_tensor *t = container_of(req, mx_tensor, upd_req);
+    mx_job *j = t->job;
+    t->updating = false;
+    j->updating--;
+    if (mx__pool_back(j))
+        return;
+    node *n = j->mx->n;
+    if (status < 0) {
+        mx__abort(n, j, "tensor %s: update cancelled: %s", t->name, uv_strerror(status));
+        return;
+    }
+    j->updated++;
+    log_debug("job %s: step %llu: %s updated (%zu of %zu)", j->id, (unsigned long long)j->step,
+              t->name, j->updated, j->nt);
+    mx__update_next(n, j);
+    mx__pump(n, j);
+    mx__maybe_step_done(n, j);
+}
+
+/* Starts the updates of complete tensors, at most --threads at a time. */
+static void mx__update_next(node *n, mx_job *j)
+{
+    unsigned limit = j->mx->opt.threads ? j->mx->opt.threads : 1;
+    while (j->ready_head < j->ready_len && j->updating < limit) {
+        mx_tensor *t = &j->t[j->ready[j->ready_head]];
+        int rc = uv_queue_work(n->loop, &t->upd_req, mx__update_work, mx__update_done);
+        if (rc < 0) {
+            mx__abort(n, j, "tensor %s: update cannot start: %s", t->name, uv_strerror(rc));
+            return;
+        }
+        j->ready_head++;
+        t->updating = true;
+        j->updating++;
+        j->pool_work++;
+    }
 }
 
 static void mx__param(void *ctx, size_t i, optim_param *out)
@@ -180,10 +338,31 @@ static void mx__param(void *ctx, size_t i, optim_param *out)
 }
 
 /* With clipping, every gradient of the step must be in: the global norm
- * scales them all (the step a Pipelined wse-node runs too). */
-static void mx__apply_clipped(mx_job *j)
+ * scales them all (the step a Pipelined wse-node runs too), in the thread
+ * pool. */
+static void mx__step_work(uv_work_t *req)
 {
+    mx_job *j = container_of(req, mx_job, step_req);
     optim_apply_step(&j->cfg, j->nt, mx__param, j, (int64_t)j->step);
+}
+
+static void mx__step_work_done(uv_work_t *req, int status)
+{
+    mx_job *j = container_of(req, mx_job, step_req);
+    for (size_t i = 0; i < j->nt; i++)
+        j->t[i].updating = false;
+    j->updating--;
+    if (mx__pool_back(j))
+        return;
+    node *n = j->mx->n;
+    if (status < 0) {
+        mx__abort(n, j, "the update of step %llu was cancelled: %s", (unsigned long long)j->step,
+                  uv_strerror(status));
+        return;
+    }
+    j->updated = j->nt;
+    mx__pump(n, j);
+    mx__maybe_step_done(n, j);
 }
 
 static void mx__step_done(node *n, mx_job *j)
@@ -197,35 +376,13 @@ static void mx__step_done(node *n, mx_job *j)
     node_send_coordinator(n, &env);
     Appliance__Plan *p = j->plan;
     uint64_t done = j->step + 1; /* steps completed */
-    bool last = done >= p->max_steps;
-    if (last) {
-        char path[PATH_MAX];
-        int rc = mx__checkpoint(n, j, done, path, sizeof(path));
-        if (rc < 0) {
-            mx__abort(n, j, "final checkpoint failed: %s", strerror(-rc));
-            return;
-        }
-        Appliance__JobFinished f = APPLIANCE__JOB_FINISHED__INIT;
-        f.job_id = j->id;
-        f.shard = j->shard;
-        f.checkpoint = path;
-        ENVELOPE(fe, job_finished, JOB_FINISHED, &f);
-        node_send_coordinator(n, &fe);
-        j->state = MX_FINISHED;
-        if (plan_eval_at(p, done)) { /* the final evaluation's weights */
-            j->step = done;
-            mx__start_step(n, j);
-        }
+    if (done >= p->max_steps) {
+        mx__checkpoint(n, j, done, MX_CKPT_FINAL);
         return;
     }
     if (p->checkpoint_steps && done % p->checkpoint_steps == 0) {
-        char path[PATH_MAX];
-        int rc = mx__checkpoint(n, j, done, path, sizeof(path));
-        if (rc < 0) {
-            mx__abort(n, j, "checkpoint of step %llu failed: %s", (unsigned long long)done,
-                      strerror(-rc));
-            return;
-        }
+        mx__checkpoint(n, j, done, MX_CKPT_STEP);
+        return;
     }
     j->step++;
     mx__start_step(n, j);
@@ -286,10 +443,8 @@ static void mx__load_work(uv_work_t *req)
 static void mx__load_done(uv_work_t *req, int status)
 {
     mx_job *j = container_of(req, mx_job, load_req);
-    if (j->released) {
-        mx__job_free(j);
+    if (mx__pool_back(j))
         return;
-    }
     node *n = j->mx->n;
     if (status < 0 || j->load_rc < 0) {
         j->state = MX_STARTED; /* the release frees it now */
@@ -336,7 +491,9 @@ static void *mx__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
     j->nids = p->n_tensors;
     j->by_id = calloc(j->nids ? j->nids : 1, sizeof(*j->by_id));
     j->t = calloc(p->n_tensors ? p->n_tensors : 1, sizeof(*j->t));
-    if (!j->by_id || !j->t)
+    j->ready = calloc(p->n_tensors ? p->n_tensors : 1, sizeof(*j->ready));
+    j->held_tail = &j->held;
+    if (!j->by_id || !j->t || !j->ready)
         return mx__start_failed(j, why, whylen, "out of memory");
     uint64_t bytes = 0;
     for (size_t i = 0; i < p->n_tensors; i++) {
@@ -346,6 +503,7 @@ static void *mx__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
         if (pt->shard != j->shard)
             continue;
         mx_tensor *t = &j->t[j->nt++];
+        t->job = j;
         t->mx = mx;
         t->loop = n->loop;
         t->id = pt->id;
@@ -367,6 +525,7 @@ static void *mx__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
     j->state = MX_LOADING;
     if (uv_queue_work(n->loop, &j->load_req, mx__load_work, mx__load_done) < 0)
         return mx__start_failed(j, why, whylen, "cannot start loading the shard");
+    j->pool_work = 1;
     mx->job = j;
     node_replay(n);
     return j;
@@ -414,12 +573,8 @@ static void mx__job_go(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, 
         return;
     j->state = MX_RUNNING;
     if (j->plan->save_initial_checkpoint) {
-        char path[PATH_MAX];
-        int rc = mx__checkpoint(n, j, j->step, path, sizeof(path));
-        if (rc < 0) {
-            mx__abort(n, j, "initial checkpoint failed: %s", strerror(-rc));
-            return;
-        }
+        mx__checkpoint(n, j, j->step, MX_CKPT_INITIAL);
+        return;
     }
     log_info("job %s: streaming from step %llu", j->id, (unsigned long long)j->step);
     mx__start_step(n, j);
@@ -435,12 +590,26 @@ static void *mx__payload_dest(node *n, conn *c, const Appliance__Envelope *env, 
     }
     const Appliance__GradChunk *g = env->grad_chunk;
     mx_tensor *t = g->tensor_id < j->nids ? j->by_id[g->tensor_id] : NULL;
-    if (!t || g->step != j->step || msgcheck_grad_chunk(g, j->plan, len, NULL, 0) < 0) {
+    if (!t || msgcheck_grad_chunk(g, j->plan, len, NULL, 0) < 0) {
+        *err = -EINVAL;
+        return NULL;
+    }
+    if (g->step > j->step && (j->ready_len == j->nt || c->paused)) {
+        /* Pipelined replicas run ahead: the next step's gradients come while
+         * this step's last updates still read the buffers. They wait in a
+         * buffer of the reader's (mx__grad_chunk holds them) and the link
+         * stops until the steps they belong to start. */
+        conn_pause(c);
+        return NULL;
+    }
+    if (g->step != j->step) {
         *err = -EINVAL;
         return NULL;
     }
     return t->g + g->offset;
 }
+
+static void mx__grad_in(node *n, mx_job *j, mx_tensor *t, uint64_t count);
 
 static void mx__grad_chunk(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, uint32_t len)
 {
@@ -451,7 +620,37 @@ static void mx__grad_chunk(node *n, conn *c, Appliance__Envelope *env, uint8_t *
         return;
     }
     mx_tensor *t = j->by_id[g->tensor_id];
-    t->grad_have += g->count;
+    if (g->step > j->step) { /* held until its step starts (mx__payload_dest) */
+        mx_held *h = malloc(sizeof(*h) + len);
+        if (!h) {
+            mx__abort(n, j, "out of memory for a gradient chunk of step %llu",
+                      (unsigned long long)g->step);
+            return;
+        }
+        h->next = NULL;
+        h->step = g->step;
+        h->tensor = t;
+        h->offset = g->offset;
+        h->count = g->count;
+        memcpy(h->data, pl, len);
+        *j->held_tail = h;
+        j->held_tail = &h->next;
+        log_debug("job %s: step %llu: holding %s [%llu, +%llu) of step %llu", j->id,
+                  (unsigned long long)j->step, t->name, (unsigned long long)g->offset,
+                  (unsigned long long)g->count, (unsigned long long)g->step);
+        return;
+    }
+    /* a chunk that was to be held, but whose step started while its payload
+     * still arrived: it is in the reader's buffer, not yet in the tensor's */
+    if ((float *)pl != t->g + g->offset)
+        memcpy(t->g + g->offset, pl, len);
+    mx__grad_in(n, j, t, g->count);
+}
+
+/* count more elements of t's reduced gradient are in its buffer. */
+static void mx__grad_in(node *n, mx_job *j, mx_tensor *t, uint64_t count)
+{
+    t->grad_have += count;
     if (t->grad_have < t->n)
         return;
     if (t->updated || t->grad_have > t->n) {
@@ -464,16 +663,23 @@ static void mx__grad_chunk(node *n, conn *c, Appliance__Envelope *env, uint8_t *
         mx__abort(n, j, "tensor %s: gradient before its weights were written", t->name);
         return;
     }
-    t->updated = true;
+    t->updated = true; /* its gradient is complete: the update is due */
+    t->updating = true;
     if (j->cfg.max_gradient_norm > 0) {
-        if (++j->updated == j->nt)
-            mx__apply_clipped(j);
-    } else {
-        mx__apply(j, t, 1.0f);
-        ++j->updated;
+        if (++j->ready_len < j->nt)
+            return;
+        int rc = uv_queue_work(n->loop, &j->step_req, mx__step_work, mx__step_work_done);
+        if (rc < 0) {
+            mx__abort(n, j, "the update of step %llu cannot start: %s",
+                      (unsigned long long)j->step, uv_strerror(rc));
+            return;
+        }
+        j->updating++;
+        j->pool_work++;
+        return;
     }
-    if (j->updated == j->nt && !mx__streaming(j))
-        mx__step_done(n, j);
+    j->ready[j->ready_len++] = (size_t)(t - j->t);
+    mx__update_next(n, j);
 }
 
 /* Lets the job go (jobhost_ops.release). */
@@ -485,7 +691,7 @@ static void mx__release(jobhost *h, void *job, jobhost_end end, const char *why)
     else if (end == JOBHOST_COORDINATOR_LOST)
         log_warn("job %s: released: lost the coordinator", j->id);
     mx_of(h->n)->job = NULL;
-    if (j->state == MX_LOADING) /* the thread pool still has it */
+    if (j->pool_work > 0) /* the thread pool still has some of it */
         j->released = true;
     else
         mx__job_free(j);
@@ -524,6 +730,8 @@ static void mx__describe_wait(node *n, char *out, size_t len)
         snprintf(out, len, "nothing: no job");
     else if (j->state < MX_RUNNING)
         snprintf(out, len, "the coordinator's go for the first step");
+    else if (j->ckpt_kind != MX_CKPT_NONE)
+        snprintf(out, len, "the checkpoint of step %llu to be written", (unsigned long long)j->ckpt_step);
     else if (mx__streaming(j))
         snprintf(out, len, "the link to swarmx to take the weights of step %llu (%zu of %zu tensors updated)",
                  (unsigned long long)j->step, j->updated, j->nt);

@@ -3,6 +3,7 @@
  * (mx.c) and its checkpoints (checkpoint.c) share. */
 #pragma once
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <uv.h>
@@ -28,7 +29,28 @@ typedef struct mx_tensor {
     struct memoryx *mx;   /* for the chunk latency */
     uv_loop_t *loop;
     bool updated;         /* optimizer applied this step */
+    bool updating;        /* its update runs in the thread pool (w must not be read) */
+    uv_work_t upd_req;    /* that update */
+    struct mx_job *job;   /* its job, for the update */
 } mx_tensor;
+
+/* A reduced gradient chunk of a later step that came while this step's
+ * updates still ran (Pipelined replicas run ahead), held until its step. */
+typedef struct mx_held {
+    struct mx_held *next;
+    uint64_t step;
+    mx_tensor *tensor;
+    uint64_t offset, count;
+    float data[];
+} mx_held;
+
+/* A checkpoint being written in the thread pool, and what follows it. */
+typedef enum mx_ckpt_kind {
+    MX_CKPT_NONE,         /* none is being written */
+    MX_CKPT_INITIAL,      /* save_initial_checkpoint: the first step follows */
+    MX_CKPT_STEP,         /* checkpoint_steps: the next step follows */
+    MX_CKPT_FINAL,        /* after the last step: JobFinished follows */
+} mx_ckpt_kind;
 
 /* The life of memoryx's job.
  *
@@ -40,12 +62,20 @@ typedef struct mx_tensor {
  *                coordinator lost, shutdown; mx__release)--> freed
  *
  * LOADING: the shard's weights are made from the seed, or read from the
- * checkpoint the job resumes from, off the event loop (heartbeats go on);
- * a job released meanwhile is freed when the load comes back.
+ * checkpoint the job resumes from, off the event loop (heartbeats go on).
+ * A job released while the thread pool has any of its work (pool_work) is
+ * freed when the last piece comes back.
  * RUNNING: each step streams its weights (cur, the stream cursor, says how
- * far: mx__pump) while reduced gradients come back and the optimizer runs
- * (mx__grad_chunk); a step is done when every tensor is updated and the
- * stream is over (mx__step_done), and the next starts (mx__start_step).
+ * far: mx__pump) while reduced gradients come back (mx__grad_chunk) and
+ * the optimizer updates each complete tensor in the thread pool, at most
+ * --threads at a time (mx__update_next; with clipping, every tensor in one
+ * piece of work once all are in); a step is done when every tensor is
+ * updated and the stream is over (mx__step_done), and the next starts
+ * (mx__start_step). A checkpoint due then (or before the first step, or
+ * after the last) is written in the thread pool first (ckpt_kind says which
+ * and what follows it: mx__checkpoint_done). The event loop only moves
+ * bytes: heartbeats and flow control go on while a large tensor updates or
+ * a checkpoint is written.
  * FINISHED: the final evaluation's weights may still stream; no step runs. */
 typedef enum mx_state {
     MX_LOADING,
@@ -73,8 +103,20 @@ typedef struct mx_job {
     optim_config cfg;             /* the optimizer of the job */
     struct memoryx *mx;           /* its memoryx */
     uv_work_t load_req;           /* LOADING: the tensors made in the thread pool */
+    unsigned pool_work;           /* pieces of work of this job in the thread pool */
+    size_t *ready;                /* tensors whose gradient is complete, to update (a FIFO) */
+    size_t ready_head, ready_len;
+    unsigned updating;            /* tensor updates in the thread pool */
+    mx_held *held, **held_tail;   /* next step's gradient chunks that came early, in order */
+    uv_work_t step_req;           /* with clipping: the whole step's update */
+    mx_ckpt_kind ckpt_kind;       /* the checkpoint being written, or MX_CKPT_NONE */
+    uv_work_t ckpt_req;
+    uint64_t ckpt_step;
+    int ckpt_rc;
+    char ckpt_err[512];
+    char ckpt_path[PATH_MAX];
     int load_rc;                  /* its result, with load_err */
     char load_err[512];
     uint64_t load_bytes;          /* weights, gradients and optimizer state held */
-    bool released;                /* released while loading: freed when the load comes back */
+    bool released;                /* released with work in the pool: freed when it comes back */
 } mx_job;

@@ -18,6 +18,11 @@
 #include "toml.h"
 #include "units.h"
 
+/* The loop's lag is measured every 50 ms; a lag past 250 ms (a quarter of a
+ * heartbeat) is logged: the loop ran work that belongs on a thread. */
+#define NODE_LAG_INTERVAL_MS 50
+#define NODE_LAG_WARN_MS 250
+
 /* The daemon frame's own options; a role adds its table (node_role.options). */
 static const options_key node__keys[] = {
     {"listen", "HOST:PORT", OPTIONS_STRING, offsetof(node_options, listen),
@@ -661,6 +666,7 @@ static void node__metrics(void *arg, metrics_buf *b)
                       "# HELP appliance_peer_connections Live connections with a peer.\n"
                       "# TYPE appliance_peer_connections gauge\n");
     conn_peers(node__peer_metrics, b);
+    looplag_render(&n->lag, b);
     if (n->role->metrics)
         n->role->metrics(n, b);
 }
@@ -695,6 +701,7 @@ void node_shutdown(node *n)
     uv_timer_stop(&n->defer_timer);
     uv_close((uv_handle_t *)&n->defer_timer, NULL);
     uv_close((uv_handle_t *)&n->flight_timer, NULL);
+    looplag_stop(&n->lag);
     for (size_t i = 0; i < n->ndeferred; i++)
         free(n->deferred[i].packed);
     n->ndeferred = 0;
@@ -810,6 +817,7 @@ int node_run(node *n, const node_role *role, uv_loop_t *loop)
     uv_timer_init(loop, &n->flight_timer);
     n->flight_timer.data = n;
     uv_timer_start(&n->flight_timer, node__flight_check, 1000, 1000);
+    looplag_start(&n->lag, loop, NODE_LAG_INTERVAL_MS, NODE_LAG_WARN_MS);
     if (role->role != APPLIANCE__ROLE__ROLE_COORDINATOR) {
         if (conn_link_start(&n->coord, loop, n->opt.coordinator, &n->ccfg, &node__ops, n) < 0) {
             log_error("bad coordinator address \"%s\": expected HOST:PORT", n->opt.coordinator);

@@ -13,6 +13,7 @@
 
 #include "conn.h"
 #include "flight.h"
+#include "looplag.h"
 #include "metrics.h"
 #include "options.h"
 
@@ -122,6 +123,7 @@ struct node {
     uv_timer_t defer_timer;    /* expires deferred messages */
     flight flight;             /* the last stream and job events */
     uv_timer_t flight_timer;   /* dumps the recorder when a job's stream goes silent */
+    looplag lag;               /* how long the loop is kept from its work (/metrics) */
     struct jobhost *jobs;      /* the role's job life cycle (jobhost.h), or NULL */
     uint32_t threads;          /* compute threads, reported at registration; set by the role */
     uint64_t memory_limit;     /* memory the role may use (wafer, memoryx --memory) in /metrics; 0: none */

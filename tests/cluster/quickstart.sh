@@ -65,9 +65,9 @@ for model in mlp cnn; do
     out=$(cd "$work" && timeout 120 "$submit" --json "$work/$model-$r.toml") || fail "$model on $r replica(s): $out"
     [ "$(echo "$out" | field state)" = done ] || fail "$model not done: $out"
   done
-  "$build/client/st-compare" "$work/${model}1/checkpoint_$steps-shard1-of-1.safetensors" \
-    "$work/${model}2/checkpoint_$steps-shard1-of-1.safetensors" --rtol 1e-5 >/dev/null ||
-    fail "$model: 1 and 2 replicas disagree"
+  cmp=$("$build/client/st-compare" "$work/${model}1/checkpoint_$steps-shard1-of-1.safetensors" \
+    "$work/${model}2/checkpoint_$steps-shard1-of-1.safetensors" --rtol 1e-5 2>&1) ||
+    fail "$model: 1 and 2 replicas disagree: $cmp"
   echo "ok: $model, 1 and 2 replicas agree within 1e-5"
 done
 

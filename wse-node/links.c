@@ -199,10 +199,24 @@ static void wn__up_close(conn *c, int err, const char *reason)
     }
 }
 
+/* The link to swarmx has room again: the gradients waiting go on. */
+static void wn__up_drain(conn *c)
+{
+    wn_job *j = c->data;
+    if (!j || j->state == WN_RELEASED)
+        return;
+    int rc = wn__grad_pump(j);
+    if (rc < 0)
+        wn__fault(j->n, j, "cannot send gradients: %s", strerror(-rc));
+    else
+        wn__advance(j);
+}
+
 const conn_ops wn__up_ops = {
     .on_ready = wn__up_ready,
     .on_frame = wn__up_frame,
     .payload_dest = wn__up_dest,
+    .on_drain = wn__up_drain,
     .on_close = wn__up_close,
 };
 

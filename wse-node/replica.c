@@ -47,6 +47,7 @@ void wn__free_buffers(wn_job *j)
             optim_state_deinit(&j->t[i].st);
         }
     free(j->t);
+    free(j->gq);
     free(j->wp);
     free(j->gp);
     if (j->batches)
@@ -159,6 +160,7 @@ static int wn__job_buffers(wn_job *j, char *err, size_t errlen)
     const model *m = j->m;
     bool oom = false;
     j->t = calloc(p->n_tensors ? p->n_tensors : 1, sizeof(*j->t));
+    j->gq = calloc(p->n_tensors ? p->n_tensors : 1, sizeof(*j->gq));
     j->wp = calloc(p->n_tensors ? p->n_tensors : 1, sizeof(float *));
     j->gp = calloc(p->n_tensors ? p->n_tensors : 1, sizeof(float *));
     oom |= !j->t || !j->wp || !j->gp;

@@ -27,7 +27,9 @@ typedef struct wn_tensor {
     optim_state st;        /* Pipelined: the optimizer state of the resident weights */
     bool trainable;        /* false for buffers (running statistics) */
     uint64_t n;            /* elements */
-    int sends;             /* gradient sends in flight: g must not change */
+    int sends;             /* gradient sends queued or in flight: g must not change */
+    uint64_t send_off;     /* the next element of g to send, while queued */
+    uint64_t send_step;    /* the step of the gradient queued */
     struct wn_job *job;    /* the job it belongs to */
 } wn_tensor;
 
@@ -102,6 +104,8 @@ typedef struct wn_job {
     uint32_t micro;          /* the micro-batch being computed */
     uint64_t in_elems;       /* input values per sample */
     wn_tensor *t;            /* by plan tensor id */
+    uint32_t *gq;            /* tensors whose gradients wait to be sent, a FIFO (wn__grad_pump) */
+    size_t gq_head, gq_len;
     float **wp, **gp;        /* per tensor: t[i].w and t[i].g, for the executor */
     exec ex;                 /* activations and the layers' computation */
     bool ex_ready;           /* ex was initialised */
@@ -180,6 +184,8 @@ void wn__abort_as(node *n, wn_job *j, bool fault, const char *fmt, ...)
 #define wn__abort(n, j, ...) wn__abort_as(n, j, false, __VA_ARGS__)
 #define wn__fault(n, j, ...) wn__abort_as(n, j, true, __VA_ARGS__)
 void wn__free_buffers(wn_job *j);
+/* step.c: sends queued gradients while the link to swarmx has room. */
+int wn__grad_pump(wn_job *j);
 void wn__maybe_ready(wn_job *j);
 
 /* step.c: starts the next compute task if what it needs is there; starts

@@ -178,32 +178,58 @@ static void wn__grad_sent(void *arg, int status)
         wn__advance(t->job);
 }
 
-/* Sends the gradients of a layer's trainable tensors up, in chunks. */
-static int wn__send_grads(wn_job *j, const model_layer *l)
+/* Sends the queued gradients up, a chunk at a time, while the link to
+ * swarmx has room (a layer's gradients may be far larger than what a link
+ * may queue); on_drain calls it again. Returns 0 or a negative errno. */
+int wn__grad_pump(wn_job *j)
 {
+    if (j->gq_head == j->gq_len)
+        return 0;
     conn *up = conn_link_conn(&j->up);
     if (!up)
         return -ENOTCONN;
-    for (int k = 0; k < l->ntensors; k++) {
-        const model_tensor *mt = &j->m->tensors[l->first_tensor + k];
-        wn_tensor *t = &j->t[mt->id];
-        for (uint64_t off = 0; off < t->n; off += j->plan->chunk_elems) {
+    while (j->gq_head < j->gq_len) {
+        uint32_t id = j->gq[j->gq_head];
+        wn_tensor *t = &j->t[id];
+        while (t->send_off < t->n) {
+            uint64_t off = t->send_off;
             uint64_t count = t->n - off < j->plan->chunk_elems ? t->n - off : j->plan->chunk_elems;
+            if (!conn_can_send(up, count * sizeof(float)))
+                return 0;
             Appliance__GradChunk g = APPLIANCE__GRAD_CHUNK__INIT;
-            g.step = j->step;
-            g.tensor_id = mt->id;
+            g.step = t->send_step;
+            g.tensor_id = id;
             g.offset = off;
             g.count = count;
             g.total = t->n;
             ENVELOPE(env, grad_chunk, GRAD_CHUNK, &g);
-            int rc = conn_send(up, &env, j->gp[mt->id] + off, (uint32_t)(count * sizeof(float)),
+            int rc = conn_send(up, &env, j->gp[id] + off, (uint32_t)(count * sizeof(float)),
                                wn__grad_sent, t);
             if (rc < 0)
                 return rc;
             t->sends++;
+            t->send_off += count;
         }
+        t->sends--; /* no longer queued */
+        j->gq_head++;
     }
+    j->gq_head = j->gq_len = 0;
     return 0;
+}
+
+/* Queues the gradients of a layer's trainable tensors to be sent up, in
+ * chunks, and sends what the link takes now. */
+static int wn__send_grads(wn_job *j, const model_layer *l)
+{
+    for (int k = 0; k < l->ntensors; k++) {
+        const model_tensor *mt = &j->m->tensors[l->first_tensor + k];
+        wn_tensor *t = &j->t[mt->id];
+        t->send_off = 0;
+        t->send_step = j->step;
+        t->sends++; /* queued: its gradient must not change */
+        j->gq[j->gq_len++] = mt->id;
+    }
+    return wn__grad_pump(j);
 }
 
 static void wn__step_done(wn_job *j)

@@ -17,6 +17,8 @@ typedef struct job_reader {
     uint64_t next;        /* the next line it gets */
 } job_reader;
 
+#define JOB_PHASES 16 /* step phases kept per replica */
+
 struct job {
     uint64_t seq;         /* submission order, from 1, unique across restarts */
     char id[40];          /* "job-<seq>" */
@@ -67,6 +69,11 @@ struct job {
     double last_loss;
     double last_lr;
     double replica_sec[64]; /* each replica's compute time in its last reported step */
+    /* Where each replica's time went in its last reported step (its
+     * StepReport.phases; the names are the first replica's to report). */
+    double replica_phase[64][JOB_PHASES];
+    char phase_name[JOB_PHASES][32];
+    size_t nphases;
     /* Evaluation: the reports of the one in progress, and the last result. */
     uint64_t eval_step;
     uint32_t eval_reports;

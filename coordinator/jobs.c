@@ -555,10 +555,19 @@ static void job__count_steps(coordinator *co, job *j)
                 summaries_scalar(j->sum, "learning_rate", step, j->last_lr);
                 summaries_scalar(j->sum, "samples_per_sec", step, st.samples_per_sec);
                 summaries_scalar(j->sum, "step_compute_sec/slowest_replica", step, compute);
+                size_t slowest = 0;
                 for (size_t i = 0; i < j->plan->n_replicas && i < 64; i++) {
                     char tag[64];
                     snprintf(tag, sizeof(tag), "step_compute_sec/replica_%zu", i);
                     summaries_scalar(j->sum, tag, step, j->replica_sec[i]);
+                    if (j->replica_sec[i] > j->replica_sec[slowest])
+                        slowest = i;
+                }
+                /* where the slowest replica's step went */
+                for (size_t i = 0; i < j->nphases; i++) {
+                    char tag[64];
+                    snprintf(tag, sizeof(tag), "step_phase_sec/%s", j->phase_name[i]);
+                    summaries_scalar(j->sum, tag, step, j->replica_phase[slowest][i]);
                 }
                 summaries_flush(j->sum);
             }
@@ -589,8 +598,17 @@ void jobs_handle_step_report(node *n, conn *c, Appliance__Envelope *env, uint8_t
         job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, why);
         return;
     }
-    if (r->replica < 64)
+    if (r->replica < 64) {
         j->replica_sec[r->replica] = r->compute_sec;
+        for (size_t i = 0; i < r->n_phases && i < JOB_PHASES; i++) {
+            const Appliance__StepPhase *ph = r->phases[i];
+            if (i >= j->nphases) {
+                snprintf(j->phase_name[i], sizeof(j->phase_name[i]), "%s", ph->name);
+                j->nphases = i + 1;
+            }
+            j->replica_phase[r->replica][i] = isfinite(ph->sec) ? ph->sec : 0;
+        }
+    }
     job__count_steps(co, j);
 }
 

@@ -48,6 +48,7 @@ void wn__free_buffers(wn_job *j)
         }
     free(j->t);
     free(j->gq);
+    free(j->layer_sec[0]);
     free(j->wp);
     free(j->gp);
     if (j->batches)
@@ -336,6 +337,10 @@ static void *wn__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
     }
     if (model_plan_check(p, j->m, err, sizeof(err)) < 0)
         return wn__start_failed(j, why, whylen, err);
+    j->layer_sec[0] = calloc(2 * (size_t)(j->m->nlayers ? j->m->nlayers : 1), sizeof(double));
+    if (!j->layer_sec[0])
+        return wn__start_failed(j, why, whylen, "out of memory");
+    j->layer_sec[1] = j->layer_sec[0] + j->m->nlayers;
     j->replica = me->index;
     j->batch = me->batch;
     j->step = p->first_step;
@@ -423,6 +428,26 @@ static void wn__metrics(node *n, metrics_buf *b)
                       "# TYPE appliance_weight_chunks_held_total counter\n"
                       "appliance_weight_chunks_held_total %llu\n", (unsigned long long)w->staged);
     metrics_hist_render(&w->step_hist, b, NULL);
+    metrics_printf(b, "# HELP appliance_step_phase_seconds_total Time by phase of the steps: computing a "
+                      "stage, or waiting with the compute thread idle.\n"
+                      "# TYPE appliance_step_phase_seconds_total counter\n");
+    for (int i = 0; i < WN_PHASES; i++)
+        metrics_printf(b, "appliance_step_phase_seconds_total{phase=\"%s\"} %.6f\n",
+                       wn_phase_names[i], w->phase_total[i]);
+    wn_job *j = w->job;
+    if (j) {
+        if (j->layer_sec[0] && j->m) {
+            metrics_printf(b, "# HELP appliance_layer_seconds_total The running job's compute time by layer and pass.\n"
+                              "# TYPE appliance_layer_seconds_total counter\n");
+            for (int l = 0; l < j->m->nlayers; l++) {
+                char name[160];
+                metrics_label_escape(j->m->layers[l].name, name, sizeof(name));
+                metrics_printf(b, "appliance_layer_seconds_total{layer=\"%s\",pass=\"forward\"} %.6f\n"
+                                  "appliance_layer_seconds_total{layer=\"%s\",pass=\"backward\"} %.6f\n",
+                               name, j->layer_sec[0][l], name, j->layer_sec[1][l]);
+            }
+        }
+    }
     metrics_printf(b, "# HELP appliance_blas_info The BLAS core type the kernels run (failed: the core "
                       "that failed its start-up self-check before it).\n"
                       "# TYPE appliance_blas_info gauge\n"

@@ -60,6 +60,17 @@ typedef struct wn_feed {
 
 enum wn_stage { WN_FORWARD, WN_LOSS, WN_BACKWARD, WN_UPDATE, WN_EVAL, WN_EVAL_METRICS };
 
+/* Where a replica's time goes, step by step (StepReport.phases, /metrics):
+ * computing in a stage, or waiting with the compute thread idle for what
+ * wn__advance found missing; "other" is the time between a task's end and
+ * the loop's next decision. */
+enum wn_phase {
+    WN_PH_FORWARD, WN_PH_LOSS, WN_PH_BACKWARD, WN_PH_UPDATE, WN_PH_EVAL,
+    WN_PH_WAIT_BATCH, WN_PH_WAIT_WEIGHTS, WN_PH_WAIT_GRADS_SENT, WN_PH_WAIT_REDUCED, WN_PH_OTHER,
+    WN_PHASES
+};
+extern const char *const wn_phase_names[WN_PHASES];
+
 /* An evaluation batch, asked of the first worker feeding the replica. */
 typedef struct wn_eval_buf {
     int32_t k;             /* the eval batch it holds or awaits, -1: free */
@@ -124,6 +135,12 @@ typedef struct wn_job {
     uint32_t batch_offset;   /* first sample of the global batch */
     uint32_t swarm_parent;   /* swarmx node it streams from */
     double loss_sum;         /* of the step, over our samples */
+    double phase[WN_PHASES]; /* this step's seconds by phase */
+    double *layer_sec[2];    /* per layer, the job's forward [0] and backward [1] seconds */
+    double task_sec;         /* the last task's duration (set on the compute thread) */
+    double task_end;         /* when it ended (wn__now) */
+    double mark;             /* start of the idle time not yet accounted, 0: computing */
+    enum wn_phase wait;      /* what the replica waits for since mark */
     int compute_err;         /* set by a task: the job fails */
     char compute_msg[256];
     int links_open;          /* links still closing at release */
@@ -162,6 +179,7 @@ typedef struct wse_node {
     uint64_t steps;          /* training steps computed */
     uint64_t staged;         /* weight chunks held while their slot was busy */
     blas_status blas;        /* the BLAS core in use and its self-check */
+    double phase_total[WN_PHASES]; /* seconds by phase over every job (wn_phase) */
 } wse_node;
 
 /* Fills the role table of a wse-node and ties w (cleared) to n: its option

@@ -137,7 +137,9 @@ static void wn__work(void *arg)
             snprintf(j->compute_msg, sizeof(j->compute_msg),
                      "evaluation at step %llu: a label out of range", (unsigned long long)j->step);
         }
-        j->compute_sec += wn__now() - t0;
+        j->task_end = wn__now();
+        j->task_sec = j->task_end - t0;
+        j->compute_sec += j->task_sec;
         return;
     }
     wn_batch *b = wn__batch_for(j, j->step);
@@ -167,7 +169,9 @@ static void wn__work(void *arg)
     } else {
         wn__update(j);
     }
-    j->compute_sec += wn__now() - t0;
+    j->task_end = wn__now();
+    j->task_sec = j->task_end - t0;
+    j->compute_sec += j->task_sec;
 }
 
 static void wn__grad_sent(void *arg, int status)
@@ -232,6 +236,41 @@ static int wn__send_grads(wn_job *j, const model_layer *l)
     return wn__grad_pump(j);
 }
 
+const char *const wn_phase_names[WN_PHASES] = {
+    "forward", "loss", "backward", "update", "evaluation",
+    "wait_batch", "wait_weights", "wait_gradients_sent", "wait_reduced", "other",
+};
+
+/* The idle time since the last mark goes to what the replica waited for;
+ * from now on it waits for `what`. */
+static void wn__wait(wn_job *j, enum wn_phase what)
+{
+    double now = wn__now();
+    if (j->mark > 0) {
+        j->phase[j->wait] += now - j->mark;
+        wn_of(j->n)->phase_total[j->wait] += now - j->mark;
+    }
+    j->mark = now;
+    j->wait = what;
+}
+
+/* A task finished: its time goes to its stage (and layer). */
+static void wn__task_done(wn_job *j)
+{
+    static const enum wn_phase of_stage[] = {
+        [WN_FORWARD] = WN_PH_FORWARD, [WN_LOSS] = WN_PH_LOSS, [WN_BACKWARD] = WN_PH_BACKWARD,
+        [WN_UPDATE] = WN_PH_UPDATE, [WN_EVAL] = WN_PH_EVAL, [WN_EVAL_METRICS] = WN_PH_EVAL,
+    };
+    enum wn_phase ph = of_stage[j->stage];
+    j->phase[ph] += j->task_sec;
+    wn_of(j->n)->phase_total[ph] += j->task_sec;
+    if ((j->stage == WN_FORWARD || j->stage == WN_BACKWARD) && j->layer_sec[0] && j->layer >= 0 &&
+        j->layer < j->m->nlayers)
+        j->layer_sec[j->stage == WN_BACKWARD][j->layer] += j->task_sec;
+    j->mark = j->task_end; /* the loop's delay in taking the result up is "other" */
+    j->wait = WN_PH_OTHER;
+}
+
 static void wn__step_done(wn_job *j)
 {
     Appliance__StepReport r = APPLIANCE__STEP_REPORT__INIT;
@@ -241,6 +280,16 @@ static void wn__step_done(wn_job *j)
     r.loss_sum = j->loss_sum;
     r.samples = j->batch;
     r.compute_sec = j->compute_sec;
+    wn__wait(j, j->wait); /* the step's time so far, in its phases */
+    Appliance__StepPhase ph[WN_PHASES], *php[WN_PHASES];
+    for (int i = 0; i < WN_PHASES; i++) {
+        appliance__step_phase__init(&ph[i]);
+        ph[i].name = (char *)wn_phase_names[i];
+        ph[i].sec = j->phase[i];
+        php[i] = &ph[i];
+    }
+    r.phases = php;
+    r.n_phases = WN_PHASES;
     metrics_hist_observe(&wn_of(j->n)->step_hist, j->compute_sec);
     wn_of(j->n)->steps++;
     ENVELOPE(env, step_report, STEP_REPORT, &r);
@@ -263,6 +312,7 @@ static void wn__step_done(wn_job *j)
     j->micro = 0;
     j->loss_sum = 0;
     j->compute_sec = 0;
+    memset(j->phase, 0, sizeof(j->phase));
     j->rg_done = 0;
     for (size_t i = 0; i < j->plan->n_tensors; i++)
         j->t[i].rg_have = 0;
@@ -286,6 +336,7 @@ static void wn__work_done(void *arg)
         wn__abort(j->n, j, "%s", j->compute_msg);
         return;
     }
+    wn__task_done(j);
     const model *m = j->m;
     if (j->ws_ready && (j->stage == WN_FORWARD || j->stage == WN_BACKWARD || j->stage == WN_EVAL) &&
         wslots_consume(&j->ws, j->layer, j->stage == WN_BACKWARD))
@@ -380,36 +431,50 @@ void wn__advance(wn_job *j)
         return;
     if (j->stage == WN_EVAL || j->stage == WN_EVAL_METRICS) {
         const wn_eval_buf *eb = wn__eval_buf(j, j->eval_k);
-        if (!eb || !eb->full)
+        if (!eb || !eb->full) {
+            wn__wait(j, WN_PH_WAIT_BATCH);
             return;
+        }
         if (eb->n == 0) { /* an empty share: the weights still go by */
             wn__eval_skip(j);
             return;
         }
     } else if (!wn__batch_for(j, j->step)) {
+        wn__wait(j, WN_PH_WAIT_BATCH);
         return;
     }
     bool backward = j->stage == WN_BACKWARD;
     if (j->ws_ready && (j->stage == WN_FORWARD || backward || j->stage == WN_EVAL)) {
         /* Weight Streaming: the layer's weights in their slot, and the
          * gradient slot free of gradients not yet sent. */
-        if (!wslots_ready(&j->ws, j->layer, backward))
+        if (!wslots_ready(&j->ws, j->layer, backward)) {
+            wn__wait(j, WN_PH_WAIT_WEIGHTS);
             return;
+        }
         int blocker = backward ? wslots_grad_blocker(&j->ws, j->layer) : -1;
-        if (blocker >= 0 && wn__sending(j, blocker))
+        if (blocker >= 0 && wn__sending(j, blocker)) {
+            wn__wait(j, WN_PH_WAIT_GRADS_SENT);
             return;
+        }
         wslots_bind(&j->ws, j->layer, backward, j->wp, j->gp);
     } else if ((j->stage == WN_FORWARD || j->stage == WN_EVAL) &&
                !wn__weights_ready(j, &j->m->layers[j->layer])) {
+        wn__wait(j, WN_PH_WAIT_WEIGHTS);
         return;
     }
-    if (j->stage == WN_UPDATE && j->plan->n_replicas > 1 && j->rg_done < j->plan->n_tensors)
+    if (j->stage == WN_UPDATE && j->plan->n_replicas > 1 && j->rg_done < j->plan->n_tensors) {
+        wn__wait(j, WN_PH_WAIT_REDUCED);
         return;
-    if (backward && wn__sending(j, j->layer)) /* its gradients of the last step must have left */
+    }
+    if (backward && wn__sending(j, j->layer)) { /* its gradients of the last step must have left */
+        wn__wait(j, WN_PH_WAIT_GRADS_SENT);
         return;
+    }
     if (compute_submit(&wn_of(j->n)->comp, wn__work, wn__work_done, j) < 0) {
         wn__abort(j->n, j, "out of memory queueing a compute task");
         return;
     }
     j->busy = true;
+    wn__wait(j, j->wait);
+    j->mark = 0; /* computing */
 }

@@ -63,8 +63,24 @@ wse = parse(f"{work}/after.wse-node-1")
 assert get(wse, "appliance_steps_total") == 60, get(wse, "appliance_steps_total")
 assert wse['appliance_step_compute_seconds_bucket{le="+Inf"}'] == 60
 assert get(wse, "appliance_memory_limit_bytes") > 0
-print("ok: every daemon's metrics parse and move during a job")
+# where the replica's time went: every phase is there, the compute phases
+# hold every task's time, and all of them fit in the job's time
+phases = {k[len('appliance_step_phase_seconds_total{phase="'):-2]: v for k, v in wse.items()
+          if k.startswith("appliance_step_phase_seconds_total{")}
+names = ["forward", "loss", "backward", "update", "evaluation", "wait_batch", "wait_weights",
+         "wait_gradients_sent", "wait_reduced", "other"]
+assert sorted(phases) == sorted(names), phases
+compute = sum(phases[n] for n in names[:5])
+assert phases["forward"] > 0 and phases["backward"] > 0, phases
+assert compute >= 0.999 * wse["appliance_step_compute_seconds_sum{}"], (compute, wse)
+import json
+elapsed = json.load(open(f"{work}/out.json"))["elapsed_sec"]
+assert sum(phases.values()) <= elapsed + 1.0, (phases, elapsed)
+print("ok: every daemon's metrics parse and move during a job; the replica's time by phase: " +
+      ", ".join("%s %.3f s" % (n, phases[n]) for n in names))
 PY
+grep -aq "step_phase_sec/forward" "$work"/m/events.out.tfevents.* ||
+  fail "no step phases in the TensorBoard file"
 
 # The traces, of a Weight Streaming run of the same model: 4 steps.
 sed -e "s|^model_dir = .*|model_dir = \"$work/ws\"|" -e 's/^max_steps = .*/max_steps = 4/' \

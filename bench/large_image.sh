@@ -73,20 +73,9 @@ appliance() {
   done
   "$src/deploy/local/appliance-down" --dir "$run" --quiet >/dev/null
   rm -rf "$run"
-  echo "$out" | "$py" -c '
-import re, statistics, sys
-text = sys.stdin.read()
-def sec(d):  # durations as the client prints them: 12.3s, 5m12s, 1h02m
-    h, m, s = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:([0-9.]+)s)?", d).groups()
-    return int(h or 0) * 3600 + int(m or 0) * 60 + float(s or 0)
-el = {int(s): sec(e) for s, e in re.findall(r"step (\d+)/\d+ \([0-9]+%\) loss [0-9.]+ .* elapsed ([0-9hms.]+) ETA", text)}
-ks = sorted(el)
-d = [el[b] - el[a] for a, b in zip(ks, ks[1:]) if b == a + 1]
-iou = re.findall(r"eval at step (\d+): loss [0-9.]+, IoU ([0-9.]+)", text)
-if len(iou) > 1:
-    print("IoU by step: " + ", ".join("%s: %s" % p for p in iou), file=sys.stderr)
-print(statistics.median(d) if d else float("nan"), sys.argv[1], sys.argv[2], iou[-1][1] if iou else "nan")
-' "$wse" "$all"
+  local step iou
+  read -r step iou < <(echo "$out" | "$py" "$src/bench/step_times.py")
+  echo "$step $wse $all $iou"
 }
 
 read -r app_step app_wse app_all _ < <(appliance 2048 4 1 a2048)

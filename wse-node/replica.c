@@ -25,8 +25,28 @@ double wn__now(void)
 
 /* ---- job life cycle ---- */
 
+/* The job's compute time by layer stays in /metrics after it ends. */
+static void wn__keep_layers(wn_job *j)
+{
+    wse_node *w = wn_of(j->n);
+    if (!j->layer_sec[0] || !j->m)
+        return;
+    char(*names)[MODEL_NAME_MAX] = calloc((size_t)j->m->nlayers + 1, sizeof(*names));
+    if (!names)
+        return;
+    for (int l = 0; l < j->m->nlayers; l++)
+        snprintf(names[l], sizeof(names[l]), "%s", j->m->layers[l].name);
+    free(w->layer_names);
+    free(w->layer_sec);
+    w->layer_names = names;
+    w->layer_sec = j->layer_sec[0];
+    w->nlayers = j->m->nlayers;
+    j->layer_sec[0] = j->layer_sec[1] = NULL;
+}
+
 void wn__free_buffers(wn_job *j)
 {
+    wn__keep_layers(j);
     if (j->ex_ready)
         exec_deinit(&j->ex);
     if (j->ws_ready)
@@ -434,18 +454,21 @@ static void wn__metrics(node *n, metrics_buf *b)
     for (int i = 0; i < WN_PHASES; i++)
         metrics_printf(b, "appliance_step_phase_seconds_total{phase=\"%s\"} %.6f\n",
                        wn_phase_names[i], w->phase_total[i]);
+    /* by layer: the running job's, or else the last job's */
     wn_job *j = w->job;
-    if (j) {
-        if (j->layer_sec[0] && j->m) {
-            metrics_printf(b, "# HELP appliance_layer_seconds_total The running job's compute time by layer and pass.\n"
-                              "# TYPE appliance_layer_seconds_total counter\n");
-            for (int l = 0; l < j->m->nlayers; l++) {
-                char name[160];
-                metrics_label_escape(j->m->layers[l].name, name, sizeof(name));
-                metrics_printf(b, "appliance_layer_seconds_total{layer=\"%s\",pass=\"forward\"} %.6f\n"
-                                  "appliance_layer_seconds_total{layer=\"%s\",pass=\"backward\"} %.6f\n",
-                               name, j->layer_sec[0][l], name, j->layer_sec[1][l]);
-            }
+    int nl = j && j->layer_sec[0] ? j->m->nlayers : w->nlayers;
+    if (nl > 0) {
+        metrics_printf(b, "# HELP appliance_layer_seconds_total Compute time by layer and pass of the "
+                          "running job, or else of the last.\n"
+                          "# TYPE appliance_layer_seconds_total counter\n");
+        for (int l = 0; l < nl; l++) {
+            char name[160];
+            metrics_label_escape(j && j->layer_sec[0] ? j->m->layers[l].name : w->layer_names[l],
+                                 name, sizeof(name));
+            const double *sec = j && j->layer_sec[0] ? j->layer_sec[0] : w->layer_sec;
+            metrics_printf(b, "appliance_layer_seconds_total{layer=\"%s\",pass=\"forward\"} %.6f\n"
+                              "appliance_layer_seconds_total{layer=\"%s\",pass=\"backward\"} %.6f\n",
+                           name, sec[l], name, sec[nl + l]);
         }
     }
     metrics_printf(b, "# HELP appliance_blas_info The BLAS core type the kernels run (failed: the core "

@@ -180,6 +180,11 @@ typedef struct wse_node {
     uint64_t staged;         /* weight chunks held while their slot was busy */
     blas_status blas;        /* the BLAS core in use and its self-check */
     double phase_total[WN_PHASES]; /* seconds by phase over every job (wn_phase) */
+    /* The compute time by layer of the running job, or else of the last:
+     * nlayers names and forward then backward seconds (wn__keep_layers). */
+    int nlayers;
+    char (*layer_names)[MODEL_NAME_MAX];
+    double *layer_sec;
 } wse_node;
 
 /* Fills the role table of a wse-node and ties w (cleared) to n: its option

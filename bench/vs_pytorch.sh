@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# Benchmark: one replica of the appliance beside PyTorch on the same host,
+# same layers, batch, loss and threads (2), in one run:
+#   BENCH step_time_vs_pytorch_mlp_pipelined <ratio> of_pytorch   784-2048-2048-10, batch 1024
+#   BENCH step_time_vs_pytorch_mlp_ws <ratio> of_pytorch          the same in Weight Streaming
+#   BENCH step_time_vs_pytorch_unet512 <ratio> of_pytorch         examples/unet.toml, 512^2, batch 4
+#   BENCH step_time_vs_pytorch_resnet_small <ratio> of_pytorch    examples/resnet_small.toml, batch 32
+# Each appliance run is the whole appliance on this host (one wse-node with
+# --threads 2); its step is the job's own rate (the first step, with its
+# start-up, left out).
+# After each, where the wse-node's time went (its appliance_step_phase_seconds_total
+# and the slowest layers, from /metrics). The PyTorch twin (bench/torch_twin.py)
+# needs Debian's python3-torch: without it the benchmark says so and stops.
+set -euo pipefail
+src=${SOURCE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
+build=${BUILD_ROOT:-$src/build}
+py=/usr/bin/python3
+work=$(mktemp -d "${TMPDIR:-/tmp}/appliance-vs-pytorch.XXXXXX")
+run="$work/run"
+cleanup() {
+  "$src/deploy/local/appliance-down" --dir "$run" --quiet >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+echo "host: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB;" \
+  "flags: $(lscpu | sed -n 's/^Flags: *//p' | tr ' ' '\n' | grep -E '^(avx2|avx512f|avx512_bf16|amx_tile|fma)$' | tr '\n' ' ')"
+if ! "$py" -c "import torch" 2>/dev/null; then
+  echo "vs_pytorch: PyTorch (Debian's python3-torch) is not installed: nothing to compare with, skipped"
+  exit 0
+fi
+
+# edit NAME FILE STEPS BATCH [MODE]: a copy of FILE training one replica for
+# STEPS steps at BATCH, progress every step, no evaluation
+edit() {
+  local mode=${5:-auto}
+  sed -e "s/^max_steps = .*/max_steps = $3/" -e "s/^log_steps = .*/log_steps = 1/" \
+    -e "s/^eval_frequency = .*/eval_frequency = 0/" -e "s/^num_csx = .*/num_csx = 1/" \
+    -e "0,/^batch_size = .*/s//batch_size = $4/" \
+    -e "s|^model_dir = .*|model_dir = \"$work/$1\"\nmode = \"$mode\"|" "$2" > "$work/$1.toml"
+}
+
+# appliance NAME BATCH: runs $work/NAME.toml on a fresh local cluster;
+# prints the mean step from the first step's end to the last's (the job's
+# training rate); the wse-node's phases and layers go to $work/NAME.metrics
+appliance() {
+  "$src/deploy/local/appliance-up" --replicas 1 --threads 2 --wafer-memory 16G --metrics \
+    --dir "$run" --build "$build" >/dev/null
+  local out url
+  out=$(set -a; . "$run/env"; set +a; cd "$work" && "$build/client/appliance-submit" --json "$work/$1.toml" 2>&1) ||
+    { echo "vs_pytorch: the $1 job failed: $out" >&2; exit 1; }
+  url=$(awk '$1 == "wse-node-1" {print $2}' "$run/metrics")
+  sleep 1.2 # the exposition is rendered once a second
+  "$py" -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' \
+    "$url" > "$work/$1.metrics"
+  "$src/deploy/local/appliance-down" --dir "$run" --quiet >/dev/null
+  rm -rf "$run"
+  echo "$out" | "$py" -c 'import json, sys; print(int(sys.argv[1]) / json.load(sys.stdin)["samples_per_sec"])' "$2"
+}
+
+# breakdown NAME: where the wse-node's time went
+breakdown() {
+  "$py" - "$work/$1.metrics" "$1" <<'PY'
+import re, sys
+ph, layers = {}, {}
+for l in open(sys.argv[1]):
+    m = re.match(r'appliance_step_phase_seconds_total\{phase="([a-z_]+)"\} ([0-9.e+-]+)', l)
+    if m:
+        ph[m.group(1)] = float(m.group(2))
+    m = re.match(r'appliance_layer_seconds_total\{layer="([^"]+)",pass="([a-z]+)"\} ([0-9.e+-]+)', l)
+    if m:
+        layers[m.group(1) + " " + m.group(2)] = float(m.group(3))
+ev = ph.pop("evaluation", 0.0)
+total = sum(ph.values()) or 1
+print("  %s: the wse-node's training time (%.1f s; evaluation %.1f s more): %s" % (sys.argv[2], total, ev, ", ".join(
+    "%s %.0f%%" % (k, 100 * v / total) for k, v in sorted(ph.items(), key=lambda kv: -kv[1]) if v / total >= 0.005)))
+top = sorted(layers.items(), key=lambda kv: -kv[1])[:6]
+print("  %s: slowest layers: %s" % (sys.argv[2], ", ".join("%s %.0f%%" % (k, 100 * v / total) for k, v in top)))
+PY
+}
+
+# compare NAME FIGURE BATCH TWIN_ARGS...: the appliance's run against the twin's
+compare() {
+  local name=$1 figure=$2 batch=$3 app twin
+  shift 3
+  app=$(appliance "$name" "$batch")
+  twin=$("$py" "$src/bench/torch_twin.py" "$work/$name.toml" --threads 2 "$@")
+  "$py" - "$app" "$twin" "$figure" <<'PY'
+import json, sys
+a, t = float(sys.argv[1]), json.loads(sys.argv[2])
+print("%s: appliance %.3f s/step, PyTorch %.3f s/step" % (sys.argv[3], a, t["step_sec"]))
+print("BENCH step_time_vs_pytorch_%s %.3f of_pytorch" % (sys.argv[3], a / t["step_sec"]))
+PY
+  breakdown "$name"
+}
+
+cat > "$work/mlp-src.toml" <<'TOML'
+[runconfig]
+max_steps = 20
+log_steps = 1
+seed = 1
+num_csx = 1
+model_dir = "x"
+[train_input]
+data_processor = "synthetic_classification"
+batch_size = 1024
+num_classes = 10
+num_samples = 60000
+[model]
+input_shape = [1, 28, 28]
+loss = "softmax_cross_entropy"
+[[model.layers]]
+name = "flatten"
+type = "flatten"
+[[model.layers]]
+name = "fc1"
+type = "dense"
+units = 2048
+[[model.layers]]
+name = "relu1"
+type = "relu"
+[[model.layers]]
+name = "fc2"
+type = "dense"
+units = 2048
+[[model.layers]]
+name = "relu2"
+type = "relu"
+[[model.layers]]
+name = "fc3"
+type = "dense"
+units = 10
+[optimizer]
+learning_rate = 0.01
+momentum = 0.9
+TOML
+edit mlp_pipelined "$work/mlp-src.toml" 20 1024 pipelined
+compare mlp_pipelined mlp_pipelined 1024 --batch 1024 --steps 10
+edit mlp_ws "$work/mlp-src.toml" 20 1024 weight_streaming
+compare mlp_ws mlp_ws 1024 --batch 1024 --steps 10
+edit unet512 "$src/examples/unet.toml" 7 4
+compare unet512 unet512 4 --batch 4 --steps 4
+edit resnet_small "$src/examples/resnet_small.toml" 30 32
+compare resnet_small resnet_small 32 --batch 32 --steps 10
+echo "vs_pytorch: mixed precision (bfloat16 against PyTorch's CPU autocast) is not built yet: its figures are skipped"

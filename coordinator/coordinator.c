@@ -234,7 +234,7 @@ static const options_key co__keys[] = {
     {"max-job-file", "SIZE", OPTIONS_SIZE, CO__OPT(admission.max_job_file), 0, 1u << 10, 256u << 20,
      "bytes of a submitted job file (default 256K)"},
     {"max-model-params", "N", OPTIONS_SIZE, CO__OPT(max_model_params), 0, 1, UINT64_C(1) << 40,
-     "trainable parameters of a submitted model (default 1G)"},
+     "trainable parameters of a submitted model (default: what the memoryx members hold)"},
     {"max-steps", "N", OPTIONS_U64, CO__OPT(max_steps), 0, 1, INT64_MAX,
      "runconfig.max_steps of a submitted job (default 100000000)"},
     {"max-queued-jobs", "N", OPTIONS_U32, CO__OPT(admission.max_queued_jobs), 0, 1, 10000000,

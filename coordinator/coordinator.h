@@ -25,7 +25,8 @@ typedef struct coordinator_options {
 } coordinator_options;
 
 #define COORDINATOR_DEFAULT_MAX_JOB_FILE (256u * 1024)
-#define COORDINATOR_DEFAULT_MAX_MODEL_PARAMS (UINT64_C(1) << 30)
+/* max_model_params 0: what the memoryx members registered can hold */
+#define COORDINATOR_DEFAULT_MAX_MODEL_PARAMS 0
 #define COORDINATOR_DEFAULT_MAX_STEPS UINT64_C(100000000)
 #define COORDINATOR_DEFAULT_CHUNK (1u << 20)
 

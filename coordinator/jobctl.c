@@ -8,6 +8,7 @@
 #include <sys/time.h>
 
 #include "admission.h"
+#include "footprint.h"
 #include "history.h"
 #include "job.h"
 #include "log.h"
@@ -98,7 +99,7 @@ void jobs_handle_submit(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, 
         snprintf(err, sizeof(err), "%s: runconfig.max_steps = %lld is more than this coordinator "
                  "accepts (max_steps = %llu)", file, (long long)spec->max_steps,
                  (unsigned long long)lim->max_steps);
-    else if (spec->model->total_params > lim->max_model_params)
+    else if (lim->max_model_params && spec->model->total_params > lim->max_model_params)
         snprintf(err, sizeof(err), "%s: the model has %llu trainable parameters (%s of float32 "
                  "weights), more than this coordinator accepts (max_model_params = %llu)", file,
                  (unsigned long long)spec->model->total_params,
@@ -106,6 +107,29 @@ void jobs_handle_submit(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, 
                  (unsigned long long)lim->max_model_params);
     else
         err[0] = 0;
+    if (!err[0] && !lim->max_model_params) {
+        /* by default, what the memoryx members can hold: weights, reduced
+         * gradients and the optimizer's state (footprint.h); none yet: the
+         * plan checks the shards it is given */
+        uint64_t mem = 0;
+        for (size_t i = 0; i < co->members.n; i++) {
+            const member *mb = &co->members.v[i];
+            if (mb->role == APPLIANCE__ROLE__ROLE_MEMORYX &&
+                mb->state != APPLIANCE__MEMBER_STATE__MEMBER_LOST && mb->memory)
+                mem += mb->memory;
+        }
+        unsigned states = footprint_optimizer_states(spec->optimizer_type, spec->momentum);
+        uint64_t need = footprint_shard_tensor_bytes(spec->model->total_params, true, states);
+        char s1[32], s2[32];
+        if (mem && need > mem)
+            snprintf(err, sizeof(err), "%s: the model has %llu trainable parameters (%s of float32 "
+                     "weights); with their gradients and optimizer state they need %s, more than "
+                     "the memoryx members of this cluster hold (%s in all): add memoryx members or "
+                     "give them more --memory", file,
+                     (unsigned long long)spec->model->total_params,
+                     units_format_size(spec->model->total_params * 4, sz, sizeof(sz)),
+                     units_format_size(need, s1, sizeof(s1)), units_format_size(mem, s2, sizeof(s2)));
+    }
     if (err[0]) {
         log_info("job file %s from %s refused: %s", file, c->peer_addr, err);
         co->jobs_refused++;

@@ -227,6 +227,37 @@ size_t planner_swarm_nodes(size_t replicas, size_t fanout)
     }
 }
 
+/* The fewest memoryx shards of `have` bytes each that hold the model when
+ * its tensors are balanced as the plan balances them (order: largest
+ * first); 0 when 1024 do not. */
+static size_t planner__shards_needed(const model *m, const size_t *order, unsigned states,
+                                     uint64_t have)
+{
+    size_t nt = (size_t)m->ntensors;
+    uint64_t *load = calloc(1024, sizeof(uint64_t)), *need = calloc(1024, sizeof(uint64_t));
+    size_t found = 0;
+    for (size_t k = 1; load && need && k <= 1024 && !found; k++) {
+        memset(load, 0, k * sizeof(uint64_t));
+        memset(need, 0, k * sizeof(uint64_t));
+        bool fits = true;
+        for (size_t i = 0; i < nt && fits; i++) {
+            size_t best = 0;
+            for (size_t s = 1; s < k; s++)
+                if (load[s] < load[best])
+                    best = s;
+            const model_tensor *t = &m->tensors[order[i]];
+            load[best] += t->elems * sizeof(float);
+            need[best] += footprint_shard_tensor_bytes(t->elems, t->trainable, states);
+            fits = need[best] <= have;
+        }
+        if (fits)
+            found = k;
+    }
+    free(load);
+    free(need);
+    return found;
+}
+
 uint64_t planner_replica_bytes(const model *m, uint64_t batch, unsigned threads,
                                Appliance__ExecMode mode, unsigned optimizer_states)
 {
@@ -423,6 +454,44 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
                 best = s;
         owner[order[i]] = (uint32_t)best;
         load[best] += m->tensors[order[i]].elems * sizeof(float);
+    }
+    /* what each shard holds (weights, reduced gradients, optimizer state:
+     * as memoryx allocates) against its memoryx's memory */
+    uint64_t total_shard = 0, largest_tensor = 0;
+    for (size_t i = 0; i < nt; i++) {
+        uint64_t b = footprint_shard_tensor_bytes(m->tensors[i].elems, m->tensors[i].trainable, states);
+        total_shard += b;
+        if (b > largest_tensor)
+            largest_tensor = b;
+    }
+    for (size_t s = 0; s < ns; s++) {
+        uint64_t need = 0, have = pm->shards[s]->memory;
+        for (size_t i = 0; i < nt; i++)
+            if (owner[i] == s)
+                need += footprint_shard_tensor_bytes(m->tensors[i].elems, m->tensors[i].trainable,
+                                                     states);
+        if (!have || need <= have)
+            continue;
+        char b1[32], b2[32], b3[32], b4[32];
+        units_format_size(need, b1, sizeof(b1));
+        units_format_size(have, b2, sizeof(b2));
+        units_format_size(total_shard, b3, sizeof(b3));
+        units_format_size(largest_tensor, b4, sizeof(b4));
+        if (largest_tensor > have)
+            snprintf(err, errlen,
+                     "%s: memoryx cannot hold the model: one tensor with its gradient and optimizer "
+                     "state needs %s, memoryx %s has %s; give memoryx more --memory",
+                     spec->source, b4, pm->shards[s]->name, b2);
+        else
+            snprintf(err, errlen,
+                     "%s: memoryx cannot hold the model: the weights, their gradients and optimizer "
+                     "state need %s in all, %s on shard %zu of %zu, memoryx %s has %s; run more "
+                     "memoryx shards (runconfig.num_wgt_servers = %llu would do) or give memoryx "
+                     "more --memory",
+                     spec->source, b3, b1, s + 1, ns, pm->shards[s]->name, b2,
+                     (unsigned long long)planner__shards_needed(m, order, states, have));
+        rc = -E2BIG;
+        goto done;
     }
     p->n_tensors = nt;
     p->tensors = arena_alloc(&a, (nt ? nt : 1) * sizeof(*p->tensors));

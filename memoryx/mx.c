@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "checkpoint.h"
+#include "footprint.h"
 #include "optim_plan.h"
 #include "plan.h"
 #include "log.h"
@@ -513,7 +514,7 @@ static void *mx__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
             t->n *= pt->dims[d];
         t->trainable = pt->trainable;
         j->by_id[t->id] = t;
-        bytes += t->n * sizeof(float) * (2 + (t->trainable ? j->states : 0));
+        bytes += footprint_shard_tensor_bytes(t->n, t->trainable, (unsigned)j->states);
     }
     if (mx_of(n)->opt.memory && bytes > mx_of(n)->opt.memory)
         return mx__start_failed(j, why, whylen, "shard %u needs %llu bytes, this memoryx has %llu",
@@ -713,9 +714,18 @@ static void mx__conn_close(node *n, conn *c, int err, const char *reason)
     }
 }
 
+/* The memory memoryx offers the planner: --memory, or else what the host
+ * (or its cgroup) has: weights beyond it cannot be held in RAM. */
 static void mx__fill_register(node *n, Appliance__Register *r)
 {
-    r->memory = mx_of(n)->opt.memory;
+    uint64_t mem = mx_of(n)->opt.memory;
+    if (!mem) {
+        mem = uv_get_total_memory();
+        uint64_t limit = uv_get_constrained_memory();
+        if (limit && limit < mem)
+            mem = limit;
+    }
+    r->memory = mem;
 }
 
 static void mx__shutdown(node *n)

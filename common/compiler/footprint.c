@@ -83,6 +83,11 @@ unsigned footprint_optimizer_states(const char *optimizer_type, double momentum)
     return momentum > 0 ? 1 : 0;
 }
 
+uint64_t footprint_shard_tensor_bytes(uint64_t elems, bool trainable, unsigned optimizer_states)
+{
+    return elems * sizeof(float) * (2 + (trainable ? optimizer_states : 0));
+}
+
 int footprint_init(footprint *f, const model *m, int n, int threads)
 {
     return footprint_init_micro(f, m, n, n, threads);

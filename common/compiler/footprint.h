@@ -78,6 +78,11 @@ uint64_t footprint_wslots_bytes(const model *m);
  * optim_state_count says the same). */
 unsigned footprint_optimizer_states(const char *optimizer_type, double momentum);
 
+/* Bytes memoryx holds for one parameter tensor of `elems` elements: its
+ * weights and its reduced gradient, and for a trainable tensor its
+ * optimizer_states tensors of state (memoryx allocates by it). */
+uint64_t footprint_shard_tensor_bytes(uint64_t elems, bool trainable, unsigned optimizer_states);
+
 /* Bytes a replica needs in `mode`: the executor, two batches in flight,
  * and the weights (Pipelined: resident, with their gradients, the reduced
  * gradients and optimizer_states tensors of state each; Weight Streaming:

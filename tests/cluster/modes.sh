@@ -37,4 +37,28 @@ set -e
 echo "$msg" | grep -q "Pipelined does not fit: .* need [0-9.]* MiB per replica, the smallest wafer has 12.0 MiB; use mode = \"weight_streaming\" (needs [0-9.]* MiB)" ||
   fail "pipelined refusal message: $msg"
 echo "ok: $msg"
+
+# memoryx's memory: by default the coordinator accepts the models its
+# memoryx members can hold (weights, gradients, optimizer state), and the
+# plan gives no shard more than its memoryx has, naming what would do.
+"$src/deploy/local/appliance-down" --dir "$run" --quiet
+rm -rf "$run"
+"$src/deploy/local/appliance-up" --replicas 1 --memoryx 2 --memoryx-memory 36M --wafer-memory 12M \
+  --dir "$run" --build "$build" >/dev/null
+set -a; . "$run/env"; set +a
+sed -e 's/^num_csx = 2/num_csx = 1/' -e 's/^optimizer_type = .*/optimizer_type = "adam"/' -e '/^momentum = /d' \
+  "$work/deep.toml" > "$work/deep-adam.toml"
+set +e
+msg=$(cd "$work" && "$submit" deep-adam.toml 2>&1); rc=$?
+set -e
+[ "$rc" != 0 ] || fail "a model beyond its memoryx members was accepted"
+echo "$msg" | grep -q "with their gradients and optimizer state they need 64.2 MiB, more than the memoryx members of this cluster hold (72.0 MiB in all)" ||
+  echo "$msg" | grep -q "memoryx cannot hold the model: .* need 64.2 MiB in all, .* on shard 1 of 1, memoryx memoryx-1 has 36.0 MiB; run more memoryx shards (runconfig.num_wgt_servers = 2 would do)" ||
+  fail "memoryx refusal: $msg"
+echo "ok: $msg"
+sed -e 's/^num_csx = 1/num_csx = 1\nnum_wgt_servers = 2/' -e 's/^max_steps = .*/max_steps = 3/' \
+  "$work/deep-adam.toml" > "$work/deep-adam2.toml"
+out=$(cd "$work" && timeout 300 "$submit" --json deep-adam2.toml) || fail "on two shards: $out"
+[ "$(echo "$out" | field state)" = done ] || fail "not done on two shards: $out"
+echo "ok: the same model trains on 2 memoryx shards of 36 MiB"
 echo "1 passed, 0 failed"

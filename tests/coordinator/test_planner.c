@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "footprint.h"
 #include "planner.h"
 
 static const char *job_text = "[runconfig]\n"
@@ -218,6 +219,63 @@ START_TEST(refusals_say_what_helps)
 }
 END_TEST
 
+/* memoryx shards that cannot hold the weights, their gradients and the
+ * optimizer's state are refused at planning, with the shard count that
+ * would hold them (balanced as the plan balances), or, when one tensor is
+ * more than a shard holds, a larger memoryx. */
+START_TEST(memoryx_shards_must_hold_the_model)
+{
+    static const char *job = "[runconfig]\n"
+                             "mode = \"weight_streaming\"\n"
+                             "[train_input]\n"
+                             "data_processor = \"synthetic_classification\"\n"
+                             "batch_size = 8\n"
+                             "num_classes = 4\n"
+                             "[model]\n"
+                             "input_shape = [1, 32, 32]\n"
+                             "loss = \"softmax_cross_entropy\"\n"
+                             "[[model.layers]]\nname = \"flatten\"\ntype = \"flatten\"\n"
+                             "[[model.layers]]\nname = \"fc1\"\ntype = \"dense\"\nunits = 1024\n"
+                             "[[model.layers]]\nname = \"fc2\"\ntype = \"dense\"\nunits = 1024\n"
+                             "[[model.layers]]\nname = \"fc3\"\ntype = \"dense\"\nunits = 4\n"
+                             "[optimizer]\nmomentum = 0.9\n";
+    char err[1024];
+    jobspec *spec = jobspec_parse(job, strlen(job), "job.toml", "/src", err, sizeof(err));
+    ck_assert_msg(spec != NULL, "%s", err);
+    /* fc1 and fc2 weights are 1M floats each: 12 MiB with gradient and momentum */
+    uint64_t big = footprint_shard_tensor_bytes(1024 * 1024, true, 1);
+    ck_assert_uint_eq(big, 12u << 20);
+    member wse = {.id = 1, .role = APPLIANCE__ROLE__ROLE_WSE_NODE, .addr = "127.0.0.1:1",
+                  .threads = 1, .wafer_memory = 1ull << 30};
+    member mx = {.id = 2, .role = APPLIANCE__ROLE__ROLE_MEMORYX, .addr = "127.0.0.1:2", .name = "memoryx-1"};
+    member sx = {.id = 3, .role = APPLIANCE__ROLE__ROLE_SWARMX, .addr = "127.0.0.1:3"};
+    member wk = {.id = 4, .role = APPLIANCE__ROLE__ROLE_WORKER, .addr = "127.0.0.1:4"};
+    member *r[] = {&wse}, *s[] = {&mx}, *w[] = {&sx}, *k[] = {&wk};
+    planner_members pm = {r, 1, s, 1, w, 1, k, 1};
+    uint8_t *buf = NULL;
+    size_t len;
+    /* a shard of 20 MiB holds one of the two big tensors: two shards would do */
+    mx.memory = 20u << 20;
+    ck_assert_int_eq(planner_build(spec, "job-1", job, &pm, 1024, &buf, &len, err, sizeof(err)), -E2BIG);
+    ck_assert_msg(strstr(err, "memoryx cannot hold the model") && strstr(err, "shard 1 of 1") &&
+                  strstr(err, "memoryx memoryx-1 has 20.0 MiB") &&
+                  strstr(err, "runconfig.num_wgt_servers = 2 would do"), "%s", err);
+    /* less than one tensor needs: only a larger memoryx helps */
+    mx.memory = 10u << 20;
+    ck_assert_int_eq(planner_build(spec, "job-1", job, &pm, 1024, &buf, &len, err, sizeof(err)), -E2BIG);
+    ck_assert_msg(strstr(err, "one tensor with its gradient and optimizer state needs 12.0 MiB") &&
+                  strstr(err, "give memoryx more --memory"), "%s", err);
+    /* enough, and no limit: planned */
+    mx.memory = 30u << 20;
+    ck_assert_msg(planner_build(spec, "job-1", job, &pm, 1024, &buf, &len, err, sizeof(err)) == 0, "%s", err);
+    free(buf);
+    mx.memory = 0;
+    ck_assert_msg(planner_build(spec, "job-1", job, &pm, 1024, &buf, &len, err, sizeof(err)) == 0, "%s", err);
+    free(buf);
+    jobspec_free(spec);
+}
+END_TEST
+
 /* Placement: live members of each role in id order; idle ones only for a
  * launch, any for a plan to show; a role short of members says so. */
 START_TEST(placement)
@@ -256,6 +314,7 @@ static Suite *suite(void)
     TCase *t = tcase_create("inputs");
     tcase_add_test(t, inputs);
     tcase_add_test(t, memory_for_the_members_threads);
+    tcase_add_test(t, memoryx_shards_must_hold_the_model);
     tcase_add_test(t, placement);
     tcase_add_test(t, refusals_say_what_helps);
     suite_add_tcase(s, t);

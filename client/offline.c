@@ -99,13 +99,23 @@ int offline_plan(const char *file, const char *text, uint64_t wafer, int threads
     char in[64], w[32], n[32];
     model_shape_str(&m->input, in, sizeof(in));
     units_format_size(wafer, w, sizeof(w));
+    /* memoryx: what each shard holds, balanced as the plan balances */
+    size_t nshards = spec->num_wgt_servers > 0 ? (size_t)spec->num_wgt_servers : 1;
+    uint32_t *owner = calloc((size_t)m->ntensors + 1, sizeof(uint32_t));
+    uint64_t shard_most = owner ? footprint_shards(m, states, nshards, owner, NULL) : UINT64_MAX;
+    free(owner);
+    uint64_t shard_all = 0;
+    for (int i = 0; i < m->ntensors; i++)
+        shard_all += footprint_shard_tensor_bytes(m->tensors[i].elems, m->tensors[i].trainable, states);
     if (json) {
         printf("{\"file\": \"%s\", \"input\": \"%s\", \"replicas\": %d, \"batch_per_replica\": %d, "
                "\"threads\": %d, \"wafer_memory\": %llu, \"mode\": \"%s\", \"micro_batch\": %llu, "
-               "\"fits\": %s, \"modes\": [",
+               "\"fits\": %s, \"memoryx_shards\": %zu, \"memoryx_bytes\": %llu, "
+               "\"memoryx_bytes_per_shard\": %llu, \"modes\": [",
                file, in, replicas, share, threads, (unsigned long long)wafer,
                offline__mode_name(pick->mode), (unsigned long long)choice.micro,
-               pick->need <= wafer ? "true" : "false");
+               pick->need <= wafer ? "true" : "false", nshards, (unsigned long long)shard_all,
+               (unsigned long long)shard_most);
         for (int i = 0; i < 2; i++)
             printf("%s{\"mode\": \"%s\", \"bytes_per_replica\": %llu, \"fits\": %s, "
                    "\"largest_batch\": %d, \"largest_square_input\": %d}", i ? ", " : "",
@@ -153,6 +163,12 @@ int offline_plan(const char *file, const char *text, uint64_t wafer, int threads
                        units_format_size(need_half, h1, sizeof(h1)));
             printf("\n");
         }
+        char s1[32], s2[32], s3[32];
+        printf("memoryx: the weights (%s), their gradients and optimizer state take %s, at most %s "
+               "on each of %zu shard(s) (runconfig.num_wgt_servers)\n",
+               units_format_size((uint64_t)m->total_params * sizeof(float), s1, sizeof(s1)),
+               units_format_size(shard_all, s2, sizeof(s2)),
+               units_format_size(shard_most, s3, sizeof(s3)), nshards);
         offline__table(m, share, choice.micro ? (int)choice.micro : share, threads);
     }
     toml_free(root);

@@ -227,37 +227,6 @@ size_t planner_swarm_nodes(size_t replicas, size_t fanout)
     }
 }
 
-/* The fewest memoryx shards of `have` bytes each that hold the model when
- * its tensors are balanced as the plan balances them (order: largest
- * first); 0 when 1024 do not. */
-static size_t planner__shards_needed(const model *m, const size_t *order, unsigned states,
-                                     uint64_t have)
-{
-    size_t nt = (size_t)m->ntensors;
-    uint64_t *load = calloc(1024, sizeof(uint64_t)), *need = calloc(1024, sizeof(uint64_t));
-    size_t found = 0;
-    for (size_t k = 1; load && need && k <= 1024 && !found; k++) {
-        memset(load, 0, k * sizeof(uint64_t));
-        memset(need, 0, k * sizeof(uint64_t));
-        bool fits = true;
-        for (size_t i = 0; i < nt && fits; i++) {
-            size_t best = 0;
-            for (size_t s = 1; s < k; s++)
-                if (load[s] < load[best])
-                    best = s;
-            const model_tensor *t = &m->tensors[order[i]];
-            load[best] += t->elems * sizeof(float);
-            need[best] += footprint_shard_tensor_bytes(t->elems, t->trainable, states);
-            fits = need[best] <= have;
-        }
-        if (fits)
-            found = k;
-    }
-    free(load);
-    free(need);
-    return found;
-}
-
 uint64_t planner_replica_bytes(const model *m, uint64_t batch, unsigned threads,
                                Appliance__ExecMode mode, unsigned optimizer_states)
 {
@@ -430,54 +399,32 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
         p->replicas[i] = r;
     }
 
-    /* Tensors, balanced over the shards by bytes: largest first to the
-     * least loaded shard. */
+    /* Tensors, balanced over the shards by bytes (footprint_shards), none
+     * more than its memoryx holds. */
     size_t nt = (size_t)m->ntensors;
     size_t ns = pm->nshards;
-    uint64_t *load = arena_alloc(&a, ns * sizeof(uint64_t));
     uint32_t *owner = arena_alloc(&a, (nt ? nt : 1) * sizeof(uint32_t));
-    size_t *order = arena_alloc(&a, (nt ? nt : 1) * sizeof(size_t));
-    if (!load || !owner || !order)
+    uint64_t *need = arena_alloc(&a, (ns ? ns : 1) * sizeof(uint64_t));
+    if (!owner || !need || footprint_shards(m, states, ns, owner, need) == UINT64_MAX)
         goto done;
-    for (size_t i = 0; i < nt; i++)
-        order[i] = i;
-    for (size_t i = 1; i < nt; i++) /* insertion sort by size, ids break ties */
-        for (size_t k = i; k > 0 && m->tensors[order[k]].elems > m->tensors[order[k - 1]].elems; k--) {
-            size_t tmp = order[k];
-            order[k] = order[k - 1];
-            order[k - 1] = tmp;
-        }
-    for (size_t i = 0; i < nt; i++) {
-        size_t best = 0;
-        for (size_t s = 1; s < ns; s++)
-            if (load[s] < load[best])
-                best = s;
-        owner[order[i]] = (uint32_t)best;
-        load[best] += m->tensors[order[i]].elems * sizeof(float);
-    }
-    /* what each shard holds (weights, reduced gradients, optimizer state:
-     * as memoryx allocates) against its memoryx's memory */
-    uint64_t total_shard = 0, largest_tensor = 0;
-    for (size_t i = 0; i < nt; i++) {
-        uint64_t b = footprint_shard_tensor_bytes(m->tensors[i].elems, m->tensors[i].trainable, states);
-        total_shard += b;
-        if (b > largest_tensor)
-            largest_tensor = b;
-    }
     for (size_t s = 0; s < ns; s++) {
-        uint64_t need = 0, have = pm->shards[s]->memory;
-        for (size_t i = 0; i < nt; i++)
-            if (owner[i] == s)
-                need += footprint_shard_tensor_bytes(m->tensors[i].elems, m->tensors[i].trainable,
-                                                     states);
-        if (!have || need <= have)
+        uint64_t have = pm->shards[s]->memory;
+        if (!have || need[s] <= have)
             continue;
+        uint64_t total = 0, largest = 0;
+        for (size_t i = 0; i < nt; i++) {
+            uint64_t b = footprint_shard_tensor_bytes(m->tensors[i].elems, m->tensors[i].trainable,
+                                                      states);
+            total += b;
+            if (b > largest)
+                largest = b;
+        }
         char b1[32], b2[32], b3[32], b4[32];
-        units_format_size(need, b1, sizeof(b1));
+        units_format_size(need[s], b1, sizeof(b1));
         units_format_size(have, b2, sizeof(b2));
-        units_format_size(total_shard, b3, sizeof(b3));
-        units_format_size(largest_tensor, b4, sizeof(b4));
-        if (largest_tensor > have)
+        units_format_size(total, b3, sizeof(b3));
+        units_format_size(largest, b4, sizeof(b4));
+        if (largest > have)
             snprintf(err, errlen,
                      "%s: memoryx cannot hold the model: one tensor with its gradient and optimizer "
                      "state needs %s, memoryx %s has %s; give memoryx more --memory",
@@ -486,10 +433,10 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
             snprintf(err, errlen,
                      "%s: memoryx cannot hold the model: the weights, their gradients and optimizer "
                      "state need %s in all, %s on shard %zu of %zu, memoryx %s has %s; run more "
-                     "memoryx shards (runconfig.num_wgt_servers = %llu would do) or give memoryx "
+                     "memoryx shards (runconfig.num_wgt_servers = %zu would do) or give memoryx "
                      "more --memory",
                      spec->source, b3, b1, s + 1, ns, pm->shards[s]->name, b2,
-                     (unsigned long long)planner__shards_needed(m, order, states, have));
+                     footprint_shards_needed(m, states, have));
         rc = -E2BIG;
         goto done;
     }
@@ -528,7 +475,9 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
         sh->index = (uint32_t)s;
         sh->member_id = pm->shards[s]->id;
         sh->addr = arena_strdup(&a, pm->shards[s]->addr);
-        sh->bytes = load[s];
+        for (size_t i = 0; i < nt; i++) /* its weights */
+            if (owner[i] == s)
+                sh->bytes += m->tensors[i].elems * sizeof(float);
         p->shards[s] = sh;
     }
 

@@ -88,6 +88,63 @@ uint64_t footprint_shard_tensor_bytes(uint64_t elems, bool trainable, unsigned o
     return elems * sizeof(float) * (2 + (trainable ? optimizer_states : 0));
 }
 
+uint64_t footprint_shards(const model *m, unsigned optimizer_states, size_t nshards, uint32_t *owner,
+                          uint64_t *need)
+{
+    size_t nt = (size_t)m->ntensors;
+    uint64_t *load = calloc(nshards ? nshards : 1, sizeof(uint64_t));
+    uint64_t *held = calloc(nshards ? nshards : 1, sizeof(uint64_t));
+    size_t *order = malloc((nt ? nt : 1) * sizeof(size_t));
+    uint64_t most = UINT64_MAX;
+    if (!load || !held || !order || !nshards)
+        goto out;
+    for (size_t i = 0; i < nt; i++)
+        order[i] = i;
+    for (size_t i = 1; i < nt; i++) /* insertion sort by size, ids break ties */
+        for (size_t k = i; k > 0 && m->tensors[order[k]].elems > m->tensors[order[k - 1]].elems; k--) {
+            size_t tmp = order[k];
+            order[k] = order[k - 1];
+            order[k - 1] = tmp;
+        }
+    for (size_t i = 0; i < nt; i++) {
+        const model_tensor *t = &m->tensors[order[i]];
+        size_t best = 0;
+        for (size_t s = 1; s < nshards; s++)
+            if (load[s] < load[best])
+                best = s;
+        owner[order[i]] = (uint32_t)best;
+        load[best] += t->elems * sizeof(float);
+        held[best] += footprint_shard_tensor_bytes(t->elems, t->trainable, optimizer_states);
+    }
+    most = 0;
+    for (size_t s = 0; s < nshards; s++) {
+        if (need)
+            need[s] = held[s];
+        if (held[s] > most)
+            most = held[s];
+    }
+out:
+    free(load);
+    free(held);
+    free(order);
+    return most;
+}
+
+size_t footprint_shards_needed(const model *m, unsigned optimizer_states, uint64_t have)
+{
+    uint32_t *owner = malloc(((size_t)m->ntensors ? (size_t)m->ntensors : 1) * sizeof(uint32_t));
+    size_t found = 0;
+    for (size_t k = 1; owner && k <= 1024 && !found; k++) {
+        uint64_t most = footprint_shards(m, optimizer_states, k, owner, NULL);
+        if (most == UINT64_MAX)
+            break;
+        if (most <= have)
+            found = k;
+    }
+    free(owner);
+    return found;
+}
+
 int footprint_init(footprint *f, const model *m, int n, int threads)
 {
     return footprint_init_micro(f, m, n, n, threads);

@@ -87,6 +87,32 @@ static void mx__pump(node *n, mx_job *j);
 static void mx__start_step(node *n, mx_job *j);
 static void mx__checkpoint_done(uv_work_t *req, int status);
 
+/* In the thread pool: a released job's tensors go (gigabytes take a
+ * noticeable time to give back); the rest goes on the loop. */
+static void mx__free_work(uv_work_t *req)
+{
+    mx_job *j = container_of(req, mx_job, free_req);
+    for (size_t i = 0; i < j->nt; i++) {
+        free(j->t[i].w);
+        free(j->t[i].g);
+        j->t[i].w = j->t[i].g = NULL;
+        optim_state_deinit(&j->t[i].st);
+    }
+}
+
+static void mx__free_done(uv_work_t *req, int status)
+{
+    mx__job_free(container_of(req, mx_job, free_req));
+}
+
+/* Frees a released job with nothing in the thread pool, its tensors off
+ * the loop. */
+static void mx__job_free_later(mx_job *j)
+{
+    if (uv_queue_work(j->mx->n->loop, &j->free_req, mx__free_work, mx__free_done) < 0)
+        mx__job_free(j);
+}
+
 /* Whether the thread pool's return for job j finds it released: then the
  * last piece of work back frees it. */
 static bool mx__pool_back(mx_job *j)
@@ -95,7 +121,7 @@ static bool mx__pool_back(mx_job *j)
     if (!j->released)
         return false;
     if (j->pool_work == 0)
-        mx__job_free(j);
+        mx__job_free_later(j);
     return true;
 }
 
@@ -695,7 +721,7 @@ static void mx__release(jobhost *h, void *job, jobhost_end end, const char *why)
     if (j->pool_work > 0) /* the thread pool still has some of it */
         j->released = true;
     else
-        mx__job_free(j);
+        mx__job_free_later(j);
 }
 
 static void mx__drain(node *n, conn *c)

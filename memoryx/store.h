@@ -103,6 +103,7 @@ typedef struct mx_job {
     optim_config cfg;             /* the optimizer of the job */
     struct memoryx *mx;           /* its memoryx */
     uv_work_t load_req;           /* LOADING: the tensors made in the thread pool */
+    uv_work_t free_req;           /* released: the tensors freed in the thread pool */
     unsigned pool_work;           /* pieces of work of this job in the thread pool */
     size_t *ready;                /* tensors whose gradient is complete, to update (a FIFO) */
     size_t ready_head, ready_len;

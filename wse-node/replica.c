@@ -44,44 +44,69 @@ static void wn__keep_layers(wn_job *j)
     j->layer_sec[0] = j->layer_sec[1] = NULL;
 }
 
-void wn__free_buffers(wn_job *j)
+/* On the compute thread: the job's large buffers (the arena, the weight
+ * slots or resident weights, the tensors, the batches) go; gigabytes take
+ * long enough to give back that the event loop must not do it. */
+static void wn__free_large(void *arg)
 {
-    wn__keep_layers(j);
+    wn_job *j = arg;
     if (j->ex_ready)
         exec_deinit(&j->ex);
+    j->ex_ready = false;
     if (j->ws_ready)
         wslots_deinit(&j->ws);
+    j->ws_ready = false;
     if (j->res_ready)
         wresident_deinit(&j->res);
-    while (j->staged) {
-        wn_staged *next = j->staged->next;
-        free(j->staged);
-        j->staged = next;
-    }
-    if (j->t)
+    j->res_ready = false;
+    if (j->t && j->plan)
         for (size_t i = 0; i < j->plan->n_tensors; i++) {
             free(j->t[i].w);
             free(j->t[i].g);
             if (j->t[i].rg != j->t[i].g)
                 free(j->t[i].rg);
+            j->t[i].w = j->t[i].g = j->t[i].rg = NULL;
             optim_state_deinit(&j->t[i].st);
         }
+    if (j->batches)
+        for (size_t i = 0; i < j->nbatches; i++) {
+            free(j->batches[i].data);
+            j->batches[i].data = NULL;
+        }
+    free(j->ebuf[0].data);
+    free(j->ebuf[1].data);
+    j->ebuf[0].data = j->ebuf[1].data = NULL;
+}
+
+/* Back on the loop (or at once): the rest, and the job. */
+static void wn__free_rest(void *arg)
+{
+    wn_job *j = arg;
+    wn__free_large(j); /* a task the stopped thread never ran owes it */
+    wn__keep_layers(j);
+    while (j->staged) {
+        wn_staged *next = j->staged->next;
+        free(j->staged);
+        j->staged = next;
+    }
     free(j->t);
     free(j->gq);
     free(j->layer_sec[0]);
     free(j->wp);
     free(j->gp);
-    if (j->batches)
-        for (size_t i = 0; i < j->nbatches; i++)
-            free(j->batches[i].data);
-    free(j->ebuf[0].data);
-    free(j->ebuf[1].data);
     free(j->batches);
     free(j->feeds);
     model_free(j->m);
     if (j->plan)
         appliance__plan__free_unpacked(j->plan, NULL);
     free(j);
+}
+
+void wn__free_buffers(wn_job *j)
+{
+    compute *c = &wn_of(j->n)->comp;
+    if (!c->started || compute_submit(c, wn__free_large, wn__free_rest, j) < 0)
+        wn__free_rest(j);
 }
 
 static void wn__job_link_stopped(wn_job *j)
@@ -452,7 +477,7 @@ static void wn__metrics(node *n, metrics_buf *b)
                       "stage, or waiting with the compute thread idle.\n"
                       "# TYPE appliance_step_phase_seconds_total counter\n");
     for (int i = 0; i < WN_PHASES; i++)
-        metrics_printf(b, "appliance_step_phase_seconds_total{phase=\"%s\"} %.6f\n",
+        metrics_printf(b, "appliance_step_phase_seconds_total{phase=\"%s\"} %.9g\n",
                        wn_phase_names[i], w->phase_total[i]);
     /* by layer: the running job's, or else the last job's */
     wn_job *j = w->job;
@@ -466,8 +491,8 @@ static void wn__metrics(node *n, metrics_buf *b)
             metrics_label_escape(j && j->layer_sec[0] ? j->m->layers[l].name : w->layer_names[l],
                                  name, sizeof(name));
             const double *sec = j && j->layer_sec[0] ? j->layer_sec[0] : w->layer_sec;
-            metrics_printf(b, "appliance_layer_seconds_total{layer=\"%s\",pass=\"forward\"} %.6f\n"
-                              "appliance_layer_seconds_total{layer=\"%s\",pass=\"backward\"} %.6f\n",
+            metrics_printf(b, "appliance_layer_seconds_total{layer=\"%s\",pass=\"forward\"} %.9g\n"
+                              "appliance_layer_seconds_total{layer=\"%s\",pass=\"backward\"} %.9g\n",
                            name, sec[l], name, sec[nl + l]);
         }
     }

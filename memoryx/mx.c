@@ -140,6 +140,7 @@ static void mx__checkpoint(node *n, mx_job *j, uint64_t step, mx_ckpt_kind kind)
 {
     j->ckpt_kind = kind;
     j->ckpt_step = step;
+    j->work_start = uv_hrtime();
     j->ckpt_path[0] = 0;
     int rc = uv_queue_work(n->loop, &j->ckpt_req, mx__checkpoint_work, mx__checkpoint_done);
     if (rc < 0) {
@@ -170,8 +171,8 @@ static void mx__checkpoint_done(uv_work_t *req, int status)
         return;
     }
     mx_of(n)->checkpoints++;
-    log_info("job %s: checkpoint of step %llu written to %s", j->id, (unsigned long long)step,
-             j->ckpt_path);
+    log_info("job %s: checkpoint of step %llu written to %s in %.1f s", j->id,
+             (unsigned long long)step, j->ckpt_path, (double)(uv_hrtime() - j->work_start) * 1e-9);
     Appliance__CheckpointWritten cw = APPLIANCE__CHECKPOINT_WRITTEN__INIT;
     cw.job_id = j->id;
     cw.step = step;
@@ -480,8 +481,9 @@ static void mx__load_done(uv_work_t *req, int status)
     }
     if (j->plan->n_resume_weights > 0)
         log_info("job %s: resumed from the checkpoint of step %llu", j->id, (unsigned long long)j->step);
-    log_info("job %s: shard %u holds %zu tensors (%llu bytes with optimizer state)", j->id,
-             j->shard, j->nt, (unsigned long long)j->load_bytes);
+    log_info("job %s: shard %u holds %zu tensors (%llu bytes with optimizer state), made in %.1f s",
+             j->id, j->shard, j->nt, (unsigned long long)j->load_bytes,
+             (double)(uv_hrtime() - j->work_start) * 1e-9);
     j->state = MX_STARTED;
     node_replay(n);
     mx__maybe_ready(n, j);
@@ -550,6 +552,7 @@ static void *mx__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
     j->step = p->first_step;
     j->mx = mx;
     j->state = MX_LOADING;
+    j->work_start = uv_hrtime();
     if (uv_queue_work(n->loop, &j->load_req, mx__load_work, mx__load_done) < 0)
         return mx__start_failed(j, why, whylen, "cannot start loading the shard");
     j->pool_work = 1;

@@ -113,6 +113,7 @@ typedef struct mx_job {
     mx_ckpt_kind ckpt_kind;       /* the checkpoint being written, or MX_CKPT_NONE */
     uv_work_t ckpt_req;
     uint64_t ckpt_step;
+    uint64_t work_start;          /* when the load or the checkpoint began (uv_hrtime) */
     int ckpt_rc;
     char ckpt_err[512];
     char ckpt_path[PATH_MAX];

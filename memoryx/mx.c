@@ -739,7 +739,7 @@ static void mx__conn_close(node *n, conn *c, int err, const char *reason)
     mx_job *j = mx_of(n)->job;
     if (j && c == j->down) {
         j->down = NULL;
-        mx__fault(n, j, "lost swarmx %s: %s", c->peer_addr, reason);
+        jobhost_peer_lost(&mx_of(n)->jobs, "lost swarmx %s: %s", c->peer_addr, reason);
     }
 }
 

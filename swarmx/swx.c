@@ -392,7 +392,9 @@ static void swx__up_close(conn *c, int err, const char *reason)
         return;
     if (u->ready) {
         u->ready = false;
-        swx__fault(u->job->n, u->job, "lost upstream %s: %s", c->peer_addr, reason);
+        if (swx_of(u->job->n)->job == u->job)
+            jobhost_peer_lost(&swx_of(u->job->n)->jobs, "lost upstream %s: %s", c->peer_addr,
+                              reason);
     }
 }
 
@@ -556,7 +558,7 @@ static void swx__conn_close(node *n, conn *c, int err, const char *reason)
     swx_child *k = c->user;
     if (j && k && k->c == c) {
         k->c = NULL;
-        swx__fault(n, j, "lost child %s: %s", c->peer_addr, reason);
+        jobhost_peer_lost(&swx_of(n)->jobs, "lost child %s: %s", c->peer_addr, reason);
     }
 }
 

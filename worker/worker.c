@@ -431,7 +431,7 @@ static void wk__conn_close(node *n, conn *c, int err, const char *reason)
     c->user = NULL;
     wk__drop_queue(f);
     if (w->job == f->job)
-        jobhost_fault(&w->jobs, "lost wse-node %s (replica %u): %s", c->peer_name[0] ? c->peer_name
+        jobhost_peer_lost(&w->jobs, "lost wse-node %s (replica %u): %s", c->peer_name[0] ? c->peer_name
                       : c->peer_addr, f->replica, reason);
 }
 

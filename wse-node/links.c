@@ -195,7 +195,8 @@ static void wn__up_close(conn *c, int err, const char *reason)
         return;
     if (j->up_ready) {
         j->up_ready = false;
-        wn__fault(j->n, j, "lost swarmx %s: %s", c->peer_addr, reason);
+        if (wn_of(j->n)->job == j)
+            jobhost_peer_lost(&wn_of(j->n)->jobs, "lost swarmx %s: %s", c->peer_addr, reason);
     }
 }
 
@@ -361,7 +362,8 @@ static void wn__feed_close(conn *c, int err, const char *reason)
         return;
     if (f->ready) {
         f->ready = false;
-        wn__fault(j->n, j, "lost worker %s: %s", c->peer_addr, reason);
+        if (wn_of(j->n)->job == j)
+            jobhost_peer_lost(&wn_of(j->n)->jobs, "lost worker %s: %s", c->peer_addr, reason);
     }
 }
 

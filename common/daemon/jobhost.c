@@ -40,6 +40,12 @@ const char *jobhost_end_name(jobhost_end end)
 static void jobhost__release(jobhost *h, jobhost_end end, const char *why)
 {
     void *job = h->job;
+    if (h->grace_armed) { /* a lost peer that was part of the end */
+        uv_timer_stop(&h->grace);
+        h->grace_armed = false;
+        if (end == JOBHOST_RELEASED)
+            log_info("job %s: %s, as the job ended", h->id, h->lost);
+    }
     /* cleared first: a release that ends in another report finds no job */
     h->job = NULL;
     h->plan = NULL;
@@ -99,6 +105,36 @@ void jobhost_fail(jobhost *h, const char *fmt, ...)
     va_start(ap, fmt);
     jobhost_vabort(h, false, fmt, ap);
     va_end(ap);
+}
+
+static void jobhost__grace_over(uv_timer_t *t)
+{
+    jobhost *h = t->data;
+    if (!h->grace_armed)
+        return;
+    h->grace_armed = false;
+    jobhost_fault(h, "%s", h->lost);
+}
+
+void jobhost_peer_lost(jobhost *h, const char *fmt, ...)
+{
+    if (!h->job || h->grace_armed)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(h->lost, sizeof(h->lost), fmt, ap);
+    va_end(ap);
+    if (!h->grace_init) {
+        if (uv_timer_init(h->n->loop, &h->grace) < 0) {
+            jobhost_fault(h, "%s", h->lost);
+            return;
+        }
+        h->grace.data = h;
+        uv_unref((uv_handle_t *)&h->grace);
+        h->grace_init = true;
+    }
+    h->grace_armed = true;
+    uv_timer_start(&h->grace, jobhost__grace_over, JOBHOST_PEER_GRACE_MS, 0);
 }
 
 void jobhost_fault(jobhost *h, const char *fmt, ...)

@@ -42,12 +42,19 @@ typedef struct jobhost_ops {
     void (*release)(jobhost *h, void *job, jobhost_end end, const char *why);
 } jobhost_ops;
 
+/* How long a stream peer's closed link waits for the coordinator's end of
+ * the job before it is a fault (jobhost_peer_lost). */
+#define JOBHOST_PEER_GRACE_MS 500
+
 struct jobhost {
     node *n;
     const jobhost_ops *ops;
     void *job;                       /* the role's job, or NULL: none */
     char id[MSGCHECK_JOB_ID_MAX];    /* the job's id; "" without a job */
     const Appliance__Plan *plan;     /* the job's plan (the role's job owns it); NULL without a job */
+    uv_timer_t grace;                /* a lost peer waiting to be called a fault */
+    bool grace_init, grace_armed;
+    char lost[512];                  /* what was lost, while grace_armed */
 };
 
 /* Attaches h to node n (n->jobs) and installs the JobStart, JobEnd and
@@ -73,6 +80,13 @@ void jobhost_fail(jobhost *h, const char *fmt, ...) __attribute__((format(printf
 void jobhost_fault(jobhost *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void jobhost_vabort(jobhost *h, bool fault, const char *fmt, va_list ap)
     __attribute__((format(printf, 3, 0)));
+
+/* A stream peer closed its link. At the end of a job the peers take the
+ * coordinator's JobEnd in any order, and one that takes it first closes
+ * its links to the others: so the loss is a fault (jobhost_fault with the
+ * message) only when the job has not ended JOBHOST_PEER_GRACE_MS later;
+ * when it ends meanwhile the loss is logged as part of its end. */
+void jobhost_peer_lost(jobhost *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* The name of an end, for logs ("released", "failed", ...). */
 const char *jobhost_end_name(jobhost_end end);

@@ -175,6 +175,36 @@ START_TEST(fail_fault_and_losses)
 }
 END_TEST
 
+/* A stream peer's closed link is a fault only if the job has not ended
+ * JOBHOST_PEER_GRACE_MS later: the peers of a finished job take its JobEnd
+ * in any order. */
+START_TEST(peer_lost_waits_for_the_end)
+{
+    /* the coordinator's JobEnd comes: released, no fault */
+    jobhost_handle_start(&n, NULL, &start_env, NULL, 0);
+    jobhost_peer_lost(&h, "lost child %s: %s", "127.0.0.1:9", "peer closed the connection");
+    ck_assert_int_eq(releases, 0);
+    ck_assert_ptr_eq(h.job, &the_job);
+    send_end("job-3.r1", false);
+    ck_assert_int_eq(releases, 1);
+    ck_assert_int_eq(last_end, JOBHOST_RELEASED);
+    uv_run(n.loop, UV_RUN_NOWAIT);
+    ck_assert_int_eq(releases, 1);
+    /* nothing comes: after the grace the loss is a fault, reported once */
+    jobhost_handle_start(&n, NULL, &start_env, NULL, 0);
+    uint64_t t0 = uv_now(n.loop);
+    jobhost_peer_lost(&h, "lost child %s: %s", "127.0.0.1:9", "reset");
+    jobhost_peer_lost(&h, "a second loss is the same fault");
+    uv_ref((uv_handle_t *)&h.grace); /* the test's loop runs until it fires */
+    uv_run(n.loop, UV_RUN_ONCE);
+    uv_update_time(n.loop);
+    ck_assert_int_eq(releases, 2);
+    ck_assert_int_eq(last_end, JOBHOST_FAULT);
+    ck_assert_str_eq(last_why, "lost child 127.0.0.1:9: reset");
+    ck_assert_uint_ge(uv_now(n.loop) - t0, JOBHOST_PEER_GRACE_MS - 5);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("jobhost");
@@ -183,6 +213,7 @@ int main(void)
     tcase_add_test(tc, start_and_end_by_id);
     tcase_add_test(tc, start_that_fails);
     tcase_add_test(tc, fail_fault_and_losses);
+    tcase_add_test(tc, peer_lost_waits_for_the_end);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 
 #include "bench_util.h"
-#include "blas_check.h"
+#include "bench_blas.h"
 #include "kernels.h"
 #include "op_conv2d.h"
 
@@ -19,15 +19,8 @@
 int main(int argc, char **argv)
 {
     /* two threads, the cores of the machine, unless told otherwise */
-    /* the kernels the wse-node would run: OpenBLAS's choice, self-checked */
-    blas_status blas;
-    char err[512];
-    if (blas_guard(argv, &blas, err, sizeof(err)) < 0) {
-        fprintf(stderr, "%s\n", err);
+    if (bench_blas_guard(argv) < 0)
         return 1;
-    }
-    printf("blas: OpenBLAS core %s%s%s\n", blas.core, blas.failed[0] ? ", after core " : "",
-           blas.failed[0] ? blas.failed : "");
     kernels_set_threads(argc > 1 ? atoi(argv[1]) : 2);
     op_conv2d_params p = {.n = 1, .c = 64, .h = 256, .w = 256, .k = 64,
                           .r = 3, .s = 3, .stride_h = 1, .stride_w = 1,

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 
 #include "bench_util.h"
-#include "blas_check.h"
+#include "bench_blas.h"
 #include "kernels.h"
 #include "op_dense.h"
 
@@ -20,15 +20,8 @@
 int main(int argc, char **argv)
 {
     /* two threads, the cores of the machine, unless told otherwise */
-    /* the kernels the wse-node would run: OpenBLAS's choice, self-checked */
-    blas_status blas;
-    char err[512];
-    if (blas_guard(argv, &blas, err, sizeof(err)) < 0) {
-        fprintf(stderr, "%s\n", err);
+    if (bench_blas_guard(argv) < 0)
         return 1;
-    }
-    printf("blas: OpenBLAS core %s%s%s\n", blas.core, blas.failed[0] ? ", after core " : "",
-           blas.failed[0] ? blas.failed : "");
     kernels_set_threads(argc > 1 ? atoi(argv[1]) : 2);
     float *x = bench_alloc((size_t)N * IN, 1), *w = bench_alloc((size_t)OUT * IN, 2);
     float *b = bench_alloc(OUT, 3), *y = bench_alloc((size_t)N * OUT, 4);

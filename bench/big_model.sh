@@ -29,8 +29,8 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-echo "host: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB;" \
-  "flags: $(lscpu | sed -n 's/^Flags: *//p' | tr ' ' '\n' | grep -E '^(avx2|avx512f|avx512_bf16|amx_tile|fma)$' | tr '\n' ' ')"
+. "$src/bench/lib.sh"
+bench_host_line
 
 {
   cat <<TOML

@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "bench_util.h"
-#include "blas_check.h"
+#include "bench_blas.h"
 
 static int gemm(int argc, char **argv)
 {
@@ -88,14 +88,11 @@ static int loopback(char **argv)
 
 int main(int argc, char **argv)
 {
-    blas_status blas;
-    char err[512];
-    if (blas_guard(argv, &blas, err, sizeof(err)) < 0) {
-        fprintf(stderr, "%s\n", err);
-        return 1;
-    }
-    if (argc >= 3 && strcmp(argv[1], "gemm") == 0)
+    if (argc >= 3 && strcmp(argv[1], "gemm") == 0) {
+        if (bench_blas_guard(argv) < 0)
+            return 1;
         return gemm(argc, argv);
+    }
     if (argc >= 3 && strcmp(argv[1], "loopback") == 0)
         return loopback(argv);
     fprintf(stderr, "usage: bounds gemm M N K [THREADS] | bounds loopback BYTES\n");

@@ -40,8 +40,8 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-echo "host: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB;" \
-  "flags: $(lscpu | sed -n 's/^Flags: *//p' | tr ' ' '\n' | grep -E '^(avx2|avx512f|avx512_bf16|amx_tile|fma)$' | tr '\n' ' ')"
+. "$src/bench/lib.sh"
+bench_host_line
 
 job() { # SIDE STEPS EVAL_SAMPLES NAME [bf16]: the example U-Net at SIDE^2, batch 1, one replica
   local dtype=""

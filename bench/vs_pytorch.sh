@@ -22,8 +22,8 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-echo "host: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB;" \
-  "flags: $(lscpu | sed -n 's/^Flags: *//p' | tr ' ' '\n' | grep -E '^(avx2|avx512f|avx512_bf16|amx_tile|fma)$' | tr '\n' ' ')"
+. "$src/bench/lib.sh"
+bench_host_line
 if ! "$py" -c "import torch" 2>/dev/null; then
   echo "vs_pytorch: PyTorch (Debian's python3-torch) is not installed: nothing to compare with, skipped"
   exit 0

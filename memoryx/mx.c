@@ -802,7 +802,7 @@ static const options_key mx__keys[] = {
     {"memory", "SIZE", OPTIONS_SIZE, offsetof(memoryx_options, memory), 0, 0, 0,
      "memory for weights and optimizer state (default: unlimited)"},
     {"threads", "N", OPTIONS_U32, offsetof(memoryx_options, threads), 0, 1, 10000000,
-     "threads for optimizer steps (default 1)"},
+     "tensors updated at once, in the thread pool (default 1)"},
     {"state-dir", "DIR", OPTIONS_STRING, offsetof(memoryx_options, state_dir),
      sizeof(((memoryx_options *)0)->state_dir), 0, 0, "scratch directory"},
     {NULL, NULL, 0, 0, 0, 0, 0, NULL},

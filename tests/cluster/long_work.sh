@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Cluster test: no daemon's event loop does long work. A 134M-parameter
-# model whose initialisation in memoryx takes several heartbeat timeouts
-# (1.5 s here) starts and trains 3 Weight Streaming steps with checkpoints
-# (1 GiB of weights and momentum each) and is never declared lost; every
+# model whose initialisation in memoryx takes longer than the heartbeat
+# timeout (1.5 s here; about 4 times as long on a 2-core Xeon) starts and
+# trains 3 Weight Streaming steps with checkpoints (1 GiB of weights and
+# momentum each) and is never declared lost; every
 # daemon's loop lag, measured by its own timer and read from /metrics, stays
 # under 250 ms, and no daemon logged a longer one.
 set -euo pipefail
@@ -69,8 +70,8 @@ held = t(sys.argv[1], r"job job-1: shard 0 holds")
 print("%.2f" % (held - start).total_seconds())
 PY
 )
-"$py" -c "import sys; sys.exit(0 if float(sys.argv[1]) * 1000 >= 2 * $timeout_ms else 1)" "$init" ||
-  fail "memoryx made the weights in $init s, not the several heartbeat timeouts this test needs"
+"$py" -c "import sys; sys.exit(0 if float(sys.argv[1]) * 1000 > $timeout_ms else 1)" "$init" ||
+  fail "memoryx made the weights in $init s, within the heartbeat timeout: this test needs a longer start"
 echo "ok: memoryx took $init s to make 134M weights (the heartbeat timeout is $((timeout_ms / 1000)).$((timeout_ms % 1000 / 100)) s); the job trained without a member lost"
 
 sleep 1.2 # the expositions are rendered once a second

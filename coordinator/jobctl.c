@@ -116,7 +116,7 @@ void jobs_handle_submit(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, 
             const member *mb = &co->members.v[i];
             if (mb->role == APPLIANCE__ROLE__ROLE_MEMORYX &&
                 mb->state != APPLIANCE__MEMBER_STATE__MEMBER_LOST && mb->memory)
-                mem += mb->memory;
+                mem += mb->memory > mb->disk ? mb->memory : mb->disk; /* RAM, or its disk tier */
         }
         unsigned states = footprint_optimizer_states(spec->optimizer_type, spec->momentum);
         uint64_t need = footprint_shard_tensor_bytes(spec->model->total_params, true, states);
@@ -124,8 +124,9 @@ void jobs_handle_submit(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, 
         if (mem && need > mem)
             snprintf(err, sizeof(err), "%s: the model has %llu trainable parameters (%s of float32 "
                      "weights); with their gradients and optimizer state they need %s, more than "
-                     "the memoryx members of this cluster hold (%s in all): add memoryx members or "
-                     "give them more --memory", file,
+                     "the memoryx members of this cluster hold (%s in all, in memory or in their "
+                     "disk tiers): add memoryx members, give them more --memory, or a --state-dir "
+                     "with more room", file,
                      (unsigned long long)spec->model->total_params,
                      units_format_size(spec->model->total_params * 4, sz, sizeof(sz)),
                      units_format_size(need, s1, sizeof(s1)), units_format_size(mem, s2, sizeof(s2)));

@@ -63,6 +63,7 @@ member *members_register(members *m, conn *c, const Appliance__Register *r, uint
     mb->state = APPLIANCE__MEMBER_STATE__MEMBER_ALIVE;
     mb->wafer_memory = r->wafer_memory;
     mb->memory = r->memory;
+    mb->disk = r->disk;
     mb->threads = r->threads;
     mb->last_seen = now;
     mb->c = c;

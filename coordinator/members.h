@@ -16,6 +16,7 @@ typedef struct member {
     Appliance__MemberState state;
     uint64_t wafer_memory;        /* wse-node */
     uint64_t memory;              /* memoryx */
+    uint64_t disk;                /* memoryx: room for its disk tier */
     uint32_t threads;
     uint64_t last_seen;           /* uv_now of the last message */
     conn *c;                      /* control connection, NULL once closed */

@@ -408,9 +408,11 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
     if (!owner || !need || footprint_shards(m, states, ns, owner, need) == UINT64_MAX)
         goto done;
     for (size_t s = 0; s < ns; s++) {
-        uint64_t have = pm->shards[s]->memory;
-        if (!have || need[s] <= have)
+        uint64_t have = pm->shards[s]->memory, disk = pm->shards[s]->disk;
+        if (!have || need[s] <= have || need[s] <= disk) /* in memory, or in its disk tier */
             continue;
+        if (disk > have)
+            have = disk;
         uint64_t total = 0, largest = 0;
         for (size_t i = 0; i < nt; i++) {
             uint64_t b = footprint_shard_tensor_bytes(m->tensors[i].elems, m->tensors[i].trainable,
@@ -427,14 +429,15 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
         if (largest > have)
             snprintf(err, errlen,
                      "%s: memoryx cannot hold the model: one tensor with its gradient and optimizer "
-                     "state needs %s, memoryx %s has %s; give memoryx more --memory",
+                     "state needs %s, memoryx %s has %s (in memory or its disk tier); give memoryx "
+                     "more --memory or a --state-dir with more room",
                      spec->source, b4, pm->shards[s]->name, b2);
         else
             snprintf(err, errlen,
                      "%s: memoryx cannot hold the model: the weights, their gradients and optimizer "
-                     "state need %s in all, %s on shard %zu of %zu, memoryx %s has %s; run more "
-                     "memoryx shards (runconfig.num_wgt_servers = %zu would do) or give memoryx "
-                     "more --memory",
+                     "state need %s in all, %s on shard %zu of %zu, memoryx %s has %s (in memory "
+                     "or its disk tier); run more memoryx shards (runconfig.num_wgt_servers = %zu "
+                     "would do) or give memoryx more --memory or a --state-dir with more room",
                      spec->source, b3, b1, s + 1, ns, pm->shards[s]->name, b2,
                      footprint_shards_needed(m, states, have));
         rc = -E2BIG;

@@ -13,6 +13,7 @@
 #include "fsutil.h"
 #include "log.h"
 #include "safetensors.h"
+#include "tier.h"
 
 static int ckpt__add(st_writer *w, const char *name, const Appliance__PlanTensor *pt, const float *data,
                      size_t count)
@@ -24,12 +25,12 @@ static int ckpt__add(st_writer *w, const char *name, const Appliance__PlanTensor
     return st_writer_add_f32(w, name, dims, nd, data, count);
 }
 
-static int ckpt__meta(st_writer *w, const mx_job *j, uint64_t step)
+static int ckpt__meta(st_writer *w, const mx_job *j, uint64_t step, bool widest)
 {
     char stepbuf[32], updates[32];
-    snprintf(stepbuf, sizeof(stepbuf), "%" PRIu64, step);
-    int64_t n = 0;
-    for (size_t i = 0; i < j->nt; i++)
+    snprintf(stepbuf, sizeof(stepbuf), "%" PRIu64, widest ? UINT64_MAX : step);
+    int64_t n = widest ? INT64_MIN : 0;
+    for (size_t i = 0; i < j->nt && !widest; i++)
         if (j->t[i].trainable)
             n = optim_state_step(&j->t[i].st);
     snprintf(updates, sizeof(updates), "%" PRId64, n);
@@ -43,6 +44,40 @@ static int ckpt__meta(st_writer *w, const mx_job *j, uint64_t step)
     return rc;
 }
 
+int ckpt_layout(const mx_job *j, uint64_t step, bool widest, bool with_data, st_writer *ww,
+                st_writer *ow)
+{
+    const Appliance__Plan *p = j->plan;
+    int rc = 0;
+    for (size_t i = 0; i < j->nt && rc == 0; i++) {
+        const mx_tensor *t = &j->t[i];
+        const Appliance__PlanTensor *pt = p->tensors[t->id];
+        rc = ckpt__add(ww, t->name, pt, with_data ? t->w : NULL, t->n);
+        for (size_t s = 0; t->trainable && s < optim_state_count(&t->st) && rc == 0; s++) {
+            const char *sname;
+            size_t count;
+            float *data = optim_state_tensor((optim_state *)&t->st, s, &sname, &count);
+            char name[160];
+            snprintf(name, sizeof(name), "%s.%s", t->name, sname);
+            rc = ckpt__add(ow, name, pt, with_data ? data : NULL, count);
+        }
+    }
+    if (rc == 0)
+        rc = ckpt__meta(ow, j, step, widest);
+    if (rc == 0)
+        rc = ckpt__meta(ww, j, step, widest);
+    return rc;
+}
+
+void ckpt_paths(const mx_job *j, uint64_t step, char *wpath, char *opath, size_t len)
+{
+    const Appliance__Plan *p = j->plan;
+    snprintf(opath, len, "%s/optimizer_%" PRIu64 "-shard%u-of-%zu.safetensors", p->model_dir, step,
+             j->shard + 1, p->n_shards);
+    snprintf(wpath, len, "%s/checkpoint_%" PRIu64 "-shard%u-of-%zu.safetensors", p->model_dir,
+             step, j->shard + 1, p->n_shards);
+}
+
 int ckpt_write(const mx_job *j, uint64_t step, char *path, size_t pathlen, char *err, size_t errlen)
 {
     const Appliance__Plan *p = j->plan;
@@ -52,30 +87,9 @@ int ckpt_write(const mx_job *j, uint64_t step, char *path, size_t pathlen, char 
         return rc;
     }
     char opt_path[PATH_MAX];
-    snprintf(opt_path, sizeof(opt_path), "%s/optimizer_%" PRIu64 "-shard%u-of-%zu.safetensors",
-             p->model_dir, step, j->shard + 1, p->n_shards);
-    snprintf(path, pathlen, "%s/checkpoint_%" PRIu64 "-shard%u-of-%zu.safetensors", p->model_dir,
-             step, j->shard + 1, p->n_shards);
+    ckpt_paths(j, step, path, opt_path, pathlen < sizeof(opt_path) ? pathlen : sizeof(opt_path));
     st_writer *ow = st_writer_new(), *ww = st_writer_new();
-    char (*names)[160] = calloc(j->nt * OPTIM_MAX_STATE + 1, sizeof(*names));
-    rc = ow && ww && names ? 0 : -ENOMEM;
-    size_t k = 0;
-    for (size_t i = 0; i < j->nt && rc == 0; i++) {
-        const mx_tensor *t = &j->t[i];
-        const Appliance__PlanTensor *pt = p->tensors[t->id];
-        rc = ckpt__add(ww, t->name, pt, t->w, t->n);
-        for (size_t s = 0; t->trainable && s < optim_state_count(&t->st) && rc == 0; s++) {
-            const char *sname;
-            size_t count;
-            float *data = optim_state_tensor((optim_state *)&t->st, s, &sname, &count);
-            snprintf(names[k], sizeof(names[k]), "%s.%s", t->name, sname);
-            rc = ckpt__add(ow, names[k++], pt, data, count);
-        }
-    }
-    if (rc == 0)
-        rc = ckpt__meta(ow, j, step);
-    if (rc == 0)
-        rc = ckpt__meta(ww, j, step);
+    rc = ow && ww ? ckpt_layout(j, step, false, true, ww, ow) : -ENOMEM;
     if (rc < 0)
         snprintf(err, errlen, "cannot lay out the checkpoint of step %" PRIu64 ": %s", step,
                  strerror(-rc));
@@ -85,27 +99,30 @@ int ckpt_write(const mx_job *j, uint64_t step, char *path, size_t pathlen, char 
         rc = st_writer_write(ww, path, err, errlen);
     st_writer_free(ow);
     st_writer_free(ww);
-    free(names);
     return rc;
 }
 
-/* Finds name in any of the files; copies count floats into dst. */
-static int ckpt__find(st_file **files, size_t nfiles, const char *name, float *dst, size_t count,
-                      char *err, size_t errlen)
+/* Finds name in any of the files and puts its count floats at dst, or at
+ * byte offset at of the tier's file `file`. */
+static int ckpt__find(mx_job *j, st_file **files, size_t nfiles, const char *name, float *dst,
+                      int file, uint64_t at, size_t count, char *err, size_t errlen)
 {
     for (size_t f = 0; f < nfiles; f++) {
         long i = st_find(files[f], name);
         if (i < 0)
             continue;
-        const float *src = st_data(files[f], (size_t)i);
-        if (!src || st_numel(files[f], (size_t)i) != count) {
+        if (st_type(files[f], (size_t)i) != ST_F32 || st_numel(files[f], (size_t)i) != count) {
             snprintf(err, errlen, "checkpoint tensor \"%s\" has %zu elements of type %s, the model "
                      "needs %zu float32", name, st_numel(files[f], (size_t)i),
                      st_dtype_name(st_type(files[f], (size_t)i)), count);
             return -EINVAL;
         }
-        memcpy(dst, src, count * sizeof(float));
-        return 0;
+        int rc = j->tier ? tier_copy_in(j->tier, file, at, st_fd(files[f]),
+                                        st_file_offset(files[f], (size_t)i), count * sizeof(float))
+                         : st_read(files[f], (size_t)i, 0, dst, count * sizeof(float));
+        if (rc < 0)
+            snprintf(err, errlen, "tensor \"%s\": reading it: %s", name, strerror(-rc));
+        return rc;
     }
     snprintf(err, errlen, "tensor \"%s\" is not in the checkpoint", name);
     return -ENOENT;
@@ -114,7 +131,7 @@ static int ckpt__find(st_file **files, size_t nfiles, const char *name, float *d
 static int ckpt__open_all(char **paths, size_t n, st_file **files, char *err, size_t errlen)
 {
     for (size_t i = 0; i < n; i++)
-        if (!(files[i] = st_open(paths[i], err, errlen)))
+        if (!(files[i] = st_open_header(paths[i], err, errlen)))
             return -EINVAL;
     return 0;
 }
@@ -150,14 +167,15 @@ int ckpt_load(mx_job *j, char *err, size_t errlen)
     }
     for (size_t i = 0; i < j->nt && rc == 0; i++) {
         mx_tensor *t = &j->t[i];
-        rc = ckpt__find(files, nw, t->name, t->w, t->n, err, errlen);
+        rc = ckpt__find(j, files, nw, t->name, t->w, TIER_WEIGHTS, t->w_at, t->n, err, errlen);
         for (size_t s = 0; rc == 0 && t->trainable && s < optim_state_count(&t->st); s++) {
             const char *sname;
             size_t count;
             float *data = optim_state_tensor(&t->st, s, &sname, &count);
             char name[160];
             snprintf(name, sizeof(name), "%s.%s", t->name, sname);
-            rc = ckpt__find(files + nw, no, name, data, count, err, errlen);
+            rc = ckpt__find(j, files + nw, no, name, data, TIER_OPTIMIZER, t->s_at[s], count, err,
+                            errlen);
         }
         if (rc == 0 && t->trainable && updates >= 0)
             optim_state_set_step(&t->st, updates);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "checkpoint.h"
+#include "tier.h"
 #include "footprint.h"
 #include "optim_plan.h"
 #include "plan.h"
@@ -16,39 +17,72 @@
 #include "msgcheck.h"
 #include "rng.h"
 #include "safetensors.h"
+#include "units.h"
+
+#include <sys/statvfs.h>
 
 static memoryx *mx_of(node *n) { return n->data; }
 
 /* ---- weights ---- */
 
-/* Initial weights from the job seed: a pure function of (seed, tensor id,
- * element), so the sharding does not change them. */
-static void mx__init_tensor(mx_tensor *t, const Appliance__PlanTensor *pt, uint64_t seed)
+/* Initial weights [a, b) from the job seed: a pure function of (seed,
+ * tensor id, element), so the sharding does not change them. */
+static void mx__init_range(mx_tensor *t, const Appliance__PlanTensor *pt, uint64_t seed,
+                           uint64_t a, uint64_t b)
 {
     if (strcmp(pt->init, "zeros") == 0) {
-        memset(t->w, 0, t->n * sizeof(float));
+        memset(t->w + a, 0, (b - a) * sizeof(float));
     } else if (strcmp(pt->init, "ones") == 0) {
-        for (uint64_t i = 0; i < t->n; i++)
+        for (uint64_t i = a; i < b; i++)
             t->w[i] = 1.0f;
     } else if (strcmp(pt->init, "he_normal") == 0) {
         double sd = sqrt(2.0 / (double)(pt->fan_in ? pt->fan_in : 1));
-        for (uint64_t i = 0; i < t->n; i++)
+        for (uint64_t i = a; i < b; i++)
             t->w[i] = (float)(sd * rng_normal(seed, 0x1000 + pt->id, i));
     } else { /* xavier_uniform */
-        double a = sqrt(6.0 / (double)(pt->fan_in + pt->fan_out ? pt->fan_in + pt->fan_out : 1));
-        for (uint64_t i = 0; i < t->n; i++)
-            t->w[i] = (float)(a * (2.0 * rng_uniform(seed, 0x1000 + pt->id, i) - 1.0));
+        double r = sqrt(6.0 / (double)(pt->fan_in + pt->fan_out ? pt->fan_in + pt->fan_out : 1));
+        for (uint64_t i = a; i < b; i++)
+            t->w[i] = (float)(r * (2.0 * rng_uniform(seed, 0x1000 + pt->id, i) - 1.0));
     }
+}
+
+/* The weights of t from the seed; in the disk tier a piece at a time. */
+static void mx__init_tensor(mx_job *j, mx_tensor *t, const Appliance__PlanTensor *pt, uint64_t seed)
+{
+    uint64_t piece = j->tier ? j->tier->piece : t->n;
+    for (uint64_t a = 0; a < t->n; a += piece) {
+        uint64_t b = a + piece < t->n ? a + piece : t->n;
+        mx__init_range(t, pt, seed, a, b);
+        if (j->tier)
+            tier_done_with(j->tier, TIER_WEIGHTS, t->w + a, (b - a) * sizeof(float));
+    }
+}
+
+/* The tensors' memory, unless the disk tier's mappings hold it. */
+static void mx__free_tensors(mx_job *j)
+{
+    for (size_t i = 0; i < j->nt; i++) {
+        if (!j->tier) {
+            free(j->t[i].w);
+            free(j->t[i].g);
+        }
+        j->t[i].w = j->t[i].g = NULL;
+        optim_state_deinit(&j->t[i].st);
+    }
+    if (j->tier)
+        tier_close(j->tier);
 }
 
 static void mx__job_free(mx_job *j)
 {
     if (!j)
         return;
-    for (size_t i = 0; i < j->nt; i++) {
-        free(j->t[i].w);
-        free(j->t[i].g);
-        optim_state_deinit(&j->t[i].st);
+    mx__free_tensors(j);
+    if (j->tier) {
+        free(j->tier->gbuf);
+        j->tier->gbuf = NULL;
+        j->tier->job = NULL;
+        tier_put(j->tier);
     }
     free(j->t);
     free(j->by_id);
@@ -92,12 +126,7 @@ static void mx__checkpoint_done(uv_work_t *req, int status);
 static void mx__free_work(uv_work_t *req)
 {
     mx_job *j = container_of(req, mx_job, free_req);
-    for (size_t i = 0; i < j->nt; i++) {
-        free(j->t[i].w);
-        free(j->t[i].g);
-        j->t[i].w = j->t[i].g = NULL;
-        optim_state_deinit(&j->t[i].st);
-    }
+    mx__free_tensors(j);
 }
 
 static void mx__free_done(uv_work_t *req, int status)
@@ -130,8 +159,12 @@ static bool mx__pool_back(mx_job *j)
 static void mx__checkpoint_work(uv_work_t *req)
 {
     mx_job *j = container_of(req, mx_job, ckpt_req);
-    j->ckpt_rc = ckpt_write(j, j->ckpt_step, j->ckpt_path, sizeof(j->ckpt_path), j->ckpt_err,
-                            sizeof(j->ckpt_err));
+    if (j->tier)
+        j->ckpt_rc = tier_checkpoint(j, j->ckpt_step, j->ckpt_kind == MX_CKPT_FINAL, j->ckpt_path,
+                                     sizeof(j->ckpt_path), j->ckpt_err, sizeof(j->ckpt_err));
+    else
+        j->ckpt_rc = ckpt_write(j, j->ckpt_step, j->ckpt_path, sizeof(j->ckpt_path), j->ckpt_err,
+                                sizeof(j->ckpt_err));
 }
 
 /* Writes the checkpoint of `step` in the thread pool; what follows it is
@@ -228,6 +261,61 @@ static bool mx__streaming(const mx_job *j)
     return j->cur.plan && !j->cur.done;
 }
 
+static void mx__tier_read_more(node *n, mx_job *j);
+
+/* A read-ahead buffer is sent: its room goes back to the window. */
+static void mx__tier_sent(void *arg, int status)
+{
+    mx_rbuf *b = arg;
+    mx_tier *tr = b->tier;
+    tr->ra_bytes -= b->bytes;
+    if (tr->job) {
+        b->t->writes--;
+        if (status == 0)
+            metrics_hist_observe(&b->t->mx->chunk_hist,
+                                 (double)(uv_now(b->t->loop) - b->sent_at) / 1000.0);
+        mx__tier_read_more(tr->job->mx->n, tr->job);
+    }
+    free(b);
+    tier_put(tr);
+}
+
+/* Disk tier: sends the chunk at the cursor from its read-ahead buffer.
+ * Returns 1 when sent, 0 when it is not read yet or the link is full, or
+ * a negative errno. */
+static int mx__tier_send(node *n, mx_job *j, const plan_chunk *ch, mx_tensor *t)
+{
+    mx_tier *tr = j->tier;
+    mx_rbuf *b = tr->ready;
+    if (!b || b->ch.seq != ch->seq) {
+        mx__tier_read_more(n, j);
+        return 0;
+    }
+    if (!conn_can_send(j->down, b->bytes))
+        return 0;
+    Appliance__WeightChunk wc = APPLIANCE__WEIGHT_CHUNK__INIT;
+    wc.step = ch->step;
+    wc.tensor_id = ch->tensor;
+    wc.offset = ch->offset;
+    wc.count = ch->count;
+    wc.total = ch->total;
+    wc.state = ch->state;
+    wc.seq = ch->seq;
+    wc.eval_pass = ch->eval_pass;
+    wc.pass = ch->pass;
+    ENVELOPE(env, weight_chunk, WEIGHT_CHUNK, &wc);
+    int rc = conn_send(j->down, &env, b->data, (uint32_t)b->bytes, mx__tier_sent, b);
+    if (rc < 0)
+        return rc;
+    tr->ready = b->next;
+    if (!tr->ready)
+        tr->ready_tail = &tr->ready;
+    tr->refs++;
+    t->writes++;
+    b->sent_at = uv_now(n->loop);
+    return 1;
+}
+
 /* Sends the step's weight chunks while the link to swarmx has room, in the
  * order the stream cursor gives (plan_stream.h). */
 static void mx__pump(node *n, mx_job *j)
@@ -237,6 +325,15 @@ static void mx__pump(node *n, mx_job *j)
         mx_tensor *t = j->by_id[ch.tensor];
         if (t->updating) /* its update is in the thread pool: resumed when it is back */
             return;
+        if (j->tier) {
+            int rc = mx__tier_send(n, j, &ch, t);
+            if (rc < 0)
+                mx__fault(n, j, "cannot stream %s to swarmx: %s", t->name, strerror(-rc));
+            if (rc <= 0)
+                return;
+            plan_stream_take(&j->cur);
+            continue;
+        }
         const float *src = ch.state == 0 ? t->w : optim_state_tensor(&t->st, ch.state - 1, NULL, NULL);
         if (!conn_can_send(j->down, ch.count * sizeof(float)))
             return;
@@ -272,9 +369,176 @@ static void mx__pump(node *n, mx_job *j)
 
 static void mx__grad_in(node *n, mx_job *j, mx_tensor *t, uint64_t count);
 
+/* ---- the disk tier's reads and writes (tier.h) ---- */
+
+/* In the thread pool: the next chunk of the stream read into its buffer. */
+static void mx__tier_read_work(uv_work_t *req)
+{
+    mx_tier *tr = container_of(req, mx_tier, ra_req);
+    mx_rbuf *b = tr->ra_buf;
+    const mx_tensor *t = b->t;
+    uint64_t at = (b->ch.state == 0 ? t->w_at : t->s_at[b->ch.state - 1]) +
+                  b->ch.offset * sizeof(float);
+    int fd = tr->fd[b->ch.state == 0 ? TIER_WEIGHTS : TIER_OPTIMIZER];
+    uint64_t start = uv_hrtime();
+    uint8_t *d = (uint8_t *)b->data;
+    uint64_t left = b->bytes;
+    tr->ra_rc = 0;
+    while (left) {
+        ssize_t k = pread(fd, d, left, (off_t)at);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            tr->ra_rc = k < 0 ? -errno : -EIO;
+            break;
+        }
+        d += k;
+        at += (uint64_t)k;
+        left -= (uint64_t)k;
+    }
+    tr->read_ns += uv_hrtime() - start;
+}
+
+static void mx__tier_read_done(uv_work_t *req, int status)
+{
+    mx_tier *tr = container_of(req, mx_tier, ra_req);
+    mx_job *j = tr->job;
+    mx_rbuf *b = tr->ra_buf;
+    tr->ra_buf = NULL;
+    tr->reading = false;
+    if (mx__pool_back(j)) {
+        free(b);
+        return;
+    }
+    node *n = j->mx->n;
+    if (status < 0 || tr->ra_rc < 0) {
+        free(b);
+        mx__abort(n, j, "disk tier: reading the weight stream from %s: %s", tr->path[TIER_WEIGHTS],
+                  status < 0 ? uv_strerror(status) : strerror(-tr->ra_rc));
+        return;
+    }
+    tr->reads++;
+    tr->read_bytes += b->bytes;
+    b->next = NULL;
+    *tr->ready_tail = b;
+    tr->ready_tail = &b->next;
+    mx__pump(n, j);
+    mx__tier_read_more(n, j);
+}
+
+/* Reads the next chunk of the stream ahead, while the window has room. */
+static void mx__tier_read_more(node *n, mx_job *j)
+{
+    mx_tier *tr = j->tier;
+    plan_chunk ch;
+    if (tr->reading || j->released || !plan_stream_next(&tr->ra, &ch))
+        return;
+    uint64_t bytes = ch.count * sizeof(float);
+    if (tr->ra_bytes > 0 && tr->ra_bytes + bytes > tr->ra_limit)
+        return;
+    mx_rbuf *b = malloc(sizeof(*b) + bytes);
+    if (!b) {
+        mx__abort(n, j, "out of memory for a read-ahead buffer of %llu bytes",
+                  (unsigned long long)bytes);
+        return;
+    }
+    b->tier = tr;
+    b->t = j->by_id[ch.tensor];
+    b->ch = ch;
+    b->bytes = bytes;
+    tr->ra_buf = b;
+    int rc = uv_queue_work(n->loop, &tr->ra_req, mx__tier_read_work, mx__tier_read_done);
+    if (rc < 0) {
+        tr->ra_buf = NULL;
+        free(b);
+        mx__abort(n, j, "disk tier: a read cannot start: %s", uv_strerror(rc));
+        return;
+    }
+    plan_stream_take(&tr->ra);
+    tr->ra_bytes += bytes;
+    tr->reading = true;
+    j->pool_work++;
+}
+
+/* In the thread pool: a gradient chunk into the gradients file. */
+static void mx__tier_grad_work(uv_work_t *req)
+{
+    mx_gwrite *w = container_of(req, mx_gwrite, req);
+    mx_tier *tr = w->job->tier;
+    const uint8_t *d = w->data;
+    uint64_t left = w->count * sizeof(float), at = w->t->g_at + w->offset * sizeof(float);
+    w->rc = 0;
+    while (left) {
+        ssize_t k = pwrite(tr->fd[TIER_GRADIENTS], d, left, (off_t)at);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            w->rc = k < 0 ? -errno : -EIO;
+            break;
+        }
+        d += k;
+        at += (uint64_t)k;
+        left -= (uint64_t)k;
+    }
+}
+
+static void mx__tier_grad_done(uv_work_t *req, int status)
+{
+    mx_gwrite *w = container_of(req, mx_gwrite, req);
+    mx_job *j = w->job;
+    mx_tensor *t = w->t;
+    uint64_t count = w->count;
+    int rc = status < 0 ? status : w->rc;
+    free(w->owned);
+    free(w);
+    if (mx__pool_back(j))
+        return;
+    node *n = j->mx->n;
+    mx_tier *tr = j->tier;
+    tr->g_bytes -= count * sizeof(float);
+    if (rc < 0) {
+        mx__abort(n, j, "disk tier: writing the gradient of %s to %s: %s", t->name,
+                  tr->path[TIER_GRADIENTS], status < 0 ? uv_strerror(rc) : strerror(-rc));
+        return;
+    }
+    if (j->down && j->down->paused && !j->held && tr->g_bytes < tr->g_limit)
+        conn_resume(j->down);
+    mx__grad_in(n, j, t, count);
+}
+
+/* Disk tier: count gradient elements of t at offset, in data (owned: freed
+ * once written), go to the gradients file; the link pauses while the
+ * window's share for gradients is full. */
+static void mx__tier_grad(node *n, mx_job *j, mx_tensor *t, uint64_t offset, uint64_t count,
+                          void *data, void *owned)
+{
+    mx_tier *tr = j->tier;
+    mx_gwrite *w = malloc(sizeof(*w));
+    if (!w) {
+        free(owned);
+        mx__abort(n, j, "out of memory for a gradient write");
+        return;
+    }
+    *w = (mx_gwrite){.job = j, .t = t, .offset = offset, .count = count, .data = data,
+                     .owned = owned};
+    int rc = uv_queue_work(n->loop, &w->req, mx__tier_grad_work, mx__tier_grad_done);
+    if (rc < 0) {
+        free(owned);
+        free(w);
+        mx__abort(n, j, "disk tier: a gradient write cannot start: %s", uv_strerror(rc));
+        return;
+    }
+    j->pool_work++;
+    tr->g_bytes += count * sizeof(float);
+    if (tr->g_bytes >= tr->g_limit && j->down)
+        conn_pause(j->down);
+}
+
 static void mx__start_step(node *n, mx_job *j)
 {
     plan_stream_start(&j->cur, j->plan, j->shard, (uint32_t)j->states, j->step, j->cur.seq);
+    if (j->tier)
+        j->tier->ra = j->cur; /* the read-ahead starts where the stream does */
     j->updated = 0;
     j->ready_head = j->ready_len = 0;
     for (size_t i = 0; i < j->nt; i++) {
@@ -288,11 +552,16 @@ static void mx__start_step(node *n, mx_job *j)
         j->held = h->next;
         if (!j->held)
             j->held_tail = &j->held;
+        if (j->tier) {
+            mx__tier_grad(n, j, h->tensor, h->offset, h->count, h->data, h);
+            continue;
+        }
         memcpy(h->tensor->g + h->offset, h->data, h->count * sizeof(float));
         mx__grad_in(n, j, h->tensor, h->count);
         free(h);
     }
-    if (mx_of(n)->job == j && j->down && !j->held)
+    if (mx_of(n)->job == j && j->down && !j->held &&
+        (!j->tier || j->tier->g_bytes < j->tier->g_limit))
         conn_resume(j->down);
 }
 
@@ -303,7 +572,10 @@ static void mx__update_work(uv_work_t *req)
 {
     mx_tensor *t = container_of(req, mx_tensor, upd_req);
     mx_job *j = t->job;
-    optim_update(&j->cfg, &t->st, t->w, t->g, t->n, t->trainable, 1.0f, (int64_t)j->step);
+    if (j->tier)
+        tier_update(j, t, 1.0f);
+    else
+        optim_update(&j->cfg, &t->st, t->w, t->g, t->n, t->trainable, 1.0f, (int64_t)j->step);
 }
 
 static void mx__update_next(node *n, mx_job *j);
@@ -371,7 +643,10 @@ static void mx__param(void *ctx, size_t i, optim_param *out)
 static void mx__step_work(uv_work_t *req)
 {
     mx_job *j = container_of(req, mx_job, step_req);
-    optim_apply_step(&j->cfg, j->nt, mx__param, j, (int64_t)j->step);
+    if (j->tier)
+        tier_update_step(j);
+    else
+        optim_apply_step(&j->cfg, j->nt, mx__param, j, (int64_t)j->step);
 }
 
 static void mx__step_work_done(uv_work_t *req, int status)
@@ -435,6 +710,8 @@ static void *mx__start_failed(mx_job *j, char *why, size_t whylen, const char *f
 }
 
 static void mx__maybe_ready(node *n, mx_job *j);
+static uint64_t mx__memory(node *n);
+static uint64_t mx__disk(node *n);
 
 /* In the thread pool: the shard's tensors allocated and initialised from
  * the seed, or loaded from the checkpoint the job resumes from. Touches
@@ -443,19 +720,32 @@ static void mx__load_work(uv_work_t *req)
 {
     mx_job *j = container_of(req, mx_job, load_req);
     const Appliance__Plan *p = j->plan;
+    bool resume = p->n_resume_weights > 0;
     j->load_rc = 0;
+    if (j->tier_window) {
+        const char *dir = j->mx->opt.state_dir;
+        tier_clean(dir);
+        j->load_rc = tier_open(j, dir, j->tier_window, j->mx->opt.threads, j->load_err,
+                               sizeof(j->load_err));
+        if (j->load_rc < 0)
+            return;
+    }
     for (size_t i = 0; i < j->nt; i++) {
         mx_tensor *t = &j->t[i];
-        t->w = malloc(t->n * sizeof(float));
-        t->g = malloc(t->n * sizeof(float));
-        bool st_ok = !t->trainable || optim_state_init(&t->st, &j->cfg, t->n) == 0;
-        if (!t->w || !t->g || !st_ok) {
-            snprintf(j->load_err, sizeof(j->load_err), "out of memory for tensor %s (%llu elements)",
-                     t->name, (unsigned long long)t->n);
-            j->load_rc = -ENOMEM;
-            return;
+        if (!j->tier) {
+            t->w = malloc(t->n * sizeof(float));
+            t->g = malloc(t->n * sizeof(float));
+            bool st_ok = !t->trainable || optim_state_init(&t->st, &j->cfg, t->n) == 0;
+            if (!t->w || !t->g || !st_ok) {
+                snprintf(j->load_err, sizeof(j->load_err),
+                         "out of memory for tensor %s (%llu elements)", t->name,
+                         (unsigned long long)t->n);
+                j->load_rc = -ENOMEM;
+                return;
+            }
         }
-        mx__init_tensor(t, p->tensors[t->id], p->seed);
+        if (!resume) /* a resumed job's tensors all come from the checkpoint */
+            mx__init_tensor(j, t, p->tensors[t->id], p->seed);
     }
     ckpt_clean_partial(j);
     if (p->n_resume_weights > 0) {
@@ -481,6 +771,13 @@ static void mx__load_done(uv_work_t *req, int status)
     }
     if (j->plan->n_resume_weights > 0)
         log_info("job %s: resumed from the checkpoint of step %llu", j->id, (unsigned long long)j->step);
+    if (j->tier) {
+        char b1[32], b2[32];
+        log_info("job %s: shard %u is in the disk tier: %s in %s, through a window of %s of RAM",
+                 j->id, j->shard, units_format_size(j->tier->len[0] + j->tier->len[1] +
+                                                    j->tier->len[2], b1, sizeof(b1)),
+                 j->mx->opt.state_dir, units_format_size(j->tier->window, b2, sizeof(b2)));
+    }
     log_info("job %s: shard %u holds %zu tensors (%llu bytes with optimizer state), made in %.1f s",
              j->id, j->shard, j->nt, (unsigned long long)j->load_bytes,
              (double)(uv_hrtime() - j->work_start) * 1e-9);
@@ -544,10 +841,25 @@ static void *mx__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
         j->by_id[t->id] = t;
         bytes += footprint_shard_tensor_bytes(t->n, t->trainable, (unsigned)j->states);
     }
-    if (mx_of(n)->opt.memory && bytes > mx_of(n)->opt.memory)
-        return mx__start_failed(j, why, whylen, "shard %u needs %llu bytes, this memoryx has %llu",
-                                j->shard, (unsigned long long)bytes,
-                                (unsigned long long)mx_of(n)->opt.memory);
+    uint64_t have = mx__memory(n);
+    if (bytes > have) {
+        /* more than memory holds: the disk tier, through a window of it */
+        char b1[32], b2[32], b3[32], b4[32];
+        uint64_t disk = mx__disk(n), need = tier_disk_bytes(j);
+        if (!mx->opt.state_dir[0] || !mx->opt.disk)
+            return mx__start_failed(j, why, whylen, "shard %u needs %s, this memoryx has %s of "
+                                    "memory and no disk tier (--state-dir, --disk)",
+                                    j->shard, units_format_size(bytes, b1, sizeof(b1)),
+                                    units_format_size(have, b2, sizeof(b2)));
+        if (need > disk)
+            return mx__start_failed(j, why, whylen, "shard %u needs %s, more than this memoryx's "
+                                    "%s of memory, and its disk tier %s, more than the %s free in "
+                                    "%s", j->shard, units_format_size(bytes, b1, sizeof(b1)),
+                                    units_format_size(have, b2, sizeof(b2)),
+                                    units_format_size(need, b3, sizeof(b3)),
+                                    units_format_size(disk, b4, sizeof(b4)), mx->opt.state_dir);
+        j->tier_window = have;
+    }
     j->load_bytes = bytes;
     j->step = p->first_step;
     j->mx = mx;
@@ -636,6 +948,12 @@ static void *mx__payload_dest(node *n, conn *c, const Appliance__Envelope *env, 
         *err = -EINVAL;
         return NULL;
     }
+    if (j->tier) { /* into a buffer, written to the gradients file in the thread pool */
+        free(j->tier->gbuf);
+        if (!(j->tier->gbuf = malloc(len ? len : 1)))
+            *err = -ENOMEM;
+        return j->tier->gbuf;
+    }
     return t->g + g->offset;
 }
 
@@ -668,6 +986,19 @@ static void mx__grad_chunk(node *n, conn *c, Appliance__Envelope *env, uint8_t *
         log_debug("job %s: step %llu: holding %s [%llu, +%llu) of step %llu", j->id,
                   (unsigned long long)j->step, t->name, (unsigned long long)g->offset,
                   (unsigned long long)g->count, (unsigned long long)g->step);
+        return;
+    }
+    if (j->tier) {
+        void *own = pl == j->tier->gbuf ? pl : malloc(len);
+        if (own == j->tier->gbuf)
+            j->tier->gbuf = NULL;
+        else if (own)
+            memcpy(own, pl, len);
+        if (!own) {
+            mx__abort(n, j, "out of memory for a gradient chunk");
+            return;
+        }
+        mx__tier_grad(n, j, t, g->offset, g->count, own, own);
         return;
     }
     /* a chunk that was to be held, but whose step started while its payload
@@ -743,9 +1074,9 @@ static void mx__conn_close(node *n, conn *c, int err, const char *reason)
     }
 }
 
-/* The memory memoryx offers the planner: --memory, or else what the host
- * (or its cgroup) has: weights beyond it cannot be held in RAM. */
-static void mx__fill_register(node *n, Appliance__Register *r)
+/* The memory memoryx offers the planner and holds shards in: --memory, or
+ * else what the host (or its cgroup) has. */
+static uint64_t mx__memory(node *n)
 {
     uint64_t mem = mx_of(n)->opt.memory;
     if (!mem) {
@@ -754,7 +1085,25 @@ static void mx__fill_register(node *n, Appliance__Register *r)
         if (limit && limit < mem)
             mem = limit;
     }
-    r->memory = mem;
+    return mem;
+}
+
+/* The room its disk tier has: what the state directory's file system has
+ * free (0 without one). */
+static uint64_t mx__disk(node *n)
+{
+    const char *dir = mx_of(n)->opt.state_dir;
+    struct statvfs vs;
+    if (!dir[0] || !mx_of(n)->opt.disk || statvfs(dir, &vs) < 0)
+        return 0;
+    uint64_t free_bytes = (uint64_t)vs.f_bavail * vs.f_frsize;
+    return free_bytes < mx_of(n)->opt.disk ? free_bytes : mx_of(n)->opt.disk;
+}
+
+static void mx__fill_register(node *n, Appliance__Register *r)
+{
+    r->memory = mx__memory(n);
+    r->disk = mx__disk(n);
 }
 
 static void mx__shutdown(node *n)
@@ -804,7 +1153,10 @@ static const options_key mx__keys[] = {
     {"threads", "N", OPTIONS_U32, offsetof(memoryx_options, threads), 0, 1, 10000000,
      "tensors updated at once, in the thread pool (default 1)"},
     {"state-dir", "DIR", OPTIONS_STRING, offsetof(memoryx_options, state_dir),
-     sizeof(((memoryx_options *)0)->state_dir), 0, 0, "scratch directory"},
+     sizeof(((memoryx_options *)0)->state_dir), 0, 0,
+     "scratch directory; the disk tier's files (a shard larger than --memory)"},
+    {"disk", "SIZE", OPTIONS_SIZE, offsetof(memoryx_options, disk), 0, 0, UINT64_MAX,
+     "room for the disk tier in --state-dir (default: what its file system has free; 0: none)"},
     {NULL, NULL, 0, 0, 0, 0, 0, NULL},
 };
 
@@ -818,6 +1170,7 @@ void memoryx_role(node_role *role, memoryx *mx, node *n)
     memset(mx, 0, sizeof(*mx));
     mx->n = n;
     mx->opt.threads = 1;
+    mx->opt.disk = UINT64_MAX;
     role->options = (options_table){NULL, mx__keys, &mx->opt};
     jobhost_init(&mx->jobs, n, role, &mx__jobhost_ops);
     role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_GO] = mx__job_go;

@@ -32,6 +32,8 @@ typedef struct mx_tensor {
     bool updating;        /* its update runs in the thread pool (w must not be read) */
     uv_work_t upd_req;    /* that update */
     struct mx_job *job;   /* its job, for the update */
+    uint64_t w_at, g_at;  /* disk tier: byte offsets of the weights and gradient in their files */
+    uint64_t s_at[OPTIM_MAX_STATE]; /* and of the optimizer state */
 } mx_tensor;
 
 /* A reduced gradient chunk of a later step that came while this step's
@@ -121,4 +123,6 @@ typedef struct mx_job {
     char load_err[512];
     uint64_t load_bytes;          /* weights, gradients and optimizer state held */
     bool released;                /* released with work in the pool: freed when it comes back */
+    struct mx_tier *tier;         /* the disk tier (tier.h), or NULL: the tensors are in RAM */
+    uint64_t tier_window;         /* > 0: the shard goes to the disk tier, with this much RAM */
 } mx_job;

@@ -182,7 +182,7 @@ int st_writer_add(st_writer *w, const char *name, st_dtype dtype, const int64_t 
     size_t numel;
     if (!name || !*name || strcmp(name, "__metadata__") == 0 || ndim < 0 ||
         ndim > ST_MAX_DIMS || (unsigned)dtype >= ST_DTYPE_COUNT || (ndim && !dims) ||
-        !st__numel(dims, ndim, &numel) || numel != count || (count && !data) ||
+        !st__numel(dims, ndim, &numel) || numel != count ||
         count > SIZE_MAX / st_dtype_size(dtype))
         return -EINVAL;
     for (size_t i = 0; i < w->n; i++)
@@ -310,6 +310,28 @@ static int st__sync_dir(const char *path)
     return rc;
 }
 
+int st_writer_header(const st_writer *w, size_t total, uint8_t *out, size_t *need)
+{
+    st_buf b = {0};
+    st__build_header(w, &b);
+    if (b.oom) {
+        free(b.p);
+        return -ENOMEM;
+    }
+    *need = 8 + b.len;
+    if (b.len > ST_MAX_HEADER || total % 8 || total < 8 + b.len || total - 8 > ST_MAX_HEADER) {
+        free(b.p);
+        return -ENOSPC;
+    }
+    uint64_t hlen = total - 8;
+    for (int i = 0; i < 8; i++)
+        out[i] = (uint8_t)(hlen >> (8 * i));
+    memcpy(out + 8, b.p, b.len);
+    memset(out + 8 + b.len, ' ', hlen - b.len);
+    free(b.p);
+    return 0;
+}
+
 int st_writer_write(st_writer *w, const char *path, char *err, size_t errlen)
 {
     st_buf b = {0};
@@ -348,7 +370,8 @@ int st_writer_write(st_writer *w, const char *path, char *err, size_t errlen)
     if (rc == 0)
         rc = st__write_all(fd, b.p, b.len);
     for (size_t i = 0; rc == 0 && i < w->n; i++)
-        rc = st__write_all(fd, w->t[i].data, w->t[i].nbytes);
+        rc = w->t[i].nbytes && !w->t[i].data ? -EINVAL
+                                              : st__write_all(fd, w->t[i].data, w->t[i].nbytes);
     if (rc == 0 && fsync(fd) < 0)
         rc = -errno;
     if (rc < 0) {
@@ -400,8 +423,11 @@ struct st_file {
     char **meta;        /* key, value, ... in file order (owned) */
     size_t nmeta, metacap;
     size_t *meta_by_key; /* indices of pairs sorted by key */
-    uint8_t *data;      /* the data section (malloc'd, so aligned for any dtype) */
+    uint8_t *data;      /* the data section (malloc'd, so aligned for any dtype); NULL when
+                           opened by st_open_header */
     uint64_t data_len;  /* its length in bytes */
+    uint64_t data_start; /* its offset in the file */
+    int fd;             /* st_open_header: the file, open; else -1 */
 };
 
 /* The header parser: a cursor over the JSON text and where errors go. */
@@ -994,7 +1020,7 @@ static int st__read_all(int fd, void *buf, size_t n)
     return 0;
 }
 
-st_file *st_open(const char *path, char *err, size_t errlen)
+static st_file *st__open(const char *path, bool header_only, char *err, size_t errlen)
 {
     st_file *f = NULL;
     char *header = NULL;
@@ -1042,23 +1068,32 @@ st_file *st_open(const char *path, char *err, size_t errlen)
         goto fail;
     }
     f = calloc(1, sizeof(*f));
+    if (f)
+        f->fd = -1;
     header = malloc(hlen);
     if (!f || !header) {
         st__err(err, errlen, "%s: out of memory", path);
         goto fail;
     }
     f->data_len = size - 8 - hlen;
-    if (f->data_len > SIZE_MAX || !(f->data = malloc(f->data_len ? f->data_len : 1))) {
+    f->data_start = 8 + hlen;
+    if (!header_only &&
+        (f->data_len > SIZE_MAX || !(f->data = malloc(f->data_len ? f->data_len : 1)))) {
         st__err(err, errlen, "%s: cannot hold %llu bytes of tensor data", path,
                 (unsigned long long)f->data_len);
         goto fail;
     }
-    if (st__read_all(fd, header, hlen) < 0 || st__read_all(fd, f->data, f->data_len) < 0) {
+    if (st__read_all(fd, header, hlen) < 0 ||
+        (!header_only && st__read_all(fd, f->data, f->data_len) < 0)) {
         st__err(err, errlen, "%s: reading: %s", path,
                 errno == EIO ? "file shrank while being read" : strerror(errno));
         goto fail;
     }
-    close(fd);
+    if (header_only) {
+        f->fd = fd;
+    } else {
+        close(fd);
+    }
     fd = -1;
 
     st_parser p = {.s = header, .len = hlen, .path = path, .err = err, .errlen = errlen};
@@ -1074,6 +1109,50 @@ fail:
     return NULL;
 }
 
+st_file *st_open(const char *path, char *err, size_t errlen)
+{
+    return st__open(path, false, err, errlen);
+}
+
+st_file *st_open_header(const char *path, char *err, size_t errlen)
+{
+    return st__open(path, true, err, errlen);
+}
+
+int st_fd(const st_file *f)
+{
+    return f->fd;
+}
+
+uint64_t st_file_offset(const st_file *f, size_t i)
+{
+    return i < f->n ? f->data_start + f->t[i].begin : 0;
+}
+
+int st_read(const st_file *f, size_t i, uint64_t offset, void *dst, size_t nbytes)
+{
+    if (i >= f->n || offset > f->t[i].end - f->t[i].begin ||
+        nbytes > f->t[i].end - f->t[i].begin - offset)
+        return -EINVAL;
+    if (f->data) {
+        memcpy(dst, f->data + f->t[i].begin + offset, nbytes);
+        return 0;
+    }
+    uint8_t *d = dst;
+    off_t at = (off_t)(f->data_start + f->t[i].begin + offset);
+    while (nbytes) {
+        ssize_t k = pread(f->fd, d, nbytes > (1u << 30) ? (1u << 30) : nbytes, at);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return k < 0 ? -errno : -EIO;
+        d += k;
+        at += k;
+        nbytes -= (size_t)k;
+    }
+    return 0;
+}
+
 void st_close(st_file *f)
 {
     if (!f)
@@ -1087,6 +1166,8 @@ void st_close(st_file *f)
     free(f->meta);
     free(f->meta_by_key);
     free(f->data);
+    if (f->fd >= 0)
+        close(f->fd);
     free(f);
 }
 
@@ -1124,7 +1205,7 @@ size_t st_numel(const st_file *f, size_t i)
 
 const float *st_data(const st_file *f, size_t i)
 {
-    if (i >= f->n || f->t[i].dtype != ST_F32)
+    if (i >= f->n || f->t[i].dtype != ST_F32 || !f->data)
         return NULL;
     /* data is malloc'd, so aligned; a file from elsewhere may still put an
      * F32 tensor after an odd number of I8 bytes: refuse a misaligned pointer. */
@@ -1140,7 +1221,7 @@ const void *st_data_raw(const st_file *f, size_t i, size_t *nbytes)
         return NULL;
     }
     *nbytes = (size_t)(f->t[i].end - f->t[i].begin);
-    return f->data + f->t[i].begin;
+    return f->data ? f->data + f->t[i].begin : NULL;
 }
 
 long st_find(const st_file *f, const char *name)

@@ -40,7 +40,8 @@ void st_writer_free(st_writer *w);
 
 /* Adds a tensor of ndim dims (copied) whose count elements are at data.
  * The name is copied; data is borrowed and must stay valid until
- * st_writer_write returns. Tensors are laid out in the order added.
+ * st_writer_write returns (data may be NULL for a writer that only lays
+ * out a header: st_writer_header; st_writer_write then fails). Tensors are laid out in the order added.
  * Returns 0, -EINVAL (bad name or rank, count not the product of dims,
  * duplicate name, unknown dtype) or -ENOMEM. */
 int st_writer_add(st_writer *w, const char *name, st_dtype dtype, const int64_t *dims,
@@ -51,6 +52,15 @@ int st_writer_add_f32(st_writer *w, const char *name, const int64_t *dims, int n
 /* Adds a "__metadata__" entry (both strings copied). Returns 0, -EINVAL for a
  * duplicate key or -ENOMEM. */
 int st_writer_meta(st_writer *w, const char *key, const char *value);
+
+/* The file's first bytes, the 8-byte length and the header, padded with
+ * spaces to exactly total bytes (a multiple of 8), into out (total bytes):
+ * the tensors' data follows at offset total, in the order added, with no
+ * gaps. A file laid out this way can be written in place and its header
+ * rewritten (new metadata) without moving the data. *need gets the
+ * smallest total. Returns 0, -ENOSPC when total is too small (or not a
+ * multiple of 8), -ENOMEM. */
+int st_writer_header(const st_writer *w, size_t total, uint8_t *out, size_t *need);
 
 /* Writes the file to "path.tmp-<pid>", fsyncs it, renames it to path and
  * fsyncs the directory, so path holds either the old file or the complete
@@ -69,6 +79,19 @@ typedef struct st_file st_file;
  * with err naming the file and the problem. */
 st_file *st_open(const char *path, char *err, size_t errlen);
 void st_close(st_file *f);
+
+/* Like st_open, but reads and validates the header only and keeps the file
+ * open: the data is read with st_read (or from st_fd at st_file_offset),
+ * and st_data / st_data_raw give NULL. For files larger than memory. */
+st_file *st_open_header(const char *path, char *err, size_t errlen);
+/* The open file of st_open_header, or -1. */
+int st_fd(const st_file *f);
+/* Where tensor i's bytes start in the file. */
+uint64_t st_file_offset(const st_file *f, size_t i);
+/* Copies nbytes of tensor i's bytes from byte offset into dst, from memory
+ * or the file. Returns 0, -EINVAL for a range outside the tensor, or a
+ * negative errno (-EIO: the file is shorter than its header says). */
+int st_read(const st_file *f, size_t i, uint64_t offset, void *dst, size_t nbytes);
 
 /* Number of tensors; they are indexed 0..count-1 in file (offset) order. */
 size_t st_count(const st_file *f);

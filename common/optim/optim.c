@@ -120,12 +120,16 @@ float optim_lr_at(const optim_config *cfg, int64_t step)
     }
 }
 
-double optim_sum_squares(const float *g, size_t n)
+double optim_sum_squares_add(double s, const float *g, size_t n)
 {
-    double s = 0.0;
     for (size_t i = 0; i < n; i++)
         s += (double)g[i] * g[i];
     return s;
+}
+
+double optim_sum_squares(const float *g, size_t n)
+{
+    return optim_sum_squares_add(0.0, g, n);
 }
 
 double optim_global_norm(const float *const *grads, const size_t *sizes,
@@ -147,7 +151,7 @@ float optim_clip_scale(double norm, float max_norm)
     return c < 1.0 ? (float)c : 1.0f;
 }
 
-int optim_state_init(optim_state *st, const optim_config *cfg, size_t n)
+static int optim__state_names(optim_state *st, const optim_config *cfg, size_t n)
 {
     memset(st, 0, sizeof(*st));
     if (optim_config_check(cfg) < 0)
@@ -161,6 +165,33 @@ int optim_state_init(optim_state *st, const optim_config *cfg, size_t n)
         st->name[st->count++] = "exp_avg";
         st->name[st->count++] = "exp_avg_sq";
     }
+    return 0;
+}
+
+int optim_state_init_at(optim_state *st, const optim_config *cfg, size_t n, float *const *bufs)
+{
+    if (optim__state_names(st, cfg, n) < 0)
+        return -EINVAL;
+    for (size_t i = 0; i < st->count; i++)
+        st->tensor[i] = bufs[i];
+    st->borrowed = 1;
+    return 0;
+}
+
+optim_state optim_state_range(const optim_state *st, size_t off, size_t n)
+{
+    optim_state r = *st;
+    r.n = n;
+    r.borrowed = 1;
+    for (size_t i = 0; i < r.count; i++)
+        r.tensor[i] = st->tensor[i] + off;
+    return r;
+}
+
+int optim_state_init(optim_state *st, const optim_config *cfg, size_t n)
+{
+    if (optim__state_names(st, cfg, n) < 0)
+        return -EINVAL;
     for (size_t i = 0; i < st->count; i++) {
         st->tensor[i] = calloc(n ? n : 1, sizeof(float));
         if (!st->tensor[i]) {
@@ -173,7 +204,7 @@ int optim_state_init(optim_state *st, const optim_config *cfg, size_t n)
 
 void optim_state_deinit(optim_state *st)
 {
-    for (size_t i = 0; i < OPTIM_MAX_STATE; i++)
+    for (size_t i = 0; !st->borrowed && i < OPTIM_MAX_STATE; i++)
         free(st->tensor[i]);
     memset(st, 0, sizeof(*st));
 }

@@ -95,12 +95,30 @@ typedef struct optim_state {
     float *tensor[OPTIM_MAX_STATE];    /* owned, n floats each, zeroed */
     const char *name[OPTIM_MAX_STATE]; /* "momentum_buffer", "exp_avg",
                                           "exp_avg_sq" */
+    int borrowed;                      /* the tensors are the caller's
+                                          (optim_state_init_at) */
 } optim_state;
 
 /* Sets up the state of a tensor of n elements for cfg: SGD with momentum
  * has "momentum_buffer", Adam and AdamW "exp_avg" and "exp_avg_sq", all
  * zero, step 0. Returns 0, -EINVAL for a bad config, -ENOMEM. */
 int optim_state_init(optim_state *st, const optim_config *cfg, size_t n);
+
+/* optim_state_init with the state tensors at bufs[i] (n floats each, as
+ * many as the optimizer keeps: optim_state_count), owned by the caller and
+ * left as they are (a resumed or zeroed store). */
+int optim_state_init_at(optim_state *st, const optim_config *cfg, size_t n, float *const *bufs);
+
+/* The state of elements [off, off + n) of st's tensor, sharing st's
+ * tensors and step: optim_step on it updates that range as a step of the
+ * whole tensor would (the optimizers work element by element), except that
+ * st's step count is the caller's to advance once the whole tensor is
+ * done. */
+optim_state optim_state_range(const optim_state *st, size_t off, size_t n);
+
+/* s plus the sum of squares of g (n) in double, in index order:
+ * optim_sum_squares of a tensor is the chain of this over its pieces. */
+double optim_sum_squares_add(double s, const float *g, size_t n);
 
 /* Frees the state tensors; st may then be initialised again. */
 void optim_state_deinit(optim_state *st);

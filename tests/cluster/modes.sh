@@ -43,7 +43,7 @@ echo "ok: $msg"
 # plan gives no shard more than its memoryx has, naming what would do.
 "$src/deploy/local/appliance-down" --dir "$run" --quiet
 rm -rf "$run"
-"$src/deploy/local/appliance-up" --replicas 1 --memoryx 2 --memoryx-memory 36M --wafer-memory 12M \
+"$src/deploy/local/appliance-up" --replicas 1 --memoryx 2 --memoryx-memory 36M --memoryx-disk 0 --wafer-memory 12M \
   --dir "$run" --build "$build" >/dev/null
 set -a; . "$run/env"; set +a
 sed -e 's/^num_csx = 2/num_csx = 1/' -e 's/^optimizer_type = .*/optimizer_type = "adam"/' -e '/^momentum = /d' \

@@ -396,7 +396,7 @@ static void mx__tier_read_work(uv_work_t *req)
         at += (uint64_t)k;
         left -= (uint64_t)k;
     }
-    tr->read_ns += uv_hrtime() - start;
+    b->read_ns = uv_hrtime() - start;
 }
 
 static void mx__tier_read_done(uv_work_t *req, int status)
@@ -419,6 +419,7 @@ static void mx__tier_read_done(uv_work_t *req, int status)
     }
     tr->reads++;
     tr->read_bytes += b->bytes;
+    tr->read_ns += b->read_ns;
     b->next = NULL;
     *tr->ready_tail = b;
     tr->ready_tail = &b->next;
@@ -1052,6 +1053,11 @@ static void mx__release(jobhost *h, void *job, jobhost_end end, const char *why)
     else if (end == JOBHOST_COORDINATOR_LOST)
         log_warn("job %s: released: lost the coordinator", j->id);
     mx_of(h->n)->job = NULL;
+    if (j->tier && j->tier->read_ns)
+        log_info("job %s: disk tier: the weight stream read %.1f GB from %s in %.1f s (%.0f MB/s)",
+                 j->id, (double)j->tier->read_bytes * 1e-9, j->tier->path[TIER_WEIGHTS],
+                 (double)j->tier->read_ns * 1e-9,
+                 (double)j->tier->read_bytes * 1e3 / (double)j->tier->read_ns);
     if (j->pool_work > 0) /* the thread pool still has some of it */
         j->released = true;
     else
@@ -1145,6 +1151,16 @@ static void mx__metrics(node *n, metrics_buf *b)
                       "# TYPE appliance_checkpoints_total counter\nappliance_checkpoints_total %llu\n",
                    (unsigned long long)mx->checkpoints);
     metrics_hist_render(&mx->chunk_hist, b, NULL);
+    const mx_tier *tr = mx->job ? mx->job->tier : NULL;
+    metrics_printf(b, "# HELP appliance_tier_read_bytes_total Weight stream bytes read from the "
+                      "disk tier's files (this job).\n"
+                      "# TYPE appliance_tier_read_bytes_total counter\n"
+                      "appliance_tier_read_bytes_total %llu\n"
+                      "# HELP appliance_tier_read_seconds_total Time the reads of the disk tier "
+                      "took (this job).\n"
+                      "# TYPE appliance_tier_read_seconds_total counter\n"
+                      "appliance_tier_read_seconds_total %.6f\n",
+                   (unsigned long long)(tr ? tr->read_bytes : 0), tr ? (double)tr->read_ns * 1e-9 : 0.0);
 }
 
 static const options_key mx__keys[] = {

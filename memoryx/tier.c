@@ -204,7 +204,6 @@ int tier_open(mx_job *j, const char *dir, uint64_t window, unsigned threads, cha
             return rc;
         }
         tr->map[f] = m;
-        madvise(m, tr->len[f], MADV_RANDOM); /* the tier reads ahead itself */
     }
     rc = tier__headers(j, 0, true, err, errlen);
     if (rc < 0)
@@ -277,8 +276,23 @@ static void tier__piece_done(mx_job *j, mx_tensor *t, uint64_t a, uint64_t b)
     tier__drop_grad(tr, t, a, b);
 }
 
+/* The pages of [a, b) of t's arrays are wanted soon: read them ahead. */
+static void tier__want(mx_job *j, mx_tensor *t, uint64_t a, uint64_t b)
+{
+    uint64_t bytes = (b - a) * sizeof(float);
+    const void *p[2 + OPTIM_MAX_STATE] = {t->w + a, t->g + a};
+    size_t np = 2;
+    for (size_t s = 0; t->trainable && s < t->st.count; s++)
+        p[np++] = t->st.tensor[s] + a;
+    for (size_t i = 0; i < np; i++) {
+        uintptr_t pa = (uintptr_t)p[i] / TIER_PAGE * TIER_PAGE;
+        madvise((void *)pa, tier__round((uintptr_t)p[i] + bytes, TIER_PAGE) - pa, MADV_WILLNEED);
+    }
+}
+
 static void tier__update_range(mx_job *j, mx_tensor *t, uint64_t a, uint64_t b, float scale)
 {
+    tier__want(j, t, a, b);
     if (t->trainable) {
         optim_state r = optim_state_range(&t->st, a, b - a);
         optim_update(&j->cfg, &r, t->w + a, t->g + a, b - a, true, scale, (int64_t)j->step);

@@ -42,6 +42,7 @@ typedef struct mx_rbuf {
     plan_chunk ch;
     uint64_t bytes;
     uint64_t sent_at;
+    uint64_t read_ns;     /* how long its read took */
     float data[];
 } mx_rbuf;
 

@@ -175,6 +175,72 @@ START_TEST(round_trip)
 }
 END_TEST
 
+/* A file laid out in place (st_writer_header, then the data written at its
+ * offsets, as memoryx's disk tier does) reads back like a written one; its
+ * header can be rewritten with new metadata in the same room; the
+ * header-only reader reads ranges from the file and refuses one cut short. */
+START_TEST(header_in_place)
+{
+    float a[1000], b[3] = {1.5f, -2.0f, 0.25f};
+    for (int i = 0; i < 1000; i++)
+        a[i] = (float)i / 3.0f;
+    st_writer *w = st_writer_new();
+    ck_assert_int_eq(st_writer_add_f32(w, "a", (int64_t[]){10, 100}, 2, NULL, 1000), 0);
+    ck_assert_int_eq(st_writer_add_f32(w, "b", (int64_t[]){3}, 1, NULL, 3), 0);
+    ck_assert_int_eq(st_writer_meta(w, "step", "18446744073709551615"), 0);
+    uint8_t head[4096];
+    size_t need;
+    ck_assert_int_eq(st_writer_header(w, 8, head, &need), -ENOSPC);
+    ck_assert_uint_gt(need, 8);
+    ck_assert_int_eq(st_writer_header(w, 4095, head, &need), -ENOSPC); /* not a multiple of 8 */
+    ck_assert_int_eq(st_writer_header(w, sizeof(head), head, &need), 0);
+    char err[512] = "";
+    ck_assert_int_eq(st_writer_write(w, in_dir("nodata.safetensors"), err, sizeof(err)), -EINVAL);
+    st_writer_free(w);
+    int fd = open(in_dir("place.safetensors"), O_RDWR | O_CREAT | O_TRUNC, 0644);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(pwrite(fd, head, sizeof(head), 0), (ssize_t)sizeof(head));
+    ck_assert_int_eq(pwrite(fd, a, sizeof(a), sizeof(head)), (ssize_t)sizeof(a));
+    ck_assert_int_eq(pwrite(fd, b, sizeof(b), sizeof(head) + sizeof(a)), (ssize_t)sizeof(b));
+    /* new metadata, same room */
+    w = st_writer_new();
+    ck_assert_int_eq(st_writer_add_f32(w, "a", (int64_t[]){10, 100}, 2, NULL, 1000), 0);
+    ck_assert_int_eq(st_writer_add_f32(w, "b", (int64_t[]){3}, 1, NULL, 3), 0);
+    ck_assert_int_eq(st_writer_meta(w, "step", "7"), 0);
+    ck_assert_int_eq(st_writer_header(w, sizeof(head), head, &need), 0);
+    st_writer_free(w);
+    ck_assert_int_eq(pwrite(fd, head, sizeof(head), 0), (ssize_t)sizeof(head));
+    close(fd);
+
+    st_file *f = st_open(in_dir("place.safetensors"), err, sizeof(err));
+    ck_assert_msg(f != NULL, "%s", err);
+    ck_assert_mem_eq(st_data(f, 0), a, sizeof(a));
+    ck_assert_mem_eq(st_data(f, 1), b, sizeof(b));
+    ck_assert_str_eq(st_meta(f, "step"), "7");
+    st_close(f);
+
+    f = st_open_header(in_dir("place.safetensors"), err, sizeof(err));
+    ck_assert_msg(f != NULL, "%s", err);
+    ck_assert_int_ge(st_fd(f), 0);
+    ck_assert_ptr_null(st_data(f, 0));
+    ck_assert_uint_eq(st_file_offset(f, 0), sizeof(head));
+    ck_assert_uint_eq(st_file_offset(f, 1), sizeof(head) + sizeof(a));
+    float got[3];
+    ck_assert_int_eq(st_read(f, 0, 4 * 997, got, sizeof(got)), 0);
+    ck_assert_mem_eq(got, a + 997, sizeof(got));
+    ck_assert_int_eq(st_read(f, 1, 0, got, sizeof(got)), 0);
+    ck_assert_mem_eq(got, b, sizeof(b));
+    ck_assert_int_eq(st_read(f, 1, 4, got, sizeof(got)), -EINVAL); /* past the tensor */
+    ck_assert_str_eq(st_meta(f, "step"), "7");
+    st_close(f);
+
+    ck_assert_int_eq(truncate(in_dir("place.safetensors"), (off_t)(sizeof(head) + sizeof(a))), 0);
+    f = st_open_header(in_dir("place.safetensors"), err, sizeof(err));
+    ck_assert_ptr_null(f);
+    ck_assert_msg(strstr(err, "place.safetensors") != NULL, "%s", err);
+}
+END_TEST
+
 START_TEST(empty_file_round_trip)
 {
     st_writer *w = st_writer_new();
@@ -414,6 +480,7 @@ int main(int argc, char **argv)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, round_trip);
     tcase_add_test(tc, empty_file_round_trip);
+    tcase_add_test(tc, header_in_place);
     tcase_add_test(tc, exact_bytes);
     tcase_add_test(tc, refuse_corrupt);
     tcase_add_test(tc, failed_write_keeps_old_file);

@@ -94,6 +94,8 @@ int offline_plan(const char *file, const char *text, uint64_t wafer, int threads
     }
     if (choice.micro)
         fits[0].need = choice.need_pipe;
+    uint64_t part = 0; /* Weight Streaming in parts, as a default coordinator's plan would */
+    fits[1].need = fit_ws_parts(m, fits[1].need, wafer, FIT_DEFAULT_CHUNK_ELEMS, &part);
     const offline_fit *pick =
         choice.mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED ? &fits[0] : &fits[1];
     char in[64], w[32], n[32];
@@ -139,6 +141,10 @@ int offline_plan(const char *file, const char *text, uint64_t wafer, int threads
                    units_format_size(o->need, n, sizeof(n)), o->need <= wafer ? "yes" : "no",
                    o->batch, side);
         }
+        if (part && pick->mode == APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING && pick->need <= wafer)
+            printf("weight_streaming in parts: dense layers of more than %llu weights stream and "
+                   "compute a slice of their rows at a time (the wafer holds parts, not whole "
+                   "layers)\n", (unsigned long long)part);
         if (pick->need <= wafer && choice.micro)
             printf("mode %s: %s, in micro-batches of %llu sample(s) (train_input.micro_batch_size)"
                    "\n", spec->mode, offline__mode_name(pick->mode),

@@ -370,6 +370,12 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
         goto done;
     }
     if (!pipelined && need_ws > wafer) {
+        /* the slots in parts of layers (footprint_ws_parts), if that fits */
+        uint64_t part;
+        need_ws = fit_ws_parts(m, need_ws, wafer, chunk_elems, &part);
+        p->ws_part_elems = part;
+    }
+    if (!pipelined && need_ws > wafer) {
         planner__refuse_ws(spec, job_toml, max_share, threads, states, wafer, need_ws, nr, err,
                            errlen);
         rc = -E2BIG;
@@ -396,6 +402,9 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
         r->memory_needed = planner_replica_bytes_micro(
             m, r->batch, p->mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED ? micro : 0,
             pm->replicas[i]->threads, p->mode, states);
+        if (p->ws_part_elems) /* slots of parts rather than of whole layers */
+            r->memory_needed = r->memory_needed - footprint_wslots_bytes(m, 0, chunk_elems) +
+                               footprint_wslots_bytes(m, p->ws_part_elems, chunk_elems);
         p->replicas[i] = r;
     }
 

@@ -10,26 +10,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <stdbool.h>
-
-#include "safetensors.h"
 #include "store.h"
 
 /* Writes the shard's checkpoint of `step` into the plan's model_dir; the
  * weights file's path goes to path. Returns 0 or a negative errno with a
  * message in err. */
 int ckpt_write(const mx_job *j, uint64_t step, char *path, size_t pathlen, char *err, size_t errlen);
-
-/* Adds the shard's tensors to the writers of its weights file (ww) and
- * optimizer file (ow) with their data (with_data) or without (a layout),
- * and the metadata of step: the job, the step, the optimizer and its
- * update count; widest: the longest values these can take (a header that
- * any later metadata fits in). Returns 0 or a negative errno. */
-int ckpt_layout(const mx_job *j, uint64_t step, bool widest, bool with_data, st_writer *ww,
-                st_writer *ow);
-
-/* The paths of the shard's checkpoint files of step (len bytes each). */
-void ckpt_paths(const mx_job *j, uint64_t step, char *wpath, char *opath, size_t len);
 
 /* Removes this shard's partial checkpoint files ("<name>.tmp-<pid>") that
  * a memoryx killed during a write left in model_dir, when that process is

@@ -14,7 +14,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
+#include "shardfile.h"
 #include "fsutil.h"
 #include "log.h"
 #include "optim_plan.h"
@@ -36,7 +36,7 @@ static uint64_t tier__round(uint64_t v, uint64_t to)
 static int tier__heads(const mx_job *j, uint64_t head[2])
 {
     st_writer *ww = st_writer_new(), *ow = st_writer_new();
-    int rc = ww && ow ? ckpt_layout(j, 0, true, false, ww, ow) : -ENOMEM;
+    int rc = ww && ow ? shardfile_layout(j, 0, true, false, ww, ow) : -ENOMEM;
     uint8_t probe[8];
     size_t need;
     for (int f = 0; f < 2 && rc == 0; f++) {
@@ -124,7 +124,7 @@ static int tier__headers(mx_job *j, uint64_t step, bool widest, char *err, size_
 {
     mx_tier *tr = j->tier;
     st_writer *ww = st_writer_new(), *ow = st_writer_new();
-    int rc = ww && ow ? ckpt_layout(j, step, widest, false, ww, ow) : -ENOMEM;
+    int rc = ww && ow ? shardfile_layout(j, step, widest, false, ww, ow) : -ENOMEM;
     if (rc < 0)
         snprintf(err, errlen, "cannot lay out the disk tier's headers: %s", strerror(-rc));
     if (rc == 0)
@@ -442,7 +442,7 @@ int tier_checkpoint(mx_job *j, uint64_t step, bool last, char *path, size_t path
         return rc;
     }
     char opath[PATH_MAX];
-    ckpt_paths(j, step, path, opath, pathlen < sizeof(opath) ? pathlen : sizeof(opath));
+    shardfile_paths(j, step, path, opath, pathlen < sizeof(opath) ? pathlen : sizeof(opath));
     rc = tier__headers(j, step, false, err, errlen);
     if (rc == 0)
         rc = tier__install(tr, TIER_OPTIMIZER, last, opath, err, errlen);

@@ -1,6 +1,7 @@
 /* The layer executor: model layers onto the kernels. */
 #include "exec.h"
 
+#include <cblas.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -624,6 +625,75 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
     }
     if (has_din && din && src >= 0)
         exec__accumulate(exec__dout(e, src), din, in_count);
+    for (int k = 0; k < l->ninputs; k++) /* written: later writers add */
+        if (l->inputs[k] >= 0 && e->res[l->inputs[k]] >= 0)
+            e->direct[e->res[l->inputs[k]]] = false;
+}
+
+void exec_forward_part(exec *e, int li, uint64_t r0, uint64_t r1, bool first, bool last,
+                       const float *x, int64_t step, bool training)
+{
+    const model_layer *l = &e->m->layers[li];
+    int n = e->n, in_f = (int)l->in.d[0], units = (int)l->units;
+    if (first)
+        exec__replay(e, memplan_forward_op(&e->plan, li), x, step);
+    const float *in = exec_output(e, l->inputs[0], x);
+    float *out = e->act[li];
+    if (n > 0 && r1 > r0 && in_f > 0)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, (int)(r1 - r0), in_f, 1.0f, in,
+                    in_f, W(l, 0), in_f, 0.0f, out + r0, units);
+    else
+        for (int i = 0; i < n; i++)
+            memset(out + (size_t)i * units + r0, 0, (r1 - r0) * sizeof(float));
+    if (!last)
+        return;
+    if (l->bias)
+        for (int i = 0; i < n; i++) {
+            float *row = out + (size_t)i * units;
+            const float *b = W(l, 1);
+            for (int o = 0; o < units; o++)
+                row[o] += b[o];
+        }
+    if (training && e->plan.packed[li])
+        op_bf16_pack(e->packed[li], e->act[li], (size_t)n * model_shape_elems(&l->out));
+}
+
+void exec_backward_part(exec *e, int li, uint64_t r0, uint64_t r1, bool first, bool last,
+                        const float *x, int64_t step)
+{
+    const model_layer *l = &e->m->layers[li];
+    int n = e->n, in_f = (int)l->in.d[0], units = (int)l->units, rows = (int)(r1 - r0);
+    if (first)
+        exec__replay(e, memplan_backward_op(&e->plan, li), x, step);
+    const float *in = exec_output(e, l->inputs[0], x);
+    const float *dout = e->dact[li];
+    int src = l->inputs[0] < 0 ? -1 : e->res[l->inputs[0]];
+    bool fresh = src >= 0 && e->direct[src];
+    float *din = src < 0 ? NULL : fresh ? exec__dout(e, src) : e->scratch;
+    if (rows > 0 && in_f > 0) {
+        if (n > 0)
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, in_f, n, 1.0f, dout + r0,
+                        units, in, in_f, 0.0f, G(l, 0), in_f);
+        else
+            memset(G(l, 0), 0, (size_t)rows * (size_t)in_f * sizeof(float));
+        /* the input gradient: the parts' products summed, the first written */
+        if (din && n > 0)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in_f, rows, 1.0f, dout + r0,
+                        units, W(l, 0), in_f, first ? 0.0f : 1.0f, din, in_f);
+    }
+    if (!last)
+        return;
+    if (l->bias) {
+        float *db = G(l, 1);
+        memset(db, 0, (size_t)units * sizeof(float));
+        for (int i = 0; i < n; i++) {
+            const float *row = dout + (size_t)i * units;
+            for (int o = 0; o < units; o++)
+                db[o] += row[o];
+        }
+    }
+    if (din && !fresh)
+        exec__accumulate(exec__dout(e, src), din, (size_t)n * model_shape_elems(&l->in));
     for (int k = 0; k < l->ninputs; k++) /* written: later writers add */
         if (l->inputs[k] >= 0 && e->res[l->inputs[k]] >= 0)
             e->direct[e->res[l->inputs[k]]] = false;

@@ -103,6 +103,17 @@ double exec_loss(exec *e, const float *x, const void *labels, float scale);
  * gradients added to the output gradients of the layers it reads. */
 void exec_backward(exec *e, int layer, const float *x, int64_t step);
 
+/* A dense layer's pass over rows [r0, r1) of its weight (output units),
+ * for Weight Streaming in parts (wslots.h): its w (and in the backward
+ * pass its g) points at the part's first row, and with the last part also
+ * at the bias. The parts of a pass run in order, first to last, with
+ * nothing of the same replica between them; together they make the
+ * layer's pass (the input gradient summed over the parts). */
+void exec_forward_part(exec *e, int layer, uint64_t r0, uint64_t r1, bool first, bool last,
+                       const float *x, int64_t step, bool training);
+void exec_backward_part(exec *e, int layer, uint64_t r0, uint64_t r1, bool first, bool last,
+                        const float *x, int64_t step);
+
 #define EXEC_MAX_CLASSES 256 /* classes whose IoU an evaluation counts */
 
 /* What an evaluation counts over its batches. */

@@ -218,7 +218,8 @@ static int wn__job_buffers(wn_job *j, char *err, size_t errlen)
     if (!j->pipelined) {
         /* Weight Streaming: weights and gradients pass through two slots
          * each; only the small batch-norm statistics have their own room. */
-        int rc = wslots_init(&j->ws, m, p->fwd_stream, p->n_fwd_stream, p->bwd_stream, p->n_bwd_stream);
+        int rc = wslots_init(&j->ws, m, p->fwd_stream, p->n_fwd_stream, p->bwd_stream,
+                             p->n_bwd_stream, p->ws_part_elems, p->chunk_elems);
         if (rc < 0) {
             snprintf(err, errlen, "%s", rc == -ENOMEM ? "out of memory for the weight slots"
                                            : "the plan's weight schedule does not stream whole layers in order");

@@ -29,6 +29,9 @@ typedef struct wn_tensor {
     uint64_t n;            /* elements */
     int sends;             /* gradient sends queued or in flight: g must not change */
     uint64_t send_off;     /* the next element of g to send, while queued */
+    uint64_t send_end;     /* where the queued range ends (n, or a part's end) */
+    const float *send_base; /* g's element send_from, where the range is (a part's slot) */
+    uint64_t send_from;    /* the queued range's first element */
     uint64_t send_step;    /* the step of the gradient queued */
     struct wn_job *job;    /* the job it belongs to */
 } wn_tensor;
@@ -131,6 +134,7 @@ typedef struct wn_job {
     uint64_t step;           /* step being computed */
     enum wn_stage stage;
     int layer;               /* layer of the stage */
+    uint32_t part;           /* Weight Streaming in parts: the layer's part (wslots_parts) */
     bool busy;               /* a compute task is queued */
     uint32_t batch_offset;   /* first sample of the global batch */
     uint32_t swarm_parent;   /* swarmx node it streams from */

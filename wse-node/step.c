@@ -79,6 +79,7 @@ void wn__eval_begin(wn_job *j)
 {
     j->stage = WN_EVAL;
     j->layer = 0;
+    j->part = 0;
     j->eval_k = 0;
     memset(&j->metrics, 0, sizeof(j->metrics));
     wn__eval_request(j, 0);
@@ -92,6 +93,7 @@ static void wn__eval_next(wn_job *j)
     if (eb)
         eb->k = -1;
     j->layer = 0;
+    j->part = 0;
     if (++j->eval_k < j->plan->eval_batches) {
         wn__eval_request(j, j->eval_k + 1);
         j->stage = WN_EVAL;
@@ -119,6 +121,27 @@ static void wn__eval_next(wn_job *j)
     wn__begin_pass(j);
 }
 
+/* Parts the current layer's pass goes in: 1 but in Weight Streaming in
+ * parts (wslots.h). */
+static uint32_t wn__parts(const wn_job *j)
+{
+    return j->ws_ready ? wslots_parts(&j->ws, j->layer) : 1;
+}
+
+/* The forward pass of the current layer, or of its part. */
+static void wn__forward(wn_job *j, bool training)
+{
+    uint32_t parts = wn__parts(j);
+    if (parts > 1) {
+        uint64_t r0, r1;
+        wslots_part_rows(&j->ws, j->layer, j->part, &r0, &r1);
+        exec_forward_part(&j->ex, j->layer, r0, r1, j->part == 0, j->part + 1 == parts, j->x,
+                          (int64_t)j->step, training);
+    } else {
+        exec_forward(&j->ex, j->layer, j->x, (int64_t)j->step, training);
+    }
+}
+
 /* Runs the current stage on the compute thread. */
 static void wn__work(void *arg)
 {
@@ -130,7 +153,7 @@ static void wn__work(void *arg)
         if (j->stage == WN_EVAL && j->layer == 0)
             j->x = exec_take_input(&j->ex, eb->data, 0);
         if (j->stage == WN_EVAL) {
-            exec_forward(&j->ex, j->layer, j->x, (int64_t)j->step, false);
+            wn__forward(j, false);
         } else if (exec_eval(&j->ex, j->x, exec_labels(&j->ex, eb->data, (int)eb->n, 0),
                              &j->metrics) < 0) {
             j->compute_err = -EINVAL;
@@ -153,7 +176,7 @@ static void wn__work(void *arg)
             j->ex.micro_more = j->micro + 1 < j->nmicro;
             j->x = exec_take_input(&j->ex, b->data, (int)first);
         }
-        exec_forward(&j->ex, j->layer, j->x, (int64_t)j->step, true);
+        wn__forward(j, true);
     } else if (j->stage == WN_LOSS) {
         double loss = exec_loss(&j->ex, j->x, exec_labels(&j->ex, b->data, (int)j->batch, (int)first),
                                 1.0f / (float)j->plan->global_batch);
@@ -165,7 +188,15 @@ static void wn__work(void *arg)
                      (unsigned long long)j->step);
         }
     } else if (j->stage == WN_BACKWARD) {
-        exec_backward(&j->ex, j->layer, j->x, (int64_t)j->step);
+        uint32_t parts = wn__parts(j);
+        if (parts > 1) {
+            uint64_t r0, r1;
+            wslots_part_rows(&j->ws, j->layer, j->part, &r0, &r1);
+            exec_backward_part(&j->ex, j->layer, r0, r1, j->part == 0, j->part + 1 == parts, j->x,
+                               (int64_t)j->step);
+        } else {
+            exec_backward(&j->ex, j->layer, j->x, (int64_t)j->step);
+        }
     } else {
         wn__update(j);
     }
@@ -195,9 +226,10 @@ int wn__grad_pump(wn_job *j)
     while (j->gq_head < j->gq_len) {
         uint32_t id = j->gq[j->gq_head];
         wn_tensor *t = &j->t[id];
-        while (t->send_off < t->n) {
+        while (t->send_off < t->send_end) {
             uint64_t off = t->send_off;
-            uint64_t count = t->n - off < j->plan->chunk_elems ? t->n - off : j->plan->chunk_elems;
+            uint64_t count = t->send_end - off < j->plan->chunk_elems ? t->send_end - off
+                                                                     : j->plan->chunk_elems;
             if (!conn_can_send(up, count * sizeof(float)))
                 return 0;
             Appliance__GradChunk g = APPLIANCE__GRAD_CHUNK__INIT;
@@ -207,8 +239,8 @@ int wn__grad_pump(wn_job *j)
             g.count = count;
             g.total = t->n;
             ENVELOPE(env, grad_chunk, GRAD_CHUNK, &g);
-            int rc = conn_send(up, &env, j->gp[id] + off, (uint32_t)(count * sizeof(float)),
-                               wn__grad_sent, t);
+            int rc = conn_send(up, &env, t->send_base + (off - t->send_from),
+                               (uint32_t)(count * sizeof(float)), wn__grad_sent, t);
             if (rc < 0)
                 return rc;
             t->sends++;
@@ -222,13 +254,26 @@ int wn__grad_pump(wn_job *j)
 }
 
 /* Queues the gradients of a layer's trainable tensors to be sent up, in
- * chunks, and sends what the link takes now. */
+ * chunks, and sends what the link takes now. In parts: the part's rows of
+ * the weight, and the rest with the last part. */
 static int wn__send_grads(wn_job *j, const model_layer *l)
 {
+    uint32_t parts = wn__parts(j);
     for (int k = 0; k < l->ntensors; k++) {
         const model_tensor *mt = &j->m->tensors[l->first_tensor + k];
         wn_tensor *t = &j->t[mt->id];
-        t->send_off = 0;
+        if (parts > 1 && k > 0 && j->part + 1 < parts)
+            continue;
+        t->send_from = 0;
+        t->send_end = t->n;
+        if (parts > 1 && k == 0) {
+            uint64_t r0, r1;
+            wslots_part_rows(&j->ws, j->layer, j->part, &r0, &r1);
+            t->send_from = r0 * (uint64_t)l->in.d[0];
+            t->send_end = r1 * (uint64_t)l->in.d[0];
+        }
+        t->send_off = t->send_from;
+        t->send_base = j->gp[mt->id];
         t->send_step = j->step;
         t->sends++; /* queued: its gradient must not change */
         j->gq[j->gq_len++] = mt->id;
@@ -309,6 +354,7 @@ static void wn__step_done(wn_job *j)
     j->step++;
     j->stage = WN_FORWARD;
     j->layer = 0;
+    j->part = 0;
     j->micro = 0;
     j->loss_sum = 0;
     j->compute_sec = 0;
@@ -338,11 +384,25 @@ static void wn__work_done(void *arg)
     }
     wn__task_done(j);
     const model *m = j->m;
-    if (j->ws_ready && (j->stage == WN_FORWARD || j->stage == WN_BACKWARD || j->stage == WN_EVAL) &&
-        wslots_consume(&j->ws, j->layer, j->stage == WN_BACKWARD))
-        wn__unstage(j); /* a slot is free: held chunks land, reading resumes */
+    bool more_parts = false;
+    if (j->ws_ready && (j->stage == WN_FORWARD || j->stage == WN_BACKWARD || j->stage == WN_EVAL)) {
+        more_parts = j->part + 1 < wn__parts(j);
+        if (wslots_consume(&j->ws, j->layer, j->part, j->stage == WN_BACKWARD))
+            wn__unstage(j); /* a slot is free: held chunks land, reading resumes */
+    }
     if (j->state == WN_RELEASED)
         return;
+    if (more_parts) { /* the layer's next part; in the backward pass this one's gradients go up */
+        int rc = j->stage == WN_BACKWARD ? wn__send_grads(j, &m->layers[j->layer]) : 0;
+        if (rc < 0) {
+            wn__fault(j->n, j, "cannot send gradients of %s: %s", m->layers[j->layer].name,
+                      strerror(-rc));
+            return;
+        }
+        j->part++;
+        wn__advance(j);
+        return;
+    }
     if (j->stage == WN_EVAL) {
         if (++j->layer == m->nlayers)
             j->stage = WN_EVAL_METRICS;
@@ -368,6 +428,7 @@ static void wn__work_done(void *arg)
                 j->micro++;
                 j->stage = WN_FORWARD;
                 j->layer = 0;
+    j->part = 0;
             } else if (j->pipelined)
                 j->stage = WN_UPDATE; /* once the reduced gradients are in */
             else
@@ -376,6 +437,7 @@ static void wn__work_done(void *arg)
     } else {
         wn__step_done(j);
     }
+    j->part = 0;
     wn__advance(j);
 }
 
@@ -412,12 +474,18 @@ static void wn__eval_skip(wn_job *j)
             return;
         }
         if (j->ws_ready) {
-            if (!wslots_ready(&j->ws, j->layer, false))
+            if (!wslots_ready(&j->ws, j->layer, j->part, false))
                 return; /* resumes when the weights come */
-            if (wslots_consume(&j->ws, j->layer, false))
+            bool more = j->part + 1 < wn__parts(j);
+            if (wslots_consume(&j->ws, j->layer, j->part, false))
                 wn__unstage(j);
             if (j->state == WN_RELEASED)
                 return;
+            if (more) {
+                j->part++;
+                continue;
+            }
+            j->part = 0;
         }
         if (++j->layer == m->nlayers)
             j->stage = WN_EVAL_METRICS;
@@ -447,16 +515,16 @@ void wn__advance(wn_job *j)
     if (j->ws_ready && (j->stage == WN_FORWARD || backward || j->stage == WN_EVAL)) {
         /* Weight Streaming: the layer's weights in their slot, and the
          * gradient slot free of gradients not yet sent. */
-        if (!wslots_ready(&j->ws, j->layer, backward)) {
+        if (!wslots_ready(&j->ws, j->layer, j->part, backward)) {
             wn__wait(j, WN_PH_WAIT_WEIGHTS);
             return;
         }
-        int blocker = backward ? wslots_grad_blocker(&j->ws, j->layer) : -1;
+        int blocker = backward ? wslots_grad_blocker(&j->ws, j->layer, j->part) : -1;
         if (blocker >= 0 && wn__sending(j, blocker)) {
             wn__wait(j, WN_PH_WAIT_GRADS_SENT);
             return;
         }
-        wslots_bind(&j->ws, j->layer, backward, j->wp, j->gp);
+        wslots_bind(&j->ws, j->layer, j->part, backward, j->wp, j->gp);
     } else if ((j->stage == WN_FORWARD || j->stage == WN_EVAL) &&
                !wn__weights_ready(j, &j->m->layers[j->layer])) {
         wn__wait(j, WN_PH_WAIT_WEIGHTS);

@@ -7,27 +7,8 @@
 
 #include "footprint.h"
 
-static uint64_t wslots__layer_elems(const model *m, int layer)
-{
-    uint64_t sum = 0;
-    const model_layer *l = &m->layers[layer];
-    for (int k = 0; k < l->ntensors; k++)
-        sum += m->tensors[l->first_tensor + k].elems;
-    return sum;
-}
-
-static uint64_t wslots__max_layer(const model *m)
-{
-    uint64_t max = 1;
-    for (int l = 0; l < m->nlayers; l++) {
-        uint64_t e = wslots__layer_elems(m, l);
-        if (e > max)
-            max = e;
-    }
-    return max;
-}
-
-/* Appends the arrivals of one stream list: whole layers, tensors in order. */
+/* Appends the arrivals of one stream list: whole layers, tensors in order,
+ * each layer in its parts. */
 static int wslots__arrivals(wslots *w, const uint32_t *list, size_t n, int *per_layer)
 {
     const model *m = w->m;
@@ -43,37 +24,52 @@ static int wslots__arrivals(wslots *w, const uint32_t *list, size_t n, int *per_
             if (list[i + (size_t)k] != (uint32_t)(l->first_tensor + k))
                 return -EINVAL;
         per_layer[layer] = w->narrivals;
-        w->arr_layer[w->narrivals] = layer;
-        w->arr_elems[w->narrivals] = wslots__layer_elems(m, layer);
-        w->narrivals++;
+        for (uint32_t p = 0; p < w->parts[layer].count; p++) {
+            w->arr_layer[w->narrivals] = layer;
+            w->arr_part[w->narrivals] = p;
+            w->arr_elems[w->narrivals] =
+                footprint_ws_part_elems(m, layer, &w->parts[layer], p, &w->arr_first[w->narrivals]);
+            w->narrivals++;
+        }
         i += (size_t)l->ntensors;
     }
     return 0;
 }
 
 int wslots_init(wslots *w, const model *m, const uint32_t *fwd, size_t nfwd, const uint32_t *bwd,
-                size_t nbwd)
+                size_t nbwd, uint64_t part_elems, uint64_t chunk_elems)
 {
     memset(w, 0, sizeof(*w));
     w->m = m;
     size_t nl = (size_t)m->nlayers;
-    w->arr_layer = calloc(2 * nl, sizeof(int));
-    w->arr_elems = calloc(2 * nl, sizeof(uint64_t));
-    w->fwd_arr = malloc(nl * sizeof(int));
-    w->bwd_arr = malloc(nl * sizeof(int));
-    w->gseq = malloc(nl * sizeof(int));
+    w->parts = calloc(nl ? nl : 1, sizeof(*w->parts));
+    if (!w->parts)
+        return -ENOMEM;
+    size_t total = 0;
+    for (size_t l = 0; l < nl; l++) {
+        w->parts[l] = footprint_ws_parts(m, (int)l, part_elems, chunk_elems);
+        total += w->parts[l].count;
+    }
+    w->arr_layer = calloc(2 * total + 1, sizeof(int));
+    w->arr_part = calloc(2 * total + 1, sizeof(uint32_t));
+    w->arr_first = calloc(2 * total + 1, sizeof(uint64_t));
+    w->arr_elems = calloc(2 * total + 1, sizeof(uint64_t));
+    w->fwd_arr = malloc((nl ? nl : 1) * sizeof(int));
+    w->bwd_arr = malloc((nl ? nl : 1) * sizeof(int));
+    w->gseq = malloc((nl ? nl : 1) * sizeof(int));
     w->toff = calloc((size_t)m->ntensors + 1, sizeof(uint64_t));
-    w->slot_elems = (size_t)wslots__max_layer(m);
+    w->bytes = footprint_wslots_bytes(m, part_elems, chunk_elems);
+    w->slot_elems = w->bytes / (4 * sizeof(float));
     for (int k = 0; k < 2; k++) {
         w->slot[k] = malloc(w->slot_elems * sizeof(float));
         w->gslot[k] = malloc(w->slot_elems * sizeof(float));
     }
-    if (!w->arr_layer || !w->arr_elems || !w->fwd_arr || !w->bwd_arr || !w->gseq || !w->toff ||
-        !w->slot[0] || !w->slot[1] || !w->gslot[0] || !w->gslot[1]) {
+    if (!w->arr_layer || !w->arr_part || !w->arr_first || !w->arr_elems || !w->fwd_arr ||
+        !w->bwd_arr || !w->gseq || !w->toff || !w->slot[0] || !w->slot[1] || !w->gslot[0] ||
+        !w->gslot[1]) {
         wslots_deinit(w);
         return -ENOMEM;
     }
-    w->bytes = footprint_wslots_bytes(m);
     for (size_t l = 0; l < nl; l++)
         w->fwd_arr[l] = w->bwd_arr[l] = w->gseq[l] = -1;
     int g = 0;
@@ -86,8 +82,10 @@ int wslots_init(wslots *w, const model *m, const uint32_t *fwd, size_t nfwd, con
             off += m->tensors[ml->first_tensor + k].elems;
             trainable |= m->tensors[ml->first_tensor + k].trainable;
         }
-        if (trainable)
-            w->gseq[l] = g++;
+        if (trainable) {
+            w->gseq[l] = g;
+            g += (int)w->parts[l].count;
+        }
     }
     if (wslots__arrivals(w, fwd, nfwd, w->fwd_arr) < 0) {
         wslots_deinit(w);
@@ -105,7 +103,10 @@ int wslots_init(wslots *w, const model *m, const uint32_t *fwd, size_t nfwd, con
 
 void wslots_deinit(wslots *w)
 {
+    free(w->parts);
     free(w->arr_layer);
+    free(w->arr_part);
+    free(w->arr_first);
     free(w->arr_elems);
     free(w->fwd_arr);
     free(w->bwd_arr);
@@ -116,6 +117,19 @@ void wslots_deinit(wslots *w)
         free(w->gslot[k]);
     }
     memset(w, 0, sizeof(*w));
+}
+
+uint32_t wslots_parts(const wslots *w, int layer)
+{
+    return w->parts[layer].count;
+}
+
+void wslots_part_rows(const wslots *w, int layer, uint32_t part, uint64_t *r0, uint64_t *r1)
+{
+    const footprint_parts *pt = &w->parts[layer];
+    *r0 = (uint64_t)part * pt->rows;
+    uint64_t units = (uint64_t)w->m->layers[layer].units;
+    *r1 = pt->count <= 1 || *r0 + pt->rows > units ? units : *r0 + pt->rows;
 }
 
 void wslots_new_pass(wslots *w, bool eval)
@@ -139,15 +153,18 @@ float *wslots_dest(wslots *w, uint32_t tensor, bool backward, uint64_t offset, u
     if (tensor >= (uint32_t)m->ntensors)
         return NULL;
     int layer = m->tensors[tensor].layer;
-    int a = backward ? w->bwd_arr[layer] : w->fwd_arr[layer];
-    if (a != w->recv || offset > m->tensors[tensor].elems || count > m->tensors[tensor].elems - offset ||
-        w->toff[tensor] + offset != w->recv_have)
+    int base = backward ? w->bwd_arr[layer] : w->fwd_arr[layer];
+    int a = w->recv;
+    uint64_t at = w->toff[tensor] + offset; /* among the layer's elements */
+    if (base < 0 || a < base || a >= base + (int)w->parts[layer].count ||
+        offset > m->tensors[tensor].elems || count > m->tensors[tensor].elems - offset ||
+        at != w->arr_first[a] + w->recv_have || w->recv_have + count > w->arr_elems[a])
         return NULL; /* not the next chunk of the schedule */
     if (a >= w->consumed + 2) {
         *blocked = true;
         return NULL;
     }
-    return w->slot[a % 2] + w->toff[tensor] + offset;
+    return w->slot[a % 2] + w->recv_have;
 }
 
 bool wslots_received(wslots *w, uint64_t count)
@@ -165,37 +182,43 @@ bool wslots_streams(const wslots *w, int layer, bool backward)
     return (backward ? w->bwd_arr[layer] : w->fwd_arr[layer]) >= 0;
 }
 
-bool wslots_ready(const wslots *w, int layer, bool backward)
+bool wslots_ready(const wslots *w, int layer, uint32_t part, bool backward)
 {
     int a = backward ? w->bwd_arr[layer] : w->fwd_arr[layer];
-    return a < 0 || a < w->recv;
+    return a < 0 || a + (int)part < w->recv;
 }
 
-void wslots_bind(const wslots *w, int layer, bool backward, float **wp, float **gp)
+void wslots_bind(const wslots *w, int layer, uint32_t part, bool backward, float **wp, float **gp)
 {
     const model_layer *l = &w->m->layers[layer];
     int a = backward ? w->bwd_arr[layer] : w->fwd_arr[layer];
+    uint64_t first;
+    footprint_ws_part_elems(w->m, layer, &w->parts[layer], part, &first);
+    bool last = part + 1 == w->parts[layer].count;
     for (int k = 0; k < l->ntensors; k++) {
         int t = l->first_tensor + k;
+        /* the weight split in rows: its part; the rest: with the last part */
+        bool here = k == 0 || last;
+        uint64_t off = k == 0 ? 0 : w->toff[t] - first;
         if (a >= 0)
-            wp[t] = w->slot[a % 2] + w->toff[t];
+            wp[t] = here ? w->slot[(a + (int)part) % 2] + off : NULL;
         if (backward && w->gseq[layer] >= 0 && w->m->tensors[t].trainable)
-            gp[t] = w->gslot[w->gseq[layer] % 2] + w->toff[t];
+            gp[t] = here ? w->gslot[(w->gseq[layer] + (int)part) % 2] + off : NULL;
     }
 }
 
-int wslots_grad_blocker(const wslots *w, int layer)
+int wslots_grad_blocker(const wslots *w, int layer, uint32_t part)
 {
     if (w->gseq[layer] < 0)
         return -1;
-    int other = w->glayer[w->gseq[layer] % 2];
-    return other == layer ? -1 : other;
+    int other = w->glayer[(w->gseq[layer] + (int)part) % 2];
+    return other == layer && part == 0 ? -1 : other;
 }
 
-bool wslots_consume(wslots *w, int layer, bool backward)
+bool wslots_consume(wslots *w, int layer, uint32_t part, bool backward)
 {
     if (backward && w->gseq[layer] >= 0)
-        w->glayer[w->gseq[layer] % 2] = layer;
+        w->glayer[(w->gseq[layer] + (int)part) % 2] = layer;
     if (!wslots_streams(w, layer, backward))
         return false;
     bool was_blocked = w->recv < w->active && w->recv >= w->consumed + 2;

@@ -16,22 +16,27 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "footprint.h"
 #include "model.h"
 
 typedef struct wslots {
     const model *m;            /* not owned */
-    float *slot[2];            /* weights of an arriving or computing layer */
-    float *gslot[2];           /* gradients of a layer's backward pass */
-    size_t slot_elems;         /* floats of each slot: the largest layer's tensors */
-    int narrivals;             /* layers arriving per training step */
+    float *slot[2];            /* weights of an arriving or computing part */
+    float *gslot[2];           /* gradients of a part's backward pass */
+    size_t slot_elems;         /* floats of each slot: the largest part's tensors */
+    footprint_parts *parts;    /* per layer: how it is split (footprint_ws_parts) */
+    int narrivals;             /* parts arriving per training step */
     int nfwd;                  /* of which the forward pass */
     int active;                /* arrivals of the pass in progress */
     int *arr_layer;            /* per arrival: its layer */
-    uint64_t *arr_elems;       /* per arrival: floats of the layer's tensors */
-    int *fwd_arr;              /* per layer: its forward arrival, or -1 */
-    int *bwd_arr;              /* per layer: its backward arrival, or -1 */
-    int *gseq;                 /* per layer: its place among backward passes with gradients, or -1 */
-    uint64_t *toff;            /* per tensor: its offset within its layer's slot */
+    uint32_t *arr_part;        /* per arrival: its part of the layer */
+    uint64_t *arr_first;       /* per arrival: where its range starts among the layer's elements */
+    uint64_t *arr_elems;       /* per arrival: floats of its range */
+    int *fwd_arr;              /* per layer: its first forward arrival, or -1 */
+    int *bwd_arr;              /* per layer: its first backward arrival, or -1 */
+    int *gseq;                 /* per layer: its first part's place among backward parts with
+                                  gradients, or -1 */
+    uint64_t *toff;            /* per tensor: its offset among its layer's elements */
     /* The step in progress: */
     int recv;                  /* the arrival being received */
     uint64_t recv_have;        /* floats of it received */
@@ -41,11 +46,17 @@ typedef struct wslots {
 } wslots;
 
 /* Sets up the slots for a schedule: fwd and bwd list the tensor ids memoryx
- * streams in the forward and backward passes (layer by layer). Returns 0,
- * -EINVAL when the lists do not stream whole layers in order, or -ENOMEM. */
+ * streams in the forward and backward passes (layer by layer); with
+ * part_elems > 0 large dense layers go in parts (footprint_ws_parts, with
+ * the plan's chunk_elems). Returns 0, -EINVAL when the lists do not stream
+ * whole layers in order, or -ENOMEM. */
 int wslots_init(wslots *w, const model *m, const uint32_t *fwd, size_t nfwd, const uint32_t *bwd,
-                size_t nbwd);
+                size_t nbwd, uint64_t part_elems, uint64_t chunk_elems);
 void wslots_deinit(wslots *w);
+
+/* Parts the layer's passes go in (1: whole), and the weight rows of one. */
+uint32_t wslots_parts(const wslots *w, int layer);
+void wslots_part_rows(const wslots *w, int layer, uint32_t part, uint64_t *r0, uint64_t *r1);
 
 /* Starts a pass over the weights: a training step (forward and backward
  * arrivals) or an evaluation batch (forward arrivals only). Nothing received,
@@ -57,7 +68,7 @@ void wslots_new_pass(wslots *w, bool eval);
  * a pointer into its slot, or NULL. With NULL, *blocked tells whether the
  * chunk is the next one expected but its slot is still in use (the caller
  * holds it and stops reading); otherwise it is out of order or out of
- * range. */
+ * range (or crosses two parts). */
 float *wslots_dest(wslots *w, uint32_t tensor, bool backward, uint64_t offset, uint64_t count,
                    bool *blocked);
 
@@ -65,20 +76,24 @@ float *wslots_dest(wslots *w, uint32_t tensor, bool backward, uint64_t offset, u
  * the next arrival cannot land yet (both slots are in use). */
 bool wslots_received(wslots *w, uint64_t count);
 
-/* Whether a layer's weights for its forward (or backward) pass are all in. */
-bool wslots_ready(const wslots *w, int layer, bool backward);
+/* Whether a part of a layer's weights for its forward (or backward) pass
+ * is all in. */
+bool wslots_ready(const wslots *w, int layer, uint32_t part, bool backward);
 
-/* Points wp (per tensor) at the layer's weights in its slot for the pass,
- * and for a backward pass gp at a gradient slot. */
-void wslots_bind(const wslots *w, int layer, bool backward, float **wp, float **gp);
+/* Points wp (per tensor) at the part's weights in its slot for the pass
+ * (a weight split in parts: at the part's first row; the other tensors
+ * with the last part only), and for a backward pass gp at a gradient slot
+ * the same way. */
+void wslots_bind(const wslots *w, int layer, uint32_t part, bool backward, float **wp, float **gp);
 
 /* The layer whose gradients still occupy the gradient slot a backward pass
- * of `layer` would use, or -1: its gradients must have been sent first. */
-int wslots_grad_blocker(const wslots *w, int layer);
+ * of the layer's part would use, or -1: its gradients must have been sent
+ * first. */
+int wslots_grad_blocker(const wslots *w, int layer, uint32_t part);
 
-/* The computation of a layer's pass finished: its weight slot is free.
- * Returns true when a blocked arrival may now land. */
-bool wslots_consume(wslots *w, int layer, bool backward);
+/* The computation of a layer part's pass finished: its weight slot is
+ * free. Returns true when a blocked arrival may now land. */
+bool wslots_consume(wslots *w, int layer, uint32_t part, bool backward);
 
 /* Whether layer's pass streams weights at all. */
 bool wslots_streams(const wslots *w, int layer, bool backward);

@@ -150,3 +150,16 @@ int fit_choose(const jobspec *spec, uint64_t share, unsigned threads, uint64_t w
     c->mode = want_pipe || c->micro || (!want_ws && c->need_pipe <= wafer) ? pipe : ws;
     return 0;
 }
+
+uint64_t fit_ws_parts(const model *m, uint64_t need_ws, uint64_t wafer, uint64_t chunk_elems,
+                      uint64_t *part)
+{
+    *part = 0;
+    if (need_ws <= wafer)
+        return need_ws;
+    uint64_t whole = footprint_wslots_bytes(m, 0, chunk_elems);
+    uint64_t rest = need_ws - whole;
+    if (rest >= wafer || !(*part = footprint_ws_part_fit(m, wafer - rest, chunk_elems)))
+        return need_ws;
+    return rest + footprint_wslots_bytes(m, *part, chunk_elems);
+}

@@ -53,6 +53,16 @@ typedef struct fit_choice {
     uint64_t need_ws;          /* bytes per replica in Weight Streaming */
 } fit_choice;
 
+/* Weight Streaming in parts (footprint_ws_parts): when a replica needs
+ * need_ws bytes with slots of whole layers and that is more than the wafer,
+ * the part_elems (to *part; 0 when whole layers fit or no split helps)
+ * whose slots fit, and what the replica then needs; need_ws otherwise. */
+uint64_t fit_ws_parts(const model *m, uint64_t need_ws, uint64_t wafer, uint64_t chunk_elems,
+                      uint64_t *part);
+
+/* The chunk of a default coordinator, in elements (the plan's chunk_elems). */
+#define FIT_DEFAULT_CHUNK_ELEMS ((1u << 20) / 4)
+
 /* train_input.micro_batch_size: an integer below the share sets it (and
  * Pipelined); "auto" takes none when the whole share fits in Pipelined, else
  * the largest micro-batch that does. Returns 0, or -E2BIG with the reason

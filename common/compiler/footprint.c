@@ -65,15 +65,75 @@ static uint64_t footprint__layer_elems(const model *m, int layer)
     return sum;
 }
 
-uint64_t footprint_wslots_bytes(const model *m)
+static uint64_t footprint__gcd(uint64_t a, uint64_t b)
+{
+    while (b) {
+        uint64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+footprint_parts footprint_ws_parts(const model *m, int layer, uint64_t part_elems,
+                                   uint64_t chunk_elems)
+{
+    const model_layer *l = &m->layers[layer];
+    footprint_parts whole = {(uint64_t)(l->type == LAYER_DENSE ? l->units : 0), 1, 0};
+    if (!part_elems || !chunk_elems || l->type != LAYER_DENSE || l->units < 2)
+        return whole;
+    uint64_t in = (uint64_t)l->in.d[0], units = (uint64_t)l->units;
+    if (!in || units * in <= part_elems)
+        return whole;
+    uint64_t step = in / footprint__gcd(in, chunk_elems) * chunk_elems; /* lcm */
+    uint64_t k = part_elems / step;
+    if (!k)
+        return whole;
+    uint64_t rows = k * step / in;
+    if (rows >= units)
+        return whole;
+    return (footprint_parts){rows, (uint32_t)((units + rows - 1) / rows), in};
+}
+
+uint64_t footprint_ws_part_elems(const model *m, int layer, const footprint_parts *pt,
+                                 uint32_t part, uint64_t *first)
+{
+    uint64_t all = footprint__layer_elems(m, layer);
+    if (pt->count <= 1) {
+        *first = 0;
+        return all;
+    }
+    uint64_t r0 = (uint64_t)part * pt->rows;
+    *first = r0 * pt->row_elems;
+    if (part + 1 == pt->count) /* the last rows and the rest of the layer */
+        return all - *first;
+    return pt->rows * pt->row_elems;
+}
+
+uint64_t footprint_wslots_bytes(const model *m, uint64_t part_elems, uint64_t chunk_elems)
 {
     uint64_t max = 1;
     for (int l = 0; l < m->nlayers; l++) {
-        uint64_t e = footprint__layer_elems(m, l);
-        if (e > max)
-            max = e;
+        footprint_parts pt = footprint_ws_parts(m, l, part_elems, chunk_elems);
+        uint64_t first;
+        for (uint32_t p = 0; p < pt.count; p += pt.count > 1 ? pt.count - 1 : 1) {
+            uint64_t e = footprint_ws_part_elems(m, l, &pt, p, &first);
+            if (e > max)
+                max = e;
+        }
     }
     return 4 * max * sizeof(float);
+}
+
+uint64_t footprint_ws_part_fit(const model *m, uint64_t slot_bytes, uint64_t chunk_elems)
+{
+    if (footprint_wslots_bytes(m, 0, chunk_elems) <= slot_bytes)
+        return 0;
+    uint64_t part = slot_bytes / (4 * sizeof(float));
+    /* the bias of a last part comes on top of its rows: shrink until all fit */
+    while (part > 0 && footprint_wslots_bytes(m, part, chunk_elems) > slot_bytes)
+        part -= part / 16 + 1;
+    return part > 0 ? part : 0;
 }
 
 unsigned footprint_optimizer_states(const char *optimizer_type, double momentum)
@@ -216,7 +276,7 @@ int footprint_init_micro(footprint *f, const model *m, int share, int micro, int
     f->batches = 2 * sample_batch_bytes((uint64_t)share, in_elems, f->label_elems,
                                         m->input_unorm8, m->labels_u8);
     f->weights = (m->total_params + m->total_buffers) * sizeof(float);
-    f->wslots = footprint_wslots_bytes(m);
+    f->wslots = footprint_wslots_bytes(m, 0, 0);
     return 0;
 }
 

@@ -70,8 +70,34 @@ uint32_t footprint_label_elems(const model *m);
 uint64_t footprint_aux_bytes(const model_layer *l, int n);
 uint64_t footprint_workspace_bytes(const model_layer *l, int n, int threads);
 
-/* Bytes of the Weight Streaming slots (wslots.h) for a model. */
-uint64_t footprint_wslots_bytes(const model *m);
+/* Weight Streaming in parts. With part_elems > 0, a dense layer whose
+ * weight has more elements than that streams and computes in parts of
+ * whole rows of its weight (output units): each part but the last has
+ * `rows` rows, a multiple of both the row length and chunk_elems in
+ * elements (so no chunk crosses two parts), the largest such that is at
+ * most part_elems; the layer's other tensors (the bias) come with its last
+ * part. A layer that cannot be split so (not dense, or one aligned part is
+ * already above part_elems) goes whole. */
+typedef struct footprint_parts {
+    uint64_t rows;            /* weight rows per part; the layer's units when whole */
+    uint32_t count;           /* parts, 1 when whole */
+    uint64_t row_elems;       /* elements per row (the dense layer's inputs); 0 when whole */
+} footprint_parts;
+footprint_parts footprint_ws_parts(const model *m, int layer, uint64_t part_elems,
+                                   uint64_t chunk_elems);
+/* Elements of the part's range of the layer's tensors (its weight rows,
+ * and the bias with the last), and where it starts among them. */
+uint64_t footprint_ws_part_elems(const model *m, int layer, const footprint_parts *pt,
+                                 uint32_t part, uint64_t *first);
+
+/* Bytes of the Weight Streaming slots (wslots.h) for a model: two of the
+ * largest part's weights, two of its gradients (part_elems 0: whole
+ * layers). */
+uint64_t footprint_wslots_bytes(const model *m, uint64_t part_elems, uint64_t chunk_elems);
+
+/* The part_elems for Weight Streaming slots of at most slot_bytes in all
+ * (footprint_wslots_bytes), or 0 when whole layers fit or no split does. */
+uint64_t footprint_ws_part_fit(const model *m, uint64_t slot_bytes, uint64_t chunk_elems);
 
 /* Optimizer state tensors kept per parameter tensor: 0 for plain SGD, 1
  * with momentum, 2 for Adam and AdamW (the optimizer library's

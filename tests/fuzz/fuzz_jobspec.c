@@ -89,10 +89,11 @@ static void plan_job(const jobspec *spec)
         fprintf(stderr, "the planner made a plan the daemons refuse: %s\n", err);
     FUZZ_ASSERT(rc == 0);
     if (p->mode == APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING &&
-        footprint_wslots_bytes(spec->model) <= FUZZ_WSLOTS_MAX_BYTES) {
+        footprint_wslots_bytes(spec->model, p->ws_part_elems, p->chunk_elems) <=
+            FUZZ_WSLOTS_MAX_BYTES) {
         wslots ws;
         rc = wslots_init(&ws, spec->model, p->fwd_stream, p->n_fwd_stream, p->bwd_stream,
-                         p->n_bwd_stream);
+                         p->n_bwd_stream, p->ws_part_elems, p->chunk_elems);
         FUZZ_ASSERT(rc == 0);
         wslots_deinit(&ws);
     }

@@ -150,7 +150,7 @@ static void fuzz_stream(const Appliance__Plan *p)
 {
     wslots ws;
     if (wslots_init(&ws, fuzz_model, p->fwd_stream, p->n_fwd_stream, p->bwd_stream,
-                    p->n_bwd_stream) < 0)
+                    p->n_bwd_stream, p->ws_part_elems, p->chunk_elems) < 0)
         return; /* the wse-node refuses the job */
     for (int pass = 0; pass < 2; pass++) {
         const uint32_t *list = pass ? p->bwd_stream : p->fwd_stream;
@@ -163,7 +163,8 @@ static void fuzz_stream(const Appliance__Plan *p)
                 float *dst;
                 while (!(dst = wslots_dest(&ws, list[i], pass == 1, off, count, &blocked)) && blocked) {
                     FUZZ_ASSERT(ws.consumed < ws.recv);
-                    wslots_consume(&ws, ws.arr_layer[ws.consumed], ws.consumed >= ws.nfwd);
+                    wslots_consume(&ws, ws.arr_layer[ws.consumed], ws.arr_part[ws.consumed],
+                                   ws.consumed >= ws.nfwd);
                 }
                 FUZZ_ASSERT(dst != NULL);
                 int k = dst >= ws.slot[1] && dst < ws.slot[1] + ws.slot_elems;

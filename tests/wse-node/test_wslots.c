@@ -43,7 +43,7 @@ START_TEST(double_buffering)
 {
     model *m = compile();
     wslots w;
-    ck_assert_int_eq(wslots_init(&w, m, fwd, 6, bwd, 4), 0);
+    ck_assert_int_eq(wslots_init(&w, m, fwd, 6, bwd, 4, 0, 0), 0);
     ck_assert_uint_eq(w.slot_elems, 6 * 8 + 6); /* fc2: the largest layer */
     ck_assert_int_eq(w.narrivals, 5);
     bool blocked;
@@ -51,49 +51,49 @@ START_TEST(double_buffering)
     ck_assert_ptr_null(wslots_dest(&w, 2, false, 0, 48, &blocked));
     ck_assert(!blocked);
     ck_assert(!receive(&w, 0, false, m));
-    ck_assert(!wslots_ready(&w, 0, false));
+    ck_assert(!wslots_ready(&w, 0, 0, false));
     ck_assert(!receive(&w, 1, false, m));
-    ck_assert(wslots_ready(&w, 0, false));
+    ck_assert(wslots_ready(&w, 0, 0, false));
     ck_assert(!receive(&w, 2, false, m));
     ck_assert(receive(&w, 3, false, m)); /* fc3 would need fc1's slot */
     ck_assert_ptr_null(wslots_dest(&w, 4, false, 0, 18, &blocked));
     ck_assert(blocked);
     /* fc1 computes from slot 0; then its slot takes fc3. */
     float *wp[6] = {0}, *gp[6] = {0};
-    wslots_bind(&w, 0, false, wp, gp);
+    wslots_bind(&w, 0, 0, false, wp, gp);
     ck_assert_ptr_eq(wp[0], w.slot[0]);
     ck_assert_ptr_eq(wp[1], w.slot[0] + 32);
     ck_assert(!wslots_streams(&w, 1, false)); /* relu has no weights */
-    ck_assert(wslots_consume(&w, 0, false));
+    ck_assert(wslots_consume(&w, 0, 0, false));
     ck_assert_ptr_eq(wslots_dest(&w, 4, false, 6, 12, &blocked), NULL); /* not at offset 6 */
     ck_assert_ptr_eq(wslots_dest(&w, 4, false, 0, 6, &blocked), w.slot[0]);
     ck_assert(!wslots_received(&w, 6));
     ck_assert_ptr_eq(wslots_dest(&w, 4, false, 6, 12, &blocked), w.slot[0] + 6);
     ck_assert(!wslots_received(&w, 12));
-    ck_assert(!wslots_ready(&w, 3, false)); /* fc3.bias still missing */
+    ck_assert(!wslots_ready(&w, 3, 0, false)); /* fc3.bias still missing */
     ck_assert_ptr_eq(wslots_dest(&w, 5, false, 0, 3, &blocked), w.slot[0] + 18);
     ck_assert(wslots_received(&w, 3)); /* backward fc3 needs fc2's slot */
-    ck_assert(wslots_ready(&w, 3, false));
-    ck_assert(wslots_consume(&w, 2, false)); /* fc2 computed: unblocks */
-    ck_assert(!wslots_consume(&w, 3, false));
+    ck_assert(wslots_ready(&w, 3, 0, false));
+    ck_assert(wslots_consume(&w, 2, 0, false)); /* fc2 computed: unblocks */
+    ck_assert(!wslots_consume(&w, 3, 0, false));
     /* Backward: fc3 again, then fc2; fc1 needs no weights (its input is the model input). */
     ck_assert(!receive(&w, 4, true, m));
     ck_assert(!receive(&w, 5, true, m));
     ck_assert(!receive(&w, 2, true, m));
     ck_assert(receive(&w, 3, true, m)); /* the step's last arrival: hold the next pass */
     ck_assert(!wslots_streams(&w, 0, true));
-    ck_assert(wslots_ready(&w, 0, true));
+    ck_assert(wslots_ready(&w, 0, 0, true));
     /* Gradient slots alternate: fc3 (seq 0), fc2 (seq 1), fc1 (seq 0 again). */
-    ck_assert_int_eq(wslots_grad_blocker(&w, 3), -1);
-    wslots_bind(&w, 3, true, wp, gp);
+    ck_assert_int_eq(wslots_grad_blocker(&w, 3, 0), -1);
+    wslots_bind(&w, 3, 0, true, wp, gp);
     ck_assert_ptr_eq(gp[4], w.gslot[0]);
-    wslots_consume(&w, 3, true);
-    ck_assert_int_eq(wslots_grad_blocker(&w, 2), -1);
-    wslots_bind(&w, 2, true, wp, gp);
+    wslots_consume(&w, 3, 0, true);
+    ck_assert_int_eq(wslots_grad_blocker(&w, 2, 0), -1);
+    wslots_bind(&w, 2, 0, true, wp, gp);
     ck_assert_ptr_eq(gp[2], w.gslot[1]);
-    wslots_consume(&w, 2, true);
-    ck_assert_int_eq(wslots_grad_blocker(&w, 0), 3); /* fc3's gradients must have left */
-    wslots_bind(&w, 0, true, wp, gp);
+    wslots_consume(&w, 2, 0, true);
+    ck_assert_int_eq(wslots_grad_blocker(&w, 0, 0), 3); /* fc3's gradients must have left */
+    wslots_bind(&w, 0, 0, true, wp, gp);
     ck_assert_ptr_eq(gp[0], w.gslot[0]);
     /* Every arrival of the step is in; the next pass's chunks wait for it. */
     ck_assert_int_eq(w.recv, w.narrivals);
@@ -105,7 +105,7 @@ START_TEST(double_buffering)
     ck_assert(!receive(&w, 1, false, m));
     ck_assert(!receive(&w, 2, false, m));
     ck_assert(receive(&w, 3, false, m));
-    wslots_consume(&w, 0, false);
+    wslots_consume(&w, 0, 0, false);
     ck_assert(!receive(&w, 4, false, m));
     ck_assert(receive(&w, 5, false, m)); /* the pass is complete: hold what follows */
     ck_assert_int_eq(w.recv, w.nfwd);
@@ -116,16 +116,69 @@ START_TEST(double_buffering)
 }
 END_TEST
 
+/* Parts: with part_elems 16 and chunks of 8 elements, fc2 (6x8 weight, 48
+ * elements) goes in parts of 2 rows (16 elements: a multiple of its row of
+ * 8 and of the chunk), its bias with the last; fc1 (8x4) in parts of 4
+ * rows (16 elements, two steps of lcm(4, 8) = 8); fc3
+ * (3x6, 18 elements) cannot split along chunks (lcm(6, 8) = 24 > 16) and
+ * goes whole. */
+START_TEST(parts)
+{
+    model *m = compile();
+    wslots w;
+    ck_assert_int_eq(wslots_init(&w, m, fwd, 6, bwd, 4, 16, 8), 0);
+    ck_assert_uint_eq(wslots_parts(&w, 0), 2);
+    ck_assert_uint_eq(wslots_parts(&w, 2), 3);
+    ck_assert_uint_eq(wslots_parts(&w, 3), 1);
+    ck_assert_uint_eq(w.slot_elems, 16 + 8); /* fc1's last part: 4 rows of 4 and its bias */
+    uint64_t r0, r1;
+    wslots_part_rows(&w, 2, 2, &r0, &r1);
+    ck_assert(r0 == 4 && r1 == 6);
+    ck_assert_int_eq(w.narrivals, 2 + 3 + 1 + 1 + 3); /* forward fc1, fc2, fc3; backward fc3, fc2 */
+    bool blocked;
+    /* fc1's first part: 16 elements of its weight, in two chunks */
+    ck_assert_ptr_eq(wslots_dest(&w, 0, false, 0, 8, &blocked), w.slot[0]);
+    ck_assert(!wslots_received(&w, 8));
+    ck_assert(!wslots_ready(&w, 0, 0, false));
+    ck_assert_ptr_null(wslots_dest(&w, 0, false, 8, 16, &blocked)); /* crosses into the next part */
+    ck_assert(!blocked);
+    ck_assert_ptr_eq(wslots_dest(&w, 0, false, 8, 8, &blocked), w.slot[0] + 8);
+    ck_assert(!wslots_received(&w, 8));
+    ck_assert(wslots_ready(&w, 0, 0, false));
+    ck_assert(!wslots_ready(&w, 0, 1, false));
+    /* its second part lands in slot 1, the bias with it */
+    ck_assert_ptr_eq(wslots_dest(&w, 0, false, 16, 16, &blocked), w.slot[1]);
+    ck_assert(!wslots_received(&w, 16));
+    ck_assert_ptr_eq(wslots_dest(&w, 1, false, 0, 8, &blocked), w.slot[1] + 16);
+    ck_assert(wslots_received(&w, 8)); /* both slots in use */
+    ck_assert(wslots_ready(&w, 0, 1, false));
+    float *wp[6] = {0}, *gp[6] = {0};
+    wslots_bind(&w, 0, 0, false, wp, gp);
+    ck_assert_ptr_eq(wp[0], w.slot[0]);
+    ck_assert_ptr_null(wp[1]); /* the bias comes with the last part */
+    ck_assert_ptr_null(wslots_dest(&w, 2, false, 0, 8, &blocked));
+    ck_assert(blocked);
+    ck_assert(wslots_consume(&w, 0, 0, false));
+    wslots_bind(&w, 0, 1, false, wp, gp);
+    ck_assert_ptr_eq(wp[0], w.slot[1]);
+    ck_assert_ptr_eq(wp[1], w.slot[1] + 16);
+    /* fc2's first part into the freed slot 0 */
+    ck_assert_ptr_eq(wslots_dest(&w, 2, false, 0, 8, &blocked), w.slot[0]);
+    wslots_deinit(&w);
+    model_free(m);
+}
+END_TEST
+
 START_TEST(bad_schedules)
 {
     model *m = compile();
     wslots w;
     const uint32_t split[] = {0, 2, 1, 3, 4, 5}; /* fc1's tensors apart */
-    ck_assert_int_eq(wslots_init(&w, m, split, 6, bwd, 4), -EINVAL);
+    ck_assert_int_eq(wslots_init(&w, m, split, 6, bwd, 4, 0, 0), -EINVAL);
     const uint32_t twice[] = {0, 1, 0, 1};
-    ck_assert_int_eq(wslots_init(&w, m, twice, 4, bwd, 4), -EINVAL);
+    ck_assert_int_eq(wslots_init(&w, m, twice, 4, bwd, 4, 0, 0), -EINVAL);
     const uint32_t beyond[] = {0, 1, 9};
-    ck_assert_int_eq(wslots_init(&w, m, beyond, 3, NULL, 0), -EINVAL);
+    ck_assert_int_eq(wslots_init(&w, m, beyond, 3, NULL, 0, 0, 0), -EINVAL);
     model_free(m);
 }
 END_TEST
@@ -136,6 +189,7 @@ static Suite *suite(void)
     TCase *t = tcase_create("schedule");
     tcase_add_test(t, double_buffering);
     tcase_add_test(t, bad_schedules);
+    tcase_add_test(t, parts);
     suite_add_tcase(s, t);
     return s;
 }

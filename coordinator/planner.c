@@ -382,6 +382,7 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
         goto done;
     }
     p->mode = choice.mode;
+    p->wire_bf16 = m->mixed_precision && !pipelined;
 
     p->n_replicas = nr;
     p->replicas = arena_alloc(&a, nr * sizeof(*p->replicas));

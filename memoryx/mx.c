@@ -14,6 +14,7 @@
 #include "plan.h"
 #include "log.h"
 #include "msg.h"
+#include "bf16.h"
 #include "msgcheck.h"
 #include "rng.h"
 #include "safetensors.h"
@@ -253,6 +254,19 @@ static void mx__chunk_sent(void *arg, int status)
         metrics_hist_observe(&t->mx->chunk_hist, (double)(uv_now(t->loop) - t->sent_at) / 1000.0);
 }
 
+/* A weight chunk rounded to bfloat16 for the wire (mixed precision). */
+typedef struct mx_wbuf {
+    mx_tensor *t;
+    uint16_t data[];
+} mx_wbuf;
+
+static void mx__wbuf_sent(void *arg, int status)
+{
+    mx_wbuf *b = arg;
+    mx__chunk_sent(b->t, status);
+    free(b);
+}
+
 /* Sends the chunks of the schedule that the link to the root swarmx has
  * room for; stops when the link is full (on_drain resumes). */
 /* Whether the weight stream of the step is still going. */
@@ -291,7 +305,8 @@ static int mx__tier_send(node *n, mx_job *j, const plan_chunk *ch, mx_tensor *t)
         mx__tier_read_more(n, j);
         return 0;
     }
-    if (!conn_can_send(j->down, b->bytes))
+    uint64_t wire = b->ch.count * msgcheck_wire_elem(j->plan);
+    if (!conn_can_send(j->down, wire))
         return 0;
     Appliance__WeightChunk wc = APPLIANCE__WEIGHT_CHUNK__INIT;
     wc.step = ch->step;
@@ -304,7 +319,7 @@ static int mx__tier_send(node *n, mx_job *j, const plan_chunk *ch, mx_tensor *t)
     wc.eval_pass = ch->eval_pass;
     wc.pass = ch->pass;
     ENVELOPE(env, weight_chunk, WEIGHT_CHUNK, &wc);
-    int rc = conn_send(j->down, &env, b->data, (uint32_t)b->bytes, mx__tier_sent, b);
+    int rc = conn_send(j->down, &env, b->data, (uint32_t)wire, mx__tier_sent, b);
     if (rc < 0)
         return rc;
     tr->ready = b->next;
@@ -335,7 +350,8 @@ static void mx__pump(node *n, mx_job *j)
             continue;
         }
         const float *src = ch.state == 0 ? t->w : optim_state_tensor(&t->st, ch.state - 1, NULL, NULL);
-        if (!conn_can_send(j->down, ch.count * sizeof(float)))
+        uint32_t elem = msgcheck_wire_elem(j->plan);
+        if (!conn_can_send(j->down, ch.count * elem))
             return;
         Appliance__WeightChunk wc = APPLIANCE__WEIGHT_CHUNK__INIT;
         wc.step = ch.step;
@@ -348,8 +364,22 @@ static void mx__pump(node *n, mx_job *j)
         wc.eval_pass = ch.eval_pass;
         wc.pass = ch.pass;
         ENVELOPE(env, weight_chunk, WEIGHT_CHUNK, &wc);
-        int rc = conn_send(j->down, &env, src + ch.offset, (uint32_t)(ch.count * sizeof(float)),
+        int rc;
+        if (j->plan->wire_bf16) { /* rounded to bfloat16 for the wire */
+            mx_wbuf *b = malloc(sizeof(*b) + ch.count * sizeof(uint16_t));
+            if (!b) {
+                mx__abort(n, j, "out of memory for a weight chunk");
+                return;
+            }
+            b->t = t;
+            bf16_pack(b->data, src + ch.offset, ch.count);
+            rc = conn_send(j->down, &env, b->data, (uint32_t)(ch.count * elem), mx__wbuf_sent, b);
+            if (rc < 0)
+                free(b);
+        } else {
+            rc = conn_send(j->down, &env, src + ch.offset, (uint32_t)(ch.count * elem),
                            mx__chunk_sent, t);
+        }
         if (rc < 0) {
             mx__fault(n, j, "cannot stream %s to swarmx: %s", t->name, strerror(-rc));
             return;
@@ -397,6 +427,8 @@ static void mx__tier_read_work(uv_work_t *req)
         left -= (uint64_t)k;
     }
     b->read_ns = uv_hrtime() - start;
+    if (tr->ra_rc == 0 && tr->job->plan->wire_bf16) /* rounded for the wire, here off the loop */
+        bf16_pack_in_place(b->data, b->ch.count);
 }
 
 static void mx__tier_read_done(uv_work_t *req, int status)
@@ -535,6 +567,47 @@ static void mx__tier_grad(node *n, mx_job *j, mx_tensor *t, uint64_t offset, uin
         conn_pause(j->down);
 }
 
+/* A reduced gradient chunk as the wire carries it (owned: freed), to the
+ * gradients file as float32. */
+static void mx__tier_grad_wire(node *n, mx_job *j, mx_tensor *t, uint64_t offset, uint64_t count,
+                               void *payload, void *owned)
+{
+    if (!j->plan->wire_bf16) {
+        mx__tier_grad(n, j, t, offset, count, payload, owned);
+        return;
+    }
+    float *f = malloc(count * sizeof(float));
+    if (f)
+        bf16_unpack(f, payload, count);
+    free(owned);
+    if (!f) {
+        mx__abort(n, j, "out of memory for a gradient chunk");
+        return;
+    }
+    mx__tier_grad(n, j, t, offset, count, f, f);
+}
+
+/* Where a reduced gradient chunk's payload goes in t's gradient: its
+ * place, or with bfloat16 on the wire the upper half of its place
+ * (widened there by mx__grad_land). */
+static void *mx__grad_dest(const mx_job *j, mx_tensor *t, uint64_t offset, uint64_t count)
+{
+    return j->plan->wire_bf16 ? (void *)((uint8_t *)(t->g + offset) + 2 * count)
+                              : (void *)(t->g + offset);
+}
+
+/* count gradient elements as the wire carries them into t's gradient at
+ * offset (nothing to do when they landed in place as float32). */
+static void mx__grad_land(const mx_job *j, mx_tensor *t, uint64_t offset, uint64_t count,
+                          const void *payload)
+{
+    void *dest = mx__grad_dest(j, t, offset, count);
+    if (payload != dest)
+        memcpy(dest, payload, count * msgcheck_wire_elem(j->plan));
+    if (j->plan->wire_bf16)
+        bf16_unpack(t->g + offset, dest, count);
+}
+
 static void mx__start_step(node *n, mx_job *j)
 {
     plan_stream_start(&j->cur, j->plan, j->shard, (uint32_t)j->states, j->step, j->cur.seq);
@@ -554,10 +627,10 @@ static void mx__start_step(node *n, mx_job *j)
         if (!j->held)
             j->held_tail = &j->held;
         if (j->tier) {
-            mx__tier_grad(n, j, h->tensor, h->offset, h->count, h->data, h);
+            mx__tier_grad_wire(n, j, h->tensor, h->offset, h->count, h->data, h);
             continue;
         }
-        memcpy(h->tensor->g + h->offset, h->data, h->count * sizeof(float));
+        mx__grad_land(j, h->tensor, h->offset, h->count, h->data);
         mx__grad_in(n, j, h->tensor, h->count);
         free(h);
     }
@@ -955,7 +1028,7 @@ static void *mx__payload_dest(node *n, conn *c, const Appliance__Envelope *env, 
             *err = -ENOMEM;
         return j->tier->gbuf;
     }
-    return t->g + g->offset;
+    return mx__grad_dest(j, t, g->offset, g->count);
 }
 
 static void mx__grad_in(node *n, mx_job *j, mx_tensor *t, uint64_t count);
@@ -999,13 +1072,12 @@ static void mx__grad_chunk(node *n, conn *c, Appliance__Envelope *env, uint8_t *
             mx__abort(n, j, "out of memory for a gradient chunk");
             return;
         }
-        mx__tier_grad(n, j, t, g->offset, g->count, own, own);
+        mx__tier_grad_wire(n, j, t, g->offset, g->count, own, own);
         return;
     }
-    /* a chunk that was to be held, but whose step started while its payload
-     * still arrived: it is in the reader's buffer, not yet in the tensor's */
-    if ((float *)pl != t->g + g->offset)
-        memcpy(t->g + g->offset, pl, len);
+    /* in place; or a chunk that was to be held, but whose step started
+     * while its payload still arrived: in the reader's buffer */
+    mx__grad_land(j, t, g->offset, g->count, pl);
     mx__grad_in(n, j, t, g->count);
 }
 

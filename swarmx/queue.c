@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
+
 swx_buf *swx_buf_new(uint32_t len)
 {
     swx_buf *b = malloc(sizeof(*b) + len);
@@ -54,7 +56,7 @@ bool swx_child_push(swx_child *k, swx_buf *b)
     return ++k->queued == SWX_CHILD_QUEUE_MAX;
 }
 
-int swx_reduce_take(swx_child *kids, size_t nkids, swx_buf **sum,
+int swx_reduce_take(swx_child *kids, size_t nkids, swx_buf **sum, bool bf16,
                     void (*popped)(swx_child *k, void *arg), void *arg, char *why, size_t whylen)
 {
     for (size_t i = 0; i < nkids; i++)
@@ -72,6 +74,15 @@ int swx_reduce_take(swx_child *kids, size_t nkids, swx_buf **sum,
         }
     }
     swx_buf *s = kids[0].head;
+    float *acc = NULL; /* bfloat16: the float32 sum */
+    if (bf16 && nkids > 1) {
+        if (!(acc = malloc(s->hdr.count * sizeof(float)))) {
+            snprintf(why, whylen, "out of memory summing a gradient chunk of %llu elements",
+                     (unsigned long long)s->hdr.count);
+            return -ENOMEM;
+        }
+        bf16_unpack(acc, (const uint16_t *)s->data, s->hdr.count);
+    }
     for (size_t i = 0; i < nkids; i++) {
         swx_child *k = &kids[i];
         swx_buf *b = k->head;
@@ -81,9 +92,16 @@ int swx_reduce_take(swx_child *kids, size_t nkids, swx_buf **sum,
         if (k->queued-- == SWX_CHILD_QUEUE_MAX && popped)
             popped(k, arg);
         if (i > 0) {
-            swx_add((float *)s->data, (const float *)b->data, s->hdr.count);
+            if (acc)
+                bf16_add(acc, (const uint16_t *)b->data, s->hdr.count);
+            else
+                swx_add((float *)s->data, (const float *)b->data, s->hdr.count);
             swx_buf_unref(b);
         }
+    }
+    if (acc) {
+        bf16_pack((uint16_t *)s->data, acc, s->hdr.count);
+        free(acc);
     }
     s->next = NULL;
     *sum = s;

@@ -62,8 +62,10 @@ bool swx_child_push(swx_child *k, swx_buf *b);
  * buffer, which *sum then owns; the others are released. popped(k, arg)
  * is called for each child whose queue fell below SWX_CHILD_QUEUE_MAX
  * (resume it). Returns 1 with *sum, 0 when a child's queue is empty, or
- * -EPROTO (the streams diverge) with why. */
-int swx_reduce_take(swx_child *kids, size_t nkids, swx_buf **sum,
+ * -EPROTO (the streams diverge) with why. With bf16 the chunks carry
+ * bfloat16: they are widened and summed in float32 in child order, and the
+ * sum rounded once (-ENOMEM when the float32 sum finds no memory). */
+int swx_reduce_take(swx_child *kids, size_t nkids, swx_buf **sum, bool bf16,
                     void (*popped)(swx_child *k, void *arg), void *arg, char *why, size_t whylen);
 
 /* Appends weight chunk b (its whdr filled) to shard u's merge queue.

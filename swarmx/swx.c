@@ -192,7 +192,8 @@ static void swx__reduce(node *n, swx_job *j)
     for (;;) {
         swx_buf *sum;
         char why[256];
-        int rc = swx_reduce_take(j->kids, j->nkids, &sum, swx__child_resume, NULL, why, sizeof(why));
+        int rc = swx_reduce_take(j->kids, j->nkids, &sum, j->plan->wire_bf16, swx__child_resume,
+                                 NULL, why, sizeof(why));
         if (rc < 0)
             swx__abort(n, j, "%s", why);
         if (rc <= 0)

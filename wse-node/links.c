@@ -10,6 +10,7 @@
 
 #include "log.h"
 #include "msg.h"
+#include "bf16.h"
 #include "msgcheck.h"
 
 /* ---- links ---- */
@@ -58,10 +59,12 @@ static void *wn__up_dest(conn *c, const Appliance__Envelope *env, uint32_t len, 
     }
     if (j->ws_ready) {
         bool blocked = false;
-        float *dst = w->step == j->step && (uint64_t)len == w->count * sizeof(float) && !j->staged
+        float *dst = w->step == j->step && !j->staged
                          ? wslots_dest(&j->ws, w->tensor_id, w->pass == APPLIANCE__PASS__PASS_BACKWARD,
                                        w->offset, w->count, &blocked)
                          : NULL;
+        if (dst && j->plan->wire_bf16) /* bfloat16: in the upper half, widened in place */
+            return (uint8_t *)dst + 2 * w->count;
         j->chunk_staged = !dst && (blocked || (j->staged && w->step == j->step));
         if (!dst && !j->chunk_staged) {
             log_warn("job %s: weight chunk out of schedule: tensor %u step %llu offset %llu "
@@ -98,7 +101,8 @@ static void wn__pause(wn_job *j)
 /* Keeps a chunk that came before its slot was free. */
 static int wn__stage(wn_job *j, const Appliance__WeightChunk *w, const uint8_t *payload)
 {
-    wn_staged *st = malloc(sizeof(*st) + w->count * sizeof(float));
+    size_t bytes = w->count * msgcheck_wire_elem(j->plan);
+    wn_staged *st = malloc(sizeof(*st) + bytes);
     if (!st)
         return -ENOMEM;
     st->next = NULL;
@@ -106,7 +110,7 @@ static int wn__stage(wn_job *j, const Appliance__WeightChunk *w, const uint8_t *
     st->backward = w->pass == APPLIANCE__PASS__PASS_BACKWARD;
     st->offset = w->offset;
     st->count = w->count;
-    memcpy(st->data, payload, w->count * sizeof(float));
+    memcpy(st->data, payload, bytes);
     wn_of(j->n)->staged++;
     if (j->staged_tail)
         j->staged_tail->next = st;
@@ -114,6 +118,21 @@ static int wn__stage(wn_job *j, const Appliance__WeightChunk *w, const uint8_t *
         j->staged = st;
     j->staged_tail = st;
     return 0;
+}
+
+/* count weights of a chunk, as the wire carries them (float32 or
+ * bfloat16), into dst: copied, or widened. */
+static void wn__land(const wn_job *j, float *dst, const void *payload, uint64_t count)
+{
+    if (!j->plan->wire_bf16) {
+        if (payload != dst)
+            memcpy(dst, payload, count * sizeof(float));
+        return;
+    }
+    uint8_t *upper = (uint8_t *)dst + 2 * count;
+    if (payload != upper)
+        memcpy(upper, payload, 2 * count);
+    bf16_unpack(dst, (const uint16_t *)upper, count);
 }
 
 /* A slot freed: held chunks land in order; reading resumes once none is
@@ -129,7 +148,7 @@ void wn__unstage(wn_job *j)
                 wn__abort(j->n, j, "held weight chunk of tensor %u out of schedule", st->tensor);
             return;
         }
-        memcpy(dst, st->data, st->count * sizeof(float));
+        wn__land(j, dst, st->data, st->count);
         bool next_blocked = wslots_received(&j->ws, st->count);
         j->staged = st->next;
         if (!j->staged)
@@ -178,8 +197,11 @@ static void wn__up_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, ui
             wn__unstage(j);
             if (j->state == WN_RELEASED)
                 return;
-        } else if (wslots_received(&j->ws, w->count)) {
-            wn__pause(j);
+        } else {
+            if (j->plan->wire_bf16) /* the payload is in the upper half of its place */
+                bf16_unpack((float *)(payload - 2 * w->count), (const uint16_t *)payload, w->count);
+            if (wslots_received(&j->ws, w->count))
+                wn__pause(j);
         }
         wn__advance(j);
         return;

@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
 #include "msg.h"
+#include "msgcheck.h"
 #include "optim_plan.h"
 #include "plan.h"
 
@@ -213,6 +215,20 @@ static void wn__grad_sent(void *arg, int status)
         wn__advance(t->job);
 }
 
+/* A gradient chunk rounded to bfloat16 for the wire (mixed precision). */
+typedef struct wn_gbuf {
+    wn_tensor *t;
+    uint16_t data[];
+} wn_gbuf;
+
+static void wn__gbuf_sent(void *arg, int status)
+{
+    wn_gbuf *b = arg;
+    wn_tensor *t = b->t;
+    free(b);
+    wn__grad_sent(t, status);
+}
+
 /* Sends the queued gradients up, a chunk at a time, while the link to
  * swarmx has room (a layer's gradients may be far larger than what a link
  * may queue); on_drain calls it again. Returns 0 or a negative errno. */
@@ -230,7 +246,7 @@ int wn__grad_pump(wn_job *j)
             uint64_t off = t->send_off;
             uint64_t count = t->send_end - off < j->plan->chunk_elems ? t->send_end - off
                                                                      : j->plan->chunk_elems;
-            if (!conn_can_send(up, count * sizeof(float)))
+            if (!conn_can_send(up, count * msgcheck_wire_elem(j->plan)))
                 return 0;
             Appliance__GradChunk g = APPLIANCE__GRAD_CHUNK__INIT;
             g.step = t->send_step;
@@ -239,8 +255,21 @@ int wn__grad_pump(wn_job *j)
             g.count = count;
             g.total = t->n;
             ENVELOPE(env, grad_chunk, GRAD_CHUNK, &g);
-            int rc = conn_send(up, &env, t->send_base + (off - t->send_from),
-                               (uint32_t)(count * sizeof(float)), wn__grad_sent, t);
+            const float *src = t->send_base + (off - t->send_from);
+            int rc;
+            if (j->plan->wire_bf16) {
+                wn_gbuf *b = malloc(sizeof(*b) + count * sizeof(uint16_t));
+                if (!b)
+                    return -ENOMEM;
+                b->t = t;
+                bf16_pack(b->data, src, count);
+                rc = conn_send(up, &env, b->data, (uint32_t)(count * sizeof(uint16_t)),
+                               wn__gbuf_sent, b);
+                if (rc < 0)
+                    free(b);
+            } else {
+                rc = conn_send(up, &env, src, (uint32_t)(count * sizeof(float)), wn__grad_sent, t);
+            }
             if (rc < 0)
                 return rc;
             t->sends++;

@@ -890,6 +890,27 @@ static int read_activation_dtype(compiler *c, const toml_value *mt)
     return fail(c, toml_pos_of(v), "\"activation_dtype\" must be \"float32\" or \"bfloat16\"");
 }
 
+/* Mixed precision as Model Zoo jobs write it: mixed_precision = true with
+ * fp16_type = "bfloat16" (the default type; "float16" is refused: the
+ * appliance computes in bfloat16 where it computes in 16 bits). */
+static int read_mixed_precision(compiler *c, const toml_value *mt)
+{
+    const toml_value *v = toml_table_get(mt, "mixed_precision");
+    if (v && toml_type_of(v) != TOML_BOOL)
+        return fail(c, toml_pos_of(v), "\"mixed_precision\" must be true or false");
+    c->m->mixed_precision = v && toml_bool(v);
+    const toml_value *t = toml_table_get(mt, "fp16_type");
+    if (!t)
+        return 0;
+    if (toml_type_of(t) == TOML_STRING && strcmp(toml_string(t), "bfloat16") == 0)
+        return 0;
+    if (toml_type_of(t) == TOML_STRING && (strcmp(toml_string(t), "float16") == 0 ||
+                                           strcmp(toml_string(t), "cbfloat16") == 0))
+        return fail(c, toml_pos_of(t), "fp16_type = \"%s\" is not supported: mixed precision "
+                    "here is bfloat16 (fp16_type = \"bfloat16\")", toml_string(t));
+    return fail(c, toml_pos_of(t), "\"fp16_type\" must be \"bfloat16\"");
+}
+
 /* The loss must fit what the last layer produces. */
 static int check_loss(compiler *c)
 {
@@ -943,13 +964,14 @@ static model *model__compile(const toml_value *mt, const model_shape *input, cha
         const char *key = toml_table_key(mt, i);
         if (strcmp(key, "input_shape") != 0 && strcmp(key, "loss") != 0 &&
             strcmp(key, "layers") != 0 && strcmp(key, "name") != 0 &&
-            strcmp(key, "activation_dtype") != 0) {
+            strcmp(key, "activation_dtype") != 0 && strcmp(key, "mixed_precision") != 0 &&
+            strcmp(key, "fp16_type") != 0) {
             fail(&c, toml_table_key_pos(mt, i), "unknown key \"%.80s\" in [model]", key);
             goto fail;
         }
     }
     if (read_input_shape(&c, mt) < 0 || read_loss(&c, mt) < 0 ||
-        read_activation_dtype(&c, mt) < 0)
+        read_activation_dtype(&c, mt) < 0 || read_mixed_precision(&c, mt) < 0)
         goto fail;
     if (input) /* the same layers on another input (model_compile_as) */
         m->input = *input;

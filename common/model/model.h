@@ -123,6 +123,8 @@ typedef struct {
     /* activation_dtype = "bfloat16": the outputs kept for the backward pass
      * are kept as bfloat16 (computation stays float32). */
     bool act_bf16;
+    bool mixed_precision;       /* [model] mixed_precision: Weight Streaming's weights and
+                                   gradients cross the wire in bfloat16 */
 } model;
 
 /* Compiles the [model] table of a parsed job file: keys input_shape, loss,

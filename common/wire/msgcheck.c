@@ -143,6 +143,11 @@ int msgcheck_plan(const Appliance__Plan *p, char *err, size_t errlen)
 }
 
 /* A chunk of a plan tensor: in range, and len bytes of count floats. */
+uint32_t msgcheck_wire_elem(const Appliance__Plan *p)
+{
+    return p->wire_bf16 ? 2 : sizeof(float);
+}
+
 static int msgcheck__chunk(const char *what, uint32_t tensor_id, uint64_t offset, uint64_t count,
                            uint64_t total, const Appliance__Plan *p, uint32_t len, char *err,
                            size_t errlen)
@@ -157,9 +162,10 @@ static int msgcheck__chunk(const char *what, uint32_t tensor_id, uint64_t offset
                               (unsigned long long)offset, (unsigned long long)count,
                               (unsigned long long)total, (unsigned long long)n);
     /* count <= n <= MSGCHECK_MAX_TENSOR_ELEMS: the product cannot wrap. */
-    if ((uint64_t)len != count * sizeof(float))
-        return errmsg(-EINVAL, err, errlen, "%s of tensor %u: %llu elements in %u bytes", what,
-                              tensor_id, (unsigned long long)count, len);
+    if ((uint64_t)len != count * msgcheck_wire_elem(p))
+        return errmsg(-EINVAL, err, errlen, "%s of tensor %u: %llu %s elements in %u bytes",
+                      what, tensor_id, (unsigned long long)count,
+                      p->wire_bf16 ? "bfloat16" : "float32", len);
     return 0;
 }
 

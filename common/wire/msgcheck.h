@@ -48,6 +48,10 @@ int msgcheck_plan(const Appliance__Plan *p, char *err, size_t errlen);
  * MSGCHECK_MAX_TENSOR_ELEMS; before, saturated at UINT64_MAX). */
 uint64_t msgcheck_tensor_elems(const Appliance__PlanTensor *t);
 
+/* Bytes per element of the plan's weight and gradient chunks: 2 with
+ * mixed precision (bfloat16 on the wire), else 4. */
+uint32_t msgcheck_wire_elem(const Appliance__Plan *p);
+
 /* A weight chunk of len payload bytes against a checked plan: a tensor of
  * the plan, total its size, [offset, offset + count) inside it, len ==
  * count * 4. -EINVAL. */

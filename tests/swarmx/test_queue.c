@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
 #include "queue.h"
 
 #define KIDS 3
@@ -53,10 +54,10 @@ START_TEST(sum_in_child_order)
             ck_assert(!swx_child_push(&kids[k], grad(7, (uint64_t)c * ELEMS, ELEMS,
                                                      (float)(k * 10 + c) + 0.1f)));
         if (o < KIDS - 1)
-            ck_assert_int_eq(swx_reduce_take(kids, KIDS, &sum, on_resume, kids, why, sizeof(why)), 0);
+            ck_assert_int_eq(swx_reduce_take(kids, KIDS, &sum, false, on_resume, kids, why, sizeof(why)), 0);
     }
     for (int c = 0; c < CHUNKS; c++) {
-        ck_assert_int_eq(swx_reduce_take(kids, KIDS, &sum, on_resume, kids, why, sizeof(why)), 1);
+        ck_assert_int_eq(swx_reduce_take(kids, KIDS, &sum, false, on_resume, kids, why, sizeof(why)), 1);
         ck_assert_uint_eq(sum->hdr.offset, (uint64_t)c * ELEMS);
         /* the reference: child 0 + child 1 + child 2, one float at a time */
         swx_buf *r[KIDS];
@@ -74,9 +75,42 @@ START_TEST(sum_in_child_order)
             swx_buf_unref(r[k]);
         swx_buf_unref(sum);
     }
-    ck_assert_int_eq(swx_reduce_take(kids, KIDS, &sum, on_resume, kids, why, sizeof(why)), 0);
+    ck_assert_int_eq(swx_reduce_take(kids, KIDS, &sum, false, on_resume, kids, why, sizeof(why)), 0);
     for (int k = 0; k < KIDS; k++)
         ck_assert_ptr_null(kids[k].head);
+}
+END_TEST
+
+/* Mixed precision: bfloat16 chunks widened, summed in float32 in child
+ * order, rounded once. */
+START_TEST(sum_bf16)
+{
+    swx_child kids[KIDS];
+    memset(kids, 0, sizeof(kids));
+    char why[256];
+    float want[ELEMS] = {0};
+    for (int k = 0; k < KIDS; k++) {
+        float v[ELEMS];
+        for (int e = 0; e < ELEMS; e++)
+            v[e] = (float)(k + 1) * 0.3f + (float)e * 1e-2f - (k == 2 ? 1e3f : 0.0f);
+        swx_buf *b = swx_buf_new(ELEMS * sizeof(uint16_t));
+        ck_assert_ptr_nonnull(b);
+        appliance__grad_chunk__init(&b->hdr);
+        b->hdr.count = ELEMS;
+        b->hdr.step = 3;
+        bf16_pack((uint16_t *)b->data, v, ELEMS);
+        float w[ELEMS];
+        bf16_unpack(w, (const uint16_t *)b->data, ELEMS);
+        for (int e = 0; e < ELEMS; e++)
+            want[e] += w[e];
+        swx_child_push(&kids[k], b);
+    }
+    swx_buf *sum;
+    ck_assert_int_eq(swx_reduce_take(kids, KIDS, &sum, true, NULL, NULL, why, sizeof(why)), 1);
+    uint16_t packed[ELEMS];
+    bf16_pack(packed, want, ELEMS);
+    ck_assert_mem_eq(sum->data, packed, sizeof(packed));
+    swx_buf_unref(sum);
 }
 END_TEST
 
@@ -88,7 +122,7 @@ START_TEST(diverging_streams)
     swx_buf *sum;
     swx_child_push(&kids[0], grad(1, 0, 4, 1.0f));
     swx_child_push(&kids[1], grad(2, 0, 4, 1.0f));
-    ck_assert_int_eq(swx_reduce_take(kids, 2, &sum, NULL, NULL, why, sizeof(why)), -EPROTO);
+    ck_assert_int_eq(swx_reduce_take(kids, 2, &sum, false, NULL, NULL, why, sizeof(why)), -EPROTO);
     ck_assert_str_eq(why, "gradient streams diverge: child 1 sent tensor 2 offset 0, child 0 tensor 1 "
                           "offset 0");
     for (int k = 0; k < 2; k++)
@@ -108,7 +142,7 @@ START_TEST(paused_child_resumed)
         full = swx_child_push(&kids[0], grad(1, (uint64_t)c * 4, 4, 1.0f));
     ck_assert(full); /* the child is paused */
     swx_child_push(&kids[1], grad(1, 0, 4, 2.0f));
-    ck_assert_int_eq(swx_reduce_take(kids, 2, &sum, on_resume, kids, why, sizeof(why)), 1);
+    ck_assert_int_eq(swx_reduce_take(kids, 2, &sum, false, on_resume, kids, why, sizeof(why)), 1);
     swx_buf_unref(sum);
     ck_assert_int_eq(resumed[0], 1);
     ck_assert_int_eq(resumed[1], 0);
@@ -159,6 +193,7 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, sum_in_child_order);
     tcase_add_test(tc, diverging_streams);
+    tcase_add_test(tc, sum_bf16);
     tcase_add_test(tc, paused_child_resumed);
     tcase_add_test(tc, merge_by_seq);
     suite_add_tcase(s, tc);

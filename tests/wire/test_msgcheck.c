@@ -177,7 +177,13 @@ START_TEST(weight_chunk_length)
     /* a shorter payload than count says: the wse-node once held it and
      * copied count * 4 bytes out of it */
     ck_assert_int_eq(msgcheck_weight_chunk(&w, &fx.p, 12, err, sizeof(err)), -EINVAL);
-    ck_assert_str_eq(err, "weight chunk of tensor 1: 4 elements in 12 bytes");
+    ck_assert_str_eq(err, "weight chunk of tensor 1: 4 float32 elements in 12 bytes");
+    /* mixed precision: two bytes an element */
+    fx.p.wire_bf16 = true;
+    ck_assert_int_eq(msgcheck_weight_chunk(&w, &fx.p, 8, err, sizeof(err)), 0);
+    ck_assert_int_eq(msgcheck_weight_chunk(&w, &fx.p, 16, err, sizeof(err)), -EINVAL);
+    ck_assert_str_eq(err, "weight chunk of tensor 1: 4 bfloat16 elements in 16 bytes");
+    fx.p.wire_bf16 = false;
     w.total = 5;
     ck_assert_int_eq(msgcheck_weight_chunk(&w, &fx.p, 16, err, sizeof(err)), -EINVAL);
     w.total = 4;

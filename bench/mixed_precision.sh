@@ -48,12 +48,15 @@ job() {
   local bytes
   bytes=$(wire)
   "$src/deploy/local/appliance-down" --dir "$run" --quiet >/dev/null
-  rm -rf "$run"
-  echo "$out" | "$py" -c 'import json, sys
+  # the median step from the coordinator's log (milliseconds), the first left out
+  echo "$out" | "$py" -c 'import datetime, json, re, statistics, sys
 o = json.load(sys.stdin)
-batch, bytes = int(sys.argv[1]), float(sys.argv[2])
-print(batch / o["samples_per_sec"], bytes / o["steps"], o.get("eval_accuracy", -1), o.get("eval_iou", -1))' \
-    "$(sed -n 's/^batch_size = \([0-9]*\).*/\1/p' "$2" | head -n 1)" "$bytes"
+t = [datetime.datetime.strptime(l.split()[0], "%Y-%m-%dT%H:%M:%S.%fZ")
+     for l in open(sys.argv[2]) if re.search(r"job job-1: step \d+/\d+ loss", l)]
+d = [(b - a).total_seconds() for a, b in zip(t[1:], t[2:])]
+print(statistics.median(d) if d else float("nan"), float(sys.argv[1]) / o["steps"], o.get("eval_accuracy", -1), o.get("eval_iou", -1))' \
+    "$bytes" "$run/logs/coordinator.log"
+  rm -rf "$run"
 }
 
 # variant FILE NAME EXPR...: FILE with model_dir NAME, Weight Streaming and the sed expressions

@@ -10,54 +10,7 @@ set -euo pipefail
 . "${SOURCE_ROOT:?}/tests/cluster/lib.sh" appliance-ws-parts
 submit="$build/client/appliance-submit"
 
-cat > "$work/mlp.toml" <<'TOML'
-[runconfig]
-max_steps = 4
-log_steps = 1
-eval_frequency = 2
-seed = 3
-num_csx = 2
-mode = "weight_streaming"
-model_dir = "model"
-[train_input]
-data_processor = "synthetic_classification"
-batch_size = 8
-num_classes = 10
-num_samples = 64
-[eval_input]
-data_processor = "synthetic_classification"
-batch_size = 4
-num_classes = 10
-num_samples = 8
-shuffle = false
-[model]
-input_shape = [1, 64, 64]
-loss = "softmax_cross_entropy"
-[[model.layers]]
-name = "flatten"
-type = "flatten"
-[[model.layers]]
-name = "fc1"
-type = "dense"
-units = 2048
-[[model.layers]]
-name = "relu1"
-type = "relu"
-[[model.layers]]
-name = "fc2"
-type = "dense"
-units = 2048
-[[model.layers]]
-name = "relu2"
-type = "relu"
-[[model.layers]]
-name = "fc3"
-type = "dense"
-units = 10
-[optimizer]
-learning_rate = 0.01
-momentum = 0.9
-TOML
+cp "$src/tests/cluster/jobs/wide_mlp.toml" "$work/mlp.toml"
 
 train() { # train NAME WAFER: the job on a fresh cluster of 2 wse-nodes with that wafer
   "$src/deploy/local/appliance-down" --dir "$run" --quiet >/dev/null 2>&1 || true

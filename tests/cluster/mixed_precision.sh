@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Cluster test: mixed precision. The MLP of jobs/wide_mlp.toml trains 10 steps in
+# Weight Streaming on two replicas in float32, then with [model]
+# mixed_precision = true on the same cluster shape but with memoryx's disk
+# tier (4 MiB of RAM) and a 40 MiB wafer (layers in parts), so that every
+# path a bfloat16 chunk takes is crossed: memoryx's read-ahead, swarmx's
+# float32 sum of two replicas' gradients, the wse-node's in-place widening.
+# Each step's loss stays within 2% of float32's (of 0.1 below it); the bytes between each
+# wse-node and swarmx are half. fp16_type = "float16" is refused by name.
+set -euo pipefail
+. "${SOURCE_ROOT:?}/tests/cluster/lib.sh" appliance-mixed
+submit="$build/client/appliance-submit"
+
+sed -e 's/^max_steps = .*/max_steps = 10/' -e 's/^eval_frequency = .*/eval_frequency = 10/' \
+  -e 's/^learning_rate = .*/learning_rate = 0.001/' \
+  "$src/tests/cluster/jobs/wide_mlp.toml" > "$work/fp32.toml"
+sed 's|^loss = \(.*\)|loss = \1\nmixed_precision = true\nfp16_type = "bfloat16"|' "$work/fp32.toml" > "$work/bf16.toml"
+grep -q "mixed_precision = true" "$work/bf16.toml" || fail "no job file"
+
+train() { # train NAME [appliance-up options]: losses by step to $work/NAME.loss, wire bytes to $work/NAME.wire
+  "$src/deploy/local/appliance-down" --dir "$run" --quiet >/dev/null 2>&1 || true
+  rm -rf "$run"
+  mkdir -p "$work/$1"
+  cp "$work/$1.toml" "$work/$1/job.toml"
+  "$src/deploy/local/appliance-up" --replicas 2 --metrics --dir "$run" --build "$build" "${@:2}" >/dev/null
+  local out
+  out=$(set -a; . "$run/env"; set +a; cd "$work/$1" && timeout 300 "$submit" --json job.toml 2>&1) ||
+    fail "$1: $out"
+  [ "$(echo "$out" | field state)" = done ] || fail "$1: not done: $out"
+  sleep 1.2 # the expositions are rendered once a second
+  awk '$1 ~ /^wse-node/ {print $2}' "$run/metrics" | while read -r url; do
+    "$py" -c 'import sys, urllib.request
+t = urllib.request.urlopen(sys.argv[1], timeout=5).read().decode()
+print(sum(float(l.split()[-1]) for l in t.splitlines()
+          if l.startswith("appliance_peer_bytes_") and "peer_role=\"swarmx\"" in l))' "$url"
+  done > "$work/$1.wire"
+  sed -n 's/.*job job-1: step \([0-9]*\)\/[0-9]* loss \([0-9.e+-]*\).*/\1 \2/p' "$run/logs/coordinator.log" > "$work/$1.loss"
+  [ "$(wc -l < "$work/$1.loss")" = 10 ] || fail "$1: $(wc -l < "$work/$1.loss") step losses logged"
+}
+
+train fp32
+train bf16 --memoryx-memory 4M --wafer-memory 40M
+grep -q "is in the disk tier" "$run/logs/memoryx-1.log" || fail "memoryx did not use its disk tier"
+"$py" - "$work/fp32.loss" "$work/bf16.loss" "$work/fp32.wire" "$work/bf16.wire" <<'PY' || fail "mixed precision"
+import sys
+f = [float(l.split()[1]) for l in open(sys.argv[1])]
+b = [float(l.split()[1]) for l in open(sys.argv[2])]
+worst = max(abs(x - y) / max(abs(x), 0.1) for x, y in zip(f, b))
+print("losses float32: %s" % " ".join("%.4f" % x for x in f))
+print("losses bfloat16: %s" % " ".join("%.4f" % x for x in b))
+wf = [float(l) for l in open(sys.argv[3])]
+wb = [float(l) for l in open(sys.argv[4])]
+ratio = sum(wb) / sum(wf)
+print("largest relative loss difference %.4f; bytes between the wse-nodes and swarmx %.3f of float32's" % (worst, ratio))
+sys.exit(0 if worst < 0.02 and 0.45 < ratio < 0.55 and len(wf) == len(wb) == 2 else 1)
+PY
+echo "ok: bfloat16 on the wire: each step's loss within 2% of float32's, half the bytes"
+
+sed 's/^fp16_type = .*/fp16_type = "float16"/' "$work/bf16.toml" > "$work/f16.toml"
+set +e
+msg=$("$submit" --plan "$work/f16.toml" --wafer-memory 1G 2>&1)
+set -e
+echo "$msg" | grep -q "f16.toml:[0-9]*:[0-9]*: fp16_type = \"float16\" is not supported: mixed precision here is bfloat16" ||
+  fail "fp16_type = \"float16\": $msg"
+echo "ok: $msg"
+echo "1 passed, 0 failed"

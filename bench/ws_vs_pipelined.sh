@@ -4,6 +4,7 @@
 # units (784 -> 4096 -> 4096 -> 10, 20 M parameters), batch 1024, a
 # compute-bound model. Prints the step time of each mode and their ratio:
 #   BENCH ws_over_pipelined_fc4096_b1024 <ratio> of_pipelined
+#   BENCH ws_bf16_over_pipelined_fc4096_b1024 <ratio> of_pipelined  (mixed precision)
 # Each mode runs twice, interleaved, and the faster run of each counts.
 set -euo pipefail
 src=${SOURCE_ROOT:?}
@@ -21,7 +22,7 @@ threads=$(nproc)
 set -a; . "$run/env"; set +a
 
 steps=12
-job() { # job MODE NAME
+job() { # job MODE NAME [MIXED]: MIXED true puts bfloat16 on the wire
   cat > "$work/$2.toml" <<TOML
 [runconfig]
 max_steps = $steps
@@ -38,6 +39,7 @@ num_samples = 65536
 [model]
 input_shape = [1, 28, 28]
 loss = "softmax_cross_entropy"
+mixed_precision = ${3:-false}
 [[model.layers]]
 name = "flatten"
 type = "flatten"
@@ -68,9 +70,11 @@ TOML
     "$py" -c 'import json,sys; r=json.load(sys.stdin); assert r["state"]=="done", r; print(1024.0 / r["samples_per_sec"])'
 }
 best() { "$py" -c 'import sys; print(min(float(x) for x in sys.argv[1:]))' "$@"; }
-p1=$(job pipelined p1); w1=$(job weight_streaming w1)
-p2=$(job pipelined p2); w2=$(job weight_streaming w2)
-pipe=$(best "$p1" "$p2"); ws=$(best "$w1" "$w2")
+p1=$(job pipelined p1); w1=$(job weight_streaming w1); m1=$(job weight_streaming m1 true)
+p2=$(job pipelined p2); w2=$(job weight_streaming w2); m2=$(job weight_streaming m2 true)
+pipe=$(best "$p1" "$p2"); ws=$(best "$w1" "$w2"); mixed=$(best "$m1" "$m2")
 echo "BENCH pipelined_step_fc4096_b1024 $pipe s"
 echo "BENCH ws_step_fc4096_b1024 $ws s"
+echo "BENCH ws_bf16_step_fc4096_b1024 $mixed s"
 "$py" -c 'import sys; print("BENCH ws_over_pipelined_fc4096_b1024 %.3f of_pipelined" % (float(sys.argv[1]) / float(sys.argv[2])))' "$ws" "$pipe"
+"$py" -c 'import sys; print("BENCH ws_bf16_over_pipelined_fc4096_b1024 %.3f of_pipelined" % (float(sys.argv[1]) / float(sys.argv[2])))' "$mixed" "$pipe"

@@ -1,13 +1,19 @@
 /* conv2d and transposed conv2d: GEMM paths against the direct loops on
  * random shapes (odd sizes, stride 2, padding, dilation, 1x1, several row
  * bands), gradients against central differences of double-precision direct
- * convolutions, and the two ops as each other's adjoint. */
+ * convolutions, and the two ops as each other's adjoint. Every check runs
+ * on the path in force (APPLIANCE_CONV_PATH, auto by default), then again
+ * with im2col and with oneDNN forced (the oneDNN runs are skipped, with a
+ * message, when the kernels were built without it). */
 #include <check.h>
 #include <math.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels.h"
+#include "kernels_internal.h"
 #include "kt.h"
 #include "op_conv2d.h"
 #include "op_conv_transpose2d.h"
@@ -67,7 +73,53 @@ static op_conv2d_params conv_case(kt_rng *r, int i)
 
 #define CONV_CASES 16
 
-START_TEST(test_conv_matches_ref)
+/* Where the checked op calls ran. */
+static struct {
+    int calls;        /* forward and backward calls checked */
+    int onednn;       /* of which every piece ran on oneDNN */
+    int touched;      /* of which some piece ran on oneDNN */
+} ran_stats;
+
+/* Counts one checked call, which on oneDNN runs the `want` primitives. */
+static void note_ran(unsigned want)
+{
+    unsigned ran = kern__conv_ran_onednn();
+    ran_stats.calls++;
+    ran_stats.onednn += ran == want;
+    ran_stats.touched += ran != 0;
+}
+
+/* When set, workspaces also have room for oneDNN's scratchpad, which is
+ * often larger than the planner's workspace (the op then falls back to
+ * im2col): so that every shape of the table runs on oneDNN. The threads
+ * check keeps its workspaces sized for one thread as they are. */
+static int roomy;
+
+static size_t room_for_onednn(int transposed, const void *p, size_t bytes)
+{
+    static const unsigned jobs[] = {
+        KERN__DNNL_FWD, KERN__DNNL_FWD_BIAS,
+        KERN__DNNL_BWD_W_BIAS | KERN__DNNL_BWD_D, KERN__DNNL_BWD_W,
+    };
+    for (size_t j = 0; roomy && j < sizeof(jobs) / sizeof(jobs[0]); j++) {
+        size_t need = kern__conv_scratch(transposed, p, jobs[j]);
+        if (need != SIZE_MAX && need > bytes)
+            bytes = need;
+    }
+    return bytes;
+}
+
+static size_t conv_ws(const op_conv2d_params *p)
+{
+    return room_for_onednn(0, p, op_conv2d_workspace(p));
+}
+
+static size_t convt_ws(const op_conv_transpose2d_params *q)
+{
+    return room_for_onednn(1, q, op_conv_transpose2d_workspace(q));
+}
+
+static void conv_matches_ref(void)
 {
     kt_rng r;
     kt_rng_init(&r, 21);
@@ -79,7 +131,7 @@ START_TEST(test_conv_matches_ref)
         size_t nx = (size_t)p.n * p.c * p.h * p.w;
         size_t nw = (size_t)p.k * p.c * p.r * p.s;
         size_t ny = (size_t)p.n * p.k * oh * ow;
-        size_t wsb = op_conv2d_workspace(&p);
+        size_t wsb = conv_ws(&p);
         float *x = kt_falloc(nx), *w = kt_falloc(nw), *b = kt_falloc(p.k);
         float *y = kt_falloc(ny), *yr = kt_falloc(ny), *dy = kt_falloc(ny);
         float *dx = kt_falloc(nx), *dxr = kt_falloc(nx);
@@ -93,23 +145,26 @@ START_TEST(test_conv_matches_ref)
         kt_fill(&r, dx, nx, 7, 8); /* stale values must be overwritten */
         kt_fill(&r, dw, nw, 7, 8);
 
+        kern__conv_ran_onednn();
         op_conv2d_forward(y, x, w, t % 2 ? NULL : b, &p, ws, wsb);
+        note_ran(t % 2 ? KERN__DNNL_FWD : KERN__DNNL_FWD_BIAS);
         op_conv2d_forward_ref(yr, x, w, t % 2 ? NULL : b, &p);
         ck_assert_msg(kt_relerr_ff(y, yr, ny) < 1e-5, "case %d fwd %g", t,
                       kt_relerr_ff(y, yr, ny));
         op_conv2d_backward(dx, dw, db, dy, x, w, &p, ws, wsb);
+        note_ran(KERN__DNNL_BWD_W_BIAS | KERN__DNNL_BWD_D);
         op_conv2d_backward_ref(dxr, dwr, dbr, dy, x, w, &p);
         ck_assert_msg(kt_relerr_ff(dx, dxr, nx) < 1e-5, "case %d dx", t);
         ck_assert_msg(kt_relerr_ff(dw, dwr, nw) < 1e-5, "case %d dw", t);
         ck_assert_msg(kt_relerr_ff(db, dbr, p.k) < 1e-5, "case %d db", t);
         op_conv2d_backward(NULL, dw, NULL, dy, x, w, &p, ws, wsb);
+        note_ran(KERN__DNNL_BWD_W);
         ck_assert_msg(kt_relerr_ff(dw, dwr, nw) < 1e-5, "case %d dw only", t);
         ws_check(ws, wsb);
         free(x); free(w); free(b); free(y); free(yr); free(dy); free(dx);
         free(dxr); free(dw); free(dwr); free(db); free(dbr); free(ws);
     }
 }
-END_TEST
 
 /* Double-precision direct convolution for finite differences. */
 struct conv_fd {
@@ -146,7 +201,7 @@ static double conv_fd_loss(void *ctx)
     return kt_dot(c->y, c->r, (size_t)p->n * p->k * c->oh * c->ow);
 }
 
-START_TEST(test_conv_gradients_fd)
+static void conv_gradients_fd(void)
 {
     kt_rng r;
     kt_rng_init(&r, 22);
@@ -159,13 +214,15 @@ START_TEST(test_conv_gradients_fd)
         float *x = kt_falloc(nx), *w = kt_falloc(nw), *b = kt_falloc(p.k);
         float *R = kt_falloc(ny), *dx = kt_falloc(nx), *dw = kt_falloc(nw);
         float *db = kt_falloc(p.k);
-        size_t wsb = op_conv2d_workspace(&p);
+        size_t wsb = conv_ws(&p);
         float *ws = ws_new(wsb);
         kt_fill(&r, x, nx, -1, 1);
         kt_fill(&r, w, nw, -1, 1);
         kt_fill(&r, b, p.k, -1, 1);
         kt_fill(&r, R, ny, -1, 1);
+        kern__conv_ran_onednn();
         op_conv2d_backward(dx, dw, db, R, x, w, &p, ws, wsb);
+        note_ran(KERN__DNNL_BWD_W_BIAS | KERN__DNNL_BWD_D);
 
         struct conv_fd c = {p, oh, ow, kt_dalloc(nx), kt_dalloc(nw),
                             kt_dalloc(p.k), kt_dalloc(ny), R, 0};
@@ -185,7 +242,6 @@ START_TEST(test_conv_gradients_fd)
         free(ws);
     }
 }
-END_TEST
 
 /* The transposed convolution whose input is the output of conv p: same
  * kernel, stride, padding and dilation, out_pad chosen to land back on
@@ -234,7 +290,7 @@ START_TEST(test_conv_transpose_out_size)
 }
 END_TEST
 
-START_TEST(test_conv_transpose_matches_ref_and_adjoint)
+static void convt_matches_ref(void)
 {
     kt_rng r;
     kt_rng_init(&r, 23);
@@ -253,7 +309,7 @@ START_TEST(test_conv_transpose_matches_ref_and_adjoint)
         size_t nx = (size_t)q.n * q.c * q.h * q.w;
         size_t nw = (size_t)q.c * q.k * q.r * q.s;
         size_t ny = (size_t)q.n * q.k * oh * ow;
-        size_t wsb = op_conv_transpose2d_workspace(&q);
+        size_t wsb = convt_ws(&q);
         float *x = kt_falloc(nx), *w = kt_falloc(nw), *b = kt_falloc(q.k);
         float *y = kt_falloc(ny), *yr = kt_falloc(ny), *dy = kt_falloc(ny);
         float *dx = kt_falloc(nx), *dxr = kt_falloc(nx);
@@ -268,10 +324,13 @@ START_TEST(test_conv_transpose_matches_ref_and_adjoint)
         kt_fill(&r, dx, nx, 7, 8);
         kt_fill(&r, dw, nw, 7, 8);
 
+        kern__conv_ran_onednn();
         op_conv_transpose2d_forward(y, x, w, t % 2 ? NULL : b, &q, ws, wsb);
+        note_ran(t % 2 ? KERN__DNNL_FWD : KERN__DNNL_FWD_BIAS);
         op_conv_transpose2d_forward_ref(yr, x, w, t % 2 ? NULL : b, &q);
         ck_assert_msg(kt_relerr_ff(y, yr, ny) < 1e-5, "case %d fwd", t);
         op_conv_transpose2d_backward(dx, dw, db, dy, x, w, &q, ws, wsb);
+        note_ran(KERN__DNNL_BWD_W_BIAS | KERN__DNNL_BWD_D);
         op_conv_transpose2d_backward_ref(dxr, dwr, dbr, dy, x, w, &q);
         ck_assert_msg(kt_relerr_ff(dx, dxr, nx) < 1e-5, "case %d dx", t);
         ck_assert_msg(kt_relerr_ff(dw, dwr, nw) < 1e-5, "case %d dw", t);
@@ -282,7 +341,7 @@ START_TEST(test_conv_transpose_matches_ref_and_adjoint)
          * conv weight (p.k, p.c, r, s) = convT weight (q.c, q.k, r, s) */
         if (p.n * p.c * p.h * p.w < 100000) {
             float *v = kt_falloc(ny), *cv = kt_falloc(nx);
-            size_t cwsb = op_conv2d_workspace(&p);
+            size_t cwsb = conv_ws(&p);
             float *cws = ws_new(cwsb);
             kt_fill(&r, v, ny, -1, 1);
             op_conv_transpose2d_forward(y, x, w, NULL, &q, ws, wsb);
@@ -302,7 +361,6 @@ START_TEST(test_conv_transpose_matches_ref_and_adjoint)
     }
     ck_assert_int_ge(tested, 10);
 }
-END_TEST
 
 /* Double-precision transposed convolution by scattering. */
 struct convt_fd {
@@ -341,7 +399,7 @@ static double convt_fd_loss(void *ctx)
     return kt_dot(c->y, c->r, (size_t)q->n * q->k * ohw);
 }
 
-START_TEST(test_conv_transpose_gradients_fd)
+static void convt_gradients_fd(void)
 {
     kt_rng r;
     kt_rng_init(&r, 24);
@@ -359,13 +417,15 @@ START_TEST(test_conv_transpose_gradients_fd)
         float *x = kt_falloc(nx), *w = kt_falloc(nw), *b = kt_falloc(q.k);
         float *R = kt_falloc(ny), *dx = kt_falloc(nx), *dw = kt_falloc(nw);
         float *db = kt_falloc(q.k);
-        size_t wsb = op_conv_transpose2d_workspace(&q);
+        size_t wsb = convt_ws(&q);
         float *ws = ws_new(wsb);
         kt_fill(&r, x, nx, -1, 1);
         kt_fill(&r, w, nw, -1, 1);
         kt_fill(&r, b, q.k, -1, 1);
         kt_fill(&r, R, ny, -1, 1);
+        kern__conv_ran_onednn();
         op_conv_transpose2d_backward(dx, dw, db, R, x, w, &q, ws, wsb);
+        note_ran(KERN__DNNL_BWD_W_BIAS | KERN__DNNL_BWD_D);
 
         struct convt_fd c = {q, oh, ow, kt_dalloc(nx), kt_dalloc(nw),
                              kt_dalloc(q.k), kt_dalloc(ny), R};
@@ -385,12 +445,11 @@ START_TEST(test_conv_transpose_gradients_fd)
     }
     ck_assert_int_ge(tested, 10);
 }
-END_TEST
 
 /* The same comparisons on two threads: bands and images split over the
  * pool, weight gradients summed from per-thread partials. Also a workspace
  * sized for one thread, which must still work (on one thread). */
-START_TEST(test_threads)
+static void threads_match_ref(void)
 {
     static const op_conv2d_params cases[] = {
         /* n c  h   w  k  r  s  sh sw ph pw dh dw */
@@ -417,8 +476,8 @@ START_TEST(test_threads)
             size_t wsb1 = op_conv2d_workspace(&p);
             size_t twsb1 = op_conv_transpose2d_workspace(&q);
             kernels_set_threads(2);
-            size_t wsb = one_thread_ws ? wsb1 : op_conv2d_workspace(&p);
-            size_t twsb = one_thread_ws ? twsb1 : op_conv_transpose2d_workspace(&q);
+            size_t wsb = one_thread_ws ? wsb1 : conv_ws(&p);
+            size_t twsb = one_thread_ws ? twsb1 : convt_ws(&q);
             if (!one_thread_ws) {
                 ck_assert_uint_gt(wsb, wsb1);
                 ck_assert_uint_gt(twsb, twsb1);
@@ -436,11 +495,14 @@ START_TEST(test_threads)
             kt_fill(&r, bc, p.c, -1, 1);
             kt_fill(&r, yr, ny, -1, 1);
 
+            kern__conv_ran_onednn();
             op_conv2d_forward(y, x, w, b, &p, ws, wsb);
+            note_ran(KERN__DNNL_FWD_BIAS);
             op_conv2d_forward_ref(dxr, x, w, b, &p);
             ck_assert_msg(kt_relerr_ff(y, dxr, ny) < 1e-5, "case %zu fwd", t);
             /* yr is dout here */
             op_conv2d_backward(dx, dw, db, yr, x, w, &p, ws, wsb);
+            note_ran(KERN__DNNL_BWD_W_BIAS | KERN__DNNL_BWD_D);
             op_conv2d_backward_ref(dxr, dwr, dbr, yr, x, w, &p);
             ck_assert_msg(kt_relerr_ff(dx, dxr, nx) < 1e-5, "case %zu dx", t);
             ck_assert_msg(kt_relerr_ff(dw, dwr, nw) < 1e-5, "case %zu dw", t);
@@ -449,11 +511,13 @@ START_TEST(test_threads)
 
             /* transposed: input (n, k, oh, ow) -> output (n, c, h, w) */
             op_conv_transpose2d_forward(dx, yr, w, bc, &q, tws, twsb);
+            note_ran(KERN__DNNL_FWD_BIAS);
             op_conv_transpose2d_forward_ref(dxr, yr, w, bc, &q);
             ck_assert_msg(kt_relerr_ff(dx, dxr, nx) < 1e-5, "case %zu tfwd", t);
             float *tdin = kt_falloc(ny), *tdinr = kt_falloc(ny);
             float *tdb = kt_falloc(p.c), *tdbr = kt_falloc(p.c);
             op_conv_transpose2d_backward(tdin, dw, tdb, x, yr, w, &q, tws, twsb);
+            note_ran(KERN__DNNL_BWD_W_BIAS | KERN__DNNL_BWD_D);
             op_conv_transpose2d_backward_ref(tdinr, dwr, tdbr, x, yr, w, &q);
             ck_assert_msg(kt_relerr_ff(tdin, tdinr, ny) < 1e-5, "case %zu tdx", t);
             ck_assert_msg(kt_relerr_ff(dw, dwr, nw) < 1e-5, "case %zu tdw", t);
@@ -467,7 +531,87 @@ START_TEST(test_threads)
     }
     kernels_set_threads(1);
 }
+
+/* Runs a check with the path forced, then puts back the one in force. On
+ * im2col no call may touch oneDNN. On oneDNN with room (roomy_ws), every
+ * call must have run wholly there (half of them for the threads check,
+ * whose second half has workspaces for one thread); with the planner's
+ * workspaces, calls whose scratchpad does not fit fall back to im2col and
+ * are only counted. */
+static void on_path(kern__conv_path path, void (*check)(void),
+                    const char *name, int roomy_ws)
+{
+    if (path == KERN__CONV_ONEDNN && !kern__conv_have_onednn()) {
+        printf("%s on oneDNN: skipped, the kernels were built without "
+               "oneDNN (libdnnl-dev)\n", name);
+        return;
+    }
+    kern__conv_path saved = kern__conv_get_path();
+    kern__conv_set_path(path);
+    memset(&ran_stats, 0, sizeof(ran_stats));
+    roomy = roomy_ws;
+    check();
+    roomy = 0;
+    kern__conv_set_path(saved);
+    ck_assert_int_gt(ran_stats.calls, 0);
+    if (path == KERN__CONV_IM2COL)
+        ck_assert_msg(ran_stats.touched == 0, "%s: oneDNN ran on the im2col "
+                      "path", name);
+    else if (roomy_ws)
+        ck_assert_msg(ran_stats.onednn >= (roomy_ws == 2 ? ran_stats.calls / 2
+                                                          : ran_stats.calls),
+                      "%s: only %d of %d calls ran on oneDNN", name,
+                      ran_stats.onednn, ran_stats.calls);
+    if (path == KERN__CONV_ONEDNN)
+        printf("%s on oneDNN%s: %d of %d calls ran wholly on oneDNN\n",
+               name, roomy_ws ? "" : " (planner's workspaces)",
+               ran_stats.onednn, ran_stats.calls);
+}
+
+START_TEST(test_conv_matches_ref) { conv_matches_ref(); }
 END_TEST
+START_TEST(test_conv_matches_ref_im2col)
+{ on_path(KERN__CONV_IM2COL, conv_matches_ref, "conv_matches_ref", 0); }
+END_TEST
+START_TEST(test_conv_matches_ref_onednn)
+{
+    on_path(KERN__CONV_ONEDNN, conv_matches_ref, "conv_matches_ref", 1);
+    on_path(KERN__CONV_ONEDNN, conv_matches_ref, "conv_matches_ref", 0);
+}
+END_TEST
+START_TEST(test_conv_gradients_fd) { conv_gradients_fd(); }
+END_TEST
+START_TEST(test_conv_gradients_fd_onednn)
+{ on_path(KERN__CONV_ONEDNN, conv_gradients_fd, "conv_gradients_fd", 1); }
+END_TEST
+START_TEST(test_conv_transpose_matches_ref_and_adjoint) { convt_matches_ref(); }
+END_TEST
+START_TEST(test_conv_transpose_matches_ref_im2col)
+{ on_path(KERN__CONV_IM2COL, convt_matches_ref, "convt_matches_ref", 0); }
+END_TEST
+START_TEST(test_conv_transpose_matches_ref_onednn)
+{
+    on_path(KERN__CONV_ONEDNN, convt_matches_ref, "convt_matches_ref", 1);
+    on_path(KERN__CONV_ONEDNN, convt_matches_ref, "convt_matches_ref", 0);
+}
+END_TEST
+START_TEST(test_conv_transpose_gradients_fd) { convt_gradients_fd(); }
+END_TEST
+START_TEST(test_conv_transpose_gradients_fd_onednn)
+{ on_path(KERN__CONV_ONEDNN, convt_gradients_fd, "convt_gradients_fd", 1); }
+END_TEST
+START_TEST(test_threads) { threads_match_ref(); }
+END_TEST
+START_TEST(test_threads_im2col)
+{ on_path(KERN__CONV_IM2COL, threads_match_ref, "threads", 0); }
+END_TEST
+START_TEST(test_threads_onednn)
+{
+    on_path(KERN__CONV_ONEDNN, threads_match_ref, "threads", 2);
+    on_path(KERN__CONV_ONEDNN, threads_match_ref, "threads", 0);
+}
+END_TEST
+
 
 int main(void)
 {
@@ -475,11 +619,19 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_conv_matches_ref);
+    tcase_add_test(tc, test_conv_matches_ref_im2col);
+    tcase_add_test(tc, test_conv_matches_ref_onednn);
     tcase_add_test(tc, test_conv_gradients_fd);
+    tcase_add_test(tc, test_conv_gradients_fd_onednn);
     tcase_add_test(tc, test_conv_transpose_out_size);
     tcase_add_test(tc, test_conv_transpose_matches_ref_and_adjoint);
+    tcase_add_test(tc, test_conv_transpose_matches_ref_im2col);
+    tcase_add_test(tc, test_conv_transpose_matches_ref_onednn);
     tcase_add_test(tc, test_conv_transpose_gradients_fd);
+    tcase_add_test(tc, test_conv_transpose_gradients_fd_onednn);
     tcase_add_test(tc, test_threads);
+    tcase_add_test(tc, test_threads_im2col);
+    tcase_add_test(tc, test_threads_onednn);
     suite_add_tcase(s, tc);
     return kt_run(s);
 }

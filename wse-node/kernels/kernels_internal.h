@@ -1,6 +1,10 @@
-/* Internal: the worker pool the convolutions split their bands over. */
+/* Internal: the worker pool the convolutions split their bands over, and
+ * the choice between the two implementations of a convolution (im2col +
+ * GEMM, or oneDNN when the library was built with it). */
 #ifndef KERNELS_INTERNAL_H
 #define KERNELS_INTERNAL_H
+
+#include <stddef.h>
 
 /* Body of a parallel region: runs once per thread with its index tid in
  * [0, nthreads). */
@@ -12,5 +16,60 @@ typedef void (*kern__task_fn)(void *ctx, int tid, int nthreads);
  * run on its own core. With one, fn runs inline and GEMMs keep their
  * threads. */
 void kern__parallel(kern__task_fn fn, void *ctx, int want);
+
+/* Which implementation runs the convolutions. */
+typedef enum kern__conv_path {
+    KERN__CONV_AUTO = 0,   /* per shape, the faster one, timed at first use */
+    KERN__CONV_IM2COL,     /* im2col + OpenBLAS GEMM everywhere */
+    KERN__CONV_ONEDNN,     /* oneDNN wherever it can run the shape within
+                              the workspace, im2col elsewhere */
+} kern__conv_path;
+
+/* The oneDNN primitives one piece of a convolution runs, as bits of a job:
+ * forward with or without bias, weight gradient with or without the bias
+ * gradient, data gradient. */
+enum {
+    KERN__DNNL_FWD = 1 << 0,
+    KERN__DNNL_FWD_BIAS = 1 << 1,
+    KERN__DNNL_BWD_W = 1 << 2,
+    KERN__DNNL_BWD_W_BIAS = 1 << 3,
+    KERN__DNNL_BWD_D = 1 << 4,
+    KERN__DNNL_JOBS = 1 << 5,   /* bound of the job masks */
+};
+
+/* Sets the path for the rest of the process, overriding the environment
+ * variable APPLIANCE_CONV_PATH (im2col, onednn or auto; read once at the
+ * first convolution; auto when unset). For tests and benchmarks; call it
+ * between operator calls, from the operators' thread. */
+void kern__conv_set_path(kern__conv_path path);
+
+/* The path in force (the setter's, else the environment's). */
+kern__conv_path kern__conv_get_path(void);
+
+/* 1 when the library was built with oneDNN and its CPU engine works. */
+int kern__conv_have_onednn(void);
+
+/* Bits (KERN__DNNL_*) of the primitives that ran on oneDNN since the
+ * previous call; clears them. Lets tests see which path really ran. */
+unsigned kern__conv_ran_onednn(void);
+
+/* What auto chose for `job` of the shape p (an op_conv2d_params, or an
+ * op_conv_transpose2d_params when transposed) on the current thread count:
+ * KERN__CONV_IM2COL or KERN__CONV_ONEDNN, KERN__CONV_AUTO while
+ * undecided. */
+kern__conv_path kern__conv_choice(int transposed, const void *p,
+                                  unsigned job);
+
+/* Bytes of workspace oneDNN needs to run `job` of shape p on the current
+ * thread count (its scratchpad plus alignment slack; 0 when it needs
+ * none), creating the primitives if need be; SIZE_MAX when it cannot run
+ * it. Lets tests and benchmarks give oneDNN room where the planner's
+ * workspace is too small for it. */
+size_t kern__conv_scratch(int transposed, const void *p, unsigned job);
+
+/* oneDNN's name for the implementation of the primitive `prim` (one
+ * KERN__DNNL_* bit) of shape p, NULL when none was created. Static
+ * storage owned by oneDNN. */
+const char *kern__conv_impl(int transposed, const void *p, unsigned prim);
 
 #endif

@@ -2,13 +2,15 @@
  * caller's workspace and one GEMM. Backward lowers the input again for the
  * weight gradient; the data gradient is a convolution of dout for unit
  * strides and a GEMM plus col2im otherwise. 1x1 unit-stride unpadded
- * convolutions skip the lowering. */
+ * convolutions skip the lowering. Each piece (forward, weight gradient,
+ * data gradient) may run on oneDNN instead (conv_path.h). */
 #include "op_conv2d.h"
 
 #include <assert.h>
 #include <cblas.h>
 #include <string.h>
 
+#include "conv_path.h"
 #include "im2col.h"
 #include "kernels.h"
 #include "kernels_internal.h"
@@ -84,18 +86,28 @@ static void forward_task(void *arg, int tid, int nt)
     }
 }
 
-void op_conv2d_forward(float *out, const float *in, const float *weight,
-                       const float *bias, const op_conv2d_params *p,
-                       void *ws, size_t ws_bytes)
+/* The im2col path of the forward pass. */
+static void im2col_forward(const void *vp, const kern__conv_bufs *b)
 {
     /* in (n, c, h, w), weight (k, c, r, s), bias (k) or NULL,
      * out (n, k, oh, ow); per band of output rows:
      * out[:, band] = weight (k, crs) * im2col(in) (crs, band) */
+    const op_conv2d_params *p = vp;
     plan pl = convplan_conv2d_of(p);
-    conv_call cc = {.p = p, .pl = &pl, .out = out, .in = in,
-                    .weight = weight, .bias = bias, .ws = ws};
-    int units = p->n * pl.nb, t = threads_for(&pl, ws_bytes);
+    conv_call cc = {.p = p, .pl = &pl, .out = b->y, .in = b->x,
+                    .weight = b->w, .bias = b->b, .ws = b->ws};
+    int units = p->n * pl.nb, t = threads_for(&pl, b->ws_bytes);
     kern__parallel(forward_task, &cc, units < t ? units : t);
+}
+
+void op_conv2d_forward(float *out, const float *in, const float *weight,
+                       const float *bias, const op_conv2d_params *p,
+                       void *ws, size_t ws_bytes)
+{
+    kern__conv_bufs b = {.x = in, .w = weight, .b = bias, .y = out,
+                         .ws = ws, .ws_bytes = ws_bytes};
+    kern__conv_run(0, p, bias ? KERN__DNNL_FWD_BIAS : KERN__DNNL_FWD, &b,
+                   im2col_forward);
 }
 
 /* Weight and bias gradients into the thread's partials: per band,
@@ -199,22 +211,18 @@ static void dgrad_image_task(void *arg, int tid, int nt)
     }
 }
 
-void op_conv2d_backward(float *din, float *dweight, float *dbias,
-                        const float *dout, const float *in,
-                        const float *weight, const op_conv2d_params *p,
-                        void *ws, size_t ws_bytes)
+/* The im2col path of the weight and bias gradients: per-thread partials
+ * in the workspace, summed in thread order. */
+static void im2col_wgrad(const void *vp, const kern__conv_bufs *b)
 {
-    /* dout (n, k, oh, ow), in (n, c, h, w), weight (k, c, r, s);
+    /* dout (n, k, oh, ow), in (n, c, h, w);
      * dweight (k, crs) = sum over bands of dout[:, band] * im2col(in)^T,
-     * dbias (k) = sum of dout over n, oh, ow;
-     * din: unit stride: din[:, band] = wflip (c, krs) * im2col(dout),
-     * otherwise dcol (crs, band) = weight^T * dout[:, band] and
-     * din = col2im(dcol) */
+     * dbias (k) = sum of dout over n, oh, ow */
+    const op_conv2d_params *p = vp;
     plan pl = convplan_conv2d_of(p);
-    conv_call cc = {.p = p, .pl = &pl, .out = din, .dweight = dweight,
-                    .dbias = dbias, .in = in, .dout = dout, .weight = weight,
-                    .ws = ws};
-    int t = threads_for(&pl, ws_bytes);
+    conv_call cc = {.p = p, .pl = &pl, .dweight = b->dw, .dbias = b->db,
+                    .in = b->x, .dout = b->dy, .ws = b->ws};
+    int t = threads_for(&pl, b->ws_bytes);
     int units = p->n * pl.nb;
     int used = units < t ? units : t;
     if (used < 1)
@@ -226,29 +234,41 @@ void op_conv2d_backward(float *din, float *dweight, float *dbias,
         const float *dw = thread_block(&cc, tid) + convplan_round16(pl.col);
         const float *db = dw + convplan_round16(nw);
         if (tid == 0) {
-            memcpy(dweight, dw, sizeof(float) * nw);
-            if (dbias)
-                memcpy(dbias, db, sizeof(float) * p->k);
+            memcpy(b->dw, dw, sizeof(float) * nw);
+            if (b->db)
+                memcpy(b->db, db, sizeof(float) * p->k);
             continue;
         }
         for (size_t j = 0; j < nw; j++)
-            dweight[j] += dw[j];
-        if (dbias)
+            b->dw[j] += dw[j];
+        if (b->db)
             for (int k = 0; k < p->k; k++)
-                dbias[k] += db[k];
+                b->db[k] += db[k];
     }
-    if (!din)
-        return;
+}
+
+/* The im2col path of the data gradient. */
+static void im2col_dgrad(const void *vp, const kern__conv_bufs *b)
+{
+    /* dout (n, k, oh, ow), weight (k, c, r, s), din (n, c, h, w):
+     * unit stride: din[:, band] = wflip (c, krs) * im2col(dout),
+     * otherwise dcol (crs, band) = weight^T * dout[:, band] and
+     * din = col2im(dcol) */
+    const op_conv2d_params *p = vp;
+    plan pl = convplan_conv2d_of(p);
+    conv_call cc = {.p = p, .pl = &pl, .out = b->dx, .dout = b->dy,
+                    .weight = b->w, .ws = b->ws};
+    int t = threads_for(&pl, b->ws_bytes);
     if (pl.as_conv) {
         /* wflip[c][k][r-1-y][s-1-x] = weight[k][c][y][x] */
-        float *wflip = ws;
+        float *wflip = b->ws;
         for (int k = 0; k < p->k; k++)
             for (int c = 0; c < p->c; c++)
                 for (int y = 0; y < p->r; y++)
                     for (int x = 0; x < p->s; x++)
                         wflip[(((size_t)c * p->k + k) * p->r + (p->r - 1 - y)) * p->s +
                               (p->s - 1 - x)] =
-                            weight[(((size_t)k * p->c + c) * p->r + y) * p->s + x];
+                            b->w[(((size_t)k * p->c + c) * p->r + y) * p->s + x];
     }
     if (pl.direct || pl.as_conv) {
         int du = p->n * (pl.direct ? pl.nb : pl.dnb);
@@ -256,6 +276,20 @@ void op_conv2d_backward(float *din, float *dweight, float *dbias,
     } else {
         kern__parallel(dgrad_image_task, &cc, p->n < t ? p->n : t);
     }
+}
+
+void op_conv2d_backward(float *din, float *dweight, float *dbias,
+                        const float *dout, const float *in,
+                        const float *weight, const op_conv2d_params *p,
+                        void *ws, size_t ws_bytes)
+{
+    kern__conv_bufs b = {.x = in, .w = weight, .dy = dout, .dx = din,
+                         .dw = dweight, .db = dbias, .ws = ws,
+                         .ws_bytes = ws_bytes};
+    kern__conv_run(0, p, dbias ? KERN__DNNL_BWD_W_BIAS : KERN__DNNL_BWD_W, &b,
+                   im2col_wgrad);
+    if (din)
+        kern__conv_run(0, p, KERN__DNNL_BWD_D, &b, im2col_dgrad);
 }
 
 void op_conv2d_forward_ref(float *out, const float *in, const float *weight,

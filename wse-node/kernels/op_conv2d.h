@@ -1,5 +1,6 @@
 /* 2-D convolution (cross-correlation, as in PyTorch), NCHW, fp32, lowered
- * to cblas_sgemm through im2col over bands of output rows. */
+ * to cblas_sgemm through im2col over bands of output rows, or run by oneDNN
+ * where that is faster for the shape and fits the same workspace. */
 #ifndef OP_CONV2D_H
 #define OP_CONV2D_H
 

@@ -1,13 +1,15 @@
 /* Transposed 2-D convolution. The columns live on the input grid (h, w) and
  * the image is the output (k, oh, ow): forward is weight^T times the input
  * band then col2im into the output (the data gradient of a convolution);
- * backward lowers dout with im2col and runs two GEMMs on the band. */
+ * backward lowers dout with im2col and runs two GEMMs on the band. Either
+ * pass may run on oneDNN's deconvolution instead (conv_path.h). */
 #include "op_conv_transpose2d.h"
 
 #include <assert.h>
 #include <cblas.h>
 #include <string.h>
 
+#include "conv_path.h"
 #include "im2col.h"
 #include "kernels.h"
 #include "kernels_internal.h"
@@ -102,22 +104,32 @@ static void forward_task(void *arg, int tid, int nt)
     }
 }
 
+/* The im2col path of the forward pass. */
+static void im2col_forward(const void *vp, const kern__conv_bufs *b)
+{
+    /* in (n, c, h, w), weight (c, k, r, s), bias (k) or NULL,
+     * out (n, k, oh, ow); per band of input rows:
+     * col (krs, band) = weight^T (krs, c) * in[:, band], out += col2im(col) */
+    const op_conv_transpose2d_params *p = vp;
+    plan pl = convplan_convt_of(p);
+    convt_call cc = {.p = p, .pl = &pl, .out = b->y, .in = b->x,
+                     .weight = b->w, .bias = b->b, .ws = b->ws};
+    int t = threads_for(&pl, b->ws_bytes);
+    int planes = p->n * p->k;
+    kern__parallel(fill_task, &cc, planes < t ? planes : t);
+    int units = pl.disjoint ? p->n * pl.nb : p->n;
+    kern__parallel(forward_task, &cc, units < t ? units : t);
+}
+
 void op_conv_transpose2d_forward(float *out, const float *in,
                                  const float *weight, const float *bias,
                                  const op_conv_transpose2d_params *p,
                                  void *ws, size_t ws_bytes)
 {
-    /* in (n, c, h, w), weight (c, k, r, s), bias (k) or NULL,
-     * out (n, k, oh, ow); per band of input rows:
-     * col (krs, band) = weight^T (krs, c) * in[:, band], out += col2im(col) */
-    plan pl = convplan_convt_of(p);
-    convt_call cc = {.p = p, .pl = &pl, .out = out, .in = in,
-                     .weight = weight, .bias = bias, .ws = ws};
-    int t = threads_for(&pl, ws_bytes);
-    int planes = p->n * p->k;
-    kern__parallel(fill_task, &cc, planes < t ? planes : t);
-    int units = pl.disjoint ? p->n * pl.nb : p->n;
-    kern__parallel(forward_task, &cc, units < t ? units : t);
+    kern__conv_bufs b = {.x = in, .w = weight, .b = bias, .y = out,
+                         .ws = ws, .ws_bytes = ws_bytes};
+    kern__conv_run(1, p, bias ? KERN__DNNL_FWD_BIAS : KERN__DNNL_FWD, &b,
+                   im2col_forward);
 }
 
 /* Per band of input rows: col (krs, band) = im2col(dout),
@@ -166,21 +178,21 @@ static void backward_task(void *arg, int tid, int nt)
     }
 }
 
-void op_conv_transpose2d_backward(float *din, float *dweight, float *dbias,
-                                  const float *dout, const float *in,
-                                  const float *weight,
-                                  const op_conv_transpose2d_params *p,
-                                  void *ws, size_t ws_bytes)
+/* The im2col path of the backward pass: both gradients from one lowering
+ * of dout. */
+static void im2col_backward(const void *vp, const kern__conv_bufs *b)
 {
     /* dout (n, k, oh, ow), in (n, c, h, w), weight (c, k, r, s);
      * per band of input rows: col (krs, band) = im2col(dout),
      * dweight (c, krs) += in[:, band] * col^T, din[:, band] = weight * col;
      * dbias (k) = sum of dout over n, oh, ow */
+    const op_conv_transpose2d_params *p = vp;
+    float *dweight = b->dw, *dbias = b->db;
     plan pl = convplan_convt_of(p);
-    convt_call cc = {.p = p, .pl = &pl, .out = din, .dweight = dweight,
-                     .dbias = dbias, .in = in, .dout = dout, .weight = weight,
-                     .ws = ws};
-    int t = threads_for(&pl, ws_bytes);
+    convt_call cc = {.p = p, .pl = &pl, .out = b->dx, .dweight = dweight,
+                     .dbias = dbias, .in = b->x, .dout = b->dy,
+                     .weight = b->w, .ws = b->ws};
+    int t = threads_for(&pl, b->ws_bytes);
     int units = p->n * pl.nb;
     int used = units < t ? units : t;
     if (used < 1)
@@ -202,6 +214,20 @@ void op_conv_transpose2d_backward(float *din, float *dweight, float *dbias,
             for (int k = 0; k < p->k; k++)
                 dbias[k] += db[k];
     }
+}
+
+void op_conv_transpose2d_backward(float *din, float *dweight, float *dbias,
+                                  const float *dout, const float *in,
+                                  const float *weight,
+                                  const op_conv_transpose2d_params *p,
+                                  void *ws, size_t ws_bytes)
+{
+    kern__conv_bufs b = {.x = in, .w = weight, .dy = dout, .dx = din,
+                         .dw = dweight, .db = dbias, .ws = ws,
+                         .ws_bytes = ws_bytes};
+    unsigned job = (dbias ? KERN__DNNL_BWD_W_BIAS : KERN__DNNL_BWD_W) |
+                   (din ? KERN__DNNL_BWD_D : 0u);
+    kern__conv_run(1, p, job, &b, im2col_backward);
 }
 
 void op_conv_transpose2d_forward_ref(float *out, const float *in,

@@ -1,5 +1,6 @@
 /* Transposed 2-D convolution (the adjoint of op_conv2d, PyTorch's
- * ConvTranspose2d), NCHW, fp32: U-Net upsampling. GEMM plus col2im. */
+ * ConvTranspose2d), NCHW, fp32: U-Net upsampling. GEMM plus col2im, or
+ * oneDNN's deconvolution where that is faster and fits the workspace. */
 #ifndef OP_CONV_TRANSPOSE2D_H
 #define OP_CONV_TRANSPOSE2D_H
 

@@ -355,8 +355,14 @@ int tier_copy_in(mx_tier *tr, int file, uint64_t dst_off, int src_fd, uint64_t s
             continue;
         if (k <= 0)
             return k < 0 ? -errno : -EIO;
-        if (pwrite(tr->fd[file], buf, (size_t)k, out) != k)
-            return errno ? -errno : -EIO;
+        for (ssize_t w = 0; w < k;) { /* a short write, then the error (a full disk) */
+            ssize_t m = pwrite(tr->fd[file], buf + w, (size_t)(k - w), out + w);
+            if (m < 0 && errno == EINTR)
+                continue;
+            if (m <= 0)
+                return m < 0 ? -errno : -EIO;
+            w += m;
+        }
         in += k;
         out += k;
         bytes -= (uint64_t)k;

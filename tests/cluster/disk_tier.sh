@@ -162,6 +162,44 @@ else
   echo "skip: the state directory's file system has no immutable flag"
 fi
 
+# bad input: a state directory that filled up after memoryx registered its
+# room: the job fails at its start naming the directory and the numbers;
+# and a model_dir that fills up at a checkpoint fails the job naming the
+# file, while the checkpoint before it stays whole and resumes. Both on
+# small tmpfs mounts in a mount namespace of the cluster's own (root only).
+if [ "$(id -u)" = 0 ] && unshare -m true 2>/dev/null; then
+  "$src/deploy/local/appliance-down" --dir "$run" --quiet >/dev/null 2>&1 || true
+  rm -rf "$run"
+  mkdir -p "$run/state/memoryx-1" "$work/small"
+  unshare -m --propagation private bash -c '
+    mount -t tmpfs -o size=256M tmpfs "$1/state/memoryx-1" &&
+    mount -t tmpfs -o size=160M tmpfs "$2" &&
+    shift 2 && exec "$@"' _ "$run" "$work/small" \
+    "$src/deploy/local/appliance-up" --replicas 1 --wafer-memory 256M --dir "$run" --build "$build" \
+    --coordinator-config "$work/coordinator.toml" --memoryx-memory 4M >/dev/null
+  set -a; . "$run/env"; set +a
+  mxpid=$(cat "$run/pids/memoryx-1.pid")
+  nsenter -t "$mxpid" -m dd if=/dev/zero of="$run/state/memoryx-1/filler" bs=1M count=128 status=none
+  out=$(cd "$work" && "$submit" --json "$(job full 's/^max_num_restarts = .*/max_num_restarts = 0/')" 2>&1) || true
+  echo "$out" | grep -q "its disk tier 192.3 MiB, more than the 128.0 MiB free in $run/state/memoryx-1" ||
+    fail "a full state directory: $out"
+  echo "ok: a state directory that filled up fails the job: $(echo "$out" | field message)"
+  nsenter -t "$mxpid" -m rm "$run/state/memoryx-1/filler"
+  # 160 MiB of model_dir: the checkpoint of step 2 (128 MiB) fits, step 4's does not
+  out=$(cd "$work" && "$submit" --json "$(job "small/m" 's/^max_num_restarts = .*/max_num_restarts = 0/')" 2>&1) || true
+  echo "$out" | grep -q "small/m/optimizer_4-shard1-of-1.safetensors.*No space left on device" ||
+    fail "a model_dir that fills up: $out"
+  echo "ok: a model_dir that fills up fails the job: $(echo "$out" | field message | cut -c1-160)"
+  nsenter -t "$mxpid" -m ls "$work/small/m" | grep -q "tmp" && fail "a partial checkpoint file was left"
+  nsenter -t "$mxpid" -m cp "$work/small/m/checkpoint_2-shard1-of-1.safetensors" \
+    "$work/small/m/optimizer_2-shard1-of-1.safetensors" "$work/"
+  mkdir -p "$work/full2" && mv "$work"/checkpoint_2-shard1-of-1.safetensors "$work"/optimizer_2-shard1-of-1.safetensors "$work/full2/"
+  same ram full2 2
+  echo "ok: the checkpoint before the full disk is whole: bitwise the in-memory run's"
+else
+  echo "skip: a full disk needs root and mount namespaces"
+fi
+
 # bad input: a truncated checkpoint is refused at resume, naming the file
 mkdir -p "$work/cut"
 cp "$work/tier/checkpoint_2-shard1-of-1.safetensors" "$work/tier/optimizer_2-shard1-of-1.safetensors" "$work/cut/"

@@ -39,12 +39,14 @@ void kern__conv_set_path(kern__conv_path path)
 kern__conv_path kern__conv_get_path(void)
 {
     if (!conv_mode.known) {
-        /* Read once: an unknown value means auto, as unset does (the hot
-         * path logs nothing). */
+        /* Read once; unset or unknown: im2col, whose results do not depend
+         * on timing (auto's choice does, so two runs, or a run and its
+         * recovery, could differ in the last bits). The hot path logs
+         * nothing. */
         const char *v = getenv("APPLIANCE_CONV_PATH");
-        conv_mode.path = KERN__CONV_AUTO;
-        if (v && strcmp(v, "im2col") == 0)
-            conv_mode.path = KERN__CONV_IM2COL;
+        conv_mode.path = KERN__CONV_IM2COL;
+        if (v && strcmp(v, "auto") == 0)
+            conv_mode.path = KERN__CONV_AUTO;
         else if (v && strcmp(v, "onednn") == 0)
             conv_mode.path = KERN__CONV_ONEDNN;
         conv_mode.known = 1;

@@ -11,6 +11,7 @@ static float bf16__widen(uint16_t h)
     return f;
 }
 
+__attribute__((target_clones("avx512f", "avx2", "default")))
 void bf16_pack(uint16_t *out, const float *in, size_t count)
 {
     /* to nearest, ties to even; a NaN stays one, quiet (no branch: the

@@ -920,9 +920,9 @@ static void *mx__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
         /* more than memory holds: the disk tier, through a window of it */
         char b1[32], b2[32], b3[32], b4[32];
         uint64_t disk = mx__disk(n), need = tier_disk_bytes(j);
-        if (!mx->opt.state_dir[0] || !mx->opt.disk)
+        if (!mx->opt.state_dir[0] || mx->opt.no_disk_tier)
             return mx__start_failed(j, why, whylen, "shard %u needs %s, this memoryx has %s of "
-                                    "memory and no disk tier (--state-dir, --disk)",
+                                    "memory and no disk tier (--state-dir, --no-disk-tier)",
                                     j->shard, units_format_size(bytes, b1, sizeof(b1)),
                                     units_format_size(have, b2, sizeof(b2)));
         if (need > disk)
@@ -1172,7 +1172,7 @@ static uint64_t mx__disk(node *n)
 {
     const char *dir = mx_of(n)->opt.state_dir;
     struct statvfs vs;
-    if (!dir[0] || !mx_of(n)->opt.disk || statvfs(dir, &vs) < 0)
+    if (!dir[0] || mx_of(n)->opt.no_disk_tier || statvfs(dir, &vs) < 0)
         return 0;
     uint64_t free_bytes = (uint64_t)vs.f_bavail * vs.f_frsize;
     return free_bytes < mx_of(n)->opt.disk ? free_bytes : mx_of(n)->opt.disk;
@@ -1243,8 +1243,10 @@ static const options_key mx__keys[] = {
     {"state-dir", "DIR", OPTIONS_STRING, offsetof(memoryx_options, state_dir),
      sizeof(((memoryx_options *)0)->state_dir), 0, 0,
      "scratch directory; the disk tier's files (a shard larger than --memory)"},
-    {"disk", "SIZE", OPTIONS_SIZE, offsetof(memoryx_options, disk), 0, 0, UINT64_MAX,
-     "room for the disk tier in --state-dir (default: what its file system has free; 0: none)"},
+    {"disk", "SIZE", OPTIONS_SIZE, offsetof(memoryx_options, disk), 0, 1, UINT64_MAX,
+     "room for the disk tier in --state-dir (default: what its file system has free)"},
+    {"no-disk-tier", NULL, OPTIONS_FLAG, offsetof(memoryx_options, no_disk_tier), 0, 0, 0,
+     "no disk tier: a shard larger than --memory is refused"},
     {NULL, NULL, 0, 0, 0, 0, 0, NULL},
 };
 

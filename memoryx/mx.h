@@ -16,7 +16,8 @@ typedef struct memoryx_options {
     uint64_t memory;              /* bytes for weights and optimizer state; 0: unlimited */
     uint32_t threads;             /* threads for optimizer steps */
     uint64_t disk;                /* room for the disk tier in state_dir; UINT64_MAX: what its
-                                     file system has free; 0: no disk tier */
+                                     file system has free */
+    bool no_disk_tier;            /* --no-disk-tier: a shard must fit memory */
     char state_dir[PATH_MAX];     /* scratch directory, or "" */
 } memoryx_options;
 

@@ -55,7 +55,7 @@ static int ckpt__find(mx_job *j, st_file **files, size_t nfiles, const char *nam
                      st_dtype_name(st_type(files[f], (size_t)i)), count);
             return -EINVAL;
         }
-        int rc = j->tier ? tier_copy_in(j->tier, file, at, st_fd(files[f]),
+        int rc = tier_files(j) ? tier_copy_in(j->tier, file, at, st_fd(files[f]),
                                         st_file_offset(files[f], (size_t)i), count * sizeof(float))
                          : st_read(files[f], (size_t)i, 0, dst, count * sizeof(float));
         if (rc < 0)

@@ -50,11 +50,11 @@ static void mx__init_range(mx_tensor *t, const Appliance__PlanTensor *pt, uint64
 /* The weights of t from the seed; in the disk tier a piece at a time. */
 static void mx__init_tensor(mx_job *j, mx_tensor *t, const Appliance__PlanTensor *pt, uint64_t seed)
 {
-    uint64_t piece = j->tier ? j->tier->piece : t->n;
+    uint64_t piece = tier_files(j) ? j->tier->piece : t->n;
     for (uint64_t a = 0; a < t->n; a += piece) {
         uint64_t b = a + piece < t->n ? a + piece : t->n;
         mx__init_range(t, pt, seed, a, b);
-        if (j->tier)
+        if (tier_files(j))
             tier_done_with(j->tier, TIER_WEIGHTS, t->w + a, (b - a) * sizeof(float));
     }
 }
@@ -63,7 +63,7 @@ static void mx__init_tensor(mx_job *j, mx_tensor *t, const Appliance__PlanTensor
 static void mx__free_tensors(mx_job *j)
 {
     for (size_t i = 0; i < j->nt; i++) {
-        if (!j->tier) {
+        if (!tier_files(j)) {
             free(j->t[i].w);
             free(j->t[i].g);
         }
@@ -160,7 +160,7 @@ static bool mx__pool_back(mx_job *j)
 static void mx__checkpoint_work(uv_work_t *req)
 {
     mx_job *j = container_of(req, mx_job, ckpt_req);
-    if (j->tier)
+    if (tier_files(j))
         j->ckpt_rc = tier_checkpoint(j, j->ckpt_step, j->ckpt_kind == MX_CKPT_FINAL, j->ckpt_path,
                                      sizeof(j->ckpt_path), j->ckpt_err, sizeof(j->ckpt_err));
     else
@@ -254,18 +254,6 @@ static void mx__chunk_sent(void *arg, int status)
         metrics_hist_observe(&t->mx->chunk_hist, (double)(uv_now(t->loop) - t->sent_at) / 1000.0);
 }
 
-/* A weight chunk rounded to bfloat16 for the wire (mixed precision). */
-typedef struct mx_wbuf {
-    mx_tensor *t;
-    uint16_t data[];
-} mx_wbuf;
-
-static void mx__wbuf_sent(void *arg, int status)
-{
-    mx_wbuf *b = arg;
-    mx__chunk_sent(b->t, status);
-    free(b);
-}
 
 /* Sends the chunks of the schedule that the link to the root swarmx has
  * room for; stops when the link is full (on_drain resumes). */
@@ -364,22 +352,9 @@ static void mx__pump(node *n, mx_job *j)
         wc.eval_pass = ch.eval_pass;
         wc.pass = ch.pass;
         ENVELOPE(env, weight_chunk, WEIGHT_CHUNK, &wc);
-        int rc;
-        if (j->plan->wire_bf16) { /* rounded to bfloat16 for the wire */
-            mx_wbuf *b = malloc(sizeof(*b) + ch.count * sizeof(uint16_t));
-            if (!b) {
-                mx__abort(n, j, "out of memory for a weight chunk");
-                return;
-            }
-            b->t = t;
-            bf16_pack(b->data, src + ch.offset, ch.count);
-            rc = conn_send(j->down, &env, b->data, (uint32_t)(ch.count * elem), mx__wbuf_sent, b);
-            if (rc < 0)
-                free(b);
-        } else {
-            rc = conn_send(j->down, &env, src + ch.offset, (uint32_t)(ch.count * elem),
+        /* (bfloat16 on the wire goes through the read-ahead: tier_ahead) */
+        int rc = conn_send(j->down, &env, src + ch.offset, (uint32_t)(ch.count * elem),
                            mx__chunk_sent, t);
-        }
         if (rc < 0) {
             mx__fault(n, j, "cannot stream %s to swarmx: %s", t->name, strerror(-rc));
             return;
@@ -407,6 +382,16 @@ static void mx__tier_read_work(uv_work_t *req)
     mx_tier *tr = container_of(req, mx_tier, ra_req);
     mx_rbuf *b = tr->ra_buf;
     const mx_tensor *t = b->t;
+    if (!tr->files) { /* in memory: rounded into the buffer */
+        uint64_t start = uv_hrtime();
+        const float *src = b->ch.state == 0 ? t->w
+                                            : optim_state_tensor((optim_state *)&t->st,
+                                                                 b->ch.state - 1, NULL, NULL);
+        bf16_pack((uint16_t *)b->data, src + b->ch.offset, b->ch.count);
+        tr->ra_rc = 0;
+        b->read_ns = uv_hrtime() - start;
+        return;
+    }
     uint64_t at = (b->ch.state == 0 ? t->w_at : t->s_at[b->ch.state - 1]) +
                   b->ch.offset * sizeof(float);
     int fd = tr->fd[b->ch.state == 0 ? TIER_WEIGHTS : TIER_OPTIMIZER];
@@ -626,7 +611,7 @@ static void mx__start_step(node *n, mx_job *j)
         j->held = h->next;
         if (!j->held)
             j->held_tail = &j->held;
-        if (j->tier) {
+        if (tier_files(j)) {
             mx__tier_grad_wire(n, j, h->tensor, h->offset, h->count, h->data, h);
             continue;
         }
@@ -646,7 +631,7 @@ static void mx__update_work(uv_work_t *req)
 {
     mx_tensor *t = container_of(req, mx_tensor, upd_req);
     mx_job *j = t->job;
-    if (j->tier)
+    if (tier_files(j))
         tier_update(j, t, 1.0f);
     else
         optim_update(&j->cfg, &t->st, t->w, t->g, t->n, t->trainable, 1.0f, (int64_t)j->step);
@@ -717,7 +702,7 @@ static void mx__param(void *ctx, size_t i, optim_param *out)
 static void mx__step_work(uv_work_t *req)
 {
     mx_job *j = container_of(req, mx_job, step_req);
-    if (j->tier)
+    if (tier_files(j))
         tier_update_step(j);
     else
         optim_apply_step(&j->cfg, j->nt, mx__param, j, (int64_t)j->step);
@@ -806,7 +791,7 @@ static void mx__load_work(uv_work_t *req)
     }
     for (size_t i = 0; i < j->nt; i++) {
         mx_tensor *t = &j->t[i];
-        if (!j->tier) {
+        if (!tier_files(j)) {
             t->w = malloc(t->n * sizeof(float));
             t->g = malloc(t->n * sizeof(float));
             bool st_ok = !t->trainable || optim_state_init(&t->st, &j->cfg, t->n) == 0;
@@ -820,6 +805,11 @@ static void mx__load_work(uv_work_t *req)
         }
         if (!resume) /* a resumed job's tensors all come from the checkpoint */
             mx__init_tensor(j, t, p->tensors[t->id], p->seed);
+    }
+    if (!j->tier && p->wire_bf16 && tier_ahead(j, 32u << 20) < 0) {
+        snprintf(j->load_err, sizeof(j->load_err), "out of memory");
+        j->load_rc = -ENOMEM;
+        return;
     }
     ckpt_clean_partial(j);
     if (p->n_resume_weights > 0) {
@@ -845,7 +835,7 @@ static void mx__load_done(uv_work_t *req, int status)
     }
     if (j->plan->n_resume_weights > 0)
         log_info("job %s: resumed from the checkpoint of step %llu", j->id, (unsigned long long)j->step);
-    if (j->tier) {
+    if (tier_files(j)) {
         char b1[32], b2[32];
         log_info("job %s: shard %u is in the disk tier: %s in %s, through a window of %s of RAM",
                  j->id, j->shard, units_format_size(j->tier->len[0] + j->tier->len[1] +
@@ -1022,7 +1012,7 @@ static void *mx__payload_dest(node *n, conn *c, const Appliance__Envelope *env, 
         *err = -EINVAL;
         return NULL;
     }
-    if (j->tier) { /* into a buffer, written to the gradients file in the thread pool */
+    if (tier_files(j)) { /* into a buffer, written to the gradients file in the thread pool */
         free(j->tier->gbuf);
         if (!(j->tier->gbuf = malloc(len ? len : 1)))
             *err = -ENOMEM;
@@ -1062,7 +1052,7 @@ static void mx__grad_chunk(node *n, conn *c, Appliance__Envelope *env, uint8_t *
                   (unsigned long long)g->count, (unsigned long long)g->step);
         return;
     }
-    if (j->tier) {
+    if (tier_files(j)) {
         void *own = pl == j->tier->gbuf ? pl : malloc(len);
         if (own == j->tier->gbuf)
             j->tier->gbuf = NULL;
@@ -1125,7 +1115,7 @@ static void mx__release(jobhost *h, void *job, jobhost_end end, const char *why)
     else if (end == JOBHOST_COORDINATOR_LOST)
         log_warn("job %s: released: lost the coordinator", j->id);
     mx_of(h->n)->job = NULL;
-    if (j->tier && j->tier->read_ns)
+    if (tier_files(j) && j->tier->read_ns)
         log_info("job %s: disk tier: the weight stream read %.1f GB from %s in %.1f s (%.0f MB/s)",
                  j->id, (double)j->tier->read_bytes * 1e-9, j->tier->path[TIER_WEIGHTS],
                  (double)j->tier->read_ns * 1e-9,
@@ -1223,7 +1213,7 @@ static void mx__metrics(node *n, metrics_buf *b)
                       "# TYPE appliance_checkpoints_total counter\nappliance_checkpoints_total %llu\n",
                    (unsigned long long)mx->checkpoints);
     metrics_hist_render(&mx->chunk_hist, b, NULL);
-    const mx_tier *tr = mx->job ? mx->job->tier : NULL;
+    const mx_tier *tr = mx->job && tier_files(mx->job) ? mx->job->tier : NULL;
     metrics_printf(b, "# HELP appliance_tier_read_bytes_total Weight stream bytes read from the "
                       "disk tier's files (this job).\n"
                       "# TYPE appliance_tier_read_bytes_total counter\n"

@@ -136,20 +136,39 @@ static int tier__headers(mx_job *j, uint64_t step, bool widest, char *err, size_
     return rc;
 }
 
-int tier_open(mx_job *j, const char *dir, uint64_t window, unsigned threads, char *err,
-              size_t errlen)
+static mx_tier *tier__new(mx_job *j)
 {
     mx_tier *tr = calloc(1, sizeof(*tr));
-    if (!tr) {
-        snprintf(err, errlen, "out of memory");
-        return -ENOMEM;
-    }
+    if (!tr)
+        return NULL;
     tr->job = j;
     tr->refs = 1;
     tr->ready_tail = &tr->ready;
     for (int f = 0; f < TIER_FILES; f++)
         tr->fd[f] = -1;
     j->tier = tr;
+    return tr;
+}
+
+int tier_ahead(mx_job *j, uint64_t window)
+{
+    mx_tier *tr = tier__new(j);
+    if (!tr)
+        return -ENOMEM;
+    tr->window = window;
+    tr->ra_limit = window;
+    return 0;
+}
+
+int tier_open(mx_job *j, const char *dir, uint64_t window, unsigned threads, char *err,
+              size_t errlen)
+{
+    mx_tier *tr = tier__new(j);
+    if (!tr) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    tr->files = true;
     int rc = tier__heads(j, tr->head);
     if (rc < 0) {
         snprintf(err, errlen, "cannot lay out the disk tier: %s", strerror(-rc));

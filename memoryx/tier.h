@@ -48,6 +48,9 @@ typedef struct mx_rbuf {
 
 typedef struct mx_tier {
     mx_job *job;                  /* NULL once the job is freed */
+    bool files;                   /* the shard is in the files; false: in memory, and only
+                                     the read-ahead is used (rounding the stream to bfloat16
+                                     off the event loop: tier_ahead) */
     unsigned refs;                /* the job, and each buffer a link still sends from */
     char path[TIER_FILES][PATH_MAX];
     int fd[TIER_FILES];
@@ -81,6 +84,18 @@ typedef struct mx_gwrite {
     void *owned;                  /* freed when written */
     int rc;
 } mx_gwrite;
+
+/* Whether j's tensors are in the disk tier's files. */
+static inline bool tier_files(const mx_job *j)
+{
+    return j->tier && j->tier->files;
+}
+
+/* For a job whose tensors are in memory and whose stream goes out as
+ * bfloat16: a tier without files whose read-ahead rounds the weights into
+ * buffers in the thread pool, at most `window` bytes ahead. Returns 0 or
+ * -ENOMEM. */
+int tier_ahead(mx_job *j, uint64_t window);
 
 /* The bytes a disk tier for j's tensors takes on disk. */
 uint64_t tier_disk_bytes(const mx_job *j);

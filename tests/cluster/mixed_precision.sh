@@ -4,7 +4,9 @@
 # mixed_precision = true on the same cluster shape but with memoryx's disk
 # tier (4 MiB of RAM) and a 40 MiB wafer (layers in parts), so that every
 # path a bfloat16 chunk takes is crossed: memoryx's read-ahead, swarmx's
-# float32 sum of two replicas' gradients, the wse-node's in-place widening.
+# float32 sum of two replicas' gradients, the wse-node's in-place widening;
+# and once more with the shard in memoryx's memory (rounded in its thread
+# pool): the same losses as from the disk tier.
 # Each step's loss stays within 2% of float32's (of 0.1 below it); the bytes between each
 # wse-node and swarmx are half. fp16_type = "float16" is refused by name.
 set -euo pipefail
@@ -39,8 +41,13 @@ print(sum(float(l.split()[-1]) for l in t.splitlines()
 }
 
 train fp32
+cp "$work/bf16.toml" "$work/bf16ram.toml"
+train bf16ram --wafer-memory 40M
 train bf16 --memoryx-memory 4M --wafer-memory 40M
 grep -q "is in the disk tier" "$run/logs/memoryx-1.log" || fail "memoryx did not use its disk tier"
+cmp "$work/bf16ram.loss" "$work/bf16.loss" ||
+  fail "bfloat16 from memoryx's memory and from its disk tier differ: $(paste "$work/bf16ram.loss" "$work/bf16.loss")"
+echo "ok: bfloat16 streams from memoryx's memory and from its disk tier give the same losses"
 "$py" - "$work/fp32.loss" "$work/bf16.loss" "$work/fp32.wire" "$work/bf16.wire" <<'PY' || fail "mixed precision"
 import sys
 f = [float(l.split()[1]) for l in open(sys.argv[1])]

@@ -42,16 +42,28 @@ int fit_largest_micro(const model *m, int share, int threads, Appliance__ExecMod
     return lo;
 }
 
+/* What a replica of batch samples needs on a wafer: in Weight Streaming
+ * with the layers in parts when whole ones do not fit (fit_ws_parts, a
+ * default coordinator's chunk). */
+static uint64_t fit__bytes(const model *m, int batch, int threads, Appliance__ExecMode mode,
+                           unsigned optimizer_states, uint64_t wafer)
+{
+    uint64_t need = fit_replica_bytes(m, batch, threads, mode, optimizer_states), part;
+    if (mode == APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING && need != UINT64_MAX)
+        need = fit_ws_parts(m, need, wafer, FIT_DEFAULT_CHUNK_ELEMS, &part);
+    return need;
+}
+
 int fit_largest_batch(const model *m, int threads, Appliance__ExecMode mode,
                       unsigned optimizer_states, uint64_t wafer, int max_batch)
 {
     /* the need grows with the batch: bisect [lo fits, hi does not] */
-    if (fit_replica_bytes(m, 1, threads, mode, optimizer_states) > wafer)
+    if (fit__bytes(m, 1, threads, mode, optimizer_states, wafer) > wafer)
         return 0;
     int lo = 1, hi = max_batch + 1;
     while (hi - lo > 1) {
         int mid = lo + (hi - lo) / 2;
-        if (fit_replica_bytes(m, mid, threads, mode, optimizer_states) <= wafer)
+        if (fit__bytes(m, mid, threads, mode, optimizer_states, wafer) <= wafer)
             lo = mid;
         else
             hi = mid;
@@ -63,7 +75,8 @@ int fit_largest_batch(const model *m, int threads, Appliance__ExecMode mode,
  * the bytes of a replica with the sample encodings of `like` (UINT64_MAX
  * when it does not). */
 static uint64_t fit__side_bytes(const toml_value *mt, const model *like, int64_t c, int64_t side,
-                                int batch, int threads, Appliance__ExecMode mode, unsigned states)
+                                int batch, int threads, Appliance__ExecMode mode, unsigned states,
+                                uint64_t wafer)
 {
     model_shape in = {.ndim = 3, .d = {c, side, side}};
     char err[256];
@@ -72,7 +85,7 @@ static uint64_t fit__side_bytes(const toml_value *mt, const model *like, int64_t
         return UINT64_MAX;
     m->input_unorm8 = like->input_unorm8;
     m->labels_u8 = like->labels_u8;
-    uint64_t bytes = fit_replica_bytes(m, batch, threads, mode, states);
+    uint64_t bytes = fit__bytes(m, batch, threads, mode, states, wafer);
     model_free(m);
     return bytes;
 }
@@ -88,13 +101,15 @@ int fit_largest_side(const toml_value *mt, const model *m, int batch, int thread
      * want multiples of 16) */
     int64_t step = 1;
     while (step < 256 &&
-           fit__side_bytes(mt, m, c, side + step, 1, threads, mode, optimizer_states) == UINT64_MAX)
+           fit__side_bytes(mt, m, c, side + step, 1, threads, mode, optimizer_states, wafer) ==
+               UINT64_MAX)
         step *= 2;
     /* bisect over multiples of step: k * step fits, hi * step does not */
     int64_t lo = 0, hi = FIT_MAX_SIDE / step + 1;
     while (hi - lo > 1) {
         int64_t mid = lo + (hi - lo) / 2;
-        if (fit__side_bytes(mt, m, c, mid * step, batch, threads, mode, optimizer_states) <= wafer)
+        if (fit__side_bytes(mt, m, c, mid * step, batch, threads, mode, optimizer_states, wafer) <=
+            wafer)
             lo = mid;
         else
             hi = mid;

@@ -109,7 +109,8 @@ tier_hwm=$(hwm)
 grep -q "shard 0 is in the disk tier: 192.3 MiB in .*, through a window of 4.0 MiB of RAM" \
   "$run/logs/memoryx-1.log" || fail "memoryx did not say it used its disk tier"
 same ram tier 2 4 6
-[ "$tier_hwm" -lt 48 ] && [ "$ram_hwm" -gt 192 ] ||
+# (under the sanitizers, APPLIANCE_TEST_LIGHT, shadow memory is not the shard's)
+[ -n "${APPLIANCE_TEST_LIGHT:-}" ] || { [ "$tier_hwm" -lt 48 ] && [ "$ram_hwm" -gt 192 ]; } ||
   fail "memoryx's peak: ${tier_hwm} MiB with the disk tier, ${ram_hwm} MiB in memory"
 ls "$run/state/memoryx-1" | grep -q tier- && fail "the tier files outlived the job: $(ls "$run/state/memoryx-1")"
 echo "ok: in the disk tier (4 MiB of RAM): bitwise the same weights and momentum at steps 2, 4, 6; memoryx's peak ${tier_hwm} MiB"

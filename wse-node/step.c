@@ -144,6 +144,41 @@ static void wn__forward(wn_job *j, bool training)
     }
 }
 
+/* The range of tensor k of the current layer (part) whose gradient goes up
+ * after this task: its first element and count; false when none does (a
+ * part before the last, for the tensors after the weight). */
+static bool wn__grad_range(wn_job *j, int k, uint64_t *from, uint64_t *count)
+{
+    const model_layer *l = &j->m->layers[j->layer];
+    uint32_t parts = wn__parts(j);
+    const wn_tensor *t = &j->t[l->first_tensor + k];
+    if (parts > 1 && k > 0 && j->part + 1 < parts)
+        return false;
+    *from = 0;
+    *count = t->n;
+    if (parts > 1 && k == 0) {
+        uint64_t r0, r1;
+        wslots_part_rows(&j->ws, j->layer, j->part, &r0, &r1);
+        *from = r0 * (uint64_t)l->in.d[0];
+        *count = (r1 - r0) * (uint64_t)l->in.d[0];
+    }
+    return true;
+}
+
+/* Mixed precision, on the compute thread: the gradients this task made,
+ * rounded to bfloat16 in place (packed at the start of their buffers),
+ * ready for the wire. */
+static void wn__round_grads(wn_job *j)
+{
+    const model_layer *l = &j->m->layers[j->layer];
+    for (int k = 0; k < l->ntensors; k++) {
+        uint64_t from, count;
+        float *g = j->gp[l->first_tensor + k];
+        if (g && wn__grad_range(j, k, &from, &count))
+            bf16_pack_in_place(g, count);
+    }
+}
+
 /* Runs the current stage on the compute thread. */
 static void wn__work(void *arg)
 {
@@ -199,6 +234,8 @@ static void wn__work(void *arg)
         } else {
             exec_backward(&j->ex, j->layer, j->x, (int64_t)j->step);
         }
+        if (j->plan->wire_bf16)
+            wn__round_grads(j);
     } else {
         wn__update(j);
     }
@@ -215,19 +252,6 @@ static void wn__grad_sent(void *arg, int status)
         wn__advance(t->job);
 }
 
-/* A gradient chunk rounded to bfloat16 for the wire (mixed precision). */
-typedef struct wn_gbuf {
-    wn_tensor *t;
-    uint16_t data[];
-} wn_gbuf;
-
-static void wn__gbuf_sent(void *arg, int status)
-{
-    wn_gbuf *b = arg;
-    wn_tensor *t = b->t;
-    free(b);
-    wn__grad_sent(t, status);
-}
 
 /* Sends the queued gradients up, a chunk at a time, while the link to
  * swarmx has room (a layer's gradients may be far larger than what a link
@@ -255,21 +279,12 @@ int wn__grad_pump(wn_job *j)
             g.count = count;
             g.total = t->n;
             ENVELOPE(env, grad_chunk, GRAD_CHUNK, &g);
-            const float *src = t->send_base + (off - t->send_from);
-            int rc;
-            if (j->plan->wire_bf16) {
-                wn_gbuf *b = malloc(sizeof(*b) + count * sizeof(uint16_t));
-                if (!b)
-                    return -ENOMEM;
-                b->t = t;
-                bf16_pack(b->data, src, count);
-                rc = conn_send(up, &env, b->data, (uint32_t)(count * sizeof(uint16_t)),
-                               wn__gbuf_sent, b);
-                if (rc < 0)
-                    free(b);
-            } else {
-                rc = conn_send(up, &env, src, (uint32_t)(count * sizeof(float)), wn__grad_sent, t);
-            }
+            /* bfloat16: rounded in place on the compute thread (wn__round_grads) */
+            const void *src = j->plan->wire_bf16
+                                  ? (const void *)((const uint16_t *)t->send_base + (off - t->send_from))
+                                  : (const void *)(t->send_base + (off - t->send_from));
+            int rc = conn_send(up, &env, src, (uint32_t)(count * msgcheck_wire_elem(j->plan)),
+                               wn__grad_sent, t);
             if (rc < 0)
                 return rc;
             t->sends++;
@@ -287,20 +302,14 @@ int wn__grad_pump(wn_job *j)
  * the weight, and the rest with the last part. */
 static int wn__send_grads(wn_job *j, const model_layer *l)
 {
-    uint32_t parts = wn__parts(j);
     for (int k = 0; k < l->ntensors; k++) {
         const model_tensor *mt = &j->m->tensors[l->first_tensor + k];
         wn_tensor *t = &j->t[mt->id];
-        if (parts > 1 && k > 0 && j->part + 1 < parts)
+        uint64_t from, count;
+        if (!wn__grad_range(j, k, &from, &count))
             continue;
-        t->send_from = 0;
-        t->send_end = t->n;
-        if (parts > 1 && k == 0) {
-            uint64_t r0, r1;
-            wslots_part_rows(&j->ws, j->layer, j->part, &r0, &r1);
-            t->send_from = r0 * (uint64_t)l->in.d[0];
-            t->send_end = r1 * (uint64_t)l->in.d[0];
-        }
+        t->send_from = from;
+        t->send_end = from + count;
         t->send_off = t->send_from;
         t->send_base = j->gp[mt->id];
         t->send_step = j->step;

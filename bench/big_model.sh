@@ -25,52 +25,11 @@ build=${BUILD_ROOT:-$src/build}
 py=/usr/bin/python3
 wafer=${BIG_MODEL_WAFER:-2G}
 optimizer=${BIG_MODEL_OPTIMIZER:-sgd}
-work=$(mktemp -d "${TMPDIR:-/tmp}/appliance-big.XXXXXX")
-run="$work/run"
-cleanup() {
-  "$src/deploy/local/appliance-down" --dir "$run" --quiet >/dev/null 2>&1 || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
 . "$src/bench/lib.sh"
+bench_work big
 bench_host_line
 
-{
-  cat <<TOML
-[runconfig]
-max_steps = 6
-log_steps = 1
-checkpoint_steps = 3
-seed = 5
-num_csx = 1
-mode = "weight_streaming"
-model_dir = "$work/m"
-[train_input]
-data_processor = "synthetic_classification"
-batch_size = 32
-num_classes = 16
-num_samples = 4096
-[model]
-input_shape = [1, 128, 128]
-loss = "softmax_cross_entropy"
-[[model.layers]]
-name = "flatten"
-type = "flatten"
-TOML
-  for i in 1 2 3 4; do
-    printf '[[model.layers]]\nname = "fc%d"\ntype = "dense"\nunits = 16384\n' "$i"
-    printf '[[model.layers]]\nname = "relu%d"\ntype = "relu"\n' "$i"
-  done
-  cat <<'TOML'
-[[model.layers]]
-name = "head"
-type = "dense"
-units = 16
-[optimizer]
-learning_rate = 0.0001
-TOML
-  if [ "$optimizer" = adam ]; then echo 'optimizer_type = "adam"'; else echo 'momentum = 0.9'; fi
-} > "$work/big.toml"
+bench_wide_mlp 4 6 3 "$work/m" "$optimizer" weight_streaming > "$work/big.toml"
 
 "$src/deploy/local/appliance-up" --replicas 1 --threads 2 --wafer-memory "$wafer" --metrics \
   --dir "$run" --build "$build" >/dev/null

@@ -24,52 +24,12 @@ src=${SOURCE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
 build=${BUILD_ROOT:-$src/build}
 py=/usr/bin/python3
 layers=${DISK_TIER_LAYERS:-15}
-work=$(mktemp -d "${TMPDIR:-/tmp}/appliance-disk-tier.XXXXXX")
-run="$work/run"
-cleanup() {
-  "$src/deploy/local/appliance-down" --dir "$run" --quiet >/dev/null 2>&1 || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
 . "$src/bench/lib.sh"
+bench_work disk-tier
 bench_host_line
 echo "disk: $(df -h "$work" | awk 'NR == 2 {print $4 " free of " $2}')"
 
-{
-  cat <<TOML
-[runconfig]
-max_steps = 3
-log_steps = 1
-seed = 5
-num_csx = 1
-mode = "weight_streaming"
-model_dir = "$work/m"
-[train_input]
-data_processor = "synthetic_classification"
-batch_size = 32
-num_classes = 16
-num_samples = 4096
-[model]
-input_shape = [1, 128, 128]
-loss = "softmax_cross_entropy"
-[[model.layers]]
-name = "flatten"
-type = "flatten"
-TOML
-  for i in $(seq 1 "$layers"); do
-    printf '[[model.layers]]\nname = "fc%d"\ntype = "dense"\nunits = 16384\n' "$i"
-    printf '[[model.layers]]\nname = "relu%d"\ntype = "relu"\n' "$i"
-  done
-  cat <<'TOML'
-[[model.layers]]
-name = "head"
-type = "dense"
-units = 16
-[optimizer]
-learning_rate = 0.0001
-momentum = 0.9
-TOML
-} > "$work/big.toml"
+bench_wide_mlp "$layers" 3 0 "$work/m" sgd weight_streaming > "$work/big.toml"
 params=$((layers * (16384 * 16384 + 16384) + 16 * 16384 + 16))
 
 "$src/deploy/local/appliance-up" --replicas 1 --threads 2 --wafer-memory 6G --memoryx-memory 8G \

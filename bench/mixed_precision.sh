@@ -16,14 +16,8 @@ set -euo pipefail
 src=${SOURCE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
 build=${BUILD_ROOT:-$src/build}
 py=/usr/bin/python3
-work=$(mktemp -d "${TMPDIR:-/tmp}/appliance-mixed.XXXXXX")
-run="$work/run"
-cleanup() {
-  "$src/deploy/local/appliance-down" --dir "$run" --quiet >/dev/null 2>&1 || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
 . "$src/bench/lib.sh"
+bench_work mixed
 bench_host_line
 
 # wire NAME: the wse-node's bytes to and from swarmx so far
@@ -120,11 +114,7 @@ print("BENCH step_time_bf16_vs_fp32_mlp %.3f of_fp32" % (bs / fs))' "$f_step" "$
 
 if [ -n "${BENCH_1B:-}" ]; then
   big="$work/big-base.toml"
-  { printf '[runconfig]\nmax_steps = 4\nlog_steps = 1\nseed = 5\nnum_csx = 1\nmodel_dir = "m"\n'
-    printf '[train_input]\ndata_processor = "synthetic_classification"\nbatch_size = 32\nnum_classes = 16\nnum_samples = 4096\n'
-    printf '[model]\ninput_shape = [1, 128, 128]\nloss = "softmax_cross_entropy"\n[[model.layers]]\nname = "flatten"\ntype = "flatten"\n'
-    for i in 1 2 3 4; do printf '[[model.layers]]\nname = "fc%d"\ntype = "dense"\nunits = 16384\n[[model.layers]]\nname = "relu%d"\ntype = "relu"\n' "$i" "$i"; done
-    printf '[[model.layers]]\nname = "head"\ntype = "dense"\nunits = 16\n[optimizer]\nlearning_rate = 0.0001\nmomentum = 0.9\n'; } > "$big"
+  bench_wide_mlp 4 4 0 m sgd > "$big"
   read -r f_step _ _ _ <<<"$(job big32 "$(variant "$big" big32)" 1 2G)"
   read -r b_step _ _ _ <<<"$(job big16 "$(variant "$big" big16 "$mp")" 1 2G)"
   "$py" -c 'import sys

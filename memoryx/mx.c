@@ -10,6 +10,7 @@
 #include "checkpoint.h"
 #include "tier.h"
 #include "footprint.h"
+#include "fsutil.h"
 #include "optim_plan.h"
 #include "plan.h"
 #include "log.h"
@@ -265,6 +266,25 @@ static bool mx__streaming(const mx_job *j)
 
 static void mx__tier_read_more(node *n, mx_job *j);
 
+/* Sends chunk ch of the stream, its bytes at data (done(arg) when they are
+ * written). Returns conn_send's result. */
+static int mx__send_chunk(mx_job *j, const plan_chunk *ch, const void *data, uint64_t bytes,
+                          conn_done_fn done, void *arg)
+{
+    Appliance__WeightChunk wc = APPLIANCE__WEIGHT_CHUNK__INIT;
+    wc.step = ch->step;
+    wc.tensor_id = ch->tensor;
+    wc.offset = ch->offset;
+    wc.count = ch->count;
+    wc.total = ch->total;
+    wc.state = ch->state;
+    wc.seq = ch->seq;
+    wc.eval_pass = ch->eval_pass;
+    wc.pass = ch->pass;
+    ENVELOPE(env, weight_chunk, WEIGHT_CHUNK, &wc);
+    return conn_send(j->down, &env, data, (uint32_t)bytes, done, arg);
+}
+
 /* A read-ahead buffer is sent: its room goes back to the window. */
 static void mx__tier_sent(void *arg, int status)
 {
@@ -272,7 +292,6 @@ static void mx__tier_sent(void *arg, int status)
     mx_tier *tr = b->tier;
     tr->ra_bytes -= b->bytes;
     if (tr->job) {
-        b->t->writes--;
         if (status == 0)
             metrics_hist_observe(&b->t->mx->chunk_hist,
                                  (double)(uv_now(b->t->loop) - b->sent_at) / 1000.0);
@@ -296,25 +315,14 @@ static int mx__tier_send(node *n, mx_job *j, const plan_chunk *ch, mx_tensor *t)
     uint64_t wire = b->ch.count * msgcheck_wire_elem(j->plan);
     if (!conn_can_send(j->down, wire))
         return 0;
-    Appliance__WeightChunk wc = APPLIANCE__WEIGHT_CHUNK__INIT;
-    wc.step = ch->step;
-    wc.tensor_id = ch->tensor;
-    wc.offset = ch->offset;
-    wc.count = ch->count;
-    wc.total = ch->total;
-    wc.state = ch->state;
-    wc.seq = ch->seq;
-    wc.eval_pass = ch->eval_pass;
-    wc.pass = ch->pass;
-    ENVELOPE(env, weight_chunk, WEIGHT_CHUNK, &wc);
-    int rc = conn_send(j->down, &env, b->data, (uint32_t)wire, mx__tier_sent, b);
+    /* (not in t->writes: the buffer is not t's, its update may go on) */
+    int rc = mx__send_chunk(j, ch, b->data, wire, mx__tier_sent, b);
     if (rc < 0)
         return rc;
     tr->ready = b->next;
     if (!tr->ready)
         tr->ready_tail = &tr->ready;
     tr->refs++;
-    t->writes++;
     b->sent_at = uv_now(n->loop);
     return 1;
 }
@@ -341,20 +349,8 @@ static void mx__pump(node *n, mx_job *j)
         uint32_t elem = msgcheck_wire_elem(j->plan);
         if (!conn_can_send(j->down, ch.count * elem))
             return;
-        Appliance__WeightChunk wc = APPLIANCE__WEIGHT_CHUNK__INIT;
-        wc.step = ch.step;
-        wc.tensor_id = ch.tensor;
-        wc.offset = ch.offset;
-        wc.count = ch.count;
-        wc.total = ch.total;
-        wc.state = ch.state;
-        wc.seq = ch.seq;
-        wc.eval_pass = ch.eval_pass;
-        wc.pass = ch.pass;
-        ENVELOPE(env, weight_chunk, WEIGHT_CHUNK, &wc);
         /* (bfloat16 on the wire goes through the read-ahead: tier_ahead) */
-        int rc = conn_send(j->down, &env, src + ch.offset, (uint32_t)(ch.count * elem),
-                           mx__chunk_sent, t);
+        int rc = mx__send_chunk(j, &ch, src + ch.offset, ch.count * elem, mx__chunk_sent, t);
         if (rc < 0) {
             mx__fault(n, j, "cannot stream %s to swarmx: %s", t->name, strerror(-rc));
             return;
@@ -382,35 +378,20 @@ static void mx__tier_read_work(uv_work_t *req)
     mx_tier *tr = container_of(req, mx_tier, ra_req);
     mx_rbuf *b = tr->ra_buf;
     const mx_tensor *t = b->t;
+    uint64_t start = uv_hrtime();
+    tr->ra_rc = 0;
     if (!tr->files) { /* in memory: rounded into the buffer */
-        uint64_t start = uv_hrtime();
         const float *src = b->ch.state == 0 ? t->w
                                             : optim_state_tensor((optim_state *)&t->st,
                                                                  b->ch.state - 1, NULL, NULL);
         bf16_pack((uint16_t *)b->data, src + b->ch.offset, b->ch.count);
-        tr->ra_rc = 0;
         b->read_ns = uv_hrtime() - start;
         return;
     }
     uint64_t at = (b->ch.state == 0 ? t->w_at : t->s_at[b->ch.state - 1]) +
                   b->ch.offset * sizeof(float);
     int fd = tr->fd[b->ch.state == 0 ? TIER_WEIGHTS : TIER_OPTIMIZER];
-    uint64_t start = uv_hrtime();
-    uint8_t *d = (uint8_t *)b->data;
-    uint64_t left = b->bytes;
-    tr->ra_rc = 0;
-    while (left) {
-        ssize_t k = pread(fd, d, left, (off_t)at);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0) {
-            tr->ra_rc = k < 0 ? -errno : -EIO;
-            break;
-        }
-        d += k;
-        at += (uint64_t)k;
-        left -= (uint64_t)k;
-    }
+    tr->ra_rc = fsutil_pread_all(fd, b->data, b->bytes, at);
     b->read_ns = uv_hrtime() - start;
     if (tr->ra_rc == 0 && tr->job->plan->wire_bf16) /* rounded for the wire, here off the loop */
         bf16_pack_in_place(b->data, b->ch.count);
@@ -434,7 +415,6 @@ static void mx__tier_read_done(uv_work_t *req, int status)
                   status < 0 ? uv_strerror(status) : strerror(-tr->ra_rc));
         return;
     }
-    tr->reads++;
     tr->read_bytes += b->bytes;
     tr->read_ns += b->read_ns;
     b->next = NULL;
@@ -483,21 +463,8 @@ static void mx__tier_grad_work(uv_work_t *req)
 {
     mx_gwrite *w = container_of(req, mx_gwrite, req);
     mx_tier *tr = w->job->tier;
-    const uint8_t *d = w->data;
-    uint64_t left = w->count * sizeof(float), at = w->t->g_at + w->offset * sizeof(float);
-    w->rc = 0;
-    while (left) {
-        ssize_t k = pwrite(tr->fd[TIER_GRADIENTS], d, left, (off_t)at);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0) {
-            w->rc = k < 0 ? -errno : -EIO;
-            break;
-        }
-        d += k;
-        at += (uint64_t)k;
-        left -= (uint64_t)k;
-    }
+    w->rc = fsutil_pwrite_all(tr->fd[TIER_GRADIENTS], w->data, w->count * sizeof(float),
+                              w->t->g_at + w->offset * sizeof(float));
 }
 
 static void mx__tier_grad_done(uv_work_t *req, int status)
@@ -1082,11 +1049,11 @@ static void mx__grad_in(node *n, mx_job *j, mx_tensor *t, uint64_t count)
                   (unsigned long long)j->step);
         return;
     }
-    if (t->writes > 0 && !j->tier) {
+    if (t->writes > 0) {
         /* Cannot happen: the gradient depends on weights already written
-         * from t->w. (From read-ahead buffers, a write's callback may still
-         * be queued when the gradient its weights made comes back; the
-         * update does not touch those buffers.) */
+         * from t->w. (Chunks sent from read-ahead buffers are not counted:
+         * their write callbacks may still be queued when the gradient comes
+         * back, and the update does not touch those buffers.) */
         mx__abort(n, j, "tensor %s: gradient before its weights were written", t->name);
         return;
     }

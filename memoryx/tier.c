@@ -72,16 +72,15 @@ static void tier__place(mx_job *j, const uint64_t head[2], uint64_t len[TIER_FIL
 
 uint64_t tier_disk_bytes(const mx_job *j)
 {
-    uint64_t head[2] = {TIER_PAGE, TIER_PAGE}, len[TIER_FILES];
-    mx_job copy = *j; /* tier__place writes offsets: into a scratch copy of the tensors */
-    mx_tensor *t = malloc((j->nt ? j->nt : 1) * sizeof(*t));
-    if (!t)
-        return UINT64_MAX;
-    memcpy(t, j->t, j->nt * sizeof(*t));
-    copy.t = t;
-    tier__place(&copy, head, len);
-    free(t);
-    return len[0] + len[1] + len[2];
+    /* what tier__place lays out, with a page for each header (the headers
+     * are laid out when the files are made) */
+    uint64_t bytes = 2 * TIER_PAGE;
+    for (size_t i = 0; i < j->nt; i++) {
+        const mx_tensor *t = &j->t[i];
+        uint64_t b = t->n * sizeof(float);
+        bytes += b * (1 + (t->trainable ? j->states : 0)) + tier__round(b, TIER_PAGE);
+    }
+    return bytes;
 }
 
 int tier_clean(const char *dir)
@@ -111,8 +110,8 @@ static int tier__write_head(mx_tier *tr, int file, const st_writer *w, uint64_t 
     uint8_t *buf = malloc(head);
     size_t need;
     int rc = buf ? st_writer_header(w, head, buf, &need) : -ENOMEM;
-    if (rc == 0 && pwrite(tr->fd[file], buf, head, 0) != (ssize_t)head)
-        rc = errno ? -errno : -EIO;
+    if (rc == 0)
+        rc = fsutil_pwrite_all(tr->fd[file], buf, head, 0);
     if (rc < 0)
         snprintf(err, errlen, "%s: writing its header: %s", tr->path[file], strerror(-rc));
     free(buf);
@@ -369,41 +368,16 @@ int tier_copy_in(mx_tier *tr, int file, uint64_t dst_off, int src_fd, uint64_t s
     char buf[1 << 16];
     while (bytes) {
         size_t n = bytes > sizeof(buf) ? sizeof(buf) : bytes;
-        ssize_t k = pread(src_fd, buf, n, in);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return k < 0 ? -errno : -EIO;
-        for (ssize_t w = 0; w < k;) { /* a short write, then the error (a full disk) */
-            ssize_t m = pwrite(tr->fd[file], buf + w, (size_t)(k - w), out + w);
-            if (m < 0 && errno == EINTR)
-                continue;
-            if (m <= 0)
-                return m < 0 ? -errno : -EIO;
-            w += m;
-        }
-        in += k;
-        out += k;
-        bytes -= (uint64_t)k;
+        int rc = fsutil_pread_all(src_fd, buf, n, (uint64_t)in);
+        if (rc == 0)
+            rc = fsutil_pwrite_all(tr->fd[file], buf, n, (uint64_t)out);
+        if (rc < 0)
+            return rc;
+        in += (loff_t)n;
+        out += (loff_t)n;
+        bytes -= n;
     }
     return 0;
-}
-
-static int tier__sync_dir(const char *path)
-{
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof(dir), "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash)
-        *slash = 0;
-    else
-        snprintf(dir, sizeof(dir), ".");
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    int rc = fsync(fd) < 0 ? -errno : 0;
-    close(fd);
-    return rc;
 }
 
 /* The tier file `file` becomes the checkpoint file path: renamed (last)
@@ -420,7 +394,7 @@ static int tier__install(mx_tier *tr, int file, bool last, const char *path, cha
         }
         if (rename(tr->path[file], path) == 0) {
             tr->moved[file] = true;
-            tier__sync_dir(path);
+            fsutil_sync_dir(path);
             return 0;
         }
         if (errno != EXDEV) {
@@ -453,7 +427,7 @@ static int tier__install(mx_tier *tr, int file, bool last, const char *path, cha
         unlink(tmp);
         return rc;
     }
-    tier__sync_dir(path);
+    fsutil_sync_dir(path);
     return 0;
 }
 

@@ -69,7 +69,7 @@ typedef struct mx_tier {
     mx_rbuf *ready, **ready_tail; /* read, in stream order */
     uint64_t ra_bytes, ra_limit;  /* read and not yet sent, and its bound */
     uint64_t g_bytes, g_limit;    /* gradient bytes not yet written, and their bound */
-    uint64_t reads, read_bytes;   /* chunks read so far and their bytes */
+    uint64_t read_bytes;          /* bytes read so far */
     uint64_t read_ns;             /* time spent reading them */
     void *gbuf;                   /* the buffer the last gradient payload went to */
 } mx_tier;

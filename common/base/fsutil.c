@@ -2,9 +2,12 @@
 #include "fsutil.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 int fsutil_mkdir_p(const char *path)
 {
@@ -27,4 +30,58 @@ int fsutil_mkdir_p(const char *path)
     if (stat(buf, &st) < 0)
         return -errno;
     return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+}
+
+int fsutil_sync_dir(const char *path)
+{
+    char dir[PATH_MAX];
+    size_t n = strlen(path);
+    if (n >= sizeof(dir))
+        return -ENAMETOOLONG;
+    memcpy(dir, path, n + 1);
+    char *slash = strrchr(dir, '/');
+    if (slash == dir)
+        dir[1] = 0; /* a file in / */
+    else if (slash)
+        *slash = 0;
+    else
+        memcpy(dir, ".", 2);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    int rc = fsync(fd) < 0 ? -errno : 0;
+    close(fd);
+    return rc;
+}
+
+int fsutil_pread_all(int fd, void *buf, size_t n, uint64_t offset)
+{
+    uint8_t *p = buf;
+    while (n) {
+        ssize_t k = pread(fd, p, n > (1u << 30) ? (1u << 30) : n, (off_t)offset);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return k < 0 ? -errno : -EIO;
+        p += k;
+        offset += (uint64_t)k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+int fsutil_pwrite_all(int fd, const void *buf, size_t n, uint64_t offset)
+{
+    const uint8_t *p = buf;
+    while (n) { /* a short write, then the error (a full disk) */
+        ssize_t k = pwrite(fd, p, n > (1u << 30) ? (1u << 30) : n, (off_t)offset);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return k < 0 ? -errno : -EIO;
+        p += k;
+        offset += (uint64_t)k;
+        n -= (size_t)k;
+    }
+    return 0;
 }

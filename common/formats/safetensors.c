@@ -4,7 +4,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -12,6 +11,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "fsutil.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "safetensors data is little-endian; this code writes host order");
@@ -295,21 +296,6 @@ static int st__write_all(int fd, const void *p, size_t n)
     return 0;
 }
 
-/* fsyncs the directory holding path, so a rename into it is durable. */
-static int st__sync_dir(const char *path)
-{
-    char *copy = strdup(path);
-    if (!copy)
-        return -ENOMEM;
-    int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    free(copy);
-    if (fd < 0)
-        return -errno;
-    int rc = fsync(fd) < 0 ? -errno : 0;
-    close(fd);
-    return rc;
-}
-
 int st_writer_header(const st_writer *w, size_t total, uint8_t *out, size_t *need)
 {
     st_buf b = {0};
@@ -392,7 +378,7 @@ int st_writer_write(st_writer *w, const char *path, char *err, size_t errlen)
     }
     free(tmp);
     tmp = NULL;
-    rc = st__sync_dir(path);
+    rc = fsutil_sync_dir(path);
     if (rc < 0)
         st__err(err, errlen, "%s: written, but syncing its directory failed: %s", path,
                 strerror(-rc));
@@ -1138,19 +1124,7 @@ int st_read(const st_file *f, size_t i, uint64_t offset, void *dst, size_t nbyte
         memcpy(dst, f->data + f->t[i].begin + offset, nbytes);
         return 0;
     }
-    uint8_t *d = dst;
-    off_t at = (off_t)(f->data_start + f->t[i].begin + offset);
-    while (nbytes) {
-        ssize_t k = pread(f->fd, d, nbytes > (1u << 30) ? (1u << 30) : nbytes, at);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return k < 0 ? -errno : -EIO;
-        d += k;
-        at += k;
-        nbytes -= (size_t)k;
-    }
-    return 0;
+    return fsutil_pread_all(f->fd, dst, nbytes, f->data_start + f->t[i].begin + offset);
 }
 
 void st_close(st_file *f)

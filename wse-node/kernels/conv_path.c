@@ -388,10 +388,12 @@ static int job_slow(const conv_entry *e, unsigned job)
     return 0;
 }
 
-static void set_handle(dnnl_memory_t m, const void *ptr)
+/* Points memory m at ptr and appends it to args as argument `kind`. */
+static void add_arg(dnnl_exec_arg_t *args, int *na, int kind, dnnl_memory_t m, const void *ptr)
 {
     /* oneDNN only reads the inputs; its API takes every handle non-const */
     dnnl_memory_set_data_handle(m, (void *)(uintptr_t)ptr);
+    args[(*na)++] = (dnnl_exec_arg_t){kind, m};
 }
 
 /* Runs the primitives of job (weight gradient before data gradient) on
@@ -408,34 +410,21 @@ static int run_job(conv_entry *e, unsigned job, const kern__conv_bufs *b)
         if (!(job & bit))
             continue;
         if (bit == KERN__DNNL_FWD || bit == KERN__DNNL_FWD_BIAS) {
-            set_handle(e->src, b->x);
-            set_handle(e->wei, b->w);
-            set_handle(e->dst, b->y);
-            args[na++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, e->src};
-            args[na++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, e->wei};
-            args[na++] = (dnnl_exec_arg_t){DNNL_ARG_DST, e->dst};
-            if (bit == KERN__DNNL_FWD_BIAS) {
-                set_handle(e->bias, b->b);
-                args[na++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, e->bias};
-            }
+            add_arg(args, &na, DNNL_ARG_SRC, e->src, b->x);
+            add_arg(args, &na, DNNL_ARG_WEIGHTS, e->wei, b->w);
+            add_arg(args, &na, DNNL_ARG_DST, e->dst, b->y);
+            if (bit == KERN__DNNL_FWD_BIAS)
+                add_arg(args, &na, DNNL_ARG_BIAS, e->bias, b->b);
         } else if (bit == KERN__DNNL_BWD_D) {
-            set_handle(e->dst, b->dy);
-            set_handle(e->wei, b->w);
-            set_handle(e->src, b->dx);
-            args[na++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_DST, e->dst};
-            args[na++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, e->wei};
-            args[na++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_SRC, e->src};
+            add_arg(args, &na, DNNL_ARG_DIFF_DST, e->dst, b->dy);
+            add_arg(args, &na, DNNL_ARG_WEIGHTS, e->wei, b->w);
+            add_arg(args, &na, DNNL_ARG_DIFF_SRC, e->src, b->dx);
         } else {
-            set_handle(e->src, b->x);
-            set_handle(e->dst, b->dy);
-            set_handle(e->wei, b->dw);
-            args[na++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, e->src};
-            args[na++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_DST, e->dst};
-            args[na++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_WEIGHTS, e->wei};
-            if (bit == KERN__DNNL_BWD_W_BIAS) {
-                set_handle(e->bias, b->db);
-                args[na++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_BIAS, e->bias};
-            }
+            add_arg(args, &na, DNNL_ARG_SRC, e->src, b->x);
+            add_arg(args, &na, DNNL_ARG_DIFF_DST, e->dst, b->dy);
+            add_arg(args, &na, DNNL_ARG_DIFF_WEIGHTS, e->wei, b->dw);
+            if (bit == KERN__DNNL_BWD_W_BIAS)
+                add_arg(args, &na, DNNL_ARG_DIFF_BIAS, e->bias, b->db);
         }
         if (e->scratch[i]) {
             dnnl_memory_set_data_handle(e->scratch[i], scratch);

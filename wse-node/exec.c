@@ -188,6 +188,12 @@ void exec_deinit(exec *e)
     free(e->ws);
     free(e->input);
     free(e->gtmp);
+    free(e->hx);
+    free(e->hd);
+    free(e->red);
+    for (int i = 0; e->kept && i < e->m->nlayers; i++)
+        free(e->kept[i]);
+    free(e->kept);
     memplan_free(&e->plan);
     memset(e, 0, sizeof(*e));
 }
@@ -221,6 +227,301 @@ static float *exec__dout(const exec *e, int layer)
 {
     int r = layer < 0 ? -1 : e->res[layer];
     return r < 0 ? NULL : e->dact[r];
+}
+
+/* ---- spatial partitions: the rows that cross a stripe's border ---- */
+
+enum { /* the passes an exchange or a sum belongs to: the low bits of its tag */
+    EXEC__HALO_FWD,
+    EXEC__HALO_BWD,
+    EXEC__SUM_FWD,  /* and EXEC__SUM_FWD + 1: a norm's two sums */
+    EXEC__SUM_BWD = 4,
+    EXEC__SUM_LOSS,
+};
+
+static uint32_t exec__tag(int layer, int pass)
+{
+    return (uint32_t)layer << 3 | (uint32_t)pass;
+}
+
+static const spatial_layer *exec__sl(const exec *e, int li)
+{
+    return e->parts.parts > 1 ? &e->parts.sp->layers[li] : NULL;
+}
+
+/* Rows [r0, r0 + rows) of every plane (h x w) of src, packed into dst. */
+static void exec__rows_get(float *dst, const float *src, size_t planes, int h, int w, int r0,
+                           int rows)
+{
+    for (size_t p = 0; rows > 0 && p < planes; p++)
+        memcpy(dst + p * rows * w, src + (p * h + r0) * w, (size_t)rows * w * sizeof(float));
+}
+
+/* Packed rows added into rows [r0, r0 + rows) of every plane of dst. */
+static void exec__rows_add(float *dst, const float *src, size_t planes, int h, int w, int r0,
+                           int rows)
+{
+    for (size_t p = 0; rows > 0 && p < planes; p++) {
+        float *d = dst + (p * h + r0) * w;
+        const float *q = src + p * rows * w;
+        for (size_t i = 0; i < (size_t)rows * w; i++)
+            d[i] += q[i];
+    }
+}
+
+static void exec__fill(float *dst, float v, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        dst[i] = v;
+}
+
+/* One exchange with the stripes above and below; nothing crosses the
+ * image's edges. The first failure sticks (exec_parts_error). */
+static void exec__exchange(exec *e, uint32_t tag, const float *up, size_t n_up, const float *down,
+                           size_t n_down, float *from_up, size_t n_from_up, float *from_down,
+                           size_t n_from_down)
+{
+    exec_halo h = {0};
+    if (e->parts.part > 0 && (n_up || n_from_up)) {
+        h.up = up, h.n_up = n_up;
+        h.from_up = from_up, h.n_from_up = n_from_up;
+    }
+    if (e->parts.part + 1 < e->parts.parts && (n_down || n_from_down)) {
+        h.down = down, h.n_down = n_down;
+        h.from_down = from_down, h.n_from_down = n_from_down;
+    }
+    if (e->parts_err || (!h.n_up && !h.n_from_up && !h.n_down && !h.n_from_down))
+        return;
+    int rc = e->parts.exchange(e->parts.ctx, tag, &h);
+    if (rc < 0)
+        e->parts_err = rc;
+}
+
+/* An op_reduce (op_reduce.h) over the stripes, through exec_parts.sum. */
+typedef struct exec__red {
+    exec *e;
+    uint32_t tag;
+    bool batch;
+} exec__red;
+
+static int exec__red_sum(void *ctx, double *v, size_t count)
+{
+    exec__red *r = ctx;
+    exec *e = r->e;
+    if (e->parts_err)
+        return e->parts_err;
+    int rc = e->parts.sum(e->parts.ctx, r->tag++, r->batch, v, count);
+    if (rc < 0)
+        e->parts_err = rc;
+    return rc;
+}
+
+/* The input of gather layer li with its halo rows, into e->hx: received
+ * from the stripes above and below (exchange: the forward pass), or as the
+ * forward pass kept them (a recomputation, the backward pass). pad fills
+ * the rows beyond the image's edges. Returns the extended height. */
+static int exec__gather_in(exec *e, int li, const float *in, bool exchange, float pad)
+{
+    const model_layer *l = &e->m->layers[li];
+    const spatial_layer *s = exec__sl(e, li);
+    size_t planes = (size_t)e->n * l->in.d[0];
+    int h = (int)l->in.d[1], w = (int)l->in.d[2];
+    int top = s->top, bot = s->bottom > 0 ? s->bottom : 0;
+    int own = s->bottom < 0 ? h + s->bottom : h; /* rows this stripe's windows read */
+    float *kt = e->kept[li], *kb = kt + planes * top * w;
+    if (exchange) {
+        float *up = e->hd, *down = up + planes * bot * w;
+        exec__rows_get(up, in, planes, h, w, 0, bot);
+        exec__rows_get(down, in, planes, h, w, h - top, top);
+        exec__exchange(e, exec__tag(li, EXEC__HALO_FWD), up, planes * bot * w, down,
+                       planes * top * w, kt, planes * top * w, kb, planes * bot * w);
+        if (e->parts.part == 0)
+            exec__fill(kt, pad, planes * top * w);
+        if (e->parts.part + 1 == e->parts.parts)
+            exec__fill(kb, pad, planes * bot * w);
+    }
+    int hext = top + own + bot;
+    for (size_t p = 0; p < planes; p++) {
+        float *d = e->hx + p * hext * w;
+        memcpy(d, kt + p * top * w, (size_t)top * w * sizeof(float));
+        memcpy(d + (size_t)top * w, in + p * h * w, (size_t)own * w * sizeof(float));
+        memcpy(d + (size_t)(top + own) * w, kb + p * bot * w, (size_t)bot * w * sizeof(float));
+    }
+    return hext;
+}
+
+/* The backward exchange of a gather or bilinear layer: its gradients of
+ * the neighbours' rows (up: `rows_up` rows per plane for the stripe above,
+ * down: `rows_down` for the one below) go to them, and theirs of this
+ * stripe's rows are added to the gradient of its input, dsrc (planes of
+ * h x w): the stripe above sends its first rows_down rows, the one below
+ * its last rows_up. What arrives lands in e->hx after the packed rows sent
+ * from there (up and down may point into it). */
+static void exec__halo_back(exec *e, int li, size_t planes, int h, int w, const float *up,
+                            int rows_up, const float *down, int rows_down, float *dsrc)
+{
+    float *from_up = e->hx + planes * (size_t)(rows_up + rows_down) * w;
+    float *from_down = from_up + planes * (size_t)rows_down * w;
+    exec__exchange(e, exec__tag(li, EXEC__HALO_BWD), up, planes * rows_up * w, down,
+                   planes * rows_down * w, from_up, planes * rows_down * w, from_down,
+                   planes * rows_up * w);
+    if (e->parts_err || !dsrc)
+        return;
+    if (e->parts.part > 0)
+        exec__rows_add(dsrc, from_up, planes, h, w, 0, rows_down);
+    if (e->parts.part + 1 < e->parts.parts)
+        exec__rows_add(dsrc, from_down, planes, h, w, h - rows_up, rows_up);
+}
+
+/* Of the gradient of a gather layer's extended input in e->hd: its own
+ * rows into din (planes of h x w; rows no window of this stripe read are
+ * zero), its halo rows packed into e->hx for exec__halo_back (the top
+ * rows, then the bottom rows). */
+static void exec__gather_din(exec *e, int li, float *din)
+{
+    const model_layer *l = &e->m->layers[li];
+    const spatial_layer *s = exec__sl(e, li);
+    size_t planes = (size_t)e->n * l->in.d[0];
+    int h = (int)l->in.d[1], w = (int)l->in.d[2];
+    int top = s->top, bot = s->bottom > 0 ? s->bottom : 0;
+    int own = s->bottom < 0 ? h + s->bottom : h, hext = top + own + bot;
+    for (size_t p = 0; p < planes; p++) {
+        memcpy(din + p * h * w, e->hd + (p * hext + top) * w, (size_t)own * w * sizeof(float));
+        memset(din + (p * h + own) * w, 0, (size_t)(h - own) * w * sizeof(float));
+    }
+    exec__rows_get(e->hx, e->hd, planes, hext, w, 0, top);
+    exec__rows_get(e->hx + planes * top * w, e->hd, planes, hext, w, top + own, bot);
+}
+
+/* After the backward pass of gather layer li put its input's gradient in
+ * place: the halo rows' gradients (exec__gather_din) to their owners. */
+static void exec__gather_back(exec *e, int li, float *dsrc)
+{
+    const model_layer *l = &e->m->layers[li];
+    const spatial_layer *s = exec__sl(e, li);
+    size_t planes = (size_t)e->n * l->in.d[0];
+    int top = s->top, bot = s->bottom > 0 ? s->bottom : 0;
+    exec__halo_back(e, li, planes, (int)l->in.d[1], (int)l->in.d[2], e->hx, top,
+                    e->hx + planes * top * l->in.d[2], bot, dsrc);
+}
+
+/* A transposed convolution's output over its extended rows in e->hx: the
+ * rows of the neighbours go to them, theirs of this stripe's rows come
+ * back and are added, with the bias, to the own rows, into out. */
+static void exec__scatter_out(exec *e, int li, float *out, const float *bias)
+{
+    const model_layer *l = &e->m->layers[li];
+    const spatial_layer *s = exec__sl(e, li);
+    size_t planes = (size_t)e->n * l->out.d[0];
+    int o = (int)l->out.d[1], w = (int)l->out.d[2], top = s->top, bot = s->bottom;
+    int hext = top + o + bot;
+    float *up = e->hd, *down = up + planes * top * w;
+    float *from_up = down + planes * bot * w, *from_down = from_up + planes * bot * w;
+    exec__rows_get(up, e->hx, planes, hext, w, 0, top);
+    exec__rows_get(down, e->hx, planes, hext, w, top + o, bot);
+    exec__exchange(e, exec__tag(li, EXEC__HALO_FWD), up, planes * top * w, down, planes * bot * w,
+                   from_up, planes * bot * w, from_down, planes * top * w);
+    for (size_t p = 0; p < planes; p++)
+        memcpy(out + p * o * w, e->hx + (p * hext + top) * w, (size_t)o * w * sizeof(float));
+    if (e->parts.part > 0)
+        exec__rows_add(out, from_up, planes, o, w, 0, bot);
+    if (e->parts.part + 1 < e->parts.parts)
+        exec__rows_add(out, from_down, planes, o, w, o - top, top);
+    int k = (int)l->out.d[0];
+    for (size_t p = 0; bias && p < planes; p++) {
+        float b = bias[p % k], *y = out + p * o * w;
+        for (size_t i = 0; i < (size_t)o * w; i++)
+            y[i] += b;
+    }
+}
+
+/* The output gradient of a transposed convolution over its extended
+ * rows, into e->hx: the neighbours' gradients of the rows this stripe's
+ * inputs wrote in theirs come across. */
+static void exec__scatter_dout(exec *e, int li, const float *dout)
+{
+    const model_layer *l = &e->m->layers[li];
+    const spatial_layer *s = exec__sl(e, li);
+    size_t planes = (size_t)e->n * l->out.d[0];
+    int o = (int)l->out.d[1], w = (int)l->out.d[2], top = s->top, bot = s->bottom;
+    int hext = top + o + bot;
+    float *up = e->hd, *down = up + planes * bot * w;
+    float *from_up = down + planes * top * w, *from_down = from_up + planes * top * w;
+    exec__rows_get(up, dout, planes, o, w, 0, bot);
+    exec__rows_get(down, dout, planes, o, w, o - top, top);
+    exec__exchange(e, exec__tag(li, EXEC__HALO_BWD), up, planes * bot * w, down, planes * top * w,
+                   from_up, planes * top * w, from_down, planes * bot * w);
+    if (e->parts.part == 0)
+        memset(from_up, 0, planes * top * w * sizeof(float));
+    if (e->parts.part + 1 == e->parts.parts)
+        memset(from_down, 0, planes * bot * w * sizeof(float));
+    for (size_t p = 0; p < planes; p++) {
+        float *d = e->hx + p * hext * w;
+        memcpy(d, from_up + p * top * w, (size_t)top * w * sizeof(float));
+        memcpy(d + (size_t)top * w, dout + p * o * w, (size_t)o * w * sizeof(float));
+        memcpy(d + (size_t)(top + o) * w, from_down + p * bot * w, (size_t)bot * w * sizeof(float));
+    }
+}
+
+/* Where stripe rows of a bilinear upsampling sit in the whole image. */
+static op_upsample_frame exec__frame(const exec *e, const model_layer *l)
+{
+    op_upsample_frame f = {.row0 = (int)(e->parts.part * l->in.d[1]),
+                           .full_h = (int)(e->parts.parts * l->in.d[1]),
+                           .full_oh = (int)(e->parts.parts * l->out.d[1])};
+    return f;
+}
+
+int exec_set_parts(exec *e, const exec_parts *p, char *err, size_t errlen)
+{
+    e->parts = *p;
+    if (p->parts <= 1)
+        return 0;
+    const spatial_plan *sp = p->sp;
+    size_t n = (size_t)e->n;
+    e->hx = malloc((sp->halo_elems ? sp->halo_elems : 1) * n * sizeof(float));
+    e->hd = malloc((sp->halo_elems ? sp->halo_elems : 1) * n * sizeof(float));
+    e->red = malloc((sp->red_doubles * n + 1) * sizeof(double));
+    e->kept = calloc((size_t)e->m->nlayers, sizeof(float *));
+    bool oom = !e->hx || !e->hd || !e->red || !e->kept;
+    size_t ws = e->ws_bytes;
+    for (int i = 0; !oom && i < e->m->nlayers; i++) {
+        const model_layer *l = &e->m->layers[i];
+        const spatial_layer *s = &sp->layers[i];
+        int bot = s->bottom > 0 ? s->bottom : 0;
+        if (s->kind == SPATIAL_GATHER || s->kind == SPATIAL_BILINEAR) {
+            size_t rows = s->kind == SPATIAL_GATHER ? (size_t)(s->top + bot) : 2;
+            oom |= !(e->kept[i] = malloc(n * (size_t)l->in.d[0] * rows * l->in.d[2] *
+                                         sizeof(float) + 1));
+        }
+        /* the convolutions run on the extended rows, without row padding */
+        if (s->kind == SPATIAL_GATHER && l->type == LAYER_CONV2D) {
+            op_conv2d_params q = exec__conv(l, e->n);
+            q.h += s->top + s->bottom;
+            q.pad_h = 0;
+            size_t b = op_conv2d_workspace(&q);
+            ws = b > ws ? b : ws;
+        } else if (s->kind == SPATIAL_SCATTER) {
+            op_conv_transpose2d_params q = exec__convt(l, e->n);
+            q.pad_h = 0;
+            size_t b = op_conv_transpose2d_workspace(&q);
+            ws = b > ws ? b : ws;
+        }
+    }
+    if (!oom && ws > e->ws_bytes) {
+        free(e->ws);
+        ws = (ws + 63) / 64 * 64;
+        oom |= !(e->ws = aligned_alloc(64, ws));
+        e->bytes += ws - e->ws_bytes;
+        e->ws_bytes = oom ? 0 : ws;
+    }
+    if (oom) {
+        snprintf(err, errlen, "out of memory for the halo buffers of a stripe (%llu bytes)",
+                 (unsigned long long)spatial_extra_bytes(sp, e->n));
+        return -ENOMEM;
+    }
+    e->bytes += spatial_extra_bytes(sp, e->n);
+    return 0;
 }
 
 static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int mode);
@@ -293,6 +594,24 @@ void exec_forward(exec *e, int li, const float *x, int64_t step, bool training)
  * statistics updated), in evaluation, or again in training's backward pass
  * (EXEC__RECOMPUTE: the very output the forward pass made, from what it
  * saved, with no side effect). */
+/* Dropout's masks: numbered by element over the samples, and a stripe's
+ * elements apart from the other stripes' of its sample. */
+static void exec__dropout(const exec *e, const model_layer *l, float *out, const float *in,
+                          size_t count, const op_dropout_key *key, bool backward)
+{
+    uint64_t per = model_shape_elems(&l->out);
+    void (*op)(float *, const float *, size_t, uint64_t, float, const op_dropout_key *) =
+        backward ? op_dropout_backward : op_dropout_forward;
+    if (e->parts.parts <= 1) {
+        op(out, in, count, e->sample_offset * per, (float)l->rate, key);
+        return;
+    }
+    for (size_t s = 0; s < count / per; s++)
+        op(out + s * per, in + s * per, per,
+           ((e->sample_offset + s) * (uint64_t)e->parts.parts + (uint64_t)e->parts.part) * per,
+           (float)l->rate, key);
+}
+
 static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int mode)
 {
     const bool training = mode != EXEC__EVAL;
@@ -302,6 +621,9 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
     float *out = e->act[li];
     size_t count = (size_t)n * model_shape_elems(&l->out);
     int c = (int)l->in.d[0], hw = exec__hw(&l->in);
+    const spatial_layer *sl = exec__sl(e, li);
+    bool gather = sl && sl->kind == SPATIAL_GATHER;
+    bool exchange = mode != EXEC__RECOMPUTE; /* a recomputation has the halo rows it kept */
     switch (l->type) {
     case LAYER_DENSE:
         op_dense_forward(out, in, W(l, 0), l->bias ? W(l, 1) : NULL, n, (int)l->in.d[0],
@@ -309,27 +631,62 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
         break;
     case LAYER_CONV2D: {
         op_conv2d_params p = exec__conv(l, n);
+        if (gather) { /* the stripe's rows with their halos, unpadded */
+            p.h = exec__gather_in(e, li, in, exchange, 0.0f);
+            p.pad_h = 0;
+            in = e->hx;
+        }
         op_conv2d_forward(out, in, W(l, 0), l->bias ? W(l, 1) : NULL, &p, e->ws, e->ws_bytes);
         break;
     }
     case LAYER_CONV_TRANSPOSE2D: {
         op_conv_transpose2d_params p = exec__convt(l, n);
+        if (sl && sl->kind == SPATIAL_SCATTER) {
+            p.pad_h = 0;
+            op_conv_transpose2d_forward(e->hx, in, W(l, 0), NULL, &p, e->ws, e->ws_bytes);
+            exec__scatter_out(e, li, out, l->bias ? W(l, 1) : NULL);
+            break;
+        }
         op_conv_transpose2d_forward(out, in, W(l, 0), l->bias ? W(l, 1) : NULL, &p, e->ws,
                                     e->ws_bytes);
         break;
     }
     case LAYER_MAX_POOL2D: {
         op_pool2d_params p = exec__pool(l, n);
+        if (gather) { /* padding never wins a maximum */
+            p.h = exec__gather_in(e, li, in, exchange, -INFINITY);
+            p.pad_h = 0;
+            in = e->hx;
+        }
         op_maxpool2d_forward(out, e->aux[li], in, &p);
         break;
     }
     case LAYER_AVG_POOL2D: {
         op_pool2d_params p = exec__pool(l, n);
+        if (gather) { /* padding counts as zeros (count_include_pad) */
+            p.h = exec__gather_in(e, li, in, exchange, 0.0f);
+            p.pad_h = 0;
+            in = e->hx;
+        }
         op_avgpool2d_forward(out, in, &p);
         break;
     }
     case LAYER_UPSAMPLE:
-        if (l->mode == UPSAMPLE_BILINEAR)
+        if (sl && sl->kind == SPATIAL_BILINEAR) {
+            size_t planes = (size_t)n * c;
+            int h = (int)l->in.d[1], w = (int)l->in.d[2];
+            float *kt = e->kept[li], *kb = kt + planes * w;
+            if (exchange) {
+                exec__rows_get(e->hd, in, planes, h, w, 0, 1);
+                exec__rows_get(e->hd + planes * w, in, planes, h, w, h - 1, 1);
+                exec__exchange(e, exec__tag(li, EXEC__HALO_FWD), e->hd, planes * w,
+                               e->hd + planes * w, planes * w, kt, planes * w, kb, planes * w);
+            }
+            op_upsample_frame f = exec__frame(e, l);
+            op_upsample_bilinear_forward_rows(out, in, n, c, h, w, (int)l->out.d[1],
+                                              (int)l->out.d[2], &f, e->parts.part > 0 ? kt : NULL,
+                                              e->parts.part + 1 < e->parts.parts ? kb : NULL);
+        } else if (l->mode == UPSAMPLE_BILINEAR)
             op_upsample_bilinear_forward(out, in, n, c, (int)l->in.d[1], (int)l->in.d[2],
                                          (int)l->out.d[1], (int)l->out.d[2]);
         else
@@ -360,8 +717,16 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
                 memcpy(G(l, 2), W(l, 2), (size_t)c * sizeof(float));
                 memcpy(G(l, 3), W(l, 3), (size_t)c * sizeof(float));
             }
-            op_batchnorm_forward_train(out, save, save + c, G(l, 2), G(l, 3), in, W(l, 0), W(l, 1),
-                                       n, c, hw, (float)l->momentum, (float)l->eps);
+            if (sl) { /* statistics over every stripe of the samples */
+                exec__red rc = {e, exec__tag(li, EXEC__SUM_FWD), e->parts.sync_batchnorm};
+                op_reduce r = {exec__red_sum, &rc};
+                op_batchnorm_forward_train_parts(out, save, save + c, G(l, 2), G(l, 3), in, W(l, 0),
+                                                 W(l, 1), n, c, hw, (float)l->momentum,
+                                                 (float)l->eps, &r, e->red);
+            } else {
+                op_batchnorm_forward_train(out, save, save + c, G(l, 2), G(l, 3), in, W(l, 0),
+                                           W(l, 1), n, c, hw, (float)l->momentum, (float)l->eps);
+            }
             for (int i = 0; i < c; i++) {
                 if (!e->micro_more) {
                     G(l, 2)[i] *= e->replica_share;
@@ -384,8 +749,15 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
             op_norm_affine(out, in, save + 2 * ng, save + 2 * ng + nc, n, c, hw, true);
             break;
         }
-        op_groupnorm_forward(out, save, save + ng, in, W(l, 0), W(l, 1), n, c, hw, l->groups,
-                             (float)l->eps);
+        if (sl) { /* statistics over every stripe of each sample */
+            exec__red rc = {e, exec__tag(li, EXEC__SUM_FWD), false};
+            op_reduce r = {exec__red_sum, &rc};
+            op_groupnorm_forward_parts(out, save, save + ng, in, W(l, 0), W(l, 1), n, c, hw,
+                                       l->groups, (float)l->eps, &r, e->red);
+        } else {
+            op_groupnorm_forward(out, save, save + ng, in, W(l, 0), W(l, 1), n, c, hw, l->groups,
+                                 (float)l->eps);
+        }
         int cg = c / l->groups;
         for (int s = 0; s < n; s++)
             for (int ch = 0; ch < c; ch++) {
@@ -404,8 +776,7 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
     case LAYER_DROPOUT:
         if (training) {
             op_dropout_key key = {.seed = e->seed, .step = step, .layer = li};
-            op_dropout_forward(out, in, count, e->sample_offset * model_shape_elems(&l->out),
-                               (float)l->rate, &key);
+            exec__dropout(e, l, out, in, count, &key, false);
         } else {
             memcpy(out, in, count * sizeof(float));
         }
@@ -426,12 +797,17 @@ double exec_loss(exec *e, const float *x, const void *labels, float scale)
     float *dlogits = exec__dout(e, last);
     int n = e->n;
     op_labels lv = {labels, e->labels_u8};
+    /* A stripe holds 1/parts of each sample's elements: means over them are
+     * its share of the whole sample's, and Dice's sums are totalled. */
+    double parts = e->parts.parts > 1 ? e->parts.parts : 1;
+    exec__red rc = {e, exec__tag(m->nlayers, EXEC__SUM_LOSS), false};
+    op_reduce r = {exec__red_sum, &rc};
     switch (m->loss) {
     case LOSS_SOFTMAX_CROSS_ENTROPY:
         return op_softmax_xent(dlogits, logits, lv, n, (int)o->d[0], scale);
     case LOSS_PIXEL_SOFTMAX_CROSS_ENTROPY:
         return op_softmax_xent_pixels(dlogits, logits, lv, n, (int)o->d[0], (int)o->d[1],
-                                      (int)o->d[2], scale);
+                                      (int)o->d[2], (float)(scale / parts)) / parts;
     default:
         break;
     }
@@ -460,12 +836,17 @@ double exec_loss(exec *e, const float *x, const void *labels, float scale)
             }
         }
     }
+    float bscale = (float)(scale / parts);
     if (m->loss == LOSS_BCE_WITH_LOGITS)
-        return op_bce_logits(dlogits, logits, e->targets, n, per, scale);
+        return op_bce_logits(dlogits, logits, e->targets, n, per, bscale) / parts;
     if (m->loss == LOSS_DICE)
-        return op_dice_logits(dlogits, logits, e->targets, n, per, DICE_EPS, scale);
-    double loss = op_bce_logits(dlogits, logits, e->targets, n, per, scale);
-    loss += op_dice_logits(e->lossgrad, logits, e->targets, n, per, DICE_EPS, scale);
+        return parts > 1 ? op_dice_logits_parts(dlogits, logits, e->targets, n, per, DICE_EPS,
+                                                scale, &r, e->red) / parts
+                         : op_dice_logits(dlogits, logits, e->targets, n, per, DICE_EPS, scale);
+    double loss = op_bce_logits(dlogits, logits, e->targets, n, per, bscale) / parts;
+    loss += parts > 1 ? op_dice_logits_parts(e->lossgrad, logits, e->targets, n, per, DICE_EPS,
+                                             scale, &r, e->red) / parts
+                      : op_dice_logits(e->lossgrad, logits, e->targets, n, per, DICE_EPS, scale);
     size_t count = (size_t)n * per;
     for (size_t i = 0; i < count; i++)
         dlogits[i] += e->lossgrad[i];
@@ -525,6 +906,8 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
     bool fresh = src >= 0 && e->direct[src];
     float *din = fresh ? exec__dout(e, src) : e->scratch;
     bool has_din = !fresh;
+    const spatial_layer *sl = exec__sl(e, li);
+    bool gather = sl && sl->kind == SPATIAL_GATHER;
     switch (l->type) {
     case LAYER_DENSE:
         if (src < 0)
@@ -536,6 +919,15 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
         op_conv2d_params p = exec__conv(l, n);
         if (src < 0)
             din = NULL;
+        if (gather) { /* over the extended rows; the halo rows' gradients go back */
+            p.h = exec__gather_in(e, li, in, false, 0.0f);
+            p.pad_h = 0;
+            op_conv2d_backward(din ? e->hd : NULL, G(l, 0), l->bias ? G(l, 1) : NULL, dout, e->hx,
+                               W(l, 0), &p, e->ws, e->ws_bytes);
+            if (din)
+                exec__gather_din(e, li, din);
+            break;
+        }
         op_conv2d_backward(din, G(l, 0), l->bias ? G(l, 1) : NULL, dout, in, W(l, 0), &p, e->ws,
                            e->ws_bytes);
         break;
@@ -544,22 +936,61 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
         op_conv_transpose2d_params p = exec__convt(l, n);
         if (src < 0)
             din = NULL;
+        if (sl && sl->kind == SPATIAL_SCATTER) {
+            /* the gradients of the neighbours' rows it wrote, then this
+             * stripe's share of the bias gradient from its own rows */
+            exec__scatter_dout(e, li, dout);
+            p.pad_h = 0;
+            op_conv_transpose2d_backward(din, G(l, 0), NULL, e->hx, in, W(l, 0), &p, e->ws,
+                                         e->ws_bytes);
+            float *db = l->bias ? G(l, 1) : NULL;
+            size_t plane = (size_t)l->out.d[1] * l->out.d[2];
+            for (int k = 0; db && k < l->filters; k++) {
+                double sum = 0.0;
+                for (int i = 0; i < n; i++)
+                    for (size_t j = 0; j < plane; j++)
+                        sum += dout[((size_t)i * l->filters + k) * plane + j];
+                db[k] = (float)sum;
+            }
+            break;
+        }
         op_conv_transpose2d_backward(din, G(l, 0), l->bias ? G(l, 1) : NULL, dout, in, W(l, 0),
                                      &p, e->ws, e->ws_bytes);
         break;
     }
     case LAYER_MAX_POOL2D: {
         op_pool2d_params p = exec__pool(l, n);
+        if (gather) {
+            p.h = exec__gather_in(e, li, in, false, -INFINITY);
+            p.pad_h = 0;
+            op_maxpool2d_backward(e->hd, dout, e->aux[li], &p);
+            exec__gather_din(e, li, din);
+            break;
+        }
         op_maxpool2d_backward(din, dout, e->aux[li], &p);
         break;
     }
     case LAYER_AVG_POOL2D: {
         op_pool2d_params p = exec__pool(l, n);
+        if (gather) {
+            p.h = exec__gather_in(e, li, in, false, 0.0f);
+            p.pad_h = 0;
+            op_avgpool2d_backward(e->hd, dout, &p);
+            exec__gather_din(e, li, din);
+            break;
+        }
         op_avgpool2d_backward(din, dout, &p);
         break;
     }
     case LAYER_UPSAMPLE:
-        if (l->mode == UPSAMPLE_BILINEAR)
+        if (sl && sl->kind == SPATIAL_BILINEAR) {
+            size_t planes = (size_t)n * c;
+            op_upsample_frame f = exec__frame(e, l);
+            op_upsample_bilinear_backward_rows(
+                din, dout, n, c, (int)l->in.d[1], (int)l->in.d[2], (int)l->out.d[1],
+                (int)l->out.d[2], &f, e->parts.part > 0 ? e->hd : NULL,
+                e->parts.part + 1 < e->parts.parts ? e->hd + planes * l->in.d[2] : NULL);
+        } else if (l->mode == UPSAMPLE_BILINEAR)
             op_upsample_bilinear_backward(din, dout, n, c, (int)l->in.d[1], (int)l->in.d[2],
                                           (int)l->out.d[1], (int)l->out.d[2]);
         else
@@ -596,11 +1027,26 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
         break;
     case LAYER_BATCH_NORM: {
         const float *save = e->aux[li];
+        if (sl) {
+            exec__red rc = {e, exec__tag(li, EXEC__SUM_BWD), e->parts.sync_batchnorm};
+            op_reduce r = {exec__red_sum, &rc};
+            op_batchnorm_backward_parts(src >= 0 ? din : NULL, G(l, 0), G(l, 1), dout, in, W(l, 0),
+                                        save, save + c, n, c, hw, &r, e->red);
+            break;
+        }
         op_batchnorm_backward(din, G(l, 0), G(l, 1), dout, in, W(l, 0), save, save + c, n, c, hw);
         break;
     }
     case LAYER_GROUP_NORM: {
         const float *save = e->aux[li];
+        if (sl) {
+            exec__red rc = {e, exec__tag(li, EXEC__SUM_BWD), false};
+            op_reduce r = {exec__red_sum, &rc};
+            op_groupnorm_backward_parts(src >= 0 ? din : NULL, G(l, 0), G(l, 1), dout, in, W(l, 0),
+                                        save, save + (size_t)n * l->groups, n, c, hw, l->groups,
+                                        &r, e->red);
+            break;
+        }
         op_groupnorm_backward(din, G(l, 0), G(l, 1), dout, in, W(l, 0), save,
                               save + (size_t)n * l->groups, n, c, hw, l->groups);
         break;
@@ -614,8 +1060,7 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
     case LAYER_TANH: op_tanh_backward(din, dout, e->act[li], count); break;
     case LAYER_DROPOUT: {
         op_dropout_key key = {.seed = e->seed, .step = step, .layer = li};
-        op_dropout_backward(din, dout, count, e->sample_offset * model_shape_elems(&l->out),
-                            (float)l->rate, &key);
+        exec__dropout(e, l, din, dout, count, &key, true);
         break;
     }
     case LAYER_FLATTEN:
@@ -625,6 +1070,14 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
     }
     if (has_din && din && src >= 0)
         exec__accumulate(exec__dout(e, src), din, in_count);
+    if (sl && src >= 0) { /* the gradients of the neighbours' rows go to them */
+        if (gather && (l->type == LAYER_CONV2D || l->type == LAYER_MAX_POOL2D ||
+                       l->type == LAYER_AVG_POOL2D))
+            exec__gather_back(e, li, exec__dout(e, src));
+        else if (sl->kind == SPATIAL_BILINEAR && l->type == LAYER_UPSAMPLE)
+            exec__halo_back(e, li, (size_t)n * c, (int)l->in.d[1], (int)l->in.d[2], e->hd, 1,
+                            e->hd + (size_t)n * c * l->in.d[2], 1, exec__dout(e, src));
+    }
     for (int k = 0; k < l->ninputs; k++) /* written: later writers add */
         if (l->inputs[k] >= 0 && e->res[l->inputs[k]] >= 0)
             e->direct[e->res[l->inputs[k]]] = false;
@@ -714,7 +1167,8 @@ int exec_eval(exec *e, const float *x, const void *labels, exec_metrics *mt)
     if (!isfinite(loss))
         return -EINVAL;
     mt->loss += loss;
-    mt->samples += (uint64_t)e->n;
+    if (e->parts.part == 0) /* a sample is counted once, by its first stripe */
+        mt->samples += (uint64_t)e->n;
     op_labels lv = {labels, e->labels_u8};
     if (m->loss == LOSS_SOFTMAX_CROSS_ENTROPY && o->ndim == 1) {
         int classes = (int)o->d[0];

@@ -11,6 +11,34 @@
 
 #include "memplan.h"
 #include "model.h"
+#include "spatial.h"
+
+/* One halo exchange of a stripe (exec_parts): rows to send to the stripes
+ * above and below, and room for what they send. A direction is NULL with
+ * count 0 at the image's edge, or where nothing crosses that way. */
+typedef struct exec_halo {
+    const float *up, *down;
+    size_t n_up, n_down;
+    float *from_up, *from_down;
+    size_t n_from_up, n_from_down;
+} exec_halo;
+
+/* Spatial partitions: the executor computes one horizontal stripe of every
+ * sample (common/compiler/spatial.h), its model being the stripe's, and
+ * reaches the other stripes through these calls, which block until done
+ * and return 0 or a negative code (the step is then abandoned:
+ * exec_parts_error). Every stripe makes the same calls in the same order;
+ * tag names the call (layer and pass) so that a transport can check it. */
+typedef struct exec_parts {
+    int part, parts;              /* this stripe, top first, of parts */
+    const spatial_plan *sp;       /* per layer, what crosses the borders; not owned */
+    bool sync_batchnorm;          /* batch norm's statistics over the replicas too */
+    int (*exchange)(void *ctx, uint32_t tag, const exec_halo *h);
+    /* Replaces v[0 .. count) by its sums over the stripes of the samples;
+     * batch: over every replica's stripes as well (synchronised batch norm). */
+    int (*sum)(void *ctx, uint32_t tag, bool batch, double *v, size_t count);
+    void *ctx;
+} exec_parts;
 
 typedef struct exec {
     const model *m;         /* not owned */
@@ -46,6 +74,12 @@ typedef struct exec {
                              * statistics go on from the earlier ones) */
     bool micro_more;        /* forward: more micro-batches follow in the step (running
                              * statistics are scaled by replica_share after the last) */
+    exec_parts parts;       /* spatial partitions (exec_set_parts); parts 0: whole samples */
+    float *hx, *hd;         /* a stripe's extended buffers: input (or output) rows with their
+                             * halos, and their gradients or the rows in flight */
+    float **kept;           /* per layer: the halo rows its forward pass received */
+    double *red;            /* the sums a norm or the loss totals over the stripes */
+    int parts_err;          /* the first failed exchange or sum, or 0 */
     size_t bytes;           /* allocated: the footprint's exec bytes */
     uint64_t recomputed;    /* layer outputs recomputed, every step so far */
 } exec;
@@ -72,6 +106,19 @@ int exec_init_micro(exec *e, const model *m, int share, int micro, int threads, 
 int exec_init_reference(exec *e, const model *m, int n, int threads, float **w, float **g,
                         char *err, size_t errlen);
 void exec_deinit(exec *e);
+
+/* Makes the executor compute stripe p->part of p->parts of every sample:
+ * e was initialised with the stripe's model. Allocates the halo buffers
+ * (spatial_extra_bytes) and grows the convolution workspace for the
+ * extended rows. Returns 0 or -ENOMEM with a message. */
+int exec_set_parts(exec *e, const exec_parts *p, char *err, size_t errlen);
+
+/* The first error of an exchange or a sum since exec_set_parts, or 0: the
+ * step's results are then meaningless. */
+static inline int exec_parts_error(const exec *e)
+{
+    return e->parts_err;
+}
 
 /* The float inputs of samples first .. first+n-1 of a batch as it arrived
  * (its inputs first, sample.h): in the batch itself when it brings floats,

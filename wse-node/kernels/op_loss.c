@@ -110,34 +110,65 @@ double op_bce_logits(float *dlogits, const float *logits,
     return loss;
 }
 
-double op_dice_logits(float *dlogits, const float *logits,
-                      const float *targets, int n, int per, float eps,
-                      float scale)
+/* sum(p*t) and sum(p) + sum(t) of one sample's logits x and targets t. */
+static void dice_sums(const float *x, const float *t, int per, double *inter, double *sum)
 {
-    /* logits, targets, dlogits (n, per). With I = sum(p*t),
-     * S = sum(p) + sum(t): loss = 1 - (2I + eps)/(S + eps) and
-     * dloss/dp_j = ((2I + eps) - 2 t_j (S + eps)) / (S + eps)^2,
+    double a = 0.0, b = 0.0;
+    for (int j = 0; j < per; j++) {
+        double p = sigmoid(x[j]);
+        a += p * t[j];
+        b += p + t[j];
+    }
+    *inter = a;
+    *sum = b;
+}
+
+/* One sample's Dice loss from its sums, and its gradient into d (NULL:
+ * none). */
+static double dice_apply(float *d, const float *x, const float *t, int per, float eps,
+                         float scale, double inter, double sum)
+{
+    /* With I = sum(p*t), S = sum(p) + sum(t): loss = 1 - (2I + eps)/(S + eps)
+     * and dloss/dp_j = ((2I + eps) - 2 t_j (S + eps)) / (S + eps)^2,
      * dp/dx = p (1 - p) */
-    double loss = 0.0;
-    for (int i = 0; i < n; i++) {
-        const float *x = logits + (size_t)i * per;
-        const float *t = targets + (size_t)i * per;
-        double inter = 0.0, sum = 0.0;
-        for (int j = 0; j < per; j++) {
-            double p = sigmoid(x[j]);
-            inter += p * t[j];
-            sum += p + t[j];
-        }
-        double num = 2.0 * inter + eps, den = sum + eps;
-        loss += 1.0 - num / den;
-        if (!dlogits)
-            continue;
-        float *d = dlogits + (size_t)i * per;
+    double num = 2.0 * inter + eps, den = sum + eps;
+    if (d) {
         double k = scale / (den * den);
         for (int j = 0; j < per; j++) {
             double p = sigmoid(x[j]);
             d[j] = (float)(k * (num - 2.0 * t[j] * den) * p * (1.0 - p));
         }
     }
+    return 1.0 - num / den;
+}
+
+double op_dice_logits(float *dlogits, const float *logits,
+                      const float *targets, int n, int per, float eps,
+                      float scale)
+{
+    /* logits, targets, dlogits (n, per) */
+    double loss = 0.0;
+    for (int i = 0; i < n; i++) {
+        const float *x = logits + (size_t)i * per;
+        const float *t = targets + (size_t)i * per;
+        double inter, sum;
+        dice_sums(x, t, per, &inter, &sum);
+        loss += dice_apply(dlogits ? dlogits + (size_t)i * per : NULL, x, t, per, eps, scale,
+                           inter, sum);
+    }
+    return loss;
+}
+
+double op_dice_logits_parts(float *dlogits, const float *logits, const float *targets, int n,
+                            int per, float eps, float scale, const op_reduce *r, double *red)
+{
+    for (int i = 0; i < n; i++)
+        dice_sums(logits + (size_t)i * per, targets + (size_t)i * per, per, &red[i], &red[n + i]);
+    if (op_reduce_sum(r, red, 2 * (size_t)n) < 0)
+        return NAN;
+    double loss = 0.0;
+    for (int i = 0; i < n; i++)
+        loss += dice_apply(dlogits ? dlogits + (size_t)i * per : NULL, logits + (size_t)i * per,
+                           targets + (size_t)i * per, per, eps, scale, red[i], red[n + i]);
     return loss;
 }

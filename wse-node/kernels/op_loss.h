@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "op_reduce.h"
+
 /* Class labels as they arrive: int32, or one byte each. */
 typedef struct op_labels {
     const void *p;
@@ -53,5 +55,13 @@ double op_bce_logits(float *dlogits, const float *logits,
 double op_dice_logits(float *dlogits, const float *logits,
                       const float *targets, int n, int per, float eps,
                       float scale);
+
+/* op_dice_logits over one stripe of partitioned samples: each sample's sums
+ * totalled over its stripes by r (op_reduce.h), so that the loss and the
+ * gradient are those of the whole sample. Returns the whole samples' loss
+ * (the same on every stripe), or NAN when r fails. red is room for 2n
+ * doubles. */
+double op_dice_logits_parts(float *dlogits, const float *logits, const float *targets, int n,
+                            int per, float eps, float scale, const op_reduce *r, double *red);
 
 #endif

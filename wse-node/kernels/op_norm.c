@@ -1,9 +1,66 @@
 /* Batch and group normalisation: statistics and their gradients reduced in
- * double over the elements they normalise. */
+ * double over the elements they normalise. Each pass is cut into the sums
+ * it needs and what it does with them, so that the forms for a stripe of a
+ * partitioned sample (the _parts functions) run the same arithmetic with
+ * the sums totalled over the stripes in between. */
 #include "op_norm.h"
 
 #include <math.h>
 #include <stddef.h>
+
+/* ---- batch norm ---- */
+
+/* The sum of channel ch over the batch, and the sum of its squared
+ * deviations from mean. */
+static double bn_sum(const float *in, int ch, int n, int c, int hw)
+{
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) {
+        const float *x = in + ((size_t)i * c + ch) * hw;
+        for (int j = 0; j < hw; j++)
+            sum += x[j];
+    }
+    return sum;
+}
+
+static double bn_sq(const float *in, int ch, int n, int c, int hw, double mean)
+{
+    double sq = 0.0;
+    for (int i = 0; i < n; i++) {
+        const float *x = in + ((size_t)i * c + ch) * hw;
+        for (int j = 0; j < hw; j++)
+            sq += (x[j] - mean) * (x[j] - mean);
+    }
+    return sq;
+}
+
+/* Channel ch normalised with the mean and squared deviations of m
+ * elements; the saved and running statistics updated. */
+static void bn_apply(float *out, float *save_mean, float *save_invstd, float *running_mean,
+                     float *running_var, const float *in, const float *gamma, const float *beta,
+                     int ch, int n, int c, int hw, float momentum, float eps, double mean,
+                     double sq, double m)
+{
+    double var = m ? sq / m : 0.0;
+    double invstd = 1.0 / sqrt(var + eps);
+    save_mean[ch] = (float)mean;
+    save_invstd[ch] = (float)invstd;
+    if (running_mean)
+        running_mean[ch] = (float)((1.0 - momentum) * running_mean[ch] + momentum * mean);
+    if (running_var) {
+        double unbiased = m > 1 ? sq / (m - 1) : var;
+        running_var[ch] = (float)((1.0 - momentum) * running_var[ch] + momentum * unbiased);
+    }
+    float a, b;
+    op_norm_coeffs((float)invstd, (float)mean, gamma ? gamma[ch] : 1.0f, beta ? beta[ch] : 0.0f,
+                   &a, &b);
+    for (int i = 0; i < n; i++) {
+        const float *x = in + ((size_t)i * c + ch) * hw;
+        float *y = out + ((size_t)i * c + ch) * hw;
+        for (int j = 0; j < hw; j++)
+            y[j] = x[j] * a + b;
+    }
+}
 
 void op_batchnorm_forward_train(float *out, float *save_mean,
                                 float *save_invstd, float *running_mean,
@@ -12,42 +69,40 @@ void op_batchnorm_forward_train(float *out, float *save_mean,
                                 int c, int hw, float momentum, float eps)
 {
     /* in, out (n, c, hw); gamma, beta, running_*, save_* (c) */
-    size_t m = (size_t)n * hw;
+    double m = (double)((size_t)n * hw);
     for (int ch = 0; ch < c; ch++) {
-        double sum = 0.0;
-        for (int i = 0; i < n; i++) {
-            const float *x = in + ((size_t)i * c + ch) * hw;
-            for (int j = 0; j < hw; j++)
-                sum += x[j];
-        }
-        double mean = m ? sum / m : 0.0, sq = 0.0;
-        for (int i = 0; i < n; i++) {
-            const float *x = in + ((size_t)i * c + ch) * hw;
-            for (int j = 0; j < hw; j++)
-                sq += (x[j] - mean) * (x[j] - mean);
-        }
-        double var = m ? sq / m : 0.0;
-        double invstd = 1.0 / sqrt(var + eps);
-        save_mean[ch] = (float)mean;
-        save_invstd[ch] = (float)invstd;
-        if (running_mean)
-            running_mean[ch] = (float)((1.0 - momentum) * running_mean[ch] +
-                                       momentum * mean);
-        if (running_var) {
-            double unbiased = m > 1 ? sq / (m - 1) : var;
-            running_var[ch] = (float)((1.0 - momentum) * running_var[ch] +
-                                      momentum * unbiased);
-        }
-        float a, b;
-        op_norm_coeffs((float)invstd, (float)mean, gamma ? gamma[ch] : 1.0f,
-                       beta ? beta[ch] : 0.0f, &a, &b);
-        for (int i = 0; i < n; i++) {
-            const float *x = in + ((size_t)i * c + ch) * hw;
-            float *y = out + ((size_t)i * c + ch) * hw;
-            for (int j = 0; j < hw; j++)
-                y[j] = x[j] * a + b;
-        }
+        double sum = bn_sum(in, ch, n, c, hw);
+        double mean = m ? sum / m : 0.0;
+        double sq = bn_sq(in, ch, n, c, hw, mean);
+        bn_apply(out, save_mean, save_invstd, running_mean, running_var, in, gamma, beta, ch, n,
+                 c, hw, momentum, eps, mean, sq, m);
     }
+}
+
+int op_batchnorm_forward_train_parts(float *out, float *save_mean, float *save_invstd,
+                                     float *running_mean, float *running_var, const float *in,
+                                     const float *gamma, const float *beta, int n, int c, int hw,
+                                     float momentum, float eps, const op_reduce *r, double *red)
+{
+    /* red: c means (sums first), the element count, c squared deviations */
+    for (int ch = 0; ch < c; ch++)
+        red[ch] = bn_sum(in, ch, n, c, hw);
+    red[c] = (double)((size_t)n * hw);
+    int rc = op_reduce_sum(r, red, (size_t)c + 1);
+    if (rc < 0)
+        return rc;
+    double m = red[c];
+    double *sq = red + c + 1;
+    for (int ch = 0; ch < c; ch++) {
+        red[ch] = m ? red[ch] / m : 0.0;
+        sq[ch] = bn_sq(in, ch, n, c, hw, red[ch]);
+    }
+    if ((rc = op_reduce_sum(r, sq, (size_t)c)) < 0)
+        return rc;
+    for (int ch = 0; ch < c; ch++)
+        bn_apply(out, save_mean, save_invstd, running_mean, running_var, in, gamma, beta, ch, n,
+                 c, hw, momentum, eps, red[ch], sq[ch], m);
+    return 0;
 }
 
 void op_batchnorm_forward_eval(float *out, const float *in,
@@ -70,6 +125,42 @@ void op_batchnorm_forward_eval(float *out, const float *in,
     }
 }
 
+/* sum(dy) and sum(dy * xhat) of channel ch. */
+static void bn_dsums(const float *dout, const float *in, int ch, int n, int c, int hw,
+                     double mean, double invstd, double *sdy, double *sdyx)
+{
+    double a = 0.0, b = 0.0;
+    for (int i = 0; i < n; i++) {
+        const float *x = in + ((size_t)i * c + ch) * hw;
+        const float *dy = dout + ((size_t)i * c + ch) * hw;
+        for (int j = 0; j < hw; j++) {
+            a += dy[j];
+            b += dy[j] * ((x[j] - mean) * invstd);
+        }
+    }
+    *sdy = a;
+    *sdyx = b;
+}
+
+/* dx = gamma * invstd * (dy - sdy/m - xhat * sdyx/m) of channel ch. */
+static void bn_dx(float *din, const float *dout, const float *in, const float *gamma, int ch,
+                  int n, int c, int hw, double mean, double invstd, double sdy, double sdyx,
+                  double m)
+{
+    float g = (float)(invstd * (gamma ? gamma[ch] : 1.0f));
+    float mdy = (float)(sdy / m), mdyx = (float)(sdyx / m);
+    float fmean = (float)mean, finv = (float)invstd;
+    for (int i = 0; i < n; i++) {
+        const float *x = in + ((size_t)i * c + ch) * hw;
+        const float *dy = dout + ((size_t)i * c + ch) * hw;
+        float *dx = din + ((size_t)i * c + ch) * hw;
+        for (int j = 0; j < hw; j++) {
+            float xhat = (x[j] - fmean) * finv;
+            dx[j] = g * (dy[j] - mdy - xhat * mdyx);
+        }
+    }
+}
+
 void op_batchnorm_backward(float *din, float *dgamma, float *dbeta,
                            const float *dout, const float *in,
                            const float *gamma, const float *save_mean,
@@ -78,36 +169,85 @@ void op_batchnorm_backward(float *din, float *dgamma, float *dbeta,
     /* dout, in, din (n, c, hw); gamma, save_*, dgamma, dbeta (c);
      * xhat = (x - mean) * invstd, dgamma = sum(dy * xhat), dbeta = sum(dy),
      * dx = gamma * invstd * (dy - dbeta/m - xhat * dgamma/m) */
-    size_t m = (size_t)n * hw;
+    double m = (double)((size_t)n * hw);
     for (int ch = 0; ch < c; ch++) {
-        double mean = save_mean[ch], invstd = save_invstd[ch];
-        double sdy = 0.0, sdyx = 0.0;
-        for (int i = 0; i < n; i++) {
-            const float *x = in + ((size_t)i * c + ch) * hw;
-            const float *dy = dout + ((size_t)i * c + ch) * hw;
-            for (int j = 0; j < hw; j++) {
-                sdy += dy[j];
-                sdyx += dy[j] * ((x[j] - mean) * invstd);
-            }
-        }
+        double sdy, sdyx;
+        bn_dsums(dout, in, ch, n, c, hw, save_mean[ch], save_invstd[ch], &sdy, &sdyx);
         if (dgamma)
             dgamma[ch] = (float)sdyx;
         if (dbeta)
             dbeta[ch] = (float)sdy;
-        if (!din || m == 0)
-            continue;
-        float g = (float)(invstd * (gamma ? gamma[ch] : 1.0f));
-        float mdy = (float)(sdy / m), mdyx = (float)(sdyx / m);
-        float fmean = (float)mean, finv = (float)invstd;
-        for (int i = 0; i < n; i++) {
-            const float *x = in + ((size_t)i * c + ch) * hw;
-            const float *dy = dout + ((size_t)i * c + ch) * hw;
-            float *dx = din + ((size_t)i * c + ch) * hw;
-            for (int j = 0; j < hw; j++) {
-                float xhat = (x[j] - fmean) * finv;
-                dx[j] = g * (dy[j] - mdy - xhat * mdyx);
-            }
-        }
+        if (din && m != 0)
+            bn_dx(din, dout, in, gamma, ch, n, c, hw, save_mean[ch], save_invstd[ch], sdy, sdyx,
+                  m);
+    }
+}
+
+int op_batchnorm_backward_parts(float *din, float *dgamma, float *dbeta, const float *dout,
+                                const float *in, const float *gamma, const float *save_mean,
+                                const float *save_invstd, int n, int c, int hw,
+                                const op_reduce *r, double *red)
+{
+    /* red: c sums of dy, c of dy * xhat, the element count. dgamma and
+     * dbeta are this stripe's share: the weight gradients add up over the
+     * stripes as they travel up. */
+    for (int ch = 0; ch < c; ch++) {
+        bn_dsums(dout, in, ch, n, c, hw, save_mean[ch], save_invstd[ch], &red[ch], &red[c + ch]);
+        if (dgamma)
+            dgamma[ch] = (float)red[c + ch];
+        if (dbeta)
+            dbeta[ch] = (float)red[ch];
+    }
+    red[2 * c] = (double)((size_t)n * hw);
+    if (!din)
+        return 0;
+    int rc = op_reduce_sum(r, red, 2 * (size_t)c + 1);
+    if (rc < 0)
+        return rc;
+    double m = red[2 * c];
+    for (int ch = 0; m != 0 && ch < c; ch++)
+        bn_dx(din, dout, in, gamma, ch, n, c, hw, save_mean[ch], save_invstd[ch], red[ch],
+              red[c + ch], m);
+    return 0;
+}
+
+/* ---- group norm ---- */
+
+static double gn_sum(const float *x, size_t m)
+{
+    double sum = 0.0;
+    for (size_t j = 0; j < m; j++)
+        sum += x[j];
+    return sum;
+}
+
+static double gn_sq(const float *x, size_t m, double mean)
+{
+    double sq = 0.0;
+    for (size_t j = 0; j < m; j++)
+        sq += (x[j] - mean) * (x[j] - mean);
+    return sq;
+}
+
+/* Group g of sample i normalised with its mean and squared deviations
+ * over m elements. */
+static void gn_apply(float *out, float *save_mean, float *save_invstd, const float *in,
+                     const float *gamma, const float *beta, int i, int g, int c, int hw,
+                     int groups, float eps, double mean, double sq, double m)
+{
+    int cg = c / groups;
+    const float *x = in + ((size_t)i * c + (size_t)g * cg) * hw;
+    float *y = out + ((size_t)i * c + (size_t)g * cg) * hw;
+    double invstd = 1.0 / sqrt((m ? sq / m : 0.0) + eps);
+    save_mean[i * groups + g] = (float)mean;
+    save_invstd[i * groups + g] = (float)invstd;
+    for (int k = 0; k < cg; k++) {
+        int ch = g * cg + k;
+        float a, b;
+        op_norm_coeffs((float)invstd, (float)mean, gamma ? gamma[ch] : 1.0f,
+                       beta ? beta[ch] : 0.0f, &a, &b);
+        for (int j = 0; j < hw; j++)
+            y[(size_t)k * hw + j] = x[(size_t)k * hw + j] * a + b;
     }
 }
 
@@ -122,25 +262,110 @@ void op_groupnorm_forward(float *out, float *save_mean, float *save_invstd,
     for (int i = 0; i < n; i++)
         for (int g = 0; g < groups; g++) {
             const float *x = in + ((size_t)i * c + (size_t)g * cg) * hw;
-            float *y = out + ((size_t)i * c + (size_t)g * cg) * hw;
-            double sum = 0.0, sq = 0.0;
-            for (size_t j = 0; j < m; j++)
-                sum += x[j];
-            double mean = m ? sum / m : 0.0;
-            for (size_t j = 0; j < m; j++)
-                sq += (x[j] - mean) * (x[j] - mean);
-            double invstd = 1.0 / sqrt((m ? sq / m : 0.0) + eps);
-            save_mean[i * groups + g] = (float)mean;
-            save_invstd[i * groups + g] = (float)invstd;
-            for (int k = 0; k < cg; k++) {
-                int ch = g * cg + k;
-                float a, b;
-                op_norm_coeffs((float)invstd, (float)mean, gamma ? gamma[ch] : 1.0f,
-                               beta ? beta[ch] : 0.0f, &a, &b);
-                for (int j = 0; j < hw; j++)
-                    y[(size_t)k * hw + j] = x[(size_t)k * hw + j] * a + b;
+            double mean = m ? gn_sum(x, m) / m : 0.0;
+            gn_apply(out, save_mean, save_invstd, in, gamma, beta, i, g, c, hw, groups, eps, mean,
+                     gn_sq(x, m, mean), (double)m);
+        }
+}
+
+int op_groupnorm_forward_parts(float *out, float *save_mean, float *save_invstd, const float *in,
+                               const float *gamma, const float *beta, int n, int c, int hw,
+                               int groups, float eps, const op_reduce *r, double *red)
+{
+    /* red: n*groups means (sums first), the element count, n*groups
+     * squared deviations */
+    int cg = c / groups;
+    size_t m = (size_t)cg * hw, ng = (size_t)n * groups;
+    for (size_t k = 0; k < ng; k++)
+        red[k] = gn_sum(in + ((k / groups) * c + (k % groups) * cg) * hw, m);
+    red[ng] = (double)m;
+    int rc = op_reduce_sum(r, red, ng + 1);
+    if (rc < 0)
+        return rc;
+    double mt = red[ng];
+    double *sq = red + ng + 1;
+    for (size_t k = 0; k < ng; k++) {
+        red[k] = mt ? red[k] / mt : 0.0;
+        sq[k] = gn_sq(in + ((k / groups) * c + (k % groups) * cg) * hw, m, red[k]);
+    }
+    if ((rc = op_reduce_sum(r, sq, ng)) < 0)
+        return rc;
+    for (size_t k = 0; k < ng; k++)
+        gn_apply(out, save_mean, save_invstd, in, gamma, beta, (int)(k / groups),
+                 (int)(k % groups), c, hw, groups, eps, red[k], sq[k], mt);
+    return 0;
+}
+
+/* dgamma and dbeta: sums over the samples of each channel. */
+static void gn_dparams(float *dgamma, float *dbeta, const float *dout, const float *in,
+                       const float *save_mean, const float *save_invstd, int n, int c, int hw,
+                       int groups)
+{
+    int cg = c / groups;
+    for (int ch = 0; ch < c; ch++) {
+        double sdy = 0.0, sdyx = 0.0;
+        for (int i = 0; i < n; i++) {
+            int g = ch / cg;
+            double mean = save_mean[i * groups + g];
+            double invstd = save_invstd[i * groups + g];
+            const float *x = in + ((size_t)i * c + ch) * hw;
+            const float *dy = dout + ((size_t)i * c + ch) * hw;
+            for (int j = 0; j < hw; j++) {
+                sdy += dy[j];
+                sdyx += dy[j] * ((x[j] - mean) * invstd);
             }
         }
+        if (dgamma)
+            dgamma[ch] = (float)sdyx;
+        if (dbeta)
+            dbeta[ch] = (float)sdy;
+    }
+}
+
+/* Of group g of sample i, with dxhat = dy * gamma: sum(dxhat) and
+ * sum(dxhat * xhat). */
+static void gn_dsums(const float *dout, const float *in, const float *gamma,
+                     const float *save_mean, const float *save_invstd, int i, int g, int c,
+                     int hw, int groups, double *s1, double *s2)
+{
+    int cg = c / groups;
+    size_t off = ((size_t)i * c + (size_t)g * cg) * hw;
+    double mean = save_mean[i * groups + g];
+    double invstd = save_invstd[i * groups + g];
+    double a = 0.0, b = 0.0;
+    for (int k = 0; k < cg; k++) {
+        float gm = gamma ? gamma[g * cg + k] : 1.0f;
+        const float *x = in + off + (size_t)k * hw;
+        const float *dy = dout + off + (size_t)k * hw;
+        for (int j = 0; j < hw; j++) {
+            double dxh = (double)dy[j] * gm;
+            a += dxh;
+            b += dxh * ((x[j] - mean) * invstd);
+        }
+    }
+    *s1 = a;
+    *s2 = b;
+}
+
+/* dx = invstd * (dxhat - s1/m - xhat * s2/m) of group g of sample i. */
+static void gn_dx(float *din, const float *dout, const float *in, const float *gamma,
+                  const float *save_mean, const float *save_invstd, int i, int g, int c, int hw,
+                  int groups, double s1, double s2, double m)
+{
+    int cg = c / groups;
+    size_t off = ((size_t)i * c + (size_t)g * cg) * hw;
+    float m1 = (float)(s1 / m), m2 = (float)(s2 / m);
+    float fmean = save_mean[i * groups + g], finv = save_invstd[i * groups + g];
+    for (int k = 0; k < cg; k++) {
+        float gm = gamma ? gamma[g * cg + k] : 1.0f;
+        const float *x = in + off + (size_t)k * hw;
+        const float *dy = dout + off + (size_t)k * hw;
+        float *dx = din + off + (size_t)k * hw;
+        for (int j = 0; j < hw; j++) {
+            float xhat = (x[j] - fmean) * finv;
+            dx[j] = finv * (dy[j] * gm - m1 - xhat * m2);
+        }
+    }
 }
 
 void op_groupnorm_backward(float *din, float *dgamma, float *dbeta,
@@ -152,61 +377,44 @@ void op_groupnorm_backward(float *din, float *dgamma, float *dbeta,
     /* dout, in, din (n, c, hw); gamma, dgamma, dbeta (c); save_* (n,
      * groups). With dxhat = dy * gamma over one group of m elements:
      * dx = invstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)) */
-    int cg = c / groups;
-    size_t m = (size_t)cg * hw;
-    if (dgamma || dbeta) {
-        for (int ch = 0; ch < c; ch++) {
-            double sdy = 0.0, sdyx = 0.0;
-            for (int i = 0; i < n; i++) {
-                int g = ch / cg;
-                double mean = save_mean[i * groups + g];
-                double invstd = save_invstd[i * groups + g];
-                const float *x = in + ((size_t)i * c + ch) * hw;
-                const float *dy = dout + ((size_t)i * c + ch) * hw;
-                for (int j = 0; j < hw; j++) {
-                    sdy += dy[j];
-                    sdyx += dy[j] * ((x[j] - mean) * invstd);
-                }
-            }
-            if (dgamma)
-                dgamma[ch] = (float)sdyx;
-            if (dbeta)
-                dbeta[ch] = (float)sdy;
-        }
-    }
+    size_t m = (size_t)(c / groups) * hw;
+    if (dgamma || dbeta)
+        gn_dparams(dgamma, dbeta, dout, in, save_mean, save_invstd, n, c, hw, groups);
     if (!din || m == 0)
         return;
     for (int i = 0; i < n; i++)
         for (int g = 0; g < groups; g++) {
-            size_t off = ((size_t)i * c + (size_t)g * cg) * hw;
-            double mean = save_mean[i * groups + g];
-            double invstd = save_invstd[i * groups + g];
-            double s1 = 0.0, s2 = 0.0;
-            for (int k = 0; k < cg; k++) {
-                float gm = gamma ? gamma[g * cg + k] : 1.0f;
-                const float *x = in + off + (size_t)k * hw;
-                const float *dy = dout + off + (size_t)k * hw;
-                for (int j = 0; j < hw; j++) {
-                    double dxh = (double)dy[j] * gm;
-                    s1 += dxh;
-                    s2 += dxh * ((x[j] - mean) * invstd);
-                }
-            }
-            float m1 = (float)(s1 / m), m2 = (float)(s2 / m);
-            float fmean = (float)mean, finv = (float)invstd;
-            for (int k = 0; k < cg; k++) {
-                float gm = gamma ? gamma[g * cg + k] : 1.0f;
-                const float *x = in + off + (size_t)k * hw;
-                const float *dy = dout + off + (size_t)k * hw;
-                float *dx = din + off + (size_t)k * hw;
-                for (int j = 0; j < hw; j++) {
-                    float xhat = (x[j] - fmean) * finv;
-                    dx[j] = finv * (dy[j] * gm - m1 - xhat * m2);
-                }
-            }
+            double s1, s2;
+            gn_dsums(dout, in, gamma, save_mean, save_invstd, i, g, c, hw, groups, &s1, &s2);
+            gn_dx(din, dout, in, gamma, save_mean, save_invstd, i, g, c, hw, groups, s1, s2,
+                  (double)m);
         }
 }
 
+int op_groupnorm_backward_parts(float *din, float *dgamma, float *dbeta, const float *dout,
+                                const float *in, const float *gamma, const float *save_mean,
+                                const float *save_invstd, int n, int c, int hw, int groups,
+                                const op_reduce *r, double *red)
+{
+    /* red: n*groups sums of dxhat, n*groups of dxhat * xhat, the count */
+    size_t ng = (size_t)n * groups;
+    if (dgamma || dbeta)
+        gn_dparams(dgamma, dbeta, dout, in, save_mean, save_invstd, n, c, hw, groups);
+    if (!din)
+        return 0;
+    for (size_t k = 0; k < ng; k++)
+        gn_dsums(dout, in, gamma, save_mean, save_invstd, (int)(k / groups), (int)(k % groups), c,
+                 hw, groups, &red[k], &red[ng + k]);
+    red[2 * ng] = (double)((size_t)(c / groups) * hw);
+    int rc = op_reduce_sum(r, red, 2 * ng + 1);
+    if (rc < 0)
+        return rc;
+    double m = red[2 * ng];
+    for (size_t k = 0; m != 0 && k < ng; k++)
+        gn_dx(din, dout, in, gamma, save_mean, save_invstd, (int)(k / groups), (int)(k % groups),
+              c, hw, groups, red[k], red[ng + k], m);
+    return 0;
+}
 void op_norm_affine(float *out, const float *in, const float *a, const float *b, int n, int c,
                     int hw, bool per_sample)
 {

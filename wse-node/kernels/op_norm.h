@@ -6,6 +6,8 @@
 
 #include <stdbool.h>
 
+#include "op_reduce.h"
+
 /* The scale a and shift b that normalise a channel (y = x * a + b) given
  * its statistics and affine parameters: what the forward passes compute
  * with, so that op_norm_affine with the saved a and b makes the very same
@@ -38,6 +40,15 @@ void op_batchnorm_forward_train(float *out, float *save_mean,
                                 const float *gamma, const float *beta, int n,
                                 int c, int hw, float momentum, float eps);
 
+/* op_batchnorm_forward_train over one stripe of partitioned samples: the
+ * statistics are those of every stripe, totalled by r (op_reduce.h; NULL:
+ * this call's alone, as op_batchnorm_forward_train). red is room for
+ * 2c + 1 doubles. Returns 0 or r's negative code. */
+int op_batchnorm_forward_train_parts(float *out, float *save_mean, float *save_invstd,
+                                     float *running_mean, float *running_var, const float *in,
+                                     const float *gamma, const float *beta, int n, int c, int hw,
+                                     float momentum, float eps, const op_reduce *r, double *red);
+
 /* Evaluation mode: normalises with running_mean and running_var (c).
  * in and out are (n, c, hw); out may alias in. */
 void op_batchnorm_forward_eval(float *out, const float *in,
@@ -54,6 +65,14 @@ void op_batchnorm_backward(float *din, float *dgamma, float *dbeta,
                            const float *gamma, const float *save_mean,
                            const float *save_invstd, int n, int c, int hw);
 
+/* op_batchnorm_backward over one stripe: din with the sums of every
+ * stripe (r); dgamma and dbeta this stripe's share of theirs. red is room
+ * for 2c + 1 doubles. Returns 0 or r's negative code. */
+int op_batchnorm_backward_parts(float *din, float *dgamma, float *dbeta, const float *dout,
+                                const float *in, const float *gamma, const float *save_mean,
+                                const float *save_invstd, int n, int c, int hw,
+                                const op_reduce *r, double *red);
+
 /* in and out are (n, c, hw), c divisible by groups; gamma and beta are (c);
  * save_mean and save_invstd are (n, groups). Normalises every (sample,
  * group) of c/groups channels with its own mean and biased variance. out may
@@ -63,6 +82,13 @@ void op_groupnorm_forward(float *out, float *save_mean, float *save_invstd,
                           const float *beta, int n, int c, int hw,
                           int groups, float eps);
 
+/* op_groupnorm_forward over one stripe: every (sample, group) normalised
+ * with the statistics of all its stripes (r). red is room for
+ * 2 n groups + 1 doubles. Returns 0 or r's negative code. */
+int op_groupnorm_forward_parts(float *out, float *save_mean, float *save_invstd, const float *in,
+                               const float *gamma, const float *beta, int n, int c, int hw,
+                               int groups, float eps, const op_reduce *r, double *red);
+
 /* dout and in are (n, c, hw). Overwrites din (n, c, hw), dgamma and dbeta
  * (c); each may be NULL. */
 void op_groupnorm_backward(float *din, float *dgamma, float *dbeta,
@@ -70,5 +96,13 @@ void op_groupnorm_backward(float *din, float *dgamma, float *dbeta,
                            const float *gamma, const float *save_mean,
                            const float *save_invstd, int n, int c, int hw,
                            int groups);
+
+/* op_groupnorm_backward over one stripe: din with the sums of all the
+ * stripes (r); dgamma and dbeta this stripe's share. red is room for
+ * 2 n groups + 1 doubles. Returns 0 or r's negative code. */
+int op_groupnorm_backward_parts(float *din, float *dgamma, float *dbeta, const float *dout,
+                                const float *in, const float *gamma, const float *save_mean,
+                                const float *save_invstd, int n, int c, int hw, int groups,
+                                const op_reduce *r, double *red);
 
 #endif

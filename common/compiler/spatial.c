@@ -1,0 +1,209 @@
+/* Spatial partitions: where each layer's windows cross a stripe's border. */
+#include "spatial.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int spatial_stripe_shape(const model *full, int parts, model_shape *out, char *err, size_t errlen)
+{
+    const model_shape *in = &full->input;
+    if (parts < 1) {
+        snprintf(err, errlen, "spatial_partitions must be at least 1, not %d", parts);
+        return -EINVAL;
+    }
+    if (in->ndim != 3) {
+        snprintf(err, errlen, "spatial partitions split images: the model's input is %lld "
+                 "features, not channels x height x width", (long long)in->d[0]);
+        return -EINVAL;
+    }
+    if (in->d[1] % parts != 0) {
+        snprintf(err, errlen, "the input's %lld rows do not split into %d stripes of equal "
+                 "height", (long long)in->d[1], parts);
+        return -EINVAL;
+    }
+    *out = *in;
+    out->d[1] = in->d[1] / parts;
+    return 0;
+}
+
+/* The model's largest downsampling: input rows per output row at its
+ * coarsest layer. */
+static int64_t spatial_downsampling(const model *m)
+{
+    int64_t d = 1;
+    for (int i = 0; i < m->nlayers; i++) {
+        const model_shape *o = &m->layers[i].out;
+        if (o->ndim == 3 && o->d[1] > 0 && m->input.d[1] / o->d[1] > d)
+            d = m->input.d[1] / o->d[1];
+    }
+    return d;
+}
+
+/* The halo of layer l of the stripe model, whose input has h rows and
+ * output o rows. Returns 0 or -EINVAL with a message. */
+static int spatial_layer_of(const model_layer *l, spatial_layer *s, char *err, size_t errlen)
+{
+    int64_t h = l->in.d[1], o = l->out.d[1];
+    memset(s, 0, sizeof(*s));
+    switch (l->type) {
+    case LAYER_DENSE:
+    case LAYER_FLATTEN:
+        snprintf(err, errlen, "layer \"%s\" (%s) needs whole samples; spatial partitions split "
+                 "convolutional models, whose layers keep the image's rows", l->name,
+                 layer_type_name(l->type));
+        return -EINVAL;
+    case LAYER_CONV2D:
+    case LAYER_MAX_POOL2D:
+    case LAYER_AVG_POOL2D: {
+        int dil = l->type == LAYER_CONV2D ? l->dilation[0] : 1;
+        int64_t ke = (int64_t)dil * (l->kernel[0] - 1) + 1, s_ = l->stride[0], p = l->padding[0];
+        if (o * s_ != h) {
+            snprintf(err, errlen, "layer \"%s\" (%s, stride %lld): a stripe's %lld input rows "
+                     "make %lld output rows, not %lld / %lld", l->name, layer_type_name(l->type),
+                     (long long)s_, (long long)h, (long long)o, (long long)h, (long long)s_);
+            return -EINVAL;
+        }
+        s->top = (int)p;
+        s->bottom = (int)((o - 1) * s_ - p + ke - h);
+        s->kind = s->top > 0 || s->bottom > 0 ? SPATIAL_GATHER : SPATIAL_LOCAL;
+        break;
+    }
+    case LAYER_CONV_TRANSPOSE2D: {
+        int64_t ke = (int64_t)l->dilation[0] * (l->kernel[0] - 1) + 1, s_ = l->stride[0],
+                p = l->padding[0];
+        if (o != h * s_) {
+            snprintf(err, errlen, "layer \"%s\" (conv_transpose2d, stride %lld): a stripe's "
+                     "%lld input rows make %lld output rows, not %lld x %lld", l->name,
+                     (long long)s_, (long long)h, (long long)o, (long long)h, (long long)s_);
+            return -EINVAL;
+        }
+        s->top = (int)p;
+        s->bottom = (int)((h - 1) * s_ + ke - p - o);
+        if (s->top == 0 && s->bottom <= 0)
+            break;
+        if (l->output_padding[0] != 0) {
+            snprintf(err, errlen, "layer \"%s\" (conv_transpose2d): output_padding along the "
+                     "rows with a window that crosses stripes is not supported in spatial "
+                     "partitions", l->name);
+            return -EINVAL;
+        }
+        if (s->bottom < 0)
+            s->bottom = 0;
+        s->kind = SPATIAL_SCATTER;
+        break;
+    }
+    case LAYER_UPSAMPLE:
+        if (l->mode == UPSAMPLE_BILINEAR && l->scale > 1) {
+            s->kind = SPATIAL_BILINEAR;
+            s->top = s->bottom = 1;
+        }
+        break;
+    default:
+        break;
+    }
+    int64_t reach = s->top > s->bottom ? s->top : s->bottom;
+    int64_t rows = s->kind == SPATIAL_SCATTER ? o : h;
+    if (s->kind != SPATIAL_LOCAL && reach > rows) {
+        snprintf(err, errlen, "layer \"%s\" (%s) reaches %lld rows beyond its stripe, which has "
+                 "only %lld rows there: use fewer stripes or a larger image", l->name,
+                 layer_type_name(l->type), (long long)reach, (long long)rows);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+int spatial_plan_init(spatial_plan *sp, const model *full, const model *stripe, int parts,
+                      char *err, size_t errlen)
+{
+    memset(sp, 0, sizeof(*sp));
+    if (full->nlayers != stripe->nlayers || full->input.ndim != 3) {
+        snprintf(err, errlen, "the stripe's model is not the model's");
+        return -EINVAL;
+    }
+    sp->parts = parts;
+    sp->full_h = full->input.d[1];
+    sp->rows = stripe->input.d[1];
+    sp->nlayers = full->nlayers;
+    if (!(sp->layers = calloc((size_t)full->nlayers, sizeof(*sp->layers)))) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    if (parts <= 1)
+        return 0;
+    if (sp->rows * parts != sp->full_h) {
+        snprintf(err, errlen, "the stripe's %lld rows times %d are not the input's %lld",
+                 (long long)sp->rows, parts, (long long)sp->full_h);
+        goto bad;
+    }
+    int64_t align = spatial_downsampling(full) * parts;
+    for (int i = 0; i < full->nlayers; i++) {
+        const model_layer *f = &full->layers[i], *l = &stripe->layers[i];
+        if (f->out.ndim == 3 && (l->out.d[1] * parts != f->out.d[1] || l->out.d[2] != f->out.d[2])) {
+            snprintf(err, errlen, "layer \"%s\": its %lld output rows do not split into %d "
+                     "stripes of whole rows; the input's height must be a multiple of %lld "
+                     "(%d stripes times the model's downsampling by %lld), not %lld",
+                     f->name, (long long)f->out.d[1], parts, (long long)align, parts,
+                     (long long)(align / parts), (long long)sp->full_h);
+            goto bad;
+        }
+        spatial_layer *s = &sp->layers[i];
+        if (spatial_layer_of(l, s, err, errlen) < 0)
+            goto bad;
+        if (s->kind == SPATIAL_LOCAL)
+            continue;
+        int bottom = s->bottom > 0 ? s->bottom : 0;
+        uint64_t ext = 0;
+        if (s->kind == SPATIAL_GATHER) {
+            ext = (uint64_t)l->in.d[0] * (uint64_t)(l->in.d[1] + s->top + bottom) *
+                  (uint64_t)l->in.d[2];
+            sp->kept_elems += (uint64_t)l->in.d[0] * (uint64_t)(s->top + bottom) *
+                              (uint64_t)l->in.d[2];
+        } else if (s->kind == SPATIAL_SCATTER) {
+            ext = (uint64_t)l->out.d[0] * (uint64_t)(l->out.d[1] + s->top + bottom) *
+                  (uint64_t)l->out.d[2];
+        } else { /* bilinear: the rows above and below, kept, and their gradients */
+            sp->kept_elems += 2 * (uint64_t)l->in.d[0] * (uint64_t)l->in.d[2];
+            ext = 2 * (uint64_t)l->in.d[0] * (uint64_t)l->in.d[2];
+        }
+        /* the rows in flight, sent and received, share the same buffers */
+        uint64_t flight = 2 * (uint64_t)(s->kind == SPATIAL_SCATTER ? l->out.d[0] : l->in.d[0]) *
+                          (uint64_t)(s->kind == SPATIAL_BILINEAR ? 2 : s->top + bottom) *
+                          (uint64_t)(s->kind == SPATIAL_SCATTER ? l->out.d[2] : l->in.d[2]);
+        if (flight > ext)
+            ext = flight;
+        if (ext > sp->halo_elems)
+            sp->halo_elems = ext;
+    }
+    for (int i = 0; i < full->nlayers; i++) {
+        const model_layer *l = &stripe->layers[i];
+        uint64_t r = 0;
+        if (l->type == LAYER_BATCH_NORM)
+            r = 2 * (uint64_t)l->in.d[0];
+        else if (l->type == LAYER_GROUP_NORM)
+            r = 2 * (uint64_t)l->groups;
+        if (r > sp->red_doubles)
+            sp->red_doubles = r;
+    }
+    if (sp->red_doubles < 2)
+        sp->red_doubles = 2; /* the Dice loss: two sums per sample */
+    return 0;
+bad:
+    spatial_plan_free(sp);
+    return -EINVAL;
+}
+
+void spatial_plan_free(spatial_plan *sp)
+{
+    free(sp->layers);
+    memset(sp, 0, sizeof(*sp));
+}
+
+uint64_t spatial_extra_bytes(const spatial_plan *sp, int n)
+{
+    if (sp->parts <= 1)
+        return 0;
+    return ((2 * sp->halo_elems + sp->kept_elems) * (uint64_t)n) * sizeof(float) +
+           (sp->red_doubles * (uint64_t)n + 1) * sizeof(double);
+}

@@ -1,0 +1,66 @@
+/* Spatial partitions: one sample split into `parts` horizontal stripes of
+ * equal height, each computed by its own wse-node (runconfig
+ * spatial_partitions). Every stripe runs the model compiled for the
+ * stripe's input (the same layers on C x H/parts x W), and the layers that
+ * read rows beyond their stripe take them from the stripes above and below
+ * (halo rows). This module checks that a model splits, and says per layer
+ * which rows cross a stripe's border. Pure arithmetic. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "model.h"
+
+typedef enum {
+    SPATIAL_LOCAL,    /* the stripe's own rows make its output rows */
+    SPATIAL_GATHER,   /* a window over rows (convolution, pooling): `top` rows from the
+                       * stripe above and `bottom` from the one below make the input;
+                       * backward, their gradients go back to their owners */
+    SPATIAL_SCATTER,  /* a transposed convolution: the stripe's inputs write `top` rows
+                       * of the stripe above and `bottom` of the one below, which add
+                       * them; backward, those rows' gradients come back */
+    SPATIAL_BILINEAR, /* bilinear upsampling: one row above and one below */
+} spatial_kind;
+
+typedef struct spatial_layer {
+    spatial_kind kind;
+    int top, bottom; /* halo rows (gather: of the input; scatter: of the output); bottom may
+                      * be negative for a gather (the last rows are read only by the stripe
+                      * below) */
+} spatial_layer;
+
+typedef struct spatial_plan {
+    int parts;               /* stripes per sample */
+    int64_t full_h;          /* rows of the whole input */
+    int64_t rows;            /* input rows of one stripe */
+    int nlayers;
+    spatial_layer *layers;   /* per layer; owned */
+    uint64_t halo_elems;     /* per sample: the largest extended buffer a gather or scatter
+                              * layer works in (its rows with both halos, all channels) */
+    uint64_t kept_elems;     /* per sample: halo rows kept from the forward pass for the
+                              * backward pass, over every gather layer */
+    uint64_t red_doubles;    /* per sample: the longest vector of sums a norm or the loss
+                              * totals over the stripes (plus one count) */
+} spatial_plan;
+
+/* The input shape of one stripe of `parts` of model `full`: C x H/parts x
+ * W. Returns 0, or -EINVAL with a message naming the numbers (a model
+ * without an image input, H not a multiple of parts). */
+int spatial_stripe_shape(const model *full, int parts, model_shape *out, char *err, size_t errlen);
+
+/* Fills sp for `full` split into `parts` stripes, `stripe` being the same
+ * model compiled at spatial_stripe_shape. Refuses, with a message naming
+ * the layer and the numbers: a layer that needs whole samples (dense,
+ * flatten); rows that do not split into whole rows of every stripe at some
+ * layer (the input height is then not a multiple of parts times the
+ * model's downsampling, which the message gives); a halo wider than a
+ * stripe. parts 1 gives a plan with every layer local. Returns 0 or
+ * -EINVAL / -ENOMEM. */
+int spatial_plan_init(spatial_plan *sp, const model *full, const model *stripe, int parts,
+                      char *err, size_t errlen);
+void spatial_plan_free(spatial_plan *sp);
+
+/* The bytes of a stripe's executor beyond the memory plan's, for n
+ * samples: the two extended buffers, the kept halo rows and the sums. */
+uint64_t spatial_extra_bytes(const spatial_plan *sp, int n);

@@ -72,34 +72,52 @@ int offline_plan(const char *file, const char *text, uint64_t wafer, int threads
     }
     toml_value *root = toml_parse(text, strlen(text), file, err, sizeof(err));
     const toml_value *mt = root ? toml_table_get(root, "model") : NULL;
-    const model *m = spec->model;
     int replicas = spec->num_csx > 0 ? (int)spec->num_csx : 1;
-    int share = (int)((spec->train.batch_size + replicas - 1) / replicas);
+    /* with spatial partitions a wse-node computes one stripe of its group's samples */
+    fit_stripes ps;
+    if (fit_choose_stripes(spec, text, (size_t)replicas, (unsigned)threads, wafer,
+                           FIT_DEFAULT_CHUNK_ELEMS, &ps, err, sizeof(err)) < 0) {
+        fprintf(stderr, "%s\n", err);
+        toml_free(root);
+        jobspec_free(spec);
+        return 3;
+    }
+    const jobspec *full = spec;
+    if (ps.parts > 1)
+        spec = &ps.spec;
+    const model *m = spec->model;
+    int groups = replicas / ps.parts;
+    int share = (int)((spec->train.batch_size + groups - 1) / groups);
     unsigned states = footprint_optimizer_states(spec->optimizer_type, spec->momentum);
     offline_fit fits[2] = {{.mode = APPLIANCE__EXEC_MODE__MODE_PIPELINED},
                            {.mode = APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING}};
     for (int i = 0; i < 2; i++) {
         offline_fit *o = &fits[i];
-        o->need = fit_replica_bytes(m, share, threads, o->mode, states);
+        o->need = fit_replica_bytes(m, share, threads, o->mode, states) +
+                  spatial_extra_bytes(&ps.sp, share);
         o->batch = fit_largest_batch(m, threads, o->mode, states, wafer, OFFLINE_MAX_BATCH);
-        o->side = mt ? fit_largest_side(mt, m, share, threads, o->mode, states, wafer) : -1;
+        o->side = mt && ps.parts == 1 ? fit_largest_side(mt, m, share, threads, o->mode, states,
+                                                         wafer)
+                                      : -1;
     }
     /* what mode = "auto" picks, and the micro-batch: the planner's decision */
     fit_choice choice;
     if (fit_choose(spec, (uint64_t)share, (unsigned)threads, wafer, &choice, err, sizeof(err)) < 0) {
         fprintf(stderr, "%s\n", err);
         toml_free(root);
-        jobspec_free(spec);
+        fit_stripes_free(&ps);
+        jobspec_free((jobspec *)full);
         return 3;
     }
     if (choice.micro)
-        fits[0].need = choice.need_pipe;
+        fits[0].need = choice.need_pipe + spatial_extra_bytes(&ps.sp, (int)choice.micro);
     uint64_t part = 0; /* Weight Streaming in parts, as a default coordinator's plan would */
     fits[1].need = fit_ws_parts(m, fits[1].need, wafer, FIT_DEFAULT_CHUNK_ELEMS, &part);
     const offline_fit *pick =
         choice.mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED ? &fits[0] : &fits[1];
-    char in[64], w[32], n[32];
+    char in[64], w[32], n[32], whole[64];
     model_shape_str(&m->input, in, sizeof(in));
+    model_shape_str(&full->model->input, whole, sizeof(whole));
     units_format_size(wafer, w, sizeof(w));
     /* memoryx: what each shard holds, balanced as the plan balances */
     size_t nshards = spec->num_wgt_servers > 0 ? (size_t)spec->num_wgt_servers : 1;
@@ -110,11 +128,14 @@ int offline_plan(const char *file, const char *text, uint64_t wafer, int threads
     for (int i = 0; i < m->ntensors; i++)
         shard_all += footprint_shard_tensor_bytes(m->tensors[i].elems, m->tensors[i].trainable, states);
     if (json) {
-        printf("{\"file\": \"%s\", \"input\": \"%s\", \"replicas\": %d, \"batch_per_replica\": %d, "
+        printf("{\"file\": \"%s\", \"input\": \"%s\", \"spatial_partitions\": %d, "
+               "\"stripe_input\": \"%s\", \"stripe_halo_bytes\": %llu, ", file, whole, ps.parts,
+               in, (unsigned long long)spatial_extra_bytes(&ps.sp, share));
+        printf("\"replicas\": %d, \"batch_per_replica\": %d, "
                "\"threads\": %d, \"wafer_memory\": %llu, \"mode\": \"%s\", \"micro_batch\": %llu, "
                "\"fits\": %s, \"memoryx_shards\": %zu, \"memoryx_bytes\": %llu, "
                "\"memoryx_bytes_per_shard\": %llu, \"modes\": [",
-               file, in, replicas, share, threads, (unsigned long long)wafer,
+               groups, share, threads, (unsigned long long)wafer,
                offline__mode_name(pick->mode), (unsigned long long)choice.micro,
                pick->need <= wafer ? "true" : "false", nshards, (unsigned long long)shard_all,
                (unsigned long long)shard_most);
@@ -127,7 +148,14 @@ int offline_plan(const char *file, const char *text, uint64_t wafer, int threads
     } else {
         printf("%s: input %s, %d replica(s) of %d sample(s), %d thread(s) per wse-node, "
                "wafer memory %s (planned here, no cluster asked)\n",
-               file, in, replicas, share, threads, w);
+               file, whole, groups, share, threads, w);
+        if (ps.parts > 1) {
+            char h1[32];
+            printf("spatial partitions: each sample in %d stripes of %s, one per wse-node (%d "
+                   "wse-nodes); the memory below is per stripe, %s of it halo rows and their "
+                   "buffers\n", ps.parts, in, replicas,
+                   units_format_size(spatial_extra_bytes(&ps.sp, share), h1, sizeof(h1)));
+        }
         printf("  %-18s %14s %6s %20s %26s\n", "mode", "per replica", "fits", "largest batch",
                "largest square input");
         for (int i = 0; i < 2; i++) {
@@ -178,6 +206,7 @@ int offline_plan(const char *file, const char *text, uint64_t wafer, int threads
         offline__table(m, share, choice.micro ? (int)choice.micro : share, threads);
     }
     toml_free(root);
-    jobspec_free(spec);
+    fit_stripes_free(&ps);
+    jobspec_free((jobspec *)full);
     return 0;
 }

@@ -12,6 +12,7 @@
 #include "safetensors.h"
 #include "fit.h"
 #include "footprint.h"
+#include "msgcheck.h"
 #include "units.h"
 
 /* What the input workers read for one split, in the arena (a->failed on
@@ -59,7 +60,7 @@ static int planner__eval(const jobspec *spec, Appliance__Plan *p, char *err, siz
     }
     uint64_t size = dataset_size(d);
     dataset_close(d);
-    uint64_t nr = p->n_replicas;
+    uint64_t nr = p->n_replicas / msgcheck_parts(p); /* sample groups: each evaluates its shard */
     uint64_t share = UINT64_MAX;
     for (size_t i = 0; i < nr; i++)
         if (p->replicas[i]->batch < share)
@@ -305,6 +306,7 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
     const model *m = spec->model;
     arena a;
     arena_init(&a);
+    fit_stripes ps = {.parts = 1};
     int rc = -ENOMEM;
     Appliance__Plan *p = arena_alloc(&a, sizeof(*p));
     if (!p)
@@ -328,11 +330,11 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
         rc = -ENOMEM;
     }
 
-    /* Replicas and their batch shares: B/N each, the remainder spread over
-     * the first replicas. */
+    /* Replicas and their batch shares: B/G each over G sample groups, the
+     * remainder spread over the first groups; with spatial partitions a
+     * group is K wse-nodes, one per stripe of its samples. */
     size_t nr = pm->nreplicas;
     uint64_t B = (uint64_t)spec->train.batch_size;
-    uint64_t max_share = (B + nr - 1) / nr;
     unsigned states = footprint_optimizer_states(spec->optimizer_type, spec->momentum);
     /* the mode is chosen for the replica that needs the most: the largest
      * share on the most threads (the convolution workspace grows with them) */
@@ -344,11 +346,24 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
     for (size_t i = 0; i < nr; i++)
         if (pm->replicas[i]->wafer_memory < wafer)
             wafer = pm->replicas[i]->wafer_memory;
+    /* What one wse-node computes: the whole model, or a stripe's */
+    rc = fit_choose_stripes(spec, job_toml, nr, threads, wafer, chunk_elems, &ps, err, errlen);
+    if (rc < 0)
+        goto done;
+    const jobspec *wspec = ps.parts > 1 ? &ps.spec : spec;
+    const model *wm = wspec->model;
+    size_t groups = nr / (size_t)ps.parts;
+    uint64_t max_share = (B + groups - 1) / groups;
+    p->spatial_partitions = ps.parts > 1 ? (uint32_t)ps.parts : 0;
+    p->sync_batchnorm = spec->sync_batchnorm;
     fit_choice choice;
-    rc = fit_choose(spec, max_share, threads, wafer, &choice, err, errlen);
+    rc = fit_choose(wspec, max_share, threads, wafer, &choice, err, errlen);
     if (rc < 0)
         goto done;
     rc = -ENOMEM;
+    uint64_t extra = spatial_extra_bytes(&ps.sp, (int)(choice.micro ? choice.micro : max_share));
+    choice.need_pipe += extra;
+    choice.need_ws += extra;
     uint64_t micro = choice.micro;
     p->micro_batch = (uint32_t)micro;
     uint64_t need_ws = choice.need_ws, need_pipe = choice.need_pipe;
@@ -372,12 +387,12 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
     if (!pipelined && need_ws > wafer) {
         /* the slots in parts of layers (footprint_ws_parts), if that fits */
         uint64_t part;
-        need_ws = fit_ws_parts(m, need_ws, wafer, chunk_elems, &part);
+        need_ws = fit_ws_parts(wm, need_ws, wafer, chunk_elems, &part);
         p->ws_part_elems = part;
     }
     if (!pipelined && need_ws > wafer) {
-        planner__refuse_ws(spec, job_toml, max_share, threads, states, wafer, need_ws, nr, err,
-                           errlen);
+        planner__refuse_ws(wspec, job_toml, max_share, threads, states, wafer, need_ws, groups,
+                           err, errlen);
         rc = -E2BIG;
         goto done;
     }
@@ -395,17 +410,20 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
         r->index = (uint32_t)i;
         r->member_id = pm->replicas[i]->id;
         r->addr = arena_strdup(&a, pm->replicas[i]->addr);
-        r->batch = (uint32_t)(B / nr + (i < B % nr ? 1 : 0));
+        size_t g = i / (size_t)ps.parts; /* its sample group */
+        r->batch = (uint32_t)(B / groups + (g < B % groups ? 1 : 0));
+        if (i % (size_t)ps.parts == 0 && i > 0)
+            offset += p->replicas[i - 1]->batch;
         r->batch_offset = (uint32_t)offset;
-        offset += r->batch;
         r->swarm_parent = 0;
         r->wafer_memory = pm->replicas[i]->wafer_memory;
-        r->memory_needed = planner_replica_bytes_micro(
-            m, r->batch, p->mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED ? micro : 0,
-            pm->replicas[i]->threads, p->mode, states);
+        uint64_t at_once = p->mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED ? micro : 0;
+        r->memory_needed = planner_replica_bytes_micro(wm, r->batch, at_once,
+                                                       pm->replicas[i]->threads, p->mode, states) +
+                           spatial_extra_bytes(&ps.sp, (int)(at_once ? at_once : r->batch));
         if (p->ws_part_elems) /* slots of parts rather than of whole layers */
-            r->memory_needed = r->memory_needed - footprint_wslots_bytes(m, 0, chunk_elems) +
-                               footprint_wslots_bytes(m, p->ws_part_elems, chunk_elems);
+            r->memory_needed = r->memory_needed - footprint_wslots_bytes(wm, 0, chunk_elems) +
+                               footprint_wslots_bytes(wm, p->ws_part_elems, chunk_elems);
         p->replicas[i] = r;
     }
 
@@ -655,6 +673,7 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
 done:
     if (rc == -ENOMEM)
         snprintf(err, errlen, "%s: out of memory building the plan", spec->source);
+    fit_stripes_free(&ps);
     arena_free(&a);
     return rc;
 }

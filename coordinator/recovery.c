@@ -137,17 +137,25 @@ static void job__restart(coordinator *co, job *j, uint64_t now)
     }
     planner_place pl;
     if (!planner_place_members(&co->members, spec, true, &pl)) {
+        /* with spatial partitions a replica is a whole group of stripes */
+        size_t parts = (size_t)jobspec_parts(spec);
         size_t reps = job__idle(co, APPLIANCE__ROLE__ROLE_WSE_NODE);
+        reps -= reps % parts;
         size_t swarm = job__idle(co, APPLIANCE__ROLE__ROLE_SWARMX);
         bool others = job__idle(co, APPLIANCE__ROLE__ROLE_MEMORYX) >= (size_t)spec->num_wgt_servers &&
                       job__idle(co, APPLIANCE__ROLE__ROLE_WORKER) >= 1 && swarm >= 1;
-        if (now < j->full_until || !others || reps < (size_t)spec->min_num_csx) {
+        if (now < j->full_until || !others || reps < (size_t)spec->min_num_csx || reps < parts) {
             if (now >= j->give_up_at) {
+                char stripes[128] = "";
+                if (parts > 1)
+                    snprintf(stripes, sizeof(stripes), "; each replica needs %zu wse-nodes, one "
+                             "per stripe of its samples (runconfig.spatial_partitions)", parts);
                 snprintf(err, sizeof(err), "%s; the members to recover on did not come back within "
-                         "%u s (idle now: %zu wse-node(s), %zu memoryx, %zu swarmx, %zu worker(s))",
-                         j->fault, JOB_GIVE_UP_MS / 1000, reps,
+                         "%u s (idle now: %zu wse-node(s), %zu memoryx, %zu swarmx, %zu worker(s))%s",
+                         j->fault, JOB_GIVE_UP_MS / 1000,
+                         job__idle(co, APPLIANCE__ROLE__ROLE_WSE_NODE),
                          job__idle(co, APPLIANCE__ROLE__ROLE_MEMORYX), swarm,
-                         job__idle(co, APPLIANCE__ROLE__ROLE_WORKER));
+                         job__idle(co, APPLIANCE__ROLE__ROLE_WORKER), stripes);
                 jobspec_free(spec);
                 job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, err);
                 return;

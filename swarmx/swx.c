@@ -40,6 +40,7 @@ static void swx__job_free(swx_job *j)
         }
     }
     free(j->kids);
+    swx_colls_free(&j->colls);
     for (size_t i = 0; i < j->nup; i++)
         while (j->up[i].qhead) {
             swx_buf *next = j->up[i].qhead->next;
@@ -141,29 +142,40 @@ static int swx__expect(node *n, swx_job *j, const Appliance__WeightChunk *w, con
     return -EPROTO;
 }
 
+/* Sends b to child k (what it is, for messages), without a copy: the child
+ * holds a reference until its write is done, and the bytes count as
+ * pending down until then. A child not connected is skipped (its loss
+ * ends the job). Returns 0, or < 0 after failing the job. */
+static int swx__send_child(node *n, swx_job *j, swx_child *k, const Appliance__Envelope *env,
+                           swx_buf *b, const char *what)
+{
+    conn *c = k->c;
+    if (!c)
+        return 0;
+    swx_send *s = malloc(sizeof(*s));
+    if (!s) {
+        swx__abort(n, j, "out of memory forwarding %s", what);
+        return -ENOMEM;
+    }
+    s->b = b;
+    s->j = j;
+    b->refs++;
+    int rc = conn_send(c, env, b->data, b->len, swx__down_sent, s);
+    if (rc < 0) {
+        b->refs--;
+        free(s);
+        swx__fault(n, j, "cannot forward %s to %s: %s", what, c->peer_addr, strerror(-rc));
+        return rc;
+    }
+    j->pending_down += b->len;
+    return 0;
+}
+
 static void swx__send_down(node *n, swx_job *j, conn *from, const Appliance__Envelope *env, swx_buf *b)
 {
-    for (size_t i = 0; i < j->nkids; i++) {
-        conn *c = j->kids[i].c;
-        if (!c)
-            continue;
-        swx_send *s = malloc(sizeof(*s));
-        if (!s) {
-            swx__abort(n, j, "out of memory forwarding weights");
+    for (size_t i = 0; i < j->nkids; i++)
+        if (swx__send_child(n, j, &j->kids[i], env, b, "weights") < 0)
             return;
-        }
-        s->b = b;
-        s->j = j;
-        b->refs++;
-        int rc = conn_send(c, env, b->data, b->len, swx__down_sent, s);
-        if (rc < 0) {
-            b->refs--;
-            free(s);
-            swx__fault(n, j, "cannot forward weights to %s: %s", c->peer_addr, strerror(-rc));
-            return;
-        }
-        j->pending_down += b->len;
-    }
     j->chunks_down++;
     swx_of(n)->chunks_down++;
     if (from && j->pending_down > SWX_DOWN_MAX)
@@ -262,7 +274,8 @@ static void swx__grad_chunk(node *n, swx_job *j, conn *c, Appliance__Envelope *e
 static void *swx__payload_dest(node *n, conn *c, const Appliance__Envelope *env, uint32_t len, int *err)
 {
     if (env->msg_case != APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK &&
-        env->msg_case != APPLIANCE__ENVELOPE__MSG_GRAD_CHUNK) {
+        env->msg_case != APPLIANCE__ENVELOPE__MSG_GRAD_CHUNK &&
+        env->msg_case != APPLIANCE__ENVELOPE__MSG_COLLECTIVE) {
         *err = -EPROTO;
         return NULL;
     }
@@ -346,6 +359,130 @@ static void swx__on_data(node *n, conn *c, Appliance__Envelope *env, uint8_t *pa
     }
 }
 
+/* ---- collective sums (spatial partitions) ---- */
+
+/* Who sent a collective frame, for messages: "replica 3 at ADDR". */
+static void swx__coll_peer(const swx_job *j, conn *c, char *out, size_t len)
+{
+    const swx_child *k = c->user;
+    if (c->kind == SWX_UPSTREAM)
+        snprintf(out, len, "%s %s", j->root ? "memoryx" : "the parent", c->peer_addr);
+    else
+        snprintf(out, len, "%s %u at %s", k->replica ? "replica" : "tree node", k->index, c->peer_addr);
+}
+
+/* Sends a total down to the children in its scope, the buffer shared as a
+ * weight chunk's is; `from` (the parent, or NULL at the root) pauses while
+ * the children are behind. A failed send fails the job. */
+static void swx__coll_down(node *n, swx_job *j, conn *from, const Appliance__Envelope *env,
+                           uint32_t scope, swx_buf *b)
+{
+    for (size_t i = 0; i < j->nkids; i++)
+        if (swx_colls_in_scope(&j->colls, i, scope) &&
+            swx__send_child(n, j, &j->kids[i], env, b, "a collective total") < 0)
+            return;
+    if (from && j->pending_down > SWX_DOWN_MAX)
+        conn_pause(from);
+}
+
+/* Every child in scope has contributed to h's key: a node sends the sum up
+ * to its parent, the root sends it down as the total. Takes sum. The frame
+ * is h's but for the count and direction, and group 0 when the scope is
+ * every wse-node (whichever group the children named). */
+static void swx__coll_done(node *n, swx_job *j, const Appliance__Collective *h, swx_buf *sum)
+{
+    j->collectives++;
+    swx_of(n)->collectives++;
+    Appliance__Collective out = APPLIANCE__COLLECTIVE__INIT;
+    out.step = h->step;
+    out.tag = h->tag;
+    out.group = h->all ? 0 : h->group;
+    out.all = h->all;
+    out.count = sum->len / (uint32_t)sizeof(double);
+    out.eval = h->eval;
+    out.total = j->root;
+    ENVELOPE(env, collective, COLLECTIVE, &out);
+    if (j->root) {
+        swx__coll_down(n, j, NULL, &env, h->all ? SWX_COLL_ALL : h->group, sum);
+        swx_buf_unref(sum);
+        return;
+    }
+    conn *up = conn_link_conn(&j->up[0].link);
+    int rc = up ? conn_send(up, &env, sum->data, sum->len, swx__up_sent, sum) : -ENOTCONN;
+    if (rc < 0) {
+        swx_buf_unref(sum);
+        swx__fault(n, j, "cannot send a collective sum up: %s", strerror(-rc));
+    }
+}
+
+/* Whether a collective frame goes the way it may: partial sums up from a
+ * child, totals down from the parent (memoryx sends none). Returns 0, or
+ * -EPROTO after failing the job. */
+static int swx__coll_direction(node *n, swx_job *j, conn *c, const Appliance__Collective *h,
+                               const char *peer)
+{
+    bool from_up = c->kind == SWX_UPSTREAM;
+    const char *bad = NULL;
+    if (from_up && j->root)
+        bad = "memoryx sends no collective sums";
+    else if (from_up && !h->total)
+        bad = "a partial sum from upstream (only totals come down)";
+    else if (!from_up && h->total)
+        bad = "a total from a child (totals only come down)";
+    if (!bad)
+        return 0;
+    swx__abort(n, j, "collective sum from %s: %s", peer, bad);
+    return -EPROTO;
+}
+
+/* A Collective frame, from a child or the parent: checked, then a child's
+ * partial sum goes into the table (collective.c) and a parent's total on
+ * to the children in its scope. Takes b. */
+static void swx__collective(node *n, conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len)
+{
+    swx_job *j = swx_of(n)->job;
+    swx_buf *b = payload ? container_of(payload, swx_buf, data) : NULL;
+    if (!j || (c->kind != SWX_UPSTREAM && !c->user)) {
+        swx_buf_unref(b);
+        conn_fail(c, -EPROTO, "collective sum %s", j ? "before stream hello" : "without a job");
+        return;
+    }
+    const Appliance__Collective *h = env->collective;
+    char peer[128], why[256];
+    swx__coll_peer(j, c, peer, sizeof(peer));
+    /* a payload of count doubles, so b is set once this passes */
+    if (msgcheck_collective(h, j->plan, len, why, sizeof(why)) < 0) {
+        swx_buf_unref(b);
+        swx__abort(n, j, "bad collective sum from %s: %s", peer, why);
+        return;
+    }
+    if (swx__coll_direction(n, j, c, h, peer) < 0) {
+        swx_buf_unref(b);
+        return;
+    }
+    swx_coll_key key = {.step = h->step, .tag = h->tag, .scope = h->all ? SWX_COLL_ALL : h->group,
+                        .eval = h->eval};
+    if (c->kind == SWX_UPSTREAM) {
+        size_t in = 0;
+        for (size_t i = 0; i < j->nkids; i++)
+            in += swx_colls_in_scope(&j->colls, i, key.scope);
+        if (in == 0)
+            swx__abort(n, j, "collective total of group %u from %s: no replica of it beneath tree "
+                       "node %u", h->group, peer, j->index);
+        else
+            swx__coll_down(n, j, c, env, key.scope, b);
+        swx_buf_unref(b);
+        return;
+    }
+    swx_buf *sum;
+    int rc = swx_colls_add(&j->colls, &key, (size_t)((swx_child *)c->user - j->kids), b, &sum, why,
+                           sizeof(why));
+    if (rc < 0)
+        swx__abort(n, j, "collective sum from %s: %s", peer, why);
+    else if (rc == 1)
+        swx__coll_done(n, j, h, sum);
+}
+
 /* ---- links ---- */
 
 static void swx__up_ready(conn *c)
@@ -366,8 +503,14 @@ static void swx__up_ready(conn *c)
 static void swx__up_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len)
 {
     swx_up *u = c->data;
-    if (u->job->state == SWX_RELEASED)
+    if (u->job->state == SWX_RELEASED) {
+        swx_buf_unref(payload ? container_of(payload, swx_buf, data) : NULL);
         return;
+    }
+    if (env->msg_case == APPLIANCE__ENVELOPE__MSG_COLLECTIVE) {
+        swx__collective(u->job->n, c, env, payload, len);
+        return;
+    }
     if (env->msg_case == APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK ||
         env->msg_case == APPLIANCE__ENVELOPE__MSG_GRAD_CHUNK) {
         swx__on_data(u->job->n, c, env, payload, len);
@@ -462,6 +605,13 @@ static void *swx__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen
         swx__job_free(j);
         return NULL;
     }
+    /* Spatial partitions: the groups beneath each child, for the scope of
+     * collective sums. */
+    if (msgcheck_parts(p) > 1 && swx_colls_init(&j->colls, p, me, why, whylen) < 0) {
+        j->nup = 0;
+        swx__job_free(j);
+        return NULL;
+    }
     for (size_t i = 0; i < j->nup; i++) {
         const char *addr;
         if (j->root) {
@@ -542,9 +692,10 @@ static void swx__describe_wait(node *n, char *out, size_t len)
         snprintf(out, len, "nothing: no job");
     else
         snprintf(out, len, "weight chunks from its %zu upstream link(s) or gradient chunks from its %zu "
-                 "children (tree node %u; %llu chunks down, %llu up, %zu bytes not yet written down)",
+                 "children (tree node %u; %llu chunks down, %llu up, %zu bytes not yet written down, "
+                 "%zu collective sums waiting for children)",
                  j->nup, j->nkids, j->index, (unsigned long long)j->chunks_down,
-                 (unsigned long long)j->chunks_up, j->pending_down);
+                 (unsigned long long)j->chunks_up, j->pending_down, j->colls.npending);
 }
 
 /* The coordinator owns the job; a restarted one recovers it. */
@@ -588,9 +739,16 @@ static void swx__metrics(node *n, metrics_buf *b)
                       "# HELP appliance_merge_queue Weight chunks held for their turn (several shards).\n"
                       "# TYPE appliance_merge_queue gauge\nappliance_merge_queue %zu\n"
                       "# HELP appliance_reduce_queue Gradient chunks waiting for the other children.\n"
-                      "# TYPE appliance_reduce_queue gauge\nappliance_reduce_queue %zu\n",
+                      "# TYPE appliance_reduce_queue gauge\nappliance_reduce_queue %zu\n"
+                      "# HELP appliance_collectives_reduced_total Collective sums completed over the "
+                      "children (sent up, or down as totals from the root).\n"
+                      "# TYPE appliance_collectives_reduced_total counter\n"
+                      "appliance_collectives_reduced_total %llu\n"
+                      "# HELP appliance_collectives_pending Collective sums waiting for children.\n"
+                      "# TYPE appliance_collectives_pending gauge\nappliance_collectives_pending %zu\n",
                    (unsigned long long)s->chunks_down, (unsigned long long)s->chunks_up,
-                   s->job ? s->job->pending_down : 0, held, waiting);
+                   s->job ? s->job->pending_down : 0, held, waiting,
+                   (unsigned long long)s->collectives, s->job ? s->job->colls.npending : 0);
 }
 
 static const jobhost_ops swx__jobhost_ops = {swx__start, swx__release};
@@ -606,6 +764,7 @@ void swarmx_role(node_role *role, swarmx *s, node *n)
     role->handlers[APPLIANCE__ENVELOPE__MSG_STREAM_HELLO] = swx__stream_hello;
     role->handlers[APPLIANCE__ENVELOPE__MSG_GRAD_CHUNK] = swx__on_data;
     role->handlers[APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK] = swx__on_data;
+    role->handlers[APPLIANCE__ENVELOPE__MSG_COLLECTIVE] = swx__collective;
     role->payload_dest = swx__payload_dest;
     role->on_conn_close = swx__conn_close;
     role->on_shutdown = swx__shutdown;

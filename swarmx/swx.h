@@ -2,9 +2,11 @@
  * are forwarded to every child as they arrive (cut-through); gradient chunks
  * from the children are summed in child-index order, so the sum does not
  * depend on arrival order, and sent up to the memoryx shard that owns the
- * tensor (or to the parent swarmx). */
+ * tensor (or to the parent swarmx). With spatial partitions, collective
+ * sums go the same way, up to the root and their totals back down. */
 #pragma once
 
+#include "collective.h"
 #include "jobhost.h"
 #include "plan_stream.h"
 #include "queue.h"
@@ -18,8 +20,9 @@
  * LINKING: the links up (every memoryx shard at the root, else the parent)
  * dial and the children say hello. STREAMING: weights go down as they
  * arrive (merged by seq at a root over several shards) and gradients go up
- * summed in child order. RELEASED: no longer the node's job; chunks still
- * arriving are dropped while the links up close. */
+ * summed in child order, as do collective sums (their totals come down).
+ * RELEASED: no longer the node's job; chunks still arriving are dropped
+ * while the links up close. */
 typedef enum swx_state {
     SWX_LINKING,
     SWX_STREAMING,
@@ -41,8 +44,11 @@ typedef struct swx_job {
     uint64_t next_seq;           /* the weight chunk to forward next (merging several shards) */
     plan_stream cur;             /* what the next weight chunk down must be (plan_stream.h);
                                     zero until the first */
+    swx_colls colls;             /* collective sums waiting for children (collective.h);
+                                    empty without spatial partitions */
     swx_state state;             /* see swx_state */
     uint64_t chunks_down, chunks_up;
+    uint64_t collectives;        /* collective sums completed here */
 } swx_job;
 
 typedef struct swarmx {
@@ -51,6 +57,7 @@ typedef struct swarmx {
     swx_job *job;                /* the job (jobs.job), or NULL */
     uint64_t chunks_down;        /* forwarded to the children, every job */
     uint64_t chunks_up;          /* reduced and sent up, every job */
+    uint64_t collectives;        /* collective sums completed, every job */
 } swarmx;
 
 /* Fills the role table of a swarmx and ties s (cleared) to n: its job life

@@ -11,6 +11,7 @@
 #include "msg.h"
 #include "msgcheck.h"
 #include "plan.h"
+#include "sample.h"
 
 static worker *wk_of(node *n) { return n->data; }
 
@@ -26,6 +27,8 @@ typedef struct wk_batch {
     uint64_t global;          /* the global batch */
     uint32_t eval_batch;      /* 0: training; k > 0: eval batch k-1 of the eval at step */
     uint64_t first;           /* eval: the first sample of the eval set */
+    uint64_t sample_elems;    /* inputs per sample as sent: a stripe's with spatial partitions */
+    uint32_t label_elems;     /* labels per sample as sent */
     uint32_t n;               /* samples */
     uint64_t queued_at;       /* uv_now when it was queued */
     uint8_t *buf;             /* the batch's bytes (sample.h) */
@@ -115,8 +118,8 @@ static void wk__send(worker *w, wk_feed *f)
             m.n = b->n;
             m.eval_batch = b->eval_batch;
             const dataset *d = b->eval_batch ? j->eval_data : j->data;
-            m.sample_elems = dataset_sample_elems(d);
-            m.label_elems = dataset_label_elems(d);
+            m.sample_elems = b->sample_elems ? b->sample_elems : dataset_sample_elems(d);
+            m.label_elems = b->sample_elems ? b->label_elems : dataset_label_elems(d);
             m.offset = b->sent;
             m.total = b->bytes;
             ENVELOPE(env, batch, BATCH, &m);
@@ -140,15 +143,58 @@ static void wk__send(worker *w, wk_feed *f)
 
 static void wk__pump_all(worker *w, wk_job *j);
 
+/* Spatial partitions: the wse-node of a stripe takes that stripe's rows
+ * of every sample. Keeps, in place, rows [k h, (k + 1) h) of each input
+ * plane and of the per-pixel labels of the batch at buf (sample.h), h =
+ * H / parts, and returns the bytes that remain; 0 when the samples are not
+ * images with a label per pixel. */
+static size_t wk__stripe(uint8_t *buf, uint32_t n, const dataset *d, const Appliance__PlanInput *in,
+                         uint32_t k, uint32_t parts)
+{
+    if (in->n_sample_shape != 3 || in->sample_shape[1] % parts)
+        return 0;
+    uint64_t c = in->sample_shape[0], H = in->sample_shape[1], W = in->sample_shape[2];
+    uint64_t h = H / parts;
+    if (dataset_sample_elems(d) != c * H * W || dataset_label_elems(d) != H * W)
+        return 0;
+    size_t isz = sample_input_size(in->input_unorm8), lsz = sample_label_size(in->labels_uint8);
+    size_t row = W * isz, plane = H * row, part = h * row;
+    for (uint64_t p = 0; p < (uint64_t)n * c; p++) /* every dst is at or before its src */
+        memmove(buf + p * part, buf + p * plane + k * part, part);
+    uint8_t *lab = buf + (size_t)n * c * plane, *to = buf + (size_t)n * c * part;
+    size_t lrow = W * lsz;
+    for (uint64_t s = 0; s < n; s++)
+        memmove(to + s * h * lrow, lab + (s * H + k * h) * lrow, h * lrow);
+    return (size_t)n * c * part + (size_t)n * h * lrow;
+}
+
 static void wk__batch_work(uv_work_t *req)
 {
     wk_batch *b = container_of(req, wk_batch, req);
     const wk_feed *f = b->feed;
+    const Appliance__Plan *p = f->job->plan;
+    const dataset *d = b->eval_batch ? f->job->eval_data : f->job->data;
     if (b->eval_batch)
         b->rc = dataset_range(f->job->eval_data, b->first, b->n, b->buf, b->err, sizeof(b->err));
     else
         b->rc = dataset_batch(f->job->data, b->step, b->global, f->offset, f->batch, b->buf, b->err,
                               sizeof(b->err));
+    uint32_t parts = msgcheck_parts(p);
+    if (b->rc < 0 || parts < 2)
+        return;
+    const Appliance__PlanInput *in = b->eval_batch ? p->eval_input : p->train_input;
+    size_t bytes = wk__stripe(b->buf, b->n, d, in, f->replica % parts, parts);
+    if (!bytes && b->n) {
+        b->rc = -EINVAL;
+        snprintf(b->err, sizeof(b->err), "spatial partitions need images with a label per pixel; "
+                 "%s gives %llu inputs and %llu labels per sample", in->data_processor,
+                 (unsigned long long)dataset_sample_elems(d),
+                 (unsigned long long)dataset_label_elems(d));
+        return;
+    }
+    b->bytes = bytes;
+    b->sample_elems = dataset_sample_elems(d) / parts;
+    b->label_elems = dataset_label_elems(d) / parts;
 }
 
 static void wk__batch_done(uv_work_t *req, int status)
@@ -341,7 +387,8 @@ static void wk__stream_hello(node *n, conn *c, Appliance__Envelope *env, uint8_t
 }
 
 /* An eval batch the replica asks for: its share of the eval set is the
- * samples [replica * eval_shard, (replica + 1) * eval_shard), eval_batch at
+ * samples [group * eval_shard, (group + 1) * eval_shard) of its sample group
+ * (its replica, or its K stripes with spatial partitions), eval_batch at
  * a time. */
 static void wk__eval_request(worker *w, wk_feed *f, conn *c, const Appliance__Credit *cr)
 {
@@ -352,8 +399,9 @@ static void wk__eval_request(worker *w, wk_feed *f, conn *c, const Appliance__Cr
         conn_fail(c, -EINVAL, "no eval batch %u in this job", cr->eval_batch);
         return;
     }
-    uint64_t lo = (uint64_t)f->replica * p->eval_shard + (uint64_t)k * p->eval_batch;
-    uint64_t hi = (uint64_t)(f->replica + 1) * p->eval_shard;
+    uint64_t group = f->replica / msgcheck_parts(p); /* the stripes of a group share its shard */
+    uint64_t lo = group * p->eval_shard + (uint64_t)k * p->eval_batch;
+    uint64_t hi = (group + 1) * p->eval_shard;
     if (hi > p->eval_samples)
         hi = p->eval_samples;
     if (lo + p->eval_batch < hi)

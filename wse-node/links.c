@@ -32,6 +32,9 @@ static void wn__up_ready(conn *c)
 static void *wn__up_dest(conn *c, const Appliance__Envelope *env, uint32_t len, int *err)
 {
     wn_job *j = c->data;
+    if (env->msg_case == APPLIANCE__ENVELOPE__MSG_COLLECTIVE && j->stripes &&
+        j->state != WN_RELEASED)
+        return wn_stripes_collective_dest(j->stripes, env, len, err);
     if (j->pipelined && env->msg_case == APPLIANCE__ENVELOPE__MSG_GRAD_CHUNK && j->state != WN_RELEASED) {
         const Appliance__GradChunk *g = env->grad_chunk;
         if (msgcheck_grad_chunk(g, j->plan, len, NULL, 0) < 0 || g->step != j->step ||
@@ -171,6 +174,10 @@ static void wn__up_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, ui
         return;
     if (env->msg_case == APPLIANCE__ENVELOPE__MSG_ERROR) {
         wn__fault(j->n, j, "swarmx refused: %s", env->error->message);
+        return;
+    }
+    if (env->msg_case == APPLIANCE__ENVELOPE__MSG_COLLECTIVE && j->stripes && payload) {
+        wn_stripes_collective(j->stripes, env);
         return;
     }
     if (j->pipelined && env->msg_case == APPLIANCE__ENVELOPE__MSG_GRAD_CHUNK && payload) {

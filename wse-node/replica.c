@@ -96,6 +96,7 @@ static void wn__free_rest(void *arg)
     free(j->gp);
     free(j->batches);
     free(j->feeds);
+    wn_stripes_free(j->stripes);
     model_free(j->m);
     if (j->plan)
         appliance__plan__free_unpacked(j->plan, NULL);
@@ -113,6 +114,11 @@ static void wn__job_link_stopped(wn_job *j)
 {
     if (--j->links_open == 0 && !j->busy)
         wn__free_buffers(j);
+}
+
+void wn__stripes_link_closed(wn_job *j)
+{
+    wn__job_link_stopped(j);
 }
 
 static void wn__up_stopped(conn_link *l)
@@ -136,16 +142,21 @@ static void wn__release(node *n, wn_job *j)
     wse_node *w = wn_of(n);
     if (w->job == j)
         w->job = NULL;
+    if (j->stripes) /* a compute task blocked on the other stripes gives up */
+        wn_stripes_abort(j->stripes, -ECANCELED);
     if (was == WN_ALLOCATING) { /* freed when the allocation ends */
         j->links_open = 0;
         if (!j->busy)
             wn__free_buffers(j);
         return;
     }
-    j->links_open = 1 + (int)j->nfeeds;
+    j->links_open = 1 + (int)j->nfeeds + 1; /* and one held while the stripes' links close */
+    if (j->stripes)
+        j->links_open += wn_stripes_stop(j->stripes);
     conn_link_stop(&j->up, wn__up_stopped);
     for (size_t i = 0; i < j->nfeeds; i++)
         conn_link_stop(&j->feeds[i].link, wn__feed_stopped);
+    wn__job_link_stopped(j);
 }
 
 void wn__abort_as(node *n, wn_job *j, bool fault, const char *fmt, ...)
@@ -168,7 +179,7 @@ void wn__abort_as(node *n, wn_job *j, bool fault, const char *fmt, ...)
 
 void wn__maybe_ready(wn_job *j)
 {
-    if (j->state != WN_LINKING || !j->up_ready)
+    if (j->state != WN_LINKING || !j->up_ready || (j->stripes && !wn_stripes_ready(j->stripes)))
         return;
     for (size_t i = 0; i < j->nfeeds; i++)
         if (!j->feeds[i].ready)
@@ -268,6 +279,11 @@ static int wn__job_buffers(wn_job *j, char *err, size_t errlen)
                             j->wp, j->gp, err, errlen) < 0)
             return -ENOMEM;
         j->ex_ready = true;
+        if (j->stripes) {
+            exec_parts ep = wn_stripes_exec(j->stripes, p->sync_batchnorm);
+            if (exec_set_parts(&j->ex, &ep, err, errlen) < 0)
+                return -ENOMEM;
+        }
         j->ex.seed = p->seed;
         j->ex.sample_offset = j->batch_offset;
         j->ex.replica_share = 1.0f / (float)p->n_replicas;
@@ -344,8 +360,34 @@ static void wn__job_allocated(void *arg)
         f->slots = pw->slots ? pw->slots : 1;
         conn_link_start(&f->link, n->loop, pw->addr, &n->ccfg, &wn__feed_ops, f);
     }
+    if (j->stripes) {
+        wn_stripes_link(j->stripes); /* the stripe below dials us: its hello may be held */
+        node_replay(n);
+    }
     log_info("job %s: replica %u of %zu, %u samples per step, %zu worker(s)", j->id, j->replica,
              p->n_replicas, j->batch, j->nfeeds);
+}
+
+/* Spatial partitions: the model this replica computes is its stripe's, and
+ * its links to the neighbouring stripes are set up. */
+static int wn__stripe_model(wn_job *j, const Appliance__PlanReplica *me, char *err, size_t errlen)
+{
+    const Appliance__Plan *p = j->plan;
+    toml_value *root = toml_parse(p->job_toml, strlen(p->job_toml), p->file_name, err, errlen);
+    const toml_value *mt = root ? toml_table_get(root, "model") : NULL;
+    model *stripe = NULL;
+    spatial_plan sp;
+    int rc = mt ? spatial_compile(mt, j->m, (int)msgcheck_parts(p), &stripe, &sp, err, errlen)
+                : -EINVAL;
+    toml_free(root);
+    if (rc < 0)
+        return rc;
+    model_free(j->m);
+    j->m = stripe;
+    j->replica = me->index; /* the stripe is replica % parts */
+    rc = wn_stripes_init(j, &sp, (int)me->batch, err, errlen);
+    spatial_plan_free(&sp);
+    return rc;
 }
 
 /* Starts a job (jobhost_ops.start): the replica's share of the plan and its
@@ -382,6 +424,8 @@ static void *wn__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
         return wn__start_failed(j, why, whylen, err);
     }
     if (model_plan_check(p, j->m, err, sizeof(err)) < 0)
+        return wn__start_failed(j, why, whylen, err);
+    if (msgcheck_parts(p) > 1 && wn__stripe_model(j, me, err, sizeof(err)) < 0)
         return wn__start_failed(j, why, whylen, err);
     j->layer_sec[0] = calloc(2 * (size_t)(j->m->nlayers ? j->m->nlayers : 1), sizeof(double));
     if (!j->layer_sec[0])
@@ -523,6 +567,7 @@ void wse_node_role(node_role *role, wse_node *w, node *n)
     w->opt.threads = 1;
     role->options = (options_table){NULL, wn__keys, &w->opt};
     jobhost_init(&w->jobs, n, role, &wn__jobhost_ops);
+    wn_stripes_role(role);
     role->fill_register = wn__fill_register;
     role->on_shutdown = wn__shutdown;
     role->on_coordinator_lost = wn__coordinator_lost;

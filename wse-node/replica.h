@@ -13,6 +13,7 @@
 #include "model.h"
 #include "node.h"
 #include "optim.h"
+#include "spatial.h"
 #include "plan_stream.h"
 #include "wresident.h"
 #include "wslots.h"
@@ -69,7 +70,8 @@ enum wn_stage { WN_FORWARD, WN_LOSS, WN_BACKWARD, WN_UPDATE, WN_EVAL, WN_EVAL_ME
  * the loop's next decision. */
 enum wn_phase {
     WN_PH_FORWARD, WN_PH_LOSS, WN_PH_BACKWARD, WN_PH_UPDATE, WN_PH_EVAL,
-    WN_PH_WAIT_BATCH, WN_PH_WAIT_WEIGHTS, WN_PH_WAIT_GRADS_SENT, WN_PH_WAIT_REDUCED, WN_PH_OTHER,
+    WN_PH_WAIT_BATCH, WN_PH_WAIT_WEIGHTS, WN_PH_WAIT_GRADS_SENT, WN_PH_WAIT_REDUCED,
+    WN_PH_WAIT_STRIPES, WN_PH_OTHER,
     WN_PHASES
 };
 extern const char *const wn_phase_names[WN_PHASES];
@@ -82,6 +84,87 @@ typedef struct wn_eval_buf {
     uint64_t got;          /* bytes arrived so far */
     uint8_t *data;         /* eval_batch samples: inputs, then labels (sample.h) */
 } wn_eval_buf;
+
+/* Spatial partitions (stripes.c). A replica that computes one stripe of its
+ * sample group's samples (Plan.spatial_partitions) exchanges halo rows with
+ * the stripes above and below over direct links (the lower stripe dials the
+ * upper one; both directions share the link), and totals its norms' and
+ * loss's sums over its group, or over every wse-node for synchronised batch
+ * norm, on the swarmx tree (Collective).
+ *
+ * The executor calls in from the compute thread (exec_parts) and blocks
+ * there until the rows or the totals are in; the event loop does every send
+ * and receive. Arriving rows wait in two buffers per direction (a neighbour
+ * is at most one exchange ahead: it cannot start the next before this
+ * stripe's rows of the current one reached it). */
+
+struct wn_job;
+
+typedef struct wn_halo_in {
+    float *buf;         /* room for the largest message */
+    uint64_t total;     /* floats of the message it holds */
+    uint64_t got;       /* of them arrived */
+    uint32_t tag;
+    uint64_t step;
+    bool eval;
+} wn_halo_in;
+
+typedef struct wn_stripes {
+    struct wn_job *job;
+    uint32_t part, parts;       /* this stripe of its group's */
+    uint32_t group;             /* the sample group */
+    spatial_plan sp;            /* what crosses the borders, per layer */
+    uint64_t msg_max;           /* floats of the largest halo message */
+    conn_link above;            /* to the stripe above (part > 0), dialled */
+    bool above_ready;
+    conn *below;                /* from the stripe below (part < parts - 1), accepted */
+    uv_async_t wake;            /* the compute thread has posted something to send */
+    bool wake_open;
+    /* Shared with the compute thread, under mu. */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int err;                    /* the job ends: the compute thread gives up with it */
+    enum { WNS_IDLE, WNS_HALO, WNS_SUM } want; /* what the compute thread waits for */
+    bool sent;                  /* the loop sent what was posted */
+    int sends;                  /* frames of it still being written */
+    bool sum_done;              /* the total came back */
+    uint32_t tag;
+    uint64_t step;
+    bool eval;
+    const exec_halo *h;         /* the exchange posted */
+    double *v;                  /* the sum posted: its partial sums, then the totals */
+    size_t count;
+    bool all;                   /* over every wse-node (synchronised batch norm) */
+    wn_halo_in in[2][2];        /* [0: from above, 1: from below][ring] */
+    int head[2], nq[2];         /* the ring of each direction */
+    double wait_sec;            /* compute thread time blocked on the others, not yet counted */
+    uint64_t halo_bytes, sums;  /* sent, for /metrics */
+} wn_stripes;
+
+/* Sets up j's stripe (j->m is already the stripe's model, sp its plan, taken
+ * over): buffers for n samples at once. Returns 0 or -ENOMEM. */
+int wn_stripes_init(struct wn_job *j, spatial_plan *sp, int n, char *err, size_t errlen);
+/* The executor's view (exec_set_parts). */
+exec_parts wn_stripes_exec(wn_stripes *p, bool sync_batchnorm);
+/* Starts the link to the stripe above (on the loop, with the others). */
+void wn_stripes_link(wn_stripes *p);
+/* Whether the links to the neighbours are up. */
+bool wn_stripes_ready(const wn_stripes *p);
+/* The job ends: a blocked compute thread gives up with err. */
+void wn_stripes_abort(wn_stripes *p, int err);
+/* Closes the links to the neighbours; wn__stripes_link_closed(job) follows
+ * for each. Returns how many it closes. */
+int wn_stripes_stop(wn_stripes *p);
+/* Frees what is left (the compute thread no longer uses it). */
+void wn_stripes_free(wn_stripes *p);
+/* Moves the compute thread's blocked time out to the caller. */
+double wn_stripes_take_wait(wn_stripes *p);
+
+/* Role handlers for the link the stripe below dials. */
+void wn_stripes_role(node_role *role);
+/* Where a Collective total from swarmx lands, and its frame. */
+void *wn_stripes_collective_dest(wn_stripes *p, const Appliance__Envelope *env, uint32_t len, int *err);
+void wn_stripes_collective(wn_stripes *p, const Appliance__Envelope *env);
 
 /* The life of a replica's job.
  *
@@ -165,6 +248,8 @@ typedef struct wn_job {
     bool up_paused;          /* reading from swarmx stopped until a slot frees */
     double compute_sec;      /* time in kernels this step */
     const float *x;          /* the float inputs of the batch being computed (exec_take_input) */
+    wn_stripes *stripes;       /* spatial partitions: this stripe's links and sums; NULL: whole samples */
+    double stripes_wait;     /* the last task's time blocked on the other stripes */
 } wn_job;
 
 /* The wse-node's own options (its key table: wse_node_role). */
@@ -211,6 +296,8 @@ void wn__abort_as(node *n, wn_job *j, bool fault, const char *fmt, ...)
 #define wn__abort(n, j, ...) wn__abort_as(n, j, false, __VA_ARGS__)
 #define wn__fault(n, j, ...) wn__abort_as(n, j, true, __VA_ARGS__)
 void wn__free_buffers(wn_job *j);
+/* parts.c: a link to a neighbouring stripe closed after the job's release. */
+void wn__stripes_link_closed(wn_job *j);
 /* step.c: sends queued gradients while the link to swarmx has room. */
 int wn__grad_pump(wn_job *j);
 void wn__maybe_ready(wn_job *j);

@@ -179,6 +179,16 @@ static void wn__round_grads(wn_job *j)
     }
 }
 
+/* On the compute thread: the task that began at t0 ended; its time blocked
+ * on the other stripes is not compute time. */
+static void wn__task_time(wn_job *j, double t0)
+{
+    j->task_end = wn__now();
+    j->stripes_wait = j->stripes ? wn_stripes_take_wait(j->stripes) : 0;
+    j->task_sec = j->task_end - t0 - j->stripes_wait;
+    j->compute_sec += j->task_sec;
+}
+
 /* Runs the current stage on the compute thread. */
 static void wn__work(void *arg)
 {
@@ -197,9 +207,7 @@ static void wn__work(void *arg)
             snprintf(j->compute_msg, sizeof(j->compute_msg),
                      "evaluation at step %llu: a label out of range", (unsigned long long)j->step);
         }
-        j->task_end = wn__now();
-        j->task_sec = j->task_end - t0;
-        j->compute_sec += j->task_sec;
+        wn__task_time(j, t0);
         return;
     }
     wn_batch *b = wn__batch_for(j, j->step);
@@ -239,9 +247,7 @@ static void wn__work(void *arg)
     } else {
         wn__update(j);
     }
-    j->task_end = wn__now();
-    j->task_sec = j->task_end - t0;
-    j->compute_sec += j->task_sec;
+    wn__task_time(j, t0);
 }
 
 static void wn__grad_sent(void *arg, int status)
@@ -321,7 +327,7 @@ static int wn__send_grads(wn_job *j, const model_layer *l)
 
 const char *const wn_phase_names[WN_PHASES] = {
     "forward", "loss", "backward", "update", "evaluation",
-    "wait_batch", "wait_weights", "wait_gradients_sent", "wait_reduced", "other",
+    "wait_batch", "wait_weights", "wait_gradients_sent", "wait_reduced", "wait_stripes", "other",
 };
 
 /* The idle time since the last mark goes to what the replica waited for;
@@ -347,6 +353,8 @@ static void wn__task_done(wn_job *j)
     enum wn_phase ph = of_stage[j->stage];
     j->phase[ph] += j->task_sec;
     wn_of(j->n)->phase_total[ph] += j->task_sec;
+    j->phase[WN_PH_WAIT_STRIPES] += j->stripes_wait; /* blocked on the other stripes in the task */
+    wn_of(j->n)->phase_total[WN_PH_WAIT_STRIPES] += j->stripes_wait;
     if ((j->stage == WN_FORWARD || j->stage == WN_BACKWARD) && j->layer_sec[0] && j->layer >= 0 &&
         j->layer < j->m->nlayers)
         j->layer_sec[j->stage == WN_BACKWARD][j->layer] += j->task_sec;
@@ -361,7 +369,7 @@ static void wn__step_done(wn_job *j)
     r.step = j->step;
     r.replica = j->replica;
     r.loss_sum = j->loss_sum;
-    r.samples = j->batch;
+    r.samples = j->stripes && j->stripes->part > 0 ? 0 : j->batch; /* a group's first stripe counts them */
     r.compute_sec = j->compute_sec;
     wn__wait(j, j->wait); /* the step's time so far, in its phases */
     Appliance__StepPhase ph[WN_PHASES], *php[WN_PHASES];
@@ -418,6 +426,11 @@ static void wn__work_done(void *arg)
     }
     if (j->compute_err) {
         wn__abort(j->n, j, "%s", j->compute_msg);
+        return;
+    }
+    if (j->stripes && exec_parts_error(&j->ex)) { /* the stripes fell out of step */
+        wn__fault(j->n, j, "step %llu: the exchange with the other stripes of the samples "
+                  "failed: %s", (unsigned long long)j->step, strerror(-exec_parts_error(&j->ex)));
         return;
     }
     wn__task_done(j);

@@ -178,3 +178,91 @@ uint64_t fit_ws_parts(const model *m, uint64_t need_ws, uint64_t wafer, uint64_t
         return need_ws;
     return rest + footprint_wslots_bytes(m, *part, chunk_elems);
 }
+
+/* Whether one wse-node of a replica holds its share of `share` samples of
+ * spec's model in some mode (fit_choose, Weight Streaming in parts), with
+ * `extra` bytes beside the executor's. */
+static bool fit__fits(const jobspec *spec, uint64_t share, unsigned threads, uint64_t wafer,
+                          uint64_t chunk_elems, uint64_t extra)
+{
+    fit_choice c;
+    char err[512];
+    if (fit_choose(spec, share, threads, wafer, &c, err, sizeof(err)) < 0)
+        return false;
+    if (c.mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED)
+        return c.need_pipe + extra <= wafer;
+    uint64_t part;
+    return fit_ws_parts(spec->model, c.need_ws + extra, wafer, chunk_elems, &part) <= wafer;
+}
+
+int fit_stripes_of(const jobspec *spec, const char *job_toml, int parts, fit_stripes *ps,
+                       char *err, size_t errlen)
+{
+    memset(ps, 0, sizeof(*ps));
+    ps->parts = 1;
+    if (parts <= 1)
+        return 0;
+    char terr[256];
+    toml_value *root = toml_parse(job_toml, strlen(job_toml), spec->source, terr, sizeof(terr));
+    const toml_value *mt = root ? toml_table_get(root, "model") : NULL;
+    if (!mt) {
+        snprintf(err, errlen, "%s: %s", spec->source, root ? "no [model]" : terr);
+        toml_free(root);
+        return -EINVAL;
+    }
+    model *stripe;
+    char why[512];
+    int rc = spatial_compile(mt, spec->model, parts, &stripe, &ps->sp, why, sizeof(why));
+    toml_free(root);
+    if (rc < 0) {
+        if (strncmp(why, spec->source, strlen(spec->source)) == 0)
+            snprintf(err, errlen, "%s", why);
+        else
+            snprintf(err, errlen, "%s: runconfig.spatial_partitions = %d: %s", spec->source,
+                     parts, why);
+        return rc;
+    }
+    ps->spec = *spec;
+    ps->spec.model = stripe;
+    ps->parts = parts;
+    return 0;
+}
+
+void fit_stripes_free(fit_stripes *ps)
+{
+    if (ps->parts > 1)
+        model_free(ps->spec.model);
+    spatial_plan_free(&ps->sp);
+    memset(ps, 0, sizeof(*ps));
+    ps->parts = 1;
+}
+
+int fit_choose_stripes(const jobspec *spec, const char *job_toml, size_t nr,
+                            unsigned threads, uint64_t wafer, uint64_t chunk_elems,
+                            fit_stripes *ps, char *err, size_t errlen)
+{
+    uint64_t B = (uint64_t)spec->train.batch_size;
+    if (spec->spatial_partitions != JOBSPEC_AUTO)
+        return fit_stripes_of(spec, job_toml, (int)jobspec_parts(spec), ps, err, errlen);
+    fit_stripes_of(spec, job_toml, 1, ps, err, errlen);
+    if (fit__fits(spec, (B + nr - 1) / nr, threads, wafer, chunk_elems, 0))
+        return 0;
+    for (size_t k = 2; k <= nr && k <= FIT_MAX_STRIPES; k++) {
+        size_t groups = nr / k;
+        if (nr % k || B < groups || spec->model->input.ndim != 3 ||
+            spec->model->input.d[1] % (int64_t)k)
+            continue;
+        fit_stripes t;
+        char why[512];
+        if (fit_stripes_of(spec, job_toml, (int)k, &t, why, sizeof(why)) < 0)
+            continue;
+        uint64_t share = (B + groups - 1) / groups;
+        if (fit__fits(&t.spec, share, threads, wafer, chunk_elems,
+                          spatial_extra_bytes(&t.sp, (int)share))) {
+            *ps = t;
+            return 0;
+        }
+        fit_stripes_free(&t);
+    }
+    return 0; /* none fits: the plan of whole samples says why */
+}

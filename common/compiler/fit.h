@@ -8,6 +8,7 @@
 
 #include "footprint.h"
 #include "jobspec.h"
+#include "spatial.h"
 #include "toml.h"
 
 /* The largest side a square input can have: the model's limit of a
@@ -71,3 +72,31 @@ uint64_t fit_ws_parts(const model *m, uint64_t need_ws, uint64_t wafer, uint64_t
  * mode fits is the caller's to say (need_* against wafer). */
 int fit_choose(const jobspec *spec, uint64_t share, unsigned threads, uint64_t wafer,
                fit_choice *c, char *err, size_t errlen);
+
+/* Spatial partitions: the job as one wse-node of a replica sees it, its
+ * model the stripe's (spatial_compile), and what crosses the stripes'
+ * borders. parts 1: the job itself, sp empty. */
+typedef struct fit_stripes {
+    int parts;
+    jobspec spec;     /* the job with the stripe's model (owned) when parts > 1 */
+    spatial_plan sp;
+} fit_stripes;
+
+#define FIT_MAX_STRIPES 64 /* stripes of one sample (msgcheck's limit) */
+
+/* Fills ps for `parts` stripes of spec's samples (job_toml: its text).
+ * Returns 0, or a negative code with a message naming the file, the layer
+ * and the numbers when the model does not split. Free with
+ * fit_stripes_free. */
+int fit_stripes_of(const jobspec *spec, const char *job_toml, int parts, fit_stripes *ps,
+                   char *err, size_t errlen);
+void fit_stripes_free(fit_stripes *ps);
+
+/* The stripes of the job on nr wse-nodes of `threads` threads and `wafer`
+ * bytes: runconfig.spatial_partitions, or for "auto" none when a sample
+ * fits one wafer, else the fewest that divide the wse-nodes and fit (none
+ * when no count fits: the plan of whole samples then says why). Returns 0
+ * or a negative code with a message. */
+int fit_choose_stripes(const jobspec *spec, const char *job_toml, size_t nr, unsigned threads,
+                       uint64_t wafer, uint64_t chunk_elems, fit_stripes *ps, char *err,
+                       size_t errlen);

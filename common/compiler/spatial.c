@@ -149,8 +149,13 @@ int spatial_plan_init(spatial_plan *sp, const model *full, const model *stripe, 
             goto bad;
         }
         spatial_layer *s = &sp->layers[i];
-        if (spatial_layer_of(l, s, err, errlen) < 0)
+        if (spatial_layer_of(l, s, err, errlen) < 0) {
+            char why[384];
+            snprintf(why, sizeof(why), "%s", err);
+            snprintf(err, errlen, "%s:%d:%d: %s", full->source ? full->source : "model",
+                     f->pos.line, f->pos.col, why);
             goto bad;
+        }
         if (s->kind == SPATIAL_LOCAL)
             continue;
         int bottom = s->bottom > 0 ? s->bottom : 0;
@@ -167,6 +172,12 @@ int spatial_plan_init(spatial_plan *sp, const model *full, const model *stripe, 
             sp->kept_elems += 2 * (uint64_t)l->in.d[0] * (uint64_t)l->in.d[2];
             ext = 2 * (uint64_t)l->in.d[0] * (uint64_t)l->in.d[2];
         }
+        uint64_t msg = (uint64_t)(s->kind == SPATIAL_SCATTER ? l->out.d[0] : l->in.d[0]) *
+                       (uint64_t)(s->kind == SPATIAL_BILINEAR ? 1 : (s->top > bottom ? s->top
+                                                                                      : bottom)) *
+                       (uint64_t)(s->kind == SPATIAL_SCATTER ? l->out.d[2] : l->in.d[2]);
+        if (msg > sp->msg_elems)
+            sp->msg_elems = msg;
         /* the rows in flight, sent and received, share the same buffers */
         uint64_t flight = 2 * (uint64_t)(s->kind == SPATIAL_SCATTER ? l->out.d[0] : l->in.d[0]) *
                           (uint64_t)(s->kind == SPATIAL_BILINEAR ? 2 : s->top + bottom) *
@@ -206,4 +217,29 @@ uint64_t spatial_extra_bytes(const spatial_plan *sp, int n)
         return 0;
     return ((2 * sp->halo_elems + sp->kept_elems) * (uint64_t)n) * sizeof(float) +
            (sp->red_doubles * (uint64_t)n + 1) * sizeof(double);
+}
+
+int spatial_compile(const toml_value *model_table, const model *full, int parts, model **stripe,
+                    spatial_plan *sp, char *err, size_t errlen)
+{
+    model_shape sh;
+    *stripe = NULL;
+    memset(sp, 0, sizeof(*sp));
+    int rc = spatial_stripe_shape(full, parts, &sh, err, errlen);
+    if (rc < 0)
+        return rc;
+    model *m = model_compile_as(model_table, &sh, err, errlen);
+    if (!m)
+        return -EINVAL;
+    /* what the job's data and [model] keys set beside the layers */
+    m->input_unorm8 = full->input_unorm8;
+    m->labels_u8 = full->labels_u8;
+    m->act_bf16 = full->act_bf16;
+    m->mixed_precision = full->mixed_precision;
+    if ((rc = spatial_plan_init(sp, full, m, parts, err, errlen)) < 0) {
+        model_free(m);
+        return rc;
+    }
+    *stripe = m;
+    return 0;
 }

@@ -40,6 +40,7 @@ typedef struct spatial_plan {
                               * layer works in (its rows with both halos, all channels) */
     uint64_t kept_elems;     /* per sample: halo rows kept from the forward pass for the
                               * backward pass, over every gather layer */
+    uint64_t msg_elems;      /* per sample: the largest halo message, in one direction */
     uint64_t red_doubles;    /* per sample: the longest vector of sums a norm or the loss
                               * totals over the stripes (plus one count) */
 } spatial_plan;
@@ -60,6 +61,14 @@ int spatial_stripe_shape(const model *full, int parts, model_shape *out, char *e
 int spatial_plan_init(spatial_plan *sp, const model *full, const model *stripe, int parts,
                       char *err, size_t errlen);
 void spatial_plan_free(spatial_plan *sp);
+
+/* The model one stripe computes: the [model] table compiled at
+ * spatial_stripe_shape, with full's data encodings and precision, into
+ * *stripe (the caller's: model_free), and sp filled (spatial_plan_init).
+ * Returns 0, or a negative code with a message ("FILE:LINE:COL: layer
+ * ..." for a layer that does not split). */
+int spatial_compile(const toml_value *model_table, const model *full, int parts, model **stripe,
+                    spatial_plan *sp, char *err, size_t errlen);
 
 /* The bytes of a stripe's executor beyond the memory plan's, for n
  * samples: the two extended buffers, the kept halo rows and the sums. */

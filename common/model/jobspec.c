@@ -47,6 +47,8 @@ static const key_spec runconfig_keys[] = {
     KI(jobspec, swarmx_fanout, 2, 64),
     KS(jobspec, mode, "auto|pipelined|weight_streaming"),
     KS(jobspec, job_priority, "p1|p2|p3"),
+    KA(jobspec, spatial_partitions, 1, 64),
+    KB(jobspec, sync_batchnorm),
 };
 
 static const key_spec input_keys[] = {
@@ -100,6 +102,7 @@ static void jobspec__defaults(jobspec *j)
     j->swarmx_fanout = 4;
     strcpy(j->mode, "auto");
     strcpy(j->job_priority, "p2");
+    j->spatial_partitions = JOBSPEC_AUTO;
     jobspec_input *ins[2] = {&j->train, &j->eval};
     for (int i = 0; i < 2; i++) {
         strcpy(ins[i]->data_processor, "synthetic_classification");
@@ -353,13 +356,29 @@ jobspec *jobspec_parse(const char *text, size_t len, const char *name, const cha
         snprintf(err, errlen, "%s: missing section [model]", name);
         goto fail;
     }
-    if (j->train.batch_size < j->num_csx) {
+    int64_t parts = jobspec_parts(j);
+    if (j->num_csx % parts != 0) {
+        const toml_value *rc = toml_table_get(root, "runconfig");
+        toml_errorf(err, errlen, name, toml_pos_of(toml_table_get(rc, "spatial_partitions")),
+                    "runconfig.spatial_partitions %lld does not divide runconfig.num_csx %lld: "
+                    "each replica takes that many wse-nodes",
+                    (long long)parts, (long long)j->num_csx);
+        goto fail;
+    }
+    if (j->train.batch_size < j->num_csx / parts) {
         const toml_value *rc = toml_table_get(root, "train_input");
         toml_pos pos = toml_pos_of(toml_table_get(rc, "batch_size") ? toml_table_get(rc, "batch_size") : rc);
-        toml_errorf(err, errlen, name, pos,
-                    "train_input.batch_size %lld is smaller than runconfig.num_csx %lld: every "
-                    "replica needs at least one sample",
-                    (long long)j->train.batch_size, (long long)j->num_csx);
+        if (parts > 1)
+            toml_errorf(err, errlen, name, pos,
+                        "train_input.batch_size %lld is smaller than the %lld replica(s) of "
+                        "runconfig.num_csx %lld in stripes of %lld: every replica needs at "
+                        "least one sample", (long long)j->train.batch_size,
+                        (long long)(j->num_csx / parts), (long long)j->num_csx, (long long)parts);
+        else
+            toml_errorf(err, errlen, name, pos,
+                        "train_input.batch_size %lld is smaller than runconfig.num_csx %lld: "
+                        "every replica needs at least one sample",
+                        (long long)j->train.batch_size, (long long)j->num_csx);
         goto fail;
     }
     if (j->min_num_csx > j->num_csx) {
@@ -409,6 +428,11 @@ fail:
     jobspec_free(j);
     toml_free(root);
     return NULL;
+}
+
+int64_t jobspec_parts(const jobspec *j)
+{
+    return j->spatial_partitions > 1 ? j->spatial_partitions : 1;
 }
 
 void jobspec_free(jobspec *j)

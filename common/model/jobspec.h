@@ -59,6 +59,10 @@ typedef struct jobspec {
     int64_t swarmx_fanout;
     char mode[32];                /* "auto", "pipelined", "weight_streaming" */
     char job_priority[4];         /* "p1" (first) to "p3" */
+    int64_t spatial_partitions;   /* stripes each sample is split into, over as many wse-nodes
+                                   * (num_csx counts wse-nodes: replicas x stripes); JOBSPEC_AUTO:
+                                   * the plan's choice, 1 when a sample fits a wafer */
+    bool sync_batchnorm;          /* batch norm's statistics over every replica's samples */
     /* [train_input], [eval_input] */
     jobspec_input train;
     jobspec_input eval;
@@ -87,3 +91,7 @@ typedef struct jobspec {
 jobspec *jobspec_parse(const char *text, size_t len, const char *name, const char *base_dir,
                        char *err, size_t errlen);
 void jobspec_free(jobspec *j);
+
+/* The stripes per sample a job asks for: spatial_partitions, or 1 for
+ * "auto" (which the plan resolves). */
+int64_t jobspec_parts(const jobspec *j);

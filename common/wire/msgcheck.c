@@ -139,6 +139,54 @@ int msgcheck_plan(const Appliance__Plan *p, char *err, size_t errlen)
     if (p->eval_batches > 0 && p->eval_batch == 0)
         return errmsg(-EINVAL, err, errlen, "plan: %u eval batches of no samples",
                               p->eval_batches);
+    uint32_t parts = msgcheck_parts(p);
+    if (parts > MSGCHECK_MAX_PARTS || p->n_replicas % parts != 0)
+        return errmsg(-EINVAL, err, errlen, "plan: %zu replicas in groups of %u stripes "
+                      "(at most %d)", p->n_replicas, parts, MSGCHECK_MAX_PARTS);
+    for (size_t i = 0; parts > 1 && i < p->n_replicas; i++) {
+        const Appliance__PlanReplica *r = p->replicas[i], *g = p->replicas[i - i % parts];
+        if (r->batch != g->batch || r->batch_offset != g->batch_offset)
+            return errmsg(-EINVAL, err, errlen, "plan: replica %zu, stripe %zu of a group, has "
+                          "samples [%u, +%u), its group [%u, +%u)", i, i % parts,
+                          r->batch_offset, r->batch, g->batch_offset, g->batch);
+    }
+    return 0;
+}
+
+uint32_t msgcheck_parts(const Appliance__Plan *p)
+{
+    return p->spatial_partitions > 1 ? p->spatial_partitions : 1;
+}
+
+int msgcheck_halo(const Appliance__Halo *h, const Appliance__Plan *p, uint32_t len, char *err,
+                  size_t errlen)
+{
+    uint64_t chunk = p->chunk_elems;
+    if (msgcheck_parts(p) < 2)
+        return errmsg(-EPROTO, err, errlen, "halo rows in a job without spatial partitions");
+    if (h->total > MSGCHECK_MAX_TENSOR_ELEMS || h->offset > h->total ||
+        h->count > h->total - h->offset || h->count > chunk || (h->count == 0 && h->total > 0) ||
+        (uint64_t)len != h->count * sizeof(float))
+        return errmsg(-EINVAL, err, errlen, "halo frame of %llu floats at %llu of %llu in %u "
+                      "bytes (frames of at most %llu)", (unsigned long long)h->count,
+                      (unsigned long long)h->offset, (unsigned long long)h->total, len,
+                      (unsigned long long)chunk);
+    return 0;
+}
+
+int msgcheck_collective(const Appliance__Collective *c, const Appliance__Plan *p, uint32_t len,
+                        char *err, size_t errlen)
+{
+    uint32_t parts = msgcheck_parts(p);
+    if (parts < 2)
+        return errmsg(-EPROTO, err, errlen, "a collective sum in a job without spatial "
+                      "partitions");
+    if (!c->all && c->group >= p->n_replicas / parts)
+        return errmsg(-EINVAL, err, errlen, "a collective sum of group %u: the plan has %zu",
+                      c->group, p->n_replicas / parts);
+    if (c->count == 0 || c->count > MSGCHECK_MAX_COLLECTIVE || (uint64_t)len != c->count * 8ull)
+        return errmsg(-EINVAL, err, errlen, "a collective sum of %u doubles in %u bytes (1 to "
+                      "%d)", c->count, len, MSGCHECK_MAX_COLLECTIVE);
     return 0;
 }
 

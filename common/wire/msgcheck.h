@@ -87,5 +87,21 @@ int msgcheck_stream_hello(const Appliance__StreamHello *h, Appliance__Role want,
 
 /* An evaluation report against a checked plan: a replica of the plan, as
  * many intersections as unions, at most MSGCHECK_MAX_EVAL_CLASSES. -EINVAL. */
+#define MSGCHECK_MAX_PARTS 64          /* stripes of one sample */
+#define MSGCHECK_MAX_COLLECTIVE (1 << 20) /* doubles of one collective sum */
+
+/* The stripes of every sample: the plan's spatial_partitions, at least 1. */
+uint32_t msgcheck_parts(const Appliance__Plan *p);
+
+/* A frame of halo rows: in a partitioned job, len bytes of count floats
+ * within the exchange's total, no more than a chunk. */
+int msgcheck_halo(const Appliance__Halo *h, const Appliance__Plan *p, uint32_t len, char *err,
+                  size_t errlen);
+
+/* A collective sum: in a partitioned job, of a group the plan has, len
+ * bytes of 1 to MSGCHECK_MAX_COLLECTIVE doubles. */
+int msgcheck_collective(const Appliance__Collective *c, const Appliance__Plan *p, uint32_t len,
+                        char *err, size_t errlen);
+
 int msgcheck_eval_report(const Appliance__EvalReport *r, const Appliance__Plan *p, char *err,
                          size_t errlen);

@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# Cluster test: spatial partitions. Each 256x256 sample split into K
+# horizontal stripes on K wse-nodes, which exchange halo rows over direct
+# links and total their norms' and loss's sums on the swarmx tree, trains
+# 5 steps to the weights of the unpartitioned run within 1e-4, K = 2 and
+# K = 4, for a U-Net with batch norm, max pooling and transposed
+# convolutions and one with group norm, average pooling and bilinear
+# upsampling, both with the BCE + Dice loss. Synchronised batch norm over
+# 2 replicas of 2 stripes equals 1 replica of the whole batch (1e-5). A
+# model that does not split is refused with the layer and the numbers.
+set -euo pipefail
+. "${SOURCE_ROOT:?}/tests/cluster/lib.sh" appliance-spatial
+submit="$build/client/appliance-submit"
+
+"$src/deploy/local/appliance-up" --replicas 4 --wafer-memory 1G --dir "$run" --build "$build" >/dev/null
+set -a; . "$run/env"; set +a
+
+layers_bn='
+[[model.layers]]
+name = "e1"
+type = "conv2d"
+filters = 8
+kernel_size = 3
+padding = 1
+[[model.layers]]
+name = "e1n"
+type = "batch_norm"
+[[model.layers]]
+name = "e1r"
+type = "relu"
+[[model.layers]]
+name = "p1"
+type = "max_pool2d"
+kernel_size = 2
+[[model.layers]]
+name = "e2"
+type = "conv2d"
+filters = 16
+kernel_size = 3
+padding = 1
+[[model.layers]]
+name = "e2n"
+type = "batch_norm"
+[[model.layers]]
+name = "e2r"
+type = "relu"
+[[model.layers]]
+name = "p2"
+type = "max_pool2d"
+kernel_size = 2
+[[model.layers]]
+name = "b"
+type = "conv2d"
+filters = 16
+kernel_size = 3
+padding = 1
+[[model.layers]]
+name = "bn"
+type = "batch_norm"
+[[model.layers]]
+name = "br"
+type = "relu"
+[[model.layers]]
+name = "u2"
+type = "conv_transpose2d"
+filters = 16
+kernel_size = 2
+stride = 2
+[[model.layers]]
+name = "c2"
+type = "concat"
+inputs = ["u2", "e2r"]
+[[model.layers]]
+name = "d2"
+type = "conv2d"
+filters = 8
+kernel_size = 3
+padding = 1
+[[model.layers]]
+name = "d2n"
+type = "batch_norm"
+[[model.layers]]
+name = "d2r"
+type = "relu"
+[[model.layers]]
+name = "u1"
+type = "conv_transpose2d"
+filters = 8
+kernel_size = 2
+stride = 2
+[[model.layers]]
+name = "c1"
+type = "concat"
+inputs = ["u1", "e1r"]
+[[model.layers]]
+name = "d1"
+type = "conv2d"
+filters = 8
+kernel_size = 3
+padding = 1
+[[model.layers]]
+name = "d1r"
+type = "relu"
+[[model.layers]]
+name = "head"
+type = "conv2d"
+filters = 1
+kernel_size = 1
+'
+# group norm, average pooling (a padded 3x3 window, then 2x2), bilinear upsampling
+layers_gn=$(echo "$layers_bn" | sed -e 's/"batch_norm"/"group_norm"\ngroups = 4/' \
+  -e 's/"max_pool2d"/"avg_pool2d"/' -e 's/"conv_transpose2d"/"upsample"\nmode = "bilinear"/' \
+  -e '/^filters = 16$/{N;s/filters = 16\nkernel_size = 2/scale_factor = 2/}' \
+  -e '/^filters = 8$/{N;s/filters = 8\nkernel_size = 2/scale_factor = 2/}' \
+  -e '/^scale_factor = 2$/{N;s/scale_factor = 2\nstride = 2/scale_factor = 2/}')
+layers_gn=$(echo "$layers_gn" | sed -e '0,/name = "p1"/s//name = "p0"\ntype = "avg_pool2d"\nkernel_size = 3\nstride = 1\npadding = 1\n[[model.layers]]\nname = "p1"/')
+
+job() { # NAME LAYERS NUM_CSX PARTS BATCH [EXTRA_RUNCONFIG]
+  cat > "$work/$1.toml" <<TOML
+[runconfig]
+max_steps = 5
+log_steps = 5
+seed = 6
+num_csx = $3
+spatial_partitions = $4
+model_dir = "$work/$1"
+${6:-}
+[train_input]
+data_processor = "synthetic_segmentation"
+batch_size = $5
+num_classes = 2
+num_samples = 64
+[model]
+input_shape = [3, 256, 256]
+loss = "bce_dice"
+$2
+[optimizer]
+optimizer_type = "sgd"
+learning_rate = 0.05
+momentum = 0.9
+TOML
+  echo "$work/$1.toml"
+}
+
+run_job() { # NAME ...job args: trains it, prints the final checkpoint
+  local f out
+  f=$(job "$@")
+  out=$(cd "$work" && timeout 600 "$submit" --json "$f" 2>&1) || fail "$1: $out"
+  [ "$(echo "$out" | field state)" = done ] || fail "$1: not done: $out"
+  echo "$work/$1/checkpoint_5-shard1-of-1.safetensors"
+}
+
+compare() { # A B RTOL WHAT
+  "$build/client/st-compare" "$1" "$2" --rtol "$3" >"$work/cmp" ||
+    { cat "$work/cmp"; fail "$4"; }
+  worst=$(sort -t= -k2 -g "$work/cmp" | awk '{print $2}' | sed 's/rel=//' | sort -g | tail -1)
+  echo "ok: $4 (worst relative difference $worst)"
+}
+
+for net in bn gn; do
+  layers=layers_$net
+  whole=$(run_job "${net}_whole" "${!layers}" 1 1 2)
+  for k in 2 4; do
+    parts=$(run_job "${net}_k$k" "${!layers}" "$k" "$k" 2)
+    compare "$whole" "$parts" 1e-4 "$net: 5 steps in $k stripes agree with whole samples within 1e-4"
+  done
+done
+grep -q "halo" "$run"/logs/wse-node-*.log || true
+
+# synchronised batch norm: 2 replicas of 2 stripes, 2 samples each, against one of 4
+one=$(run_job sync_one "$layers_bn" 2 2 4)
+two=$(run_job sync_two "$layers_bn" 4 2 4 "sync_batchnorm = true")
+compare "$one" "$two" 1e-5 "sync_batchnorm over 2 replicas agrees with 1 replica of the whole batch within 1e-5"
+
+# a height whose stripes do not align with the pooling levels
+sed -e 's/^input_shape = .*/input_shape = [3, 260, 260]/' "$(job odd "$layers_bn" 4 4 2)" > "$work/odd2.toml"
+set +e
+msg=$(cd "$work" && "$submit" "$work/odd2.toml" 2>&1); rc=$?
+set -e
+[ "$rc" = 3 ] || fail "260 rows in 4 stripes: exit $rc: $msg"
+echo "$msg" | grep -q 'layer "p1": its 130 output rows do not split into 4 stripes of whole rows; the input.s height must be a multiple of 16' ||
+  fail "260 rows in 4 stripes: $msg"
+echo "ok: $msg"
+echo "1 passed, 0 failed"

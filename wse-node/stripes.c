@@ -372,7 +372,8 @@ static void wns__above_frame(conn *c, Appliance__Envelope *env, uint8_t *payload
     if (p->job->state == WN_RELEASED)
         return;
     if (env->msg_case == APPLIANCE__ENVELOPE__MSG_ERROR) {
-        wn__fault(p->job->n, p->job, "the stripe above refused: %s", env->error->message);
+        if (p->job->state != WN_FINISHED) /* else the job simply ended there first */
+            wn__fault(p->job->n, p->job, "the stripe above refused: %s", env->error->message);
         return;
     }
     if (env->msg_case != APPLIANCE__ENVELOPE__MSG_HALO || !payload) {
@@ -390,6 +391,8 @@ static void wns__above_close(conn *c, int err, const char *reason)
     if (j->state == WN_RELEASED || !p->above_ready)
         return;
     p->above_ready = false;
+    if (j->state == WN_FINISHED) /* the job ended there first */
+        return;
     wn_stripes_abort(p, -ECONNRESET);
     if (wn_of(j->n)->job == j)
         jobhost_peer_lost(&wn_of(j->n)->jobs, "lost the stripe above, replica %u at %s: %s",
@@ -482,6 +485,8 @@ static void wns__conn_close(node *n, conn *c, int err, const char *reason)
         wn__stripes_link_closed(j);
         return;
     }
+    if (j->state == WN_FINISHED) /* the job ended there first */
+        return;
     if (wn_of(n)->job == j)
         jobhost_peer_lost(&wn_of(n)->jobs, "lost the stripe below, replica %u at %s: %s",
                           j->replica + 1, c->peer_addr, reason);
@@ -546,7 +551,7 @@ int wn_stripes_stop(wn_stripes *p)
         links++;
     }
     if (p->below) {
-        conn_fail(p->below, -ECANCELED, "the job ended");
+        conn_close(p->below, 0, "the job ended");
         links++;
     }
     return links;

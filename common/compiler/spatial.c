@@ -228,6 +228,21 @@ int spatial_compile(const toml_value *model_table, const model *full, int parts,
     int rc = spatial_stripe_shape(full, parts, &sh, err, errlen);
     if (rc < 0)
         return rc;
+    /* every layer's rows split into whole rows per stripe, or the stripes'
+     * layers would not line up with the whole model's */
+    int64_t align = spatial_downsampling(full) * parts;
+    for (int i = 0; i < full->nlayers; i++) {
+        const model_layer *f = &full->layers[i];
+        if (f->out.ndim == 3 && f->out.d[1] % parts != 0) {
+            snprintf(err, errlen, "%s:%d:%d: layer \"%s\": its %lld output rows do not split "
+                     "into %d stripes of whole rows; the input's height must be a multiple of "
+                     "%lld (%d stripes times the model's downsampling by %lld), not %lld",
+                     full->source ? full->source : "model", f->pos.line, f->pos.col, f->name,
+                     (long long)f->out.d[1], parts, (long long)align, parts,
+                     (long long)(align / parts), (long long)full->input.d[1]);
+            return -EINVAL;
+        }
+    }
     model *m = model_compile_as(model_table, &sh, err, errlen);
     if (!m)
         return -EINVAL;

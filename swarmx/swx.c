@@ -607,7 +607,7 @@ static void *swx__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen
     }
     /* Spatial partitions: the groups beneath each child, for the scope of
      * collective sums. */
-    if (msgcheck_parts(p) > 1 && swx_colls_init(&j->colls, p, me, why, whylen) < 0) {
+    if ((msgcheck_parts(p) > 1 || p->sync_batchnorm) && swx_colls_init(&j->colls, p, me, why, whylen) < 0) {
         j->nup = 0;
         swx__job_free(j);
         return NULL;

@@ -475,10 +475,19 @@ static op_upsample_frame exec__frame(const exec *e, const model_layer *l)
 int exec_set_parts(exec *e, const exec_parts *p, char *err, size_t errlen)
 {
     e->parts = *p;
-    if (p->parts <= 1)
-        return 0;
-    const spatial_plan *sp = p->sp;
     size_t n = (size_t)e->n;
+    if (p->parts <= 1) { /* whole samples: synchronised batch norm's sums only */
+        size_t red = 2;
+        for (int i = 0; i < e->m->nlayers; i++)
+            if (e->m->layers[i].type == LAYER_BATCH_NORM && 2 * (size_t)e->m->layers[i].in.d[0] > red)
+                red = 2 * (size_t)e->m->layers[i].in.d[0];
+        if (p->sync_batchnorm && !(e->red = malloc((red + 1) * sizeof(double)))) {
+            snprintf(err, errlen, "out of memory");
+            return -ENOMEM;
+        }
+        return 0;
+    }
+    const spatial_plan *sp = p->sp;
     e->hx = malloc((sp->halo_elems ? sp->halo_elems : 1) * n * sizeof(float));
     e->hd = malloc((sp->halo_elems ? sp->halo_elems : 1) * n * sizeof(float));
     e->red = malloc((sp->red_doubles * n + 1) * sizeof(double));
@@ -717,7 +726,7 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
                 memcpy(G(l, 2), W(l, 2), (size_t)c * sizeof(float));
                 memcpy(G(l, 3), W(l, 3), (size_t)c * sizeof(float));
             }
-            if (sl) { /* statistics over every stripe of the samples */
+            if (sl || e->parts.sync_batchnorm) { /* statistics over every stripe (replica) */
                 exec__red rc = {e, exec__tag(li, EXEC__SUM_FWD), e->parts.sync_batchnorm};
                 op_reduce r = {exec__red_sum, &rc};
                 op_batchnorm_forward_train_parts(out, save, save + c, G(l, 2), G(l, 3), in, W(l, 0),
@@ -1027,7 +1036,7 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
         break;
     case LAYER_BATCH_NORM: {
         const float *save = e->aux[li];
-        if (sl) {
+        if (sl || e->parts.sync_batchnorm) {
             exec__red rc = {e, exec__tag(li, EXEC__SUM_BWD), e->parts.sync_batchnorm};
             op_reduce r = {exec__red_sum, &rc};
             op_batchnorm_backward_parts(src >= 0 ? din : NULL, G(l, 0), G(l, 1), dout, in, W(l, 0),

@@ -32,7 +32,8 @@ typedef struct exec_halo {
 typedef struct exec_parts {
     int part, parts;              /* this stripe, top first, of parts */
     const spatial_plan *sp;       /* per layer, what crosses the borders; not owned */
-    bool sync_batchnorm;          /* batch norm's statistics over the replicas too */
+    bool sync_batchnorm;          /* batch norm's statistics over the replicas too (also with
+                                   * parts 1: then sum is the only call) */
     int (*exchange)(void *ctx, uint32_t tag, const exec_halo *h);
     /* Replaces v[0 .. count) by its sums over the stripes of the samples;
      * batch: over every replica's stripes as well (synchronised batch norm). */

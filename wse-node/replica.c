@@ -427,6 +427,12 @@ static void *wn__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
         return wn__start_failed(j, why, whylen, err);
     if (msgcheck_parts(p) > 1 && wn__stripe_model(j, me, err, sizeof(err)) < 0)
         return wn__start_failed(j, why, whylen, err);
+    if (msgcheck_parts(p) == 1 && p->sync_batchnorm && p->n_replicas > 1) {
+        spatial_plan none = {.parts = 1}; /* whole samples: batch norm's sums on the tree */
+        j->replica = me->index;
+        if (wn_stripes_init(j, &none, (int)me->batch, err, sizeof(err)) < 0)
+            return wn__start_failed(j, why, whylen, err);
+    }
     j->layer_sec[0] = calloc(2 * (size_t)(j->m->nlayers ? j->m->nlayers : 1), sizeof(double));
     if (!j->layer_sec[0])
         return wn__start_failed(j, why, whylen, "out of memory");

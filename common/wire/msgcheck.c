@@ -178,9 +178,9 @@ int msgcheck_collective(const Appliance__Collective *c, const Appliance__Plan *p
                         char *err, size_t errlen)
 {
     uint32_t parts = msgcheck_parts(p);
-    if (parts < 2)
+    if (parts < 2 && !p->sync_batchnorm)
         return errmsg(-EPROTO, err, errlen, "a collective sum in a job without spatial "
-                      "partitions");
+                      "partitions or synchronised batch norm");
     if (!c->all && c->group >= p->n_replicas / parts)
         return errmsg(-EINVAL, err, errlen, "a collective sum of group %u: the plan has %zu",
                       c->group, p->n_replicas / parts);

@@ -364,8 +364,15 @@ static void wn__job_allocated(void *arg)
         wn_stripes_link(j->stripes); /* the stripe below dials us: its hello may be held */
         node_replay(n);
     }
-    log_info("job %s: replica %u of %zu, %u samples per step, %zu worker(s)", j->id, j->replica,
-             p->n_replicas, j->batch, j->nfeeds);
+    if (j->stripes && j->stripes->parts > 1)
+        log_info("job %s: replica %u of %zu: stripe %u of %u of sample group %u (%lld of %lld "
+                 "rows), %u samples per step, %zu worker(s)", j->id, j->replica, p->n_replicas,
+                 j->stripes->part + 1, j->stripes->parts, j->stripes->group,
+                 (long long)j->stripes->sp.rows, (long long)j->stripes->sp.full_h, j->batch,
+                 j->nfeeds);
+    else
+        log_info("job %s: replica %u of %zu, %u samples per step, %zu worker(s)", j->id,
+                 j->replica, p->n_replicas, j->batch, j->nfeeds);
 }
 
 /* Spatial partitions: the model this replica computes is its stripe's, and

@@ -24,6 +24,8 @@ train() { # NAME [coordinator config]: a cluster, the job, the cluster stopped
   [ "$(echo "$out" | field state)" = done ] || fail "$1: not done: $out"
   grep -q "12288 8-bit inputs and 4096 8-bit labels per sample" "$run"/logs/worker-1.log ||
     fail "$1: the worker did not send 8-bit pixels and labels"
+  case $1 in *_k2) grep -q "stripe 2 of 2 of sample group 0 (32 of 64 rows)" "$run"/logs/wse-node-*.log ||
+    fail "$1: no wse-node computed the second stripe";; esac
   "$src/deploy/local/appliance-down" --dir "$run" --quiet >/dev/null
   rm -rf "$run"
 }
@@ -34,4 +36,15 @@ train chunked 'chunk_size = "1K"'
   "$work/chunked/model/checkpoint_4-shard1-of-1.safetensors" --rtol 0 >"$work/cmp" ||
   { cat "$work/cmp"; fail "the weights trained over 1 KiB frames differ from those over 1 MiB frames"; }
 echo "ok: 4 steps with evaluation over 1 KiB frames (each sample in 16): weights bitwise equal"
+
+# Spatial partitions: the same job as one replica of 2 stripes (32 rows of
+# each sample on each wse-node), whose halo rows (8 channels x 64 columns of
+# 4 samples a row at the first level: 8 KiB) also cross in 1 KiB frames.
+sed -i -e '/^num_csx = /a spatial_partitions = 2' "$work/unet.toml"
+train whole_k2
+train chunked_k2 'chunk_size = "1K"'
+"$build/client/st-compare" "$work/whole_k2/model/checkpoint_4-shard1-of-1.safetensors" \
+  "$work/chunked_k2/model/checkpoint_4-shard1-of-1.safetensors" --rtol 0 >"$work/cmp" ||
+  { cat "$work/cmp"; fail "2 stripes: the weights trained over 1 KiB frames differ from those over 1 MiB frames"; }
+echo "ok: in 2 stripes, halo rows over 1 KiB frames: weights bitwise equal to 1 MiB frames"
 echo "1 passed, 0 failed"

@@ -30,30 +30,6 @@ job() { # job NAME [SED-EXPRESSION]: the job file with model_dir $work/NAME
     "$src/tests/cluster/jobs/faults.toml" >"$work/$1.toml"
   echo "$work/$1.toml"
 }
-# step_of JOB: its committed steps (empty while the coordinator is away)
-step_of() { "$submit" status "$1" --json 2>/dev/null | field steps 2>/dev/null || true; }
-# finish JOB: follows the job to its end, across a restart of the coordinator
-finish() {
-  local out state deadline=$((SECONDS + 180))
-  while :; do
-    out=$(timeout 120 "$submit" status "$1" --follow --json 2>&1 | tail -n 1) || true
-    state=$(echo "$out" | field state 2>/dev/null) || state=""
-    case "$state" in done|failed|cancelled) echo "$out"; return 0 ;; esac
-    [ "$SECONDS" -lt "$deadline" ] || fail "job $1 did not end: $out"
-    sleep 0.5
-  done
-}
-# wait_step JOB STEP: until the job has committed STEP steps
-wait_step() {
-  local s deadline=$((SECONDS + 60))
-  while :; do
-    s=$(step_of "$1")
-    [ -n "$s" ] && [ "$s" -ge "$2" ] && return 0
-    [ "$SECONDS" -lt "$deadline" ] || fail "job $1 did not reach step $2 (at ${s:-?})"
-    sleep 0.02
-  done
-}
-
 out=$(cd "$work" && timeout 120 "$submit" --json "$(job ref)") || fail "undisturbed job: $out"
 [ "$(echo "$out" | field state)" = done ] || fail "undisturbed job not done: $out"
 ref="$work/ref/checkpoint_$steps-shard1-of-1.safetensors"

@@ -18,3 +18,27 @@ cleanup() {
 trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; for f in "$run"/logs/*.log; do echo "== $f" >&2; tail -n 15 "$f" >&2; done; exit 1; }
 field() { "$py" -c "import json,sys; print(json.loads(sys.stdin.read())['$1'])"; }
+# Following a job by its id (faults.sh, spatial.sh):
+# step_of JOB: its committed steps (empty while the coordinator is away)
+step_of() { "$build/client/appliance-submit" status "$1" --json 2>/dev/null | field steps 2>/dev/null || true; }
+# finish JOB: follows the job to its end, across a restart of the coordinator
+finish() {
+  local out state deadline=$((SECONDS + 180))
+  while :; do
+    out=$(timeout 120 "$build/client/appliance-submit" status "$1" --follow --json 2>&1 | tail -n 1) || true
+    state=$(echo "$out" | field state 2>/dev/null) || state=""
+    case "$state" in done|failed|cancelled) echo "$out"; return 0 ;; esac
+    [ "$SECONDS" -lt "$deadline" ] || fail "job $1 did not end: $out"
+    sleep 0.5
+  done
+}
+# wait_step JOB STEP: until the job has committed STEP steps
+wait_step() {
+  local s deadline=$((SECONDS + 60))
+  while :; do
+    s=$(step_of "$1")
+    [ -n "$s" ] && [ "$s" -ge "$2" ] && return 0
+    [ "$SECONDS" -lt "$deadline" ] || fail "job $1 did not reach step $2 (at ${s:-?})"
+    sleep 0.02
+  done
+}

@@ -8,12 +8,13 @@
 # upsampling, both with the BCE + Dice loss. Synchronised batch norm over
 # 2 replicas, of 2 stripes or of whole samples, equals 1 replica of the
 # whole batch (1e-5). A model that does not split is refused with the layer
-# and the numbers.
+# and the numbers. A stripe's wse-node killed mid-training is recovered
+# like any fault.
 set -euo pipefail
 . "${SOURCE_ROOT:?}/tests/cluster/lib.sh" appliance-spatial
 submit="$build/client/appliance-submit"
 
-"$src/deploy/local/appliance-up" --replicas 4 --wafer-memory 1G --dir "$run" --build "$build" >/dev/null
+"$src/deploy/local/appliance-up" --replicas 4 --wafer-memory 1G --dir "$run" --build "$build" --restart >/dev/null
 set -a; . "$run/env"; set +a
 
 layers_bn='
@@ -122,10 +123,10 @@ layers_gn=$(echo "$layers_bn" | sed -e 's/"batch_norm"/"group_norm"\ngroups = 4/
   sed -e '/^scale_factor = 2$/{n;/^bias = false$/d}')
 layers_gn=$(echo "$layers_gn" | sed -e '0,/name = "p1"/s//name = "p0"\ntype = "avg_pool2d"\nkernel_size = 3\nstride = 1\npadding = 1\n[[model.layers]]\nname = "p1"/')
 
-job() { # NAME LAYERS NUM_CSX PARTS BATCH [EXTRA_RUNCONFIG]
+job() { # NAME LAYERS NUM_CSX PARTS BATCH [EXTRA_RUNCONFIG] [STEPS]
   cat > "$work/$1.toml" <<TOML
 [runconfig]
-max_steps = 5
+max_steps = ${7:-5}
 log_steps = 5
 seed = 6
 num_csx = $3
@@ -182,6 +183,31 @@ compare "$one" "$two" 1e-5 "sync_batchnorm over 2 replicas of 2 stripes agrees w
 one=$(run_job sync1_one "$layers_bn" 1 1 4)
 two=$(run_job sync1_two "$layers_bn" 2 1 4 "sync_batchnorm = true")
 compare "$one" "$two" 1e-5 "sync_batchnorm over 2 replicas of whole samples agrees with 1 replica of the whole batch within 1e-5"
+
+# A wse-node of a partitioned job killed mid-training: the job restarts from
+# its last checkpoint on a whole group of stripes and ends with the weights
+# of the undisturbed run.
+steps=40
+every="checkpoint_steps = 10"
+ref=$(job kill_ref "$layers_bn" 2 2 2 "$every" $steps)
+out=$(cd "$work" && timeout 600 "$submit" --json "$ref" 2>&1) || fail "kill_ref: $out"
+[ "$(echo "$out" | field state)" = done ] || fail "kill_ref: not done: $out"
+id=$(cd "$work" && "$submit" --detach "$(job kill "$layers_bn" 2 2 2 "$every" $steps)" | grep -o 'job-[0-9]*' | head -n 1)
+[ -n "$id" ] || fail "kill: no job id"
+wait_step "$id" 14
+victim=$(grep -l "job $id: replica 1 of 2: stripe 2 of 2" "$run"/logs/wse-node-*.log | head -n 1)
+victim=$(basename "$victim" .log)
+[ -n "$victim" ] || fail "kill: no wse-node computes the second stripe of $id"
+echo "kill: kill -9 $victim (the second stripe) at step $(step_of "$id") of $id"
+kill -KILL "$(cat "$run/pids/$victim.pid")"
+out=$(finish "$id")
+[ "$(echo "$out" | field state)" = done ] || fail "kill: job $id did not recover: $out"
+"$submit" logs "$id" >"$work/kill.log"
+grep -q "fault at step .*restart 1 of 3" "$work/kill.log" || fail "kill: no restart in the log of $id"
+grep -E "fault at step|restarted" "$work/kill.log" | sed 's/^/  /'
+compare "$work/kill_ref/checkpoint_$steps-shard1-of-1.safetensors" \
+  "$work/kill/checkpoint_$steps-shard1-of-1.safetensors" 1e-4 \
+  "kill: a stripe's wse-node killed, the job recovered to the undisturbed run's weights"
 
 # a height whose stripes do not align with the pooling levels: 264 rows make
 # stripes of 66, whose second pooling level would have 16.5 rows

@@ -12,14 +12,16 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "Usage: st-compare A.safetensors B.safetensors [--rtol R]\n"
+            "Usage: st-compare A.safetensors B.safetensors [--rtol R] [--atol A]\n"
             "\n"
             "Compares every tensor of A with the tensor of the same name in B\n"
             "(both must hold the same names and shapes). A or B may list several\n"
             "files separated by commas, the shards of one checkpoint, which are\n"
             "taken together. Prints per tensor\n"
             "  NAME rel=||a-b||/||a|| maxabs=max|a-b|\n"
-            "Exit status: 0 if every rel <= R (default 1e-5), 1 otherwise or on a\n"
+            "Exit status: 0 if every tensor has rel <= R (default 1e-5) or maxabs <= A\n"
+            "(default 0: a tensor whose values are all near zero, such as a bias a\n"
+            "norm cancels, may differ in relative terms and still agree), 1 otherwise or on a\n"
             "mismatch of names or shapes, 2 when a file cannot be read.\n");
 }
 
@@ -113,21 +115,23 @@ int main(int argc, char **argv)
 {
     const char *path[2] = {NULL, NULL};
     int npath = 0;
-    double rtol = 1e-5;
+    double rtol = 1e-5, atol = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
             return 0;
         }
-        if (strcmp(argv[i], "--rtol") == 0 || strncmp(argv[i], "--rtol=", 7) == 0) {
+        bool r = strcmp(argv[i], "--rtol") == 0 || strncmp(argv[i], "--rtol=", 7) == 0;
+        if (r || strcmp(argv[i], "--atol") == 0 || strncmp(argv[i], "--atol=", 7) == 0) {
             const char *v = argv[i][6] == '=' ? argv[i] + 7 : (i + 1 < argc ? argv[++i] : NULL);
             char *end;
             errno = 0;
-            rtol = v ? strtod(v, &end) : -1;
-            if (!v || *end || end == v || errno || !(rtol >= 0)) {
-                fprintf(stderr, "st-compare: --rtol needs a non-negative number\n");
+            double x = v ? strtod(v, &end) : -1;
+            if (!v || *end || end == v || errno || !(x >= 0)) {
+                fprintf(stderr, "st-compare: --%s needs a non-negative number\n", r ? "rtol" : "atol");
                 return 2;
             }
+            *(r ? &rtol : &atol) = x;
             continue;
         }
         if (argv[i][0] == '-' && argv[i][1]) {
@@ -212,7 +216,7 @@ int main(int argc, char **argv)
             }
             double rel = sqrt(diff2) / fmax(sqrt(norm2), 1e-30);
             printf("%s rel=%.6e maxabs=%.6e\n", st_name(af, i), rel, maxabs);
-            if (!(rel <= rtol))
+            if (!(rel <= rtol) && !(maxabs <= atol))
                 rc = 1;
         }
 out:

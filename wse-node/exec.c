@@ -316,6 +316,50 @@ static int exec__red_sum(void *ctx, double *v, size_t count)
     return rc;
 }
 
+/* The halo rows of gather layer li from the stripes above and below, into
+ * e->kept[li] (the rows above, then the rows below; pad fills the rows
+ * beyond the image's edges), kept for the backward pass and any
+ * recomputation. */
+static void exec__gather_recv(exec *e, int li, const float *in, float pad)
+{
+    const model_layer *l = &e->m->layers[li];
+    const spatial_layer *s = exec__sl(e, li);
+    size_t planes = (size_t)e->n * l->in.d[0];
+    int h = (int)l->in.d[1], w = (int)l->in.d[2];
+    int top = s->top, bot = s->bottom > 0 ? s->bottom : 0;
+    float *kt = e->kept[li], *kb = kt + planes * top * w;
+    float *up = e->hd, *down = up + planes * bot * w;
+    exec__rows_get(up, in, planes, h, w, 0, bot);
+    exec__rows_get(down, in, planes, h, w, h - top, top);
+    exec__exchange(e, exec__tag(li, EXEC__HALO_FWD), up, planes * bot * w, down,
+                   planes * top * w, kt, planes * top * w, kb, planes * bot * w);
+    if (e->parts.part == 0)
+        exec__fill(kt, pad, planes * top * w);
+    if (e->parts.part + 1 == e->parts.parts)
+        exec__fill(kb, pad, planes * bot * w);
+}
+
+/* A halo-reading kernel's view of gather layer li's kept rows (and, for
+ * the backward pass, where the gradients of the neighbours' rows go: e->hx,
+ * as exec__gather_back sends them). */
+static op_conv2d_halo exec__conv_halo(exec *e, int li, bool backward)
+{
+    const model_layer *l = &e->m->layers[li];
+    const spatial_layer *s = exec__sl(e, li);
+    size_t planes = (size_t)e->n * l->in.d[0], w = (size_t)l->in.d[2];
+    int top = s->top, bot = s->bottom > 0 ? s->bottom : 0;
+    bool first = e->parts.part == 0, last = e->parts.part + 1 == e->parts.parts;
+    float *kt = e->kept[li];
+    op_conv2d_halo h = {.top = first ? NULL : kt, .bottom = last ? NULL : kt + planes * top * w,
+                        .rows_top = top, .rows_bottom = bot};
+    if (backward) {
+        h.dtop = e->hx;
+        h.dbottom = e->hx + planes * top * w;
+        memset(e->hx, 0, planes * (size_t)(top + bot) * w * sizeof(float));
+    }
+    return h;
+}
+
 /* The input of gather layer li with its halo rows, into e->hx: received
  * from the stripes above and below (exchange: the forward pass), or as the
  * forward pass kept them (a recomputation, the backward pass). pad fills
@@ -329,17 +373,8 @@ static int exec__gather_in(exec *e, int li, const float *in, bool exchange, floa
     int top = s->top, bot = s->bottom > 0 ? s->bottom : 0;
     int own = s->bottom < 0 ? h + s->bottom : h; /* rows this stripe's windows read */
     float *kt = e->kept[li], *kb = kt + planes * top * w;
-    if (exchange) {
-        float *up = e->hd, *down = up + planes * bot * w;
-        exec__rows_get(up, in, planes, h, w, 0, bot);
-        exec__rows_get(down, in, planes, h, w, h - top, top);
-        exec__exchange(e, exec__tag(li, EXEC__HALO_FWD), up, planes * bot * w, down,
-                       planes * top * w, kt, planes * top * w, kb, planes * bot * w);
-        if (e->parts.part == 0)
-            exec__fill(kt, pad, planes * top * w);
-        if (e->parts.part + 1 == e->parts.parts)
-            exec__fill(kb, pad, planes * bot * w);
-    }
+    if (exchange)
+        exec__gather_recv(e, li, in, pad);
     int hext = top + own + bot;
     for (size_t p = 0; p < planes; p++) {
         float *d = e->hx + p * hext * w;
@@ -640,6 +675,14 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
         break;
     case LAYER_CONV2D: {
         op_conv2d_params p = exec__conv(l, n);
+        if (gather && sl->in_place) { /* the kernel reads the halo rows where they are */
+            if (exchange)
+                exec__gather_recv(e, li, in, 0.0f);
+            op_conv2d_halo h = exec__conv_halo(e, li, false);
+            op_conv2d_forward_halo(out, in, W(l, 0), l->bias ? W(l, 1) : NULL, &p, &h, e->ws,
+                                   e->ws_bytes);
+            break;
+        }
         if (gather) { /* the stripe's rows with their halos, unpadded */
             p.h = exec__gather_in(e, li, in, exchange, 0.0f);
             p.pad_h = 0;
@@ -928,6 +971,12 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
         op_conv2d_params p = exec__conv(l, n);
         if (src < 0)
             din = NULL;
+        if (gather && sl->in_place) { /* the gradients of the neighbours' rows into e->hx */
+            op_conv2d_halo h = exec__conv_halo(e, li, din != NULL);
+            op_conv2d_backward_halo(din, G(l, 0), l->bias ? G(l, 1) : NULL, dout, in, W(l, 0), &p,
+                                    &h, e->ws, e->ws_bytes);
+            break;
+        }
         if (gather) { /* over the extended rows; the halo rows' gradients go back */
             p.h = exec__gather_in(e, li, in, false, 0.0f);
             p.pad_h = 0;

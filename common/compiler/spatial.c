@@ -68,6 +68,8 @@ static int spatial_layer_of(const model_layer *l, spatial_layer *s, char *err, s
         s->top = (int)p;
         s->bottom = (int)((o - 1) * s_ - p + ke - h);
         s->kind = s->top > 0 || s->bottom > 0 ? SPATIAL_GATHER : SPATIAL_LOCAL;
+        s->in_place = s->kind == SPATIAL_GATHER && l->type == LAYER_CONV2D && s_ == 1 &&
+                      l->stride[1] == 1 && s->bottom <= p;
         break;
     }
     case LAYER_CONV_TRANSPOSE2D: {
@@ -161,8 +163,8 @@ int spatial_plan_init(spatial_plan *sp, const model *full, const model *stripe, 
         int bottom = s->bottom > 0 ? s->bottom : 0;
         uint64_t ext = 0;
         if (s->kind == SPATIAL_GATHER) {
-            ext = (uint64_t)l->in.d[0] * (uint64_t)(l->in.d[1] + s->top + bottom) *
-                  (uint64_t)l->in.d[2];
+            ext = s->in_place ? 0 : (uint64_t)l->in.d[0] * (uint64_t)(l->in.d[1] + s->top + bottom) *
+                                        (uint64_t)l->in.d[2];
             sp->kept_elems += (uint64_t)l->in.d[0] * (uint64_t)(s->top + bottom) *
                               (uint64_t)l->in.d[2];
         } else if (s->kind == SPATIAL_SCATTER) {

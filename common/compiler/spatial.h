@@ -28,6 +28,8 @@ typedef struct spatial_layer {
     int top, bottom; /* halo rows (gather: of the input; scatter: of the output); bottom may
                       * be negative for a gather (the last rows are read only by the stripe
                       * below) */
+    bool in_place;   /* a gather whose kernel reads the halo rows where they are (a unit-stride
+                      * convolution), rather than from a copy of its input with them */
 } spatial_layer;
 
 typedef struct spatial_plan {

@@ -25,10 +25,30 @@ static void valid_range(int *lo, int *hi, int ow, int w, int sw, int off)
 void kern__im2col(float *col, const float *img, const convplan_cols *g,
                   int oh0, int oh1)
 {
+    kern__im2col_rows(col, img, NULL, g, oh0, oh1);
+}
+
+/* Row iy of channel c, from the image or its halo; NULL on padding. */
+static const float *image_row(const float *img, const kern__rows *halo, const convplan_cols *g,
+                              int c, int iy)
+{
+    if (iy >= 0 && iy < g->h)
+        return img + ((size_t)c * g->h + iy) * g->w;
+    if (!halo)
+        return NULL;
+    if (iy < 0 && iy >= -halo->rows_top && halo->top)
+        return halo->top + ((size_t)c * halo->rows_top + (iy + halo->rows_top)) * g->w;
+    if (iy >= g->h && iy < g->h + halo->rows_bottom && halo->bottom)
+        return halo->bottom + ((size_t)c * halo->rows_bottom + (iy - g->h)) * g->w;
+    return NULL;
+}
+
+void kern__im2col_rows(float *col, const float *img, const kern__rows *halo,
+                       const convplan_cols *g, int oh0, int oh1)
+{
     /* img (c, h, w); col (c*r*s, (oh1 - oh0) * ow) */
     size_t ncols = (size_t)(oh1 - oh0) * g->ow;
     for (int c = 0; c < g->c; c++) {
-        const float *plane = img + (size_t)c * g->h * g->w;
         for (int ky = 0; ky < g->r; ky++) {
             for (int kx = 0; kx < g->s; kx++) {
                 float *dst = col + ((size_t)(c * g->r + ky) * g->s + kx) * ncols;
@@ -37,11 +57,11 @@ void kern__im2col(float *col, const float *img, const convplan_cols *g,
                 valid_range(&lo, &hi, g->ow, g->w, g->sw, off);
                 for (int y = oh0; y < oh1; y++, dst += g->ow) {
                     int iy = y * g->sh - g->ph + ky * g->dh;
-                    if (iy < 0 || iy >= g->h) {
+                    const float *src = image_row(img, halo, g, c, iy);
+                    if (!src) {
                         memset(dst, 0, sizeof(float) * g->ow);
                         continue;
                     }
-                    const float *src = plane + (size_t)iy * g->w;
                     memset(dst, 0, sizeof(float) * lo);
                     if (g->sw == 1) {
                         memcpy(dst + lo, src + lo + off, sizeof(float) * (hi - lo));

@@ -13,6 +13,21 @@
 void kern__im2col(float *col, const float *img, const convplan_cols *g,
                   int oh0, int oh1);
 
+/* Rows just beyond an image's top and bottom edges: a stripe of a
+ * partitioned image reads its neighbours' rows there instead of zero
+ * padding. top is (c, rows_top, w) and holds rows -rows_top .. -1, bottom
+ * (c, rows_bottom, w) rows h .. h + rows_bottom - 1; NULL for none. */
+typedef struct kern__rows {
+    const float *top, *bottom;
+    int rows_top, rows_bottom;
+} kern__rows;
+
+/* kern__im2col reading the rows of `halo` (NULL: none) where the windows
+ * pass the image's top and bottom edges. Grid rows may be negative or
+ * beyond the grid (their windows then lie on the halo and the padding). */
+void kern__im2col_rows(float *col, const float *img, const kern__rows *halo,
+                       const convplan_cols *g, int oh0, int oh1);
+
 /* Adjoint of kern__im2col: adds every column entry of grid rows [oh0, oh1)
  * into the image pixel it was read from; padding entries are dropped. */
 void kern__col2im_add(float *img, const float *col, const convplan_cols *g,

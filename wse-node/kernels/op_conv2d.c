@@ -48,7 +48,23 @@ typedef struct conv_call {
     float *dweight, *dbias;
     const float *in, *dout, *weight, *bias;
     float *ws;             /* workspace base */
+    const op_conv2d_halo *halo; /* a stripe's neighbouring rows, or NULL */
 } conv_call;
+
+/* The halo rows of image i of a call, for the lowering. */
+static kern__rows halo_of(const conv_call *cc, int i)
+{
+    const op_conv2d_halo *h = cc->halo;
+    kern__rows r = {0};
+    if (!h)
+        return r;
+    size_t plane = (size_t)cc->p->c * cc->p->w;
+    r.rows_top = h->rows_top;
+    r.rows_bottom = h->rows_bottom;
+    r.top = h->top ? h->top + (size_t)i * plane * h->rows_top : NULL;
+    r.bottom = h->bottom ? h->bottom + (size_t)i * plane * h->rows_bottom : NULL;
+    return r;
+}
 
 static float *thread_block(const conv_call *cc, int tid)
 {
@@ -76,7 +92,8 @@ static void forward_task(void *arg, int tid, int nt)
         const float *b = x + (size_t)y0 * pl->g.ow;
         int ldb = (int)pl->hw;
         if (!pl->direct) {
-            kern__im2col(col, x, &pl->g, y0, y1);
+            kern__rows r = halo_of(cc, i);
+            kern__im2col_rows(col, x, cc->halo ? &r : NULL, &pl->g, y0, y1);
             b = col;
             ldb = ncols;
         }
@@ -87,17 +104,22 @@ static void forward_task(void *arg, int tid, int nt)
 }
 
 /* The im2col path of the forward pass. */
-static void im2col_forward(const void *vp, const kern__conv_bufs *b)
+static void forward_with(const op_conv2d_params *p, const kern__conv_bufs *b,
+                         const op_conv2d_halo *halo)
 {
     /* in (n, c, h, w), weight (k, c, r, s), bias (k) or NULL,
      * out (n, k, oh, ow); per band of output rows:
      * out[:, band] = weight (k, crs) * im2col(in) (crs, band) */
-    const op_conv2d_params *p = vp;
     plan pl = convplan_conv2d_of(p);
     conv_call cc = {.p = p, .pl = &pl, .out = b->y, .in = b->x,
-                    .weight = b->w, .bias = b->b, .ws = b->ws};
+                    .weight = b->w, .bias = b->b, .ws = b->ws, .halo = halo};
     int units = p->n * pl.nb, t = threads_for(&pl, b->ws_bytes);
     kern__parallel(forward_task, &cc, units < t ? units : t);
+}
+
+static void im2col_forward(const void *vp, const kern__conv_bufs *b)
+{
+    forward_with(vp, b, NULL);
 }
 
 void op_conv2d_forward(float *out, const float *in, const float *weight,
@@ -142,7 +164,8 @@ static void wgrad_task(void *arg, int tid, int nt)
         const float *b = x + (size_t)y0 * pl->g.ow;
         int ldb = (int)pl->hw;
         if (!pl->direct) {
-            kern__im2col(col, x, &pl->g, y0, y1);
+            kern__rows r = halo_of(cc, i);
+            kern__im2col_rows(col, x, cc->halo ? &r : NULL, &pl->g, y0, y1);
             b = col;
             ldb = ncols;
         }
@@ -213,15 +236,15 @@ static void dgrad_image_task(void *arg, int tid, int nt)
 
 /* The im2col path of the weight and bias gradients: per-thread partials
  * in the workspace, summed in thread order. */
-static void im2col_wgrad(const void *vp, const kern__conv_bufs *b)
+static void wgrad_with(const op_conv2d_params *p, const kern__conv_bufs *b,
+                       const op_conv2d_halo *halo)
 {
     /* dout (n, k, oh, ow), in (n, c, h, w);
      * dweight (k, crs) = sum over bands of dout[:, band] * im2col(in)^T,
      * dbias (k) = sum of dout over n, oh, ow */
-    const op_conv2d_params *p = vp;
     plan pl = convplan_conv2d_of(p);
     conv_call cc = {.p = p, .pl = &pl, .dweight = b->dw, .dbias = b->db,
-                    .in = b->x, .dout = b->dy, .ws = b->ws};
+                    .in = b->x, .dout = b->dy, .ws = b->ws, .halo = halo};
     int t = threads_for(&pl, b->ws_bytes);
     int units = p->n * pl.nb;
     int used = units < t ? units : t;
@@ -245,6 +268,11 @@ static void im2col_wgrad(const void *vp, const kern__conv_bufs *b)
             for (int k = 0; k < p->k; k++)
                 b->db[k] += db[k];
     }
+}
+
+static void im2col_wgrad(const void *vp, const kern__conv_bufs *b)
+{
+    wgrad_with(vp, b, NULL);
 }
 
 /* The im2col path of the data gradient. */
@@ -290,6 +318,56 @@ void op_conv2d_backward(float *din, float *dweight, float *dbias,
                    im2col_wgrad);
     if (din)
         kern__conv_run(0, p, KERN__DNNL_BWD_D, &b, im2col_dgrad);
+}
+
+void op_conv2d_forward_halo(float *out, const float *in, const float *weight,
+                            const float *bias, const op_conv2d_params *p,
+                            const op_conv2d_halo *halo, void *ws, size_t ws_bytes)
+{
+    kern__conv_bufs b = {.x = in, .w = weight, .b = bias, .y = out,
+                         .ws = ws, .ws_bytes = ws_bytes};
+    forward_with(p, &b, halo);
+}
+
+/* Rows [y0, y1) of the data gradient beyond the stripe's own rows (y0 < 0
+ * or y0 >= h), made from its own output gradient as the unit-stride data
+ * gradient makes the rest (im2col_dgrad's as_conv path: the flipped kernel
+ * is at the head of ws), into dst (n, c, y1 - y0, w). */
+static void halo_dgrad(const op_conv2d_params *p, const plan *pl, const float *dout,
+                       float *ws, int y0, int y1, float *dst)
+{
+    float *col = ws + pl->head;
+    size_t rows = (size_t)(y1 - y0);
+    for (int i = 0; i < p->n; i++) {
+        const float *dy = dout + (size_t)i * p->k * pl->ohw;
+        for (int y = y0; y < y1; y++) { /* a row at a time: the band buffer holds one */
+            kern__im2col(col, dy, &pl->dg, y, y + 1);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, p->c, p->w, pl->krs, 1.0f, ws,
+                        pl->krs, col, p->w, 0.0f,
+                        dst + ((size_t)i * p->c * rows + (size_t)(y - y0)) * p->w,
+                        (int)(rows * p->w));
+        }
+    }
+}
+
+void op_conv2d_backward_halo(float *din, float *dweight, float *dbias,
+                             const float *dout, const float *in,
+                             const float *weight, const op_conv2d_params *p,
+                             const op_conv2d_halo *halo, void *ws, size_t ws_bytes)
+{
+    kern__conv_bufs b = {.x = in, .w = weight, .dy = dout, .dx = din,
+                         .dw = dweight, .db = dbias, .ws = ws,
+                         .ws_bytes = ws_bytes};
+    wgrad_with(p, &b, halo);
+    if (!din)
+        return;
+    plan pl = convplan_conv2d_of(p);
+    assert(pl.as_conv); /* unit stride: the flipped kernel stays at the head of ws */
+    im2col_dgrad(p, &b);
+    if (halo->dtop && halo->rows_top)
+        halo_dgrad(p, &pl, dout, ws, -halo->rows_top, 0, halo->dtop);
+    if (halo->dbottom && halo->rows_bottom)
+        halo_dgrad(p, &pl, dout, ws, p->h, p->h + halo->rows_bottom, halo->dbottom);
 }
 
 void op_conv2d_forward_ref(float *out, const float *in, const float *weight,

@@ -32,6 +32,31 @@ void op_conv2d_backward(float *din, float *dweight, float *dbias,
                         const float *weight, const op_conv2d_params *p,
                         void *ws, size_t ws_bytes);
 
+/* The rows beyond a stripe's top and bottom edges when the image is split
+ * into horizontal stripes (spatial partitions): the windows read its
+ * neighbours' rows there, not zero padding. */
+typedef struct op_conv2d_halo {
+    const float *top, *bottom;  /* (n, c, rows_top, w) and (n, c, rows_bottom, w): the rows just
+                                 * above and below; NULL: zero padding (the image's edge) */
+    int rows_top, rows_bottom;  /* at most pad_h each */
+    float *dtop, *dbottom;      /* backward: overwritten with the gradients of those rows,
+                                 * (n, c, rows, w), which the neighbours add to theirs; NULL:
+                                 * not wanted */
+} op_conv2d_halo;
+
+/* op_conv2d_forward and op_conv2d_backward over a stripe: unit stride and
+ * a window of more than one row. din holds the gradients of the stripe's
+ * own rows from its own outputs (the neighbours send theirs for its edge
+ * rows, as this call makes dtop and dbottom for them). Always the im2col
+ * path; the same workspace. */
+void op_conv2d_forward_halo(float *out, const float *in, const float *weight,
+                            const float *bias, const op_conv2d_params *p,
+                            const op_conv2d_halo *halo, void *ws, size_t ws_bytes);
+void op_conv2d_backward_halo(float *din, float *dweight, float *dbias,
+                             const float *dout, const float *in,
+                             const float *weight, const op_conv2d_params *p,
+                             const op_conv2d_halo *halo, void *ws, size_t ws_bytes);
+
 /* Direct loops with the same contracts (no workspace), the reference that
  * tests hold the GEMM path to. */
 void op_conv2d_forward_ref(float *out, const float *in, const float *weight,

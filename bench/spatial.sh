@@ -29,7 +29,8 @@
 #         cores, not the halo exchange
 #
 # SPATIAL_BIG (default 7168; 0 skips the 51-megapixel run, which takes most
-# of the machine's memory and tens of minutes).
+# of the machine's memory and tens of minutes); SPATIAL_SMALL=0 skips the
+# rest.
 set -euo pipefail
 src=${SOURCE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
 build=${BUILD_ROOT:-$src/build}
@@ -100,6 +101,7 @@ ratio() { "$py" -c "import sys; print('%.3f' % (float(sys.argv[1]) / float(sys.a
 sec() { "$py" -c "import sys; print('%.2f' % float(sys.argv[1]))" "$1"; }
 
 # 2048^2: 2 stripes against the stripes' compute and against whole samples
+if [ "${SPATIAL_SMALL:-1}" != 0 ]; then
 read -r k2_step _ _ k2_wall k2_compute k2_wait k2_most < <(train k2 2048 2048 2 5 1)
 read -r w_step _ _ w_wall _ _ < <(train whole 2048 2048 1 5 2)
 echo "2048^2: 2 stripes $(sec "$k2_step") s/step (5 steps: phases $(sec "$k2_wall") s, the stripes'" \
@@ -117,6 +119,7 @@ for k in 2 4; do
   echo "weak scaling: $k stripes of $((1024 * k)) x 1024: $(sec "$sk") s/step, one 1024^2 image $(sec "$s1") s/step"
   echo "BENCH spatial_weak_scaling_k$k $(ratio "$sk" "$s1") of_k1"
 done
+fi
 
 if [ "$big" -gt 0 ]; then
   read -r b_step b_peak b_need _ < <(train big "$big" "$big" 4 3 1)

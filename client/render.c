@@ -169,6 +169,14 @@ void render_plan(const Appliance__Plan *p)
     if (p->micro_batch)
         printf("micro-batches of %u samples: each replica computes its share %u at a time and "
                "adds up their gradients\n", p->micro_batch, p->micro_batch);
+    if (p->spatial_partitions > 1)
+        printf("spatial partitions: each sample in %u stripes, one per wse-node: %zu replica(s) "
+               "of %u stripes (replica i below computes stripe i %% %u)%s\n",
+               p->spatial_partitions, p->n_replicas / p->spatial_partitions,
+               p->spatial_partitions, p->spatial_partitions,
+               p->sync_batchnorm ? "; batch norm synchronised over the replicas" : "");
+    else if (p->sync_batchnorm)
+        printf("batch norm synchronised over the replicas\n");
     printf("\n%-24s %-18s %-16s %12s %14s %14s\n", "LAYER", "TYPE", "OUTPUT", "PARAMS",
            "ACT B/SAMPLE", "FLOPS/SAMPLE");
     for (size_t i = 0; i < p->n_layers; i++) {

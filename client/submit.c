@@ -532,7 +532,7 @@ int main(int argc, char **argv)
     if (wafer) { /* planned here: no cluster asked */
         int rc = offline_plan(cl.arg, cl.job_text, wafer, (int)threads, cl.json);
         free(cl.job_text);
-        return rc == 0 ? EXIT_OK : EXIT_FAILED;
+        return rc == 0 ? EXIT_OK : EXIT_REFUSED; /* the job file, or what it asks, refused */
     }
     if (cli_credentials && user && !key_file && getenv("APPLIANCE_KEY_FILE"))
         key_file = getenv("APPLIANCE_KEY_FILE");

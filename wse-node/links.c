@@ -15,16 +15,21 @@
 
 /* ---- links ---- */
 
-static void wn__up_ready(conn *c)
+void wn__hello(conn *c, const wn_job *j)
 {
-    wn_job *j = c->data;
     Appliance__StreamHello h = APPLIANCE__STREAM_HELLO__INIT;
-    h.job_id = j->id;
+    h.job_id = (char *)j->id;
     h.role = APPLIANCE__ROLE__ROLE_WSE_NODE;
     h.index = j->replica;
     h.member_id = j->n->member_id;
     ENVELOPE(env, stream_hello, STREAM_HELLO, &h);
     conn_send_msg(c, &env);
+}
+
+static void wn__up_ready(conn *c)
+{
+    wn_job *j = c->data;
+    wn__hello(c, j);
     j->up_ready = true;
     wn__maybe_ready(j);
 }
@@ -254,13 +259,7 @@ static void wn__feed_ready(conn *c)
 {
     wn_feed *f = c->data;
     wn_job *j = f->job;
-    Appliance__StreamHello h = APPLIANCE__STREAM_HELLO__INIT;
-    h.job_id = j->id;
-    h.role = APPLIANCE__ROLE__ROLE_WSE_NODE;
-    h.index = j->replica;
-    h.member_id = j->n->member_id;
-    ENVELOPE(env, stream_hello, STREAM_HELLO, &h);
-    conn_send_msg(c, &env);
+    wn__hello(c, j);
     Appliance__Credit cr = APPLIANCE__CREDIT__INIT;
     cr.n = WN_CREDITS;
     ENVELOPE(ce, credit, CREDIT, &cr);

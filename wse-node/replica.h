@@ -310,8 +310,10 @@ void wn__eval_begin(wn_job *j);
 wn_eval_buf *wn__eval_buf(wn_job *j, uint32_t k);
 void wn__eval_request(wn_job *j, uint32_t k);
 
-/* links.c: held weight chunks land once a slot frees; the link callbacks
- * of the swarmx parent and of the workers. */
+/* links.c: the hello a replica says on every link it dials; held weight
+ * chunks land once a slot frees; the link callbacks of the swarmx parent
+ * and of the workers. */
+void wn__hello(conn *c, const wn_job *j);
 void wn__unstage(wn_job *j);
 extern const conn_ops wn__up_ops;
 extern const conn_ops wn__feed_ops;

@@ -345,13 +345,7 @@ static void wns__above_ready(conn *c)
 {
     wn_stripes *p = c->data;
     wn_job *j = p->job;
-    Appliance__StreamHello h = APPLIANCE__STREAM_HELLO__INIT;
-    h.job_id = j->id;
-    h.role = APPLIANCE__ROLE__ROLE_WSE_NODE;
-    h.index = j->replica;
-    h.member_id = j->n->member_id;
-    ENVELOPE(env, stream_hello, STREAM_HELLO, &h);
-    conn_send_msg(c, &env);
+    wn__hello(c, j);
     p->above_ready = true;
     wn__maybe_ready(j);
 }

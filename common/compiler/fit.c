@@ -238,31 +238,40 @@ void fit_stripes_free(fit_stripes *ps)
 }
 
 int fit_choose_stripes(const jobspec *spec, const char *job_toml, size_t nr,
-                            unsigned threads, uint64_t wafer, uint64_t chunk_elems,
-                            fit_stripes *ps, char *err, size_t errlen)
+                       unsigned threads, uint64_t wafer, uint64_t chunk_elems,
+                       fit_stripes *ps, char *err, size_t errlen)
 {
     uint64_t B = (uint64_t)spec->train.batch_size;
     if (spec->spatial_partitions != JOBSPEC_AUTO)
         return fit_stripes_of(spec, job_toml, (int)jobspec_parts(spec), ps, err, errlen);
+    /* Whole samples when every wse-node has one and it fits; a wse-node
+     * holds B / nr samples' worth of pixels whatever the stripes, so they
+     * help where the batch has fewer samples than there are wse-nodes. */
     fit_stripes_of(spec, job_toml, 1, ps, err, errlen);
-    if (fit__fits(spec, (B + nr - 1) / nr, threads, wafer, chunk_elems, 0))
+    if (B >= nr && fit__fits(spec, (B + nr - 1) / nr, threads, wafer, chunk_elems, 0))
         return 0;
+    char why[512] = "";
     for (size_t k = 2; k <= nr && k <= FIT_MAX_STRIPES; k++) {
         size_t groups = nr / k;
-        if (nr % k || B < groups || spec->model->input.ndim != 3 ||
-            spec->model->input.d[1] % (int64_t)k)
+        if (nr % k || B < groups)
             continue;
         fit_stripes t;
-        char why[512];
         if (fit_stripes_of(spec, job_toml, (int)k, &t, why, sizeof(why)) < 0)
             continue;
         uint64_t share = (B + groups - 1) / groups;
         if (fit__fits(&t.spec, share, threads, wafer, chunk_elems,
-                          spatial_extra_bytes(&t.sp, (int)share))) {
+                      spatial_extra_bytes(&t.sp, (int)share))) {
             *ps = t;
             return 0;
         }
         fit_stripes_free(&t);
     }
-    return 0; /* none fits: the plan of whole samples says why */
+    if (B >= nr)
+        return 0; /* none fits: the plan of whole samples says why */
+    snprintf(err, errlen, "%s: train_input.batch_size %llu gives the %zu wse-nodes of "
+             "runconfig.num_csx less than a sample each, and no count of stripes per sample "
+             "(spatial_partitions = \"auto\") that divides them fits%s%s; raise batch_size to %zu "
+             "or lower num_csx", spec->source, (unsigned long long)B, nr, why[0] ? ": " : "", why,
+             nr);
+    return -E2BIG;
 }

@@ -365,22 +365,6 @@ jobspec *jobspec_parse(const char *text, size_t len, const char *name, const cha
                     (long long)parts, (long long)j->num_csx);
         goto fail;
     }
-    if (j->train.batch_size < j->num_csx / parts) {
-        const toml_value *rc = toml_table_get(root, "train_input");
-        toml_pos pos = toml_pos_of(toml_table_get(rc, "batch_size") ? toml_table_get(rc, "batch_size") : rc);
-        if (parts > 1)
-            toml_errorf(err, errlen, name, pos,
-                        "train_input.batch_size %lld is smaller than the %lld replica(s) of "
-                        "runconfig.num_csx %lld in stripes of %lld: every replica needs at "
-                        "least one sample", (long long)j->train.batch_size,
-                        (long long)(j->num_csx / parts), (long long)j->num_csx, (long long)parts);
-        else
-            toml_errorf(err, errlen, name, pos,
-                        "train_input.batch_size %lld is smaller than runconfig.num_csx %lld: "
-                        "every replica needs at least one sample",
-                        (long long)j->train.batch_size, (long long)j->num_csx);
-        goto fail;
-    }
     if (j->min_num_csx > j->num_csx) {
         const toml_value *rc = toml_table_get(root, "runconfig");
         toml_errorf(err, errlen, name, toml_pos_of(toml_table_get(rc, "min_num_csx")),
@@ -409,6 +393,26 @@ jobspec *jobspec_parse(const char *text, size_t len, const char *name, const cha
         jobspec_input_encoding(&j->eval, &unorm8, &labels_u8);
         j->model->input_unorm8 &= unorm8;
         j->model->labels_u8 &= labels_u8;
+    }
+    /* "auto" stripes of a model that splits: the plan checks the batch
+     * against the stripes it picks (down to one sample on num_csx stripes) */
+    if (j->spatial_partitions == JOBSPEC_AUTO && model_splits(j->model))
+        parts = j->num_csx;
+    if (j->train.batch_size < j->num_csx / parts) {
+        const toml_value *rc = toml_table_get(root, "train_input");
+        toml_pos pos = toml_pos_of(toml_table_get(rc, "batch_size") ? toml_table_get(rc, "batch_size") : rc);
+        if (parts > 1)
+            toml_errorf(err, errlen, name, pos,
+                        "train_input.batch_size %lld is smaller than the %lld replica(s) of "
+                        "runconfig.num_csx %lld in stripes of %lld: every replica needs at "
+                        "least one sample", (long long)j->train.batch_size,
+                        (long long)(j->num_csx / parts), (long long)j->num_csx, (long long)parts);
+        else
+            toml_errorf(err, errlen, name, pos,
+                        "train_input.batch_size %lld is smaller than runconfig.num_csx %lld: "
+                        "every replica needs at least one sample",
+                        (long long)j->train.batch_size, (long long)j->num_csx);
+        goto fail;
     }
     if (j->model->loss == LOSS_SOFTMAX_CROSS_ENTROPY) {
         const model_layer *last = &j->model->layers[j->model->nlayers - 1];

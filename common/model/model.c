@@ -1037,3 +1037,13 @@ void model_free(model *m)
     free(m->tensors);
     free(m);
 }
+
+bool model_splits(const model *m)
+{
+    if (m->input.ndim != 3)
+        return false;
+    for (int i = 0; i < m->nlayers; i++)
+        if (m->layers[i].type == LAYER_DENSE || m->layers[i].type == LAYER_FLATTEN)
+            return false;
+    return true;
+}

@@ -162,3 +162,9 @@ const char *model_loss_name(model_loss l);
 const char *model_shape_str(const model_shape *s, char *buf, size_t n);
 /* Elements of a shape. */
 uint64_t model_shape_elems(const model_shape *s);
+
+/* Whether the model's samples could be split into stripes of rows
+ * (spatial partitions): an image input and no layer that needs whole
+ * samples (dense, flatten). Whether a given count of stripes splits is
+ * common/compiler/spatial.h's to say. */
+bool model_splits(const model *m);

@@ -93,7 +93,7 @@ with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
     f.write("[runconfig]\nmax_step = 3\n")
 bad = subprocess.run([submit, "--plan", "--wafer-memory", "1G", f.name], capture_output=True, text=True)
 os.unlink(f.name)
-assert bad.returncode != 0 and ':2:1: unknown key "max_step" in [runconfig]' in bad.stderr, bad
+assert bad.returncode == 3 and ':2:1: unknown key "max_step" in [runconfig]' in bad.stderr, bad
 use = subprocess.run([submit, "--wafer-memory", "1G", unet], capture_output=True, text=True)
 assert use.returncode == 2 and "--wafer-memory goes with --plan" in use.stderr, use
 print("offline plan: ok")

@@ -209,6 +209,25 @@ compare "$work/kill_ref/checkpoint_$steps-shard1-of-1.safetensors" \
   "$work/kill/checkpoint_$steps-shard1-of-1.safetensors" 1e-4 \
   "kill: a stripe's wse-node killed, the job recovered to the undisturbed run's weights"
 
+# the plan: with a cluster, and "auto" choosing stripes for a sample that fits no wafer
+plan=$(cd "$work" && "$submit" --plan "$(job plan4 "$layers_bn" 4 4 2)") || fail "plan: $plan"
+echo "$plan" | grep -q "spatial partitions: each sample in 4 stripes, one per wse-node: 1 replica(s) of 4 stripes" ||
+  fail "the plan does not show the stripes: $plan"
+# "auto": whole samples while every wse-node has one; a batch of one
+# sample on 4 wse-nodes goes in 4 stripes, and one that fits no stripe is
+# refused with the reason
+sed -e 's/^spatial_partitions = .*/spatial_partitions = "auto"/' "$(job auto "$layers_bn" 4 4 4)" > "$work/auto4.toml"
+auto=$("$submit" --plan --wafer-memory 1G --json "$work/auto4.toml") || fail "auto: $auto"
+[ "$(echo "$auto" | field spatial_partitions)" = 1 ] || fail "auto splits a batch of 4 on 4 wse-nodes: $auto"
+sed -e 's/^batch_size = .*/batch_size = 1/' "$work/auto4.toml" > "$work/auto1.toml"
+auto=$("$submit" --plan --wafer-memory 1G --json "$work/auto1.toml") || fail "auto: $auto"
+[ "$(echo "$auto" | field spatial_partitions)" = 4 ] || fail "auto does not split 1 sample over 4 wse-nodes: $auto"
+set +e
+msg=$("$submit" --plan --wafer-memory 1M "$work/auto1.toml" 2>&1); rc=$?
+set -e
+[ "$rc" = 3 ] && echo "$msg" | grep -q "no count of stripes per sample .* fits" || fail "auto on 1 MiB wafers: exit $rc: $msg"
+echo "ok: spatial_partitions = \"auto\": a batch of 4 on 4 wse-nodes stays whole, a batch of 1 goes in 4 stripes; on wafers too small: $msg"
+
 # a height whose stripes do not align with the pooling levels: 264 rows make
 # stripes of 66, whose second pooling level would have 16.5 rows
 sed -e 's/^input_shape = .*/input_shape = [3, 264, 264]/' "$(job odd "$layers_bn" 4 4 2)" > "$work/odd2.toml"

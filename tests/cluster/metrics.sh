@@ -68,7 +68,7 @@ assert get(wse, "appliance_memory_limit_bytes") > 0
 phases = {k[len('appliance_step_phase_seconds_total{phase="'):-2]: v for k, v in wse.items()
           if k.startswith("appliance_step_phase_seconds_total{")}
 names = ["forward", "loss", "backward", "update", "evaluation", "wait_batch", "wait_weights",
-         "wait_gradients_sent", "wait_reduced", "other"]
+         "wait_gradients_sent", "wait_reduced", "wait_stripes", "other"]
 assert sorted(phases) == sorted(names), phases
 compute = sum(phases[n] for n in names[:5])
 assert phases["forward"] > 0 and phases["backward"] > 0, phases

@@ -277,24 +277,47 @@ static void exec__fill(float *dst, float v, size_t count)
 
 /* One exchange with the stripes above and below; nothing crosses the
  * image's edges. The first failure sticks (exec_parts_error). */
+static void exec__exchange_begin(exec *e, uint32_t tag, const float *up, size_t n_up,
+                                 const float *down, size_t n_down, float *from_up,
+                                 size_t n_from_up, float *from_down, size_t n_from_down)
+{
+    exec_halo *h = &e->pending;
+    memset(h, 0, sizeof(*h));
+    if (e->parts.part > 0 && (n_up || n_from_up)) {
+        h->up = up, h->n_up = n_up;
+        h->from_up = from_up, h->n_from_up = n_from_up;
+    }
+    if (e->parts.part + 1 < e->parts.parts && (n_down || n_from_down)) {
+        h->down = down, h->n_down = n_down;
+        h->from_down = from_down, h->n_from_down = n_from_down;
+    }
+    if (e->parts_err || (!h->n_up && !h->n_from_up && !h->n_down && !h->n_from_down))
+        return;
+    int rc = e->parts.exchange_begin(e->parts.ctx, tag, h);
+    if (rc < 0)
+        e->parts_err = rc;
+}
+
+/* The end of the exchange begun last (its tag again). */
+static void exec__exchange_end(exec *e, uint32_t tag)
+{
+    exec_halo *h = &e->pending;
+    if (e->parts_err || (!h->n_up && !h->n_from_up && !h->n_down && !h->n_from_down))
+        return;
+    int rc = e->parts.exchange_end(e->parts.ctx, tag, h);
+    if (rc < 0)
+        e->parts_err = rc;
+}
+
+/* One exchange with the stripes above and below; nothing crosses the
+ * image's edges. The first failure sticks (exec_parts_error). */
 static void exec__exchange(exec *e, uint32_t tag, const float *up, size_t n_up, const float *down,
                            size_t n_down, float *from_up, size_t n_from_up, float *from_down,
                            size_t n_from_down)
 {
-    exec_halo h = {0};
-    if (e->parts.part > 0 && (n_up || n_from_up)) {
-        h.up = up, h.n_up = n_up;
-        h.from_up = from_up, h.n_from_up = n_from_up;
-    }
-    if (e->parts.part + 1 < e->parts.parts && (n_down || n_from_down)) {
-        h.down = down, h.n_down = n_down;
-        h.from_down = from_down, h.n_from_down = n_from_down;
-    }
-    if (e->parts_err || (!h.n_up && !h.n_from_up && !h.n_down && !h.n_from_down))
-        return;
-    int rc = e->parts.exchange(e->parts.ctx, tag, &h);
-    if (rc < 0)
-        e->parts_err = rc;
+    exec__exchange_begin(e, tag, up, n_up, down, n_down, from_up, n_from_up, from_down,
+                         n_from_down);
+    exec__exchange_end(e, tag);
 }
 
 /* An op_reduce (op_reduce.h) over the stripes, through exec_parts.sum. */
@@ -319,8 +342,9 @@ static int exec__red_sum(void *ctx, double *v, size_t count)
 /* The halo rows of gather layer li from the stripes above and below, into
  * e->kept[li] (the rows above, then the rows below; pad fills the rows
  * beyond the image's edges), kept for the backward pass and any
- * recomputation. */
-static void exec__gather_recv(exec *e, int li, const float *in, float pad)
+ * recomputation: begun (this stripe's edge rows sent from e->hd), then
+ * ended (the neighbours' in). */
+static void exec__gather_begin(exec *e, int li, const float *in)
 {
     const model_layer *l = &e->m->layers[li];
     const spatial_layer *s = exec__sl(e, li);
@@ -331,12 +355,28 @@ static void exec__gather_recv(exec *e, int li, const float *in, float pad)
     float *up = e->hd, *down = up + planes * bot * w;
     exec__rows_get(up, in, planes, h, w, 0, bot);
     exec__rows_get(down, in, planes, h, w, h - top, top);
-    exec__exchange(e, exec__tag(li, EXEC__HALO_FWD), up, planes * bot * w, down,
-                   planes * top * w, kt, planes * top * w, kb, planes * bot * w);
+    exec__exchange_begin(e, exec__tag(li, EXEC__HALO_FWD), up, planes * bot * w, down,
+                         planes * top * w, kt, planes * top * w, kb, planes * bot * w);
+}
+
+static void exec__gather_end(exec *e, int li, float pad)
+{
+    const model_layer *l = &e->m->layers[li];
+    const spatial_layer *s = exec__sl(e, li);
+    size_t planes = (size_t)e->n * l->in.d[0], w = (size_t)l->in.d[2];
+    int top = s->top, bot = s->bottom > 0 ? s->bottom : 0;
+    float *kt = e->kept[li], *kb = kt + planes * top * w;
+    exec__exchange_end(e, exec__tag(li, EXEC__HALO_FWD));
     if (e->parts.part == 0)
         exec__fill(kt, pad, planes * top * w);
     if (e->parts.part + 1 == e->parts.parts)
         exec__fill(kb, pad, planes * bot * w);
+}
+
+static void exec__gather_recv(exec *e, int li, const float *in, float pad)
+{
+    exec__gather_begin(e, li, in);
+    exec__gather_end(e, li, pad);
 }
 
 /* A halo-reading kernel's view of gather layer li's kept rows (and, for
@@ -676,11 +716,22 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
     case LAYER_CONV2D: {
         op_conv2d_params p = exec__conv(l, n);
         if (gather && sl->in_place) { /* the kernel reads the halo rows where they are */
-            if (exchange)
-                exec__gather_recv(e, li, in, 0.0f);
             op_conv2d_halo h = exec__conv_halo(e, li, false);
-            op_conv2d_forward_halo(out, in, W(l, 0), l->bias ? W(l, 1) : NULL, &p, &h, e->ws,
+            const float *b = l->bias ? W(l, 1) : NULL;
+            int o = (int)l->out.d[1], bot = sl->bottom > 0 ? sl->bottom : 0;
+            if (!exchange || o <= sl->top + bot) {
+                if (exchange)
+                    exec__gather_recv(e, li, in, 0.0f);
+                op_conv2d_forward_halo(out, in, W(l, 0), b, &p, &h, e->ws, e->ws_bytes);
+                break;
+            }
+            /* the rows whose windows stay in the stripe while the halo rows travel */
+            exec__gather_begin(e, li, in);
+            op_conv2d_forward_rows(out, in, W(l, 0), b, &p, &h, sl->top, o - bot, e->ws,
                                    e->ws_bytes);
+            exec__gather_end(e, li, 0.0f);
+            op_conv2d_forward_rows(out, in, W(l, 0), b, &p, &h, 0, sl->top, e->ws, e->ws_bytes);
+            op_conv2d_forward_rows(out, in, W(l, 0), b, &p, &h, o - bot, o, e->ws, e->ws_bytes);
             break;
         }
         if (gather) { /* the stripe's rows with their halos, unpadded */

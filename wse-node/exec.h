@@ -34,7 +34,12 @@ typedef struct exec_parts {
     const spatial_plan *sp;       /* per layer, what crosses the borders; not owned */
     bool sync_batchnorm;          /* batch norm's statistics over the replicas too (also with
                                    * parts 1: then sum is the only call) */
-    int (*exchange)(void *ctx, uint32_t tag, const exec_halo *h);
+    /* An exchange in two halves, so that a layer computes the rows that
+     * need none of the neighbours' while theirs travel: begin sends h's
+     * rows and returns; end waits until the neighbours' rows are in h's
+     * room and h's own rows are sent (h stays unchanged in between). */
+    int (*exchange_begin)(void *ctx, uint32_t tag, const exec_halo *h);
+    int (*exchange_end)(void *ctx, uint32_t tag, const exec_halo *h);
     /* Replaces v[0 .. count) by its sums over the stripes of the samples;
      * batch: over every replica's stripes as well (synchronised batch norm). */
     int (*sum)(void *ctx, uint32_t tag, bool batch, double *v, size_t count);
@@ -81,6 +86,7 @@ typedef struct exec {
     float **kept;           /* per layer: the halo rows its forward pass received */
     double *red;            /* the sums a norm or the loss totals over the stripes */
     int parts_err;          /* the first failed exchange or sum, or 0 */
+    exec_halo pending;      /* the exchange begun and not yet ended */
     size_t bytes;           /* allocated: the footprint's exec bytes */
     uint64_t recomputed;    /* layer outputs recomputed, every step so far */
 } exec;

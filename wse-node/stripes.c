@@ -73,7 +73,7 @@ static int wns__take(wn_stripes *p, int d, float *dst, size_t n)
     return rc;
 }
 
-static int wns__exchange(void *ctx, uint32_t tag, const exec_halo *h)
+static int wns__exchange_begin(void *ctx, uint32_t tag, const exec_halo *h)
 {
     wn_stripes *p = ctx;
     pthread_mutex_lock(&p->mu);
@@ -89,7 +89,17 @@ static int wns__exchange(void *ctx, uint32_t tag, const exec_halo *h)
     p->sent = false;
     pthread_mutex_unlock(&p->mu);
     uv_async_send(&p->wake);
+    return 0;
+}
+
+static int wns__exchange_end(void *ctx, uint32_t tag, const exec_halo *h)
+{
+    wn_stripes *p = ctx;
     pthread_mutex_lock(&p->mu);
+    if (p->want != WNS_HALO || p->tag != tag || p->h != h) { /* the executor's own mistake */
+        pthread_mutex_unlock(&p->mu);
+        return -EPROTO;
+    }
     int rc = wns__wait(p, wns__halo_done);
     if (!rc)
         rc = wns__take(p, 0, h->from_up, h->n_from_up);
@@ -132,8 +142,8 @@ static int wns__sum(void *ctx, uint32_t tag, bool batch, double *v, size_t count
 exec_parts wn_stripes_exec(wn_stripes *p, bool sync_batchnorm)
 {
     exec_parts e = {.part = (int)p->part, .parts = (int)p->parts, .sp = &p->sp,
-                    .sync_batchnorm = sync_batchnorm, .exchange = wns__exchange, .sum = wns__sum,
-                    .ctx = p};
+                    .sync_batchnorm = sync_batchnorm, .exchange_begin = wns__exchange_begin,
+                    .exchange_end = wns__exchange_end, .sum = wns__sum, .ctx = p};
     return e;
 }
 

@@ -120,13 +120,19 @@ static void take(bus *b, int me, int dir, uint32_t tag, float *into, size_t n)
     free(m.data);
 }
 
-static int bus_exchange(void *ctx, uint32_t tag, const exec_halo *h)
+static int bus_begin(void *ctx, uint32_t tag, const exec_halo *h)
 {
     stripe_ctx *s = ctx;
     if (h->n_up)
         post(s->b, s->part - 1, 1, tag, h->up, h->n_up);
     if (h->n_down)
         post(s->b, s->part + 1, 0, tag, h->down, h->n_down);
+    return 0;
+}
+
+static int bus_end(void *ctx, uint32_t tag, const exec_halo *h)
+{
+    stripe_ctx *s = ctx;
     if (h->n_from_up)
         take(s->b, s->part, 0, tag, h->from_up, h->n_from_up);
     if (h->n_from_down)
@@ -304,8 +310,8 @@ static void train_striped(const char *text, int parts, int n, int steps, double 
         sg[p] = zeros(full);
         ck_assert_int_eq(exec_init(&st[p].e, sm, n, 1, sw, sg[p], err, sizeof(err)), 0);
         st[p].ctx = (stripe_ctx){&b, p};
-        exec_parts ep = {.part = p, .parts = parts, .sp = &sp, .exchange = bus_exchange,
-                         .sum = bus_sum, .ctx = &st[p].ctx};
+        exec_parts ep = {.part = p, .parts = parts, .sp = &sp, .exchange_begin = bus_begin,
+                         .exchange_end = bus_end, .sum = bus_sum, .ctx = &st[p].ctx};
         ck_assert_msg(exec_set_parts(&st[p].e, &ep, err, sizeof(err)) == 0, "%s", err);
         st[p].e.seed = 11;
         st[p].e.replica_share = 1.0f / (float)parts;

@@ -49,6 +49,7 @@ typedef struct conv_call {
     const float *in, *dout, *weight, *bias;
     float *ws;             /* workspace base */
     const op_conv2d_halo *halo; /* a stripe's neighbouring rows, or NULL */
+    int r0, r1, rnb;       /* forward: the output rows computed, in rnb bands */
 } conv_call;
 
 /* The halo rows of image i of a call, for the lowering. */
@@ -78,10 +79,10 @@ static void forward_task(void *arg, int tid, int nt)
     const plan *pl = cc->pl;
     float *col = thread_block(cc, tid);
     int u0, u1;
-    share(&u0, &u1, p->n * pl->nb, tid, nt);
+    share(&u0, &u1, p->n * cc->rnb, tid, nt);
     for (int u = u0; u < u1; u++) {
-        int i = u / pl->nb, y0 = (u % pl->nb) * pl->band;
-        int y1 = y0 + pl->band < pl->g.oh ? y0 + pl->band : pl->g.oh;
+        int i = u / cc->rnb, y0 = cc->r0 + (u % cc->rnb) * pl->band;
+        int y1 = y0 + pl->band < cc->r1 ? y0 + pl->band : cc->r1;
         int ncols = (y1 - y0) * pl->g.ow;
         const float *x = cc->in + (size_t)i * p->c * pl->hw;
         float *y = cc->out + (size_t)i * p->k * pl->ohw + (size_t)y0 * pl->g.ow;
@@ -105,21 +106,26 @@ static void forward_task(void *arg, int tid, int nt)
 
 /* The im2col path of the forward pass. */
 static void forward_with(const op_conv2d_params *p, const kern__conv_bufs *b,
-                         const op_conv2d_halo *halo)
+                         const op_conv2d_halo *halo, int r0, int r1)
 {
     /* in (n, c, h, w), weight (k, c, r, s), bias (k) or NULL,
-     * out (n, k, oh, ow); per band of output rows:
+     * out (n, k, oh, ow); per band of output rows in [r0, r1):
      * out[:, band] = weight (k, crs) * im2col(in) (crs, band) */
     plan pl = convplan_conv2d_of(p);
-    conv_call cc = {.p = p, .pl = &pl, .out = b->y, .in = b->x,
-                    .weight = b->w, .bias = b->b, .ws = b->ws, .halo = halo};
-    int units = p->n * pl.nb, t = threads_for(&pl, b->ws_bytes);
+    if (r1 < 0)
+        r1 = pl.g.oh;
+    if (r1 <= r0)
+        return;
+    conv_call cc = {.p = p, .pl = &pl, .out = b->y, .in = b->x, .weight = b->w, .bias = b->b,
+                    .ws = b->ws, .halo = halo, .r0 = r0, .r1 = r1,
+                    .rnb = (r1 - r0 + pl.band - 1) / pl.band};
+    int units = p->n * cc.rnb, t = threads_for(&pl, b->ws_bytes);
     kern__parallel(forward_task, &cc, units < t ? units : t);
 }
 
 static void im2col_forward(const void *vp, const kern__conv_bufs *b)
 {
-    forward_with(vp, b, NULL);
+    forward_with(vp, b, NULL, 0, -1);
 }
 
 void op_conv2d_forward(float *out, const float *in, const float *weight,
@@ -326,7 +332,16 @@ void op_conv2d_forward_halo(float *out, const float *in, const float *weight,
 {
     kern__conv_bufs b = {.x = in, .w = weight, .b = bias, .y = out,
                          .ws = ws, .ws_bytes = ws_bytes};
-    forward_with(p, &b, halo);
+    forward_with(p, &b, halo, 0, -1);
+}
+
+void op_conv2d_forward_rows(float *out, const float *in, const float *weight, const float *bias,
+                            const op_conv2d_params *p, const op_conv2d_halo *halo, int y0, int y1,
+                            void *ws, size_t ws_bytes)
+{
+    kern__conv_bufs b = {.x = in, .w = weight, .b = bias, .y = out,
+                         .ws = ws, .ws_bytes = ws_bytes};
+    forward_with(p, &b, halo, y0, y1);
 }
 
 /* Rows [y0, y1) of the data gradient beyond the stripe's own rows (y0 < 0

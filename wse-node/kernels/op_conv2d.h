@@ -52,6 +52,12 @@ typedef struct op_conv2d_halo {
 void op_conv2d_forward_halo(float *out, const float *in, const float *weight,
                             const float *bias, const op_conv2d_params *p,
                             const op_conv2d_halo *halo, void *ws, size_t ws_bytes);
+/* op_conv2d_forward_halo for output rows [y0, y1) only (the others are
+ * left as they are): a stripe computes the rows whose windows stay inside
+ * it while the halo rows travel, then the rest. */
+void op_conv2d_forward_rows(float *out, const float *in, const float *weight, const float *bias,
+                            const op_conv2d_params *p, const op_conv2d_halo *halo, int y0, int y1,
+                            void *ws, size_t ws_bytes);
 void op_conv2d_backward_halo(float *din, float *dweight, float *dbias,
                              const float *dout, const float *in,
                              const float *weight, const op_conv2d_params *p,

@@ -151,9 +151,11 @@ int offline_plan(const char *file, const char *text, uint64_t wafer, int threads
                file, whole, groups, share, threads, w);
         if (ps.parts > 1) {
             char h1[32];
-            printf("spatial partitions: each sample in %d stripes of %s, one per wse-node (%d "
+            printf("spatial partitions: each sample in %d stripes of %s%s, one per wse-node (%d "
                    "wse-nodes); the memory below is per stripe, %s of it halo rows and their "
-                   "buffers\n", ps.parts, in, replicas,
+                   "buffers\n", ps.parts,
+                   ps.parts * m->input.d[1] != full->model->input.d[1] ? "at most " : "", in,
+                   replicas,
                    units_format_size(spatial_extra_bytes(&ps.sp, share), h1, sizeof(h1)));
         }
         printf("  %-18s %14s %6s %20s %26s\n", "mode", "per replica", "fits", "largest batch",

@@ -411,6 +411,16 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
         r->member_id = pm->replicas[i]->id;
         r->addr = arena_strdup(&a, pm->replicas[i]->addr);
         size_t g = i / (size_t)ps.parts; /* its sample group */
+        if (ps.parts > 1) {
+            int64_t row0, rows;
+            if (spatial_stripe_rows(m, ps.parts, (int)(i % (size_t)ps.parts), &row0, &rows, err,
+                                    errlen) < 0) {
+                rc = -EINVAL;
+                goto done;
+            }
+            r->stripe_row0 = (uint32_t)row0;
+            r->stripe_rows = (uint32_t)rows;
+        }
         r->batch = (uint32_t)(B / groups + (g < B % groups ? 1 : 0));
         if (i % (size_t)ps.parts == 0 && i > 0)
             offset += p->replicas[i - 1]->batch;

@@ -144,27 +144,27 @@ static void wk__send(worker *w, wk_feed *f)
 static void wk__pump_all(worker *w, wk_job *j);
 
 /* Spatial partitions: the wse-node of a stripe takes that stripe's rows
- * of every sample. Keeps, in place, rows [k h, (k + 1) h) of each input
- * plane and of the per-pixel labels of the batch at buf (sample.h), h =
- * H / parts, and returns the bytes that remain; 0 when the samples are not
- * images with a label per pixel. */
+ * of every sample. Keeps, in place, rows [r0, r0 + h) of each input plane
+ * and of the per-pixel labels of the batch at buf (sample.h), and returns
+ * the bytes that remain; 0 when the samples are not images with a label
+ * per pixel, or the rows are not theirs. */
 static size_t wk__stripe(uint8_t *buf, uint32_t n, const dataset *d, const Appliance__PlanInput *in,
-                         uint32_t k, uint32_t parts)
+                         uint64_t r0, uint64_t h)
 {
-    if (in->n_sample_shape != 3 || in->sample_shape[1] % parts)
+    if (in->n_sample_shape != 3)
         return 0;
     uint64_t c = in->sample_shape[0], H = in->sample_shape[1], W = in->sample_shape[2];
-    uint64_t h = H / parts;
-    if (dataset_sample_elems(d) != c * H * W || dataset_label_elems(d) != H * W)
+    if (dataset_sample_elems(d) != c * H * W || dataset_label_elems(d) != H * W || h == 0 ||
+        r0 + h > H)
         return 0;
     size_t isz = sample_input_size(in->input_unorm8), lsz = sample_label_size(in->labels_uint8);
     size_t row = W * isz, plane = H * row, part = h * row;
     for (uint64_t p = 0; p < (uint64_t)n * c; p++) /* every dst is at or before its src */
-        memmove(buf + p * part, buf + p * plane + k * part, part);
+        memmove(buf + p * part, buf + p * plane + r0 * row, part);
     uint8_t *lab = buf + (size_t)n * c * plane, *to = buf + (size_t)n * c * part;
     size_t lrow = W * lsz;
     for (uint64_t s = 0; s < n; s++)
-        memmove(to + s * h * lrow, lab + (s * H + k * h) * lrow, h * lrow);
+        memmove(to + s * h * lrow, lab + (s * H + r0) * lrow, h * lrow);
     return (size_t)n * c * part + (size_t)n * h * lrow;
 }
 
@@ -183,7 +183,8 @@ static void wk__batch_work(uv_work_t *req)
     if (b->rc < 0 || parts < 2)
         return;
     const Appliance__PlanInput *in = b->eval_batch ? p->eval_input : p->train_input;
-    size_t bytes = wk__stripe(b->buf, b->n, d, in, f->replica % parts, parts);
+    const Appliance__PlanReplica *r = p->replicas[f->replica];
+    size_t bytes = wk__stripe(b->buf, b->n, d, in, r->stripe_row0, r->stripe_rows);
     if (!bytes && b->n) {
         b->rc = -EINVAL;
         snprintf(b->err, sizeof(b->err), "spatial partitions need images with a label per pixel; "
@@ -192,9 +193,10 @@ static void wk__batch_work(uv_work_t *req)
                  (unsigned long long)dataset_label_elems(d));
         return;
     }
+    uint64_t H = in->sample_shape[1];
     b->bytes = bytes;
-    b->sample_elems = dataset_sample_elems(d) / parts;
-    b->label_elems = dataset_label_elems(d) / parts;
+    b->sample_elems = dataset_sample_elems(d) / H * r->stripe_rows;
+    b->label_elems = (uint32_t)(dataset_label_elems(d) / H * r->stripe_rows);
 }
 
 static void wk__batch_done(uv_work_t *req, int status)

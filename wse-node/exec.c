@@ -541,9 +541,11 @@ static void exec__scatter_dout(exec *e, int li, const float *dout)
 /* Where stripe rows of a bilinear upsampling sit in the whole image. */
 static op_upsample_frame exec__frame(const exec *e, const model_layer *l)
 {
-    op_upsample_frame f = {.row0 = (int)(e->parts.part * l->in.d[1]),
-                           .full_h = (int)(e->parts.parts * l->in.d[1]),
-                           .full_oh = (int)(e->parts.parts * l->out.d[1])};
+    /* the layer's rows are the input's scaled alike in every stripe */
+    const spatial_plan *sp = e->parts.sp;
+    op_upsample_frame f = {.row0 = (int)(sp->row0 * l->in.d[1] / sp->rows),
+                           .full_h = (int)(sp->full_h * l->in.d[1] / sp->rows),
+                           .full_oh = (int)(sp->full_h * l->out.d[1] / sp->rows)};
     return f;
 }
 
@@ -900,9 +902,12 @@ double exec_loss(exec *e, const float *x, const void *labels, float scale)
     float *dlogits = exec__dout(e, last);
     int n = e->n;
     op_labels lv = {labels, e->labels_u8};
-    /* A stripe holds 1/parts of each sample's elements: means over them are
-     * its share of the whole sample's, and Dice's sums are totalled. */
+    /* A stripe holds `rows` of each sample's rows: means over its elements
+     * are that share of the whole sample's; Dice's sums are totalled, and
+     * each stripe counts 1/parts of the whole sample's Dice. */
     double parts = e->parts.parts > 1 ? e->parts.parts : 1;
+    double share = e->parts.parts > 1 ? (double)e->parts.sp->rows / (double)e->parts.sp->full_h
+                                       : 1.0;
     exec__red rc = {e, exec__tag(m->nlayers, EXEC__SUM_LOSS), false};
     op_reduce r = {exec__red_sum, &rc};
     switch (m->loss) {
@@ -910,7 +915,7 @@ double exec_loss(exec *e, const float *x, const void *labels, float scale)
         return op_softmax_xent(dlogits, logits, lv, n, (int)o->d[0], scale);
     case LOSS_PIXEL_SOFTMAX_CROSS_ENTROPY:
         return op_softmax_xent_pixels(dlogits, logits, lv, n, (int)o->d[0], (int)o->d[1],
-                                      (int)o->d[2], (float)(scale / parts)) / parts;
+                                      (int)o->d[2], (float)(scale * share)) * share;
     default:
         break;
     }
@@ -939,14 +944,14 @@ double exec_loss(exec *e, const float *x, const void *labels, float scale)
             }
         }
     }
-    float bscale = (float)(scale / parts);
+    float bscale = (float)(scale * share);
     if (m->loss == LOSS_BCE_WITH_LOGITS)
-        return op_bce_logits(dlogits, logits, e->targets, n, per, bscale) / parts;
+        return op_bce_logits(dlogits, logits, e->targets, n, per, bscale) * share;
     if (m->loss == LOSS_DICE)
         return parts > 1 ? op_dice_logits_parts(dlogits, logits, e->targets, n, per, DICE_EPS,
                                                 scale, &r, e->red) / parts
                          : op_dice_logits(dlogits, logits, e->targets, n, per, DICE_EPS, scale);
-    double loss = op_bce_logits(dlogits, logits, e->targets, n, per, bscale) / parts;
+    double loss = op_bce_logits(dlogits, logits, e->targets, n, per, bscale) * share;
     loss += parts > 1 ? op_dice_logits_parts(e->lossgrad, logits, e->targets, n, per, DICE_EPS,
                                              scale, &r, e->red) / parts
                       : op_dice_logits(e->lossgrad, logits, e->targets, n, per, DICE_EPS, scale);

@@ -384,11 +384,21 @@ static int wn__stripe_model(wn_job *j, const Appliance__PlanReplica *me, char *e
     const toml_value *mt = root ? toml_table_get(root, "model") : NULL;
     model *stripe = NULL;
     spatial_plan sp;
-    int rc = mt ? spatial_compile(mt, j->m, (int)msgcheck_parts(p), &stripe, &sp, err, errlen)
+    uint32_t parts = msgcheck_parts(p);
+    int rc = mt ? spatial_compile(mt, j->m, (int)parts, (int)(me->index % parts), &stripe, &sp,
+                                  err, errlen)
                 : -EINVAL;
     toml_free(root);
     if (rc < 0)
         return rc;
+    if (sp.row0 != me->stripe_row0 || sp.rows != me->stripe_rows) {
+        snprintf(err, errlen, "the plan gives replica %u the input rows [%u, +%u), its stripe is "
+                 "[%lld, +%lld)", me->index, me->stripe_row0, me->stripe_rows,
+                 (long long)sp.row0, (long long)sp.rows);
+        model_free(stripe);
+        spatial_plan_free(&sp);
+        return -EINVAL;
+    }
     model_free(j->m);
     j->m = stripe;
     j->replica = me->index; /* the stripe is replica % parts */

@@ -212,7 +212,21 @@ int fit_stripes_of(const jobspec *spec, const char *job_toml, int parts, fit_str
     }
     model *stripe;
     char why[512];
-    int rc = spatial_compile(mt, spec->model, parts, &stripe, &ps->sp, why, sizeof(why));
+    /* the first stripe is the tallest: what a wse-node holds at most; the
+     * last the shortest: where a window reaches furthest past its rows */
+    int rc = spatial_compile(mt, spec->model, parts, 0, &stripe, &ps->sp, why, sizeof(why));
+    if (rc == 0) {
+        model *last;
+        spatial_plan lsp;
+        if ((rc = spatial_compile(mt, spec->model, parts, parts - 1, &last, &lsp, why,
+                                  sizeof(why))) == 0) {
+            model_free(last);
+            spatial_plan_free(&lsp);
+        } else {
+            model_free(stripe);
+            spatial_plan_free(&ps->sp);
+        }
+    }
     toml_free(root);
     if (rc < 0) {
         if (strncmp(why, spec->source, strlen(spec->source)) == 0)

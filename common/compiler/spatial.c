@@ -6,11 +6,38 @@
 #include <stdlib.h>
 #include <string.h>
 
-int spatial_stripe_shape(const model *full, int parts, model_shape *out, char *err, size_t errlen)
+/* The model's downsampling: the least multiple of every layer's input
+ * rows per output row, so that rows in slices of it split every layer into
+ * whole rows. 0 when some layer's rows are not a whole fraction (or
+ * multiple) of the input's. */
+static int64_t spatial_downsampling(const model *m)
+{
+    int64_t d = 1, H = m->input.d[1];
+    for (int i = 0; i < m->nlayers; i++) {
+        const model_shape *o = &m->layers[i].out;
+        if (o->ndim != 3 || o->d[1] <= 0)
+            continue;
+        if (o->d[1] >= H ? o->d[1] % H != 0 : H % o->d[1] != 0)
+            return 0;
+        if (o->d[1] < H) {
+            int64_t r = H / o->d[1], a = d, b = r;
+            while (b) { /* d = lcm(d, r) */
+                int64_t t = a % b;
+                a = b;
+                b = t;
+            }
+            d = d / a * r;
+        }
+    }
+    return d;
+}
+
+int spatial_stripe_rows(const model *full, int parts, int part, int64_t *row0, int64_t *rows,
+                        char *err, size_t errlen)
 {
     const model_shape *in = &full->input;
-    if (parts < 1) {
-        snprintf(err, errlen, "spatial_partitions must be at least 1, not %d", parts);
+    if (parts < 1 || part < 0 || part >= parts) {
+        snprintf(err, errlen, "stripe %d of %d", part, parts);
         return -EINVAL;
     }
     if (in->ndim != 3) {
@@ -18,27 +45,24 @@ int spatial_stripe_shape(const model *full, int parts, model_shape *out, char *e
                  "features, not channels x height x width", (long long)in->d[0]);
         return -EINVAL;
     }
-    if (in->d[1] % parts != 0) {
-        snprintf(err, errlen, "the input's %lld rows do not split into %d stripes of equal "
-                 "height", (long long)in->d[1], parts);
+    int64_t H = in->d[1], d = spatial_downsampling(full);
+    if (d == 0 || H % d != 0) {
+        snprintf(err, errlen, "the input's %lld rows do not split into whole rows at every "
+                 "layer (a layer's rows are not a whole fraction of them)", (long long)H);
         return -EINVAL;
     }
-    *out = *in;
-    out->d[1] = in->d[1] / parts;
-    return 0;
-}
-
-/* The model's largest downsampling: input rows per output row at its
- * coarsest layer. */
-static int64_t spatial_downsampling(const model *m)
-{
-    int64_t d = 1;
-    for (int i = 0; i < m->nlayers; i++) {
-        const model_shape *o = &m->layers[i].out;
-        if (o->ndim == 3 && o->d[1] > 0 && m->input.d[1] / o->d[1] > d)
-            d = m->input.d[1] / o->d[1];
+    int64_t units = H / d;
+    if (units < parts) {
+        snprintf(err, errlen, "the input's %lld rows make %lld slice(s) of %lld rows, the model's "
+                 "downsampling: at most %lld stripes, not %d", (long long)H, (long long)units,
+                 (long long)d, (long long)units, parts);
+        return -EINVAL;
     }
-    return d;
+    /* slices of d rows, as even as they go: the first stripes one more */
+    int64_t base = units / parts, extra = units % parts;
+    *rows = (base + (part < extra ? 1 : 0)) * d;
+    *row0 = d * (part * base + (part < extra ? part : extra));
+    return 0;
 }
 
 /* The halo of layer l of the stripe model, whose input has h rows and
@@ -117,7 +141,7 @@ static int spatial_layer_of(const model_layer *l, spatial_layer *s, char *err, s
 }
 
 int spatial_plan_init(spatial_plan *sp, const model *full, const model *stripe, int parts,
-                      char *err, size_t errlen)
+                      int part, char *err, size_t errlen)
 {
     memset(sp, 0, sizeof(*sp));
     if (full->nlayers != stripe->nlayers || full->input.ndim != 3) {
@@ -125,6 +149,7 @@ int spatial_plan_init(spatial_plan *sp, const model *full, const model *stripe, 
         return -EINVAL;
     }
     sp->parts = parts;
+    sp->part = part;
     sp->full_h = full->input.d[1];
     sp->rows = stripe->input.d[1];
     sp->nlayers = full->nlayers;
@@ -134,20 +159,22 @@ int spatial_plan_init(spatial_plan *sp, const model *full, const model *stripe, 
     }
     if (parts <= 1)
         return 0;
-    if (sp->rows * parts != sp->full_h) {
-        snprintf(err, errlen, "the stripe's %lld rows times %d are not the input's %lld",
-                 (long long)sp->rows, parts, (long long)sp->full_h);
+    int64_t row0, rows;
+    if (spatial_stripe_rows(full, parts, part, &row0, &rows, err, errlen) < 0)
+        goto bad;
+    if (rows != sp->rows) {
+        snprintf(err, errlen, "stripe %d has %lld rows, its model %lld", part, (long long)rows,
+                 (long long)sp->rows);
         goto bad;
     }
-    int64_t align = spatial_downsampling(full) * parts;
+    sp->row0 = row0;
     for (int i = 0; i < full->nlayers; i++) {
         const model_layer *f = &full->layers[i], *l = &stripe->layers[i];
-        if (f->out.ndim == 3 && (l->out.d[1] * parts != f->out.d[1] || l->out.d[2] != f->out.d[2])) {
-            snprintf(err, errlen, "layer \"%s\": its %lld output rows do not split into %d "
-                     "stripes of whole rows; the input's height must be a multiple of %lld "
-                     "(%d stripes times the model's downsampling by %lld), not %lld",
-                     f->name, (long long)f->out.d[1], parts, (long long)align, parts,
-                     (long long)(align / parts), (long long)sp->full_h);
+        if (f->out.ndim == 3 &&
+            (l->out.d[1] * sp->full_h != f->out.d[1] * sp->rows || l->out.d[2] != f->out.d[2])) {
+            snprintf(err, errlen, "layer \"%s\": a stripe of %lld of the input's %lld rows makes "
+                     "%lld of its %lld output rows", f->name, (long long)sp->rows,
+                     (long long)sp->full_h, (long long)l->out.d[1], (long long)f->out.d[1]);
             goto bad;
         }
         spatial_layer *s = &sp->layers[i];
@@ -221,30 +248,21 @@ uint64_t spatial_extra_bytes(const spatial_plan *sp, int n)
            (sp->red_doubles * (uint64_t)n + 1) * sizeof(double);
 }
 
-int spatial_compile(const toml_value *model_table, const model *full, int parts, model **stripe,
-                    spatial_plan *sp, char *err, size_t errlen)
+int spatial_compile(const toml_value *model_table, const model *full, int parts, int part,
+                    model **stripe, spatial_plan *sp, char *err, size_t errlen)
 {
-    model_shape sh;
     *stripe = NULL;
     memset(sp, 0, sizeof(*sp));
-    int rc = spatial_stripe_shape(full, parts, &sh, err, errlen);
-    if (rc < 0)
+    int64_t row0, rows;
+    char why[384];
+    int rc = spatial_stripe_rows(full, parts, part, &row0, &rows, why, sizeof(why));
+    if (rc < 0) {
+        snprintf(err, errlen, "%s: runconfig.spatial_partitions = %d: %s",
+                 full->source ? full->source : "model", parts, why);
         return rc;
-    /* every layer's rows split into whole rows per stripe, or the stripes'
-     * layers would not line up with the whole model's */
-    int64_t align = spatial_downsampling(full) * parts;
-    for (int i = 0; i < full->nlayers; i++) {
-        const model_layer *f = &full->layers[i];
-        if (f->out.ndim == 3 && f->out.d[1] % parts != 0) {
-            snprintf(err, errlen, "%s:%d:%d: layer \"%s\": its %lld output rows do not split "
-                     "into %d stripes of whole rows; the input's height must be a multiple of "
-                     "%lld (%d stripes times the model's downsampling by %lld), not %lld",
-                     full->source ? full->source : "model", f->pos.line, f->pos.col, f->name,
-                     (long long)f->out.d[1], parts, (long long)align, parts,
-                     (long long)(align / parts), (long long)full->input.d[1]);
-            return -EINVAL;
-        }
     }
+    model_shape sh = full->input;
+    sh.d[1] = rows;
     model *m = model_compile_as(model_table, &sh, err, errlen);
     if (!m)
         return -EINVAL;
@@ -253,7 +271,7 @@ int spatial_compile(const toml_value *model_table, const model *full, int parts,
     m->labels_u8 = full->labels_u8;
     m->act_bf16 = full->act_bf16;
     m->mixed_precision = full->mixed_precision;
-    if ((rc = spatial_plan_init(sp, full, m, parts, err, errlen)) < 0) {
+    if ((rc = spatial_plan_init(sp, full, m, parts, part, err, errlen)) < 0) {
         model_free(m);
         return rc;
     }

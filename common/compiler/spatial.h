@@ -1,7 +1,8 @@
-/* Spatial partitions: one sample split into `parts` horizontal stripes of
- * equal height, each computed by its own wse-node (runconfig
- * spatial_partitions). Every stripe runs the model compiled for the
- * stripe's input (the same layers on C x H/parts x W), and the layers that
+/* Spatial partitions: one sample split into `parts` horizontal stripes,
+ * each computed by its own wse-node (runconfig spatial_partitions), of
+ * heights in slices of the model's downsampling (spatial_stripe_rows).
+ * Every stripe runs the model compiled for its input (the same layers on
+ * C x its rows x W), and the layers that
  * read rows beyond their stripe take them from the stripes above and below
  * (halo rows). This module checks that a model splits, and says per layer
  * which rows cross a stripe's border. Pure arithmetic. */
@@ -34,8 +35,9 @@ typedef struct spatial_layer {
 
 typedef struct spatial_plan {
     int parts;               /* stripes per sample */
+    int part;                /* the stripe this plan is of */
     int64_t full_h;          /* rows of the whole input */
-    int64_t rows;            /* input rows of one stripe */
+    int64_t row0, rows;      /* the stripe's input rows: [row0, row0 + rows) */
     int nlayers;
     spatial_layer *layers;   /* per layer; owned */
     uint64_t halo_elems;     /* per sample: the largest extended buffer a gather or scatter
@@ -47,13 +49,20 @@ typedef struct spatial_plan {
                               * totals over the stripes (plus one count) */
 } spatial_plan;
 
-/* The input shape of one stripe of `parts` of model `full`: C x H/parts x
- * W. Returns 0, or -EINVAL with a message naming the numbers (a model
- * without an image input, H not a multiple of parts). */
-int spatial_stripe_shape(const model *full, int parts, model_shape *out, char *err, size_t errlen);
+/* The rows of stripe `part` of `parts` of model `full`'s input: [*row0,
+ * *row0 + *rows). The input's height goes in slices of the model's
+ * downsampling (the least multiple of every layer's input rows per output
+ * row: 16 for four 2x2 poolings), as evenly as they go, the first stripes
+ * taking a slice more; so every layer of every stripe has whole rows.
+ * Returns 0, or -EINVAL with a message naming the numbers (a model without
+ * an image input, a layer whose rows are not a whole fraction of the
+ * input's, fewer slices than stripes). */
+int spatial_stripe_rows(const model *full, int parts, int part, int64_t *row0, int64_t *rows,
+                        char *err, size_t errlen);
 
-/* Fills sp for `full` split into `parts` stripes, `stripe` being the same
- * model compiled at spatial_stripe_shape. Refuses, with a message naming
+/* Fills sp for stripe `part` of `full` split into `parts` stripes,
+ * `stripe` being the same model compiled at that stripe's rows
+ * (spatial_stripe_rows). Refuses, with a message naming
  * the layer and the numbers: a layer that needs whole samples (dense,
  * flatten); rows that do not split into whole rows of every stripe at some
  * layer (the input height is then not a multiple of parts times the
@@ -61,16 +70,16 @@ int spatial_stripe_shape(const model *full, int parts, model_shape *out, char *e
  * stripe. parts 1 gives a plan with every layer local. Returns 0 or
  * -EINVAL / -ENOMEM. */
 int spatial_plan_init(spatial_plan *sp, const model *full, const model *stripe, int parts,
-                      char *err, size_t errlen);
+                      int part, char *err, size_t errlen);
 void spatial_plan_free(spatial_plan *sp);
 
-/* The model one stripe computes: the [model] table compiled at
- * spatial_stripe_shape, with full's data encodings and precision, into
+/* The model stripe `part` computes: the [model] table compiled at its
+ * rows (spatial_stripe_rows), with full's data encodings and precision, into
  * *stripe (the caller's: model_free), and sp filled (spatial_plan_init).
  * Returns 0, or a negative code with a message ("FILE:LINE:COL: layer
  * ..." for a layer that does not split). */
-int spatial_compile(const toml_value *model_table, const model *full, int parts, model **stripe,
-                    spatial_plan *sp, char *err, size_t errlen);
+int spatial_compile(const toml_value *model_table, const model *full, int parts, int part,
+                    model **stripe, spatial_plan *sp, char *err, size_t errlen);
 
 /* The bytes of a stripe's executor beyond the memory plan's, for n
  * samples: the two extended buffers, the kept halo rows and the sums. */

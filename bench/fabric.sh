@@ -106,14 +106,7 @@ for i in $(seq 1 $leaves); do
 done
 dsubmit() { netns_run coord env APPLIANCE_COORDINATOR="$coord" APPLIANCE_SECRET_FILE="$work/secret" \
   "$build/client/appliance-submit" "$@"; }
-alive=0
-for _ in $(seq 1 120); do
-  alive=$(dsubmit --cluster --json 2>/dev/null | "$py" -c '
-import json, sys
-print(sum(1 for m in json.load(sys.stdin).get("members", []) if m.get("state") == "alive"))' 2>/dev/null || echo 0)
-  [ "$alive" -ge $((leaves + 3)) ] && break
-  sleep 0.25
-done
+alive=$(netns_wait_alive $((leaves + 3)) 120 dsubmit)
 if [ "$alive" -lt $((leaves + 3)) ]; then
   tail -n 5 "$work/d"/*.log >&2
   echo "fabric: only $alive of $((leaves + 3)) daemons joined the coordinator" >&2

@@ -68,14 +68,7 @@ for i in 1 2 3 4; do
 done
 submit() { netns_run coord env APPLIANCE_COORDINATOR="$coord" APPLIANCE_SECRET_FILE="$work/secret" \
   "$build/client/appliance-submit" "$@"; }
-alive=0
-for _ in $(seq 1 120); do
-  alive=$(submit --cluster --json 2>/dev/null | "$py" -c '
-import json, sys
-print(sum(1 for m in json.load(sys.stdin).get("members", []) if m.get("state") == "alive"))' 2>/dev/null || echo 0)
-  [ "$alive" -ge 7 ] && break
-  sleep 0.25
-done
+alive=$(netns_wait_alive 7 120 submit)
 if [ "$alive" -lt 7 ]; then
   tail -n 5 "$work"/*.log >&2
   echo "spatial_hosts: only $alive of 7 daemons joined the coordinator" >&2

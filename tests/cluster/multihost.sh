@@ -88,14 +88,7 @@ for i in 1 2 3 4; do daemon "wse-node-$i" wse-node/wse-node --coordinator "$coor
 
 submit() { netns_run coordinator env APPLIANCE_COORDINATOR="$coord" APPLIANCE_SECRET_FILE="$work/secret" \
   "$build/client/appliance-submit" "$@"; }
-alive=0
-for _ in $(seq 1 80); do
-  alive=$(submit --cluster --json 2>/dev/null | "$py" -c '
-import json, sys
-print(sum(1 for m in json.load(sys.stdin).get("members", []) if m.get("state") == "alive"))' 2>/dev/null || echo 0)
-  [ "$alive" -ge 8 ] && break
-  sleep 0.25
-done
+alive=$(netns_wait_alive 8 80 submit)
 [ "$alive" -ge 8 ] || fail "only $alive of 8 daemons joined the coordinator at $coord"
 submit --cluster --json | "$py" -c '
 import json, sys

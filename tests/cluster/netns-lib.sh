@@ -38,6 +38,11 @@
 #   netns_spawn NAME LOG CMD...       the same in the background, in its own
 #                                     session, output to LOG; records the pid
 #   netns_delay_stop NAME             takes the delay line off a host's link
+#   netns_wait_alive N TRIES SUBMIT   waits until the coordinator that the
+#                                     command SUBMIT (appliance-submit's
+#                                     arguments follow) asks counts N members
+#                                     alive, TRIES times 0.25 s at most;
+#                                     prints how many it counts
 #                                     (its rules, then the process) and prints
 #                                     its last line: how long it held packets
 #   netns_teardown                    kills the spawned processes and every
@@ -256,4 +261,17 @@ netns_teardown() {
   NETNS__DLPID=()
   NETNS_PIDS=()
   NETNS_NAMES=()
+}
+
+netns_wait_alive() {
+  local want="$1" tries="$2" alive=0
+  shift 2
+  for _ in $(seq 1 "$tries"); do
+    alive=$("$@" --cluster --json 2>/dev/null | /usr/bin/python3 -c '
+import json, sys
+print(sum(1 for m in json.load(sys.stdin).get("members", []) if m.get("state") == "alive"))' 2>/dev/null || echo 0)
+    [ "$alive" -ge "$want" ] && break
+    sleep 0.25
+  done
+  echo "$alive"
 }

@@ -432,20 +432,35 @@ static int exec__gather_in(exec *e, int li, const float *in, bool exchange, floa
  * h x w): the stripe above sends its first rows_down rows, the one below
  * its last rows_up. What arrives lands in e->hx after the packed rows sent
  * from there (up and down may point into it). */
-static void exec__halo_back(exec *e, int li, size_t planes, int h, int w, const float *up,
-                            int rows_up, const float *down, int rows_down, float *dsrc)
+static void exec__halo_back_begin(exec *e, int li, size_t planes, int w, const float *up,
+                                  int rows_up, const float *down, int rows_down)
 {
     float *from_up = e->hx + planes * (size_t)(rows_up + rows_down) * w;
     float *from_down = from_up + planes * (size_t)rows_down * w;
-    exec__exchange(e, exec__tag(li, EXEC__HALO_BWD), up, planes * rows_up * w, down,
-                   planes * rows_down * w, from_up, planes * rows_down * w, from_down,
-                   planes * rows_up * w);
+    exec__exchange_begin(e, exec__tag(li, EXEC__HALO_BWD), up, planes * rows_up * w, down,
+                         planes * rows_down * w, from_up, planes * rows_down * w, from_down,
+                         planes * rows_up * w);
+}
+
+static void exec__halo_back_end(exec *e, int li, size_t planes, int h, int w, int rows_up,
+                                int rows_down, float *dsrc)
+{
+    float *from_up = e->hx + planes * (size_t)(rows_up + rows_down) * w;
+    float *from_down = from_up + planes * (size_t)rows_down * w;
+    exec__exchange_end(e, exec__tag(li, EXEC__HALO_BWD));
     if (e->parts_err || !dsrc)
         return;
     if (e->parts.part > 0)
         exec__rows_add(dsrc, from_up, planes, h, w, 0, rows_down);
     if (e->parts.part + 1 < e->parts.parts)
         exec__rows_add(dsrc, from_down, planes, h, w, h - rows_up, rows_up);
+}
+
+static void exec__halo_back(exec *e, int li, size_t planes, int h, int w, const float *up,
+                            int rows_up, const float *down, int rows_down, float *dsrc)
+{
+    exec__halo_back_begin(e, li, planes, w, up, rows_up, down, rows_down);
+    exec__halo_back_end(e, li, planes, h, w, rows_up, rows_down, dsrc);
 }
 
 /* Of the gradient of a gather layer's extended input in e->hd: its own
@@ -468,16 +483,27 @@ static void exec__gather_din(exec *e, int li, float *din)
     exec__rows_get(e->hx + planes * top * w, e->hd, planes, hext, w, top + own, bot);
 }
 
-/* After the backward pass of gather layer li put its input's gradient in
- * place: the halo rows' gradients (exec__gather_din) to their owners. */
-static void exec__gather_back(exec *e, int li, float *dsrc)
+/* The halo rows' gradients of gather layer li (in e->hx: exec__gather_din,
+ * exec__conv_halo) to their owners: begun as soon as they are made, ended
+ * (the neighbours' added to dsrc) once the layer's input gradient is in
+ * place. */
+static void exec__gather_back_begin(exec *e, int li)
 {
     const model_layer *l = &e->m->layers[li];
     const spatial_layer *s = exec__sl(e, li);
     size_t planes = (size_t)e->n * l->in.d[0];
     int top = s->top, bot = s->bottom > 0 ? s->bottom : 0;
-    exec__halo_back(e, li, planes, (int)l->in.d[1], (int)l->in.d[2], e->hx, top,
-                    e->hx + planes * top * l->in.d[2], bot, dsrc);
+    exec__halo_back_begin(e, li, planes, (int)l->in.d[2], e->hx, top,
+                          e->hx + planes * top * l->in.d[2], bot);
+}
+
+static void exec__gather_back_end(exec *e, int li, float *dsrc)
+{
+    const model_layer *l = &e->m->layers[li];
+    const spatial_layer *s = exec__sl(e, li);
+    int top = s->top, bot = s->bottom > 0 ? s->bottom : 0;
+    exec__halo_back_end(e, li, (size_t)e->n * l->in.d[0], (int)l->in.d[1], (int)l->in.d[2], top,
+                        bot, dsrc);
 }
 
 /* A transposed convolution's output over its extended rows in e->hx: the
@@ -1027,8 +1053,15 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
         op_conv2d_params p = exec__conv(l, n);
         if (src < 0)
             din = NULL;
-        if (gather && sl->in_place) { /* the gradients of the neighbours' rows into e->hx */
-            op_conv2d_halo h = exec__conv_halo(e, li, din != NULL);
+        if (gather && sl->in_place) {
+            /* the gradients of the neighbours' rows first, into e->hx, and
+             * on their way while the weight and own input gradients are made */
+            if (din) {
+                op_conv2d_halo hr = exec__conv_halo(e, li, true);
+                op_conv2d_backward_halo_rows(dout, W(l, 0), &p, &hr, e->ws, e->ws_bytes);
+                exec__gather_back_begin(e, li);
+            }
+            op_conv2d_halo h = exec__conv_halo(e, li, false);
             op_conv2d_backward_halo(din, G(l, 0), l->bias ? G(l, 1) : NULL, dout, in, W(l, 0), &p,
                                     &h, e->ws, e->ws_bytes);
             break;
@@ -1185,9 +1218,13 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
     if (has_din && din && src >= 0)
         exec__accumulate(exec__dout(e, src), din, in_count);
     if (sl && src >= 0) { /* the gradients of the neighbours' rows go to them */
-        if (gather && (l->type == LAYER_CONV2D || l->type == LAYER_MAX_POOL2D ||
-                       l->type == LAYER_AVG_POOL2D))
-            exec__gather_back(e, li, exec__dout(e, src));
+        if (gather && sl->in_place) { /* begun in the switch */
+            exec__gather_back_end(e, li, exec__dout(e, src));
+        } else if (gather && (l->type == LAYER_CONV2D || l->type == LAYER_MAX_POOL2D ||
+                              l->type == LAYER_AVG_POOL2D)) {
+            exec__gather_back_begin(e, li);
+            exec__gather_back_end(e, li, exec__dout(e, src));
+        }
         else if (sl->kind == SPATIAL_BILINEAR && l->type == LAYER_UPSAMPLE)
             exec__halo_back(e, li, (size_t)n * c, (int)l->in.d[1], (int)l->in.d[2], e->hd, 1,
                             e->hd + (size_t)n * c * l->in.d[2], 1, exec__dout(e, src));

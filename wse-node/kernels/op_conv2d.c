@@ -281,6 +281,18 @@ static void im2col_wgrad(const void *vp, const kern__conv_bufs *b)
     wgrad_with(vp, b, NULL);
 }
 
+/* The kernel flipped for the unit-stride data gradient, at the head of
+ * the workspace: wflip[c][k][r-1-y][s-1-x] = weight[k][c][y][x]. */
+static void flip_weights(const op_conv2d_params *p, const float *w, float *wflip)
+{
+    for (int k = 0; k < p->k; k++)
+        for (int c = 0; c < p->c; c++)
+            for (int y = 0; y < p->r; y++)
+                for (int x = 0; x < p->s; x++)
+                    wflip[(((size_t)c * p->k + k) * p->r + (p->r - 1 - y)) * p->s + (p->s - 1 - x)] =
+                        w[(((size_t)k * p->c + c) * p->r + y) * p->s + x];
+}
+
 /* The im2col path of the data gradient. */
 static void im2col_dgrad(const void *vp, const kern__conv_bufs *b)
 {
@@ -293,17 +305,8 @@ static void im2col_dgrad(const void *vp, const kern__conv_bufs *b)
     conv_call cc = {.p = p, .pl = &pl, .out = b->dx, .dout = b->dy,
                     .weight = b->w, .ws = b->ws};
     int t = threads_for(&pl, b->ws_bytes);
-    if (pl.as_conv) {
-        /* wflip[c][k][r-1-y][s-1-x] = weight[k][c][y][x] */
-        float *wflip = b->ws;
-        for (int k = 0; k < p->k; k++)
-            for (int c = 0; c < p->c; c++)
-                for (int y = 0; y < p->r; y++)
-                    for (int x = 0; x < p->s; x++)
-                        wflip[(((size_t)c * p->k + k) * p->r + (p->r - 1 - y)) * p->s +
-                              (p->s - 1 - x)] =
-                            b->w[(((size_t)k * p->c + c) * p->r + y) * p->s + x];
-    }
+    if (pl.as_conv)
+        flip_weights(p, b->w, b->ws);
     if (pl.direct || pl.as_conv) {
         int du = p->n * (pl.direct ? pl.nb : pl.dnb);
         kern__parallel(dgrad_band_task, &cc, du < t ? du : t);
@@ -379,6 +382,19 @@ void op_conv2d_backward_halo(float *din, float *dweight, float *dbias,
     plan pl = convplan_conv2d_of(p);
     assert(pl.as_conv); /* unit stride: the flipped kernel stays at the head of ws */
     im2col_dgrad(p, &b);
+    if (halo->dtop && halo->rows_top)
+        halo_dgrad(p, &pl, dout, ws, -halo->rows_top, 0, halo->dtop);
+    if (halo->dbottom && halo->rows_bottom)
+        halo_dgrad(p, &pl, dout, ws, p->h, p->h + halo->rows_bottom, halo->dbottom);
+}
+
+void op_conv2d_backward_halo_rows(const float *dout, const float *weight,
+                                  const op_conv2d_params *p, const op_conv2d_halo *halo,
+                                  void *ws, size_t ws_bytes)
+{
+    plan pl = convplan_conv2d_of(p);
+    assert(pl.as_conv && threads_for(&pl, ws_bytes) >= 1);
+    flip_weights(p, weight, ws);
     if (halo->dtop && halo->rows_top)
         halo_dgrad(p, &pl, dout, ws, -halo->rows_top, 0, halo->dtop);
     if (halo->dbottom && halo->rows_bottom)

@@ -63,6 +63,14 @@ void op_conv2d_backward_halo(float *din, float *dweight, float *dbias,
                              const float *weight, const op_conv2d_params *p,
                              const op_conv2d_halo *halo, void *ws, size_t ws_bytes);
 
+/* The gradients of the halo rows alone (halo->dtop and ->dbottom; the
+ * rest of op_conv2d_backward_halo, called after with them NULL, makes the
+ * weight gradient and din): they go to the neighbours while the stripe
+ * computes the rest. */
+void op_conv2d_backward_halo_rows(const float *dout, const float *weight,
+                                  const op_conv2d_params *p, const op_conv2d_halo *halo,
+                                  void *ws, size_t ws_bytes);
+
 /* Direct loops with the same contracts (no workspace), the reference that
  * tests hold the GEMM path to. */
 void op_conv2d_forward_ref(float *out, const float *in, const float *weight,

@@ -392,10 +392,9 @@ static op_conv2d_halo exec__conv_halo(exec *e, int li, bool backward)
     float *kt = e->kept[li];
     op_conv2d_halo h = {.top = first ? NULL : kt, .bottom = last ? NULL : kt + planes * top * w,
                         .rows_top = top, .rows_bottom = bot};
-    if (backward) {
-        h.dtop = e->hx;
-        h.dbottom = e->hx + planes * top * w;
-        memset(e->hx, 0, planes * (size_t)(top + bot) * w * sizeof(float));
+    if (backward) { /* written whole by the kernel; none beyond the image's edges */
+        h.dtop = first ? NULL : e->hx;
+        h.dbottom = last ? NULL : e->hx + planes * top * w;
     }
     return h;
 }

@@ -2,6 +2,7 @@
 #include "fsutil.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdint.h>
@@ -54,34 +55,31 @@ int fsutil_sync_dir(const char *path)
     return rc;
 }
 
-int fsutil_pread_all(int fd, void *buf, size_t n, uint64_t offset)
+/* n bytes at offset, read into buf or written from it, in calls of at
+ * most 1 GiB: short transfers go on (a short write, then the error: a full
+ * disk); 0 bytes moved is -EIO. */
+static int fsutil__pio_all(int fd, uint8_t *buf, size_t n, uint64_t offset, bool out)
 {
-    uint8_t *p = buf;
     while (n) {
-        ssize_t k = pread(fd, p, n > (1u << 30) ? (1u << 30) : n, (off_t)offset);
+        size_t len = n > (1u << 30) ? (1u << 30) : n;
+        ssize_t k = out ? pwrite(fd, buf, len, (off_t)offset) : pread(fd, buf, len, (off_t)offset);
         if (k < 0 && errno == EINTR)
             continue;
         if (k <= 0)
             return k < 0 ? -errno : -EIO;
-        p += k;
+        buf += k;
         offset += (uint64_t)k;
         n -= (size_t)k;
     }
     return 0;
 }
 
+int fsutil_pread_all(int fd, void *buf, size_t n, uint64_t offset)
+{
+    return fsutil__pio_all(fd, buf, n, offset, false);
+}
+
 int fsutil_pwrite_all(int fd, const void *buf, size_t n, uint64_t offset)
 {
-    const uint8_t *p = buf;
-    while (n) { /* a short write, then the error (a full disk) */
-        ssize_t k = pwrite(fd, p, n > (1u << 30) ? (1u << 30) : n, (off_t)offset);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return k < 0 ? -errno : -EIO;
-        p += k;
-        offset += (uint64_t)k;
-        n -= (size_t)k;
-    }
-    return 0;
+    return fsutil__pio_all(fd, (uint8_t *)buf, n, offset, true);
 }

@@ -1,7 +1,8 @@
 /* The layer executor: model layers onto the kernels. */
 #include "exec.h"
 
-#include <cblas.h>
+
+#include "kernels.h"
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -1243,7 +1244,7 @@ void exec_forward_part(exec *e, int li, uint64_t r0, uint64_t r1, bool first, bo
     const float *in = exec_output(e, l->inputs[0], x);
     float *out = e->act[li];
     if (n > 0 && r1 > r0 && in_f > 0)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, (int)(r1 - r0), in_f, 1.0f, in,
+        kern_sgemm(0, 1, n, (int)(r1 - r0), in_f, 1.0f, in,
                     in_f, W(l, 0), in_f, 0.0f, out + r0, units);
     else
         for (int i = 0; i < n; i++)
@@ -1275,13 +1276,13 @@ void exec_backward_part(exec *e, int li, uint64_t r0, uint64_t r1, bool first, b
     float *din = src < 0 ? NULL : fresh ? exec__dout(e, src) : e->scratch;
     if (rows > 0 && in_f > 0) {
         if (n > 0)
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, in_f, n, 1.0f, dout + r0,
+            kern_sgemm(1, 0, rows, in_f, n, 1.0f, dout + r0,
                         units, in, in_f, 0.0f, G(l, 0), in_f);
         else
             memset(G(l, 0), 0, (size_t)rows * (size_t)in_f * sizeof(float));
         /* the input gradient: the parts' products summed, the first written */
         if (din && n > 0)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in_f, rows, 1.0f, dout + r0,
+            kern_sgemm(0, 0, n, in_f, rows, 1.0f, dout + r0,
                         units, W(l, 0), in_f, first ? 0.0f : 1.0f, din, in_f);
     }
     if (!last)

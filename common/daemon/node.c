@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fpmode.h"
 #include "log.h"
 #include "msg.h"
 #include "msgcheck.h"
@@ -140,6 +141,8 @@ static void node__copy(char *dst, size_t len, const char *src, const char *what)
 
 void node_parse_args(node_options *o, const node_role *role, int argc, char **argv)
 {
+    /* the first thing every daemon does, before it starts any thread */
+    fpmode_flush_subnormals();
     memset(o, 0, sizeof(*o));
     o->log_level = LOG_INFO;
     o->heartbeat_ms = 1000;

@@ -131,7 +131,8 @@ struct node {
     void *data;                /* the role's state */
 };
 
-/* Parses argv (and the --config file); on --help prints usage and exits 0;
+/* Sets the daemon's floating-point mode (fpmode.h) and parses argv (and
+ * the --config file); on --help prints usage and exits 0;
  * on a bad option prints a message and exits 2. */
 void node_parse_args(node_options *o, const node_role *role, int argc, char **argv);
 

@@ -1,11 +1,26 @@
 /* synthetic_classification: Gaussian clusters around seeded class centres.
  * The centres come from the seed; a sample's class and noise from the
  * split's sample seed and its index. */
+
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "dataset_reader.h"
 #include "rng.h"
+
+/* Centres of at most this many values in all are drawn once, at open, and
+ * kept (16 MiB); larger ones are drawn again for every sample. Either way
+ * a sample is the same. */
+#define CENTRES_KEPT_MAX (UINT64_C(2) << 20)
+
+static double ds_synthetic__centre(const dataset *d, uint32_t y, uint64_t k)
+{
+    const double *kept = d->priv;
+    if (kept)
+        return kept[(uint64_t)y * d->sample_elems + k];
+    return rng_normal(d->seed, 3, (uint64_t)y * d->sample_elems + k);
+}
 
 static int ds_synthetic__open(dataset *d, const Appliance__PlanInput *in, char *err, size_t errlen)
 {
@@ -18,7 +33,20 @@ static int ds_synthetic__open(dataset *d, const Appliance__PlanInput *in, char *
     for (size_t i = 0; i < d->ndim; i++)
         d->sample_elems *= d->shape[i];
     d->label_elems = 1;
+    uint64_t n = d->sample_elems * d->num_classes;
+    if (d->sample_elems && n / d->sample_elems == d->num_classes && n <= CENTRES_KEPT_MAX) {
+        double *kept = malloc(n * sizeof(double));
+        for (uint64_t i = 0; kept && i < n; i++)
+            kept[i] = rng_normal(d->seed, 3, i);
+        d->priv = kept; /* NULL: drawn per sample */
+    }
     return 0;
+}
+
+static void ds_synthetic__close(dataset *d)
+{
+    free(d->priv);
+    d->priv = NULL;
 }
 
 static int ds_synthetic__read(const dataset *d, uint64_t idx, void *out, void *labels, char *err,
@@ -28,7 +56,7 @@ static int ds_synthetic__read(const dataset *d, uint64_t idx, void *out, void *l
     uint32_t y = (uint32_t)(rng_hash(d->sample_seed, 1, idx) % d->num_classes);
     ds_put_label(d, labels, 0, y);
     for (uint64_t k = 0; k < d->sample_elems; k++) {
-        double centre = rng_normal(d->seed, 3, (uint64_t)y * d->sample_elems + k);
+        double centre = ds_synthetic__centre(d, y, k);
         x[k] = (float)(centre + d->noise * rng_normal(d->sample_seed, 2, idx * d->sample_elems + k));
     }
     return 0;
@@ -37,5 +65,6 @@ static int ds_synthetic__read(const dataset *d, uint64_t idx, void *out, void *l
 const dataset_reader ds_synthetic_reader = {
     .name = "synthetic_classification",
     .open = ds_synthetic__open,
+    .close = ds_synthetic__close,
     .read = ds_synthetic__read,
 };

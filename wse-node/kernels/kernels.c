@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "fpmode.h"
 #include "kernels_internal.h"
 
 #define MAX_THREADS 64
@@ -36,11 +37,16 @@ static struct {
     .threads = 1,
 };
 
+/* set on a thread while it runs its share of a region: a GEMM inside
+ * runs on that thread alone */
+static _Thread_local int in_region;
+
 static void *worker_main(void *arg)
 {
     int tid = (int)(intptr_t)arg;
     uint64_t seen = 0;
 
+    in_region = 1; /* a worker only ever runs shares of regions */
     pthread_mutex_lock(&pool.mu);
     seen = pool.born;
     for (;;) {
@@ -82,6 +88,8 @@ void kernels_set_threads(int n)
         n = 1;
     if (n > MAX_THREADS)
         n = MAX_THREADS;
+    /* the workers below inherit the mode */
+    fpmode_flush_subnormals();
     stop_workers();
     pthread_mutex_lock(&pool.mu);
     pool.born = pool.generation;
@@ -95,7 +103,10 @@ void kernels_set_threads(int n)
         pool.nworkers++;
     }
     pool.threads = pool.nworkers + 1;
-    openblas_set_num_threads(pool.threads);
+    /* OpenBLAS stays on one thread: its own workers spin between calls and
+     * were started before the process could set their floating-point
+     * mode; kern_sgemm splits the large GEMMs over this pool instead */
+    openblas_set_num_threads(1);
 }
 
 int kernels_threads(void)
@@ -106,11 +117,10 @@ int kernels_threads(void)
 void kern__parallel(kern__task_fn fn, void *ctx, int want)
 {
     int t = want < pool.threads ? want : pool.threads;
-    if (t <= 1) {
+    if (t <= 1 || in_region) {
         fn(ctx, 0, 1);
         return;
     }
-    openblas_set_num_threads(1);
     pthread_mutex_lock(&pool.mu);
     pool.fn = fn;
     pool.ctx = ctx;
@@ -120,11 +130,108 @@ void kern__parallel(kern__task_fn fn, void *ctx, int want)
     pthread_cond_broadcast(&pool.start);
     pthread_mutex_unlock(&pool.mu);
 
+    in_region = 1;
     fn(ctx, 0, t);
+    in_region = 0;
 
     pthread_mutex_lock(&pool.mu);
     while (pool.pending > 0)
         pthread_cond_wait(&pool.done, &pool.mu);
     pthread_mutex_unlock(&pool.mu);
-    openblas_set_num_threads(pool.threads);
+}
+
+typedef struct range_job {
+    size_t n;
+    kern__range_fn fn;
+    void *ctx;
+} range_job;
+
+static void range_task(void *ctx, int tid, int nt)
+{
+    const range_job *r = ctx;
+    size_t lo = r->n * (size_t)tid / (size_t)nt, hi = r->n * (size_t)(tid + 1) / (size_t)nt;
+    if (lo < hi)
+        r->fn(r->ctx, lo, hi);
+}
+
+void kern__for(size_t n, size_t grain, kern__range_fn fn, void *ctx)
+{
+    size_t t = (size_t)pool.threads;
+    if (grain < 1)
+        grain = 1;
+    if (n / grain < t)
+        t = n / grain;
+    if (t <= 1 || in_region) {
+        if (n)
+            fn(ctx, 0, n);
+        return;
+    }
+    range_job r = {.n = n, .fn = fn, .ctx = ctx};
+    kern__parallel(range_task, &r, (int)t);
+}
+
+/* One GEMM split in column or row blocks over the pool. */
+typedef struct gemm_job {
+    int ta, tb, m, n, k, split_rows;
+    float alpha, beta;
+    const float *a, *b;
+    float *c;
+    int lda, ldb, ldc;
+} gemm_job;
+
+/* [lo, hi) of `total` for thread tid of nt, cut at multiples of 16 */
+static void gemm_block(int total, int tid, int nt, int *lo, int *hi)
+{
+    int units = (total + 15) / 16;
+    *lo = (int)((long)units * tid / nt) * 16;
+    *hi = (int)((long)units * (tid + 1) / nt) * 16;
+    if (*hi > total)
+        *hi = total;
+    if (*lo > total)
+        *lo = total;
+}
+
+static void gemm_task(void *ctx, int tid, int nt)
+{
+    const gemm_job *g = ctx;
+    int lo, hi;
+    const float *a = g->a, *b = g->b;
+    float *c = g->c;
+    int m = g->m, n = g->n;
+
+    if (g->split_rows) {
+        gemm_block(g->m, tid, nt, &lo, &hi);
+        a += g->ta ? (size_t)lo : (size_t)lo * g->lda;
+        c += (size_t)lo * g->ldc;
+        m = hi - lo;
+    } else {
+        gemm_block(g->n, tid, nt, &lo, &hi);
+        b += g->tb ? (size_t)lo * g->ldb : (size_t)lo;
+        c += lo;
+        n = hi - lo;
+    }
+    if (m > 0 && n > 0)
+        cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans,
+                    g->tb ? CblasTrans : CblasNoTrans, m, n, g->k, g->alpha, a,
+                    g->lda, b, g->ldb, g->beta, c, g->ldc);
+}
+
+void kern_sgemm(int ta, int tb, int m, int n, int k, float alpha,
+                const float *a, int lda, const float *b, int ldb, float beta,
+                float *c, int ldc)
+{
+    if (m <= 0 || n <= 0)
+        return;
+    /* a thread's share of a small product costs less than waking the pool */
+    double flops = 2.0 * m * n * (k > 0 ? k : 1);
+    int t = pool.threads;
+    if (flops < 4e6 * t)
+        t = 1;
+    gemm_job g = {
+        .ta = ta, .tb = tb, .m = m, .n = n, .k = k, .alpha = alpha,
+        .beta = beta, .a = a, .b = b, .c = c, .lda = lda, .ldb = ldb,
+        .ldc = ldc, .split_rows = m >= n,
+    };
+    int units = ((g.split_rows ? m : n) + 15) / 16;
+    kern__parallel(gemm_task, &g, units < t ? units : t);
 }

@@ -3,19 +3,36 @@
 #ifndef KERNELS_H
 #define KERNELS_H
 
-/* Sets the number of threads the operators use (n < 1 means 1): OpenBLAS
- * runs the plain GEMMs (dense) on n threads, and the convolutions split
- * their row bands over a pool of n - 1 workers plus the calling thread,
- * each running single-threaded GEMMs (a 64-row GEMM split by OpenBLAS over
- * two threads reaches only about two thirds of its square-GEMM rate; two
- * independent single-threaded ones get close to it, and the lowering runs
- * in parallel too). The pool's workers sleep between calls. Call it from
- * the one thread that runs the operators, never while one runs; the
- * operators of a process must all be called from that thread. If the
- * workers cannot be started, fewer are used. */
+/* Sets the number of threads the operators use (n < 1 means 1): a pool of
+ * n - 1 workers plus the calling thread. The convolutions split their row
+ * bands over it, each thread running single-threaded GEMMs (a 64-row GEMM
+ * split by OpenBLAS over two threads reaches only about two thirds of its
+ * square-GEMM rate; two independent single-threaded ones get close to it,
+ * and the lowering runs in parallel too); the plain GEMMs split in blocks
+ * (kern_sgemm); the elementwise, pooling and normalisation operators in
+ * ranges of elements, planes or channels. OpenBLAS itself runs on one
+ * thread: its workers spin between calls, taking the cores from the rest
+ * of the process and the host's other daemons, where the pool's workers
+ * sleep. Also sets the calling thread's floating-point mode (fpmode.h),
+ * which the workers inherit. Call it from the one thread that runs the
+ * operators, never while one runs; the operators of a process must all be
+ * called from that thread. If the workers cannot be started, fewer are
+ * used. */
 void kernels_set_threads(int n);
 
 /* Returns the thread count set by kernels_set_threads (1 before). */
 int kernels_threads(void);
+
+/* C (m x n) = alpha * op(A) * op(B) + beta * C, row-major, op transposing
+ * when ta / tb: cblas_sgemm split in blocks of 16 rows or columns (of the
+ * larger side) over the operators' threads, each block a single-threaded
+ * OpenBLAS call; inline on one thread when the product is small or the
+ * caller already runs in one of the threads' regions. A thread count
+ * always splits a shape the same way, so results repeat; another count
+ * may differ in the last bit (OpenBLAS's edge kernels round differently
+ * from its full ones), as with OpenBLAS's own threads. */
+void kern_sgemm(int ta, int tb, int m, int n, int k, float alpha,
+                const float *a, int lda, const float *b, int ldb, float beta,
+                float *c, int ldc);
 
 #endif

@@ -7,7 +7,6 @@
 #include "op_conv2d.h"
 
 #include <assert.h>
-#include <cblas.h>
 #include <string.h>
 
 #include "conv_path.h"
@@ -98,7 +97,7 @@ static void forward_task(void *arg, int tid, int nt)
             b = col;
             ldb = ncols;
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, p->k, ncols,
+        kern_sgemm(0, 0, p->k, ncols,
                     pl->crs, 1.0f, cc->weight, pl->crs, b, ldb,
                     cc->bias ? 1.0f : 0.0f, y, (int)pl->ohw);
     }
@@ -175,7 +174,7 @@ static void wgrad_task(void *arg, int tid, int nt)
             b = col;
             ldb = ncols;
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, p->k, pl->crs,
+        kern_sgemm(0, 1, p->k, pl->crs,
                     ncols, 1.0f, dyb, (int)pl->ohw, b, ldb, 1.0f, dw,
                     pl->crs);
     }
@@ -200,13 +199,13 @@ static void dgrad_band_task(void *arg, int tid, int nt)
         const float *dy = cc->dout + (size_t)i * p->k * pl->ohw;
         float *dx = cc->out + (size_t)i * p->c * pl->hw + (size_t)y0 * p->w;
         if (pl->direct) {
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, p->c, ncols,
+            kern_sgemm(1, 0, p->c, ncols,
                         p->k, 1.0f, cc->weight, pl->crs,
                         dy + (size_t)y0 * p->w, (int)pl->ohw, 0.0f, dx,
                         (int)pl->hw);
         } else {
             kern__im2col(col, dy, &pl->dg, y0, y1);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, p->c,
+            kern_sgemm(0, 0, p->c,
                         ncols, pl->krs, 1.0f, cc->ws, pl->krs, col, ncols,
                         0.0f, dx, (int)pl->hw);
         }
@@ -231,7 +230,7 @@ static void dgrad_image_task(void *arg, int tid, int nt)
         for (int y0 = 0; y0 < pl->g.oh; y0 += pl->band) {
             int y1 = y0 + pl->band < pl->g.oh ? y0 + pl->band : pl->g.oh;
             int ncols = (y1 - y0) * pl->g.ow;
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, pl->crs,
+            kern_sgemm(1, 0, pl->crs,
                         ncols, p->k, 1.0f, cc->weight, pl->crs,
                         dy + (size_t)y0 * pl->g.ow, (int)pl->ohw, 0.0f, col,
                         ncols);
@@ -360,7 +359,7 @@ static void halo_dgrad(const op_conv2d_params *p, const plan *pl, const float *d
         const float *dy = dout + (size_t)i * p->k * pl->ohw;
         for (int y = y0; y < y1; y++) { /* a row at a time: the band buffer holds one */
             kern__im2col(col, dy, &pl->dg, y, y + 1);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, p->c, p->w, pl->krs, 1.0f, ws,
+            kern_sgemm(0, 0, p->c, p->w, pl->krs, 1.0f, ws,
                         pl->krs, col, p->w, 0.0f,
                         dst + ((size_t)i * p->c * rows + (size_t)(y - y0)) * p->w,
                         (int)(rows * p->w));

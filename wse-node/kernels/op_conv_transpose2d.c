@@ -6,7 +6,6 @@
 #include "op_conv_transpose2d.h"
 
 #include <assert.h>
-#include <cblas.h>
 #include <string.h>
 
 #include "conv_path.h"
@@ -76,12 +75,12 @@ static void forward_band(const convt_call *cc, float *col, int i, int y0)
     const float *xb = cc->in + (size_t)i * p->c * pl->hw + (size_t)y0 * p->w;
     float *y = cc->out + (size_t)i * p->k * pl->ohw;
     if (pl->direct) {
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, pl->krs, ncols,
+        kern_sgemm(1, 0, pl->krs, ncols,
                     p->c, 1.0f, cc->weight, pl->krs, xb, (int)pl->hw, 1.0f,
                     y + (size_t)y0 * p->w, (int)pl->ohw);
         return;
     }
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, pl->krs, ncols, p->c,
+    kern_sgemm(1, 0, pl->krs, ncols, p->c,
                 1.0f, cc->weight, pl->krs, xb, (int)pl->hw, 0.0f, col, ncols);
     kern__col2im_add(y, col, &pl->g, y0, y1);
 }
@@ -168,10 +167,10 @@ static void backward_task(void *arg, int tid, int nt)
             b = col;
             ldb = ncols;
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, p->c, pl->krs,
+        kern_sgemm(0, 1, p->c, pl->krs,
                     ncols, 1.0f, xb, (int)pl->hw, b, ldb, 1.0f, dw, pl->krs);
         if (cc->out)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, p->c,
+            kern_sgemm(0, 0, p->c,
                         ncols, pl->krs, 1.0f, cc->weight, pl->krs, b, ldb,
                         0.0f, cc->out + (size_t)i * p->c * pl->hw + (size_t)y0 * p->w,
                         (int)pl->hw);

@@ -1,8 +1,9 @@
-/* Fully connected layer on cblas_sgemm: one GEMM forward, two backward. */
+/* Fully connected layer on GEMMs (kern_sgemm): one forward, two backward. */
 #include "op_dense.h"
 
-#include <cblas.h>
 #include <string.h>
+
+#include "kernels.h"
 
 void op_dense_forward(float *out, const float *in, const float *weight,
                       const float *bias, int n, int in_f, int out_f)
@@ -24,7 +25,7 @@ void op_dense_forward(float *out, const float *in, const float *weight,
             memset(out, 0, sizeof(float) * n * (size_t)out_f);
         return;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out_f, in_f,
+    kern_sgemm(0, 1, n, out_f, in_f,
                 1.0f, in, in_f, weight, in_f, beta, out, out_f);
 }
 
@@ -44,7 +45,7 @@ void op_dense_backward(float *din, float *dweight, float *dbias,
         return;
     }
     if (in_f > 0)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out_f, in_f, n,
+        kern_sgemm(1, 0, out_f, in_f, n,
                     1.0f, dout, out_f, in, in_f, 0.0f, dweight, in_f);
     if (dbias) {
         memcpy(dbias, dout, sizeof(float) * out_f);
@@ -55,7 +56,7 @@ void op_dense_backward(float *din, float *dweight, float *dbias,
         }
     }
     if (din && in_f > 0)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in_f, out_f,
+        kern_sgemm(0, 0, n, in_f, out_f,
                     1.0f, dout, out_f, weight, in_f, 0.0f, din, in_f);
 }
 

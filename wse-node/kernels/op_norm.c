@@ -8,30 +8,77 @@
 #include <math.h>
 #include <stddef.h>
 
+#include "kernels_internal.h"
+
+/* The channels (or planes) a thread takes at the least: about 64 Ki
+ * elements. Each channel is computed whole by one thread, so the split
+ * changes no value. */
+static size_t norm_grain(size_t elems_per_item)
+{
+    return elems_per_item >= 65536 ? 1 : 65536 / (elems_per_item ? elems_per_item : 1);
+}
+
+/* A call's arguments, for its ranges of channels. */
+typedef struct norm_job {
+    float *out, *save_mean, *save_invstd, *running_mean, *running_var;
+    float *dgamma, *dbeta;
+    const float *in, *dout, *gamma, *beta, *a, *b;
+    const float *c_mean, *c_invstd;
+    int n, c, hw;
+    float momentum, eps;
+    bool per_sample;
+} norm_job;
+
 /* ---- batch norm ---- */
+
+/* Sums in double, in LANES interleaved partial sums added up at the end:
+ * the adds of one lane wait for each other, those of different lanes do
+ * not, and the lanes are vectors. The order is fixed, so the result is
+ * too. */
+#define LANES 8
+typedef double lanes __attribute__((vector_size(LANES * sizeof(double))));
+
+/* LANES floats at x, widened (a macro: a vector returned by value would
+ * change the ABI with the vector width) */
+#define lanes_load(x) ((lanes){(x)[0], (x)[1], (x)[2], (x)[3], (x)[4], (x)[5], (x)[6], (x)[7]})
+
+static double lanes_total(const lanes *acc)
+{
+    double a = ((*acc)[0] + (*acc)[4]) + ((*acc)[2] + (*acc)[6]);
+    double b = ((*acc)[1] + (*acc)[5]) + ((*acc)[3] + (*acc)[7]);
+    return a + b;
+}
 
 /* The sum of channel ch over the batch, and the sum of its squared
  * deviations from mean. */
 static double bn_sum(const float *in, int ch, int n, int c, int hw)
 {
-    double sum = 0.0;
+    lanes acc = {0};
     for (int i = 0; i < n; i++) {
         const float *x = in + ((size_t)i * c + ch) * hw;
-        for (int j = 0; j < hw; j++)
-            sum += x[j];
+        int j = 0;
+        for (; j + LANES <= hw; j += LANES)
+            acc += lanes_load(x + j);
+        for (; j < hw; j++)
+            acc[j % LANES] += x[j];
     }
-    return sum;
+    return lanes_total(&acc);
 }
 
 static double bn_sq(const float *in, int ch, int n, int c, int hw, double mean)
 {
-    double sq = 0.0;
+    lanes acc = {0};
     for (int i = 0; i < n; i++) {
         const float *x = in + ((size_t)i * c + ch) * hw;
-        for (int j = 0; j < hw; j++)
-            sq += (x[j] - mean) * (x[j] - mean);
+        int j = 0;
+        for (; j + LANES <= hw; j += LANES) {
+            lanes d = lanes_load(x + j) - mean;
+            acc += d * d;
+        }
+        for (; j < hw; j++)
+            acc[j % LANES] += (x[j] - mean) * (x[j] - mean);
     }
-    return sq;
+    return lanes_total(&acc);
 }
 
 /* Channel ch normalised with the mean and squared deviations of m
@@ -62,6 +109,19 @@ static void bn_apply(float *out, float *save_mean, float *save_invstd, float *ru
     }
 }
 
+static void bn_fwd_train(void *ctx, size_t lo, size_t hi)
+{
+    const norm_job *j = ctx;
+    double m = (double)((size_t)j->n * j->hw);
+    for (int ch = (int)lo; ch < (int)hi; ch++) {
+        double sum = bn_sum(j->in, ch, j->n, j->c, j->hw);
+        double mean = m ? sum / m : 0.0;
+        double sq = bn_sq(j->in, ch, j->n, j->c, j->hw, mean);
+        bn_apply(j->out, j->save_mean, j->save_invstd, j->running_mean, j->running_var, j->in,
+                 j->gamma, j->beta, ch, j->n, j->c, j->hw, j->momentum, j->eps, mean, sq, m);
+    }
+}
+
 void op_batchnorm_forward_train(float *out, float *save_mean,
                                 float *save_invstd, float *running_mean,
                                 float *running_var, const float *in,
@@ -69,14 +129,11 @@ void op_batchnorm_forward_train(float *out, float *save_mean,
                                 int c, int hw, float momentum, float eps)
 {
     /* in, out (n, c, hw); gamma, beta, running_*, save_* (c) */
-    double m = (double)((size_t)n * hw);
-    for (int ch = 0; ch < c; ch++) {
-        double sum = bn_sum(in, ch, n, c, hw);
-        double mean = m ? sum / m : 0.0;
-        double sq = bn_sq(in, ch, n, c, hw, mean);
-        bn_apply(out, save_mean, save_invstd, running_mean, running_var, in, gamma, beta, ch, n,
-                 c, hw, momentum, eps, mean, sq, m);
-    }
+    norm_job j = {.out = out, .save_mean = save_mean, .save_invstd = save_invstd,
+                  .running_mean = running_mean, .running_var = running_var, .in = in,
+                  .gamma = gamma, .beta = beta, .n = n, .c = c, .hw = hw,
+                  .momentum = momentum, .eps = eps};
+    kern__for((size_t)c, norm_grain((size_t)n * hw), bn_fwd_train, &j);
 }
 
 int op_batchnorm_forward_train_parts(float *out, float *save_mean, float *save_invstd,
@@ -105,6 +162,22 @@ int op_batchnorm_forward_train_parts(float *out, float *save_mean, float *save_i
     return 0;
 }
 
+static void bn_fwd_eval(void *ctx, size_t lo, size_t hi)
+{
+    const norm_job *j = ctx;
+    for (int ch = (int)lo; ch < (int)hi; ch++) {
+        double invstd = 1.0 / sqrt((double)j->running_var[ch] + j->eps);
+        float a = (float)invstd * (j->gamma ? j->gamma[ch] : 1.0f);
+        float b = (j->beta ? j->beta[ch] : 0.0f) - j->running_mean[ch] * a;
+        for (int i = 0; i < j->n; i++) {
+            const float *x = j->in + ((size_t)i * j->c + ch) * j->hw;
+            float *y = j->out + ((size_t)i * j->c + ch) * j->hw;
+            for (int k = 0; k < j->hw; k++)
+                y[k] = x[k] * a + b;
+        }
+    }
+}
+
 void op_batchnorm_forward_eval(float *out, const float *in,
                                const float *gamma, const float *beta,
                                const float *running_mean,
@@ -112,34 +185,33 @@ void op_batchnorm_forward_eval(float *out, const float *in,
                                int hw, float eps)
 {
     /* in, out (n, c, hw); gamma, beta, running_* (c) */
-    for (int ch = 0; ch < c; ch++) {
-        double invstd = 1.0 / sqrt((double)running_var[ch] + eps);
-        float a = (float)invstd * (gamma ? gamma[ch] : 1.0f);
-        float b = (beta ? beta[ch] : 0.0f) - running_mean[ch] * a;
-        for (int i = 0; i < n; i++) {
-            const float *x = in + ((size_t)i * c + ch) * hw;
-            float *y = out + ((size_t)i * c + ch) * hw;
-            for (int j = 0; j < hw; j++)
-                y[j] = x[j] * a + b;
-        }
-    }
+    norm_job j = {.out = out, .in = in, .gamma = gamma, .beta = beta,
+                  .running_mean = (float *)running_mean, .running_var = (float *)running_var,
+                  .n = n, .c = c, .hw = hw, .eps = eps};
+    kern__for((size_t)c, norm_grain((size_t)n * hw), bn_fwd_eval, &j);
 }
 
 /* sum(dy) and sum(dy * xhat) of channel ch. */
 static void bn_dsums(const float *dout, const float *in, int ch, int n, int c, int hw,
                      double mean, double invstd, double *sdy, double *sdyx)
 {
-    double a = 0.0, b = 0.0;
+    lanes a = {0}, b = {0};
     for (int i = 0; i < n; i++) {
         const float *x = in + ((size_t)i * c + ch) * hw;
         const float *dy = dout + ((size_t)i * c + ch) * hw;
-        for (int j = 0; j < hw; j++) {
-            a += dy[j];
-            b += dy[j] * ((x[j] - mean) * invstd);
+        int j = 0;
+        for (; j + LANES <= hw; j += LANES) {
+            lanes g = lanes_load(dy + j);
+            a += g;
+            b += g * ((lanes_load(x + j) - mean) * invstd);
+        }
+        for (; j < hw; j++) {
+            a[j % LANES] += dy[j];
+            b[j % LANES] += dy[j] * ((x[j] - mean) * invstd);
         }
     }
-    *sdy = a;
-    *sdyx = b;
+    *sdy = lanes_total(&a);
+    *sdyx = lanes_total(&b);
 }
 
 /* dx = gamma * invstd * (dy - sdy/m - xhat * sdyx/m) of channel ch. */
@@ -161,6 +233,24 @@ static void bn_dx(float *din, const float *dout, const float *in, const float *g
     }
 }
 
+static void bn_bwd(void *ctx, size_t lo, size_t hi)
+{
+    const norm_job *j = ctx;
+    double m = (double)((size_t)j->n * j->hw);
+    for (int ch = (int)lo; ch < (int)hi; ch++) {
+        double sdy, sdyx;
+        bn_dsums(j->dout, j->in, ch, j->n, j->c, j->hw, j->c_mean[ch], j->c_invstd[ch], &sdy,
+                 &sdyx);
+        if (j->dgamma)
+            j->dgamma[ch] = (float)sdyx;
+        if (j->dbeta)
+            j->dbeta[ch] = (float)sdy;
+        if (j->out && m != 0)
+            bn_dx(j->out, j->dout, j->in, j->gamma, ch, j->n, j->c, j->hw, j->c_mean[ch],
+                  j->c_invstd[ch], sdy, sdyx, m);
+    }
+}
+
 void op_batchnorm_backward(float *din, float *dgamma, float *dbeta,
                            const float *dout, const float *in,
                            const float *gamma, const float *save_mean,
@@ -169,18 +259,10 @@ void op_batchnorm_backward(float *din, float *dgamma, float *dbeta,
     /* dout, in, din (n, c, hw); gamma, save_*, dgamma, dbeta (c);
      * xhat = (x - mean) * invstd, dgamma = sum(dy * xhat), dbeta = sum(dy),
      * dx = gamma * invstd * (dy - dbeta/m - xhat * dgamma/m) */
-    double m = (double)((size_t)n * hw);
-    for (int ch = 0; ch < c; ch++) {
-        double sdy, sdyx;
-        bn_dsums(dout, in, ch, n, c, hw, save_mean[ch], save_invstd[ch], &sdy, &sdyx);
-        if (dgamma)
-            dgamma[ch] = (float)sdyx;
-        if (dbeta)
-            dbeta[ch] = (float)sdy;
-        if (din && m != 0)
-            bn_dx(din, dout, in, gamma, ch, n, c, hw, save_mean[ch], save_invstd[ch], sdy, sdyx,
-                  m);
-    }
+    norm_job j = {.out = din, .dgamma = dgamma, .dbeta = dbeta, .dout = dout, .in = in,
+                  .gamma = gamma, .c_mean = save_mean, .c_invstd = save_invstd, .n = n, .c = c,
+                  .hw = hw};
+    kern__for((size_t)c, norm_grain((size_t)n * hw), bn_bwd, &j);
 }
 
 int op_batchnorm_backward_parts(float *din, float *dgamma, float *dbeta, const float *dout,
@@ -415,16 +497,23 @@ int op_groupnorm_backward_parts(float *din, float *dgamma, float *dbeta, const f
               c, hw, groups, red[k], red[ng + k], m);
     return 0;
 }
+static void norm_affine(void *ctx, size_t lo, size_t hi)
+{
+    const norm_job *j = ctx;
+    for (size_t pl = lo; pl < hi; pl++) { /* plane pl = (sample, channel) */
+        size_t k = j->per_sample ? pl : pl % (size_t)j->c;
+        const float *x = j->in + pl * j->hw;
+        float *y = j->out + pl * j->hw;
+        const float ak = j->a[k], bk = j->b[k];
+        for (int i = 0; i < j->hw; i++)
+            y[i] = x[i] * ak + bk;
+    }
+}
+
 void op_norm_affine(float *out, const float *in, const float *a, const float *b, int n, int c,
                     int hw, bool per_sample)
 {
-    for (int i = 0; i < n; i++)
-        for (int ch = 0; ch < c; ch++) {
-            size_t k = per_sample ? (size_t)i * c + ch : (size_t)ch;
-            const float *x = in + ((size_t)i * c + ch) * hw;
-            float *y = out + ((size_t)i * c + ch) * hw;
-            const float ak = a[k], bk = b[k];
-            for (int j = 0; j < hw; j++)
-                y[j] = x[j] * ak + bk;
-        }
+    norm_job j = {.out = out, .in = in, .a = a, .b = b, .n = n, .c = c, .hw = hw,
+                  .per_sample = per_sample};
+    kern__for((size_t)n * c, norm_grain((size_t)hw), norm_affine, &j);
 }

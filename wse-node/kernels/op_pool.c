@@ -1,9 +1,12 @@
 /* Max pooling keeps the argmax of every window for its backward pass;
  * average pooling divides by the window area or by the number of input
- * pixels it covers (count_include_pad). */
+ * pixels it covers (count_include_pad). The planes (sample, channel) are
+ * split over the operators' threads. */
 #include "op_pool.h"
 
 #include <string.h>
+
+#include "kernels_internal.h"
 
 static int stride_h(const op_pool2d_params *p)
 {
@@ -52,16 +55,76 @@ static window window_at(const op_pool2d_params *p, int oy, int ox)
     return win;
 }
 
-void op_maxpool2d_forward(float *out, uint8_t *argmax, const float *in,
-                          const op_pool2d_params *p)
+/* A call's arguments, for the ranges of planes. */
+typedef struct pool_job {
+    float *out;
+    uint8_t *argmax;
+    const float *in;
+    const op_pool2d_params *p;
+} pool_job;
+
+/* Planes a thread takes at the least: about 64 Ki input elements. */
+static size_t plane_grain(const op_pool2d_params *p)
 {
-    /* in (n, c, h, w); out, argmax (n, c, oh, ow) */
+    size_t hw = (size_t)p->h * p->w;
+    return hw >= 65536 ? 1 : 65536 / (hw ? hw : 1);
+}
+
+/* The maximum of a window and where: a NaN wins (and the first of them
+ * stays), as in PyTorch; otherwise the first of the largest. */
+static inline int max_wins(float v, float m)
+{
+    return v > m || (v != v && m == m);
+}
+
+/* 2x2 windows at stride 2, no padding (the U-Net's): the same comparisons
+ * in the same order as the general loop, without its window arithmetic. */
+static void maxpool_2x2(const pool_job *j, size_t lo, size_t hi)
+{
+    const op_pool2d_params *p = j->p;
     int oh = op_pool2d_out_h(p), ow = op_pool2d_out_w(p);
-    size_t planes = (size_t)p->n * p->c;
-    for (size_t pl = 0; pl < planes; pl++) {
-        const float *x = in + pl * p->h * p->w;
-        float *y = out + pl * oh * ow;
-        uint8_t *am = argmax + pl * oh * ow;
+    for (size_t pl = lo; pl < hi; pl++) {
+        const float *x = j->in + pl * p->h * p->w;
+        float *y = j->out + pl * oh * ow;
+        uint8_t *am = j->argmax + pl * oh * ow;
+        for (int oy = 0; oy < oh; oy++) {
+            const float *r0 = x + (size_t)(2 * oy) * p->w, *r1 = r0 + p->w;
+            for (int ox = 0; ox < ow; ox++) {
+                float m = r0[2 * ox];
+                int best = 0;
+                if (max_wins(r0[2 * ox + 1], m)) {
+                    m = r0[2 * ox + 1];
+                    best = 1;
+                }
+                if (max_wins(r1[2 * ox], m)) {
+                    m = r1[2 * ox];
+                    best = 2;
+                }
+                if (max_wins(r1[2 * ox + 1], m)) {
+                    m = r1[2 * ox + 1];
+                    best = 3;
+                }
+                y[oy * ow + ox] = m;
+                am[oy * ow + ox] = (uint8_t)best;
+            }
+        }
+    }
+}
+
+static void maxpool_fwd(void *ctx, size_t lo, size_t hi)
+{
+    const pool_job *j = ctx;
+    const op_pool2d_params *p = j->p;
+    if (p->kh == 2 && p->kw == 2 && stride_h(p) == 2 && stride_w(p) == 2 && !p->pad_h &&
+        !p->pad_w) {
+        maxpool_2x2(j, lo, hi);
+        return;
+    }
+    int oh = op_pool2d_out_h(p), ow = op_pool2d_out_w(p);
+    for (size_t pl = lo; pl < hi; pl++) {
+        const float *x = j->in + pl * p->h * p->w;
+        float *y = j->out + pl * oh * ow;
+        uint8_t *am = j->argmax + pl * oh * ow;
         for (int oy = 0; oy < oh; oy++)
             for (int ox = 0; ox < ow; ox++) {
                 window win = window_at(p, oy, ox);
@@ -70,8 +133,7 @@ void op_maxpool2d_forward(float *out, uint8_t *argmax, const float *in,
                 for (int iy = win.y0; iy < win.y1; iy++)
                     for (int ix = win.x0; ix < win.x1; ix++) {
                         float v = x[iy * p->w + ix];
-                        /* v != v keeps a NaN, as PyTorch does */
-                        if (v > m || (v != v && m == m)) {
+                        if (max_wins(v, m)) {
                             m = v;
                             best = iy * p->w + ix;
                         }
@@ -84,18 +146,25 @@ void op_maxpool2d_forward(float *out, uint8_t *argmax, const float *in,
     }
 }
 
-void op_maxpool2d_backward(float *din, const float *dout,
-                           const uint8_t *argmax, const op_pool2d_params *p)
+void op_maxpool2d_forward(float *out, uint8_t *argmax, const float *in,
+                          const op_pool2d_params *p)
 {
-    /* dout, argmax (n, c, oh, ow); din (n, c, h, w) */
+    /* in (n, c, h, w); out, argmax (n, c, oh, ow) */
+    pool_job j = {.out = out, .argmax = argmax, .in = in, .p = p};
+    kern__for((size_t)p->n * p->c, plane_grain(p), maxpool_fwd, &j);
+}
+
+static void maxpool_bwd(void *ctx, size_t lo, size_t hi)
+{
+    const pool_job *j = ctx;
+    const op_pool2d_params *p = j->p;
     int oh = op_pool2d_out_h(p), ow = op_pool2d_out_w(p);
-    size_t ohw = (size_t)oh * ow;
-    size_t hw = (size_t)p->h * p->w, planes = (size_t)p->n * p->c;
-    memset(din, 0, sizeof(float) * planes * hw);
-    for (size_t pl = 0; pl < planes; pl++) {
-        float *dx = din + pl * hw;
-        const float *dy = dout + pl * ohw;
-        const uint8_t *am = argmax + pl * ohw;
+    size_t ohw = (size_t)oh * ow, hw = (size_t)p->h * p->w;
+    memset(j->out + lo * hw, 0, sizeof(float) * (hi - lo) * hw);
+    for (size_t pl = lo; pl < hi; pl++) {
+        float *dx = j->out + pl * hw;
+        const float *dy = j->in + pl * ohw;
+        const uint8_t *am = j->argmax + pl * ohw;
         for (int oy = 0; oy < oh; oy++) {
             int wy = oy * stride_h(p) - p->pad_h;
             for (int ox = 0; ox < ow; ox++) {
@@ -106,15 +175,22 @@ void op_maxpool2d_backward(float *din, const float *dout,
     }
 }
 
-void op_avgpool2d_forward(float *out, const float *in,
-                          const op_pool2d_params *p)
+void op_maxpool2d_backward(float *din, const float *dout,
+                           const uint8_t *argmax, const op_pool2d_params *p)
 {
-    /* in (n, c, h, w); out (n, c, oh, ow) */
+    /* dout, argmax (n, c, oh, ow); din (n, c, h, w) */
+    pool_job j = {.out = din, .argmax = (uint8_t *)argmax, .in = dout, .p = p};
+    kern__for((size_t)p->n * p->c, plane_grain(p), maxpool_bwd, &j);
+}
+
+static void avgpool_fwd(void *ctx, size_t lo, size_t hi)
+{
+    const pool_job *j = ctx;
+    const op_pool2d_params *p = j->p;
     int oh = op_pool2d_out_h(p), ow = op_pool2d_out_w(p);
-    size_t planes = (size_t)p->n * p->c;
-    for (size_t pl = 0; pl < planes; pl++) {
-        const float *x = in + pl * p->h * p->w;
-        float *y = out + pl * oh * ow;
+    for (size_t pl = lo; pl < hi; pl++) {
+        const float *x = j->in + pl * p->h * p->w;
+        float *y = j->out + pl * oh * ow;
         for (int oy = 0; oy < oh; oy++)
             for (int ox = 0; ox < ow; ox++) {
                 window win = window_at(p, oy, ox);
@@ -127,16 +203,24 @@ void op_avgpool2d_forward(float *out, const float *in,
     }
 }
 
-void op_avgpool2d_backward(float *din, const float *dout,
-                           const op_pool2d_params *p)
+void op_avgpool2d_forward(float *out, const float *in,
+                          const op_pool2d_params *p)
 {
-    /* dout (n, c, oh, ow); din (n, c, h, w) */
+    /* in (n, c, h, w); out (n, c, oh, ow) */
+    pool_job j = {.out = out, .in = in, .p = p};
+    kern__for((size_t)p->n * p->c, plane_grain(p), avgpool_fwd, &j);
+}
+
+static void avgpool_bwd(void *ctx, size_t lo, size_t hi)
+{
+    const pool_job *j = ctx;
+    const op_pool2d_params *p = j->p;
     int oh = op_pool2d_out_h(p), ow = op_pool2d_out_w(p);
-    size_t hw = (size_t)p->h * p->w, planes = (size_t)p->n * p->c;
-    memset(din, 0, sizeof(float) * planes * hw);
-    for (size_t pl = 0; pl < planes; pl++) {
-        float *dx = din + pl * hw;
-        const float *dy = dout + pl * oh * ow;
+    size_t hw = (size_t)p->h * p->w;
+    memset(j->out + lo * hw, 0, sizeof(float) * (hi - lo) * hw);
+    for (size_t pl = lo; pl < hi; pl++) {
+        float *dx = j->out + pl * hw;
+        const float *dy = j->in + pl * oh * ow;
         for (int oy = 0; oy < oh; oy++)
             for (int ox = 0; ox < ow; ox++) {
                 window win = window_at(p, oy, ox);
@@ -148,4 +232,12 @@ void op_avgpool2d_backward(float *din, const float *dout,
                         dx[iy * p->w + ix] += g;
             }
     }
+}
+
+void op_avgpool2d_backward(float *din, const float *dout,
+                           const op_pool2d_params *p)
+{
+    /* dout (n, c, oh, ow); din (n, c, h, w) */
+    pool_job j = {.out = din, .in = dout, .p = p};
+    kern__for((size_t)p->n * p->c, plane_grain(p), avgpool_bwd, &j);
 }

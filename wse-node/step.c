@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "bf16.h"
+#include "kernels.h"
 #include "msg.h"
 #include "msgcheck.h"
 #include "optim_plan.h"
@@ -32,11 +33,12 @@ static void wn__param(void *ctx, size_t i, optim_param *out)
 }
 
 /* Pipelined: applies the all-reduced gradients to the resident weights
- * with the step memoryx runs on its copy (optim_apply_step): bit for bit
- * the same. */
+ * with the step memoryx runs on its copy (optim_apply_step), split over
+ * the kernels' threads: bit for bit the same. */
 static void wn__update(wn_job *j)
 {
-    optim_apply_step(&j->cfg, j->plan->n_tensors, wn__param, j, (int64_t)j->step);
+    optim_apply_step_split(&j->cfg, j->plan->n_tensors, wn__param, j, (int64_t)j->step,
+                           kernels_for);
 }
 
 /* The buffer holding (or awaiting) eval batch k, or NULL. */
@@ -304,9 +306,9 @@ int wn__grad_pump(wn_job *j)
 }
 
 /* Queues the gradients of a layer's trainable tensors to be sent up, in
- * chunks, and sends what the link takes now. In parts: the part's rows of
- * the weight, and the rest with the last part. */
-static int wn__send_grads(wn_job *j, const model_layer *l)
+ * chunks (wn__grad_pump sends them). In parts: the part's rows of the
+ * weight, and the rest with the last part. */
+static void wn__queue_grads(wn_job *j, const model_layer *l)
 {
     for (int k = 0; k < l->ntensors; k++) {
         const model_tensor *mt = &j->m->tensors[l->first_tensor + k];
@@ -322,7 +324,19 @@ static int wn__send_grads(wn_job *j, const model_layer *l)
         t->sends++; /* queued: its gradient must not change */
         j->gq[j->gq_len++] = mt->id;
     }
-    return wn__grad_pump(j);
+}
+
+/* After a task: the next one is on its way to the compute thread (it
+ * need not wait while the loop copies megabytes into the socket), then
+ * the gradients the task made start up. */
+static void wn__advance_and_send(wn_job *j, const model_layer *sent)
+{
+    wn__advance(j);
+    if (!sent || j->state == WN_RELEASED)
+        return;
+    int rc = wn__grad_pump(j);
+    if (rc < 0)
+        wn__fault(j->n, j, "cannot send gradients of %s: %s", sent->name, strerror(-rc));
 }
 
 const char *const wn_phase_names[WN_PHASES] = {
@@ -444,16 +458,14 @@ static void wn__work_done(void *arg)
     if (j->state == WN_RELEASED)
         return;
     if (more_parts) { /* the layer's next part; in the backward pass this one's gradients go up */
-        int rc = j->stage == WN_BACKWARD ? wn__send_grads(j, &m->layers[j->layer]) : 0;
-        if (rc < 0) {
-            wn__fault(j->n, j, "cannot send gradients of %s: %s", m->layers[j->layer].name,
-                      strerror(-rc));
-            return;
-        }
+        const model_layer *sent = j->stage == WN_BACKWARD ? &m->layers[j->layer] : NULL;
+        if (sent)
+            wn__queue_grads(j, sent);
         j->part++;
-        wn__advance(j);
+        wn__advance_and_send(j, sent);
         return;
     }
+    const model_layer *sent = NULL;
     if (j->stage == WN_EVAL) {
         if (++j->layer == m->nlayers)
             j->stage = WN_EVAL_METRICS;
@@ -468,11 +480,9 @@ static void wn__work_done(void *arg)
     } else if (j->stage == WN_BACKWARD) {
         /* the gradients go up once the step's last micro-batch added to them */
         bool last_micro = j->micro + 1 >= j->nmicro;
-        int rc = last_micro ? wn__send_grads(j, &m->layers[j->layer]) : 0;
-        if (rc < 0) {
-            wn__fault(j->n, j, "cannot send gradients of %s: %s", m->layers[j->layer].name,
-                      strerror(-rc));
-            return;
+        if (last_micro) {
+            sent = &m->layers[j->layer];
+            wn__queue_grads(j, sent);
         }
         if (--j->layer < 0) {
             if (!last_micro) { /* the next micro-batch of the share */
@@ -489,7 +499,7 @@ static void wn__work_done(void *arg)
         wn__step_done(j);
     }
     j->part = 0;
-    wn__advance(j);
+    wn__advance_and_send(j, sent);
 }
 
 /* Whether the weights of a layer are complete for the current step: in its

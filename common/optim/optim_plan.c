@@ -41,8 +41,28 @@ void optim_update(const optim_config *cfg, optim_state *st, float *w, const floa
     optim_step(cfg, st, w, g, grad_scale, optim_lr_at(cfg, step));
 }
 
+/* One tensor's update, for its ranges. */
+typedef struct optim_split {
+    const optim_config *cfg;
+    const optim_param *p;
+    float scale, lr;
+} optim_split;
+
+static void optim__range(void *ctx, size_t lo, size_t hi)
+{
+    const optim_split *s = ctx;
+    optim_state r = optim_state_range(s->p->st, lo, hi - lo);
+    optim_step(s->cfg, &r, s->p->w + lo, s->p->g + lo, s->scale, s->lr);
+}
+
 void optim_apply_step(const optim_config *cfg, size_t count, optim_param_fn get, void *ctx,
                       int64_t step)
+{
+    optim_apply_step_split(cfg, count, get, ctx, step, NULL);
+}
+
+void optim_apply_step_split(const optim_config *cfg, size_t count, optim_param_fn get, void *ctx,
+                            int64_t step, optim_for_fn par)
 {
     optim_param p;
     float scale = 1.0f;
@@ -57,6 +77,15 @@ void optim_apply_step(const optim_config *cfg, size_t count, optim_param_fn get,
     }
     for (size_t i = 0; i < count; i++) {
         get(ctx, i, &p);
-        optim_update(cfg, p.st, p.w, p.g, p.n, p.trainable, scale, step);
+        if (!par || !p.trainable) {
+            optim_update(cfg, p.st, p.w, p.g, p.n, p.trainable, scale, step);
+            continue;
+        }
+        /* the ranges update borrowed views: the tensor's step count
+         * advances once, here */
+        optim_split s = {cfg, &p, scale, optim_lr_at(cfg, step)};
+        int64_t t = optim_state_step(p.st);
+        par(p.n, 32768, optim__range, &s);
+        optim_state_set_step(p.st, t + 1);
     }
 }

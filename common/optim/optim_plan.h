@@ -40,3 +40,14 @@ typedef void (*optim_param_fn)(void *ctx, size_t i, optim_param *out);
  * bit for bit. */
 void optim_apply_step(const optim_config *cfg, size_t count, optim_param_fn get, void *ctx,
                       int64_t step);
+
+/* A parallel loop: fn over ranges covering [0, n), each of at least grain
+ * items where it splits (kernels_for). */
+typedef void (*optim_range_fn)(void *ctx, size_t lo, size_t hi);
+typedef void (*optim_for_fn)(size_t n, size_t grain, optim_range_fn fn, void *ctx);
+
+/* optim_apply_step with each tensor's elements updated in ranges through
+ * `par`: every element is updated as on one thread (the rules are
+ * elementwise), so the weights are bit for bit those of optim_apply_step. */
+void optim_apply_step_split(const optim_config *cfg, size_t count, optim_param_fn get, void *ctx,
+                            int64_t step, optim_for_fn par);

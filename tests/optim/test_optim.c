@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels.h"
 #include "kt.h"
 #include "optim.h"
 #include "optim_plan.h"
@@ -195,6 +196,67 @@ START_TEST(test_apply_step)
 }
 END_TEST
 
+/* Two large tensors and a buffer, for the split step. */
+enum { SPLIT_N = 100003 };
+typedef struct split_fixture {
+    float *w[3], *g[3];
+    optim_state st[3];
+} split_fixture;
+
+static void split_param(void *ctx, size_t i, optim_param *out)
+{
+    split_fixture *f = ctx;
+    *out = (optim_param){f->w[i], f->g[i], SPLIT_N, i < 2, &f->st[i]};
+}
+
+/* optim_apply_step_split through the kernels' two threads is bit for bit
+ * optim_apply_step, for every rule, with clipping, over several steps
+ * (SGD's first step and Adam's bias corrections count the steps). */
+START_TEST(test_apply_step_split)
+{
+    const optim_type types[] = {OPTIM_SGD, OPTIM_ADAM, OPTIM_ADAMW};
+    kt_rng r;
+    kt_rng_init(&r, 5);
+    for (size_t t = 0; t < 3; t++) {
+        optim_config c;
+        optim_config_defaults(&c, types[t]);
+        c.lr = 0.01f;
+        c.momentum = 0.9f;
+        c.weight_decay = 0.01f;
+        c.max_gradient_norm = 50.0f;
+        split_fixture a, b;
+        for (int i = 0; i < 3; i++) {
+            a.w[i] = kt_falloc(SPLIT_N), a.g[i] = kt_falloc(SPLIT_N);
+            b.w[i] = kt_falloc(SPLIT_N), b.g[i] = kt_falloc(SPLIT_N);
+            kt_fill(&r, a.w[i], SPLIT_N, -1, 1);
+            kt_fill(&r, a.g[i], SPLIT_N, -1, 1);
+            memcpy(b.w[i], a.w[i], sizeof(float) * SPLIT_N);
+            memcpy(b.g[i], a.g[i], sizeof(float) * SPLIT_N);
+            ck_assert_int_eq(optim_state_init(&a.st[i], &c, SPLIT_N), 0);
+            ck_assert_int_eq(optim_state_init(&b.st[i], &c, SPLIT_N), 0);
+        }
+        kernels_set_threads(2);
+        for (int64_t step = 0; step < 3; step++) {
+            optim_apply_step(&c, 3, split_param, &a, step);
+            optim_apply_step_split(&c, 3, split_param, &b, step, kernels_for);
+        }
+        kernels_set_threads(1);
+        ck_assert_int_eq(optim_state_step(&b.st[0]), 3);
+        for (int i = 0; i < 3; i++) {
+            ck_assert_msg(memcmp(a.w[i], b.w[i], sizeof(float) * SPLIT_N) == 0,
+                          "%s: tensor %d differs when split", optim_type_name(types[t]), i);
+            ck_assert_int_eq(optim_state_step(&a.st[i]), optim_state_step(&b.st[i]));
+            for (size_t k = 0; k < optim_state_count(&a.st[i]); k++)
+                ck_assert(memcmp(optim_state_tensor(&a.st[i], k, NULL, NULL),
+                                 optim_state_tensor(&b.st[i], k, NULL, NULL),
+                                 sizeof(float) * SPLIT_N) == 0);
+            optim_state_deinit(&a.st[i]), optim_state_deinit(&b.st[i]);
+            free(a.w[i]), free(a.g[i]), free(b.w[i]), free(b.g[i]);
+        }
+    }
+}
+END_TEST
+
 START_TEST(test_names_and_config)
 {
     optim_type t = OPTIM_SGD;
@@ -309,6 +371,7 @@ int main(void)
     tcase_add_test(tc, test_schedules);
     tcase_add_test(tc, test_clipping);
     tcase_add_test(tc, test_apply_step);
+    tcase_add_test(tc, test_apply_step_split);
     tcase_add_test(tc, test_names_and_config);
     tcase_add_test(tc, test_state_save_restore);
     suite_add_tcase(s, tc);

@@ -142,7 +142,7 @@ void kern__parallel(kern__task_fn fn, void *ctx, int want)
 
 typedef struct range_job {
     size_t n;
-    kern__range_fn fn;
+    kernels_range_fn fn;
     void *ctx;
 } range_job;
 
@@ -154,7 +154,7 @@ static void range_task(void *ctx, int tid, int nt)
         r->fn(r->ctx, lo, hi);
 }
 
-void kern__for(size_t n, size_t grain, kern__range_fn fn, void *ctx)
+void kernels_for(size_t n, size_t grain, kernels_range_fn fn, void *ctx)
 {
     size_t t = (size_t)pool.threads;
     if (grain < 1)

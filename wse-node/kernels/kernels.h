@@ -3,6 +3,8 @@
 #ifndef KERNELS_H
 #define KERNELS_H
 
+#include <stddef.h>
+
 /* Sets the number of threads the operators use (n < 1 means 1): a pool of
  * n - 1 workers plus the calling thread. The convolutions split their row
  * bands over it, each thread running single-threaded GEMMs (a 64-row GEMM
@@ -22,6 +24,15 @@ void kernels_set_threads(int n);
 
 /* Returns the thread count set by kernels_set_threads (1 before). */
 int kernels_threads(void);
+
+/* Body of a split loop: items [lo, hi). */
+typedef void (*kernels_range_fn)(void *ctx, size_t lo, size_t hi);
+
+/* Runs fn over [0, n) in contiguous ranges, one per thread, when each
+ * thread gets at least `grain` items; inline in one call otherwise. The
+ * items must be independent: which thread computes one never changes its
+ * value. From the operators' thread, as the operators. */
+void kernels_for(size_t n, size_t grain, kernels_range_fn fn, void *ctx);
 
 /* C (m x n) = alpha * op(A) * op(B) + beta * C, row-major, op transposing
  * when ta / tb: cblas_sgemm split in blocks of 16 rows or columns (of the

@@ -16,15 +16,6 @@ typedef void (*kern__task_fn)(void *ctx, int tid, int nthreads);
  * region does not nest: its GEMMs run on their own thread). */
 void kern__parallel(kern__task_fn fn, void *ctx, int want);
 
-/* Body of a split loop: items [lo, hi). */
-typedef void (*kern__range_fn)(void *ctx, size_t lo, size_t hi);
-
-/* Runs fn over [0, n) in contiguous ranges, one per thread, when each
- * thread gets at least `grain` items; inline in one call otherwise. The
- * items must be independent: which thread computes one never changes its
- * value. */
-void kern__for(size_t n, size_t grain, kern__range_fn fn, void *ctx);
-
 /* Which implementation runs the convolutions. */
 typedef enum kern__conv_path {
     KERN__CONV_AUTO = 0,   /* per shape, the faster one, timed at first use */

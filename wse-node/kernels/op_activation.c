@@ -4,7 +4,7 @@
 
 #include <math.h>
 
-#include "kernels_internal.h"
+#include "kernels.h"
 
 /* Elements a thread takes at the least: below, one thread does it all. */
 #define GRAIN (64 * 1024)
@@ -106,11 +106,11 @@ static void tanh_bwd(void *ctx, size_t lo, size_t hi)
 }
 
 /* The transcendental ones cost more an element: smaller ranges pay. */
-static void run(kern__range_fn fn, size_t count, size_t grain, float *out, const float *a,
+static void run(kernels_range_fn fn, size_t count, size_t grain, float *out, const float *a,
                 const float *b, float slope)
 {
     act p = {.out = out, .a = a, .b = b, .slope = slope};
-    kern__for(count, grain, fn, &p);
+    kernels_for(count, grain, fn, &p);
 }
 
 void op_relu_forward(float *out, const float *in, size_t count)

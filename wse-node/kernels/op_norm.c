@@ -8,7 +8,7 @@
 #include <math.h>
 #include <stddef.h>
 
-#include "kernels_internal.h"
+#include "kernels.h"
 
 /* The channels (or planes) a thread takes at the least: about 64 Ki
  * elements. Each channel is computed whole by one thread, so the split
@@ -133,7 +133,7 @@ void op_batchnorm_forward_train(float *out, float *save_mean,
                   .running_mean = running_mean, .running_var = running_var, .in = in,
                   .gamma = gamma, .beta = beta, .n = n, .c = c, .hw = hw,
                   .momentum = momentum, .eps = eps};
-    kern__for((size_t)c, norm_grain((size_t)n * hw), bn_fwd_train, &j);
+    kernels_for((size_t)c, norm_grain((size_t)n * hw), bn_fwd_train, &j);
 }
 
 int op_batchnorm_forward_train_parts(float *out, float *save_mean, float *save_invstd,
@@ -188,7 +188,7 @@ void op_batchnorm_forward_eval(float *out, const float *in,
     norm_job j = {.out = out, .in = in, .gamma = gamma, .beta = beta,
                   .running_mean = (float *)running_mean, .running_var = (float *)running_var,
                   .n = n, .c = c, .hw = hw, .eps = eps};
-    kern__for((size_t)c, norm_grain((size_t)n * hw), bn_fwd_eval, &j);
+    kernels_for((size_t)c, norm_grain((size_t)n * hw), bn_fwd_eval, &j);
 }
 
 /* sum(dy) and sum(dy * xhat) of channel ch. */
@@ -262,7 +262,7 @@ void op_batchnorm_backward(float *din, float *dgamma, float *dbeta,
     norm_job j = {.out = din, .dgamma = dgamma, .dbeta = dbeta, .dout = dout, .in = in,
                   .gamma = gamma, .c_mean = save_mean, .c_invstd = save_invstd, .n = n, .c = c,
                   .hw = hw};
-    kern__for((size_t)c, norm_grain((size_t)n * hw), bn_bwd, &j);
+    kernels_for((size_t)c, norm_grain((size_t)n * hw), bn_bwd, &j);
 }
 
 int op_batchnorm_backward_parts(float *din, float *dgamma, float *dbeta, const float *dout,
@@ -515,5 +515,5 @@ void op_norm_affine(float *out, const float *in, const float *a, const float *b,
 {
     norm_job j = {.out = out, .in = in, .a = a, .b = b, .n = n, .c = c, .hw = hw,
                   .per_sample = per_sample};
-    kern__for((size_t)n * c, norm_grain((size_t)hw), norm_affine, &j);
+    kernels_for((size_t)n * c, norm_grain((size_t)hw), norm_affine, &j);
 }

@@ -6,7 +6,7 @@
 
 #include <string.h>
 
-#include "kernels_internal.h"
+#include "kernels.h"
 
 static int stride_h(const op_pool2d_params *p)
 {
@@ -151,7 +151,7 @@ void op_maxpool2d_forward(float *out, uint8_t *argmax, const float *in,
 {
     /* in (n, c, h, w); out, argmax (n, c, oh, ow) */
     pool_job j = {.out = out, .argmax = argmax, .in = in, .p = p};
-    kern__for((size_t)p->n * p->c, plane_grain(p), maxpool_fwd, &j);
+    kernels_for((size_t)p->n * p->c, plane_grain(p), maxpool_fwd, &j);
 }
 
 static void maxpool_bwd(void *ctx, size_t lo, size_t hi)
@@ -180,7 +180,7 @@ void op_maxpool2d_backward(float *din, const float *dout,
 {
     /* dout, argmax (n, c, oh, ow); din (n, c, h, w) */
     pool_job j = {.out = din, .argmax = (uint8_t *)argmax, .in = dout, .p = p};
-    kern__for((size_t)p->n * p->c, plane_grain(p), maxpool_bwd, &j);
+    kernels_for((size_t)p->n * p->c, plane_grain(p), maxpool_bwd, &j);
 }
 
 static void avgpool_fwd(void *ctx, size_t lo, size_t hi)
@@ -208,7 +208,7 @@ void op_avgpool2d_forward(float *out, const float *in,
 {
     /* in (n, c, h, w); out (n, c, oh, ow) */
     pool_job j = {.out = out, .in = in, .p = p};
-    kern__for((size_t)p->n * p->c, plane_grain(p), avgpool_fwd, &j);
+    kernels_for((size_t)p->n * p->c, plane_grain(p), avgpool_fwd, &j);
 }
 
 static void avgpool_bwd(void *ctx, size_t lo, size_t hi)
@@ -239,5 +239,5 @@ void op_avgpool2d_backward(float *din, const float *dout,
 {
     /* dout (n, c, oh, ow); din (n, c, h, w) */
     pool_job j = {.out = din, .in = dout, .p = p};
-    kern__for((size_t)p->n * p->c, plane_grain(p), avgpool_bwd, &j);
+    kernels_for((size_t)p->n * p->c, plane_grain(p), avgpool_bwd, &j);
 }

@@ -2,7 +2,7 @@
 """The PyTorch twin of a job file: the same layers, loss, batch and threads,
 trained on random data in one process, to compare the appliance with.
 
-    torch_twin.py JOB.toml [--side N] [--batch B] [--threads T] [--steps S]
+    torch_twin.py JOB.toml [--side N] [--batch B] [--threads T] [--steps S] [--bf16]
 
 Prints one JSON object: the median step time (after a first step that warms
 up), the peak resident memory of the process (ru_maxrss) and what was run.
@@ -142,6 +142,8 @@ def main():
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--bf16", action="store_true",
+                    help="forward pass and loss under CPU autocast to bfloat16 (mixed precision)")
     a = ap.parse_args()
     with open(a.job, "rb") as f:
         job = tomllib.load(f)
@@ -168,7 +170,9 @@ def main():
     for _ in range(a.steps):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = loss_of(loss_kind, net(x), y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
+            out = net(x)
+        loss = loss_of(loss_kind, out.float(), y)
         loss.backward()
         opt.step()
         times.append(time.perf_counter() - t0)
@@ -176,7 +180,7 @@ def main():
     print(json.dumps({"side": c[1], "batch": a.batch, "threads": a.threads, "steps": a.steps,
                       "step_sec": warm[len(warm) // 2], "first_step_sec": times[0],
                       "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-                      "torch": torch.__version__, "loss": float(loss)}))
+                      "torch": torch.__version__, "bf16": a.bf16, "loss": float(loss)}))
 
 
 if __name__ == "__main__":

@@ -738,8 +738,12 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
     bool exchange = mode != EXEC__RECOMPUTE; /* a recomputation has the halo rows it kept */
     switch (l->type) {
     case LAYER_DENSE:
-        op_dense_forward(out, in, W(l, 0), l->bias ? W(l, 1) : NULL, n, (int)l->in.d[0],
-                         (int)l->units);
+        if (e->m->mixed_precision) /* bfloat16 GEMMs, in the workspace */
+            op_dense_forward_bf16(out, in, W(l, 0), l->bias ? W(l, 1) : NULL, n,
+                                  (int)l->in.d[0], (int)l->units, e->ws, e->ws_bytes);
+        else
+            op_dense_forward(out, in, W(l, 0), l->bias ? W(l, 1) : NULL, n, (int)l->in.d[0],
+                             (int)l->units);
         break;
     case LAYER_CONV2D: {
         op_conv2d_params p = exec__conv(l, n);
@@ -1046,8 +1050,12 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
     case LAYER_DENSE:
         if (src < 0)
             din = NULL;
-        op_dense_backward(din, G(l, 0), l->bias ? G(l, 1) : NULL, dout, in, W(l, 0), n,
-                          (int)l->in.d[0], (int)l->units);
+        if (e->m->mixed_precision)
+            op_dense_backward_bf16(din, G(l, 0), l->bias ? G(l, 1) : NULL, dout, in, W(l, 0), n,
+                                   (int)l->in.d[0], (int)l->units, e->ws, e->ws_bytes);
+        else
+            op_dense_backward(din, G(l, 0), l->bias ? G(l, 1) : NULL, dout, in, W(l, 0), n,
+                              (int)l->in.d[0], (int)l->units);
         break;
     case LAYER_CONV2D: {
         op_conv2d_params p = exec__conv(l, n);

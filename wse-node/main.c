@@ -1,8 +1,10 @@
 /* wse-node: one emulated CS-2 system. It declares its on-wafer memory to the
  * coordinator (default 40 GB as on a CS-2, never more than the host has). */
 #include <stdio.h>
+#include <string.h>
 
 #include "blas_check.h"
+#include "kernels.h"
 #include "log.h"
 #include "replica.h"
 #include "units.h"
@@ -28,6 +30,12 @@ int main(int argc, char **argv)
                  "type %s", w.blas.failed, w.blas.why, w.blas.core);
     else
         log_info("OpenBLAS core %s passed its start-up self-check", w.blas.core);
+    if (strcmp(kernels_bf16_isa(), "none") != 0)
+        log_info("mixed-precision jobs compute their dense layers in bfloat16 (oneDNN on %s)",
+                 kernels_bf16_isa());
+    else
+        log_info("mixed-precision jobs compute in float32 here: no bfloat16 instructions, or a "
+                 "build without oneDNN");
     uint64_t host = uv_get_total_memory();
     uint64_t limit = uv_get_constrained_memory();
     if (limit && limit < host)

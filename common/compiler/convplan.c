@@ -164,3 +164,22 @@ size_t convplan_convt_workspace(const op_conv_transpose2d_params *p, int threads
     convplan_convt pl = convplan_convt_of(p);
     return (size_t)(threads > 0 ? threads : 1) * pl.per_thread * sizeof(float);
 }
+
+#define GEMM_BF16_SCRATCH ((size_t)2 << 20)
+
+size_t convplan_gemm_bf16_workspace(int m, int n, int k)
+{
+    if (m <= 0 || n <= 0 || k <= 0)
+        return 0;
+    size_t a = ((size_t)m * k * 2 + 63) / 64 * 64, b = ((size_t)k * n * 2 + 63) / 64 * 64;
+    return a + b + GEMM_BF16_SCRATCH;
+}
+
+size_t convplan_dense_bf16_workspace(int n, int in_f, int out_f)
+{
+    size_t f = convplan_gemm_bf16_workspace(n, out_f, in_f);
+    size_t dw = convplan_gemm_bf16_workspace(out_f, in_f, n);
+    size_t dx = convplan_gemm_bf16_workspace(n, in_f, out_f);
+    size_t w = f > dw ? f : dw;
+    return w > dx ? w : dx;
+}

@@ -250,6 +250,8 @@ int footprint_init_micro(footprint *f, const model *m, int share, int micro, int
         fl->dact = l->type == LAYER_FLATTEN ? 0 : out;
         fl->aux = memplan_aux_bytes(l, n);
         fl->workspace = footprint_workspace_bytes(l, n, f->threads);
+        if (l->type == LAYER_DENSE && m->mixed_precision) /* the GEMMs' bfloat16 operands */
+            fl->workspace = convplan_dense_bf16_workspace(n, (int)l->in.d[0], (int)l->units);
         fl->scratch = memplan_scratch_bytes(m, i, n);
         f->act += fl->act;
         if (fl->kept)

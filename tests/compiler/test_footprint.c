@@ -12,6 +12,7 @@
 #include "exec.h"
 #include "footprint.h"
 #include "kernels.h"
+#include "convplan.h"
 #include "op_conv2d.h"
 #include "optim.h"
 #include "toml.h"
@@ -107,6 +108,36 @@ START_TEST(executor_allocates_the_footprint)
 }
 END_TEST
 
+/* A mixed-precision model plans its dense layers' bfloat16 operands as
+ * workspace, and the kernels run their bfloat16 GEMMs within it. */
+START_TEST(workspace_of_bf16_dense)
+{
+    model *m = load("fc_mnist.toml", "[model]", "[model]\nmixed_precision = true");
+    model *m32 = load("fc_mnist.toml", NULL, NULL);
+    ck_assert(m->mixed_precision && !m32->mixed_precision);
+    footprint f, f32;
+    ck_assert_int_eq(footprint_init(&f, m, 64, 2), 0);
+    ck_assert_int_eq(footprint_init(&f32, m32, 64, 2), 0);
+    uint64_t want = 0;
+    for (int i = 0; i < m->nlayers; i++) {
+        const model_layer *l = &m->layers[i];
+        if (l->type != LAYER_DENSE)
+            continue;
+        uint64_t b = convplan_dense_bf16_workspace(64, (int)l->in.d[0], (int)l->units);
+        ck_assert_uint_eq(f.layers[i].workspace, b);
+        ck_assert_uint_ge(b, 2 * (64 * l->in.d[0] + l->in.d[0] * l->units));
+        want = b > want ? b : want;
+    }
+    ck_assert_uint_gt(want, 0);
+    ck_assert_uint_eq(f.workspace, (want + 63) / 64 * 64);
+    ck_assert_uint_eq(f32.workspace, 0);
+    footprint_free(&f);
+    footprint_free(&f32);
+    model_free(m);
+    model_free(m32);
+}
+END_TEST
+
 START_TEST(workspace_grows_with_threads)
 {
     model *m = load("unet.toml", "[3, 512, 512]", "[3, 64, 64]");
@@ -189,6 +220,7 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, executor_allocates_the_footprint);
     tcase_add_test(tc, workspace_grows_with_threads);
+    tcase_add_test(tc, workspace_of_bf16_dense);
     tcase_add_test(tc, optimizer_states);
     tcase_add_test(tc, labels_and_batches);
     suite_add_tcase(s, tc);

@@ -4,6 +4,11 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include <string.h>
+
+#include "bf16.h"
+#include "convplan.h"
+#include "kernels.h"
 #include "kt.h"
 #include "op_dense.h"
 
@@ -119,6 +124,96 @@ START_TEST(test_gradients_fd)
 }
 END_TEST
 
+/* x rounded to bfloat16 and back */
+static void round_bf16(float *out, const float *x, size_t n)
+{
+    uint16_t *h = malloc(n * sizeof(uint16_t));
+    bf16_pack(h, x, n);
+    bf16_unpack(out, h, n);
+    free(h);
+}
+
+/* Mixed precision: forward and both backward GEMMs against the double
+ * reference of the operands rounded to bfloat16 (products summed in
+ * float32: within 1e-5 of it) where the processor computes in bfloat16,
+ * else against the float32 path bit for bit; with the bfloat16 path
+ * turned off, or a workspace too small for it, bit for bit float32. */
+START_TEST(test_bf16_paths)
+{
+    enum { N = 67, IN = 300, OUT = 129 };
+    kt_rng r;
+    kt_rng_init(&r, 21);
+    float *x = kt_falloc(N * IN), *w = kt_falloc(OUT * IN), *b = kt_falloc(OUT);
+    float *dy = kt_falloc(N * OUT), *y = kt_falloc(N * OUT), *y32 = kt_falloc(N * OUT);
+    float *dx = kt_falloc(N * IN), *dw = kt_falloc(OUT * IN), *db = kt_falloc(OUT);
+    float *dx32 = kt_falloc(N * IN), *dw32 = kt_falloc(OUT * IN), *db32 = kt_falloc(OUT);
+    kt_fill(&r, x, N * IN, -1, 1);
+    kt_fill(&r, w, OUT * IN, -0.1, 0.1);
+    kt_fill(&r, b, OUT, -0.5, 0.5);
+    kt_fill(&r, dy, N * OUT, -1, 1);
+    size_t wsb = convplan_dense_bf16_workspace(N, IN, OUT);
+    void *ws = aligned_alloc(64, wsb);
+    kernels_set_threads(2);
+    op_dense_forward_bf16(y, x, w, b, N, IN, OUT, ws, wsb);
+    op_dense_backward_bf16(dx, dw, db, dy, x, w, N, IN, OUT, ws, wsb);
+    op_dense_forward(y32, x, w, b, N, IN, OUT);
+    op_dense_backward(dx32, dw32, db32, dy, x, w, N, IN, OUT);
+    ck_assert(memcmp(db, db32, sizeof(float) * OUT) == 0); /* the bias's in float32 */
+    if (kernels_bf16_compute()) {
+        float *xr = kt_falloc(N * IN), *wr = kt_falloc(OUT * IN), *dyr = kt_falloc(N * OUT);
+        round_bf16(xr, x, N * IN);
+        round_bf16(wr, w, OUT * IN);
+        round_bf16(dyr, dy, N * OUT);
+        double *ry = kt_dalloc(N * OUT), *rdx = kt_dalloc(N * IN), *rdw = kt_dalloc(OUT * IN);
+        for (int i = 0; i < N; i++)
+            for (int o = 0; o < OUT; o++) {
+                double a = b[o];
+                for (int k = 0; k < IN; k++)
+                    a += (double)xr[i * IN + k] * wr[o * IN + k];
+                ry[i * OUT + o] = a;
+            }
+        for (int i = 0; i < N; i++)
+            for (int k = 0; k < IN; k++) {
+                double a = 0;
+                for (int o = 0; o < OUT; o++)
+                    a += (double)dyr[i * OUT + o] * wr[o * IN + k];
+                rdx[i * IN + k] = a;
+            }
+        for (int o = 0; o < OUT; o++)
+            for (int k = 0; k < IN; k++) {
+                double a = 0;
+                for (int i = 0; i < N; i++)
+                    a += (double)dyr[i * OUT + o] * xr[i * IN + k];
+                rdw[o * IN + k] = a;
+            }
+        ck_assert_msg(kt_relerr(y, ry, N * OUT) < 1e-5, "forward %g", kt_relerr(y, ry, N * OUT));
+        ck_assert_msg(kt_relerr(dx, rdx, N * IN) < 1e-5, "dx %g", kt_relerr(dx, rdx, N * IN));
+        ck_assert_msg(kt_relerr(dw, rdw, OUT * IN) < 1e-5, "dw %g", kt_relerr(dw, rdw, OUT * IN));
+        /* and it did round: not the float32 result */
+        ck_assert(memcmp(y, y32, sizeof(float) * N * OUT) != 0);
+        free(xr), free(wr), free(dyr), free(ry), free(rdx), free(rdw);
+    } else {
+        ck_assert(memcmp(y, y32, sizeof(float) * N * OUT) == 0);
+        ck_assert(memcmp(dw, dw32, sizeof(float) * OUT * IN) == 0);
+    }
+    /* a workspace too small, then the path turned off: float32 */
+    op_dense_forward_bf16(y, x, w, b, N, IN, OUT, ws, 1024);
+    ck_assert(memcmp(y, y32, sizeof(float) * N * OUT) == 0);
+    kernels_bf16_enable(0);
+    ck_assert_int_eq(kernels_bf16_compute(), 0);
+    op_dense_forward_bf16(y, x, w, b, N, IN, OUT, ws, wsb);
+    op_dense_backward_bf16(dx, dw, db, dy, x, w, N, IN, OUT, ws, wsb);
+    kernels_bf16_enable(1);
+    ck_assert(memcmp(y, y32, sizeof(float) * N * OUT) == 0);
+    ck_assert(memcmp(dx, dx32, sizeof(float) * N * IN) == 0);
+    ck_assert(memcmp(dw, dw32, sizeof(float) * OUT * IN) == 0);
+    kernels_set_threads(1);
+    free(ws);
+    free(x), free(w), free(b), free(dy), free(y), free(y32), free(dx), free(dw), free(db);
+    free(dx32), free(dw32), free(db32);
+}
+END_TEST
+
 START_TEST(test_hand_values)
 {
     /* x = [1 2], W = [[1 0], [3 -1]], b = [0.5 -1]:
@@ -152,6 +247,7 @@ int main(void)
     tcase_add_test(tc, test_forward_matches_ref);
     tcase_add_test(tc, test_backward_matches_ref);
     tcase_add_test(tc, test_gradients_fd);
+    tcase_add_test(tc, test_bf16_paths);
     suite_add_tcase(s, tc);
     return kt_run(s);
 }

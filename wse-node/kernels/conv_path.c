@@ -197,6 +197,16 @@ static int engine_ready(void)
     return dn.ok;
 }
 
+int kern__dnnl_engine(dnnl_engine_t *eng, dnnl_stream_t *stream)
+{
+    if (!engine_ready())
+        return 0;
+    set_dnnl_threads();
+    *eng = dn.eng;
+    *stream = dn.stream;
+    return 1;
+}
+
 /* Descriptors of the plain layouts; 0 or a oneDNN status. */
 static int plain_mds(const dnnl_geom *g, dnnl_memory_desc_t *src,
                      dnnl_memory_desc_t *wei, dnnl_memory_desc_t *bias,

@@ -46,4 +46,24 @@ void kern_sgemm(int ta, int tb, int m, int n, int k, float alpha,
                 const float *a, int lda, const float *b, int ldb, float beta,
                 float *c, int ldc);
 
+/* Mixed precision's GEMM: C (m x n) = op(A) op(B) + beta C with A and B
+ * rounded to bfloat16 (to nearest even) and their products summed in
+ * float32 (oneDNN's matmul, on AMX or AVX512_BF16), beta 0 or 1. ws holds
+ * the rounded operands and oneDNN's scratch (convplan_gemm_bf16_workspace
+ * bytes, 64-byte aligned). Runs in float32 instead (kern_sgemm) where the
+ * processor or the build has no bfloat16 path, or ws is too small.
+ * Returns 1 when it computed in bfloat16, 0 in float32. */
+int kern_gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int lda, const float *b,
+                   int ldb, float beta, float *c, int ldc, void *ws, size_t ws_bytes);
+
+/* 1 when kern_gemm_bf16 computes in bfloat16 on this processor and build. */
+int kernels_bf16_compute(void);
+
+/* The instructions it uses: "amx", "avx512_bf16", or "none". */
+const char *kernels_bf16_isa(void);
+
+/* For tests: 0 makes kern_gemm_bf16 compute in float32 from now on, 1
+ * lets it use bfloat16 again. */
+void kernels_bf16_enable(int on);
+
 #endif

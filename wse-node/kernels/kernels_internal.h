@@ -6,6 +6,15 @@
 
 #include <stddef.h>
 
+#ifdef KERNELS_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.h>
+
+/* The oneDNN CPU engine and stream every oneDNN primitive of the kernels
+ * runs on (created once; its threads set to the operators'): 1, or 0 when
+ * the engine cannot be made. From the operators' thread. */
+int kern__dnnl_engine(dnnl_engine_t *eng, dnnl_stream_t *stream);
+#endif
+
 /* Body of a parallel region: runs once per thread with its index tid in
  * [0, nthreads). */
 typedef void (*kern__task_fn)(void *ctx, int tid, int nthreads);

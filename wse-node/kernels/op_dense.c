@@ -5,8 +5,23 @@
 
 #include "kernels.h"
 
-void op_dense_forward(float *out, const float *in, const float *weight,
-                      const float *bias, int n, int in_f, int out_f)
+/* One GEMM of the layer: in float32, or with a workspace in bfloat16 */
+typedef struct dense_ws {
+    void *ws;      /* NULL: float32 */
+    size_t bytes;
+} dense_ws;
+
+static void dense_gemm(const dense_ws *w, int ta, int tb, int m, int n, int k, const float *a,
+                       int lda, const float *b, int ldb, float beta, float *c, int ldc)
+{
+    if (w->ws)
+        kern_gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, w->ws, w->bytes);
+    else
+        kern_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+}
+
+static void dense_forward(const dense_ws *w, float *out, const float *in, const float *weight,
+                          const float *bias, int n, int in_f, int out_f)
 {
     /* in (n, in_f), weight (out_f, in_f), bias (out_f) or NULL,
      * out (n, out_f) = in * weight^T + bias */
@@ -25,13 +40,12 @@ void op_dense_forward(float *out, const float *in, const float *weight,
             memset(out, 0, sizeof(float) * n * (size_t)out_f);
         return;
     }
-    kern_sgemm(0, 1, n, out_f, in_f,
-                1.0f, in, in_f, weight, in_f, beta, out, out_f);
+    dense_gemm(w, 0, 1, n, out_f, in_f, in, in_f, weight, in_f, beta, out, out_f);
 }
 
-void op_dense_backward(float *din, float *dweight, float *dbias,
-                       const float *dout, const float *in,
-                       const float *weight, int n, int in_f, int out_f)
+static void dense_backward(const dense_ws *w, float *din, float *dweight, float *dbias,
+                           const float *dout, const float *in, const float *weight, int n,
+                           int in_f, int out_f)
 {
     /* dout (n, out_f), in (n, in_f), weight (out_f, in_f);
      * dweight (out_f, in_f) = dout^T * in, dbias (out_f) = sum_n dout,
@@ -45,9 +59,8 @@ void op_dense_backward(float *din, float *dweight, float *dbias,
         return;
     }
     if (in_f > 0)
-        kern_sgemm(1, 0, out_f, in_f, n,
-                    1.0f, dout, out_f, in, in_f, 0.0f, dweight, in_f);
-    if (dbias) {
+        dense_gemm(w, 1, 0, out_f, in_f, n, dout, out_f, in, in_f, 0.0f, dweight, in_f);
+    if (dbias) { /* in float32 either way */
         memcpy(dbias, dout, sizeof(float) * out_f);
         for (int i = 1; i < n; i++) {
             const float *row = dout + (size_t)i * out_f;
@@ -56,8 +69,37 @@ void op_dense_backward(float *din, float *dweight, float *dbias,
         }
     }
     if (din && in_f > 0)
-        kern_sgemm(0, 0, n, in_f, out_f,
-                    1.0f, dout, out_f, weight, in_f, 0.0f, din, in_f);
+        dense_gemm(w, 0, 0, n, in_f, out_f, dout, out_f, weight, in_f, 0.0f, din, in_f);
+}
+
+void op_dense_forward(float *out, const float *in, const float *weight,
+                      const float *bias, int n, int in_f, int out_f)
+{
+    dense_ws w = {NULL, 0};
+    dense_forward(&w, out, in, weight, bias, n, in_f, out_f);
+}
+
+void op_dense_backward(float *din, float *dweight, float *dbias,
+                       const float *dout, const float *in,
+                       const float *weight, int n, int in_f, int out_f)
+{
+    dense_ws w = {NULL, 0};
+    dense_backward(&w, din, dweight, dbias, dout, in, weight, n, in_f, out_f);
+}
+
+void op_dense_forward_bf16(float *out, const float *in, const float *weight, const float *bias,
+                           int n, int in_f, int out_f, void *ws, size_t ws_bytes)
+{
+    dense_ws w = {ws, ws_bytes};
+    dense_forward(&w, out, in, weight, bias, n, in_f, out_f);
+}
+
+void op_dense_backward_bf16(float *din, float *dweight, float *dbias, const float *dout,
+                            const float *in, const float *weight, int n, int in_f, int out_f,
+                            void *ws, size_t ws_bytes)
+{
+    dense_ws w = {ws, ws_bytes};
+    dense_backward(&w, din, dweight, dbias, dout, in, weight, n, in_f, out_f);
 }
 
 void op_dense_forward_ref(float *out, const float *in, const float *weight,

@@ -2,6 +2,8 @@
 #ifndef OP_DENSE_H
 #define OP_DENSE_H
 
+#include <stddef.h>
+
 /* in is (n, in_f), weight is (out_f, in_f), bias is (out_f) or NULL,
  * out is (n, out_f). out must not alias the inputs. */
 void op_dense_forward(float *out, const float *in, const float *weight,
@@ -13,6 +15,17 @@ void op_dense_forward(float *out, const float *in, const float *weight,
 void op_dense_backward(float *din, float *dweight, float *dbias,
                        const float *dout, const float *in,
                        const float *weight, int n, int in_f, int out_f);
+
+/* The same in mixed precision: each GEMM's operands rounded to bfloat16,
+ * their products summed in float32 (kern_gemm_bf16; float32 where the
+ * processor has no bfloat16 path). ws: convplan_dense_bf16_workspace(n,
+ * in_f, out_f) bytes, 64-byte aligned. The bias and its gradient stay in
+ * float32. */
+void op_dense_forward_bf16(float *out, const float *in, const float *weight, const float *bias,
+                           int n, int in_f, int out_f, void *ws, size_t ws_bytes);
+void op_dense_backward_bf16(float *din, float *dweight, float *dbias, const float *dout,
+                            const float *in, const float *weight, int n, int in_f, int out_f,
+                            void *ws, size_t ws_bytes);
 
 /* Plain loops with the same contracts, kept as the reference that tests hold
  * the GEMM path to. */

@@ -1,0 +1,233 @@
+/* GEMMs in bfloat16 for mixed precision: both operands rounded to
+ * bfloat16 (to nearest even) into the caller's workspace, multiplied by
+ * oneDNN's matmul with float32 accumulation and output, on the AMX tiles or
+ * the AVX512_BF16 instructions where the processor has them. One primitive
+ * per shape, kept in a small table; its scratch is carved from the
+ * workspace. Elsewhere (no oneDNN, no bfloat16 instructions, a workspace
+ * too small) the GEMM runs in float32 (kern_sgemm) on the same operands. */
+#include <stdint.h>
+#include <string.h>
+
+#include "bf16.h"
+#include "convplan.h"
+#include "kernels.h"
+#include "kernels_internal.h"
+
+static int bf16_off; /* kernels_bf16_enable(0) */
+
+#ifdef KERNELS_HAVE_DNNL
+
+#define SLOTS 24
+
+typedef struct gemm_entry {
+    int key[8];                 /* m, n, k, ta, tb, beta != 0, ldc, threads */
+    dnnl_primitive_t prim;
+    dnnl_memory_t a, b, c, scratch;
+    size_t scratch_bytes;
+    unsigned used;              /* the call count when last used */
+} gemm_entry;
+
+static struct {
+    gemm_entry e[SLOTS];
+    int n;
+    unsigned clock;
+    int isa;                    /* 1 bfloat16 instructions, -1 none, 0 not asked */
+} gb;
+
+static int isa_has_bf16(void)
+{
+    if (!gb.isa) {
+        dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+        gb.isa = (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16 ? 1 : -1;
+    }
+    return gb.isa > 0;
+}
+
+int kernels_bf16_compute(void)
+{
+    dnnl_engine_t eng;
+    dnnl_stream_t st;
+    return !bf16_off && isa_has_bf16() && kern__dnnl_engine(&eng, &st);
+}
+
+const char *kernels_bf16_isa(void)
+{
+    if (!isa_has_bf16())
+        return "none";
+    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    return (isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx ? "amx"
+                                                                               : "avx512_bf16";
+}
+
+static void entry_free(gemm_entry *g)
+{
+    dnnl_memory_destroy(g->a);
+    dnnl_memory_destroy(g->b);
+    dnnl_memory_destroy(g->c);
+    dnnl_memory_destroy(g->scratch);
+    dnnl_primitive_destroy(g->prim);
+    memset(g, 0, sizeof(*g));
+}
+
+/* Makes the primitive of key (and its memory objects) into g; 0 or -1. */
+static int entry_make(gemm_entry *g, const int key[8], dnnl_engine_t eng)
+{
+    int m = key[0], n = key[1], k = key[2], ta = key[3], tb = key[4], sum = key[5];
+    dnnl_dims_t ad = {m, k}, bd = {k, n}, cd = {m, n};
+    /* the rounded copies keep the operands' orientation, packed */
+    dnnl_dims_t as = {ta ? 1 : k, ta ? m : 1}, bs = {tb ? 1 : n, tb ? k : 1};
+    dnnl_dims_t cs = {key[6], 1};
+    dnnl_memory_desc_t amd, bmd, cmd;
+    dnnl_matmul_desc_t md;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    int ok = dnnl_memory_desc_init_by_strides(&amd, 2, ad, dnnl_bf16, as) == dnnl_success &&
+             dnnl_memory_desc_init_by_strides(&bmd, 2, bd, dnnl_bf16, bs) == dnnl_success &&
+             dnnl_memory_desc_init_by_strides(&cmd, 2, cd, dnnl_f32, cs) == dnnl_success &&
+             dnnl_matmul_desc_init(&md, &amd, &bmd, NULL, &cmd) == dnnl_success &&
+             dnnl_primitive_attr_create(&attr) == dnnl_success &&
+             dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) ==
+                 dnnl_success;
+    if (ok && sum) /* C += A B: the bias seeded in C */
+        ok = dnnl_post_ops_create(&po) == dnnl_success &&
+             dnnl_post_ops_append_sum(po, 1.0f) == dnnl_success &&
+             dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
+    ok = ok && dnnl_primitive_desc_create(&pd, &md, attr, eng, NULL) == dnnl_success;
+    const dnnl_memory_desc_t *smd = ok ? dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0)
+                                       : NULL;
+    ok = ok && smd && dnnl_primitive_create(&g->prim, pd) == dnnl_success &&
+         dnnl_memory_create(&g->a, &amd, eng, DNNL_MEMORY_NONE) == dnnl_success &&
+         dnnl_memory_create(&g->b, &bmd, eng, DNNL_MEMORY_NONE) == dnnl_success &&
+         dnnl_memory_create(&g->c, &cmd, eng, DNNL_MEMORY_NONE) == dnnl_success &&
+         dnnl_memory_create(&g->scratch, smd, eng, DNNL_MEMORY_NONE) == dnnl_success;
+    if (ok)
+        g->scratch_bytes = dnnl_memory_desc_get_size(smd);
+    if (pd)
+        dnnl_primitive_desc_destroy(pd);
+    if (po)
+        dnnl_post_ops_destroy(po);
+    if (attr)
+        dnnl_primitive_attr_destroy(attr);
+    if (!ok) {
+        entry_free(g);
+        return -1;
+    }
+    memcpy(g->key, key, sizeof(g->key));
+    return 0;
+}
+
+/* The entry of key, made if need be (the least recently used one goes
+ * when the table is full); NULL when oneDNN cannot make it. */
+static gemm_entry *entry_of(const int key[8], dnnl_engine_t eng)
+{
+    gb.clock++;
+    for (int i = 0; i < gb.n; i++)
+        if (!memcmp(gb.e[i].key, key, sizeof(gb.e[i].key))) {
+            gb.e[i].used = gb.clock;
+            return &gb.e[i];
+        }
+    int slot = gb.n;
+    if (gb.n == SLOTS) {
+        slot = 0;
+        for (int i = 1; i < SLOTS; i++)
+            if (gb.e[i].used < gb.e[slot].used)
+                slot = i;
+        entry_free(&gb.e[slot]);
+    } else {
+        gb.n++;
+    }
+    if (entry_make(&gb.e[slot], key, eng) < 0) {
+        /* the slot stays empty (an all-zero key matches no real shape) */
+        return NULL;
+    }
+    gb.e[slot].used = gb.clock;
+    return &gb.e[slot];
+}
+
+/* Rows of an operand rounded to bfloat16 and packed. */
+typedef struct pack_job {
+    uint16_t *out;
+    const float *in;
+    int cols, ld;
+} pack_job;
+
+static void pack_rows(void *ctx, size_t lo, size_t hi)
+{
+    const pack_job *p = ctx;
+    for (size_t r = lo; r < hi; r++)
+        bf16_pack(p->out + r * (size_t)p->cols, p->in + r * (size_t)p->ld, (size_t)p->cols);
+}
+
+static void pack(uint16_t *out, const float *in, int rows, int cols, int ld)
+{
+    pack_job p = {out, in, cols, ld};
+    size_t grain = 65536 / (size_t)(cols > 0 ? cols : 1);
+    kernels_for((size_t)rows, grain ? grain : 1, pack_rows, &p);
+}
+
+int kern_gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int lda, const float *b,
+                   int ldb, float beta, float *c, int ldc, void *ws, size_t ws_bytes)
+{
+    dnnl_engine_t eng;
+    dnnl_stream_t st;
+    size_t abytes = ((size_t)m * k * 2 + 63) / 64 * 64, bbytes = ((size_t)k * n * 2 + 63) / 64 * 64;
+    gemm_entry *g = NULL;
+    if (m > 0 && n > 0 && k > 0 && (beta == 0.0f || beta == 1.0f) && !bf16_off &&
+        isa_has_bf16() && ((uintptr_t)ws & 63) == 0 && abytes + bbytes <= ws_bytes &&
+        kern__dnnl_engine(&eng, &st)) {
+        int key[8] = {m, n, k, ta != 0, tb != 0, beta != 0.0f, ldc, kernels_threads()};
+        g = entry_of(key, eng);
+    }
+    if (!g || abytes + bbytes + g->scratch_bytes > ws_bytes) {
+        kern_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+        return 0;
+    }
+    uint16_t *a16 = ws, *b16 = (uint16_t *)((char *)ws + abytes);
+    pack(a16, a, ta ? k : m, ta ? m : k, lda);
+    pack(b16, b, tb ? n : k, tb ? k : n, ldb);
+    dnnl_memory_set_data_handle(g->a, a16);
+    dnnl_memory_set_data_handle(g->b, b16);
+    dnnl_memory_set_data_handle(g->c, c);
+    dnnl_memory_set_data_handle(g->scratch, (char *)ws + abytes + bbytes);
+    dnnl_exec_arg_t args[] = {
+        {DNNL_ARG_SRC, g->a}, {DNNL_ARG_WEIGHTS, g->b}, {DNNL_ARG_DST, g->c},
+        {DNNL_ARG_SCRATCHPAD, g->scratch},
+    };
+    if (dnnl_primitive_execute(g->prim, st, 4, args) != dnnl_success ||
+        dnnl_stream_wait(st) != dnnl_success) {
+        /* oneDNN checks its arguments before it writes C: the whole GEMM
+         * again in float32 from the operands, which are untouched */
+        kern_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+        return 0;
+    }
+    return 1;
+}
+
+#else /* !KERNELS_HAVE_DNNL */
+
+int kernels_bf16_compute(void)
+{
+    return 0;
+}
+
+const char *kernels_bf16_isa(void)
+{
+    return "none";
+}
+
+int kern_gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int lda, const float *b,
+                   int ldb, float beta, float *c, int ldc, void *ws, size_t ws_bytes)
+{
+    (void)ws;
+    (void)ws_bytes;
+    kern_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+    return 0;
+}
+
+#endif
+
+void kernels_bf16_enable(int on)
+{
+    bf16_off = !on;
+}

@@ -450,10 +450,11 @@ static void *wn__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
         if (wn_stripes_init(j, &none, (int)me->batch, err, sizeof(err)) < 0)
             return wn__start_failed(j, why, whylen, err);
     }
-    j->layer_sec[0] = calloc(2 * (size_t)(j->m->nlayers ? j->m->nlayers : 1), sizeof(double));
+    j->layer_sec[0] = calloc(3 * (size_t)(j->m->nlayers ? j->m->nlayers : 1), sizeof(double));
     if (!j->layer_sec[0])
         return wn__start_failed(j, why, whylen, "out of memory");
     j->layer_sec[1] = j->layer_sec[0] + j->m->nlayers;
+    j->chain_sec = j->layer_sec[0] + 2 * (size_t)j->m->nlayers;
     j->replica = me->index;
     j->batch = me->batch;
     j->step = p->first_step;

@@ -224,6 +224,9 @@ typedef struct wn_job {
     double loss_sum;         /* of the step, over our samples */
     double phase[WN_PHASES]; /* this step's seconds by phase */
     double *layer_sec[2];    /* per layer, the job's forward [0] and backward [1] seconds */
+    double *chain_sec;       /* per layer of the running task's chain, its seconds */
+    int chain;               /* layers the running task computes: from layer on, up in
+                                the forward pass, down in the backward (wn__chain) */
     double task_sec;         /* the last task's duration (set on the compute thread) */
     double task_end;         /* when it ended (wn__now) */
     double mark;             /* start of the idle time not yet accounted, 0: computing */

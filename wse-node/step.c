@@ -132,18 +132,44 @@ static uint32_t wn__parts(const wn_job *j)
     return j->ws_ready ? wslots_parts(&j->ws, j->layer) : 1;
 }
 
-/* The forward pass of the current layer, or of its part. */
-static void wn__forward(wn_job *j, bool training)
+static bool wn__sending(const wn_job *j, int layer);
+
+/* The forward pass of layer `layer` (the current one, or further in its
+ * chain), or of the current layer's part. */
+static void wn__forward(wn_job *j, int layer, bool training)
 {
     uint32_t parts = wn__parts(j);
     if (parts > 1) {
         uint64_t r0, r1;
-        wslots_part_rows(&j->ws, j->layer, j->part, &r0, &r1);
-        exec_forward_part(&j->ex, j->layer, r0, r1, j->part == 0, j->part + 1 == parts, j->x,
+        wslots_part_rows(&j->ws, layer, j->part, &r0, &r1);
+        exec_forward_part(&j->ex, layer, r0, r1, j->part == 0, j->part + 1 == parts, j->x,
                           (int64_t)j->step, training);
     } else {
-        exec_forward(&j->ex, j->layer, j->x, (int64_t)j->step, training);
+        exec_forward(&j->ex, layer, j->x, (int64_t)j->step, training);
     }
+}
+
+/* How many layers the next task computes, from the current one: with the
+ * weights resident (Pipelined, no stripes), a training forward pass runs
+ * every layer whose weights are in, and a backward pass runs on through
+ * layers without tensors (activations, additions, pooling), whose
+ * gradients nothing waits for, to the next layer that has some. One task
+ * instead of one each spares the compute thread a round trip through the
+ * loop per layer. */
+static int wn__chain(wn_job *j)
+{
+    int c = 1, nl = j->m->nlayers;
+    if (!j->res_ready || j->ws_ready || j->stripes || j->plan->wire_bf16)
+        return 1;
+    if (j->stage == WN_FORWARD) {
+        while (j->layer + c < nl && wresident_ready(&j->res, j->layer + c))
+            c++;
+    } else if (j->stage == WN_BACKWARD) {
+        while (j->layer - c >= 0 && j->m->layers[j->layer - c + 1].ntensors == 0 &&
+               !wn__sending(j, j->layer - c))
+            c++;
+    }
+    return c;
 }
 
 /* The range of tensor k of the current layer (part) whose gradient goes up
@@ -202,7 +228,7 @@ static void wn__work(void *arg)
         if (j->stage == WN_EVAL && j->layer == 0)
             j->x = exec_take_input(&j->ex, eb->data, 0);
         if (j->stage == WN_EVAL) {
-            wn__forward(j, false);
+            wn__forward(j, j->layer, false);
         } else if (exec_eval(&j->ex, j->x, exec_labels(&j->ex, eb->data, (int)eb->n, 0),
                              &j->metrics) < 0) {
             j->compute_err = -EINVAL;
@@ -223,7 +249,11 @@ static void wn__work(void *arg)
             j->ex.micro_more = j->micro + 1 < j->nmicro;
             j->x = exec_take_input(&j->ex, b->data, (int)first);
         }
-        wn__forward(j, true);
+        for (int c = 0; c < j->chain; c++) {
+            double t = wn__now();
+            wn__forward(j, j->layer + c, true);
+            j->chain_sec[c] = wn__now() - t;
+        }
     } else if (j->stage == WN_LOSS) {
         double loss = exec_loss(&j->ex, j->x, exec_labels(&j->ex, b->data, (int)j->batch, (int)first),
                                 1.0f / (float)j->plan->global_batch);
@@ -242,7 +272,11 @@ static void wn__work(void *arg)
             exec_backward_part(&j->ex, j->layer, r0, r1, j->part == 0, j->part + 1 == parts, j->x,
                                (int64_t)j->step);
         } else {
-            exec_backward(&j->ex, j->layer, j->x, (int64_t)j->step);
+            for (int c = 0; c < j->chain; c++) {
+                double t = wn__now();
+                exec_backward(&j->ex, j->layer - c, j->x, (int64_t)j->step);
+                j->chain_sec[c] = wn__now() - t;
+            }
         }
         if (j->plan->wire_bf16)
             wn__round_grads(j);
@@ -369,9 +403,14 @@ static void wn__task_done(wn_job *j)
     wn_of(j->n)->phase_total[ph] += j->task_sec;
     j->phase[WN_PH_WAIT_STRIPES] += j->stripes_wait; /* blocked on the other stripes in the task */
     wn_of(j->n)->phase_total[WN_PH_WAIT_STRIPES] += j->stripes_wait;
-    if ((j->stage == WN_FORWARD || j->stage == WN_BACKWARD) && j->layer_sec[0] && j->layer >= 0 &&
-        j->layer < j->m->nlayers)
+    bool chained = j->stage == WN_FORWARD || j->stage == WN_BACKWARD;
+    if (chained && j->chain > 1) { /* each layer of the chain its own time */
+        for (int c = 0; c < j->chain; c++)
+            j->layer_sec[j->stage == WN_BACKWARD][j->layer + (j->stage == WN_BACKWARD ? -c : c)] +=
+                j->chain_sec[c];
+    } else if (chained && j->layer_sec[0] && j->layer >= 0 && j->layer < j->m->nlayers) {
         j->layer_sec[j->stage == WN_BACKWARD][j->layer] += j->task_sec;
+    }
     j->mark = j->task_end; /* the loop's delay in taking the result up is "other" */
     j->wait = WN_PH_OTHER;
 }
@@ -472,12 +511,14 @@ static void wn__work_done(void *arg)
     } else if (j->stage == WN_EVAL_METRICS) {
         wn__eval_next(j);
     } else if (j->stage == WN_FORWARD) {
+        j->layer += j->chain - 1; /* the chain's last */
         if (++j->layer == m->nlayers)
             j->stage = WN_LOSS;
     } else if (j->stage == WN_LOSS) {
         j->stage = WN_BACKWARD;
         j->layer = m->nlayers - 1;
     } else if (j->stage == WN_BACKWARD) {
+        j->layer -= j->chain - 1; /* the chain's last: the others have no gradients */
         /* the gradients go up once the step's last micro-batch added to them */
         bool last_micro = j->micro + 1 >= j->nmicro;
         if (last_micro) {
@@ -599,6 +640,7 @@ void wn__advance(wn_job *j)
         wn__wait(j, WN_PH_WAIT_GRADS_SENT);
         return;
     }
+    j->chain = wn__chain(j);
     if (compute_submit(&wn_of(j->n)->comp, wn__work, wn__work_done, j) < 0) {
         wn__abort(j->n, j, "out of memory queueing a compute task");
         return;

@@ -2,7 +2,8 @@
  * against the same call on one, bit for bit, at sizes above the point
  * where they split; kern_sgemm in each transposition against a double
  * reference; the 2x2 pooling path with NaNs as the general one treats
- * them; and the subnormal flush the operators' threads run with. */
+ * them; and the subnormal flush the operators' threads run with. Batch
+ * and group norm are among the split operators. */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
@@ -150,6 +151,20 @@ START_TEST(test_norms_split_same)
     }
     SAME_ON_1_AND_2(NX, a, b, op_batchnorm_forward_eval(out, x, g, be, rm, rv, N, C, HW, 1e-5f));
     SAME_ON_1_AND_2(NX, a, b, op_norm_affine(out, x, sm, si, N, C, HW, false));
+    /* group norm, one channel a group: (sample, group) items split */
+    float gm[N * C], gs[N * C], gm1[N * C], gs1[N * C];
+    kernels_set_threads(1);
+    op_groupnorm_forward(a, gm1, gs1, x, g, be, N, C, HW, C, 1e-5f);
+    kernels_set_threads(2);
+    op_groupnorm_forward(b, gm, gs, x, g, be, N, C, HW, C, 1e-5f);
+    ck_assert(memcmp(a, b, sizeof(float) * NX) == 0);
+    ck_assert(memcmp(gm, gm1, sizeof(gm)) == 0 && memcmp(gs, gs1, sizeof(gs)) == 0);
+    kernels_set_threads(1);
+    op_groupnorm_backward(a, dg1, db1, dy, x, g, gm, gs, N, C, HW, C);
+    kernels_set_threads(2);
+    op_groupnorm_backward(b, dg2, db2, dy, x, g, gm, gs, N, C, HW, C);
+    ck_assert(memcmp(a, b, sizeof(float) * NX) == 0);
+    ck_assert(memcmp(dg1, dg2, sizeof(dg1)) == 0 && memcmp(db1, db2, sizeof(db1)) == 0);
     kernels_set_threads(1);
     op_batchnorm_backward(a, dg1, db1, dy, x, g, sm, si, N, C, HW);
     kernels_set_threads(2);

@@ -24,7 +24,7 @@ typedef struct norm_job {
     float *dgamma, *dbeta;
     const float *in, *dout, *gamma, *beta, *a, *b;
     const float *c_mean, *c_invstd;
-    int n, c, hw;
+    int n, c, hw, n_groups;
     float momentum, eps;
     bool per_sample;
 } norm_job;
@@ -333,21 +333,30 @@ static void gn_apply(float *out, float *save_mean, float *save_invstd, const flo
     }
 }
 
+static void gn_fwd(void *ctx, size_t lo, size_t hi)
+{
+    const norm_job *j = ctx;
+    int groups = j->n_groups, cg = j->c / groups;
+    size_t m = (size_t)cg * j->hw;
+    for (size_t k = lo; k < hi; k++) { /* item k = (sample, group) */
+        int i = (int)(k / (size_t)groups), g = (int)(k % (size_t)groups);
+        const float *x = j->in + ((size_t)i * j->c + (size_t)g * cg) * j->hw;
+        double mean = m ? gn_sum(x, m) / m : 0.0;
+        gn_apply(j->out, j->save_mean, j->save_invstd, j->in, j->gamma, j->beta, i, g, j->c,
+                 j->hw, groups, j->eps, mean, gn_sq(x, m, mean), (double)m);
+    }
+}
+
 void op_groupnorm_forward(float *out, float *save_mean, float *save_invstd,
                           const float *in, const float *gamma,
                           const float *beta, int n, int c, int hw,
                           int groups, float eps)
 {
     /* in, out (n, c, hw); gamma, beta (c); save_* (n, groups) */
-    int cg = c / groups;
-    size_t m = (size_t)cg * hw;
-    for (int i = 0; i < n; i++)
-        for (int g = 0; g < groups; g++) {
-            const float *x = in + ((size_t)i * c + (size_t)g * cg) * hw;
-            double mean = m ? gn_sum(x, m) / m : 0.0;
-            gn_apply(out, save_mean, save_invstd, in, gamma, beta, i, g, c, hw, groups, eps, mean,
-                     gn_sq(x, m, mean), (double)m);
-        }
+    norm_job j = {.out = out, .save_mean = save_mean, .save_invstd = save_invstd, .in = in,
+                  .gamma = gamma, .beta = beta, .n = n, .c = c, .hw = hw, .eps = eps,
+                  .n_groups = groups};
+    kernels_for((size_t)n * groups, norm_grain((size_t)(c / groups) * hw), gn_fwd, &j);
 }
 
 int op_groupnorm_forward_parts(float *out, float *save_mean, float *save_invstd, const float *in,
@@ -379,29 +388,38 @@ int op_groupnorm_forward_parts(float *out, float *save_mean, float *save_invstd,
 }
 
 /* dgamma and dbeta: sums over the samples of each channel. */
+static void gn_dparams_range(void *ctx, size_t lo, size_t hi)
+{
+    const norm_job *j = ctx;
+    int groups = j->n_groups, cg = j->c / groups;
+    for (int ch = (int)lo; ch < (int)hi; ch++) {
+        double sdy = 0.0, sdyx = 0.0;
+        for (int i = 0; i < j->n; i++) {
+            int g = ch / cg;
+            double mean = j->c_mean[i * groups + g];
+            double invstd = j->c_invstd[i * groups + g];
+            const float *x = j->in + ((size_t)i * j->c + ch) * j->hw;
+            const float *dy = j->dout + ((size_t)i * j->c + ch) * j->hw;
+            for (int k = 0; k < j->hw; k++) {
+                sdy += dy[k];
+                sdyx += dy[k] * ((x[k] - mean) * invstd);
+            }
+        }
+        if (j->dgamma)
+            j->dgamma[ch] = (float)sdyx;
+        if (j->dbeta)
+            j->dbeta[ch] = (float)sdy;
+    }
+}
+
 static void gn_dparams(float *dgamma, float *dbeta, const float *dout, const float *in,
                        const float *save_mean, const float *save_invstd, int n, int c, int hw,
                        int groups)
 {
-    int cg = c / groups;
-    for (int ch = 0; ch < c; ch++) {
-        double sdy = 0.0, sdyx = 0.0;
-        for (int i = 0; i < n; i++) {
-            int g = ch / cg;
-            double mean = save_mean[i * groups + g];
-            double invstd = save_invstd[i * groups + g];
-            const float *x = in + ((size_t)i * c + ch) * hw;
-            const float *dy = dout + ((size_t)i * c + ch) * hw;
-            for (int j = 0; j < hw; j++) {
-                sdy += dy[j];
-                sdyx += dy[j] * ((x[j] - mean) * invstd);
-            }
-        }
-        if (dgamma)
-            dgamma[ch] = (float)sdyx;
-        if (dbeta)
-            dbeta[ch] = (float)sdy;
-    }
+    norm_job j = {.dgamma = dgamma, .dbeta = dbeta, .dout = dout, .in = in,
+                  .c_mean = save_mean, .c_invstd = save_invstd, .n = n, .c = c, .hw = hw,
+                  .n_groups = groups};
+    kernels_for((size_t)c, norm_grain((size_t)n * hw), gn_dparams_range, &j);
 }
 
 /* Of group g of sample i, with dxhat = dy * gamma: sum(dxhat) and
@@ -450,6 +468,21 @@ static void gn_dx(float *din, const float *dout, const float *in, const float *g
     }
 }
 
+static void gn_bwd(void *ctx, size_t lo, size_t hi)
+{
+    const norm_job *j = ctx;
+    int groups = j->n_groups;
+    double m = (double)((size_t)(j->c / groups) * j->hw);
+    for (size_t k = lo; k < hi; k++) { /* item k = (sample, group) */
+        int i = (int)(k / (size_t)groups), g = (int)(k % (size_t)groups);
+        double s1, s2;
+        gn_dsums(j->dout, j->in, j->gamma, j->c_mean, j->c_invstd, i, g, j->c, j->hw, groups,
+                 &s1, &s2);
+        gn_dx(j->out, j->dout, j->in, j->gamma, j->c_mean, j->c_invstd, i, g, j->c, j->hw,
+              groups, s1, s2, m);
+    }
+}
+
 void op_groupnorm_backward(float *din, float *dgamma, float *dbeta,
                            const float *dout, const float *in,
                            const float *gamma, const float *save_mean,
@@ -464,13 +497,9 @@ void op_groupnorm_backward(float *din, float *dgamma, float *dbeta,
         gn_dparams(dgamma, dbeta, dout, in, save_mean, save_invstd, n, c, hw, groups);
     if (!din || m == 0)
         return;
-    for (int i = 0; i < n; i++)
-        for (int g = 0; g < groups; g++) {
-            double s1, s2;
-            gn_dsums(dout, in, gamma, save_mean, save_invstd, i, g, c, hw, groups, &s1, &s2);
-            gn_dx(din, dout, in, gamma, save_mean, save_invstd, i, g, c, hw, groups, s1, s2,
-                  (double)m);
-        }
+    norm_job j = {.out = din, .dout = dout, .in = in, .gamma = gamma, .c_mean = save_mean,
+                  .c_invstd = save_invstd, .n = n, .c = c, .hw = hw, .n_groups = groups};
+    kernels_for((size_t)n * groups, norm_grain(m), gn_bwd, &j);
 }
 
 int op_groupnorm_backward_parts(float *din, float *dgamma, float *dbeta, const float *dout,

@@ -10,7 +10,8 @@
 # (BENCH step_time_vs_pytorch_<model>_bf16 <ratio> of_pytorch_autocast).
 # Each appliance run is the whole appliance on this host (one wse-node with
 # --threads 2); its step is the job's own rate (the first step, with its
-# start-up, left out).
+# start-up, left out). Each side runs twice, interleaved, and the faster
+# run of each counts.
 # After each, where the wse-node's time went (its appliance_step_phase_seconds_total
 # and the slowest layers, from /metrics). The PyTorch twin (bench/torch_twin.py)
 # needs Debian's python3-torch: without it the benchmark says so and stops.
@@ -46,6 +47,7 @@ edit() {
 # prints the mean step from the first step's end to the last's (the job's
 # training rate); the wse-node's phases and layers go to $work/NAME.metrics
 appliance() {
+  rm -rf "${work:?}/$1" # the job's model_dir: a second run starts afresh, not from its checkpoint
   "$src/deploy/local/appliance-up" --replicas 1 --threads 2 --wafer-memory 16G --metrics \
     --dir "$run" --build "$build" >/dev/null
   local out url
@@ -87,30 +89,38 @@ bf16() {
     -e "s|^model_dir = \"\(.*\)\"|model_dir = \"\1_bf16\"|" "$work/$1.toml" > "$work/$1_bf16.toml"
 }
 
-# compare NAME FIGURE BATCH TWIN_ARGS...: the appliance's run against the
-# twin's; then the same in mixed precision against the twin's autocast
-compare() {
-  local name=$1 figure=$2 batch=$3 app twin
-  shift 3
-  app=$(appliance "$name" "$batch")
-  twin=$("$py" "$src/bench/torch_twin.py" "$work/$name.toml" --threads 2 "$@")
-  report "$app" "$twin" "$figure" of_pytorch
+# pair NAME BATCH FIGURE UNIT TWIN_ARGS...: the appliance's run of
+# $work/NAME.toml and the twin's, twice, interleaved; the faster of each
+# counts (this host's speed drifts between runs: PyTorch's MLP step took
+# 0.12 to 0.23 s in runs of this script)
+pair() {
+  local name=$1 batch=$2 figure=$3 unit=$4 a1 a2 t1 t2
+  shift 4
+  a1=$(appliance "$name" "$batch")
+  t1=$("$py" "$src/bench/torch_twin.py" "$@")
+  a2=$(appliance "$name" "$batch")
+  t2=$("$py" "$src/bench/torch_twin.py" "$@")
+  "$py" - "$a1" "$a2" "$t1" "$t2" "$figure" "$unit" <<'PY'
+import json, sys
+a = min(float(sys.argv[1]), float(sys.argv[2]))
+t = min(json.loads(sys.argv[3])["step_sec"], json.loads(sys.argv[4])["step_sec"])
+print("%s: appliance %.3f s/step (runs %.3f, %.3f), PyTorch %.3f s/step (runs %.3f, %.3f)" % (
+    sys.argv[5], a, float(sys.argv[1]), float(sys.argv[2]), t,
+    json.loads(sys.argv[3])["step_sec"], json.loads(sys.argv[4])["step_sec"]))
+print("BENCH step_time_vs_pytorch_%s %.3f %s" % (sys.argv[5], a / t, sys.argv[6]))
+PY
   breakdown "$name"
-  bf16 "$name"
-  app=$(appliance "${name}_bf16" "$batch")
-  twin=$("$py" "$src/bench/torch_twin.py" "$work/$name.toml" --threads 2 --bf16 "$@")
-  report "$app" "$twin" "${figure}_bf16" of_pytorch_autocast
-  breakdown "${name}_bf16"
 }
 
-# report APP_SEC TWIN_JSON FIGURE UNIT
-report() {
-  "$py" - "$@" <<'PY'
-import json, sys
-a, t = float(sys.argv[1]), json.loads(sys.argv[2])
-print("%s: appliance %.3f s/step, PyTorch %.3f s/step" % (sys.argv[3], a, t["step_sec"]))
-print("BENCH step_time_vs_pytorch_%s %.3f %s" % (sys.argv[3], a / t["step_sec"], sys.argv[4]))
-PY
+# compare NAME FIGURE BATCH TWIN_ARGS...: the appliance against the twin;
+# then the same in mixed precision against the twin's autocast
+compare() {
+  local name=$1 figure=$2 batch=$3
+  shift 3
+  pair "$name" "$batch" "$figure" of_pytorch "$work/$name.toml" --threads 2 "$@"
+  bf16 "$name"
+  pair "${name}_bf16" "$batch" "${figure}_bf16" of_pytorch_autocast "$work/$name.toml" \
+    --threads 2 --bf16 "$@"
 }
 
 cat > "$work/mlp-src.toml" <<'TOML'

@@ -3,9 +3,11 @@
 #ifndef BENCH_BLAS_H
 #define BENCH_BLAS_H
 
+#include <cblas.h>
 #include <stdio.h>
 
 #include "blas_check.h"
+#include "kernels.h"
 
 /* Runs the guard first thing in main (it may run the program again) and
  * prints the core in use. Returns 0, or -1 after printing why the kernels
@@ -21,6 +23,22 @@ static inline int bench_blas_guard(char **argv)
     fprintf(stderr, "blas: OpenBLAS core %s%s%s\n", blas.core, blas.failed[0] ? ", after core " : "",
            blas.failed[0] ? blas.failed : "");
     return 0;
+}
+
+/* Around a raw cblas baseline: OpenBLAS on its own threads, as many as the
+ * kernels have (kernels_set_threads leaves it on one: the kernels split
+ * their GEMMs themselves), then back on one. Time the kernels before a
+ * raw baseline, not after: OpenBLAS's workers, once woken, spin for up to
+ * a second after their last call and take the cores from the kernels'
+ * own threads. */
+static inline void bench_blas_raw_begin(void)
+{
+    openblas_set_num_threads(kernels_threads());
+}
+
+static inline void bench_blas_raw_end(void)
+{
+    openblas_set_num_threads(1);
 }
 
 #endif

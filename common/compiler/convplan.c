@@ -181,5 +181,6 @@ size_t convplan_dense_bf16_workspace(int n, int in_f, int out_f)
     size_t dw = convplan_gemm_bf16_workspace(out_f, in_f, n);
     size_t dx = convplan_gemm_bf16_workspace(n, in_f, out_f);
     size_t w = f > dw ? f : dw;
-    return w > dx ? w : dx;
+    w = w > dx ? w : dx;
+    return w <= CONVPLAN_DENSE_BF16_MAX ? w : 0;
 }

@@ -121,5 +121,9 @@ size_t convplan_round16(size_t v);
 size_t convplan_gemm_bf16_workspace(int m, int n, int k);
 
 /* Workspace of a dense layer computing in bfloat16 at batch n: the
- * largest of its forward GEMM and its two backward ones. */
+ * largest of its forward GEMM and its two backward ones; 0 above
+ * CONVPLAN_DENSE_BF16_MAX, where the layer computes in float32 (a copy of
+ * a 16384x16384 layer's weights would take half a GiB of a wafer that
+ * streams such layers in parts). */
+#define CONVPLAN_DENSE_BF16_MAX ((size_t)64 << 20)
 size_t convplan_dense_bf16_workspace(int n, int in_f, int out_f);

@@ -131,6 +131,10 @@ START_TEST(workspace_of_bf16_dense)
     ck_assert_uint_gt(want, 0);
     ck_assert_uint_eq(f.workspace, (want + 63) / 64 * 64);
     ck_assert_uint_eq(f32.workspace, 0);
+    /* a layer whose bfloat16 operands pass the bound plans none: it
+     * computes in float32 */
+    ck_assert_uint_eq(convplan_dense_bf16_workspace(32, 16384, 16384), 0);
+    ck_assert_uint_gt(convplan_dense_bf16_workspace(1024, 4096, 4096), 0);
     footprint_free(&f);
     footprint_free(&f32);
     model_free(m);

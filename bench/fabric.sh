@@ -32,15 +32,8 @@ netns_usable || { echo "SKIP: fabric benchmark: $NETNS_WHY"; exit 0; }
 bytes=$((64 << 20))
 iters=${FABRIC_ITERS:-5}
 leaves=8
-work=$(mktemp -d "${TMPDIR:-/tmp}/appliance-fabric.XXXXXX")
-chmod 755 "$work"
-cleanup() {
-  netns_teardown
-  if [ -n "${FABRIC_KEEP:-}" ]; then echo "fabric: logs and traces kept in $work"; else rm -rf "$work"; fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+NETNS_KEEP_WORK=${FABRIC_KEEP:-}
+netns_work fabric
 
 net=10.77.0
 netns_init "apfb$$"

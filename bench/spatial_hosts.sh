@@ -30,15 +30,7 @@ export NETNS_DELAY_US=${SPATIAL_HOSTS_DELAY_US:-0}
 netns_usable || { echo "SKIP: spatial_hosts benchmark: $NETNS_WHY"; exit 0; }
 bench_host_line
 steps=${SPATIAL_HOSTS_STEPS:-5}
-work=$(mktemp -d "${TMPDIR:-/tmp}/appliance-spatial-hosts.XXXXXX")
-chmod 755 "$work"
-cleanup() {
-  netns_teardown
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+netns_work spatial-hosts
 
 net=10.77.0
 netns_init "apsh$$"

@@ -132,8 +132,6 @@ static uint32_t wn__parts(const wn_job *j)
     return j->ws_ready ? wslots_parts(&j->ws, j->layer) : 1;
 }
 
-static bool wn__sending(const wn_job *j, int layer);
-
 /* The forward pass of layer `layer` (the current one, or further in its
  * chain), or of the current layer's part. */
 static void wn__forward(wn_job *j, int layer, bool training)
@@ -147,29 +145,6 @@ static void wn__forward(wn_job *j, int layer, bool training)
     } else {
         exec_forward(&j->ex, layer, j->x, (int64_t)j->step, training);
     }
-}
-
-/* How many layers the next task computes, from the current one: with the
- * weights resident (Pipelined, no stripes), a training forward pass runs
- * every layer whose weights are in, and a backward pass runs on through
- * layers without tensors (activations, additions, pooling), whose
- * gradients nothing waits for, to the next layer that has some. One task
- * instead of one each spares the compute thread a round trip through the
- * loop per layer. */
-static int wn__chain(wn_job *j)
-{
-    int c = 1, nl = j->m->nlayers;
-    if (!j->res_ready || j->ws_ready || j->stripes || j->plan->wire_bf16)
-        return 1;
-    if (j->stage == WN_FORWARD) {
-        while (j->layer + c < nl && wresident_ready(&j->res, j->layer + c))
-            c++;
-    } else if (j->stage == WN_BACKWARD) {
-        while (j->layer - c >= 0 && j->m->layers[j->layer - c + 1].ntensors == 0 &&
-               !wn__sending(j, j->layer - c))
-            c++;
-    }
-    return c;
 }
 
 /* The range of tensor k of the current layer (part) whose gradient goes up
@@ -560,6 +535,29 @@ static bool wn__sending(const wn_job *j, int layer)
         if (j->t[l->first_tensor + k].sends > 0)
             return true;
     return false;
+}
+
+/* How many layers the next task computes, from the current one: with the
+ * weights resident (Pipelined, no stripes), a training forward pass runs
+ * every layer whose weights are in, and a backward pass runs on through
+ * layers without tensors (activations, additions, pooling), whose
+ * gradients nothing waits for, to the next layer that has some. One task
+ * instead of one each spares the compute thread a round trip through the
+ * loop per layer. */
+static int wn__chain(wn_job *j)
+{
+    int c = 1, nl = j->m->nlayers;
+    if (!j->res_ready || j->ws_ready || j->stripes || j->plan->wire_bf16)
+        return 1;
+    if (j->stage == WN_FORWARD) {
+        while (j->layer + c < nl && wresident_ready(&j->res, j->layer + c))
+            c++;
+    } else if (j->stage == WN_BACKWARD) {
+        while (j->layer - c >= 0 && j->m->layers[j->layer - c + 1].ntensors == 0 &&
+               !wn__sending(j, j->layer - c))
+            c++;
+    }
+    return c;
 }
 
 /* An eval batch with no samples for this replica: nothing to compute, but

@@ -14,14 +14,7 @@ export NETNS_DELAY_VIA=nfqueue
 . "$src/tests/cluster/netns-lib.sh"
 netns_usable || { echo "SKIP: $NETNS_WHY"; exit 77; }
 [ -n "$NETNS_DELAY" ] || { echo "SKIP: $NETNS_DELAY_WHY"; exit 77; }
-work=$(mktemp -d "${TMPDIR:-/tmp}/appliance-delay.XXXXXX")
-cleanup() {
-  netns_teardown
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+netns_work delay
 probe="$src/tests/cluster/netprobe.py"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 

@@ -22,19 +22,14 @@ if [ ! -s "$data/train-images-idx3-ubyte" ] || [ ! -s "$data/t10k-labels-idx1-ub
 fi
 netns_usable || { echo "SKIP: $NETNS_WHY"; exit 77; }
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/appliance-multihost.XXXXXX")
-chmod 755 "$work"
+NETNS_KEEP_WORK=${KEEP_WORK:-}
+netns_work multihost
 loop="$work/loop"
 job_pid=""
-cleanup() {
+netns_before_teardown() {
   [ -z "$job_pid" ] || kill "$job_pid" 2>/dev/null || true
-  netns_teardown
   "$src/deploy/local/appliance-down" --dir "$loop" --quiet >/dev/null 2>&1 || true
-  if [ "${KEEP_WORK:-}" = "" ]; then rm -rf "$work"; fi
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
 fail() {
   echo "FAIL: $*" >&2
   for f in "$work"/logs/*.log "$loop"/logs/*.log; do

@@ -242,6 +242,26 @@ netns_spawn() {
   NETNS_PIDS+=("$!")
 }
 
+# netns_work NAME: a working directory for the script in $work
+# (appliance-NAME.XXXXXX under TMPDIR, mode 755 for the daemons the hosts
+# run), and the exit path that tears the hosts down: on exit, INT or TERM,
+# the script's own netns_before_teardown (when it defines one), then
+# netns_teardown, then the directory is removed, or kept when
+# NETNS_KEEP_WORK is set (saying where).
+netns_work() {
+  work=$(mktemp -d "${TMPDIR:-/tmp}/appliance-$1.XXXXXX")
+  chmod 755 "$work"
+  trap netns__exit EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+}
+
+netns__exit() {
+  if declare -F netns_before_teardown >/dev/null; then netns_before_teardown; fi
+  netns_teardown
+  if [ -n "${NETNS_KEEP_WORK:-}" ]; then echo "logs and traces kept in $work"; else rm -rf "$work"; fi
+}
+
 netns_teardown() {
   local pid ns left
   for pid in "${NETNS_PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done

@@ -209,7 +209,7 @@ bool planner_place_members(const members *ms, const jobspec *spec, bool idle, pl
 {
     pl->nr = (size_t)spec->num_csx;
     pl->ns = (size_t)spec->num_wgt_servers;
-    pl->nx = planner_swarm_nodes(pl->nr, (size_t)spec->swarmx_fanout);
+    pl->nx = planner_tree_nodes(spec);
     pl->nw = 1;
     pl->gr = planner__pick(ms, APPLIANCE__ROLE__ROLE_WSE_NODE, pl->reps, pl->nr, idle);
     pl->gs = planner__pick(ms, APPLIANCE__ROLE__ROLE_MEMORYX, pl->shards, pl->ns, idle);
@@ -226,6 +226,17 @@ size_t planner_swarm_nodes(size_t replicas, size_t fanout)
         if (k == 1)
             return total;
     }
+}
+
+bool planner_direct(const jobspec *spec)
+{
+    return spec->num_csx == 1 && spec->num_wgt_servers == 1 && !spec->swarmx_relay;
+}
+
+size_t planner_tree_nodes(const jobspec *spec)
+{
+    return planner_direct(spec) ? 0 : planner_swarm_nodes((size_t)spec->num_csx,
+                                                          (size_t)spec->swarmx_fanout);
 }
 
 uint64_t planner_replica_bytes(const model *m, uint64_t batch, unsigned threads,
@@ -526,6 +537,10 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
      * fanout nodes above them, up to one root (node 0). Nodes are numbered
      * from the root down, level by level. */
     size_t fan = (size_t)spec->swarmx_fanout;
+    if (planner_direct(spec) && nr == 1 && ns == 1) { /* memoryx streams to the replica itself */
+        p->replicas[0]->swarm_parent = -1;
+        goto workers;
+    }
     size_t nsw = planner_swarm_nodes(nr, fan);
     if (pm->nswarm < nsw) {
         snprintf(err, errlen, "%s: %zu replicas with swarmx_fanout %zu need %zu swarmx nodes, %zu are idle",
@@ -578,6 +593,7 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
         first += count;
     }
 
+workers:
     /* Workers: num_workers_per_csx slots per replica, over the workers
      * available, round robin. */
     size_t per = (size_t)spec->num_workers_per_csx;

@@ -46,6 +46,14 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
  * to one root. */
 size_t planner_swarm_nodes(size_t replicas, size_t fanout);
 
+/* Whether spec's one wse-node streams straight from its one memoryx shard
+ * (runconfig.swarmx_relay false): a swarmx over a lone replica would only
+ * copy every weight and gradient byte once more. */
+bool planner_direct(const jobspec *spec);
+
+/* SwarmX nodes spec's job takes: none when direct, else its tree's. */
+size_t planner_tree_nodes(const jobspec *spec);
+
 /* Bytes one replica needs for a batch share of `batch` samples in `mode`
  * on a wse-node of `threads` compute threads (0: 1), with an optimizer
  * keeping optimizer_states tensors per parameter: the footprint's

@@ -142,8 +142,13 @@ static void job__restart(coordinator *co, job *j, uint64_t now)
         size_t reps = job__idle(co, APPLIANCE__ROLE__ROLE_WSE_NODE);
         reps -= reps % parts;
         size_t swarm = job__idle(co, APPLIANCE__ROLE__ROLE_SWARMX);
+        /* with no swarmx left, one replica may go on streaming from its
+         * shard directly */
+        bool lone = swarm == 0 && parts == 1 && spec->num_wgt_servers == 1 && !spec->swarmx_relay;
+        if (lone && reps > 1)
+            reps = 1;
         bool others = job__idle(co, APPLIANCE__ROLE__ROLE_MEMORYX) >= (size_t)spec->num_wgt_servers &&
-                      job__idle(co, APPLIANCE__ROLE__ROLE_WORKER) >= 1 && swarm >= 1;
+                      job__idle(co, APPLIANCE__ROLE__ROLE_WORKER) >= 1 && (swarm >= 1 || lone);
         if (now < j->full_until || !others || reps < (size_t)spec->min_num_csx || reps < parts) {
             if (now >= j->give_up_at) {
                 char stripes[128] = "";
@@ -170,7 +175,7 @@ static void job__restart(coordinator *co, job *j, uint64_t now)
                     reps, (long long)spec->num_csx, (long long)spec->min_num_csx);
             spec->num_csx = (int64_t)reps;
         }
-        while (planner_swarm_nodes((size_t)spec->num_csx, (size_t)spec->swarmx_fanout) > swarm &&
+        while (planner_tree_nodes(spec) > swarm &&
                spec->swarmx_fanout < 1024)
             spec->swarmx_fanout++;
     }

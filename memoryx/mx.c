@@ -120,6 +120,13 @@ static void mx__abort_as(node *n, mx_job *j, bool fault, const char *fmt, ...)
 /* ---- checkpoints ---- */
 
 static void mx__pump(node *n, mx_job *j);
+
+/* Who the job's stream goes to, for messages: the root of the swarmx tree,
+ * or the one replica of a plan without a tree. */
+static const char *mx__down_name(const mx_job *j)
+{
+    return j->plan && j->plan->n_swarm == 0 ? "the wse-node" : "swarmx";
+}
 static void mx__start_step(node *n, mx_job *j);
 static void mx__checkpoint_done(uv_work_t *req, int status);
 
@@ -339,7 +346,7 @@ static void mx__pump(node *n, mx_job *j)
         if (j->tier) {
             int rc = mx__tier_send(n, j, &ch, t);
             if (rc < 0)
-                mx__fault(n, j, "cannot stream %s to swarmx: %s", t->name, strerror(-rc));
+                mx__fault(n, j, "cannot stream %s to %s: %s", t->name, mx__down_name(j), strerror(-rc));
             if (rc <= 0)
                 return;
             plan_stream_take(&j->cur);
@@ -352,7 +359,7 @@ static void mx__pump(node *n, mx_job *j)
         /* (bfloat16 on the wire goes through the read-ahead: tier_ahead) */
         int rc = mx__send_chunk(j, &ch, src + ch.offset, ch.count * elem, mx__chunk_sent, t);
         if (rc < 0) {
-            mx__fault(n, j, "cannot stream %s to swarmx: %s", t->name, strerror(-rc));
+            mx__fault(n, j, "cannot stream %s to %s: %s", t->name, mx__down_name(j), strerror(-rc));
             return;
         }
         t->writes++;
@@ -920,7 +927,8 @@ static void mx__stream_hello(node *n, conn *c, Appliance__Envelope *env, uint8_t
 {
     mx_job *j = mx_of(n)->job;
     Appliance__StreamHello *h = env->stream_hello;
-    if (msgcheck_stream_hello(h, APPLIANCE__ROLE__ROLE_SWARMX, NULL, NULL, 0) < 0) {
+    char why[256];
+    if (msgcheck_stream_hello(h, APPLIANCE__ROLE__ROLE_UNKNOWN, NULL, NULL, 0) < 0) {
         conn_fail(c, -EPROTO, "a %s may not stream from memoryx", msg_role_name(h->role));
         return;
     }
@@ -929,13 +937,23 @@ static void mx__stream_hello(node *n, conn *c, Appliance__Envelope *env, uint8_t
             conn_fail(c, -ENOENT, "no job %s on this memoryx", h->job_id);
         return;
     }
+    /* the root of the tree, or the one replica of a plan without one */
+    Appliance__Role want = j->plan->n_swarm ? APPLIANCE__ROLE__ROLE_SWARMX : APPLIANCE__ROLE__ROLE_WSE_NODE;
+    if (msgcheck_stream_hello(h, want, j->plan, why, sizeof(why)) < 0 ||
+        (want == APPLIANCE__ROLE__ROLE_SWARMX && j->plan->swarm[h->index]->parent >= 0)) {
+        conn_fail(c, -EPROTO, "job %s streams to %s, not to %s %u", j->id,
+                  want == APPLIANCE__ROLE__ROLE_SWARMX ? "the swarmx root" : "its replica",
+                  msg_role_name(h->role), h->index);
+        return;
+    }
     if (j->down && j->down != c) {
-        conn_fail(c, -EEXIST, "job %s already has its swarmx link", j->id);
+        conn_fail(c, -EEXIST, "job %s already has its stream link", j->id);
         return;
     }
     j->down = c;
     c->kind = 1;
-    log_info("job %s: swarmx %s connected from %s", j->id, c->peer_name, c->peer_addr);
+    log_info("job %s: %s %s connected from %s", j->id, msg_role_name(h->role), c->peer_name,
+             c->peer_addr);
     mx__maybe_ready(n, j);
 }
 
@@ -1108,7 +1126,7 @@ static void mx__conn_close(node *n, conn *c, int err, const char *reason)
     mx_job *j = mx_of(n)->job;
     if (j && c == j->down) {
         j->down = NULL;
-        jobhost_peer_lost(&mx_of(n)->jobs, "lost swarmx %s: %s", c->peer_addr, reason);
+        jobhost_peer_lost(&mx_of(n)->jobs, "lost %s %s: %s", mx__down_name(j), c->peer_addr, reason);
     }
 }
 
@@ -1159,11 +1177,12 @@ static void mx__describe_wait(node *n, char *out, size_t len)
     else if (j->ckpt_kind != MX_CKPT_NONE)
         snprintf(out, len, "the checkpoint of step %llu to be written", (unsigned long long)j->ckpt_step);
     else if (mx__streaming(j))
-        snprintf(out, len, "the link to swarmx to take the weights of step %llu (%zu of %zu tensors updated)",
-                 (unsigned long long)j->step, j->updated, j->nt);
+        snprintf(out, len, "the link to %s to take the weights of step %llu (%zu of %zu tensors "
+                 "updated)", mx__down_name(j), (unsigned long long)j->step, j->updated, j->nt);
     else
-        snprintf(out, len, "the reduced gradients of step %llu from swarmx: %zu of %zu tensors updated",
-                 (unsigned long long)j->step, j->updated, j->nt);
+        snprintf(out, len, "%s of step %llu from %s: %zu of %zu tensors updated",
+                 j->plan->n_swarm ? "the reduced gradients" : "the gradients", (unsigned long long)j->step, mx__down_name(j),
+                 j->updated, j->nt);
 }
 
 /* The coordinator owns the job: without it no step can be committed, and a

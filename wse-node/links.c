@@ -1,4 +1,5 @@
-/* wse-node: the links of a replica: weights from its swarmx parent into
+/* wse-node: the links of a replica: weights from its swarmx parent (or
+ * memoryx, in a plan without a tree) into
  * their slots (held while a slot is busy), batches from its workers on
  * credit. */
 #include "replica.h"
@@ -61,7 +62,7 @@ static void *wn__up_dest(conn *c, const Appliance__Envelope *env, uint32_t len, 
         return NULL;
     }
     if (plan_stream_expect(&j->cur, j->plan, w, why, sizeof(why)) < 0) {
-        log_warn("job %s: from swarmx: %s", j->id, why);
+        log_warn("job %s: from %s: %s", j->id, j->up_name, why);
         *err = -EPROTO;
         return NULL;
     }
@@ -178,7 +179,7 @@ static void wn__up_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, ui
     if (j->state == WN_RELEASED)
         return;
     if (env->msg_case == APPLIANCE__ENVELOPE__MSG_ERROR) {
-        wn__fault(j->n, j, "swarmx refused: %s", env->error->message);
+        wn__fault(j->n, j, "%s refused: %s", j->up_name, env->error->message);
         return;
     }
     if (env->msg_case == APPLIANCE__ENVELOPE__MSG_COLLECTIVE && j->stripes && payload) {
@@ -194,7 +195,7 @@ static void wn__up_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, ui
         return;
     }
     if (env->msg_case != APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK || !payload) {
-        conn_fail(c, -EPROTO, "unexpected %s from swarmx", frame_msg_name(env->msg_case));
+        conn_fail(c, -EPROTO, "unexpected %s from %s", frame_msg_name(env->msg_case), j->up_name);
         return;
     }
     const Appliance__WeightChunk *w = env->weight_chunk;
@@ -230,11 +231,11 @@ static void wn__up_close(conn *c, int err, const char *reason)
     if (j->up_ready) {
         j->up_ready = false;
         if (wn_of(j->n)->job == j)
-            jobhost_peer_lost(&wn_of(j->n)->jobs, "lost swarmx %s: %s", c->peer_addr, reason);
+            jobhost_peer_lost(&wn_of(j->n)->jobs, "lost %s %s: %s", j->up_name, c->peer_addr, reason);
     }
 }
 
-/* The link to swarmx has room again: the gradients waiting go on. */
+/* The link up has room again: the gradients waiting go on. */
 static void wn__up_drain(conn *c)
 {
     wn_job *j = c->data;

@@ -326,7 +326,8 @@ static void wn__job_alloc(void *arg)
     j->compute_err = wn__job_buffers(j, j->compute_msg, sizeof(j->compute_msg));
 }
 
-/* The buffers are there: the links to the swarmx parent and the workers. */
+/* The buffers are there: the links up (to the swarmx parent or memoryx) and to
+ * the workers. */
 static void wn__job_allocated(void *arg)
 {
     wn_job *j = arg;
@@ -349,7 +350,8 @@ static void wn__job_allocated(void *arg)
             wslots_new_pass(&j->ws, true);
     }
     j->state = WN_LINKING;
-    conn_link_start(&j->up, n->loop, p->swarm[j->swarm_parent]->addr, &n->ccfg, &wn__up_ops, j);
+    const char *up = j->swarm_parent < 0 ? p->shards[0]->addr : p->swarm[j->swarm_parent]->addr;
+    conn_link_start(&j->up, n->loop, up, &n->ccfg, &wn__up_ops, j);
     for (size_t i = 0; i < p->n_workers; i++) {
         const Appliance__PlanWorker *pw = p->workers[i];
         if (pw->replica != j->replica)
@@ -433,11 +435,9 @@ static void *wn__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
         spec->model = NULL;
         jobspec_free(spec);
     }
-    if (!me || !j->m || p->n_swarm == 0) {
+    if (!me || !j->m) {
         if (!me)
             snprintf(err, sizeof(err), "plan has no replica for member %u", n->member_id);
-        else if (p->n_swarm == 0)
-            snprintf(err, sizeof(err), "plan has no swarmx node");
         return wn__start_failed(j, why, whylen, err);
     }
     if (model_plan_check(p, j->m, err, sizeof(err)) < 0)
@@ -460,7 +460,11 @@ static void *wn__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
     j->step = p->first_step;
     j->in_elems = model_shape_elems(&j->m->input);
     j->batch_offset = me->batch_offset;
-    j->swarm_parent = me->swarm_parent >= 0 && (size_t)me->swarm_parent < p->n_swarm ? me->swarm_parent : 0;
+    j->swarm_parent = me->swarm_parent; /* in the tree, or -1 without one (msgcheck_plan) */
+    if (j->swarm_parent < 0)
+        snprintf(j->up_name, sizeof(j->up_name), "memoryx");
+    else
+        snprintf(j->up_name, sizeof(j->up_name), "swarmx node %d", (int)j->swarm_parent);
     /* The buffers are allocated (and touched) on the compute thread: a
      * large model takes a while, and heartbeats must go on meanwhile. */
     j->state = WN_ALLOCATING;
@@ -506,11 +510,11 @@ static void wn__describe_wait(node *n, char *out, size_t len)
         snprintf(out, len, "its own compute task: step %llu, %s of layer %s", (unsigned long long)j->step,
                  stage, layer);
     else if (j->pipelined && j->stage == WN_UPDATE)
-        snprintf(out, len, "the reduced gradients of step %llu from swarmx node %u (%zu tensors complete)",
-                 (unsigned long long)j->step, j->swarm_parent, j->rg_done);
+        snprintf(out, len, "the reduced gradients of step %llu from %s (%zu tensors complete)",
+                 (unsigned long long)j->step, j->up_name, j->rg_done);
     else
-        snprintf(out, len, "step %llu, %s of layer %s: its weights from swarmx node %u or its batch "
-                 "from %zu worker(s)", (unsigned long long)j->step, stage, layer, j->swarm_parent,
+        snprintf(out, len, "step %llu, %s of layer %s: its weights from %s or its batch "
+                 "from %zu worker(s)", (unsigned long long)j->step, stage, layer, j->up_name,
                  j->nfeeds);
 }
 

@@ -211,8 +211,9 @@ typedef struct wn_job {
     size_t batch_bytes;
     wn_feed *feeds;
     size_t nfeeds;
-    conn_link up;            /* to the swarmx parent */
-    bool up_ready;           /* the link to swarmx is up */
+    conn_link up;            /* to the swarmx parent, or to memoryx (a plan without a tree) */
+    bool up_ready;           /* the link up is up */
+    char up_name[32];        /* "swarmx node 2" or "memoryx", for messages */
     wn_state state;          /* see wn_state */
     uint64_t step;           /* step being computed */
     enum wn_stage stage;
@@ -220,7 +221,7 @@ typedef struct wn_job {
     uint32_t part;           /* Weight Streaming in parts: the layer's part (wslots_parts) */
     bool busy;               /* a compute task is queued */
     uint32_t batch_offset;   /* first sample of the global batch */
-    uint32_t swarm_parent;   /* swarmx node it streams from */
+    int32_t swarm_parent;    /* swarmx node it streams from; -1: memoryx shard 0 directly */
     double loss_sum;         /* of the step, over our samples */
     double phase[WN_PHASES]; /* this step's seconds by phase */
     double *layer_sec[2];    /* per layer, the job's forward [0] and backward [1] seconds */

@@ -45,6 +45,7 @@ static const key_spec runconfig_keys[] = {
     KI(jobspec, num_workers_per_csx, 1, 64),
     KI(jobspec, num_wgt_servers, 1, 64),
     KI(jobspec, swarmx_fanout, 2, 64),
+    KB(jobspec, swarmx_relay),
     KS(jobspec, mode, "auto|pipelined|weight_streaming"),
     KS(jobspec, job_priority, "p1|p2|p3"),
     KA(jobspec, spatial_partitions, 1, 64),

@@ -57,6 +57,7 @@ typedef struct jobspec {
     int64_t num_workers_per_csx;
     int64_t num_wgt_servers;      /* memoryx shards */
     int64_t swarmx_fanout;
+    bool swarmx_relay;            /* a lone replica streams through a swarmx even with one shard */
     char mode[32];                /* "auto", "pipelined", "weight_streaming" */
     char job_priority[4];         /* "p1" (first) to "p3" */
     int64_t spatial_partitions;   /* stripes each sample is split into, over as many wse-nodes

@@ -83,9 +83,13 @@ int msgcheck_plan(const Appliance__Plan *p, char *err, size_t errlen)
     if (p->micro_batch && p->mode != APPLIANCE__EXEC_MODE__MODE_PIPELINED)
         return errmsg(-EINVAL, err, errlen, "plan: micro-batches of %u samples outside Pipelined "
                       "execution", p->micro_batch);
-    if (p->n_shards == 0 || p->n_replicas == 0 || p->n_swarm == 0)
-        return errmsg(-EINVAL, err, errlen, "plan: %zu shards, %zu replicas, %zu swarmx nodes; "
-                              "each must be at least 1", p->n_shards, p->n_replicas, p->n_swarm);
+    if (p->n_shards == 0 || p->n_replicas == 0)
+        return errmsg(-EINVAL, err, errlen, "plan: %zu shards, %zu replicas; each must be at "
+                              "least 1", p->n_shards, p->n_replicas);
+    if (p->n_swarm == 0 && (p->n_replicas != 1 || p->n_shards != 1))
+        return errmsg(-EINVAL, err, errlen, "plan: no swarmx node between %zu replicas and %zu "
+                              "shards (only one replica streams from one shard directly)",
+                              p->n_replicas, p->n_shards);
     for (size_t i = 0; i < p->n_shards; i++)
         if (p->shards[i]->index != i)
             return errmsg(-EINVAL, err, errlen, "plan: shard %zu has index %u", i,
@@ -125,7 +129,8 @@ int msgcheck_plan(const Appliance__Plan *p, char *err, size_t errlen)
     }
     for (size_t i = 0; i < p->n_replicas; i++) {
         const Appliance__PlanReplica *r = p->replicas[i];
-        if (r->index != i || r->swarm_parent < 0 || (size_t)r->swarm_parent >= p->n_swarm)
+        bool direct = p->n_swarm == 0 && r->swarm_parent == -1;
+        if (r->index != i || (!direct && (r->swarm_parent < 0 || (size_t)r->swarm_parent >= p->n_swarm)))
             return errmsg(-EINVAL, err, errlen, "plan: replica %zu has index %u and swarmx "
                                   "parent %d of %zu", i, r->index, r->swarm_parent, p->n_swarm);
     }

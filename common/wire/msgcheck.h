@@ -40,8 +40,9 @@ int msgcheck_register(const Appliance__Register *r, Appliance__Role peer_role, c
  * ids are their positions, dims multiply to at most
  * MSGCHECK_MAX_TENSOR_ELEMS, shards are owned by a shard of the plan; the
  * schedules name tensors of the plan; the tree's parents and children, the
- * replicas' swarmx parents and the workers' replicas exist; a chunk fits a
- * frame. NULL (a JobStart without a plan) is refused too. -EINVAL. */
+ * replicas' swarmx parents and the workers' replicas exist (a plan without a
+ * tree has one replica, parent -1, streaming from its one shard); a chunk
+ * fits a frame. NULL (a JobStart without a plan) is refused too. -EINVAL. */
 int msgcheck_plan(const Appliance__Plan *p, char *err, size_t errlen);
 
 /* The elements of plan tensor t (after msgcheck_plan: at most

@@ -53,19 +53,19 @@ out=$(cd "$work" && timeout 300 "$build/client/appliance-submit" --json "$work/b
   fail "the big model did not train: $out"
 [ "$(echo "$out" | field state)" = done ] && [ "$(echo "$out" | field steps)" = 3 ] ||
   fail "the big model did not train 3 steps: $out"
-if grep -E "lost|attempt|restart" "$run/logs/coordinator.log" | grep -v "lost swarmx\|lost child\|lost wse-node\|lost worker" | grep -q .; then
+if grep -E "lost|attempt|restart" "$run/logs/coordinator.log" | grep -v "lost swarmx\|lost child\|lost wse-node\|lost the wse-node\|lost worker" | grep -q .; then
   fail "a member was lost or the job restarted: $(grep -E "lost|attempt|restart" "$run/logs/coordinator.log")"
 fi
 # how long memoryx took to make the weights: from the job's start to its
 # shard being held
-init=$("$py" - "$run/logs/memoryx-1.log" "$run/logs/swarmx-1.log" <<'PY'
+init=$("$py" - "$run/logs/memoryx-1.log" "$run/logs/coordinator.log" <<'PY'
 import datetime, re, sys
 def t(path, pat):
     for l in open(path):
         if re.search(pat, l):
             return datetime.datetime.strptime(l.split()[0], "%Y-%m-%dT%H:%M:%S.%fZ")
     sys.exit("no line /%s/ in %s" % (pat, path))
-start = t(sys.argv[2], r"job job-1: tree node 0, root")
+start = t(sys.argv[2], r"job job-1 started: ")
 held = t(sys.argv[1], r"job job-1: shard 0 holds")
 print("%.2f" % (held - start).total_seconds())
 PY

@@ -11,9 +11,9 @@ set -euo pipefail
 set -a; . "$run/env"; set +a
 submit="$build/client/appliance-submit"
 
-# run NAME REPLICAS SHARDS [FANOUT [MODE]]
+# run NAME REPLICAS SHARDS [FANOUT [MODE [RUNCONFIG LINE]]]
 run_job() {
-  sed -e "s/^num_csx = .*/num_csx = $2\nnum_wgt_servers = $3${4:+\nswarmx_fanout = $4}${5:+\nmode = \"$5\"}/" \
+  sed -e "s/^num_csx = .*/num_csx = $2\nnum_wgt_servers = $3${4:+\nswarmx_fanout = $4}${5:+\nmode = \"$5\"}${6:+\n$6}/" \
     -e "s|^model_dir = .*|model_dir = \"$work/$1\"|" -e '/^max_gradient_norm/d' \
     "$src/tests/cluster/jobs/cnn.toml" > "$work/$1.toml"
   local out
@@ -37,6 +37,17 @@ echo "ok: 2 memoryx shards and a 2-level swarmx tree (fan-out 2, 4 replicas) agr
   "$work/flat/checkpoint_40-shard1-of-1.safetensors" --rtol 1e-5 >/dev/null ||
   fail "4 replicas disagree with 1"
 echo "ok: 4 replicas agree with 1 within 1e-5"
+# One replica and one shard: memoryx streams to the wse-node itself, no
+# swarmx in the job; bit for bit what a swarmx between them gives.
+run_job one-ws 1 1 "" weight_streaming
+run_job one-relay 1 1 "" weight_streaming "swarmx_relay = true"
+[ "$(cat "$run"/logs/memoryx-*.log | grep -c "wse-node wse-node-[0-9]* connected from")" = 2 ] ||
+  fail "the one-replica jobs did not stream from memoryx directly: $(grep -h "connected from" "$run"/logs/memoryx-*.log)"
+grep -q "tree node 0, root, 1 children" "$run"/logs/swarmx-*.log || fail "swarmx_relay = true: no swarmx over the replica"
+"$build/client/st-compare" "$work/one-ws/checkpoint_40-shard1-of-1.safetensors" \
+  "$work/one-relay/checkpoint_40-shard1-of-1.safetensors" --rtol 0 >/dev/null ||
+  fail "one replica streaming from memoryx directly disagrees with the same through a swarmx"
+echo "ok: one replica streams from memoryx directly, bit for bit as through a swarmx (swarmx_relay)"
 "$build/client/st-compare" "$work/flat/checkpoint_40-shard1-of-1.safetensors" \
   "$work/tree-ws/checkpoint_40-shard1-of-2.safetensors,$work/tree-ws/checkpoint_40-shard2-of-2.safetensors" \
   --rtol 1e-5 >/dev/null || fail "weight streaming from 2 shards through a 2-level tree disagrees"

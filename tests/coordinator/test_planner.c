@@ -7,6 +7,7 @@
 
 #include "footprint.h"
 #include "fit.h"
+#include "msgcheck.h"
 #include "planner.h"
 
 static const char *job_text = "[runconfig]\n"
@@ -317,6 +318,42 @@ START_TEST(placement)
 }
 END_TEST
 
+/* One replica and one shard: no swarmx in the job, the replica streams
+ * from memoryx (swarm parent -1), and the plan passes the daemons' check;
+ * swarmx_relay keeps the one-node tree. */
+START_TEST(one_replica_streams_from_memoryx)
+{
+    char err[512];
+    jobspec *spec = jobspec_parse(job_text, strlen(job_text), "job.toml", "/src", err, sizeof(err));
+    ck_assert_msg(spec != NULL, "%s", err);
+    ck_assert(planner_direct(spec));
+    ck_assert_uint_eq(planner_tree_nodes(spec), 0);
+    Appliance__Plan *p = plan_of(spec);
+    ck_assert_uint_eq(p->n_swarm, 0);
+    ck_assert_int_eq(p->replicas[0]->swarm_parent, -1);
+    ck_assert_msg(msgcheck_plan(p, err, sizeof(err)) == 0, "%s", err);
+    appliance__plan__free_unpacked(p, NULL);
+
+    spec->swarmx_relay = true;
+    ck_assert(!planner_direct(spec));
+    ck_assert_uint_eq(planner_tree_nodes(spec), 1);
+    p = plan_of(spec);
+    ck_assert_uint_eq(p->n_swarm, 1);
+    ck_assert_int_eq(p->swarm[0]->parent, -1);
+    ck_assert_int_eq(p->replicas[0]->swarm_parent, 0);
+    ck_assert_msg(msgcheck_plan(p, err, sizeof(err)) == 0, "%s", err);
+    appliance__plan__free_unpacked(p, NULL);
+
+    spec->swarmx_relay = false; /* two replicas or two shards take a tree */
+    spec->num_csx = 2;
+    ck_assert_uint_eq(planner_tree_nodes(spec), 1);
+    spec->num_csx = 1;
+    spec->num_wgt_servers = 2;
+    ck_assert_uint_eq(planner_tree_nodes(spec), 1);
+    jobspec_free(spec);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("planner");
@@ -325,6 +362,7 @@ static Suite *suite(void)
     tcase_add_test(t, memory_for_the_members_threads);
     tcase_add_test(t, memoryx_shards_must_hold_the_model);
     tcase_add_test(t, placement);
+    tcase_add_test(t, one_replica_streams_from_memoryx);
     tcase_add_test(t, refusals_say_what_helps);
     suite_add_tcase(s, t);
     return s;

@@ -57,7 +57,7 @@ static void check_model(const model *m)
 static void plan_job(const jobspec *spec)
 {
     size_t nr = (size_t)spec->num_csx, ns = (size_t)spec->num_wgt_servers;
-    size_t nx = planner_swarm_nodes(nr, (size_t)spec->swarmx_fanout);
+    size_t nx = planner_tree_nodes(spec);
     size_t nw = nr * (size_t)spec->num_workers_per_csx;
     size_t total = nr + ns + nx + nw;
     member *all = calloc(total, sizeof(*all));

@@ -101,6 +101,24 @@ START_TEST(plan_parent_out_of_range)
 }
 END_TEST
 
+/* Without a tree only one replica streams, from one shard, with parent -1. */
+START_TEST(plan_without_tree)
+{
+    fx.p.n_swarm = 0;
+    ck_assert_int_eq(msgcheck_plan(&fx.p, err, sizeof(err)), -EINVAL);
+    ck_assert_str_eq(err, "plan: no swarmx node between 2 replicas and 1 shards (only one replica "
+                          "streams from one shard directly)");
+    fx.p.n_replicas = 1;
+    ck_assert_int_eq(msgcheck_plan(&fx.p, err, sizeof(err)), -EINVAL); /* its parent is node 0 */
+    ck_assert_str_eq(err, "plan: replica 0 has index 0 and swarmx parent 0 of 0");
+    fx.r[0].swarm_parent = -1;
+    fx.w[1].replica = 0;
+    ck_assert_int_eq(msgcheck_plan(&fx.p, err, sizeof(err)), 0);
+    fx.p.n_swarm = 1; /* with a tree, -1 is no parent */
+    ck_assert_int_eq(msgcheck_plan(&fx.p, err, sizeof(err)), -EINVAL);
+}
+END_TEST
+
 START_TEST(plan_indices)
 {
     fx.stream[1] = 2;
@@ -293,6 +311,7 @@ static Suite *suite(void)
     tcase_add_test(t, plan_missing);
     tcase_add_test(t, plan_parent_out_of_range);
     tcase_add_test(t, plan_indices);
+    tcase_add_test(t, plan_without_tree);
     tcase_add_test(t, plan_tensor_too_large);
     tcase_add_test(t, plan_model_mismatch);
     tcase_add_test(t, chunk_count_wraps);

@@ -45,8 +45,9 @@ print("BENCH ws_1b_loop_lag_p99_%s %.1f ms" % (sys.argv[1], v["appliance_loop_la
 print("BENCH ws_1b_loop_lag_max_%s %.1f ms" % (sys.argv[1], v["appliance_loop_lag_max_seconds"] * 1e3))' "$name" "$url"
 done < "$run/metrics")
 cp "$run/logs/memoryx-1.log" "$work/memoryx.log"
+cp "$run/logs/coordinator.log" "$work/coordinator.log"
 "$src/deploy/local/appliance-down" --dir "$run" --quiet >/dev/null
-step=$(echo "$out" | "$py" "$src/bench/step_times.py" --skip 1 | cut -d' ' -f1)
+step=$(echo "$out" | "$py" "$src/bench/step_times.py" --skip 1 --log "$work/coordinator.log" | cut -d' ' -f1)
 
 # the bounds, in this process: the GEMMs of a step (each dense layer's
 # forward, input gradient and weight gradient) and the bytes on loopback

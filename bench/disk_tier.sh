@@ -48,7 +48,7 @@ print("BENCH disk_tier_loop_lag_p99_%s %.1f ms" % (sys.argv[1], v["appliance_loo
 done < "$run/metrics")
 "$src/deploy/local/appliance-down" --dir "$run" --quiet >/dev/null
 grep -E "disk tier|made in|checkpoint of step" "$run/logs/memoryx-1.log" | cut -c26- | sed 's/^/  memoryx: /'
-step=$(echo "$out" | "$py" "$src/bench/step_times.py" --skip 1 | cut -d' ' -f1)
+step=$(echo "$out" | "$py" "$src/bench/step_times.py" --skip 1 --log "$run/logs/coordinator.log" | cut -d' ' -f1)
 
 wfile=$(ls "$work"/m/checkpoint_3-shard1-of-1.safetensors)
 sync

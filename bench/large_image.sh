@@ -72,9 +72,9 @@ appliance() {
     case "$f" in */wse-node-1.pid) wse=$k ;; esac
   done
   "$src/deploy/local/appliance-down" --dir "$run" --quiet >/dev/null
-  rm -rf "$run"
   local step iou
-  read -r step iou < <(echo "$out" | "$py" "$src/bench/step_times.py")
+  read -r step iou < <(echo "$out" | "$py" "$src/bench/step_times.py" --log "$run/logs/coordinator.log")
+  rm -rf "$run"
   echo "$step $wse $all $iou"
 }
 

@@ -88,9 +88,9 @@ train() {
     wait=$w
   done
   "$src/deploy/local/appliance-down" --dir "$run" --quiet >/dev/null
-  rm -rf "$run"
   local step
-  read -r step _ < <(echo "$out" | "$py" "$src/bench/step_times.py")
+  read -r step _ < <(echo "$out" | "$py" "$src/bench/step_times.py" --log "$run/logs/coordinator.log")
+  rm -rf "$run"
   local need
   need=$(echo "$plan" | "$py" -c 'import json, sys; p = json.load(sys.stdin)
 print(next(m["bytes_per_replica"] for m in p["modes"] if m["mode"] == p["mode"]))')

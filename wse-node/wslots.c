@@ -60,9 +60,12 @@ int wslots_init(wslots *w, const model *m, const uint32_t *fwd, size_t nfwd, con
     w->toff = calloc((size_t)m->ntensors + 1, sizeof(uint64_t));
     w->bytes = footprint_wslots_bytes(m, part_elems, chunk_elems);
     w->slot_elems = w->bytes / (4 * sizeof(float));
+    /* cache-line aligned: the kernels stream whole lines into the gradient
+     * slots (gemm_small_k.c) */
+    size_t slot_bytes = (w->slot_elems * sizeof(float) + 63) & ~(size_t)63;
     for (int k = 0; k < 2; k++) {
-        w->slot[k] = malloc(w->slot_elems * sizeof(float));
-        w->gslot[k] = malloc(w->slot_elems * sizeof(float));
+        w->slot[k] = aligned_alloc(64, slot_bytes ? slot_bytes : 64);
+        w->gslot[k] = aligned_alloc(64, slot_bytes ? slot_bytes : 64);
     }
     if (!w->arr_layer || !w->arr_part || !w->arr_first || !w->arr_elems || !w->fwd_arr ||
         !w->bwd_arr || !w->gseq || !w->toff || !w->slot[0] || !w->slot[1] || !w->gslot[0] ||

@@ -1,7 +1,8 @@
 /* The operators split over threads: every split operator on two threads
  * against the same call on one, bit for bit, at sizes above the point
  * where they split; kern_sgemm in each transposition against a double
- * reference; the 2x2 pooling path with NaNs as the general one treats
+ * reference, and the small-batch weight gradient's own kernel; the 2x2
+ * pooling path with NaNs as the general one treats
  * them; and the subnormal flush the operators' threads run with. Batch
  * and group norm are among the split operators. */
 #include <check.h>
@@ -220,6 +221,63 @@ START_TEST(test_sgemm_split)
 }
 END_TEST
 
+/* The weight gradient on a small batch (C = alpha A^T B, k <= 64, beta 0:
+ * gemm_small_k.c where the processor has AVX-512): against a double
+ * reference, with row and column tails, two spans of B, strides wider than
+ * the matrices, C aligned to a cache line or not; C's old values (NaN) are
+ * not read, its padding is not written, and two threads give one thread's
+ * bits (a row is always one thread's). */
+START_TEST(test_sgemm_small_k)
+{
+    const int shapes[][3] = {{301, 1000, 32}, {37, 2100, 1}, {130, 777, 64}};
+    const float alphas[] = {1.0f, 0.75f};
+    kt_rng r;
+    kt_rng_init(&r, 15);
+    for (size_t s = 0; s < 3; s++)
+        for (int al = 0; al < 2; al++)
+            for (int off = 0; off < 2; off++) {
+                int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+                int lda = m + 3, ldb = n + 5, ldc = n + 7;
+                float alpha = alphas[al];
+                float *A = kt_falloc((size_t)k * lda), *B = kt_falloc((size_t)k * ldb);
+                float *c1 = kt_falloc((size_t)m * ldc + 16), *c2 = kt_falloc((size_t)m * ldc + 16);
+                kt_fill(&r, A, (size_t)k * lda, -1, 1);
+                kt_fill(&r, B, (size_t)k * ldb, -1, 1);
+                for (size_t i = 0; i < (size_t)m * ldc + 16; i++)
+                    c1[i] = c2[i] = NAN;
+                double *ref = kt_dalloc((size_t)m * n);
+                for (int i = 0; i < m; i++)
+                    for (int j = 0; j < n; j++) {
+                        double acc = 0;
+                        for (int q = 0; q < k; q++)
+                            acc += (double)A[(size_t)q * lda + i] * B[(size_t)q * ldb + j];
+                        ref[(size_t)i * n + j] = alpha * acc;
+                    }
+                kernels_set_threads(1);
+                kern_sgemm(1, 0, m, n, k, alpha, A, lda, B, ldb, 0.0f, c1 + off, ldc);
+                kernels_set_threads(2);
+                kern_sgemm(1, 0, m, n, k, alpha, A, lda, B, ldb, 0.0f, c2 + off, ldc);
+                kernels_set_threads(1);
+                float *packed = kt_falloc((size_t)m * n);
+                for (int i = 0; i < m; i++)
+                    for (int j = 0; j < ldc; j++) {
+                        float v = c2[off + (size_t)i * ldc + j];
+                        if (j < n)
+                            packed[(size_t)i * n + j] = v;
+                        else
+                            ck_assert_msg(isnan(v), "%dx%dx%d: padding (%d, %d) written", m, n, k, i, j);
+                    }
+                double err = kt_relerr(packed, ref, (size_t)m * n);
+                ck_assert_msg(err < 1e-6, "%dx%dx%d alpha %g offset %d: relative error %g", m, n, k,
+                              alpha, off, err);
+                free(packed);
+                ck_assert_msg(memcmp(c1, c2, sizeof(float) * ((size_t)m * ldc + 16)) == 0,
+                              "%dx%dx%d: two threads differ from one", m, n, k);
+                free(A), free(B), free(c1), free(c2), free(ref);
+            }
+}
+END_TEST
+
 START_TEST(test_subnormals_flushed)
 {
     /* the operators' threads read subnormals as zero and write zero for
@@ -252,6 +310,7 @@ int main(void)
     tcase_add_test(tc, test_maxpool_2x2_nan);
     tcase_add_test(tc, test_norms_split_same);
     tcase_add_test(tc, test_sgemm_split);
+    tcase_add_test(tc, test_sgemm_small_k);
     tcase_add_test(tc, test_subnormals_flushed);
     suite_add_tcase(s, tc);
     return kt_run(s);

@@ -222,6 +222,11 @@ void kern_sgemm(int ta, int tb, int m, int n, int k, float alpha,
 {
     if (m <= 0 || n <= 0)
         return;
+    /* a weight gradient on a small batch: written once, without OpenBLAS's
+     * pass scaling C and its packing (gemm_small_k.c) */
+    if (ta && !tb && beta == 0.0f && k <= 64 && (double)m * n >= 65536 &&
+        kern__sgemm_small_k(m, n, k, alpha, a, lda, b, ldb, c, ldc) == 0)
+        return;
     /* a thread's share of a small product costs less than waking the pool */
     double flops = 2.0 * m * n * (k > 0 ? k : 1);
     int t = pool.threads;

@@ -25,6 +25,14 @@ typedef void (*kern__task_fn)(void *ctx, int tid, int nthreads);
  * region does not nest: its GEMMs run on their own thread). */
 void kern__parallel(kern__task_fn fn, void *ctx, int want);
 
+/* C = alpha A^T B with A k x m, B k x n (row-major) and k at most 64, C
+ * written once (beta 0), split by rows over the pool: the weight gradient
+ * of a dense layer on a small batch (gemm_small_k.c). 0, or -1 when this
+ * processor has no AVX-512 or the shape is not one (the caller runs its
+ * GEMM as before). */
+int kern__sgemm_small_k(int m, int n, int k, float alpha, const float *a, int lda,
+                        const float *b, int ldb, float *c, int ldc);
+
 /* Which implementation runs the convolutions. */
 typedef enum kern__conv_path {
     KERN__CONV_AUTO = 0,   /* per shape, the faster one, timed at first use */

@@ -120,6 +120,8 @@ static void mx__abort_as(node *n, mx_job *j, bool fault, const char *fmt, ...)
 /* ---- checkpoints ---- */
 
 static void mx__pump(node *n, mx_job *j);
+static void mx__start_step(node *n, mx_job *j);
+static void mx__checkpoint_done(uv_work_t *req, int status);
 
 /* Who the job's stream goes to, for messages: the root of the swarmx tree,
  * or the one replica of a plan without a tree. */
@@ -127,8 +129,6 @@ static const char *mx__down_name(const mx_job *j)
 {
     return j->plan && j->plan->n_swarm == 0 ? "the wse-node" : "swarmx";
 }
-static void mx__start_step(node *n, mx_job *j);
-static void mx__checkpoint_done(uv_work_t *req, int status);
 
 /* In the thread pool: a released job's tensors go (gigabytes take a
  * noticeable time to give back); the rest goes on the loop. */
@@ -939,11 +939,14 @@ static void mx__stream_hello(node *n, conn *c, Appliance__Envelope *env, uint8_t
     }
     /* the root of the tree, or the one replica of a plan without one */
     Appliance__Role want = j->plan->n_swarm ? APPLIANCE__ROLE__ROLE_SWARMX : APPLIANCE__ROLE__ROLE_WSE_NODE;
-    if (msgcheck_stream_hello(h, want, j->plan, why, sizeof(why)) < 0 ||
-        (want == APPLIANCE__ROLE__ROLE_SWARMX && j->plan->swarm[h->index]->parent >= 0)) {
-        conn_fail(c, -EPROTO, "job %s streams to %s, not to %s %u", j->id,
-                  want == APPLIANCE__ROLE__ROLE_SWARMX ? "the swarmx root" : "its replica",
-                  msg_role_name(h->role), h->index);
+    if (msgcheck_stream_hello(h, want, j->plan, why, sizeof(why)) < 0) {
+        conn_fail(c, -EPROTO, "job %s streams to %s: %s", j->id,
+                  want == APPLIANCE__ROLE__ROLE_SWARMX ? "the swarmx root" : "its replica", why);
+        return;
+    }
+    if (want == APPLIANCE__ROLE__ROLE_SWARMX && j->plan->swarm[h->index]->parent >= 0) {
+        conn_fail(c, -EPROTO, "job %s streams to the swarmx root, not to tree node %u", j->id,
+                  h->index);
         return;
     }
     if (j->down && j->down != c) {
@@ -1181,8 +1184,8 @@ static void mx__describe_wait(node *n, char *out, size_t len)
                  "updated)", mx__down_name(j), (unsigned long long)j->step, j->updated, j->nt);
     else
         snprintf(out, len, "%s of step %llu from %s: %zu of %zu tensors updated",
-                 j->plan->n_swarm ? "the reduced gradients" : "the gradients", (unsigned long long)j->step, mx__down_name(j),
-                 j->updated, j->nt);
+                 j->plan->n_swarm ? "the reduced gradients" : "the gradients",
+                 (unsigned long long)j->step, mx__down_name(j), j->updated, j->nt);
 }
 
 /* The coordinator owns the job: without it no step can be committed, and a

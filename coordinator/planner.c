@@ -539,61 +539,60 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
     size_t fan = (size_t)spec->swarmx_fanout;
     if (planner_direct(spec) && nr == 1 && ns == 1) { /* memoryx streams to the replica itself */
         p->replicas[0]->swarm_parent = -1;
-        goto workers;
-    }
-    size_t nsw = planner_swarm_nodes(nr, fan);
-    if (pm->nswarm < nsw) {
-        snprintf(err, errlen, "%s: %zu replicas with swarmx_fanout %zu need %zu swarmx nodes, %zu are idle",
-                 spec->source, nr, fan, nsw, pm->nswarm);
-        rc = -EAGAIN;
-        goto done;
-    }
-    /* Level sizes, leaves first. */
-    size_t level[64], nlevels = 0;
-    for (size_t k = (nr + fan - 1) / fan;; k = (k + fan - 1) / fan) {
-        level[nlevels++] = k;
-        if (k == 1)
-            break;
-    }
-    p->n_swarm = nsw;
-    p->swarm = arena_alloc(&a, nsw * sizeof(*p->swarm));
-    if (!p->swarm)
-        goto done;
-    size_t first = 0; /* index of the first node of the level being built, root level first */
-    for (size_t lv = nlevels; lv-- > 0;) {
-        size_t count = level[lv];
-        size_t below = lv > 0 ? level[lv - 1] : nr; /* children of this level */
-        size_t below_first = first + count;          /* their first index (nodes) */
-        for (size_t k = 0; k < count; k++) {
-            Appliance__PlanSwarmNode *sn = arena_alloc(&a, sizeof(*sn));
-            if (!sn)
-                goto done;
-            appliance__plan_swarm_node__init(sn);
-            sn->index = (uint32_t)(first + k);
-            sn->member_id = pm->swarm[first + k]->id;
-            sn->addr = arena_strdup(&a, pm->swarm[first + k]->addr);
-            sn->parent = lv + 1 == nlevels ? -1 : (int32_t)(first - level[lv + 1] + k / fan);
-            size_t c0 = k * fan, c1 = c0 + fan < below ? c0 + fan : below;
-            uint32_t *kids = arena_alloc(&a, (c1 - c0) * sizeof(uint32_t));
-            if (!kids)
-                goto done;
-            for (size_t c = c0; c < c1; c++)
-                kids[c - c0] = (uint32_t)(lv > 0 ? below_first + c : c);
-            if (lv > 0) {
-                sn->children_swarmx = kids;
-                sn->n_children_swarmx = c1 - c0;
-            } else {
-                sn->children_replicas = kids;
-                sn->n_children_replicas = c1 - c0;
-                for (size_t c = c0; c < c1; c++)
-                    p->replicas[c]->swarm_parent = (int32_t)sn->index;
-            }
-            p->swarm[first + k] = sn;
+    } else {
+        size_t nsw = planner_swarm_nodes(nr, fan);
+        if (pm->nswarm < nsw) {
+            snprintf(err, errlen, "%s: %zu replicas with swarmx_fanout %zu need %zu swarmx nodes, "
+                     "%zu are idle", spec->source, nr, fan, nsw, pm->nswarm);
+            rc = -EAGAIN;
+            goto done;
         }
-        first += count;
+        /* Level sizes, leaves first. */
+        size_t level[64], nlevels = 0;
+        for (size_t k = (nr + fan - 1) / fan;; k = (k + fan - 1) / fan) {
+            level[nlevels++] = k;
+            if (k == 1)
+                break;
+        }
+        p->n_swarm = nsw;
+        p->swarm = arena_alloc(&a, nsw * sizeof(*p->swarm));
+        if (!p->swarm)
+            goto done;
+        size_t first = 0; /* index of the first node of the level being built, root level first */
+        for (size_t lv = nlevels; lv-- > 0;) {
+            size_t count = level[lv];
+            size_t below = lv > 0 ? level[lv - 1] : nr; /* children of this level */
+            size_t below_first = first + count;          /* their first index (nodes) */
+            for (size_t k = 0; k < count; k++) {
+                Appliance__PlanSwarmNode *sn = arena_alloc(&a, sizeof(*sn));
+                if (!sn)
+                    goto done;
+                appliance__plan_swarm_node__init(sn);
+                sn->index = (uint32_t)(first + k);
+                sn->member_id = pm->swarm[first + k]->id;
+                sn->addr = arena_strdup(&a, pm->swarm[first + k]->addr);
+                sn->parent = lv + 1 == nlevels ? -1 : (int32_t)(first - level[lv + 1] + k / fan);
+                size_t c0 = k * fan, c1 = c0 + fan < below ? c0 + fan : below;
+                uint32_t *kids = arena_alloc(&a, (c1 - c0) * sizeof(uint32_t));
+                if (!kids)
+                    goto done;
+                for (size_t c = c0; c < c1; c++)
+                    kids[c - c0] = (uint32_t)(lv > 0 ? below_first + c : c);
+                if (lv > 0) {
+                    sn->children_swarmx = kids;
+                    sn->n_children_swarmx = c1 - c0;
+                } else {
+                    sn->children_replicas = kids;
+                    sn->n_children_replicas = c1 - c0;
+                    for (size_t c = c0; c < c1; c++)
+                        p->replicas[c]->swarm_parent = (int32_t)sn->index;
+                }
+                p->swarm[first + k] = sn;
+            }
+            first += count;
+        }
     }
 
-workers:
     /* Workers: num_workers_per_csx slots per replica, over the workers
      * available, round robin. */
     size_t per = (size_t)spec->num_workers_per_csx;

@@ -1,6 +1,7 @@
 /* wse-node: one emulated CS-2 system. It declares its on-wafer memory to the
  * coordinator (default 40 GB as on a CS-2, never more than the host has). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "blas_check.h"
@@ -18,9 +19,15 @@ int main(int argc, char **argv)
     static wse_node w;
     wse_node_role(&role, &w, &n);
     node_parse_args(&n.opt, &role, argc, argv);
-    /* before any thread starts: the guard may run the program again */
+    /* before any thread starts: the guards may run the program again */
     char err[512];
     log_init(role.component, (enum log_level)n.opt.log_level);
+    int omp = kernels_omp_passive(argv);
+    if (omp < 0)
+        log_warn("cannot start again with OMP_WAIT_POLICY=PASSIVE: oneDNN's threads spin between "
+                 "regions");
+    else if (omp > 0)
+        log_info("oneDNN's OpenMP threads run with OMP_WAIT_POLICY=%s", getenv("OMP_WAIT_POLICY"));
     if (blas_guard(argv, &w.blas, err, sizeof(err)) < 0) {
         log_error("%s", err);
         return 1;

@@ -62,6 +62,17 @@ int kernels_bf16_compute(void);
 /* The instructions it uses: "amx", "avx512_bf16", or "none". */
 const char *kernels_bf16_isa(void);
 
+/* oneDNN's OpenMP threads spin between regions unless OMP_WAIT_POLICY says
+ * otherwise, and libgomp reads it once, when it loads; spinning, they take
+ * the cores from the kernels' pool, the event loop and the host's other
+ * daemons (a mixed-precision MLP's step: 77 ms passive, 90 spinning).
+ * First thing in main, before any thread: when oneDNN runs on OpenMP and
+ * the environment names no policy, sets PASSIVE and executes the program
+ * again. Returns 1 when the environment names a policy (the one in force),
+ * 0 when oneDNN does not run on OpenMP, -1 when the program could not start
+ * again (it goes on with the spinning threads). */
+int kernels_omp_passive(char **argv);
+
 /* For tests: 0 makes kern_gemm_bf16 compute in float32 from now on, 1
  * lets it use bfloat16 again. */
 void kernels_bf16_enable(int on);

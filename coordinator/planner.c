@@ -90,6 +90,28 @@ static bool planner__bwd_needs_weights(const model_layer *l)
     return false;
 }
 
+/* Weight Streaming: how many layers the backward pass starts with (those
+ * with tensors, from the last layer down) whose weights are still in the
+ * wafer's two slots when it starts: the forward pass's last arrivals (a
+ * layer in parts is as many arrivals), each needing its weights again.
+ * Spatial partitions stream every layer again (0). */
+static uint32_t planner__bwd_kept(const model *m, const Appliance__Plan *p)
+{
+    if (p->mode != APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING || p->spatial_partitions > 1)
+        return 0;
+    uint32_t kept = 0, arrivals = 0;
+    for (int l = m->nlayers - 1; l >= 0; l--) {
+        const model_layer *ml = &m->layers[l];
+        if (ml->ntensors == 0)
+            continue;
+        arrivals += footprint_ws_parts(m, l, p->ws_part_elems, p->chunk_elems).count;
+        if (arrivals > 2 || !planner__bwd_needs_weights(ml))
+            break;
+        kept++;
+    }
+    return kept;
+}
+
 static const char *planner__init(const model *m, const model_tensor *t)
 {
     const model_layer *l = &m->layers[t->layer];
@@ -642,11 +664,17 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
         for (int k = 0; k < ml->ntensors; k++)
             p->fwd_stream[p->n_fwd_stream++] = (uint32_t)(ml->first_tensor + k);
     }
+    p->bwd_kept = planner__bwd_kept(m, p);
+    uint32_t kept = 0;
     for (int l = m->nlayers - 1; l >= 0; l--) {
         const model_layer *ml = &m->layers[l];
-        /* Weight Streaming keeps two layers of weights: a layer whose
-         * backward pass needs its weights gets them streamed again. */
-        bool again = p->mode == APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING && planner__bwd_needs_weights(ml);
+        /* Weight Streaming keeps two slots of weights: a layer whose
+         * backward pass needs its weights gets them streamed again, but for
+         * the first ones of the backward pass, still in the slots. */
+        bool held = ml->ntensors > 0 && kept < p->bwd_kept;
+        kept += held;
+        bool again = p->mode == APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING && !held &&
+                     planner__bwd_needs_weights(ml);
         for (int k = 0; k < ml->ntensors; k++) {
             uint32_t id = (uint32_t)(ml->first_tensor + k);
             if (again)

@@ -230,13 +230,17 @@ static int wn__job_buffers(wn_job *j, char *err, size_t errlen)
         /* Weight Streaming: weights and gradients pass through two slots
          * each; only the small batch-norm statistics have their own room. */
         int rc = wslots_init(&j->ws, m, p->fwd_stream, p->n_fwd_stream, p->bwd_stream,
-                             p->n_bwd_stream, p->ws_part_elems, p->chunk_elems);
+                             p->n_bwd_stream, p->bwd_kept, p->ws_part_elems, p->chunk_elems);
         if (rc < 0) {
             snprintf(err, errlen, "%s", rc == -ENOMEM ? "out of memory for the weight slots"
                                            : "the plan's weight schedule does not stream whole layers in order");
             return rc;
         }
         j->ws_ready = true;
+        if (p->bwd_kept)
+            log_info("job %s: the backward pass starts on the %u layer(s) whose weights the "
+                     "forward pass left in the slots (%d of %d arrivals a step streamed again)",
+                     j->id, p->bwd_kept, j->ws.narrivals - j->ws.nfwd, j->ws.narrivals);
     } else {
         /* Pipelined: every tensor resident, streamed in once. */
         if (wresident_init(&j->res, m) < 0) {

@@ -37,7 +37,7 @@ static int wslots__arrivals(wslots *w, const uint32_t *list, size_t n, int *per_
 }
 
 int wslots_init(wslots *w, const model *m, const uint32_t *fwd, size_t nfwd, const uint32_t *bwd,
-                size_t nbwd, uint64_t part_elems, uint64_t chunk_elems)
+                size_t nbwd, uint32_t kept, uint64_t part_elems, uint64_t chunk_elems)
 {
     memset(w, 0, sizeof(*w));
     w->m = m;
@@ -56,6 +56,7 @@ int wslots_init(wslots *w, const model *m, const uint32_t *fwd, size_t nfwd, con
     w->arr_elems = calloc(2 * total + 1, sizeof(uint64_t));
     w->fwd_arr = malloc((nl ? nl : 1) * sizeof(int));
     w->bwd_arr = malloc((nl ? nl : 1) * sizeof(int));
+    w->keep_arr = malloc((nl ? nl : 1) * sizeof(int));
     w->gseq = malloc((nl ? nl : 1) * sizeof(int));
     w->toff = calloc((size_t)m->ntensors + 1, sizeof(uint64_t));
     w->bytes = footprint_wslots_bytes(m, part_elems, chunk_elems);
@@ -68,13 +69,13 @@ int wslots_init(wslots *w, const model *m, const uint32_t *fwd, size_t nfwd, con
         w->gslot[k] = aligned_alloc(64, slot_bytes ? slot_bytes : 64);
     }
     if (!w->arr_layer || !w->arr_part || !w->arr_first || !w->arr_elems || !w->fwd_arr ||
-        !w->bwd_arr || !w->gseq || !w->toff || !w->slot[0] || !w->slot[1] || !w->gslot[0] ||
+        !w->bwd_arr || !w->keep_arr || !w->gseq || !w->toff || !w->slot[0] || !w->slot[1] || !w->gslot[0] ||
         !w->gslot[1]) {
         wslots_deinit(w);
         return -ENOMEM;
     }
     for (size_t l = 0; l < nl; l++)
-        w->fwd_arr[l] = w->bwd_arr[l] = w->gseq[l] = -1;
+        w->fwd_arr[l] = w->bwd_arr[l] = w->keep_arr[l] = w->gseq[l] = -1;
     int g = 0;
     for (int l = m->nlayers - 1; l >= 0; l--) {
         const model_layer *ml = &m->layers[l];
@@ -99,6 +100,24 @@ int wslots_init(wslots *w, const model *m, const uint32_t *fwd, size_t nfwd, con
         wslots_deinit(w);
         return -EINVAL;
     }
+    /* the kept layers: the first with tensors from the last down, each
+     * streamed in the forward pass's last two arrivals and not again */
+    for (int l = m->nlayers - 1; l >= 0 && kept > 0; l--) {
+        if (m->layers[l].ntensors == 0)
+            continue;
+        int a = w->fwd_arr[l];
+        if (a < w->nfwd - 2 || w->bwd_arr[l] >= 0 || w->nkept + (int)w->parts[l].count > 2) {
+            wslots_deinit(w);
+            return -EINVAL;
+        }
+        w->keep_arr[l] = a;
+        w->nkept += (int)w->parts[l].count;
+        kept--;
+    }
+    if (kept > 0) {
+        wslots_deinit(w);
+        return -EINVAL;
+    }
     w->glayer[0] = w->glayer[1] = -1;
     wslots_new_pass(w, false);
     return 0;
@@ -113,6 +132,7 @@ void wslots_deinit(wslots *w)
     free(w->arr_elems);
     free(w->fwd_arr);
     free(w->bwd_arr);
+    free(w->keep_arr);
     free(w->gseq);
     free(w->toff);
     for (int k = 0; k < 2; k++) {
@@ -138,9 +158,11 @@ void wslots_part_rows(const wslots *w, int layer, uint32_t part, uint64_t *r0, u
 void wslots_new_pass(wslots *w, bool eval)
 {
     w->active = eval ? w->nfwd : w->narrivals;
+    w->training = !eval;
     w->recv = 0;
     w->recv_have = 0;
     w->consumed = 0;
+    w->kept_done = 0;
     /* the gradient slots keep their layers: their sends may be in flight */
 }
 
@@ -185,16 +207,25 @@ bool wslots_streams(const wslots *w, int layer, bool backward)
     return (backward ? w->bwd_arr[layer] : w->fwd_arr[layer]) >= 0;
 }
 
+/* The arrival whose slot a layer's pass reads (the forward one for a kept
+ * layer's backward pass), or -1. */
+static int wslots__arrival(const wslots *w, int layer, bool backward)
+{
+    if (backward && w->keep_arr[layer] >= 0)
+        return w->keep_arr[layer];
+    return backward ? w->bwd_arr[layer] : w->fwd_arr[layer];
+}
+
 bool wslots_ready(const wslots *w, int layer, uint32_t part, bool backward)
 {
-    int a = backward ? w->bwd_arr[layer] : w->fwd_arr[layer];
+    int a = wslots__arrival(w, layer, backward);
     return a < 0 || a + (int)part < w->recv;
 }
 
 void wslots_bind(const wslots *w, int layer, uint32_t part, bool backward, float **wp, float **gp)
 {
     const model_layer *l = &w->m->layers[layer];
-    int a = backward ? w->bwd_arr[layer] : w->fwd_arr[layer];
+    int a = wslots__arrival(w, layer, backward);
     uint64_t first;
     footprint_ws_part_elems(w->m, layer, &w->parts[layer], part, &first);
     bool last = part + 1 == w->parts[layer].count;
@@ -222,9 +253,18 @@ bool wslots_consume(wslots *w, int layer, uint32_t part, bool backward)
 {
     if (backward && w->gseq[layer] >= 0)
         w->glayer[(w->gseq[layer] + (int)part) % 2] = layer;
-    if (!wslots_streams(w, layer, backward))
+    int freed = 1;
+    if (w->training && w->keep_arr[layer] >= 0) {
+        if (!backward) /* its slot stays for the backward pass */
+            return false;
+        /* the kept slots free together, after the last of them */
+        if (++w->kept_done < w->nkept)
+            return false;
+        freed = w->nkept;
+    } else if (!wslots_streams(w, layer, backward)) {
         return false;
+    }
     bool was_blocked = w->recv < w->active && w->recv >= w->consumed + 2;
-    w->consumed++;
+    w->consumed += freed;
     return was_blocked && w->recv < w->consumed + 2;
 }

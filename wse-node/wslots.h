@@ -8,6 +8,13 @@
  * pass alternate between two gradient slots in the same way; a slot is
  * reused once the gradients it held have been sent.
  *
+ * The backward pass starts where the forward one ended: the first layers
+ * it computes (kept, the plan's bwd_kept) read the weights the forward
+ * pass's last one or two arrivals left in the slots, and are not streamed
+ * again. In a training pass their forward computation does not free their
+ * slots; their backward computations do, together once the last of them
+ * is done (they run in the reverse of their arrival order).
+ *
  * This is a pure state machine over the model and the schedule: the caller
  * feeds it chunk arrivals and compute completions. */
 #pragma once
@@ -34,6 +41,9 @@ typedef struct wslots {
     uint64_t *arr_elems;       /* per arrival: floats of its range */
     int *fwd_arr;              /* per layer: its first forward arrival, or -1 */
     int *bwd_arr;              /* per layer: its first backward arrival, or -1 */
+    int *keep_arr;             /* per layer: kept, the forward arrival its backward pass
+                                  reads; or -1 */
+    int nkept;                 /* arrivals kept across the turn of a training pass (0..2) */
     int *gseq;                 /* per layer: its first part's place among backward parts with
                                   gradients, or -1 */
     uint64_t *toff;            /* per tensor: its offset among its layer's elements */
@@ -41,6 +51,8 @@ typedef struct wslots {
     int recv;                  /* the arrival being received */
     uint64_t recv_have;        /* floats of it received */
     int consumed;              /* arrivals whose computation finished */
+    bool training;             /* the pass has a backward half */
+    int kept_done;             /* kept arrivals whose backward computation finished */
     int glayer[2];             /* the layer whose gradients a gradient slot holds, or -1 */
     size_t bytes;              /* allocated: footprint_wslots_bytes */
 } wslots;
@@ -48,10 +60,12 @@ typedef struct wslots {
 /* Sets up the slots for a schedule: fwd and bwd list the tensor ids memoryx
  * streams in the forward and backward passes (layer by layer); with
  * part_elems > 0 large dense layers go in parts (footprint_ws_parts, with
- * the plan's chunk_elems). Returns 0, -EINVAL when the lists do not stream
- * whole layers in order, or -ENOMEM. */
+ * the plan's chunk_elems); the first `kept` layers with tensors from the
+ * last one down are kept across the turn. Returns 0, -EINVAL when the lists
+ * do not stream whole layers in order or the kept layers are not the
+ * forward pass's last two arrivals, or -ENOMEM. */
 int wslots_init(wslots *w, const model *m, const uint32_t *fwd, size_t nfwd, const uint32_t *bwd,
-                size_t nbwd, uint64_t part_elems, uint64_t chunk_elems);
+                size_t nbwd, uint32_t kept, uint64_t part_elems, uint64_t chunk_elems);
 void wslots_deinit(wslots *w);
 
 /* Parts the layer's passes go in (1: whole), and the weight rows of one. */
@@ -95,5 +109,6 @@ int wslots_grad_blocker(const wslots *w, int layer, uint32_t part);
  * free. Returns true when a blocked arrival may now land. */
 bool wslots_consume(wslots *w, int layer, uint32_t part, bool backward);
 
-/* Whether layer's pass streams weights at all. */
+/* Whether layer's pass streams weights at all (a kept layer's backward
+ * pass does not: it reads its forward arrival's). */
 bool wslots_streams(const wslots *w, int layer, bool backward);

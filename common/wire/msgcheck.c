@@ -83,6 +83,9 @@ int msgcheck_plan(const Appliance__Plan *p, char *err, size_t errlen)
     if (p->micro_batch && p->mode != APPLIANCE__EXEC_MODE__MODE_PIPELINED)
         return errmsg(-EINVAL, err, errlen, "plan: micro-batches of %u samples outside Pipelined "
                       "execution", p->micro_batch);
+    if (p->bwd_kept > 2 || (p->bwd_kept && p->mode != APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING))
+        return errmsg(-EINVAL, err, errlen, "plan: %u layers kept across the turn of the pass (at "
+                      "most 2, in Weight Streaming)", p->bwd_kept);
     if (p->n_shards == 0 || p->n_replicas == 0)
         return errmsg(-EINVAL, err, errlen, "plan: %zu shards, %zu replicas; each must be at "
                               "least 1", p->n_shards, p->n_replicas);

@@ -48,7 +48,7 @@ print(sum(float(l.split()[-1]) for l in t.splitlines()
   [ "$(wc -l < "$work/$1.loss")" = 10 ] || fail "$1: $(wc -l < "$work/$1.loss") step losses logged"
 }
 
-train fp32
+train fp32 --wafer-memory 40M # the same schedule as the bfloat16 runs (parts, layers kept across the turn)
 cp "$work/bf16.toml" "$work/bf16ram.toml"
 train bf16ram --wafer-memory 40M
 train bf16 --memoryx-memory 4M --wafer-memory 40M

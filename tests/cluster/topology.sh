@@ -52,6 +52,9 @@ echo "ok: one replica streams from memoryx directly, bit for bit as through a sw
   "$work/tree-ws/checkpoint_40-shard1-of-2.safetensors,$work/tree-ws/checkpoint_40-shard2-of-2.safetensors" \
   --rtol 1e-5 >/dev/null || fail "weight streaming from 2 shards through a 2-level tree disagrees"
 echo "ok: weight streaming from 2 shards (chunks merged in schedule order) through a 2-level tree agrees"
+grep -q "job job-4: the backward pass starts on the 2 layer(s) whose weights the forward pass left in the slots" \
+  "$run"/logs/wse-node-1.log || fail "weight streaming streamed every layer's weights again: $(grep "job job-4" "$run"/logs/wse-node-1.log)"
+echo "ok: weight streaming's backward pass starts on the 2 layers the forward pass left in the slots"
 # A swarmx lost for good: the job recovers on a tree without it (the two
 # swarmx nodes left as one level of fan-out 4), from its last checkpoint,
 # and ends where the flat run ends.

@@ -93,7 +93,7 @@ static void plan_job(const jobspec *spec)
             FUZZ_WSLOTS_MAX_BYTES) {
         wslots ws;
         rc = wslots_init(&ws, spec->model, p->fwd_stream, p->n_fwd_stream, p->bwd_stream,
-                         p->n_bwd_stream, p->ws_part_elems, p->chunk_elems);
+                         p->n_bwd_stream, p->bwd_kept, p->ws_part_elems, p->chunk_elems);
         FUZZ_ASSERT(rc == 0);
         wslots_deinit(&ws);
     }

@@ -150,7 +150,7 @@ static void fuzz_stream(const Appliance__Plan *p)
 {
     wslots ws;
     if (wslots_init(&ws, fuzz_model, p->fwd_stream, p->n_fwd_stream, p->bwd_stream,
-                    p->n_bwd_stream, p->ws_part_elems, p->chunk_elems) < 0)
+                    p->n_bwd_stream, p->bwd_kept, p->ws_part_elems, p->chunk_elems) < 0)
         return; /* the wse-node refuses the job */
     for (int pass = 0; pass < 2; pass++) {
         const uint32_t *list = pass ? p->bwd_stream : p->fwd_stream;

@@ -43,7 +43,7 @@ START_TEST(double_buffering)
 {
     model *m = compile();
     wslots w;
-    ck_assert_int_eq(wslots_init(&w, m, fwd, 6, bwd, 4, 0, 0), 0);
+    ck_assert_int_eq(wslots_init(&w, m, fwd, 6, bwd, 4, 0, 0, 0), 0);
     ck_assert_uint_eq(w.slot_elems, 6 * 8 + 6); /* fc2: the largest layer */
     ck_assert_int_eq(w.narrivals, 5);
     bool blocked;
@@ -116,6 +116,85 @@ START_TEST(double_buffering)
 }
 END_TEST
 
+/* Kept across the turn: fc3 and fc2 are the forward pass's last arrivals
+ * and the first layers of the backward pass, which reads them from their
+ * forward slots (bwd_kept 2: nothing streams again). Their forward
+ * computations free nothing; their backward ones free both slots, once the
+ * second is done; an evaluation pass frees them as it goes. With one kept
+ * (fc3), fc2 streams again into the slot fc1 left while fc3's stays. */
+START_TEST(kept_across_the_turn)
+{
+    model *m = compile();
+    wslots w;
+    ck_assert_int_eq(wslots_init(&w, m, fwd, 6, NULL, 0, 2, 0, 0), 0);
+    ck_assert_int_eq(w.narrivals, 3);
+    ck_assert_int_eq(w.nkept, 2);
+    ck_assert(!receive(&w, 0, false, m));
+    ck_assert(!receive(&w, 1, false, m));
+    ck_assert(!receive(&w, 2, false, m));
+    ck_assert(receive(&w, 3, false, m));
+    ck_assert(wslots_consume(&w, 0, 0, false)); /* fc1 done: fc3 may land in its slot */
+    ck_assert(!receive(&w, 4, false, m));
+    ck_assert(receive(&w, 5, false, m)); /* fc3 in slot 0: every arrival of the step is in */
+    ck_assert(!wslots_consume(&w, 2, 0, false)); /* fc2 forward: its slot stays */
+    ck_assert(!wslots_consume(&w, 3, 0, false));
+    ck_assert_int_eq(w.consumed, 1);
+    /* Backward: fc3 and fc2 read their forward slots, without streaming. */
+    ck_assert(!wslots_streams(&w, 3, true));
+    ck_assert(wslots_ready(&w, 3, 0, true));
+    ck_assert(wslots_ready(&w, 2, 0, true));
+    float *wp[6] = {0}, *gp[6] = {0};
+    wslots_bind(&w, 3, 0, true, wp, gp);
+    ck_assert_ptr_eq(wp[4], w.slot[0]);
+    ck_assert_ptr_eq(gp[4], w.gslot[0]);
+    wslots_bind(&w, 2, 0, true, wp, gp);
+    ck_assert_ptr_eq(wp[2], w.slot[1]);
+    ck_assert(!wslots_consume(&w, 3, 0, true));
+    ck_assert_int_eq(w.consumed, 1); /* fc2 still reads slot 1 */
+    wslots_consume(&w, 2, 0, true);
+    ck_assert_int_eq(w.consumed, 3);
+    /* An evaluation pass frees the slots as its forward goes. */
+    wslots_new_pass(&w, true);
+    ck_assert(!receive(&w, 0, false, m));
+    ck_assert(!receive(&w, 1, false, m));
+    ck_assert(!receive(&w, 2, false, m));
+    ck_assert(receive(&w, 3, false, m));
+    wslots_consume(&w, 0, 0, false);
+    wslots_consume(&w, 2, 0, false);
+    ck_assert_int_eq(w.consumed, 2);
+    wslots_deinit(&w);
+
+    /* One kept: fc3 stays in slot 0 while fc2 streams again into slot 1 */
+    static const uint32_t bwd_fc2[] = {2, 3};
+    ck_assert_int_eq(wslots_init(&w, m, fwd, 6, bwd_fc2, 2, 1, 0, 0), 0);
+    ck_assert_int_eq(w.narrivals, 4);
+    ck_assert(!receive(&w, 0, false, m));
+    ck_assert(!receive(&w, 1, false, m));
+    ck_assert(!receive(&w, 2, false, m));
+    ck_assert(receive(&w, 3, false, m));
+    wslots_consume(&w, 0, 0, false);
+    ck_assert(!receive(&w, 4, false, m));
+    ck_assert(receive(&w, 5, false, m)); /* fc3 in slot 0; fc2's backward copy waits for slot 1 */
+    ck_assert(wslots_consume(&w, 2, 0, false)); /* fc2 forward frees slot 1 */
+    bool blocked;
+    ck_assert_ptr_eq(wslots_dest(&w, 2, true, 0, 48, &blocked), w.slot[1]);
+    ck_assert(!wslots_received(&w, 48));
+    ck_assert_ptr_eq(wslots_dest(&w, 3, true, 0, 6, &blocked), w.slot[1] + 48);
+    ck_assert(wslots_received(&w, 6)); /* the step's last arrival */
+    ck_assert(!wslots_consume(&w, 3, 0, false)); /* fc3 forward: kept */
+    wslots_bind(&w, 3, 0, true, wp, gp);
+    ck_assert_ptr_eq(wp[4], w.slot[0]);
+    wslots_bind(&w, 2, 0, true, wp, gp);
+    ck_assert_ptr_eq(wp[2], w.slot[1]);
+    wslots_deinit(&w);
+
+    /* Not the forward pass's last two arrivals, or streamed again: refused. */
+    ck_assert_int_eq(wslots_init(&w, m, fwd, 6, NULL, 0, 3, 0, 0), -EINVAL);
+    ck_assert_int_eq(wslots_init(&w, m, fwd, 6, bwd, 4, 1, 0, 0), -EINVAL);
+    model_free(m);
+}
+END_TEST
+
 /* Parts: with part_elems 16 and chunks of 8 elements, fc2 (6x8 weight, 48
  * elements) goes in parts of 2 rows (16 elements: a multiple of its row of
  * 8 and of the chunk), its bias with the last; fc1 (8x4) in parts of 4
@@ -126,7 +205,7 @@ START_TEST(parts)
 {
     model *m = compile();
     wslots w;
-    ck_assert_int_eq(wslots_init(&w, m, fwd, 6, bwd, 4, 16, 8), 0);
+    ck_assert_int_eq(wslots_init(&w, m, fwd, 6, bwd, 4, 0, 16, 8), 0);
     ck_assert_uint_eq(wslots_parts(&w, 0), 2);
     ck_assert_uint_eq(wslots_parts(&w, 2), 3);
     ck_assert_uint_eq(wslots_parts(&w, 3), 1);
@@ -174,11 +253,11 @@ START_TEST(bad_schedules)
     model *m = compile();
     wslots w;
     const uint32_t split[] = {0, 2, 1, 3, 4, 5}; /* fc1's tensors apart */
-    ck_assert_int_eq(wslots_init(&w, m, split, 6, bwd, 4, 0, 0), -EINVAL);
+    ck_assert_int_eq(wslots_init(&w, m, split, 6, bwd, 4, 0, 0, 0), -EINVAL);
     const uint32_t twice[] = {0, 1, 0, 1};
-    ck_assert_int_eq(wslots_init(&w, m, twice, 4, bwd, 4, 0, 0), -EINVAL);
+    ck_assert_int_eq(wslots_init(&w, m, twice, 4, bwd, 4, 0, 0, 0), -EINVAL);
     const uint32_t beyond[] = {0, 1, 9};
-    ck_assert_int_eq(wslots_init(&w, m, beyond, 3, NULL, 0, 0, 0), -EINVAL);
+    ck_assert_int_eq(wslots_init(&w, m, beyond, 3, NULL, 0, 0, 0, 0), -EINVAL);
     model_free(m);
 }
 END_TEST
@@ -188,6 +267,7 @@ static Suite *suite(void)
     Suite *s = suite_create("wslots");
     TCase *t = tcase_create("schedule");
     tcase_add_test(t, double_buffering);
+    tcase_add_test(t, kept_across_the_turn);
     tcase_add_test(t, bad_schedules);
     tcase_add_test(t, parts);
     suite_add_tcase(s, t);

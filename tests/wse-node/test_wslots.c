@@ -39,6 +39,15 @@ static bool receive(wslots *w, uint32_t t, bool backward, const model *m)
     return wslots_received(w, m->tensors[t].elems);
 }
 
+/* A pass's first arrivals, fc1 and fc2: both slots in use, fc3 must wait. */
+static void receive_fc1_fc2(wslots *w, const model *m)
+{
+    ck_assert(!receive(w, 0, false, m));
+    ck_assert(!receive(w, 1, false, m));
+    ck_assert(!receive(w, 2, false, m));
+    ck_assert(receive(w, 3, false, m));
+}
+
 START_TEST(double_buffering)
 {
     model *m = compile();
@@ -101,10 +110,7 @@ START_TEST(double_buffering)
     ck_assert(blocked);
     /* An evaluation pass: the forward arrivals only. */
     wslots_new_pass(&w, true);
-    ck_assert(!receive(&w, 0, false, m));
-    ck_assert(!receive(&w, 1, false, m));
-    ck_assert(!receive(&w, 2, false, m));
-    ck_assert(receive(&w, 3, false, m));
+    receive_fc1_fc2(&w, m);
     wslots_consume(&w, 0, 0, false);
     ck_assert(!receive(&w, 4, false, m));
     ck_assert(receive(&w, 5, false, m)); /* the pass is complete: hold what follows */
@@ -129,10 +135,7 @@ START_TEST(kept_across_the_turn)
     ck_assert_int_eq(wslots_init(&w, m, fwd, 6, NULL, 0, 2, 0, 0), 0);
     ck_assert_int_eq(w.narrivals, 3);
     ck_assert_int_eq(w.nkept, 2);
-    ck_assert(!receive(&w, 0, false, m));
-    ck_assert(!receive(&w, 1, false, m));
-    ck_assert(!receive(&w, 2, false, m));
-    ck_assert(receive(&w, 3, false, m));
+    receive_fc1_fc2(&w, m);
     ck_assert(wslots_consume(&w, 0, 0, false)); /* fc1 done: fc3 may land in its slot */
     ck_assert(!receive(&w, 4, false, m));
     ck_assert(receive(&w, 5, false, m)); /* fc3 in slot 0: every arrival of the step is in */
@@ -155,10 +158,7 @@ START_TEST(kept_across_the_turn)
     ck_assert_int_eq(w.consumed, 3);
     /* An evaluation pass frees the slots as its forward goes. */
     wslots_new_pass(&w, true);
-    ck_assert(!receive(&w, 0, false, m));
-    ck_assert(!receive(&w, 1, false, m));
-    ck_assert(!receive(&w, 2, false, m));
-    ck_assert(receive(&w, 3, false, m));
+    receive_fc1_fc2(&w, m);
     wslots_consume(&w, 0, 0, false);
     wslots_consume(&w, 2, 0, false);
     ck_assert_int_eq(w.consumed, 2);
@@ -168,10 +168,7 @@ START_TEST(kept_across_the_turn)
     static const uint32_t bwd_fc2[] = {2, 3};
     ck_assert_int_eq(wslots_init(&w, m, fwd, 6, bwd_fc2, 2, 1, 0, 0), 0);
     ck_assert_int_eq(w.narrivals, 4);
-    ck_assert(!receive(&w, 0, false, m));
-    ck_assert(!receive(&w, 1, false, m));
-    ck_assert(!receive(&w, 2, false, m));
-    ck_assert(receive(&w, 3, false, m));
+    receive_fc1_fc2(&w, m);
     wslots_consume(&w, 0, 0, false);
     ck_assert(!receive(&w, 4, false, m));
     ck_assert(receive(&w, 5, false, m)); /* fc3 in slot 0; fc2's backward copy waits for slot 1 */

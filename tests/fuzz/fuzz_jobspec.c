@@ -116,7 +116,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     FUZZ_ASSERT(spec->model != NULL);
     check_model(spec->model);
-    FUZZ_ASSERT(spec->num_csx >= 1 && spec->train.batch_size >= spec->num_csx);
+    /* every replica has a sample; "auto" stripes of a model that splits may
+     * make one replica of every wse-node */
+    int64_t parts = spec->spatial_partitions == JOBSPEC_AUTO && model_splits(spec->model)
+                        ? spec->num_csx
+                        : jobspec_parts(spec);
+    FUZZ_ASSERT(spec->num_csx >= 1 && spec->train.batch_size >= spec->num_csx / parts);
     FUZZ_ASSERT(spec->job_priority[0] == 'p' && spec->job_priority[1] >= '1' &&
                 spec->job_priority[1] <= '3');
     /* Files on this machine stay out of it: a checkpoint to resume, an

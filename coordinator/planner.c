@@ -250,9 +250,14 @@ size_t planner_swarm_nodes(size_t replicas, size_t fanout)
     }
 }
 
+bool planner_direct_alone(const jobspec *spec)
+{
+    return spec->num_wgt_servers == 1 && !spec->swarmx_relay && jobspec_parts(spec) == 1;
+}
+
 bool planner_direct(const jobspec *spec)
 {
-    return spec->num_csx == 1 && spec->num_wgt_servers == 1 && !spec->swarmx_relay;
+    return spec->num_csx == 1 && planner_direct_alone(spec);
 }
 
 size_t planner_tree_nodes(const jobspec *spec)

@@ -51,6 +51,10 @@ size_t planner_swarm_nodes(size_t replicas, size_t fanout);
  * copy every weight and gradient byte once more. */
 bool planner_direct(const jobspec *spec);
 
+/* Whether a lone replica of spec's job would (planner_direct with
+ * num_csx 1): recovery left with no swarmx may go on with one. */
+bool planner_direct_alone(const jobspec *spec);
+
 /* SwarmX nodes spec's job takes: none when direct, else its tree's. */
 size_t planner_tree_nodes(const jobspec *spec);
 

@@ -119,10 +119,7 @@ static void sk_task(void *ctx, int tid, int nt)
 int kern__sgemm_small_k(int m, int n, int k, float alpha, const float *a, int lda,
                         const float *b, int ldb, float *c, int ldc)
 {
-    static int avx512 = -1;
-    if (avx512 < 0)
-        avx512 = __builtin_cpu_supports("avx512f") ? 1 : 0;
-    if (!avx512 || k < 1 || k > 64 || m < 1 || n < 1)
+    if (!__builtin_cpu_supports("avx512f") || k < 1 || k > 64 || m < 1 || n < 1)
         return -1;
     sk_job g = {.m = m, .n = n, .k = k, .alpha = alpha, .a = a, .b = b, .c = c,
                 .lda = lda, .ldb = ldb, .ldc = ldc};

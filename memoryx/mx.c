@@ -38,9 +38,13 @@ static void mx__init_range(mx_tensor *t, const Appliance__PlanTensor *pt, uint64
         for (uint64_t i = a; i < b; i++)
             t->w[i] = 1.0f;
     } else if (strcmp(pt->init, "he_normal") == 0) {
-        double sd = sqrt(2.0 / (double)(pt->fan_in ? pt->fan_in : 1));
-        for (uint64_t i = a; i < b; i++)
-            t->w[i] = (float)(sd * rng_normal(seed, 0x1000 + pt->id, i));
+        double sd = sqrt(2.0 / (double)(pt->fan_in ? pt->fan_in : 1)), z[512];
+        for (uint64_t i0 = a; i0 < b; i0 += 512) {
+            size_t len = (size_t)(b - i0 < 512 ? b - i0 : 512);
+            rng_normal_n(seed, 0x1000 + pt->id, i0, len, z);
+            for (size_t i = 0; i < len; i++)
+                t->w[i0 + i] = (float)(sd * z[i]);
+        }
     } else { /* xavier_uniform */
         double r = sqrt(6.0 / (double)(pt->fan_in + pt->fan_out ? pt->fan_in + pt->fan_out : 1));
         for (uint64_t i = a; i < b; i++)

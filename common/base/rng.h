@@ -3,11 +3,15 @@
  * processes or threads. */
 #pragma once
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* A 64-bit hash of three words (splitmix64 finaliser chain). */
 uint64_t rng_hash(uint64_t seed, uint64_t stream, uint64_t index);
 /* Uniform in [0, 1). */
 double rng_uniform(uint64_t seed, uint64_t stream, uint64_t index);
-/* Standard normal (Box-Muller on two uniforms of the same counter). */
+/* Standard normal (Box-Muller on the uniforms 2 index and 2 index + 1 of the
+ * stream), the same bits on every machine (no libm). */
 double rng_normal(uint64_t seed, uint64_t stream, uint64_t index);
+/* out[i] = rng_normal(seed, stream, first + i) for i < n, vectorized. */
+void rng_normal_n(uint64_t seed, uint64_t stream, uint64_t first, size_t n, double *out);

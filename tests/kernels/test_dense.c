@@ -214,6 +214,48 @@ START_TEST(test_bf16_paths)
 }
 END_TEST
 
+/* kern_gemm_bf16_same_a uses the rounded A left in the workspace only when
+ * the last GEMM on it rounded that very operand alike; otherwise it rounds
+ * A again and gives kern_gemm_bf16's bits. */
+START_TEST(test_bf16_same_a)
+{
+    enum { M = 40, K = 96, N = 72 };
+    kt_rng r;
+    kt_rng_init(&r, 23);
+    float *a = kt_falloc(M * K), *a2 = kt_falloc(M * K), *b = kt_falloc(K * N);
+    float *c = kt_falloc(M * N), *want = kt_falloc(M * N);
+    kt_fill(&r, a, M * K, -1, 1);
+    kt_fill(&r, a2, M * K, -1, 1);
+    kt_fill(&r, b, K * N, -1, 1);
+    size_t wsb = convplan_gemm_bf16_workspace(M, N, K);
+    void *ws = aligned_alloc(64, wsb);
+    kernels_set_threads(2);
+    /* the same A again: the bits of rounding it anew */
+    kern_gemm_bf16(0, 0, M, N, K, a, K, b, N, 0.0f, want, N, ws, wsb);
+    kern_gemm_bf16(0, 1, M, M, K, a, K, a2, K, 0.0f, c, M, ws, wsb);
+    kern_gemm_bf16_same_a(0, 0, M, N, K, a, K, b, N, 0.0f, c, N, ws, wsb);
+    ck_assert(memcmp(c, want, sizeof(float) * M * N) == 0);
+    /* another A after it: rounded, not the one in the workspace */
+    kern_gemm_bf16(0, 0, M, N, K, a2, K, b, N, 0.0f, want, N, ws, wsb);
+    kern_gemm_bf16(0, 0, M, N, K, a, K, b, N, 0.0f, c, N, ws, wsb);
+    kern_gemm_bf16_same_a(0, 0, M, N, K, a2, K, b, N, 0.0f, c, N, ws, wsb);
+    ck_assert(memcmp(c, want, sizeof(float) * M * N) == 0);
+    /* the same pointer over fewer columns (another lda): rounded again */
+    kern_gemm_bf16(0, 0, M, N, K / 2, a, K, b, N, 0.0f, want, N, ws, wsb);
+    kern_gemm_bf16(0, 0, M, N, K, a, K, b, N, 0.0f, c, N, ws, wsb);
+    kern_gemm_bf16_same_a(0, 0, M, N, K / 2, a, K, b, N, 0.0f, c, N, ws, wsb);
+    ck_assert(memcmp(c, want, sizeof(float) * M * N) == 0);
+    /* after a GEMM that fell back to float32 (workspace too small) */
+    kern_gemm_bf16(0, 0, M, N, K, a2, K, b, N, 0.0f, want, N, ws, wsb);
+    kern_gemm_bf16(0, 0, M, N, K, a, K, b, N, 0.0f, c, N, ws, 64);
+    kern_gemm_bf16_same_a(0, 0, M, N, K, a2, K, b, N, 0.0f, c, N, ws, wsb);
+    ck_assert(memcmp(c, want, sizeof(float) * M * N) == 0);
+    kernels_set_threads(1);
+    free(ws);
+    free(a), free(a2), free(b), free(c), free(want);
+}
+END_TEST
+
 START_TEST(test_hand_values)
 {
     /* x = [1 2], W = [[1 0], [3 -1]], b = [0.5 -1]:
@@ -248,6 +290,7 @@ int main(void)
     tcase_add_test(tc, test_backward_matches_ref);
     tcase_add_test(tc, test_gradients_fd);
     tcase_add_test(tc, test_bf16_paths);
+    tcase_add_test(tc, test_bf16_same_a);
     suite_add_tcase(s, tc);
     return kt_run(s);
 }

@@ -32,6 +32,11 @@ static struct {
     int n;
     unsigned clock;
     int isa;                    /* 1 bfloat16 instructions, -1 none, 0 not asked */
+    struct {                    /* the A rounded by the last bfloat16 GEMM */
+        const float *src;
+        const void *ws;
+        int rows, cols, ld;
+    } a;
 } gb;
 
 static int isa_has_bf16(void)
@@ -166,8 +171,8 @@ static void pack(uint16_t *out, const float *in, int rows, int cols, int ld)
     kernels_for((size_t)rows, grain ? grain : 1, pack_rows, &p);
 }
 
-int kern_gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int lda, const float *b,
-                   int ldb, float beta, float *c, int ldc, void *ws, size_t ws_bytes)
+static int gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int lda, const float *b,
+                     int ldb, float beta, float *c, int ldc, void *ws, size_t ws_bytes, int same_a)
 {
     dnnl_engine_t eng;
     dnnl_stream_t st;
@@ -180,11 +185,17 @@ int kern_gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int lda,
         g = entry_of(key, eng);
     }
     if (!g || abytes + bbytes + g->scratch_bytes > ws_bytes) {
+        gb.a.src = NULL;
         kern_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
         return 0;
     }
     uint16_t *a16 = ws, *b16 = (uint16_t *)((char *)ws + abytes);
-    pack(a16, a, ta ? k : m, ta ? m : k, lda);
+    int arows = ta ? k : m, acols = ta ? m : k;
+    /* A stored as the last call rounded it: those bits are still at ws */
+    if (!(same_a && gb.a.src == a && gb.a.ws == ws && gb.a.rows == arows && gb.a.cols == acols &&
+          gb.a.ld == lda))
+        pack(a16, a, arows, acols, lda);
+    gb.a.src = NULL; /* until this call has run */
     pack(b16, b, tb ? n : k, tb ? k : n, ldb);
     dnnl_memory_set_data_handle(g->a, a16);
     dnnl_memory_set_data_handle(g->b, b16);
@@ -201,7 +212,25 @@ int kern_gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int lda,
         kern_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
         return 0;
     }
+    gb.a.src = a;
+    gb.a.ws = ws;
+    gb.a.rows = arows;
+    gb.a.cols = acols;
+    gb.a.ld = lda;
     return 1;
+}
+
+int kern_gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int lda, const float *b,
+                   int ldb, float beta, float *c, int ldc, void *ws, size_t ws_bytes)
+{
+    return gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, ws, ws_bytes, 0);
+}
+
+int kern_gemm_bf16_same_a(int ta, int tb, int m, int n, int k, const float *a, int lda,
+                          const float *b, int ldb, float beta, float *c, int ldc, void *ws,
+                          size_t ws_bytes)
+{
+    return gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, ws, ws_bytes, 1);
 }
 
 #else /* !KERNELS_HAVE_DNNL */
@@ -223,6 +252,14 @@ int kern_gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int lda,
     (void)ws_bytes;
     kern_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
     return 0;
+}
+
+
+int kern_gemm_bf16_same_a(int ta, int tb, int m, int n, int k, const float *a, int lda,
+                          const float *b, int ldb, float beta, float *c, int ldc, void *ws,
+                          size_t ws_bytes)
+{
+    return kern_gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, ws, ws_bytes);
 }
 
 #endif

@@ -55,6 +55,13 @@ void kern_sgemm(int ta, int tb, int m, int n, int k, float alpha,
  * Returns 1 when it computed in bfloat16, 0 in float32. */
 int kern_gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int lda, const float *b,
                    int ldb, float beta, float *c, int ldc, void *ws, size_t ws_bytes);
+/* kern_gemm_bf16 whose A is the A of the last GEMM on ws, unchanged since,
+ * stored alike (op(A) of the same rows, columns and lda: dY for a dense
+ * layer's dW = dY^T X and then its dX = dY W): when that GEMM ran in
+ * bfloat16, the rounded copy still in ws is used again. */
+int kern_gemm_bf16_same_a(int ta, int tb, int m, int n, int k, const float *a, int lda,
+                          const float *b, int ldb, float beta, float *c, int ldc, void *ws,
+                          size_t ws_bytes);
 
 /* 1 when kern_gemm_bf16 computes in bfloat16 on this processor and build. */
 int kernels_bf16_compute(void);

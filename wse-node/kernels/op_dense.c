@@ -12,9 +12,11 @@ typedef struct dense_ws {
 } dense_ws;
 
 static void dense_gemm(const dense_ws *w, int ta, int tb, int m, int n, int k, const float *a,
-                       int lda, const float *b, int ldb, float beta, float *c, int ldc)
+                       int lda, const float *b, int ldb, float beta, float *c, int ldc, int same_a)
 {
-    if (w->ws)
+    if (w->ws && same_a)
+        kern_gemm_bf16_same_a(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, w->ws, w->bytes);
+    else if (w->ws)
         kern_gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, w->ws, w->bytes);
     else
         kern_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
@@ -40,7 +42,7 @@ static void dense_forward(const dense_ws *w, float *out, const float *in, const 
             memset(out, 0, sizeof(float) * n * (size_t)out_f);
         return;
     }
-    dense_gemm(w, 0, 1, n, out_f, in_f, in, in_f, weight, in_f, beta, out, out_f);
+    dense_gemm(w, 0, 1, n, out_f, in_f, in, in_f, weight, in_f, beta, out, out_f, 0);
 }
 
 static void dense_backward(const dense_ws *w, float *din, float *dweight, float *dbias,
@@ -59,7 +61,7 @@ static void dense_backward(const dense_ws *w, float *din, float *dweight, float 
         return;
     }
     if (in_f > 0)
-        dense_gemm(w, 1, 0, out_f, in_f, n, dout, out_f, in, in_f, 0.0f, dweight, in_f);
+        dense_gemm(w, 1, 0, out_f, in_f, n, dout, out_f, in, in_f, 0.0f, dweight, in_f, 0);
     if (dbias) { /* in float32 either way */
         memcpy(dbias, dout, sizeof(float) * out_f);
         for (int i = 1; i < n; i++) {
@@ -68,8 +70,9 @@ static void dense_backward(const dense_ws *w, float *din, float *dweight, float 
                 dbias[o] += row[o];
         }
     }
+    /* dY as the weight gradient's GEMM rounded it: the same rows of out_f */
     if (din && in_f > 0)
-        dense_gemm(w, 0, 0, n, in_f, out_f, dout, out_f, weight, in_f, 0.0f, din, in_f);
+        dense_gemm(w, 0, 0, n, in_f, out_f, dout, out_f, weight, in_f, 0.0f, din, in_f, 1);
 }
 
 void op_dense_forward(float *out, const float *in, const float *weight,

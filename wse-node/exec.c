@@ -771,7 +771,11 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
             p.pad_h = 0;
             in = e->hx;
         }
-        op_conv2d_forward(out, in, W(l, 0), l->bias ? W(l, 1) : NULL, &p, e->ws, e->ws_bytes);
+        if (e->m->mixed_precision && !gather) /* bfloat16 on oneDNN, in the workspace */
+            op_conv2d_forward_bf16(out, in, W(l, 0), l->bias ? W(l, 1) : NULL, &p, e->ws,
+                                   e->ws_bytes);
+        else
+            op_conv2d_forward(out, in, W(l, 0), l->bias ? W(l, 1) : NULL, &p, e->ws, e->ws_bytes);
         break;
     }
     case LAYER_CONV_TRANSPOSE2D: {
@@ -1083,8 +1087,12 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
                 exec__gather_din(e, li, din);
             break;
         }
-        op_conv2d_backward(din, G(l, 0), l->bias ? G(l, 1) : NULL, dout, in, W(l, 0), &p, e->ws,
-                           e->ws_bytes);
+        if (e->m->mixed_precision)
+            op_conv2d_backward_bf16(din, G(l, 0), l->bias ? G(l, 1) : NULL, dout, in, W(l, 0), &p,
+                                    e->ws, e->ws_bytes);
+        else
+            op_conv2d_backward(din, G(l, 0), l->bias ? G(l, 1) : NULL, dout, in, W(l, 0), &p,
+                               e->ws, e->ws_bytes);
         break;
     }
     case LAYER_CONV_TRANSPOSE2D: {

@@ -159,6 +159,25 @@ size_t convplan_conv2d_workspace(const op_conv2d_params *p, int threads)
     return (pl.head + (size_t)(threads > 0 ? threads : 1) * pl.per_thread) * sizeof(float);
 }
 
+size_t convplan_conv2d_bf16_workspace(const op_conv2d_params *p, int threads)
+{
+    size_t f32 = convplan_conv2d_workspace(p, threads);
+    if (p->n <= 0)
+        return f32;
+    size_t cp = (size_t)(p->c + 15) / 16 * 16, kp = (size_t)(p->k + 15) / 16 * 16;
+    size_t x = (size_t)p->n * cp * (size_t)p->h * (size_t)p->w;
+    size_t y = (size_t)p->n * kp * (size_t)op_conv2d_out_h(p) * (size_t)op_conv2d_out_w(p);
+    size_t w = kp * cp * (size_t)p->r * (size_t)p->s;
+    /* forward: x and w in bfloat16, y in float32; backward: dy in
+     * bfloat16 beside the larger of the weight gradient's x and dw (both
+     * bfloat16) and the data gradient's own dy, w and dx (float32) */
+    size_t fwd = 2 * x + 2 * w + 4 * y;
+    size_t wgrad = 2 * x + 2 * w, dgrad = 2 * y + 2 * w + 4 * x;
+    size_t bwd = 2 * y + (wgrad > dgrad ? wgrad : dgrad);
+    size_t need = (fwd > bwd ? fwd : bwd) + 8 * 64 + CONVPLAN_BF16_CONV_SCRATCH;
+    return need > f32 ? need : f32;
+}
+
 size_t convplan_convt_workspace(const op_conv_transpose2d_params *p, int threads)
 {
     convplan_convt pl = convplan_convt_of(p);

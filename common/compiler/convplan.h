@@ -111,6 +111,15 @@ convplan_convt convplan_convt_of(const op_conv_transpose2d_params *p);
 size_t convplan_conv2d_workspace(const op_conv2d_params *p, int threads);
 size_t convplan_convt_workspace(const op_conv_transpose2d_params *p, int threads);
 
+/* Bytes of workspace for a convolution in mixed precision
+ * (op_conv2d_forward_bf16 and op_conv2d_backward_bf16): its operands in
+ * oneDNN's layouts, the inputs in bfloat16 and the outputs in float32,
+ * each counted with its channels padded to a multiple of 16, and room for
+ * oneDNN's scratch; at least the float32 path's workspace, which a call
+ * falls back to. */
+size_t convplan_conv2d_bf16_workspace(const op_conv2d_params *p, int threads);
+#define CONVPLAN_BF16_CONV_SCRATCH ((size_t)4 << 20)
+
 /* v rounded up to a multiple of 16 floats (64 bytes). */
 size_t convplan_round16(size_t v);
 

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
 #include "kernels.h"
 #include "kernels_internal.h"
 #include "kt.h"
@@ -613,6 +614,127 @@ START_TEST(test_threads_onednn)
 END_TEST
 
 
+/* x rounded to bfloat16 and widened again. */
+static void round_bf16(float *out, const float *x, size_t n)
+{
+    uint16_t *h = malloc(n * sizeof(uint16_t));
+    bf16_pack(h, x, n);
+    bf16_unpack(out, h, n);
+    free(h);
+}
+
+/* Mixed precision's convolution (op_conv2d_forward_bf16, _backward_bf16)
+ * against the double-precision direct loops on the inputs rounded to
+ * bfloat16: the output and the input gradient to float32 accumulation
+ * (1e-5 of the largest), the weight gradient to its own rounding to
+ * bfloat16 (4e-3); the bias gradient is float32's. Where it cannot compute
+ * in bfloat16 (no AMX or AVX512_BF16, a workspace too small, the path
+ * turned off) it gives the float32 path's bits. U-Net-like shapes must run
+ * in bfloat16 where the processor can. */
+static void conv_bf16_case(const op_conv2d_params *p, int bias, int must_bf16)
+{
+    int oh = op_conv2d_out_h(p), ow = op_conv2d_out_w(p);
+    size_t nx = (size_t)p->n * p->c * p->h * p->w, nw = (size_t)p->k * p->c * p->r * p->s;
+    size_t ny = (size_t)p->n * p->k * oh * ow;
+    kt_rng r;
+    kt_rng_init(&r, 77 + (uint64_t)nx);
+    float *x = kt_falloc(nx), *w = kt_falloc(nw), *b = kt_falloc((size_t)p->k), *dy = kt_falloc(ny);
+    float *y = kt_falloc(ny), *dx = kt_falloc(nx), *dw = kt_falloc(nw), *db = kt_falloc((size_t)p->k);
+    float *y32 = kt_falloc(ny), *dx32 = kt_falloc(nx), *dw32 = kt_falloc(nw), *db32 = kt_falloc((size_t)p->k);
+    kt_fill(&r, x, nx, -1, 1);
+    kt_fill(&r, w, nw, -0.5, 0.5);
+    kt_fill(&r, b, (size_t)p->k, -0.5, 0.5);
+    kt_fill(&r, dy, ny, -1, 1);
+    size_t wsb = op_conv2d_bf16_workspace(p);
+    ck_assert_uint_ge(wsb, op_conv2d_workspace(p));
+    float *ws = ws_new(wsb);
+    const float *bp = bias ? b : NULL;
+    float *dbp = bias ? db : NULL, *db32p = bias ? db32 : NULL;
+    int f = op_conv2d_forward_bf16(y, x, w, bp, p, ws, wsb);
+    int g = op_conv2d_backward_bf16(dx, dw, dbp, dy, x, w, p, ws, wsb);
+    ws_check(ws, wsb);
+    op_conv2d_forward(y32, x, w, bp, p, ws, wsb);
+    op_conv2d_backward(dx32, dw32, db32p, dy, x, w, p, ws, wsb);
+    ck_assert_int_eq(f, g);
+    if (must_bf16 && kernels_bf16_compute())
+        ck_assert_msg(f == 1, "c%d k%d %dx%d: not in bfloat16", p->c, p->k, p->h, p->w);
+    if (f) {
+        float *xr = kt_falloc(nx), *wr = kt_falloc(nw), *dyr = kt_falloc(ny);
+        float *ry = kt_falloc(ny), *rdx = kt_falloc(nx), *rdw = kt_falloc(nw), *rdb = kt_falloc((size_t)p->k);
+        round_bf16(xr, x, nx);
+        round_bf16(wr, w, nw);
+        round_bf16(dyr, dy, ny);
+        op_conv2d_forward_ref(ry, xr, wr, bp, p);
+        op_conv2d_backward_ref(rdx, rdw, rdb, dyr, xr, wr, p);
+        ck_assert_msg(kt_relerr_ff(y, ry, ny) < 1e-5, "forward %g", kt_relerr_ff(y, ry, ny));
+        ck_assert_msg(kt_relerr_ff(dx, rdx, nx) < 1e-5, "dx %g", kt_relerr_ff(dx, rdx, nx));
+        ck_assert_msg(kt_relerr_ff(dw, rdw, nw) < 4e-3, "dw %g", kt_relerr_ff(dw, rdw, nw));
+        for (size_t i = 0; i < nw; i++) { /* widened from bfloat16: its low half is zero */
+            uint32_t u;
+            memcpy(&u, &dw[i], sizeof(u));
+            ck_assert_uint_eq(u & 0xffffu, 0);
+        }
+        if (bias)
+            ck_assert_msg(kt_relerr_ff(db, db32, (size_t)p->k) < 1e-6, "db %g",
+                          kt_relerr_ff(db, db32, (size_t)p->k));
+        ck_assert(memcmp(y, y32, ny * sizeof(float)) != 0); /* it did round */
+        free(xr), free(wr), free(dyr), free(ry), free(rdx), free(rdw), free(rdb);
+    } else {
+        ck_assert(memcmp(y, y32, ny * sizeof(float)) == 0);
+        ck_assert(memcmp(dx, dx32, nx * sizeof(float)) == 0);
+        ck_assert(memcmp(dw, dw32, nw * sizeof(float)) == 0);
+    }
+    /* a workspace of the float32 path's size only, below what the
+     * bfloat16 forward pass needs at least (x in bfloat16 and y in float32
+     * beside it), then the path turned off: the float32 bits */
+    size_t small = op_conv2d_workspace(p);
+    if (small < 2 * nx + 4 * ny) {
+        ck_assert_int_eq(op_conv2d_forward_bf16(y, x, w, bp, p, ws, small), 0);
+        ck_assert(memcmp(y, y32, ny * sizeof(float)) == 0);
+    }
+    kernels_bf16_enable(0);
+    ck_assert_int_eq(op_conv2d_forward_bf16(y, x, w, bp, p, ws, wsb), 0);
+    ck_assert_int_eq(op_conv2d_backward_bf16(dx, dw, dbp, dy, x, w, p, ws, wsb), 0);
+    kernels_bf16_enable(1);
+    ck_assert(memcmp(y, y32, ny * sizeof(float)) == 0);
+    ck_assert(memcmp(dx, dx32, nx * sizeof(float)) == 0);
+    ck_assert(memcmp(dw, dw32, nw * sizeof(float)) == 0);
+    free(ws);
+    free(x), free(w), free(b), free(dy), free(y), free(dx), free(dw), free(db);
+    free(y32), free(dx32), free(dw32), free(db32);
+}
+
+START_TEST(test_conv_bf16)
+{
+    kern__conv_set_path(KERN__CONV_IM2COL); /* the float32 bits compared with */
+    kernels_set_threads(2);
+    /* U-Net-like: 3x3, padding 1, 8 to 32 channels, and its first layer */
+    op_conv2d_params unet[] = {
+        {.n = 2, .c = 8, .h = 24, .w = 20, .k = 16, .r = 3, .s = 3, .pad_h = 1, .pad_w = 1},
+        {.n = 1, .c = 32, .h = 9, .w = 11, .k = 32, .r = 3, .s = 3, .pad_h = 1, .pad_w = 1},
+        {.n = 2, .c = 3, .h = 16, .w = 16, .k = 8, .r = 3, .s = 3, .pad_h = 1, .pad_w = 1},
+    };
+    /* one whose float32 workspace cannot hold the bfloat16 operands */
+    op_conv2d_params wide = {.n = 4, .c = 8, .h = 160, .w = 160, .k = 8, .r = 3, .s = 3, .pad_h = 1, .pad_w = 1};
+    ck_assert_uint_lt(op_conv2d_workspace(&wide), 2 * 4 * 8 * 160 * 160 + 4 * 4 * 8 * 160 * 160);
+    conv_bf16_case(&wide, 0, 1);
+    for (size_t i = 0; i < sizeof(unet) / sizeof(unet[0]); i++) {
+        conv_bf16_case(&unet[i], 0, 1);
+        conv_bf16_case(&unet[i], 1, 1);
+    }
+    /* odd ones: stride 2, 1x1, dilation, a 5-channel output; bfloat16 or
+     * float32, as oneDNN has kernels for them */
+    op_conv2d_params odd[] = {
+        {.n = 3, .c = 16, .h = 13, .w = 13, .k = 32, .r = 3, .s = 3, .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1},
+        {.n = 2, .c = 16, .h = 8, .w = 8, .k = 5, .r = 1, .s = 1},
+        {.n = 1, .c = 4, .h = 10, .w = 9, .k = 6, .r = 3, .s = 3, .pad_h = 2, .pad_w = 2, .dil_h = 2, .dil_w = 2},
+    };
+    for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); i++)
+        conv_bf16_case(&odd[i], i == 1, 0);
+    kernels_set_threads(1);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("conv");
@@ -632,6 +754,7 @@ int main(void)
     tcase_add_test(tc, test_threads);
     tcase_add_test(tc, test_threads_im2col);
     tcase_add_test(tc, test_threads_onednn);
+    tcase_add_test(tc, test_conv_bf16);
     suite_add_tcase(s, tc);
     return kt_run(s);
 }

@@ -32,6 +32,22 @@ void op_conv2d_backward(float *din, float *dweight, float *dbias,
                         const float *weight, const op_conv2d_params *p,
                         void *ws, size_t ws_bytes);
 
+/* Mixed precision: op_conv2d_forward and op_conv2d_backward with in,
+ * weight and dout rounded to bfloat16 (to nearest even) and their products
+ * summed in float32 by oneDNN on AMX or AVX512_BF16 (conv_bf16.c). out and
+ * din are float32; the weight gradient is rounded to bfloat16 as oneDNN
+ * makes it and widened; the bias and its gradient stay float32. ws holds
+ * op_conv2d_bf16_workspace(p) bytes. Computes in float32 instead (the
+ * functions above, on the same ws) where the processor or the build has
+ * no bfloat16 path, oneDNN has no fast kernel for the shape, or ws is too
+ * small. Returns 1 when it computed in bfloat16, 0 in float32. */
+size_t op_conv2d_bf16_workspace(const op_conv2d_params *p);
+int op_conv2d_forward_bf16(float *out, const float *in, const float *weight, const float *bias,
+                           const op_conv2d_params *p, void *ws, size_t ws_bytes);
+int op_conv2d_backward_bf16(float *din, float *dweight, float *dbias, const float *dout,
+                            const float *in, const float *weight, const op_conv2d_params *p,
+                            void *ws, size_t ws_bytes);
+
 /* The rows beyond a stripe's top and bottom edges when the image is split
  * into horizontal stripes (spatial partitions): the windows read its
  * neighbours' rows there, not zero padding. */

@@ -170,9 +170,11 @@ size_t convplan_conv2d_bf16_workspace(const op_conv2d_params *p, int threads)
     size_t w = kp * cp * (size_t)p->r * (size_t)p->s;
     /* forward: x and w in bfloat16, y in float32; backward: dy in
      * bfloat16 beside the larger of the weight gradient's x and dw (both
-     * bfloat16) and the data gradient's own dy, w and dx (float32) */
+     * bfloat16) with its scratch, which grows with the image (oneDNN 2.6:
+     * up to 1.8 bytes per element of x and y on AMX, counted as 3), and
+     * the data gradient's own dy, w and dx (float32) */
     size_t fwd = 2 * x + 2 * w + 4 * y;
-    size_t wgrad = 2 * x + 2 * w, dgrad = 2 * y + 2 * w + 4 * x;
+    size_t wgrad = 2 * x + 2 * w + 3 * (x + y), dgrad = 2 * y + 2 * w + 4 * x;
     size_t bwd = 2 * y + (wgrad > dgrad ? wgrad : dgrad);
     size_t need = (fwd > bwd ? fwd : bwd) + 8 * 64 + CONVPLAN_BF16_CONV_SCRATCH;
     return need > f32 ? need : f32;

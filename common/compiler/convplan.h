@@ -115,8 +115,11 @@ size_t convplan_convt_workspace(const op_conv_transpose2d_params *p, int threads
  * (op_conv2d_forward_bf16 and op_conv2d_backward_bf16): its operands in
  * oneDNN's layouts, the inputs in bfloat16 and the outputs in float32,
  * each counted with its channels padded to a multiple of 16, and room for
- * oneDNN's scratch; at least the float32 path's workspace, which a call
- * falls back to. */
+ * oneDNN's scratch (the weight gradient's in proportion to the image,
+ * the rest within CONVPLAN_BF16_CONV_SCRATCH); at least the float32
+ * path's workspace, which a call falls back to. An upper bound: the
+ * planner has no oneDNN to ask, and the U-Net's layers at 512x512 need
+ * 40 to 90% of it. */
 size_t convplan_conv2d_bf16_workspace(const op_conv2d_params *p, int threads);
 #define CONVPLAN_BF16_CONV_SCRATCH ((size_t)4 << 20)
 

@@ -3,7 +3,7 @@
 # the wire) against float32, each pair in this script on fresh local
 # clusters, Weight Streaming:
 #   BENCH wire_bytes_bf16_vs_fp32 <ratio> of_fp32     bytes between the
-#         wse-node and swarmx per step (weights down, gradients up), MLP
+#         wse-node and its stream peer per step (weights down, gradients up), MLP
 #         784-2048-2048-10, batch 1024, one replica
 #   BENCH step_time_bf16_vs_fp32_mlp <ratio> of_fp32  its step
 #   BENCH step_time_bf16_vs_fp32_1b <ratio> of_fp32   the 1.07B MLP of
@@ -20,14 +20,16 @@ py=/usr/bin/python3
 bench_work mixed
 bench_host_line
 
-# wire NAME: the wse-node's bytes to and from swarmx so far
+# wire: the wse-node's bytes to and from its stream peer so far (swarmx, or
+# memoryx itself when one replica streams directly)
 wire() {
   local url
   url=$(awk '$1 == "wse-node-1" {print $2}' "$run/metrics")
   "$py" -c 'import re, sys, urllib.request
 t = urllib.request.urlopen(sys.argv[1], timeout=5).read().decode()
 print(sum(float(l.split()[-1]) for l in t.splitlines()
-          if l.startswith("appliance_peer_bytes_") and "peer_role=\"swarmx\"" in l))' "$url"
+          if l.startswith("appliance_peer_bytes_") and
+          ("peer_role=\"swarmx\"" in l or "peer_role=\"memoryx\"" in l)))' "$url"
 }
 
 # job NAME FILE REPLICAS [WAFER]: trains FILE on a fresh cluster; prints

@@ -38,7 +38,8 @@ int main(int argc, char **argv)
     else
         log_info("OpenBLAS core %s passed its start-up self-check", w.blas.core);
     if (strcmp(kernels_bf16_isa(), "none") != 0)
-        log_info("mixed-precision jobs compute their dense layers in bfloat16 (oneDNN on %s)",
+        log_info("mixed-precision jobs compute their dense layers and convolutions in bfloat16 "
+                 "(oneDNN on %s)",
                  kernels_bf16_isa());
     else
         log_info("mixed-precision jobs compute in float32 here: no bfloat16 instructions, or a "

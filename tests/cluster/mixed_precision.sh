@@ -8,7 +8,9 @@
 # and once more with the shard in memoryx's memory (rounded in its thread
 # pool): the same losses as from the disk tier.
 # Each step's loss stays within 2% of float32's (of 0.1 below it); the bytes between each
-# wse-node and swarmx are half. fp16_type = "float16" is refused by name.
+# wse-node and swarmx are half. The U-Net at 64x64 (bfloat16 convolutions on
+# oneDNN where the processor has them) stays within 2% of its float32 losses.
+# fp16_type = "float16" is refused by name.
 set -euo pipefail
 . "${SOURCE_ROOT:?}/tests/cluster/lib.sh" appliance-mixed
 submit="$build/client/appliance-submit"
@@ -70,6 +72,37 @@ print("largest relative loss difference %.4f; bytes between the wse-nodes and sw
 sys.exit(0 if worst < 0.02 and 0.45 < ratio < 0.55 and len(wf) == len(wb) == 2 else 1)
 PY
 echo "ok: bfloat16 on the wire: each step's loss within 2% of float32's, half the bytes"
+
+# A convolutional model: the U-Net of examples/unet.toml at 64x64, whose
+# convolutions run on oneDNN's bfloat16 kernels where the processor has
+# AMX or AVX512_BF16 (float32 elsewhere): its loss tracks float32's.
+sed -e 's/^max_steps = .*/max_steps = 10/' -e 's/^log_steps = .*/log_steps = 1/' \
+  -e 's/^eval_frequency = .*/eval_frequency = 0/' -e 's/^num_csx = .*/num_csx = 1/' \
+  -e 's|^input_shape = .*|input_shape = [3, 64, 64]|' "$src/examples/unet.toml" > "$work/unet32.toml"
+sed 's|^input_shape = \(.*\)|input_shape = \1\nmixed_precision = true|' "$work/unet32.toml" > "$work/unet16.toml"
+grep -q "mixed_precision = true" "$work/unet16.toml" || fail "no U-Net job file"
+train unet32
+train unet16
+rounds=0 # where the processor computes in bfloat16, the losses must show it
+if grep -q "compute their dense layers and convolutions in bfloat16" "$run/logs/wse-node-1.log"; then
+  rounds=1
+else
+  grep -q "compute in float32 here" "$run/logs/wse-node-1.log" ||
+    fail "the wse-node does not say how it computes mixed precision"
+fi
+"$py" - "$work/unet32.loss" "$work/unet16.loss" "$rounds" <<'PY' || fail "mixed precision U-Net"
+import sys
+f = [float(l.split()[1]) for l in open(sys.argv[1])]
+b = [float(l.split()[1]) for l in open(sys.argv[2])]
+worst = max(abs(x - y) / max(abs(x), 0.1) for x, y in zip(f, b))
+print("U-Net losses float32: %s" % " ".join("%.4f" % x for x in f))
+print("U-Net losses bfloat16: %s" % " ".join("%.4f" % x for x in b))
+print("largest relative loss difference %.4f" % worst)
+rounded = f != b
+print("bfloat16 computed here: %s; the losses differ from float32's: %s" % (sys.argv[3] == "1", rounded))
+sys.exit(0 if worst < 0.02 and f[-1] < f[0] and b[-1] < b[0] and rounded >= (sys.argv[3] == "1") else 1)
+PY
+echo "ok: the U-Net in mixed precision: each step's loss within 2% of float32's, both falling"
 
 sed 's/^fp16_type = .*/fp16_type = "float16"/' "$work/bf16.toml" > "$work/f16.toml"
 set +e

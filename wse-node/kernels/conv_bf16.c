@@ -14,8 +14,6 @@
  * cannot run, a workspace too small, or a processor without bfloat16
  * instructions computes in float32 on the usual path instead. */
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "kernels.h"
@@ -222,8 +220,6 @@ static b16_entry *entry_of(const op_conv2d_params *p, int bias, dnnl_engine_t en
         e->ok = 1;
     }
     memcpy(e->key, key, sizeof(key));
-    if (getenv("CONV_BF16_DEBUG"))
-        fprintf(stderr, "conv_bf16 n%d c%d h%d k%d: ok %d fwd %zu bwd %zu est %zu scratch %zu %zu %zu same %d\n", p->n, p->c, p->h, p->k, e->ok, e->fwd_bytes, e->bwd_bytes, convplan_conv2d_bf16_workspace(p, kernels_threads()), e->scratch_bytes[0], e->scratch_bytes[1], e->scratch_bytes[2], e->ddy_same);
     return e->ok > 0 ? e : NULL;
 }
 

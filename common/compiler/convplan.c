@@ -159,24 +159,47 @@ size_t convplan_conv2d_workspace(const op_conv2d_params *p, int threads)
     return (pl.head + (size_t)(threads > 0 ? threads : 1) * pl.per_thread) * sizeof(float);
 }
 
-size_t convplan_conv2d_bf16_workspace(const op_conv2d_params *p, int threads)
+/* Bytes of the buffers of a convolution on oneDNN's own layouts, in
+ * bfloat16 or float32, without the float32 path's workspace. */
+static size_t convplan__blocked_bytes(const op_conv2d_params *p, int bf16)
 {
-    size_t f32 = convplan_conv2d_workspace(p, threads);
-    if (p->n <= 0)
-        return f32;
+    size_t e = bf16 ? 2 : 4; /* the inputs' element; the outputs are float32 */
     size_t cp = (size_t)(p->c + 15) / 16 * 16, kp = (size_t)(p->k + 15) / 16 * 16;
     size_t x = (size_t)p->n * cp * (size_t)p->h * (size_t)p->w;
     size_t y = (size_t)p->n * kp * (size_t)op_conv2d_out_h(p) * (size_t)op_conv2d_out_w(p);
     size_t w = kp * cp * (size_t)p->r * (size_t)p->s;
-    /* forward: x and w in bfloat16, y in float32; backward: dy in
-     * bfloat16 beside the larger of the weight gradient's x and dw (both
-     * bfloat16) with its scratch, which grows with the image (oneDNN 2.6:
-     * up to 1.8 bytes per element of x and y on AMX, counted as 3), and
-     * the data gradient's own dy, w and dx (float32) */
-    size_t fwd = 2 * x + 2 * w + 4 * y;
-    size_t wgrad = 2 * x + 2 * w + 3 * (x + y), dgrad = 2 * y + 2 * w + 4 * x;
-    size_t bwd = 2 * y + (wgrad > dgrad ? wgrad : dgrad);
-    size_t need = (fwd > bwd ? fwd : bwd) + 8 * 64 + CONVPLAN_BF16_CONV_SCRATCH;
+    /* forward: x and w, y in float32; backward: dy beside the larger of
+     * the weight gradient's x and dw with its scratch, which grows with
+     * the image (oneDNN 2.6: up to 1.8 bytes per element of x and y in
+     * bfloat16 on AMX, counted as 3; float32 as twice that), and the data
+     * gradient's own dy, w and dx (float32) */
+    size_t fwd = e * x + e * w + 4 * y;
+    size_t wgrad = e * x + e * w + (bf16 ? 3 : 6) * (x + y), dgrad = e * y + e * w + 4 * x;
+    size_t bwd = e * y + (wgrad > dgrad ? wgrad : dgrad);
+    return (fwd > bwd ? fwd : bwd) + 8 * 64 + CONVPLAN_BLOCKED_SCRATCH;
+}
+
+size_t convplan_conv2d_bf16_workspace(const op_conv2d_params *p, int threads)
+{
+    size_t f32 = convplan_conv2d_f32_workspace(p, threads);
+    if (p->n <= 0)
+        return f32;
+    size_t need = convplan__blocked_bytes(p, 1);
+    return need > f32 ? need : f32;
+}
+
+int convplan_conv2d_blocked_f32(const op_conv2d_params *p)
+{
+    return p->n > 0 && p->c >= 16 && p->k >= 16 &&
+           convplan__blocked_bytes(p, 0) <= CONVPLAN_BLOCKED_F32_MAX;
+}
+
+size_t convplan_conv2d_f32_workspace(const op_conv2d_params *p, int threads)
+{
+    size_t f32 = convplan_conv2d_workspace(p, threads);
+    if (!convplan_conv2d_blocked_f32(p))
+        return f32;
+    size_t need = convplan__blocked_bytes(p, 0);
     return need > f32 ? need : f32;
 }
 

@@ -116,12 +116,25 @@ size_t convplan_convt_workspace(const op_conv_transpose2d_params *p, int threads
  * oneDNN's layouts, the inputs in bfloat16 and the outputs in float32,
  * each counted with its channels padded to a multiple of 16, and room for
  * oneDNN's scratch (the weight gradient's in proportion to the image,
- * the rest within CONVPLAN_BF16_CONV_SCRATCH); at least the float32
+ * the rest within CONVPLAN_BLOCKED_SCRATCH); at least the float32
  * path's workspace, which a call falls back to. An upper bound: the
  * planner has no oneDNN to ask, and the U-Net's layers at 512x512 need
  * 40 to 90% of it. */
 size_t convplan_conv2d_bf16_workspace(const op_conv2d_params *p, int threads);
-#define CONVPLAN_BF16_CONV_SCRATCH ((size_t)4 << 20)
+#define CONVPLAN_BLOCKED_SCRATCH ((size_t)4 << 20)
+
+/* Whether a float32 convolution runs on oneDNN's own layouts rather than
+ * im2col: 16 channels or more in and out (8-channel ones measured no
+ * faster than im2col, and they are a U-Net's largest images), and its
+ * buffers within CONVPLAN_BLOCKED_F32_MAX (larger images keep im2col's
+ * small workspace). A fixed rule, not a timing: two runs, and a run and
+ * its recovery, compute alike. */
+int convplan_conv2d_blocked_f32(const op_conv2d_params *p);
+#define CONVPLAN_BLOCKED_F32_MAX ((size_t)256 << 20)
+
+/* Bytes of workspace for a float32 convolution: im2col's, or the larger
+ * one of oneDNN's layouts where convplan_conv2d_blocked_f32 says so. */
+size_t convplan_conv2d_f32_workspace(const op_conv2d_params *p, int threads);
 
 /* v rounded up to a multiple of 16 floats (64 bytes). */
 size_t convplan_round16(size_t v);

@@ -55,7 +55,7 @@ uint64_t footprint_workspace_bytes(const model_layer *l, int n, int threads)
         return 0;
     if (l->type == LAYER_CONV2D) {
         op_conv2d_params p = footprint__conv2d(l, n);
-        return convplan_conv2d_workspace(&p, threads);
+        return convplan_conv2d_f32_workspace(&p, threads);
     }
     op_conv_transpose2d_params p = {
         .n = n, .c = (int)l->in.d[0], .h = (int)l->in.d[1], .w = (int)l->in.d[2],

@@ -2,7 +2,8 @@
  * random shapes (odd sizes, stride 2, padding, dilation, 1x1, several row
  * bands), gradients against central differences of double-precision direct
  * convolutions, and the two ops as each other's adjoint. Every check runs
- * on the path in force (APPLIANCE_CONV_PATH, auto by default), then again
+ * on the path in force (APPLIANCE_CONV_PATH; oneDNN's own layouts for 16
+ * channels and more, im2col below, by default), then again
  * with im2col and with oneDNN forced (the oneDNN runs are skipped, with a
  * message, when the kernels were built without it). */
 #include <check.h>
@@ -735,6 +736,86 @@ START_TEST(test_conv_bf16)
 }
 END_TEST
 
+/* Float32 on oneDNN's own layouts (the default path for 16 channels and
+ * more, convplan_conv2d_blocked_f32): against the double loops to 1e-5,
+ * op_conv2d_forward/backward giving the blocked call's bits on the
+ * default path and im2col's when im2col is forced; a shape under the rule
+ * stays on im2col. */
+static void conv_blocked_case(const op_conv2d_params *p, int bias)
+{
+    int oh = op_conv2d_out_h(p), ow = op_conv2d_out_w(p);
+    size_t nx = (size_t)p->n * p->c * p->h * p->w, nw = (size_t)p->k * p->c * p->r * p->s;
+    size_t ny = (size_t)p->n * p->k * oh * ow;
+    kt_rng r;
+    kt_rng_init(&r, 91 + (uint64_t)nx);
+    float *x = kt_falloc(nx), *w = kt_falloc(nw), *b = kt_falloc((size_t)p->k), *dy = kt_falloc(ny);
+    float *y = kt_falloc(ny), *dx = kt_falloc(nx), *dw = kt_falloc(nw), *db = kt_falloc((size_t)p->k);
+    float *y2 = kt_falloc(ny), *dx2 = kt_falloc(nx), *dw2 = kt_falloc(nw), *db2 = kt_falloc((size_t)p->k);
+    float *ry = kt_falloc(ny), *rdx = kt_falloc(nx), *rdw = kt_falloc(nw), *rdb = kt_falloc((size_t)p->k);
+    kt_fill(&r, x, nx, -1, 1);
+    kt_fill(&r, w, nw, -0.5, 0.5);
+    kt_fill(&r, b, (size_t)p->k, -0.5, 0.5);
+    kt_fill(&r, dy, ny, -1, 1);
+    const float *bp = bias ? b : NULL;
+    float *dbp = bias ? db : NULL, *db2p = bias ? db2 : NULL;
+    ck_assert(convplan_conv2d_blocked_f32(p));
+    size_t wsb = op_conv2d_workspace(p);
+    float *ws = ws_new(wsb);
+    int f = kern__conv_blocked_forward(0, y, x, w, bp, p, ws, wsb);
+    int g = kern__conv_blocked_backward(0, dx, dw, dbp, dy, x, w, p, ws, wsb);
+    ws_check(ws, wsb);
+    ck_assert_int_eq(f, kern__conv_have_onednn());
+    ck_assert_int_eq(g, kern__conv_have_onednn());
+    if (f) {
+        op_conv2d_forward_ref(ry, x, w, bp, p);
+        op_conv2d_backward_ref(rdx, rdw, rdb, dy, x, w, p);
+        ck_assert_msg(kt_relerr_ff(y, ry, ny) < 1e-5, "forward %g", kt_relerr_ff(y, ry, ny));
+        ck_assert_msg(kt_relerr_ff(dx, rdx, nx) < 1e-5, "dx %g", kt_relerr_ff(dx, rdx, nx));
+        ck_assert_msg(kt_relerr_ff(dw, rdw, nw) < 1e-5, "dw %g", kt_relerr_ff(dw, rdw, nw));
+        if (bias)
+            ck_assert_msg(kt_relerr_ff(db, rdb, (size_t)p->k) < 1e-5, "db %g",
+                          kt_relerr_ff(db, rdb, (size_t)p->k));
+        /* the default path is this path */
+        kern__conv_set_path(KERN__CONV_BLOCKED);
+        op_conv2d_forward(y2, x, w, bp, p, ws, wsb);
+        op_conv2d_backward(dx2, dw2, db2p, dy, x, w, p, ws, wsb);
+        ck_assert(memcmp(y, y2, ny * sizeof(float)) == 0);
+        ck_assert(memcmp(dx, dx2, nx * sizeof(float)) == 0);
+        ck_assert(memcmp(dw, dw2, nw * sizeof(float)) == 0);
+        /* a workspace of im2col's size: im2col's bits */
+        kern__conv_set_path(KERN__CONV_IM2COL);
+        size_t small = convplan_conv2d_workspace(p, kernels_threads());
+        op_conv2d_forward(y, x, w, bp, p, ws, small);
+        kern__conv_set_path(KERN__CONV_BLOCKED);
+        if (small < nx * 4 + ny * 4) {
+            op_conv2d_forward(y2, x, w, bp, p, ws, small);
+            ck_assert(memcmp(y, y2, ny * sizeof(float)) == 0);
+        }
+    }
+    free(ws);
+    free(x), free(w), free(b), free(dy), free(y), free(dx), free(dw), free(db);
+    free(y2), free(dx2), free(dw2), free(db2), free(ry), free(rdx), free(rdw), free(rdb);
+}
+
+START_TEST(test_conv_blocked_f32)
+{
+    kernels_set_threads(2);
+    op_conv2d_params shapes[] = {
+        {.n = 2, .c = 16, .h = 12, .w = 10, .k = 16, .r = 3, .s = 3, .pad_h = 1, .pad_w = 1},
+        {.n = 3, .c = 32, .h = 9, .w = 9, .k = 16, .r = 3, .s = 3, .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1},
+        {.n = 1, .c = 16, .h = 8, .w = 8, .k = 32, .r = 1, .s = 1},
+        {.n = 2, .c = 24, .h = 80, .w = 80, .k = 16, .r = 3, .s = 3, .pad_h = 1, .pad_w = 1},
+    };
+    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
+        conv_blocked_case(&shapes[i], i & 1);
+    /* 8 channels: im2col */
+    op_conv2d_params eight = {.n = 2, .c = 8, .h = 12, .w = 12, .k = 16, .r = 3, .s = 3, .pad_h = 1, .pad_w = 1};
+    ck_assert(!convplan_conv2d_blocked_f32(&eight));
+    ck_assert_uint_eq(op_conv2d_workspace(&eight), convplan_conv2d_workspace(&eight, kernels_threads()));
+    kernels_set_threads(1);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("conv");
@@ -755,6 +836,7 @@ int main(void)
     tcase_add_test(tc, test_threads_im2col);
     tcase_add_test(tc, test_threads_onednn);
     tcase_add_test(tc, test_conv_bf16);
+    tcase_add_test(tc, test_conv_blocked_f32);
     suite_add_tcase(s, tc);
     return kt_run(s);
 }

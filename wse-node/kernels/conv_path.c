@@ -40,13 +40,16 @@ void kern__conv_set_path(kern__conv_path path)
 kern__conv_path kern__conv_get_path(void)
 {
     if (!conv_mode.known) {
-        /* Read once; unset or unknown: im2col, whose results do not depend
-         * on timing (auto's choice does, so two runs, or a run and its
+        /* Read once; unset or unknown: oneDNN's own layouts where the
+         * shape's rule says so, im2col elsewhere, neither depending on
+         * timing (auto's choice does, so two runs, or a run and its
          * recovery, could differ in the last bits). The hot path logs
          * nothing. */
         const char *v = getenv("APPLIANCE_CONV_PATH");
-        conv_mode.path = KERN__CONV_IM2COL;
-        if (v && strcmp(v, "auto") == 0)
+        conv_mode.path = KERN__CONV_BLOCKED;
+        if (v && strcmp(v, "im2col") == 0)
+            conv_mode.path = KERN__CONV_IM2COL;
+        else if (v && strcmp(v, "auto") == 0)
             conv_mode.path = KERN__CONV_AUTO;
         else if (v && strcmp(v, "onednn") == 0)
             conv_mode.path = KERN__CONV_ONEDNN;
@@ -496,7 +499,8 @@ void kern__conv_run(int transposed, const void *p, unsigned job,
                     const kern__conv_bufs *b, kern__conv_im2col_fn im2col)
 {
     kern__conv_path path = kern__conv_get_path();
-    conv_entry *e = path == KERN__CONV_IM2COL ? NULL : entry_of(transposed, p);
+    conv_entry *e = path == KERN__CONV_AUTO || path == KERN__CONV_ONEDNN ? entry_of(transposed, p)
+                                                                         : NULL;
     if (e) {
         signed char *c = &e->choice[job];
         if (path == KERN__CONV_AUTO && *c == KERN__CONV_IM2COL)

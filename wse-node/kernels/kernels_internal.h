@@ -37,9 +37,24 @@ int kern__sgemm_small_k(int m, int n, int k, float alpha, const float *a, int ld
 typedef enum kern__conv_path {
     KERN__CONV_AUTO = 0,   /* per shape, the faster one, timed at first use */
     KERN__CONV_IM2COL,     /* im2col + OpenBLAS GEMM everywhere */
-    KERN__CONV_ONEDNN,     /* oneDNN wherever it can run the shape within
-                              the workspace, im2col elsewhere */
+    KERN__CONV_ONEDNN,     /* oneDNN on the plain layouts wherever it can run
+                              the shape within the workspace, im2col elsewhere */
+    KERN__CONV_BLOCKED,    /* the default: oneDNN on its own layouts where the
+                              shape's rule says so (convplan_conv2d_blocked_f32)
+                              and the workspace holds it, im2col elsewhere */
 } kern__conv_path;
+
+/* A convolution on oneDNN's own layouts, in float32 or (bf16) in bfloat16
+ * (conv_blocked.c): 1 when it ran, 0 when it did not (no such kernel for
+ * the shape, a workspace too small, no bfloat16 instructions, a build
+ * without oneDNN), then the caller computes it on its other path. */
+struct op_conv2d_params;
+int kern__conv_blocked_forward(int bf16, float *out, const float *in, const float *weight,
+                               const float *bias, const struct op_conv2d_params *p, void *ws,
+                               size_t ws_bytes);
+int kern__conv_blocked_backward(int bf16, float *din, float *dweight, float *dbias,
+                                const float *dout, const float *in, const float *weight,
+                                const struct op_conv2d_params *p, void *ws, size_t ws_bytes);
 
 /* The oneDNN primitives one piece of a convolution runs, as bits of a job:
  * forward with or without bias, weight gradient with or without the bias

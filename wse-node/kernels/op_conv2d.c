@@ -29,7 +29,7 @@ static int threads_for(const plan *pl, size_t ws_bytes)
 
 size_t op_conv2d_workspace(const op_conv2d_params *p)
 {
-    return convplan_conv2d_workspace(p, kernels_threads());
+    return convplan_conv2d_f32_workspace(p, kernels_threads());
 }
 
 /* The share [*u0, *u1) of `units` work units of thread tid of nt. */
@@ -131,6 +131,9 @@ void op_conv2d_forward(float *out, const float *in, const float *weight,
                        const float *bias, const op_conv2d_params *p,
                        void *ws, size_t ws_bytes)
 {
+    if (kern__conv_get_path() == KERN__CONV_BLOCKED && convplan_conv2d_blocked_f32(p) &&
+        kern__conv_blocked_forward(0, out, in, weight, bias, p, ws, ws_bytes))
+        return;
     kern__conv_bufs b = {.x = in, .w = weight, .b = bias, .y = out,
                          .ws = ws, .ws_bytes = ws_bytes};
     kern__conv_run(0, p, bias ? KERN__DNNL_FWD_BIAS : KERN__DNNL_FWD, &b,
@@ -319,6 +322,9 @@ void op_conv2d_backward(float *din, float *dweight, float *dbias,
                         const float *weight, const op_conv2d_params *p,
                         void *ws, size_t ws_bytes)
 {
+    if (kern__conv_get_path() == KERN__CONV_BLOCKED && convplan_conv2d_blocked_f32(p) &&
+        kern__conv_blocked_backward(0, din, dweight, dbias, dout, in, weight, p, ws, ws_bytes))
+        return;
     kern__conv_bufs b = {.x = in, .w = weight, .dy = dout, .dx = din,
                          .dw = dweight, .db = dbias, .ws = ws,
                          .ws_bytes = ws_bytes};

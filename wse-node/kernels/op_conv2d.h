@@ -10,10 +10,12 @@
 
 /* Bytes of workspace that op_conv2d_forward and op_conv2d_backward need
  * for shape p on kernels_threads() threads: one band of im2col columns and
- * the weight-gradient partial sums per thread. Depends only on p and the
- * thread count, so a planner can carve workspaces ahead of time; the same
- * buffer serves forward and backward. A workspace sized for fewer threads
- * still works: the op then uses as many threads as it has room for. */
+ * the weight-gradient partial sums per thread, or, where
+ * convplan_conv2d_blocked_f32 says so, the operands in oneDNN's own
+ * layouts (conv_blocked.c). Depends only on p and the thread count, so a
+ * planner can carve workspaces ahead of time; the same buffer serves
+ * forward and backward. A workspace sized for fewer threads still works:
+ * the op then uses im2col on as many threads as it has room for. */
 size_t op_conv2d_workspace(const op_conv2d_params *p);
 
 /* in is (n, c, h, w), weight is (k, c, r, s), bias is (k) or NULL,

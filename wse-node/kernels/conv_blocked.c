@@ -1,18 +1,21 @@
-/* Mixed precision's convolutions: oneDNN's bfloat16 kernels (AMX or
- * AVX512_BF16) on oneDNN's own layouts. Each call reorders its float32
- * NCHW / OIHW operands into bfloat16 in those layouts (rounding to nearest
- * even), runs the primitive with float32 accumulation, and reorders the
- * results back into the caller's float32 tensors; every buffer is carved
- * from the caller's workspace (op_conv2d_bf16_workspace). On the plain
- * layouts oneDNN only has its GEMM-based kernels, slower than im2col;
- * on its own, with the reorders counted, the U-Net's convolutions run 2 to
- * 4 times as fast as im2col in float32 on a processor with AMX.
+/* Convolutions on oneDNN's own (blocked) layouts, in float32 or, for mixed
+ * precision, in bfloat16 (AMX or AVX512_BF16). Each call reorders its
+ * float32 NCHW / OIHW operands into the layouts the primitive chose (into
+ * bfloat16, rounding to nearest even, for mixed precision), runs it with
+ * float32 accumulation, and reorders the results back into the caller's
+ * float32 tensors; every buffer is carved from the caller's workspace. On
+ * the plain layouts oneDNN only has its GEMM-based kernels, slower than
+ * im2col (conv_path.c); on its own, with the reorders counted, a 16-channel
+ * convolution of examples/resnet_small.toml runs 3.6 times as fast as
+ * im2col in float32, the U-Net's 16- to 128-channel ones 1.4 to 1.8 times,
+ * and in bfloat16 on AMX the U-Net's convolutions 2 to 4 times.
  *
- * The weight gradient comes out of oneDNN in bfloat16 (its float32 output
- * has no AMX kernel), as PyTorch's autocast gives the gradient of a
- * bfloat16 weight; the bias and its gradient stay float32. A shape oneDNN
- * cannot run, a workspace too small, or a processor without bfloat16
- * instructions computes in float32 on the usual path instead. */
+ * In bfloat16 the weight gradient comes out of oneDNN in bfloat16 (its
+ * float32 output has no AMX kernel), as PyTorch's autocast gives the
+ * gradient of a bfloat16 weight; the bias and its gradient stay float32.
+ * The bias gradient is summed here in double. A shape oneDNN has no fast
+ * kernel for, a workspace too small, or (bfloat16) a processor without
+ * bfloat16 instructions leaves the call to the caller's other path. */
 #include <stdint.h>
 #include <string.h>
 
@@ -28,38 +31,38 @@
 /* A tensor in oneDNN's layout for one primitive: its descriptor, a memory
  * pointed at the workspace per call, and the reorder from (to_user 0) or
  * to (1) the caller's plain float32 tensor. */
-typedef struct b16_view {
+typedef struct blk_view {
     dnnl_memory_desc_t md;
     dnnl_memory_t mem;
     dnnl_memory_t user;         /* the plain tensor, pointed per call */
     dnnl_primitive_t reorder;
     size_t bytes;               /* rounded up to 64 */
-} b16_view;
+} blk_view;
 
 enum { V_FX, V_FW, V_FY, V_WX, V_WDY, V_WDW, V_DDY, V_DW, V_DDX, NVIEW };
 enum { P_FWD, P_BWD_W, P_BWD_D, NPRIM };
 
-typedef struct b16_entry {
-    int key[16];                /* n c h w k r s strides pads dils bias threads */
+typedef struct blk_entry {
+    int key[16];                /* n c h w k r s strides pads dils bias threads bf16 */
     int ok;                     /* 1 usable, -1 not */
     dnnl_primitive_t prim[NPRIM];
     dnnl_memory_t scratch[NPRIM];
     size_t scratch_bytes[NPRIM];
     dnnl_memory_t bias;         /* float32 (k), pointed per call */
-    b16_view v[NVIEW];
+    blk_view v[NVIEW];
     int ddy_same;               /* the data gradient reads the weight gradient's dY */
     size_t fwd_bytes, bwd_bytes; /* workspace each pass needs */
-} b16_entry;
+} blk_entry;
 
 static struct {
-    b16_entry e[SLOTS];
+    blk_entry e[SLOTS];
     int n;
 } cb;
 
-static void key_of(int key[16], const op_conv2d_params *p, int bias)
+static void key_of(int key[16], const op_conv2d_params *p, int bias, int bf16)
 {
     int f[16] = {p->n, p->c, p->h, p->w, p->k, p->r, p->s, p->stride_h, p->stride_w,
-                 p->pad_h, p->pad_w, p->dil_h, p->dil_w, bias, kernels_threads(), 0};
+                 p->pad_h, p->pad_w, p->dil_h, p->dil_w, bias, kernels_threads(), bf16};
     memcpy(key, f, sizeof(f));
 }
 
@@ -75,7 +78,7 @@ static int one_if_zero(int v)
 
 /* The view of md (the primitive's) over a plain tensor of plain_md: the
  * reorder from the plain one (to_user 0) or to it (1). 0 or -1. */
-static int view_make(b16_view *v, dnnl_engine_t eng, const dnnl_memory_desc_t *md,
+static int view_make(blk_view *v, dnnl_engine_t eng, const dnnl_memory_desc_t *md,
                      const dnnl_memory_desc_t *plain_md, int to_user)
 {
     dnnl_primitive_desc_t rpd = NULL;
@@ -92,7 +95,7 @@ static int view_make(b16_view *v, dnnl_engine_t eng, const dnnl_memory_desc_t *m
     return ok ? 0 : -1;
 }
 
-static void entry_free(b16_entry *e)
+static void entry_free(blk_entry *e)
 {
     for (int i = 0; i < NPRIM; i++) {
         dnnl_primitive_destroy(e->prim[i]);
@@ -108,7 +111,7 @@ static void entry_free(b16_entry *e)
 }
 
 /* The primitive of pd into slot i with its scratchpad memory. */
-static int prim_make(b16_entry *e, int i, const_dnnl_primitive_desc_t pd, dnnl_engine_t eng)
+static int prim_make(blk_entry *e, int i, const_dnnl_primitive_desc_t pd, dnnl_engine_t eng)
 {
     const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     e->scratch_bytes[i] = smd ? round64(dnnl_memory_desc_get_size(smd)) : 0;
@@ -123,8 +126,11 @@ static const dnnl_memory_desc_t *md_of(const_dnnl_primitive_desc_t pd, dnnl_quer
 }
 
 /* Makes the entry of shape p: 0, or -1 when oneDNN cannot run it. */
-static int entry_make(b16_entry *e, const op_conv2d_params *p, int bias, dnnl_engine_t eng)
+static int entry_make(blk_entry *e, const op_conv2d_params *p, int bias, int bf16, dnnl_engine_t eng)
 {
+    /* the inputs in the compute type, the outputs float32 but the weight
+     * gradient (bfloat16: oneDNN 2.6 has no AMX kernel writing float32) */
+    dnnl_data_type_t in_t = bf16 ? dnnl_bf16 : dnnl_f32;
     int oh = op_conv2d_out_h(p), ow = op_conv2d_out_w(p);
     int sh = one_if_zero(p->stride_h), sw = one_if_zero(p->stride_w);
     int dh = one_if_zero(p->dil_h), dw = one_if_zero(p->dil_w);
@@ -138,12 +144,12 @@ static int entry_make(b16_entry *e, const op_conv2d_params *p, int bias, dnnl_en
     dnnl_primitive_attr_t attr = NULL;
     dnnl_primitive_desc_t fpd = NULL, wpd = NULL, dpd = NULL;
     int ok =
-        dnnl_memory_desc_init_by_tag(&x_any, 4, xd, dnnl_bf16, dnnl_format_tag_any) == dnnl_success &&
-        dnnl_memory_desc_init_by_tag(&w_any, 4, wd, dnnl_bf16, dnnl_format_tag_any) == dnnl_success &&
+        dnnl_memory_desc_init_by_tag(&x_any, 4, xd, in_t, dnnl_format_tag_any) == dnnl_success &&
+        dnnl_memory_desc_init_by_tag(&w_any, 4, wd, in_t, dnnl_format_tag_any) == dnnl_success &&
         dnnl_memory_desc_init_by_tag(&y_any, 4, yd, dnnl_f32, dnnl_format_tag_any) == dnnl_success &&
-        dnnl_memory_desc_init_by_tag(&dy_any, 4, yd, dnnl_bf16, dnnl_format_tag_any) == dnnl_success &&
+        dnnl_memory_desc_init_by_tag(&dy_any, 4, yd, in_t, dnnl_format_tag_any) == dnnl_success &&
         dnnl_memory_desc_init_by_tag(&dx_any, 4, xd, dnnl_f32, dnnl_format_tag_any) == dnnl_success &&
-        dnnl_memory_desc_init_by_tag(&dw_any, 4, wd, dnnl_bf16, dnnl_format_tag_any) == dnnl_success &&
+        dnnl_memory_desc_init_by_tag(&dw_any, 4, wd, in_t, dnnl_format_tag_any) == dnnl_success &&
         dnnl_memory_desc_init_by_tag(&b_md, 1, bd, dnnl_f32, dnnl_a) == dnnl_success &&
         dnnl_memory_desc_init_by_tag(&x_pl, 4, xd, dnnl_f32, dnnl_nchw) == dnnl_success &&
         dnnl_memory_desc_init_by_tag(&w_pl, 4, wd, dnnl_f32, dnnl_oihw) == dnnl_success &&
@@ -202,18 +208,18 @@ static int entry_make(b16_entry *e, const op_conv2d_params *p, int bias, dnnl_en
 }
 
 /* The entry of shape p, made on first use; NULL when there is none. */
-static b16_entry *entry_of(const op_conv2d_params *p, int bias, dnnl_engine_t eng)
+static blk_entry *entry_of(const op_conv2d_params *p, int bias, int bf16, dnnl_engine_t eng)
 {
     int key[16];
-    key_of(key, p, bias);
+    key_of(key, p, bias, bf16);
     for (int i = 0; i < cb.n; i++)
         if (!memcmp(cb.e[i].key, key, sizeof(key)))
             return cb.e[i].ok > 0 ? &cb.e[i] : NULL;
     if (cb.n == SLOTS)
         return NULL;
-    b16_entry *e = &cb.e[cb.n++];
+    blk_entry *e = &cb.e[cb.n++];
     memset(e, 0, sizeof(*e));
-    if (entry_make(e, p, bias, eng) < 0) {
+    if (entry_make(e, p, bias, bf16, eng) < 0) {
         entry_free(e);
         e->ok = -1;
     } else {
@@ -224,7 +230,7 @@ static b16_entry *entry_of(const op_conv2d_params *p, int bias, dnnl_engine_t en
 }
 
 /* Reorders between the caller's tensor at user and view v at mine. */
-static int reorder(dnnl_stream_t st, b16_view *v, const void *user, void *mine, int to_user)
+static int reorder(dnnl_stream_t st, blk_view *v, const void *user, void *mine, int to_user)
 {
     dnnl_memory_set_data_handle(v->user, (void *)(uintptr_t)user);
     dnnl_memory_set_data_handle(v->mem, mine);
@@ -233,7 +239,7 @@ static int reorder(dnnl_stream_t st, b16_view *v, const void *user, void *mine, 
     return dnnl_primitive_execute(v->reorder, st, 2, args) == dnnl_success ? 0 : -1;
 }
 
-static int exec(b16_entry *e, int i, dnnl_stream_t st, dnnl_exec_arg_t *args, int na, void *scratch)
+static int exec(blk_entry *e, int i, dnnl_stream_t st, dnnl_exec_arg_t *args, int na, void *scratch)
 {
     if (e->scratch[i]) {
         dnnl_memory_set_data_handle(e->scratch[i], scratch);
@@ -250,27 +256,28 @@ static char *ws_base(void *ws, size_t ws_bytes, size_t *avail)
     return (char *)al;
 }
 
-/* The entry for a call, or NULL for float32. */
-static b16_entry *usable(const op_conv2d_params *p, int bias, void *ws, size_t ws_bytes, int backward,
-                         dnnl_stream_t *st)
+/* The entry for a call, or NULL for the caller's other path. */
+static blk_entry *usable(int bf16, const op_conv2d_params *p, int bias, void *ws, size_t ws_bytes,
+                         int backward, dnnl_stream_t *st)
 {
     dnnl_engine_t eng;
     size_t avail;
-    if (!ws || p->n <= 0 || !kernels_bf16_compute() || !kern__dnnl_engine(&eng, st))
+    if (!ws || p->n <= 0 || (bf16 && !kernels_bf16_compute()) || !kern__dnnl_engine(&eng, st))
         return NULL;
-    b16_entry *e = entry_of(p, bias, eng);
+    blk_entry *e = entry_of(p, bias, bf16, eng);
     ws_base(ws, ws_bytes, &avail);
     if (!e || (backward ? e->bwd_bytes : e->fwd_bytes) > avail)
         return NULL;
     return e;
 }
 
-int op_conv2d_forward_bf16(float *out, const float *in, const float *weight, const float *bias,
-                           const op_conv2d_params *p, void *ws, size_t ws_bytes)
+int kern__conv_blocked_forward(int bf16, float *out, const float *in, const float *weight,
+                               const float *bias, const op_conv2d_params *p, void *ws,
+                               size_t ws_bytes)
 {
     dnnl_stream_t st;
     size_t avail;
-    b16_entry *e = usable(p, bias != NULL, ws, ws_bytes, 0, &st);
+    blk_entry *e = usable(bf16, p, bias != NULL, ws, ws_bytes, 0, &st);
     if (e) {
         char *x = ws_base(ws, ws_bytes, &avail), *w = x + e->v[V_FX].bytes, *y = w + e->v[V_FW].bytes;
         dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, e->v[V_FX].mem},
@@ -287,9 +294,9 @@ int op_conv2d_forward_bf16(float *out, const float *in, const float *weight, con
             exec(e, P_FWD, st, args, na, y + e->v[V_FY].bytes) == 0 &&
             reorder(st, &e->v[V_FY], out, y, 1) == 0 && dnnl_stream_wait(st) == dnnl_success)
             return 1;
-        /* oneDNN checks its arguments before it writes: again in float32 */
+        /* oneDNN checks its arguments before it writes: the caller's path
+         * computes it all again */
     }
-    op_conv2d_forward(out, in, weight, bias, p, ws, ws_bytes);
     return 0;
 }
 
@@ -316,13 +323,13 @@ static void dbias_range(void *ctx, size_t lo, size_t hi)
     }
 }
 
-int op_conv2d_backward_bf16(float *din, float *dweight, float *dbias, const float *dout,
-                            const float *in, const float *weight, const op_conv2d_params *p,
-                            void *ws, size_t ws_bytes)
+int kern__conv_blocked_backward(int bf16, float *din, float *dweight, float *dbias,
+                                const float *dout, const float *in, const float *weight,
+                                const op_conv2d_params *p, void *ws, size_t ws_bytes)
 {
     dnnl_stream_t st;
     size_t avail;
-    b16_entry *e = usable(p, 0, ws, ws_bytes, 1, &st);
+    blk_entry *e = usable(bf16, p, 0, ws, ws_bytes, 1, &st);
     if (e) {
         char *dy = ws_base(ws, ws_bytes, &avail), *rest = dy + e->v[V_WDY].bytes;
         char *x = rest, *dw = x + e->v[V_WX].bytes;
@@ -360,15 +367,32 @@ int op_conv2d_backward_bf16(float *din, float *dweight, float *dbias, const floa
             return 1;
         }
     }
-    op_conv2d_backward(din, dweight, dbias, dout, in, weight, p, ws, ws_bytes);
     return 0;
 }
 
 #else /* !KERNELS_HAVE_DNNL */
 
+int kern__conv_blocked_forward(int bf16, float *out, const float *in, const float *weight,
+                               const float *bias, const op_conv2d_params *p, void *ws,
+                               size_t ws_bytes)
+{
+    return 0;
+}
+
+int kern__conv_blocked_backward(int bf16, float *din, float *dweight, float *dbias,
+                                const float *dout, const float *in, const float *weight,
+                                const op_conv2d_params *p, void *ws, size_t ws_bytes)
+{
+    return 0;
+}
+
+#endif
+
 int op_conv2d_forward_bf16(float *out, const float *in, const float *weight, const float *bias,
                            const op_conv2d_params *p, void *ws, size_t ws_bytes)
 {
+    if (kern__conv_blocked_forward(1, out, in, weight, bias, p, ws, ws_bytes))
+        return 1;
     op_conv2d_forward(out, in, weight, bias, p, ws, ws_bytes);
     return 0;
 }
@@ -377,11 +401,11 @@ int op_conv2d_backward_bf16(float *din, float *dweight, float *dbias, const floa
                             const float *in, const float *weight, const op_conv2d_params *p,
                             void *ws, size_t ws_bytes)
 {
+    if (kern__conv_blocked_backward(1, din, dweight, dbias, dout, in, weight, p, ws, ws_bytes))
+        return 1;
     op_conv2d_backward(din, dweight, dbias, dout, in, weight, p, ws, ws_bytes);
     return 0;
 }
-
-#endif
 
 size_t op_conv2d_bf16_workspace(const op_conv2d_params *p)
 {

@@ -42,10 +42,20 @@ for m in p["modes"]:
     side = m["largest_square_input"]
     assert side > 512 and side % 16 == 0, m
 
-# the workspace grows with the wse-node's threads
+# im2col's workspace grows with the wse-node's threads; the U-Net's largest
+# is now that of a convolution of 16 channels and more on oneDNN's own
+# layouts, which does not: an 8-channel U-Net's does
 one = plan_json(unet, "20G")["modes"][1]["bytes_per_replica"]
 four = plan_json(unet, "20G", "--threads", "4")["modes"][1]["bytes_per_replica"]
-assert four > one, (one, four)
+assert four == one, (one, four)
+with tempfile.TemporaryDirectory() as d:
+    narrow = os.path.join(d, "narrow.toml")
+    with open(unet) as f, open(narrow, "w") as g:
+        g.write(f.read().replace("filters = 16", "filters = 8").replace("filters = 32", "filters = 8")
+                .replace("filters = 64", "filters = 8").replace("filters = 128", "filters = 8"))
+    one = plan_json(narrow, "20G")["modes"][1]["bytes_per_replica"]
+    four = plan_json(narrow, "20G", "--threads", "4")["modes"][1]["bytes_per_replica"]
+    assert four > one, (one, four)
 
 # text: the table and the mode auto picks
 text = plan(unet, "20G")

@@ -4,7 +4,8 @@
  * reference, and the small-batch weight gradient's own kernel; the 2x2
  * pooling path with NaNs as the general one treats
  * them; and the subnormal flush the operators' threads run with. Batch
- * and group norm are among the split operators. */
+ * and group norm, and a dense layer's bias rows and bias gradient, are
+ * among the split operators. */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include "kernels.h"
 #include "kt.h"
 #include "op_activation.h"
+#include "op_dense.h"
 #include "op_elementwise.h"
 #include "op_norm.h"
 #include "op_pool.h"
@@ -54,6 +56,33 @@ START_TEST(test_activations_split_same)
     for (size_t i = 0; i < NX; i++)
         ck_assert_float_eq(a[i], x[i] > 0 ? dy[i] : 0.0f);
     free(x), free(dy), free(a), free(b);
+}
+END_TEST
+
+/* A dense layer's bias rows and bias gradient, split over rows and
+ * columns: the same bits on two threads, and the bias gradient each
+ * column's sum down the rows in order. */
+START_TEST(test_dense_bias_split_same)
+{
+    enum { B = 300, IN = 70, OUT = 1100 };
+    kt_rng r;
+    kt_rng_init(&r, 13);
+    float *x = kt_falloc(B * IN), *w = kt_falloc(OUT * IN), *b = kt_falloc(OUT);
+    float *dy = kt_falloc(B * OUT), *y1 = kt_falloc(B * OUT), *y2 = kt_falloc(B * OUT);
+    float *dw = kt_falloc(OUT * IN), *db1 = kt_falloc(OUT), *db2 = kt_falloc(OUT);
+    kt_fill(&r, x, B * IN, -1, 1);
+    kt_fill(&r, w, OUT * IN, -0.1, 0.1);
+    kt_fill(&r, b, OUT, -1, 1);
+    kt_fill(&r, dy, B * OUT, -1, 1);
+    SAME_ON_1_AND_2(B * OUT, y1, y2, op_dense_forward(out, x, w, b, B, IN, OUT));
+    SAME_ON_1_AND_2(OUT, db1, db2, op_dense_backward(NULL, dw, out, dy, x, w, B, IN, OUT));
+    for (int o = 0; o < OUT; o++) {
+        float s = dy[o];
+        for (int i = 1; i < B; i++)
+            s += dy[(size_t)i * OUT + o];
+        ck_assert_float_eq(db1[o], s);
+    }
+    free(x), free(w), free(b), free(dy), free(y1), free(y2), free(dw), free(db1), free(db2);
 }
 END_TEST
 
@@ -306,6 +335,7 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_activations_split_same);
+    tcase_add_test(tc, test_dense_bias_split_same);
     tcase_add_test(tc, test_pooling_split_same);
     tcase_add_test(tc, test_maxpool_2x2_nan);
     tcase_add_test(tc, test_norms_split_same);

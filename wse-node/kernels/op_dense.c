@@ -22,6 +22,41 @@ static void dense_gemm(const dense_ws *w, int ta, int tb, int m, int n, int k, c
         kern_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
 }
 
+/* The rows of a layer's output seeded with its bias, or its bias
+ * gradient summed over the rows, split over the kernels' threads. */
+typedef struct dense_rows {
+    float *out;
+    const float *bias; /* the bias, or dY */
+    int out_f, n;
+} dense_rows;
+
+/* Rows per share: about 64 KiB of output. */
+static size_t dense__grain(int out_f)
+{
+    size_t g = 16384 / (size_t)(out_f > 0 ? out_f : 1);
+    return g ? g : 1;
+}
+
+static void dense_seed_rows(void *ctx, size_t lo, size_t hi)
+{
+    const dense_rows *r = ctx;
+    for (size_t i = lo; i < hi; i++)
+        memcpy(r->out + i * (size_t)r->out_f, r->bias, sizeof(float) * (size_t)r->out_f);
+}
+
+/* Columns [lo, hi) of dbias: each the sum of its column of dY from the
+ * first row to the last, as one thread adds them. */
+static void dense_sum_columns(void *ctx, size_t lo, size_t hi)
+{
+    const dense_rows *r = ctx;
+    memcpy(r->out + lo, r->bias + lo, sizeof(float) * (hi - lo));
+    for (int i = 1; i < r->n; i++) {
+        const float *row = r->bias + (size_t)i * (size_t)r->out_f;
+        for (size_t o = lo; o < hi; o++)
+            r->out[o] += row[o];
+    }
+}
+
 static void dense_forward(const dense_ws *w, float *out, const float *in, const float *weight,
                           const float *bias, int n, int in_f, int out_f)
 {
@@ -33,8 +68,8 @@ static void dense_forward(const dense_ws *w, float *out, const float *in, const 
         return;
     if (bias) {
         /* seed every row with the bias so that the GEMM adds into it */
-        for (int i = 0; i < n; i++)
-            memcpy(out + (size_t)i * out_f, bias, sizeof(float) * out_f);
+        dense_rows r = {.out = out, .bias = bias, .out_f = out_f};
+        kernels_for((size_t)n, dense__grain(out_f), dense_seed_rows, &r);
         beta = 1.0f;
     }
     if (in_f <= 0) {
@@ -62,13 +97,9 @@ static void dense_backward(const dense_ws *w, float *din, float *dweight, float 
     }
     if (in_f > 0)
         dense_gemm(w, 1, 0, out_f, in_f, n, dout, out_f, in, in_f, 0.0f, dweight, in_f, 0);
-    if (dbias) { /* in float32 either way */
-        memcpy(dbias, dout, sizeof(float) * out_f);
-        for (int i = 1; i < n; i++) {
-            const float *row = dout + (size_t)i * out_f;
-            for (int o = 0; o < out_f; o++)
-                dbias[o] += row[o];
-        }
+    if (dbias) { /* in float32 either way, each column summed down the rows in order */
+        dense_rows r = {.out = dbias, .bias = dout, .out_f = out_f, .n = n};
+        kernels_for((size_t)out_f, 256, dense_sum_columns, &r);
     }
     /* dY as the weight gradient's GEMM rounded it: the same rows of out_f */
     if (din && in_f > 0)

@@ -179,10 +179,15 @@ static size_t convplan__blocked_bytes(const op_conv2d_params *p, int bf16)
     return (fwd > bwd ? fwd : bwd) + 8 * 64 + CONVPLAN_BLOCKED_SCRATCH;
 }
 
+int convplan_conv2d_blocked_bf16(const op_conv2d_params *p)
+{
+    return p->n > 0 && p->k >= 8;
+}
+
 size_t convplan_conv2d_bf16_workspace(const op_conv2d_params *p, int threads)
 {
     size_t f32 = convplan_conv2d_f32_workspace(p, threads);
-    if (p->n <= 0)
+    if (!convplan_conv2d_blocked_bf16(p))
         return f32;
     size_t need = convplan__blocked_bytes(p, 1);
     return need > f32 ? need : f32;

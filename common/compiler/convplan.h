@@ -121,6 +121,11 @@ size_t convplan_convt_workspace(const op_conv_transpose2d_params *p, int threads
  * planner has no oneDNN to ask, and the U-Net's layers at 512x512 need
  * 40 to 90% of it. */
 size_t convplan_conv2d_bf16_workspace(const op_conv2d_params *p, int threads);
+
+/* Whether a mixed-precision convolution computes in bfloat16 on oneDNN:
+ * 8 output channels or more (the U-Net's 1-channel head took 25 ms a step
+ * there against float32's 3, its output padded to 16 channels). */
+int convplan_conv2d_blocked_bf16(const op_conv2d_params *p);
 #define CONVPLAN_BLOCKED_SCRATCH ((size_t)4 << 20)
 
 /* Whether a float32 convolution runs on oneDNN's own layouts rather than

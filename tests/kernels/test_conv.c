@@ -732,6 +732,11 @@ START_TEST(test_conv_bf16)
     };
     for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); i++)
         conv_bf16_case(&odd[i], i == 1, 0);
+    /* a 1-channel head: float32 (conv_bf16_case checks its bits) */
+    op_conv2d_params head = {.n = 2, .c = 8, .h = 16, .w = 16, .k = 1, .r = 1, .s = 1};
+    ck_assert(!convplan_conv2d_blocked_bf16(&head));
+    ck_assert_uint_eq(op_conv2d_bf16_workspace(&head), op_conv2d_workspace(&head));
+    conv_bf16_case(&head, 1, 0);
     kernels_set_threads(1);
 }
 END_TEST

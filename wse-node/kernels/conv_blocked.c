@@ -391,7 +391,8 @@ int kern__conv_blocked_backward(int bf16, float *din, float *dweight, float *dbi
 int op_conv2d_forward_bf16(float *out, const float *in, const float *weight, const float *bias,
                            const op_conv2d_params *p, void *ws, size_t ws_bytes)
 {
-    if (kern__conv_blocked_forward(1, out, in, weight, bias, p, ws, ws_bytes))
+    if (convplan_conv2d_blocked_bf16(p) &&
+        kern__conv_blocked_forward(1, out, in, weight, bias, p, ws, ws_bytes))
         return 1;
     op_conv2d_forward(out, in, weight, bias, p, ws, ws_bytes);
     return 0;
@@ -401,7 +402,8 @@ int op_conv2d_backward_bf16(float *din, float *dweight, float *dbias, const floa
                             const float *in, const float *weight, const op_conv2d_params *p,
                             void *ws, size_t ws_bytes)
 {
-    if (kern__conv_blocked_backward(1, din, dweight, dbias, dout, in, weight, p, ws, ws_bytes))
+    if (convplan_conv2d_blocked_bf16(p) &&
+        kern__conv_blocked_backward(1, din, dweight, dbias, dout, in, weight, p, ws, ws_bytes))
         return 1;
     op_conv2d_backward(din, dweight, dbias, dout, in, weight, p, ws, ws_bytes);
     return 0;

@@ -41,7 +41,8 @@ void op_conv2d_backward(float *din, float *dweight, float *dbias,
  * makes it and widened; the bias and its gradient stay float32. ws holds
  * op_conv2d_bf16_workspace(p) bytes. Computes in float32 instead (the
  * functions above, on the same ws) where the processor or the build has
- * no bfloat16 path, oneDNN has no fast kernel for the shape, or ws is too
+ * no bfloat16 path, the layer has fewer than 8 outputs
+ * (convplan_conv2d_blocked_bf16), oneDNN has no fast kernel for the shape, or ws is too
  * small. Returns 1 when it computed in bfloat16, 0 in float32. */
 size_t op_conv2d_bf16_workspace(const op_conv2d_params *p);
 int op_conv2d_forward_bf16(float *out, const float *in, const float *weight, const float *bias,

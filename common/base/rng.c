@@ -31,6 +31,16 @@ double rng_uniform(uint64_t seed, uint64_t stream, uint64_t index)
     return (double)(rng_hash(seed, stream, index) >> 11) * (1.0 / 9007199254740992.0);
 }
 
+/* c[0] z^(n-1) + c[1] z^(n-2) + ... + c[n-1], by Horner's rule (n is a
+ * constant at every call: the loop unrolls) */
+static inline double rng__horner(const double *c, int n, double z)
+{
+    double r = c[0];
+    for (int i = 1; i < n; i++)
+        r = r * z + c[i];
+    return r;
+}
+
 /* log(u) for a normal double u in (0, 1]: u = 2^e m with m in
  * [sqrt(1/2), sqrt(2)), f = m - 1 (exact), s = f / (2 + f), and
  * log(1 + f) = 2 atanh(s) = f - s f + s R(s^2), R's terms those of the
@@ -50,17 +60,9 @@ static inline double rng__log(double u)
     double f = m - 1.0;
     double s = f / (2.0 + f);
     double z = s * s;
-    double r = 2.0 / 21.0;
-    r = r * z + 2.0 / 19.0;
-    r = r * z + 2.0 / 17.0;
-    r = r * z + 2.0 / 15.0;
-    r = r * z + 2.0 / 13.0;
-    r = r * z + 2.0 / 11.0;
-    r = r * z + 2.0 / 9.0;
-    r = r * z + 2.0 / 7.0;
-    r = r * z + 2.0 / 5.0;
-    r = r * z + 2.0 / 3.0;
-    r *= z;
+    static const double atanh_c[] = {2.0 / 21.0, 2.0 / 19.0, 2.0 / 17.0, 2.0 / 15.0, 2.0 / 13.0,
+                                     2.0 / 11.0, 2.0 / 9.0,  2.0 / 7.0,  2.0 / 5.0,  2.0 / 3.0};
+    double r = rng__horner(atanh_c, 10, z) * z;
     double hfsq = 0.5 * f * f;
     double de = (double)e;
     /* ln 2 = LN2_HI + LN2_LO, LN2_HI with 21 zero bits at its end: e LN2_HI
@@ -79,25 +81,17 @@ static inline double rng__cos_turn(uint64_t k)
     int64_t j = (int64_t)k - (q << 51);
     double x = (double)j * (6.283185307179586 / 9007199254740992.0);
     double z = x * x;
-    double c = 1.0 / 6402373705728000.0; /* 1/18! */
-    c = c * z - 1.0 / 20922789888000.0;
-    c = c * z + 1.0 / 87178291200.0;
-    c = c * z - 1.0 / 479001600.0;
-    c = c * z + 1.0 / 3628800.0;
-    c = c * z - 1.0 / 40320.0;
-    c = c * z + 1.0 / 720.0;
-    c = c * z - 1.0 / 24.0;
-    c = c * z + 0.5;
-    c = 1.0 - c * z;
-    double sn = 1.0 / 355687428096000.0; /* 1/17! */
-    sn = sn * z - 1.0 / 1307674368000.0;
-    sn = sn * z + 1.0 / 6227020800.0;
-    sn = sn * z - 1.0 / 39916800.0;
-    sn = sn * z + 1.0 / 362880.0;
-    sn = sn * z - 1.0 / 5040.0;
-    sn = sn * z + 1.0 / 120.0;
-    sn = sn * z - 1.0 / 6.0;
-    sn = x + x * (sn * z);
+    static const double cos_c[] = {1.0 / 6402373705728000.0, -1.0 / 20922789888000.0,
+                                   1.0 / 87178291200.0,      -1.0 / 479001600.0,
+                                   1.0 / 3628800.0,          -1.0 / 40320.0,
+                                   1.0 / 720.0,              -1.0 / 24.0,
+                                   0.5}; /* 1/18!, -1/16!, ..., 1/2 */
+    static const double sin_c[] = {1.0 / 355687428096000.0, -1.0 / 1307674368000.0,
+                                   1.0 / 6227020800.0,      -1.0 / 39916800.0,
+                                   1.0 / 362880.0,          -1.0 / 5040.0,
+                                   1.0 / 120.0,             -1.0 / 6.0}; /* 1/17!, ..., -1/3! */
+    double c = 1.0 - rng__horner(cos_c, 9, z) * z;
+    double sn = x + x * (rng__horner(sin_c, 8, z) * z);
     double v = (q & 1) ? sn : c;
     return ((q + 1) & 2) ? -v : v;
 }

@@ -184,28 +184,31 @@ int convplan_conv2d_blocked_bf16(const op_conv2d_params *p)
     return p->n > 0 && p->k >= 8;
 }
 
-size_t convplan_conv2d_bf16_workspace(const op_conv2d_params *p, int threads)
-{
-    size_t f32 = convplan_conv2d_f32_workspace(p, threads);
-    if (!convplan_conv2d_blocked_bf16(p))
-        return f32;
-    size_t need = convplan__blocked_bytes(p, 1);
-    return need > f32 ? need : f32;
-}
-
 int convplan_conv2d_blocked_f32(const op_conv2d_params *p)
 {
     return p->n > 0 && p->c >= 16 && p->k >= 16 &&
            convplan__blocked_bytes(p, 0) <= CONVPLAN_BLOCKED_F32_MAX;
 }
 
+/* The larger of the float32 path's workspace and, where the rule says
+ * so, that of oneDNN's layouts in the type asked for. */
+static size_t convplan__workspace(const op_conv2d_params *p, int threads, int bf16)
+{
+    size_t f32 = bf16 ? convplan__workspace(p, threads, 0) : convplan_conv2d_workspace(p, threads);
+    if (!(bf16 ? convplan_conv2d_blocked_bf16(p) : convplan_conv2d_blocked_f32(p)))
+        return f32;
+    size_t need = convplan__blocked_bytes(p, bf16);
+    return need > f32 ? need : f32;
+}
+
+size_t convplan_conv2d_bf16_workspace(const op_conv2d_params *p, int threads)
+{
+    return convplan__workspace(p, threads, 1);
+}
+
 size_t convplan_conv2d_f32_workspace(const op_conv2d_params *p, int threads)
 {
-    size_t f32 = convplan_conv2d_workspace(p, threads);
-    if (!convplan_conv2d_blocked_f32(p))
-        return f32;
-    size_t need = convplan__blocked_bytes(p, 0);
-    return need > f32 ? need : f32;
+    return convplan__workspace(p, threads, 0);
 }
 
 size_t convplan_convt_workspace(const op_conv_transpose2d_params *p, int threads)

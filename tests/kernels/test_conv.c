@@ -624,6 +624,46 @@ static void round_bf16(float *out, const float *x, size_t n)
     free(h);
 }
 
+/* The tensors of one convolution case: inputs filled from the seed, two
+ * sets of outputs (the call under test's and the one it is compared
+ * with), and the reference's. */
+typedef struct conv_set {
+    size_t nx, nw, ny, nk;
+    float *x, *w, *b, *dy;
+    float *y, *dx, *dw, *db;     /* the call under test */
+    float *y2, *dx2, *dw2, *db2; /* the call compared with */
+    float *ry, *rdx, *rdw, *rdb; /* the reference */
+} conv_set;
+
+static void conv_set_new(conv_set *t, const op_conv2d_params *p, uint64_t seed)
+{
+    t->nx = (size_t)p->n * p->c * p->h * p->w;
+    t->nw = (size_t)p->k * p->c * p->r * p->s;
+    t->ny = (size_t)p->n * p->k * op_conv2d_out_h(p) * op_conv2d_out_w(p);
+    t->nk = (size_t)p->k;
+    size_t n[] = {t->nx, t->nw, t->nk, t->ny};
+    float **in[] = {&t->x, &t->w, &t->b, &t->dy};
+    float **out[3][4] = {{&t->dx, &t->dw, &t->db, &t->y}, {&t->dx2, &t->dw2, &t->db2, &t->y2},
+                         {&t->rdx, &t->rdw, &t->rdb, &t->ry}};
+    double lo[] = {-1, -0.5, -0.5, -1};
+    kt_rng r;
+    kt_rng_init(&r, seed + t->nx);
+    for (int i = 0; i < 4; i++) {
+        *in[i] = kt_falloc(n[i]);
+        kt_fill(&r, *in[i], n[i], lo[i], -lo[i]);
+        for (int j = 0; j < 3; j++)
+            *out[j][i] = kt_falloc(n[i]);
+    }
+}
+
+static void conv_set_free(conv_set *t)
+{
+    float *all[] = {t->x,  t->w,   t->b,   t->dy,  t->y,  t->dx,  t->dw,  t->db,
+                    t->y2, t->dx2, t->dw2, t->db2, t->ry, t->rdx, t->rdw, t->rdb};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        free(all[i]);
+}
+
 /* Mixed precision's convolution (op_conv2d_forward_bf16, _backward_bf16)
  * against the double-precision direct loops on the inputs rounded to
  * bfloat16: the output and the input gradient to float32 accumulation
@@ -634,75 +674,65 @@ static void round_bf16(float *out, const float *x, size_t n)
  * in bfloat16 where the processor can. */
 static void conv_bf16_case(const op_conv2d_params *p, int bias, int must_bf16)
 {
-    int oh = op_conv2d_out_h(p), ow = op_conv2d_out_w(p);
-    size_t nx = (size_t)p->n * p->c * p->h * p->w, nw = (size_t)p->k * p->c * p->r * p->s;
-    size_t ny = (size_t)p->n * p->k * oh * ow;
-    kt_rng r;
-    kt_rng_init(&r, 77 + (uint64_t)nx);
-    float *x = kt_falloc(nx), *w = kt_falloc(nw), *b = kt_falloc((size_t)p->k), *dy = kt_falloc(ny);
-    float *y = kt_falloc(ny), *dx = kt_falloc(nx), *dw = kt_falloc(nw), *db = kt_falloc((size_t)p->k);
-    float *y32 = kt_falloc(ny), *dx32 = kt_falloc(nx), *dw32 = kt_falloc(nw), *db32 = kt_falloc((size_t)p->k);
-    kt_fill(&r, x, nx, -1, 1);
-    kt_fill(&r, w, nw, -0.5, 0.5);
-    kt_fill(&r, b, (size_t)p->k, -0.5, 0.5);
-    kt_fill(&r, dy, ny, -1, 1);
+    conv_set t;
+    conv_set_new(&t, p, 77);
+    size_t nx = t.nx, nw = t.nw, ny = t.ny;
     size_t wsb = op_conv2d_bf16_workspace(p);
     ck_assert_uint_ge(wsb, op_conv2d_workspace(p));
     float *ws = ws_new(wsb);
-    const float *bp = bias ? b : NULL;
-    float *dbp = bias ? db : NULL, *db32p = bias ? db32 : NULL;
-    int f = op_conv2d_forward_bf16(y, x, w, bp, p, ws, wsb);
-    int g = op_conv2d_backward_bf16(dx, dw, dbp, dy, x, w, p, ws, wsb);
+    const float *bp = bias ? t.b : NULL;
+    float *dbp = bias ? t.db : NULL, *db2p = bias ? t.db2 : NULL;
+    int f = op_conv2d_forward_bf16(t.y, t.x, t.w, bp, p, ws, wsb);
+    int g = op_conv2d_backward_bf16(t.dx, t.dw, dbp, t.dy, t.x, t.w, p, ws, wsb);
     ws_check(ws, wsb);
-    op_conv2d_forward(y32, x, w, bp, p, ws, wsb);
-    op_conv2d_backward(dx32, dw32, db32p, dy, x, w, p, ws, wsb);
+    /* the float32 path's results, in the second set */
+    op_conv2d_forward(t.y2, t.x, t.w, bp, p, ws, wsb);
+    op_conv2d_backward(t.dx2, t.dw2, db2p, t.dy, t.x, t.w, p, ws, wsb);
     ck_assert_int_eq(f, g);
     if (must_bf16 && kernels_bf16_compute())
         ck_assert_msg(f == 1, "c%d k%d %dx%d: not in bfloat16", p->c, p->k, p->h, p->w);
     if (f) {
         float *xr = kt_falloc(nx), *wr = kt_falloc(nw), *dyr = kt_falloc(ny);
-        float *ry = kt_falloc(ny), *rdx = kt_falloc(nx), *rdw = kt_falloc(nw), *rdb = kt_falloc((size_t)p->k);
-        round_bf16(xr, x, nx);
-        round_bf16(wr, w, nw);
-        round_bf16(dyr, dy, ny);
-        op_conv2d_forward_ref(ry, xr, wr, bp, p);
-        op_conv2d_backward_ref(rdx, rdw, rdb, dyr, xr, wr, p);
-        ck_assert_msg(kt_relerr_ff(y, ry, ny) < 1e-5, "forward %g", kt_relerr_ff(y, ry, ny));
-        ck_assert_msg(kt_relerr_ff(dx, rdx, nx) < 1e-5, "dx %g", kt_relerr_ff(dx, rdx, nx));
-        ck_assert_msg(kt_relerr_ff(dw, rdw, nw) < 4e-3, "dw %g", kt_relerr_ff(dw, rdw, nw));
+        round_bf16(xr, t.x, nx);
+        round_bf16(wr, t.w, nw);
+        round_bf16(dyr, t.dy, ny);
+        op_conv2d_forward_ref(t.ry, xr, wr, bp, p);
+        op_conv2d_backward_ref(t.rdx, t.rdw, t.rdb, dyr, xr, wr, p);
+        ck_assert_msg(kt_relerr_ff(t.y, t.ry, ny) < 1e-5, "forward %g", kt_relerr_ff(t.y, t.ry, ny));
+        ck_assert_msg(kt_relerr_ff(t.dx, t.rdx, nx) < 1e-5, "dx %g", kt_relerr_ff(t.dx, t.rdx, nx));
+        ck_assert_msg(kt_relerr_ff(t.dw, t.rdw, nw) < 4e-3, "dw %g", kt_relerr_ff(t.dw, t.rdw, nw));
         for (size_t i = 0; i < nw; i++) { /* widened from bfloat16: its low half is zero */
             uint32_t u;
-            memcpy(&u, &dw[i], sizeof(u));
+            memcpy(&u, &t.dw[i], sizeof(u));
             ck_assert_uint_eq(u & 0xffffu, 0);
         }
         if (bias)
-            ck_assert_msg(kt_relerr_ff(db, db32, (size_t)p->k) < 1e-6, "db %g",
-                          kt_relerr_ff(db, db32, (size_t)p->k));
-        ck_assert(memcmp(y, y32, ny * sizeof(float)) != 0); /* it did round */
-        free(xr), free(wr), free(dyr), free(ry), free(rdx), free(rdw), free(rdb);
+            ck_assert_msg(kt_relerr_ff(t.db, t.db2, t.nk) < 1e-6, "db %g",
+                          kt_relerr_ff(t.db, t.db2, t.nk));
+        ck_assert(memcmp(t.y, t.y2, ny * sizeof(float)) != 0); /* it did round */
+        free(xr), free(wr), free(dyr);
     } else {
-        ck_assert(memcmp(y, y32, ny * sizeof(float)) == 0);
-        ck_assert(memcmp(dx, dx32, nx * sizeof(float)) == 0);
-        ck_assert(memcmp(dw, dw32, nw * sizeof(float)) == 0);
+        ck_assert(memcmp(t.y, t.y2, ny * sizeof(float)) == 0);
+        ck_assert(memcmp(t.dx, t.dx2, nx * sizeof(float)) == 0);
+        ck_assert(memcmp(t.dw, t.dw2, nw * sizeof(float)) == 0);
     }
     /* a workspace of the float32 path's size only, below what the
      * bfloat16 forward pass needs at least (x in bfloat16 and y in float32
      * beside it), then the path turned off: the float32 bits */
     size_t small = op_conv2d_workspace(p);
     if (small < 2 * nx + 4 * ny) {
-        ck_assert_int_eq(op_conv2d_forward_bf16(y, x, w, bp, p, ws, small), 0);
-        ck_assert(memcmp(y, y32, ny * sizeof(float)) == 0);
+        ck_assert_int_eq(op_conv2d_forward_bf16(t.y, t.x, t.w, bp, p, ws, small), 0);
+        ck_assert(memcmp(t.y, t.y2, ny * sizeof(float)) == 0);
     }
     kernels_bf16_enable(0);
-    ck_assert_int_eq(op_conv2d_forward_bf16(y, x, w, bp, p, ws, wsb), 0);
-    ck_assert_int_eq(op_conv2d_backward_bf16(dx, dw, dbp, dy, x, w, p, ws, wsb), 0);
+    ck_assert_int_eq(op_conv2d_forward_bf16(t.y, t.x, t.w, bp, p, ws, wsb), 0);
+    ck_assert_int_eq(op_conv2d_backward_bf16(t.dx, t.dw, dbp, t.dy, t.x, t.w, p, ws, wsb), 0);
     kernels_bf16_enable(1);
-    ck_assert(memcmp(y, y32, ny * sizeof(float)) == 0);
-    ck_assert(memcmp(dx, dx32, nx * sizeof(float)) == 0);
-    ck_assert(memcmp(dw, dw32, nw * sizeof(float)) == 0);
+    ck_assert(memcmp(t.y, t.y2, ny * sizeof(float)) == 0);
+    ck_assert(memcmp(t.dx, t.dx2, nx * sizeof(float)) == 0);
+    ck_assert(memcmp(t.dw, t.dw2, nw * sizeof(float)) == 0);
     free(ws);
-    free(x), free(w), free(b), free(dy), free(y), free(dx), free(dw), free(db);
-    free(y32), free(dx32), free(dw32), free(db32);
+    conv_set_free(&t);
 }
 
 START_TEST(test_conv_bf16)
@@ -748,58 +778,47 @@ END_TEST
  * stays on im2col. */
 static void conv_blocked_case(const op_conv2d_params *p, int bias)
 {
-    int oh = op_conv2d_out_h(p), ow = op_conv2d_out_w(p);
-    size_t nx = (size_t)p->n * p->c * p->h * p->w, nw = (size_t)p->k * p->c * p->r * p->s;
-    size_t ny = (size_t)p->n * p->k * oh * ow;
-    kt_rng r;
-    kt_rng_init(&r, 91 + (uint64_t)nx);
-    float *x = kt_falloc(nx), *w = kt_falloc(nw), *b = kt_falloc((size_t)p->k), *dy = kt_falloc(ny);
-    float *y = kt_falloc(ny), *dx = kt_falloc(nx), *dw = kt_falloc(nw), *db = kt_falloc((size_t)p->k);
-    float *y2 = kt_falloc(ny), *dx2 = kt_falloc(nx), *dw2 = kt_falloc(nw), *db2 = kt_falloc((size_t)p->k);
-    float *ry = kt_falloc(ny), *rdx = kt_falloc(nx), *rdw = kt_falloc(nw), *rdb = kt_falloc((size_t)p->k);
-    kt_fill(&r, x, nx, -1, 1);
-    kt_fill(&r, w, nw, -0.5, 0.5);
-    kt_fill(&r, b, (size_t)p->k, -0.5, 0.5);
-    kt_fill(&r, dy, ny, -1, 1);
-    const float *bp = bias ? b : NULL;
-    float *dbp = bias ? db : NULL, *db2p = bias ? db2 : NULL;
+    conv_set t;
+    conv_set_new(&t, p, 91);
+    size_t nx = t.nx, nw = t.nw, ny = t.ny;
+    const float *bp = bias ? t.b : NULL;
+    float *dbp = bias ? t.db : NULL, *db2p = bias ? t.db2 : NULL;
     ck_assert(convplan_conv2d_blocked_f32(p));
     size_t wsb = op_conv2d_workspace(p);
     float *ws = ws_new(wsb);
-    int f = kern__conv_blocked_forward(0, y, x, w, bp, p, ws, wsb);
-    int g = kern__conv_blocked_backward(0, dx, dw, dbp, dy, x, w, p, ws, wsb);
+    int f = kern__conv_blocked_forward(0, t.y, t.x, t.w, bp, p, ws, wsb);
+    int g = kern__conv_blocked_backward(0, t.dx, t.dw, dbp, t.dy, t.x, t.w, p, ws, wsb);
     ws_check(ws, wsb);
     ck_assert_int_eq(f, kern__conv_have_onednn());
     ck_assert_int_eq(g, kern__conv_have_onednn());
     if (f) {
-        op_conv2d_forward_ref(ry, x, w, bp, p);
-        op_conv2d_backward_ref(rdx, rdw, rdb, dy, x, w, p);
-        ck_assert_msg(kt_relerr_ff(y, ry, ny) < 1e-5, "forward %g", kt_relerr_ff(y, ry, ny));
-        ck_assert_msg(kt_relerr_ff(dx, rdx, nx) < 1e-5, "dx %g", kt_relerr_ff(dx, rdx, nx));
-        ck_assert_msg(kt_relerr_ff(dw, rdw, nw) < 1e-5, "dw %g", kt_relerr_ff(dw, rdw, nw));
+        op_conv2d_forward_ref(t.ry, t.x, t.w, bp, p);
+        op_conv2d_backward_ref(t.rdx, t.rdw, t.rdb, t.dy, t.x, t.w, p);
+        ck_assert_msg(kt_relerr_ff(t.y, t.ry, ny) < 1e-5, "forward %g", kt_relerr_ff(t.y, t.ry, ny));
+        ck_assert_msg(kt_relerr_ff(t.dx, t.rdx, nx) < 1e-5, "dx %g", kt_relerr_ff(t.dx, t.rdx, nx));
+        ck_assert_msg(kt_relerr_ff(t.dw, t.rdw, nw) < 1e-5, "dw %g", kt_relerr_ff(t.dw, t.rdw, nw));
         if (bias)
-            ck_assert_msg(kt_relerr_ff(db, rdb, (size_t)p->k) < 1e-5, "db %g",
-                          kt_relerr_ff(db, rdb, (size_t)p->k));
+            ck_assert_msg(kt_relerr_ff(t.db, t.rdb, t.nk) < 1e-5, "db %g",
+                          kt_relerr_ff(t.db, t.rdb, t.nk));
         /* the default path is this path */
         kern__conv_set_path(KERN__CONV_BLOCKED);
-        op_conv2d_forward(y2, x, w, bp, p, ws, wsb);
-        op_conv2d_backward(dx2, dw2, db2p, dy, x, w, p, ws, wsb);
-        ck_assert(memcmp(y, y2, ny * sizeof(float)) == 0);
-        ck_assert(memcmp(dx, dx2, nx * sizeof(float)) == 0);
-        ck_assert(memcmp(dw, dw2, nw * sizeof(float)) == 0);
+        op_conv2d_forward(t.y2, t.x, t.w, bp, p, ws, wsb);
+        op_conv2d_backward(t.dx2, t.dw2, db2p, t.dy, t.x, t.w, p, ws, wsb);
+        ck_assert(memcmp(t.y, t.y2, ny * sizeof(float)) == 0);
+        ck_assert(memcmp(t.dx, t.dx2, nx * sizeof(float)) == 0);
+        ck_assert(memcmp(t.dw, t.dw2, nw * sizeof(float)) == 0);
         /* a workspace of im2col's size: im2col's bits */
         kern__conv_set_path(KERN__CONV_IM2COL);
         size_t small = convplan_conv2d_workspace(p, kernels_threads());
-        op_conv2d_forward(y, x, w, bp, p, ws, small);
+        op_conv2d_forward(t.y, t.x, t.w, bp, p, ws, small);
         kern__conv_set_path(KERN__CONV_BLOCKED);
         if (small < nx * 4 + ny * 4) {
-            op_conv2d_forward(y2, x, w, bp, p, ws, small);
-            ck_assert(memcmp(y, y2, ny * sizeof(float)) == 0);
+            op_conv2d_forward(t.y2, t.x, t.w, bp, p, ws, small);
+            ck_assert(memcmp(t.y, t.y2, ny * sizeof(float)) == 0);
         }
     }
     free(ws);
-    free(x), free(w), free(b), free(dy), free(y), free(dx), free(dw), free(db);
-    free(y2), free(dx2), free(dw2), free(db2), free(ry), free(rdx), free(rdw), free(rdb);
+    conv_set_free(&t);
 }
 
 START_TEST(test_conv_blocked_f32)

@@ -7,7 +7,7 @@
  * the plain layouts oneDNN only has its GEMM-based kernels, slower than
  * im2col (conv_path.c); on its own, with the reorders counted, a 16-channel
  * convolution of examples/resnet_small.toml runs 3.6 times as fast as
- * im2col in float32, the U-Net's 16- to 128-channel ones 1.4 to 1.8 times,
+ * im2col in float32, the U-Net's 16- to 128-channel ones 1.3 to 1.8 times,
  * and in bfloat16 on AMX the U-Net's convolutions 2 to 4 times.
  *
  * In bfloat16 the weight gradient comes out of oneDNN in bfloat16 (its

@@ -1,16 +1,17 @@
-/* Concatenation along channels, elementwise addition and flatten: exact
- * copies, checked element by element. */
+/* Concatenation along channels (on one and two threads), elementwise
+ * addition and flatten: exact copies, checked element by element. */
 #include <check.h>
 #include <stdlib.h>
 
+#include "kernels.h"
 #include "kt.h"
 #include "op_concat.h"
 #include "op_elementwise.h"
 
-START_TEST(test_concat)
+/* Three inputs of 2, 1 and 3 channels: every element where it belongs,
+ * and back. */
+static void concat_case(int N, int HW)
 {
-    /* three inputs of 2, 1 and 3 channels, n = 2, hw = 5 */
-    enum { N = 2, HW = 5 };
     const int ch[3] = {2, 1, 3};
     kt_rng r;
     kt_rng_init(&r, 71);
@@ -27,8 +28,8 @@ START_TEST(test_concat)
             for (int k = 0; k < HW; k++) {
                 int j = c < 2 ? 0 : c < 3 ? 1 : 2;
                 int cj = c < 2 ? c : c < 3 ? c - 2 : c - 3;
-                ck_assert_float_eq(out[(i * 6 + c) * HW + k],
-                                   in[j][(i * ch[j] + cj) * HW + k]);
+                ck_assert_float_eq(out[((size_t)i * 6 + c) * HW + k],
+                                   in[j][((size_t)i * ch[j] + cj) * HW + k]);
             }
     /* backward splits dout back; a NULL gradient is skipped */
     float *keep = din[1];
@@ -36,13 +37,22 @@ START_TEST(test_concat)
     op_concat_backward(din, out, ch, 3, N, HW);
     din[1] = keep;
     for (int j = 0; j < 3; j += 2)
-        for (int i = 0; i < N * ch[j] * HW; i++)
+        for (size_t i = 0; i < (size_t)N * ch[j] * HW; i++)
             ck_assert_float_eq(din[j][i], in[j][i]);
     for (int j = 0; j < 3; j++) {
         free(in[j]);
         free(din[j]);
     }
     free(out);
+}
+
+START_TEST(test_concat)
+{
+    concat_case(2, 5);
+    /* copies large enough to be shared out over two threads */
+    kernels_set_threads(2);
+    concat_case(3, 70000);
+    kernels_set_threads(1);
 }
 END_TEST
 

@@ -4,8 +4,8 @@
  * reference, and the small-batch weight gradient's own kernel; the 2x2
  * pooling path with NaNs as the general one treats
  * them; and the subnormal flush the operators' threads run with. Batch
- * and group norm, and a dense layer's bias rows and bias gradient, are
- * among the split operators. */
+ * and group norm, a dense layer's bias rows and bias gradient, and the
+ * per-pixel losses are among the split operators. */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
@@ -16,6 +16,7 @@
 #include "op_activation.h"
 #include "op_dense.h"
 #include "op_elementwise.h"
+#include "op_loss.h"
 #include "op_norm.h"
 #include "op_pool.h"
 
@@ -84,6 +85,39 @@ START_TEST(test_dense_bias_split_same)
         ck_assert_float_eq(db1[o], s);
     }
     free(b), free(dy), free(y1), free(y2), free(db1), free(db2);
+}
+END_TEST
+
+/* The per-pixel losses, a sample per thread: the gradients and the loss
+ * the same bits on two threads as on one. */
+START_TEST(test_losses_split_same)
+{
+    enum { S = 5, PER = 20000, CL = 3 };
+    kt_rng r;
+    kt_rng_init(&r, 17);
+    float *x = kt_falloc(S * CL * PER), *t = kt_falloc(S * PER);
+    float *d1 = kt_falloc((2 + CL) * S * PER), *d2 = kt_falloc((2 + CL) * S * PER);
+    int32_t *lab = malloc(S * PER * sizeof(int32_t));
+    kt_fill(&r, x, S * CL * PER, -4, 4);
+    for (int i = 0; i < S * PER; i++) {
+        t[i] = (float)(i % 3 == 0);
+        lab[i] = i % CL;
+    }
+    double l[2][3];
+    float *d[2] = {d1, d2};
+    for (int k = 0; k < 2; k++) {
+        kernels_set_threads(k + 1);
+        l[k][0] = op_bce_logits(d[k], x, t, S, PER, 0.5f);
+        l[k][1] = op_dice_logits(d[k] + S * PER, x, t, S, PER, 1.0f, 0.5f);
+        op_labels labels = OP_LABELS_I32(lab);
+        l[k][2] = op_softmax_xent_pixels(d[k] + 2 * S * PER, x, labels, S, CL, 100, 200, 0.5f);
+    }
+    kernels_set_threads(1);
+    ck_assert(memcmp(d1, d2, sizeof(float) * (2 + CL) * S * PER) == 0);
+    for (int q = 0; q < 3; q++)
+        ck_assert_msg(memcmp(&l[0][q], &l[1][q], sizeof(double)) == 0, "loss %d: %.17g and %.17g", q,
+                      l[0][q], l[1][q]);
+    free(x), free(t), free(d1), free(d2), free(lab);
 }
 END_TEST
 
@@ -337,6 +371,7 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_activations_split_same);
     tcase_add_test(tc, test_dense_bias_split_same);
+    tcase_add_test(tc, test_losses_split_same);
     tcase_add_test(tc, test_pooling_split_same);
     tcase_add_test(tc, test_maxpool_2x2_nan);
     tcase_add_test(tc, test_norms_split_same);

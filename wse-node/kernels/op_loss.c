@@ -1,9 +1,49 @@
 /* Losses: softmax cross-entropy over classes and per pixel, binary
- * cross-entropy with logits, soft Dice. Sums in double, gradients in float. */
+ * cross-entropy with logits, soft Dice. Sums in double, gradients in float.
+ * The per-pixel losses compute their samples over the kernels' threads,
+ * each sample whole by one thread, and add the samples' losses in order
+ * afterwards: the same bits on any thread count. */
 #include "op_loss.h"
 
 #include <math.h>
 #include <string.h>
+
+#include "kernels.h"
+
+/* One sample's loss (and its gradient, where the context asks). */
+typedef double (*loss_sample_fn)(const void *ctx, int i);
+
+/* Samples per block: their losses wait on the stack to be added in order. */
+#define LOSS_BLOCK 64
+
+typedef struct loss_job {
+    loss_sample_fn fn;
+    const void *ctx;
+    int i0;
+    double *part;
+} loss_job;
+
+static void loss_range(void *ctx, size_t lo, size_t hi)
+{
+    const loss_job *j = ctx;
+    for (size_t u = lo; u < hi; u++)
+        j->part[u] = j->fn(j->ctx, j->i0 + (int)u);
+}
+
+/* The sum over n samples of fn, each of per elements, in sample order. */
+static double loss_samples(int n, size_t per, loss_sample_fn fn, const void *ctx)
+{
+    double part[LOSS_BLOCK], loss = 0.0;
+    size_t grain = per >= 16384 ? 1 : 16384 / (per ? per : 1);
+    for (int i0 = 0; i0 < n; i0 += LOSS_BLOCK) {
+        int m = n - i0 < LOSS_BLOCK ? n - i0 : LOSS_BLOCK;
+        loss_job j = {fn, ctx, i0, part};
+        kernels_for((size_t)m, grain, loss_range, &j);
+        for (int u = 0; u < m; u++)
+            loss += part[u];
+    }
+    return loss;
+}
 
 /* Writes scale * (softmax(x) - onehot(label)) for one row of `classes`
  * values read with stride `stride` (1 for a row, H*W for a pixel of NCHW)
@@ -48,6 +88,26 @@ double op_softmax_xent(float *dlogits, const float *logits,
     return loss;
 }
 
+typedef struct xent_pixels {
+    float *dlogits;
+    const float *logits;
+    op_labels labels;
+    int classes;
+    size_t hw;
+    float pscale;
+} xent_pixels;
+
+static double xent_pixels_sample(const void *ctx, int i)
+{
+    const xent_pixels *c = ctx;
+    size_t off = (size_t)i * c->classes * c->hw, lab = (size_t)i * c->hw;
+    double sample = 0.0;
+    for (size_t j = 0; j < c->hw; j++)
+        sample += softmax_xent_row(c->dlogits ? c->dlogits + off + j : NULL, c->logits + off + j,
+                                   c->hw, c->classes, op_label(c->labels, lab + j), c->pscale);
+    return c->hw ? sample / (double)c->hw : 0.0;
+}
+
 double op_softmax_xent_pixels(float *dlogits, const float *logits,
                               op_labels labels, int n, int classes,
                               int h, int w, float scale)
@@ -62,20 +122,9 @@ double op_softmax_xent_pixels(float *dlogits, const float *logits,
             return NAN;
         }
     }
-    double loss = 0.0;
-    float pscale = hw ? (float)(scale / (double)hw) : 0.0f;
-    for (int i = 0; i < n; i++) {
-        size_t off = (size_t)i * classes * hw;
-        size_t lab = (size_t)i * hw;
-        double sample = 0.0;
-        for (size_t j = 0; j < hw; j++)
-            sample += softmax_xent_row(dlogits ? dlogits + off + j : NULL,
-                                       logits + off + j, hw, classes,
-                                       op_label(labels, lab + j), pscale);
-        if (hw)
-            loss += sample / (double)hw;
-    }
-    return loss;
+    xent_pixels c = {dlogits, logits, labels, classes, hw,
+                     hw ? (float)(scale / (double)hw) : 0.0f};
+    return loss_samples(n, hw * (size_t)classes, xent_pixels_sample, &c);
 }
 
 /* sigmoid in double without overflow */
@@ -87,27 +136,36 @@ static double sigmoid(double x)
     return e / (1.0 + e);
 }
 
+/* The per-sample calls of the sigmoid losses. */
+typedef struct sig_loss {
+    float *dlogits;
+    const float *logits, *targets;
+    int per;
+    float scale, eps;
+} sig_loss;
+
+static double bce_sample(const void *ctx, int i)
+{
+    const sig_loss *c = ctx;
+    const float *x = c->logits + (size_t)i * c->per;
+    const float *t = c->targets + (size_t)i * c->per;
+    float *d = c->dlogits ? c->dlogits + (size_t)i * c->per : NULL;
+    double k = c->per ? (double)c->scale / c->per : 0.0, sample = 0.0;
+    for (int j = 0; j < c->per; j++) {
+        double v = x[j], tv = t[j];
+        sample += (v > 0.0 ? v : 0.0) - v * tv + log1p(exp(-fabs(v)));
+        if (d)
+            d[j] = (float)(k * (sigmoid(v) - tv));
+    }
+    return c->per ? sample / c->per : 0.0;
+}
+
 double op_bce_logits(float *dlogits, const float *logits,
                      const float *targets, int n, int per, float scale)
 {
     /* logits, targets, dlogits (n, per) */
-    double loss = 0.0;
-    double k = per ? (double)scale / per : 0.0;
-    for (int i = 0; i < n; i++) {
-        const float *x = logits + (size_t)i * per;
-        const float *t = targets + (size_t)i * per;
-        float *d = dlogits ? dlogits + (size_t)i * per : NULL;
-        double sample = 0.0;
-        for (int j = 0; j < per; j++) {
-            double v = x[j], tv = t[j];
-            sample += (v > 0.0 ? v : 0.0) - v * tv + log1p(exp(-fabs(v)));
-            if (d)
-                d[j] = (float)(k * (sigmoid(v) - tv));
-        }
-        if (per)
-            loss += sample / per;
-    }
-    return loss;
+    sig_loss c = {dlogits, logits, targets, per, scale, 0.0f};
+    return loss_samples(n, (size_t)(per > 0 ? per : 0), bce_sample, &c);
 }
 
 /* sum(p*t) and sum(p) + sum(t) of one sample's logits x and targets t. */
@@ -142,21 +200,24 @@ static double dice_apply(float *d, const float *x, const float *t, int per, floa
     return 1.0 - num / den;
 }
 
+static double dice_sample(const void *ctx, int i)
+{
+    const sig_loss *c = ctx;
+    const float *x = c->logits + (size_t)i * c->per;
+    const float *t = c->targets + (size_t)i * c->per;
+    double inter, sum;
+    dice_sums(x, t, c->per, &inter, &sum);
+    return dice_apply(c->dlogits ? c->dlogits + (size_t)i * c->per : NULL, x, t, c->per, c->eps,
+                      c->scale, inter, sum);
+}
+
 double op_dice_logits(float *dlogits, const float *logits,
                       const float *targets, int n, int per, float eps,
                       float scale)
 {
     /* logits, targets, dlogits (n, per) */
-    double loss = 0.0;
-    for (int i = 0; i < n; i++) {
-        const float *x = logits + (size_t)i * per;
-        const float *t = targets + (size_t)i * per;
-        double inter, sum;
-        dice_sums(x, t, per, &inter, &sum);
-        loss += dice_apply(dlogits ? dlogits + (size_t)i * per : NULL, x, t, per, eps, scale,
-                           inter, sum);
-    }
-    return loss;
+    sig_loss c = {dlogits, logits, targets, per, scale, eps};
+    return loss_samples(n, (size_t)(per > 0 ? per : 0), dice_sample, &c);
 }
 
 double op_dice_logits_parts(float *dlogits, const float *logits, const float *targets, int n,

@@ -3,6 +3,8 @@
 
 #include <string.h>
 
+#include "bf16.h"
+
 void op_add_forward(float *out, const float *a, const float *b, size_t count)
 {
     /* a, b, out (count) */
@@ -33,22 +35,14 @@ void op_flatten_backward(float *din, const float *dout, size_t count)
         memcpy(din, dout, sizeof(float) * count);
 }
 
+/* common/base/bf16.c's conversions (the wire's), vectorized: the same
+ * rounding and NaNs. */
 void op_bf16_pack(uint16_t *out, const float *in, size_t count)
 {
-    for (size_t i = 0; i < count; i++) {
-        uint32_t u;
-        memcpy(&u, &in[i], sizeof(u));
-        if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it one, quiet */
-            out[i] = (uint16_t)((u >> 16) | 0x40);
-        else
-            out[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-    }
+    bf16_pack(out, in, count);
 }
 
 void op_bf16_unpack(float *out, const uint16_t *in, size_t count)
 {
-    for (size_t i = 0; i < count; i++) {
-        uint32_t u = (uint32_t)in[i] << 16;
-        memcpy(&out[i], &u, sizeof(u));
-    }
+    bf16_unpack(out, in, count);
 }

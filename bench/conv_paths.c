@@ -1,9 +1,16 @@
 /* im2col + OpenBLAS against oneDNN, forward + backward, for the
  * convolution shapes of examples/unet.toml (512x512, batch 4) and of
- * examples/resnet_small.toml (32x32, batch 32), in one process. oneDNN is
- * given room for its scratchpad here even where the planner's workspace
- * would not hold it (the op then keeps im2col); one line per shape says
- * whether it fits and what auto picks with the planner's workspace.
+ * examples/resnet_small.toml (32x32, batch 32), in one process: oneDNN on
+ * the plain layouts (conv_path.c), and on its own layouts with the
+ * reorders counted (conv_blocked.c), in float32 and in bfloat16 where the
+ * processor has the instructions:
+ *   BENCH conv_<shape>_onednn_vs_im2col <ratio> of_im2col
+ *   BENCH conv_<shape>_blocked_vs_im2col <ratio> of_im2col
+ *   BENCH conv_<shape>_blocked_bf16_vs_im2col <ratio> of_im2col
+ * oneDNN is given room for its scratchpad and buffers here even where the
+ * planner's workspace would not hold them (the op then keeps im2col); one
+ * line per shape says whether the plain path fits, what auto picks with
+ * the planner's workspace, and what the default rule picks.
  *   bench_conv_paths [threads] [unet|resnet] */
 #include <stdint.h>
 #include <stdio.h>
@@ -192,6 +199,28 @@ static void bench_shape(const shape *sh)
             best_o = t;
     }
 
+    /* oneDNN's own layouts, float32 and bfloat16, with room for them */
+    double best_b[2] = {1e300, 1e300};
+    if (!sh->transposed) {
+        size_t big = 8 * (nx + ny) * sizeof(float) + 8 * nw * sizeof(float) + ((size_t)64 << 20);
+        float *ws2 = bench_alloc(big / sizeof(float), 10);
+        const float *b = sh->bias ? r.b : NULL;
+        float *db = sh->bias ? r.db : NULL;
+        for (int bf = 0; bf < 2; bf++)
+            for (int round = 0; round < ROUNDS; round++) {
+                double t0 = bench_now();
+                int ran = kern__conv_blocked_forward(bf, r.y, r.x, r.w, b, &r.p, ws2, big) &&
+                          kern__conv_blocked_backward(bf, r.dx, r.dw, db, r.dy, r.x, r.w, &r.p,
+                                                      ws2, big);
+                double t = bench_now() - t0;
+                if (!ran)
+                    break;
+                if (round > 0 && t < best_b[bf])
+                    best_b[bf] = t;
+            }
+        free(ws2);
+    }
+
     /* auto as the model runs it: the planner's workspace */
     kern__conv_set_path(KERN__CONV_AUTO);
     fwd_bwd(&r, r.ws_bytes);
@@ -204,6 +233,20 @@ static void bench_shape(const shape *sh)
                best_o / best_i);
     else
         printf("BENCH conv_%s_onednn_vs_im2col nan of_im2col\n", name);
+    for (int bf = 0; bf < 2 && !sh->transposed; bf++) {
+        if (best_b[bf] < 1e300)
+            printf("BENCH conv_%s_blocked%s_vs_im2col %.3f of_im2col\n", name, bf ? "_bf16" : "",
+                   best_b[bf] / best_i);
+        else
+            printf("BENCH conv_%s_blocked%s_vs_im2col nan of_im2col\n", name, bf ? "_bf16" : "");
+    }
+    if (!sh->transposed)
+        printf("  oneDNN's layouts: float32 %.1f ms, bfloat16 %.1f ms; the default runs float32 "
+               "on %s, mixed precision on %s\n",
+               best_b[0] < 1e300 ? best_b[0] * 1e3 : -1.0,
+               best_b[1] < 1e300 ? best_b[1] * 1e3 : -1.0,
+               convplan_conv2d_blocked_f32(&r.p) ? "oneDNN's layouts" : "im2col",
+               convplan_conv2d_blocked_bf16(&r.p) ? "oneDNN's layouts" : "float32");
     const char *impl = kern__conv_impl(sh->transposed, params(&r), jobs[0]);
     printf("  im2col %.1f ms, onednn %.1f ms (%s), scratchpad %.1f MiB, "
            "workspace %.2f MiB: %s; auto: forward %s, %s %s%s%s\n",

@@ -1,6 +1,8 @@
 /* How a convolution is cut into work: lowering geometry and workspace. */
 #include "convplan.h"
 
+#include <stdbool.h>
+
 static int convplan__one_if_zero(int v)
 {
     return v ? v : 1;
@@ -181,13 +183,15 @@ static size_t convplan__blocked_bytes(const op_conv2d_params *p, int bf16)
 
 int convplan_conv2d_blocked_bf16(const op_conv2d_params *p)
 {
-    return p->n > 0 && p->k >= 8;
+    /* a strided 1x1 convolution reads a quarter of its input: the reorder
+     * of all of it costs more than the multiplication saves */
+    bool strided_1x1 = p->r * p->s == 1 && (p->stride_h > 1 || p->stride_w > 1);
+    return p->n > 0 && p->k >= 8 && !strided_1x1;
 }
 
 int convplan_conv2d_blocked_f32(const op_conv2d_params *p)
 {
-    return p->n > 0 && p->c >= 16 && p->k >= 16 &&
-           convplan__blocked_bytes(p, 0) <= CONVPLAN_BLOCKED_F32_MAX;
+    return p->n > 0 && p->k >= 16 && convplan__blocked_bytes(p, 0) <= CONVPLAN_BLOCKED_F32_MAX;
 }
 
 /* The larger of the float32 path's workspace and, where the rule says

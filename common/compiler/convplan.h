@@ -123,17 +123,19 @@ size_t convplan_convt_workspace(const op_conv_transpose2d_params *p, int threads
 size_t convplan_conv2d_bf16_workspace(const op_conv2d_params *p, int threads);
 
 /* Whether a mixed-precision convolution computes in bfloat16 on oneDNN:
- * 8 output channels or more (the U-Net's 1-channel head took 25 ms a step
- * there against float32's 3, its output padded to 16 channels). */
+ * 8 output channels or more (the U-Net's 1-channel head took 4.9 times
+ * im2col's float32 time there, its output padded to 16 channels), and not
+ * a strided 1x1 one (resnet_small's shortcuts: 1.0 to 1.25 times). */
 int convplan_conv2d_blocked_bf16(const op_conv2d_params *p);
 #define CONVPLAN_BLOCKED_SCRATCH ((size_t)4 << 20)
 
 /* Whether a float32 convolution runs on oneDNN's own layouts rather than
- * im2col: 16 channels or more in and out (8-channel ones measured no
- * faster than im2col, and they are a U-Net's largest images), and its
- * buffers within CONVPLAN_BLOCKED_F32_MAX (larger images keep im2col's
- * small workspace). A fixed rule, not a timing: two runs, and a run and
- * its recovery, compute alike. */
+ * im2col: 16 output channels or more (bench_conv_paths: 0.32 to 0.76 of
+ * im2col's time for those of the U-Net and resnet_small; 1.02 and 1.29
+ * for the U-Net's 8-channel 512x512 ones, 18.6 for its 1-channel head),
+ * and its buffers within CONVPLAN_BLOCKED_F32_MAX (larger images keep
+ * im2col's small workspace). A fixed rule, not a timing: two runs, and a
+ * run and its recovery, compute alike. */
 int convplan_conv2d_blocked_f32(const op_conv2d_params *p);
 #define CONVPLAN_BLOCKED_F32_MAX ((size_t)256 << 20)
 

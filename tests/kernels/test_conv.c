@@ -762,6 +762,10 @@ START_TEST(test_conv_bf16)
     };
     for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); i++)
         conv_bf16_case(&odd[i], i == 1, 0);
+    /* a strided 1x1 shortcut: float32 */
+    op_conv2d_params shortcut = {.n = 2, .c = 16, .h = 8, .w = 8, .k = 32, .r = 1, .s = 1, .stride_h = 2, .stride_w = 2};
+    ck_assert(!convplan_conv2d_blocked_bf16(&shortcut));
+    conv_bf16_case(&shortcut, 0, 0);
     /* a 1-channel head: float32 (conv_bf16_case checks its bits) */
     op_conv2d_params head = {.n = 2, .c = 8, .h = 16, .w = 16, .k = 1, .r = 1, .s = 1};
     ck_assert(!convplan_conv2d_blocked_bf16(&head));
@@ -771,7 +775,7 @@ START_TEST(test_conv_bf16)
 }
 END_TEST
 
-/* Float32 on oneDNN's own layouts (the default path for 16 channels and
+/* Float32 on oneDNN's own layouts (the default path for 16 output channels and
  * more, convplan_conv2d_blocked_f32): against the double loops to 1e-5,
  * op_conv2d_forward/backward giving the blocked call's bits on the
  * default path and im2col's when im2col is forced; a shape under the rule
@@ -826,14 +830,15 @@ START_TEST(test_conv_blocked_f32)
     kernels_set_threads(2);
     op_conv2d_params shapes[] = {
         {.n = 2, .c = 16, .h = 12, .w = 10, .k = 16, .r = 3, .s = 3, .pad_h = 1, .pad_w = 1},
+        {.n = 2, .c = 3, .h = 11, .w = 9, .k = 16, .r = 3, .s = 3, .pad_h = 1, .pad_w = 1},
         {.n = 3, .c = 32, .h = 9, .w = 9, .k = 16, .r = 3, .s = 3, .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1},
         {.n = 1, .c = 16, .h = 8, .w = 8, .k = 32, .r = 1, .s = 1},
         {.n = 2, .c = 24, .h = 80, .w = 80, .k = 16, .r = 3, .s = 3, .pad_h = 1, .pad_w = 1},
     };
     for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
         conv_blocked_case(&shapes[i], i & 1);
-    /* 8 channels: im2col */
-    op_conv2d_params eight = {.n = 2, .c = 8, .h = 12, .w = 12, .k = 16, .r = 3, .s = 3, .pad_h = 1, .pad_w = 1};
+    /* 8 outputs: im2col */
+    op_conv2d_params eight = {.n = 2, .c = 16, .h = 12, .w = 12, .k = 8, .r = 3, .s = 3, .pad_h = 1, .pad_w = 1};
     ck_assert(!convplan_conv2d_blocked_f32(&eight));
     ck_assert_uint_eq(op_conv2d_workspace(&eight), convplan_conv2d_workspace(&eight, kernels_threads()));
     kernels_set_threads(1);

@@ -144,7 +144,7 @@ static void job__restart(coordinator *co, job *j, uint64_t now)
         size_t swarm = job__idle(co, APPLIANCE__ROLE__ROLE_SWARMX);
         /* with no swarmx left, one replica may go on streaming from its
          * shard directly */
-        bool lone = swarm == 0 && parts == 1 && planner_direct_alone(spec);
+        bool lone = swarm == 0 && planner_direct_alone(spec); /* one part, one shard */
         if (lone && reps > 1)
             reps = 1;
         bool others = job__idle(co, APPLIANCE__ROLE__ROLE_MEMORYX) >= (size_t)spec->num_wgt_servers &&

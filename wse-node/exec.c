@@ -37,46 +37,6 @@ static int exec__hw(const model_shape *s)
     return s->ndim == 3 ? (int)(s->d[1] * s->d[2]) : 1;
 }
 
-static op_conv2d_params exec__conv(const model_layer *l, int n)
-{
-    op_conv2d_params p = {0};
-    p.n = n;
-    p.c = (int)l->in.d[0];
-    p.h = (int)l->in.d[1];
-    p.w = (int)l->in.d[2];
-    p.k = (int)l->filters;
-    p.r = l->kernel[0];
-    p.s = l->kernel[1];
-    p.stride_h = l->stride[0];
-    p.stride_w = l->stride[1];
-    p.pad_h = l->padding[0];
-    p.pad_w = l->padding[1];
-    p.dil_h = l->dilation[0];
-    p.dil_w = l->dilation[1];
-    return p;
-}
-
-static op_conv_transpose2d_params exec__convt(const model_layer *l, int n)
-{
-    op_conv_transpose2d_params p = {0};
-    p.n = n;
-    p.c = (int)l->in.d[0];
-    p.h = (int)l->in.d[1];
-    p.w = (int)l->in.d[2];
-    p.k = (int)l->filters;
-    p.r = l->kernel[0];
-    p.s = l->kernel[1];
-    p.stride_h = l->stride[0];
-    p.stride_w = l->stride[1];
-    p.pad_h = l->padding[0];
-    p.pad_w = l->padding[1];
-    p.dil_h = l->dilation[0];
-    p.dil_w = l->dilation[1];
-    p.out_pad_h = l->output_padding[0];
-    p.out_pad_w = l->output_padding[1];
-    return p;
-}
-
 static op_pool2d_params exec__pool(const model_layer *l, int n)
 {
     op_pool2d_params p = {0};
@@ -608,13 +568,13 @@ int exec_set_parts(exec *e, const exec_parts *p, char *err, size_t errlen)
         }
         /* the convolutions run on the extended rows, without row padding */
         if (s->kind == SPATIAL_GATHER && l->type == LAYER_CONV2D) {
-            op_conv2d_params q = exec__conv(l, e->n);
+            op_conv2d_params q = footprint_conv2d_params(l, e->n);
             q.h += s->top + s->bottom;
             q.pad_h = 0;
             size_t b = op_conv2d_workspace(&q);
             ws = b > ws ? b : ws;
         } else if (s->kind == SPATIAL_SCATTER) {
-            op_conv_transpose2d_params q = exec__convt(l, e->n);
+            op_conv_transpose2d_params q = footprint_convt_params(l, e->n);
             q.pad_h = 0;
             size_t b = op_conv_transpose2d_workspace(&q);
             ws = b > ws ? b : ws;
@@ -746,7 +706,7 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
                              (int)l->units);
         break;
     case LAYER_CONV2D: {
-        op_conv2d_params p = exec__conv(l, n);
+        op_conv2d_params p = footprint_conv2d_params(l, n);
         if (gather && sl->in_place) { /* the kernel reads the halo rows where they are */
             op_conv2d_halo h = exec__conv_halo(e, li, false);
             const float *b = l->bias ? W(l, 1) : NULL;
@@ -779,7 +739,7 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
         break;
     }
     case LAYER_CONV_TRANSPOSE2D: {
-        op_conv_transpose2d_params p = exec__convt(l, n);
+        op_conv_transpose2d_params p = footprint_convt_params(l, n);
         if (sl && sl->kind == SPATIAL_SCATTER) {
             p.pad_h = 0;
             op_conv_transpose2d_forward(e->hx, in, W(l, 0), NULL, &p, e->ws, e->ws_bytes);
@@ -1062,7 +1022,7 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
                               (int)l->in.d[0], (int)l->units);
         break;
     case LAYER_CONV2D: {
-        op_conv2d_params p = exec__conv(l, n);
+        op_conv2d_params p = footprint_conv2d_params(l, n);
         if (src < 0)
             din = NULL;
         if (gather && sl->in_place) {
@@ -1096,7 +1056,7 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
         break;
     }
     case LAYER_CONV_TRANSPOSE2D: {
-        op_conv_transpose2d_params p = exec__convt(l, n);
+        op_conv_transpose2d_params p = footprint_convt_params(l, n);
         if (src < 0)
             din = NULL;
         if (sl && sl->kind == SPATIAL_SCATTER) {

@@ -31,7 +31,7 @@ uint64_t footprint_aux_bytes(const model_layer *l, int n)
     return memplan_aux_bytes(l, n);
 }
 
-static op_conv2d_params footprint__conv2d(const model_layer *l, int n)
+op_conv2d_params footprint_conv2d_params(const model_layer *l, int n)
 {
     op_conv2d_params p = {
         .n = n, .c = (int)l->in.d[0], .h = (int)l->in.d[1], .w = (int)l->in.d[2],
@@ -43,29 +43,29 @@ static op_conv2d_params footprint__conv2d(const model_layer *l, int n)
     return p;
 }
 
-static uint64_t footprint__conv2d_bf16_workspace(const model_layer *l, int n, int threads)
+op_conv_transpose2d_params footprint_convt_params(const model_layer *l, int n)
 {
-    op_conv2d_params p = footprint__conv2d(l, n);
-    return convplan_conv2d_bf16_workspace(&p, threads);
+    op_conv2d_params c = footprint_conv2d_params(l, n);
+    op_conv_transpose2d_params p = {
+        .n = c.n, .c = c.c, .h = c.h, .w = c.w, .k = c.k, .r = c.r, .s = c.s,
+        .stride_h = c.stride_h, .stride_w = c.stride_w, .pad_h = c.pad_h, .pad_w = c.pad_w,
+        .dil_h = c.dil_h, .dil_w = c.dil_w,
+        .out_pad_h = l->output_padding[0], .out_pad_w = l->output_padding[1],
+    };
+    return p;
 }
 
 uint64_t footprint_workspace_bytes(const model_layer *l, int n, int threads)
 {
-    if (l->type != LAYER_CONV2D && l->type != LAYER_CONV_TRANSPOSE2D)
-        return 0;
     if (l->type == LAYER_CONV2D) {
-        op_conv2d_params p = footprint__conv2d(l, n);
+        op_conv2d_params p = footprint_conv2d_params(l, n);
         return convplan_conv2d_f32_workspace(&p, threads);
     }
-    op_conv_transpose2d_params p = {
-        .n = n, .c = (int)l->in.d[0], .h = (int)l->in.d[1], .w = (int)l->in.d[2],
-        .k = (int)l->filters, .r = l->kernel[0], .s = l->kernel[1],
-        .stride_h = l->stride[0], .stride_w = l->stride[1],
-        .pad_h = l->padding[0], .pad_w = l->padding[1],
-        .dil_h = l->dilation[0], .dil_w = l->dilation[1],
-        .out_pad_h = l->output_padding[0], .out_pad_w = l->output_padding[1],
-    };
-    return convplan_convt_workspace(&p, threads);
+    if (l->type == LAYER_CONV_TRANSPOSE2D) {
+        op_conv_transpose2d_params p = footprint_convt_params(l, n);
+        return convplan_convt_workspace(&p, threads);
+    }
+    return 0;
 }
 
 static uint64_t footprint__layer_elems(const model *m, int layer)
@@ -261,11 +261,14 @@ int footprint_init_micro(footprint *f, const model *m, int share, int micro, int
         fl->packed = f->plan.packed[i];
         fl->dact = l->type == LAYER_FLATTEN ? 0 : out;
         fl->aux = memplan_aux_bytes(l, n);
-        fl->workspace = footprint_workspace_bytes(l, n, f->threads);
-        if (l->type == LAYER_DENSE && m->mixed_precision) /* the GEMMs' bfloat16 operands */
+        if (l->type == LAYER_DENSE && m->mixed_precision) { /* the GEMMs' bfloat16 operands */
             fl->workspace = convplan_dense_bf16_workspace(n, (int)l->in.d[0], (int)l->units);
-        if (l->type == LAYER_CONV2D && m->mixed_precision) /* oneDNN's bfloat16 operands */
-            fl->workspace = footprint__conv2d_bf16_workspace(l, n, f->threads);
+        } else if (l->type == LAYER_CONV2D && m->mixed_precision) { /* oneDNN's bfloat16 operands */
+            op_conv2d_params p = footprint_conv2d_params(l, n);
+            fl->workspace = convplan_conv2d_bf16_workspace(&p, f->threads);
+        } else {
+            fl->workspace = footprint_workspace_bytes(l, n, f->threads);
+        }
         fl->scratch = memplan_scratch_bytes(m, i, n);
         f->act += fl->act;
         if (fl->kept)

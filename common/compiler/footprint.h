@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "convplan.h"
 #include "memplan.h"
 #include "model.h"
 #include "plan.pb-c.h"
@@ -69,6 +70,11 @@ uint32_t footprint_label_elems(const model *m);
  * of one layer for n samples on `threads` threads. */
 uint64_t footprint_aux_bytes(const model_layer *l, int n);
 uint64_t footprint_workspace_bytes(const model_layer *l, int n, int threads);
+
+/* The kernels' parameters of a conv2d (conv_transpose2d) layer at n
+ * samples. */
+op_conv2d_params footprint_conv2d_params(const model_layer *l, int n);
+op_conv_transpose2d_params footprint_convt_params(const model_layer *l, int n);
 
 /* Weight Streaming in parts. With part_elems > 0, a dense layer whose
  * weight has more elements than that streams and computes in parts of

@@ -71,11 +71,6 @@ static size_t round64(size_t v)
     return (v + 63) & ~(size_t)63;
 }
 
-static int one_if_zero(int v)
-{
-    return v ? v : 1;
-}
-
 /* The view of md (the primitive's) over a plain tensor of plain_md: the
  * reorder from the plain one (to_user 0) or to it (1). 0 or -1. */
 static int view_make(blk_view *v, dnnl_engine_t eng, const dnnl_memory_desc_t *md,
@@ -131,14 +126,10 @@ static int entry_make(blk_entry *e, const op_conv2d_params *p, int bias, int bf1
     /* the inputs in the compute type, the outputs float32 but the weight
      * gradient (bfloat16: oneDNN 2.6 has no AMX kernel writing float32) */
     dnnl_data_type_t in_t = bf16 ? dnnl_bf16 : dnnl_f32;
-    int oh = op_conv2d_out_h(p), ow = op_conv2d_out_w(p);
-    int sh = one_if_zero(p->stride_h), sw = one_if_zero(p->stride_w);
-    int dh = one_if_zero(p->dil_h), dw = one_if_zero(p->dil_w);
-    dnnl_dims_t xd = {p->n, p->c, p->h, p->w}, wd = {p->k, p->c, p->r, p->s}, yd = {p->n, p->k, oh, ow};
-    dnnl_dims_t bd = {p->k}, strides = {sh, sw}, dil = {dh - 1, dw - 1}, pl = {p->pad_h, p->pad_w};
-    /* the bottom and right padding the last window reaches */
-    dnnl_dims_t pr = {(oh - 1) * sh + (p->r - 1) * dh + 1 - p->h - p->pad_h,
-                      (ow - 1) * sw + (p->s - 1) * dw + 1 - p->w - p->pad_w};
+    kern__dnnl_geom g;
+    kern__dnnl_geom_of(&g, 0, p);
+    const dnnl_dim_t *xd = g.src, *wd = g.wei, *yd = g.dst, *bd = g.bias, *strides = g.strides,
+                     *dil = g.dil, *pl = g.pad_l, *pr = g.pad_r;
     dnnl_memory_desc_t x_any, w_any, y_any, dy_any, dx_any, dw_any, b_md, x_pl, w_pl, y_pl;
     dnnl_convolution_desc_t fd, wd_desc, dd_desc;
     dnnl_primitive_attr_t attr = NULL;
@@ -248,14 +239,6 @@ static int exec(blk_entry *e, int i, dnnl_stream_t st, dnnl_exec_arg_t *args, in
     return dnnl_primitive_execute(e->prim[i], st, na, args) == dnnl_success ? 0 : -1;
 }
 
-/* The workspace from its first 64-byte boundary, and the bytes left. */
-static char *ws_base(void *ws, size_t ws_bytes, size_t *avail)
-{
-    uintptr_t a = (uintptr_t)ws, al = (a + 63) & ~(uintptr_t)63;
-    *avail = ws_bytes > al - a ? ws_bytes - (al - a) : 0;
-    return (char *)al;
-}
-
 /* The entry for a call, or NULL for the caller's other path. */
 static blk_entry *usable(int bf16, const op_conv2d_params *p, int bias, void *ws, size_t ws_bytes,
                          int backward, dnnl_stream_t *st)
@@ -265,7 +248,7 @@ static blk_entry *usable(int bf16, const op_conv2d_params *p, int bias, void *ws
     if (!ws || p->n <= 0 || (bf16 && !kernels_bf16_compute()) || !kern__dnnl_engine(&eng, st))
         return NULL;
     blk_entry *e = entry_of(p, bias, bf16, eng);
-    ws_base(ws, ws_bytes, &avail);
+    kern__ws_aligned(ws, ws_bytes, &avail);
     if (!e || (backward ? e->bwd_bytes : e->fwd_bytes) > avail)
         return NULL;
     return e;
@@ -279,7 +262,7 @@ int kern__conv_blocked_forward(int bf16, float *out, const float *in, const floa
     size_t avail;
     blk_entry *e = usable(bf16, p, bias != NULL, ws, ws_bytes, 0, &st);
     if (e) {
-        char *x = ws_base(ws, ws_bytes, &avail), *w = x + e->v[V_FX].bytes, *y = w + e->v[V_FW].bytes;
+        char *x = (char *)kern__ws_aligned(ws, ws_bytes, &avail), *w = x + e->v[V_FX].bytes, *y = w + e->v[V_FW].bytes;
         dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, e->v[V_FX].mem},
                                    {DNNL_ARG_WEIGHTS, e->v[V_FW].mem},
                                    {DNNL_ARG_DST, e->v[V_FY].mem}};
@@ -331,7 +314,7 @@ int kern__conv_blocked_backward(int bf16, float *din, float *dweight, float *dbi
     size_t avail;
     blk_entry *e = usable(bf16, p, 0, ws, ws_bytes, 1, &st);
     if (e) {
-        char *dy = ws_base(ws, ws_bytes, &avail), *rest = dy + e->v[V_WDY].bytes;
+        char *dy = (char *)kern__ws_aligned(ws, ws_bytes, &avail), *rest = dy + e->v[V_WDY].bytes;
         char *x = rest, *dw = x + e->v[V_WX].bytes;
         dnnl_exec_arg_t wargs[4] = {{DNNL_ARG_SRC, e->v[V_WX].mem},
                                     {DNNL_ARG_DIFF_DST, e->v[V_WDY].mem},

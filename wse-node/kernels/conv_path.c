@@ -108,13 +108,6 @@ static struct {
     int last;                /* slot of the last hit, looked at first */
 } dn;
 
-/* The geometry in oneDNN's terms. */
-typedef struct dnnl_geom {
-    int transposed;                    /* deconvolution */
-    dnnl_dims_t src, wei, bias, dst;   /* logical dims; wei is (k, c, r, s) */
-    dnnl_dims_t strides, dil, pad_l, pad_r; /* spatial, dil counts from 0 */
-} dnnl_geom;
-
 static int one_if_zero(int v)
 {
     return v ? v : 1;
@@ -139,7 +132,7 @@ static void key_of(int key[KEY_INTS], int transposed, const void *vp)
     }
 }
 
-static void geom_of(dnnl_geom *g, int transposed, const void *vp)
+void kern__dnnl_geom_of(kern__dnnl_geom *g, int transposed, const void *vp)
 {
     int n, c, h, w, k, r, s, sh, sw, ph, pw, dh, dw, oh, ow, prh, prw;
     if (transposed) {
@@ -212,7 +205,7 @@ int kern__dnnl_engine(dnnl_engine_t *eng, dnnl_stream_t *stream)
 }
 
 /* Descriptors of the plain layouts; 0 or a oneDNN status. */
-static int plain_mds(const dnnl_geom *g, dnnl_memory_desc_t *src,
+static int plain_mds(const kern__dnnl_geom *g, dnnl_memory_desc_t *src,
                      dnnl_memory_desc_t *wei, dnnl_memory_desc_t *bias,
                      dnnl_memory_desc_t *dst)
 {
@@ -228,7 +221,7 @@ static int plain_mds(const dnnl_geom *g, dnnl_memory_desc_t *src,
 }
 
 /* The forward descriptor (also the hint of the backward ones). */
-static dnnl_status_t fwd_desc(dnnl_convolution_desc_t *d, const dnnl_geom *g,
+static dnnl_status_t fwd_desc(dnnl_convolution_desc_t *d, const kern__dnnl_geom *g,
                               const dnnl_memory_desc_t *src,
                               const dnnl_memory_desc_t *wei,
                               const dnnl_memory_desc_t *bias,
@@ -249,7 +242,7 @@ static dnnl_status_t fwd_desc(dnnl_convolution_desc_t *d, const dnnl_geom *g,
 static int make_prim(conv_entry *e, int i, int transposed, const void *p)
 {
     unsigned bit = 1u << i;
-    dnnl_geom geom, *g = &geom;
+    kern__dnnl_geom geom, *g = &geom;
     int with_bias = bit == KERN__DNNL_FWD_BIAS || bit == KERN__DNNL_BWD_W_BIAS;
     dnnl_memory_desc_t src, wei, bias, dst;
     dnnl_convolution_desc_t fd, bd;
@@ -258,7 +251,7 @@ static int make_prim(conv_entry *e, int i, int transposed, const void *p)
     const char *name = NULL;
     int ret = -1;
 
-    geom_of(g, transposed, p);
+    kern__dnnl_geom_of(g, transposed, p);
     if (plain_mds(g, &src, &wei, &bias, &dst) < 0)
         return -1;
     if (dnnl_primitive_attr_create(&attr) ||
@@ -348,9 +341,9 @@ static conv_entry *entry_of(int transposed, const void *p)
         dn.slots = t;
         dn.cap = cap;
     }
-    dnnl_geom g;
+    kern__dnnl_geom g;
     dnnl_memory_desc_t src, wei, bias, dst;
-    geom_of(&g, transposed, p);
+    kern__dnnl_geom_of(&g, transposed, p);
     e = &dn.slots[dn.nslots];
     memset(e, 0, sizeof(*e));
     key_of(e->key, transposed, p);
@@ -370,10 +363,7 @@ static conv_entry *entry_of(int transposed, const void *p)
 /* The workspace from its first 64-byte boundary, and the bytes left. */
 static void *scratch_base(const kern__conv_bufs *b, size_t *avail)
 {
-    uintptr_t a = (uintptr_t)b->ws, al = (a + 63) & ~(uintptr_t)63;
-    size_t skip = al - a;
-    *avail = b->ws_bytes > skip ? b->ws_bytes - skip : 0;
-    return (void *)al;
+    return kern__ws_aligned(b->ws, b->ws_bytes, avail);
 }
 
 /* 1 when every primitive of job exists (making it on first use) and fits
@@ -598,6 +588,14 @@ const char *kern__conv_impl(int transposed, const void *p, unsigned prim)
 }
 
 #endif
+
+void *kern__ws_aligned(void *ws, size_t ws_bytes, size_t *avail)
+{
+    uintptr_t a = (uintptr_t)ws, al = (a + 63) & ~(uintptr_t)63;
+    size_t skip = al - a;
+    *avail = ws_bytes > skip ? ws_bytes - skip : 0;
+    return (void *)al;
+}
 
 int kernels_omp_passive(char **argv)
 {

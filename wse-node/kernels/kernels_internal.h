@@ -13,7 +13,20 @@
  * runs on (created once; its threads set to the operators'): 1, or 0 when
  * the engine cannot be made. From the operators' thread. */
 int kern__dnnl_engine(dnnl_engine_t *eng, dnnl_stream_t *stream);
+
+/* A convolution's (or, transposed, a deconvolution's) geometry in
+ * oneDNN's terms, from an op_conv2d_params (op_conv_transpose2d_params). */
+typedef struct kern__dnnl_geom {
+    int transposed;                    /* deconvolution */
+    dnnl_dims_t src, wei, bias, dst;   /* logical dims; wei is (k, c, r, s) */
+    dnnl_dims_t strides, dil, pad_l, pad_r; /* spatial, dil counts from 0 */
+} kern__dnnl_geom;
+void kern__dnnl_geom_of(kern__dnnl_geom *g, int transposed, const void *params);
 #endif
+
+/* ws from its first 64-byte boundary, and in *avail the bytes of ws_bytes
+ * left from there. */
+void *kern__ws_aligned(void *ws, size_t ws_bytes, size_t *avail);
 
 /* Body of a parallel region: runs once per thread with its index tid in
  * [0, nthreads). */

@@ -11,7 +11,7 @@
 
 /* The copies of one call: copy u is input u % count of sample u / count. */
 typedef struct concat_job {
-    float *out;                /* forward: the concatenation */
+    float *out;                /* forward: the concatenation; NULL backward */
     const float *const *ins;
     float *const *dins;        /* backward: the slices, NULL ones skipped */
     const float *dout;
@@ -29,28 +29,19 @@ static size_t concat_off(const concat_job *c, int j, size_t *len)
     return off;
 }
 
-static void concat_fwd(void *ctx, size_t lo, size_t hi)
+/* Copies [lo, hi): input to its slice of the concatenation (forward), or
+ * the slice back to a gradient that is not NULL (backward). */
+static void concat_copies(void *ctx, size_t lo, size_t hi)
 {
     const concat_job *c = ctx;
     for (size_t u = lo; u < hi; u++) {
         size_t i = u / (size_t)c->count, len;
         int j = (int)(u % (size_t)c->count);
-        size_t off = concat_off(c, j, &len);
-        memcpy(c->out + i * (size_t)c->total * c->hw + off, c->ins[j] + i * len,
-               sizeof(float) * len);
-    }
-}
-
-static void concat_bwd(void *ctx, size_t lo, size_t hi)
-{
-    const concat_job *c = ctx;
-    for (size_t u = lo; u < hi; u++) {
-        size_t i = u / (size_t)c->count, len;
-        int j = (int)(u % (size_t)c->count);
-        size_t off = concat_off(c, j, &len);
-        if (c->dins[j])
-            memcpy(c->dins[j] + i * len, c->dout + i * (size_t)c->total * c->hw + off,
-                   sizeof(float) * len);
+        size_t at = i * (size_t)c->total * c->hw + concat_off(c, j, &len);
+        if (c->out)
+            memcpy(c->out + at, c->ins[j] + i * len, sizeof(float) * len);
+        else if (c->dins[j])
+            memcpy(c->dins[j] + i * len, c->dout + at, sizeof(float) * len);
     }
 }
 
@@ -68,7 +59,7 @@ void op_concat_forward(float *out, const float *const *ins,
     concat_job c = {.out = out, .ins = ins, .channels = channels, .count = count, .hw = hw};
     for (int j = 0; j < count; j++)
         c.total += channels[j];
-    kernels_for((size_t)n * (size_t)count, concat_grain(&c), concat_fwd, &c);
+    kernels_for((size_t)n * (size_t)count, concat_grain(&c), concat_copies, &c);
 }
 
 void op_concat_backward(float *const *dins, const float *dout,
@@ -78,5 +69,5 @@ void op_concat_backward(float *const *dins, const float *dout,
     concat_job c = {.dins = dins, .dout = dout, .channels = channels, .count = count, .hw = hw};
     for (int j = 0; j < count; j++)
         c.total += channels[j];
-    kernels_for((size_t)n * (size_t)count, concat_grain(&c), concat_bwd, &c);
+    kernels_for((size_t)n * (size_t)count, concat_grain(&c), concat_copies, &c);
 }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
 #include "footprint.h"
 #include "op_activation.h"
 #include "op_concat.h"
@@ -637,7 +638,7 @@ static void exec__replay(exec *e, int op, const float *x, int64_t step)
             e->packed[ev->layer] = (uint16_t *)p;
             break;
         case MEMPLAN_UNPACK:
-            op_bf16_unpack(e->act[ev->layer], e->packed[ev->layer],
+            bf16_unpack(e->act[ev->layer], e->packed[ev->layer],
                            (size_t)e->n * model_shape_elems(&e->m->layers[ev->layer].out));
             break;
         }
@@ -658,7 +659,7 @@ void exec_forward(exec *e, int li, const float *x, int64_t step, bool training)
     exec__replay(e, memplan_forward_op(&e->plan, li), x, step);
     exec__run_forward(e, li, x, step, training ? EXEC__TRAIN : EXEC__EVAL);
     if (training && e->plan.packed[li]) /* kept for the backward pass as bfloat16 */
-        op_bf16_pack(e->packed[li], e->act[li],
+        bf16_pack(e->packed[li], e->act[li],
                      (size_t)e->n * model_shape_elems(&e->m->layers[li].out));
 }
 
@@ -1235,7 +1236,7 @@ void exec_forward_part(exec *e, int li, uint64_t r0, uint64_t r1, bool first, bo
                 row[o] += b[o];
         }
     if (training && e->plan.packed[li])
-        op_bf16_pack(e->packed[li], e->act[li], (size_t)n * model_shape_elems(&l->out));
+        bf16_pack(e->packed[li], e->act[li], (size_t)n * model_shape_elems(&l->out));
 }
 
 void exec_backward_part(exec *e, int li, uint64_t r0, uint64_t r1, bool first, bool last,

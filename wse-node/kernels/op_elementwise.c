@@ -3,8 +3,6 @@
 
 #include <string.h>
 
-#include "bf16.h"
-
 void op_add_forward(float *out, const float *a, const float *b, size_t count)
 {
     /* a, b, out (count) */
@@ -33,16 +31,4 @@ void op_flatten_backward(float *din, const float *dout, size_t count)
     /* dout (n, c*h*w) = din (n, c, h, w), count elements */
     if (din != dout)
         memcpy(din, dout, sizeof(float) * count);
-}
-
-/* common/base/bf16.c's conversions (the wire's), vectorized: the same
- * rounding and NaNs. */
-void op_bf16_pack(uint16_t *out, const float *in, size_t count)
-{
-    bf16_pack(out, in, count);
-}
-
-void op_bf16_unpack(float *out, const uint16_t *in, size_t count)
-{
-    bf16_unpack(out, in, count);
 }

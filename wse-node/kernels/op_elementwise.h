@@ -3,7 +3,6 @@
 #define OP_ELEMENTWISE_H
 
 #include <stddef.h>
-#include <stdint.h>
 
 /* a, b and out are (count); out may alias a or b. */
 void op_add_forward(float *out, const float *a, const float *b, size_t count);
@@ -17,10 +16,5 @@ void op_add_backward(float *da, float *db, const float *dout, size_t count);
  * different buffers. in and out are (count). */
 void op_flatten_forward(float *out, const float *in, size_t count);
 void op_flatten_backward(float *din, const float *dout, size_t count);
-
-/* float32 -> bfloat16 (the top 16 bits, rounded to nearest even; NaN stays
- * NaN) and back (exact): where activations are kept as bfloat16. */
-void op_bf16_pack(uint16_t *out, const float *in, size_t count);
-void op_bf16_unpack(float *out, const uint16_t *in, size_t count);
 
 #endif

@@ -22,12 +22,14 @@ int main(int argc, char **argv)
     /* before any thread starts: the guards may run the program again */
     char err[512];
     log_init(role.component, (enum log_level)n.opt.log_level);
-    int omp = kernels_omp_passive(argv);
+    int omp = kernels_omp_wait(argv);
     if (omp < 0)
-        log_warn("cannot start again with OMP_WAIT_POLICY=PASSIVE: oneDNN's threads spin between "
-                 "regions");
+        log_warn("cannot start again with GOMP_SPINCOUNT=%s: the compute threads spin for "
+                 "libgomp's default between regions", KERNELS_OMP_SPINCOUNT);
     else if (omp > 0)
-        log_info("oneDNN's OpenMP threads run with OMP_WAIT_POLICY=%s", getenv("OMP_WAIT_POLICY"));
+        log_info("the compute threads (OpenMP) wait between regions with OMP_WAIT_POLICY=%s "
+                 "GOMP_SPINCOUNT=%s", getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "(unset)",
+                 getenv("GOMP_SPINCOUNT") ? getenv("GOMP_SPINCOUNT") : "(unset)");
     if (blas_guard(argv, &w.blas, err, sizeof(err)) < 0) {
         log_error("%s", err);
         return 1;

@@ -31,13 +31,17 @@ train() { # train NAME [appliance-up options]: losses by step to $work/NAME.loss
   out=$(set -a; . "$run/env"; set +a; cd "$work/$1" && timeout 300 "$submit" --json job.toml 2>&1) ||
     fail "$1: $out"
   [ "$(echo "$out" | field state)" = done ] || fail "$1: not done: $out"
-  # oneDNN on OpenMP: the wse-nodes started again with passive threads
+  # oneDNN on OpenMP: the wse-nodes started again with a bounded spin
   # (the environment they were executed with, not a setenv)
-  if grep -q "oneDNN's OpenMP threads run with OMP_WAIT_POLICY=PASSIVE" "$run/logs/wse-node-1.log"; then
-    tr '\0' '\n' < "/proc/$(cat "$run/pids/wse-node-1.pid")/environ" | grep -qx "OMP_WAIT_POLICY=PASSIVE" ||
-      fail "$1: the wse-node says its OpenMP threads are passive, its environment does not"
+  local says
+  says=$(sed -n 's/.*wait between regions with OMP_WAIT_POLICY=\([^ ]*\) GOMP_SPINCOUNT=\([^ ]*\).*/\1 \2/p' \
+    "$run/logs/wse-node-1.log" | head -n 1)
+  if [ -n "$says" ]; then
+    [ "$says" = "(unset) 100000" ] || fail "$1: the wse-node waits with $says, not a spin of 100000"
+    tr '\0' '\n' < "/proc/$(cat "$run/pids/wse-node-1.pid")/environ" | grep -qx "GOMP_SPINCOUNT=100000" ||
+      fail "$1: the wse-node says its threads spin 100000, its environment does not"
   elif ldd "$build/wse-node/wse-node" | grep -q libgomp; then
-    fail "$1: the wse-node runs oneDNN on OpenMP but names no wait policy"
+    fail "$1: the wse-node runs oneDNN on OpenMP but names no wait"
   fi
   sleep 1.2 # the expositions are rendered once a second
   awk '$1 ~ /^wse-node/ {print $2}' "$run/metrics" | while read -r url; do

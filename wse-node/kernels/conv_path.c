@@ -597,12 +597,12 @@ void *kern__ws_aligned(void *ws, size_t ws_bytes, size_t *avail)
     return (void *)al;
 }
 
-int kernels_omp_passive(char **argv)
+int kernels_omp_wait(char **argv)
 {
 #if defined(KERNELS_HAVE_DNNL) && DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP
-    if (getenv("OMP_WAIT_POLICY"))
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT"))
         return 1; /* the user's choice, or this image already runs with it */
-    if (setenv("OMP_WAIT_POLICY", "PASSIVE", 1) < 0)
+    if (setenv("GOMP_SPINCOUNT", KERNELS_OMP_SPINCOUNT, 1) < 0)
         return -1;
     fflush(NULL);
     execv("/proc/self/exe", argv);

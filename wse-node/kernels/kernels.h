@@ -69,16 +69,22 @@ int kernels_bf16_compute(void);
 /* The instructions it uses: "amx", "avx512_bf16", or "none". */
 const char *kernels_bf16_isa(void);
 
-/* oneDNN's OpenMP threads spin between regions unless OMP_WAIT_POLICY says
- * otherwise, and libgomp reads it once, when it loads; spinning, they take
- * the cores from the kernels' pool, the event loop and the host's other
- * daemons (a mixed-precision MLP's step: 77 ms passive, 90 spinning).
- * First thing in main, before any thread: when oneDNN runs on OpenMP and
- * the environment names no policy, sets PASSIVE and executes the program
- * again. Returns 1 when the environment names a policy (the one in force),
- * 0 when oneDNN does not run on OpenMP, -1 when the program could not start
- * again (it goes on with the spinning threads). */
-int kernels_omp_passive(char **argv);
+/* The kernels' regions and oneDNN's primitives run on one team of OpenMP
+ * threads, which libgomp lets spin for GOMP_SPINCOUNT pauses after a
+ * region before they sleep (300,000 when unset: a few milliseconds).
+ * Spinning, a thread starts the next region at once instead of waiting to
+ * be woken (resnet_small's step: 24 ms against 32 with OMP_WAIT_POLICY=
+ * PASSIVE); spinning long after a task, it takes a core from the event
+ * loop and the host's other daemons (a mixed-precision MLP's step: 0.071 s
+ * at 300,000, 0.067 at 3,000). libgomp reads the environment once, when it
+ * loads: first thing in main, before any thread, when oneDNN runs on
+ * OpenMP and the environment names neither OMP_WAIT_POLICY nor
+ * GOMP_SPINCOUNT, sets GOMP_SPINCOUNT to KERNELS_OMP_SPINCOUNT and
+ * executes the program again. Returns 1 when the environment names one
+ * (the wait in force), 0 when oneDNN does not run on OpenMP, -1 when the
+ * program could not start again (it goes on with libgomp's default). */
+#define KERNELS_OMP_SPINCOUNT "100000"
+int kernels_omp_wait(char **argv);
 
 /* For tests: 0 makes kern_gemm_bf16 compute in float32 from now on, 1
  * lets it use bfloat16 again. */

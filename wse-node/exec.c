@@ -809,7 +809,7 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
     case LAYER_BATCH_NORM: {
         float *save = e->aux[li];
         if (mode == EXEC__RECOMPUTE) {
-            op_norm_affine(out, in, save + 2 * c, save + 3 * c, n, c, hw, false);
+            op_norm_affine(out, in, save + 2 * c, save + 3 * c, n, c, hw, false, l->fused);
         } else if (training) {
             /* Running statistics are updated in the gradient buffers and go
              * up with the gradients, averaged over the replicas. */
@@ -822,10 +822,11 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
                 op_reduce r = {exec__red_sum, &rc};
                 op_batchnorm_forward_train_parts(out, save, save + c, G(l, 2), G(l, 3), in, W(l, 0),
                                                  W(l, 1), n, c, hw, (float)l->momentum,
-                                                 (float)l->eps, &r, e->red);
+                                                 (float)l->eps, l->fused, &r, e->red);
             } else {
                 op_batchnorm_forward_train(out, save, save + c, G(l, 2), G(l, 3), in, W(l, 0),
-                                           W(l, 1), n, c, hw, (float)l->momentum, (float)l->eps);
+                                           W(l, 1), n, c, hw, (float)l->momentum, (float)l->eps,
+                                           l->fused);
             }
             for (int i = 0; i < c; i++) {
                 if (!e->micro_more) {
@@ -838,7 +839,7 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
             }
         } else {
             op_batchnorm_forward_eval(out, in, W(l, 0), W(l, 1), W(l, 2), W(l, 3), n, c, hw,
-                                      (float)l->eps);
+                                      (float)l->eps, l->fused);
         }
         break;
     }
@@ -846,7 +847,7 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
         float *save = e->aux[li];
         size_t ng = (size_t)n * l->groups, nc = (size_t)n * c;
         if (mode == EXEC__RECOMPUTE) {
-            op_norm_affine(out, in, save + 2 * ng, save + 2 * ng + nc, n, c, hw, true);
+            op_norm_affine(out, in, save + 2 * ng, save + 2 * ng + nc, n, c, hw, true, false);
             break;
         }
         if (sl) { /* statistics over every stripe of each sample */
@@ -868,7 +869,10 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
             }
         break;
     }
-    case LAYER_RELU: op_relu_forward(out, in, count); break;
+    case LAYER_RELU:
+        if (!l->fused) /* else its batch norm applied it: the output is the norm's */
+            op_relu_forward(out, in, count);
+        break;
     case LAYER_LEAKY_RELU: op_leaky_relu_forward(out, in, count, (float)l->negative_slope); break;
     case LAYER_GELU: op_gelu_forward(out, in, count); break;
     case LAYER_SIGMOID: op_sigmoid_forward(out, in, count); break;
@@ -967,7 +971,8 @@ static void exec__accumulate(float *dst, const float *src, size_t count)
 void exec_backward(exec *e, int li, const float *x, int64_t step)
 {
     const model_layer *l = &e->m->layers[li];
-    if (l->type == LAYER_FLATTEN) /* a view: its consumers added into its input's gradient */
+    if (model_layer_is_view(l)) /* its consumers added into its input's gradient (a fused
+                                  * relu's batch norm takes its gradient for it) */
         return;
     exec__replay(e, memplan_backward_op(&e->plan, li), x, step);
     /* a later micro-batch: the layer's weight gradients are made aside and
@@ -1151,14 +1156,19 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
         break;
     case LAYER_BATCH_NORM: {
         const float *save = e->aux[li];
+        /* a fused relu: dout is its output's gradient, masked where the
+         * norm's output (from the scale and shift it was made with) was not
+         * positive */
+        const float *relu_a = l->fused ? save + 2 * c : NULL, *relu_b = l->fused ? save + 3 * c : NULL;
         if (sl || e->parts.sync_batchnorm) {
             exec__red rc = {e, exec__tag(li, EXEC__SUM_BWD), e->parts.sync_batchnorm};
             op_reduce r = {exec__red_sum, &rc};
             op_batchnorm_backward_parts(src >= 0 ? din : NULL, G(l, 0), G(l, 1), dout, in, W(l, 0),
-                                        save, save + c, n, c, hw, &r, e->red);
+                                        save, save + c, n, c, hw, relu_a, relu_b, &r, e->red);
             break;
         }
-        op_batchnorm_backward(din, G(l, 0), G(l, 1), dout, in, W(l, 0), save, save + c, n, c, hw);
+        op_batchnorm_backward(din, G(l, 0), G(l, 1), dout, in, W(l, 0), save, save + c, n, c, hw,
+                              relu_a, relu_b);
         break;
     }
     case LAYER_GROUP_NORM: {

@@ -256,10 +256,10 @@ int footprint_init_micro(footprint *f, const model *m, int share, int micro, int
         const model_layer *l = &m->layers[i];
         footprint_layer *fl = &f->layers[i];
         uint64_t out = memplan_out_bytes(m, i, n);
-        fl->act = l->type == LAYER_FLATTEN ? 0 : out;
+        fl->act = model_layer_is_view(l) ? 0 : out;
         fl->kept = f->plan.kept[i];
         fl->packed = f->plan.packed[i];
-        fl->dact = l->type == LAYER_FLATTEN ? 0 : out;
+        fl->dact = model_layer_is_view(l) ? 0 : out;
         fl->aux = memplan_aux_bytes(l, n);
         if (l->type == LAYER_DENSE && m->mixed_precision) { /* the GEMMs' bfloat16 operands */
             fl->workspace = convplan_dense_bf16_workspace(n, (int)l->in.d[0], (int)l->units);

@@ -14,7 +14,7 @@ static const model_shape *memplan__shape_of(const model *m, int layer)
 
 int memplan_resolve(const model *m, int layer)
 {
-    while (layer >= 0 && m->layers[layer].type == LAYER_FLATTEN)
+    while (layer >= 0 && model_layer_is_view(&m->layers[layer]))
         layer = m->layers[layer].inputs[0];
     return layer;
 }
@@ -44,6 +44,8 @@ uint64_t memplan_aux_bytes(const model_layer *l, int n)
 uint64_t memplan_scratch_bytes(const model *m, int layer, int n)
 {
     const model_layer *l = &m->layers[layer];
+    if (model_layer_is_view(l)) /* its gradient is its input's */
+        return 0;
     switch (l->type) {
     case LAYER_ADD:
     case LAYER_FLATTEN:
@@ -243,7 +245,7 @@ static void memplan__simulate(memplan_sim *s)
         if (op < L) { /* forward of layer op */
             int i = op;
             const model_layer *l = &m->layers[i];
-            if (l->type != LAYER_FLATTEN) {
+            if (!model_layer_is_view(l)) {
                 s->out[i] = memplan__place(s, MEMPLAN_OUT, i, memplan_out_bytes(m, i, n), false);
                 if (p->packed[i])
                     s->pk[i] = memplan__place(s, MEMPLAN_PACKED, i, memplan_packed_bytes(m, i, n),
@@ -277,7 +279,7 @@ static void memplan__simulate(memplan_sim *s)
         } else { /* backward of layer i */
             int i = 2 * L - op;
             const model_layer *l = &m->layers[i];
-            if (l->type == LAYER_FLATTEN) { /* a view: nothing of its own */
+            if (model_layer_is_view(l)) { /* a view: nothing of its own */
                 p->ops[op].count = 0;
                 continue;
             }
@@ -346,17 +348,17 @@ static void memplan__needs(memplan_sim *s)
     for (int j = 0; j < L; j++) {
         s->fwd_last[j] = j;
         p->kept[j] = memplan__costly(m->layers[j].type) || j == last ||
-                     (s->keep_all && m->layers[j].type != LAYER_FLATTEN);
+                     (s->keep_all && !model_layer_is_view(&m->layers[j]));
     }
     for (int c = 0; c < L; c++)
         for (int k = 0; k < m->layers[c].ninputs; k++) {
             int j = memplan_resolve(m, m->layers[c].inputs[k]);
-            if (j >= 0 && m->layers[c].type != LAYER_FLATTEN && c > s->fwd_last[j])
+            if (j >= 0 && !model_layer_is_view(&m->layers[c]) && c > s->fwd_last[j])
                 s->fwd_last[j] = c;
         }
     for (int j = L - 1; j >= 0; j--) {
         const model_layer *lj = &m->layers[j];
-        if (lj->type == LAYER_FLATTEN)
+        if (model_layer_is_view(lj))
             continue;
         if (j == last)
             memplan__need(s, j, L);
@@ -364,7 +366,7 @@ static void memplan__needs(memplan_sim *s)
             memplan__need(s, j, 2 * L - j);
         for (int c = j + 1; c < L; c++) {
             const model_layer *lc = &m->layers[c];
-            if (lc->type == LAYER_FLATTEN)
+            if (model_layer_is_view(lc))
                 continue;
             for (int k = 0; k < lc->ninputs; k++) {
                 if (memplan_resolve(m, lc->inputs[k]) != j)

@@ -1001,6 +1001,7 @@ static model *model__compile(const toml_value *mt, const model_shape *input, cha
     }
     if (check_loss(&c) < 0)
         goto fail;
+    model_fuse(m, true);
     return m;
 fail:
     model_free(m);
@@ -1036,6 +1037,23 @@ void model_free(model *m)
     free(m->layers);
     free(m->tensors);
     free(m);
+}
+
+void model_fuse(model *m, bool on)
+{
+    for (int i = 0; i < m->nlayers; i++)
+        m->layers[i].fused = false;
+    for (int r = 0; on && r + 1 < m->nlayers; r++) {
+        model_layer *l = &m->layers[r];
+        int b = l->inputs[0], readers = 0;
+        if (l->type != LAYER_RELU || b < 0 || m->layers[b].type != LAYER_BATCH_NORM)
+            continue;
+        for (int c = 0; c < m->nlayers; c++)
+            for (int k = 0; k < m->layers[c].ninputs; k++)
+                readers += m->layers[c].inputs[k] == b;
+        if (readers == 1)
+            l->fused = m->layers[b].fused = true;
+    }
 }
 
 bool model_splits(const model *m)

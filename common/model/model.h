@@ -92,6 +92,10 @@ typedef struct {
     double eps;                 /* batch_norm, group_norm: added to the variance */
     double negative_slope;      /* leaky_relu */
     double rate;                /* dropout: probability of zeroing, in [0, 1) */
+    /* batch_norm: applies the relu that reads it, its only reader (model_fuse);
+     * relu: applied by the batch norm it reads, its output that norm's (a
+     * view, as flatten's output is its input) */
+    bool fused;
 
     /* Costs per sample. */
     uint64_t params;            /* trainable parameters */
@@ -126,6 +130,20 @@ typedef struct {
     bool mixed_precision;       /* [model] mixed_precision: Weight Streaming's weights and
                                    gradients cross the wire in bfloat16 */
 } model;
+
+/* Whether layer l's output and gradient are another layer's buffers (a
+ * view): flatten's are its input's, a fused relu's its batch norm's. */
+static inline bool model_layer_is_view(const model_layer *l)
+{
+    return l->type == LAYER_FLATTEN || (l->type == LAYER_RELU && l->fused);
+}
+
+/* Fuses (on) every relu that is the only reader of a batch norm, and not
+ * the last layer, into that norm (model_layer.fused): the norm's passes
+ * apply it, and the relu computes nothing and keeps no buffer of its own.
+ * model_compile fuses; off undoes it (the reference the fused passes are
+ * held to, bit for bit). */
+void model_fuse(model *m, bool on);
 
 /* Compiles the [model] table of a parsed job file: keys input_shape, loss,
  * layers (an array of tables) and an optional descriptive name. Infers every

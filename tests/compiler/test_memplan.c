@@ -145,7 +145,7 @@ static void check_plan(const model *m, int n, bool keep_all)
         }
         if (op < L) {
             const model_layer *l = &m->layers[op];
-            if (l->type == LAYER_FLATTEN)
+            if (model_layer_is_view(l)) /* flatten, or a relu its batch norm applies */
                 continue;
             for (int i = 0; i < l->ninputs; i++)
                 need(s, K_OUT, memplan_resolve(m, l->inputs[i]), "forward", op);
@@ -160,7 +160,7 @@ static void check_plan(const model *m, int n, bool keep_all)
         } else {
             int i = 2 * L - op;
             const model_layer *l = &m->layers[i];
-            if (l->type == LAYER_FLATTEN)
+            if (model_layer_is_view(l)) /* flatten, or a relu its batch norm applies */
                 continue;
             need(s, K_DOUT, i, "backward", op);
             if (memplan_aux_bytes(l, n))
@@ -200,13 +200,15 @@ START_TEST(plans_hold_what_each_operation_reads)
     };
     for (size_t i = 0; i < sizeof(models) / sizeof(models[0]); i++) {
         model *m = load(models[i].file, models[i].from, models[i].to);
-        for (int n = 1; n <= 3; n += 2) {
-            check_plan(m, n, false);
-            check_plan(m, n, true);
-            m->act_bf16 = true; /* activation_dtype = "bfloat16" */
-            check_plan(m, n, false);
-            m->act_bf16 = false;
-        }
+        for (int n = 1; n <= 3; n += 2)
+            for (int fuse = 1; fuse >= 0; fuse--) { /* relus fused into their norms, and not */
+                model_fuse(m, fuse);
+                check_plan(m, n, false);
+                check_plan(m, n, true);
+                m->act_bf16 = true; /* activation_dtype = "bfloat16" */
+                check_plan(m, n, false);
+                m->act_bf16 = false;
+            }
         model_free(m);
     }
 }
@@ -381,6 +383,61 @@ START_TEST(lean_trains_as_the_reference_unet)
 }
 END_TEST
 
+
+/* The relus fused into their batch norms (model_fuse, what model_compile
+ * does) train as the two layers apart, bit for bit: the losses and every
+ * weight and running statistic after 5 steps; the fused plan keeps fewer
+ * buffers. */
+static void fused_alike(const char *file, const char *from, const char *to, int n, int classes)
+{
+    model *m = load(file, from, to), *apart = load(file, from, to);
+    model_fuse(apart, false);
+    int fused = 0;
+    for (int i = 0; i < m->nlayers; i++)
+        fused += m->layers[i].type == LAYER_RELU && m->layers[i].fused;
+    ck_assert_msg(fused > 0, "%s: no relu fused", file);
+    net a, b;
+    net_init(&a, m, n, false);
+    net_init(&b, apart, n, false);
+    ck_assert_uint_lt(a.e.arena_bytes, b.e.arena_bytes);
+    uint64_t in = model_shape_elems(&m->input);
+    float *x = malloc((size_t)n * in * sizeof(float));
+    int32_t *y = malloc((size_t)n * a.e.label_elems * sizeof(int32_t));
+    for (int64_t step = 0; step < 5; step++) {
+        for (uint64_t k = 0; k < (uint64_t)n * in; k++)
+            x[k] = (float)rng_uniform(3, (uint64_t)step, k);
+        for (uint64_t k = 0; k < (uint64_t)n * a.e.label_elems; k++)
+            y[k] = (int32_t)(rng_hash(4, (uint64_t)step, k) % (uint64_t)classes);
+        double la = net_step(&a, m, x, y, step, n), lb = net_step(&b, apart, x, y, step, n);
+        ck_assert_msg(isfinite(la) && la == lb, "%s step %lld: loss %.9g fused, %.9g apart", file,
+                      (long long)step, la, lb);
+    }
+    for (int i = 0; i < m->ntensors; i++)
+        ck_assert_msg(memcmp(a.w[i], b.w[i], m->tensors[i].elems * sizeof(float)) == 0,
+                      "%s: %s differs after 5 steps", file, m->tensors[i].name);
+    /* evaluation: the outputs the same */
+    for (int i = 0; i < m->nlayers; i++) {
+        exec_forward(&a.e, i, x, 5, false);
+        exec_forward(&b.e, i, x, 5, false);
+    }
+    int last = m->nlayers - 1;
+    ck_assert(memcmp(exec_output(&a.e, last, x), exec_output(&b.e, last, x),
+                     (size_t)n * model_shape_elems(&m->layers[last].out) * sizeof(float)) == 0);
+    free(x);
+    free(y);
+    net_free(&a, m);
+    net_free(&b, apart);
+    model_free(m);
+    model_free(apart);
+}
+
+START_TEST(fused_relus_train_as_apart)
+{
+    fused_alike("unet.toml", "[3, 512, 512]", "[3, 64, 64]", 2, 2);
+    fused_alike("resnet_small.toml", NULL, NULL, 3, 10);
+}
+END_TEST
+
 START_TEST(bfloat16_activations_train_close)
 {
     train_alike_as("unet.toml", "[3, 512, 512]", "[3, 128, 128]", 2, 2, true, 1e-3);
@@ -484,6 +541,7 @@ int main(void)
     tcase_add_test(t, lean_trains_as_the_reference_others);
     tcase_add_test(t, micro_batches_add_up_to_the_share);
     tcase_add_test(t, bfloat16_activations_train_close);
+    tcase_add_test(t, fused_relus_train_as_apart);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

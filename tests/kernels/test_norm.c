@@ -3,8 +3,11 @@
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kt.h"
+#include "kernels.h"
+#include "op_activation.h"
 #include "op_norm.h"
 
 START_TEST(test_batchnorm_hand_values)
@@ -17,7 +20,7 @@ START_TEST(test_batchnorm_hand_values)
     const float x[4] = {1, 2, 3, 6}, gamma = 2, beta = 1;
     float y[4], mean, invstd, rm = 0, rv = 1;
     op_batchnorm_forward_train(y, &mean, &invstd, &rm, &rv, x, &gamma, &beta,
-                               2, 1, 2, 0.1f, 0.0f);
+                               2, 1, 2, 0.1f, 0.0f, false);
     ck_assert_float_eq_tol(mean, 3.0f, 1e-6f);
     ck_assert_float_eq_tol(invstd, 1.0f / 1.8708287f, 1e-6f);
     ck_assert_float_eq_tol(rm, 0.3f, 1e-6f);
@@ -26,7 +29,7 @@ START_TEST(test_batchnorm_hand_values)
     ck_assert_float_eq_tol(y[3], 4.2071349f, 1e-5f);
     /* eval with running mean 0.3, var 1.3666667 (eps 0):
      * y(1) = 2 * 0.7/1.1690452 + 1 = 2.1975585 */
-    op_batchnorm_forward_eval(y, x, &gamma, &beta, &rm, &rv, 2, 1, 2, 0.0f);
+    op_batchnorm_forward_eval(y, x, &gamma, &beta, &rm, &rv, 2, 1, 2, 0.0f, false);
     ck_assert_float_eq_tol(y[0], 2.1975585f, 1e-5f);
 }
 END_TEST
@@ -100,8 +103,8 @@ static void check_norm(int n, int c, int hw, int groups, kt_rng *r)
         op_groupnorm_backward(dx, dg, db, R, x, gamma, mean, invstd, n, c, hw, groups);
     } else {
         op_batchnorm_forward_train(y, mean, invstd, NULL, NULL, x, gamma, beta,
-                                   n, c, hw, 0.1f, eps);
-        op_batchnorm_backward(dx, dg, db, R, x, gamma, mean, invstd, n, c, hw);
+                                   n, c, hw, 0.1f, eps, false);
+        op_batchnorm_backward(dx, dg, db, R, x, gamma, mean, invstd, n, c, hw, NULL, NULL);
     }
     struct norm_fd f = {n, c, hw, groups, eps, kt_dalloc(nx), kt_dalloc(c),
                         kt_dalloc(c), kt_dalloc(nx), R};
@@ -127,8 +130,10 @@ static void check_norm(int n, int c, int hw, int groups, kt_rng *r)
         op_groupnorm_forward(y, mean, invstd, x, gamma, beta, n, c, hw, groups, eps);
         op_groupnorm_forward(y2, mean, invstd, x, NULL, NULL, n, c, hw, groups, eps);
     } else {
-        op_batchnorm_forward_train(y, mean, invstd, NULL, NULL, x, gamma, beta, n, c, hw, 0.1f, eps);
-        op_batchnorm_forward_train(y2, mean, invstd, NULL, NULL, x, NULL, NULL, n, c, hw, 0.1f, eps);
+        op_batchnorm_forward_train(y, mean, invstd, NULL, NULL, x, gamma, beta, n, c, hw, 0.1f, eps,
+                                   false);
+        op_batchnorm_forward_train(y2, mean, invstd, NULL, NULL, x, NULL, NULL, n, c, hw, 0.1f, eps,
+                                   false);
     }
     ck_assert_double_lt(kt_relerr_ff(y2, y, nx), 1e-6);
     free(x); free(y); free(y2); free(R); free(gamma); free(beta); free(dx);
@@ -156,6 +161,86 @@ START_TEST(test_groupnorm_gradients_fd)
 }
 END_TEST
 
+
+/* A batch norm with the relu that follows it fused (model_fuse) against
+ * the two layers one after the other: the same bits in every pass, on one
+ * thread and two, whole and as a stripe (no reduction partner). */
+static void check_fused(int n, int c, int hw, int threads, kt_rng *r)
+{
+    size_t nx = (size_t)n * c * hw;
+    float *x = kt_falloc(nx), *dy = kt_falloc(nx), *ybn = kt_falloc(nx), *ref = kt_falloc(nx);
+    float *got = kt_falloc(nx), *dz = kt_falloc(nx), *dxr = kt_falloc(nx), *dxf = kt_falloc(nx);
+    float *g = kt_falloc(c), *b = kt_falloc(c), *rm = kt_falloc(c), *rv = kt_falloc(c);
+    float *sm = kt_falloc(c), *si = kt_falloc(c), *sm2 = kt_falloc(c), *si2 = kt_falloc(c);
+    float *ra = kt_falloc(c), *rb = kt_falloc(c), *dg1 = kt_falloc(c), *db1 = kt_falloc(c);
+    float *dg2 = kt_falloc(c), *db2 = kt_falloc(c);
+    double *red = malloc((2 * (size_t)c + 1) * sizeof(double));
+    kt_fill(r, x, nx, -2, 3);
+    kt_fill(r, dy, nx, -1, 1);
+    kt_fill(r, g, c, 0.5, 1.5);
+    kt_fill(r, b, c, -0.5, 0.5);
+    kt_fill(r, rm, c, -0.2, 0.2);
+    kt_fill(r, rv, c, 0.5, 2);
+    kernels_set_threads(threads);
+    /* training forward */
+    op_batchnorm_forward_train(ybn, sm, si, NULL, NULL, x, g, b, n, c, hw, 0.1f, 1e-5f, false);
+    op_relu_forward(ref, ybn, nx);
+    op_batchnorm_forward_train(got, sm2, si2, NULL, NULL, x, g, b, n, c, hw, 0.1f, 1e-5f, true);
+    ck_assert(memcmp(ref, got, nx * sizeof(float)) == 0);
+    ck_assert(memcmp(sm, sm2, (size_t)c * sizeof(float)) == 0);
+    size_t zeros = 0;
+    for (size_t i = 0; i < nx; i++)
+        zeros += got[i] == 0.0f;
+    ck_assert_msg(zeros > nx / 10 && zeros < nx - nx / 10, "the relu cut %zu of %zu", zeros, nx);
+    /* the same again from the saved scale and shift (a recomputation) */
+    for (int k = 0; k < c; k++)
+        op_norm_coeffs(si[k], sm[k], g[k], b[k], &ra[k], &rb[k]);
+    memset(got, 0, nx * sizeof(float));
+    op_norm_affine(got, x, ra, rb, n, c, hw, false, true);
+    ck_assert(memcmp(ref, got, nx * sizeof(float)) == 0);
+    /* a stripe alone: the same statistics and output */
+    memset(got, 0, nx * sizeof(float));
+    ck_assert_int_eq(op_batchnorm_forward_train_parts(got, sm2, si2, NULL, NULL, x, g, b, n, c, hw,
+                                                      0.1f, 1e-5f, true, NULL, red),
+                     0);
+    ck_assert(memcmp(ref, got, nx * sizeof(float)) == 0);
+    /* evaluation */
+    op_batchnorm_forward_eval(ybn, x, g, b, rm, rv, n, c, hw, 1e-5f, false);
+    op_relu_forward(ref, ybn, nx);
+    op_batchnorm_forward_eval(got, x, g, b, rm, rv, n, c, hw, 1e-5f, true);
+    ck_assert(memcmp(ref, got, nx * sizeof(float)) == 0);
+    /* backward: the relu's, then the norm's, against the fused one */
+    op_batchnorm_forward_train(ybn, sm, si, NULL, NULL, x, g, b, n, c, hw, 0.1f, 1e-5f, false);
+    op_relu_backward(dz, dy, ybn, nx);
+    op_batchnorm_backward(dxr, dg1, db1, dz, x, g, sm, si, n, c, hw, NULL, NULL);
+    op_batchnorm_backward(dxf, dg2, db2, dy, x, g, sm, si, n, c, hw, ra, rb);
+    ck_assert(memcmp(dxr, dxf, nx * sizeof(float)) == 0);
+    ck_assert(memcmp(dg1, dg2, (size_t)c * sizeof(float)) == 0);
+    ck_assert(memcmp(db1, db2, (size_t)c * sizeof(float)) == 0);
+    /* unmasked it would differ: the mask is what makes these equal */
+    op_batchnorm_backward(dxf, dg2, db2, dy, x, g, sm, si, n, c, hw, NULL, NULL);
+    ck_assert(memcmp(dxr, dxf, nx * sizeof(float)) != 0);
+    ck_assert_int_eq(op_batchnorm_backward_parts(dxf, dg2, db2, dy, x, g, sm, si, n, c, hw, ra, rb,
+                                                 NULL, red),
+                     0);
+    ck_assert(memcmp(dxr, dxf, nx * sizeof(float)) == 0);
+    ck_assert(memcmp(dg1, dg2, (size_t)c * sizeof(float)) == 0);
+    kernels_set_threads(1);
+    free(x), free(dy), free(ybn), free(ref), free(got), free(dz), free(dxr), free(dxf);
+    free(g), free(b), free(rm), free(rv), free(sm), free(si), free(sm2), free(si2);
+    free(ra), free(rb), free(dg1), free(db1), free(dg2), free(db2), free(red);
+}
+
+START_TEST(test_batchnorm_relu_fused)
+{
+    kt_rng r;
+    kt_rng_init(&r, 53);
+    check_fused(3, 4, 37, 1, &r);     /* a tail shorter than the lanes */
+    check_fused(2, 8, 4096, 2, &r);   /* channels over two threads */
+    check_fused(1, 3, 5, 2, &r);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("norm");
@@ -164,6 +249,7 @@ int main(void)
     tcase_add_test(tc, test_batchnorm_hand_values);
     tcase_add_test(tc, test_batchnorm_gradients_fd);
     tcase_add_test(tc, test_groupnorm_gradients_fd);
+    tcase_add_test(tc, test_batchnorm_relu_fused);
     suite_add_tcase(s, tc);
     return kt_run(s);
 }

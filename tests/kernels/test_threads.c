@@ -190,7 +190,7 @@ START_TEST(test_norms_split_same)
             rm[i] = 0, rv[i] = 1;
         kernels_set_threads(t);
         op_batchnorm_forward_train(t == 1 ? a : b, sm, si, rm, rv, x, g, be, N, C, HW, 0.1f,
-                                   1e-5f);
+                                   1e-5f, false);
         if (t == 1) {
             memcpy(sm1, sm, sizeof(sm)), memcpy(si1, si, sizeof(si));
             memcpy(rm1, rm, sizeof(rm)), memcpy(rv1, rv, sizeof(rv));
@@ -214,8 +214,8 @@ START_TEST(test_norms_split_same)
         ck_assert_double_eq_tol(sm[ch], s / m, 1e-6);
         ck_assert_double_eq_tol(si[ch], 1.0 / sqrt(q / m + 1e-5), 1e-5);
     }
-    SAME_ON_1_AND_2(NX, a, b, op_batchnorm_forward_eval(out, x, g, be, rm, rv, N, C, HW, 1e-5f));
-    SAME_ON_1_AND_2(NX, a, b, op_norm_affine(out, x, sm, si, N, C, HW, false));
+    SAME_ON_1_AND_2(NX, a, b, op_batchnorm_forward_eval(out, x, g, be, rm, rv, N, C, HW, 1e-5f, false));
+    SAME_ON_1_AND_2(NX, a, b, op_norm_affine(out, x, sm, si, N, C, HW, false, false));
     /* group norm, one channel a group: (sample, group) items split */
     float gm[N * C], gs[N * C], gm1[N * C], gs1[N * C];
     kernels_set_threads(1);
@@ -231,9 +231,9 @@ START_TEST(test_norms_split_same)
     ck_assert(memcmp(a, b, sizeof(float) * NX) == 0);
     ck_assert(memcmp(dg1, dg2, sizeof(dg1)) == 0 && memcmp(db1, db2, sizeof(db1)) == 0);
     kernels_set_threads(1);
-    op_batchnorm_backward(a, dg1, db1, dy, x, g, sm, si, N, C, HW);
+    op_batchnorm_backward(a, dg1, db1, dy, x, g, sm, si, N, C, HW, NULL, NULL);
     kernels_set_threads(2);
-    op_batchnorm_backward(b, dg2, db2, dy, x, g, sm, si, N, C, HW);
+    op_batchnorm_backward(b, dg2, db2, dy, x, g, sm, si, N, C, HW, NULL, NULL);
     kernels_set_threads(1);
     ck_assert(memcmp(a, b, sizeof(float) * NX) == 0);
     ck_assert(memcmp(dg1, dg2, sizeof(dg1)) == 0 && memcmp(db1, db2, sizeof(db1)) == 0);

@@ -21,9 +21,13 @@ static inline void op_norm_coeffs(float invstd, float mean, float gamma, float b
 
 /* y = x * a + b per channel: in and out (n, c, hw); a and b are (c), or
  * (n, c) when per_sample. The output of a norm made again from its saved
- * scale and shift. out may alias in. */
+ * scale and shift. out may alias in.
+ *
+ * relu, here and in the batch norm's forward passes: the output is
+ * max(x * a + b, 0) instead (0 for a NaN, as op_relu_forward), a ReLU that
+ * follows the norm applied in the same pass. */
 void op_norm_affine(float *out, const float *in, const float *a, const float *b, int n, int c,
-                    int hw, bool per_sample);
+                    int hw, bool per_sample, bool relu);
 
 /* Training mode. in and out are (n, c, hw); gamma, beta, running_mean,
  * running_var, save_mean and save_invstd are (c). Normalises with the
@@ -38,7 +42,7 @@ void op_batchnorm_forward_train(float *out, float *save_mean,
                                 float *save_invstd, float *running_mean,
                                 float *running_var, const float *in,
                                 const float *gamma, const float *beta, int n,
-                                int c, int hw, float momentum, float eps);
+                                int c, int hw, float momentum, float eps, bool relu);
 
 /* op_batchnorm_forward_train over one stripe of partitioned samples: the
  * statistics are those of every stripe, totalled by r (op_reduce.h; NULL:
@@ -47,7 +51,8 @@ void op_batchnorm_forward_train(float *out, float *save_mean,
 int op_batchnorm_forward_train_parts(float *out, float *save_mean, float *save_invstd,
                                      float *running_mean, float *running_var, const float *in,
                                      const float *gamma, const float *beta, int n, int c, int hw,
-                                     float momentum, float eps, const op_reduce *r, double *red);
+                                     float momentum, float eps, bool relu, const op_reduce *r,
+                                     double *red);
 
 /* Evaluation mode: normalises with running_mean and running_var (c).
  * in and out are (n, c, hw); out may alias in. */
@@ -55,15 +60,23 @@ void op_batchnorm_forward_eval(float *out, const float *in,
                                const float *gamma, const float *beta,
                                const float *running_mean,
                                const float *running_var, int n, int c,
-                               int hw, float eps);
+                               int hw, float eps, bool relu);
 
 /* Backward of the training mode. dout and in are (n, c, hw); save_mean and
  * save_invstd are what the forward pass wrote. Overwrites din (n, c, hw),
- * dgamma and dbeta (c); each may be NULL. */
+ * dgamma and dbeta (c); each may be NULL.
+ *
+ * relu_a and relu_b (c), or NULL: the forward pass applied a ReLU (relu)
+ * with this scale and shift (op_norm_coeffs), and dout is the gradient of
+ * the ReLU's output. It is taken where x * relu_a + relu_b, the norm's
+ * output before the ReLU, was positive and as 0 elsewhere, as
+ * op_relu_backward would have passed it on: the same bits as the two
+ * layers' backward passes one after the other, in one pass less. */
 void op_batchnorm_backward(float *din, float *dgamma, float *dbeta,
                            const float *dout, const float *in,
                            const float *gamma, const float *save_mean,
-                           const float *save_invstd, int n, int c, int hw);
+                           const float *save_invstd, int n, int c, int hw,
+                           const float *relu_a, const float *relu_b);
 
 /* op_batchnorm_backward over one stripe: din with the sums of every
  * stripe (r); dgamma and dbeta this stripe's share of theirs. red is room
@@ -71,7 +84,8 @@ void op_batchnorm_backward(float *din, float *dgamma, float *dbeta,
 int op_batchnorm_backward_parts(float *din, float *dgamma, float *dbeta, const float *dout,
                                 const float *in, const float *gamma, const float *save_mean,
                                 const float *save_invstd, int n, int c, int hw,
-                                const op_reduce *r, double *red);
+                                const float *relu_a, const float *relu_b, const op_reduce *r,
+                                double *red);
 
 /* in and out are (n, c, hw), c divisible by groups; gamma and beta are (c);
  * save_mean and save_invstd are (n, groups). Normalises every (sample,

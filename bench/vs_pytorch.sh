@@ -171,4 +171,4 @@ edit unet512 "$src/examples/unet.toml" 7 4
 compare unet512 unet512 4 --batch 4 --steps 4
 edit resnet_small "$src/examples/resnet_small.toml" 30 32
 compare resnet_small resnet_small 32 --batch 32 --steps 10
-echo "vs_pytorch: in mixed precision the appliance computes its dense layers in bfloat16 (oneDNN, where the processor has AVX512_BF16 or AMX) and its convolutions in float32; PyTorch's autocast runs both in bfloat16"
+echo "vs_pytorch: in mixed precision the appliance computes its dense layers and its convolutions of 8 outputs or more in bfloat16 (oneDNN, where the processor has AVX512_BF16 or AMX), the rest in float32; PyTorch's autocast runs its convolutions and matrix products in bfloat16"

@@ -111,6 +111,15 @@ int offline_plan(const char *file, const char *text, uint64_t wafer, int threads
     }
     if (choice.micro)
         fits[0].need = choice.need_pipe + spatial_extra_bytes(&ps.sp, (int)choice.micro);
+    /* the outputs kept, none made again, where the wafer holds them (as the plan decides) */
+    fit_keep_outputs(spec, (uint64_t)share, (unsigned)threads, wafer,
+                     spatial_extra_bytes(&ps.sp, (int)(choice.micro ? choice.micro : (uint64_t)share)),
+                     &choice);
+    if (choice.keep_outputs) {
+        int k = choice.mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED ? 0 : 1;
+        fits[k].need = (k ? choice.need_ws : choice.need_pipe) +
+                       spatial_extra_bytes(&ps.sp, (int)(choice.micro ? choice.micro : (uint64_t)share));
+    }
     uint64_t part = 0; /* Weight Streaming in parts, as a default coordinator's plan would */
     fits[1].need = fit_ws_parts(m, fits[1].need, wafer, FIT_DEFAULT_CHUNK_ELEMS, &part);
     const offline_fit *pick =
@@ -133,11 +142,12 @@ int offline_plan(const char *file, const char *text, uint64_t wafer, int threads
                in, (unsigned long long)spatial_extra_bytes(&ps.sp, share));
         printf("\"replicas\": %d, \"batch_per_replica\": %d, "
                "\"threads\": %d, \"wafer_memory\": %llu, \"mode\": \"%s\", \"micro_batch\": %llu, "
-               "\"fits\": %s, \"memoryx_shards\": %zu, \"memoryx_bytes\": %llu, "
-               "\"memoryx_bytes_per_shard\": %llu, \"modes\": [",
+               "\"fits\": %s, \"keep_outputs\": %s, \"memoryx_shards\": %zu, "
+               "\"memoryx_bytes\": %llu, \"memoryx_bytes_per_shard\": %llu, \"modes\": [",
                groups, share, threads, (unsigned long long)wafer,
                offline__mode_name(pick->mode), (unsigned long long)choice.micro,
-               pick->need <= wafer ? "true" : "false", nshards, (unsigned long long)shard_all,
+               pick->need <= wafer ? "true" : "false", choice.keep_outputs ? "true" : "false",
+               nshards, (unsigned long long)shard_all,
                (unsigned long long)shard_most);
         for (int i = 0; i < 2; i++)
             printf("%s{\"mode\": \"%s\", \"bytes_per_replica\": %llu, \"fits\": %s, "
@@ -205,7 +215,15 @@ int offline_plan(const char *file, const char *text, uint64_t wafer, int threads
                units_format_size((uint64_t)m->total_params * sizeof(float), s1, sizeof(s1)),
                units_format_size(shard_all, s2, sizeof(s2)),
                units_format_size(shard_most, s3, sizeof(s3)), nshards);
-        offline__table(m, share, choice.micro ? (int)choice.micro : share, threads);
+        if (pick->need <= wafer)
+            printf("%s\n", choice.keep_outputs
+                                ? "every layer's output is kept for the backward pass, none "
+                                  "computed again (the wafer holds them)"
+                                : "the outputs of norms, activations, pooling and concatenations "
+                                  "are computed again in the backward pass");
+        model planned = *m; /* the plan's: its outputs kept or not */
+        planned.keep_outputs = choice.keep_outputs;
+        offline__table(&planned, share, choice.micro ? (int)choice.micro : share, threads);
     }
     toml_free(root);
     fit_stripes_free(&ps);

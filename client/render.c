@@ -169,6 +169,12 @@ void render_plan(const Appliance__Plan *p)
     if (p->micro_batch)
         printf("micro-batches of %u samples: each replica computes its share %u at a time and "
                "adds up their gradients\n", p->micro_batch, p->micro_batch);
+    if (p->keep_outputs)
+        printf("every layer's output is kept for the backward pass, none computed again (the "
+               "wafer holds them)\n");
+    else
+        printf("the outputs of norms, activations, pooling and concatenations are computed again "
+               "in the backward pass (memory for larger images)\n");
     if (p->spatial_partitions > 1)
         printf("spatial partitions: each sample in %u stripes, one per wse-node: %zu replica(s) "
                "of %u stripes (replica i below computes stripe i %% %u)%s\n",

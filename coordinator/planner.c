@@ -389,7 +389,7 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
     if (rc < 0)
         goto done;
     const jobspec *wspec = ps.parts > 1 ? &ps.spec : spec;
-    const model *wm = wspec->model;
+    model *wm = wspec->model;
     size_t groups = nr / (size_t)ps.parts;
     uint64_t max_share = (B + groups - 1) / groups;
     p->spatial_partitions = ps.parts > 1 ? (uint32_t)ps.parts : 0;
@@ -400,6 +400,11 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
         goto done;
     rc = -ENOMEM;
     uint64_t extra = spatial_extra_bytes(&ps.sp, (int)(choice.micro ? choice.micro : max_share));
+    /* every output kept, none made again, where the wafer holds them: each
+     * wse-node's executor follows (Plan.keep_outputs) */
+    fit_keep_outputs(wspec, max_share, threads, wafer, extra, &choice);
+    wm->keep_outputs = choice.keep_outputs;
+    p->keep_outputs = choice.keep_outputs;
     choice.need_pipe += extra;
     choice.need_ws += extra;
     uint64_t micro = choice.micro;

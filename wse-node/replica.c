@@ -279,10 +279,16 @@ static int wn__job_buffers(wn_job *j, char *err, size_t errlen)
     if (!oom) {
         j->mb = p->micro_batch && p->micro_batch < j->batch ? p->micro_batch : j->batch;
         j->nmicro = j->mb ? (j->batch + j->mb - 1) / j->mb : 1;
+        j->m->keep_outputs = p->keep_outputs; /* the memory plan the coordinator planned */
         if (exec_init_micro(&j->ex, m, (int)j->batch, (int)j->mb, (int)wn_of(j->n)->opt.threads,
                             j->wp, j->gp, err, errlen) < 0)
             return -ENOMEM;
         j->ex_ready = true;
+        log_info("job %s: %s; the step's buffers take %llu bytes", j->id,
+                 p->keep_outputs ? "every layer's output is kept for the backward pass"
+                                 : "the cheap layers' outputs are computed again in the "
+                                   "backward pass",
+                 (unsigned long long)j->ex.arena_bytes);
         if (j->stripes) {
             exec_parts ep = wn_stripes_exec(j->stripes, p->sync_batchnorm);
             if (exec_set_parts(&j->ex, &ep, err, errlen) < 0)

@@ -166,6 +166,29 @@ int fit_choose(const jobspec *spec, uint64_t share, unsigned threads, uint64_t w
     return 0;
 }
 
+void fit_keep_outputs(const jobspec *spec, uint64_t share, unsigned threads, uint64_t wafer,
+                      uint64_t extra, fit_choice *c)
+{
+    const Appliance__ExecMode pipe = APPLIANCE__EXEC_MODE__MODE_PIPELINED;
+    c->keep_outputs = false;
+    if (spec->model->act_bf16)
+        return;
+    model keep = *spec->model; /* its layers and tensors shared, read only */
+    keep.keep_outputs = true;
+    unsigned states = footprint_optimizer_states(spec->optimizer_type, spec->momentum);
+    int sh = (int)share, th = (int)(threads ? threads : 1);
+    bool pipelined = c->mode == pipe;
+    uint64_t need = fit_replica_bytes_micro(&keep, sh, pipelined && c->micro ? (int)c->micro : sh,
+                                            th, c->mode, states);
+    if (need == UINT64_MAX || need + extra > wafer)
+        return;
+    c->keep_outputs = true;
+    if (pipelined)
+        c->need_pipe = need;
+    else
+        c->need_ws = need;
+}
+
 uint64_t fit_ws_parts(const model *m, uint64_t need_ws, uint64_t wafer, uint64_t chunk_elems,
                       uint64_t *part)
 {

@@ -52,6 +52,7 @@ typedef struct fit_choice {
     uint64_t micro;            /* micro-batch (Pipelined only), 0: the whole share at once */
     uint64_t need_pipe;        /* bytes per replica in Pipelined, with the micro-batch */
     uint64_t need_ws;          /* bytes per replica in Weight Streaming */
+    bool keep_outputs;         /* fit_keep_outputs: every output kept, none recomputed */
 } fit_choice;
 
 /* Weight Streaming in parts (footprint_ws_parts): when a replica needs
@@ -72,6 +73,16 @@ uint64_t fit_ws_parts(const model *m, uint64_t need_ws, uint64_t wafer, uint64_t
  * mode fits is the caller's to say (need_* against wafer). */
 int fit_choose(const jobspec *spec, uint64_t share, unsigned threads, uint64_t wafer,
                fit_choice *c, char *err, size_t errlen);
+
+/* After fit_choose: whether the chosen mode (in whole layers, for Weight
+ * Streaming) still fits with every layer's output kept for the backward
+ * pass rather than made again (model.keep_outputs), with `extra` bytes
+ * beside the executor's (spatial_extra_bytes). If so, sets
+ * c->keep_outputs and the chosen mode's need (without extra) to what it
+ * needs so. Never with bfloat16 activations: who asks for them asks for
+ * the memory. */
+void fit_keep_outputs(const jobspec *spec, uint64_t share, unsigned threads, uint64_t wafer,
+                      uint64_t extra, fit_choice *c);
 
 /* Spatial partitions: the job as one wse-node of a replica sees it, its
  * model the stripe's (spatial_compile), and what crosses the stripes'

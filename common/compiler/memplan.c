@@ -348,7 +348,7 @@ static void memplan__needs(memplan_sim *s)
     for (int j = 0; j < L; j++) {
         s->fwd_last[j] = j;
         p->kept[j] = memplan__costly(m->layers[j].type) || j == last ||
-                     (s->keep_all && !model_layer_is_view(&m->layers[j]));
+                     ((s->keep_all || m->keep_outputs) && !model_layer_is_view(&m->layers[j]));
     }
     for (int c = 0; c < L; c++)
         for (int k = 0; k < m->layers[c].ninputs; k++) {
@@ -384,7 +384,7 @@ static void memplan__needs(memplan_sim *s)
                 s->need_last[j] = op;
                 break;
             }
-        p->packed[j] = m->act_bf16 && !s->keep_all && p->kept[j] && j != last &&
+        p->packed[j] = m->act_bf16 && !s->keep_all && memplan__costly(lj->type) && j != last &&
                        s->need_last[j] > L;
     }
 }

@@ -33,7 +33,11 @@
  * plan's events and cannot need more. Flatten layers are views: their
  * output and gradient are their input's. Pure function of (model, n).
  *
- * With the model's activation_dtype = "bfloat16" (act_bf16), a kept output
+ * With the model's keep_outputs (chosen by the plan where the wafer holds
+ * it) every output is kept like a costly one, until its last reader in the
+ * backward pass, and nothing is recomputed: the same values, fewer passes.
+ *
+ * With the model's activation_dtype = "bfloat16" (act_bf16), a costly kept output
  * (but the last layer's) is kept as a bfloat16 copy made right after its
  * forward pass; its float output then lives as a cheap layer's does, and
  * the backward pass makes it again from the copy when it reads it. */

@@ -129,6 +129,10 @@ typedef struct {
     bool act_bf16;
     bool mixed_precision;       /* [model] mixed_precision: Weight Streaming's weights and
                                    gradients cross the wire in bfloat16 */
+    /* The memory plan keeps every layer's output for the backward pass,
+     * none made again (memplan.h): set by the plan when the wafer holds
+     * them (Plan.keep_outputs, fit_choose); false from model_compile. */
+    bool keep_outputs;
 } model;
 
 /* Whether layer l's output and gradient are another layer's buffers (a

@@ -208,6 +208,15 @@ START_TEST(plans_hold_what_each_operation_reads)
                 m->act_bf16 = true; /* activation_dtype = "bfloat16" */
                 check_plan(m, n, false);
                 m->act_bf16 = false;
+                m->keep_outputs = true; /* every output kept: nothing recomputed */
+                memplan k;
+                ck_assert_int_eq(memplan_build(&k, m, n), 0);
+                ck_assert_uint_eq(k.recomputes, 0);
+                for (int j = 0; j < m->nlayers; j++)
+                    ck_assert(k.kept[j] == !model_layer_is_view(&m->layers[j]));
+                memplan_free(&k);
+                check_plan(m, n, false);
+                m->keep_outputs = false;
             }
         model_free(m);
     }
@@ -431,6 +440,44 @@ static void fused_alike(const char *file, const char *from, const char *to, int 
     model_free(apart);
 }
 
+/* The plan that keeps every output (model.keep_outputs) trains as the
+ * lean one, bit for bit, recomputing nothing, in a larger arena. */
+START_TEST(kept_outputs_train_as_lean)
+{
+    model *m = load("unet.toml", "[3, 512, 512]", "[3, 64, 64]");
+    model *k = load("unet.toml", "[3, 512, 512]", "[3, 64, 64]");
+    k->keep_outputs = true;
+    enum { N = 2 };
+    net a, b;
+    net_init(&a, m, N, false);
+    net_init(&b, k, N, false);
+    ck_assert_uint_gt(b.e.arena_bytes, a.e.arena_bytes);
+    uint64_t in = model_shape_elems(&m->input);
+    float *x = malloc((size_t)N * in * sizeof(float));
+    int32_t *y = malloc((size_t)N * a.e.label_elems * sizeof(int32_t));
+    for (int64_t step = 0; step < 4; step++) {
+        for (uint64_t q = 0; q < (uint64_t)N * in; q++)
+            x[q] = (float)rng_uniform(5, (uint64_t)step, q);
+        for (uint64_t q = 0; q < (uint64_t)N * a.e.label_elems; q++)
+            y[q] = (int32_t)(rng_hash(6, (uint64_t)step, q) % 2);
+        double la = net_step(&a, m, x, y, step, N), lb = net_step(&b, k, x, y, step, N);
+        ck_assert_msg(isfinite(la) && la == lb, "step %lld: loss %.9g lean, %.9g kept",
+                      (long long)step, la, lb);
+    }
+    for (int i = 0; i < m->ntensors; i++)
+        ck_assert_msg(memcmp(a.w[i], b.w[i], m->tensors[i].elems * sizeof(float)) == 0,
+                      "%s differs after 4 steps", m->tensors[i].name);
+    ck_assert_uint_gt(a.e.recomputed, 0);
+    ck_assert_uint_eq(b.e.recomputed, 0);
+    free(x);
+    free(y);
+    net_free(&a, m);
+    net_free(&b, k);
+    model_free(m);
+    model_free(k);
+}
+END_TEST
+
 START_TEST(fused_relus_train_as_apart)
 {
     fused_alike("unet.toml", "[3, 512, 512]", "[3, 64, 64]", 2, 2);
@@ -542,6 +589,7 @@ int main(void)
     tcase_add_test(t, micro_batches_add_up_to_the_share);
     tcase_add_test(t, bfloat16_activations_train_close);
     tcase_add_test(t, fused_relus_train_as_apart);
+    tcase_add_test(t, kept_outputs_train_as_lean);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

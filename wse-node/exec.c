@@ -962,12 +962,6 @@ double exec_loss(exec *e, const float *x, const void *labels, float scale)
 
 static void exec__backward(exec *e, const model_layer *l, int li, const float *x, int64_t step);
 
-static void exec__accumulate(float *dst, const float *src, size_t count)
-{
-    for (size_t i = 0; i < count; i++)
-        dst[i] += src[i];
-}
-
 void exec_backward(exec *e, int li, const float *x, int64_t step)
 {
     const model_layer *l = &e->m->layers[li];
@@ -995,7 +989,7 @@ void exec_backward(exec *e, int li, const float *x, int64_t step)
         for (int k = 0; k < l->ntensors; k++) {
             const model_tensor *mt = &e->m->tensors[l->first_tensor + k];
             if (mt->trainable)
-                exec__accumulate(keep[k], e->g[mt->id], mt->elems);
+                op_add_into(keep[k], e->g[mt->id], mt->elems);
             e->g[mt->id] = keep[k];
         }
 }
@@ -1143,7 +1137,7 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
         op_concat_backward(dins, dout, channels, l->ninputs, n, exec__hw(&l->out));
         for (int i = 0; i < l->ninputs; i++)
             if (dins[i] && dins[i] != exec__dout(e, l->inputs[i]))
-                exec__accumulate(exec__dout(e, l->inputs[i]), dins[i], sizes[i]);
+                op_add_into(exec__dout(e, l->inputs[i]), dins[i], sizes[i]);
         has_din = false;
         break;
     }
@@ -1151,7 +1145,7 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
         /* d(a + b) = dout for both. */
         for (int i = 0; i < 2; i++)
             if (exec__dout(e, l->inputs[i]))
-                exec__accumulate(exec__dout(e, l->inputs[i]), dout, count);
+                op_add_into(exec__dout(e, l->inputs[i]), dout, count);
         has_din = false;
         break;
     case LAYER_BATCH_NORM: {
@@ -1203,7 +1197,7 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
         break;
     }
     if (has_din && din && src >= 0)
-        exec__accumulate(exec__dout(e, src), din, in_count);
+        op_add_into(exec__dout(e, src), din, in_count);
     if (sl && src >= 0) { /* the gradients of the neighbours' rows go to them */
         if (gather && sl->in_place) { /* begun in the switch */
             exec__gather_back_end(e, li, exec__dout(e, src));
@@ -1284,7 +1278,7 @@ void exec_backward_part(exec *e, int li, uint64_t r0, uint64_t r1, bool first, b
         }
     }
     if (din && !fresh)
-        exec__accumulate(exec__dout(e, src), din, (size_t)n * model_shape_elems(&l->in));
+        op_add_into(exec__dout(e, src), din, (size_t)n * model_shape_elems(&l->in));
     for (int k = 0; k < l->ninputs; k++) /* written: later writers add */
         if (l->inputs[k] >= 0 && e->res[l->inputs[k]] >= 0)
             e->direct[e->res[l->inputs[k]]] = false;

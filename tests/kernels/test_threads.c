@@ -56,6 +56,13 @@ START_TEST(test_activations_split_same)
     op_relu_backward(a, dy, x, NX);
     for (size_t i = 0; i < NX; i++)
         ck_assert_float_eq(a[i], x[i] > 0 ? dy[i] : 0.0f);
+    /* additions (skip connections, gradients added into their buffers) */
+    SAME_ON_1_AND_2(NX, a, b, op_add_forward(out, x, dy, NX));
+    for (size_t i = 0; i < NX; i++)
+        ck_assert_float_eq(a[i], x[i] + dy[i]);
+    SAME_ON_1_AND_2(NX, a, b, (memcpy(out, dy, sizeof(float) * NX), op_add_into(out, x, NX)));
+    for (size_t i = 0; i < NX; i++)
+        ck_assert_float_eq(b[i], dy[i] + x[i]);
     free(x), free(dy), free(a), free(b);
 }
 END_TEST

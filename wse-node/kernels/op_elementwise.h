@@ -7,6 +7,9 @@
 /* a, b and out are (count); out may alias a or b. */
 void op_add_forward(float *out, const float *a, const float *b, size_t count);
 
+/* acc += a over count elements (gradients added into their buffer). */
+void op_add_into(float *acc, const float *a, size_t count);
+
 /* dout is (count). Writes da and db (each may be NULL, may alias dout):
  * both receive dout unchanged. */
 void op_add_backward(float *da, float *db, const float *dout, size_t count);

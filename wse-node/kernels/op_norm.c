@@ -33,10 +33,19 @@ typedef struct norm_job {
     bool relu;                  /* forward: a ReLU applied to the output */
 } norm_job;
 
+/* The batch norm's passes (and the affine pass that makes a norm's output
+ * again) for the processor at hand: their double sums are compute-bound
+ * on SSE2 (a 4 x 8 x 512 x 512 backward pass took 9.7 ms, 5.8 on
+ * AVX-512). The helpers they call are inlined into each. Every operation
+ * is the same IEEE operation in every clone and no product is fused into
+ * a sum (-ffp-contract=off, meson.build), so the bits are too. */
+#define NORM_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+#define NORM_INLINE static inline __attribute__((always_inline))
+
 /* y = x * a + b over m elements, and max(y, 0) with relu (0 for a NaN, as
  * op_relu_forward gives): a ReLU that follows a norm, applied in the same
  * pass. */
-static inline __attribute__((always_inline)) void norm_apply(float *y, const float *x, size_t m, float a, float b, bool relu)
+NORM_INLINE void norm_apply(float *y, const float *x, size_t m, float a, float b, bool relu)
 {
     if (!relu) {
         for (size_t j = 0; j < m; j++)
@@ -49,14 +58,6 @@ static inline __attribute__((always_inline)) void norm_apply(float *y, const flo
     }
 }
 
-/* The batch norm's passes (and the affine pass that makes a norm's output
- * again) for the processor at hand: their double sums are compute-bound
- * on SSE2 (a 4 x 8 x 512 x 512 backward pass took 9.7 ms, 5.8 on
- * AVX-512). The helpers they call are inlined into each. Every operation
- * is the same IEEE operation in every clone and no product is fused into
- * a sum (-ffp-contract=off, meson.build), so the bits are too. */
-#define NORM_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
-
 /* ---- batch norm ---- */
 
 /* Sums in double, in LANES interleaved partial sums added up at the end:
@@ -66,15 +67,15 @@ static inline __attribute__((always_inline)) void norm_apply(float *y, const flo
 #define LANES 8
 typedef double lanes __attribute__((vector_size(LANES * sizeof(double))));
 
-/* LANES floats at x, widened (a macro: a vector returned by value would
- * change the ABI with the vector width) */
 /* LANES floats, and their comparison masks */
 typedef float flanes __attribute__((vector_size(LANES * sizeof(float))));
 typedef int32_t ilanes __attribute__((vector_size(LANES * sizeof(int32_t))));
 
+/* LANES floats at x, widened (a macro: a vector returned by value would
+ * change the ABI with the vector width) */
 #define lanes_load(x) ((lanes){(x)[0], (x)[1], (x)[2], (x)[3], (x)[4], (x)[5], (x)[6], (x)[7]})
 
-static inline __attribute__((always_inline)) double lanes_total(const lanes *acc)
+NORM_INLINE double lanes_total(const lanes *acc)
 {
     double a = ((*acc)[0] + (*acc)[4]) + ((*acc)[2] + (*acc)[6]);
     double b = ((*acc)[1] + (*acc)[5]) + ((*acc)[3] + (*acc)[7]);
@@ -83,7 +84,7 @@ static inline __attribute__((always_inline)) double lanes_total(const lanes *acc
 
 /* The sum of channel ch over the batch, and the sum of its squared
  * deviations from mean. */
-static inline __attribute__((always_inline)) double bn_sum(const float *in, int ch, int n, int c, int hw)
+NORM_INLINE double bn_sum(const float *in, int ch, int n, int c, int hw)
 {
     lanes acc = {0};
     for (int i = 0; i < n; i++) {
@@ -97,7 +98,7 @@ static inline __attribute__((always_inline)) double bn_sum(const float *in, int 
     return lanes_total(&acc);
 }
 
-static inline __attribute__((always_inline)) double bn_sq(const float *in, int ch, int n, int c, int hw, double mean)
+NORM_INLINE double bn_sq(const float *in, int ch, int n, int c, int hw, double mean)
 {
     lanes acc = {0};
     for (int i = 0; i < n; i++) {
@@ -115,10 +116,10 @@ static inline __attribute__((always_inline)) double bn_sq(const float *in, int c
 
 /* Channel ch normalised with the mean and squared deviations of m
  * elements; the saved and running statistics updated. */
-static inline __attribute__((always_inline)) void bn_apply(float *out, float *save_mean, float *save_invstd, float *running_mean,
-                     float *running_var, const float *in, const float *gamma, const float *beta,
-                     int ch, int n, int c, int hw, float momentum, float eps, double mean,
-                     double sq, double m, bool relu)
+NORM_INLINE void bn_apply(float *out, float *save_mean, float *save_invstd, float *running_mean,
+                          float *running_var, const float *in, const float *gamma,
+                          const float *beta, int ch, int n, int c, int hw, float momentum,
+                          float eps, double mean, double sq, double m, bool relu)
 {
     double var = m ? sq / m : 0.0;
     double invstd = 1.0 / sqrt(var + eps);
@@ -227,14 +228,14 @@ typedef struct bn_mask {
     float a, b;
 } bn_mask;
 
-static inline __attribute__((always_inline)) bn_mask bn_mask_of(const norm_job *j, int ch)
+NORM_INLINE bn_mask bn_mask_of(const norm_job *j, int ch)
 {
     bn_mask k = {j->ra != NULL, j->ra ? j->ra[ch] : 0.0f, j->rb ? j->rb[ch] : 0.0f};
     return k;
 }
 
 /* dy where the norm's output x * a + b was positive, else 0 */
-static inline __attribute__((always_inline)) float bn_masked(float dy, float x, float a, float b)
+NORM_INLINE float bn_masked(float dy, float x, float a, float b)
 {
     float y = x * a + b;
     return y > 0.0f ? dy : 0.0f;
@@ -243,8 +244,8 @@ static inline __attribute__((always_inline)) float bn_masked(float dy, float x, 
 /* sum(dy) and sum(dy * xhat) of channel ch (dy masked by k). Without a
  * mask the sums read dy itself: each form is a loop of its own, so that
  * both vectorize. */
-static inline __attribute__((always_inline)) void bn_dsums(const float *dout, const float *in, int ch, int n, int c, int hw,
-                     double mean, double invstd, const bn_mask *k, double *sdy, double *sdyx)
+NORM_INLINE void bn_dsums(const float *dout, const float *in, int ch, int n, int c, int hw,
+                          double mean, double invstd, const bn_mask *k, double *sdy, double *sdyx)
 {
     lanes a = {0}, b = {0};
     const float ka = k->a, kb = k->b;
@@ -281,9 +282,9 @@ static inline __attribute__((always_inline)) void bn_dsums(const float *dout, co
 }
 
 /* dx = gamma * invstd * (dy - sdy/m - xhat * sdyx/m) of channel ch. */
-static inline __attribute__((always_inline)) void bn_dx(float *din, const float *dout, const float *in, const float *gamma, int ch,
-                  int n, int c, int hw, double mean, double invstd, const bn_mask *k, double sdy,
-                  double sdyx, double m)
+NORM_INLINE void bn_dx(float *din, const float *dout, const float *in, const float *gamma, int ch,
+                       int n, int c, int hw, double mean, double invstd, const bn_mask *k,
+                       double sdy, double sdyx, double m)
 {
     float g = (float)(invstd * (gamma ? gamma[ch] : 1.0f));
     float mdy = (float)(sdy / m), mdyx = (float)(sdyx / m);

@@ -393,10 +393,45 @@ START_TEST(lean_trains_as_the_reference_unet)
 END_TEST
 
 
+/* Trains ma in a and mb in b (the same layers, planned or fused apart)
+ * side by side for 5 steps: the losses, every weight and running
+ * statistic, and then an evaluation's outputs must be the same bits. The
+ * nets stay for the caller to look at and free. */
+static void train_bitwise(const char *what, const model *ma, const model *mb, int n, int classes,
+                          net *a, net *b)
+{
+    net_init(a, ma, n, false);
+    net_init(b, mb, n, false);
+    uint64_t in = model_shape_elems(&ma->input);
+    float *x = malloc((size_t)n * in * sizeof(float));
+    int32_t *y = malloc((size_t)n * a->e.label_elems * sizeof(int32_t));
+    for (int64_t step = 0; step < 5; step++) {
+        for (uint64_t k = 0; k < (uint64_t)n * in; k++)
+            x[k] = (float)rng_uniform(3, (uint64_t)step, k);
+        for (uint64_t k = 0; k < (uint64_t)n * a->e.label_elems; k++)
+            y[k] = (int32_t)(rng_hash(4, (uint64_t)step, k) % (uint64_t)classes);
+        double la = net_step(a, ma, x, y, step, n), lb = net_step(b, mb, x, y, step, n);
+        ck_assert_msg(isfinite(la) && la == lb, "%s step %lld: loss %.9g against %.9g", what,
+                      (long long)step, la, lb);
+    }
+    for (int i = 0; i < ma->ntensors; i++)
+        ck_assert_msg(memcmp(a->w[i], b->w[i], ma->tensors[i].elems * sizeof(float)) == 0,
+                      "%s: %s differs after 5 steps", what, ma->tensors[i].name);
+    for (int i = 0; i < ma->nlayers; i++) {
+        exec_forward(&a->e, i, x, 5, false);
+        exec_forward(&b->e, i, x, 5, false);
+    }
+    int last = ma->nlayers - 1;
+    ck_assert_msg(memcmp(exec_output(&a->e, last, x), exec_output(&b->e, last, x),
+                         (size_t)n * model_shape_elems(&ma->layers[last].out) * sizeof(float)) == 0,
+                  "%s: the evaluation's outputs differ", what);
+    free(x);
+    free(y);
+}
+
 /* The relus fused into their batch norms (model_fuse, what model_compile
- * does) train as the two layers apart, bit for bit: the losses and every
- * weight and running statistic after 5 steps; the fused plan keeps fewer
- * buffers. */
+ * does) train as the two layers apart, bit for bit; the fused plan keeps
+ * fewer buffers. */
 static void fused_alike(const char *file, const char *from, const char *to, int n, int classes)
 {
     model *m = load(file, from, to), *apart = load(file, from, to);
@@ -406,34 +441,8 @@ static void fused_alike(const char *file, const char *from, const char *to, int 
         fused += m->layers[i].type == LAYER_RELU && m->layers[i].fused;
     ck_assert_msg(fused > 0, "%s: no relu fused", file);
     net a, b;
-    net_init(&a, m, n, false);
-    net_init(&b, apart, n, false);
+    train_bitwise(file, m, apart, n, classes, &a, &b);
     ck_assert_uint_lt(a.e.arena_bytes, b.e.arena_bytes);
-    uint64_t in = model_shape_elems(&m->input);
-    float *x = malloc((size_t)n * in * sizeof(float));
-    int32_t *y = malloc((size_t)n * a.e.label_elems * sizeof(int32_t));
-    for (int64_t step = 0; step < 5; step++) {
-        for (uint64_t k = 0; k < (uint64_t)n * in; k++)
-            x[k] = (float)rng_uniform(3, (uint64_t)step, k);
-        for (uint64_t k = 0; k < (uint64_t)n * a.e.label_elems; k++)
-            y[k] = (int32_t)(rng_hash(4, (uint64_t)step, k) % (uint64_t)classes);
-        double la = net_step(&a, m, x, y, step, n), lb = net_step(&b, apart, x, y, step, n);
-        ck_assert_msg(isfinite(la) && la == lb, "%s step %lld: loss %.9g fused, %.9g apart", file,
-                      (long long)step, la, lb);
-    }
-    for (int i = 0; i < m->ntensors; i++)
-        ck_assert_msg(memcmp(a.w[i], b.w[i], m->tensors[i].elems * sizeof(float)) == 0,
-                      "%s: %s differs after 5 steps", file, m->tensors[i].name);
-    /* evaluation: the outputs the same */
-    for (int i = 0; i < m->nlayers; i++) {
-        exec_forward(&a.e, i, x, 5, false);
-        exec_forward(&b.e, i, x, 5, false);
-    }
-    int last = m->nlayers - 1;
-    ck_assert(memcmp(exec_output(&a.e, last, x), exec_output(&b.e, last, x),
-                     (size_t)n * model_shape_elems(&m->layers[last].out) * sizeof(float)) == 0);
-    free(x);
-    free(y);
     net_free(&a, m);
     net_free(&b, apart);
     model_free(m);
@@ -447,30 +456,11 @@ START_TEST(kept_outputs_train_as_lean)
     model *m = load("unet.toml", "[3, 512, 512]", "[3, 64, 64]");
     model *k = load("unet.toml", "[3, 512, 512]", "[3, 64, 64]");
     k->keep_outputs = true;
-    enum { N = 2 };
     net a, b;
-    net_init(&a, m, N, false);
-    net_init(&b, k, N, false);
+    train_bitwise("unet.toml, every output kept", m, k, 2, 2, &a, &b);
     ck_assert_uint_gt(b.e.arena_bytes, a.e.arena_bytes);
-    uint64_t in = model_shape_elems(&m->input);
-    float *x = malloc((size_t)N * in * sizeof(float));
-    int32_t *y = malloc((size_t)N * a.e.label_elems * sizeof(int32_t));
-    for (int64_t step = 0; step < 4; step++) {
-        for (uint64_t q = 0; q < (uint64_t)N * in; q++)
-            x[q] = (float)rng_uniform(5, (uint64_t)step, q);
-        for (uint64_t q = 0; q < (uint64_t)N * a.e.label_elems; q++)
-            y[q] = (int32_t)(rng_hash(6, (uint64_t)step, q) % 2);
-        double la = net_step(&a, m, x, y, step, N), lb = net_step(&b, k, x, y, step, N);
-        ck_assert_msg(isfinite(la) && la == lb, "step %lld: loss %.9g lean, %.9g kept",
-                      (long long)step, la, lb);
-    }
-    for (int i = 0; i < m->ntensors; i++)
-        ck_assert_msg(memcmp(a.w[i], b.w[i], m->tensors[i].elems * sizeof(float)) == 0,
-                      "%s differs after 4 steps", m->tensors[i].name);
     ck_assert_uint_gt(a.e.recomputed, 0);
     ck_assert_uint_eq(b.e.recomputed, 0);
-    free(x);
-    free(y);
     net_free(&a, m);
     net_free(&b, k);
     model_free(m);

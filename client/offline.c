@@ -8,6 +8,7 @@
 
 #include "fit.h"
 #include "jobspec.h"
+#include "render.h"
 #include "toml.h"
 #include "units.h"
 
@@ -112,13 +113,11 @@ int offline_plan(const char *file, const char *text, uint64_t wafer, int threads
     if (choice.micro)
         fits[0].need = choice.need_pipe + spatial_extra_bytes(&ps.sp, (int)choice.micro);
     /* the outputs kept, none made again, where the wafer holds them (as the plan decides) */
-    fit_keep_outputs(spec, (uint64_t)share, (unsigned)threads, wafer,
-                     spatial_extra_bytes(&ps.sp, (int)(choice.micro ? choice.micro : (uint64_t)share)),
-                     &choice);
+    uint64_t halo = spatial_extra_bytes(&ps.sp, (int)(choice.micro ? choice.micro : (uint64_t)share));
+    fit_keep_outputs(spec, (uint64_t)share, (unsigned)threads, wafer, halo, &choice);
     if (choice.keep_outputs) {
         int k = choice.mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED ? 0 : 1;
-        fits[k].need = (k ? choice.need_ws : choice.need_pipe) +
-                       spatial_extra_bytes(&ps.sp, (int)(choice.micro ? choice.micro : (uint64_t)share));
+        fits[k].need = (k ? choice.need_ws : choice.need_pipe) + halo;
     }
     uint64_t part = 0; /* Weight Streaming in parts, as a default coordinator's plan would */
     fits[1].need = fit_ws_parts(m, fits[1].need, wafer, FIT_DEFAULT_CHUNK_ELEMS, &part);
@@ -216,11 +215,7 @@ int offline_plan(const char *file, const char *text, uint64_t wafer, int threads
                units_format_size(shard_all, s2, sizeof(s2)),
                units_format_size(shard_most, s3, sizeof(s3)), nshards);
         if (pick->need <= wafer)
-            printf("%s\n", choice.keep_outputs
-                                ? "every layer's output is kept for the backward pass, none "
-                                  "computed again (the wafer holds them)"
-                                : "the outputs of norms, activations, pooling and concatenations "
-                                  "are computed again in the backward pass");
+            printf("%s\n", render_keep_outputs(choice.keep_outputs));
         model planned = *m; /* the plan's: its outputs kept or not */
         planned.keep_outputs = choice.keep_outputs;
         offline__table(&planned, share, choice.micro ? (int)choice.micro : share, threads);

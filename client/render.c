@@ -160,6 +160,14 @@ void render_final(const Appliance__JobStatus *st, bool json)
                 (unsigned long long)st->step, st->message);
 }
 
+const char *render_keep_outputs(bool keep)
+{
+    return keep ? "every layer's output is kept for the backward pass, none computed again (the "
+                  "wafer holds them)"
+                : "the outputs of norms, activations, pooling and concatenations are computed "
+                  "again in the backward pass (memory for larger images)";
+}
+
 void render_plan(const Appliance__Plan *p)
 {
     static const char *const modes[] = {"auto", "pipelined", "weight_streaming"};
@@ -169,12 +177,7 @@ void render_plan(const Appliance__Plan *p)
     if (p->micro_batch)
         printf("micro-batches of %u samples: each replica computes its share %u at a time and "
                "adds up their gradients\n", p->micro_batch, p->micro_batch);
-    if (p->keep_outputs)
-        printf("every layer's output is kept for the backward pass, none computed again (the "
-               "wafer holds them)\n");
-    else
-        printf("the outputs of norms, activations, pooling and concatenations are computed again "
-               "in the backward pass (memory for larger images)\n");
+    printf("%s\n", render_keep_outputs(p->keep_outputs));
     if (p->spatial_partitions > 1)
         printf("spatial partitions: each sample in %u stripes, one per wse-node: %zu replica(s) "
                "of %u stripes (replica i below computes stripe i %% %u)%s\n",

@@ -12,6 +12,8 @@ void render_json_string(FILE *f, const char *s);
 const char *render_job_state(Appliance__JobState s);
 void render_cluster(const Appliance__ClusterInfo *info, bool json);
 void render_plan(const Appliance__Plan *p);
+/* The line that says whether a plan keeps every output (Plan.keep_outputs). */
+const char *render_keep_outputs(bool keep);
 /* The end of a job: a summary (stdout for done, stderr otherwise), or JSON. */
 void render_final(const Appliance__JobStatus *st, bool json);
 /* One job's status as a JSON object (no newline). */

@@ -30,8 +30,9 @@
  * Every buffer then gets an offset in one arena, greedily (largest first,
  * at the lowest offset free for its whole life), so the arena is what the
  * executor allocates and what the plan reports: the executor replays the
- * plan's events and cannot need more. Flatten layers are views: their
- * output and gradient are their input's. Pure function of (model, n).
+ * plan's events and cannot need more. Flatten layers, and relus fused into
+ * their batch norms (model_fuse), are views: their output and gradient are
+ * their input's. Pure function of (model, n).
  *
  * With the model's keep_outputs (chosen by the plan where the wafer holds
  * it) every output is kept like a costly one, until its last reader in the

@@ -639,11 +639,14 @@ void wn__advance(wn_job *j)
         return;
     }
     j->chain = wn__chain(j);
+    /* the wait ends now, before the task can start: once it is queued the
+     * compute thread may take the cores and this thread come back only
+     * after the task, whose time would count twice */
+    wn__wait(j, j->wait);
+    j->mark = 0; /* computing */
     if (compute_submit(&wn_of(j->n)->comp, wn__work, wn__work_done, j) < 0) {
         wn__abort(j->n, j, "out of memory queueing a compute task");
         return;
     }
     j->busy = true;
-    wn__wait(j, j->wait);
-    j->mark = 0; /* computing */
 }

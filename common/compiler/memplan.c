@@ -44,11 +44,10 @@ uint64_t memplan_aux_bytes(const model_layer *l, int n)
 uint64_t memplan_scratch_bytes(const model *m, int layer, int n)
 {
     const model_layer *l = &m->layers[layer];
-    if (model_layer_is_view(l)) /* its gradient is its input's */
+    if (model_layer_is_view(l)) /* flatten, a fused relu: its gradient is its input's */
         return 0;
     switch (l->type) {
     case LAYER_ADD:
-    case LAYER_FLATTEN:
     case LAYER_TYPE_COUNT:
         return 0;
     case LAYER_DENSE:

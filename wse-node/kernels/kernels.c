@@ -12,9 +12,6 @@
 #include <cblas.h>
 #include <pthread.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <unistd.h>
 
 #include "fpmode.h"
 #include "kernels_internal.h"
@@ -54,6 +51,7 @@ static struct {
  * runs on that thread alone */
 static _Thread_local int in_region;
 
+#ifndef KERN__OMP_TEAM /* OpenMP runs the regions */
 static void *worker_main(void *arg)
 {
     int tid = (int)(intptr_t)arg;
@@ -82,6 +80,7 @@ static void *worker_main(void *arg)
     pthread_mutex_unlock(&pool.mu);
     return NULL;
 }
+#endif
 
 static void stop_workers(void)
 {
@@ -105,12 +104,11 @@ void kernels_set_threads(int n)
     fpmode_flush_subnormals();
     stop_workers();
 #ifdef KERN__OMP_TEAM
-    /* OpenMP's threads: each region sets their floating-point mode */
+    /* OpenMP's threads, as many as each region asks for (oneDNN's:
+     * conv_path.c's set_dnnl_threads); each region sets their
+     * floating-point mode */
     pool.threads = n;
-    omp_set_num_threads(n);
-    openblas_set_num_threads(1);
-    return;
-#endif
+#else
     pthread_mutex_lock(&pool.mu);
     pool.born = pool.generation;
     pthread_mutex_unlock(&pool.mu);
@@ -123,6 +121,7 @@ void kernels_set_threads(int n)
         pool.nworkers++;
     }
     pool.threads = pool.nworkers + 1;
+#endif
     /* OpenBLAS stays on one thread: its own workers spin between calls and
      * were started before the process could set their floating-point
      * mode; kern_sgemm splits the large GEMMs over this pool instead */

@@ -228,9 +228,9 @@ typedef struct bn_mask {
     float a, b;
 } bn_mask;
 
-NORM_INLINE bn_mask bn_mask_of(const norm_job *j, int ch)
+NORM_INLINE bn_mask bn_mask_of(const float *ra, const float *rb, int ch)
 {
-    bn_mask k = {j->ra != NULL, j->ra ? j->ra[ch] : 0.0f, j->rb ? j->rb[ch] : 0.0f};
+    bn_mask k = {ra != NULL, ra ? ra[ch] : 0.0f, rb ? rb[ch] : 0.0f};
     return k;
 }
 
@@ -313,7 +313,7 @@ NORM_CLONES static void bn_bwd(void *ctx, size_t lo, size_t hi)
     double m = (double)((size_t)j->n * j->hw);
     for (int ch = (int)lo; ch < (int)hi; ch++) {
         double sdy, sdyx;
-        bn_mask k = bn_mask_of(j, ch);
+        bn_mask k = bn_mask_of(j->ra, j->rb, ch);
         bn_dsums(j->dout, j->in, ch, j->n, j->c, j->hw, j->c_mean[ch], j->c_invstd[ch], &k, &sdy,
                  &sdyx);
         if (j->dgamma)
@@ -350,9 +350,8 @@ int op_batchnorm_backward_parts(float *din, float *dgamma, float *dbeta, const f
     /* red: c sums of dy, c of dy * xhat, the element count. dgamma and
      * dbeta are this stripe's share: the weight gradients add up over the
      * stripes as they travel up. */
-    norm_job mj = {.ra = relu_a, .rb = relu_b};
     for (int ch = 0; ch < c; ch++) {
-        bn_mask k = bn_mask_of(&mj, ch);
+        bn_mask k = bn_mask_of(relu_a, relu_b, ch);
         bn_dsums(dout, in, ch, n, c, hw, save_mean[ch], save_invstd[ch], &k, &red[ch],
                  &red[c + ch]);
         if (dgamma)
@@ -368,7 +367,7 @@ int op_batchnorm_backward_parts(float *din, float *dgamma, float *dbeta, const f
         return rc;
     double m = red[2 * c];
     for (int ch = 0; m != 0 && ch < c; ch++) {
-        bn_mask k = bn_mask_of(&mj, ch);
+        bn_mask k = bn_mask_of(relu_a, relu_b, ch);
         bn_dx(din, dout, in, gamma, ch, n, c, hw, save_mean[ch], save_invstd[ch], &k, red[ch],
               red[c + ch], m);
     }

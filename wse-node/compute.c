@@ -45,18 +45,36 @@ static void *compute__main(void *arg)
     return NULL;
 }
 
-/* Calls the owed done callbacks in order; one may submit the next task. */
+void compute_progress(compute *c, compute_fn progress, void *arg)
+{
+    pthread_mutex_lock(&c->mu);
+    c->progress = progress;
+    c->progress_arg = arg;
+    pthread_mutex_unlock(&c->mu);
+    uv_async_send(&c->async);
+}
+
+/* Calls the owed callbacks in order: a running task's progress before
+ * anything it did after, the done callbacks of the tasks that ran; one
+ * may submit the next task. */
 static void compute__wake(uv_async_t *a)
 {
     compute *c = a->data;
     for (;;) {
         pthread_mutex_lock(&c->mu);
-        compute_task *t = c->done;
-        if (t) {
+        compute_fn progress = c->progress;
+        void *progress_arg = c->progress_arg;
+        compute_task *t = NULL;
+        c->progress = NULL;
+        if (!progress && (t = c->done)) {
             c->done = t->next;
             c->n_tasks--;
         }
         pthread_mutex_unlock(&c->mu);
+        if (progress) {
+            progress(progress_arg);
+            continue;
+        }
         if (!t)
             return;
         if (t->done)
@@ -70,6 +88,7 @@ int compute_start(compute *c, uv_loop_t *loop, int threads)
     c->threads = threads > 0 ? threads : 1;
     c->queue = c->running = c->done = NULL;
     c->n_tasks = 0;
+    c->progress = NULL;
     c->stop = false;
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);

@@ -26,6 +26,8 @@ typedef struct compute {
     compute_task *running; /* on the compute thread now */
     compute_task *done;    /* ran; their done callbacks are owed, oldest first */
     unsigned n_tasks;      /* queued, running or owed */
+    compute_fn progress;   /* owed: the progress callback of a task (compute_progress) */
+    void *progress_arg;
     bool stop;             /* the thread should exit */
     bool started;
 } compute;
@@ -35,6 +37,12 @@ int compute_start(compute *c, uv_loop_t *loop, int threads);
 /* Queues fn(arg) for the compute thread; done(arg) then runs on the loop.
  * Returns 0, or -ENOMEM. */
 int compute_submit(compute *c, compute_fn fn, compute_fn done, void *arg);
+/* From a task, on the compute thread: asks the loop to call progress(arg)
+ * while the task runs on (calls asked for before the loop came coalesce
+ * into one; it runs before the task's done). The task says what it got to
+ * in its own state, written before this call: the call takes the mutex
+ * the loop takes before progress runs. */
+void compute_progress(compute *c, compute_fn progress, void *arg);
 /* Whether any task is queued, running or owes its done callback. */
 bool compute_busy(const compute *c);
 /* Joins the thread after the task it runs, then calls the done callback of

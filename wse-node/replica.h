@@ -228,6 +228,9 @@ typedef struct wn_job {
     double *chain_sec;       /* per layer of the running task's chain, its seconds */
     int chain;               /* layers the running task computes: from layer on, up in
                                 the forward pass, down in the backward (wn__chain) */
+    int grads_ready;         /* a backward chain: the last layer of it whose gradients are
+                                complete (written on the compute thread, atomically) */
+    int grads_queued;        /* on the loop: the last layer of it whose gradients are queued */
     double task_sec;         /* the last task's duration (set on the compute thread) */
     double task_end;         /* when it ended (wn__now) */
     double mark;             /* start of the idle time not yet accounted, 0: computing */

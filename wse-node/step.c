@@ -147,13 +147,14 @@ static void wn__forward(wn_job *j, int layer, bool training)
     }
 }
 
-/* The range of tensor k of the current layer (part) whose gradient goes up
- * after this task: its first element and count; false when none does (a
- * part before the last, for the tensors after the weight). */
-static bool wn__grad_range(wn_job *j, int k, uint64_t *from, uint64_t *count)
+/* The range of tensor k of layer `layer` (the current one, or one of its
+ * backward chain) whose gradient goes up: its first element and count;
+ * false when none does (a part before the last, for the tensors after the
+ * weight). */
+static bool wn__grad_range(wn_job *j, int layer, int k, uint64_t *from, uint64_t *count)
 {
-    const model_layer *l = &j->m->layers[j->layer];
-    uint32_t parts = wn__parts(j);
+    const model_layer *l = &j->m->layers[layer];
+    uint32_t parts = wn__parts(j); /* 1 unless in parts, where there is no chain */
     const wn_tensor *t = &j->t[l->first_tensor + k];
     if (parts > 1 && k > 0 && j->part + 1 < parts)
         return false;
@@ -161,7 +162,7 @@ static bool wn__grad_range(wn_job *j, int k, uint64_t *from, uint64_t *count)
     *count = t->n;
     if (parts > 1 && k == 0) {
         uint64_t r0, r1;
-        wslots_part_rows(&j->ws, j->layer, j->part, &r0, &r1);
+        wslots_part_rows(&j->ws, layer, j->part, &r0, &r1);
         *from = r0 * (uint64_t)l->in.d[0];
         *count = (r1 - r0) * (uint64_t)l->in.d[0];
     }
@@ -177,7 +178,7 @@ static void wn__round_grads(wn_job *j)
     for (int k = 0; k < l->ntensors; k++) {
         uint64_t from, count;
         float *g = j->gp[l->first_tensor + k];
-        if (g && wn__grad_range(j, k, &from, &count))
+        if (g && wn__grad_range(j, j->layer, k, &from, &count))
             bf16_pack_in_place(g, count);
     }
 }
@@ -191,6 +192,8 @@ static void wn__task_time(wn_job *j, double t0)
     j->task_sec = j->task_end - t0 - j->stripes_wait;
     j->compute_sec += j->task_sec;
 }
+
+static void wn__grads_progress(void *arg);
 
 /* Runs the current stage on the compute thread. */
 static void wn__work(void *arg)
@@ -247,10 +250,16 @@ static void wn__work(void *arg)
             exec_backward_part(&j->ex, j->layer, r0, r1, j->part == 0, j->part + 1 == parts, j->x,
                                (int64_t)j->step);
         } else {
+            bool last_micro = j->micro + 1 >= j->nmicro;
             for (int c = 0; c < j->chain; c++) {
                 double t = wn__now();
                 exec_backward(&j->ex, j->layer - c, j->x, (int64_t)j->step);
                 j->chain_sec[c] = wn__now() - t;
+                /* a layer's gradients go up while the chain runs on */
+                if (last_micro && c + 1 < j->chain && j->m->layers[j->layer - c].ntensors) {
+                    __atomic_store_n(&j->grads_ready, j->layer - c, __ATOMIC_RELEASE);
+                    compute_progress(&wn_of(j->n)->comp, wn__grads_progress, j);
+                }
             }
         }
         if (j->plan->wire_bf16)
@@ -317,13 +326,14 @@ int wn__grad_pump(wn_job *j)
 /* Queues the gradients of a layer's trainable tensors to be sent up, in
  * chunks (wn__grad_pump sends them). In parts: the part's rows of the
  * weight, and the rest with the last part. */
-static void wn__queue_grads(wn_job *j, const model_layer *l)
+static void wn__queue_grads(wn_job *j, int layer)
 {
+    const model_layer *l = &j->m->layers[layer];
     for (int k = 0; k < l->ntensors; k++) {
         const model_tensor *mt = &j->m->tensors[l->first_tensor + k];
         wn_tensor *t = &j->t[mt->id];
         uint64_t from, count;
-        if (!wn__grad_range(j, k, &from, &count))
+        if (!wn__grad_range(j, layer, k, &from, &count))
             continue;
         t->send_from = from;
         t->send_end = from + count;
@@ -333,6 +343,29 @@ static void wn__queue_grads(wn_job *j, const model_layer *l)
         t->sends++; /* queued: its gradient must not change */
         j->gq[j->gq_len++] = mt->id;
     }
+}
+
+/* Queues the gradients of a backward chain's layers, from the one after
+ * the last queued down to `to`. */
+static void wn__queue_down_to(wn_job *j, int to)
+{
+    while (j->grads_queued > to)
+        wn__queue_grads(j, --j->grads_queued);
+}
+
+/* On the loop, while a backward chain runs on: the gradients of its layers
+ * down to the one the compute thread finished last start up. */
+static void wn__grads_progress(void *arg)
+{
+    wn_job *j = arg;
+    if (j->state == WN_RELEASED)
+        return;
+    int to = __atomic_load_n(&j->grads_ready, __ATOMIC_ACQUIRE);
+    wn__queue_down_to(j, to);
+    int rc = wn__grad_pump(j);
+    if (rc < 0)
+        wn__fault(j->n, j, "cannot send gradients of %s: %s", j->m->layers[to].name,
+                  strerror(-rc));
 }
 
 /* After a task: the next one is on its way to the compute thread (it
@@ -474,7 +507,7 @@ static void wn__work_done(void *arg)
     if (more_parts) { /* the layer's next part; in the backward pass this one's gradients go up */
         const model_layer *sent = j->stage == WN_BACKWARD ? &m->layers[j->layer] : NULL;
         if (sent)
-            wn__queue_grads(j, sent);
+            wn__queue_grads(j, j->layer);
         j->part++;
         wn__advance_and_send(j, sent);
         return;
@@ -496,9 +529,9 @@ static void wn__work_done(void *arg)
         j->layer -= j->chain - 1; /* the chain's last: the others have no gradients */
         /* the gradients go up once the step's last micro-batch added to them */
         bool last_micro = j->micro + 1 >= j->nmicro;
-        if (last_micro) {
+        if (last_micro) { /* what wn__grads_progress has not queued yet */
             sent = &m->layers[j->layer];
-            wn__queue_grads(j, sent);
+            wn__queue_down_to(j, j->layer);
         }
         if (--j->layer < 0) {
             if (!last_micro) { /* the next micro-batch of the share */
@@ -539,11 +572,11 @@ static bool wn__sending(const wn_job *j, int layer)
 
 /* How many layers the next task computes, from the current one: with the
  * weights resident (Pipelined, no stripes), a training forward pass runs
- * every layer whose weights are in, and a backward pass runs on through
- * layers without tensors (activations, additions, pooling), whose
- * gradients nothing waits for, to the next layer that has some. One task
- * instead of one each spares the compute thread a round trip through the
- * loop per layer. */
+ * every layer whose weights are in, and a backward pass every layer whose
+ * gradients of the last step have left; the gradients of each layer of it
+ * start up as soon as it is done (wn__grads_progress). One task instead of
+ * one each spares the compute thread a round trip through the loop per
+ * layer. */
 static int wn__chain(wn_job *j)
 {
     int c = 1, nl = j->m->nlayers;
@@ -553,8 +586,7 @@ static int wn__chain(wn_job *j)
         while (j->layer + c < nl && wresident_ready(&j->res, j->layer + c))
             c++;
     } else if (j->stage == WN_BACKWARD) {
-        while (j->layer - c >= 0 && j->m->layers[j->layer - c + 1].ntensors == 0 &&
-               !wn__sending(j, j->layer - c))
+        while (j->layer - c >= 0 && !wn__sending(j, j->layer - c))
             c++;
     }
     return c;
@@ -639,6 +671,7 @@ void wn__advance(wn_job *j)
         return;
     }
     j->chain = wn__chain(j);
+    j->grads_queued = j->grads_ready = j->layer + 1; /* a backward chain's: none yet */
     /* the wait ends now, before the task can start: once it is queued the
      * compute thread may take the cores and this thread come back only
      * after the task, whose time would count twice */

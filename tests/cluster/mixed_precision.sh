@@ -40,6 +40,9 @@ train() { # train NAME [appliance-up options]: losses by step to $work/NAME.loss
     [ "$says" = "(unset) 100000" ] || fail "$1: the wse-node waits with $says, not a spin of 100000"
     tr '\0' '\n' < "/proc/$(cat "$run/pids/wse-node-1.pid")/environ" | grep -qx "GOMP_SPINCOUNT=100000" ||
       fail "$1: the wse-node says its threads spin 100000, its environment does not"
+    # started again under its own name, as ps and pgrep show it
+    [ "$(cat "/proc/$(cat "$run/pids/wse-node-1.pid")/comm")" = wse-node ] ||
+      fail "$1: the wse-node started again as $(cat "/proc/$(cat "$run/pids/wse-node-1.pid")/comm")"
   elif ldd "$build/wse-node/wse-node" | grep -q libgomp; then
     fail "$1: the wse-node runs oneDNN on OpenMP but names no wait"
   fi

@@ -671,7 +671,7 @@ static void mx__update_next(node *n, mx_job *j)
 static void mx__param(void *ctx, size_t i, optim_param *out)
 {
     mx_tensor *t = &((mx_job *)ctx)->t[i];
-    *out = (optim_param){t->w, t->g, t->n, t->trainable, &t->st};
+    *out = (optim_param){t->w, t->g, t->n, t->trainable, &t->st, NULL};
 }
 
 /* With clipping, every gradient of the step must be in: the global norm

@@ -653,6 +653,8 @@ void exec_zero_grads(exec *e)
 /* Tensor i of layer l: weights, gradients. */
 #define W(l, i) (e->w[(l)->first_tensor + (i)])
 #define G(l, i) (e->g[(l)->first_tensor + (i)])
+/* A dense layer's weights as the caller keeps them rounded, or NULL */
+#define W16(l) (e->w16 ? e->w16[(l)->first_tensor] : NULL)
 
 void exec_forward(exec *e, int li, const float *x, int64_t step, bool training)
 {
@@ -700,7 +702,7 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
     switch (l->type) {
     case LAYER_DENSE:
         if (e->m->mixed_precision) /* bfloat16 GEMMs, in the workspace */
-            op_dense_forward_bf16(out, in, W(l, 0), l->bias ? W(l, 1) : NULL, n,
+            op_dense_forward_bf16(out, in, W(l, 0), W16(l), l->bias ? W(l, 1) : NULL, n,
                                   (int)l->in.d[0], (int)l->units, e->ws, e->ws_bytes);
         else
             op_dense_forward(out, in, W(l, 0), l->bias ? W(l, 1) : NULL, n, (int)l->in.d[0],
@@ -1015,8 +1017,9 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
         if (src < 0)
             din = NULL;
         if (e->m->mixed_precision)
-            op_dense_backward_bf16(din, G(l, 0), l->bias ? G(l, 1) : NULL, dout, in, W(l, 0), n,
-                                   (int)l->in.d[0], (int)l->units, e->ws, e->ws_bytes);
+            op_dense_backward_bf16(din, G(l, 0), l->bias ? G(l, 1) : NULL, dout, in, W(l, 0),
+                                   W16(l), n, (int)l->in.d[0], (int)l->units, e->ws,
+                                   e->ws_bytes);
         else
             op_dense_backward(din, G(l, 0), l->bias ? G(l, 1) : NULL, dout, in, W(l, 0), n,
                               (int)l->in.d[0], (int)l->units);

@@ -57,6 +57,9 @@ typedef struct exec {
     float replica_share;    /* 1 / replicas: running statistics are averaged */
     float **w;              /* per tensor: weights (not owned) */
     float **g;              /* per tensor: gradients, or running statistics (not owned) */
+    uint16_t **w16;         /* NULL, or per tensor: NULL or its weights kept rounded to
+                               bfloat16 by the caller (mixed precision's GEMMs use them;
+                               not owned) */
     memplan plan;           /* the step's buffers (memplan.h); owned */
     uint8_t *arena;         /* where they live */
     uint64_t arena_bytes;

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "jobspec.h"
+#include "kernels.h"
 #include "log.h"
 #include "msg.h"
 #include "model_plan.h"
@@ -65,7 +66,9 @@ static void wn__free_large(void *arg)
             free(j->t[i].g);
             if (j->t[i].rg != j->t[i].g)
                 free(j->t[i].rg);
+            free(j->t[i].w16);
             j->t[i].w = j->t[i].g = j->t[i].rg = NULL;
+            j->t[i].w16 = NULL;
             optim_state_deinit(&j->t[i].st);
         }
     if (j->batches)
@@ -94,6 +97,7 @@ static void wn__free_rest(void *arg)
     free(j->layer_sec[0]);
     free(j->wp);
     free(j->gp);
+    free(j->w16p);
     free(j->batches);
     free(j->feeds);
     wn_stripes_free(j->stripes);
@@ -220,7 +224,8 @@ static int wn__job_buffers(wn_job *j, char *err, size_t errlen)
     j->gq = calloc(p->n_tensors ? p->n_tensors : 1, sizeof(*j->gq));
     j->wp = calloc(p->n_tensors ? p->n_tensors : 1, sizeof(float *));
     j->gp = calloc(p->n_tensors ? p->n_tensors : 1, sizeof(float *));
-    oom |= !j->t || !j->wp || !j->gp;
+    j->w16p = calloc(p->n_tensors ? p->n_tensors : 1, sizeof(uint16_t *));
+    oom |= !j->t || !j->gq || !j->wp || !j->gp || !j->w16p;
     j->pipelined = p->mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED;
     if (j->pipelined && optim_from_plan(p->optimizer, &j->cfg) < 0) {
         snprintf(err, errlen, "bad optimizer in the plan");
@@ -276,14 +281,30 @@ static int wn__job_buffers(wn_job *j, char *err, size_t errlen)
                 wresident_bind_tensor(&j->res, i, t->w, t->n, t->trainable ? &t->st : NULL, states);
         }
     }
+    /* Pipelined in mixed precision: the dense layers' weights are kept
+     * rounded, once per update instead of twice per step in the GEMMs */
+    uint64_t w16_bytes = 0;
+    uint32_t mb = p->micro_batch && p->micro_batch < j->batch ? p->micro_batch : j->batch;
+    for (int li = 0; !oom && j->pipelined && kernels_bf16_compute() && li < m->nlayers; li++) {
+        const model_layer *l = &m->layers[li];
+        if (!footprint_keeps_rounded(m, li, (int)mb))
+            continue;
+        wn_tensor *t = &j->t[l->first_tensor];
+        oom |= !(j->w16p[l->first_tensor] = t->w16 = malloc(t->n * sizeof(uint16_t)));
+        w16_bytes += t->n * sizeof(uint16_t);
+    }
+    if (w16_bytes && !oom)
+        log_info("job %s: the dense layers' weights are kept rounded to bfloat16 (%llu bytes), "
+                 "made again by each update", j->id, (unsigned long long)w16_bytes);
     if (!oom) {
-        j->mb = p->micro_batch && p->micro_batch < j->batch ? p->micro_batch : j->batch;
+        j->mb = mb;
         j->nmicro = j->mb ? (j->batch + j->mb - 1) / j->mb : 1;
         j->m->keep_outputs = p->keep_outputs; /* the memory plan the coordinator planned */
         if (exec_init_micro(&j->ex, m, (int)j->batch, (int)j->mb, (int)wn_of(j->n)->opt.threads,
                             j->wp, j->gp, err, errlen) < 0)
             return -ENOMEM;
         j->ex_ready = true;
+        j->ex.w16 = j->w16p;
         log_info("job %s: %s; the step's buffers take %llu bytes", j->id,
                  p->keep_outputs ? "every layer's output is kept for the backward pass"
                                  : "the cheap layers' outputs are computed again in the "

@@ -26,6 +26,10 @@ typedef struct wn_tensor {
     float *rg;             /* Pipelined: the all-reduced gradient (NULL otherwise) */
     uint64_t rg_have;      /* Pipelined: elements of rg received this step */
     optim_state st;        /* Pipelined: the optimizer state of the resident weights */
+    uint16_t *w16;         /* Pipelined in mixed precision, a dense layer's weights: w rounded
+                              to bfloat16, made before its first forward pass (w16_made, on
+                              the compute thread) and again by every update; or NULL */
+    bool w16_made;
     bool trainable;        /* false for buffers (running statistics) */
     uint64_t n;            /* elements */
     int sends;             /* gradient sends queued or in flight: g must not change */
@@ -204,6 +208,7 @@ typedef struct wn_job {
     uint32_t *gq;            /* tensors whose gradients wait to be sent, a FIFO (wn__grad_pump) */
     size_t gq_head, gq_len;
     float **wp, **gp;        /* per tensor: t[i].w and t[i].g, for the executor */
+    uint16_t **w16p;         /* per tensor: t[i].w16, for the executor */
     exec ex;                 /* activations and the layers' computation */
     bool ex_ready;           /* ex was initialised */
     wn_batch *batches;       /* ring of nfeeds * WN_CREDITS */

@@ -29,7 +29,7 @@ static wn_batch *wn__batch_for(wn_job *j, uint64_t step)
 static void wn__param(void *ctx, size_t i, optim_param *out)
 {
     wn_tensor *t = &((wn_job *)ctx)->t[i];
-    *out = (optim_param){t->w, t->rg, t->n, t->trainable, &t->st};
+    *out = (optim_param){t->w, t->rg, t->n, t->trainable, &t->st, t->w16};
 }
 
 /* Pipelined: applies the all-reduced gradients to the resident weights
@@ -133,9 +133,16 @@ static uint32_t wn__parts(const wn_job *j)
 }
 
 /* The forward pass of layer `layer` (the current one, or further in its
- * chain), or of the current layer's part. */
+ * chain), or of the current layer's part. A weight kept rounded is made
+ * before its first one (updates keep it so after). */
 static void wn__forward(wn_job *j, int layer, bool training)
 {
+    const model_layer *l = &j->m->layers[layer];
+    wn_tensor *t = l->ntensors ? &j->t[l->first_tensor] : NULL;
+    if (t && t->w16 && !t->w16_made) {
+        bf16_pack(t->w16, t->w, t->n);
+        t->w16_made = true;
+    }
     uint32_t parts = wn__parts(j);
     if (parts > 1) {
         uint64_t r0, r1;

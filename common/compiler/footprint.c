@@ -26,6 +26,13 @@ uint32_t footprint_label_elems(const model *m)
     }
 }
 
+bool footprint_keeps_rounded(const model *m, int layer, int n)
+{
+    const model_layer *l = &m->layers[layer];
+    return m->mixed_precision && l->type == LAYER_DENSE && l->ntensors &&
+           convplan_dense_bf16_workspace(n, (int)l->in.d[0], (int)l->units) > 0;
+}
+
 uint64_t footprint_aux_bytes(const model_layer *l, int n)
 {
     return memplan_aux_bytes(l, n);
@@ -295,6 +302,9 @@ int footprint_init_micro(footprint *f, const model *m, int share, int micro, int
     f->batches = 2 * sample_batch_bytes((uint64_t)share, in_elems, f->label_elems,
                                         m->input_unorm8, m->labels_u8);
     f->weights = (m->total_params + m->total_buffers) * sizeof(float);
+    for (int i = 0; i < m->nlayers; i++)
+        if (footprint_keeps_rounded(m, i, n))
+            f->rounded += m->tensors[m->layers[i].first_tensor].elems * sizeof(uint16_t);
     f->wslots = footprint_wslots_bytes(m, 0, 0);
     return 0;
 }
@@ -311,6 +321,6 @@ uint64_t footprint_replica_bytes(const footprint *f, const model *m, Appliance__
 {
     uint64_t base = f->exec + f->batches;
     if (mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED)
-        return base + (3 + (uint64_t)optimizer_states) * f->weights;
+        return base + (3 + (uint64_t)optimizer_states) * f->weights + f->rounded;
     return base + f->wslots + m->total_buffers * sizeof(float) + (1u << 20) + (64u << 10);
 }

@@ -47,6 +47,8 @@ typedef struct footprint {
     uint32_t label_elems;     /* labels per sample */
     uint64_t batches;         /* two batches of the share in flight, as they travel (sample.h) */
     uint64_t weights;         /* every parameter and buffer once, float32 */
+    uint64_t rounded;         /* mixed precision: the dense layers' weights in bfloat16, which a
+                                 Pipelined replica keeps rounded for its GEMMs */
     uint64_t wslots;          /* Weight Streaming: two slots of the largest layer's weights, two of its gradients */
 } footprint;
 
@@ -69,6 +71,10 @@ uint32_t footprint_label_elems(const model *m);
 /* Bytes of saved state (aux, memplan_aux_bytes) and convolution workspace
  * of one layer for n samples on `threads` threads. */
 uint64_t footprint_aux_bytes(const model_layer *l, int n);
+/* Whether a Pipelined replica keeps the layer's weights rounded to
+ * bfloat16 for n samples at once: a dense layer of a mixed-precision
+ * model whose GEMMs run in bfloat16 (a workspace planned for them). */
+bool footprint_keeps_rounded(const model *m, int layer, int n);
 uint64_t footprint_workspace_bytes(const model_layer *l, int n, int threads);
 
 /* The kernels' parameters of a conv2d (conv_transpose2d) layer at n
@@ -129,7 +135,8 @@ size_t footprint_shards_needed(const model *m, unsigned optimizer_states, uint64
 
 /* Bytes a replica needs in `mode`: the executor, two batches in flight,
  * and the weights (Pipelined: resident, with their gradients, the reduced
- * gradients and optimizer_states tensors of state each; Weight Streaming:
+ * gradients and optimizer_states tensors of state each, and in mixed
+ * precision the dense layers' weights rounded; Weight Streaming:
  * the slots, the batch-norm statistics and a chunk held while a slot
  * frees). */
 uint64_t footprint_replica_bytes(const footprint *f, const model *m, Appliance__ExecMode mode,

@@ -5,6 +5,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "bf16.h"
+
 int optim_from_plan(const Appliance__PlanOptimizer *po, optim_config *cfg)
 {
     optim_type type;
@@ -48,11 +50,21 @@ typedef struct optim_split {
     float scale, lr;
 } optim_split;
 
+/* Elements updated before their bfloat16 copy is rounded: 64 KiB of
+ * weights, in cache still. */
+#define OPTIM_W16_BLOCK 16384
+
 static void optim__range(void *ctx, size_t lo, size_t hi)
 {
     const optim_split *s = ctx;
-    optim_state r = optim_state_range(s->p->st, lo, hi - lo);
-    optim_step(s->cfg, &r, s->p->w + lo, s->p->g + lo, s->scale, s->lr);
+    size_t block = s->p->w16 ? OPTIM_W16_BLOCK : hi - lo;
+    for (size_t b = lo; b < hi; b += block) {
+        size_t e = hi - b < block ? hi : b + block;
+        optim_state r = optim_state_range(s->p->st, b, e - b);
+        optim_step(s->cfg, &r, s->p->w + b, s->p->g + b, s->scale, s->lr);
+        if (s->p->w16)
+            bf16_pack(s->p->w16 + b, s->p->w + b, e - b);
+    }
 }
 
 void optim_apply_step(const optim_config *cfg, size_t count, optim_param_fn get, void *ctx,
@@ -79,6 +91,8 @@ void optim_apply_step_split(const optim_config *cfg, size_t count, optim_param_f
         get(ctx, i, &p);
         if (!par || !p.trainable) {
             optim_update(cfg, p.st, p.w, p.g, p.n, p.trainable, scale, step);
+            if (p.w16)
+                bf16_pack(p.w16, p.w, p.n);
             continue;
         }
         /* the ranges update borrowed views: the tensor's step count

@@ -27,6 +27,8 @@ typedef struct optim_param {
     size_t n;            /* elements */
     bool trainable;      /* false: a buffer, assigned g */
     optim_state *st;     /* its optimizer state (trainable tensors) */
+    uint16_t *w16;       /* or NULL: a bfloat16 copy of w, rounded as each range is updated
+                            (a mixed-precision replica's GEMM operand) */
 } optim_param;
 
 /* Fills *out with tensor i (< the count given to optim_apply_step). */
@@ -48,6 +50,8 @@ typedef void (*optim_for_fn)(size_t n, size_t grain, optim_range_fn fn, void *ct
 
 /* optim_apply_step with each tensor's elements updated in ranges through
  * `par`: every element is updated as on one thread (the rules are
- * elementwise), so the weights are bit for bit those of optim_apply_step. */
+ * elementwise), so the weights are bit for bit those of optim_apply_step.
+ * A tensor with a w16 gets it rounded (bf16_pack) a block at a time right
+ * after the block's update, while the weights are still in cache. */
 void optim_apply_step_split(const optim_config *cfg, size_t count, optim_param_fn get, void *ctx,
                             int64_t step, optim_for_fn par);

@@ -131,6 +131,20 @@ START_TEST(workspace_of_bf16_dense)
     ck_assert_uint_gt(want, 0);
     ck_assert_uint_eq(f.workspace, (want + 63) / 64 * 64);
     ck_assert_uint_eq(f32.workspace, 0);
+    /* a Pipelined replica keeps the dense layers' weights rounded: counted
+     * in its bytes, not in Weight Streaming's, not in float32 */
+    uint64_t rounded = 0;
+    for (int i = 0; i < m->nlayers; i++)
+        if (m->layers[i].type == LAYER_DENSE) {
+            ck_assert(footprint_keeps_rounded(m, i, 64) && !footprint_keeps_rounded(m32, i, 64));
+            rounded += m->tensors[m->layers[i].first_tensor].elems * 2;
+        }
+    ck_assert_uint_eq(f.rounded, rounded);
+    ck_assert_uint_eq(f32.rounded, 0);
+    ck_assert_uint_eq(footprint_replica_bytes(&f, m, APPLIANCE__EXEC_MODE__MODE_PIPELINED, 1),
+                      f.exec + f.batches + 4 * f.weights + rounded);
+    ck_assert_uint_eq(footprint_replica_bytes(&f32, m32, APPLIANCE__EXEC_MODE__MODE_PIPELINED, 1),
+                      f32.exec + f32.batches + 4 * f32.weights);
     /* a layer whose bfloat16 operands pass the bound plans none: it
      * computes in float32 */
     ck_assert_uint_eq(convplan_dense_bf16_workspace(32, 16384, 16384), 0);

@@ -154,8 +154,8 @@ START_TEST(test_bf16_paths)
     size_t wsb = convplan_dense_bf16_workspace(N, IN, OUT);
     void *ws = aligned_alloc(64, wsb);
     kernels_set_threads(2);
-    op_dense_forward_bf16(y, x, w, b, N, IN, OUT, ws, wsb);
-    op_dense_backward_bf16(dx, dw, db, dy, x, w, N, IN, OUT, ws, wsb);
+    op_dense_forward_bf16(y, x, w, NULL, b, N, IN, OUT, ws, wsb);
+    op_dense_backward_bf16(dx, dw, db, dy, x, w, NULL, N, IN, OUT, ws, wsb);
     op_dense_forward(y32, x, w, b, N, IN, OUT);
     op_dense_backward(dx32, dw32, db32, dy, x, w, N, IN, OUT);
     ck_assert(memcmp(db, db32, sizeof(float) * OUT) == 0); /* the bias's in float32 */
@@ -196,13 +196,35 @@ START_TEST(test_bf16_paths)
         ck_assert(memcmp(y, y32, sizeof(float) * N * OUT) == 0);
         ck_assert(memcmp(dw, dw32, sizeof(float) * OUT * IN) == 0);
     }
+    /* the weights kept rounded by the caller: the same bits; and the GEMMs
+     * read that copy (another one gives another result) */
+    uint16_t *w16 = malloc(sizeof(uint16_t) * OUT * IN);
+    float *yk = kt_falloc(N * OUT), *dxk = kt_falloc(N * IN), *dwk = kt_falloc(OUT * IN);
+    float *dbk = kt_falloc(OUT);
+    bf16_pack(w16, w, OUT * IN);
+    op_dense_forward_bf16(yk, x, w, w16, b, N, IN, OUT, ws, wsb);
+    op_dense_backward_bf16(dxk, dwk, dbk, dy, x, w, w16, N, IN, OUT, ws, wsb);
+    ck_assert(memcmp(yk, y, sizeof(float) * N * OUT) == 0);
+    ck_assert(memcmp(dxk, dx, sizeof(float) * N * IN) == 0);
+    ck_assert(memcmp(dwk, dw, sizeof(float) * OUT * IN) == 0);
+    ck_assert(memcmp(dbk, db, sizeof(float) * OUT) == 0);
+    if (kernels_bf16_compute()) {
+        for (int i = 0; i < OUT * IN; i++)
+            w16[i] ^= 1; /* the last bit of every mantissa */
+        op_dense_forward_bf16(yk, x, w, w16, b, N, IN, OUT, ws, wsb);
+        op_dense_backward_bf16(dxk, dwk, dbk, dy, x, w, w16, N, IN, OUT, ws, wsb);
+        ck_assert(memcmp(yk, y, sizeof(float) * N * OUT) != 0);
+        ck_assert(memcmp(dxk, dx, sizeof(float) * N * IN) != 0);
+        ck_assert(memcmp(dwk, dw, sizeof(float) * OUT * IN) == 0); /* dY^T X: no weights */
+    }
+    free(w16), free(yk), free(dxk), free(dwk), free(dbk);
     /* a workspace too small, then the path turned off: float32 */
-    op_dense_forward_bf16(y, x, w, b, N, IN, OUT, ws, 1024);
+    op_dense_forward_bf16(y, x, w, NULL, b, N, IN, OUT, ws, 1024);
     ck_assert(memcmp(y, y32, sizeof(float) * N * OUT) == 0);
     kernels_bf16_enable(0);
     ck_assert_int_eq(kernels_bf16_compute(), 0);
-    op_dense_forward_bf16(y, x, w, b, N, IN, OUT, ws, wsb);
-    op_dense_backward_bf16(dx, dw, db, dy, x, w, N, IN, OUT, ws, wsb);
+    op_dense_forward_bf16(y, x, w, NULL, b, N, IN, OUT, ws, wsb);
+    op_dense_backward_bf16(dx, dw, db, dy, x, w, NULL, N, IN, OUT, ws, wsb);
     kernels_bf16_enable(1);
     ck_assert(memcmp(y, y32, sizeof(float) * N * OUT) == 0);
     ck_assert(memcmp(dx, dx32, sizeof(float) * N * IN) == 0);

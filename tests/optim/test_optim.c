@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
 #include "kernels.h"
 #include "kt.h"
 #include "optim.h"
@@ -160,7 +161,7 @@ static void step_param(void *ctx, size_t i, optim_param *out)
 {
     step_fixture *f = ctx;
     static const size_t n[3] = {2, 1, 2};
-    *out = (optim_param){f->w[i], f->g[i], n[i], i < 2, &f->st[i]};
+    *out = (optim_param){f->w[i], f->g[i], n[i], i < 2, &f->st[i], NULL};
 }
 
 /* optim_apply_step: the clipping factor of the trainable tensors' global
@@ -201,17 +202,19 @@ enum { SPLIT_N = 100003 };
 typedef struct split_fixture {
     float *w[3], *g[3];
     optim_state st[3];
+    uint16_t *w16[3]; /* or NULL */
 } split_fixture;
 
 static void split_param(void *ctx, size_t i, optim_param *out)
 {
     split_fixture *f = ctx;
-    *out = (optim_param){f->w[i], f->g[i], SPLIT_N, i < 2, &f->st[i]};
+    *out = (optim_param){f->w[i], f->g[i], SPLIT_N, i < 2, &f->st[i], f->w16[i]};
 }
 
 /* optim_apply_step_split through the kernels' two threads is bit for bit
  * optim_apply_step, for every rule, with clipping, over several steps
- * (SGD's first step and Adam's bias corrections count the steps). */
+ * (SGD's first step and Adam's bias corrections count the steps); the
+ * split step's bfloat16 copies are its weights rounded, after every step. */
 START_TEST(test_apply_step_split)
 {
     const optim_type types[] = {OPTIM_SGD, OPTIM_ADAM, OPTIM_ADAMW};
@@ -224,8 +227,10 @@ START_TEST(test_apply_step_split)
         c.momentum = 0.9f;
         c.weight_decay = 0.01f;
         c.max_gradient_norm = 50.0f;
-        split_fixture a, b;
+        split_fixture a = {0}, b = {0};
+        uint16_t *want = malloc(sizeof(uint16_t) * SPLIT_N);
         for (int i = 0; i < 3; i++) {
+            b.w16[i] = malloc(sizeof(uint16_t) * SPLIT_N);
             a.w[i] = kt_falloc(SPLIT_N), a.g[i] = kt_falloc(SPLIT_N);
             b.w[i] = kt_falloc(SPLIT_N), b.g[i] = kt_falloc(SPLIT_N);
             kt_fill(&r, a.w[i], SPLIT_N, -1, 1);
@@ -239,7 +244,14 @@ START_TEST(test_apply_step_split)
         for (int64_t step = 0; step < 3; step++) {
             optim_apply_step(&c, 3, split_param, &a, step);
             optim_apply_step_split(&c, 3, split_param, &b, step, kernels_for);
+            for (int i = 0; i < 3; i++) {
+                bf16_pack(want, b.w[i], SPLIT_N);
+                ck_assert_msg(memcmp(want, b.w16[i], sizeof(uint16_t) * SPLIT_N) == 0,
+                              "%s: tensor %d's bfloat16 copy is not its weights rounded "
+                              "after step %lld", optim_type_name(types[t]), i, (long long)step);
+            }
         }
+        free(want);
         kernels_set_threads(1);
         ck_assert_int_eq(optim_state_step(&b.st[0]), 3);
         for (int i = 0; i < 3; i++) {
@@ -251,7 +263,7 @@ START_TEST(test_apply_step_split)
                                  optim_state_tensor(&b.st[i], k, NULL, NULL),
                                  sizeof(float) * SPLIT_N) == 0);
             optim_state_deinit(&a.st[i]), optim_state_deinit(&b.st[i]);
-            free(a.w[i]), free(a.g[i]), free(b.w[i]), free(b.g[i]);
+            free(a.w[i]), free(a.g[i]), free(b.w[i]), free(b.g[i]), free(b.w16[i]);
         }
     }
 }

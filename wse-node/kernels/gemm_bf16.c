@@ -172,7 +172,8 @@ static void pack(uint16_t *out, const float *in, int rows, int cols, int ld)
 }
 
 static int gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int lda, const float *b,
-                     int ldb, float beta, float *c, int ldc, void *ws, size_t ws_bytes, int same_a)
+                     int ldb, const uint16_t *b16_kept, float beta, float *c, int ldc, void *ws,
+                     size_t ws_bytes, int same_a)
 {
     dnnl_engine_t eng;
     dnnl_stream_t st;
@@ -196,9 +197,10 @@ static int gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int ld
           gb.a.ld == lda))
         pack(a16, a, arows, acols, lda);
     gb.a.src = NULL; /* until this call has run */
-    pack(b16, b, tb ? n : k, tb ? k : n, ldb);
+    if (!b16_kept)
+        pack(b16, b, tb ? n : k, tb ? k : n, ldb);
     dnnl_memory_set_data_handle(g->a, a16);
-    dnnl_memory_set_data_handle(g->b, b16);
+    dnnl_memory_set_data_handle(g->b, b16_kept ? (void *)b16_kept : b16);
     dnnl_memory_set_data_handle(g->c, c);
     dnnl_memory_set_data_handle(g->scratch, (char *)ws + abytes + bbytes);
     dnnl_exec_arg_t args[] = {
@@ -223,14 +225,21 @@ static int gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int ld
 int kern_gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int lda, const float *b,
                    int ldb, float beta, float *c, int ldc, void *ws, size_t ws_bytes)
 {
-    return gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, ws, ws_bytes, 0);
+    return gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, NULL, beta, c, ldc, ws, ws_bytes, 0);
 }
 
 int kern_gemm_bf16_same_a(int ta, int tb, int m, int n, int k, const float *a, int lda,
                           const float *b, int ldb, float beta, float *c, int ldc, void *ws,
                           size_t ws_bytes)
 {
-    return gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, ws, ws_bytes, 1);
+    return gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, NULL, beta, c, ldc, ws, ws_bytes, 1);
+}
+
+int kern_gemm_bf16_kept_b(int ta, int tb, int m, int n, int k, const float *a, int lda,
+                          const float *b, int ldb, const uint16_t *b16, float beta, float *c,
+                          int ldc, void *ws, size_t ws_bytes, int same_a)
+{
+    return gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, b16, beta, c, ldc, ws, ws_bytes, same_a);
 }
 
 #else /* !KERNELS_HAVE_DNNL */
@@ -259,6 +268,15 @@ int kern_gemm_bf16_same_a(int ta, int tb, int m, int n, int k, const float *a, i
                           const float *b, int ldb, float beta, float *c, int ldc, void *ws,
                           size_t ws_bytes)
 {
+    return kern_gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, ws, ws_bytes);
+}
+
+int kern_gemm_bf16_kept_b(int ta, int tb, int m, int n, int k, const float *a, int lda,
+                          const float *b, int ldb, const uint16_t *b16, float beta, float *c,
+                          int ldc, void *ws, size_t ws_bytes, int same_a)
+{
+    (void)b16;
+    (void)same_a;
     return kern_gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, ws, ws_bytes);
 }
 

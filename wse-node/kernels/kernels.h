@@ -4,6 +4,7 @@
 #define KERNELS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Sets the number of threads the operators use (n < 1 means 1): a pool of
  * n - 1 workers plus the calling thread. The convolutions split their row
@@ -62,6 +63,14 @@ int kern_gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int lda,
 int kern_gemm_bf16_same_a(int ta, int tb, int m, int n, int k, const float *a, int lda,
                           const float *b, int ldb, float beta, float *c, int ldc, void *ws,
                           size_t ws_bytes);
+/* kern_gemm_bf16 (kern_gemm_bf16_same_a with same_a) whose B the caller
+ * keeps rounded already: b16 holds op(B)'s rows as B's rows rounded
+ * (bf16_pack) and packed, (tb ? n : k) rows of (tb ? k : n): a replica's
+ * weights, rounded once as they are updated instead of at every GEMM. b is
+ * still what a GEMM in float32 reads. */
+int kern_gemm_bf16_kept_b(int ta, int tb, int m, int n, int k, const float *a, int lda,
+                          const float *b, int ldb, const uint16_t *b16, float beta, float *c,
+                          int ldc, void *ws, size_t ws_bytes, int same_a);
 
 /* 1 when kern_gemm_bf16 computes in bfloat16 on this processor and build. */
 int kernels_bf16_compute(void);

@@ -7,14 +7,20 @@
 
 /* One GEMM of the layer: in float32, or with a workspace in bfloat16 */
 typedef struct dense_ws {
-    void *ws;      /* NULL: float32 */
+    void *ws;            /* NULL: float32 */
     size_t bytes;
+    const uint16_t *w16; /* the weights kept rounded, or NULL */
 } dense_ws;
 
+/* b16: B kept rounded (the weights), or NULL */
 static void dense_gemm(const dense_ws *w, int ta, int tb, int m, int n, int k, const float *a,
-                       int lda, const float *b, int ldb, float beta, float *c, int ldc, int same_a)
+                       int lda, const float *b, int ldb, const uint16_t *b16, float beta,
+                       float *c, int ldc, int same_a)
 {
-    if (w->ws && same_a)
+    if (w->ws && b16)
+        kern_gemm_bf16_kept_b(ta, tb, m, n, k, a, lda, b, ldb, b16, beta, c, ldc, w->ws, w->bytes,
+                              same_a);
+    else if (w->ws && same_a)
         kern_gemm_bf16_same_a(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, w->ws, w->bytes);
     else if (w->ws)
         kern_gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, w->ws, w->bytes);
@@ -77,7 +83,7 @@ static void dense_forward(const dense_ws *w, float *out, const float *in, const 
             memset(out, 0, sizeof(float) * n * (size_t)out_f);
         return;
     }
-    dense_gemm(w, 0, 1, n, out_f, in_f, in, in_f, weight, in_f, beta, out, out_f, 0);
+    dense_gemm(w, 0, 1, n, out_f, in_f, in, in_f, weight, in_f, w->w16, beta, out, out_f, 0);
 }
 
 static void dense_backward(const dense_ws *w, float *din, float *dweight, float *dbias,
@@ -96,20 +102,20 @@ static void dense_backward(const dense_ws *w, float *din, float *dweight, float 
         return;
     }
     if (in_f > 0)
-        dense_gemm(w, 1, 0, out_f, in_f, n, dout, out_f, in, in_f, 0.0f, dweight, in_f, 0);
+        dense_gemm(w, 1, 0, out_f, in_f, n, dout, out_f, in, in_f, NULL, 0.0f, dweight, in_f, 0);
     if (dbias) { /* in float32 either way, each column summed down the rows in order */
         dense_rows r = {.out = dbias, .bias = dout, .out_f = out_f, .n = n};
         kernels_for((size_t)out_f, 256, dense_sum_columns, &r);
     }
     /* dY as the weight gradient's GEMM rounded it: the same rows of out_f */
     if (din && in_f > 0)
-        dense_gemm(w, 0, 0, n, in_f, out_f, dout, out_f, weight, in_f, 0.0f, din, in_f, 1);
+        dense_gemm(w, 0, 0, n, in_f, out_f, dout, out_f, weight, in_f, w->w16, 0.0f, din, in_f, 1);
 }
 
 void op_dense_forward(float *out, const float *in, const float *weight,
                       const float *bias, int n, int in_f, int out_f)
 {
-    dense_ws w = {NULL, 0};
+    dense_ws w = {NULL, 0, NULL};
     dense_forward(&w, out, in, weight, bias, n, in_f, out_f);
 }
 
@@ -117,22 +123,23 @@ void op_dense_backward(float *din, float *dweight, float *dbias,
                        const float *dout, const float *in,
                        const float *weight, int n, int in_f, int out_f)
 {
-    dense_ws w = {NULL, 0};
+    dense_ws w = {NULL, 0, NULL};
     dense_backward(&w, din, dweight, dbias, dout, in, weight, n, in_f, out_f);
 }
 
-void op_dense_forward_bf16(float *out, const float *in, const float *weight, const float *bias,
-                           int n, int in_f, int out_f, void *ws, size_t ws_bytes)
+void op_dense_forward_bf16(float *out, const float *in, const float *weight, const uint16_t *w16,
+                           const float *bias, int n, int in_f, int out_f, void *ws,
+                           size_t ws_bytes)
 {
-    dense_ws w = {ws, ws_bytes};
+    dense_ws w = {ws, ws_bytes, w16};
     dense_forward(&w, out, in, weight, bias, n, in_f, out_f);
 }
 
 void op_dense_backward_bf16(float *din, float *dweight, float *dbias, const float *dout,
-                            const float *in, const float *weight, int n, int in_f, int out_f,
-                            void *ws, size_t ws_bytes)
+                            const float *in, const float *weight, const uint16_t *w16, int n,
+                            int in_f, int out_f, void *ws, size_t ws_bytes)
 {
-    dense_ws w = {ws, ws_bytes};
+    dense_ws w = {ws, ws_bytes, w16};
     dense_backward(&w, din, dweight, dbias, dout, in, weight, n, in_f, out_f);
 }
 

@@ -3,6 +3,7 @@
 #define OP_DENSE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* in is (n, in_f), weight is (out_f, in_f), bias is (out_f) or NULL,
  * out is (n, out_f). out must not alias the inputs. */
@@ -20,12 +21,15 @@ void op_dense_backward(float *din, float *dweight, float *dbias,
  * their products summed in float32 (kern_gemm_bf16; float32 where the
  * processor has no bfloat16 path). ws: convplan_dense_bf16_workspace(n,
  * in_f, out_f) bytes, 64-byte aligned. The bias and its gradient stay in
- * float32. */
-void op_dense_forward_bf16(float *out, const float *in, const float *weight, const float *bias,
-                           int n, int in_f, int out_f, void *ws, size_t ws_bytes);
+ * float32. w16: NULL, or the weights rounded (bf16_pack, out_f rows of
+ * in_f) by the caller, who keeps them so: the GEMMs then use them as they
+ * are (kern_gemm_bf16_kept_b), the same bits. */
+void op_dense_forward_bf16(float *out, const float *in, const float *weight, const uint16_t *w16,
+                           const float *bias, int n, int in_f, int out_f, void *ws,
+                           size_t ws_bytes);
 void op_dense_backward_bf16(float *din, float *dweight, float *dbias, const float *dout,
-                            const float *in, const float *weight, int n, int in_f, int out_f,
-                            void *ws, size_t ws_bytes);
+                            const float *in, const float *weight, const uint16_t *w16, int n,
+                            int in_f, int out_f, void *ws, size_t ws_bytes);
 
 /* Plain loops with the same contracts, kept as the reference that tests hold
  * the GEMM path to. */

@@ -60,6 +60,9 @@ static void offline__table(const model *m, int share, int micro, int threads)
            units_format_size(f.batches, a[2], sizeof(a[2])),
            units_format_size(f.weights, a[3], sizeof(a[3])),
            units_format_size(f.wslots, a[4], sizeof(a[4])));
+    if (f.rounded)
+        printf("  in Pipelined, the dense layers' weights kept rounded to bfloat16: %s\n",
+               units_format_size(f.rounded, a[0], sizeof(a[0])));
     footprint_free(&f);
 }
 

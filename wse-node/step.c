@@ -533,7 +533,7 @@ static void wn__work_done(void *arg)
         j->stage = WN_BACKWARD;
         j->layer = m->nlayers - 1;
     } else if (j->stage == WN_BACKWARD) {
-        j->layer -= j->chain - 1; /* the chain's last: the others have no gradients */
+        j->layer -= j->chain - 1; /* the chain's last */
         /* the gradients go up once the step's last micro-batch added to them */
         bool last_micro = j->micro + 1 >= j->nmicro;
         if (last_micro) { /* what wn__grads_progress has not queued yet */

@@ -7,6 +7,7 @@
 #include <uv.h>
 
 #include "compute.h"
+#include "kt.h"
 
 typedef struct probe {
     compute *c;
@@ -95,9 +96,5 @@ int main(void)
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, progress_reaches_the_loop_before_done);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return kt_run(s);
 }

@@ -64,7 +64,7 @@ int kern_gemm_bf16_same_a(int ta, int tb, int m, int n, int k, const float *a, i
                           const float *b, int ldb, float beta, float *c, int ldc, void *ws,
                           size_t ws_bytes);
 /* kern_gemm_bf16 (kern_gemm_bf16_same_a with same_a) whose B the caller
- * keeps rounded already: b16 holds op(B)'s rows as B's rows rounded
+ * may keep rounded already: b16, unless NULL, holds B's rows rounded
  * (bf16_pack) and packed, (tb ? n : k) rows of (tb ? k : n): a replica's
  * weights, rounded once as they are updated instead of at every GEMM. b is
  * still what a GEMM in float32 reads. */

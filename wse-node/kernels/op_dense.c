@@ -17,13 +17,9 @@ static void dense_gemm(const dense_ws *w, int ta, int tb, int m, int n, int k, c
                        int lda, const float *b, int ldb, const uint16_t *b16, float beta,
                        float *c, int ldc, int same_a)
 {
-    if (w->ws && b16)
+    if (w->ws)
         kern_gemm_bf16_kept_b(ta, tb, m, n, k, a, lda, b, ldb, b16, beta, c, ldc, w->ws, w->bytes,
                               same_a);
-    else if (w->ws && same_a)
-        kern_gemm_bf16_same_a(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, w->ws, w->bytes);
-    else if (w->ws)
-        kern_gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, w->ws, w->bytes);
     else
         kern_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
 }

@@ -492,13 +492,16 @@ static void wn__work_done(void *arg)
             wn__free_buffers(j);
         return;
     }
-    if (j->compute_err) {
-        wn__abort(j->n, j, "%s", j->compute_msg);
-        return;
-    }
-    if (j->stripes && exec_parts_error(&j->ex)) { /* the stripes fell out of step */
+    /* the stripes fell out of step (a stripe lost): a fault the job
+     * recovers from, before any error of the task, which may only be its
+     * consequence (a loss summed without the lost stripe's share) */
+    if (j->stripes && exec_parts_error(&j->ex)) {
         wn__fault(j->n, j, "step %llu: the exchange with the other stripes of the samples "
                   "failed: %s", (unsigned long long)j->step, strerror(-exec_parts_error(&j->ex)));
+        return;
+    }
+    if (j->compute_err) {
+        wn__abort(j->n, j, "%s", j->compute_msg);
         return;
     }
     wn__task_done(j);

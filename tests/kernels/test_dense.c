@@ -278,6 +278,55 @@ START_TEST(test_bf16_same_a)
 }
 END_TEST
 
+/* A weight gradient's GEMM (A transposed, B not) of 256x256 or more
+ * takes oneDNN's blocked layouts, its operands rounded by oneDNN's
+ * reorders from strided float32: the product of the rounded operands,
+ * for two leading dimensions of the same shape, with C overwritten and
+ * with C added to. */
+START_TEST(test_bf16_blocked)
+{
+    enum { M = 300, N = 260, K = 70, LDA = M + 5, LDB = N + 3 };
+    kt_rng r;
+    kt_rng_init(&r, 29);
+    float *a = kt_falloc(K * LDA), *b = kt_falloc(K * LDB), *c = kt_falloc(M * N);
+    float *c0 = kt_falloc(M * N);
+    double *want = malloc(sizeof(double) * M * N);
+    kt_fill(&r, a, K * LDA, -1, 1);
+    kt_fill(&r, b, K * LDB, -1, 1);
+    kt_fill(&r, c0, M * N, -1, 1);
+    /* the operands as bfloat16 rounds them */
+    float *ar = kt_falloc(K * LDA), *br = kt_falloc(K * LDB);
+    uint16_t *h = malloc(sizeof(uint16_t) * K * (LDA > LDB ? LDA : LDB));
+    bf16_pack(h, a, K * LDA);
+    bf16_unpack(ar, h, K * LDA);
+    bf16_pack(h, b, K * LDB);
+    bf16_unpack(br, h, K * LDB);
+    size_t wsb = convplan_gemm_bf16_workspace(M, N, K);
+    void *ws = aligned_alloc(64, wsb);
+    kernels_set_threads(2);
+    for (int pass = 0; pass < 3; pass++) {
+        int lda = pass == 1 ? M : LDA, ldb = pass == 1 ? N : LDB; /* pass 1: packed */
+        float beta = pass == 2 ? 1.0f : 0.0f;
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+                double s = beta != 0.0f ? c0[i * N + j] : 0.0;
+                for (int k = 0; k < K; k++)
+                    s += (double)ar[k * lda + i] * br[k * ldb + j];
+                want[i * N + j] = s;
+            }
+        memcpy(c, c0, sizeof(float) * M * N);
+        int in16 = kern_gemm_bf16(1, 0, M, N, K, a, lda, b, ldb, beta, c, N, ws, wsb);
+        ck_assert_int_eq(in16, kernels_bf16_compute());
+        double e = kt_relerr(c, want, M * N);
+        /* float32 (no bfloat16 here): the rounding is the difference */
+        ck_assert_msg(e < (in16 ? 1e-5 : 1e-2), "pass %d: %g", pass, e);
+    }
+    kernels_set_threads(1);
+    free(ws);
+    free(a), free(b), free(c), free(c0), free(want), free(ar), free(br), free(h);
+}
+END_TEST
+
 START_TEST(test_hand_values)
 {
     /* x = [1 2], W = [[1 0], [3 -1]], b = [0.5 -1]:
@@ -313,6 +362,7 @@ int main(void)
     tcase_add_test(tc, test_gradients_fd);
     tcase_add_test(tc, test_bf16_paths);
     tcase_add_test(tc, test_bf16_same_a);
+    tcase_add_test(tc, test_bf16_blocked);
     suite_add_tcase(s, tc);
     return kt_run(s);
 }

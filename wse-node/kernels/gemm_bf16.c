@@ -4,7 +4,14 @@
  * the AVX512_BF16 instructions where the processor has them. One primitive
  * per shape, kept in a small table; its scratch is carved from the
  * workspace. Elsewhere (no oneDNN, no bfloat16 instructions, a workspace
- * too small) the GEMM runs in float32 (kern_sgemm) on the same operands. */
+ * too small) the GEMM runs in float32 (kern_sgemm) on the same operands.
+ *
+ * A weight gradient's GEMM (A transposed, B not: both operands have K
+ * outermost) is the slow case of the plain layouts: on AMX a 2048x2048x1024
+ * one ran at 0.55 of the same GEMM with K innermost. Large ones round their
+ * operands instead into the layouts the matmul picks (oneDNN's reorders,
+ * from float32 straight to its blocked bfloat16), which brings them to that
+ * speed with the reorders counted (gemm_blocked). */
 #include <stdint.h>
 #include <string.h>
 
@@ -19,11 +26,18 @@ static int bf16_off; /* kernels_bf16_enable(0) */
 
 #define SLOTS 24
 
+enum { KEY_BLOCKED = 8, KEY_LDA, KEY_LDB, KEY_N };
+
 typedef struct gemm_entry {
-    int key[8];                 /* m, n, k, ta, tb, beta != 0, ldc, threads */
+    int key[KEY_N];             /* m, n, k, ta, tb, beta != 0, ldc, threads,
+                                 * blocked, and when blocked lda and ldb */
     dnnl_primitive_t prim;
     dnnl_memory_t a, b, c, scratch;
     size_t scratch_bytes;
+    /* blocked: the reorders of the float32 operands into a and b */
+    dnnl_primitive_t ra, rb;
+    dnnl_memory_t af, bf;
+    size_t abytes, bbytes;      /* a's and b's room in the workspace */
     unsigned used;              /* the call count when last used */
 } gemm_entry;
 
@@ -66,6 +80,10 @@ const char *kernels_bf16_isa(void)
 
 static void entry_free(gemm_entry *g)
 {
+    dnnl_memory_destroy(g->af);
+    dnnl_memory_destroy(g->bf);
+    dnnl_primitive_destroy(g->ra);
+    dnnl_primitive_destroy(g->rb);
     dnnl_memory_destroy(g->a);
     dnnl_memory_destroy(g->b);
     dnnl_memory_destroy(g->c);
@@ -74,12 +92,36 @@ static void entry_free(gemm_entry *g)
     memset(g, 0, sizeof(*g));
 }
 
+/* The reorder of a float32 operand (dims d, strides st) into the layout
+ * to of the matmul, rounding to bfloat16: its primitive and its source
+ * memory (handle set per call); 1 or 0. */
+static int reorder_make(dnnl_primitive_t *r, dnnl_memory_t *from, const dnnl_dims_t d,
+                        const dnnl_dims_t st, const dnnl_memory_desc_t *to, dnnl_engine_t eng)
+{
+    dnnl_memory_desc_t fmd;
+    dnnl_primitive_desc_t pd = NULL;
+    int ok = dnnl_memory_desc_init_by_strides(&fmd, 2, d, dnnl_f32, st) == dnnl_success &&
+             dnnl_reorder_primitive_desc_create(&pd, &fmd, eng, to, eng, NULL) == dnnl_success &&
+             dnnl_primitive_create(r, pd) == dnnl_success &&
+             dnnl_memory_create(from, &fmd, eng, DNNL_MEMORY_NONE) == dnnl_success;
+    if (pd)
+        dnnl_primitive_desc_destroy(pd);
+    return ok;
+}
+
+static size_t up64(size_t b)
+{
+    return (b + 63) / 64 * 64;
+}
+
 /* Makes the primitive of key (and its memory objects) into g; 0 or -1. */
-static int entry_make(gemm_entry *g, const int key[8], dnnl_engine_t eng)
+static int entry_make(gemm_entry *g, const int key[KEY_N], dnnl_engine_t eng)
 {
     int m = key[0], n = key[1], k = key[2], ta = key[3], tb = key[4], sum = key[5];
+    int blocked = key[KEY_BLOCKED];
     dnnl_dims_t ad = {m, k}, bd = {k, n}, cd = {m, n};
-    /* the rounded copies keep the operands' orientation, packed */
+    /* the rounded copies keep the operands' orientation, packed, or take
+     * the layouts the matmul picks */
     dnnl_dims_t as = {ta ? 1 : k, ta ? m : 1}, bs = {tb ? 1 : n, tb ? k : 1};
     dnnl_dims_t cs = {key[6], 1};
     dnnl_memory_desc_t amd, bmd, cmd;
@@ -87,8 +129,12 @@ static int entry_make(gemm_entry *g, const int key[8], dnnl_engine_t eng)
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
     dnnl_primitive_desc_t pd = NULL;
-    int ok = dnnl_memory_desc_init_by_strides(&amd, 2, ad, dnnl_bf16, as) == dnnl_success &&
-             dnnl_memory_desc_init_by_strides(&bmd, 2, bd, dnnl_bf16, bs) == dnnl_success &&
+    int ok = (blocked ? dnnl_memory_desc_init_by_tag(&amd, 2, ad, dnnl_bf16, dnnl_format_tag_any)
+                      : dnnl_memory_desc_init_by_strides(&amd, 2, ad, dnnl_bf16, as)) ==
+                 dnnl_success &&
+             (blocked ? dnnl_memory_desc_init_by_tag(&bmd, 2, bd, dnnl_bf16, dnnl_format_tag_any)
+                      : dnnl_memory_desc_init_by_strides(&bmd, 2, bd, dnnl_bf16, bs)) ==
+                 dnnl_success &&
              dnnl_memory_desc_init_by_strides(&cmd, 2, cd, dnnl_f32, cs) == dnnl_success &&
              dnnl_matmul_desc_init(&md, &amd, &bmd, NULL, &cmd) == dnnl_success &&
              dnnl_primitive_attr_create(&attr) == dnnl_success &&
@@ -101,13 +147,26 @@ static int entry_make(gemm_entry *g, const int key[8], dnnl_engine_t eng)
     ok = ok && dnnl_primitive_desc_create(&pd, &md, attr, eng, NULL) == dnnl_success;
     const dnnl_memory_desc_t *smd = ok ? dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0)
                                        : NULL;
-    ok = ok && smd && dnnl_primitive_create(&g->prim, pd) == dnnl_success &&
-         dnnl_memory_create(&g->a, &amd, eng, DNNL_MEMORY_NONE) == dnnl_success &&
-         dnnl_memory_create(&g->b, &bmd, eng, DNNL_MEMORY_NONE) == dnnl_success &&
+    const dnnl_memory_desc_t *apick = ok ? dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0)
+                                         : NULL;
+    const dnnl_memory_desc_t *bpick =
+        ok ? dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0) : NULL;
+    ok = ok && smd && apick && bpick && dnnl_primitive_create(&g->prim, pd) == dnnl_success &&
+         dnnl_memory_create(&g->a, apick, eng, DNNL_MEMORY_NONE) == dnnl_success &&
+         dnnl_memory_create(&g->b, bpick, eng, DNNL_MEMORY_NONE) == dnnl_success &&
          dnnl_memory_create(&g->c, &cmd, eng, DNNL_MEMORY_NONE) == dnnl_success &&
          dnnl_memory_create(&g->scratch, smd, eng, DNNL_MEMORY_NONE) == dnnl_success;
-    if (ok)
+    if (ok && blocked) {
+        dnnl_dims_t fas = {ta ? 1 : key[KEY_LDA], ta ? key[KEY_LDA] : 1};
+        dnnl_dims_t fbs = {tb ? 1 : key[KEY_LDB], tb ? key[KEY_LDB] : 1};
+        ok = reorder_make(&g->ra, &g->af, ad, fas, apick, eng) &&
+             reorder_make(&g->rb, &g->bf, bd, fbs, bpick, eng);
+    }
+    if (ok) {
         g->scratch_bytes = dnnl_memory_desc_get_size(smd);
+        g->abytes = up64(dnnl_memory_desc_get_size(apick));
+        g->bbytes = up64(dnnl_memory_desc_get_size(bpick));
+    }
     if (pd)
         dnnl_primitive_desc_destroy(pd);
     if (po)
@@ -124,7 +183,7 @@ static int entry_make(gemm_entry *g, const int key[8], dnnl_engine_t eng)
 
 /* The entry of key, made if need be (the least recently used one goes
  * when the table is full); NULL when oneDNN cannot make it. */
-static gemm_entry *entry_of(const int key[8], dnnl_engine_t eng)
+static gemm_entry *entry_of(const int key[KEY_N], dnnl_engine_t eng)
 {
     gb.clock++;
     for (int i = 0; i < gb.n; i++)
@@ -171,18 +230,62 @@ static void pack(uint16_t *out, const float *in, int rows, int cols, int ld)
     kernels_for((size_t)rows, grain ? grain : 1, pack_rows, &p);
 }
 
+/* The weight gradients' GEMMs that take the matmul's own layouts (the
+ * file's head): A transposed, B not, and an output of at least 256x256
+ * (below it the reorders cost what they save). */
+static int gemm_blocked(int ta, int tb, int m, int n)
+{
+    return ta && !tb && m >= 256 && n >= 256;
+}
+
+/* Runs g on a and b in float32, reordered into its blocked layouts at ws
+ * (by oneDNN, which rounds to nearest even); 1, or 0 when it computed in
+ * float32 instead. */
+static int run_blocked(gemm_entry *g, dnnl_stream_t st, int m, int n, int k, const float *a,
+                       int lda, const float *b, int ldb, float beta, float *c, int ldc, void *ws)
+{
+    gb.a.src = NULL; /* A is not left at ws as pack would leave it */
+    dnnl_memory_set_data_handle(g->af, (void *)a);
+    dnnl_memory_set_data_handle(g->bf, (void *)b);
+    dnnl_memory_set_data_handle(g->a, ws);
+    dnnl_memory_set_data_handle(g->b, (char *)ws + g->abytes);
+    dnnl_memory_set_data_handle(g->c, c);
+    dnnl_memory_set_data_handle(g->scratch, (char *)ws + g->abytes + g->bbytes);
+    dnnl_exec_arg_t ra[] = {{DNNL_ARG_FROM, g->af}, {DNNL_ARG_TO, g->a}};
+    dnnl_exec_arg_t rb[] = {{DNNL_ARG_FROM, g->bf}, {DNNL_ARG_TO, g->b}};
+    dnnl_exec_arg_t args[] = {
+        {DNNL_ARG_SRC, g->a}, {DNNL_ARG_WEIGHTS, g->b}, {DNNL_ARG_DST, g->c},
+        {DNNL_ARG_SCRATCHPAD, g->scratch},
+    };
+    if (dnnl_primitive_execute(g->ra, st, 2, ra) != dnnl_success ||
+        dnnl_primitive_execute(g->rb, st, 2, rb) != dnnl_success ||
+        dnnl_primitive_execute(g->prim, st, 4, args) != dnnl_success ||
+        dnnl_stream_wait(st) != dnnl_success) {
+        kern_sgemm(1, 0, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+        return 0;
+    }
+    return 1;
+}
+
 static int gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int lda, const float *b,
                      int ldb, const uint16_t *b16_kept, float beta, float *c, int ldc, void *ws,
                      size_t ws_bytes, int same_a)
 {
     dnnl_engine_t eng;
     dnnl_stream_t st;
-    size_t abytes = ((size_t)m * k * 2 + 63) / 64 * 64, bbytes = ((size_t)k * n * 2 + 63) / 64 * 64;
+    size_t abytes = up64((size_t)m * k * 2), bbytes = up64((size_t)k * n * 2);
     gemm_entry *g = NULL;
     if (m > 0 && n > 0 && k > 0 && (beta == 0.0f || beta == 1.0f) && !bf16_off &&
         isa_has_bf16() && ((uintptr_t)ws & 63) == 0 && abytes + bbytes <= ws_bytes &&
         kern__dnnl_engine(&eng, &st)) {
-        int key[8] = {m, n, k, ta != 0, tb != 0, beta != 0.0f, ldc, kernels_threads()};
+        if (!b16_kept && gemm_blocked(ta, tb, m, n)) {
+            int key[KEY_N] = {m, n, k, 1, 0, beta != 0.0f, ldc, kernels_threads(), 1, lda, ldb};
+            g = entry_of(key, eng);
+            /* blocked layouts pad: where they do not fit, the plain ones */
+            if (g && g->abytes + g->bbytes + g->scratch_bytes <= ws_bytes)
+                return run_blocked(g, st, m, n, k, a, lda, b, ldb, beta, c, ldc, ws);
+        }
+        int key[KEY_N] = {m, n, k, ta != 0, tb != 0, beta != 0.0f, ldc, kernels_threads()};
         g = entry_of(key, eng);
     }
     if (!g || abytes + bbytes + g->scratch_bytes > ws_bytes) {

@@ -388,7 +388,11 @@ int job__launch(coordinator *co, job *j, jobspec *spec)
     free(used);
     j->steps_done = j->first_step = j->plan->first_step;
     steps_free(&j->flight);
-    steps_init(&j->flight, j->first_step, (uint32_t)j->plan->n_replicas, (uint32_t)j->plan->n_shards);
+    /* Pipelined: the replicas apply the updates, memoryx commits no step
+     * (it takes the weights at checkpoints) */
+    bool pipelined = j->plan->mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED;
+    steps_init(&j->flight, j->first_step, (uint32_t)j->plan->n_replicas,
+               pipelined ? 0 : (uint32_t)j->plan->n_shards);
     j->max_steps = j->plan->max_steps;
     if (!j->t_start)
         j->t_start = uv_now(co->n->loop);

@@ -126,6 +126,7 @@ static void mx__abort_as(node *n, mx_job *j, bool fault, const char *fmt, ...)
 static void mx__pump(node *n, mx_job *j);
 static void mx__start_step(node *n, mx_job *j);
 static void mx__checkpoint_done(uv_work_t *req, int status);
+static void mx__upload_drain(node *n, mx_job *j);
 
 /* Who the job's stream goes to, for messages: the root of the swarmx tree,
  * or the one replica of a plan without a tree. */
@@ -232,6 +233,10 @@ static void mx__checkpoint_done(uv_work_t *req, int status)
         mx__start_step(n, j);
         break;
     case MX_CKPT_STEP:
+        if (j->pipelined) { /* the next upload may come */
+            mx__upload_drain(n, j);
+            break;
+        }
         j->step++;
         mx__start_step(n, j);
         break;
@@ -583,8 +588,9 @@ static void mx__start_step(node *n, mx_job *j)
         j->t[i].updated = false;
     }
     mx__pump(n, j);
-    /* the gradients of this step that came early, then the link again */
-    while (j->held && j->held->step == j->step && mx_of(n)->job == j) {
+    /* the gradients of this step that came early, then the link again
+     * (Pipelined: no gradients come, held chunks are uploads) */
+    while (!j->pipelined && j->held && j->held->step == j->step && mx_of(n)->job == j) {
         mx_held *h = j->held;
         j->held = h->next;
         if (!j->held)
@@ -902,6 +908,19 @@ static void *mx__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
                                     units_format_size(disk, b4, sizeof(b4)), mx->opt.state_dir);
         j->tier_window = have;
     }
+    j->pipelined = p->mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED;
+    j->up_step = UINT64_MAX;
+    for (size_t i = 0; i < j->nt; i++)
+        j->up_need += j->t[i].n * (1 + (j->t[i].trainable ? j->states : 0));
+    if (j->pipelined && j->tier_window) {
+        char b1[32], b2[32];
+        return mx__start_failed(j, why, whylen, "shard %u of a Pipelined job needs %s in memory "
+                                "(memoryx takes the replicas' weights and optimizer state at "
+                                "checkpoints), this memoryx has %s; run more memoryx shards or "
+                                "mode = \"weight_streaming\"", j->shard,
+                                units_format_size(bytes, b1, sizeof(b1)),
+                                units_format_size(have, b2, sizeof(b2)));
+    }
     j->load_bytes = bytes;
     j->step = p->first_step;
     j->mx = mx;
@@ -979,10 +998,83 @@ static void mx__job_go(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, 
 }
 
 /* Gradient chunks land straight in the tensor's gradient buffer. */
+/* Whether a checkpoint follows `step` (steps completed: step + 1). */
+static bool mx__checkpoint_after(const Appliance__Plan *p, uint64_t step)
+{
+    uint64_t done = step + 1;
+    return done >= p->max_steps || (p->checkpoint_steps && done % p->checkpoint_steps == 0);
+}
+
+/* Pipelined: where a chunk of the first replica's upload lands (the
+ * weights or an optimizer state of one of our tensors, in order), or NULL
+ * with *err and why. */
+static void *mx__upload_dest(mx_job *j, const Appliance__WeightChunk *w, uint32_t len, int *err,
+                             char *why, size_t whylen)
+{
+    *err = -EINVAL;
+    if (msgcheck_weight_chunk(w, j->plan, len, why, whylen) < 0)
+        return NULL;
+    mx_tensor *t = j->by_id[w->tensor_id];
+    size_t states = t && t->trainable ? optim_state_count(&t->st) : 0;
+    if (!t || w->state > states) {
+        snprintf(why, whylen, "upload of tensor %u state %u: not one of shard %u's", w->tensor_id,
+                 w->state, j->shard);
+        return NULL;
+    }
+    if (j->up_step == UINT64_MAX) {
+        if (w->step < j->plan->first_step || w->step >= j->plan->max_steps ||
+            !mx__checkpoint_after(j->plan, w->step)) {
+            snprintf(why, whylen, "upload after step %llu: no checkpoint follows it",
+                     (unsigned long long)w->step);
+            return NULL;
+        }
+        j->up_step = w->step;
+        j->up_have = 0;
+        for (size_t i = 0; i < j->nt; i++)
+            memset(j->t[i].up_off, 0, sizeof(j->t[i].up_off));
+    } else if (w->step != j->up_step) {
+        snprintf(why, whylen, "upload after step %llu while the one after step %llu is not complete",
+                 (unsigned long long)w->step, (unsigned long long)j->up_step);
+        return NULL;
+    }
+    if (w->offset != t->up_off[w->state]) {
+        snprintf(why, whylen, "upload of %s state %u at %llu, expected %llu", t->name, w->state,
+                 (unsigned long long)w->offset, (unsigned long long)t->up_off[w->state]);
+        return NULL;
+    }
+    if (t->writes > 0) { /* cannot happen: the first step needed every weight written */
+        snprintf(why, whylen, "upload of %s while its weights are still being sent", t->name);
+        return NULL;
+    }
+    *err = 0;
+    if (w->state == 0)
+        return t->w + w->offset;
+    const char *name;
+    size_t count;
+    return optim_state_tensor(&t->st, w->state - 1, &name, &count) + w->offset;
+}
+
 static void *mx__payload_dest(node *n, conn *c, const Appliance__Envelope *env, uint32_t len, int *err)
 {
     mx_job *j = mx_of(n)->job;
-    if (env->msg_case != APPLIANCE__ENVELOPE__MSG_GRAD_CHUNK || !j || c != j->down) {
+    if (env->msg_case == APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK && j && c == j->down &&
+        j->pipelined && env->weight_chunk->pass == APPLIANCE__PASS__PASS_CHECKPOINT &&
+        j->state == MX_RUNNING) {
+        char why[256];
+        if (j->ckpt_kind != MX_CKPT_NONE || j->held) {
+            /* the last upload's checkpoint is being written: this chunk
+             * waits in the reader's buffer (mx__upload_chunk holds it) and
+             * the link stops until the checkpoint is written */
+            conn_pause(c);
+            *err = 0;
+            return NULL;
+        }
+        void *dest = mx__upload_dest(j, env->weight_chunk, len, err, why, sizeof(why));
+        if (!dest)
+            log_warn("job %s: from %s: %s", j->id, c->peer_addr, why);
+        return dest;
+    }
+    if (env->msg_case != APPLIANCE__ENVELOPE__MSG_GRAD_CHUNK || !j || c != j->down || j->pipelined) {
         *err = -EPROTO;
         return NULL;
     }
@@ -1014,6 +1106,95 @@ static void *mx__payload_dest(node *n, conn *c, const Appliance__Envelope *env, 
 }
 
 static void mx__grad_in(node *n, mx_job *j, mx_tensor *t, uint64_t count);
+
+/* Pipelined: count elements of t's weights (state 0) or optimizer state
+ * are in; when the upload is whole, its checkpoint is written and the link
+ * waits meanwhile (the next upload would land in what is written). */
+static void mx__upload_in(node *n, mx_job *j, mx_tensor *t, uint32_t state, uint64_t count)
+{
+    t->up_off[state] += count;
+    j->up_have += count;
+    if (j->up_have < j->up_need)
+        return;
+    uint64_t step = j->up_step;
+    j->up_step = UINT64_MAX;
+    for (size_t i = 0; i < j->nt; i++)
+        if (j->t[i].trainable) /* one update a step, as the replica counts them */
+            optim_state_set_step(&j->t[i].st, (int64_t)step + 1);
+    log_debug("job %s: the weights after step %llu are in", j->id, (unsigned long long)step);
+    if (j->down)
+        conn_pause(j->down);
+    j->step = step;
+    mx__checkpoint(n, j, step + 1, step + 1 >= j->plan->max_steps ? MX_CKPT_FINAL : MX_CKPT_STEP);
+}
+
+/* Pipelined: a chunk of the first replica's upload, in place
+ * (mx__payload_dest), or held in the reader's buffer while the last
+ * upload's checkpoint is written. */
+static void mx__upload_chunk(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, uint32_t len)
+{
+    mx_job *j = mx_of(n)->job;
+    const Appliance__WeightChunk *w = env->weight_chunk;
+    if (!j || c != j->down || !j->pipelined || j->state != MX_RUNNING || !pl ||
+        w->pass != APPLIANCE__PASS__PASS_CHECKPOINT || w->tensor_id >= j->nids ||
+        !j->by_id[w->tensor_id]) {
+        conn_fail(c, -EPROTO, "unexpected weight chunk");
+        return;
+    }
+    mx_tensor *t = j->by_id[w->tensor_id];
+    if (j->ckpt_kind != MX_CKPT_NONE || j->held) {
+        mx_held *h = malloc(sizeof(*h) + len);
+        if (!h) {
+            mx__abort(n, j, "out of memory for an upload chunk after step %llu",
+                      (unsigned long long)w->step);
+            return;
+        }
+        *h = (mx_held){.step = w->step, .tensor = t, .offset = w->offset, .count = w->count,
+                       .state = w->state};
+        memcpy(h->data, pl, len);
+        *j->held_tail = h;
+        j->held_tail = &h->next;
+        return;
+    }
+    mx__upload_in(n, j, t, w->state, w->count);
+}
+
+/* Pipelined, once a checkpoint is written: the upload chunks held
+ * meanwhile, in order, until one completes an upload again. */
+static void mx__upload_drain(node *n, mx_job *j)
+{
+    while (j->held && j->ckpt_kind == MX_CKPT_NONE && mx_of(n)->job == j) {
+        mx_held *h = j->held;
+        j->held = h->next;
+        if (!j->held)
+            j->held_tail = &j->held;
+        Appliance__WeightChunk w = APPLIANCE__WEIGHT_CHUNK__INIT;
+        w.step = h->step;
+        w.tensor_id = h->tensor->id;
+        w.offset = h->offset;
+        w.count = h->count;
+        w.total = h->tensor->n;
+        w.state = h->state;
+        w.pass = APPLIANCE__PASS__PASS_CHECKPOINT;
+        char why[256];
+        int err;
+        float *dest = mx__upload_dest(j, &w, (uint32_t)(h->count * sizeof(float)), &err, why,
+                                      sizeof(why));
+        if (!dest) {
+            free(h);
+            mx__abort(n, j, "upload from the first replica: %s", why);
+            return;
+        }
+        memcpy(dest, h->data, h->count * sizeof(float));
+        mx_tensor *t = h->tensor;
+        uint32_t state = h->state;
+        uint64_t count = h->count;
+        free(h);
+        mx__upload_in(n, j, t, state, count);
+    }
+    if (mx_of(n)->job == j && !j->held && j->ckpt_kind == MX_CKPT_NONE && j->down)
+        conn_resume(j->down);
+}
 
 static void mx__grad_chunk(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, uint32_t len)
 {
@@ -1252,6 +1433,7 @@ void memoryx_role(node_role *role, memoryx *mx, node *n)
     role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_GO] = mx__job_go;
     role->handlers[APPLIANCE__ENVELOPE__MSG_STREAM_HELLO] = mx__stream_hello;
     role->handlers[APPLIANCE__ENVELOPE__MSG_GRAD_CHUNK] = mx__grad_chunk;
+    role->handlers[APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK] = mx__upload_chunk;
     role->payload_dest = mx__payload_dest;
     role->on_drain = mx__drain;
     role->on_conn_close = mx__conn_close;

@@ -32,17 +32,22 @@ typedef struct mx_tensor {
     bool updating;        /* its update runs in the thread pool (w must not be read) */
     uv_work_t upd_req;    /* that update */
     struct mx_job *job;   /* its job, for the update */
+    uint64_t up_off[1 + OPTIM_MAX_STATE]; /* Pipelined: the next element of the weights (0)
+                                             and of each state (1..) the upload brings */
     uint64_t w_at, g_at;  /* disk tier: byte offsets of the weights and gradient in their files */
     uint64_t s_at[OPTIM_MAX_STATE]; /* and of the optimizer state */
 } mx_tensor;
 
 /* A reduced gradient chunk of a later step that came while this step's
- * updates still ran (Pipelined replicas run ahead), held until its step. */
+ * updates still ran, held until its step; or (Pipelined) a chunk of the
+ * first replica's upload that came while the last one's checkpoint was
+ * written, held until it is. */
 typedef struct mx_held {
     struct mx_held *next;
     uint64_t step;
     mx_tensor *tensor;
     uint64_t offset, count;
+    uint32_t state;       /* Pipelined: an upload's chunk held while a checkpoint is written */
     float data[];
 } mx_held;
 
@@ -123,6 +128,12 @@ typedef struct mx_job {
     char load_err[512];
     uint64_t load_bytes;          /* weights, gradients and optimizer state held */
     bool released;                /* released with work in the pool: freed when it comes back */
+    /* Pipelined: the replicas apply the updates; the first one uploads its
+     * weights and optimizer state after each step a checkpoint follows
+     * (PASS_CHECKPOINT chunks), which memoryx writes */
+    bool pipelined;
+    uint64_t up_step;             /* the step of the upload coming in, UINT64_MAX: none */
+    uint64_t up_have, up_need;    /* its elements in, and in all */
     struct mx_tier *tier;         /* the disk tier (tier.h), or NULL: the tensors are in RAM */
     uint64_t tier_window;         /* > 0: the shard goes to the disk tier, with this much RAM */
 } mx_job;

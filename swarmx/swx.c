@@ -197,6 +197,18 @@ static void swx__child_resume(swx_child *k, void *arg)
         conn_resume(k->c);
 }
 
+/* The link up for a tensor's chunks: the root's to the shard owning it. */
+static conn *swx__route_up(swx_job *j, uint32_t tensor_id)
+{
+    if (!j->root)
+        return conn_link_conn(&j->up[0].link);
+    uint32_t shard = j->plan->tensors[tensor_id]->shard;
+    for (size_t i = 0; i < j->nup; i++)
+        if (j->up[i].shard == shard)
+            return conn_link_conn(&j->up[i].link);
+    return NULL;
+}
+
 /* Sums the children's gradient chunks in child order as they complete
  * (queue.c) and sends each sum up. */
 static void swx__reduce(node *n, swx_job *j)
@@ -211,18 +223,19 @@ static void swx__reduce(node *n, swx_job *j)
         if (rc <= 0)
             return;
         const Appliance__GradChunk *h = &sum->hdr;
-        /* Route up: the root sends to the shard owning the tensor. */
-        conn *up = NULL;
-        if (j->root) {
-            uint32_t shard = j->plan->tensors[h->tensor_id]->shard;
-            for (size_t i = 0; i < j->nup; i++)
-                if (j->up[i].shard == shard)
-                    up = conn_link_conn(&j->up[i].link);
-        } else {
-            up = conn_link_conn(&j->up[0].link);
-        }
         Appliance__GradChunk hdr = *h;
         ENVELOPE(env, grad_chunk, GRAD_CHUNK, &hdr);
+        /* Pipelined: the root's sum is the all-reduced gradient; every
+         * replica applies it to its resident weights, and it goes no
+         * further (memoryx takes the weights at checkpoints). */
+        if (j->root && j->plan->mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED) {
+            swx__send_down(n, j, NULL, &env, sum);
+            swx_buf_unref(sum);
+            if (!j->plan)
+                return; /* aborted */
+            continue;
+        }
+        conn *up = swx__route_up(j, h->tensor_id);
         rc = up ? conn_send(up, &env, sum->data, sum->len, swx__up_sent, sum) : -ENOTCONN;
         if (rc < 0) {
             swx_buf_unref(sum);
@@ -235,16 +248,34 @@ static void swx__reduce(node *n, swx_job *j)
             for (size_t i = 0; i < j->nkids; i++)
                 if (j->kids[i].c)
                     conn_pause(j->kids[i].c);
-        /* Pipelined: the root's sum is the all-reduced gradient; every
-         * replica applies it to its resident weights. */
-        if (j->root && j->plan->mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED && j->plan->n_replicas > 1) {
-            sum->refs++;
-            swx__send_down(n, j, NULL, &env, sum);
-            if (!j->plan)
-                return; /* aborted */
-            swx_buf_unref(sum);
-        }
     }
+}
+
+/* Pipelined: a chunk of the first replica's weights and optimizer state
+ * for memoryx's checkpoint, passed on up as it came. */
+static void swx__upload(node *n, swx_job *j, conn *c, Appliance__Envelope *env, swx_buf *b)
+{
+    const Appliance__WeightChunk *w = env->weight_chunk;
+    char why[256];
+    if (j->plan->mode != APPLIANCE__EXEC_MODE__MODE_PIPELINED ||
+        w->pass != APPLIANCE__PASS__PASS_CHECKPOINT ||
+        msgcheck_weight_chunk(w, j->plan, b->len, why, sizeof(why)) < 0) {
+        if (j->plan->mode != APPLIANCE__EXEC_MODE__MODE_PIPELINED ||
+            w->pass != APPLIANCE__PASS__PASS_CHECKPOINT)
+            snprintf(why, sizeof(why), "weights sent up outside a Pipelined job's checkpoint");
+        swx_buf_unref(b);
+        swx__abort(n, j, "bad weight chunk from %s: %s", c->peer_addr, why);
+        return;
+    }
+    conn *up = swx__route_up(j, w->tensor_id);
+    int rc = up ? conn_send(up, env, b->data, b->len, swx__up_sent, b) : -ENOTCONN;
+    if (rc < 0) {
+        swx_buf_unref(b);
+        swx__fault(n, j, "cannot send the weights for the checkpoint up: %s", strerror(-rc));
+        return;
+    }
+    if (!conn_can_send(up, 0)) /* resumed when the link up drains */
+        conn_pause(c);
 }
 
 static void swx__grad_chunk(node *n, swx_job *j, conn *c, Appliance__Envelope *env, swx_buf *b)
@@ -339,7 +370,14 @@ static void swx__on_data(node *n, conn *c, Appliance__Envelope *env, uint8_t *pa
         return;
     }
     bool from_up = c->kind == SWX_UPSTREAM;
-    if (env->msg_case == APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK && from_up && j->nup > 1) {
+    if (env->msg_case == APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK && !from_up) {
+        if (!c->user) {
+            swx_buf_unref(b);
+            conn_fail(c, -EPROTO, "weight chunk before stream hello");
+            return;
+        }
+        swx__upload(n, j, c, env, b); /* Pipelined: up for the checkpoint */
+    } else if (env->msg_case == APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK && from_up && j->nup > 1) {
         swx__merge(n, j, c, env, b); /* several shards: in the order of the schedule */
     } else if (env->msg_case == APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK ||
                (from_up && env->msg_case == APPLIANCE__ENVELOPE__MSG_GRAD_CHUNK)) {

@@ -242,8 +242,13 @@ static void wn__up_drain(conn *c)
     if (!j || j->state == WN_RELEASED)
         return;
     int rc = wn__grad_pump(j);
-    if (rc < 0)
+    if (rc < 0) {
         wn__fault(j->n, j, "cannot send gradients: %s", strerror(-rc));
+        return;
+    }
+    rc = wn__upload_pump(j);
+    if (rc < 0)
+        wn__fault(j->n, j, "cannot send the weights for the checkpoint: %s", strerror(-rc));
     else
         wn__advance(j);
 }

@@ -75,7 +75,7 @@ enum wn_stage { WN_FORWARD, WN_LOSS, WN_BACKWARD, WN_UPDATE, WN_EVAL, WN_EVAL_ME
 enum wn_phase {
     WN_PH_FORWARD, WN_PH_LOSS, WN_PH_BACKWARD, WN_PH_UPDATE, WN_PH_EVAL,
     WN_PH_WAIT_BATCH, WN_PH_WAIT_WEIGHTS, WN_PH_WAIT_GRADS_SENT, WN_PH_WAIT_REDUCED,
-    WN_PH_WAIT_STRIPES, WN_PH_OTHER,
+    WN_PH_WAIT_STRIPES, WN_PH_WAIT_CHECKPOINT, WN_PH_OTHER,
     WN_PHASES
 };
 extern const char *const wn_phase_names[WN_PHASES];
@@ -207,6 +207,16 @@ typedef struct wn_job {
     wn_tensor *t;            /* by plan tensor id */
     uint32_t *gq;            /* tensors whose gradients wait to be sent, a FIFO (wn__grad_pump) */
     size_t gq_head, gq_len;
+    /* Pipelined, the first replica: its weights and optimizer state after
+     * a step a checkpoint follows, on their way up to memoryx (wn__upload_pump):
+     * tensor, state (0: the weights) and element next to send; chunks in
+     * flight. The next update waits until all have left. */
+    bool up_busy;
+    uint64_t up_step;
+    size_t up_tensor;
+    uint32_t up_state;
+    uint64_t up_off;
+    unsigned up_sends;
     float **wp, **gp;        /* per tensor: t[i].w and t[i].g, for the executor */
     uint16_t **w16p;         /* per tensor: t[i].w16, for the executor */
     exec ex;                 /* activations and the layers' computation */
@@ -312,6 +322,9 @@ void wn__free_buffers(wn_job *j);
 void wn__stripes_link_closed(wn_job *j);
 /* step.c: sends queued gradients while the link to swarmx has room. */
 int wn__grad_pump(wn_job *j);
+/* Sends the upload of a checkpoint's weights on while the link has room;
+ * 0 or a negative errno. */
+int wn__upload_pump(wn_job *j);
 void wn__maybe_ready(wn_job *j);
 
 /* step.c: starts the next compute task if what it needs is there; starts

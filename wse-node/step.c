@@ -330,11 +330,105 @@ int wn__grad_pump(wn_job *j)
     return 0;
 }
 
+static void wn__upload_sent(void *arg, int status)
+{
+    wn_job *j = arg;
+    j->up_sends--;
+    if (j->state == WN_RELEASED)
+        return;
+    if (status < 0 && j->up_busy) {
+        wn__fault(j->n, j, "the weights after step %llu could not be sent for the checkpoint: %s",
+                  (unsigned long long)j->up_step, uv_strerror(status));
+        return;
+    }
+    if (j->up_sends == 0 && j->up_tensor == j->plan->n_tensors && j->up_busy) {
+        j->up_busy = false;
+        wn__advance(j);
+    }
+}
+
+int wn__upload_pump(wn_job *j)
+{
+    if (!j->up_busy)
+        return 0;
+    conn *up = conn_link_conn(&j->up);
+    if (!up)
+        return -ENOTCONN;
+    while (j->up_tensor < j->plan->n_tensors) {
+        wn_tensor *t = &j->t[j->up_tensor];
+        uint32_t states = t->trainable ? (uint32_t)optim_state_count(&t->st) : 0;
+        if (j->up_state > states) { /* the next tensor */
+            j->up_tensor++;
+            j->up_state = 0;
+            j->up_off = 0;
+            continue;
+        }
+        if (j->up_off >= t->n) { /* its next state */
+            j->up_state++;
+            j->up_off = 0;
+            continue;
+        }
+        uint64_t count = t->n - j->up_off < j->plan->chunk_elems ? t->n - j->up_off
+                                                                : j->plan->chunk_elems;
+        if (!conn_can_send(up, count * sizeof(float)))
+            return 0;
+        const float *src = t->w;
+        if (j->up_state > 0) {
+            const char *name;
+            size_t n;
+            src = optim_state_tensor(&t->st, j->up_state - 1, &name, &n);
+        }
+        Appliance__WeightChunk w = APPLIANCE__WEIGHT_CHUNK__INIT;
+        w.step = j->up_step;
+        w.tensor_id = (uint32_t)j->up_tensor;
+        w.offset = j->up_off;
+        w.count = count;
+        w.total = t->n;
+        w.pass = APPLIANCE__PASS__PASS_CHECKPOINT;
+        w.state = j->up_state;
+        ENVELOPE(env, weight_chunk, WEIGHT_CHUNK, &w);
+        int rc = conn_send(up, &env, src + j->up_off, (uint32_t)(count * sizeof(float)),
+                           wn__upload_sent, j);
+        if (rc < 0)
+            return rc;
+        j->up_sends++;
+        j->up_off += count;
+    }
+    if (j->up_sends == 0) { /* nothing to send (no tensors) */
+        j->up_busy = false;
+    }
+    return 0;
+}
+
+/* Pipelined, after the update of the current step: the first replica
+ * sends its weights and optimizer state up when a checkpoint follows. */
+static void wn__maybe_upload(wn_job *j)
+{
+    const Appliance__Plan *p = j->plan;
+    uint64_t done = j->step + 1;
+    if (!j->pipelined || j->replica != 0 ||
+        !(done >= p->max_steps || (p->checkpoint_steps && done % p->checkpoint_steps == 0)))
+        return;
+    j->up_busy = true;
+    j->up_step = j->step;
+    j->up_tensor = 0;
+    j->up_state = 0;
+    j->up_off = 0;
+    int rc = wn__upload_pump(j);
+    if (rc < 0)
+        wn__fault(j->n, j, "cannot send the weights after step %llu for the checkpoint: %s",
+                  (unsigned long long)j->step, strerror(-rc));
+}
+
 /* Queues the gradients of a layer's trainable tensors to be sent up, in
  * chunks (wn__grad_pump sends them). In parts: the part's rows of the
  * weight, and the rest with the last part. */
 static void wn__queue_grads(wn_job *j, int layer)
 {
+    /* Pipelined with one replica: its gradient is the reduced one and
+     * stays here (memoryx takes the weights at checkpoints) */
+    if (j->pipelined && j->plan->n_replicas == 1)
+        return;
     const model_layer *l = &j->m->layers[layer];
     for (int k = 0; k < l->ntensors; k++) {
         const model_tensor *mt = &j->m->tensors[l->first_tensor + k];
@@ -390,7 +484,8 @@ static void wn__advance_and_send(wn_job *j, const model_layer *sent)
 
 const char *const wn_phase_names[WN_PHASES] = {
     "forward", "loss", "backward", "update", "evaluation",
-    "wait_batch", "wait_weights", "wait_gradients_sent", "wait_reduced", "wait_stripes", "other",
+    "wait_batch", "wait_weights", "wait_gradients_sent", "wait_reduced", "wait_stripes",
+    "wait_checkpoint", "other",
 };
 
 /* The idle time since the last mark goes to what the replica waited for;
@@ -555,6 +650,10 @@ static void wn__work_done(void *arg)
                 wn__step_done(j);
         }
     } else {
+        if (j->stage == WN_UPDATE)
+            wn__maybe_upload(j);
+        if (j->state == WN_RELEASED)
+            return;
         wn__step_done(j);
     }
     j->part = 0;
@@ -674,6 +773,10 @@ void wn__advance(wn_job *j)
     }
     if (j->stage == WN_UPDATE && j->plan->n_replicas > 1 && j->rg_done < j->plan->n_tensors) {
         wn__wait(j, WN_PH_WAIT_REDUCED);
+        return;
+    }
+    if (j->stage == WN_UPDATE && j->up_busy) { /* the weights it changes are still on their way */
+        wn__wait(j, WN_PH_WAIT_CHECKPOINT);
         return;
     }
     if (backward && wn__sending(j, j->layer)) { /* its gradients of the last step must have left */

@@ -1061,6 +1061,7 @@ static void *mx__payload_dest(node *n, conn *c, const Appliance__Envelope *env, 
         j->pipelined && env->weight_chunk->pass == APPLIANCE__PASS__PASS_CHECKPOINT &&
         j->state == MX_RUNNING) {
         char why[256];
+        j->up_dest = NULL;
         if (j->ckpt_kind != MX_CKPT_NONE || j->held) {
             /* the last upload's checkpoint is being written: this chunk
              * waits in the reader's buffer (mx__upload_chunk holds it) and
@@ -1072,6 +1073,7 @@ static void *mx__payload_dest(node *n, conn *c, const Appliance__Envelope *env, 
         void *dest = mx__upload_dest(j, env->weight_chunk, len, err, why, sizeof(why));
         if (!dest)
             log_warn("job %s: from %s: %s", j->id, c->peer_addr, why);
+        j->up_dest = dest;
         return dest;
     }
     if (env->msg_case != APPLIANCE__ENVELOPE__MSG_GRAD_CHUNK || !j || c != j->down || j->pipelined) {
@@ -1142,21 +1144,33 @@ static void mx__upload_chunk(node *n, conn *c, Appliance__Envelope *env, uint8_t
         return;
     }
     mx_tensor *t = j->by_id[w->tensor_id];
-    if (j->ckpt_kind != MX_CKPT_NONE || j->held) {
-        mx_held *h = malloc(sizeof(*h) + len);
-        if (!h) {
-            mx__abort(n, j, "out of memory for an upload chunk after step %llu",
-                      (unsigned long long)w->step);
-            return;
-        }
-        *h = (mx_held){.step = w->step, .tensor = t, .offset = w->offset, .count = w->count,
-                       .state = w->state};
-        memcpy(h->data, pl, len);
-        *j->held_tail = h;
-        j->held_tail = &h->next;
+    bool in_place = pl == j->up_dest;
+    j->up_dest = NULL;
+    if (in_place) {
+        mx__upload_in(n, j, t, w->state, w->count);
         return;
     }
-    mx__upload_in(n, j, t, w->state, w->count);
+    /* in the reader's buffer: its frame began while a checkpoint was
+     * written (which may be over by now); it lands in order after the
+     * ones held before it, checked then (mx__upload_drain) */
+    if (w->count > UINT32_MAX / sizeof(float) || len != w->count * sizeof(float)) {
+        conn_fail(c, -EPROTO, "weight chunk of %llu elements in %u bytes",
+                  (unsigned long long)w->count, len);
+        return;
+    }
+    mx_held *h = malloc(sizeof(*h) + len);
+    if (!h) {
+        mx__abort(n, j, "out of memory for an upload chunk after step %llu",
+                  (unsigned long long)w->step);
+        return;
+    }
+    *h = (mx_held){.step = w->step, .tensor = t, .offset = w->offset, .count = w->count,
+                   .state = w->state};
+    memcpy(h->data, pl, len);
+    *j->held_tail = h;
+    j->held_tail = &h->next;
+    if (j->ckpt_kind == MX_CKPT_NONE)
+        mx__upload_drain(n, j);
 }
 
 /* Pipelined, once a checkpoint is written: the upload chunks held

@@ -134,6 +134,7 @@ typedef struct mx_job {
     bool pipelined;
     uint64_t up_step;             /* the step of the upload coming in, UINT64_MAX: none */
     uint64_t up_have, up_need;    /* its elements in, and in all */
+    const void *up_dest;          /* where the frame being read lands in place, or NULL */
     struct mx_tier *tier;         /* the disk tier (tier.h), or NULL: the tensors are in RAM */
     uint64_t tier_window;         /* > 0: the shard goes to the disk tier, with this much RAM */
 } mx_job;

@@ -79,8 +79,10 @@ done
 
 # The flight recorder: memoryx logged the stream events before the fault.
 grep -q "flight recorder, job" "$run/logs/memoryx-1.log" || fail "no flight recorder dump in the memoryx log"
-grep -Eq "flight: -[0-9.]+s grad_chunk from swarmx-1 step [0-9]+ layer [0-9]+ tensor [0-9]+ chunk" \
-  "$run/logs/memoryx-1.log" || fail "the flight recorder dump does not name gradient chunks"
+# (the job is Pipelined: what comes up to memoryx is the first replica's
+# weights and optimizer state for each checkpoint)
+grep -Eq "flight: -[0-9.]+s weight_chunk from swarmx-1 step [0-9]+ layer [0-9]+ tensor [0-9]+ chunk" \
+  "$run/logs/memoryx-1.log" || fail "the flight recorder dump does not name the weight chunks from swarmx"
 grep -Eq "flight recorder, job job-[0-9.r]+ \(.*; it was waiting for (the reduced gradients|step [0-9]+|its own compute task)" \
   "$run/logs/wse-node-1.log" || fail "the flight recorder's dump does not say what wse-node-1 waited for"
 echo "ok: the flight recorder's dump names step, layer, tensor, chunk, peer and what the job waited for"

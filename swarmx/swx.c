@@ -229,6 +229,8 @@ static void swx__reduce(node *n, swx_job *j)
          * replica applies it to its resident weights, and it goes no
          * further (memoryx takes the weights at checkpoints). */
         if (j->root && j->plan->mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED) {
+            j->chunks_up++; /* reduced, counted as those sent up elsewhere */
+            swx_of(n)->chunks_up++;
             swx__send_down(n, j, NULL, &env, sum);
             swx_buf_unref(sum);
             if (!j->plan)
@@ -769,7 +771,8 @@ static void swx__metrics(node *n, metrics_buf *b)
     metrics_printf(b, "# HELP appliance_chunks_forwarded_total Weight chunks sent down to the children.\n"
                       "# TYPE appliance_chunks_forwarded_total counter\n"
                       "appliance_chunks_forwarded_total %llu\n"
-                      "# HELP appliance_chunks_reduced_total Gradient chunks summed and sent up.\n"
+                      "# HELP appliance_chunks_reduced_total Gradient chunks summed and sent on (up, or "
+                      "down from a Pipelined job's root).\n"
                       "# TYPE appliance_chunks_reduced_total counter\n"
                       "appliance_chunks_reduced_total %llu\n"
                       "# HELP appliance_pending_down_bytes Weight bytes not yet written to every child.\n"

@@ -56,7 +56,7 @@ typedef struct swarmx {
     jobhost jobs;                /* the job's life cycle (jobhost.h) */
     swx_job *job;                /* the job (jobs.job), or NULL */
     uint64_t chunks_down;        /* forwarded to the children, every job */
-    uint64_t chunks_up;          /* reduced and sent up, every job */
+    uint64_t chunks_up;          /* reduced and sent on, every job */
     uint64_t collectives;        /* collective sums completed, every job */
 } swarmx;
 

@@ -60,8 +60,16 @@ for daemon, names in checks.items():
     before, after = parse(f"{work}/before.{daemon}"), parse(f"{work}/after.{daemon}")
     for n in names:
         assert get(after, n) > get(before, n), (daemon, n, get(before, n), get(after, n))
-assert get(parse(f"{work}/after.memoryx-1"), "appliance_steps_committed_total") == 0
     assert get(after, "appliance_memory_bytes") > 0, daemon
+# Pipelined: memoryx commits no step and takes no gradient; what comes up
+# from swarmx is the first replica's weights for the checkpoints of steps
+# 20, 40 and 60 (132 parameters, SGD without momentum: 528 bytes each),
+# far from the 60 steps' gradients (31680 bytes) it took before
+mx = parse(f"{work}/after.memoryx-1")
+assert get(mx, "appliance_steps_committed_total") == 0
+up = sum(v for k, v in mx.items()
+         if k.startswith("appliance_peer_bytes_received_total{") and 'peer_role="swarmx"' in k)
+assert 3 * 528 < up < 60 * 528, up
 wse = parse(f"{work}/after.wse-node-1")
 assert get(wse, "appliance_steps_total") == 60, get(wse, "appliance_steps_total")
 assert wse['appliance_step_compute_seconds_bucket{le="+Inf"}'] == 60
@@ -108,9 +116,15 @@ for n in names:
         assert int(p[0]) >= last, (n, "time went back", l)
         last = int(p[0])
 sw = [l.split() for l in open(f"{d}/swarmx-1.trace") if not l.startswith("#")]
-win = sum(1 for p in sw if p[1] == "in" and p[2] == "weight_chunk")
-wout = sum(1 for p in sw if p[1] == "out" and p[2] == "weight_chunk")
+def count(d, peer):
+    return sum(1 for p in sw if p[1] == d and p[2] == "weight_chunk" and p[3].startswith(peer))
+win, wout = count("in", "memoryx"), count("out", "wse-node")
 assert win > 0 and wout == 2 * win, (win, wout)
+# the Pipelined job's checkpoints: the first replica's weights passed up
+up_in, up_out = count("in", "wse-node"), count("out", "memoryx")
+assert up_in > 0 and up_in == up_out, (up_in, up_out)
+senders = {p[3] for p in sw if p[1] == "in" and p[2] == "weight_chunk" and p[3].startswith("wse-node")}
+assert len(senders) == 1, ("weights up from more than the first replica", senders)
 PY
 "$py" "$src/bench/trace_phases.py" "$run/traces/memoryx-1.trace" "$run/traces/wse-node-1.trace" \
   "$run/traces/wse-node-2.trace" > "$work/phases" || fail "trace_phases: $(cat "$work/phases")"

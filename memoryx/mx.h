@@ -1,7 +1,9 @@
 /* memoryx: the weights and optimizer state of its shard of a job's
  * parameter tensors, the weight stream of every step in the order of the
  * static schedule, the optimizer step as each reduced gradient completes,
- * and checkpoints. */
+ * and checkpoints. A Pipelined job's weights are streamed once; its
+ * replicas apply the updates, and the first sends its weights and
+ * optimizer state up for each checkpoint. */
 #pragma once
 
 #include <limits.h>

@@ -72,7 +72,10 @@ typedef enum mx_ckpt_kind {
  * checkpoint the job resumes from, off the event loop (heartbeats go on).
  * A job released while the thread pool has any of its work (pool_work) is
  * freed when the last piece comes back.
- * RUNNING: each step streams its weights (cur, the stream cursor, says how
+ * RUNNING (Pipelined: the weights stream once, then each upload of the
+ * first replica's weights is written as a checkpoint: mx__upload_chunk;
+ * the rest of this is Weight Streaming's):
+ * each step streams its weights (cur, the stream cursor, says how
  * far: mx__pump) while reduced gradients come back (mx__grad_chunk) and
  * the optimizer updates each complete tensor in the thread pool, at most
  * --threads at a time (mx__update_next; with clipping, every tensor in one

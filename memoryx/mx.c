@@ -777,9 +777,10 @@ static void mx__load_work(uv_work_t *req)
         mx_tensor *t = &j->t[i];
         if (!tier_files(j)) {
             t->w = malloc(t->n * sizeof(float));
-            t->g = malloc(t->n * sizeof(float));
+            /* Pipelined: no gradient comes to memoryx */
+            t->g = j->pipelined ? NULL : malloc(t->n * sizeof(float));
             bool st_ok = !t->trainable || optim_state_init(&t->st, &j->cfg, t->n) == 0;
-            if (!t->w || !t->g || !st_ok) {
+            if (!t->w || (!t->g && !j->pipelined) || !st_ok) {
                 snprintf(j->load_err, sizeof(j->load_err),
                          "out of memory for tensor %s (%llu elements)", t->name,
                          (unsigned long long)t->n);
@@ -889,6 +890,9 @@ static void *mx__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
         j->by_id[t->id] = t;
         bytes += footprint_shard_tensor_bytes(t->n, t->trainable, (unsigned)j->states);
     }
+    j->pipelined = p->mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED;
+    for (size_t i = 0; j->pipelined && i < j->nt; i++) /* no gradient comes to memoryx */
+        bytes -= j->t[i].n * sizeof(float);
     uint64_t have = mx__memory(n);
     if (bytes > have) {
         /* more than memory holds: the disk tier, through a window of it */
@@ -908,7 +912,6 @@ static void *mx__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
                                     units_format_size(disk, b4, sizeof(b4)), mx->opt.state_dir);
         j->tier_window = have;
     }
-    j->pipelined = p->mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED;
     j->up_step = UINT64_MAX;
     for (size_t i = 0; i < j->nt; i++)
         j->up_need += j->t[i].n * (1 + (j->t[i].trainable ? j->states : 0));

@@ -1161,6 +1161,8 @@ static void mx__upload_chunk(node *n, conn *c, Appliance__Envelope *env, uint8_t
                   (unsigned long long)w->count, len);
         return;
     }
+    log_debug("job %s: an upload chunk after step %llu waits for the checkpoint of step %llu",
+              j->id, (unsigned long long)w->step, (unsigned long long)j->ckpt_step);
     mx_held *h = malloc(sizeof(*h) + len);
     if (!h) {
         mx__abort(n, j, "out of memory for an upload chunk after step %llu",

@@ -722,12 +722,8 @@ static void mx__step_done(node *n, mx_job *j)
     node_send_coordinator(n, &env);
     Appliance__Plan *p = j->plan;
     uint64_t done = j->step + 1; /* steps completed */
-    if (done >= p->max_steps) {
-        mx__checkpoint(n, j, done, MX_CKPT_FINAL);
-        return;
-    }
-    if (p->checkpoint_steps && done % p->checkpoint_steps == 0) {
-        mx__checkpoint(n, j, done, MX_CKPT_STEP);
+    if (plan_checkpoint_after(p, j->step)) {
+        mx__checkpoint(n, j, done, done >= p->max_steps ? MX_CKPT_FINAL : MX_CKPT_STEP);
         return;
     }
     j->step++;
@@ -1001,13 +997,6 @@ static void mx__job_go(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, 
 }
 
 /* Gradient chunks land straight in the tensor's gradient buffer. */
-/* Whether a checkpoint follows `step` (steps completed: step + 1). */
-static bool mx__checkpoint_after(const Appliance__Plan *p, uint64_t step)
-{
-    uint64_t done = step + 1;
-    return done >= p->max_steps || (p->checkpoint_steps && done % p->checkpoint_steps == 0);
-}
-
 /* Pipelined: where a chunk of the first replica's upload lands (the
  * weights or an optimizer state of one of our tensors, in order), or NULL
  * with *err and why. */
@@ -1026,7 +1015,7 @@ static void *mx__upload_dest(mx_job *j, const Appliance__WeightChunk *w, uint32_
     }
     if (j->up_step == UINT64_MAX) {
         if (w->step < j->plan->first_step || w->step >= j->plan->max_steps ||
-            !mx__checkpoint_after(j->plan, w->step)) {
+            !plan_checkpoint_after(j->plan, w->step)) {
             snprintf(why, whylen, "upload after step %llu: no checkpoint follows it",
                      (unsigned long long)w->step);
             return NULL;

@@ -394,9 +394,8 @@ int wn__upload_pump(wn_job *j)
         j->up_sends++;
         j->up_off += count;
     }
-    if (j->up_sends == 0) { /* nothing to send (no tensors) */
+    if (j->up_sends == 0) /* nothing to send (no tensors) */
         j->up_busy = false;
-    }
     return 0;
 }
 
@@ -404,10 +403,7 @@ int wn__upload_pump(wn_job *j)
  * sends its weights and optimizer state up when a checkpoint follows. */
 static void wn__maybe_upload(wn_job *j)
 {
-    const Appliance__Plan *p = j->plan;
-    uint64_t done = j->step + 1;
-    if (!j->pipelined || j->replica != 0 ||
-        !(done >= p->max_steps || (p->checkpoint_steps && done % p->checkpoint_steps == 0)))
+    if (!j->pipelined || j->replica != 0 || !plan_checkpoint_after(j->plan, j->step))
         return;
     j->up_busy = true;
     j->up_step = j->step;

@@ -12,6 +12,12 @@ bool plan_eval_at(const Appliance__Plan *p, uint64_t step)
     return p->eval_frequency > 0 && step > 0 && step < p->max_steps && step % p->eval_frequency == 0;
 }
 
+bool plan_checkpoint_after(const Appliance__Plan *p, uint64_t step)
+{
+    uint64_t done = step + 1;
+    return done >= p->max_steps || (p->checkpoint_steps && done % p->checkpoint_steps == 0);
+}
+
 Appliance__Plan *plan_copy(const Appliance__Plan *p)
 {
     size_t len = appliance__plan__get_packed_size(p);

@@ -10,6 +10,7 @@
 
 #include "optim.h"
 #include "optim_plan.h"
+#include "plan.h"
 #include "plan_stream.h"
 
 #define NT 3
@@ -265,6 +266,22 @@ START_TEST(states_match_the_optimizer)
 }
 END_TEST
 
+/* Which steps a checkpoint follows (memoryx writes one, a Pipelined job's
+ * first replica uploads its weights for it): every checkpoint_steps steps
+ * done, and after the last step; with checkpoint_steps 0 only the last. */
+START_TEST(checkpoints_follow_their_steps)
+{
+    fx.p.max_steps = 25;
+    fx.p.checkpoint_steps = 10;
+    for (uint64_t s = 0; s < 25; s++)
+        ck_assert_msg(plan_checkpoint_after(&fx.p, s) == (s == 9 || s == 19 || s == 24),
+                      "step %llu", (unsigned long long)s);
+    fx.p.checkpoint_steps = 0;
+    for (uint64_t s = 0; s < 25; s++)
+        ck_assert(plan_checkpoint_after(&fx.p, s) == (s == 24));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("plan_stream");
@@ -275,6 +292,7 @@ int main(void)
     tcase_add_test(tc, pipelined_once_with_resumed_state);
     tcase_add_test(tc, states_match_the_optimizer);
     tcase_add_test(tc, receivers_expect_the_stream);
+    tcase_add_test(tc, checkpoints_follow_their_steps);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

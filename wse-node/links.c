@@ -72,8 +72,8 @@ static void *wn__up_dest(conn *c, const Appliance__Envelope *env, uint32_t len, 
                          ? wslots_dest(&j->ws, w->tensor_id, w->pass == APPLIANCE__PASS__PASS_BACKWARD,
                                        w->offset, w->count, &blocked)
                          : NULL;
-        if (dst && j->plan->wire_bf16) /* bfloat16: in the upper half, widened in place */
-            return (uint8_t *)dst + 2 * w->count;
+        if (dst && j->plan->wire_bf16) /* bfloat16: kept as it came, widened beside */
+            return wslots_dest16(&j->ws, dst);
         j->chunk_staged = !dst && (blocked || (j->staged && w->step == j->step));
         if (!dst && !j->chunk_staged) {
             log_warn("job %s: weight chunk out of schedule: tensor %u step %llu offset %llu "
@@ -130,7 +130,8 @@ static int wn__stage(wn_job *j, const Appliance__WeightChunk *w, const uint8_t *
 }
 
 /* count weights of a chunk, as the wire carries them (float32 or
- * bfloat16), into dst: copied, or widened. */
+ * bfloat16), into dst: copied; or kept in bfloat16 (wslots_dest16: the
+ * GEMMs take them as they are) and widened into dst. */
 static void wn__land(const wn_job *j, float *dst, const void *payload, uint64_t count)
 {
     if (!j->plan->wire_bf16) {
@@ -138,10 +139,10 @@ static void wn__land(const wn_job *j, float *dst, const void *payload, uint64_t 
             memcpy(dst, payload, count * sizeof(float));
         return;
     }
-    uint8_t *upper = (uint8_t *)dst + 2 * count;
-    if (payload != upper)
-        memcpy(upper, payload, 2 * count);
-    bf16_unpack(dst, (const uint16_t *)upper, count);
+    uint16_t *kept = wslots_dest16(&j->ws, dst);
+    if (payload != kept)
+        memcpy(kept, payload, 2 * count);
+    bf16_unpack(dst, kept, count);
 }
 
 /* A slot freed: held chunks land in order; reading resumes once none is
@@ -211,8 +212,8 @@ static void wn__up_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, ui
             if (j->state == WN_RELEASED)
                 return;
         } else {
-            if (j->plan->wire_bf16) /* the payload is in the upper half of its place */
-                bf16_unpack((float *)(payload - 2 * w->count), (const uint16_t *)payload, w->count);
+            if (j->plan->wire_bf16) /* the payload is its bfloat16 copy (wslots_dest16) */
+                wn__land(j, wslots_dest32(&j->ws, (const uint16_t *)payload), payload, w->count);
             if (wslots_received(&j->ws, w->count))
                 wn__pause(j);
         }

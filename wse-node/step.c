@@ -761,7 +761,8 @@ void wn__advance(wn_job *j)
             wn__wait(j, WN_PH_WAIT_GRADS_SENT);
             return;
         }
-        wslots_bind(&j->ws, j->layer, j->part, backward, j->wp, j->gp);
+        wslots_bind(&j->ws, j->layer, j->part, backward, j->wp, j->gp,
+                    j->plan->wire_bf16 ? j->w16p : NULL);
     } else if ((j->stage == WN_FORWARD || j->stage == WN_EVAL) &&
                !wn__weights_ready(j, &j->m->layers[j->layer])) {
         wn__wait(j, WN_PH_WAIT_WEIGHTS);

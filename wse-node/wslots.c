@@ -60,15 +60,19 @@ int wslots_init(wslots *w, const model *m, const uint32_t *fwd, size_t nfwd, con
     w->gseq = malloc((nl ? nl : 1) * sizeof(int));
     w->toff = calloc((size_t)m->ntensors + 1, sizeof(uint64_t));
     w->bytes = footprint_wslots_bytes(m, part_elems, chunk_elems);
-    w->slot_elems = w->bytes / (4 * sizeof(float));
+    w->slot_elems = w->bytes / footprint_wslots_elem_bytes(m);
     /* cache-line aligned: the kernels stream whole lines into the gradient
      * slots (gemm_small_k.c) */
     size_t slot_bytes = (w->slot_elems * sizeof(float) + 63) & ~(size_t)63;
+    size_t slot16_bytes = (w->slot_elems * sizeof(uint16_t) + 63) & ~(size_t)63;
+    bool oom = false;
     for (int k = 0; k < 2; k++) {
         w->slot[k] = aligned_alloc(64, slot_bytes ? slot_bytes : 64);
         w->gslot[k] = aligned_alloc(64, slot_bytes ? slot_bytes : 64);
+        if (m->mixed_precision)
+            oom |= !(w->slot16[k] = aligned_alloc(64, slot16_bytes ? slot16_bytes : 64));
     }
-    if (!w->arr_layer || !w->arr_part || !w->arr_first || !w->arr_elems || !w->fwd_arr ||
+    if (oom || !w->arr_layer || !w->arr_part || !w->arr_first || !w->arr_elems || !w->fwd_arr ||
         !w->bwd_arr || !w->keep_arr || !w->gseq || !w->toff || !w->slot[0] || !w->slot[1] || !w->gslot[0] ||
         !w->gslot[1]) {
         wslots_deinit(w);
@@ -138,6 +142,7 @@ void wslots_deinit(wslots *w)
     for (int k = 0; k < 2; k++) {
         free(w->slot[k]);
         free(w->gslot[k]);
+        free(w->slot16[k]);
     }
     memset(w, 0, sizeof(*w));
 }
@@ -222,7 +227,20 @@ bool wslots_ready(const wslots *w, int layer, uint32_t part, bool backward)
     return a < 0 || a + (int)part < w->recv;
 }
 
-void wslots_bind(const wslots *w, int layer, uint32_t part, bool backward, float **wp, float **gp)
+uint16_t *wslots_dest16(const wslots *w, const float *dst)
+{
+    int k = dst >= w->slot[1] && dst < w->slot[1] + w->slot_elems;
+    return w->slot16[k] + (dst - w->slot[k]);
+}
+
+float *wslots_dest32(const wslots *w, const uint16_t *dst16)
+{
+    int k = dst16 >= w->slot16[1] && dst16 < w->slot16[1] + w->slot_elems;
+    return w->slot[k] + (dst16 - w->slot16[k]);
+}
+
+void wslots_bind(const wslots *w, int layer, uint32_t part, bool backward, float **wp, float **gp,
+                 uint16_t **w16p)
 {
     const model_layer *l = &w->m->layers[layer];
     int a = wslots__arrival(w, layer, backward);
@@ -236,6 +254,10 @@ void wslots_bind(const wslots *w, int layer, uint32_t part, bool backward, float
         uint64_t off = k == 0 ? 0 : w->toff[t] - first;
         if (a >= 0)
             wp[t] = here ? w->slot[(a + (int)part) % 2] + off : NULL;
+        if (w16p) /* a whole layer's weights: its first tensor, at the slot's start */
+            w16p[t] = a >= 0 && k == 0 && w->parts[layer].count == 1 && w->slot16[0]
+                          ? w->slot16[a % 2]
+                          : NULL;
         if (backward && w->gseq[layer] >= 0 && w->m->tensors[t].trainable)
             gp[t] = here ? w->gslot[(w->gseq[layer] + (int)part) % 2] + off : NULL;
     }

@@ -30,6 +30,8 @@ typedef struct wslots {
     const model *m;            /* not owned */
     float *slot[2];            /* weights of an arriving or computing part */
     float *gslot[2];           /* gradients of a part's backward pass */
+    uint16_t *slot16[2];       /* mixed precision: slot's weights as they arrive, in bfloat16
+                                  (the GEMMs take them; slot holds them widened) */
     size_t slot_elems;         /* floats of each slot: the largest part's tensors */
     footprint_parts *parts;    /* per layer: how it is split (footprint_ws_parts) */
     int narrivals;             /* parts arriving per training step */
@@ -97,8 +99,14 @@ bool wslots_ready(const wslots *w, int layer, uint32_t part, bool backward);
 /* Points wp (per tensor) at the part's weights in its slot for the pass
  * (a weight split in parts: at the part's first row; the other tensors
  * with the last part only), and for a backward pass gp at a gradient slot
- * the same way. */
-void wslots_bind(const wslots *w, int layer, uint32_t part, bool backward, float **wp, float **gp);
+ * the same way. w16p (may be NULL): a whole layer's first tensor at its
+ * bfloat16 copy (mixed precision), the rest NULL. */
+void wslots_bind(const wslots *w, int layer, uint32_t part, bool backward, float **wp, float **gp,
+                 uint16_t **w16p);
+/* Mixed precision: where the bfloat16 of the weights wslots_dest placed
+ * at dst land, and back. */
+uint16_t *wslots_dest16(const wslots *w, const float *dst);
+float *wslots_dest32(const wslots *w, const uint16_t *dst16);
 
 /* The layer whose gradients still occupy the gradient slot a backward pass
  * of the layer's part would use, or -1: its gradients must have been sent

@@ -141,14 +141,21 @@ uint64_t footprint_wslots_bytes(const model *m, uint64_t part_elems, uint64_t ch
                 max = e;
         }
     }
-    return 4 * max * sizeof(float);
+    return max * footprint_wslots_elem_bytes(m);
+}
+
+uint64_t footprint_wslots_elem_bytes(const model *m)
+{
+    /* two slots of weights and two of gradients; in mixed precision the
+     * weights also as they arrive, in bfloat16 */
+    return 4 * sizeof(float) + (m->mixed_precision ? 2 * sizeof(uint16_t) : 0);
 }
 
 uint64_t footprint_ws_part_fit(const model *m, uint64_t slot_bytes, uint64_t chunk_elems)
 {
     if (footprint_wslots_bytes(m, 0, chunk_elems) <= slot_bytes)
         return 0;
-    uint64_t part = slot_bytes / (4 * sizeof(float));
+    uint64_t part = slot_bytes / footprint_wslots_elem_bytes(m);
     /* the bias of a last part comes on top of its rows: shrink until all fit */
     while (part > 0 && footprint_wslots_bytes(m, part, chunk_elems) > slot_bytes)
         part -= part / 16 + 1;

@@ -69,7 +69,7 @@ START_TEST(double_buffering)
     ck_assert(blocked);
     /* fc1 computes from slot 0; then its slot takes fc3. */
     float *wp[6] = {0}, *gp[6] = {0};
-    wslots_bind(&w, 0, 0, false, wp, gp);
+    wslots_bind(&w, 0, 0, false, wp, gp, NULL);
     ck_assert_ptr_eq(wp[0], w.slot[0]);
     ck_assert_ptr_eq(wp[1], w.slot[0] + 32);
     ck_assert(!wslots_streams(&w, 1, false)); /* relu has no weights */
@@ -94,15 +94,15 @@ START_TEST(double_buffering)
     ck_assert(wslots_ready(&w, 0, 0, true));
     /* Gradient slots alternate: fc3 (seq 0), fc2 (seq 1), fc1 (seq 0 again). */
     ck_assert_int_eq(wslots_grad_blocker(&w, 3, 0), -1);
-    wslots_bind(&w, 3, 0, true, wp, gp);
+    wslots_bind(&w, 3, 0, true, wp, gp, NULL);
     ck_assert_ptr_eq(gp[4], w.gslot[0]);
     wslots_consume(&w, 3, 0, true);
     ck_assert_int_eq(wslots_grad_blocker(&w, 2, 0), -1);
-    wslots_bind(&w, 2, 0, true, wp, gp);
+    wslots_bind(&w, 2, 0, true, wp, gp, NULL);
     ck_assert_ptr_eq(gp[2], w.gslot[1]);
     wslots_consume(&w, 2, 0, true);
     ck_assert_int_eq(wslots_grad_blocker(&w, 0, 0), 3); /* fc3's gradients must have left */
-    wslots_bind(&w, 0, 0, true, wp, gp);
+    wslots_bind(&w, 0, 0, true, wp, gp, NULL);
     ck_assert_ptr_eq(gp[0], w.gslot[0]);
     /* Every arrival of the step is in; the next pass's chunks wait for it. */
     ck_assert_int_eq(w.recv, w.narrivals);
@@ -147,10 +147,10 @@ START_TEST(kept_across_the_turn)
     ck_assert(wslots_ready(&w, 3, 0, true));
     ck_assert(wslots_ready(&w, 2, 0, true));
     float *wp[6] = {0}, *gp[6] = {0};
-    wslots_bind(&w, 3, 0, true, wp, gp);
+    wslots_bind(&w, 3, 0, true, wp, gp, NULL);
     ck_assert_ptr_eq(wp[4], w.slot[0]);
     ck_assert_ptr_eq(gp[4], w.gslot[0]);
-    wslots_bind(&w, 2, 0, true, wp, gp);
+    wslots_bind(&w, 2, 0, true, wp, gp, NULL);
     ck_assert_ptr_eq(wp[2], w.slot[1]);
     ck_assert(!wslots_consume(&w, 3, 0, true));
     ck_assert_int_eq(w.consumed, 1); /* fc2 still reads slot 1 */
@@ -179,9 +179,9 @@ START_TEST(kept_across_the_turn)
     ck_assert_ptr_eq(wslots_dest(&w, 3, true, 0, 6, &blocked), w.slot[1] + 48);
     ck_assert(wslots_received(&w, 6)); /* the step's last arrival */
     ck_assert(!wslots_consume(&w, 3, 0, false)); /* fc3 forward: kept */
-    wslots_bind(&w, 3, 0, true, wp, gp);
+    wslots_bind(&w, 3, 0, true, wp, gp, NULL);
     ck_assert_ptr_eq(wp[4], w.slot[0]);
-    wslots_bind(&w, 2, 0, true, wp, gp);
+    wslots_bind(&w, 2, 0, true, wp, gp, NULL);
     ck_assert_ptr_eq(wp[2], w.slot[1]);
     wslots_deinit(&w);
 
@@ -229,13 +229,13 @@ START_TEST(parts)
     ck_assert(wslots_received(&w, 8)); /* both slots in use */
     ck_assert(wslots_ready(&w, 0, 1, false));
     float *wp[6] = {0}, *gp[6] = {0};
-    wslots_bind(&w, 0, 0, false, wp, gp);
+    wslots_bind(&w, 0, 0, false, wp, gp, NULL);
     ck_assert_ptr_eq(wp[0], w.slot[0]);
     ck_assert_ptr_null(wp[1]); /* the bias comes with the last part */
     ck_assert_ptr_null(wslots_dest(&w, 2, false, 0, 8, &blocked));
     ck_assert(blocked);
     ck_assert(wslots_consume(&w, 0, 0, false));
-    wslots_bind(&w, 0, 1, false, wp, gp);
+    wslots_bind(&w, 0, 1, false, wp, gp, NULL);
     ck_assert_ptr_eq(wp[0], w.slot[1]);
     ck_assert_ptr_eq(wp[1], w.slot[1] + 16);
     /* fc2's first part into the freed slot 0 */

@@ -259,6 +259,45 @@ START_TEST(bad_schedules)
 }
 END_TEST
 
+/* Mixed precision: each weight slot has a bfloat16 twin; a chunk's place
+ * maps to its twin's and back, and a whole layer's weight tensor is bound
+ * to its twin (the GEMMs take it), its bias not. The slots' bytes count
+ * the twins. */
+START_TEST(bfloat16_twins)
+{
+    model *m = compile();
+    m->mixed_precision = true;
+    wslots w;
+    ck_assert_int_eq(wslots_init(&w, m, fwd, 6, bwd, 4, 0, 0, 0), 0);
+    ck_assert_ptr_nonnull(w.slot16[0]);
+    ck_assert_ptr_nonnull(w.slot16[1]);
+    ck_assert_uint_eq(w.bytes, (6 * 8 + 6) * (4 * sizeof(float) + 2 * sizeof(uint16_t)));
+    for (int k = 0; k < 2; k++) {
+        ck_assert_ptr_eq(wslots_dest16(&w, w.slot[k] + 5), w.slot16[k] + 5);
+        ck_assert_ptr_eq(wslots_dest32(&w, w.slot16[k] + 7), w.slot[k] + 7);
+    }
+    receive_fc1_fc2(&w, m);
+    float *wp[6] = {0}, *gp[6] = {0};
+    uint16_t *w16p[6] = {0};
+    wslots_bind(&w, 2, 0, false, wp, gp, w16p);
+    ck_assert_ptr_eq(wp[2], w.slot[1]);
+    ck_assert_ptr_eq(w16p[2], w.slot16[1]);
+    ck_assert_ptr_null(w16p[3]);
+    wslots_deinit(&w);
+    /* float32: no twins */
+    m->mixed_precision = false;
+    ck_assert_int_eq(wslots_init(&w, m, fwd, 6, bwd, 4, 0, 0, 0), 0);
+    ck_assert_ptr_null(w.slot16[0]);
+    ck_assert_uint_eq(w.bytes, (6 * 8 + 6) * 4 * sizeof(float));
+    w16p[2] = (uint16_t *)1;
+    receive_fc1_fc2(&w, m);
+    wslots_bind(&w, 2, 0, false, wp, gp, w16p);
+    ck_assert_ptr_null(w16p[2]);
+    wslots_deinit(&w);
+    model_free(m);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("wslots");
@@ -267,9 +306,11 @@ static Suite *suite(void)
     tcase_add_test(t, kept_across_the_turn);
     tcase_add_test(t, bad_schedules);
     tcase_add_test(t, parts);
+    tcase_add_test(t, bfloat16_twins);
     suite_add_tcase(s, t);
     return s;
 }
+
 
 int main(void)
 {

@@ -72,8 +72,11 @@ static void *wn__up_dest(conn *c, const Appliance__Envelope *env, uint32_t len, 
                          ? wslots_dest(&j->ws, w->tensor_id, w->pass == APPLIANCE__PASS__PASS_BACKWARD,
                                        w->offset, w->count, &blocked)
                          : NULL;
-        if (dst && j->plan->wire_bf16) /* bfloat16: kept as it came, widened beside */
-            return wslots_dest16(&j->ws, dst);
+        if (dst && j->plan->wire_bf16) { /* bfloat16: kept as it came, widened beside; */
+            uint16_t *kept = wslots_dest16(&j->ws, dst, w->count);
+            /* a layer in parts: in the upper half of its place, widened in place */
+            return kept ? (void *)kept : (void *)((uint8_t *)dst + 2 * w->count);
+        }
         j->chunk_staged = !dst && (blocked || (j->staged && w->step == j->step));
         if (!dst && !j->chunk_staged) {
             log_warn("job %s: weight chunk out of schedule: tensor %u step %llu offset %llu "
@@ -139,7 +142,9 @@ static void wn__land(const wn_job *j, float *dst, const void *payload, uint64_t 
             memcpy(dst, payload, count * sizeof(float));
         return;
     }
-    uint16_t *kept = wslots_dest16(&j->ws, dst);
+    uint16_t *kept = wslots_dest16(&j->ws, dst, count);
+    if (!kept) /* a layer in parts: widened in place, from the upper half */
+        kept = (uint16_t *)((uint8_t *)dst + 2 * count);
     if (payload != kept)
         memcpy(kept, payload, 2 * count);
     bf16_unpack(dst, kept, count);
@@ -212,8 +217,11 @@ static void wn__up_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, ui
             if (j->state == WN_RELEASED)
                 return;
         } else {
-            if (j->plan->wire_bf16) /* the payload is its bfloat16 copy (wslots_dest16) */
-                wn__land(j, wslots_dest32(&j->ws, (const uint16_t *)payload), payload, w->count);
+            if (j->plan->wire_bf16) /* in the slot's twin, or in the upper half of its place */
+                wn__land(j, wslots_in_twin(&j->ws, payload)
+                                ? wslots_dest32(&j->ws, (const uint16_t *)payload)
+                                : (float *)(payload - 2 * w->count),
+                         payload, w->count);
             if (wslots_received(&j->ws, w->count))
                 wn__pause(j);
         }

@@ -60,17 +60,19 @@ int wslots_init(wslots *w, const model *m, const uint32_t *fwd, size_t nfwd, con
     w->gseq = malloc((nl ? nl : 1) * sizeof(int));
     w->toff = calloc((size_t)m->ntensors + 1, sizeof(uint64_t));
     w->bytes = footprint_wslots_bytes(m, part_elems, chunk_elems);
-    w->slot_elems = w->bytes / footprint_wslots_elem_bytes(m);
+    uint64_t whole;
+    w->slot_elems = footprint_wslots_elems(m, part_elems, chunk_elems, &whole);
+    w->slot16_elems = m->mixed_precision ? whole : 0;
     /* cache-line aligned: the kernels stream whole lines into the gradient
      * slots (gemm_small_k.c) */
     size_t slot_bytes = (w->slot_elems * sizeof(float) + 63) & ~(size_t)63;
-    size_t slot16_bytes = (w->slot_elems * sizeof(uint16_t) + 63) & ~(size_t)63;
+    size_t slot16_bytes = (w->slot16_elems * sizeof(uint16_t) + 63) & ~(size_t)63;
     bool oom = false;
     for (int k = 0; k < 2; k++) {
         w->slot[k] = aligned_alloc(64, slot_bytes ? slot_bytes : 64);
         w->gslot[k] = aligned_alloc(64, slot_bytes ? slot_bytes : 64);
-        if (m->mixed_precision)
-            oom |= !(w->slot16[k] = aligned_alloc(64, slot16_bytes ? slot16_bytes : 64));
+        if (w->slot16_elems)
+            oom |= !(w->slot16[k] = aligned_alloc(64, slot16_bytes));
     }
     if (oom || !w->arr_layer || !w->arr_part || !w->arr_first || !w->arr_elems || !w->fwd_arr ||
         !w->bwd_arr || !w->keep_arr || !w->gseq || !w->toff || !w->slot[0] || !w->slot[1] || !w->gslot[0] ||
@@ -227,15 +229,27 @@ bool wslots_ready(const wslots *w, int layer, uint32_t part, bool backward)
     return a < 0 || a + (int)part < w->recv;
 }
 
-uint16_t *wslots_dest16(const wslots *w, const float *dst)
+uint16_t *wslots_dest16(const wslots *w, const float *dst, uint64_t count)
 {
     int k = dst >= w->slot[1] && dst < w->slot[1] + w->slot_elems;
-    return w->slot16[k] + (dst - w->slot[k]);
+    size_t at = (size_t)(dst - w->slot[k]);
+    if (!w->slot16[k] || at > w->slot16_elems || count > w->slot16_elems - at)
+        return NULL;
+    return w->slot16[k] + at;
+}
+
+bool wslots_in_twin(const wslots *w, const void *p)
+{
+    for (int k = 0; k < 2; k++)
+        if (w->slot16[k] && (const uint16_t *)p >= w->slot16[k] &&
+            (const uint16_t *)p < w->slot16[k] + w->slot16_elems)
+            return true;
+    return false;
 }
 
 float *wslots_dest32(const wslots *w, const uint16_t *dst16)
 {
-    int k = dst16 >= w->slot16[1] && dst16 < w->slot16[1] + w->slot_elems;
+    int k = w->slot16[1] && dst16 >= w->slot16[1] && dst16 < w->slot16[1] + w->slot16_elems;
     return w->slot[k] + (dst16 - w->slot16[k]);
 }
 

@@ -30,8 +30,9 @@ typedef struct wslots {
     const model *m;            /* not owned */
     float *slot[2];            /* weights of an arriving or computing part */
     float *gslot[2];           /* gradients of a part's backward pass */
-    uint16_t *slot16[2];       /* mixed precision: slot's weights as they arrive, in bfloat16
-                                  (the GEMMs take them; slot holds them widened) */
+    uint16_t *slot16[2];       /* mixed precision: a whole layer's weights as they arrive,
+                                  in bfloat16 (the GEMMs take them; slot holds them widened) */
+    size_t slot16_elems;       /* of each: the largest layer that arrives whole */
     size_t slot_elems;         /* floats of each slot: the largest part's tensors */
     footprint_parts *parts;    /* per layer: how it is split (footprint_ws_parts) */
     int narrivals;             /* parts arriving per training step */
@@ -103,10 +104,13 @@ bool wslots_ready(const wslots *w, int layer, uint32_t part, bool backward);
  * bfloat16 copy (mixed precision), the rest NULL. */
 void wslots_bind(const wslots *w, int layer, uint32_t part, bool backward, float **wp, float **gp,
                  uint16_t **w16p);
-/* Mixed precision: where the bfloat16 of the weights wslots_dest placed
- * at dst land, and back. */
-uint16_t *wslots_dest16(const wslots *w, const float *dst);
+/* Mixed precision: where the bfloat16 of count weights wslots_dest placed
+ * at dst land in the slot's twin, or NULL where the twin does not reach
+ * (a layer in parts: its chunks are widened in place); and back. */
+uint16_t *wslots_dest16(const wslots *w, const float *dst, uint64_t count);
 float *wslots_dest32(const wslots *w, const uint16_t *dst16);
+/* Whether p lies in a twin. */
+bool wslots_in_twin(const wslots *w, const void *p);
 
 /* The layer whose gradients still occupy the gradient slot a backward pass
  * of the layer's part would use, or -1: its gradients must have been sent

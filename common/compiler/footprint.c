@@ -129,9 +129,10 @@ uint64_t footprint_ws_part_elems(const model *m, int layer, const footprint_part
     return pt->rows * pt->row_elems;
 }
 
-uint64_t footprint_wslots_bytes(const model *m, uint64_t part_elems, uint64_t chunk_elems)
+uint64_t footprint_wslots_elems(const model *m, uint64_t part_elems, uint64_t chunk_elems,
+                                uint64_t *whole)
 {
-    uint64_t max = 1;
+    uint64_t max = 1, max_whole = 0;
     for (int l = 0; l < m->nlayers; l++) {
         footprint_parts pt = footprint_ws_parts(m, l, part_elems, chunk_elems);
         uint64_t first;
@@ -139,23 +140,29 @@ uint64_t footprint_wslots_bytes(const model *m, uint64_t part_elems, uint64_t ch
             uint64_t e = footprint_ws_part_elems(m, l, &pt, p, &first);
             if (e > max)
                 max = e;
+            if (pt.count == 1 && e > max_whole)
+                max_whole = e;
         }
     }
-    return max * footprint_wslots_elem_bytes(m);
+    if (whole)
+        *whole = max_whole;
+    return max;
 }
 
-uint64_t footprint_wslots_elem_bytes(const model *m)
+uint64_t footprint_wslots_bytes(const model *m, uint64_t part_elems, uint64_t chunk_elems)
 {
-    /* two slots of weights and two of gradients; in mixed precision the
-     * weights also as they arrive, in bfloat16 */
-    return 4 * sizeof(float) + (m->mixed_precision ? 2 * sizeof(uint16_t) : 0);
+    /* two slots of weights and two of gradients; in mixed precision two
+     * twins of the weight slots in bfloat16, for the layers that arrive
+     * whole (the GEMMs of a layer in parts run in float32) */
+    uint64_t whole, max = footprint_wslots_elems(m, part_elems, chunk_elems, &whole);
+    return 4 * max * sizeof(float) + (m->mixed_precision ? 2 * whole * sizeof(uint16_t) : 0);
 }
 
 uint64_t footprint_ws_part_fit(const model *m, uint64_t slot_bytes, uint64_t chunk_elems)
 {
     if (footprint_wslots_bytes(m, 0, chunk_elems) <= slot_bytes)
         return 0;
-    uint64_t part = slot_bytes / footprint_wslots_elem_bytes(m);
+    uint64_t part = slot_bytes / (4 * sizeof(float));
     /* the bias of a last part comes on top of its rows: shrink until all fit */
     while (part > 0 && footprint_wslots_bytes(m, part, chunk_elems) > slot_bytes)
         part -= part / 16 + 1;

@@ -104,10 +104,13 @@ uint64_t footprint_ws_part_elems(const model *m, int layer, const footprint_part
 
 /* Bytes of the Weight Streaming slots (wslots.h) for a model: two of the
  * largest part's weights, two of its gradients (part_elems 0: whole
- * layers), and in mixed precision two of its weights in bfloat16. */
+ * layers), and in mixed precision two bfloat16 twins of the weight slots
+ * as large as the largest layer that arrives whole. */
 uint64_t footprint_wslots_bytes(const model *m, uint64_t part_elems, uint64_t chunk_elems);
-/* Bytes of the slots for each element of the largest arrival. */
-uint64_t footprint_wslots_elem_bytes(const model *m);
+/* Elements of the largest arrival (part or whole layer), and in *whole
+ * (may be NULL) of the largest layer that arrives whole (0: none). */
+uint64_t footprint_wslots_elems(const model *m, uint64_t part_elems, uint64_t chunk_elems,
+                                uint64_t *whole);
 
 /* The part_elems for Weight Streaming slots of at most slot_bytes in all
  * (footprint_wslots_bytes), or 0 when whole layers fit or no split does. */

@@ -272,9 +272,11 @@ START_TEST(bfloat16_twins)
     ck_assert_ptr_nonnull(w.slot16[0]);
     ck_assert_ptr_nonnull(w.slot16[1]);
     ck_assert_uint_eq(w.bytes, (6 * 8 + 6) * (4 * sizeof(float) + 2 * sizeof(uint16_t)));
+    ck_assert_uint_eq(w.slot16_elems, 6 * 8 + 6);
     for (int k = 0; k < 2; k++) {
-        ck_assert_ptr_eq(wslots_dest16(&w, w.slot[k] + 5), w.slot16[k] + 5);
+        ck_assert_ptr_eq(wslots_dest16(&w, w.slot[k] + 5, 4), w.slot16[k] + 5);
         ck_assert_ptr_eq(wslots_dest32(&w, w.slot16[k] + 7), w.slot[k] + 7);
+        ck_assert(wslots_in_twin(&w, w.slot16[k] + 7) && !wslots_in_twin(&w, w.slot[k] + 7));
     }
     receive_fc1_fc2(&w, m);
     float *wp[6] = {0}, *gp[6] = {0};
@@ -283,6 +285,23 @@ START_TEST(bfloat16_twins)
     ck_assert_ptr_eq(wp[2], w.slot[1]);
     ck_assert_ptr_eq(w16p[2], w.slot16[1]);
     ck_assert_ptr_null(w16p[3]);
+    wslots_deinit(&w);
+    /* in parts (fc1 in 2, fc2 in 3): the twins as large as the largest
+     * layer that arrives whole (fc3: 3 x 6 and a bias of 3), a chunk of a
+     * layer in parts beyond them has none, and a layer in parts is bound
+     * to none */
+    ck_assert_int_eq(wslots_init(&w, m, fwd, 6, bwd, 4, 0, 16, 8), 0);
+    ck_assert_uint_eq(w.slot16_elems, 3 * 6 + 3);
+    ck_assert_uint_eq(w.bytes, (16 + 8) * 4 * sizeof(float) + (3 * 6 + 3) * 2 * sizeof(uint16_t));
+    ck_assert_ptr_null(wslots_dest16(&w, w.slot[0] + 16, 8));
+    bool blocked;
+    ck_assert_ptr_eq(wslots_dest(&w, 0, false, 0, 8, &blocked), w.slot[0]);
+    wslots_received(&w, 8);
+    ck_assert_ptr_eq(wslots_dest(&w, 0, false, 8, 8, &blocked), w.slot[0] + 8);
+    wslots_received(&w, 8);
+    w16p[0] = (uint16_t *)1;
+    wslots_bind(&w, 0, 0, false, wp, gp, w16p);
+    ck_assert_ptr_null(w16p[0]);
     wslots_deinit(&w);
     /* float32: no twins */
     m->mixed_precision = false;

@@ -199,6 +199,13 @@ static void mx__checkpoint(node *n, mx_job *j, uint64_t step, mx_ckpt_kind kind)
     j->pool_work++;
 }
 
+/* The checkpoint that follows `step` (step + 1 steps done): the final one
+ * after the last step. */
+static void mx__checkpoint_after(node *n, mx_job *j, uint64_t step)
+{
+    mx__checkpoint(n, j, step + 1, step + 1 >= j->plan->max_steps ? MX_CKPT_FINAL : MX_CKPT_STEP);
+}
+
 /* Back on the loop: the checkpoint is reported, then what it was for. */
 static void mx__checkpoint_done(uv_work_t *req, int status)
 {
@@ -720,10 +727,8 @@ static void mx__step_done(node *n, mx_job *j)
     mx_of(n)->steps++;
     ENVELOPE(env, step_committed, STEP_COMMITTED, &sc);
     node_send_coordinator(n, &env);
-    Appliance__Plan *p = j->plan;
-    uint64_t done = j->step + 1; /* steps completed */
-    if (plan_checkpoint_after(p, j->step)) {
-        mx__checkpoint(n, j, done, done >= p->max_steps ? MX_CKPT_FINAL : MX_CKPT_STEP);
+    if (plan_checkpoint_after(j->plan, j->step)) {
+        mx__checkpoint_after(n, j, j->step);
         return;
     }
     j->step++;
@@ -867,6 +872,8 @@ static void *mx__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
     if (!j->by_id || !j->t || !j->ready)
         return mx__start_failed(j, why, whylen, "out of memory");
     uint64_t bytes = 0;
+    j->pipelined = p->mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED;
+    j->up_step = UINT64_MAX;
     for (size_t i = 0; i < p->n_tensors; i++) {
         const Appliance__PlanTensor *pt = p->tensors[i];
         if (pt->id != i)
@@ -885,10 +892,11 @@ static void *mx__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
         t->trainable = pt->trainable;
         j->by_id[t->id] = t;
         bytes += footprint_shard_tensor_bytes(t->n, t->trainable, (unsigned)j->states);
+        if (j->pipelined) { /* no gradient comes; the upload brings weights and state */
+            bytes -= t->n * sizeof(float);
+            j->up_need += t->n * (1 + (t->trainable ? j->states : 0));
+        }
     }
-    j->pipelined = p->mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED;
-    for (size_t i = 0; j->pipelined && i < j->nt; i++) /* no gradient comes to memoryx */
-        bytes -= j->t[i].n * sizeof(float);
     uint64_t have = mx__memory(n);
     if (bytes > have) {
         /* more than memory holds: the disk tier, through a window of it */
@@ -908,9 +916,6 @@ static void *mx__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
                                     units_format_size(disk, b4, sizeof(b4)), mx->opt.state_dir);
         j->tier_window = have;
     }
-    j->up_step = UINT64_MAX;
-    for (size_t i = 0; i < j->nt; i++)
-        j->up_need += j->t[i].n * (1 + (j->t[i].trainable ? j->states : 0));
     if (j->pipelined && j->tier_window) {
         char b1[32], b2[32];
         return mx__start_failed(j, why, whylen, "shard %u of a Pipelined job needs %s in memory "
@@ -996,7 +1001,6 @@ static void mx__job_go(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, 
     mx__start_step(n, j);
 }
 
-/* Gradient chunks land straight in the tensor's gradient buffer. */
 /* Pipelined: where a chunk of the first replica's upload lands (the
  * weights or an optimizer state of one of our tensors, in order), or NULL
  * with *err and why. */
@@ -1046,6 +1050,8 @@ static void *mx__upload_dest(mx_job *j, const Appliance__WeightChunk *w, uint32_
     return optim_state_tensor(&t->st, w->state - 1, &name, &count) + w->offset;
 }
 
+/* Gradient chunks land straight in the tensor's gradient buffer; a
+ * Pipelined job's uploads in its weights and optimizer state. */
 static void *mx__payload_dest(node *n, conn *c, const Appliance__Envelope *env, uint32_t len, int *err)
 {
     mx_job *j = mx_of(n)->job;
@@ -1119,7 +1125,7 @@ static void mx__upload_in(node *n, mx_job *j, mx_tensor *t, uint32_t state, uint
     if (j->down)
         conn_pause(j->down);
     j->step = step;
-    mx__checkpoint(n, j, step + 1, step + 1 >= j->plan->max_steps ? MX_CKPT_FINAL : MX_CKPT_STEP);
+    mx__checkpoint_after(n, j, step);
 }
 
 /* Pipelined: a chunk of the first replica's upload, in place

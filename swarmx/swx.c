@@ -259,12 +259,11 @@ static void swx__upload(node *n, swx_job *j, conn *c, Appliance__Envelope *env, 
 {
     const Appliance__WeightChunk *w = env->weight_chunk;
     char why[256];
-    if (j->plan->mode != APPLIANCE__EXEC_MODE__MODE_PIPELINED ||
-        w->pass != APPLIANCE__PASS__PASS_CHECKPOINT ||
-        msgcheck_weight_chunk(w, j->plan, b->len, why, sizeof(why)) < 0) {
-        if (j->plan->mode != APPLIANCE__EXEC_MODE__MODE_PIPELINED ||
-            w->pass != APPLIANCE__PASS__PASS_CHECKPOINT)
-            snprintf(why, sizeof(why), "weights sent up outside a Pipelined job's checkpoint");
+    int bad = j->plan->mode != APPLIANCE__EXEC_MODE__MODE_PIPELINED ||
+              w->pass != APPLIANCE__PASS__PASS_CHECKPOINT;
+    if (bad)
+        snprintf(why, sizeof(why), "weights sent up outside a Pipelined job's checkpoint");
+    if (bad || msgcheck_weight_chunk(w, j->plan, b->len, why, sizeof(why)) < 0) {
         swx_buf_unref(b);
         swx__abort(n, j, "bad weight chunk from %s: %s", c->peer_addr, why);
         return;

@@ -15,10 +15,29 @@
 
 static worker *wk_of(node *n) { return n->data; }
 
-/* One batch: produced in the thread pool, then queued on its feed and sent
- * in chunks as the connection has room. */
+/* A batch is filled by up to this many threads of the pool at once... */
+#define WK_PARTS_MAX 8
+/* ...each filling at least this many of its bytes: a smaller share costs
+ * more to hand over than it saves. */
+#define WK_PART_MIN_BYTES ((size_t)256 << 10)
+
+/* The samples [lo, hi) of a batch, filled by one thread of the pool. */
+typedef struct wk_part {
+    uv_work_t req;
+    struct wk_batch *batch;
+    uint32_t lo, hi;
+    int rc;                   /* of dataset_batch_part, with err */
+    char err[512];
+} wk_part;
+
+/* One batch: produced in the thread pool, its samples in parts over the
+ * free threads (on a host the worker shares with a wse-node, one thread
+ * filling a whole batch would delay one of the wse-node's threads only,
+ * and the others would wait for it), then queued on its feed and sent in
+ * chunks as the connection has room. */
 typedef struct wk_batch {
-    uv_work_t req;            /* in the thread pool */
+    wk_part part[WK_PARTS_MAX];
+    uint32_t nparts, parts_left; /* in the thread pool */
     struct wk_batch *next;    /* in its feed's send queue */
     unsigned refs;            /* the producer or the queue, and each chunk being written */
     size_t sent;              /* bytes handed to the connection */
@@ -33,7 +52,7 @@ typedef struct wk_batch {
     uint64_t queued_at;       /* uv_now when it was queued */
     uint8_t *buf;             /* the batch's bytes (sample.h) */
     size_t bytes;
-    int rc;                   /* of dataset_batch, with err */
+    int rc;                   /* the first failing part's, with err */
     char err[512];
 } wk_batch;
 
@@ -168,26 +187,28 @@ static size_t wk__stripe(uint8_t *buf, uint32_t n, const dataset *d, const Appli
     return (size_t)n * c * part + (size_t)n * h * lrow;
 }
 
-static void wk__batch_work(uv_work_t *req)
+static void wk__part_work(uv_work_t *req)
 {
-    wk_batch *b = container_of(req, wk_batch, req);
+    wk_part *pt = container_of(req, wk_part, req);
+    wk_batch *b = pt->batch;
     const wk_feed *f = b->feed;
     const Appliance__Plan *p = f->job->plan;
     const dataset *d = b->eval_batch ? f->job->eval_data : f->job->data;
     if (b->eval_batch)
-        b->rc = dataset_range(f->job->eval_data, b->first, b->n, b->buf, b->err, sizeof(b->err));
+        pt->rc = dataset_range_part(d, b->first, b->n, pt->lo, pt->hi, b->buf, pt->err,
+                                    sizeof(pt->err));
     else
-        b->rc = dataset_batch(f->job->data, b->step, b->global, f->offset, f->batch, b->buf, b->err,
-                              sizeof(b->err));
+        pt->rc = dataset_batch_part(d, b->step, b->global, f->offset, f->batch, pt->lo, pt->hi,
+                                    b->buf, pt->err, sizeof(pt->err));
     uint32_t parts = msgcheck_parts(p);
-    if (b->rc < 0 || parts < 2)
+    if (pt->rc < 0 || parts < 2) /* a striped batch is one part: the whole of it is here */
         return;
     const Appliance__PlanInput *in = b->eval_batch ? p->eval_input : p->train_input;
     const Appliance__PlanReplica *r = p->replicas[f->replica];
     size_t bytes = wk__stripe(b->buf, b->n, d, in, r->stripe_row0, r->stripe_rows);
     if (!bytes && b->n) {
-        b->rc = -EINVAL;
-        snprintf(b->err, sizeof(b->err), "spatial partitions need images with a label per pixel; "
+        pt->rc = -EINVAL;
+        snprintf(pt->err, sizeof(pt->err), "spatial partitions need images with a label per pixel; "
                  "%s gives %llu inputs and %llu labels per sample", in->data_processor,
                  (unsigned long long)dataset_sample_elems(d),
                  (unsigned long long)dataset_label_elems(d));
@@ -199,9 +220,69 @@ static void wk__batch_work(uv_work_t *req)
     b->label_elems = (uint32_t)(dataset_label_elems(d) / H * r->stripe_rows);
 }
 
-static void wk__batch_done(uv_work_t *req, int status)
+static void wk__batch_done(wk_batch *b);
+
+/* A part is back on the loop: the batch is done with its last. */
+static void wk__part_done(uv_work_t *req, int status)
 {
-    wk_batch *b = container_of(req, wk_batch, req);
+    wk_part *pt = container_of(req, wk_part, req);
+    wk_batch *b = pt->batch;
+    if (status < 0 && pt->rc >= 0) {
+        pt->rc = status;
+        snprintf(pt->err, sizeof(pt->err), "%s", uv_strerror(status));
+    }
+    if (pt->rc < 0 && b->rc >= 0) {
+        b->rc = pt->rc;
+        memcpy(b->err, pt->err, sizeof(b->err));
+    }
+    if (--b->parts_left > 0) {
+        b->feed->job->inflight--; /* not the last: the job waits for that */
+        return;
+    }
+    wk__batch_done(b);
+}
+
+/* Queues b's production: in parts over the pool's free threads when
+ * may_split (a striped batch is cut after it is whole: one part), at least
+ * WK_PART_MIN_BYTES each. Returns 0 or uv_queue_work's error when no part
+ * could be queued; if only some were, the batch fails when they are back. */
+static int wk__batch_queue(worker *w, wk_job *j, wk_batch *b, bool may_split)
+{
+    uint32_t parts = 1;
+    if (may_split) {
+        parts = w->max_inflight > j->inflight ? w->max_inflight - j->inflight : 1;
+        size_t most = b->bytes / WK_PART_MIN_BYTES;
+        if (parts > most)
+            parts = most ? (uint32_t)most : 1;
+        if (parts > WK_PARTS_MAX)
+            parts = WK_PARTS_MAX;
+        if (parts > b->n)
+            parts = b->n ? b->n : 1;
+    }
+    b->nparts = b->parts_left = parts;
+    for (uint32_t i = 0; i < parts; i++) {
+        wk_part *pt = &b->part[i];
+        pt->batch = b;
+        pt->lo = (uint32_t)((uint64_t)b->n * i / parts);
+        pt->hi = (uint32_t)((uint64_t)b->n * (i + 1) / parts);
+        int rc = uv_queue_work(w->n->loop, &pt->req, wk__part_work, wk__part_done);
+        if (rc < 0) {
+            if (i == 0)
+                return rc;
+            b->nparts = b->parts_left = i;
+            b->rc = rc;
+            snprintf(b->err, sizeof(b->err), "cannot queue part %u of %u: %s", i + 1, parts,
+                     uv_strerror(rc));
+            return 0;
+        }
+        j->inflight++;
+    }
+    return 0;
+}
+
+/* Every part of b is back (its last still counted in j->inflight). */
+static void wk__batch_done(wk_batch *b)
+{
     wk_feed *f = b->feed;
     wk_job *j = f->job;
     worker *w = j->w;
@@ -212,10 +293,9 @@ static void wk__batch_done(uv_work_t *req, int status)
             wk__job_free(j);
         return;
     }
-    if (b->rc < 0 || status < 0) {
+    if (b->rc < 0) {
         /* releases the job: the batches still in production are dropped */
-        jobhost_fail(&w->jobs, "step %llu: %s", (unsigned long long)b->step,
-                     status < 0 ? uv_strerror(status) : b->err);
+        jobhost_fail(&w->jobs, "step %llu: %s", (unsigned long long)b->step, b->err);
         wk__batch_unref(b);
         return;
     }
@@ -260,12 +340,11 @@ static bool wk__pump(worker *w, wk_feed *f)
         b->buf = buf;
         b->bytes = bytes;
         b->queued_at = uv_now(w->n->loop);
-        if (uv_queue_work(w->n->loop, &b->req, wk__batch_work, wk__batch_done) < 0) {
+        if (wk__batch_queue(w, j, b, msgcheck_parts(j->plan) < 2) < 0) {
             free(buf);
             free(b);
             return true;
         }
-        j->inflight++;
         f->credits--;
         f->next_step += f->slots;
     }
@@ -427,13 +506,12 @@ static void wk__eval_request(worker *w, wk_feed *f, conn *c, const Appliance__Cr
     b->eval_batch = cr->eval_batch;
     b->first = lo;
     b->queued_at = uv_now(w->n->loop);
-    if (uv_queue_work(w->n->loop, &b->req, wk__batch_work, wk__batch_done) < 0) {
+    if (wk__batch_queue(w, j, b, msgcheck_parts(p) < 2) < 0) {
         free(b->buf);
         free(b);
         jobhost_fail(&w->jobs, "cannot queue an eval batch");
         return;
     }
-    j->inflight++;
 }
 
 static void wk__credit(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, uint32_t len)

@@ -98,7 +98,13 @@ static void dataset__slot(const dataset *d, void *buf, uint32_t n, uint32_t i, v
 int dataset_batch(const dataset *d, uint64_t step, uint64_t batch, uint64_t offset, uint32_t n,
                   void *buf, char *err, size_t errlen)
 {
-    for (uint32_t i = 0; i < n; i++) {
+    return dataset_batch_part(d, step, batch, offset, n, 0, n, buf, err, errlen);
+}
+
+int dataset_batch_part(const dataset *d, uint64_t step, uint64_t batch, uint64_t offset,
+                       uint32_t n, uint32_t lo, uint32_t hi, void *buf, char *err, size_t errlen)
+{
+    for (uint32_t i = lo; i < hi && i < n; i++) {
         void *x, *y;
         dataset__slot(d, buf, n, i, &x, &y);
         int rc = dataset_sample(d, step, batch, offset + i, x, y, err, errlen);
@@ -110,7 +116,13 @@ int dataset_batch(const dataset *d, uint64_t step, uint64_t batch, uint64_t offs
 
 int dataset_range(const dataset *d, uint64_t first, uint32_t n, void *buf, char *err, size_t errlen)
 {
-    for (uint32_t i = 0; i < n; i++) {
+    return dataset_range_part(d, first, n, 0, n, buf, err, errlen);
+}
+
+int dataset_range_part(const dataset *d, uint64_t first, uint32_t n, uint32_t lo, uint32_t hi,
+                       void *buf, char *err, size_t errlen)
+{
+    for (uint32_t i = lo; i < hi && i < n; i++) {
         void *x, *y;
         dataset__slot(d, buf, n, i, &x, &y);
         int rc = dataset_read(d, 0, first + i, x, y, err, errlen);

@@ -76,3 +76,13 @@ int dataset_batch(const dataset *d, uint64_t step, uint64_t batch, uint64_t offs
  * first+n-1 in the order of the data set (no shuffling; augmentation as in
  * epoch 0), in the wire layout of a Batch frame: evaluation batches. */
 int dataset_range(const dataset *d, uint64_t first, uint32_t n, void *buf, char *err, size_t errlen);
+
+/* dataset_batch and dataset_range of positions lo .. hi-1 only, each in
+ * its place in the layout of all n: threads that fill the parts of one
+ * buffer between them make the bytes the whole call makes (the samples
+ * are pure functions of their index; the readers keep no state between
+ * reads). */
+int dataset_batch_part(const dataset *d, uint64_t step, uint64_t batch, uint64_t offset,
+                       uint32_t n, uint32_t lo, uint32_t hi, void *buf, char *err, size_t errlen);
+int dataset_range_part(const dataset *d, uint64_t first, uint32_t n, uint32_t lo, uint32_t hi,
+                       void *buf, char *err, size_t errlen);

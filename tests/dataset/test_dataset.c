@@ -3,6 +3,7 @@
  * produces them; synthetic segmentation, seeded flips and the batch layout.
  * The readers of files are tested in test_dataset_files.c. */
 #include <check.h>
+#include <pthread.h>
 #include <errno.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -447,6 +448,64 @@ START_TEST(batch_layout)
 }
 END_TEST
 
+/* A batch filled in parts, each on its own thread (as the worker's pool
+ * fills one), is byte for byte the batch filled in one call: training
+ * batches and evaluation ranges, inputs and per-pixel labels alike. */
+typedef struct part_fill {
+    const dataset *d;
+    bool range;
+    uint32_t n, lo, hi;
+    uint8_t *buf;
+    int rc;
+} part_fill;
+
+static void *fill_part(void *arg)
+{
+    part_fill *p = arg;
+    char err[256];
+    p->rc = p->range ? dataset_range_part(p->d, 5, p->n, p->lo, p->hi, p->buf, err, sizeof(err))
+                     : dataset_batch_part(p->d, 3, 16, 2, p->n, p->lo, p->hi, p->buf, err,
+                                          sizeof(err));
+    return NULL;
+}
+
+START_TEST(parts_on_threads_make_the_batch)
+{
+    const uint32_t n = 7, cuts[] = {0, 1, 4, 4, 7}; /* an empty part among them */
+    dataset *d = make_seg(2, 5, 6, 3, 8, "train", true, true);
+    size_t bytes = dataset_batch_bytes(d, n);
+    uint8_t *whole = malloc(bytes), *parts = malloc(bytes);
+    char err[256];
+    for (int range = 0; range < 2; range++) {
+        if (range)
+            ck_assert_int_eq(dataset_range(d, 5, n, whole, err, sizeof(err)), 0);
+        else
+            ck_assert_int_eq(dataset_batch(d, 3, 16, 2, n, whole, err, sizeof(err)), 0);
+        memset(parts, 0xa5, bytes);
+        part_fill pf[4];
+        pthread_t th[4];
+        for (int k = 3; k >= 0; k--) { /* the last part first */
+            pf[k] = (part_fill){d, range, n, cuts[k], cuts[k + 1], parts, -1};
+            ck_assert_int_eq(pthread_create(&th[k], NULL, fill_part, &pf[k]), 0);
+        }
+        for (int k = 0; k < 4; k++) {
+            pthread_join(th[k], NULL);
+            ck_assert_int_eq(pf[k].rc, 0);
+        }
+        ck_assert_msg(memcmp(whole, parts, bytes) == 0, "%s: parts differ from the whole",
+                      range ? "range" : "batch");
+    }
+    /* a part beyond the batch writes nothing */
+    memset(parts, 0xa5, bytes);
+    ck_assert_int_eq(dataset_batch_part(d, 3, 16, 2, n, n, n + 4, parts, err, sizeof(err)), 0);
+    for (size_t i = 0; i < bytes; i++)
+        ck_assert_uint_eq(parts[i], 0xa5);
+    free(whole);
+    free(parts);
+    dataset_close(d);
+}
+END_TEST
+
 /* Random crops: image and mask move together by up to pad pixels, the
  * uncovered border is zero (background), and the offset is seeded. */
 START_TEST(crops_shift_image_and_mask)
@@ -519,6 +578,7 @@ static Suite *suite(void)
     tcase_add_test(seg, flip_in_place);
     tcase_add_test(seg, flips_are_seeded_and_consistent);
     tcase_add_test(seg, batch_layout);
+    tcase_add_test(seg, parts_on_threads_make_the_batch);
     tcase_add_test(seg, crops_shift_image_and_mask);
     suite_add_tcase(s, seg);
     return s;

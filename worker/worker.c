@@ -19,7 +19,7 @@ static worker *wk_of(node *n) { return n->data; }
 #define WK_PARTS_MAX 8
 /* ...each filling at least this many of its bytes: a smaller share costs
  * more to hand over than it saves. */
-#define WK_PART_MIN_BYTES ((size_t)256 << 10)
+#define WK_PART_MIN_BYTES ((size_t)64 << 10)
 
 /* The samples [lo, hi) of a batch, filled by one thread of the pool. */
 typedef struct wk_part {

@@ -133,11 +133,15 @@ int offline_plan(const char *file, const char *text, uint64_t wafer, int threads
     /* memoryx: what each shard holds, balanced as the plan balances */
     size_t nshards = spec->num_wgt_servers > 0 ? (size_t)spec->num_wgt_servers : 1;
     uint32_t *owner = calloc((size_t)m->ntensors + 1, sizeof(uint32_t));
-    uint64_t shard_most = owner ? footprint_shards(m, states, nshards, owner, NULL) : UINT64_MAX;
+    /* a Pipelined job's gradients never reach memoryx */
+    bool grads = pick->mode != APPLIANCE__EXEC_MODE__MODE_PIPELINED;
+    uint64_t shard_most = owner ? footprint_shards(m, states, grads, nshards, owner, NULL)
+                                : UINT64_MAX;
     free(owner);
     uint64_t shard_all = 0;
     for (int i = 0; i < m->ntensors; i++)
-        shard_all += footprint_shard_tensor_bytes(m->tensors[i].elems, m->tensors[i].trainable, states);
+        shard_all += footprint_shard_tensor_bytes(m->tensors[i].elems, m->tensors[i].trainable,
+                                                  states, grads);
     if (json) {
         printf("{\"file\": \"%s\", \"input\": \"%s\", \"spatial_partitions\": %d, "
                "\"stripe_input\": \"%s\", \"stripe_halo_bytes\": %llu, ", file, whole, ps.parts,
@@ -212,9 +216,10 @@ int offline_plan(const char *file, const char *text, uint64_t wafer, int threads
             printf("\n");
         }
         char s1[32], s2[32], s3[32];
-        printf("memoryx: the weights (%s), their gradients and optimizer state take %s, at most %s "
+        printf("memoryx: the weights (%s)%s optimizer state take %s, at most %s "
                "on each of %zu shard(s) (runconfig.num_wgt_servers)\n",
                units_format_size((uint64_t)m->total_params * sizeof(float), s1, sizeof(s1)),
+               grads ? ", their gradients and" : " and their",
                units_format_size(shard_all, s2, sizeof(s2)),
                units_format_size(shard_most, s3, sizeof(s3)), nshards);
         if (pick->need <= wafer)

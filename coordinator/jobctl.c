@@ -119,7 +119,10 @@ void jobs_handle_submit(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, 
                 mem += mb->memory > mb->disk ? mb->memory : mb->disk; /* RAM, or its disk tier */
         }
         unsigned states = footprint_optimizer_states(spec->optimizer_type, spec->momentum);
-        uint64_t need = footprint_shard_tensor_bytes(spec->model->total_params, true, states);
+        /* a gradient each unless the job asks for Pipelined (mode = "auto"
+         * may pick Weight Streaming) */
+        uint64_t need = footprint_shard_tensor_bytes(spec->model->total_params, true, states,
+                                                     strcmp(spec->mode, "pipelined") != 0);
         char s1[32], s2[32];
         if (mem && need > mem)
             snprintf(err, sizeof(err), "%s: the model has %llu trainable parameters (%s of float32 "

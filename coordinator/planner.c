@@ -481,15 +481,18 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
     }
 
     /* Tensors, balanced over the shards by bytes (footprint_shards), none
-     * more than its memoryx holds. */
+     * more than its memoryx holds: a Pipelined job's without gradients, in
+     * memory (memoryx takes the replicas' weights and state at checkpoints,
+     * with no disk tier), a Weight Streaming job's in memory or in its
+     * disk tier. */
     size_t nt = (size_t)m->ntensors;
     size_t ns = pm->nshards;
     uint32_t *owner = arena_alloc(&a, (nt ? nt : 1) * sizeof(uint32_t));
     uint64_t *need = arena_alloc(&a, (ns ? ns : 1) * sizeof(uint64_t));
-    if (!owner || !need || footprint_shards(m, states, ns, owner, need) == UINT64_MAX)
+    if (!owner || !need || footprint_shards(m, states, !pipelined, ns, owner, need) == UINT64_MAX)
         goto done;
     for (size_t s = 0; s < ns; s++) {
-        uint64_t have = pm->shards[s]->memory, disk = pm->shards[s]->disk;
+        uint64_t have = pm->shards[s]->memory, disk = pipelined ? 0 : pm->shards[s]->disk;
         if (!have || need[s] <= have || need[s] <= disk) /* in memory, or in its disk tier */
             continue;
         if (disk > have)
@@ -497,7 +500,7 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
         uint64_t total = 0, largest = 0;
         for (size_t i = 0; i < nt; i++) {
             uint64_t b = footprint_shard_tensor_bytes(m->tensors[i].elems, m->tensors[i].trainable,
-                                                      states);
+                                                      states, !pipelined);
             total += b;
             if (b > largest)
                 largest = b;
@@ -507,7 +510,21 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
         units_format_size(have, b2, sizeof(b2));
         units_format_size(total, b3, sizeof(b3));
         units_format_size(largest, b4, sizeof(b4));
-        if (largest > have)
+        if (pipelined && largest > have)
+            snprintf(err, errlen,
+                     "%s: memoryx cannot hold the model: one tensor with its optimizer state needs "
+                     "%s, memoryx %s has %s of memory (a Pipelined job's checkpoints land in "
+                     "memory: no disk tier); give memoryx more --memory, or mode = "
+                     "\"weight_streaming\"", spec->source, b4, pm->shards[s]->name, b2);
+        else if (pipelined)
+            snprintf(err, errlen,
+                     "%s: memoryx cannot hold the model: the weights and optimizer state need %s "
+                     "in all, %s on shard %zu of %zu, memoryx %s has %s of memory (a Pipelined "
+                     "job's checkpoints land in memory: no disk tier); run more memoryx shards "
+                     "(runconfig.num_wgt_servers = %zu would do), give memoryx more --memory, or "
+                     "mode = \"weight_streaming\"", spec->source, b3, b1, s + 1, ns,
+                     pm->shards[s]->name, b2, footprint_shards_needed(m, states, false, have));
+        else if (largest > have)
             snprintf(err, errlen,
                      "%s: memoryx cannot hold the model: one tensor with its gradient and optimizer "
                      "state needs %s, memoryx %s has %s (in memory or its disk tier); give memoryx "
@@ -520,7 +537,7 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
                      "or its disk tier); run more memoryx shards (runconfig.num_wgt_servers = %zu "
                      "would do) or give memoryx more --memory or a --state-dir with more room",
                      spec->source, b3, b1, s + 1, ns, pm->shards[s]->name, b2,
-                     footprint_shards_needed(m, states, have));
+                     footprint_shards_needed(m, states, true, have));
         rc = -E2BIG;
         goto done;
     }

@@ -891,11 +891,10 @@ static void *mx__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
             t->n *= pt->dims[d];
         t->trainable = pt->trainable;
         j->by_id[t->id] = t;
-        bytes += footprint_shard_tensor_bytes(t->n, t->trainable, (unsigned)j->states);
-        if (j->pipelined) { /* no gradient comes; the upload brings weights and state */
-            bytes -= t->n * sizeof(float);
+        bytes += footprint_shard_tensor_bytes(t->n, t->trainable, (unsigned)j->states,
+                                              !j->pipelined);
+        if (j->pipelined) /* no gradient comes; the upload brings weights and state */
             j->up_need += t->n * (1 + (t->trainable ? j->states : 0));
-        }
     }
     uint64_t have = mx__memory(n);
     if (bytes > have) {

@@ -176,13 +176,14 @@ unsigned footprint_optimizer_states(const char *optimizer_type, double momentum)
     return momentum > 0 ? 1 : 0;
 }
 
-uint64_t footprint_shard_tensor_bytes(uint64_t elems, bool trainable, unsigned optimizer_states)
+uint64_t footprint_shard_tensor_bytes(uint64_t elems, bool trainable, unsigned optimizer_states,
+                                      bool gradient)
 {
-    return elems * sizeof(float) * (2 + (trainable ? optimizer_states : 0));
+    return elems * sizeof(float) * (1 + gradient + (trainable ? optimizer_states : 0));
 }
 
-uint64_t footprint_shards(const model *m, unsigned optimizer_states, size_t nshards, uint32_t *owner,
-                          uint64_t *need)
+uint64_t footprint_shards(const model *m, unsigned optimizer_states, bool gradient, size_t nshards,
+                          uint32_t *owner, uint64_t *need)
 {
     size_t nt = (size_t)m->ntensors;
     uint64_t *load = calloc(nshards ? nshards : 1, sizeof(uint64_t));
@@ -207,7 +208,7 @@ uint64_t footprint_shards(const model *m, unsigned optimizer_states, size_t nsha
                 best = s;
         owner[order[i]] = (uint32_t)best;
         load[best] += t->elems * sizeof(float);
-        held[best] += footprint_shard_tensor_bytes(t->elems, t->trainable, optimizer_states);
+        held[best] += footprint_shard_tensor_bytes(t->elems, t->trainable, optimizer_states, gradient);
     }
     most = 0;
     for (size_t s = 0; s < nshards; s++) {
@@ -223,12 +224,13 @@ out:
     return most;
 }
 
-size_t footprint_shards_needed(const model *m, unsigned optimizer_states, uint64_t have)
+size_t footprint_shards_needed(const model *m, unsigned optimizer_states, bool gradient,
+                               uint64_t have)
 {
     uint32_t *owner = malloc(((size_t)m->ntensors ? (size_t)m->ntensors : 1) * sizeof(uint32_t));
     size_t found = 0;
     for (size_t k = 1; owner && k <= 1024 && !found; k++) {
-        uint64_t most = footprint_shards(m, optimizer_states, k, owner, NULL);
+        uint64_t most = footprint_shards(m, optimizer_states, gradient, k, owner, NULL);
         if (most == UINT64_MAX)
             break;
         if (most <= have)

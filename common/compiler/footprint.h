@@ -122,21 +122,24 @@ uint64_t footprint_ws_part_fit(const model *m, uint64_t slot_bytes, uint64_t chu
 unsigned footprint_optimizer_states(const char *optimizer_type, double momentum);
 
 /* Bytes memoryx holds for one parameter tensor of `elems` elements: its
- * weights and its reduced gradient, and for a trainable tensor its
- * optimizer_states tensors of state (memoryx allocates by it). */
-uint64_t footprint_shard_tensor_bytes(uint64_t elems, bool trainable, unsigned optimizer_states);
+ * weights, with `gradient` its reduced gradient (Weight Streaming; a
+ * Pipelined job's gradients never reach memoryx), and for a trainable
+ * tensor its optimizer_states tensors of state (memoryx allocates by it). */
+uint64_t footprint_shard_tensor_bytes(uint64_t elems, bool trainable, unsigned optimizer_states,
+                                      bool gradient);
 
 /* The tensors of m over nshards memoryx shards, balanced by bytes: largest
  * first to the least loaded shard, ids breaking ties. owner[i] gets tensor
  * i's shard (m->ntensors entries), need[s] what shard s holds by
  * footprint_shard_tensor_bytes (nshards entries; may be NULL). Returns the
  * most a shard holds, or UINT64_MAX when out of memory. */
-uint64_t footprint_shards(const model *m, unsigned optimizer_states, size_t nshards, uint32_t *owner,
-                          uint64_t *need);
+uint64_t footprint_shards(const model *m, unsigned optimizer_states, bool gradient, size_t nshards,
+                          uint32_t *owner, uint64_t *need);
 
 /* The fewest shards of `have` bytes each that hold m as footprint_shards
  * balances it; 0 when 1024 do not. */
-size_t footprint_shards_needed(const model *m, unsigned optimizer_states, uint64_t have);
+size_t footprint_shards_needed(const model *m, unsigned optimizer_states, bool gradient,
+                               uint64_t have);
 
 /* Bytes a replica needs in `mode`: the executor, two batches in flight,
  * and the weights (Pipelined: resident, with their gradients, the reduced

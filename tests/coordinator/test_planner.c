@@ -235,10 +235,12 @@ END_TEST
  * optimizer's state are refused at planning, with the shard count that
  * would hold them (balanced as the plan balances), or, when one tensor is
  * more than a shard holds, a larger memoryx. */
-START_TEST(memoryx_shards_must_hold_the_model)
+/* The job of the memoryx tests, in `mode`. */
+static const char *mx_job(const char *mode)
 {
-    static const char *job = "[runconfig]\n"
-                             "mode = \"weight_streaming\"\n"
+    static char text[1024];
+    snprintf(text, sizeof(text), "[runconfig]\n"
+                             "mode = \"%s\"\n"
                              "[train_input]\n"
                              "data_processor = \"synthetic_classification\"\n"
                              "batch_size = 8\n"
@@ -250,12 +252,18 @@ START_TEST(memoryx_shards_must_hold_the_model)
                              "[[model.layers]]\nname = \"fc1\"\ntype = \"dense\"\nunits = 1024\n"
                              "[[model.layers]]\nname = \"fc2\"\ntype = \"dense\"\nunits = 1024\n"
                              "[[model.layers]]\nname = \"fc3\"\ntype = \"dense\"\nunits = 4\n"
-                             "[optimizer]\nmomentum = 0.9\n";
+                             "[optimizer]\nmomentum = 0.9\n", mode);
+    return text;
+}
+
+START_TEST(memoryx_shards_must_hold_the_model)
+{
+    const char *job = mx_job("weight_streaming");
     char err[1024];
     jobspec *spec = jobspec_parse(job, strlen(job), "job.toml", "/src", err, sizeof(err));
     ck_assert_msg(spec != NULL, "%s", err);
     /* fc1 and fc2 weights are 1M floats each: 12 MiB with gradient and momentum */
-    uint64_t big = footprint_shard_tensor_bytes(1024 * 1024, true, 1);
+    uint64_t big = footprint_shard_tensor_bytes(1024 * 1024, true, 1, true);
     ck_assert_uint_eq(big, 12u << 20);
     member wse = {.id = 1, .role = APPLIANCE__ROLE__ROLE_WSE_NODE, .addr = "127.0.0.1:1",
                   .threads = 1, .wafer_memory = 1ull << 30};
@@ -284,6 +292,52 @@ START_TEST(memoryx_shards_must_hold_the_model)
     mx.memory = 0;
     ck_assert_msg(planner_build(spec, "job-1", job, &pm, 1024, &buf, &len, err, sizeof(err)) == 0, "%s", err);
     free(buf);
+    jobspec_free(spec);
+}
+END_TEST
+
+/* A Pipelined job's gradients never reach memoryx: its shards hold weights
+ * and optimizer state only, and in memory (its checkpoints land there; no
+ * disk tier), refused at planning with what would hold it. */
+START_TEST(pipelined_memoryx_holds_no_gradients)
+{
+    const char *job = mx_job("pipelined");
+    char err[1024];
+    jobspec *spec = jobspec_parse(job, strlen(job), "job.toml", "/src", err, sizeof(err));
+    ck_assert_msg(spec != NULL, "%s", err);
+    ck_assert_uint_eq(footprint_shard_tensor_bytes(1024 * 1024, true, 1, false), 8u << 20);
+    ck_assert_uint_eq(footprint_shard_tensor_bytes(1024 * 1024, false, 1, false), 4u << 20);
+    member wse = {.id = 1, .role = APPLIANCE__ROLE__ROLE_WSE_NODE, .addr = "127.0.0.1:1",
+                  .threads = 1, .wafer_memory = 1ull << 30};
+    member mx = {.id = 2, .role = APPLIANCE__ROLE__ROLE_MEMORYX, .addr = "127.0.0.1:2", .name = "memoryx-1"};
+    member sx = {.id = 3, .role = APPLIANCE__ROLE__ROLE_SWARMX, .addr = "127.0.0.1:3"};
+    member wk = {.id = 4, .role = APPLIANCE__ROLE__ROLE_WORKER, .addr = "127.0.0.1:4"};
+    member *r[] = {&wse}, *s[] = {&mx}, *w[] = {&sx}, *k[] = {&wk};
+    planner_members pm = {r, 1, s, 1, w, 1, k, 1};
+    uint8_t *buf = NULL;
+    size_t len;
+    /* 20 MiB: too little for Weight Streaming's gradients, enough here */
+    mx.memory = 20u << 20;
+    ck_assert_msg(planner_build(spec, "job-1", job, &pm, 1024, &buf, &len, err, sizeof(err)) == 0, "%s", err);
+    Appliance__Plan *plan = appliance__plan__unpack(NULL, len, buf);
+    ck_assert_ptr_nonnull(plan);
+    ck_assert_int_eq(plan->mode, APPLIANCE__EXEC_MODE__MODE_PIPELINED);
+    appliance__plan__free_unpacked(plan, NULL);
+    free(buf);
+    /* 12 MiB of memory and a large disk tier: the disk tier does not count */
+    mx.memory = 12u << 20;
+    mx.disk = 1ull << 30;
+    ck_assert_int_eq(planner_build(spec, "job-1", job, &pm, 1024, &buf, &len, err, sizeof(err)), -E2BIG);
+    ck_assert_msg(strstr(err, "memoryx cannot hold the model: the weights and optimizer state need "
+                              "16.0 MiB in all, 16.0 MiB on shard 1 of 1, memoryx memoryx-1 has "
+                              "12.0 MiB of memory") &&
+                  strstr(err, "no disk tier") && strstr(err, "runconfig.num_wgt_servers = 2 would do") &&
+                  strstr(err, "mode = \"weight_streaming\""), "%s", err);
+    /* less than one tensor and its momentum */
+    mx.memory = 6u << 20;
+    ck_assert_int_eq(planner_build(spec, "job-1", job, &pm, 1024, &buf, &len, err, sizeof(err)), -E2BIG);
+    ck_assert_msg(strstr(err, "one tensor with its optimizer state needs 8.0 MiB, memoryx memoryx-1 "
+                              "has 6.0 MiB of memory"), "%s", err);
     jobspec_free(spec);
 }
 END_TEST
@@ -363,6 +417,7 @@ static Suite *suite(void)
     tcase_add_test(t, inputs);
     tcase_add_test(t, memory_for_the_members_threads);
     tcase_add_test(t, memoryx_shards_must_hold_the_model);
+    tcase_add_test(t, pipelined_memoryx_holds_no_gradients);
     tcase_add_test(t, placement);
     tcase_add_test(t, one_replica_streams_from_memoryx);
     tcase_add_test(t, refusals_say_what_helps);

@@ -5,8 +5,9 @@
  * root, each rounded as IEEE 754 says. So a normal has the same bits on
  * every machine and C library, and in each of the clones of rng_normal_n
  * (built with -ffp-contract=off: no product is fused into its sum), which
- * vectorize: the data workers draw 800K normals for one batch of 1024
- * MNIST-sized samples, and memoryx one for every weight it initializes.
+ * vectorize: memoryx draws one for every weight it initializes. The data
+ * workers draw cheaper ones, in float32 (rng_normal_f32_n, at the end):
+ * 800K for one batch of 1024 MNIST-sized samples.
  * Each is within a few units in the last place of
  * sqrt(-2 log u1) cos(2 pi u2) computed in exact arithmetic. */
 #include "rng.h"
@@ -122,4 +123,92 @@ static void rng__normal_loop(uint64_t h, uint64_t first, size_t n, double *out)
 void rng_normal_n(uint64_t seed, uint64_t stream, uint64_t first, size_t n, double *out)
 {
     rng__normal_loop(mix(mix(seed) ^ stream), first, n, out);
+}
+
+/* ---- float32 normals for data (rng_normal_f32_n) ---- */
+
+/* log(u) for u in (0, 1], float32: u = 2^e m with m in [sqrt(1/2),
+ * sqrt(2)), f = m - 1, s = f / (2 + f), log(1 + f) = f - s f + s R(s^2)
+ * with R the series of 2 atanh to s^9 (s^2 <= 0.0295: the next term is
+ * below 1e-9 of f), then e ln 2 in two parts as the double version does. */
+static inline float rng__logf(float u)
+{
+    uint32_t b;
+    memcpy(&b, &u, sizeof(b));
+    int32_t e = (int32_t)(b >> 23) - 127;
+    uint32_t mb = (b & 0x007fffffu) | 0x3f800000u;
+    float m;
+    memcpy(&m, &mb, sizeof(m));
+    int32_t big = m > 1.41421356f;
+    m = big ? m * 0.5f : m;
+    e += big;
+    float f = m - 1.0f;
+    float s = f / (2.0f + f);
+    float z = s * s;
+    float r = ((((2.0f / 9.0f) * z + 2.0f / 7.0f) * z + 2.0f / 5.0f) * z + 2.0f / 3.0f) * z;
+    float hfsq = 0.5f * f * f;
+    float de = (float)e;
+    /* ln 2 = LN2_HI + LN2_LO, LN2_HI with 12 zero bits at its end */
+    const float LN2_HI = 6.9313812256e-01f, LN2_LO = 9.0580006145e-06f;
+    return de * LN2_HI - ((hfsq - (s * (hfsq + r) + de * LN2_LO)) - f);
+}
+
+/* One Box-Muller draw on hash k: u1 from its top 24 bits, in (0, 1], the
+ * angle from its low 24 bits in quarter turns (the quadrant picks signs
+ * and swaps cos and sin of x in [-pi/4, pi/4], Taylor series to x^8 and
+ * x^9: under 3e-8). */
+static inline void rng__pair_f32(uint64_t k, float *cos_out, float *sin_out)
+{
+    float u1 = (float)((k >> 40) + 1) * (1.0f / 16777216.0f);
+    int32_t k2 = (int32_t)(k & 0xffffffu);
+    int32_t q = (k2 + (1 << 21)) >> 22;
+    int32_t j = k2 - (q << 22);
+    float x = (float)j * (6.28318530718f / 16777216.0f);
+    float z = x * x;
+    float c = 1.0f + ((((1.0f / 40320.0f) * z - 1.0f / 720.0f) * z + 1.0f / 24.0f) * z - 0.5f) * z;
+    float sn = x + x * ((((1.0f / 362880.0f) * z - 1.0f / 5040.0f) * z + 1.0f / 120.0f) * z -
+                        1.0f / 6.0f) * z;
+    float rad = __builtin_sqrtf(-2.0f * rng__logf(u1));
+    /* cos(q pi/2 + x): c, -sn, -c, sn; sin: sn, c, -sn, -c */
+    float cv = (q & 1) ? sn : c, sv = (q & 1) ? c : sn;
+    cv = ((q + 1) & 2) ? -cv : cv;
+    sv = (q & 2) ? -sv : sv;
+    *cos_out = rad * cv;
+    *sin_out = rad * sv;
+}
+
+float rng_normal_f32(uint64_t seed, uint64_t stream, uint64_t index)
+{
+    float c, s;
+    rng__pair_f32(mix(mix(mix(seed) ^ stream) ^ (index >> 1)), &c, &s);
+    return index & 1 ? s : c;
+}
+
+/* The draws of pairs p0 .. p0+n-1: cos parts to c, sin parts to s. */
+__attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+static void rng__pairs_f32_loop(uint64_t h, uint64_t p0, size_t n, float *c, float *s)
+{
+    for (size_t i = 0; i < n; i++)
+        rng__pair_f32(mix(h ^ (p0 + i)), &c[i], &s[i]);
+}
+
+void rng_normal_f32_n(uint64_t seed, uint64_t stream, uint64_t first, size_t n, float *out)
+{
+    uint64_t h = mix(mix(seed) ^ stream);
+    float c[256], s[256];
+    uint64_t p = first >> 1, end = first + n; /* pairs p .. cover [first, end) */
+    while (2 * p < end) {
+        size_t np = (size_t)((end - 2 * p + 1) / 2);
+        if (np > 256)
+            np = 256;
+        rng__pairs_f32_loop(h, p, np, c, s);
+        for (size_t i = 0; i < np; i++) {
+            uint64_t a = 2 * (p + i); /* normals a (cos) and a + 1 (sin) */
+            if (a >= first && a < end)
+                out[a - first] = c[i];
+            if (a + 1 >= first && a + 1 < end)
+                out[a + 1 - first] = s[i];
+        }
+        p += np;
+    }
 }

@@ -586,7 +586,7 @@ static void wk__metrics(node *n, metrics_buf *b)
 
 static const options_key wk__keys[] = {
     {"threads", "N", OPTIONS_U32, offsetof(worker_options, threads), 0, 1, 10000000,
-     "decoding threads (default 1)"},
+     "threads producing batches, each batch in parts over the free ones (default 1)"},
     {NULL, NULL, 0, 0, 0, 0, 0, NULL},
 };
 

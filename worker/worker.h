@@ -59,7 +59,7 @@ typedef struct wk_job {
 
 /* The worker's own options (its key table: worker_role). */
 typedef struct worker_options {
-    uint32_t threads;         /* decoding threads */
+    uint32_t threads;         /* threads producing batches */
 } worker_options;
 
 typedef struct worker {
@@ -67,7 +67,7 @@ typedef struct worker {
     worker_options opt;       /* filled by node_parse_args */
     jobhost jobs;             /* the job's life cycle (jobhost.h) */
     wk_job *job;              /* the job being fed (jobs.job), or NULL */
-    unsigned max_inflight;    /* batches produced at once: the decoding threads */
+    unsigned max_inflight;    /* parts of batches produced at once: the threads */
     metrics_hist batch_hist;  /* producing one batch */
     uint64_t batches;         /* sent, every job */
 } worker;

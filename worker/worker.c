@@ -260,6 +260,12 @@ static int wk__batch_queue(worker *w, wk_job *j, wk_batch *b, bool may_split)
             parts = b->n ? b->n : 1;
     }
     b->nparts = b->parts_left = parts;
+    if (parts > j->most_parts) {
+        j->most_parts = parts;
+        if (parts > 1)
+            log_info("job %s: batches of %u samples (%zu bytes) filled in %u parts", j->id, b->n,
+                     b->bytes, parts);
+    }
     for (uint32_t i = 0; i < parts; i++) {
         wk_part *pt = &b->part[i];
         pt->batch = b;

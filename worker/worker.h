@@ -55,6 +55,7 @@ typedef struct wk_job {
     char open_err[512];
     unsigned inflight;        /* thread pool requests not yet completed */
     uint64_t batches_sent;
+    uint32_t most_parts;      /* the most parts a batch was filled in so far (logged when it grows) */
 } wk_job;
 
 /* The worker's own options (its key table: worker_role). */

@@ -159,6 +159,14 @@ START_TEST(test_bf16_paths)
     op_dense_forward(y32, x, w, b, N, IN, OUT);
     op_dense_backward(dx32, dw32, db32, dy, x, w, N, IN, OUT);
     ck_assert(memcmp(db, db32, sizeof(float) * OUT) == 0); /* the bias's in float32 */
+    /* the bias added by the matmul as it writes C: the bits of C seeded
+     * with the bias and the product added into it */
+    float *ys = kt_falloc(N * OUT);
+    for (int i = 0; i < N; i++)
+        memcpy(ys + i * OUT, b, sizeof(float) * OUT);
+    kern_gemm_bf16_kept_b(0, 1, N, OUT, IN, x, IN, w, IN, NULL, NULL, 1.0f, ys, OUT, ws, wsb, 0);
+    ck_assert(memcmp(ys, y, sizeof(float) * N * OUT) == 0);
+    free(ys);
     if (kernels_bf16_compute()) {
         float *xr = kt_falloc(N * IN), *wr = kt_falloc(OUT * IN), *dyr = kt_falloc(N * OUT);
         round_bf16(xr, x, N * IN);

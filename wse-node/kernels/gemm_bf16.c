@@ -22,17 +22,30 @@
 
 static int bf16_off; /* kernels_bf16_enable(0) */
 
+/* The GEMM in float32 instead: C seeded with the bias, if any, and added
+ * into, as a dense layer in float32 does. */
+static void gemm_f32(int ta, int tb, int m, int n, int k, const float *a, int lda, const float *b,
+                     int ldb, const float *bias, float beta, float *c, int ldc)
+{
+    if (bias) {
+        kern__seed_rows(c, ldc, bias, m, n);
+        beta = 1.0f;
+    }
+    kern_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+}
+
 #ifdef KERNELS_HAVE_DNNL
 
 #define SLOTS 24
 
-enum { KEY_BLOCKED = 8, KEY_LDA, KEY_LDB, KEY_N };
+enum { KEY_BLOCKED = 8, KEY_LDA, KEY_LDB, KEY_BIAS, KEY_N };
 
 typedef struct gemm_entry {
     int key[KEY_N];             /* m, n, k, ta, tb, beta != 0, ldc, threads,
-                                 * blocked, and when blocked lda and ldb */
+                                 * blocked, when blocked lda and ldb, and
+                                 * whether a bias is added */
     dnnl_primitive_t prim;
-    dnnl_memory_t a, b, c, scratch;
+    dnnl_memory_t a, b, c, scratch, bias;
     size_t scratch_bytes;
     /* blocked: the reorders of the float32 operands into a and b */
     dnnl_primitive_t ra, rb;
@@ -88,6 +101,7 @@ static void entry_free(gemm_entry *g)
     dnnl_memory_destroy(g->b);
     dnnl_memory_destroy(g->c);
     dnnl_memory_destroy(g->scratch);
+    dnnl_memory_destroy(g->bias);
     dnnl_primitive_destroy(g->prim);
     memset(g, 0, sizeof(*g));
 }
@@ -124,7 +138,8 @@ static int entry_make(gemm_entry *g, const int key[KEY_N], dnnl_engine_t eng)
      * the layouts the matmul picks */
     dnnl_dims_t as = {ta ? 1 : k, ta ? m : 1}, bs = {tb ? 1 : n, tb ? k : 1};
     dnnl_dims_t cs = {key[6], 1};
-    dnnl_memory_desc_t amd, bmd, cmd;
+    dnnl_dims_t biasd = {1, n}, biass = {n, 1};
+    dnnl_memory_desc_t amd, bmd, cmd, biasmd;
     dnnl_matmul_desc_t md;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
@@ -136,7 +151,10 @@ static int entry_make(gemm_entry *g, const int key[KEY_N], dnnl_engine_t eng)
                       : dnnl_memory_desc_init_by_strides(&bmd, 2, bd, dnnl_bf16, bs)) ==
                  dnnl_success &&
              dnnl_memory_desc_init_by_strides(&cmd, 2, cd, dnnl_f32, cs) == dnnl_success &&
-             dnnl_matmul_desc_init(&md, &amd, &bmd, NULL, &cmd) == dnnl_success &&
+             dnnl_memory_desc_init_by_strides(&biasmd, 2, biasd, dnnl_f32, biass) ==
+                 dnnl_success &&
+             dnnl_matmul_desc_init(&md, &amd, &bmd, key[KEY_BIAS] ? &biasmd : NULL, &cmd) ==
+                 dnnl_success &&
              dnnl_primitive_attr_create(&attr) == dnnl_success &&
              dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) ==
                  dnnl_success;
@@ -155,7 +173,9 @@ static int entry_make(gemm_entry *g, const int key[KEY_N], dnnl_engine_t eng)
          dnnl_memory_create(&g->a, apick, eng, DNNL_MEMORY_NONE) == dnnl_success &&
          dnnl_memory_create(&g->b, bpick, eng, DNNL_MEMORY_NONE) == dnnl_success &&
          dnnl_memory_create(&g->c, &cmd, eng, DNNL_MEMORY_NONE) == dnnl_success &&
-         dnnl_memory_create(&g->scratch, smd, eng, DNNL_MEMORY_NONE) == dnnl_success;
+         dnnl_memory_create(&g->scratch, smd, eng, DNNL_MEMORY_NONE) == dnnl_success &&
+         (!key[KEY_BIAS] ||
+          dnnl_memory_create(&g->bias, &biasmd, eng, DNNL_MEMORY_NONE) == dnnl_success);
     if (ok && blocked) {
         dnnl_dims_t fas = {ta ? 1 : key[KEY_LDA], ta ? key[KEY_LDA] : 1};
         dnnl_dims_t fbs = {tb ? 1 : key[KEY_LDB], tb ? key[KEY_LDB] : 1};
@@ -261,16 +281,18 @@ static int run_blocked(gemm_entry *g, dnnl_stream_t st, int m, int n, int k, con
         dnnl_primitive_execute(g->rb, st, 2, rb) != dnnl_success ||
         dnnl_primitive_execute(g->prim, st, 4, args) != dnnl_success ||
         dnnl_stream_wait(st) != dnnl_success) {
-        kern_sgemm(1, 0, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+        gemm_f32(1, 0, m, n, k, a, lda, b, ldb, NULL, beta, c, ldc);
         return 0;
     }
     return 1;
 }
 
 static int gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int lda, const float *b,
-                     int ldb, const uint16_t *b16_kept, float beta, float *c, int ldc, void *ws,
-                     size_t ws_bytes, int same_a)
+                     int ldb, const uint16_t *b16_kept, const float *bias, float beta, float *c,
+                     int ldc, void *ws, size_t ws_bytes, int same_a)
 {
+    if (bias)
+        beta = 0.0f; /* C = product + bias */
     dnnl_engine_t eng;
     dnnl_stream_t st;
     size_t abytes = up64((size_t)m * k * 2), bbytes = up64((size_t)k * n * 2);
@@ -278,7 +300,7 @@ static int gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int ld
     if (m > 0 && n > 0 && k > 0 && (beta == 0.0f || beta == 1.0f) && !bf16_off &&
         isa_has_bf16() && ((uintptr_t)ws & 63) == 0 && abytes + bbytes <= ws_bytes &&
         kern__dnnl_engine(&eng, &st)) {
-        if (!b16_kept && gemm_blocked(ta, tb, m, n)) {
+        if (!b16_kept && !bias && gemm_blocked(ta, tb, m, n)) {
             int key[KEY_N] = {m, n, k, 1, 0, beta != 0.0f, ldc, kernels_threads(), 1, lda, ldb};
             g = entry_of(key, eng);
             /* blocked layouts pad: where they do not fit, the plain ones */
@@ -286,11 +308,12 @@ static int gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int ld
                 return run_blocked(g, st, m, n, k, a, lda, b, ldb, beta, c, ldc, ws);
         }
         int key[KEY_N] = {m, n, k, ta != 0, tb != 0, beta != 0.0f, ldc, kernels_threads()};
+        key[KEY_BIAS] = bias != NULL;
         g = entry_of(key, eng);
     }
     if (!g || abytes + bbytes + g->scratch_bytes > ws_bytes) {
         gb.a.src = NULL;
-        kern_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+        gemm_f32(ta, tb, m, n, k, a, lda, b, ldb, bias, beta, c, ldc);
         return 0;
     }
     uint16_t *a16 = ws, *b16 = (uint16_t *)((char *)ws + abytes);
@@ -306,15 +329,17 @@ static int gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int ld
     dnnl_memory_set_data_handle(g->b, b16_kept ? (void *)b16_kept : b16);
     dnnl_memory_set_data_handle(g->c, c);
     dnnl_memory_set_data_handle(g->scratch, (char *)ws + abytes + bbytes);
+    if (bias)
+        dnnl_memory_set_data_handle(g->bias, (void *)bias);
     dnnl_exec_arg_t args[] = {
         {DNNL_ARG_SRC, g->a}, {DNNL_ARG_WEIGHTS, g->b}, {DNNL_ARG_DST, g->c},
-        {DNNL_ARG_SCRATCHPAD, g->scratch},
+        {DNNL_ARG_SCRATCHPAD, g->scratch}, {DNNL_ARG_BIAS, g->bias},
     };
-    if (dnnl_primitive_execute(g->prim, st, 4, args) != dnnl_success ||
+    if (dnnl_primitive_execute(g->prim, st, bias ? 5 : 4, args) != dnnl_success ||
         dnnl_stream_wait(st) != dnnl_success) {
         /* oneDNN checks its arguments before it writes C: the whole GEMM
          * again in float32 from the operands, which are untouched */
-        kern_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+        gemm_f32(ta, tb, m, n, k, a, lda, b, ldb, bias, beta, c, ldc);
         return 0;
     }
     gb.a.src = a;
@@ -328,21 +353,22 @@ static int gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int ld
 int kern_gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int lda, const float *b,
                    int ldb, float beta, float *c, int ldc, void *ws, size_t ws_bytes)
 {
-    return gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, NULL, beta, c, ldc, ws, ws_bytes, 0);
+    return gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, NULL, NULL, beta, c, ldc, ws, ws_bytes, 0);
 }
 
 int kern_gemm_bf16_same_a(int ta, int tb, int m, int n, int k, const float *a, int lda,
                           const float *b, int ldb, float beta, float *c, int ldc, void *ws,
                           size_t ws_bytes)
 {
-    return gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, NULL, beta, c, ldc, ws, ws_bytes, 1);
+    return gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, NULL, NULL, beta, c, ldc, ws, ws_bytes, 1);
 }
 
 int kern_gemm_bf16_kept_b(int ta, int tb, int m, int n, int k, const float *a, int lda,
-                          const float *b, int ldb, const uint16_t *b16, float beta, float *c,
-                          int ldc, void *ws, size_t ws_bytes, int same_a)
+                          const float *b, int ldb, const uint16_t *b16, const float *bias,
+                          float beta, float *c, int ldc, void *ws, size_t ws_bytes, int same_a)
 {
-    return gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, b16, beta, c, ldc, ws, ws_bytes, same_a);
+    return gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, b16, bias, beta, c, ldc, ws, ws_bytes,
+                     same_a);
 }
 
 #else /* !KERNELS_HAVE_DNNL */
@@ -375,12 +401,15 @@ int kern_gemm_bf16_same_a(int ta, int tb, int m, int n, int k, const float *a, i
 }
 
 int kern_gemm_bf16_kept_b(int ta, int tb, int m, int n, int k, const float *a, int lda,
-                          const float *b, int ldb, const uint16_t *b16, float beta, float *c,
-                          int ldc, void *ws, size_t ws_bytes, int same_a)
+                          const float *b, int ldb, const uint16_t *b16, const float *bias,
+                          float beta, float *c, int ldc, void *ws, size_t ws_bytes, int same_a)
 {
     (void)b16;
     (void)same_a;
-    return kern_gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, ws, ws_bytes);
+    (void)ws;
+    (void)ws_bytes;
+    gemm_f32(ta, tb, m, n, k, a, lda, b, ldb, bias, bias ? 0.0f : beta, c, ldc);
+    return 0;
 }
 
 #endif

@@ -12,6 +12,7 @@
 #include <cblas.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "fpmode.h"
 #include "kernels_internal.h"
@@ -243,6 +244,29 @@ static void gemm_task(void *ctx, int tid, int nt)
         cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans,
                     g->tb ? CblasTrans : CblasNoTrans, m, n, g->k, g->alpha, a,
                     g->lda, b, g->ldb, g->beta, c, g->ldc);
+}
+
+/* Rows of C set to a bias. */
+typedef struct seed_job {
+    float *c;
+    const float *bias;
+    int ldc, n;
+} seed_job;
+
+static void seed_rows(void *ctx, size_t lo, size_t hi)
+{
+    const seed_job *s = ctx;
+    for (size_t i = lo; i < hi; i++)
+        memcpy(s->c + i * (size_t)s->ldc, s->bias, sizeof(float) * (size_t)s->n);
+}
+
+void kern__seed_rows(float *c, int ldc, const float *bias, int m, int n)
+{
+    if (m <= 0 || n <= 0)
+        return;
+    seed_job s = {c, bias, ldc, n};
+    size_t grain = 16384 / (size_t)n; /* about 64 KiB a share */
+    kernels_for((size_t)m, grain ? grain : 1, seed_rows, &s);
 }
 
 void kern_sgemm(int ta, int tb, int m, int n, int k, float alpha,

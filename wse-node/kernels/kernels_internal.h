@@ -38,6 +38,10 @@ typedef void (*kern__task_fn)(void *ctx, int tid, int nthreads);
  * region does not nest: its GEMMs run on their own thread). */
 void kern__parallel(kern__task_fn fn, void *ctx, int want);
 
+/* Every one of C's m rows (n columns, ldc apart) set to bias, split over
+ * the pool: a dense layer's output seeded before its GEMM adds into it. */
+void kern__seed_rows(float *c, int ldc, const float *bias, int m, int n);
+
 /* C = alpha A^T B with A k x m, B k x n (row-major) and k at most 64, C
  * written once (beta 0), split by rows over the pool: the weight gradient
  * of a dense layer on a small batch (gemm_small_k.c). 0, or -1 when this

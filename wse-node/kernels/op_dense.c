@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "kernels_internal.h"
 
 /* One GEMM of the layer: in float32, or with a workspace in bfloat16 */
 typedef struct dense_ws {
@@ -12,39 +13,31 @@ typedef struct dense_ws {
     const uint16_t *w16; /* the weights kept rounded, or NULL */
 } dense_ws;
 
-/* b16: B kept rounded (the weights), or NULL */
+/* b16: B kept rounded (the weights), or NULL; bias (beta 0): added to
+ * every row of C */
 static void dense_gemm(const dense_ws *w, int ta, int tb, int m, int n, int k, const float *a,
-                       int lda, const float *b, int ldb, const uint16_t *b16, float beta,
-                       float *c, int ldc, int same_a)
+                       int lda, const float *b, int ldb, const uint16_t *b16, const float *bias,
+                       float beta, float *c, int ldc, int same_a)
 {
-    if (w->ws)
-        kern_gemm_bf16_kept_b(ta, tb, m, n, k, a, lda, b, ldb, b16, beta, c, ldc, w->ws, w->bytes,
-                              same_a);
-    else
-        kern_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+    if (w->ws) {
+        kern_gemm_bf16_kept_b(ta, tb, m, n, k, a, lda, b, ldb, b16, bias, beta, c, ldc, w->ws,
+                              w->bytes, same_a);
+        return;
+    }
+    if (bias) { /* every row seeded with the bias, and the GEMM adds into it */
+        kern__seed_rows(c, ldc, bias, m, n);
+        beta = 1.0f;
+    }
+    kern_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
 }
 
-/* The rows of a layer's output seeded with its bias, or its bias
- * gradient summed over the rows, split over the kernels' threads. */
+/* A layer's bias gradient summed over the rows, split over the kernels'
+ * threads. */
 typedef struct dense_rows {
     float *out;
-    const float *bias; /* the bias, or dY */
+    const float *bias; /* dY */
     int out_f, n;
 } dense_rows;
-
-/* Rows per share: about 64 KiB of output. */
-static size_t dense__grain(int out_f)
-{
-    size_t g = 16384 / (size_t)(out_f > 0 ? out_f : 1);
-    return g ? g : 1;
-}
-
-static void dense_seed_rows(void *ctx, size_t lo, size_t hi)
-{
-    const dense_rows *r = ctx;
-    for (size_t i = lo; i < hi; i++)
-        memcpy(r->out + i * (size_t)r->out_f, r->bias, sizeof(float) * (size_t)r->out_f);
-}
 
 /* Columns [lo, hi) of dbias: each the sum of its column of dY from the
  * first row to the last, as one thread adds them. */
@@ -64,22 +57,16 @@ static void dense_forward(const dense_ws *w, float *out, const float *in, const 
 {
     /* in (n, in_f), weight (out_f, in_f), bias (out_f) or NULL,
      * out (n, out_f) = in * weight^T + bias */
-    float beta = 0.0f;
-
     if (n <= 0 || out_f <= 0)
         return;
-    if (bias) {
-        /* seed every row with the bias so that the GEMM adds into it */
-        dense_rows r = {.out = out, .bias = bias, .out_f = out_f};
-        kernels_for((size_t)n, dense__grain(out_f), dense_seed_rows, &r);
-        beta = 1.0f;
-    }
     if (in_f <= 0) {
-        if (!bias)
+        if (bias)
+            kern__seed_rows(out, out_f, bias, n, out_f);
+        else
             memset(out, 0, sizeof(float) * n * (size_t)out_f);
         return;
     }
-    dense_gemm(w, 0, 1, n, out_f, in_f, in, in_f, weight, in_f, w->w16, beta, out, out_f, 0);
+    dense_gemm(w, 0, 1, n, out_f, in_f, in, in_f, weight, in_f, w->w16, bias, 0.0f, out, out_f, 0);
 }
 
 static void dense_backward(const dense_ws *w, float *din, float *dweight, float *dbias,
@@ -98,14 +85,16 @@ static void dense_backward(const dense_ws *w, float *din, float *dweight, float 
         return;
     }
     if (in_f > 0)
-        dense_gemm(w, 1, 0, out_f, in_f, n, dout, out_f, in, in_f, NULL, 0.0f, dweight, in_f, 0);
+        dense_gemm(w, 1, 0, out_f, in_f, n, dout, out_f, in, in_f, NULL, NULL, 0.0f, dweight, in_f,
+                   0);
     if (dbias) { /* in float32 either way, each column summed down the rows in order */
         dense_rows r = {.out = dbias, .bias = dout, .out_f = out_f, .n = n};
         kernels_for((size_t)out_f, 256, dense_sum_columns, &r);
     }
     /* dY as the weight gradient's GEMM rounded it: the same rows of out_f */
     if (din && in_f > 0)
-        dense_gemm(w, 0, 0, n, in_f, out_f, dout, out_f, weight, in_f, w->w16, 0.0f, din, in_f, 1);
+        dense_gemm(w, 0, 0, n, in_f, out_f, dout, out_f, weight, in_f, w->w16, NULL, 0.0f, din,
+                   in_f, 1);
 }
 
 void op_dense_forward(float *out, const float *in, const float *weight,

@@ -707,6 +707,8 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
         else
             op_dense_forward(out, in, W(l, 0), l->bias ? W(l, 1) : NULL, n, (int)l->in.d[0],
                              (int)l->units);
+        if (l->fused) /* the relu that reads it, in place: its output is this one */
+            op_relu_forward(out, out, count);
         break;
     case LAYER_CONV2D: {
         op_conv2d_params p = footprint_conv2d_params(l, n);
@@ -1016,6 +1018,8 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
     case LAYER_DENSE:
         if (src < 0)
             din = NULL;
+        if (l->fused) /* its relu's gradient, masked in place where the output is not positive */
+            op_relu_backward(e->dact[li], dout, exec_output(e, li, x), count);
         if (e->m->mixed_precision)
             op_dense_backward_bf16(din, G(l, 0), l->bias ? G(l, 1) : NULL, dout, in, W(l, 0),
                                    W16(l), n, (int)l->in.d[0], (int)l->units, e->ws,
@@ -1242,6 +1246,8 @@ void exec_forward_part(exec *e, int li, uint64_t r0, uint64_t r1, bool first, bo
             for (int o = 0; o < units; o++)
                 row[o] += b[o];
         }
+    if (l->fused) /* its relu, once every part is in */
+        op_relu_forward(out, out, (size_t)n * units);
     if (training && e->plan.packed[li])
         bf16_pack(e->packed[li], e->act[li], (size_t)n * model_shape_elems(&l->out));
 }
@@ -1258,6 +1264,8 @@ void exec_backward_part(exec *e, int li, uint64_t r0, uint64_t r1, bool first, b
     int src = l->inputs[0] < 0 ? -1 : e->res[l->inputs[0]];
     bool fresh = src >= 0 && e->direct[src];
     float *din = src < 0 ? NULL : fresh ? exec__dout(e, src) : e->scratch;
+    if (first && l->fused) /* its relu's gradient, masked in place before any part reads it */
+        op_relu_backward(e->dact[li], dout, exec_output(e, li, x), (size_t)n * units);
     if (rows > 0 && in_f > 0) {
         if (n > 0)
             kern_sgemm(1, 0, rows, in_f, n, 1.0f, dout + r0,

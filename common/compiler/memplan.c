@@ -91,9 +91,11 @@ static bool memplan__reads_input(layer_type t)
     }
 }
 
-static bool memplan__reads_output(layer_type t)
+static bool memplan__reads_output(const model_layer *l)
 {
-    return t == LAYER_SIGMOID || t == LAYER_TANH;
+    /* a dense layer with its relu fused masks the gradient by its output */
+    return l->type == LAYER_SIGMOID || l->type == LAYER_TANH ||
+           (l->type == LAYER_DENSE && l->fused);
 }
 
 /* Layers whose output is kept: making it again would cost a GEMM. */
@@ -283,7 +285,7 @@ static void memplan__simulate(memplan_sim *s)
                 continue;
             }
             int r0 = memplan__reads_input(l->type) ? memplan_resolve(m, l->inputs[0]) : -2;
-            int r1 = memplan__reads_output(l->type) ? i : -2;
+            int r1 = memplan__reads_output(l) ? i : -2;
             if (r0 >= 0)
                 memplan__ensure(s, r0, op, r0, r1);
             if (r1 >= 0)
@@ -361,7 +363,7 @@ static void memplan__needs(memplan_sim *s)
             continue;
         if (j == last)
             memplan__need(s, j, L);
-        if (memplan__reads_output(lj->type))
+        if (memplan__reads_output(lj))
             memplan__need(s, j, 2 * L - j);
         for (int c = j + 1; c < L; c++) {
             const model_layer *lc = &m->layers[c];

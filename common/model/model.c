@@ -1046,7 +1046,11 @@ void model_fuse(model *m, bool on)
     for (int r = 0; on && r + 1 < m->nlayers; r++) {
         model_layer *l = &m->layers[r];
         int b = l->inputs[0], readers = 0;
-        if (l->type != LAYER_RELU || b < 0 || m->layers[b].type != LAYER_BATCH_NORM)
+        /* a dense layer's fused relu reads its output in the backward pass,
+         * kept whole for it: not where activations are kept in bfloat16 */
+        if (l->type != LAYER_RELU || b < 0 ||
+            (m->layers[b].type != LAYER_BATCH_NORM &&
+             (m->layers[b].type != LAYER_DENSE || m->act_bf16)))
             continue;
         for (int c = 0; c < m->nlayers; c++)
             for (int k = 0; k < m->layers[c].ninputs; k++)

@@ -429,12 +429,16 @@ static void train_bitwise(const char *what, const model *ma, const model *mb, in
     free(y);
 }
 
-/* The relus fused into their batch norms (model_fuse, what model_compile
- * does) train as the two layers apart, bit for bit; the fused plan keeps
- * fewer buffers. */
-static void fused_alike(const char *file, const char *from, const char *to, int n, int classes)
+/* The relus fused into their batch norms and dense layers (model_fuse,
+ * what model_compile does) train as the two layers apart, bit for bit
+ * (with the activations kept in bfloat16 too, act_bf16); the fused plan
+ * keeps fewer buffers. */
+static void fused_alike(const char *file, const char *from, const char *to, int n, int classes,
+                        bool act_bf16)
 {
     model *m = load(file, from, to), *apart = load(file, from, to);
+    m->act_bf16 = apart->act_bf16 = act_bf16;
+    model_fuse(m, true);
     model_fuse(apart, false);
     int fused = 0;
     for (int i = 0; i < m->nlayers; i++)
@@ -470,8 +474,19 @@ END_TEST
 
 START_TEST(fused_relus_train_as_apart)
 {
-    fused_alike("unet.toml", "[3, 512, 512]", "[3, 64, 64]", 2, 2);
-    fused_alike("resnet_small.toml", NULL, NULL, 3, 10);
+    fused_alike("unet.toml", "[3, 512, 512]", "[3, 64, 64]", 2, 2, false);
+    fused_alike("resnet_small.toml", NULL, NULL, 3, 10, false);
+    fused_alike("unet.toml", "[3, 512, 512]", "[3, 64, 64]", 2, 2, true);
+    fused_alike("fc_mnist.toml", NULL, NULL, 3, 10, false);
+    fused_alike("fc_mnist.toml", NULL, NULL, 256, 10, false);
+    /* with the activations kept in bfloat16 a dense layer's output, which
+     * its fused relu's gradient reads, would be kept whole longer: apart */
+    model *m = load("fc_mnist.toml", NULL, NULL);
+    m->act_bf16 = true;
+    model_fuse(m, true);
+    for (int i = 0; i < m->nlayers; i++)
+        ck_assert(!m->layers[i].fused);
+    model_free(m);
 }
 END_TEST
 

@@ -70,9 +70,11 @@ static void mx__free_tensors(mx_job *j)
     for (size_t i = 0; i < j->nt; i++) {
         if (!tier_files(j)) {
             free(j->t[i].w);
+            free(j->t[i].w16);
             free(j->t[i].g);
         }
         j->t[i].w = j->t[i].g = NULL;
+        j->t[i].w16 = NULL;
         optim_state_deinit(&j->t[i].st);
     }
     if (j->tier)
@@ -372,8 +374,10 @@ static void mx__pump(node *n, mx_job *j)
         uint32_t elem = msgcheck_wire_elem(j->plan);
         if (!conn_can_send(j->down, ch.count * elem))
             return;
-        /* (bfloat16 on the wire goes through the read-ahead: tier_ahead) */
-        int rc = mx__send_chunk(j, &ch, src + ch.offset, ch.count * elem, mx__chunk_sent, t);
+        /* bfloat16 on the wire: from the weights' twin (only weights stream
+         * in Weight Streaming), or else through the read-ahead (tier_ahead) */
+        const void *data = t->w16 ? (const void *)(t->w16 + ch.offset) : (const void *)(src + ch.offset);
+        int rc = mx__send_chunk(j, &ch, data, ch.count * elem, mx__chunk_sent, t);
         if (rc < 0) {
             mx__fault(n, j, "cannot stream %s to %s: %s", t->name, mx__down_name(j), strerror(-rc));
             return;
@@ -618,14 +622,27 @@ static void mx__start_step(node *n, mx_job *j)
 /* The update of one tensor with its reduced gradient, in the thread pool:
  * the optimizer for parameters, assignment for buffers (the replicas'
  * averaged running statistics). Touches that tensor only. */
+static void mx__tensor_param(void *ctx, size_t i, optim_param *out);
+
+/* One range over the whole: a tensor's update on its own thread. */
+static void mx__serial(size_t n, size_t grain, optim_range_fn fn, void *ctx)
+{
+    (void)grain;
+    fn(ctx, 0, n);
+}
+
 static void mx__update_work(uv_work_t *req)
 {
     mx_tensor *t = container_of(req, mx_tensor, upd_req);
     mx_job *j = t->job;
-    if (tier_files(j))
+    if (tier_files(j)) {
         tier_update(j, t, 1.0f);
-    else
+    } else if (t->w16) { /* its twin rounded a block at a time as it is updated (no clipping
+                          * here: that is mx__step_work's) */
+        optim_apply_step_split(&j->cfg, 1, mx__tensor_param, t, (int64_t)j->step, mx__serial);
+    } else {
         optim_update(&j->cfg, &t->st, t->w, t->g, t->n, t->trainable, 1.0f, (int64_t)j->step);
+    }
 }
 
 static void mx__update_next(node *n, mx_job *j);
@@ -681,10 +698,17 @@ static void mx__update_next(node *n, mx_job *j)
     }
 }
 
+/* The tensor ctx (i unused) as the optimizer takes it. */
+static void mx__tensor_param(void *ctx, size_t i, optim_param *out)
+{
+    mx_tensor *t = ctx;
+    (void)i;
+    *out = (optim_param){t->w, t->g, t->n, t->trainable, &t->st, t->w16};
+}
+
 static void mx__param(void *ctx, size_t i, optim_param *out)
 {
-    mx_tensor *t = &((mx_job *)ctx)->t[i];
-    *out = (optim_param){t->w, t->g, t->n, t->trainable, &t->st, NULL};
+    mx__tensor_param(&((mx_job *)ctx)->t[i], 0, out);
 }
 
 /* With clipping, every gradient of the step must be in: the global norm
@@ -792,7 +816,7 @@ static void mx__load_work(uv_work_t *req)
         if (!resume) /* a resumed job's tensors all come from the checkpoint */
             mx__init_tensor(j, t, p->tensors[t->id], p->seed);
     }
-    if (!j->tier && p->wire_bf16 && tier_ahead(j, 32u << 20) < 0) {
+    if (!j->tier && !j->twins && p->wire_bf16 && tier_ahead(j, 32u << 20) < 0) {
         snprintf(j->load_err, sizeof(j->load_err), "out of memory");
         j->load_rc = -ENOMEM;
         return;
@@ -803,7 +827,20 @@ static void mx__load_work(uv_work_t *req)
         if (ckpt_load(j, err, sizeof(err)) < 0) {
             snprintf(j->load_err, sizeof(j->load_err), "cannot resume: %s", err);
             j->load_rc = -EIO;
+            return;
         }
+    }
+    for (size_t i = 0; j->twins && i < j->nt; i++) {
+        mx_tensor *t = &j->t[i];
+        t->w16 = malloc(t->n * sizeof(uint16_t));
+        if (!t->w16) {
+            snprintf(j->load_err, sizeof(j->load_err),
+                     "out of memory for the bfloat16 weights of %s (%llu elements)", t->name,
+                     (unsigned long long)t->n);
+            j->load_rc = -ENOMEM;
+            return;
+        }
+        bf16_pack(t->w16, t->w, t->n);
     }
 }
 
@@ -828,8 +865,9 @@ static void mx__load_done(uv_work_t *req, int status)
                                                     j->tier->len[2], b1, sizeof(b1)),
                  j->mx->opt.state_dir, units_format_size(j->tier->window, b2, sizeof(b2)));
     }
-    log_info("job %s: shard %u holds %zu tensors (%llu bytes with optimizer state), made in %.1f s",
-             j->id, j->shard, j->nt, (unsigned long long)j->load_bytes,
+    log_info("job %s: shard %u holds %zu tensors (%llu bytes with optimizer state%s), made in "
+             "%.1f s", j->id, j->shard, j->nt, (unsigned long long)j->load_bytes,
+             j->twins ? " and the weights in bfloat16 for the wire" : "",
              (double)(uv_hrtime() - j->work_start) * 1e-9);
     j->state = MX_STARTED;
     node_replay(n);
@@ -923,6 +961,16 @@ static void *mx__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
                                 "mode = \"weight_streaming\"", j->shard,
                                 units_format_size(bytes, b1, sizeof(b1)),
                                 units_format_size(have, b2, sizeof(b2)));
+    }
+    /* bfloat16 on the wire, in memory: the weights rounded as they are
+     * updated, while in cache, and streamed from there (no pass rounding
+     * them again for every step's stream), where memory has room for them */
+    uint64_t twin_bytes = 0;
+    for (size_t i = 0; i < j->nt; i++)
+        twin_bytes += j->t[i].n * sizeof(uint16_t);
+    if (p->wire_bf16 && !j->tier_window && bytes + twin_bytes <= have) {
+        j->twins = true;
+        bytes += twin_bytes;
     }
     j->load_bytes = bytes;
     j->step = p->first_step;

@@ -20,6 +20,8 @@ typedef struct mx_tensor {
     char name[128];
     uint64_t n;           /* elements */
     float *w;             /* weights, owned */
+    uint16_t *w16;        /* bfloat16 on the wire, in memory and room for it: w rounded as
+                             each block is updated, what the stream sends; owned, or NULL */
     float *g;             /* reduced gradient of the current step, owned */
     bool trainable;       /* false: a buffer (running statistics), assigned the reduced value */
     optim_state st;       /* optimizer state (trainable tensors) */
@@ -135,6 +137,7 @@ typedef struct mx_job {
      * weights and optimizer state after each step a checkpoint follows
      * (PASS_CHECKPOINT chunks), which memoryx writes */
     bool pipelined;
+    bool twins;                   /* the tensors have their w16 (mx_tensor) */
     uint64_t up_step;             /* the step of the upload coming in, UINT64_MAX: none */
     uint64_t up_have, up_need;    /* its elements in, and in all */
     const void *up_dest;          /* where the frame being read lands in place, or NULL */

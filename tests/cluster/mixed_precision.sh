@@ -5,8 +5,10 @@
 # tier (4 MiB of RAM) and a 40 MiB wafer (layers in parts), so that every
 # path a bfloat16 chunk takes is crossed: memoryx's read-ahead, swarmx's
 # float32 sum of two replicas' gradients, the wse-node's in-place widening;
-# and once more with the shard in memoryx's memory (rounded in its thread
-# pool): the same losses as from the disk tier.
+# and once more with the shard in memoryx's memory (its weights kept in
+# bfloat16 beside them, rounded as they are updated), and in a memory too
+# small for that (rounded for each stream in its thread pool): the same
+# weights bit for bit, and the same losses as from the disk tier.
 # Each step's loss stays within 2% of float32's (of 0.1 below it); the bytes between each
 # wse-node and swarmx are half. The U-Net at 64x64 (bfloat16 convolutions on
 # oneDNN where the processor has them) stays within 2% of its float32 losses.
@@ -60,11 +62,23 @@ print(sum(float(l.split()[-1]) for l in t.splitlines()
 train fp32 --wafer-memory 40M # the same schedule as the bfloat16 runs (parts, layers kept across the turn)
 cp "$work/bf16.toml" "$work/bf16ram.toml"
 train bf16ram --wafer-memory 40M
+grep -q "and the weights in bfloat16 for the wire" "$run/logs/memoryx-1.log" ||
+  fail "memoryx did not keep the weights in bfloat16 beside them"
+# 150 MiB: the shard (144 MiB of weights, gradients and Adam's state) but not
+# its bfloat16 weights: rounded for each step's stream instead
+cp "$work/bf16.toml" "$work/bf16tight.toml"
+train bf16tight --memoryx-memory 150M --wafer-memory 40M
+grep -q "and the weights in bfloat16 for the wire" "$run/logs/memoryx-1.log" &&
+  fail "memoryx kept the weights in bfloat16 in too little memory"
+grep -q "is in the disk tier" "$run/logs/memoryx-1.log" && fail "150 MiB: memoryx used its disk tier"
+"$build/client/st-compare" "$work/bf16ram/model/checkpoint_10-shard1-of-1.safetensors" \
+  "$work/bf16tight/model/checkpoint_10-shard1-of-1.safetensors" --rtol 0 >/dev/null ||
+  fail "bfloat16 weights kept and rounded for each stream trained different weights"
 train bf16 --memoryx-memory 4M --wafer-memory 40M
 grep -q "is in the disk tier" "$run/logs/memoryx-1.log" || fail "memoryx did not use its disk tier"
 cmp "$work/bf16ram.loss" "$work/bf16.loss" ||
   fail "bfloat16 from memoryx's memory and from its disk tier differ: $(paste "$work/bf16ram.loss" "$work/bf16.loss")"
-echo "ok: bfloat16 streams from memoryx's memory and from its disk tier give the same losses"
+echo "ok: bfloat16 streams from memoryx's memory (its weights kept in bfloat16, or rounded for each stream: the same weights bit for bit) and from its disk tier give the same losses"
 "$py" - "$work/fp32.loss" "$work/bf16.loss" "$work/fp32.wire" "$work/bf16.wire" <<'PY' || fail "mixed precision"
 import sys
 f = [float(l.split()[1]) for l in open(sys.argv[1])]

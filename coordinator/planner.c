@@ -12,6 +12,7 @@
 #include "safetensors.h"
 #include "fit.h"
 #include "footprint.h"
+#include "memplan.h"
 #include "msgcheck.h"
 #include "units.h"
 
@@ -77,15 +78,17 @@ static int planner__eval(const jobspec *spec, Appliance__Plan *p, char *err, siz
 }
 
 /* Whether a layer's backward pass reads its weights: to pass a gradient to
- * an input other than the model input, and for the norms' scale. */
-static bool planner__bwd_needs_weights(const model_layer *l)
+ * an input other than the model input (through flatten views: a dense
+ * layer reading the flattened input computes no input gradient), and for
+ * the norms' scale. */
+static bool planner__bwd_needs_weights(const model *m, const model_layer *l)
 {
     if (l->ntensors == 0)
         return false;
     if (l->type == LAYER_BATCH_NORM || l->type == LAYER_GROUP_NORM)
         return true;
     for (int i = 0; i < l->ninputs; i++)
-        if (l->inputs[i] >= 0)
+        if (memplan_resolve(m, l->inputs[i]) >= 0)
             return true;
     return false;
 }
@@ -105,7 +108,7 @@ static uint32_t planner__bwd_kept(const model *m, const Appliance__Plan *p)
         if (ml->ntensors == 0)
             continue;
         arrivals += footprint_ws_parts(m, l, p->ws_part_elems, p->chunk_elems).count;
-        if (arrivals > 2 || !planner__bwd_needs_weights(ml))
+        if (arrivals > 2 || !planner__bwd_needs_weights(m, ml))
             break;
         kept++;
     }
@@ -701,7 +704,7 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
         bool held = ml->ntensors > 0 && kept < p->bwd_kept;
         kept += held;
         bool again = p->mode == APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING && !held &&
-                     planner__bwd_needs_weights(ml);
+                     planner__bwd_needs_weights(m, ml);
         for (int k = 0; k < ml->ntensors; k++) {
             uint32_t id = (uint32_t)(ml->first_tensor + k);
             if (again)

@@ -296,6 +296,52 @@ START_TEST(memoryx_shards_must_hold_the_model)
 }
 END_TEST
 
+/* Weight Streaming streams again, for the backward pass, the weights of the
+ * layers that pass a gradient on and are not still in the slots: of four
+ * dense layers after a flatten of the input, fc4 and fc3 are kept from the
+ * forward pass, fc2 streams again, and fc1, whose input is the model input
+ * through the flatten, takes no weights to make no input gradient. */
+START_TEST(backward_streams_what_it_reads)
+{
+    static const char *job = "[runconfig]\nmode = \"weight_streaming\"\n"
+                             "[train_input]\nbatch_size = 8\nnum_classes = 4\n"
+                             "[model]\ninput_shape = [1, 8, 8]\nloss = \"softmax_cross_entropy\"\n"
+                             "[[model.layers]]\nname = \"flatten\"\ntype = \"flatten\"\n"
+                             "[[model.layers]]\nname = \"fc1\"\ntype = \"dense\"\nunits = 32\n"
+                             "[[model.layers]]\nname = \"relu1\"\ntype = \"relu\"\n"
+                             "[[model.layers]]\nname = \"fc2\"\ntype = \"dense\"\nunits = 32\n"
+                             "[[model.layers]]\nname = \"relu2\"\ntype = \"relu\"\n"
+                             "[[model.layers]]\nname = \"fc3\"\ntype = \"dense\"\nunits = 32\n"
+                             "[[model.layers]]\nname = \"fc4\"\ntype = \"dense\"\nunits = 4\n";
+    char err[1024];
+    jobspec *spec = jobspec_parse(job, strlen(job), "job.toml", "/src", err, sizeof(err));
+    ck_assert_msg(spec != NULL, "%s", err);
+    member wse = {.id = 1, .role = APPLIANCE__ROLE__ROLE_WSE_NODE, .addr = "127.0.0.1:1",
+                  .threads = 1, .wafer_memory = 1ull << 30};
+    member mx = {.id = 2, .role = APPLIANCE__ROLE__ROLE_MEMORYX, .addr = "127.0.0.1:2", .name = "memoryx-1"};
+    member sx = {.id = 3, .role = APPLIANCE__ROLE__ROLE_SWARMX, .addr = "127.0.0.1:3"};
+    member wk = {.id = 4, .role = APPLIANCE__ROLE__ROLE_WORKER, .addr = "127.0.0.1:4"};
+    member *r[] = {&wse}, *s[] = {&mx}, *w[] = {&sx}, *k[] = {&wk};
+    planner_members pm = {r, 1, s, 1, w, 1, k, 1};
+    uint8_t *buf = NULL;
+    size_t len;
+    ck_assert_msg(planner_build(spec, "job-1", job, &pm, 1024, &buf, &len, err, sizeof(err)) == 0, "%s", err);
+    Appliance__Plan *plan = appliance__plan__unpack(NULL, len, buf);
+    ck_assert_ptr_nonnull(plan);
+    ck_assert_int_eq(plan->mode, APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING);
+    ck_assert_uint_eq(plan->bwd_kept, 2);
+    /* tensors: fc1 0-1, fc2 2-3, fc3 4-5, fc4 6-7 */
+    ck_assert_uint_eq(plan->n_fwd_stream, 8);
+    ck_assert_uint_eq(plan->n_bwd_stream, 2);
+    ck_assert_uint_eq(plan->bwd_stream[0], 2);
+    ck_assert_uint_eq(plan->bwd_stream[1], 3);
+    ck_assert_uint_eq(plan->n_grad_order, 8);
+    appliance__plan__free_unpacked(plan, NULL);
+    free(buf);
+    jobspec_free(spec);
+}
+END_TEST
+
 /* A Pipelined job's gradients never reach memoryx: its shards hold weights
  * and optimizer state only, and in memory (its checkpoints land there; no
  * disk tier), refused at planning with what would hold it. */
@@ -418,6 +464,7 @@ static Suite *suite(void)
     tcase_add_test(t, memory_for_the_members_threads);
     tcase_add_test(t, memoryx_shards_must_hold_the_model);
     tcase_add_test(t, pipelined_memoryx_holds_no_gradients);
+    tcase_add_test(t, backward_streams_what_it_reads);
     tcase_add_test(t, placement);
     tcase_add_test(t, one_replica_streams_from_memoryx);
     tcase_add_test(t, refusals_say_what_helps);

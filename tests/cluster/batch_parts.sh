@@ -134,16 +134,7 @@ for wt in 3 1; do
     [ "$(echo "$out" | field state)" = failed ] || fail "bad mask: job not failed: $out"
     echo "$out" | grep -q "bad/masks/img25.png" || fail "bad mask: message: $out"
     echo "ok: a bad mask in the last part of a batch fails the job, naming the file"
-    for i in $(seq 50); do
-      list=$("$submit" --cluster --json) || fail "cluster listing"
-      "$py" - "$list" <<'PY' && break
-import json, sys
-members = json.loads(sys.argv[1])["members"]
-sys.exit(0 if sum(m["state"] == "alive" and not m["job"] for m in members) == 4 else 1)
-PY
-      [ "$i" -lt 50 ] || fail "members not idle after the failed job: $list"
-      sleep 0.1
-    done
+    members_idle 4
   fi
   "$src/deploy/local/appliance-down" --dir "$run" --quiet >/dev/null
 done

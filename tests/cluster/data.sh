@@ -94,16 +94,7 @@ echo "$out" | grep -q "bad/train-labels-idx1-ubyte: label 7 of sample 12 is not 
 echo "ok: a damaged labels file fails the job with a message naming it"
 
 # A failed job's members come back idle shortly after.
-for i in $(seq 50); do
-  list=$("$submit" --cluster --json) || fail "cluster listing"
-  "$py" - "$list" <<'PY' && break
-import json, sys
-members = json.loads(sys.argv[1])["members"]
-sys.exit(0 if sum(m["state"] == "alive" and not m["job"] for m in members) == 6 else 1)
-PY
-  [ "$i" -lt 50 ] || fail "members not idle after the failed job: $list"
-  sleep 0.1
-done
+members_idle 6
 
 if [ -f "$src/data/mnist/train-images-idx3-ubyte" ]; then
   out=$(cd "$work" && timeout 120 "$submit" --json "$(job 2 "$work/m4" "$src/data/mnist" 10 28)") ||

@@ -32,6 +32,20 @@ finish() {
     sleep 0.5
   done
 }
+# members_idle N: until N members are alive without a job (5 s at most)
+members_idle() {
+  local list
+  for i in $(seq 50); do
+    list=$("$build/client/appliance-submit" --cluster --json) || fail "cluster listing"
+    "$py" - "$list" "$1" <<'PY' && return 0
+import json, sys
+members = json.loads(sys.argv[1])["members"]
+sys.exit(0 if sum(m["state"] == "alive" and not m["job"] for m in members) == int(sys.argv[2]) else 1)
+PY
+    sleep 0.1
+  done
+  fail "members not idle: $list"
+}
 # wait_step JOB STEP: until the job has committed STEP steps
 wait_step() {
   local s deadline=$((SECONDS + 60))

@@ -235,6 +235,30 @@ END_TEST
  * optimizer's state are refused at planning, with the shard count that
  * would hold them (balanced as the plan balances), or, when one tensor is
  * more than a shard holds, a larger memoryx. */
+/* A cluster of one member of each role (a wse-node with a 1 GiB wafer),
+ * as planner_build takes it; each test sets the memoryx's memory and disk. */
+typedef struct cluster1 {
+    member wse, mx, sx, wk;
+    member *r[1], *s[1], *w[1], *k[1];
+    planner_members pm;
+} cluster1;
+
+static void cluster1_init(cluster1 *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->wse = (member){.id = 1, .role = APPLIANCE__ROLE__ROLE_WSE_NODE, .addr = "127.0.0.1:1",
+                      .threads = 1, .wafer_memory = 1ull << 30};
+    c->mx = (member){.id = 2, .role = APPLIANCE__ROLE__ROLE_MEMORYX, .addr = "127.0.0.1:2",
+                     .name = "memoryx-1"};
+    c->sx = (member){.id = 3, .role = APPLIANCE__ROLE__ROLE_SWARMX, .addr = "127.0.0.1:3"};
+    c->wk = (member){.id = 4, .role = APPLIANCE__ROLE__ROLE_WORKER, .addr = "127.0.0.1:4"};
+    c->r[0] = &c->wse;
+    c->s[0] = &c->mx;
+    c->w[0] = &c->sx;
+    c->k[0] = &c->wk;
+    c->pm = (planner_members){c->r, 1, c->s, 1, c->w, 1, c->k, 1};
+}
+
 /* The job of the memoryx tests, in `mode`. */
 static const char *mx_job(const char *mode)
 {
@@ -265,32 +289,27 @@ START_TEST(memoryx_shards_must_hold_the_model)
     /* fc1 and fc2 weights are 1M floats each: 12 MiB with gradient and momentum */
     uint64_t big = footprint_shard_tensor_bytes(1024 * 1024, true, 1, true);
     ck_assert_uint_eq(big, 12u << 20);
-    member wse = {.id = 1, .role = APPLIANCE__ROLE__ROLE_WSE_NODE, .addr = "127.0.0.1:1",
-                  .threads = 1, .wafer_memory = 1ull << 30};
-    member mx = {.id = 2, .role = APPLIANCE__ROLE__ROLE_MEMORYX, .addr = "127.0.0.1:2", .name = "memoryx-1"};
-    member sx = {.id = 3, .role = APPLIANCE__ROLE__ROLE_SWARMX, .addr = "127.0.0.1:3"};
-    member wk = {.id = 4, .role = APPLIANCE__ROLE__ROLE_WORKER, .addr = "127.0.0.1:4"};
-    member *r[] = {&wse}, *s[] = {&mx}, *w[] = {&sx}, *k[] = {&wk};
-    planner_members pm = {r, 1, s, 1, w, 1, k, 1};
+    cluster1 c;
+    cluster1_init(&c);
     uint8_t *buf = NULL;
     size_t len;
     /* a shard of 20 MiB holds one of the two big tensors: two shards would do */
-    mx.memory = 20u << 20;
-    ck_assert_int_eq(planner_build(spec, "job-1", job, &pm, 1024, &buf, &len, err, sizeof(err)), -E2BIG);
+    c.mx.memory = 20u << 20;
+    ck_assert_int_eq(planner_build(spec, "job-1", job, &c.pm, 1024, &buf, &len, err, sizeof(err)), -E2BIG);
     ck_assert_msg(strstr(err, "memoryx cannot hold the model") && strstr(err, "shard 1 of 1") &&
                   strstr(err, "memoryx memoryx-1 has 20.0 MiB") &&
                   strstr(err, "runconfig.num_wgt_servers = 2 would do"), "%s", err);
     /* less than one tensor needs: only a larger memoryx helps */
-    mx.memory = 10u << 20;
-    ck_assert_int_eq(planner_build(spec, "job-1", job, &pm, 1024, &buf, &len, err, sizeof(err)), -E2BIG);
+    c.mx.memory = 10u << 20;
+    ck_assert_int_eq(planner_build(spec, "job-1", job, &c.pm, 1024, &buf, &len, err, sizeof(err)), -E2BIG);
     ck_assert_msg(strstr(err, "one tensor with its gradient and optimizer state needs 12.0 MiB") &&
                   strstr(err, "give memoryx more --memory"), "%s", err);
     /* enough, and no limit: planned */
-    mx.memory = 30u << 20;
-    ck_assert_msg(planner_build(spec, "job-1", job, &pm, 1024, &buf, &len, err, sizeof(err)) == 0, "%s", err);
+    c.mx.memory = 30u << 20;
+    ck_assert_msg(planner_build(spec, "job-1", job, &c.pm, 1024, &buf, &len, err, sizeof(err)) == 0, "%s", err);
     free(buf);
-    mx.memory = 0;
-    ck_assert_msg(planner_build(spec, "job-1", job, &pm, 1024, &buf, &len, err, sizeof(err)) == 0, "%s", err);
+    c.mx.memory = 0;
+    ck_assert_msg(planner_build(spec, "job-1", job, &c.pm, 1024, &buf, &len, err, sizeof(err)) == 0, "%s", err);
     free(buf);
     jobspec_free(spec);
 }
@@ -316,16 +335,11 @@ START_TEST(backward_streams_what_it_reads)
     char err[1024];
     jobspec *spec = jobspec_parse(job, strlen(job), "job.toml", "/src", err, sizeof(err));
     ck_assert_msg(spec != NULL, "%s", err);
-    member wse = {.id = 1, .role = APPLIANCE__ROLE__ROLE_WSE_NODE, .addr = "127.0.0.1:1",
-                  .threads = 1, .wafer_memory = 1ull << 30};
-    member mx = {.id = 2, .role = APPLIANCE__ROLE__ROLE_MEMORYX, .addr = "127.0.0.1:2", .name = "memoryx-1"};
-    member sx = {.id = 3, .role = APPLIANCE__ROLE__ROLE_SWARMX, .addr = "127.0.0.1:3"};
-    member wk = {.id = 4, .role = APPLIANCE__ROLE__ROLE_WORKER, .addr = "127.0.0.1:4"};
-    member *r[] = {&wse}, *s[] = {&mx}, *w[] = {&sx}, *k[] = {&wk};
-    planner_members pm = {r, 1, s, 1, w, 1, k, 1};
+    cluster1 c;
+    cluster1_init(&c);
     uint8_t *buf = NULL;
     size_t len;
-    ck_assert_msg(planner_build(spec, "job-1", job, &pm, 1024, &buf, &len, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(planner_build(spec, "job-1", job, &c.pm, 1024, &buf, &len, err, sizeof(err)) == 0, "%s", err);
     Appliance__Plan *plan = appliance__plan__unpack(NULL, len, buf);
     ck_assert_ptr_nonnull(plan);
     ck_assert_int_eq(plan->mode, APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING);
@@ -353,35 +367,30 @@ START_TEST(pipelined_memoryx_holds_no_gradients)
     ck_assert_msg(spec != NULL, "%s", err);
     ck_assert_uint_eq(footprint_shard_tensor_bytes(1024 * 1024, true, 1, false), 8u << 20);
     ck_assert_uint_eq(footprint_shard_tensor_bytes(1024 * 1024, false, 1, false), 4u << 20);
-    member wse = {.id = 1, .role = APPLIANCE__ROLE__ROLE_WSE_NODE, .addr = "127.0.0.1:1",
-                  .threads = 1, .wafer_memory = 1ull << 30};
-    member mx = {.id = 2, .role = APPLIANCE__ROLE__ROLE_MEMORYX, .addr = "127.0.0.1:2", .name = "memoryx-1"};
-    member sx = {.id = 3, .role = APPLIANCE__ROLE__ROLE_SWARMX, .addr = "127.0.0.1:3"};
-    member wk = {.id = 4, .role = APPLIANCE__ROLE__ROLE_WORKER, .addr = "127.0.0.1:4"};
-    member *r[] = {&wse}, *s[] = {&mx}, *w[] = {&sx}, *k[] = {&wk};
-    planner_members pm = {r, 1, s, 1, w, 1, k, 1};
+    cluster1 c;
+    cluster1_init(&c);
     uint8_t *buf = NULL;
     size_t len;
     /* 20 MiB: too little for Weight Streaming's gradients, enough here */
-    mx.memory = 20u << 20;
-    ck_assert_msg(planner_build(spec, "job-1", job, &pm, 1024, &buf, &len, err, sizeof(err)) == 0, "%s", err);
+    c.mx.memory = 20u << 20;
+    ck_assert_msg(planner_build(spec, "job-1", job, &c.pm, 1024, &buf, &len, err, sizeof(err)) == 0, "%s", err);
     Appliance__Plan *plan = appliance__plan__unpack(NULL, len, buf);
     ck_assert_ptr_nonnull(plan);
     ck_assert_int_eq(plan->mode, APPLIANCE__EXEC_MODE__MODE_PIPELINED);
     appliance__plan__free_unpacked(plan, NULL);
     free(buf);
     /* 12 MiB of memory and a large disk tier: the disk tier does not count */
-    mx.memory = 12u << 20;
-    mx.disk = 1ull << 30;
-    ck_assert_int_eq(planner_build(spec, "job-1", job, &pm, 1024, &buf, &len, err, sizeof(err)), -E2BIG);
+    c.mx.memory = 12u << 20;
+    c.mx.disk = 1ull << 30;
+    ck_assert_int_eq(planner_build(spec, "job-1", job, &c.pm, 1024, &buf, &len, err, sizeof(err)), -E2BIG);
     ck_assert_msg(strstr(err, "memoryx cannot hold the model: the weights and optimizer state need "
                               "16.0 MiB in all, 16.0 MiB on shard 1 of 1, memoryx memoryx-1 has "
                               "12.0 MiB of memory") &&
                   strstr(err, "no disk tier") && strstr(err, "runconfig.num_wgt_servers = 2 would do") &&
                   strstr(err, "mode = \"weight_streaming\""), "%s", err);
     /* less than one tensor and its momentum */
-    mx.memory = 6u << 20;
-    ck_assert_int_eq(planner_build(spec, "job-1", job, &pm, 1024, &buf, &len, err, sizeof(err)), -E2BIG);
+    c.mx.memory = 6u << 20;
+    ck_assert_int_eq(planner_build(spec, "job-1", job, &c.pm, 1024, &buf, &len, err, sizeof(err)), -E2BIG);
     ck_assert_msg(strstr(err, "one tensor with its optimizer state needs 8.0 MiB, memoryx memoryx-1 "
                               "has 6.0 MiB of memory"), "%s", err);
     jobspec_free(spec);

@@ -619,9 +619,6 @@ static void mx__start_step(node *n, mx_job *j)
         conn_resume(j->down);
 }
 
-/* The update of one tensor with its reduced gradient, in the thread pool:
- * the optimizer for parameters, assignment for buffers (the replicas'
- * averaged running statistics). Touches that tensor only. */
 static void mx__tensor_param(void *ctx, size_t i, optim_param *out);
 
 /* One range over the whole: a tensor's update on its own thread. */
@@ -631,6 +628,9 @@ static void mx__serial(size_t n, size_t grain, optim_range_fn fn, void *ctx)
     fn(ctx, 0, n);
 }
 
+/* The update of one tensor with its reduced gradient, in the thread pool:
+ * the optimizer for parameters, assignment for buffers (the replicas'
+ * averaged running statistics). Touches that tensor only. */
 static void mx__update_work(uv_work_t *req)
 {
     mx_tensor *t = container_of(req, mx_tensor, upd_req);

@@ -37,7 +37,7 @@ typedef struct wk_part {
  * chunks as the connection has room. */
 typedef struct wk_batch {
     wk_part part[WK_PARTS_MAX];
-    uint32_t nparts, parts_left; /* in the thread pool */
+    uint32_t parts_left;      /* its parts still in the thread pool */
     struct wk_batch *next;    /* in its feed's send queue */
     unsigned refs;            /* the producer or the queue, and each chunk being written */
     size_t sent;              /* bytes handed to the connection */
@@ -259,7 +259,7 @@ static int wk__batch_queue(worker *w, wk_job *j, wk_batch *b, bool may_split)
         if (parts > b->n)
             parts = b->n ? b->n : 1;
     }
-    b->nparts = b->parts_left = parts;
+    b->parts_left = parts;
     if (parts > j->most_parts) {
         j->most_parts = parts;
         if (parts > 1)
@@ -275,7 +275,7 @@ static int wk__batch_queue(worker *w, wk_job *j, wk_batch *b, bool may_split)
         if (rc < 0) {
             if (i == 0)
                 return rc;
-            b->nparts = b->parts_left = i;
+            b->parts_left = i;
             b->rc = rc;
             snprintf(b->err, sizeof(b->err), "cannot queue part %u of %u: %s", i + 1, parts,
                      uv_strerror(rc));

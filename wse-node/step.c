@@ -691,12 +691,17 @@ static bool wn__sending(const wn_job *j, int layer)
 static int wn__chain(wn_job *j)
 {
     int c = 1, nl = j->m->nlayers;
-    if (j->ws_ready && !j->stripes && wn__parts(j) == 1) {
+    if (j->ws_ready) {
         const model_layer *ls = j->m->layers;
+        /* (a layer's parts only in a pass over the layers: the loss and
+         * the update have none) */
+        bool pass = j->stage == WN_FORWARD || j->stage == WN_BACKWARD;
+        if (!pass || j->stripes || wn__parts(j) != 1)
+            return 1;
         if (j->stage == WN_FORWARD)
             while (j->layer + c < nl && model_layer_is_view(&ls[j->layer + c]))
                 c++;
-        else if (j->stage == WN_BACKWARD)
+        else
             while (j->layer - c >= 0 && model_layer_is_view(&ls[j->layer - c]))
                 c++;
         return c;

@@ -478,7 +478,6 @@ START_TEST(fused_relus_train_as_apart)
     fused_alike("resnet_small.toml", NULL, NULL, 3, 10, false);
     fused_alike("unet.toml", "[3, 512, 512]", "[3, 64, 64]", 2, 2, true);
     fused_alike("fc_mnist.toml", NULL, NULL, 3, 10, false);
-    fused_alike("fc_mnist.toml", NULL, NULL, 256, 10, false);
     /* with the activations kept in bfloat16 a dense layer's output, which
      * its fused relu's gradient reads, would be kept whole longer: apart */
     model *m = load("fc_mnist.toml", NULL, NULL);

@@ -22,17 +22,6 @@
 
 static int bf16_off; /* kernels_bf16_enable(0) */
 
-/* The GEMM in float32 instead: C seeded with the bias, if any, and added
- * into, as a dense layer in float32 does. */
-static void gemm_f32(int ta, int tb, int m, int n, int k, const float *a, int lda, const float *b,
-                     int ldb, const float *bias, float beta, float *c, int ldc)
-{
-    if (bias) {
-        kern__seed_rows(c, ldc, bias, m, n);
-        beta = 1.0f;
-    }
-    kern_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
-}
 
 #ifdef KERNELS_HAVE_DNNL
 
@@ -281,7 +270,7 @@ static int run_blocked(gemm_entry *g, dnnl_stream_t st, int m, int n, int k, con
         dnnl_primitive_execute(g->rb, st, 2, rb) != dnnl_success ||
         dnnl_primitive_execute(g->prim, st, 4, args) != dnnl_success ||
         dnnl_stream_wait(st) != dnnl_success) {
-        gemm_f32(1, 0, m, n, k, a, lda, b, ldb, NULL, beta, c, ldc);
+        kern__sgemm_bias(1, 0, m, n, k, a, lda, b, ldb, NULL, beta, c, ldc);
         return 0;
     }
     return 1;
@@ -313,7 +302,7 @@ static int gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int ld
     }
     if (!g || abytes + bbytes + g->scratch_bytes > ws_bytes) {
         gb.a.src = NULL;
-        gemm_f32(ta, tb, m, n, k, a, lda, b, ldb, bias, beta, c, ldc);
+        kern__sgemm_bias(ta, tb, m, n, k, a, lda, b, ldb, bias, beta, c, ldc);
         return 0;
     }
     uint16_t *a16 = ws, *b16 = (uint16_t *)((char *)ws + abytes);
@@ -339,7 +328,7 @@ static int gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int ld
         dnnl_stream_wait(st) != dnnl_success) {
         /* oneDNN checks its arguments before it writes C: the whole GEMM
          * again in float32 from the operands, which are untouched */
-        gemm_f32(ta, tb, m, n, k, a, lda, b, ldb, bias, beta, c, ldc);
+        kern__sgemm_bias(ta, tb, m, n, k, a, lda, b, ldb, bias, beta, c, ldc);
         return 0;
     }
     gb.a.src = a;
@@ -408,7 +397,7 @@ int kern_gemm_bf16_kept_b(int ta, int tb, int m, int n, int k, const float *a, i
     (void)same_a;
     (void)ws;
     (void)ws_bytes;
-    gemm_f32(ta, tb, m, n, k, a, lda, b, ldb, bias, bias ? 0.0f : beta, c, ldc);
+    kern__sgemm_bias(ta, tb, m, n, k, a, lda, b, ldb, bias, beta, c, ldc);
     return 0;
 }
 

@@ -269,6 +269,16 @@ void kern__seed_rows(float *c, int ldc, const float *bias, int m, int n)
     kernels_for((size_t)m, grain ? grain : 1, seed_rows, &s);
 }
 
+void kern__sgemm_bias(int ta, int tb, int m, int n, int k, const float *a, int lda, const float *b,
+                      int ldb, const float *bias, float beta, float *c, int ldc)
+{
+    if (bias) {
+        kern__seed_rows(c, ldc, bias, m, n);
+        beta = 1.0f;
+    }
+    kern_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+}
+
 void kern_sgemm(int ta, int tb, int m, int n, int k, float alpha,
                 const float *a, int lda, const float *b, int ldb, float beta,
                 float *c, int ldc)

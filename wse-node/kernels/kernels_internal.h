@@ -42,6 +42,12 @@ void kern__parallel(kern__task_fn fn, void *ctx, int want);
  * the pool: a dense layer's output seeded before its GEMM adds into it. */
 void kern__seed_rows(float *c, int ldc, const float *bias, int m, int n);
 
+/* kern_sgemm (alpha 1) with, unless bias is NULL, C seeded with the bias
+ * and the product added into it (beta then 1): a dense layer in float32,
+ * and mixed precision's GEMMs where they run in float32. */
+void kern__sgemm_bias(int ta, int tb, int m, int n, int k, const float *a, int lda, const float *b,
+                      int ldb, const float *bias, float beta, float *c, int ldc);
+
 /* C = alpha A^T B with A k x m, B k x n (row-major) and k at most 64, C
  * written once (beta 0), split by rows over the pool: the weight gradient
  * of a dense layer on a small batch (gemm_small_k.c). 0, or -1 when this

@@ -24,11 +24,7 @@ static void dense_gemm(const dense_ws *w, int ta, int tb, int m, int n, int k, c
                               w->bytes, same_a);
         return;
     }
-    if (bias) { /* every row seeded with the bias, and the GEMM adds into it */
-        kern__seed_rows(c, ldc, bias, m, n);
-        beta = 1.0f;
-    }
-    kern_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+    kern__sgemm_bias(ta, tb, m, n, k, a, lda, b, ldb, bias, beta, c, ldc);
 }
 
 /* A layer's bias gradient summed over the rows, split over the kernels'

@@ -702,8 +702,9 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
     switch (l->type) {
     case LAYER_DENSE:
         if (e->m->mixed_precision) /* bfloat16 GEMMs, in the workspace */
-            op_dense_forward_bf16(out, in, W(l, 0), W16(l), l->bias ? W(l, 1) : NULL, n,
-                                  (int)l->in.d[0], (int)l->units, e->ws, e->ws_bytes);
+            op_dense_forward_bf16(out, in, W(l, 0), W16(l), e->w16_stale,
+                                  l->bias ? W(l, 1) : NULL, n, (int)l->in.d[0], (int)l->units,
+                                  e->ws, e->ws_bytes);
         else
             op_dense_forward(out, in, W(l, 0), l->bias ? W(l, 1) : NULL, n, (int)l->in.d[0],
                              (int)l->units);
@@ -1022,7 +1023,7 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
             op_relu_backward(e->dact[li], dout, exec_output(e, li, x), count);
         if (e->m->mixed_precision)
             op_dense_backward_bf16(din, G(l, 0), l->bias ? G(l, 1) : NULL, dout, in, W(l, 0),
-                                   W16(l), n, (int)l->in.d[0], (int)l->units, e->ws,
+                                   W16(l), e->w16_stale, n, (int)l->in.d[0], (int)l->units, e->ws,
                                    e->ws_bytes);
         else
             op_dense_backward(din, G(l, 0), l->bias ? G(l, 1) : NULL, dout, in, W(l, 0), n,

@@ -60,6 +60,8 @@ typedef struct exec {
     uint16_t **w16;         /* NULL, or per tensor: NULL or its weights kept rounded to
                                bfloat16 by the caller (mixed precision's GEMMs use them;
                                not owned) */
+    bool w16_stale;         /* the float32 weights of a tensor with w16 are not written
+                               (Weight Streaming lands them in bfloat16 alone) */
     memplan plan;           /* the step's buffers (memplan.h); owned */
     uint8_t *arena;         /* where they live */
     uint64_t arena_bytes;

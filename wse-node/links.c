@@ -132,10 +132,23 @@ static int wn__stage(wn_job *j, const Appliance__WeightChunk *w, const uint8_t *
     return 0;
 }
 
-/* count weights of a chunk, as the wire carries them (float32 or
+/* Whether tensor t's weights are read in bfloat16 alone: the weight
+ * matrix of a dense layer streamed whole, whose GEMMs take the slot's twin
+ * (wslots_bind, exec's w16). */
+static bool wn__twin_only(const wn_job *j, uint32_t t)
+{
+    if (!j->twin_only || t >= (uint32_t)j->m->ntensors)
+        return false;
+    int li = j->m->tensors[t].layer;
+    const model_layer *l = &j->m->layers[li];
+    return l->type == LAYER_DENSE && (int)t == l->first_tensor && j->ws.parts[li].count == 1;
+}
+
+/* count weights of tensor t's chunk, as the wire carries them (float32 or
  * bfloat16), into dst: copied; or kept in bfloat16 (wslots_dest16: the
- * GEMMs take them as they are) and widened into dst. */
-static void wn__land(const wn_job *j, float *dst, const void *payload, uint64_t count)
+ * GEMMs take them as they are) and widened into dst, unless nothing reads
+ * them there (wn__twin_only). */
+static void wn__land(const wn_job *j, uint32_t t, float *dst, const void *payload, uint64_t count)
 {
     if (!j->plan->wire_bf16) {
         if (payload != dst)
@@ -143,11 +156,13 @@ static void wn__land(const wn_job *j, float *dst, const void *payload, uint64_t 
         return;
     }
     uint16_t *kept = wslots_dest16(&j->ws, dst, count);
+    bool twin = kept != NULL;
     if (!kept) /* a layer in parts: widened in place, from the upper half */
         kept = (uint16_t *)((uint8_t *)dst + 2 * count);
     if (payload != kept)
         memcpy(kept, payload, 2 * count);
-    bf16_unpack(dst, kept, count);
+    if (!twin || !wn__twin_only(j, t))
+        bf16_unpack(dst, kept, count);
 }
 
 /* A slot freed: held chunks land in order; reading resumes once none is
@@ -163,7 +178,7 @@ void wn__unstage(wn_job *j)
                 wn__abort(j->n, j, "held weight chunk of tensor %u out of schedule", st->tensor);
             return;
         }
-        wn__land(j, dst, st->data, st->count);
+        wn__land(j, st->tensor, dst, st->data, st->count);
         bool next_blocked = wslots_received(&j->ws, st->count);
         j->staged = st->next;
         if (!j->staged)
@@ -218,7 +233,7 @@ static void wn__up_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, ui
                 return;
         } else {
             if (j->plan->wire_bf16) /* in the slot's twin, or in the upper half of its place */
-                wn__land(j, wslots_in_twin(&j->ws, payload)
+                wn__land(j, w->tensor_id, wslots_in_twin(&j->ws, payload)
                                 ? wslots_dest32(&j->ws, (const uint16_t *)payload)
                                 : (float *)(payload - 2 * w->count),
                          payload, w->count);

@@ -242,6 +242,10 @@ static int wn__job_buffers(wn_job *j, char *err, size_t errlen)
             return rc;
         }
         j->ws_ready = true;
+        /* the GEMMs of a whole dense layer read its weights in bfloat16
+         * from the slot's twin: widening them too would be work nothing
+         * reads (a GEMM that falls back widens them itself) */
+        j->twin_only = p->wire_bf16 && m->mixed_precision && kernels_bf16_compute();
         if (p->bwd_kept)
             log_info("job %s: the backward pass starts on the %u layer(s) whose weights the "
                      "forward pass left in the slots (%d of %d arrivals a step streamed again)",
@@ -305,6 +309,7 @@ static int wn__job_buffers(wn_job *j, char *err, size_t errlen)
             return -ENOMEM;
         j->ex_ready = true;
         j->ex.w16 = j->w16p;
+        j->ex.w16_stale = j->twin_only;
         log_info("job %s: %s; the step's buffers take %llu bytes", j->id,
                  p->keep_outputs ? "every layer's output is kept for the backward pass"
                                  : "the cheap layers' outputs are computed again in the "

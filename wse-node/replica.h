@@ -263,6 +263,8 @@ typedef struct wn_job {
     wslots ws;               /* Weight Streaming: the slots weights and gradients pass through */
     plan_stream cur;         /* the weight chunk expected next (plan_stream.h); zero before the first */
     bool ws_ready;           /* ws was initialised */
+    bool twin_only;          /* mixed precision computed in bfloat16: a whole dense layer's
+                                weights land in their slot's twin alone (wn__land) */
     wresident res;           /* Pipelined: the resident weights (wresident.h) */
     bool res_ready;          /* res was initialised */
     bool chunk_staged;       /* the weight chunk being read has no slot yet */

@@ -154,8 +154,8 @@ START_TEST(test_bf16_paths)
     size_t wsb = convplan_dense_bf16_workspace(N, IN, OUT);
     void *ws = aligned_alloc(64, wsb);
     kernels_set_threads(2);
-    op_dense_forward_bf16(y, x, w, NULL, b, N, IN, OUT, ws, wsb);
-    op_dense_backward_bf16(dx, dw, db, dy, x, w, NULL, N, IN, OUT, ws, wsb);
+    op_dense_forward_bf16(y, x, w, NULL, 0, b, N, IN, OUT, ws, wsb);
+    op_dense_backward_bf16(dx, dw, db, dy, x, w, NULL, 0, N, IN, OUT, ws, wsb);
     op_dense_forward(y32, x, w, b, N, IN, OUT);
     op_dense_backward(dx32, dw32, db32, dy, x, w, N, IN, OUT);
     ck_assert(memcmp(db, db32, sizeof(float) * OUT) == 0); /* the bias's in float32 */
@@ -164,7 +164,7 @@ START_TEST(test_bf16_paths)
     float *ys = kt_falloc(N * OUT);
     for (int i = 0; i < N; i++)
         memcpy(ys + i * OUT, b, sizeof(float) * OUT);
-    kern_gemm_bf16_kept_b(0, 1, N, OUT, IN, x, IN, w, IN, NULL, NULL, 1.0f, ys, OUT, ws, wsb, 0);
+    kern_gemm_bf16_kept_b(0, 1, N, OUT, IN, x, IN, w, IN, NULL, 0, NULL, 1.0f, ys, OUT, ws, wsb, 0);
     ck_assert(memcmp(ys, y, sizeof(float) * N * OUT) == 0);
     free(ys);
     if (kernels_bf16_compute()) {
@@ -210,8 +210,8 @@ START_TEST(test_bf16_paths)
     float *yk = kt_falloc(N * OUT), *dxk = kt_falloc(N * IN), *dwk = kt_falloc(OUT * IN);
     float *dbk = kt_falloc(OUT);
     bf16_pack(w16, w, OUT * IN);
-    op_dense_forward_bf16(yk, x, w, w16, b, N, IN, OUT, ws, wsb);
-    op_dense_backward_bf16(dxk, dwk, dbk, dy, x, w, w16, N, IN, OUT, ws, wsb);
+    op_dense_forward_bf16(yk, x, w, w16, 0, b, N, IN, OUT, ws, wsb);
+    op_dense_backward_bf16(dxk, dwk, dbk, dy, x, w, w16, 0, N, IN, OUT, ws, wsb);
     ck_assert(memcmp(yk, y, sizeof(float) * N * OUT) == 0);
     ck_assert(memcmp(dxk, dx, sizeof(float) * N * IN) == 0);
     ck_assert(memcmp(dwk, dw, sizeof(float) * OUT * IN) == 0);
@@ -219,20 +219,43 @@ START_TEST(test_bf16_paths)
     if (kernels_bf16_compute()) {
         for (int i = 0; i < OUT * IN; i++)
             w16[i] ^= 1; /* the last bit of every mantissa */
-        op_dense_forward_bf16(yk, x, w, w16, b, N, IN, OUT, ws, wsb);
-        op_dense_backward_bf16(dxk, dwk, dbk, dy, x, w, w16, N, IN, OUT, ws, wsb);
+        op_dense_forward_bf16(yk, x, w, w16, 0, b, N, IN, OUT, ws, wsb);
+        op_dense_backward_bf16(dxk, dwk, dbk, dy, x, w, w16, 0, N, IN, OUT, ws, wsb);
         ck_assert(memcmp(yk, y, sizeof(float) * N * OUT) != 0);
         ck_assert(memcmp(dxk, dx, sizeof(float) * N * IN) != 0);
         ck_assert(memcmp(dwk, dw, sizeof(float) * OUT * IN) == 0); /* dY^T X: no weights */
     }
+    /* the weights in bfloat16 alone (w_stale: their float32 place holds
+     * NaN): the GEMMs never read that place; one that falls back to
+     * float32 (a workspace too small) widens them there first */
+    bf16_pack(w16, w, OUT * IN);
+    float *wst = kt_falloc(OUT * IN), *wr16 = kt_falloc(OUT * IN), *y16 = kt_falloc(N * OUT);
+    for (int i = 0; i < OUT * IN; i++)
+        wst[i] = NAN;
+    op_dense_forward_bf16(yk, x, wst, w16, 1, b, N, IN, OUT, ws, wsb);
+    op_dense_backward_bf16(dxk, dwk, dbk, dy, x, wst, w16, 1, N, IN, OUT, ws, wsb);
+    if (kernels_bf16_compute()) {
+        ck_assert(memcmp(yk, y, sizeof(float) * N * OUT) == 0);
+        ck_assert(memcmp(dxk, dx, sizeof(float) * N * IN) == 0);
+        ck_assert(memcmp(dwk, dw, sizeof(float) * OUT * IN) == 0);
+        ck_assert(isnan(wst[0]) && isnan(wst[OUT * IN - 1])); /* not read, not written */
+    }
+    bf16_unpack(wr16, w16, OUT * IN);
+    op_dense_forward(y16, x, wr16, b, N, IN, OUT); /* float32 on the widened weights */
+    for (int i = 0; i < OUT * IN; i++)
+        wst[i] = NAN;
+    op_dense_forward_bf16(yk, x, wst, w16, 1, b, N, IN, OUT, ws, 1024);
+    ck_assert(memcmp(yk, y16, sizeof(float) * N * OUT) == 0);
+    ck_assert(memcmp(wst, wr16, sizeof(float) * OUT * IN) == 0);
+    free(wst), free(wr16), free(y16);
     free(w16), free(yk), free(dxk), free(dwk), free(dbk);
     /* a workspace too small, then the path turned off: float32 */
-    op_dense_forward_bf16(y, x, w, NULL, b, N, IN, OUT, ws, 1024);
+    op_dense_forward_bf16(y, x, w, NULL, 0, b, N, IN, OUT, ws, 1024);
     ck_assert(memcmp(y, y32, sizeof(float) * N * OUT) == 0);
     kernels_bf16_enable(0);
     ck_assert_int_eq(kernels_bf16_compute(), 0);
-    op_dense_forward_bf16(y, x, w, NULL, b, N, IN, OUT, ws, wsb);
-    op_dense_backward_bf16(dx, dw, db, dy, x, w, NULL, N, IN, OUT, ws, wsb);
+    op_dense_forward_bf16(y, x, w, NULL, 0, b, N, IN, OUT, ws, wsb);
+    op_dense_backward_bf16(dx, dw, db, dy, x, w, NULL, 0, N, IN, OUT, ws, wsb);
     kernels_bf16_enable(1);
     ck_assert(memcmp(y, y32, sizeof(float) * N * OUT) == 0);
     ck_assert(memcmp(dx, dx32, sizeof(float) * N * IN) == 0);

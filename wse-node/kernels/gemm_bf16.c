@@ -22,6 +22,19 @@
 
 static int bf16_off; /* kernels_bf16_enable(0) */
 
+/* A GEMM falling back to float32 whose B only its bfloat16 copy holds
+ * (b_stale, kern_gemm_bf16_kept_b): B widened from it first, rows of cols
+ * at ldb. */
+static void widen_stale(const float *b, const uint16_t *b16, int b_stale, int rows, int cols,
+                        int ldb)
+{
+    if (!b_stale || !b16 || rows <= 0 || cols <= 0)
+        return;
+    float *to = (float *)b; /* the caller's: writable where it says B is stale */
+    for (int r = 0; r < rows; r++)
+        bf16_unpack(to + (size_t)r * (size_t)ldb, b16 + (size_t)r * (size_t)cols, (size_t)cols);
+}
+
 
 #ifdef KERNELS_HAVE_DNNL
 
@@ -277,8 +290,8 @@ static int run_blocked(gemm_entry *g, dnnl_stream_t st, int m, int n, int k, con
 }
 
 static int gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int lda, const float *b,
-                     int ldb, const uint16_t *b16_kept, const float *bias, float beta, float *c,
-                     int ldc, void *ws, size_t ws_bytes, int same_a)
+                     int ldb, const uint16_t *b16_kept, int b_stale, const float *bias, float beta,
+                     float *c, int ldc, void *ws, size_t ws_bytes, int same_a)
 {
     if (bias)
         beta = 0.0f; /* C = product + bias */
@@ -302,6 +315,7 @@ static int gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int ld
     }
     if (!g || abytes + bbytes + g->scratch_bytes > ws_bytes) {
         gb.a.src = NULL;
+        widen_stale(b, b16_kept, b_stale, tb ? n : k, tb ? k : n, ldb);
         kern__sgemm_bias(ta, tb, m, n, k, a, lda, b, ldb, bias, beta, c, ldc);
         return 0;
     }
@@ -328,6 +342,7 @@ static int gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int ld
         dnnl_stream_wait(st) != dnnl_success) {
         /* oneDNN checks its arguments before it writes C: the whole GEMM
          * again in float32 from the operands, which are untouched */
+        widen_stale(b, b16_kept, b_stale, tb ? n : k, tb ? k : n, ldb);
         kern__sgemm_bias(ta, tb, m, n, k, a, lda, b, ldb, bias, beta, c, ldc);
         return 0;
     }
@@ -342,22 +357,23 @@ static int gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int ld
 int kern_gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int lda, const float *b,
                    int ldb, float beta, float *c, int ldc, void *ws, size_t ws_bytes)
 {
-    return gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, NULL, NULL, beta, c, ldc, ws, ws_bytes, 0);
+    return gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, NULL, 0, NULL, beta, c, ldc, ws, ws_bytes, 0);
 }
 
 int kern_gemm_bf16_same_a(int ta, int tb, int m, int n, int k, const float *a, int lda,
                           const float *b, int ldb, float beta, float *c, int ldc, void *ws,
                           size_t ws_bytes)
 {
-    return gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, NULL, NULL, beta, c, ldc, ws, ws_bytes, 1);
+    return gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, NULL, 0, NULL, beta, c, ldc, ws, ws_bytes, 1);
 }
 
 int kern_gemm_bf16_kept_b(int ta, int tb, int m, int n, int k, const float *a, int lda,
-                          const float *b, int ldb, const uint16_t *b16, const float *bias,
-                          float beta, float *c, int ldc, void *ws, size_t ws_bytes, int same_a)
+                          const float *b, int ldb, const uint16_t *b16, int b_stale,
+                          const float *bias, float beta, float *c, int ldc, void *ws,
+                          size_t ws_bytes, int same_a)
 {
-    return gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, b16, bias, beta, c, ldc, ws, ws_bytes,
-                     same_a);
+    return gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, b16, b_stale, bias, beta, c, ldc, ws,
+                     ws_bytes, same_a);
 }
 
 #else /* !KERNELS_HAVE_DNNL */
@@ -390,11 +406,12 @@ int kern_gemm_bf16_same_a(int ta, int tb, int m, int n, int k, const float *a, i
 }
 
 int kern_gemm_bf16_kept_b(int ta, int tb, int m, int n, int k, const float *a, int lda,
-                          const float *b, int ldb, const uint16_t *b16, const float *bias,
-                          float beta, float *c, int ldc, void *ws, size_t ws_bytes, int same_a)
+                          const float *b, int ldb, const uint16_t *b16, int b_stale,
+                          const float *bias, float beta, float *c, int ldc, void *ws,
+                          size_t ws_bytes, int same_a)
 {
-    (void)b16;
     (void)same_a;
+    widen_stale(b, b16, b_stale, tb ? n : k, tb ? k : n, ldb);
     (void)ws;
     (void)ws_bytes;
     kern__sgemm_bias(ta, tb, m, n, k, a, lda, b, ldb, bias, beta, c, ldc);

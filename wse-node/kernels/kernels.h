@@ -67,13 +67,16 @@ int kern_gemm_bf16_same_a(int ta, int tb, int m, int n, int k, const float *a, i
  * may keep rounded already: b16, unless NULL, holds B's rows rounded
  * (bf16_pack) and packed, (tb ? n : k) rows of (tb ? k : n): a replica's
  * weights, rounded once as they are updated instead of at every GEMM. b is
- * still what a GEMM in float32 reads. bias, unless NULL, is added to every
+ * still what a GEMM in float32 reads; b_stale says it holds nothing yet
+ * (the weights came in bfloat16 alone): a GEMM that falls back to float32
+ * then first widens b16 into b. bias, unless NULL, is added to every
  * row of the product instead of beta C: C = op(A) op(B) + bias, the bits
  * of C seeded with bias and beta 1, without that pass over C and its
  * reading back (oneDNN adds it as it writes C). */
 int kern_gemm_bf16_kept_b(int ta, int tb, int m, int n, int k, const float *a, int lda,
-                          const float *b, int ldb, const uint16_t *b16, const float *bias,
-                          float beta, float *c, int ldc, void *ws, size_t ws_bytes, int same_a);
+                          const float *b, int ldb, const uint16_t *b16, int b_stale,
+                          const float *bias, float beta, float *c, int ldc, void *ws,
+                          size_t ws_bytes, int same_a);
 
 /* 1 when kern_gemm_bf16 computes in bfloat16 on this processor and build. */
 int kernels_bf16_compute(void);

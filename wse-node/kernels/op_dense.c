@@ -11,6 +11,7 @@ typedef struct dense_ws {
     void *ws;            /* NULL: float32 */
     size_t bytes;
     const uint16_t *w16; /* the weights kept rounded, or NULL */
+    int w_stale;         /* only w16 holds them (kern_gemm_bf16_kept_b's b_stale) */
 } dense_ws;
 
 /* b16: B kept rounded (the weights), or NULL; bias (beta 0): added to
@@ -20,8 +21,8 @@ static void dense_gemm(const dense_ws *w, int ta, int tb, int m, int n, int k, c
                        float beta, float *c, int ldc, int same_a)
 {
     if (w->ws) {
-        kern_gemm_bf16_kept_b(ta, tb, m, n, k, a, lda, b, ldb, b16, bias, beta, c, ldc, w->ws,
-                              w->bytes, same_a);
+        kern_gemm_bf16_kept_b(ta, tb, m, n, k, a, lda, b, ldb, b16, b16 && w->w_stale, bias,
+                              beta, c, ldc, w->ws, w->bytes, same_a);
         return;
     }
     kern__sgemm_bias(ta, tb, m, n, k, a, lda, b, ldb, bias, beta, c, ldc);
@@ -96,7 +97,7 @@ static void dense_backward(const dense_ws *w, float *din, float *dweight, float 
 void op_dense_forward(float *out, const float *in, const float *weight,
                       const float *bias, int n, int in_f, int out_f)
 {
-    dense_ws w = {NULL, 0, NULL};
+    dense_ws w = {NULL, 0, NULL, 0};
     dense_forward(&w, out, in, weight, bias, n, in_f, out_f);
 }
 
@@ -104,23 +105,23 @@ void op_dense_backward(float *din, float *dweight, float *dbias,
                        const float *dout, const float *in,
                        const float *weight, int n, int in_f, int out_f)
 {
-    dense_ws w = {NULL, 0, NULL};
+    dense_ws w = {NULL, 0, NULL, 0};
     dense_backward(&w, din, dweight, dbias, dout, in, weight, n, in_f, out_f);
 }
 
 void op_dense_forward_bf16(float *out, const float *in, const float *weight, const uint16_t *w16,
-                           const float *bias, int n, int in_f, int out_f, void *ws,
+                           int w_stale, const float *bias, int n, int in_f, int out_f, void *ws,
                            size_t ws_bytes)
 {
-    dense_ws w = {ws, ws_bytes, w16};
+    dense_ws w = {ws, ws_bytes, w16, w_stale};
     dense_forward(&w, out, in, weight, bias, n, in_f, out_f);
 }
 
 void op_dense_backward_bf16(float *din, float *dweight, float *dbias, const float *dout,
-                            const float *in, const float *weight, const uint16_t *w16, int n,
-                            int in_f, int out_f, void *ws, size_t ws_bytes)
+                            const float *in, const float *weight, const uint16_t *w16,
+                            int w_stale, int n, int in_f, int out_f, void *ws, size_t ws_bytes)
 {
-    dense_ws w = {ws, ws_bytes, w16};
+    dense_ws w = {ws, ws_bytes, w16, w_stale};
     dense_backward(&w, din, dweight, dbias, dout, in, weight, n, in_f, out_f);
 }
 

@@ -23,13 +23,15 @@ void op_dense_backward(float *din, float *dweight, float *dbias,
  * in_f, out_f) bytes, 64-byte aligned. The bias and its gradient stay in
  * float32. w16: NULL, or the weights rounded (bf16_pack, out_f rows of
  * in_f) by the caller, who keeps them so: the GEMMs then use them as they
- * are (kern_gemm_bf16_kept_b), the same bits. */
+ * are (kern_gemm_bf16_kept_b), the same bits. w_stale: weight holds
+ * nothing yet, w16 alone the weights (Weight Streaming lands them so); a
+ * GEMM that falls back to float32 widens w16 into weight first. */
 void op_dense_forward_bf16(float *out, const float *in, const float *weight, const uint16_t *w16,
-                           const float *bias, int n, int in_f, int out_f, void *ws,
+                           int w_stale, const float *bias, int n, int in_f, int out_f, void *ws,
                            size_t ws_bytes);
 void op_dense_backward_bf16(float *din, float *dweight, float *dbias, const float *dout,
-                            const float *in, const float *weight, const uint16_t *w16, int n,
-                            int in_f, int out_f, void *ws, size_t ws_bytes);
+                            const float *in, const float *weight, const uint16_t *w16,
+                            int w_stale, int n, int in_f, int out_f, void *ws, size_t ws_bytes);
 
 /* Plain loops with the same contracts, kept as the reference that tests hold
  * the GEMM path to. */

@@ -745,13 +745,19 @@ START_TEST(test_conv_bf16)
         {.n = 1, .c = 32, .h = 9, .w = 11, .k = 32, .r = 3, .s = 3, .pad_h = 1, .pad_w = 1},
         {.n = 2, .c = 3, .h = 16, .w = 16, .k = 8, .r = 3, .s = 3, .pad_h = 1, .pad_w = 1},
     };
-    /* one whose float32 workspace cannot hold the bfloat16 operands */
-    op_conv2d_params wide = {.n = 4, .c = 8, .h = 160, .w = 160, .k = 8, .r = 3, .s = 3, .pad_h = 1, .pad_w = 1};
-    ck_assert_uint_lt(op_conv2d_workspace(&wide), 2 * 4 * 8 * 160 * 160 + 4 * 4 * 8 * 160 * 160);
+    /* one whose float32 workspace cannot hold the bfloat16 operands (16
+     * inputs: with 8 at this size, oneDNN 2.6 has only a GEMM-based weight
+     * gradient on AVX512_BF16 without AMX, which the blocked path leaves to
+     * float32) */
+    op_conv2d_params wide = {.n = 4, .c = 16, .h = 160, .w = 160, .k = 8, .r = 3, .s = 3, .pad_h = 1, .pad_w = 1};
+    ck_assert_uint_lt(op_conv2d_workspace(&wide), 2 * 4 * 16 * 160 * 160 + 4 * 4 * 8 * 160 * 160);
     conv_bf16_case(&wide, 0, 1);
     for (size_t i = 0; i < sizeof(unet) / sizeof(unet[0]); i++) {
-        conv_bf16_case(&unet[i], 0, 1);
-        conv_bf16_case(&unet[i], 1, 1);
+        /* the first layer (3 inputs) where there is AMX: on AVX512_BF16
+         * alone oneDNN 2.6 has only a GEMM-based weight gradient for it */
+        int must = unet[i].c >= 8 || strcmp(kernels_bf16_isa(), "amx") == 0;
+        conv_bf16_case(&unet[i], 0, must);
+        conv_bf16_case(&unet[i], 1, must);
     }
     /* odd ones: stride 2, 1x1, dilation, a 5-channel output; bfloat16 or
      * float32, as oneDNN has kernels for them */

@@ -10,8 +10,8 @@
 # (BENCH step_time_vs_pytorch_<model>_bf16 <ratio> of_pytorch_autocast).
 # Each appliance run is the whole appliance on this host (one wse-node with
 # --threads 2); its step is the job's own rate (the first step, with its
-# start-up, left out). Each side runs twice, interleaved, and the faster
-# run of each counts.
+# start-up, left out). Each side runs three times (RUNS), interleaved, and
+# the fastest run of each counts.
 # After each, where the wse-node's time went (its appliance_step_phase_seconds_total
 # and the slowest layers, from /metrics). The PyTorch twin (bench/torch_twin.py)
 # needs Debian's python3-torch: without it the benchmark says so and stops.
@@ -90,24 +90,25 @@ bf16() {
 }
 
 # pair NAME BATCH FIGURE UNIT TWIN_ARGS...: the appliance's run of
-# $work/NAME.toml and the twin's, twice, interleaved; the faster of each
-# counts (this host's speed drifts between runs: PyTorch's MLP step took
-# 0.12 to 0.23 s in runs of this script)
+# $work/NAME.toml and the twin's, RUNS times each (3 unless set),
+# interleaved; the faster of each counts (this host's speed drifts between
+# runs: PyTorch's MLP step took 0.12 to 0.23 s in runs of this script, and
+# 0.217 against 0.348 s in two runs of one invocation)
 pair() {
-  local name=$1 batch=$2 figure=$3 unit=$4 a1 a2 t1 t2
+  local name=$1 batch=$2 figure=$3 unit=$4 as=() ts=() i
   shift 4
-  a1=$(appliance "$name" "$batch")
-  t1=$("$py" "$src/bench/torch_twin.py" "$@")
-  a2=$(appliance "$name" "$batch")
-  t2=$("$py" "$src/bench/torch_twin.py" "$@")
-  "$py" - "$a1" "$a2" "$t1" "$t2" "$figure" "$unit" <<'PY'
-import json, sys
-a = min(float(sys.argv[1]), float(sys.argv[2]))
-t = min(json.loads(sys.argv[3])["step_sec"], json.loads(sys.argv[4])["step_sec"])
-print("%s: appliance %.3f s/step (runs %.3f, %.3f), PyTorch %.3f s/step (runs %.3f, %.3f)" % (
-    sys.argv[5], a, float(sys.argv[1]), float(sys.argv[2]), t,
-    json.loads(sys.argv[3])["step_sec"], json.loads(sys.argv[4])["step_sec"]))
-print("BENCH step_time_vs_pytorch_%s %.3f %s" % (sys.argv[5], a / t, sys.argv[6]))
+  for ((i = 0; i < ${RUNS:-3}; i++)); do
+    as+=("$(appliance "$name" "$batch")")
+    ts+=("$("$py" "$src/bench/torch_twin.py" "$@" | "$py" -c 'import json, sys; print(json.load(sys.stdin)["step_sec"])')")
+  done
+  "$py" - "$figure" "$unit" "${as[*]}" "${ts[*]}" <<'PY'
+import sys
+a = [float(x) for x in sys.argv[3].split()]
+t = [float(x) for x in sys.argv[4].split()]
+runs = lambda v: ", ".join("%.3f" % x for x in v)
+print("%s: appliance %.3f s/step (runs %s), PyTorch %.3f s/step (runs %s)" % (
+    sys.argv[1], min(a), runs(a), min(t), runs(t)))
+print("BENCH step_time_vs_pytorch_%s %.3f %s" % (sys.argv[1], min(a) / min(t), sys.argv[2]))
 PY
   breakdown "$name"
 }

@@ -1023,8 +1023,8 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
             op_relu_backward(e->dact[li], dout, exec_output(e, li, x), count);
         if (e->m->mixed_precision)
             op_dense_backward_bf16(din, G(l, 0), l->bias ? G(l, 1) : NULL, dout, in, W(l, 0),
-                                   W16(l), e->w16_stale, n, (int)l->in.d[0], (int)l->units, e->ws,
-                                   e->ws_bytes);
+                                   W16(l), e->w16_stale, n, (int)l->in.d[0], (int)l->units,
+                                   e->ws, e->ws_bytes);
         else
             op_dense_backward(din, G(l, 0), l->bias ? G(l, 1) : NULL, dout, in, W(l, 0), n,
                               (int)l->in.d[0], (int)l->units);

@@ -706,7 +706,7 @@ static int wn__chain(wn_job *j)
                 c++;
         return c;
     }
-    if (!j->res_ready || j->ws_ready || j->stripes || j->plan->wire_bf16)
+    if (!j->res_ready || j->stripes || j->plan->wire_bf16)
         return 1;
     if (j->stage == WN_FORWARD) {
         while (j->layer + c < nl && wresident_ready(&j->res, j->layer + c))

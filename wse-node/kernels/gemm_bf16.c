@@ -22,19 +22,22 @@
 
 static int bf16_off; /* kernels_bf16_enable(0) */
 
-/* A GEMM falling back to float32 whose B only its bfloat16 copy holds
- * (b_stale, kern_gemm_bf16_kept_b): B widened from it first, rows of cols
- * at ldb. */
-static void widen_stale(const float *b, const uint16_t *b16, int b_stale, int rows, int cols,
-                        int ldb)
+/* The GEMM in float32 instead (kern__sgemm_bias): where only b16 holds B
+ * (b_stale, kern_gemm_bf16_kept_b), B widened from it into b first, rows
+ * of cols at ldb. */
+static void gemm_f32(int ta, int tb, int m, int n, int k, const float *a, int lda, const float *b,
+                     int ldb, const uint16_t *b16, int b_stale, const float *bias, float beta,
+                     float *c, int ldc)
 {
-    if (!b_stale || !b16 || rows <= 0 || cols <= 0)
-        return;
-    float *to = (float *)b; /* the caller's: writable where it says B is stale */
-    for (int r = 0; r < rows; r++)
-        bf16_unpack(to + (size_t)r * (size_t)ldb, b16 + (size_t)r * (size_t)cols, (size_t)cols);
+    int rows = tb ? n : k, cols = tb ? k : n;
+    if (b_stale && b16) {
+        float *to = (float *)b; /* the caller's: writable where it says B is stale */
+        for (int r = 0; r < rows; r++)
+            bf16_unpack(to + (size_t)r * (size_t)ldb, b16 + (size_t)r * (size_t)cols,
+                        (size_t)cols);
+    }
+    kern__sgemm_bias(ta, tb, m, n, k, a, lda, b, ldb, bias, beta, c, ldc);
 }
-
 
 #ifdef KERNELS_HAVE_DNNL
 
@@ -315,8 +318,7 @@ static int gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int ld
     }
     if (!g || abytes + bbytes + g->scratch_bytes > ws_bytes) {
         gb.a.src = NULL;
-        widen_stale(b, b16_kept, b_stale, tb ? n : k, tb ? k : n, ldb);
-        kern__sgemm_bias(ta, tb, m, n, k, a, lda, b, ldb, bias, beta, c, ldc);
+        gemm_f32(ta, tb, m, n, k, a, lda, b, ldb, b16_kept, b_stale, bias, beta, c, ldc);
         return 0;
     }
     uint16_t *a16 = ws, *b16 = (uint16_t *)((char *)ws + abytes);
@@ -342,8 +344,7 @@ static int gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int ld
         dnnl_stream_wait(st) != dnnl_success) {
         /* oneDNN checks its arguments before it writes C: the whole GEMM
          * again in float32 from the operands, which are untouched */
-        widen_stale(b, b16_kept, b_stale, tb ? n : k, tb ? k : n, ldb);
-        kern__sgemm_bias(ta, tb, m, n, k, a, lda, b, ldb, bias, beta, c, ldc);
+        gemm_f32(ta, tb, m, n, k, a, lda, b, ldb, b16_kept, b_stale, bias, beta, c, ldc);
         return 0;
     }
     gb.a.src = a;
@@ -411,10 +412,9 @@ int kern_gemm_bf16_kept_b(int ta, int tb, int m, int n, int k, const float *a, i
                           size_t ws_bytes, int same_a)
 {
     (void)same_a;
-    widen_stale(b, b16, b_stale, tb ? n : k, tb ? k : n, ldb);
     (void)ws;
     (void)ws_bytes;
-    kern__sgemm_bias(ta, tb, m, n, k, a, lda, b, ldb, bias, beta, c, ldc);
+    gemm_f32(ta, tb, m, n, k, a, lda, b, ldb, b16, b_stale, bias, beta, c, ldc);
     return 0;
 }
 

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "kernels_internal.h"
 #include "kt.h"
 #include "op_activation.h"
 #include "op_dense.h"
@@ -292,6 +293,77 @@ START_TEST(test_sgemm_split)
 }
 END_TEST
 
+/* kern_sgemm's two libraries for its large GEMMs (oneDNN's sgemm, where
+ * the build has it, and OpenBLAS's blocks): each against a double
+ * reference in every transposition, with strides wider than the matrices,
+ * beta 0.5 (C read) and 0 (C's NaNs never read); neither writes C's
+ * padding, and a second call gives the first one's bits. B transposed
+ * under 128 rows of C stays on OpenBLAS: the same bits either way. */
+START_TEST(test_sgemm_libraries)
+{
+    const int shapes[][3] = {{300, 517, 129}, {45, 1030, 211}};
+    kt_rng r;
+    kt_rng_init(&r, 16);
+    kernels_set_threads(2);
+    for (size_t s = 0; s < 2; s++)
+        for (int t = 0; t < 4; t++)
+            for (int bz = 0; bz < 2; bz++) {
+                int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2], ta = t >> 1, tb = t & 1;
+                int lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5, ldc = n + 7;
+                float beta = bz ? 0.0f : 0.5f;
+                size_t na = (size_t)(ta ? k : m) * lda, nb = (size_t)(tb ? n : k) * ldb;
+                size_t nc = (size_t)m * ldc;
+                float *A = kt_falloc(na), *B = kt_falloc(nb), *c0 = kt_falloc(nc);
+                float *c[3] = {kt_falloc(nc), kt_falloc(nc), kt_falloc(nc)};
+                kt_fill(&r, A, na, -1, 1);
+                kt_fill(&r, B, nb, -1, 1);
+                kt_fill(&r, c0, nc, -1, 1);
+                for (size_t i = 0; i < nc; i++)
+                    if (bz || (int)(i % (size_t)ldc) >= n)
+                        c0[i] = NAN;
+                double *ref = kt_dalloc((size_t)m * n);
+                for (int i = 0; i < m; i++)
+                    for (int j = 0; j < n; j++) {
+                        double acc = bz ? 0.0 : 0.5 * c0[(size_t)i * ldc + j];
+                        for (int q = 0; q < k; q++)
+                            acc += 1.5 * (double)(ta ? A[(size_t)q * lda + i] : A[(size_t)i * lda + q]) *
+                                   (tb ? B[(size_t)j * ldb + q] : B[(size_t)q * ldb + j]);
+                        ref[(size_t)i * n + j] = acc;
+                    }
+                /* c[0] and c[1] on the default library, c[2] on OpenBLAS */
+                for (int v = 0; v < 3; v++) {
+                    memcpy(c[v], c0, sizeof(float) * nc);
+                    kern__sgemm_set_onednn(v < 2);
+                    kern_sgemm(ta, tb, m, n, k, 1.5f, A, lda, B, ldb, beta, c[v], ldc);
+                }
+                kern__sgemm_set_onednn(1);
+                float *packed = kt_falloc((size_t)m * n);
+                for (int v = 0; v < 3; v += 2) {
+                    for (int i = 0; i < m; i++)
+                        for (int j = 0; j < ldc; j++) {
+                            float x = c[v][(size_t)i * ldc + j];
+                            if (j < n)
+                                packed[(size_t)i * n + j] = x;
+                            else
+                                ck_assert_msg(isnan(x), "%dx%dx%d ta=%d tb=%d: padding written",
+                                              m, n, k, ta, tb);
+                        }
+                    double err = kt_relerr(packed, ref, (size_t)m * n);
+                    ck_assert_msg(err < 1e-5, "%dx%dx%d ta=%d tb=%d beta %g, %s: relative error %g",
+                                  m, n, k, ta, tb, beta, v ? "OpenBLAS" : "default", err);
+                }
+                ck_assert_msg(memcmp(c[0], c[1], sizeof(float) * nc) == 0,
+                              "%dx%dx%d ta=%d tb=%d: a second call differs", m, n, k, ta, tb);
+                if (!ta && tb && m < 128)
+                    ck_assert_msg(memcmp(c[0], c[2], sizeof(float) * nc) == 0,
+                                  "%dx%dx%d: B transposed under 128 rows left OpenBLAS", m, n, k);
+                free(packed), free(A), free(B), free(c0), free(ref);
+                free(c[0]), free(c[1]), free(c[2]);
+            }
+    kernels_set_threads(1);
+}
+END_TEST
+
 /* The weight gradient on a small batch (C = alpha A^T B, k <= 64, beta 0:
  * gemm_small_k.c where the processor has AVX-512): against a double
  * reference, with row and column tails, two spans of B, strides wider than
@@ -383,6 +455,7 @@ int main(void)
     tcase_add_test(tc, test_maxpool_2x2_nan);
     tcase_add_test(tc, test_norms_split_same);
     tcase_add_test(tc, test_sgemm_split);
+    tcase_add_test(tc, test_sgemm_libraries);
     tcase_add_test(tc, test_sgemm_small_k);
     tcase_add_test(tc, test_subnormals_flushed);
     suite_add_tcase(s, tc);

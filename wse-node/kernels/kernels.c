@@ -12,6 +12,7 @@
 #include <cblas.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fpmode.h"
@@ -106,9 +107,12 @@ void kernels_set_threads(int n)
     stop_workers();
 #ifdef KERN__OMP_TEAM
     /* OpenMP's threads, as many as each region asks for (oneDNN's:
-     * conv_path.c's set_dnnl_threads); each region sets their
-     * floating-point mode */
+     * conv_path.c's set_dnnl_threads); each of the kernels' regions sets
+     * their floating-point mode, and this one sets it for oneDNN's regions
+     * (its sgemm, kern_sgemm's large GEMMs) where it does not */
     pool.threads = n;
+#pragma omp parallel num_threads(n)
+    fpmode_flush_subnormals();
 #else
     pthread_mutex_lock(&pool.mu);
     pool.born = pool.generation;
@@ -279,6 +283,40 @@ void kern__sgemm_bias(int ta, int tb, int m, int n, int k, const float *a, int l
     kern_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
 }
 
+#ifdef KERN__OMP_TEAM
+/* Whether oneDNN's sgemm runs kern_sgemm's large GEMMs: -1 until known. */
+static int sgemm_onednn = -1;
+
+void kern__sgemm_set_onednn(int on)
+{
+    sgemm_onednn = on != 0;
+}
+
+/* oneDNN's sgemm, on the operators' team, unless APPLIANCE_SGEMM=openblas
+ * (read once) or the shape is one of those it runs slower than OpenBLAS's
+ * blocks: B transposed under fewer than 128 rows of C (a convolution's
+ * weight gradient on few output channels: 1.1 to 1.8 times the time on the
+ * AMD EPYC). The rule depends on the shape alone, never on timing, so that
+ * a run and its recovery compute the same bits. */
+static int sgemm_on_onednn(int ta, int tb, int m)
+{
+    if (sgemm_onednn < 0) {
+        const char *v = getenv("APPLIANCE_SGEMM");
+        sgemm_onednn = !(v && strcmp(v, "openblas") == 0);
+    }
+    if (!sgemm_onednn || (!ta && tb && m < 128))
+        return 0;
+    dnnl_engine_t eng; /* sets oneDNN's threads to the operators' */
+    dnnl_stream_t stream;
+    return kern__dnnl_engine(&eng, &stream);
+}
+#else
+void kern__sgemm_set_onednn(int on)
+{
+    (void)on;
+}
+#endif
+
 void kern_sgemm(int ta, int tb, int m, int n, int k, float alpha,
                 const float *a, int lda, const float *b, int ldb, float beta,
                 float *c, int ldc)
@@ -295,6 +333,12 @@ void kern_sgemm(int ta, int tb, int m, int n, int k, float alpha,
     int t = pool.threads;
     if (flops < 4e6 * t)
         t = 1;
+#ifdef KERN__OMP_TEAM
+    if (flops >= 4e6 && !in_region && sgemm_on_onednn(ta, tb, m) &&
+        dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c,
+                   ldc) == dnnl_success)
+        return;
+#endif
     gemm_job g = {
         .ta = ta, .tb = tb, .m = m, .n = n, .k = k, .alpha = alpha,
         .beta = beta, .a = a, .b = b, .c = c, .lda = lda, .ldb = ldb,

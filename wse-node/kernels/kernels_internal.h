@@ -48,6 +48,12 @@ void kern__seed_rows(float *c, int ldc, const float *bias, int m, int n);
 void kern__sgemm_bias(int ta, int tb, int m, int n, int k, const float *a, int lda, const float *b,
                       int ldb, const float *bias, float beta, float *c, int ldc);
 
+/* Whether kern_sgemm may run its large GEMMs on oneDNN's sgemm (on, the
+ * default unless APPLIANCE_SGEMM=openblas, where the build has oneDNN on
+ * OpenMP) or keeps them all on OpenBLAS (off). From the operators' thread,
+ * between operators: tests and benchmarks compare the two. */
+void kern__sgemm_set_onednn(int on);
+
 /* C = alpha A^T B with A k x m, B k x n (row-major) and k at most 64, C
  * written once (beta 0), split by rows over the pool: the weight gradient
  * of a dense layer on a small batch (gemm_small_k.c). 0, or -1 when this

@@ -851,6 +851,75 @@ START_TEST(test_conv_blocked_f32)
 }
 END_TEST
 
+/* blk16.c's reorders between plain (n, c, h, w) and aBcd16b, where the
+ * processor runs them: each element at its place (pixel counts that leave
+ * a partial block of 16), bfloat16 rounded as bf16_pack rounds (ties to
+ * even, infinities kept, a NaN still a NaN), and two threads giving one
+ * thread's bytes. */
+START_TEST(test_blk16_reorders)
+{
+    const int n = 3, c = 32;
+    const size_t hws[] = {35, 16, 1};
+    kt_rng r;
+    kt_rng_init(&r, 23);
+    for (size_t h = 0; h < 3; h++) {
+        size_t hw = hws[h], ne = (size_t)n * c * hw;
+        float *plain = kt_falloc(ne), *blk = kt_falloc(ne), *back = kt_falloc(ne);
+        uint16_t *b16 = malloc(ne * 2), *b16b = malloc(ne * 2), *want16 = malloc(ne * 2);
+        kt_fill(&r, plain, ne, -3, 3);
+        plain[0] = INFINITY, plain[1] = -INFINITY, plain[2] = NAN;
+        plain[3] = 1.00390625f;            /* halfway between two bfloat16s: to the even one, 1 */
+        plain[4] = 1.01171875f;            /* halfway: to the even one above */
+        kernels_set_threads(1);
+        if (!kern__blk16_reorder(KERN__BLK16_PACK_F32, blk, plain, n, c, hw)) {
+            printf("blk16: no AVX-512 here, nothing to check\n");
+            free(plain), free(blk), free(back), free(b16), free(b16b), free(want16);
+            return;
+        }
+        for (int i = 0; i < n; i++)
+            for (int ch = 0; ch < c; ch++)
+                for (size_t p = 0; p < hw; p++) {
+                    size_t at = (((size_t)i * (c / 16) + ch / 16) * hw + p) * 16 + ch % 16;
+                    float want = plain[((size_t)i * c + ch) * hw + p];
+                    ck_assert_msg(memcmp(&blk[at], &want, 4) == 0 || (isnan(want) && isnan(blk[at])),
+                                  "hw %zu: (%d, %d, %zu) not at its blocked place", hw, i, ch, p);
+                }
+        ck_assert(kern__blk16_reorder(KERN__BLK16_UNPACK_F32, blk, back, n, c, hw));
+        for (size_t i = 3; i < ne; i++)
+            ck_assert_msg(memcmp(&back[i], &plain[i], 4) == 0, "hw %zu: %zu unpacked wrong", hw, i);
+        ck_assert(isnan(back[2]) && back[0] == INFINITY && back[1] == -INFINITY);
+        if (kern__blk16_reorder(KERN__BLK16_PACK_BF16, b16, plain, n, c, hw)) {
+            uint16_t one[1];
+            for (int i = 0; i < n; i++)
+                for (int ch = 0; ch < c; ch++)
+                    for (size_t p = 0; p < hw; p++) {
+                        size_t at = (((size_t)i * (c / 16) + ch / 16) * hw + p) * 16 + ch % 16;
+                        bf16_pack(one, &plain[((size_t)i * c + ch) * hw + p], 1);
+                        want16[at] = one[0];
+                    }
+            for (size_t i = 0; i < ne; i++) {
+                int nan_ = (b16[i] & 0x7f80) == 0x7f80 && (b16[i] & 0x7f);
+                int want_nan = (want16[i] & 0x7f80) == 0x7f80 && (want16[i] & 0x7f);
+                ck_assert_msg(b16[i] == want16[i] || (nan_ && want_nan),
+                              "hw %zu: bfloat16 %zu is %04x, not %04x", hw, i, b16[i], want16[i]);
+            }
+            if (hw > 4) { /* plain[3] and [4]: pixels 3 and 4 of channel 0 */
+                ck_assert_uint_eq(b16[3 * 16], 0x3f80);
+                ck_assert_uint_eq(b16[4 * 16], 0x3f82);
+            }
+            kernels_set_threads(2);
+            ck_assert(kern__blk16_reorder(KERN__BLK16_PACK_BF16, b16b, plain, n, c, hw));
+            ck_assert(memcmp(b16, b16b, ne * 2) == 0);
+        } else {
+            printf("blk16: no AVX512_BF16 here, the bfloat16 packing not checked\n");
+        }
+        kernels_set_threads(1);
+        ck_assert(!kern__blk16_reorder(KERN__BLK16_PACK_F32, blk, plain, n, 24, hw));
+        free(plain), free(blk), free(back), free(b16), free(b16b), free(want16);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("conv");
@@ -872,6 +941,7 @@ int main(void)
     tcase_add_test(tc, test_threads_onednn);
     tcase_add_test(tc, test_conv_bf16);
     tcase_add_test(tc, test_conv_blocked_f32);
+    tcase_add_test(tc, test_blk16_reorders);
     suite_add_tcase(s, tc);
     return kt_run(s);
 }

@@ -48,6 +48,19 @@ void kern__seed_rows(float *c, int ldc, const float *bias, int m, int n);
 void kern__sgemm_bias(int ta, int tb, int m, int n, int k, const float *a, int lda, const float *b,
                       int ldb, const float *bias, float beta, float *c, int ldc);
 
+/* The reorders between a plain float32 (n, c, h, w) tensor and oneDNN's
+ * aBcd16b layout of it (blk16.c): packing into it in float32 or rounded
+ * to bfloat16 (to nearest even), unpacking float32 out of it. */
+typedef enum kern__blk16_kind {
+    KERN__BLK16_PACK_F32,
+    KERN__BLK16_PACK_BF16,
+    KERN__BLK16_UNPACK_F32,
+} kern__blk16_kind;
+/* Runs one over the operators' threads: 1, or 0 when it cannot here (c not
+ * a multiple of 16, no AVX-512, or packing to bfloat16 without
+ * AVX512_BF16), then the caller reorders some other way. hw = h * w. */
+int kern__blk16_reorder(kern__blk16_kind kind, void *blk, float *plain, int n, int c, size_t hw);
+
 /* Whether kern_sgemm may run its large GEMMs on oneDNN's sgemm (on, the
  * default unless APPLIANCE_SGEMM=openblas, where the build has oneDNN on
  * OpenMP) or keeps them all on OpenBLAS (off). From the operators' thread,

@@ -36,13 +36,16 @@ typedef void (*kernels_range_fn)(void *ctx, size_t lo, size_t hi);
 void kernels_for(size_t n, size_t grain, kernels_range_fn fn, void *ctx);
 
 /* C (m x n) = alpha * op(A) * op(B) + beta * C, row-major, op transposing
- * when ta / tb: cblas_sgemm split in blocks of 16 rows or columns (of the
- * larger side) over the operators' threads, each block a single-threaded
- * OpenBLAS call; inline on one thread when the product is small or the
- * caller already runs in one of the threads' regions. A thread count
- * always splits a shape the same way, so results repeat; another count
- * may differ in the last bit (OpenBLAS's edge kernels round differently
- * from its full ones), as with OpenBLAS's own threads. */
+ * when ta / tb. Where the build has oneDNN on OpenMP, a product of 4
+ * MFLOP or more runs on oneDNN's sgemm over the operators' threads, but
+ * with B transposed under 128 rows of C (and APPLIANCE_SGEMM=openblas
+ * keeps them all off it); otherwise cblas_sgemm split in blocks of 16
+ * rows or columns (of the larger side) over the operators' threads, each
+ * block a single-threaded OpenBLAS call; inline on one thread when the
+ * product is small or the caller already runs in one of the threads'
+ * regions. The library is chosen by the shape, and a thread count always
+ * splits a shape the same way, so results repeat; another count may
+ * differ in the last bit, as with either library's own threads. */
 void kern_sgemm(int ta, int tb, int m, int n, int k, float alpha,
                 const float *a, int lda, const float *b, int ldb, float beta,
                 float *c, int ldc);

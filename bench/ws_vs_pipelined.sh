@@ -5,21 +5,29 @@
 # compute-bound model. Prints the step time of each mode and their ratio:
 #   BENCH ws_over_pipelined_fc4096_b1024 <ratio> of_pipelined
 #   BENCH ws_bf16_over_pipelined_fc4096_b1024 <ratio> of_pipelined  (mixed precision)
-# Each mode runs twice, interleaved, and the faster run of each counts.
+# and Weight Streaming again on a second appliance whose daemons keep every
+# payload on their sockets (--shm-ring 0), the daemons on one host sharing
+# no memory:
+#   BENCH ws_sockets_over_pipelined_fc4096_b1024 <ratio> of_pipelined
+#   BENCH ws_shm_over_sockets_fc4096_b1024 <ratio> of_sockets
+# Each runs twice, interleaved, and the faster run of each counts.
 set -euo pipefail
 src=${SOURCE_ROOT:?}
 build=${BUILD_ROOT:?}
 py=/usr/bin/python3
 work=$(mktemp -d "${TMPDIR:-/tmp}/appliance-bench.XXXXXX")
 run="$work/run"
+sockets="$work/sockets"
 cleanup() {
   "$src/deploy/local/appliance-down" --dir "$run" --quiet >/dev/null 2>&1 || true
+  "$src/deploy/local/appliance-down" --dir "$sockets" --quiet >/dev/null 2>&1 || true
   rm -rf "$work"
 }
 trap cleanup EXIT
 threads=$(nproc)
 "$src/deploy/local/appliance-up" --replicas 1 --threads "$threads" --dir "$run" --build "$build" >/dev/null
-set -a; . "$run/env"; set +a
+"$src/deploy/local/appliance-up" --replicas 1 --threads "$threads" --dir "$sockets" \
+  --build "$build" --shm-ring 0 >/dev/null
 
 steps=12
 job() { # job MODE NAME [MIXED]: MIXED true puts bfloat16 on the wire
@@ -66,15 +74,22 @@ optimizer_type = "sgd"
 learning_rate = 0.01
 momentum = 0.9
 TOML
-  "$build/client/appliance-submit" --json "$work/$2.toml" |
+  (set -a; . "${4:-$run}/env"; set +a
+   "$build/client/appliance-submit" --json "$work/$2.toml") |
     "$py" -c 'import json,sys; r=json.load(sys.stdin); assert r["state"]=="done", r; print(1024.0 / r["samples_per_sec"])'
 }
 best() { "$py" -c 'import sys; print(min(float(x) for x in sys.argv[1:]))' "$@"; }
+ratio() { "$py" -c 'import sys; print("BENCH %s %.3f %s" % (sys.argv[1], float(sys.argv[2]) / float(sys.argv[3]), sys.argv[4]))' "$@"; }
 p1=$(job pipelined p1); w1=$(job weight_streaming w1); m1=$(job weight_streaming m1 true)
+s1=$(job weight_streaming s1 false "$sockets")
 p2=$(job pipelined p2); w2=$(job weight_streaming w2); m2=$(job weight_streaming m2 true)
-pipe=$(best "$p1" "$p2"); ws=$(best "$w1" "$w2"); mixed=$(best "$m1" "$m2")
+s2=$(job weight_streaming s2 false "$sockets")
+pipe=$(best "$p1" "$p2"); ws=$(best "$w1" "$w2"); mixed=$(best "$m1" "$m2"); sock=$(best "$s1" "$s2")
 echo "BENCH pipelined_step_fc4096_b1024 $pipe s"
 echo "BENCH ws_step_fc4096_b1024 $ws s"
 echo "BENCH ws_bf16_step_fc4096_b1024 $mixed s"
-"$py" -c 'import sys; print("BENCH ws_over_pipelined_fc4096_b1024 %.3f of_pipelined" % (float(sys.argv[1]) / float(sys.argv[2])))' "$ws" "$pipe"
-"$py" -c 'import sys; print("BENCH ws_bf16_over_pipelined_fc4096_b1024 %.3f of_pipelined" % (float(sys.argv[1]) / float(sys.argv[2])))' "$mixed" "$pipe"
+echo "BENCH ws_sockets_step_fc4096_b1024 $sock s"
+ratio ws_over_pipelined_fc4096_b1024 "$ws" "$pipe" of_pipelined
+ratio ws_bf16_over_pipelined_fc4096_b1024 "$mixed" "$pipe" of_pipelined
+ratio ws_sockets_over_pipelined_fc4096_b1024 "$sock" "$pipe" of_pipelined
+ratio ws_shm_over_sockets_fc4096_b1024 "$ws" "$sock" of_sockets

@@ -16,6 +16,7 @@
 #include "options.h"
 #include "plan.h"
 #include "sdnotify.h"
+#include "shm.h"
 #include "toml.h"
 #include "units.h"
 
@@ -79,6 +80,11 @@ static const options_key node__limit_keys[] = {
      1u << 30, "raw payload of a frame (default 64M)"},
     {"max-queued-bytes", "SIZE", OPTIONS_SIZE, offsetof(node_options, max_queued_bytes), 0, 4u << 20,
      UINT64_C(1) << 40, "queued for one peer before it is dropped (default 256M)"},
+    {"shm-ring", "SIZE", OPTIONS_SIZE, offsetof(node_options, shm_ring), 0, SHM_RING_MIN,
+     SHM_RING_MAX, "shared memory offered to each peer on this host for large payloads "
+     "(default 32M)"},
+    {"no-shm", NULL, OPTIONS_FLAG, offsetof(node_options, no_shm), 0, 0, 0,
+     "no shared memory with peers on this host: every payload over the socket"},
     {NULL, NULL, 0, 0, 0, 0, 0, NULL},
 };
 
@@ -152,6 +158,7 @@ void node_parse_args(node_options *o, const node_role *role, int argc, char **ar
     o->max_frame_header = FRAME_DEFAULT_MAX_HEADER;
     o->max_frame_payload = FRAME_DEFAULT_MAX_PAYLOAD;
     o->max_queued_bytes = CONN_DEFAULT_QUEUE_MAX;
+    o->shm_ring = NODE_DEFAULT_SHM_RING;
     o->trace_max = UINT64_C(1) << 30;
     options_table t[OPTIONS_TABLES_MAX];
     size_t nt = node__tables(t, o, role);
@@ -619,7 +626,8 @@ void node_job_failed(node *n, const char *job_id, char *why, size_t why_len, con
 /* ---- metrics ---- */
 
 static void node__peer_metrics(void *arg, Appliance__Role role, const char *name, uint64_t in,
-                               uint64_t out, size_t queued, unsigned live)
+                               uint64_t out, uint64_t shm_in, uint64_t shm_out, size_t queued,
+                               unsigned live)
 {
     metrics_buf *b = arg;
     char esc[160];
@@ -628,6 +636,10 @@ static void node__peer_metrics(void *arg, Appliance__Role role, const char *name
                    name, msg_role_name(role), (unsigned long long)in);
     metrics_printf(b, "appliance_peer_bytes_sent_total{peer=\"%s\",peer_role=\"%s\"} %llu\n", name,
                    msg_role_name(role), (unsigned long long)out);
+    metrics_printf(b, "appliance_peer_shm_bytes_received_total{peer=\"%s\",peer_role=\"%s\"} %llu\n",
+                   name, msg_role_name(role), (unsigned long long)shm_in);
+    metrics_printf(b, "appliance_peer_shm_bytes_sent_total{peer=\"%s\",peer_role=\"%s\"} %llu\n",
+                   name, msg_role_name(role), (unsigned long long)shm_out);
     metrics_printf(b, "appliance_peer_queued_bytes{peer=\"%s\",peer_role=\"%s\"} %zu\n", name,
                    msg_role_name(role), queued);
     metrics_printf(b, "appliance_peer_connections{peer=\"%s\",peer_role=\"%s\"} %u\n", name,
@@ -664,6 +676,10 @@ static void node__metrics(void *arg, metrics_buf *b)
                       "# TYPE appliance_peer_bytes_received_total counter\n"
                       "# HELP appliance_peer_bytes_sent_total Bytes sent to a peer.\n"
                       "# TYPE appliance_peer_bytes_sent_total counter\n"
+                      "# HELP appliance_peer_shm_bytes_received_total Of those, payload bytes that came through a shared-memory ring (a peer on this host).\n"
+                      "# TYPE appliance_peer_shm_bytes_received_total counter\n"
+                      "# HELP appliance_peer_shm_bytes_sent_total Of those, payload bytes that went through a shared-memory ring.\n"
+                      "# TYPE appliance_peer_shm_bytes_sent_total counter\n"
                       "# HELP appliance_peer_queued_bytes Bytes queued for a peer, not yet written.\n"
                       "# TYPE appliance_peer_queued_bytes gauge\n"
                       "# HELP appliance_peer_connections Live connections with a peer.\n"
@@ -765,6 +781,7 @@ int node_run(node *n, const node_role *role, uv_loop_t *loop)
     n->ccfg.limits.max_header = (uint32_t)n->opt.max_frame_header;
     n->ccfg.limits.max_payload = (uint32_t)n->opt.max_frame_payload;
     n->ccfg.queue_max = n->opt.max_queued_bytes;
+    n->ccfg.shm_ring = n->opt.no_shm ? 0 : n->opt.shm_ring;
     if (n->ccfg.high_water > n->ccfg.queue_max / 4)
         n->ccfg.high_water = n->ccfg.queue_max / 4;
     /* The coordinator paces long replies (logs) to the high water: they must

@@ -48,9 +48,12 @@ typedef struct node_options {
     uint64_t max_frame_header; /* bytes of a frame's protobuf header accepted */
     uint64_t max_frame_payload; /* bytes of a frame's raw payload accepted */
     uint64_t max_queued_bytes; /* bytes queued for one peer before it is dropped */
+    uint64_t shm_ring;         /* shared-memory ring offered to a peer on this host */
+    bool no_shm;               /* --no-shm: none offered, none taken */
 } node_options;
 
 #define NODE_DEFAULT_MAX_CONNECTIONS 1024u
+#define NODE_DEFAULT_SHM_RING (32u << 20)
 #define NODE_DEFAULT_MAX_CONNECTIONS_PER_ADDRESS 256u
 
 typedef struct node_role {

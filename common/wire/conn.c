@@ -7,13 +7,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
 #include "msgcheck.h"
+#include "shm.h"
 
 typedef struct conn_write {
     uv_write_t req;
     conn *c;
-    uint8_t *head;     /* prefix + header, owned */
-    size_t total;      /* head + payload bytes */
+    uint8_t *head;     /* prefix + header (+ a shared-memory payload's place), owned */
+    size_t total;      /* bytes on the socket: head + payload */
+    size_t logical;    /* bytes of the frame, its payload wherever it went */
     conn_done_fn done; /* may be NULL */
     void *arg;
 } conn_write;
@@ -41,6 +44,7 @@ typedef struct conn_peer {
     Appliance__Role role;
     char name[64];
     uint64_t in, out;       /* of closed connections (live ones are added when reported) */
+    uint64_t shm_in, shm_out;
     size_t queued;
     unsigned live;
 } conn_peer;
@@ -77,11 +81,14 @@ void conn_peers(conn_peer_fn fn, void *arg)
             continue;
         p->in += c->bytes_in;
         p->out += c->bytes_out;
+        p->shm_in += c->shm_in;
+        p->shm_out += c->shm_out;
         p->queued += c->queued;
         p->live++;
     }
     for (size_t i = 0; i < n; i++)
-        fn(arg, tab[i].role, tab[i].name, tab[i].in, tab[i].out, tab[i].queued, tab[i].live);
+        fn(arg, tab[i].role, tab[i].name, tab[i].in, tab[i].out, tab[i].shm_in, tab[i].shm_out,
+           tab[i].queued, tab[i].live);
 }
 
 void conn_config_default(conn_config *cfg, const auth_secret *secret, Appliance__Role role,
@@ -122,10 +129,14 @@ static void conn__unref(conn *c)
         if (p) {
             p->in += c->bytes_in;
             p->out += c->bytes_out;
+            p->shm_in += c->shm_in;
+            p->shm_out += c->shm_out;
         }
     }
     conn_link *l = c->link;
     frame_reader_deinit(&c->reader);
+    shm_ring_free(c->shm_tx);
+    shm_ring_free(c->shm_rx);
     if (l)
         conn__link_closed(l, c);
     free(c);
@@ -152,8 +163,10 @@ void conn_close(conn *c, int err, const char *reason)
     }
     uv_read_stop((uv_stream_t *)&c->tcp);
     uv_timer_stop(&c->timer);
+    uv_timer_stop(&c->shm_poll);
     uv_close((uv_handle_t *)&c->tcp, conn__handle_closed);
     uv_close((uv_handle_t *)&c->timer, conn__handle_closed);
+    uv_close((uv_handle_t *)&c->shm_poll, conn__handle_closed);
 }
 
 static void conn__fail_deadline(uv_timer_t *t)
@@ -206,13 +219,59 @@ void conn_fail(conn *c, int code, const char *fmt, ...)
 
 /* ---- writing ---- */
 
+/* Bytes sent and not yet read by the peer as far as a producer is
+ * concerned: queued on the socket, and in our ring. */
+static size_t conn__in_flight(const conn *c)
+{
+    return c->queued + (c->shm_tx_on ? shm_ring_used(c->shm_tx) : 0);
+}
+
+static void conn__shm_poll(uv_timer_t *t);
+
+/* While our ring holds what keeps a producer waiting: the peer is asked to
+ * say when it takes more (ShmDrained), and the ring is looked at every
+ * millisecond besides, since the peer may have stopped reading what we
+ * send (conn_pause) and with it our notices. */
+static void conn__shm_watch(conn *c)
+{
+    shm_ring_wait(c->shm_tx);
+    if (!uv_is_active((uv_handle_t *)&c->shm_poll))
+        uv_timer_start(&c->shm_poll, conn__shm_poll, 1, 1);
+}
+
+/* A producer told to wait may go on once half the high water is free
+ * (the socket has written, or the peer took from our ring). */
+static void conn__maybe_drain(conn *c)
+{
+    if (!c->blocked || c->closing) {
+        uv_timer_stop(&c->shm_poll);
+        return;
+    }
+    bool ring = c->shm_tx_on && shm_ring_used(c->shm_tx) > 0;
+    if (conn__in_flight(c) > c->cfg->high_water / 2 && ring)
+        conn__shm_watch(c);
+    if (conn__in_flight(c) <= c->cfg->high_water / 2) {
+        uv_timer_stop(&c->shm_poll);
+        c->blocked = false;
+        if (c->ops->on_drain)
+            c->ops->on_drain(c);
+    } else if (!ring) {
+        uv_timer_stop(&c->shm_poll); /* the socket's writes will say */
+    }
+}
+
+static void conn__shm_poll(uv_timer_t *t)
+{
+    conn__maybe_drain(t->data);
+}
+
 static void conn__write_done(uv_write_t *req, int status)
 {
     conn_write *w = container_of(req, conn_write, req);
     conn *c = w->c;
     c->queued -= w->total;
     if (status == 0)
-        c->bytes_out += w->total;
+        c->bytes_out += w->logical;
     free(w->head);
     conn_done_fn done = w->done;
     void *arg = w->arg;
@@ -225,11 +284,7 @@ static void conn__write_done(uv_write_t *req, int status)
         conn_close(c, status, why);
         return;
     }
-    if (c->blocked && !c->closing && c->queued <= c->cfg->high_water / 2) {
-        c->blocked = false;
-        if (c->ops->on_drain)
-            c->ops->on_drain(c);
-    }
+    conn__maybe_drain(c);
 }
 
 int conn_send(conn *c, const Appliance__Envelope *env, const void *payload, uint32_t len,
@@ -245,10 +300,23 @@ int conn_send(conn *c, const Appliance__Envelope *env, const void *payload, uint
         return -EMSGSIZE;
     if (appliance__envelope__get_packed_size(env) > c->cfg->limits.max_header)
         return -EMSGSIZE; /* the peer would refuse it: the caller must split it */
-    uint8_t *head = frame_encode(env, len, &hlen);
+    uint8_t *head = frame_encode_flags(env, len, 0, FRAME_SHM_REF_LEN, &hlen);
     if (!head)
         return -ENOMEM;
-    size_t total = hlen + len;
+    /* a large payload into our ring when the peer mapped it and it has the
+     * room: the socket then carries where it lies */
+    uint64_t off, end;
+    bool shm = len >= CONN_SHM_MIN_PAYLOAD && c->shm_tx_on &&
+               shm_ring_put(c->shm_tx, payload, len, &off, &end);
+    if (shm) {
+        frame_prefix_encode_flags(head, (uint32_t)(hlen - FRAME_PREFIX_LEN), len, FRAME_FLAG_SHM);
+        for (int i = 0; i < 8; i++) {
+            head[hlen + (size_t)i] = (uint8_t)(off >> (8 * i));
+            head[hlen + 8 + (size_t)i] = (uint8_t)(end >> (8 * i));
+        }
+    }
+    size_t sock_payload = shm ? FRAME_SHM_REF_LEN : len;
+    size_t total = hlen + sock_payload;
     if (c->queued + total > c->cfg->queue_max) {
         /* Producers wait at the high water mark; only a peer that stops
          * reading what it asked for gets here. Dropping one message would
@@ -269,16 +337,22 @@ int conn_send(conn *c, const Appliance__Envelope *env, const void *payload, uint
     w->c = c;
     w->head = head;
     w->total = total;
+    w->logical = hlen + len;
     w->done = done;
     w->arg = arg;
-    uv_buf_t bufs[2] = {uv_buf_init((char *)head, (unsigned)hlen),
+    uv_buf_t bufs[2] = {uv_buf_init((char *)head, (unsigned)(shm ? total : hlen)),
                         uv_buf_init((char *)(uintptr_t)payload, len)};
-    int rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, bufs, len ? 2 : 1, conn__write_done);
+    int rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, bufs, len && !shm ? 2 : 1,
+                      conn__write_done);
     if (rc < 0) {
         free(head);
         free(w);
+        if (shm) /* the peer would never take it: the ring is out of step */
+            conn_close(c, rc, "cannot write a frame whose payload is in shared memory");
         return rc;
     }
+    if (shm)
+        c->shm_out += len;
     c->queued += total;
     if (c->cfg->tap && c->auth == CONN_READY)
         c->cfg->tap(c->cfg->tap_arg, c, env, true);
@@ -294,9 +368,20 @@ bool conn_can_send(conn *c, size_t len)
 {
     if (c->closing)
         return false;
-    if (c->queued + len <= c->cfg->high_water || c->queued == 0)
+    size_t q = conn__in_flight(c);
+    if (q + len <= c->cfg->high_water || q == 0)
         return true;
     c->blocked = true;
+    if (c->shm_tx_on && shm_ring_used(c->shm_tx) > 0) {
+        /* watched from now on (a take since the first look counts now) */
+        conn__shm_watch(c);
+        q = conn__in_flight(c);
+        if (q + len <= c->cfg->high_water || q == 0) {
+            uv_timer_stop(&c->shm_poll);
+            c->blocked = false;
+            return true;
+        }
+    }
     return false;
 }
 
@@ -320,10 +405,186 @@ static int conn__send_hello(conn *c)
     return conn_send_msg(c, &env);
 }
 
+/* ---- shared memory with a peer on this host (shm.h) ---- */
+
+static bool conn__addr_loopback(const struct sockaddr_storage *ss)
+{
+    if (ss->ss_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)ss)->sin_addr.s_addr) >> 24) == 127;
+    if (ss->ss_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)ss)->sin6_addr;
+        return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+    }
+    return false;
+}
+
+/* Both ends of the connection on a loopback address: the peer is a
+ * process of this host (and of this network namespace). */
+static bool conn__local_peer(conn *c)
+{
+    struct sockaddr_storage a, b;
+    int la = sizeof(a), lb = sizeof(b);
+    return uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&a, &la) == 0 &&
+           uv_tcp_getsockname(&c->tcp, (struct sockaddr *)&b, &lb) == 0 &&
+           conn__addr_loopback(&a) && conn__addr_loopback(&b);
+}
+
+/* The roles that stream tensors and batches to each other; the
+ * coordinator's and the clients' messages are small. */
+static bool conn__streams(Appliance__Role r)
+{
+    return r == APPLIANCE__ROLE__ROLE_MEMORYX || r == APPLIANCE__ROLE__ROLE_SWARMX ||
+           r == APPLIANCE__ROLE__ROLE_WORKER || r == APPLIANCE__ROLE__ROLE_WSE_NODE;
+}
+
+/* Whether this connection may share memory: it is on, both ends stream,
+ * and the peer is on this host. */
+static bool conn__shm_wanted(conn *c)
+{
+    return c->cfg->shm_ring && conn__streams(c->cfg->role) && conn__streams(c->peer_role) &&
+           conn__local_peer(c);
+}
+
+static const char *conn__role_name(Appliance__Role r)
+{
+    const ProtobufCEnumValue *v = protobuf_c_enum_descriptor_get_value(&appliance__role__descriptor, r);
+    return v ? v->name : "peer";
+}
+
+/* Offers the peer a ring for our large payloads, where it is on this host. */
+static void conn__shm_offer(conn *c)
+{
+    if (!conn__shm_wanted(c))
+        return;
+    char why[128];
+    c->shm_tx = shm_ring_create(c->cfg->shm_ring, why, sizeof(why));
+    if (!c->shm_tx) {
+        log_warn("%s: payloads go over the socket: no shared-memory ring (%s)", c->peer_name, why);
+        return;
+    }
+    Appliance__ShmOffer o = APPLIANCE__SHM_OFFER__INIT;
+    o.pid = (uint32_t)getpid();
+    o.fd = shm_ring_fd(c->shm_tx);
+    o.size = shm_ring_map_len(c->shm_tx);
+    o.token.data = (uint8_t *)(uintptr_t)shm_ring_token(c->shm_tx);
+    o.token.len = SHM_TOKEN_LEN;
+    Appliance__Envelope env = APPLIANCE__ENVELOPE__INIT;
+    env.msg_case = APPLIANCE__ENVELOPE__MSG_SHM_OFFER;
+    env.shm_offer = &o;
+    if (conn_send_msg(c, &env) < 0) {
+        shm_ring_free(c->shm_tx);
+        c->shm_tx = NULL;
+    }
+}
+
+/* The peer offers its ring: mapped where this side takes them and it is on
+ * this host, and the answer says so or why not. */
+static void conn__shm_offered(conn *c, const Appliance__ShmOffer *o)
+{
+    if (c->shm_offered) {
+        conn_fail(c, -EPROTO, "a second shared-memory offer");
+        return;
+    }
+    c->shm_offered = true;
+    char why[160] = "";
+    if (!conn__shm_wanted(c))
+        snprintf(why, sizeof(why), "%s shares no memory with it (--no-shm, another host, or "
+                 "a role that does not stream)", c->cfg->name ? c->cfg->name : "this end");
+    else
+        c->shm_rx = shm_ring_open(o->pid, o->fd, o->size, o->token.data, o->token.len, why,
+                                  sizeof(why));
+    Appliance__ShmReply r = APPLIANCE__SHM_REPLY__INIT;
+    r.ok = c->shm_rx != NULL;
+    r.reason = why;
+    Appliance__Envelope env = APPLIANCE__ENVELOPE__INIT;
+    env.msg_case = APPLIANCE__ENVELOPE__MSG_SHM_REPLY;
+    env.shm_reply = &r;
+    c->reader.shm_ok = c->shm_rx != NULL;
+    if (c->shm_rx)
+        log_info("%s (%s) is on this host: its large payloads come through a %zu KiB "
+                 "shared-memory ring", c->peer_name, conn__role_name(c->peer_role),
+                 shm_ring_size(c->shm_rx) >> 10);
+    else
+        log_debug("%s (%s): its payloads come over the socket: %s", c->peer_name,
+                  conn__role_name(c->peer_role), why);
+    if (conn_send_msg(c, &env) < 0)
+        conn_close(c, -EIO, "cannot answer a shared-memory offer");
+}
+
+static void conn__shm_answered(conn *c, const Appliance__ShmReply *r)
+{
+    if (!c->shm_tx || c->shm_answered) {
+        conn_fail(c, -EPROTO, "a shared-memory answer to no offer");
+        return;
+    }
+    c->shm_answered = true;
+    shm_ring_offered(c->shm_tx);
+    if (r->ok) {
+        c->shm_tx_on = true;
+        return;
+    }
+    char why[160];
+    conn__printable(why, sizeof(why), r->reason);
+    log_debug("%s: our payloads go over the socket: %s", c->peer_name, why);
+    shm_ring_free(c->shm_tx);
+    c->shm_tx = NULL;
+}
+
+static int conn__shm_take(void *ctx, uint64_t off, uint64_t end, uint8_t *dst, uint32_t len,
+                          char *why, size_t whylen)
+{
+    conn *c = ctx;
+    bool wake;
+    if (!c->shm_rx) {
+        snprintf(why, whylen, "no ring mapped");
+        return -EPROTO;
+    }
+    int rc = shm_ring_take(c->shm_rx, off, end, dst, len, &wake, why, whylen);
+    if (rc < 0)
+        return rc;
+    c->bytes_in += len;
+    c->shm_in += len;
+    if (wake && !c->closing && !c->failing) {
+        Appliance__ShmDrained d = APPLIANCE__SHM_DRAINED__INIT;
+        Appliance__Envelope env = APPLIANCE__ENVELOPE__INIT;
+        env.msg_case = APPLIANCE__ENVELOPE__MSG_SHM_DRAINED;
+        env.shm_drained = &d;
+        if (conn_send_msg(c, &env) < 0) {
+            snprintf(why, whylen, "cannot tell the sender its ring has room");
+            return -EIO;
+        }
+    }
+    return 0;
+}
+
+/* The messages of the shared-memory set-up, which the owner never sees:
+ * true when env was one. */
+static bool conn__shm_frame(conn *c, Appliance__Envelope *env)
+{
+    switch (env->msg_case) {
+    case APPLIANCE__ENVELOPE__MSG_SHM_OFFER:
+        conn__shm_offered(c, env->shm_offer);
+        return true;
+    case APPLIANCE__ENVELOPE__MSG_SHM_REPLY:
+        conn__shm_answered(c, env->shm_reply);
+        return true;
+    case APPLIANCE__ENVELOPE__MSG_SHM_DRAINED:
+        if (!c->shm_tx_on) {
+            conn_fail(c, -EPROTO, "a shared-memory drain notice, and no ring of ours in use");
+            return true;
+        }
+        conn__maybe_drain(c);
+        return true;
+    default:
+        return false;
+    }
+}
+
 static void conn__ready(conn *c)
 {
     c->auth = CONN_READY;
     uv_timer_stop(&c->timer);
+    conn__shm_offer(c);
     if (c->ops->on_ready)
         c->ops->on_ready(c);
 }
@@ -460,6 +721,9 @@ static int conn__on_frame(void *ctx, Appliance__Envelope *env, uint8_t *payload,
             return -EACCES;
         }
         conn__auth_frame(c, env);
+    } else if (conn__shm_frame(c, env)) {
+        if (len > 0 && !c->closing)
+            conn_fail(c, -EPROTO, "a shared-memory set-up message with a payload");
     } else {
         if (c->cfg->tap)
             c->cfg->tap(c->cfg->tap_arg, c, env, false);
@@ -571,14 +835,19 @@ static conn *conn__new(uv_loop_t *loop, const conn_config *cfg, const conn_ops *
     c->data = data;
     uv_tcp_init(loop, &c->tcp);
     uv_timer_init(loop, &c->timer);
+    uv_timer_init(loop, &c->shm_poll);
+    c->shm_poll.data = c;
     c->tcp.data = c;
     c->timer.data = c;
-    c->handles_open = 2;
+    c->handles_open = 3;
     c->next = conn__live;
     if (conn__live)
         conn__live->prev = c;
     conn__live = c;
-    frame_sink sink = {.payload_dest = conn__payload_dest, .on_frame = conn__on_frame, .ctx = c};
+    frame_sink sink = {.payload_dest = conn__payload_dest,
+                       .on_frame = conn__on_frame,
+                       .shm_take = conn__shm_take,
+                       .ctx = c};
     frame_reader_init(&c->reader, &cfg->limits, &sink);
     return c;
 }

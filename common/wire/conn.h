@@ -54,6 +54,9 @@ typedef struct conn_config {
     size_t queue_max;           /* queued bytes above which conn_send refuses and closes */
     uint32_t auth_timeout_ms;   /* a peer that has not authenticated by then is dropped */
     uint32_t connect_timeout_ms; /* a dial not connected by then fails (no answer to SYN) */
+    size_t shm_ring;            /* bytes of the shared-memory ring offered to a peer on the
+                                 * same host (both ends on loopback) for our large payloads;
+                                 * 0: none offered, none taken (shm.h) */
     /* Optional: sees every message sent or received after authentication
      * (the flight recorder). */
     void (*tap)(void *arg, conn *c, const Appliance__Envelope *env, bool out);
@@ -63,6 +66,7 @@ typedef struct conn_config {
 #define CONN_DEFAULT_HIGH_WATER (16u << 20)  /* queued bytes a producer fills up to */
 #define CONN_DEFAULT_QUEUE_MAX (256u << 20)  /* queued bytes per connection, at most */
 #define CONN_DEFAULT_AUTH_TIMEOUT_MS 5000u   /* to finish the handshake */
+#define CONN_SHM_MIN_PAYLOAD (64u << 10)     /* smaller payloads always go over the socket */
 
 /* Fills a configuration with defaults: 1 MiB headers, 64 MiB payloads, 16 MiB
  * high water, 256 MiB hard cap, 5 s to authenticate. secret may be NULL
@@ -75,6 +79,7 @@ enum conn_auth_state { CONN_AUTH_WAIT_HELLO, CONN_AUTH_WAIT_PROOF, CONN_READY };
 struct conn {
     uv_tcp_t tcp;               /* the socket; first so container_of is trivial */
     uv_timer_t timer;           /* authentication and closing deadlines */
+    uv_timer_t shm_poll;        /* while a producer waits for room in our ring */
     uv_connect_t connect_req;   /* dialling side */
     uv_getaddrinfo_t resolve_req;
     uv_loop_t *loop;
@@ -110,6 +115,12 @@ struct conn {
     char peer_error[160];       /* message of the last Error frame the peer sent */
     uint64_t bytes_in;          /* counters for metrics */
     uint64_t bytes_out;
+    struct shm_ring *shm_tx;    /* our ring for what we send: offered, then (shm_tx_on) used */
+    struct shm_ring *shm_rx;    /* the peer's ring for what it sends, mapped */
+    bool shm_tx_on;             /* the peer mapped shm_tx */
+    bool shm_answered;          /* our offer was answered */
+    bool shm_offered;           /* the peer offered its ring (once) */
+    uint64_t shm_in, shm_out;   /* payload bytes through the rings */
     conn *prev, *next;          /* every live connection of the process, for metrics */
     uint8_t rbuf[64 * 1024];    /* read buffer for headers and small payloads */
 };
@@ -152,9 +163,12 @@ void conn_close(conn *c, int err, const char *reason);
 void conn_fail(conn *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Bytes exchanged with each peer, by the role and name its Hello gave:
- * live connections and closed ones together. fn runs once per peer. */
+ * live connections and closed ones together (shm_in and shm_out: the
+ * payload bytes of those that came and went through shared memory). fn
+ * runs once per peer. */
 typedef void (*conn_peer_fn)(void *arg, Appliance__Role role, const char *name, uint64_t in,
-                             uint64_t out, size_t queued, unsigned live);
+                             uint64_t out, uint64_t shm_in, uint64_t shm_out, size_t queued,
+                             unsigned live);
 void conn_peers(conn_peer_fn fn, void *arg);
 
 /* Splits "HOST:PORT" or "[V6]:PORT". Returns 0 or -EINVAL. */

@@ -20,27 +20,47 @@ static uint32_t get_le32(const uint8_t *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-void frame_prefix_encode(uint8_t out[FRAME_PREFIX_LEN], uint32_t header_len, uint32_t payload_len)
+static uint64_t get_le64(const uint8_t *p)
+{
+    return (uint64_t)get_le32(p) | (uint64_t)get_le32(p + 4) << 32;
+}
+
+void frame_prefix_encode_flags(uint8_t out[FRAME_PREFIX_LEN], uint32_t header_len,
+                               uint32_t payload_len, uint16_t flags)
 {
     put_le32(out, FRAME_MAGIC);
     out[4] = (uint8_t)FRAME_VERSION;
     out[5] = (uint8_t)(FRAME_VERSION >> 8);
-    out[6] = 0; /* flags, reserved */
-    out[7] = 0;
+    out[6] = (uint8_t)flags;
+    out[7] = (uint8_t)(flags >> 8);
     put_le32(out + 8, header_len);
     put_le32(out + 12, payload_len);
 }
 
+void frame_prefix_encode(uint8_t out[FRAME_PREFIX_LEN], uint32_t header_len, uint32_t payload_len)
+{
+    frame_prefix_encode_flags(out, header_len, payload_len, 0);
+}
+
 int frame_prefix_decode(const uint8_t in[FRAME_PREFIX_LEN], const frame_limits *lim,
                         uint32_t *header_len, uint32_t *payload_len)
+{
+    return frame_prefix_decode_flags(in, lim, header_len, payload_len, NULL);
+}
+
+int frame_prefix_decode_flags(const uint8_t in[FRAME_PREFIX_LEN], const frame_limits *lim,
+                              uint32_t *header_len, uint32_t *payload_len, uint16_t *flags)
 {
     if (get_le32(in) != FRAME_MAGIC)
         return -EBADMSG;
     uint16_t version = (uint16_t)(in[4] | in[5] << 8);
     if (version != FRAME_VERSION)
         return -EPROTONOSUPPORT;
-    if (in[6] != 0 || in[7] != 0)
+    uint16_t f = (uint16_t)(in[6] | in[7] << 8);
+    if (f & ~FRAME_FLAG_SHM)
         return -EPROTO;
+    if (flags)
+        *flags = f;
     *header_len = get_le32(in + 8);
     *payload_len = get_le32(in + 12);
     if (*header_len == 0)
@@ -90,16 +110,22 @@ Appliance__Envelope *frame_envelope_unpack(const uint8_t *buf, size_t len)
     return env;
 }
 
-uint8_t *frame_encode(const Appliance__Envelope *env, uint32_t payload_len, size_t *len)
+uint8_t *frame_encode_flags(const Appliance__Envelope *env, uint32_t payload_len, uint16_t flags,
+                            size_t extra, size_t *len)
 {
     size_t hlen = appliance__envelope__get_packed_size(env);
-    uint8_t *buf = malloc(FRAME_PREFIX_LEN + hlen);
+    uint8_t *buf = malloc(FRAME_PREFIX_LEN + hlen + extra);
     if (!buf)
         return NULL;
-    frame_prefix_encode(buf, (uint32_t)hlen, payload_len);
+    frame_prefix_encode_flags(buf, (uint32_t)hlen, payload_len, flags);
     appliance__envelope__pack(env, buf + FRAME_PREFIX_LEN);
     *len = FRAME_PREFIX_LEN + hlen;
     return buf;
+}
+
+uint8_t *frame_encode(const Appliance__Envelope *env, uint32_t payload_len, size_t *len)
+{
+    return frame_encode_flags(env, payload_len, 0, 0, len);
 }
 
 void frame_reader_init(frame_reader *r, const frame_limits *lim, const frame_sink *sink)
@@ -166,8 +192,11 @@ static int reader__header_done(frame_reader *r)
         return reader__fail(r, -EBADMSG, "header is not a valid Envelope protobuf");
     if (r->env->msg_case == APPLIANCE__ENVELOPE__MSG__NOT_SET)
         return reader__fail(r, -ENOMSG, "unknown message type");
-    if (r->payload_len == 0)
+    if (r->payload_len == 0) {
+        if (r->flags & FRAME_FLAG_SHM)
+            return reader__fail(r, -EPROTO, "shared-memory frame without a payload");
         return reader__deliver(r);
+    }
     int err = 0;
     r->payload = r->sink.payload_dest ? r->sink.payload_dest(r->sink.ctx, r->env, r->payload_len, &err)
                                       : NULL;
@@ -180,9 +209,21 @@ static int reader__header_done(frame_reader *r)
             return reader__fail(r, -ENOMEM, "out of memory for a %u-byte payload", r->payload_len);
         r->payload_owned = true;
     }
-    r->state = FRAME_READ_PAYLOAD;
+    r->state = r->flags & FRAME_FLAG_SHM ? FRAME_READ_SHM_REF : FRAME_READ_PAYLOAD;
     r->have = 0;
     return 0;
+}
+
+/* A shared-memory payload's place is in: take it out of the ring. */
+static int reader__shm_done(frame_reader *r)
+{
+    char why[96] = "";
+    int rc = r->sink.shm_take(r->sink.ctx, get_le64(r->shm_ref), get_le64(r->shm_ref + 8),
+                              r->payload, r->payload_len, why, sizeof(why));
+    if (rc < 0)
+        return reader__fail(r, rc, "%s payload in shared memory: %s",
+                            frame_msg_name(r->env->msg_case), why);
+    return reader__deliver(r);
 }
 
 int frame_reader_feed(frame_reader *r, const uint8_t *data, size_t len)
@@ -199,7 +240,11 @@ int frame_reader_feed(frame_reader *r, const uint8_t *data, size_t len)
             memcpy(r->prefix + r->have, data, take);
             r->have += (uint32_t)take;
             if (r->have == FRAME_PREFIX_LEN) {
-                int rc = frame_prefix_decode(r->prefix, &r->lim, &r->header_len, &r->payload_len);
+                int rc = frame_prefix_decode_flags(r->prefix, &r->lim, &r->header_len,
+                                                   &r->payload_len, &r->flags);
+                if (rc == 0 && (r->flags & FRAME_FLAG_SHM) && (!r->shm_ok || !r->sink.shm_take))
+                    return reader__fail(r, -EPROTO,
+                                        "payload in shared memory, but no ring was agreed");
                 if (rc == -EBADMSG)
                     return reader__fail(r, rc, "bad magic 0x%08x", get_le32(r->prefix));
                 if (rc == -EPROTONOSUPPORT)
@@ -212,7 +257,8 @@ int frame_reader_feed(frame_reader *r, const uint8_t *data, size_t len)
                                         r->header_len, r->lim.max_header, r->payload_len,
                                         r->lim.max_payload);
                 if (rc < 0)
-                    return reader__fail(r, rc, "malformed frame prefix");
+                    return reader__fail(r, rc, "malformed frame prefix (flags 0x%02x%02x)",
+                                        r->prefix[7], r->prefix[6]);
                 r->header = malloc(r->header_len);
                 if (!r->header)
                     return reader__fail(r, -ENOMEM, "out of memory for a header");
@@ -229,6 +275,18 @@ int frame_reader_feed(frame_reader *r, const uint8_t *data, size_t len)
             r->have += (uint32_t)take;
             if (r->have == r->header_len) {
                 int rc = reader__header_done(r);
+                if (rc < 0)
+                    return rc;
+            }
+            break;
+        case FRAME_READ_SHM_REF:
+            take = FRAME_SHM_REF_LEN - r->have;
+            if (take > len)
+                take = len;
+            memcpy(r->shm_ref + r->have, data, take);
+            r->have += (uint32_t)take;
+            if (r->have == FRAME_SHM_REF_LEN) {
+                int rc = reader__shm_done(r);
                 if (rc < 0)
                     return rc;
             }

@@ -15,6 +15,14 @@
 #define FRAME_VERSION 1u
 #define FRAME_PREFIX_LEN 16u
 
+/* Prefix flags. FRAME_FLAG_SHM: the payload lies in the sender's
+ * shared-memory ring (conn.c), and the socket carries in its place the
+ * FRAME_SHM_REF_LEN bytes saying where: u64 offset in the ring, u64 end of
+ * the payload in the ring's running count of bytes. Only after the
+ * receiver has mapped that ring (frame_reader.shm_ok). */
+#define FRAME_FLAG_SHM 1u
+#define FRAME_SHM_REF_LEN 16u
+
 #define FRAME_DEFAULT_MAX_HEADER (1u << 20)   /* 1 MiB: a plan carries its job file */
 #define FRAME_DEFAULT_MAX_PAYLOAD (64u << 20) /* 64 MiB: one tensor chunk */
 
@@ -23,14 +31,20 @@ typedef struct frame_limits {
     uint32_t max_payload; /* bytes of raw payload accepted */
 } frame_limits;
 
-/* Writes the prefix for a frame with the given lengths into out. */
+/* Writes the prefix for a frame with the given lengths into out (flags 0,
+ * or frame_prefix_encode_flags). */
 void frame_prefix_encode(uint8_t out[FRAME_PREFIX_LEN], uint32_t header_len, uint32_t payload_len);
+void frame_prefix_encode_flags(uint8_t out[FRAME_PREFIX_LEN], uint32_t header_len,
+                               uint32_t payload_len, uint16_t flags);
 
 /* Checks a prefix. Returns 0, -EBADMSG for a bad magic, -EPROTONOSUPPORT for
  * another version, -EMSGSIZE when a length breaks the limits, -EPROTO for an
- * empty header or nonzero flags. */
+ * empty header or a flag other than FRAME_FLAG_SHM. *flags (unless NULL)
+ * gets the flags. */
 int frame_prefix_decode(const uint8_t in[FRAME_PREFIX_LEN], const frame_limits *lim,
                         uint32_t *header_len, uint32_t *payload_len);
+int frame_prefix_decode_flags(const uint8_t in[FRAME_PREFIX_LEN], const frame_limits *lim,
+                              uint32_t *header_len, uint32_t *payload_len, uint16_t *flags);
 
 /* Decodes an Envelope as every reader of frames does: protobuf-c's unpack,
  * and then a refusal of what protobuf-c keeps but cannot read once written
@@ -41,8 +55,11 @@ int frame_prefix_decode(const uint8_t in[FRAME_PREFIX_LEN], const frame_limits *
 Appliance__Envelope *frame_envelope_unpack(const uint8_t *buf, size_t len);
 
 /* Serialises prefix + header into one malloc'd buffer of *len bytes (the
- * payload is sent separately). Returns NULL when out of memory. */
+ * payload is sent separately), with room for `extra` more bytes after them
+ * (not counted in *len). Returns NULL when out of memory. */
 uint8_t *frame_encode(const Appliance__Envelope *env, uint32_t payload_len, size_t *len);
+uint8_t *frame_encode_flags(const Appliance__Envelope *env, uint32_t payload_len, uint16_t flags,
+                            size_t extra, size_t *len);
 
 /* Called by the reader. */
 typedef struct frame_sink {
@@ -53,10 +70,21 @@ typedef struct frame_sink {
     /* A complete frame. env and a reader-owned payload are freed after the
      * call returns. A nonzero return stops the reader with that error. */
     int (*on_frame)(void *ctx, Appliance__Envelope *env, uint8_t *payload, uint32_t len);
+    /* A FRAME_FLAG_SHM frame's payload: copies the len bytes at ring offset
+     * off (ending at end in the ring's running count) to dst and frees
+     * them in the ring. 0, or a negative code with why filled. */
+    int (*shm_take)(void *ctx, uint64_t off, uint64_t end, uint8_t *dst, uint32_t len, char *why,
+                    size_t whylen);
     void *ctx;
 } frame_sink;
 
-enum frame_reader_state { FRAME_READ_PREFIX, FRAME_READ_HEADER, FRAME_READ_PAYLOAD, FRAME_READ_FAILED };
+enum frame_reader_state {
+    FRAME_READ_PREFIX,
+    FRAME_READ_HEADER,
+    FRAME_READ_PAYLOAD,
+    FRAME_READ_SHM_REF, /* the FRAME_SHM_REF_LEN bytes of a shared-memory payload */
+    FRAME_READ_FAILED,
+};
 
 typedef struct frame_reader {
     frame_limits lim;               /* hard limits checked before allocating */
@@ -70,6 +98,9 @@ typedef struct frame_reader {
     Appliance__Envelope *env;       /* decoded header while its payload arrives */
     uint8_t *payload;               /* destination of the payload */
     bool payload_owned;             /* payload was malloc'd by the reader */
+    bool shm_ok;                    /* FRAME_FLAG_SHM frames accepted (a ring is mapped) */
+    uint16_t flags;                 /* of the frame being read */
+    uint8_t shm_ref[FRAME_SHM_REF_LEN];
     int error;                      /* first error, once FAILED */
     char error_text[128];           /* what went wrong, for the peer and the log */
 } frame_reader;

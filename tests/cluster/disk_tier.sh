@@ -67,11 +67,15 @@ momentum = 0.9
 TOML
 echo 'chunk_size = "256K"' > "$work/coordinator.toml"
 
+# The daemons share no memory (--shm-ring 0): memoryx's peak below is the
+# shard's, and the pages of its shared-memory rings with the wse-node (up to
+# 32 MiB each way, outside --memory as the sockets' buffers are) would count
+# in it.
 up() { # up [appliance-up options]: a fresh cluster
   "$src/deploy/local/appliance-down" --dir "$run" --quiet >/dev/null 2>&1 || true
   rm -rf "$run"
   "$src/deploy/local/appliance-up" --replicas 1 --wafer-memory 256M --dir "$run" --build "$build" \
-    --coordinator-config "$work/coordinator.toml" "$@" >/dev/null
+    --coordinator-config "$work/coordinator.toml" --shm-ring 0 "$@" >/dev/null
   set -a; . "$run/env"; set +a
 }
 train() { # train NAME JOBFILE: the job into $work/NAME, done

@@ -1,7 +1,10 @@
 /* Connections over real loopback sockets: authentication (cluster secret,
  * user keys, insecure mode), payloads straight into their destination,
  * garbage and unauthenticated peers dropped while the server carries on,
- * and the bounded write queue. */
+ * the bounded write queue, and the shared-memory rings between streaming
+ * daemons on one host (payloads through them, the producer held to the
+ * high water by what the peer has not taken, a full ring falling back to
+ * the socket in order, a side with none, a reference out of step). */
 #include <check.h>
 #include <errno.h>
 #include <stdio.h>
@@ -10,6 +13,7 @@
 #include <unistd.h>
 
 #include "conn.h"
+#include "shm.h"
 
 #define PAYLOAD (300 * 1024)
 
@@ -21,6 +25,8 @@ typedef struct side {
     char reason[192];
     uint8_t *dest; /* payload destination */
     uint32_t got_len;
+    int good;      /* payloads that held pattern(step) (shm tests) */
+    uint64_t next_step; /* the step the next of them must carry */
     conn *c;       /* the connection, once ready (until closed) */
 } side;
 
@@ -43,11 +49,25 @@ static const auth_secret *user_key(void *arg, const char *user)
     return strcmp(user, "alice") == 0 ? &alice_key : NULL;
 }
 
+/* The bytes of the shared-memory tests' payload of step k. */
+static uint8_t pattern(uint64_t k, uint32_t i)
+{
+    return (uint8_t)(i * 167u + k * 13u + 5u);
+}
+
 static void on_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len)
 {
     side *s = c->data;
     s->frames++;
     s->got_len = len;
+    if (env->msg_case == APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK && payload && len > 1000) {
+        uint64_t k = env->weight_chunk->step;
+        uint32_t i = 0;
+        while (i < len && payload[i] == pattern(k, i))
+            i++;
+        s->good += i == len && k == s->next_step;
+        s->next_step = k + 1;
+    }
 }
 
 static void *payload_dest(conn *c, const Appliance__Envelope *env, uint32_t len, int *err)
@@ -362,6 +382,179 @@ START_TEST(bounded_write_queue)
 }
 END_TEST
 
+/* The shared-memory tests' sides: a memoryx server and a wse-node client
+ * on loopback, each offering a 256 KiB ring (ring 0: none). */
+static void shm_configs(size_t server_ring, size_t client_ring)
+{
+    server_cfg.role = APPLIANCE__ROLE__ROLE_MEMORYX;
+    server_cfg.shm_ring = server_ring;
+    client_cfg.shm_ring = client_ring;
+    client_cfg.high_water = 200 * 1024;
+}
+
+static uint8_t *shm_payload(uint64_t k, uint32_t len)
+{
+    uint8_t *p = malloc(len);
+    for (uint32_t i = 0; i < len; i++)
+        p[i] = pattern(k, i);
+    return p;
+}
+
+/* Payloads of 100 KiB and odd bytes go round a 256 KiB ring many times:
+ * all through it, each intact and in order, the producer held to the high
+ * water by what the server has not taken yet and let go by its drain
+ * notices. */
+START_TEST(shm_payloads_through_the_ring)
+{
+    shm_configs(256 * 1024, 256 * 1024);
+    side cli = {0};
+    conn *c = dial(&client_cfg, &cli);
+    RUN_UNTIL(cli.ready == 1 && srv_side[0].ready == 1);
+    RUN_UNTIL(c->shm_tx_on && srv_side[0].c->shm_tx_on);
+    const uint32_t len = 100 * 1024 + 7;
+    const int n = 30;
+    uint8_t *p[30];
+    int sent = 0, held = 0;
+    while (sent < n) {
+        if (!conn_can_send(c, len)) {
+            held++;
+            int d = cli.drains;
+            RUN_UNTIL(cli.drains > d);
+            continue;
+        }
+        p[sent] = shm_payload((uint64_t)sent, len);
+        send_chunk(c, p[sent], len, (uint64_t)sent);
+        sent++;
+    }
+    RUN_UNTIL(srv_side[0].frames == n);
+    ck_assert_int_eq(srv_side[0].good, n);
+    ck_assert_uint_eq(c->shm_out, (uint64_t)n * len);
+    ck_assert_uint_eq(srv_side[0].c->shm_in, (uint64_t)n * len);
+    ck_assert_int_gt(held, 0);
+    ck_assert_uint_lt(c->queued, 1024); /* the socket carried only headers */
+    /* the other way too: the server's ring */
+    uint8_t *back = shm_payload(0, len);
+    send_chunk(srv_side[0].c, back, len, 0);
+    RUN_UNTIL(cli.frames == 1);
+    ck_assert_int_eq(cli.good, 1);
+    ck_assert_uint_eq(srv_side[0].c->shm_out, len);
+    conn_close(c, 0, "done");
+    RUN_UNTIL(cli.closed == 1 && srv_side[0].closed == 1);
+    for (int i = 0; i < n; i++)
+        free(p[i]);
+    free(back);
+}
+END_TEST
+
+/* A reader that stops: the ring fills, later payloads take the socket,
+ * and all arrive in order once it reads again. */
+START_TEST(shm_full_ring_takes_the_socket)
+{
+    shm_configs(256 * 1024, 256 * 1024);
+    side cli = {0};
+    conn *c = dial(&client_cfg, &cli);
+    RUN_UNTIL(cli.ready == 1 && srv_side[0].ready == 1);
+    RUN_UNTIL(c->shm_tx_on && srv_side[0].c->shm_tx_on);
+    conn_pause(srv_side[0].c);
+    const uint32_t len = 100 * 1024;
+    uint8_t *p[5];
+    for (int k = 0; k < 5; k++) {
+        p[k] = shm_payload((uint64_t)k, len);
+        send_chunk(c, p[k], len, (uint64_t)k);
+    }
+    ck_assert_uint_eq(c->shm_out, 2 * (uint64_t)len);
+    conn_resume(srv_side[0].c);
+    RUN_UNTIL(srv_side[0].frames == 5);
+    ck_assert_int_eq(srv_side[0].good, 5);
+    conn_close(c, 0, "done");
+    RUN_UNTIL(cli.closed == 1 && srv_side[0].closed == 1);
+    for (int k = 0; k < 5; k++)
+        free(p[k]);
+}
+END_TEST
+
+/* A producer waiting for room in its ring while its own side has stopped
+ * reading what the peer sends (the peer's drain notices among it): it
+ * still goes on once the peer has taken what it waited for. */
+START_TEST(shm_drain_while_not_reading)
+{
+    shm_configs(256 * 1024, 256 * 1024);
+    side cli = {0};
+    conn *c = dial(&client_cfg, &cli);
+    RUN_UNTIL(cli.ready == 1 && srv_side[0].ready == 1);
+    RUN_UNTIL(c->shm_tx_on && srv_side[0].c->shm_tx_on);
+    conn_pause(c);
+    const uint32_t len = 100 * 1024;
+    uint8_t *p[6];
+    int sent = 0;
+    while (sent < 6) {
+        if (!conn_can_send(c, len)) {
+            int d = cli.drains;
+            RUN_UNTIL(cli.drains > d);
+            continue;
+        }
+        p[sent] = shm_payload((uint64_t)sent, len);
+        send_chunk(c, p[sent], len, (uint64_t)sent);
+        sent++;
+    }
+    RUN_UNTIL(srv_side[0].frames == 6);
+    ck_assert_int_eq(srv_side[0].good, 6);
+    ck_assert_uint_eq(c->shm_out, 6 * (uint64_t)len);
+    conn_resume(c);
+    conn_close(c, 0, "done");
+    RUN_UNTIL(cli.closed == 1 && srv_side[0].closed == 1);
+    for (int k = 0; k < 6; k++)
+        free(p[k]);
+}
+END_TEST
+
+/* A side that shares no memory declines the offer: payloads go over the
+ * socket, intact. */
+START_TEST(shm_declined)
+{
+    shm_configs(0, 256 * 1024);
+    side cli = {0};
+    conn *c = dial(&client_cfg, &cli);
+    RUN_UNTIL(cli.ready == 1 && srv_side[0].ready == 1);
+    RUN_UNTIL(c->shm_answered);
+    ck_assert(!c->shm_tx_on && !c->shm_tx && !srv_side[0].c->shm_tx);
+    const uint32_t len = 100 * 1024;
+    uint8_t *p = shm_payload(0, len);
+    send_chunk(c, p, len, 0);
+    RUN_UNTIL(srv_side[0].frames == 1);
+    ck_assert_int_eq(srv_side[0].good, 1);
+    ck_assert_uint_eq(c->shm_out, 0);
+    conn_close(c, 0, "done");
+    RUN_UNTIL(cli.closed == 1 && srv_side[0].closed == 1);
+    free(p);
+}
+END_TEST
+
+/* A sender out of step with its ring (bytes in it no frame names): the
+ * reader refuses the next payload and closes, saying why; the sender
+ * hears it. */
+START_TEST(shm_reference_out_of_step)
+{
+    shm_configs(256 * 1024, 256 * 1024);
+    side cli = {0};
+    conn *c = dial(&client_cfg, &cli);
+    RUN_UNTIL(cli.ready == 1 && srv_side[0].ready == 1);
+    RUN_UNTIL(c->shm_tx_on && srv_side[0].c->shm_tx_on);
+    const uint32_t len = 100 * 1024;
+    uint8_t *p = shm_payload(0, len);
+    uint64_t off, end;
+    ck_assert(shm_ring_put(c->shm_tx, p, 4096, &off, &end));
+    send_chunk(c, p, len, 0);
+    RUN_UNTIL(srv_side[0].closed == 1 && cli.closed == 1);
+    ck_assert_msg(strstr(srv_side[0].reason, "shared memory") &&
+                      strstr(srv_side[0].reason, "not the next payload"),
+                  "%s", srv_side[0].reason);
+    ck_assert_msg(strstr(cli.reason, "not the next payload"), "%s", cli.reason);
+    ck_assert_int_eq(srv_side[0].frames, 0);
+    free(p);
+}
+END_TEST
+
 /* A header the peer would refuse is not sent at all; the connection stays. */
 START_TEST(oversized_header_not_sent)
 {
@@ -578,6 +771,11 @@ static Suite *suite(void)
     tcase_add_test(t, peer_names_printable);
     tcase_add_test(t, nothing_after_a_refusal);
     tcase_add_test(t, link_reconnects_with_backoff);
+    tcase_add_test(t, shm_payloads_through_the_ring);
+    tcase_add_test(t, shm_full_ring_takes_the_socket);
+    tcase_add_test(t, shm_drain_while_not_reading);
+    tcase_add_test(t, shm_declined);
+    tcase_add_test(t, shm_reference_out_of_step);
     suite_add_tcase(s, t);
     TCase *p = tcase_create("parsing");
     tcase_add_test(p, addresses);

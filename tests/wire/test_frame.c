@@ -145,6 +145,54 @@ START_TEST(wrong_version)
 }
 END_TEST
 
+/* A payload in shared memory: its 16-byte place, split anywhere, reaches
+ * the sink's shm_take with the destination; refused where no ring was
+ * agreed, and an unknown flag is a malformed prefix. */
+static uint64_t shm_seen_off, shm_seen_end;
+
+static int shm_take(void *ctx, uint64_t off, uint64_t end, uint8_t *dst, uint32_t len, char *why,
+                    size_t whylen)
+{
+    (void)ctx, (void)why, (void)whylen;
+    shm_seen_off = off;
+    shm_seen_end = end;
+    memset(dst, 0x5a, len);
+    return 0;
+}
+
+START_TEST(shm_payload_place)
+{
+    uint8_t buf[4096];
+    size_t n = make_frame(buf, 5, 1000) - 1000; /* prefix and header */
+    buf[6] = FRAME_FLAG_SHM;
+    for (int i = 0; i < 8; i++) {
+        buf[n + (size_t)i] = (uint8_t)(UINT64_C(0x1234) >> (8 * i));
+        buf[n + 8 + (size_t)i] = (uint8_t)(UINT64_C(0x10000) >> (8 * i));
+    }
+    n += FRAME_SHM_REF_LEN;
+    for (size_t cut = 0; cut <= n; cut++) {
+        got g = {0};
+        frame_sink sink = {.payload_dest = dest, .on_frame = on_frame, .shm_take = shm_take,
+                           .ctx = &g};
+        frame_reader r;
+        frame_reader_init(&r, &lim, &sink);
+        r.shm_ok = true;
+        shm_seen_off = shm_seen_end = 0;
+        ck_assert_int_eq(frame_reader_feed(&r, buf, cut), 0);
+        ck_assert_int_eq(frame_reader_feed(&r, buf + cut, n - cut), 0);
+        ck_assert_int_eq(g.frames, 1);
+        ck_assert_uint_eq(g.payload_len, 1000);
+        ck_assert_uint_eq(g.payload[999], 0x5a);
+        ck_assert_uint_eq(shm_seen_off, 0x1234);
+        ck_assert_uint_eq(shm_seen_end, 0x10000);
+        frame_reader_deinit(&r);
+    }
+    ck_assert_int_eq(feed_expect(buf, n, "no ring was agreed"), -EPROTO);
+    buf[6] = 2;
+    ck_assert_int_eq(feed_expect(buf, n, "malformed frame prefix (flags 0x0002)"), -EPROTO);
+}
+END_TEST
+
 START_TEST(oversized_lengths)
 {
     uint8_t buf[FRAME_PREFIX_LEN];
@@ -215,6 +263,7 @@ static Suite *suite(void)
     TCase *t = tcase_create("reader");
     tcase_add_test(t, split_at_every_byte);
     tcase_add_test(t, payload_goes_to_destination);
+    tcase_add_test(t, shm_payload_place);
     tcase_add_test(t, bad_magic);
     tcase_add_test(t, wrong_version);
     tcase_add_test(t, oversized_lengths);

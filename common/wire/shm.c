@@ -33,6 +33,8 @@ struct shm_ring {
     uint8_t *data;
     int fd;             /* sender: the memfd until offered; -1 after */
     uint64_t head;      /* sender: bytes allocated, skips included */
+    uint64_t floor;     /* sender: where the last payload put into an empty ring
+                         * began: the bytes before it are free, taken or not */
     uint64_t last_end;  /* receiver: the end of the last payload taken */
 };
 
@@ -175,6 +177,8 @@ size_t shm_ring_size(const shm_ring *r)
 size_t shm_ring_used(const shm_ring *r)
 {
     uint64_t taken = atomic_load(&r->hdr->taken);
+    if (taken < r->floor)
+        taken = r->floor;
     return taken <= r->head ? (size_t)(r->head - taken) : 0;
 }
 
@@ -190,9 +194,18 @@ bool shm_ring_put(shm_ring *r, const void *src, size_t len, uint64_t *off, uint6
 {
     if (len == 0 || len > r->size)
         return false;
-    size_t pos = (size_t)(r->head % r->size);
+    size_t pos = (size_t)(r->head % r->size), used = shm_ring_used(r);
+    if (used == 0 && pos) {
+        /* an empty ring: from its start again, so that a burst fills it
+         * from there and its pages past the most it ever held are never
+         * touched (the tail skipped is free: nothing is left to take) */
+        r->head += r->size - pos;
+        r->floor = r->head;
+        pos = 0;
+    }
+    /* the tail skipped when the payload does not fit before the end */
     size_t skip = pos + len > r->size ? r->size - pos : 0;
-    if (shm_ring_used(r) + skip + len > r->size)
+    if (used + skip + len > r->size)
         return false;
     *off = skip ? 0 : pos;
     memcpy(r->data + *off, src, len);
@@ -206,12 +219,11 @@ int shm_ring_take(shm_ring *r, uint64_t off, uint64_t end, void *dst, size_t len
 {
     *wake = false;
     /* the payload is [end - len, end) of the running count: right after
-     * the last one, or at the ring's start when it did not fit before the
-     * end (the sender skipped the tail), and at its place in the ring */
+     * the last one, or at the ring's start next (the sender skipped the
+     * tail), and at its place in the ring */
     uint64_t start = end - len, pos = r->last_end % r->size;
     bool next = len > 0 && len <= r->size && end >= len &&
-                (start == r->last_end ||
-                 (pos + len > r->size && start == r->last_end + (r->size - pos))) &&
+                (start == r->last_end || (pos && start == r->last_end + (r->size - pos))) &&
                 off == start % r->size && off + len <= r->size;
     if (!next) {
         snprintf(why, whylen,

@@ -10,9 +10,11 @@
  * The mapping: a 4096-byte header (the token, the receiver's running count
  * of bytes taken, the sender's flag that it waits for room), then the
  * ring. The sender allocates a payload's bytes contiguously, skipping the
- * ring's tail when a payload does not fit before the end; both sides
- * count the bytes (skips included) from the start, and a payload ending
- * at `end` in that count lies at `end - len` modulo the ring's size. */
+ * ring's tail when a payload does not fit before the end, or when the ring
+ * is empty (so that a burst always fills it from its start and its pages
+ * past the most it ever held stay untouched); both sides count the bytes
+ * (skips included) from the start, and a payload ending at `end` in that
+ * count lies at `end - len` modulo the ring's size. */
 #pragma once
 
 #include <stdbool.h>

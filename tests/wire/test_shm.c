@@ -51,6 +51,7 @@ START_TEST(payloads_round_the_ring)
         ck_assert(shm_ring_put(tx, src, len, &off, &end));
         skips += off == 0 && total > 0;
         ck_assert_uint_ge(shm_ring_used(tx), before + len);
+        ck_assert_uint_eq(off, 0); /* the ring was empty: from its start */
         bool wake = true;
         memset(dst, 0, len);
         ck_assert_int_eq(shm_ring_take(rx, off, end, dst, len, &wake, why, sizeof(why)), 0);
@@ -61,6 +62,41 @@ START_TEST(payloads_round_the_ring)
     }
     ck_assert_uint_gt(total, 5 * RING);
     ck_assert_int_gt(skips, 0);
+    shm_ring_free(tx);
+    shm_ring_free(rx);
+}
+END_TEST
+
+/* Taking behind: each put after the last, the tail skipped where one does
+ * not fit, and from the start again once the ring is empty, counting no
+ * room for the tail it skipped then. */
+START_TEST(skips_and_rewinds)
+{
+    shm_ring *tx, *rx;
+    pair(&tx, &rx);
+    static uint8_t src[RING], dst[RING];
+    char why[160];
+    uint64_t off[6], end[6];
+    bool wake;
+    ck_assert(shm_ring_put(tx, src, 25000, &off[0], &end[0]));
+    ck_assert(shm_ring_put(tx, src, 25000, &off[1], &end[1]));
+    ck_assert_uint_eq(off[0], 0);
+    ck_assert_uint_eq(off[1], 25000);
+    ck_assert_int_eq(shm_ring_take(rx, off[0], end[0], dst, 25000, &wake, why, sizeof(why)), 0);
+    ck_assert(shm_ring_put(tx, src, 25000, &off[2], &end[2]));
+    ck_assert_uint_eq(off[2], 0); /* 50000 + 25000 passes the end */
+    ck_assert_uint_eq(shm_ring_used(tx), 25000 + (RING - 50000) + 25000);
+    ck_assert_int_eq(shm_ring_take(rx, off[1], end[1], dst, 25000, &wake, why, sizeof(why)), 0);
+    ck_assert_int_eq(shm_ring_take(rx, off[2], end[2], dst, 25000, &wake, why, sizeof(why)), 0);
+    ck_assert_uint_eq(shm_ring_used(tx), 0);
+    ck_assert(shm_ring_put(tx, src, 20000, &off[3], &end[3]));
+    ck_assert_uint_eq(off[3], 0); /* empty: from the start */
+    ck_assert_uint_eq(shm_ring_used(tx), 20000);
+    ck_assert(shm_ring_put(tx, src, 30000, &off[4], &end[4]));
+    ck_assert_uint_eq(off[4], 20000);
+    ck_assert(!shm_ring_put(tx, src, 20000, &off[5], &end[5]));
+    ck_assert_int_eq(shm_ring_take(rx, off[3], end[3], dst, 20000, &wake, why, sizeof(why)), 0);
+    ck_assert_int_eq(shm_ring_take(rx, off[4], end[4], dst, 30000, &wake, why, sizeof(why)), 0);
     shm_ring_free(tx);
     shm_ring_free(rx);
 }
@@ -118,8 +154,8 @@ START_TEST(references_checked)
     ck_assert_int_eq(shm_ring_take(rx, off, end, dst, 1000, &wake, why, sizeof(why)), 0);
     /* the same payload twice */
     ck_assert_int_eq(shm_ring_take(rx, off, end, dst, 1000, &wake, why, sizeof(why)), -EPROTO);
-    /* a skip where the next payload fitted before the end */
-    ck_assert_int_eq(shm_ring_take(rx, 0, RING + 1000, dst, 1000, &wake, why, sizeof(why)),
+    /* a turn of the ring skipped */
+    ck_assert_int_eq(shm_ring_take(rx, 0, 2 * RING + 1000, dst, 1000, &wake, why, sizeof(why)),
                      -EPROTO);
     shm_ring_free(tx);
     shm_ring_free(rx);
@@ -158,6 +194,7 @@ int main(void)
     TCase *t = tcase_create("ring");
     tcase_add_test(t, payloads_round_the_ring);
     tcase_add_test(t, room_and_wake);
+    tcase_add_test(t, skips_and_rewinds);
     tcase_add_test(t, references_checked);
     tcase_add_test(t, offers_checked);
     suite_add_tcase(s, t);

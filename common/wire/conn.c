@@ -332,6 +332,8 @@ int conn_send(conn *c, const Appliance__Envelope *env, const void *payload, uint
     conn_write *w = malloc(sizeof(*w));
     if (!w) {
         free(head);
+        if (shm) /* the peer would never take it: the ring is out of step */
+            conn_close(c, -ENOMEM, "out of memory for a frame whose payload is in shared memory");
         return -ENOMEM;
     }
     w->c = c;

@@ -392,6 +392,22 @@ static void shm_configs(size_t server_ring, size_t client_ring)
     client_cfg.high_water = 200 * 1024;
 }
 
+/* A client of shm_configs' server, ready and with both rings in use. */
+static conn *shm_dial(side *cli)
+{
+    conn *c = dial(&client_cfg, cli);
+    RUN_UNTIL(cli->ready == 1 && srv_side[0].ready == 1);
+    RUN_UNTIL(c->shm_tx_on && srv_side[0].c->shm_tx_on);
+    return c;
+}
+
+/* Closes the client and waits until both ends are closed. */
+static void close_both(conn *c, side *cli)
+{
+    conn_close(c, 0, "done");
+    RUN_UNTIL(cli->closed == 1 && srv_side[0].closed == 1);
+}
+
 static uint8_t *shm_payload(uint64_t k, uint32_t len)
 {
     uint8_t *p = malloc(len);
@@ -408,9 +424,7 @@ START_TEST(shm_payloads_through_the_ring)
 {
     shm_configs(256 * 1024, 256 * 1024);
     side cli = {0};
-    conn *c = dial(&client_cfg, &cli);
-    RUN_UNTIL(cli.ready == 1 && srv_side[0].ready == 1);
-    RUN_UNTIL(c->shm_tx_on && srv_side[0].c->shm_tx_on);
+    conn *c = shm_dial(&cli);
     const uint32_t len = 100 * 1024 + 7;
     const int n = 30;
     uint8_t *p[30];
@@ -438,8 +452,7 @@ START_TEST(shm_payloads_through_the_ring)
     RUN_UNTIL(cli.frames == 1);
     ck_assert_int_eq(cli.good, 1);
     ck_assert_uint_eq(srv_side[0].c->shm_out, len);
-    conn_close(c, 0, "done");
-    RUN_UNTIL(cli.closed == 1 && srv_side[0].closed == 1);
+    close_both(c, &cli);
     for (int i = 0; i < n; i++)
         free(p[i]);
     free(back);
@@ -452,9 +465,7 @@ START_TEST(shm_full_ring_takes_the_socket)
 {
     shm_configs(256 * 1024, 256 * 1024);
     side cli = {0};
-    conn *c = dial(&client_cfg, &cli);
-    RUN_UNTIL(cli.ready == 1 && srv_side[0].ready == 1);
-    RUN_UNTIL(c->shm_tx_on && srv_side[0].c->shm_tx_on);
+    conn *c = shm_dial(&cli);
     conn_pause(srv_side[0].c);
     const uint32_t len = 100 * 1024;
     uint8_t *p[5];
@@ -466,8 +477,7 @@ START_TEST(shm_full_ring_takes_the_socket)
     conn_resume(srv_side[0].c);
     RUN_UNTIL(srv_side[0].frames == 5);
     ck_assert_int_eq(srv_side[0].good, 5);
-    conn_close(c, 0, "done");
-    RUN_UNTIL(cli.closed == 1 && srv_side[0].closed == 1);
+    close_both(c, &cli);
     for (int k = 0; k < 5; k++)
         free(p[k]);
 }
@@ -480,9 +490,7 @@ START_TEST(shm_drain_while_not_reading)
 {
     shm_configs(256 * 1024, 256 * 1024);
     side cli = {0};
-    conn *c = dial(&client_cfg, &cli);
-    RUN_UNTIL(cli.ready == 1 && srv_side[0].ready == 1);
-    RUN_UNTIL(c->shm_tx_on && srv_side[0].c->shm_tx_on);
+    conn *c = shm_dial(&cli);
     conn_pause(c);
     const uint32_t len = 100 * 1024;
     uint8_t *p[6];
@@ -501,8 +509,7 @@ START_TEST(shm_drain_while_not_reading)
     ck_assert_int_eq(srv_side[0].good, 6);
     ck_assert_uint_eq(c->shm_out, 6 * (uint64_t)len);
     conn_resume(c);
-    conn_close(c, 0, "done");
-    RUN_UNTIL(cli.closed == 1 && srv_side[0].closed == 1);
+    close_both(c, &cli);
     for (int k = 0; k < 6; k++)
         free(p[k]);
 }
@@ -524,8 +531,7 @@ START_TEST(shm_declined)
     RUN_UNTIL(srv_side[0].frames == 1);
     ck_assert_int_eq(srv_side[0].good, 1);
     ck_assert_uint_eq(c->shm_out, 0);
-    conn_close(c, 0, "done");
-    RUN_UNTIL(cli.closed == 1 && srv_side[0].closed == 1);
+    close_both(c, &cli);
     free(p);
 }
 END_TEST
@@ -537,9 +543,7 @@ START_TEST(shm_reference_out_of_step)
 {
     shm_configs(256 * 1024, 256 * 1024);
     side cli = {0};
-    conn *c = dial(&client_cfg, &cli);
-    RUN_UNTIL(cli.ready == 1 && srv_side[0].ready == 1);
-    RUN_UNTIL(c->shm_tx_on && srv_side[0].c->shm_tx_on);
+    conn *c = shm_dial(&cli);
     const uint32_t len = 100 * 1024;
     uint8_t *p = shm_payload(0, len);
     uint64_t off, end;

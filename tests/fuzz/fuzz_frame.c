@@ -3,6 +3,7 @@
  * reads and where payloads go; the rest is the byte stream of a connection.
  * Every frame delivered is encoded again and must read back the same. */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "frame.h"
@@ -83,6 +84,23 @@ static void *fuzz_payload_dest(void *ctx, const Appliance__Envelope *env, uint32
     }
 }
 
+/* A payload in shared memory (with 0x40 in the first byte the reader has
+ * a ring): a ring of 1 MiB whose bytes are their offsets' low bytes; a
+ * reference outside it is refused, as the ring's check refuses it. */
+static int fuzz_shm_take(void *ctx, uint64_t off, uint64_t end, uint8_t *dst, uint32_t len,
+                         char *why, size_t whylen)
+{
+    (void)ctx;
+    FUZZ_ASSERT(len > 0 && len <= FUZZ_FRAME_MAX_PAYLOAD);
+    if (end < len || off > (1u << 20) || len > (1u << 20) - off) {
+        snprintf(why, whylen, "out of the ring");
+        return -EPROTO;
+    }
+    for (uint32_t i = 0; i < len; i++)
+        dst[i] = (uint8_t)(off + i);
+    return 0;
+}
+
 static int fuzz_on_frame(void *ctx, Appliance__Envelope *env, uint8_t *payload, uint32_t len)
 {
     fuzz_frame_ctx *c = ctx;
@@ -109,9 +127,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size--;
 
     frame_limits lim = {FUZZ_FRAME_MAX_HEADER, FUZZ_FRAME_MAX_PAYLOAD};
-    frame_sink sink = {.payload_dest = fuzz_payload_dest, .on_frame = fuzz_on_frame, .ctx = &c};
+    frame_sink sink = {.payload_dest = fuzz_payload_dest,
+                       .on_frame = fuzz_on_frame,
+                       .shm_take = fuzz_shm_take,
+                       .ctx = &c};
     frame_reader r;
     frame_reader_init(&r, &lim, &sink);
+    r.shm_ok = (c.flags & 0x40) != 0;
     int rc = 0;
     size_t pos = 0;
     unsigned cut = c.flags & 3;
@@ -147,14 +169,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     frame_reader_deinit(&r);
 
-    /* The prefix on its own: what decodes encodes to the same bytes. */
+    /* The prefix on its own: what decodes encodes to the same bytes, its
+     * flags (FRAME_FLAG_SHM at most) included. */
     if (size >= FRAME_PREFIX_LEN) {
         uint32_t hl, pl;
-        if (frame_prefix_decode(data, &lim, &hl, &pl) == 0) {
+        uint16_t flags;
+        if (frame_prefix_decode_flags(data, &lim, &hl, &pl, &flags) == 0) {
             uint8_t again[FRAME_PREFIX_LEN];
-            frame_prefix_encode(again, hl, pl);
+            frame_prefix_encode_flags(again, hl, pl, flags);
             FUZZ_ASSERT(memcmp(again, data, FRAME_PREFIX_LEN) == 0);
             FUZZ_ASSERT(hl > 0 && hl <= lim.max_header && pl <= lim.max_payload);
+            FUZZ_ASSERT((flags & ~FRAME_FLAG_SHM) == 0);
         }
     }
     return 0;

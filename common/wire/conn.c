@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "msg.h"
 #include "msgcheck.h"
 #include "shm.h"
 
@@ -447,12 +448,6 @@ static bool conn__shm_wanted(conn *c)
            conn__local_peer(c);
 }
 
-static const char *conn__role_name(Appliance__Role r)
-{
-    const ProtobufCEnumValue *v = protobuf_c_enum_descriptor_get_value(&appliance__role__descriptor, r);
-    return v ? v->name : "peer";
-}
-
 /* Offers the peer a ring for our large payloads, where it is on this host. */
 static void conn__shm_offer(conn *c)
 {
@@ -504,11 +499,11 @@ static void conn__shm_offered(conn *c, const Appliance__ShmOffer *o)
     c->reader.shm_ok = c->shm_rx != NULL;
     if (c->shm_rx)
         log_info("%s (%s) is on this host: its large payloads come through a %zu KiB "
-                 "shared-memory ring", c->peer_name, conn__role_name(c->peer_role),
+                 "shared-memory ring", c->peer_name, msg_role_name(c->peer_role),
                  shm_ring_size(c->shm_rx) >> 10);
     else
         log_debug("%s (%s): its payloads come over the socket: %s", c->peer_name,
-                  conn__role_name(c->peer_role), why);
+                  msg_role_name(c->peer_role), why);
     if (conn_send_msg(c, &env) < 0)
         conn_close(c, -EIO, "cannot answer a shared-memory offer");
 }

@@ -43,13 +43,7 @@ void frame_prefix_encode(uint8_t out[FRAME_PREFIX_LEN], uint32_t header_len, uin
 }
 
 int frame_prefix_decode(const uint8_t in[FRAME_PREFIX_LEN], const frame_limits *lim,
-                        uint32_t *header_len, uint32_t *payload_len)
-{
-    return frame_prefix_decode_flags(in, lim, header_len, payload_len, NULL);
-}
-
-int frame_prefix_decode_flags(const uint8_t in[FRAME_PREFIX_LEN], const frame_limits *lim,
-                              uint32_t *header_len, uint32_t *payload_len, uint16_t *flags)
+                        uint32_t *header_len, uint32_t *payload_len, uint16_t *flags)
 {
     if (get_le32(in) != FRAME_MAGIC)
         return -EBADMSG;
@@ -59,8 +53,7 @@ int frame_prefix_decode_flags(const uint8_t in[FRAME_PREFIX_LEN], const frame_li
     uint16_t f = (uint16_t)(in[6] | in[7] << 8);
     if (f & ~FRAME_FLAG_SHM)
         return -EPROTO;
-    if (flags)
-        *flags = f;
+    *flags = f;
     *header_len = get_le32(in + 8);
     *payload_len = get_le32(in + 12);
     if (*header_len == 0)
@@ -240,8 +233,8 @@ int frame_reader_feed(frame_reader *r, const uint8_t *data, size_t len)
             memcpy(r->prefix + r->have, data, take);
             r->have += (uint32_t)take;
             if (r->have == FRAME_PREFIX_LEN) {
-                int rc = frame_prefix_decode_flags(r->prefix, &r->lim, &r->header_len,
-                                                   &r->payload_len, &r->flags);
+                int rc = frame_prefix_decode(r->prefix, &r->lim, &r->header_len, &r->payload_len,
+                                             &r->flags);
                 if (rc == 0 && (r->flags & FRAME_FLAG_SHM) && (!r->shm_ok || !r->sink.shm_take))
                     return reader__fail(r, -EPROTO,
                                         "payload in shared memory, but no ring was agreed");

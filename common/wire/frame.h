@@ -39,12 +39,9 @@ void frame_prefix_encode_flags(uint8_t out[FRAME_PREFIX_LEN], uint32_t header_le
 
 /* Checks a prefix. Returns 0, -EBADMSG for a bad magic, -EPROTONOSUPPORT for
  * another version, -EMSGSIZE when a length breaks the limits, -EPROTO for an
- * empty header or a flag other than FRAME_FLAG_SHM. *flags (unless NULL)
- * gets the flags. */
+ * empty header or a flag other than FRAME_FLAG_SHM; *flags gets the flags. */
 int frame_prefix_decode(const uint8_t in[FRAME_PREFIX_LEN], const frame_limits *lim,
-                        uint32_t *header_len, uint32_t *payload_len);
-int frame_prefix_decode_flags(const uint8_t in[FRAME_PREFIX_LEN], const frame_limits *lim,
-                              uint32_t *header_len, uint32_t *payload_len, uint16_t *flags);
+                        uint32_t *header_len, uint32_t *payload_len, uint16_t *flags);
 
 /* Decodes an Envelope as every reader of frames does: protobuf-c's unpack,
  * and then a refusal of what protobuf-c keeps but cannot read once written

@@ -174,7 +174,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size >= FRAME_PREFIX_LEN) {
         uint32_t hl, pl;
         uint16_t flags;
-        if (frame_prefix_decode_flags(data, &lim, &hl, &pl, &flags) == 0) {
+        if (frame_prefix_decode(data, &lim, &hl, &pl, &flags) == 0) {
             uint8_t again[FRAME_PREFIX_LEN];
             frame_prefix_encode_flags(again, hl, pl, flags);
             FUZZ_ASSERT(memcmp(again, data, FRAME_PREFIX_LEN) == 0);

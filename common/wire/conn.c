@@ -163,11 +163,14 @@ void conn_close(conn *c, int err, const char *reason)
         uv_cancel((uv_req_t *)&c->resolve_req);
     }
     uv_read_stop((uv_stream_t *)&c->tcp);
+    c->reading = false;
     uv_timer_stop(&c->timer);
     uv_timer_stop(&c->shm_poll);
+    uv_idle_stop(&c->rest);
     uv_close((uv_handle_t *)&c->tcp, conn__handle_closed);
     uv_close((uv_handle_t *)&c->timer, conn__handle_closed);
     uv_close((uv_handle_t *)&c->shm_poll, conn__handle_closed);
+    uv_close((uv_handle_t *)&c->rest, conn__handle_closed);
 }
 
 static void conn__fail_deadline(uv_timer_t *t)
@@ -195,6 +198,8 @@ void conn_fail(conn *c, int code, const char *fmt, ...)
     snprintf(c->close_reason, sizeof(c->close_reason), "%s", msg);
     c->failing = true;
     uv_read_stop((uv_stream_t *)&c->tcp);
+    c->reading = false;
+    uv_idle_stop(&c->rest);
     if (!c->connected) {
         conn_close(c, code, msg);
         return;
@@ -541,6 +546,9 @@ static int conn__shm_take(void *ctx, uint64_t off, uint64_t end, uint8_t *dst, u
         return rc;
     c->bytes_in += len;
     c->shm_in += len;
+    c->turn_copied += len;
+    if (c->turn_copied >= CONN_TURN_COPY)
+        c->reader.yield = true; /* the frames after this one wait for a later turn */
     if (wake && !c->closing && !c->failing) {
         Appliance__ShmDrained d = APPLIANCE__SHM_DRAINED__INIT;
         Appliance__Envelope env = APPLIANCE__ENVELOPE__INIT;
@@ -752,6 +760,64 @@ static void conn__alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     *buf = uv_buf_init((char *)c->rbuf, sizeof(c->rbuf));
 }
 
+static void conn__read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
+static void conn__feed_rest(uv_idle_t *t);
+
+/* Reads the socket exactly when frames may be delivered and nothing read
+ * waits to be fed, and feeds what waits in a later turn of the loop. Called
+ * after everything that changes one of those. */
+static void conn__sync_reading(conn *c)
+{
+    if (c->closing || c->failing || !c->connected)
+        return;
+    bool want = !c->paused && c->rest_len == 0;
+    if (want && !c->reading) {
+        int rc = uv_read_start((uv_stream_t *)&c->tcp, conn__alloc, conn__read);
+        if (rc < 0) {
+            conn_close(c, rc, "cannot resume reading");
+            return;
+        }
+        c->reading = true;
+    } else if (!want && c->reading) {
+        uv_read_stop((uv_stream_t *)&c->tcp);
+        c->reading = false;
+    }
+    if (!c->paused && c->rest_len > 0) {
+        uv_idle_start(&c->rest, conn__feed_rest); /* once a turn, before the poll */
+    } else {
+        uv_idle_stop(&c->rest);
+    }
+}
+
+/* Feeds len bytes at rbuf + off to the reader, up to the frame that took
+ * the turn's share of the peer's ring; the rest is kept for a later turn. */
+static void conn__feed(conn *c, size_t off, size_t len)
+{
+    size_t used = 0;
+    c->turn_copied = 0;
+    c->reader.yield = false;
+    c->rest_len = 0; /* the owner may pause and resume inside: nothing waits meanwhile */
+    int rc = frame_reader_feed_part(&c->reader, c->rbuf + off, len, &used);
+    if (rc < 0) {
+        if (!c->closing && rc != -ECANCELED)
+            conn_fail(c, rc, "%s", c->reader.error_text);
+        return;
+    }
+    if (used < len) {
+        c->rest_off = (uint32_t)(off + used);
+        c->rest_len = (uint32_t)(len - used);
+    }
+    conn__sync_reading(c);
+}
+
+static void conn__feed_rest(uv_idle_t *t)
+{
+    conn *c = t->data;
+    if (c->closing || c->failing || c->paused || c->rest_len == 0)
+        return;
+    conn__feed(c, c->rest_off, c->rest_len);
+}
+
 static void conn__read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 {
     conn *c = s->data;
@@ -774,16 +840,13 @@ static void conn__read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
     if (n == 0)
         return;
     c->bytes_in += (uint64_t)n;
-    int rc;
-    if ((uint8_t *)buf->base == c->rbuf)
-        rc = frame_reader_feed(&c->reader, c->rbuf, (size_t)n);
-    else
-        rc = frame_reader_advance(&c->reader, (size_t)n);
-    if (rc < 0 && !c->closing) {
-        if (rc == -ECANCELED)
-            return;
-        conn_fail(c, rc, "%s", c->reader.error_text);
+    if ((uint8_t *)buf->base == c->rbuf) {
+        conn__feed(c, 0, (size_t)n);
+        return;
     }
+    int rc = frame_reader_advance(&c->reader, (size_t)n);
+    if (rc < 0 && !c->closing && rc != -ECANCELED)
+        conn_fail(c, rc, "%s", c->reader.error_text);
 }
 
 void conn_pause(conn *c)
@@ -791,7 +854,8 @@ void conn_pause(conn *c)
     if (c->closing || c->paused || !c->connected)
         return;
     c->paused = true;
-    uv_read_stop((uv_stream_t *)&c->tcp);
+    c->reader.yield = true; /* in a feed: the frames after this one wait */
+    conn__sync_reading(c);
 }
 
 void conn_resume(conn *c)
@@ -799,9 +863,7 @@ void conn_resume(conn *c)
     if (c->closing || c->failing || !c->paused)
         return;
     c->paused = false;
-    int rc = uv_read_start((uv_stream_t *)&c->tcp, conn__alloc, conn__read);
-    if (rc < 0)
-        conn_close(c, rc, "cannot resume reading");
+    conn__sync_reading(c);
 }
 
 /* ---- set-up ---- */
@@ -834,9 +896,11 @@ static conn *conn__new(uv_loop_t *loop, const conn_config *cfg, const conn_ops *
     uv_timer_init(loop, &c->timer);
     uv_timer_init(loop, &c->shm_poll);
     c->shm_poll.data = c;
+    uv_idle_init(loop, &c->rest);
+    c->rest.data = c;
     c->tcp.data = c;
     c->timer.data = c;
-    c->handles_open = 3;
+    c->handles_open = 4;
     c->next = conn__live;
     if (conn__live)
         conn__live->prev = c;
@@ -854,9 +918,10 @@ static void conn__start(conn *c)
     c->connected = true;
     uv_tcp_nodelay(&c->tcp, 1);
     uv_timer_start(&c->timer, conn__auth_deadline, c->cfg->auth_timeout_ms, 0);
-    int rc = uv_read_start((uv_stream_t *)&c->tcp, conn__alloc, conn__read);
-    if (rc == 0)
-        rc = conn__send_hello(c);
+    conn__sync_reading(c);
+    if (c->closing)
+        return;
+    int rc = conn__send_hello(c);
     if (rc < 0)
         conn_close(c, rc, "cannot start the connection");
 }

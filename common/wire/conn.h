@@ -64,6 +64,10 @@ typedef struct conn_config {
 } conn_config;
 
 #define CONN_DEFAULT_HIGH_WATER (16u << 20)  /* queued bytes a producer fills up to */
+/* Bytes a read copies out of the peer's shared-memory ring before the
+ * frames after them wait for a later turn of the loop (about what a
+ * socket's buffer holds), so that timers and other connections run. */
+#define CONN_TURN_COPY (4u << 20)
 #define CONN_DEFAULT_QUEUE_MAX (256u << 20)  /* queued bytes per connection, at most */
 #define CONN_DEFAULT_AUTH_TIMEOUT_MS 5000u   /* to finish the handshake */
 #define CONN_SHM_MIN_PAYLOAD (64u << 10)     /* smaller payloads always go over the socket */
@@ -80,6 +84,7 @@ struct conn {
     uv_tcp_t tcp;               /* the socket; first so container_of is trivial */
     uv_timer_t timer;           /* authentication and closing deadlines */
     uv_timer_t shm_poll;        /* while a producer waits for room in our ring */
+    uv_idle_t rest;             /* feeds what a read left in rbuf, in a later turn */
     uv_connect_t connect_req;   /* dialling side */
     uv_getaddrinfo_t resolve_req;
     uv_loop_t *loop;
@@ -109,6 +114,10 @@ struct conn {
                                  * nothing more the peer sent is read or dispatched */
     bool resolving;             /* a getaddrinfo request is pending */
     bool paused;                /* reading stopped by conn_pause */
+    bool reading;               /* the socket is being read (uv_read_start) */
+    uint32_t rest_off, rest_len; /* bytes of rbuf read and not yet fed: the socket is
+                                 * not read until they are */
+    uint64_t turn_copied;       /* bytes taken from the peer's ring in this feed */
     int handles_open;           /* handles to close and requests to return before freeing */
     int close_err;              /* passed to on_close */
     char close_reason[192];     /* passed to on_close */
@@ -152,7 +161,8 @@ int conn_send_msg(conn *c, const Appliance__Envelope *env);
  * mark. When false, on_drain runs once the queue has drained. */
 bool conn_can_send(conn *c, size_t len);
 
-/* Stops reading from the peer (TCP pushes back on it) until conn_resume. */
+/* Stops reading from the peer (TCP pushes back on it) until conn_resume;
+ * called while a frame is delivered, the frames read after it wait too. */
 void conn_pause(conn *c);
 void conn_resume(conn *c);
 

@@ -221,6 +221,20 @@ static int reader__shm_done(frame_reader *r)
 
 int frame_reader_feed(frame_reader *r, const uint8_t *data, size_t len)
 {
+    size_t used = 0;
+    int rc = 0;
+    while (rc == 0 && used < len) {
+        size_t n;
+        rc = frame_reader_feed_part(r, data + used, len - used, &n);
+        used += n;
+    }
+    return rc;
+}
+
+int frame_reader_feed_part(frame_reader *r, const uint8_t *data, size_t len, size_t *used)
+{
+    const uint8_t *start = data;
+    *used = 0;
     while (len > 0) {
         size_t take;
         switch (r->state) {
@@ -300,6 +314,11 @@ int frame_reader_feed(frame_reader *r, const uint8_t *data, size_t len)
         }
         data += take;
         len -= take;
+        *used = (size_t)(data - start);
+        if (r->yield && r->state == FRAME_READ_PREFIX && r->have == 0) {
+            r->yield = false;
+            break;
+        }
     }
     return 0;
 }

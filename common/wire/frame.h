@@ -96,6 +96,8 @@ typedef struct frame_reader {
     uint8_t *payload;               /* destination of the payload */
     bool payload_owned;             /* payload was malloc'd by the reader */
     bool shm_ok;                    /* FRAME_FLAG_SHM frames accepted (a ring is mapped) */
+    bool yield;                     /* set by the sink: frame_reader_feed_part stops after
+                                     * the frame being delivered */
     uint16_t flags;                 /* of the frame being read */
     uint8_t shm_ref[FRAME_SHM_REF_LEN];
     int error;                      /* first error, once FAILED */
@@ -108,6 +110,10 @@ void frame_reader_deinit(frame_reader *r);
 /* Consumes len bytes. Returns 0, or a negative code once the stream is broken
  * (then error_text says why and every later call fails the same way). */
 int frame_reader_feed(frame_reader *r, const uint8_t *data, size_t len);
+/* The same, but stops once a frame is delivered during which the sink set
+ * r->yield (and clears it): *used says how many of the len bytes were
+ * consumed, the rest to be fed later. */
+int frame_reader_feed_part(frame_reader *r, const uint8_t *data, size_t len, size_t *used);
 
 /* While a payload is expected: the place where the next bytes belong and how
  * many are still missing, so that a socket can read straight into it.

@@ -28,6 +28,7 @@ typedef struct side {
     int good;      /* payloads that held pattern(step) (shm tests) */
     uint64_t next_step; /* the step the next of them must carry */
     conn *c;       /* the connection, once ready (until closed) */
+    int pause_at;  /* pauses its connection on this frame (0: never) */
 } side;
 
 static uv_loop_t loop;
@@ -60,6 +61,8 @@ static void on_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, uint32
     side *s = c->data;
     s->frames++;
     s->got_len = len;
+    if (s->frames == s->pause_at)
+        conn_pause(c);
     if (env->msg_case == APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK && payload && len > 1000) {
         uint64_t k = env->weight_chunk->step;
         uint32_t i = 0;
@@ -515,6 +518,66 @@ START_TEST(shm_drain_while_not_reading)
 }
 END_TEST
 
+/* The frames the server was given in the turn of the loop that ended last,
+ * and the most in any one turn. */
+static int turn_frames_seen, turn_frames_max;
+static void count_turn(uv_check_t *h)
+{
+    int f = srv_side[0].frames - turn_frames_seen;
+    turn_frames_seen = srv_side[0].frames;
+    if (f > turn_frames_max)
+        turn_frames_max = f;
+}
+
+/* Twenty 1 MiB payloads in the ring whose frames reach the reader in one
+ * read: a turn of the loop copies out CONN_TURN_COPY of them and the rest
+ * wait for later turns; a pause among them holds the rest (the socket
+ * unread) until the resume; all arrive, intact and in order. */
+START_TEST(shm_copies_bounded_per_turn)
+{
+    shm_configs(256 * 1024, 24u << 20);
+    client_cfg.high_water = 32u << 20;
+    side cli = {0};
+    conn *c = shm_dial(&cli);
+    uv_check_t check;
+    uv_check_init(&loop, &check);
+    uv_check_start(&check, count_turn);
+    conn_pause(srv_side[0].c);
+    const uint32_t len = 1u << 20;
+    const int n = 20;
+    uint8_t *p[20];
+    for (int k = 0; k < n; k++) {
+        p[k] = shm_payload((uint64_t)k, len);
+        send_chunk(c, p[k], len, (uint64_t)k);
+    }
+    ck_assert_uint_eq(c->shm_out, (uint64_t)n * len); /* all of them in the ring */
+    for (int i = 0; i < 50; i++) { /* the frames' headers reach the server's socket */
+        uv_run(&loop, UV_RUN_NOWAIT);
+        usleep(1000);
+    }
+    ck_assert_int_eq(srv_side[0].frames, 0);
+    srv_side[0].pause_at = 10;
+    turn_frames_seen = turn_frames_max = 0;
+    conn_resume(srv_side[0].c);
+    RUN_UNTIL(srv_side[0].frames == 10);
+    for (int i = 0; i < 30; i++) {
+        uv_run(&loop, UV_RUN_NOWAIT);
+        usleep(1000);
+    }
+    ck_assert_int_eq(srv_side[0].frames, 10); /* paused: the rest waits */
+    ck_assert(srv_side[0].c->rest_len > 0 && !srv_side[0].c->reading);
+    conn_resume(srv_side[0].c);
+    RUN_UNTIL(srv_side[0].frames == n);
+    ck_assert_int_eq(srv_side[0].good, n);
+    ck_assert_int_eq(turn_frames_max, (int)(CONN_TURN_COPY / len));
+    ck_assert(srv_side[0].c->rest_len == 0 && srv_side[0].c->reading);
+    uv_close((uv_handle_t *)&check, NULL);
+    close_both(c, &cli);
+    for (int k = 0; k < n; k++)
+        free(p[k]);
+}
+END_TEST
+
 /* A side that shares no memory declines the offer: payloads go over the
  * socket, intact. */
 START_TEST(shm_declined)
@@ -778,6 +841,7 @@ static Suite *suite(void)
     tcase_add_test(t, shm_payloads_through_the_ring);
     tcase_add_test(t, shm_full_ring_takes_the_socket);
     tcase_add_test(t, shm_drain_while_not_reading);
+    tcase_add_test(t, shm_copies_bounded_per_turn);
     tcase_add_test(t, shm_declined);
     tcase_add_test(t, shm_reference_out_of_step);
     suite_add_tcase(s, t);

@@ -812,6 +812,11 @@ static void mx__load_work(uv_work_t *req)
                 j->load_rc = -ENOMEM;
                 return;
             }
+            /* its pages now, here: the first step's gradients land in
+             * them on the event loop, which would otherwise stop at
+             * every first touch (4 GB of them for a billion parameters) */
+            if (t->g)
+                memset(t->g, 0, t->n * sizeof(float));
         }
         if (!resume) /* a resumed job's tensors all come from the checkpoint */
             mx__init_tensor(j, t, p->tensors[t->id], p->seed);

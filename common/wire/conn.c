@@ -795,7 +795,6 @@ static void conn__feed(conn *c, size_t off, size_t len)
 {
     size_t used = 0;
     c->turn_copied = 0;
-    c->reader.yield = false;
     c->rest_len = 0; /* the owner may pause and resume inside: nothing waits meanwhile */
     int rc = frame_reader_feed_part(&c->reader, c->rbuf + off, len, &used);
     if (rc < 0) {

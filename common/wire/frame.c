@@ -235,6 +235,7 @@ int frame_reader_feed_part(frame_reader *r, const uint8_t *data, size_t len, siz
 {
     const uint8_t *start = data;
     *used = 0;
+    r->yield = false; /* only a frame of this call yields */
     while (len > 0) {
         size_t take;
         switch (r->state) {

@@ -111,8 +111,8 @@ void frame_reader_deinit(frame_reader *r);
  * (then error_text says why and every later call fails the same way). */
 int frame_reader_feed(frame_reader *r, const uint8_t *data, size_t len);
 /* The same, but stops once a frame is delivered during which the sink set
- * r->yield (and clears it): *used says how many of the len bytes were
- * consumed, the rest to be fed later. */
+ * r->yield (cleared at the start of each call and when it stops): *used
+ * says how many of the len bytes were consumed, the rest to be fed later. */
 int frame_reader_feed_part(frame_reader *r, const uint8_t *data, size_t len, size_t *used);
 
 /* While a payload is expected: the place where the next bytes belong and how

@@ -1,7 +1,11 @@
 /* Fuzz target: the incremental frame reader (common/frame.c), as a socket
  * drives it. The first byte of the input picks how the stream is cut into
  * reads and where payloads go; the rest is the byte stream of a connection.
- * Every frame delivered is encoded again and must read back the same. */
+ * Every frame delivered is encoded again and must read back the same. With
+ * 0x20 in the first byte the handler asks the reader to yield after every
+ * frame (frame_reader_feed_part, as conn.c bounds a turn's ring copies):
+ * the reader stops at frame boundaries only, and fed the rest, it delivers
+ * what one feed delivers. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -25,6 +29,8 @@ typedef struct fuzz_frame_ctx {
     size_t frames;                          /* delivered */
     uint8_t dest[FUZZ_FRAME_MAX_PAYLOAD];   /* a caller-owned payload destination */
     bool dest_busy;                         /* dest holds the payload being read */
+    frame_reader *r;                        /* the reader being fed */
+    bool yields;                            /* the handler yields after every frame */
 } fuzz_frame_ctx;
 
 /* The second reader's sink: the frame that was encoded again. */
@@ -111,8 +117,48 @@ static int fuzz_on_frame(void *ctx, Appliance__Envelope *env, uint8_t *payload, 
     c->dest_busy = false;
     fuzz_reencode(env, payload, len);
     c->frames++;
+    if (c->yields)
+        c->r->yield = true;
     /* A handler may stop the reader; it must stay stopped. */
     return (c->flags & 0x80) && c->frames == 3 ? -EPROTO : 0;
+}
+
+/* Feeds size bytes into r in the reads the flags' cut says; with 0x20 each
+ * read is fed in parts, up to each frame the handler yielded after. */
+static int fuzz_feed(frame_reader *r, fuzz_frame_ctx *c, const uint8_t *data, size_t size)
+{
+    int rc = 0;
+    size_t pos = 0;
+    unsigned cut = c->flags & 3;
+    while (pos < size && rc == 0) {
+        uint8_t *dst;
+        size_t want;
+        if (cut == CUT_DIRECT && frame_reader_direct(r, &dst, &want)) {
+            FUZZ_ASSERT(want > 0);
+            size_t n = size - pos < want ? size - pos : want;
+            memcpy(dst, data + pos, n);
+            rc = frame_reader_advance(r, n);
+            pos += n;
+            continue;
+        }
+        size_t n = cut == CUT_WHOLE ? size - pos : cut == CUT_BYTES ? 1 : 1 + (size_t)data[pos] % 23;
+        if (n > size - pos)
+            n = size - pos;
+        if (!c->yields) {
+            rc = frame_reader_feed(r, data + pos, n);
+            pos += n;
+            continue;
+        }
+        size_t used;
+        rc = frame_reader_feed_part(r, data + pos, n, &used);
+        if (rc == 0) {
+            FUZZ_ASSERT(used <= n && !r->yield);
+            /* stopped early: after a frame, and only there */
+            FUZZ_ASSERT(used == n || (used > 0 && r->state == FRAME_READ_PREFIX && r->have == 0));
+        }
+        pos += rc == 0 ? used : n;
+    }
+    return rc;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -134,25 +180,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     frame_reader r;
     frame_reader_init(&r, &lim, &sink);
     r.shm_ok = (c.flags & 0x40) != 0;
-    int rc = 0;
-    size_t pos = 0;
-    unsigned cut = c.flags & 3;
-    while (pos < size && rc == 0) {
-        uint8_t *dst;
-        size_t want;
-        if (cut == CUT_DIRECT && frame_reader_direct(&r, &dst, &want)) {
-            FUZZ_ASSERT(want > 0);
-            size_t n = size - pos < want ? size - pos : want;
-            memcpy(dst, data + pos, n);
-            rc = frame_reader_advance(&r, n);
-            pos += n;
-            continue;
-        }
-        size_t n = cut == CUT_WHOLE ? size - pos : cut == CUT_BYTES ? 1 : 1 + (size_t)data[pos] % 23;
-        if (n > size - pos)
-            n = size - pos;
-        rc = frame_reader_feed(&r, data + pos, n);
-        pos += n;
+    c.r = &r;
+    c.yields = (c.flags & 0x20) != 0;
+    int rc = fuzz_feed(&r, &c, data, size);
+    if (c.yields) { /* the same stream in whole feeds: the same frames, the same end */
+        size_t frames = c.frames;
+        frame_reader whole;
+        frame_reader_init(&whole, &lim, &sink);
+        whole.shm_ok = r.shm_ok;
+        c.r = &whole;
+        c.yields = false;
+        c.frames = 0;
+        c.dest_busy = false;
+        int rc_whole = fuzz_feed(&whole, &c, data, size);
+        FUZZ_ASSERT(rc_whole == rc && c.frames == frames && whole.state == r.state);
+        frame_reader_deinit(&whole);
+        c.r = &r;
     }
     if (rc < 0) {
         /* A broken stream stays broken, with its reason. */

@@ -178,7 +178,8 @@ def main():
         times.append(time.perf_counter() - t0)
     warm = sorted(times[1:] or times)
     print(json.dumps({"side": c[1], "batch": a.batch, "threads": a.threads, "steps": a.steps,
-                      "step_sec": warm[len(warm) // 2], "first_step_sec": times[0],
+                      "step_sec": warm[len(warm) // 2], "mean_step_sec": sum(warm) / len(warm),
+                      "first_step_sec": times[0],
                       "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
                       "torch": torch.__version__, "bf16": a.bf16, "loss": float(loss)}))
 

@@ -10,8 +10,9 @@
 # (BENCH step_time_vs_pytorch_<model>_bf16 <ratio> of_pytorch_autocast).
 # Each appliance run is the whole appliance on this host (one wse-node with
 # --threads 2); its step is the job's own rate (the first step, with its
-# start-up, left out). Each side runs three times (RUNS), interleaved, and
-# the fastest run of each counts.
+# start-up, left out): the mean step, and the twin's is its mean step too
+# (the first left out), the same statistic on both sides. Each side runs
+# three times (RUNS), interleaved, and the fastest run of each counts.
 # After each, where the wse-node's time went (its appliance_step_phase_seconds_total
 # and the slowest layers, from /metrics). The PyTorch twin (bench/torch_twin.py)
 # needs Debian's python3-torch: without it the benchmark says so and stops.
@@ -99,7 +100,7 @@ pair() {
   shift 4
   for ((i = 0; i < ${RUNS:-3}; i++)); do
     as+=("$(appliance "$name" "$batch")")
-    ts+=("$("$py" "$src/bench/torch_twin.py" "$@" | "$py" -c 'import json, sys; print(json.load(sys.stdin)["step_sec"])')")
+    ts+=("$("$py" "$src/bench/torch_twin.py" "$@" | "$py" -c 'import json, sys; print(json.load(sys.stdin)["mean_step_sec"])')")
   done
   "$py" - "$figure" "$unit" "${as[*]}" "${ts[*]}" <<'PY'
 import sys
@@ -170,6 +171,6 @@ edit mlp_ws "$work/mlp-src.toml" 20 1024 weight_streaming
 compare mlp_ws mlp_ws 1024 --batch 1024 --steps 10
 edit unet512 "$src/examples/unet.toml" 7 4
 compare unet512 unet512 4 --batch 4 --steps 4
-edit resnet_small "$src/examples/resnet_small.toml" 30 32
-compare resnet_small resnet_small 32 --batch 32 --steps 10
+edit resnet_small "$src/examples/resnet_small.toml" 80 32
+compare resnet_small resnet_small 32 --batch 32 --steps 40
 echo "vs_pytorch: in mixed precision the appliance computes its dense layers and its convolutions of 8 outputs or more in bfloat16 (oneDNN, where the processor has AVX512_BF16 or AMX), the rest in float32; PyTorch's autocast runs its convolutions and matrix products in bfloat16"

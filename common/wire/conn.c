@@ -148,6 +148,14 @@ static void conn__handle_closed(uv_handle_t *h)
     conn__unref(h->data);
 }
 
+/* Neither the socket nor what a read left in rbuf is read any more. */
+static void conn__stop_reading(conn *c)
+{
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    c->reading = false;
+    uv_idle_stop(&c->rest);
+}
+
 void conn_close(conn *c, int err, const char *reason)
 {
     if (c->closing)
@@ -162,11 +170,9 @@ void conn_close(conn *c, int err, const char *reason)
         c->handles_open++;
         uv_cancel((uv_req_t *)&c->resolve_req);
     }
-    uv_read_stop((uv_stream_t *)&c->tcp);
-    c->reading = false;
+    conn__stop_reading(c);
     uv_timer_stop(&c->timer);
     uv_timer_stop(&c->shm_poll);
-    uv_idle_stop(&c->rest);
     uv_close((uv_handle_t *)&c->tcp, conn__handle_closed);
     uv_close((uv_handle_t *)&c->timer, conn__handle_closed);
     uv_close((uv_handle_t *)&c->shm_poll, conn__handle_closed);
@@ -197,9 +203,7 @@ void conn_fail(conn *c, int code, const char *fmt, ...)
     c->close_err = code;
     snprintf(c->close_reason, sizeof(c->close_reason), "%s", msg);
     c->failing = true;
-    uv_read_stop((uv_stream_t *)&c->tcp);
-    c->reading = false;
-    uv_idle_stop(&c->rest);
+    conn__stop_reading(c);
     if (!c->connected) {
         conn_close(c, code, msg);
         return;
@@ -809,11 +813,11 @@ static void conn__feed(conn *c, size_t off, size_t len)
     conn__sync_reading(c);
 }
 
+/* Runs only while bytes wait and the connection is neither paused nor
+ * closing (conn__sync_reading and conn__stop_reading stop it). */
 static void conn__feed_rest(uv_idle_t *t)
 {
     conn *c = t->data;
-    if (c->closing || c->failing || c->paused || c->rest_len == 0)
-        return;
     conn__feed(c, c->rest_off, c->rest_len);
 }
 

@@ -419,6 +419,21 @@ static uint8_t *shm_payload(uint64_t k, uint32_t len)
     return p;
 }
 
+/* Sends payloads 0..n-1 of len bytes, kept in p until free_payloads. */
+static void send_payloads(conn *c, uint8_t **p, int n, uint32_t len)
+{
+    for (int k = 0; k < n; k++) {
+        p[k] = shm_payload((uint64_t)k, len);
+        send_chunk(c, p[k], len, (uint64_t)k);
+    }
+}
+
+static void free_payloads(uint8_t **p, int n)
+{
+    for (int k = 0; k < n; k++)
+        free(p[k]);
+}
+
 /* Payloads of 100 KiB and odd bytes go round a 256 KiB ring many times:
  * all through it, each intact and in order, the producer held to the high
  * water by what the server has not taken yet and let go by its drain
@@ -472,17 +487,13 @@ START_TEST(shm_full_ring_takes_the_socket)
     conn_pause(srv_side[0].c);
     const uint32_t len = 100 * 1024;
     uint8_t *p[5];
-    for (int k = 0; k < 5; k++) {
-        p[k] = shm_payload((uint64_t)k, len);
-        send_chunk(c, p[k], len, (uint64_t)k);
-    }
+    send_payloads(c, p, 5, len);
     ck_assert_uint_eq(c->shm_out, 2 * (uint64_t)len);
     conn_resume(srv_side[0].c);
     RUN_UNTIL(srv_side[0].frames == 5);
     ck_assert_int_eq(srv_side[0].good, 5);
     close_both(c, &cli);
-    for (int k = 0; k < 5; k++)
-        free(p[k]);
+    free_payloads(p, 5);
 }
 END_TEST
 
@@ -518,6 +529,15 @@ START_TEST(shm_drain_while_not_reading)
 }
 END_TEST
 
+/* n turns of the loop, a millisecond apart. */
+static void run_turns(int n)
+{
+    for (int i = 0; i < n; i++) {
+        uv_run(&loop, UV_RUN_NOWAIT);
+        usleep(1000);
+    }
+}
+
 /* The frames the server was given in the turn of the loop that ended last,
  * and the most in any one turn. */
 static int turn_frames_seen, turn_frames_max;
@@ -546,24 +566,15 @@ START_TEST(shm_copies_bounded_per_turn)
     const uint32_t len = 1u << 20;
     const int n = 20;
     uint8_t *p[20];
-    for (int k = 0; k < n; k++) {
-        p[k] = shm_payload((uint64_t)k, len);
-        send_chunk(c, p[k], len, (uint64_t)k);
-    }
+    send_payloads(c, p, n, len);
     ck_assert_uint_eq(c->shm_out, (uint64_t)n * len); /* all of them in the ring */
-    for (int i = 0; i < 50; i++) { /* the frames' headers reach the server's socket */
-        uv_run(&loop, UV_RUN_NOWAIT);
-        usleep(1000);
-    }
+    run_turns(50); /* the frames' headers reach the server's socket */
     ck_assert_int_eq(srv_side[0].frames, 0);
     srv_side[0].pause_at = 10;
     turn_frames_seen = turn_frames_max = 0;
     conn_resume(srv_side[0].c);
     RUN_UNTIL(srv_side[0].frames == 10);
-    for (int i = 0; i < 30; i++) {
-        uv_run(&loop, UV_RUN_NOWAIT);
-        usleep(1000);
-    }
+    run_turns(30);
     ck_assert_int_eq(srv_side[0].frames, 10); /* paused: the rest waits */
     ck_assert(srv_side[0].c->rest_len > 0 && !srv_side[0].c->reading);
     conn_resume(srv_side[0].c);
@@ -573,8 +584,7 @@ START_TEST(shm_copies_bounded_per_turn)
     ck_assert(srv_side[0].c->rest_len == 0 && srv_side[0].c->reading);
     uv_close((uv_handle_t *)&check, NULL);
     close_both(c, &cli);
-    for (int k = 0; k < n; k++)
-        free(p[k]);
+    free_payloads(p, n);
 }
 END_TEST
 

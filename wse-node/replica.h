@@ -193,6 +193,17 @@ typedef enum wn_state {
     WN_RELEASED,
 } wn_state;
 
+/* A finished step's report to the coordinator and the credit for its
+ * batch, kept from the step's end until the next task is on its way. */
+typedef struct wn_report {
+    bool owed;
+    uint64_t step;
+    double loss_sum, compute_sec;
+    uint32_t samples;
+    double phase[WN_PHASES];
+    wn_feed *credit_to;        /* the worker that sent the batch */
+} wn_report;
+
 typedef struct wn_job {
     node *n;
     char id[40];
@@ -246,6 +257,14 @@ typedef struct wn_job {
     int grads_ready;         /* a backward chain: the last layer of it whose gradients are
                                 complete (written on the compute thread, atomically) */
     int grads_queued;        /* on the loop: the last layer of it whose gradients are queued */
+    wn_report report;        /* the last step's, until sent (wn__notify) */
+    /* A task runs on into the stage after its own where nothing it needs
+     * passes through the loop (wn__fuse): the loss after the forward pass
+     * reached the last layer, and (Pipelined, one replica) the update after
+     * the backward pass reached the first. Set on the loop before the task;
+     * the seconds of each on the compute thread. */
+    bool fuse_loss, fuse_update;
+    double fused_sec[2];     /* [0] the loss, [1] the update */
     double task_sec;         /* the last task's duration (set on the compute thread) */
     double task_end;         /* when it ended (wn__now) */
     double mark;             /* start of the idle time not yet accounted, 0: computing */

@@ -1150,10 +1150,18 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
         break;
     }
     case LAYER_ADD:
-        /* d(a + b) = dout for both. */
-        for (int i = 0; i < 2; i++)
-            if (exec__dout(e, l->inputs[i]))
-                op_add_into(exec__dout(e, l->inputs[i]), dout, count);
+        /* d(a + b) = dout for both: copied where the plan says the input's
+         * gradient is new here (not zeroed), else added (and a + a's
+         * second time) */
+        for (int i = 0; i < 2; i++) {
+            float *d = exec__dout(e, l->inputs[i]);
+            if (!d)
+                continue;
+            if (e->direct[e->res[l->inputs[i]]] && !(i == 1 && d == exec__dout(e, l->inputs[0])))
+                memcpy(d, dout, count * sizeof(float));
+            else
+                op_add_into(d, dout, count);
+        }
         has_din = false;
         break;
     case LAYER_BATCH_NORM: {

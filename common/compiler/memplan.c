@@ -293,8 +293,10 @@ static void memplan__simulate(memplan_sim *s)
             if (s->dout[i] < 0) /* nothing read its output: a zero gradient */
                 s->dout[i] = memplan__place(s, MEMPLAN_DOUT, i, memplan_out_bytes(m, i, n), true);
             uint64_t sb = memplan_scratch_bytes(m, i, n);
-            /* the input gradients written whole where they are new: every one of them */
-            bool direct = sb > 0;
+            /* the input gradients written whole where they are new: every one
+             * of them (an add copies its output's gradient where it would
+             * add it to zeros) */
+            bool direct = sb > 0 || l->type == LAYER_ADD;
             for (int k = 0; k < l->ninputs; k++) {
                 int src = memplan_resolve(m, l->inputs[k]);
                 if (src >= 0 && s->dout[src] >= 0)

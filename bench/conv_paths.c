@@ -209,9 +209,10 @@ static void bench_shape(const shape *sh)
         for (int bf = 0; bf < 2; bf++)
             for (int round = 0; round < ROUNDS; round++) {
                 double t0 = bench_now();
-                int ran = kern__conv_blocked_forward(bf, r.y, r.x, r.w, b, &r.p, ws2, big) &&
+                int ran = kern__conv_blocked_forward(bf, r.y, r.x, r.w, b, &r.p, ws2, big, NULL,
+                                                     0) &&
                           kern__conv_blocked_backward(bf, r.dx, r.dw, db, r.dy, r.x, r.w, &r.p,
-                                                      ws2, big);
+                                                      ws2, big, NULL, 0);
                 double t = bench_now() - t0;
                 if (!ran)
                     break;

@@ -111,8 +111,9 @@ static int exec__init(exec *e, const model *m, int share, int n, int threads, fl
     e->aux = calloc((size_t)m->nlayers, sizeof(void *));
     e->packed = calloc((size_t)m->nlayers, sizeof(uint16_t *));
     e->direct = calloc((size_t)m->nlayers, sizeof(bool));
+    e->in_kept = calloc((size_t)m->nlayers, sizeof(bool));
     e->res = malloc((size_t)m->nlayers * sizeof(int));
-    if (!e->act || !e->dact || !e->aux || !e->packed || !e->direct || !e->res)
+    if (!e->act || !e->dact || !e->aux || !e->packed || !e->direct || !e->in_kept || !e->res)
         goto oom;
     for (int i = 0; i < m->nlayers; i++)
         e->res[i] = memplan_resolve(m, i);
@@ -145,6 +146,7 @@ void exec_deinit(exec *e)
     free(e->aux);
     free(e->packed);
     free(e->direct);
+    free(e->in_kept);
     free(e->res);
     free(e->arena);
     free(e->ws);
@@ -569,7 +571,7 @@ int exec_set_parts(exec *e, const exec_parts *p, char *err, size_t errlen)
         }
         /* the convolutions run on the extended rows, without row padding */
         if (s->kind == SPATIAL_GATHER && l->type == LAYER_CONV2D) {
-            op_conv2d_params q = footprint_conv2d_params(l, e->n);
+            op_conv2d_params q = memplan_conv2d_params(l, e->n);
             q.h += s->top + s->bottom;
             q.pad_h = 0;
             size_t b = op_conv2d_workspace(&q);
@@ -712,7 +714,7 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
             op_relu_forward(out, out, count);
         break;
     case LAYER_CONV2D: {
-        op_conv2d_params p = footprint_conv2d_params(l, n);
+        op_conv2d_params p = memplan_conv2d_params(l, n);
         if (gather && sl->in_place) { /* the kernel reads the halo rows where they are */
             op_conv2d_halo h = exec__conv_halo(e, li, false);
             const float *b = l->bias ? W(l, 1) : NULL;
@@ -737,11 +739,17 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
             p.pad_h = 0;
             in = e->hx;
         }
-        if (e->m->mixed_precision && !gather) /* bfloat16 on oneDNN, in the workspace */
-            op_conv2d_forward_bf16(out, in, W(l, 0), l->bias ? W(l, 1) : NULL, &p, e->ws,
-                                   e->ws_bytes);
-        else
-            op_conv2d_forward(out, in, W(l, 0), l->bias ? W(l, 1) : NULL, &p, e->ws, e->ws_bytes);
+        if (e->m->mixed_precision && !gather) { /* bfloat16 on oneDNN, in the workspace */
+            /* in training, the input rounded into the saved state where the
+             * plan keeps it there, for the weight gradient */
+            size_t kb = mode == EXEC__TRAIN && e->aux[li] ? memplan_aux_bytes(e->m, l, n) : 0;
+            e->in_kept[li] = op_conv2d_forward_bf16_keep(out, in, W(l, 0),
+                                                         l->bias ? W(l, 1) : NULL, &p, e->ws,
+                                                         e->ws_bytes, kb ? e->aux[li] : NULL,
+                                                         kb) == 2;
+            break;
+        }
+        op_conv2d_forward(out, in, W(l, 0), l->bias ? W(l, 1) : NULL, &p, e->ws, e->ws_bytes);
         break;
     }
     case LAYER_CONV_TRANSPOSE2D: {
@@ -1030,7 +1038,7 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
                               (int)l->in.d[0], (int)l->units);
         break;
     case LAYER_CONV2D: {
-        op_conv2d_params p = footprint_conv2d_params(l, n);
+        op_conv2d_params p = memplan_conv2d_params(l, n);
         if (src < 0)
             din = NULL;
         if (gather && sl->in_place) {
@@ -1055,10 +1063,13 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
                 exec__gather_din(e, li, din);
             break;
         }
-        if (e->m->mixed_precision)
-            op_conv2d_backward_bf16(din, G(l, 0), l->bias ? G(l, 1) : NULL, dout, in, W(l, 0), &p,
-                                    e->ws, e->ws_bytes);
-        else
+        if (e->m->mixed_precision) {
+            e->inputs_kept += e->in_kept[li];
+            op_conv2d_backward_bf16_kept(din, G(l, 0), l->bias ? G(l, 1) : NULL, dout, in,
+                                         W(l, 0), &p, e->ws, e->ws_bytes,
+                                         e->in_kept[li] ? e->aux[li] : NULL,
+                                         e->in_kept[li] ? memplan_aux_bytes(e->m, l, n) : 0);
+        } else
             op_conv2d_backward(din, G(l, 0), l->bias ? G(l, 1) : NULL, dout, in, W(l, 0), &p,
                                e->ws, e->ws_bytes);
         break;

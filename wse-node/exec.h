@@ -72,6 +72,9 @@ typedef struct exec {
     void **aux;             /* per layer: argmax indices or saved statistics */
     uint16_t **packed;      /* per layer: its output kept as bfloat16 (activation_dtype) */
     bool *direct;           /* per layer: this operation writes its gradient whole */
+    bool *in_kept;          /* per layer: its saved state (aux) holds its input as its
+                             * training forward pass rounded it (a mixed-precision
+                             * convolution, memplan_aux_bytes) */
     float *scratch;         /* the input gradients of one layer */
     float *targets;         /* float targets of bce and dice (n x per) */
     float *lossgrad;        /* the second gradient of bce_dice */
@@ -94,6 +97,8 @@ typedef struct exec {
     exec_halo pending;      /* the exchange begun and not yet ended */
     size_t bytes;           /* allocated: the footprint's exec bytes */
     uint64_t recomputed;    /* layer outputs recomputed, every step so far */
+    uint64_t inputs_kept;   /* convolutions' backward passes that took their input as
+                             * the forward pass rounded it (in_kept), every step so far */
 } exec;
 
 /* Allocates the buffers of n samples as the footprint of (m, n, threads)

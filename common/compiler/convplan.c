@@ -189,6 +189,14 @@ int convplan_conv2d_blocked_bf16(const op_conv2d_params *p)
     return p->n > 0 && p->k >= 8 && !strided_1x1;
 }
 
+size_t convplan_conv2d_bf16_kept_bytes(const op_conv2d_params *p)
+{
+    if (!convplan_conv2d_blocked_bf16(p) || p->c % 16 != 0)
+        return 0;
+    size_t b = (size_t)p->n * (size_t)p->c * (size_t)p->h * (size_t)p->w * 2;
+    return (b + 63) & ~(size_t)63;
+}
+
 int convplan_conv2d_blocked_f32(const op_conv2d_params *p)
 {
     return p->n > 0 && p->k >= 16 && convplan__blocked_bytes(p, 0) <= CONVPLAN_BLOCKED_F32_MAX;

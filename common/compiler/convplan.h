@@ -127,6 +127,13 @@ size_t convplan_conv2d_bf16_workspace(const op_conv2d_params *p, int threads);
  * im2col's float32 time there, its output padded to 16 channels), and not
  * a strided 1x1 one (resnet_small's shortcuts: 1.0 to 1.25 times). */
 int convplan_conv2d_blocked_bf16(const op_conv2d_params *p);
+
+/* Bytes of a mixed-precision convolution's input kept from its forward
+ * pass for its weight gradient, as the forward pass rounded it into
+ * oneDNN's layout (op_conv2d_forward_bf16_keep), or 0 where it is not
+ * kept: a convolution that computes in bfloat16 on an input of whole
+ * blocks of 16 channels (aBcd16b, no padding), n * c * h * w bfloat16s. */
+size_t convplan_conv2d_bf16_kept_bytes(const op_conv2d_params *p);
 #define CONVPLAN_BLOCKED_SCRATCH ((size_t)4 << 20)
 
 /* Whether a float32 convolution runs on oneDNN's own layouts rather than

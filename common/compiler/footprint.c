@@ -33,26 +33,9 @@ bool footprint_keeps_rounded(const model *m, int layer, int n)
            convplan_dense_bf16_workspace(n, (int)l->in.d[0], (int)l->units) > 0;
 }
 
-uint64_t footprint_aux_bytes(const model_layer *l, int n)
-{
-    return memplan_aux_bytes(l, n);
-}
-
-op_conv2d_params footprint_conv2d_params(const model_layer *l, int n)
-{
-    op_conv2d_params p = {
-        .n = n, .c = (int)l->in.d[0], .h = (int)l->in.d[1], .w = (int)l->in.d[2],
-        .k = (int)l->filters, .r = l->kernel[0], .s = l->kernel[1],
-        .stride_h = l->stride[0], .stride_w = l->stride[1],
-        .pad_h = l->padding[0], .pad_w = l->padding[1],
-        .dil_h = l->dilation[0], .dil_w = l->dilation[1],
-    };
-    return p;
-}
-
 op_conv_transpose2d_params footprint_convt_params(const model_layer *l, int n)
 {
-    op_conv2d_params c = footprint_conv2d_params(l, n);
+    op_conv2d_params c = memplan_conv2d_params(l, n);
     op_conv_transpose2d_params p = {
         .n = c.n, .c = c.c, .h = c.h, .w = c.w, .k = c.k, .r = c.r, .s = c.s,
         .stride_h = c.stride_h, .stride_w = c.stride_w, .pad_h = c.pad_h, .pad_w = c.pad_w,
@@ -65,7 +48,7 @@ op_conv_transpose2d_params footprint_convt_params(const model_layer *l, int n)
 uint64_t footprint_workspace_bytes(const model_layer *l, int n, int threads)
 {
     if (l->type == LAYER_CONV2D) {
-        op_conv2d_params p = footprint_conv2d_params(l, n);
+        op_conv2d_params p = memplan_conv2d_params(l, n);
         return convplan_conv2d_f32_workspace(&p, threads);
     }
     if (l->type == LAYER_CONV_TRANSPOSE2D) {
@@ -283,11 +266,11 @@ int footprint_init_micro(footprint *f, const model *m, int share, int micro, int
         fl->kept = f->plan.kept[i];
         fl->packed = f->plan.packed[i];
         fl->dact = model_layer_is_view(l) ? 0 : out;
-        fl->aux = memplan_aux_bytes(l, n);
+        fl->aux = memplan_aux_bytes(m, l, n);
         if (l->type == LAYER_DENSE && m->mixed_precision) { /* the GEMMs' bfloat16 operands */
             fl->workspace = convplan_dense_bf16_workspace(n, (int)l->in.d[0], (int)l->units);
         } else if (l->type == LAYER_CONV2D && m->mixed_precision) { /* oneDNN's bfloat16 operands */
-            op_conv2d_params p = footprint_conv2d_params(l, n);
+            op_conv2d_params p = memplan_conv2d_params(l, n);
             fl->workspace = convplan_conv2d_bf16_workspace(&p, f->threads);
         } else {
             fl->workspace = footprint_workspace_bytes(l, n, f->threads);

@@ -68,18 +68,14 @@ void footprint_free(footprint *f);
  * class per pixel for segmentation, a 0/1 target per logit otherwise. */
 uint32_t footprint_label_elems(const model *m);
 
-/* Bytes of saved state (aux, memplan_aux_bytes) and convolution workspace
- * of one layer for n samples on `threads` threads. */
-uint64_t footprint_aux_bytes(const model_layer *l, int n);
 /* Whether a Pipelined replica keeps the layer's weights rounded to
  * bfloat16 for n samples at once: a dense layer of a mixed-precision
  * model whose GEMMs run in bfloat16 (a workspace planned for them). */
 bool footprint_keeps_rounded(const model *m, int layer, int n);
 uint64_t footprint_workspace_bytes(const model_layer *l, int n, int threads);
 
-/* The kernels' parameters of a conv2d (conv_transpose2d) layer at n
- * samples. */
-op_conv2d_params footprint_conv2d_params(const model_layer *l, int n);
+/* The kernels' parameters of a conv_transpose2d layer at n samples
+ * (a conv2d's: memplan_conv2d_params). */
 op_conv_transpose2d_params footprint_convt_params(const model_layer *l, int n);
 
 /* Weight Streaming in parts. With part_elems > 0, a dense layer whose

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+
 #define MEMPLAN_ALIGN 64
 
 static const model_shape *memplan__shape_of(const model *m, int layer)
@@ -29,9 +30,28 @@ uint64_t memplan_packed_bytes(const model *m, int layer, int n)
     return (uint64_t)n * model_shape_elems(memplan__shape_of(m, layer)) * sizeof(uint16_t);
 }
 
-uint64_t memplan_aux_bytes(const model_layer *l, int n)
+op_conv2d_params memplan_conv2d_params(const model_layer *l, int n)
+{
+    op_conv2d_params p = {
+        .n = n, .c = (int)l->in.d[0], .h = (int)l->in.d[1], .w = (int)l->in.d[2],
+        .k = (int)l->filters, .r = l->kernel[0], .s = l->kernel[1],
+        .stride_h = l->stride[0], .stride_w = l->stride[1],
+        .pad_h = l->padding[0], .pad_w = l->padding[1],
+        .dil_h = l->dilation[0], .dil_w = l->dilation[1],
+    };
+    return p;
+}
+
+uint64_t memplan_aux_bytes(const model *m, const model_layer *l, int n)
 {
     switch (l->type) {
+    case LAYER_CONV2D: { /* mixed precision, the plan keeping outputs: its input as the
+                          * forward pass rounded it, for the weight gradient */
+        if (!m->mixed_precision || !m->keep_outputs)
+            return 0;
+        op_conv2d_params p = memplan_conv2d_params(l, n);
+        return convplan_conv2d_bf16_kept_bytes(&p);
+    }
     case LAYER_MAX_POOL2D: return (uint64_t)n * model_shape_elems(&l->out); /* a byte each */
     /* mean, 1/std, and the scale and shift that recompute the output */
     case LAYER_BATCH_NORM: return 4 * (uint64_t)l->in.d[0] * sizeof(float);
@@ -251,7 +271,7 @@ static void memplan__simulate(memplan_sim *s)
                 if (p->packed[i])
                     s->pk[i] = memplan__place(s, MEMPLAN_PACKED, i, memplan_packed_bytes(m, i, n),
                                               false);
-                uint64_t aux = memplan_aux_bytes(l, n);
+                uint64_t aux = memplan_aux_bytes(m, l, n);
                 if (aux)
                     s->aux[i] = memplan__place(s, MEMPLAN_AUX, i, aux, false);
             }

@@ -47,6 +47,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "convplan.h"
 #include "model.h"
 
 /* What an event concerns. */
@@ -96,7 +97,9 @@ static inline int memplan_backward_op(const memplan *p, int layer) { return 2 * 
 /* Sizes of a layer's buffers for n samples, as the plan allocates them. */
 uint64_t memplan_out_bytes(const model *m, int layer, int n);
 uint64_t memplan_packed_bytes(const model *m, int layer, int n);
-uint64_t memplan_aux_bytes(const model_layer *l, int n);
+uint64_t memplan_aux_bytes(const model *m, const model_layer *l, int n);
+/* The kernels' parameters of a conv2d layer at n samples. */
+op_conv2d_params memplan_conv2d_params(const model_layer *l, int n);
 /* The input gradients of a layer's backward pass, computed at once (0: it
  * needs none: it adds its output gradient to its inputs' directly). */
 uint64_t memplan_scratch_bytes(const model *m, int layer, int n);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "exec.h"
+#include "kernels.h"
 #include "memplan.h"
 #include "rng.h"
 #include "toml.h"
@@ -72,7 +73,7 @@ static uint64_t kind_bytes(const shadow *s, int kind, int layer)
     switch (kind) {
     case K_OUT:
     case K_DOUT: return memplan_out_bytes(s->m, layer, s->n);
-    case K_AUX: return memplan_aux_bytes(&s->m->layers[layer], s->n);
+    case K_AUX: return memplan_aux_bytes(s->m, &s->m->layers[layer], s->n);
     case K_SCRATCH: return memplan_scratch_bytes(s->m, layer, s->n);
     case K_PACKED: return memplan_packed_bytes(s->m, layer, s->n);
     default: return memplan_loss_bytes(s->m, s->n);
@@ -125,7 +126,7 @@ static void check_plan(const model *m, int n, bool keep_all)
                 for (int i = 0; i < l->ninputs; i++)
                     need(s, K_OUT, memplan_resolve(m, l->inputs[i]), "recompute", op);
                 need(s, K_OUT, ev->layer, "recompute", op);
-                if (memplan_aux_bytes(l, n))
+                if (memplan_aux_bytes(m, l, n))
                     need(s, K_AUX, ev->layer, "recompute", op);
                 recomputes++;
                 continue;
@@ -163,7 +164,7 @@ static void check_plan(const model *m, int n, bool keep_all)
             if (model_layer_is_view(l)) /* flatten, or a relu its batch norm applies */
                 continue;
             need(s, K_DOUT, i, "backward", op);
-            if (memplan_aux_bytes(l, n))
+            if (memplan_aux_bytes(m, l, n))
                 need(s, K_AUX, i, "backward", op);
             if (reads_input(l->type))
                 need(s, K_OUT, memplan_resolve(m, l->inputs[0]), "backward", op);
@@ -469,6 +470,33 @@ START_TEST(kept_outputs_train_as_lean)
     net_free(&b, k);
     model_free(m);
     model_free(k);
+    /* in mixed precision the kept plan also keeps each convolution's input
+     * as its forward pass rounded it, for its weight gradient: the same bits */
+    const char *files[] = {"resnet_small.toml", "unet.toml"};
+    for (int f = 0; f < 2; f++) {
+        const char *from = f ? "[3, 512, 512]" : NULL, *to = f ? "[3, 64, 64]" : NULL;
+        m = load(files[f], from, to);
+        k = load(files[f], from, to);
+        m->mixed_precision = k->mixed_precision = true;
+        k->keep_outputs = true;
+        uint64_t kept = 0;
+        for (int i = 0; i < k->nlayers; i++) {
+            kept += memplan_aux_bytes(k, &k->layers[i], 2);
+            if (k->layers[i].type == LAYER_CONV2D)
+                ck_assert_uint_eq(memplan_aux_bytes(m, &m->layers[i], 2), 0);
+        }
+        ck_assert_msg(kept > 0, "%s: no convolution's input kept", files[f]);
+        train_bitwise(files[f], m, k, 2, f ? 2 : 10, &a, &b);
+        ck_assert_uint_eq(a.e.inputs_kept, 0);
+        if (kernels_bf16_compute()) /* else every convolution computes in float32 */
+            ck_assert_uint_gt(b.e.inputs_kept, 0);
+        printf("%s, mixed precision: %llu convolutions' backward passes took their input as "
+               "their forward pass rounded it\n", files[f], (unsigned long long)b.e.inputs_kept);
+        net_free(&a, m);
+        net_free(&b, k);
+        model_free(m);
+        model_free(k);
+    }
 }
 END_TEST
 

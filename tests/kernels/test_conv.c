@@ -672,6 +672,37 @@ static void conv_set_free(conv_set *t)
  * in bfloat16 (no AMX or AVX512_BF16, a workspace too small, the path
  * turned off) it gives the float32 path's bits. U-Net-like shapes must run
  * in bfloat16 where the processor can. */
+/* The input kept from the forward pass as it rounded it: the forward
+ * pass's bits; a backward pass given it takes the input from it (the
+ * caller's input spoilt: the same gradients); a buffer too small is not
+ * used. t holds the bfloat16 results of the calls without it. */
+static void conv_bf16_kept_case(const conv_set *t, const op_conv2d_params *p, const float *bp,
+                                void *ws, size_t wsb)
+{
+    size_t kb = convplan_conv2d_bf16_kept_bytes(p), nx = t->nx, nw = t->nw, ny = t->ny;
+    ck_assert_uint_eq(kb > 0, p->c % 16 == 0);
+    if (!kb)
+        return;
+    ck_assert_uint_eq(kb, ((size_t)p->n * p->c * p->h * p->w * 2 + 63) / 64 * 64);
+    void *keep = aligned_alloc(64, kb);
+    float *y = kt_falloc(ny), *dx = kt_falloc(nx), *dw = kt_falloc(nw), *db = kt_falloc(t->nk);
+    float *spoilt = kt_falloc(nx);
+    ck_assert_int_eq(op_conv2d_forward_bf16_keep(y, t->x, t->w, bp, p, ws, wsb, keep, kb), 2);
+    ck_assert(memcmp(y, t->y, ny * sizeof(float)) == 0);
+    for (size_t i = 0; i < nx; i++)
+        spoilt[i] = -3.0f * t->x[i] + 1.0f;
+    ck_assert_int_eq(op_conv2d_backward_bf16_kept(dx, dw, bp ? db : NULL, t->dy, spoilt, t->w, p,
+                                                  ws, wsb, keep, kb),
+                     1);
+    ck_assert(memcmp(dw, t->dw, nw * sizeof(float)) == 0);
+    ck_assert(memcmp(dx, t->dx, nx * sizeof(float)) == 0);
+    /* without it the spoilt input gives another weight gradient */
+    op_conv2d_backward_bf16(dx, dw, bp ? db : NULL, t->dy, spoilt, t->w, p, ws, wsb);
+    ck_assert(memcmp(dw, t->dw, nw * sizeof(float)) != 0);
+    ck_assert_int_eq(op_conv2d_forward_bf16_keep(y, t->x, t->w, bp, p, ws, wsb, keep, kb - 64), 1);
+    free(keep), free(y), free(dx), free(dw), free(db), free(spoilt);
+}
+
 static void conv_bf16_case(const op_conv2d_params *p, int bias, int must_bf16)
 {
     conv_set t;
@@ -711,6 +742,7 @@ static void conv_bf16_case(const op_conv2d_params *p, int bias, int must_bf16)
                           kt_relerr_ff(t.db, t.db2, t.nk));
         ck_assert(memcmp(t.y, t.y2, ny * sizeof(float)) != 0); /* it did round */
         free(xr), free(wr), free(dyr);
+        conv_bf16_kept_case(&t, p, bp, ws, wsb);
     } else {
         ck_assert(memcmp(t.y, t.y2, ny * sizeof(float)) == 0);
         ck_assert(memcmp(t.dx, t.dx2, nx * sizeof(float)) == 0);
@@ -796,8 +828,8 @@ static void conv_blocked_case(const op_conv2d_params *p, int bias)
     ck_assert(convplan_conv2d_blocked_f32(p));
     size_t wsb = op_conv2d_workspace(p);
     float *ws = ws_new(wsb);
-    int f = kern__conv_blocked_forward(0, t.y, t.x, t.w, bp, p, ws, wsb);
-    int g = kern__conv_blocked_backward(0, t.dx, t.dw, dbp, t.dy, t.x, t.w, p, ws, wsb);
+    int f = kern__conv_blocked_forward(0, t.y, t.x, t.w, bp, p, ws, wsb, NULL, 0);
+    int g = kern__conv_blocked_backward(0, t.dx, t.dw, dbp, t.dy, t.x, t.w, p, ws, wsb, NULL, 0);
     ws_check(ws, wsb);
     ck_assert_int_eq(f, kern__conv_have_onednn());
     ck_assert_int_eq(g, kern__conv_have_onednn());

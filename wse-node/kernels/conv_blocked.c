@@ -53,6 +53,8 @@ typedef struct blk_entry {
     dnnl_memory_t bias;         /* float32 (k), pointed per call */
     blk_view v[NVIEW];
     int ddy_same;               /* the data gradient reads the weight gradient's dY */
+    int keeps_x;                /* the forward pass's input view is the weight
+                                 * gradient's, aBcd16b bfloat16 (a kept input serves) */
     size_t fwd_bytes, bwd_bytes; /* workspace each pass needs */
 } blk_entry;
 
@@ -194,6 +196,8 @@ static int entry_make(blk_entry *e, const op_conv2d_params *p, int bias, int bf1
          view_make(&e->v[V_DDX], eng, md_of(dpd, dnnl_query_diff_src_md), &x_pl, 1) == 0;
     if (ok) {
         e->ddy_same = dnnl_memory_desc_equal(&e->v[V_WDY].md, &e->v[V_DDY].md);
+        e->keeps_x = bf16 && e->v[V_FX].blk16 == 1 + KERN__BLK16_PACK_BF16 &&
+                     dnnl_memory_desc_equal(&e->v[V_FX].md, &e->v[V_WX].md);
         e->fwd_bytes = e->v[V_FX].bytes + e->v[V_FW].bytes + e->v[V_FY].bytes + e->scratch_bytes[P_FWD];
         size_t wgrad = e->v[V_WX].bytes + e->v[V_WDW].bytes + e->scratch_bytes[P_BWD_W];
         size_t dgrad = (e->ddy_same ? 0 : e->v[V_DDY].bytes) + e->v[V_DW].bytes + e->v[V_DDX].bytes +
@@ -272,15 +276,27 @@ static blk_entry *usable(int bf16, const op_conv2d_params *p, int bias, void *ws
     return e;
 }
 
+/* Where a kept input of keep_bytes at keep holds this entry's: NULL when
+ * it cannot (another layout, too small, misaligned). */
+static void *kept_x(const blk_entry *e, const void *keep, size_t keep_bytes)
+{
+    return e->keeps_x && keep && ((uintptr_t)keep & 63) == 0 && keep_bytes >= e->v[V_FX].bytes
+               ? (void *)(uintptr_t)keep
+               : NULL;
+}
+
 int kern__conv_blocked_forward(int bf16, float *out, const float *in, const float *weight,
                                const float *bias, const op_conv2d_params *p, void *ws,
-                               size_t ws_bytes)
+                               size_t ws_bytes, void *keep, size_t keep_bytes)
 {
     dnnl_stream_t st;
     size_t avail;
     blk_entry *e = usable(bf16, p, bias != NULL, ws, ws_bytes, 0, &st);
     if (e) {
         char *x = (char *)kern__ws_aligned(ws, ws_bytes, &avail), *w = x + e->v[V_FX].bytes, *y = w + e->v[V_FW].bytes;
+        char *kx = kept_x(e, keep, keep_bytes);
+        if (kx) /* the input rounded once, for the weight gradient too */
+            x = kx;
         dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, e->v[V_FX].mem},
                                    {DNNL_ARG_WEIGHTS, e->v[V_FW].mem},
                                    {DNNL_ARG_DST, e->v[V_FY].mem}};
@@ -294,7 +310,7 @@ int kern__conv_blocked_forward(int bf16, float *out, const float *in, const floa
         if (reorder(st, &e->v[V_FX], in, x, 0) == 0 && reorder(st, &e->v[V_FW], weight, w, 0) == 0 &&
             exec(e, P_FWD, st, args, na, y + e->v[V_FY].bytes) == 0 &&
             reorder(st, &e->v[V_FY], out, y, 1) == 0 && dnnl_stream_wait(st) == dnnl_success)
-            return 1;
+            return kx ? 2 : 1;
         /* oneDNN checks its arguments before it writes: the caller's path
          * computes it all again */
     }
@@ -326,7 +342,8 @@ static void dbias_range(void *ctx, size_t lo, size_t hi)
 
 int kern__conv_blocked_backward(int bf16, float *din, float *dweight, float *dbias,
                                 const float *dout, const float *in, const float *weight,
-                                const op_conv2d_params *p, void *ws, size_t ws_bytes)
+                                const op_conv2d_params *p, void *ws, size_t ws_bytes,
+                                const void *kept, size_t kept_bytes)
 {
     dnnl_stream_t st;
     size_t avail;
@@ -334,10 +351,15 @@ int kern__conv_blocked_backward(int bf16, float *din, float *dweight, float *dbi
     if (e) {
         char *dy = (char *)kern__ws_aligned(ws, ws_bytes, &avail), *rest = dy + e->v[V_WDY].bytes;
         char *x = rest, *dw = x + e->v[V_WX].bytes;
+        char *kx = kept_x(e, kept, kept_bytes);
         dnnl_exec_arg_t wargs[4] = {{DNNL_ARG_SRC, e->v[V_WX].mem},
                                     {DNNL_ARG_DIFF_DST, e->v[V_WDY].mem},
                                     {DNNL_ARG_DIFF_WEIGHTS, e->v[V_WDW].mem}};
-        int ok = reorder(st, &e->v[V_WDY], dout, dy, 0) == 0 && reorder(st, &e->v[V_WX], in, x, 0) == 0;
+        int ok = reorder(st, &e->v[V_WDY], dout, dy, 0) == 0;
+        if (kx) /* as the forward pass rounded it */
+            dnnl_memory_set_data_handle(e->v[V_WX].mem, kx);
+        else
+            ok = ok && reorder(st, &e->v[V_WX], in, x, 0) == 0;
         if (ok) {
             dnnl_memory_set_data_handle(e->v[V_WDW].mem, dw);
             ok = exec(e, P_BWD_W, st, wargs, 3, dw + e->v[V_WDW].bytes) == 0 &&
@@ -375,27 +397,49 @@ int kern__conv_blocked_backward(int bf16, float *din, float *dweight, float *dbi
 
 int kern__conv_blocked_forward(int bf16, float *out, const float *in, const float *weight,
                                const float *bias, const op_conv2d_params *p, void *ws,
-                               size_t ws_bytes)
+                               size_t ws_bytes, void *keep, size_t keep_bytes)
 {
     return 0;
 }
 
 int kern__conv_blocked_backward(int bf16, float *din, float *dweight, float *dbias,
                                 const float *dout, const float *in, const float *weight,
-                                const op_conv2d_params *p, void *ws, size_t ws_bytes)
+                                const op_conv2d_params *p, void *ws, size_t ws_bytes,
+                                const void *kept, size_t kept_bytes)
 {
     return 0;
 }
 
 #endif
 
+int op_conv2d_forward_bf16_keep(float *out, const float *in, const float *weight,
+                                const float *bias, const op_conv2d_params *p, void *ws,
+                                size_t ws_bytes, void *keep, size_t keep_bytes)
+{
+    int rc;
+    if (convplan_conv2d_blocked_bf16(p) &&
+        (rc = kern__conv_blocked_forward(1, out, in, weight, bias, p, ws, ws_bytes, keep,
+                                         keep_bytes)) > 0)
+        return rc;
+    op_conv2d_forward(out, in, weight, bias, p, ws, ws_bytes);
+    return 0;
+}
+
 int op_conv2d_forward_bf16(float *out, const float *in, const float *weight, const float *bias,
                            const op_conv2d_params *p, void *ws, size_t ws_bytes)
 {
+    return op_conv2d_forward_bf16_keep(out, in, weight, bias, p, ws, ws_bytes, NULL, 0) > 0;
+}
+
+int op_conv2d_backward_bf16_kept(float *din, float *dweight, float *dbias, const float *dout,
+                                 const float *in, const float *weight, const op_conv2d_params *p,
+                                 void *ws, size_t ws_bytes, const void *kept, size_t kept_bytes)
+{
     if (convplan_conv2d_blocked_bf16(p) &&
-        kern__conv_blocked_forward(1, out, in, weight, bias, p, ws, ws_bytes))
+        kern__conv_blocked_backward(1, din, dweight, dbias, dout, in, weight, p, ws, ws_bytes,
+                                    kept, kept_bytes))
         return 1;
-    op_conv2d_forward(out, in, weight, bias, p, ws, ws_bytes);
+    op_conv2d_backward(din, dweight, dbias, dout, in, weight, p, ws, ws_bytes);
     return 0;
 }
 
@@ -403,11 +447,8 @@ int op_conv2d_backward_bf16(float *din, float *dweight, float *dbias, const floa
                             const float *in, const float *weight, const op_conv2d_params *p,
                             void *ws, size_t ws_bytes)
 {
-    if (convplan_conv2d_blocked_bf16(p) &&
-        kern__conv_blocked_backward(1, din, dweight, dbias, dout, in, weight, p, ws, ws_bytes))
-        return 1;
-    op_conv2d_backward(din, dweight, dbias, dout, in, weight, p, ws, ws_bytes);
-    return 0;
+    return op_conv2d_backward_bf16_kept(din, dweight, dbias, dout, in, weight, p, ws, ws_bytes,
+                                        NULL, 0);
 }
 
 size_t op_conv2d_bf16_workspace(const op_conv2d_params *p)

@@ -93,10 +93,11 @@ typedef enum kern__conv_path {
 struct op_conv2d_params;
 int kern__conv_blocked_forward(int bf16, float *out, const float *in, const float *weight,
                                const float *bias, const struct op_conv2d_params *p, void *ws,
-                               size_t ws_bytes);
+                               size_t ws_bytes, void *keep, size_t keep_bytes);
 int kern__conv_blocked_backward(int bf16, float *din, float *dweight, float *dbias,
                                 const float *dout, const float *in, const float *weight,
-                                const struct op_conv2d_params *p, void *ws, size_t ws_bytes);
+                                const struct op_conv2d_params *p, void *ws, size_t ws_bytes,
+                                const void *kept, size_t kept_bytes);
 
 /* The oneDNN primitives one piece of a convolution runs, as bits of a job:
  * forward with or without bias, weight gradient with or without the bias

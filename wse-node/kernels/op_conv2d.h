@@ -50,6 +50,18 @@ int op_conv2d_forward_bf16(float *out, const float *in, const float *weight, con
 int op_conv2d_backward_bf16(float *din, float *dweight, float *dbias, const float *dout,
                             const float *in, const float *weight, const op_conv2d_params *p,
                             void *ws, size_t ws_bytes);
+/* The same, with the input kept from the forward pass for the weight
+ * gradient: the forward pass rounds it into keep (keep_bytes there,
+ * convplan_conv2d_bf16_kept_bytes(p), 64-byte aligned) instead of the
+ * workspace where its layout lets it and then returns 2; a backward pass
+ * given that buffer (kept) takes the input from it, not from in, which it
+ * need not round again. */
+int op_conv2d_forward_bf16_keep(float *out, const float *in, const float *weight,
+                                const float *bias, const op_conv2d_params *p, void *ws,
+                                size_t ws_bytes, void *keep, size_t keep_bytes);
+int op_conv2d_backward_bf16_kept(float *din, float *dweight, float *dbias, const float *dout,
+                                 const float *in, const float *weight, const op_conv2d_params *p,
+                                 void *ws, size_t ws_bytes, const void *kept, size_t kept_bytes);
 
 /* The rows beyond a stripe's top and bottom edges when the image is split
  * into horizontal stripes (spatial partitions): the windows read its

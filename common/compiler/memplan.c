@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 #define MEMPLAN_ALIGN 64
 
 static const model_shape *memplan__shape_of(const model *m, int layer)

@@ -23,8 +23,10 @@
  *  - what the backward pass recomputes for one operation goes as soon as
  *    the recomputations that read it are done, unless the operation or the
  *    next one reads it;
- *  - saved state (max-pool indices, norm statistics) from the layer's
- *    forward pass to its backward pass; temporaries (the input gradients
+ *  - saved state (max-pool indices, norm statistics, and with every
+ *    output kept in mixed precision a convolution's input as its forward
+ *    pass rounded it to bfloat16) from the layer's forward pass to its
+ *    backward pass; temporaries (the input gradients
  *    of one layer, the loss's targets) for one operation.
  *
  * Every buffer then gets an offset in one arena, greedily (largest first,

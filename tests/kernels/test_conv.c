@@ -664,14 +664,6 @@ static void conv_set_free(conv_set *t)
         free(all[i]);
 }
 
-/* Mixed precision's convolution (op_conv2d_forward_bf16, _backward_bf16)
- * against the double-precision direct loops on the inputs rounded to
- * bfloat16: the output and the input gradient to float32 accumulation
- * (1e-5 of the largest), the weight gradient to its own rounding to
- * bfloat16 (4e-3); the bias gradient is float32's. Where it cannot compute
- * in bfloat16 (no AMX or AVX512_BF16, a workspace too small, the path
- * turned off) it gives the float32 path's bits. U-Net-like shapes must run
- * in bfloat16 where the processor can. */
 /* The input kept from the forward pass as it rounded it: the forward
  * pass's bits; a backward pass given it takes the input from it (the
  * caller's input spoilt: the same gradients); a buffer too small is not
@@ -703,6 +695,14 @@ static void conv_bf16_kept_case(const conv_set *t, const op_conv2d_params *p, co
     free(keep), free(y), free(dx), free(dw), free(db), free(spoilt);
 }
 
+/* Mixed precision's convolution (op_conv2d_forward_bf16, _backward_bf16)
+ * against the double-precision direct loops on the inputs rounded to
+ * bfloat16: the output and the input gradient to float32 accumulation
+ * (1e-5 of the largest), the weight gradient to its own rounding to
+ * bfloat16 (4e-3); the bias gradient is float32's. Where it cannot compute
+ * in bfloat16 (no AMX or AVX512_BF16, a workspace too small, the path
+ * turned off) it gives the float32 path's bits. U-Net-like shapes must run
+ * in bfloat16 where the processor can. */
 static void conv_bf16_case(const op_conv2d_params *p, int bias, int must_bf16)
 {
     conv_set t;

@@ -794,7 +794,10 @@ static int wn__chain(wn_job *j)
  * parts, whose tasks are a layer's or a part's. */
 static void wn__fuse(wn_job *j)
 {
-    bool whole = !j->stripes && wn__parts(j) == 1;
+    /* (a layer's parts asked only in a training pass: an evaluation's
+     * metrics, the loss and the update have no layer) */
+    bool pass = j->stage == WN_FORWARD || j->stage == WN_BACKWARD;
+    bool whole = pass && !j->stripes && wn__parts(j) == 1;
     j->fuse_loss = whole && j->stage == WN_FORWARD && j->layer + j->chain == j->m->nlayers;
     j->fuse_update = whole && j->stage == WN_BACKWARD && j->pipelined && !wn__grads_go_up(j) &&
                      !j->up_busy && j->layer - (j->chain - 1) == 0 && j->micro + 1 >= j->nmicro;

@@ -18,8 +18,9 @@
  *  - gradients by liveness: the gradient of a layer's output exists from
  *    its first writer in the backward pass to the end of the layer's own
  *    backward pass; the first writer writes it whole when it is the only
- *    gradient the operation makes (or a concatenation's, all new), else
- *    adds into zeros through a scratch buffer;
+ *    gradient the operation makes (or a concatenation's, all new; an add
+ *    copies its output's gradient into its inputs' when both are new),
+ *    else adds into zeros through a scratch buffer;
  *  - what the backward pass recomputes for one operation goes as soon as
  *    the recomputations that read it are done, unless the operation or the
  *    next one reads it;

@@ -197,10 +197,8 @@ typedef enum wn_state {
  * batch, kept from the step's end until the next task is on its way. */
 typedef struct wn_report {
     bool owed;
-    uint64_t step;
-    double loss_sum, compute_sec;
-    uint32_t samples;
-    double phase[WN_PHASES];
+    Appliance__StepReport msg;
+    Appliance__StepPhase phase[WN_PHASES], *phases[WN_PHASES]; /* msg's */
     wn_feed *credit_to;        /* the worker that sent the batch */
 } wn_report;
 

@@ -568,12 +568,22 @@ static void wn__task_done(wn_job *j)
 static void wn__step_done(wn_job *j)
 {
     wn_report *r = &j->report;
+    r->msg = (Appliance__StepReport)APPLIANCE__STEP_REPORT__INIT;
+    r->msg.job_id = j->id;
+    r->msg.step = j->step;
+    r->msg.replica = j->replica;
+    r->msg.loss_sum = j->loss_sum;
+    r->msg.samples = j->stripes && j->stripes->part > 0 ? 0 : j->batch; /* a group's first stripe counts them */
+    r->msg.compute_sec = j->compute_sec;
     wn__wait(j, j->wait); /* the step's time so far, in its phases */
-    r->step = j->step;
-    r->loss_sum = j->loss_sum;
-    r->samples = j->stripes && j->stripes->part > 0 ? 0 : j->batch; /* a group's first stripe counts them */
-    r->compute_sec = j->compute_sec;
-    memcpy(r->phase, j->phase, sizeof(r->phase));
+    for (int i = 0; i < WN_PHASES; i++) {
+        appliance__step_phase__init(&r->phase[i]);
+        r->phase[i].name = (char *)wn_phase_names[i];
+        r->phase[i].sec = j->phase[i];
+        r->phases[i] = &r->phase[i];
+    }
+    r->msg.phases = r->phases;
+    r->msg.n_phases = WN_PHASES;
     metrics_hist_observe(&wn_of(j->n)->step_hist, j->compute_sec);
     wn_of(j->n)->steps++;
     /* The batch's slot is free again: one more credit to its worker. */
@@ -610,23 +620,7 @@ static void wn__notify(wn_job *j)
     if (!r->owed || j->state == WN_RELEASED)
         return;
     r->owed = false;
-    Appliance__StepReport sr = APPLIANCE__STEP_REPORT__INIT;
-    sr.job_id = j->id;
-    sr.step = r->step;
-    sr.replica = j->replica;
-    sr.loss_sum = r->loss_sum;
-    sr.samples = r->samples;
-    sr.compute_sec = r->compute_sec;
-    Appliance__StepPhase ph[WN_PHASES], *php[WN_PHASES];
-    for (int i = 0; i < WN_PHASES; i++) {
-        appliance__step_phase__init(&ph[i]);
-        ph[i].name = (char *)wn_phase_names[i];
-        ph[i].sec = r->phase[i];
-        php[i] = &ph[i];
-    }
-    sr.phases = php;
-    sr.n_phases = WN_PHASES;
-    ENVELOPE(env, step_report, STEP_REPORT, &sr);
+    ENVELOPE(env, step_report, STEP_REPORT, &r->msg);
     node_send_coordinator(j->n, &env);
     conn *c = conn_link_conn(&r->credit_to->link);
     if (c) {

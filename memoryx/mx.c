@@ -71,10 +71,11 @@ static void mx__free_tensors(mx_job *j)
         if (!tier_files(j)) {
             free(j->t[i].w);
             free(j->t[i].w16);
+            free(j->t[i].g16);
             free(j->t[i].g);
         }
         j->t[i].w = j->t[i].g = NULL;
-        j->t[i].w16 = NULL;
+        j->t[i].w16 = j->t[i].g16 = NULL;
         optim_state_deinit(&j->t[i].st);
     }
     if (j->tier)
@@ -567,23 +568,25 @@ static void mx__tier_grad_wire(node *n, mx_job *j, mx_tensor *t, uint64_t offset
 }
 
 /* Where a reduced gradient chunk's payload goes in t's gradient: its
- * place, or with bfloat16 on the wire the upper half of its place
- * (widened there by mx__grad_land). */
+ * place (in g16 as it comes), or with bfloat16 on the wire the upper half
+ * of its place (widened there by mx__grad_land). */
 static void *mx__grad_dest(const mx_job *j, mx_tensor *t, uint64_t offset, uint64_t count)
 {
+    if (t->g16)
+        return t->g16 + offset;
     return j->plan->wire_bf16 ? (void *)((uint8_t *)(t->g + offset) + 2 * count)
                               : (void *)(t->g + offset);
 }
 
 /* count gradient elements as the wire carries them into t's gradient at
- * offset (nothing to do when they landed in place as float32). */
+ * offset (nothing to do when they landed in place as float32, or in g16). */
 static void mx__grad_land(const mx_job *j, mx_tensor *t, uint64_t offset, uint64_t count,
                           const void *payload)
 {
     void *dest = mx__grad_dest(j, t, offset, count);
     if (payload != dest)
         memcpy(dest, payload, count * msgcheck_wire_elem(j->plan));
-    if (j->plan->wire_bf16)
+    if (j->plan->wire_bf16 && !t->g16)
         bf16_unpack(t->g + offset, dest, count);
 }
 
@@ -637,8 +640,9 @@ static void mx__update_work(uv_work_t *req)
     mx_job *j = t->job;
     if (tier_files(j)) {
         tier_update(j, t, 1.0f);
-    } else if (t->w16) { /* its twin rounded a block at a time as it is updated (no clipping
-                          * here: that is mx__step_work's) */
+    } else if (t->w16 || t->g16) { /* its twin rounded, its gradient widened, a block at a
+                                    * time as it is updated (no clipping here: that is
+                                    * mx__step_work's) */
         optim_apply_step_split(&j->cfg, 1, mx__tensor_param, t, (int64_t)j->step, mx__serial);
     } else {
         optim_update(&j->cfg, &t->st, t->w, t->g, t->n, t->trainable, 1.0f, (int64_t)j->step);
@@ -703,7 +707,7 @@ static void mx__tensor_param(void *ctx, size_t i, optim_param *out)
 {
     mx_tensor *t = ctx;
     (void)i;
-    *out = (optim_param){t->w, t->g, t->n, t->trainable, &t->st, t->w16};
+    *out = (optim_param){t->w, t->g, t->n, t->trainable, &t->st, t->w16, t->g16};
 }
 
 static void mx__param(void *ctx, size_t i, optim_param *out)
@@ -803,9 +807,12 @@ static void mx__load_work(uv_work_t *req)
         if (!tier_files(j)) {
             t->w = malloc(t->n * sizeof(float));
             /* Pipelined: no gradient comes to memoryx */
-            t->g = j->pipelined ? NULL : malloc(t->n * sizeof(float));
+            if (j->grad16 && t->trainable)
+                t->g16 = malloc(t->n * sizeof(uint16_t));
+            else if (!j->pipelined)
+                t->g = malloc(t->n * sizeof(float));
             bool st_ok = !t->trainable || optim_state_init(&t->st, &j->cfg, t->n) == 0;
-            if (!t->w || (!t->g && !j->pipelined) || !st_ok) {
+            if (!t->w || (!t->g && !t->g16 && !j->pipelined) || !st_ok) {
                 snprintf(j->load_err, sizeof(j->load_err),
                          "out of memory for tensor %s (%llu elements)", t->name,
                          (unsigned long long)t->n);
@@ -817,6 +824,8 @@ static void mx__load_work(uv_work_t *req)
              * every first touch (4 GB of them for a billion parameters) */
             if (t->g)
                 memset(t->g, 0, t->n * sizeof(float));
+            if (t->g16)
+                memset(t->g16, 0, t->n * sizeof(uint16_t));
         }
         if (!resume) /* a resumed job's tensors all come from the checkpoint */
             mx__init_tensor(j, t, p->tensors[t->id], p->seed);
@@ -870,8 +879,9 @@ static void mx__load_done(uv_work_t *req, int status)
                                                     j->tier->len[2], b1, sizeof(b1)),
                  j->mx->opt.state_dir, units_format_size(j->tier->window, b2, sizeof(b2)));
     }
-    log_info("job %s: shard %u holds %zu tensors (%llu bytes with optimizer state%s), made in "
-             "%.1f s", j->id, j->shard, j->nt, (unsigned long long)j->load_bytes,
+    log_info("job %s: shard %u holds %zu tensors (%llu bytes with optimizer state%s%s), made "
+             "in %.1f s", j->id, j->shard, j->nt, (unsigned long long)j->load_bytes,
+             j->grad16 ? ", the gradients in bfloat16" : "",
              j->twins ? " and the weights in bfloat16 for the wire" : "",
              (double)(uv_hrtime() - j->work_start) * 1e-9);
     j->state = MX_STARTED;
@@ -939,8 +949,18 @@ static void *mx__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
         if (j->pipelined) /* no gradient comes; the upload brings weights and state */
             j->up_need += t->n * (1 + (t->trainable ? j->states : 0));
     }
+    /* bfloat16 on the wire in Weight Streaming: a trainable tensor's
+     * gradient stays in bfloat16 as it comes (g16), widened a block at a
+     * time by its update: half the memory of a float32 one and no pass
+     * widening it; not where the step clips the gradients' global norm
+     * (which reads them all first), nor in the disk tier */
+    bool g16 = p->wire_bf16 && !j->pipelined && !(j->cfg.max_gradient_norm > 0);
+    uint64_t g_saved = 0;
+    for (size_t i = 0; g16 && i < j->nt; i++)
+        if (j->t[i].trainable)
+            g_saved += j->t[i].n * (sizeof(float) - sizeof(uint16_t));
     uint64_t have = mx__memory(n);
-    if (bytes > have) {
+    if (bytes - g_saved > have) {
         /* more than memory holds: the disk tier, through a window of it */
         char b1[32], b2[32], b3[32], b4[32];
         uint64_t disk = mx__disk(n), need = tier_disk_bytes(j);
@@ -957,6 +977,9 @@ static void *mx__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
                                     units_format_size(need, b3, sizeof(b3)),
                                     units_format_size(disk, b4, sizeof(b4)), mx->opt.state_dir);
         j->tier_window = have;
+    } else {
+        j->grad16 = g16;
+        bytes -= g_saved;
     }
     if (j->pipelined && j->tier_window) {
         char b1[32], b2[32];

@@ -22,7 +22,10 @@ typedef struct mx_tensor {
     float *w;             /* weights, owned */
     uint16_t *w16;        /* bfloat16 on the wire, in memory and room for it: w rounded as
                              each block is updated, what the stream sends; owned, or NULL */
-    float *g;             /* reduced gradient of the current step, owned */
+    float *g;             /* reduced gradient of the current step, owned; or NULL: */
+    uint16_t *g16;        /* in bfloat16 as the wire brings it, widened a block at a time
+                             by the update (optim_param), owned: a trainable tensor's
+                             where the job has grad16 */
     bool trainable;       /* false: a buffer (running statistics), assigned the reduced value */
     optim_state st;       /* optimizer state (trainable tensors) */
     uint64_t grad_have;   /* gradient elements received this step */
@@ -138,6 +141,7 @@ typedef struct mx_job {
      * (PASS_CHECKPOINT chunks), which memoryx writes */
     bool pipelined;
     bool twins;                   /* the tensors have their w16 (mx_tensor) */
+    bool grad16;                  /* the trainable tensors have their g16 for their g */
     uint64_t up_step;             /* the step of the upload coming in, UINT64_MAX: none */
     uint64_t up_have, up_need;    /* its elements in, and in all */
     const void *up_dest;          /* where the frame being read lands in place, or NULL */

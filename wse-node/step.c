@@ -29,7 +29,7 @@ static wn_batch *wn__batch_for(wn_job *j, uint64_t step)
 static void wn__param(void *ctx, size_t i, optim_param *out)
 {
     wn_tensor *t = &((wn_job *)ctx)->t[i];
-    *out = (optim_param){t->w, t->rg, t->n, t->trainable, &t->st, t->w16};
+    *out = (optim_param){t->w, t->rg, t->n, t->trainable, &t->st, t->w16, NULL};
 }
 
 /* Pipelined: applies the all-reduced gradients to the resident weights

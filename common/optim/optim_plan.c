@@ -53,17 +53,27 @@ typedef struct optim_split {
 /* Elements updated before their bfloat16 copy is rounded: 64 KiB of
  * weights, in cache still. */
 #define OPTIM_W16_BLOCK 16384
+/* Elements of a bfloat16 gradient widened at a time: 16 KiB of float32 on
+ * the updating thread's stack. */
+#define OPTIM_G16_BLOCK 4096
 
 static void optim__range(void *ctx, size_t lo, size_t hi)
 {
     const optim_split *s = ctx;
-    size_t block = s->p->w16 ? OPTIM_W16_BLOCK : hi - lo;
+    const optim_param *p = s->p;
+    float wide[OPTIM_G16_BLOCK];
+    size_t block = p->g16 ? OPTIM_G16_BLOCK : p->w16 ? OPTIM_W16_BLOCK : hi - lo;
     for (size_t b = lo; b < hi; b += block) {
         size_t e = hi - b < block ? hi : b + block;
-        optim_state r = optim_state_range(s->p->st, b, e - b);
-        optim_step(s->cfg, &r, s->p->w + b, s->p->g + b, s->scale, s->lr);
-        if (s->p->w16)
-            bf16_pack(s->p->w16 + b, s->p->w + b, e - b);
+        optim_state r = optim_state_range(p->st, b, e - b);
+        const float *g = p->g + b;
+        if (p->g16) {
+            bf16_unpack(wide, p->g16 + b, e - b);
+            g = wide;
+        }
+        optim_step(s->cfg, &r, p->w + b, g, s->scale, s->lr);
+        if (p->w16)
+            bf16_pack(p->w16 + b, p->w + b, e - b);
     }
 }
 
@@ -89,17 +99,21 @@ void optim_apply_step_split(const optim_config *cfg, size_t count, optim_param_f
     }
     for (size_t i = 0; i < count; i++) {
         get(ctx, i, &p);
-        if (!par || !p.trainable) {
+        if (!p.trainable || (!par && !p.g16)) {
             optim_update(cfg, p.st, p.w, p.g, p.n, p.trainable, scale, step);
             if (p.w16)
                 bf16_pack(p.w16, p.w, p.n);
             continue;
         }
-        /* the ranges update borrowed views: the tensor's step count
-         * advances once, here */
+        /* the ranges (a bfloat16 gradient without par: one, a block at a
+         * time) update borrowed views: the tensor's step count advances
+         * once, here */
         optim_split s = {cfg, &p, scale, optim_lr_at(cfg, step)};
         int64_t t = optim_state_step(p.st);
-        par(p.n, 32768, optim__range, &s);
+        if (par)
+            par(p.n, 32768, optim__range, &s);
+        else
+            optim__range(&s, 0, p.n);
         optim_state_set_step(p.st, t + 1);
     }
 }

@@ -29,6 +29,9 @@ typedef struct optim_param {
     optim_state *st;     /* its optimizer state (trainable tensors) */
     uint16_t *w16;       /* or NULL: a bfloat16 copy of w, rounded as each range is updated
                             (a mixed-precision replica's GEMM operand) */
+    const uint16_t *g16; /* or NULL: the gradient in bfloat16 instead of g (as the wire
+                            brought it), widened a block at a time as each is updated; a
+                            trainable tensor's, not with max_gradient_norm */
 } optim_param;
 
 /* Fills *out with tensor i (< the count given to optim_apply_step). */
@@ -52,6 +55,8 @@ typedef void (*optim_for_fn)(size_t n, size_t grain, optim_range_fn fn, void *ct
  * `par`: every element is updated as on one thread (the rules are
  * elementwise), so the weights are bit for bit those of optim_apply_step.
  * A tensor with a w16 gets it rounded (bf16_pack) a block at a time right
- * after the block's update, while the weights are still in cache. */
+ * after the block's update, while the weights are still in cache; one with
+ * a g16 has its gradient widened a block at a time right before (no pass
+ * over the tensor widening all of it first). The bits are the same. */
 void optim_apply_step_split(const optim_config *cfg, size_t count, optim_param_fn get, void *ctx,
                             int64_t step, optim_for_fn par);

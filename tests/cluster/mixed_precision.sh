@@ -62,15 +62,18 @@ print(sum(float(l.split()[-1]) for l in t.splitlines()
 train fp32 --wafer-memory 40M # the same schedule as the bfloat16 runs (parts, layers kept across the turn)
 cp "$work/bf16.toml" "$work/bf16ram.toml"
 train bf16ram --wafer-memory 40M
-grep -q "and the weights in bfloat16 for the wire" "$run/logs/memoryx-1.log" ||
-  fail "memoryx did not keep the weights in bfloat16 beside them"
-# 150 MiB: the shard (144 MiB of weights, gradients and Adam's state) but not
-# its bfloat16 weights: rounded for each step's stream instead
+grep -q "the gradients in bfloat16 and the weights in bfloat16 for the wire" "$run/logs/memoryx-1.log" ||
+  fail "memoryx did not keep the gradients as they come and the weights in bfloat16 beside them"
+# 135 MiB: the shard (126 MiB of weights, Adam's state and the gradients
+# kept in bfloat16 as they come; 144 MiB with float32 gradients) but not its
+# bfloat16 weights: rounded for each step's stream instead
 cp "$work/bf16.toml" "$work/bf16tight.toml"
-train bf16tight --memoryx-memory 150M --wafer-memory 40M
+train bf16tight --memoryx-memory 135M --wafer-memory 40M
 grep -q "and the weights in bfloat16 for the wire" "$run/logs/memoryx-1.log" &&
   fail "memoryx kept the weights in bfloat16 in too little memory"
-grep -q "is in the disk tier" "$run/logs/memoryx-1.log" && fail "150 MiB: memoryx used its disk tier"
+grep -q "is in the disk tier" "$run/logs/memoryx-1.log" && fail "135 MiB: memoryx used its disk tier"
+grep -q "the gradients in bfloat16)" "$run/logs/memoryx-1.log" ||
+  fail "135 MiB: memoryx did not keep the gradients in bfloat16"
 "$build/client/st-compare" "$work/bf16ram/model/checkpoint_10-shard1-of-1.safetensors" \
   "$work/bf16tight/model/checkpoint_10-shard1-of-1.safetensors" --rtol 0 >/dev/null ||
   fail "bfloat16 weights kept and rounded for each stream trained different weights"

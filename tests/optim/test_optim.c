@@ -161,7 +161,7 @@ static void step_param(void *ctx, size_t i, optim_param *out)
 {
     step_fixture *f = ctx;
     static const size_t n[3] = {2, 1, 2};
-    *out = (optim_param){f->w[i], f->g[i], n[i], i < 2, &f->st[i], NULL};
+    *out = (optim_param){f->w[i], f->g[i], n[i], i < 2, &f->st[i], NULL, NULL};
 }
 
 /* optim_apply_step: the clipping factor of the trainable tensors' global
@@ -203,12 +203,13 @@ typedef struct split_fixture {
     float *w[3], *g[3];
     optim_state st[3];
     uint16_t *w16[3]; /* or NULL */
+    uint16_t *g16[3]; /* or NULL: g */
 } split_fixture;
 
 static void split_param(void *ctx, size_t i, optim_param *out)
 {
     split_fixture *f = ctx;
-    *out = (optim_param){f->w[i], f->g[i], SPLIT_N, i < 2, &f->st[i], f->w16[i]};
+    *out = (optim_param){f->w[i], f->g[i], SPLIT_N, i < 2, &f->st[i], f->w16[i], f->g16[i]};
 }
 
 /* optim_apply_step_split through the kernels' two threads is bit for bit
@@ -265,6 +266,76 @@ START_TEST(test_apply_step_split)
             optim_state_deinit(&a.st[i]), optim_state_deinit(&b.st[i]);
             free(a.w[i]), free(a.g[i]), free(b.w[i]), free(b.g[i]), free(b.w16[i]);
         }
+    }
+}
+END_TEST
+
+/* A bfloat16 gradient (g16, as memoryx keeps what the wire brings),
+ * widened a block at a time by the update, on one thread and split: the
+ * weights, state and bfloat16 copies bit for bit those of the whole
+ * gradient widened first, for every rule over several steps; the buffer
+ * still takes its float32 value. */
+START_TEST(test_apply_step_g16)
+{
+    const optim_type types[] = {OPTIM_SGD, OPTIM_ADAM, OPTIM_ADAMW};
+    kt_rng r;
+    kt_rng_init(&r, 9);
+    for (size_t t = 0; t < 3; t++) {
+        optim_config c;
+        optim_config_defaults(&c, types[t]);
+        c.lr = 0.01f;
+        c.momentum = 0.9f;
+        c.weight_decay = 0.01f;
+        split_fixture f[3]; /* the reference, one thread, split */
+        memset(f, 0, sizeof(f));
+        for (int i = 0; i < 3; i++) {
+            uint16_t *g16 = malloc(sizeof(uint16_t) * SPLIT_N);
+            float *w = kt_falloc(SPLIT_N), *g = kt_falloc(SPLIT_N);
+            kt_fill(&r, w, SPLIT_N, -1, 1);
+            kt_fill(&r, g, SPLIT_N, -1, 1);
+            bf16_pack(g16, g, SPLIT_N);
+            if (i < 2)
+                bf16_unpack(g, g16, SPLIT_N); /* what the reference is given */
+            for (int k = 0; k < 3; k++) {
+                f[k].w[i] = kt_falloc(SPLIT_N);
+                memcpy(f[k].w[i], w, sizeof(float) * SPLIT_N);
+                f[k].w16[i] = malloc(sizeof(uint16_t) * SPLIT_N);
+                ck_assert_int_eq(optim_state_init(&f[k].st[i], &c, SPLIT_N), 0);
+                if (k == 0 || i == 2) {
+                    f[k].g[i] = kt_falloc(SPLIT_N);
+                    memcpy(f[k].g[i], g, sizeof(float) * SPLIT_N);
+                } else {
+                    f[k].g16[i] = malloc(sizeof(uint16_t) * SPLIT_N);
+                    memcpy(f[k].g16[i], g16, sizeof(uint16_t) * SPLIT_N);
+                }
+            }
+            free(g16), free(w), free(g);
+        }
+        kernels_set_threads(2);
+        for (int64_t step = 0; step < 3; step++) {
+            optim_apply_step(&c, 3, split_param, &f[0], step);
+            optim_apply_step(&c, 3, split_param, &f[1], step);
+            optim_apply_step_split(&c, 3, split_param, &f[2], step, kernels_for);
+        }
+        kernels_set_threads(1);
+        for (int k = 1; k < 3; k++)
+            for (int i = 0; i < 3; i++) {
+                ck_assert_msg(memcmp(f[0].w[i], f[k].w[i], sizeof(float) * SPLIT_N) == 0,
+                              "%s: tensor %d differs with a bfloat16 gradient (%s)",
+                              optim_type_name(types[t]), i, k == 1 ? "one thread" : "split");
+                ck_assert(memcmp(f[0].w16[i], f[k].w16[i], sizeof(uint16_t) * SPLIT_N) == 0);
+                ck_assert_int_eq(optim_state_step(&f[0].st[i]), optim_state_step(&f[k].st[i]));
+                for (size_t q = 0; q < optim_state_count(&f[0].st[i]); q++)
+                    ck_assert(memcmp(optim_state_tensor(&f[0].st[i], q, NULL, NULL),
+                                     optim_state_tensor(&f[k].st[i], q, NULL, NULL),
+                                     sizeof(float) * SPLIT_N) == 0);
+            }
+        ck_assert_int_eq(optim_state_step(&f[1].st[0]), 3);
+        for (int k = 0; k < 3; k++)
+            for (int i = 0; i < 3; i++) {
+                optim_state_deinit(&f[k].st[i]);
+                free(f[k].w[i]), free(f[k].g[i]), free(f[k].w16[i]), free(f[k].g16[i]);
+            }
     }
 }
 END_TEST
@@ -384,6 +455,7 @@ int main(void)
     tcase_add_test(tc, test_clipping);
     tcase_add_test(tc, test_apply_step);
     tcase_add_test(tc, test_apply_step_split);
+    tcase_add_test(tc, test_apply_step_g16);
     tcase_add_test(tc, test_names_and_config);
     tcase_add_test(tc, test_state_save_restore);
     suite_add_tcase(s, tc);

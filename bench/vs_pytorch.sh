@@ -7,7 +7,10 @@
 #   BENCH step_time_vs_pytorch_resnet_small <ratio> of_pytorch    examples/resnet_small.toml, batch 32
 # and each again in mixed precision ([model] mixed_precision = true,
 # bfloat16) against the twin under PyTorch's CPU autocast to bfloat16
-# (BENCH step_time_vs_pytorch_<model>_bf16 <ratio> of_pytorch_autocast).
+# (BENCH step_time_vs_pytorch_<model>_bf16 <ratio> of_pytorch_autocast),
+# and the floor under the MLP's mixed-precision step, its GEMMs alone
+# (BENCH mlp_bf16_gemm_floor_vs_pytorch <ratio> of_pytorch_autocast, and
+# the appliance's step over it, of_gemm_floor).
 # Each appliance run is the whole appliance on this host (one wse-node with
 # --threads 2); its step is the job's own rate (the first step, with its
 # start-up, left out): the mean step, and the twin's is its mean step too
@@ -102,10 +105,11 @@ pair() {
     as+=("$(appliance "$name" "$batch")")
     ts+=("$("$py" "$src/bench/torch_twin.py" "$@" | "$py" -c 'import json, sys; print(json.load(sys.stdin)["mean_step_sec"])')")
   done
-  "$py" - "$figure" "$unit" "${as[*]}" "${ts[*]}" <<'PY'
+  "$py" - "$figure" "$unit" "${as[*]}" "${ts[*]}" "$work/$figure.best" <<'PY'
 import sys
 a = [float(x) for x in sys.argv[3].split()]
 t = [float(x) for x in sys.argv[4].split()]
+open(sys.argv[5], "w").write("%.6f %.6f\n" % (min(a), min(t)))
 runs = lambda v: ", ".join("%.3f" % x for x in v)
 print("%s: appliance %.3f s/step (runs %s), PyTorch %.3f s/step (runs %s)" % (
     sys.argv[1], min(a), runs(a), min(t), runs(t)))
@@ -165,10 +169,49 @@ units = 10
 learning_rate = 0.01
 momentum = 0.9
 TOML
+# The floor under the MLP's step in mixed precision: its eight GEMMs alone
+# (the forward pass's three, each weight gradient, the data gradients but
+# the first layer's), in bfloat16 on oneDNN's matmul with their operands
+# already rounded and in the layouts it picks (bench/bounds gemm-bf16:
+# nothing else a step does is counted), against PyTorch's step under
+# autocast and the appliance's. Above 0.8 of PyTorch's step, the goal is
+# below what these GEMMs take on this processor. floor prints the eight
+# GEMMs' seconds (each the fastest of several), or nothing where there is
+# no bfloat16 GEMM; it is measured after each MLP pair and once more, and
+# the least counts, as the pairs' fastest runs do.
+floor() {
+  local sum=0 t shape
+  for shape in "1024 2048 784" "1024 2048 2048" "1024 10 2048" "10 2048 1024" "1024 2048 10" \
+    "2048 2048 1024" "1024 2048 2048" "2048 784 1024"; do
+    # shellcheck disable=SC2086 # M N K as three words
+    t=$(OMP_NUM_THREADS=2 "$build/bench/bounds" gemm-bf16 $shape) || return 0
+    sum=$("$py" -c 'import sys; print(float(sys.argv[1]) + float(sys.argv[2]))' "$sum" "$t")
+  done
+  echo "$sum"
+}
 edit mlp_pipelined "$work/mlp-src.toml" 20 1024 pipelined
 compare mlp_pipelined mlp_pipelined 1024 --batch 1024 --steps 10
+floor_1=$(floor)
 edit mlp_ws "$work/mlp-src.toml" 20 1024 weight_streaming
 compare mlp_ws mlp_ws 1024 --batch 1024 --steps 10
+floor_2=$(floor)
+floor_sum=$("$py" -c 'import sys; v = [float(x) for x in sys.argv[1:] if x]; print(min(v) if v else "")' \
+  "$floor_1" "$floor_2" "$(floor)")
+if [ -n "$floor_sum" ]; then
+  "$py" - "$floor_sum" "$work/mlp_pipelined_bf16.best" "$work/mlp_ws_bf16.best" <<'PY'
+import sys
+floor = float(sys.argv[1])
+p, w = ([float(x) for x in open(f).read().split()] for f in sys.argv[2:4])
+torch = min(p[1], w[1])
+print("mlp_bf16: its GEMMs alone in bfloat16 %.3f s (%.0f GFLOP/s); PyTorch's step %.3f s, the appliance's %.3f (Pipelined), %.3f (Weight Streaming)" % (
+    floor, 2 * 1024 * (784 * 2048 * 2 + 2048 * 2048 * 3 + 2048 * 10 * 3) / floor / 1e9, torch, p[0], w[0]))
+print("BENCH mlp_bf16_gemm_floor_vs_pytorch %.3f of_pytorch_autocast" % (floor / torch))
+print("BENCH step_time_vs_gemm_floor_mlp_pipelined_bf16 %.3f of_gemm_floor" % (p[0] / floor))
+print("BENCH step_time_vs_gemm_floor_mlp_ws_bf16 %.3f of_gemm_floor" % (w[0] / floor))
+PY
+else
+  echo "vs_pytorch: no bfloat16 GEMM here (bench/bounds gemm-bf16): the MLP's floor is not measured"
+fi
 edit unet512 "$src/examples/unet.toml" 7 4
 compare unet512 unet512 4 --batch 4 --steps 4
 edit resnet_small "$src/examples/resnet_small.toml" 80 32

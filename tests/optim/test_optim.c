@@ -212,6 +212,15 @@ static void split_param(void *ctx, size_t i, optim_param *out)
     *out = (optim_param){f->w[i], f->g[i], SPLIT_N, i < 2, &f->st[i], f->w16[i], f->g16[i]};
 }
 
+/* The rule's defaults with a rate, momentum and weight decay. */
+static void split_config(optim_config *c, optim_type type)
+{
+    optim_config_defaults(c, type);
+    c->lr = 0.01f;
+    c->momentum = 0.9f;
+    c->weight_decay = 0.01f;
+}
+
 /* optim_apply_step_split through the kernels' two threads is bit for bit
  * optim_apply_step, for every rule, with clipping, over several steps
  * (SGD's first step and Adam's bias corrections count the steps); the
@@ -223,10 +232,7 @@ START_TEST(test_apply_step_split)
     kt_rng_init(&r, 5);
     for (size_t t = 0; t < 3; t++) {
         optim_config c;
-        optim_config_defaults(&c, types[t]);
-        c.lr = 0.01f;
-        c.momentum = 0.9f;
-        c.weight_decay = 0.01f;
+        split_config(&c, types[t]);
         c.max_gradient_norm = 50.0f;
         split_fixture a = {0}, b = {0};
         uint16_t *want = malloc(sizeof(uint16_t) * SPLIT_N);
@@ -282,10 +288,7 @@ START_TEST(test_apply_step_g16)
     kt_rng_init(&r, 9);
     for (size_t t = 0; t < 3; t++) {
         optim_config c;
-        optim_config_defaults(&c, types[t]);
-        c.lr = 0.01f;
-        c.momentum = 0.9f;
-        c.weight_decay = 0.01f;
+        split_config(&c, types[t]);
         split_fixture f[3]; /* the reference, one thread, split */
         memset(f, 0, sizeof(f));
         for (int i = 0; i < 3; i++) {

@@ -618,8 +618,8 @@ static void exec__replay(exec *e, int op, const float *x, int64_t step)
             e->dact[ev->layer] = (float *)p;
             e->direct[ev->layer] = ev->direct;
             if (ev->zero)
-                memset(p, 0, (size_t)e->n * model_shape_elems(&e->m->layers[ev->layer].out) *
-                                 sizeof(float));
+                kernels_zero((float *)p,
+                             (size_t)e->n * model_shape_elems(&e->m->layers[ev->layer].out));
             break;
         case MEMPLAN_AUX:
             e->aux[ev->layer] = p;
@@ -895,7 +895,7 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
             op_dropout_key key = {.seed = e->seed, .step = step, .layer = li};
             exec__dropout(e, l, out, in, count, &key, false);
         } else {
-            memcpy(out, in, count * sizeof(float));
+            kernels_copy(out, in, count);
         }
         break;
     case LAYER_FLATTEN:
@@ -991,7 +991,7 @@ void exec_backward(exec *e, int li, const float *x, int64_t step)
             const model_tensor *mt = &e->m->tensors[l->first_tensor + k];
             keep[k] = e->g[mt->id];
             if (mt->trainable) {
-                memset(p, 0, mt->elems * sizeof(float));
+                kernels_zero(p, mt->elems);
                 e->g[mt->id] = p;
                 p += mt->elems;
             }
@@ -1169,7 +1169,7 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
             if (!d)
                 continue;
             if (e->direct[e->res[l->inputs[i]]] && !(i == 1 && d == exec__dout(e, l->inputs[0])))
-                memcpy(d, dout, count * sizeof(float));
+                kernels_copy(d, dout, count);
             else
                 op_add_into(d, dout, count);
         }

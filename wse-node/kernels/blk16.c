@@ -132,7 +132,7 @@ int kern__blk16_reorder(kern__blk16_kind kind, void *blk, float *plain, int n, i
         return 0;
     blk_job j = {blk, plain, hw};
     size_t blocks = (size_t)n * (size_t)(c / 16);
-    size_t grain = 16384 / hw + 1; /* about 256 Ki elements a share at the least */
+    size_t grain = 2048 / hw + 1; /* about 32 Ki elements a share at the least */
     kernels_for(blocks, grain, kind == KERN__BLK16_PACK_F32    ? pack_f32
                                : kind == KERN__BLK16_PACK_BF16 ? pack_bf16
                                                                : unpack_f32,

@@ -204,6 +204,36 @@ void kernels_for(size_t n, size_t grain, kernels_range_fn fn, void *ctx)
     kern__parallel(range_task, &r, (int)t);
 }
 
+/* A copy (src) or a clearing (src NULL) of floats, for its ranges. */
+typedef struct copy_job {
+    float *dst;
+    const float *src;
+} copy_job;
+
+static void copy_range(void *ctx, size_t lo, size_t hi)
+{
+    const copy_job *j = ctx;
+    if (j->src)
+        memcpy(j->dst + lo, j->src + lo, (hi - lo) * sizeof(float));
+    else
+        memset(j->dst + lo, 0, (hi - lo) * sizeof(float));
+}
+
+/* Floats a thread copies or clears at the least: 128 KiB. */
+#define COPY_GRAIN (32 * 1024)
+
+void kernels_copy(float *dst, const float *src, size_t count)
+{
+    copy_job j = {dst, src};
+    kernels_for(count, COPY_GRAIN, copy_range, &j);
+}
+
+void kernels_zero(float *dst, size_t count)
+{
+    copy_job j = {dst, NULL};
+    kernels_for(count, COPY_GRAIN, copy_range, &j);
+}
+
 /* One GEMM split in column or row blocks over the pool. */
 typedef struct gemm_job {
     int ta, tb, m, n, k, split_rows;

@@ -35,6 +35,13 @@ typedef void (*kernels_range_fn)(void *ctx, size_t lo, size_t hi);
  * value. From the operators' thread, as the operators. */
 void kernels_for(size_t n, size_t grain, kernels_range_fn fn, void *ctx);
 
+/* memcpy and memset to zero of count floats, split over the operators'
+ * threads where each gets at least 32 Ki of them (a large activation or
+ * gradient: one thread alone leaves the other waiting in its team). The
+ * ranges must not overlap. */
+void kernels_copy(float *dst, const float *src, size_t count);
+void kernels_zero(float *dst, size_t count);
+
 /* C (m x n) = alpha * op(A) * op(B) + beta * C, row-major, op transposing
  * when ta / tb. Where the build has oneDNN on OpenMP, a product of 4
  * MFLOP or more runs on oneDNN's sgemm over the operators' threads, but

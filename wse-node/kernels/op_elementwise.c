@@ -1,8 +1,7 @@
-/* Elementwise addition and flatten. The additions split in ranges over
- * the operators' threads (an element's sum is the same on any). */
+/* Elementwise addition and flatten. The additions and copies split in
+ * ranges over the operators' threads (an element's sum is the same on
+ * any). */
 #include "op_elementwise.h"
-
-#include <string.h>
 
 #include "kernels.h"
 
@@ -37,21 +36,21 @@ void op_add_backward(float *da, float *db, const float *dout, size_t count)
 {
     /* dout, da, db (count) */
     if (da && da != dout)
-        memcpy(da, dout, sizeof(float) * count);
+        kernels_copy(da, dout, count);
     if (db && db != dout)
-        memcpy(db, dout, sizeof(float) * count);
+        kernels_copy(db, dout, count);
 }
 
 void op_flatten_forward(float *out, const float *in, size_t count)
 {
     /* in (n, c, h, w) = out (n, c*h*w), count elements */
     if (out != in)
-        memcpy(out, in, sizeof(float) * count);
+        kernels_copy(out, in, count);
 }
 
 void op_flatten_backward(float *din, const float *dout, size_t count)
 {
     /* dout (n, c*h*w) = din (n, c, h, w), count elements */
     if (din != dout)
-        memcpy(din, dout, sizeof(float) * count);
+        kernels_copy(din, dout, count);
 }

@@ -176,17 +176,36 @@ static bool wn__grad_range(wn_job *j, int layer, int k, uint64_t *from, uint64_t
     return true;
 }
 
+/* A gradient's range rounded chunk by chunk, for its ranges of chunks. */
+typedef struct wn_round {
+    float *g;
+    uint64_t count, chunk;
+} wn_round;
+
+static void wn__round_chunks(void *ctx, size_t lo, size_t hi)
+{
+    const wn_round *r = ctx;
+    for (size_t c = lo; c < hi; c++) {
+        uint64_t at = c * r->chunk, n = r->count - at < r->chunk ? r->count - at : r->chunk;
+        bf16_pack_in_place(r->g + at, n);
+    }
+}
+
 /* Mixed precision, on the compute thread: the gradients this task made,
- * rounded to bfloat16 in place (packed at the start of their buffers),
- * ready for the wire. */
+ * rounded to bfloat16 in place for the wire, each chunk the pump sends
+ * (plan->chunk_elems from the range's start) packed at the start of its
+ * own place, so that the chunks are rounded apart on the operators'
+ * threads. */
 static void wn__round_grads(wn_job *j)
 {
     const model_layer *l = &j->m->layers[j->layer];
     for (int k = 0; k < l->ntensors; k++) {
         uint64_t from, count;
         float *g = j->gp[l->first_tensor + k];
-        if (g && wn__grad_range(j, j->layer, k, &from, &count))
-            bf16_pack_in_place(g, count);
+        if (!g || !wn__grad_range(j, j->layer, k, &from, &count) || count == 0)
+            continue;
+        wn_round r = {g, count, j->plan->chunk_elems};
+        kernels_for((size_t)((count + r.chunk - 1) / r.chunk), 1, wn__round_chunks, &r);
     }
 }
 
@@ -340,10 +359,9 @@ int wn__grad_pump(wn_job *j)
             g.count = count;
             g.total = t->n;
             ENVELOPE(env, grad_chunk, GRAD_CHUNK, &g);
-            /* bfloat16: rounded in place on the compute thread (wn__round_grads) */
-            const void *src = j->plan->wire_bf16
-                                  ? (const void *)((const uint16_t *)t->send_base + (off - t->send_from))
-                                  : (const void *)(t->send_base + (off - t->send_from));
+            /* bfloat16: rounded in place on the compute thread, at the
+             * start of the chunk's own place (wn__round_grads) */
+            const void *src = t->send_base + (off - t->send_from);
             int rc = conn_send(up, &env, src, (uint32_t)(count * msgcheck_wire_elem(j->plan)),
                                wn__grad_sent, t);
             if (rc < 0)

@@ -50,6 +50,16 @@ static int gemm(int argc, char **argv)
 }
 
 #ifdef KERNELS_HAVE_DNNL
+/* A oneDNN memory's bytes set to zero. */
+static void memory_zero(dnnl_memory_t mem)
+{
+    void *h;
+    const dnnl_memory_desc_t *d;
+    if (dnnl_memory_get_data_handle(mem, &h) == dnnl_success &&
+        dnnl_memory_get_memory_desc(mem, &d) == dnnl_success)
+        memset(h, 0, dnnl_memory_desc_get_size(d));
+}
+
 /* The fewest seconds of an M x K by K x N bfloat16 matmul on oneDNN, its
  * operands plain (any = 0) or in the layouts the primitive picks (1). */
 static double gemm_bf16_layout(long m, long n, long k, int any)
@@ -85,13 +95,8 @@ static double gemm_bf16_layout(long m, long n, long k, int any)
         dnnl_memory_create(&ms, dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0),
                            eng, DNNL_MEMORY_ALLOCATE) != dnnl_success)
         goto out;
-    for (dnnl_memory_t mm, *p = (dnnl_memory_t[]){ma, mb, NULL}; (mm = *p); p++) {
-        void *h;
-        const dnnl_memory_desc_t *d;
-        dnnl_memory_get_data_handle(mm, &h);
-        dnnl_memory_get_memory_desc(mm, &d);
-        memset(h, 0, dnnl_memory_desc_get_size(d));
-    }
+    memory_zero(ma);
+    memory_zero(mb);
     dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc},
                               {DNNL_ARG_SCRATCHPAD, ms}};
     double fewest = 1e300;

@@ -180,14 +180,13 @@ TOML
 # no bfloat16 GEMM; it is measured after each MLP pair and once more, and
 # the least counts, as the pairs' fastest runs do.
 floor() {
-  local sum=0 t shape
+  local ts=() shape
   for shape in "1024 2048 784" "1024 2048 2048" "1024 10 2048" "10 2048 1024" "1024 2048 10" \
     "2048 2048 1024" "1024 2048 2048" "2048 784 1024"; do
     # shellcheck disable=SC2086 # M N K as three words
-    t=$(OMP_NUM_THREADS=2 "$build/bench/bounds" gemm-bf16 $shape) || return 0
-    sum=$("$py" -c 'import sys; print(float(sys.argv[1]) + float(sys.argv[2]))' "$sum" "$t")
+    ts+=("$(OMP_NUM_THREADS=2 "$build/bench/bounds" gemm-bf16 $shape)") || return 0
   done
-  echo "$sum"
+  "$py" -c 'import sys; print(sum(float(t) for t in sys.argv[1:]))' "${ts[@]}"
 }
 edit mlp_pipelined "$work/mlp-src.toml" 20 1024 pipelined
 compare mlp_pipelined mlp_pipelined 1024 --batch 1024 --steps 10

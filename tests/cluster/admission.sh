@@ -35,7 +35,7 @@ refused() { # refused PATTERN JOBFILE: the submission exits 3 with PATTERN in it
   local out rc=0
   out=$("$submit" --detach "$2" 2>&1) || rc=$?
   [ "$rc" = 3 ] || fail "expected exit 3 (refused), got $rc: $out"
-  echo "$out" | grep -q -- "$1" || fail "the refusal does not name $1: $out"
+  echo "$out" | has -- "$1" || fail "the refusal does not name $1: $out"
 }
 
 [ "$("$submit" --detach "$(job long 2000000)")" = job-1 ] || fail "first job"
@@ -80,9 +80,9 @@ assert val("appliance_jobs_refused_total") == 6, text
 PY
 [ "$(state job-1)" = cancelled ] || fail "status of evicted job-1: $("$submit" status job-1 --json)"
 [ "$(state job-2)" = done ] || fail "status of evicted job-2"
-"$submit" logs job-2 | grep -q "done: 5 steps" || fail "logs of evicted job-2: $("$submit" logs job-2)"
+"$submit" logs job-2 | has "done: 5 steps" || fail "logs of evicted job-2: $("$submit" logs job-2)"
 msg=$("$submit" cancel job-1 2>&1) && fail "cancel of an evicted job succeeded"
-echo "$msg" | grep -q "has already ended: cancelled" || fail "cancel of evicted job-1: $msg"
+echo "$msg" | has "has already ended: cancelled" || fail "cancel of evicted job-1: $msg"
 "$submit" list --json | "$py" -c '
 import json, sys
 l = json.load(sys.stdin)

@@ -132,7 +132,7 @@ for wt in 3 1; do
     out=$(cd "$work" && timeout 120 "$submit" --json "$(png_job bad "$work/bad")" 2>&1)
     set -e
     [ "$(echo "$out" | field state)" = failed ] || fail "bad mask: job not failed: $out"
-    echo "$out" | grep -q "bad/masks/img25.png" || fail "bad mask: message: $out"
+    echo "$out" | has "bad/masks/img25.png" || fail "bad mask: message: $out"
     echo "ok: a bad mask in the last part of a batch fails the job, naming the file"
     members_idle 4
   fi

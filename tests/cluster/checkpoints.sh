@@ -20,7 +20,7 @@ job() { # job NAME CHECKPOINT_STEPS STEPS [SED-EXPRESSION]
     "$src/tests/cluster/jobs/faults.toml" > "$work/$1.toml"
   local out
   out=$(cd "$work" && "$submit" --plan "$work/$1.toml") || fail "$1: plan: $out"
-  echo "$out" | grep -q "mode pipelined" || fail "$1: not Pipelined: $out"
+  echo "$out" | has "mode pipelined" || fail "$1: not Pipelined: $out"
   out=$(cd "$work" && timeout 120 "$submit" --json "$work/$1.toml") || fail "$1: $out"
   [ "$(echo "$out" | field state)" = done ] || fail "$1: not done: $out"
 }

@@ -89,7 +89,7 @@ set +e
 out=$(cd "$work" && timeout 120 "$submit" --json "$(job 2 "$work/m3" "$work/bad" 4 8)" 2>&1)
 set -e
 [ "$(echo "$out" | field state)" = failed ] || fail "damaged labels: job not failed: $out"
-echo "$out" | grep -q "bad/train-labels-idx1-ubyte: label 7 of sample 12 is not below num_classes 4" ||
+echo "$out" | has "bad/train-labels-idx1-ubyte: label 7 of sample 12 is not below num_classes 4" ||
   fail "damaged labels: message: $out"
 echo "ok: a damaged labels file fails the job with a message naming it"
 

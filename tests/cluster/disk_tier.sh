@@ -116,7 +116,7 @@ same ram tier 2 4 6
 # (under the sanitizers, APPLIANCE_TEST_LIGHT, shadow memory is not the shard's)
 [ -n "${APPLIANCE_TEST_LIGHT:-}" ] || { [ "$tier_hwm" -lt 48 ] && [ "$ram_hwm" -gt 192 ]; } ||
   fail "memoryx's peak: ${tier_hwm} MiB with the disk tier, ${ram_hwm} MiB in memory"
-ls "$run/state/memoryx-1" | grep -q tier- && fail "the tier files outlived the job: $(ls "$run/state/memoryx-1")"
+ls "$run/state/memoryx-1" | has tier- && fail "the tier files outlived the job: $(ls "$run/state/memoryx-1")"
 echo "ok: in the disk tier (4 MiB of RAM): bitwise the same weights and momentum at steps 2, 4, 6; memoryx's peak ${tier_hwm} MiB"
 
 train resumed "$(job resumed "s|^max_num_restarts|checkpoint_path = \"tier/checkpoint_2-shard1-of-1.safetensors\"\nmax_num_restarts|")"
@@ -141,7 +141,7 @@ done
 kill -KILL "$(cat "$run/pids/memoryx-1.pid")"
 out=$(timeout 120 "$submit" status "$id" --follow --json 2>&1 | tail -n 1) || true
 [ "$(echo "$out" | field state)" = done ] || fail "the job did not recover from memoryx's death: $out"
-"$submit" logs "$id" | grep -q "fault at step .*restart 1 of 2" || fail "no restart in the job's log"
+"$submit" logs "$id" | has "fault at step .*restart 1 of 2" || fail "no restart in the job's log"
 same ram killed 6
 echo "ok: memoryx killed at step $s with its shard on disk: recovered, bitwise the same weights"
 
@@ -150,7 +150,7 @@ up --memoryx-memory 4M --memoryx-disk 100M
 set +e
 msg=$(cd "$work" && "$submit" "$(job small)" 2>&1)
 set -e
-echo "$msg" | grep -q "they need 192.3 MiB, more than the memoryx members of this cluster hold (100.0 MiB in all, in memory or in their disk tiers)" ||
+echo "$msg" | has "they need 192.3 MiB, more than the memoryx members of this cluster hold (100.0 MiB in all, in memory or in their disk tiers)" ||
   fail "a disk tier too small: $msg"
 echo "ok: a disk tier too small is refused: ${msg#*: }"
 
@@ -160,7 +160,7 @@ up --memoryx-memory 4M
 if chattr +i "$run/state/memoryx-1" 2>/dev/null; then
   out=$(cd "$work" && "$submit" --json "$(job readonly 's/^max_num_restarts = .*/max_num_restarts = 0/')" 2>&1) || true
   chattr -i "$run/state/memoryx-1"
-  echo "$out" | grep -q "tier-job-1-shard1-weights.safetensors: cannot create it: Operation not permitted" ||
+  echo "$out" | has "tier-job-1-shard1-weights.safetensors: cannot create it: Operation not permitted" ||
     fail "a state directory that takes no files: $out"
   echo "ok: a state directory that takes no files fails the job: $(echo "$out" | field message)"
 else
@@ -186,16 +186,16 @@ if [ "$(id -u)" = 0 ] && unshare -m true 2>/dev/null; then
   mxpid=$(cat "$run/pids/memoryx-1.pid")
   nsenter -t "$mxpid" -m dd if=/dev/zero of="$run/state/memoryx-1/filler" bs=1M count=128 status=none
   out=$(cd "$work" && "$submit" --json "$(job full 's/^max_num_restarts = .*/max_num_restarts = 0/')" 2>&1) || true
-  echo "$out" | grep -q "its disk tier 192.3 MiB, more than the 128.0 MiB free in $run/state/memoryx-1" ||
+  echo "$out" | has "its disk tier 192.3 MiB, more than the 128.0 MiB free in $run/state/memoryx-1" ||
     fail "a full state directory: $out"
   echo "ok: a state directory that filled up fails the job: $(echo "$out" | field message)"
   nsenter -t "$mxpid" -m rm "$run/state/memoryx-1/filler"
   # 160 MiB of model_dir: the checkpoint of step 2 (128 MiB) fits, step 4's does not
   out=$(cd "$work" && "$submit" --json "$(job "small/m" 's/^max_num_restarts = .*/max_num_restarts = 0/')" 2>&1) || true
-  echo "$out" | grep -q "small/m/optimizer_4-shard1-of-1.safetensors.*No space left on device" ||
+  echo "$out" | has "small/m/optimizer_4-shard1-of-1.safetensors.*No space left on device" ||
     fail "a model_dir that fills up: $out"
   echo "ok: a model_dir that fills up fails the job: $(echo "$out" | field message | cut -c1-160)"
-  nsenter -t "$mxpid" -m ls "$work/small/m" | grep -q "tmp" && fail "a partial checkpoint file was left"
+  nsenter -t "$mxpid" -m ls "$work/small/m" | has "tmp" && fail "a partial checkpoint file was left"
   nsenter -t "$mxpid" -m cp "$work/small/m/checkpoint_2-shard1-of-1.safetensors" \
     "$work/small/m/optimizer_2-shard1-of-1.safetensors" "$work/"
   mkdir -p "$work/full2" && mv "$work"/checkpoint_2-shard1-of-1.safetensors "$work"/optimizer_2-shard1-of-1.safetensors "$work/full2/"
@@ -212,7 +212,7 @@ truncate -s -4096 "$work/cut/checkpoint_2-shard1-of-1.safetensors"
 set +e
 out=$(cd "$work" && "$submit" --json "$(job cutres "s|^max_num_restarts|checkpoint_path = \"cut/checkpoint_2-shard1-of-1.safetensors\"\nmax_num_restarts|")" 2>&1)
 set -e
-echo "$out" | grep -q "cut/checkpoint_2-shard1-of-1.safetensors: .*" ||
+echo "$out" | has "cut/checkpoint_2-shard1-of-1.safetensors: .*" ||
   fail "a truncated checkpoint: $out"
 echo "ok: a truncated checkpoint is refused: $(echo "$out" | grep -o 'cut/checkpoint_2[^"]*' | head -n 1)"
 echo "1 passed, 0 failed"

@@ -94,7 +94,7 @@ wait_step "$id" 20
 kill -KILL "$(cat "$run/pids/worker-2.pid")"
 out=$(finish "$id")
 [ "$(echo "$out" | field state)" = failed ] || fail "a job without restarts did not fail: $out"
-echo "$out" | field message | grep -qF "no restarts left: runconfig.max_num_restarts = 0" ||
+echo "$out" | field message | has -F "no restarts left: runconfig.max_num_restarts = 0" ||
   fail "the failure does not say the restarts are used up: $out"
 echo "ok: with max_num_restarts = 0 a fault fails the job: $(echo "$out" | field message)"
 
@@ -103,9 +103,9 @@ echo "ok: with max_num_restarts = 0 a fault fails the job: $(echo "$out" | field
 # its restarts used up it fails, saying so.
 slow='s/^units = 512/units = 8192/; s/^units = 256/units = 8192/; s/^batch_size = .*/batch_size = 4096/; s/^max_num_restarts = .*/max_num_restarts = 1\nstep_timeout_seconds = 1/'
 out=$(cd "$work" && timeout 120 "$submit" --json "$(job stall "$slow")") && fail "a stalled job did not fail: $out"
-echo "$out" | field message | grep -q "no progress for 1 s after step [0-9]* (runconfig.step_timeout_seconds): the job stalled (no restarts left" ||
+echo "$out" | field message | has "no progress for 1 s after step [0-9]* (runconfig.step_timeout_seconds): the job stalled (no restarts left" ||
   fail "the stalled job's failure does not say it stalled: $out"
-"$submit" logs "$(echo "$out" | field job_id)" | grep -q "fault at step [0-9]*: no progress for 1 s.*restart 1 of 1" ||
+"$submit" logs "$(echo "$out" | field job_id)" | has "fault at step [0-9]*: no progress for 1 s.*restart 1 of 1" ||
   fail "the stall was not recovered once before the job failed"
 echo "ok: a stalled job (no step within step_timeout_seconds) is a fault: restarted once, then failed"
 
@@ -155,11 +155,11 @@ for f in checkpoint optimizer; do
 done
 out=$(finish "$id")
 [ "$(echo "$out" | field state)" = done ] || fail "the job did not recover from the kill during a checkpoint: $out"
-"$submit" logs "$id" | grep -q "fault at step [0-9]*: .*restart [1-3] of 3 from the checkpoint of step $prev" ||
+"$submit" logs "$id" | has "fault at step [0-9]*: .*restart [1-3] of 3 from the checkpoint of step $prev" ||
   fail "the job did not restart from the checkpoint of step $prev: $("$submit" logs "$id" | grep -E 'fault|restart')"
 grep -q "removed .*$partial, a partial checkpoint file" "$run/logs/memoryx-1.log" ||
   fail "the partial file $partial was not removed"
-ls "$work/ckpt" | grep -q 'tmp-' && fail "partial files left in model_dir: $(ls "$work/ckpt")"
+ls "$work/ckpt" | has 'tmp-' && fail "partial files left in model_dir: $(ls "$work/ckpt")"
 echo "ok: a memoryx killed while writing the checkpoint of step $at: step $prev stays loadable, the job recovers from it"
 
 # A wse-node that stops answering (SIGSTOP) mid-stream: the coordinator

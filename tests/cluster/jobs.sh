@@ -39,13 +39,13 @@ assert jobs["job-3"]["state"] == "queued" and jobs["job-3"]["queue_position"] ==
 assert jobs["job-3"]["priority"] == "p1" and jobs["job-2"]["priority"] == "p3"
 ' || fail "queue: $list"
 echo "ok: $b (p3) and $c (p1) queued behind job-1, p1 first"
-"$submit" list | grep -q "^job-3 *queued *p1 *1 " || fail "list table: $("$submit" list)"
+"$submit" list | has "^job-3 *queued *p1 *1 " || fail "list table: $("$submit" list)"
 
 # Ctrl-C on a following client without a terminal: it detaches, the job goes on.
 "$submit" status job-1 --follow </dev/null >"$work/follow.out" 2>"$work/follow.err" &
 fpid=$!
 sleep 0.5
-"$submit" status job-1 --json | field state | grep -q running || fail "job-1 stopped"
+"$submit" status job-1 --json | field state | has running || fail "job-1 stopped"
 "$submit" --detach "$(job extra 5 p3)" >/dev/null # something to follow with submit too
 "$submit" "$work/extra.toml" </dev/null >"$work/sub.out" 2>"$work/sub.err" &
 spid=$!
@@ -64,15 +64,15 @@ wait_state job-1 cancelled 5
 set +e
 msg=$("$submit" cancel job-1 2>&1); rc=$?
 set -e
-[ "$rc" = 2 ] && echo "$msg" | grep -q "job job-1 has already ended: cancelled" || fail "second cancel: $rc $msg"
+[ "$rc" = 2 ] && echo "$msg" | has "job job-1 has already ended: cancelled" || fail "second cancel: $rc $msg"
 out=$("$submit" status job-3 --follow --json) || fail "following job-3: $out"
 [ "$(echo "$out" | field state)" = done ] || fail "job-3: $out"
 wait_state job-2 done 60
-"$submit" logs job-1 | grep -q "cancelled at step [0-9]*: cancelled by a client" || fail "logs of job-1: $("$submit" logs job-1)"
-"$submit" logs job-3 | grep -q "started: 1 replica(s)" || fail "logs of job-3"
+"$submit" logs job-1 | has "cancelled at step [0-9]*: cancelled by a client" || fail "logs of job-1: $("$submit" logs job-1)"
+"$submit" logs job-3 | has "started: 1 replica(s)" || fail "logs of job-3"
 # job-3 (p1) started before job-2 (p3), though submitted after it.
-t3=$("$submit" logs job-3 | grep -m1 started | cut -d' ' -f1)
-t2=$("$submit" logs job-2 | grep -m1 started | cut -d' ' -f1)
+t3=$("$submit" logs job-3 | awk '/started/ && t == "" { t = $1 } END { print t }')
+t2=$("$submit" logs job-2 | awk '/started/ && t == "" { t = $1 } END { print t }')
 [[ "$t3" < "$t2" || "$t3" == "$t2" ]] || fail "p1 job started after the p3 one ($t3, $t2)"
 echo "ok: cancel, then p1 before p3, logs tell it"
 
@@ -155,7 +155,7 @@ import json, sys
 st = {j["job_id"]: j["state"] for j in json.load(sys.stdin)["jobs"]}
 assert st["job-1"] == "cancelled" and st["job-2"] == "done" and st["job-3"] == "done", st
 ' || fail "after a restart: $("$submit" list)"
-"$submit" logs job-3 | grep -q "done: 40 steps" || fail "logs after a restart"
+"$submit" logs job-3 | has "done: 40 steps" || fail "logs after a restart"
 set +e
 "$submit" status job-1 >/dev/null; rc=$?
 set -e

@@ -3,8 +3,8 @@
 # It sets src, build, py, a fresh work directory $work (removed on exit
 # unless KEEP_WORK is set) with the cluster's run directory $run (stopped on
 # exit, then cleanup_extra runs if the test defines one), and defines fail
-# (the message plus the tail of every daemon log) and field (one key of a
-# JSON object on stdin).
+# (the message plus the tail of every daemon log), field (one key of a
+# JSON object on stdin) and has (grep -q on stdin, safe in a pipe).
 src=${SOURCE_ROOT:?}
 build=${BUILD_ROOT:?}
 py=/usr/bin/python3
@@ -18,6 +18,10 @@ cleanup() {
 trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; for f in "$run"/logs/*.log; do echo "== $f" >&2; tail -n 15 "$f" >&2; done; exit 1; }
 field() { "$py" -c "import json,sys; print(json.loads(sys.stdin.read())['$1'])"; }
+# has ARGS...: grep -q ARGS on stdin, read whole first. A grep -q in a pipe
+# stops at its first match; under pipefail the writer can then die of
+# SIGPIPE and fail the very pipeline that matched.
+has() { local in; in=$(cat); grep -q "$@" <<<"$in"; }
 # Following a job by its id (faults.sh, spatial.sh):
 # step_of JOB: its committed steps (empty while the coordinator is away)
 step_of() { "$build/client/appliance-submit" status "$1" --json 2>/dev/null | field steps 2>/dev/null || true; }

@@ -53,7 +53,7 @@ out=$(cd "$work" && timeout 300 "$build/client/appliance-submit" --json "$work/b
   fail "the big model did not train: $out"
 [ "$(echo "$out" | field state)" = done ] && [ "$(echo "$out" | field steps)" = 3 ] ||
   fail "the big model did not train 3 steps: $out"
-if grep -E "lost|attempt|restart" "$run/logs/coordinator.log" | grep -v "lost swarmx\|lost child\|lost wse-node\|lost the wse-node\|lost worker" | grep -q .; then
+if grep -E "lost|attempt|restart" "$run/logs/coordinator.log" | grep -v "lost swarmx\|lost child\|lost wse-node\|lost the wse-node\|lost worker" | has .; then
   fail "a member was lost or the job restarted: $(grep -E "lost|attempt|restart" "$run/logs/coordinator.log")"
 fi
 # how long memoryx took to make the weights: from the job's start to its

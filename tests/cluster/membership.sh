@@ -75,7 +75,7 @@ set +e
 msg=$("$build/wse-node/wse-node" --config "$work/bad.toml" 2>&1); rc=$?
 set -e
 [ "$rc" = 2 ] || fail "bad config: exit $rc, expected 2: $msg"
-echo "$msg" | grep -q "bad.toml:2:1: unknown key \"wafer_memroy\" for wse-node" || fail "bad config message: $msg"
+grep -q "bad.toml:2:1: unknown key \"wafer_memroy\" for wse-node" <<<"$msg" || fail "bad config message: $msg"
 echo "ok: $msg"
 "$build/wse-node/wse-node" --config "$work/good.toml" 2>"$work/extra.log" &
 extra_pid=$!

@@ -90,7 +90,7 @@ echo "ok: 5 steps in micro-batches of 4 (4 + 2 a share) agree with whole shares 
 sed -e "s/^batch_size = 12/batch_size = 96/" -e "s/^max_steps = 5/max_steps = 2/" \
   "$(job auto 'micro_batch_size = "auto"')" > "$work/auto2.toml"
 plan=$(cd "$work" && "$submit" --plan auto2.toml) || fail "plan auto: $plan"
-echo "$plan" | grep -q "mode pipelined" || fail "auto micro-batches: not pipelined: $plan"
+echo "$plan" | has "mode pipelined" || fail "auto micro-batches: not pipelined: $plan"
 micro=$(echo "$plan" | sed -n 's/^micro-batches of \([0-9]*\) samples.*/\1/p')
 [ -n "$micro" ] && [ "$micro" -lt 48 ] || fail "auto micro-batches: none chosen: $plan"
 offline=$("$submit" --plan --wafer-memory 24M --json "$work/auto2.toml") || fail "offline: $offline"
@@ -104,7 +104,7 @@ set +e
 msg=$(cd "$work" && "$submit" "$(job ws 'micro_batch_size = 2' weight_streaming)" 2>&1); rc=$?
 set -e
 [ "$rc" = 3 ] || fail "micro-batches in weight streaming: exit $rc: $msg"
-echo "$msg" | grep -q "train_input.micro_batch_size: micro-batches run in Pipelined execution" ||
+echo "$msg" | has "train_input.micro_batch_size: micro-batches run in Pipelined execution" ||
   fail "micro-batches in weight streaming: $msg"
 echo "ok: $msg"
 echo "1 passed, 0 failed"

@@ -40,12 +40,12 @@ train() { # train NAME [appliance-up options]: losses by step to $work/NAME.loss
     "$run/logs/wse-node-1.log" | head -n 1)
   if [ -n "$says" ]; then
     [ "$says" = "(unset) 100000" ] || fail "$1: the wse-node waits with $says, not a spin of 100000"
-    tr '\0' '\n' < "/proc/$(cat "$run/pids/wse-node-1.pid")/environ" | grep -qx "GOMP_SPINCOUNT=100000" ||
+    tr '\0' '\n' < "/proc/$(cat "$run/pids/wse-node-1.pid")/environ" | has -x "GOMP_SPINCOUNT=100000" ||
       fail "$1: the wse-node says its threads spin 100000, its environment does not"
     # started again under its own name, as ps and pgrep show it
     [ "$(cat "/proc/$(cat "$run/pids/wse-node-1.pid")/comm")" = wse-node ] ||
       fail "$1: the wse-node started again as $(cat "/proc/$(cat "$run/pids/wse-node-1.pid")/comm")"
-  elif ldd "$build/wse-node/wse-node" | grep -q libgomp; then
+  elif ldd "$build/wse-node/wse-node" | has libgomp; then
     fail "$1: the wse-node runs oneDNN on OpenMP but names no wait"
   fi
   sleep 1.2 # the expositions are rendered once a second
@@ -132,7 +132,7 @@ sed 's/^fp16_type = .*/fp16_type = "float16"/' "$work/bf16.toml" > "$work/f16.to
 set +e
 msg=$("$submit" --plan "$work/f16.toml" --wafer-memory 1G 2>&1)
 set -e
-echo "$msg" | grep -q "f16.toml:[0-9]*:[0-9]*: fp16_type = \"float16\" is not supported: mixed precision here is bfloat16" ||
+echo "$msg" | has "f16.toml:[0-9]*:[0-9]*: fp16_type = \"float16\" is not supported: mixed precision here is bfloat16" ||
   fail "fp16_type = \"float16\": $msg"
 echo "ok: $msg"
 echo "1 passed, 0 failed"

@@ -11,8 +11,8 @@ submit="$build/client/appliance-submit"
 
 sed -e "s|^model_dir = .*|model_dir = \"$work/deep\"|" "$src/tests/cluster/jobs/deep.toml" > "$work/deep.toml"
 plan=$(cd "$work" && "$submit" --plan deep.toml) || fail "plan: $plan"
-echo "$plan" | grep -q "mode weight_streaming" || fail "auto did not choose weight streaming: $plan"
-echo "$plan" | grep -q "4204548 parameters" || fail "parameter count: $plan"
+echo "$plan" | has "mode weight_streaming" || fail "auto did not choose weight streaming: $plan"
+echo "$plan" | has "4204548 parameters" || fail "parameter count: $plan"
 # Each replica's memory need is within its 12 MiB wafer.
 echo "$plan" | "$py" -c '
 import re, sys
@@ -34,7 +34,7 @@ set +e
 msg=$(cd "$work" && "$submit" deep-pipe.toml 2>&1); rc=$?
 set -e
 [ "$rc" = 3 ] || fail "pipelined: exit $rc, expected 3: $msg"
-echo "$msg" | grep -q "Pipelined does not fit: .* need [0-9.]* MiB per replica, the smallest wafer has 12.0 MiB; use mode = \"weight_streaming\" (needs [0-9.]* MiB)" ||
+echo "$msg" | has "Pipelined does not fit: .* need [0-9.]* MiB per replica, the smallest wafer has 12.0 MiB; use mode = \"weight_streaming\" (needs [0-9.]* MiB)" ||
   fail "pipelined refusal message: $msg"
 echo "ok: $msg"
 
@@ -52,8 +52,8 @@ set +e
 msg=$(cd "$work" && "$submit" deep-adam.toml 2>&1); rc=$?
 set -e
 [ "$rc" != 0 ] || fail "a model beyond its memoryx members was accepted"
-echo "$msg" | grep -q "with their gradients and optimizer state they need 64.2 MiB, more than the memoryx members of this cluster hold (72.0 MiB in all, in memory or in their disk tiers)" ||
-  echo "$msg" | grep -q "memoryx cannot hold the model: .* need 64.2 MiB in all, .* on shard 1 of 1, memoryx memoryx-[12] has 36.0 MiB (in memory or its disk tier); run more memoryx shards (runconfig.num_wgt_servers = 2 would do)" ||
+echo "$msg" | has "with their gradients and optimizer state they need 64.2 MiB, more than the memoryx members of this cluster hold (72.0 MiB in all, in memory or in their disk tiers)" ||
+  echo "$msg" | has "memoryx cannot hold the model: .* need 64.2 MiB in all, .* on shard 1 of 1, memoryx memoryx-[12] has 36.0 MiB (in memory or its disk tier); run more memoryx shards (runconfig.num_wgt_servers = 2 would do)" ||
   fail "memoryx refusal: $msg"
 echo "ok: $msg"
 sed -e 's/^num_csx = 1/num_csx = 1\nnum_wgt_servers = 2/' -e 's/^max_steps = .*/max_steps = 3/' \

@@ -143,7 +143,8 @@ for _ in $(seq 1 120); do
   sleep 0.5
 done
 [ "$(echo "$out" | field state)" = done ] || fail "the job did not survive the partition: $out"
-submit logs "$id" | grep -q "fault at step .*lost wse-node wse-node-2" ||
+log=$(submit logs "$id")
+grep -q "fault at step .*lost wse-node wse-node-2" <<<"$log" ||
   fail "the coordinator did not notice the partition: $(submit logs "$id" | tail -n 5)"
 grep -q "the coordinator has not answered for" "$work/logs/wse-node-2.log" ||
   fail "wse-node-2 did not notice that the coordinator went silent"

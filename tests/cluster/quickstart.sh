@@ -107,7 +107,7 @@ set +e
 msg=$(cd "$work" && "$submit" bad.toml 2>&1); rc=$?
 set -e
 [ "$rc" = 3 ] || fail "misspelt key: exit $rc, expected 3 (refused): $msg"
-echo "$msg" | grep -q 'bad.toml:8:1: unknown key "log_step" in \[runconfig\]' || fail "misspelt key message: $msg"
+echo "$msg" | has 'bad.toml:8:1: unknown key "log_step" in \[runconfig\]' || fail "misspelt key message: $msg"
 echo "ok: $msg"
 
 # A wrong secret: refused, named as such.
@@ -116,7 +116,7 @@ set +e
 msg=$("$submit" --cluster --secret-file "$work/wrong" 2>&1); rc=$?
 set -e
 [ "$rc" = 6 ] || fail "wrong secret: exit $rc, expected 6: $msg"
-echo "$msg" | grep -q "authentication failed" || fail "wrong secret message: $msg"
+echo "$msg" | has "authentication failed" || fail "wrong secret message: $msg"
 logged "authentication failed: wrong cluster secret" || fail "coordinator did not log the refusal"
 echo "ok: wrong secret refused"
 

@@ -211,7 +211,7 @@ compare "$work/kill_ref/checkpoint_$steps-shard1-of-1.safetensors" \
 
 # the plan: with a cluster, and "auto" choosing stripes for a sample that fits no wafer
 plan=$(cd "$work" && "$submit" --plan "$(job plan4 "$layers_bn" 4 4 2)") || fail "plan: $plan"
-echo "$plan" | grep -q "spatial partitions: each sample in 4 stripes, one per wse-node: 1 replica(s) of 4 stripes" ||
+echo "$plan" | has "spatial partitions: each sample in 4 stripes, one per wse-node: 1 replica(s) of 4 stripes" ||
   fail "the plan does not show the stripes: $plan"
 # "auto": whole samples while every wse-node has one; a batch of one
 # sample on 4 wse-nodes goes in 4 stripes, and one that fits no stripe is
@@ -225,7 +225,7 @@ auto=$("$submit" --plan --wafer-memory 1G --json "$work/auto1.toml") || fail "au
 set +e
 msg=$("$submit" --plan --wafer-memory 1M "$work/auto1.toml" 2>&1); rc=$?
 set -e
-[ "$rc" = 3 ] && echo "$msg" | grep -q "no count of stripes per sample .* fits" || fail "auto on 1 MiB wafers: exit $rc: $msg"
+[ "$rc" = 3 ] && echo "$msg" | has "no count of stripes per sample .* fits" || fail "auto on 1 MiB wafers: exit $rc: $msg"
 echo "ok: spatial_partitions = \"auto\": a batch of 4 on 4 wse-nodes stays whole, a batch of 1 goes in 4 stripes; on wafers too small: $msg"
 
 # stripes of unequal height: 264 rows go in slices of 4 (the model's two
@@ -250,7 +250,7 @@ set +e
 msg=$(cd "$work" && "$submit" "$work/thin2.toml" 2>&1); rc=$?
 set -e
 [ "$rc" = 3 ] || fail "8 rows in 4 stripes: exit $rc: $msg"
-echo "$msg" | grep -q "the input's 8 rows make 2 slice(s) of 4 rows, the model's downsampling: at most 2 stripes, not 4" ||
+echo "$msg" | has "the input's 8 rows make 2 slice(s) of 4 rows, the model's downsampling: at most 2 stripes, not 4" ||
   fail "8 rows in 4 stripes: $msg"
 echo "ok: $msg"
 echo "1 passed, 0 failed"

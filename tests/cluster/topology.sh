@@ -75,7 +75,7 @@ victim=$(grep -l "job $id: tree node [12], inner" "$run"/logs/swarmx-*.log | hea
 victim=$(basename "$victim" .log)
 kill -KILL "$(cat "$run/pids/$victim.pid")"
 out=$(timeout 120 "$submit" status "$id" --follow --json) || fail "the job did not recover from the loss of $victim: $out"
-"$submit" logs "$id" | grep -q "restarted: 4 replica(s)" || fail "no restart on 4 replicas"
+"$submit" logs "$id" | has "restarted: 4 replica(s)" || fail "no restart on 4 replicas"
 grep -q "job $id.r1: tree node 0, root, 4 children" "$run"/logs/swarmx-*.log ||
   fail "the tree was not rebuilt as one node over 4 replicas"
 "$build/client/st-compare" "$work/lost-ref/checkpoint_200-shard1-of-1.safetensors" \

@@ -111,7 +111,7 @@ import json, sys
 m = {x["name"]: x for x in json.load(sys.stdin)["members"]}
 assert m["wse-node-1"]["job"] == "job-1", m["wse-node-1"]
 ' || fail "alice does not see her job in the cluster list"
-alice logs job-1 | grep -q "submitted from 127.0.0.1:[0-9]* by user alice: .*alice.toml, priority p2" ||
+alice logs job-1 | has "submitted from 127.0.0.1:[0-9]* by user alice: .*alice.toml, priority p2" ||
   fail "alice's log: $(alice logs job-1)"
 echo "ok: another user's job is 'no job' for status, logs, cancel and the cluster list"
 
@@ -119,8 +119,8 @@ rc=0; alice cancel job-1 >/dev/null || rc=$?
 [ "$rc" = 5 ] || fail "alice cancels job-1: exit $rc"
 out=$(bob status job-2 --follow --json) || fail "bob follows job-2: $out"
 [ "$(echo "$out" | field state)" = done ] || fail "job-2: $out"
-bob logs job-2 | grep -q "done: 40 steps" || fail "bob's log: $(bob logs job-2)"
-alice logs job-1 | grep -q "cancelled at step [0-9]*: cancelled by user alice at 127.0.0.1" ||
+bob logs job-2 | has "done: 40 steps" || fail "bob's log: $(bob logs job-2)"
+alice logs job-1 | has "cancelled at step [0-9]*: cancelled by user alice at 127.0.0.1" ||
   fail "alice's cancel in the log: $(alice logs job-1)"
 c=$("$submit" --detach "$(job op 2000000)") || fail "the operator submits"
 refused alice status "$c"
@@ -189,7 +189,7 @@ extra_pids="$extra_pids $!"
 for _ in $(seq 1 100); do [ -s "$work/c3.port" ] && break; sleep 0.05; done
 export APPLIANCE_COORDINATOR="127.0.0.1:$(cat "$work/c3.port")"
 [ "$("$submit" list --json | ids)" = "job-1" ] || fail "the operator and an old journal: $(cat "$work/c3.log")"
-"$submit" logs job-1 | grep -q "done: 10 steps" || fail "the old job's log"
+"$submit" logs job-1 | has "done: 10 steps" || fail "the old job's log"
 [ "$(alice list --json | ids)" = "" ] || fail "alice sees an old job: $(alice list)"
 refused alice status job-1
 grep -q "journal: schema version 0 -> 1" "$work/c3.log" || fail "no migration logged: $(cat "$work/c3.log")"
@@ -242,7 +242,7 @@ listed bob 89 job-5011 job-5099 0
 listed op 5000 job-101 job-5100 100
 [ "$(alice status --json | field job_id)" = job-5010 ] || fail "alice's newest job, from the journal"
 [ "$(alice status job-3 --json | field state)" = done ] || fail "alice's evicted job-3"
-alice logs job-3 | grep -q "done: 10 steps, alice" || fail "alice's log of job-3: $(alice logs job-3)"
+alice logs job-3 | has "done: 10 steps, alice" || fail "alice's log of job-3: $(alice logs job-3)"
 rc=0; msg=$(alice cancel job-3 2>&1) || rc=$?
 [ "$rc" = 2 ] && [[ "$msg" == *"job job-3 has already ended: done"* ]] || fail "alice cancels job-3: $rc $msg"
 refused bob status job-3

@@ -28,7 +28,7 @@ train() { # train NAME WAFER: the job on a fresh cluster of 2 wse-nodes with tha
 train whole 256M
 train parts 40M
 plan=$("$submit" --plan "$work/mlp.toml" --wafer-memory 40M)
-echo "$plan" | grep -q "weight_streaming in parts: dense layers of more than [0-9]* weights" ||
+echo "$plan" | has "weight_streaming in parts: dense layers of more than [0-9]* weights" ||
   fail "--plan does not say the layers go in parts: $plan"
 echo "$plan" | grep -E "^  weight_streaming .* yes " >/dev/null || fail "--plan: parts do not fit 40 MiB: $plan"
 "$build/client/st-compare" "$work/whole/model/checkpoint_4-shard1-of-1.safetensors" \
@@ -40,6 +40,6 @@ echo "ok: 4 steps with evaluation on a 40 MiB wafer in parts: the weights of who
 set +e
 msg=$("$submit" --plan "$work/mlp.toml" --wafer-memory 3M 2>&1)
 set -e
-echo "$msg" | grep -q "weight_streaming .* no " || fail "a 3 MiB wafer: $msg"
+echo "$msg" | has "weight_streaming .* no " || fail "a 3 MiB wafer: $msg"
 echo "ok: a 3 MiB wafer does not fit: $(echo "$msg" | grep "^mode ")"
 echo "1 passed, 0 failed"

@@ -148,7 +148,8 @@ out=$(run_image bash -c 'id -u; id -g; id -un') || fail "the image does not run:
 out=$(run_image bash -c 'for c in gcc cc cpp c99 ld as make; do command -v "$c"; done; compgen -G "/usr/lib/gcc/*/*/cc1"; dpkg-query -W -f "\${db:Status-Status} \${Package}\n" gcc gcc-12 cpp cpp-12 binutils libc6-dev make 2>/dev/null | grep ^installed; true') ||
   fail "the image does not run bash"
 [ -z "$out" ] || fail "the runtime image has build tools: $out"
-run_image --help | grep -q '^Usage: appliance-entrypoint' || fail "the image's default command is not the entrypoint's usage"
+usage=$(run_image --help)
+grep -q '^Usage: appliance-entrypoint' <<<"$usage" || fail "the image's default command is not the entrypoint's usage"
 hc=$(podman image inspect --format '{{json .HealthCheck}}' "$image")
 case "$hc" in *appliance-healthcheck*) ;; *) fail "the image has no HEALTHCHECK: $hc" ;; esac
 echo "ok: the runtime image runs as uid 10001, has no compiler, has its HEALTHCHECK ($(podman image inspect --format '{{.Size}}' "$image" | awk '{ printf "%.0f MB", $1 / 1e6 }'))"

@@ -210,8 +210,8 @@ inside systemctl start --no-block appliance-wse-node@3.service
 sleep 6
 s=$(inside systemctl is-active appliance-wse-node@3.service || true)
 [ "$s" = activating ] || fail "wse-node@3 without a coordinator is $s, expected activating"
-inside journalctl -q -u appliance-wse-node@3.service --no-pager |
-  grep -q "coordinator 127.0.0.1:7070 not reached: .*; retrying" || fail "no 'not reached ... retrying' in the log"
+log=$(inside journalctl -q -u appliance-wse-node@3.service --no-pager)
+grep -q "coordinator 127.0.0.1:7070 not reached: .*; retrying" <<<"$log" || fail "no 'not reached ... retrying' in the log"
 inside systemctl stop appliance-wse-node@3.service
 echo "ok: without a coordinator wse-node@3 stays activating and logs that it retries"
 mv "$root/etc/appliance/secret" "$root/etc/appliance/secret.away"
@@ -221,9 +221,9 @@ if msg=$(inside timeout 20 systemctl start appliance-worker@3.service 2>&1); the
 fi
 [ $((SECONDS - t)) -le 5 ] || fail "worker@3 without a secret took $((SECONDS - t)) s to fail"
 journal=$(inside journalctl -q -u appliance-secret.service -u appliance-worker@3.service --no-pager)
-named=$(printf '%s\n' "$journal" | grep -m1 "the cluster secret /etc/appliance/secret is missing or empty" || true)
+named=$(grep -m1 "the cluster secret /etc/appliance/secret is missing or empty" <<<"$journal" || true)
 [ -n "$named" ] || fail "the journal does not name the missing secret file: $msg; $journal"
-printf '%s\n' "$journal" | grep -q "Dependency failed for.*input worker 3" ||
+grep -q "Dependency failed for.*input worker 3" <<<"$journal" ||
   fail "worker@3 did not fail on its dependency on the secret: $journal"
 mv "$root/etc/appliance/secret.away" "$root/etc/appliance/secret"
 echo "ok: without its secret a unit fails at once: $msg; the journal: ${named#*]: }"

@@ -93,6 +93,8 @@ static void mx__job_free(mx_job *j)
         j->tier->job = NULL;
         tier_put(j->tier);
     }
+    for (size_t i = 0; j->t && i < j->nt; i++)
+        free(j->t[i].parts);
     free(j->t);
     free(j->by_id);
     free(j->ready);
@@ -353,6 +355,25 @@ static int mx__tier_send(node *n, mx_job *j, const plan_chunk *ch, mx_tensor *t)
     return 1;
 }
 
+/* The part of t that element `at` is in. */
+static mx_part *mx__part_at(const mx_tensor *t, uint64_t at)
+{
+    uint64_t i = at / t->part_elems;
+    return &t->parts[i < t->nparts ? i : t->nparts - 1];
+}
+
+/* Whether any part of t over [offset, offset + count) is being updated. */
+static bool mx__parts_busy(const mx_tensor *t, uint64_t offset, uint64_t count)
+{
+    for (mx_part *p = mx__part_at(t, offset); p < t->parts + t->nparts && p->lo < offset + count;
+         p++)
+        if (p->busy)
+            return true;
+    return false;
+}
+
+static void mx__maybe_turn(node *n, mx_job *j);
+
 /* Sends the step's weight chunks while the link to swarmx has room, in the
  * order the stream cursor gives (plan_stream.h). */
 static void mx__pump(node *n, mx_job *j)
@@ -360,8 +381,8 @@ static void mx__pump(node *n, mx_job *j)
     plan_chunk ch;
     while (j->down && plan_stream_next(&j->cur, &ch)) {
         mx_tensor *t = j->by_id[ch.tensor];
-        if (t->updating) /* its update is in the thread pool: resumed when it is back */
-            return;
+        if (t->updating || mx__parts_busy(t, ch.offset, ch.count))
+            return; /* its update is due or runs: resumed when it is back */
         if (j->tier) {
             int rc = mx__tier_send(n, j, &ch, t);
             if (rc < 0)
@@ -392,11 +413,13 @@ static void mx__pump(node *n, mx_job *j)
      * done, once: not again while its checkpoint is written or after the
      * last step */
     if (j->state == MX_RUNNING && j->ckpt_kind == MX_CKPT_NONE && j->cur.done &&
-        j->cur.training && j->updated == j->nt)
+        j->cur.training && j->updated == j->nt && !j->turned)
         mx__step_done(n, j);
+    else
+        mx__maybe_turn(n, j);
 }
 
-static void mx__grad_in(node *n, mx_job *j, mx_tensor *t, uint64_t count);
+static void mx__grad_in(node *n, mx_job *j, mx_tensor *t, uint64_t offset, uint64_t count);
 
 /* ---- the disk tier's reads and writes (tier.h) ---- */
 
@@ -500,7 +523,7 @@ static void mx__tier_grad_done(uv_work_t *req, int status)
     mx_gwrite *w = container_of(req, mx_gwrite, req);
     mx_job *j = w->job;
     mx_tensor *t = w->t;
-    uint64_t count = w->count;
+    uint64_t offset = w->offset, count = w->count;
     int rc = status < 0 ? status : w->rc;
     free(w->owned);
     free(w);
@@ -516,7 +539,7 @@ static void mx__tier_grad_done(uv_work_t *req, int status)
     }
     if (j->down && j->down->paused && !j->held && tr->g_bytes < tr->g_limit)
         conn_resume(j->down);
-    mx__grad_in(n, j, t, count);
+    mx__grad_in(n, j, t, offset, count);
 }
 
 /* Disk tier: count gradient elements of t at offset, in data (owned: freed
@@ -596,7 +619,7 @@ static void mx__start_step(node *n, mx_job *j)
     if (j->tier)
         j->tier->ra = j->cur; /* the read-ahead starts where the stream does */
     j->updated = 0;
-    j->ready_head = j->ready_len = 0;
+    j->grads_in = 0;
     for (size_t i = 0; i < j->nt; i++) {
         j->t[i].grad_have = 0;
         j->t[i].updated = false;
@@ -614,7 +637,7 @@ static void mx__start_step(node *n, mx_job *j)
             continue;
         }
         mx__grad_land(j, h->tensor, h->offset, h->count, h->data);
-        mx__grad_in(n, j, h->tensor, h->count);
+        mx__grad_in(n, j, h->tensor, h->offset, h->count);
         free(h);
     }
     if (mx_of(n)->job == j && j->down && !j->held &&
@@ -624,32 +647,28 @@ static void mx__start_step(node *n, mx_job *j)
 
 static void mx__tensor_param(void *ctx, size_t i, optim_param *out);
 
-/* One range over the whole: a tensor's update on its own thread. */
-static void mx__serial(size_t n, size_t grain, optim_range_fn fn, void *ctx)
-{
-    (void)grain;
-    fn(ctx, 0, n);
-}
-
-/* The update of one tensor with its reduced gradient, in the thread pool:
+/* The update of one part with its reduced gradient, in the thread pool:
  * the optimizer for parameters, assignment for buffers (the replicas'
- * averaged running statistics). Touches that tensor only. */
-static void mx__update_work(uv_work_t *req)
+ * averaged running statistics), a bfloat16 gradient widened and the
+ * weights' bfloat16 twin rounded a block at a time (optim_update_range; no
+ * clipping here: that is mx__step_work's). Touches that part only; the disk
+ * tier's tensors are one part, updated through its window. */
+static void mx__part_work(uv_work_t *req)
 {
-    mx_tensor *t = container_of(req, mx_tensor, upd_req);
+    mx_part *p = container_of(req, mx_part, req);
+    mx_tensor *t = p->t;
     mx_job *j = t->job;
     if (tier_files(j)) {
         tier_update(j, t, 1.0f);
-    } else if (t->w16 || t->g16) { /* its twin rounded, its gradient widened, a block at a
-                                    * time as it is updated (no clipping here: that is
-                                    * mx__step_work's) */
-        optim_apply_step_split(&j->cfg, 1, mx__tensor_param, t, (int64_t)j->step, mx__serial);
-    } else {
-        optim_update(&j->cfg, &t->st, t->w, t->g, t->n, t->trainable, 1.0f, (int64_t)j->step);
+        return;
     }
+    optim_param op;
+    mx__tensor_param(t, 0, &op);
+    optim_update_range(&j->cfg, &op, p->lo, p->hi, (int64_t)p->step);
 }
 
 static void mx__update_next(node *n, mx_job *j);
+static void mx__commit(node *n, mx_job *j, uint64_t step);
 
 /* After an update came back: the step is done when every tensor is updated
  * and its stream is over (once: not while its checkpoint is written; the
@@ -657,17 +676,41 @@ static void mx__update_next(node *n, mx_job *j);
 static void mx__maybe_step_done(node *n, mx_job *j)
 {
     if (mx_of(n)->job == j && j->state == MX_RUNNING && j->ckpt_kind == MX_CKPT_NONE &&
-        j->updated == j->nt && !mx__streaming(j))
+        j->updated == j->nt && !j->turned && !mx__streaming(j))
         mx__step_done(n, j);
 }
 
-/* Back on the loop: one more tensor updated; the stream may go on with its
- * weights, and the step may be done. */
-static void mx__update_done(uv_work_t *req, int status)
+/* Every tensor's gradient of the step is in, its stream is over and no
+ * checkpoint follows it, but updates still run: the next step's stream
+ * starts now, its chunks waiting for their parts' updates (mx__pump), so
+ * the first layer's first parts go while its last ones update; the step is
+ * committed when its last update is back (mx__part_done). Not with
+ * clipping or the disk tier (one piece of work a step, or a tensor), nor
+ * before a checkpoint, which must see every update done. */
+static void mx__maybe_turn(node *n, mx_job *j)
 {
-    mx_tensor *t = container_of(req, mx_tensor, upd_req);
+    if (mx_of(n)->job != j || j->state != MX_RUNNING || j->ckpt_kind != MX_CKPT_NONE ||
+        j->turned || !j->cur.done || !j->cur.training || j->grads_in < j->nt ||
+        j->updated == j->nt || j->tier || j->cfg.max_gradient_norm > 0 ||
+        plan_checkpoint_after(j->plan, j->step))
+        return;
+    j->turned = true;
+    j->turn_step = j->step;
+    j->turn_left = j->nt - j->updated;
+    log_debug("job %s: step %llu streams while %zu tensor(s) of step %llu update", j->id,
+              (unsigned long long)j->step + 1, j->turn_left, (unsigned long long)j->step);
+    j->step++;
+    mx__start_step(n, j);
+}
+
+/* Back on the loop: one more part updated; the stream may go on with its
+ * weights, its tensor may be updated, and with it the step. */
+static void mx__part_done(uv_work_t *req, int status)
+{
+    mx_part *p = container_of(req, mx_part, req);
+    mx_tensor *t = p->t;
     mx_job *j = t->job;
-    t->updating = false;
+    p->busy = false;
     j->updating--;
     if (mx__pool_back(j))
         return;
@@ -676,30 +719,49 @@ static void mx__update_done(uv_work_t *req, int status)
         mx__abort(n, j, "tensor %s: update cancelled: %s", t->name, uv_strerror(status));
         return;
     }
-    j->updated++;
-    log_debug("job %s: step %llu: %s updated (%zu of %zu)", j->id, (unsigned long long)j->step,
-              t->name, j->updated, j->nt);
+    if (--t->parts_left == 0) {
+        t->parts_left = t->nparts;
+        if (!tier_files(j)) { /* (the tier's update counts its own step) */
+            optim_param op;
+            mx__tensor_param(t, 0, &op);
+            optim_update_finish(&op);
+        }
+        if (j->turned && p->step == j->turn_step) {
+            log_debug("job %s: step %llu: %s updated (%zu left)", j->id,
+                      (unsigned long long)p->step, t->name, j->turn_left - 1);
+            if (--j->turn_left == 0) {
+                j->turned = false;
+                mx__commit(n, j, p->step);
+            }
+        } else {
+            j->updated++;
+            log_debug("job %s: step %llu: %s updated (%zu of %zu)", j->id,
+                      (unsigned long long)j->step, t->name, j->updated, j->nt);
+        }
+    }
     mx__update_next(n, j);
     mx__pump(n, j);
     mx__maybe_step_done(n, j);
 }
 
-/* Starts the updates of complete tensors, at most --threads at a time. */
+/* Starts the updates of parts whose gradient is complete, at most --threads
+ * at a time. */
 static void mx__update_next(node *n, mx_job *j)
 {
     unsigned limit = j->mx->opt.threads ? j->mx->opt.threads : 1;
     while (j->ready_head < j->ready_len && j->updating < limit) {
-        mx_tensor *t = &j->t[j->ready[j->ready_head]];
-        int rc = uv_queue_work(n->loop, &t->upd_req, mx__update_work, mx__update_done);
+        mx_part *p = j->ready[j->ready_head];
+        int rc = uv_queue_work(n->loop, &p->req, mx__part_work, mx__part_done);
         if (rc < 0) {
-            mx__abort(n, j, "tensor %s: update cannot start: %s", t->name, uv_strerror(rc));
+            mx__abort(n, j, "tensor %s: update cannot start: %s", p->t->name, uv_strerror(rc));
             return;
         }
         j->ready_head++;
-        t->updating = true;
         j->updating++;
         j->pool_work++;
     }
+    if (j->ready_head == j->ready_len) /* drained: a step's parts fit again */
+        j->ready_head = j->ready_len = 0;
 }
 
 /* The tensor ctx (i unused) as the optimizer takes it. */
@@ -746,15 +808,21 @@ static void mx__step_work_done(uv_work_t *req, int status)
     mx__maybe_step_done(n, j);
 }
 
-static void mx__step_done(node *n, mx_job *j)
+/* Tells the coordinator that `step` is committed in this shard. */
+static void mx__commit(node *n, mx_job *j, uint64_t step)
 {
     Appliance__StepCommitted sc = APPLIANCE__STEP_COMMITTED__INIT;
     sc.job_id = j->id;
-    sc.step = j->step;
+    sc.step = step;
     sc.shard = j->shard;
     mx_of(n)->steps++;
     ENVELOPE(env, step_committed, STEP_COMMITTED, &sc);
     node_send_coordinator(n, &env);
+}
+
+static void mx__step_done(node *n, mx_job *j)
+{
+    mx__commit(n, j, j->step);
     if (plan_checkpoint_after(j->plan, j->step)) {
         mx__checkpoint_after(n, j, j->step);
         return;
@@ -892,6 +960,39 @@ static void mx__load_done(uv_work_t *req, int status)
 /* Starts a job (jobhost_ops.start): the shard's tensors initialised from
  * the seed or loaded from the checkpoint the job resumes from, in the
  * thread pool (mx__load_work); the loop goes on meanwhile. */
+/* Each tensor's update in parts of whole stream chunks, at least
+ * MX_PART_MIN elements (256 KiB of float32 weights: a part's update costs
+ * far more than its piece of work in the pool); one part a tensor with the
+ * disk tier (its update goes through the tier's window) or clipping (the
+ * step's update is one piece of work). Returns 0 or -ENOMEM. */
+#define MX_PART_MIN 65536
+static int mx__parts(mx_job *j)
+{
+    uint64_t chunk = j->plan->chunk_elems ? j->plan->chunk_elems : MX_PART_MIN;
+    uint64_t part = chunk * ((MX_PART_MIN + chunk - 1) / chunk);
+    bool whole = j->tier_window || j->cfg.max_gradient_norm > 0;
+    j->nparts = 0;
+    for (size_t i = 0; i < j->nt; i++) {
+        mx_tensor *t = &j->t[i];
+        t->part_elems = whole || t->n <= part ? (t->n ? t->n : 1) : part;
+        t->nparts = (uint32_t)((t->n + t->part_elems - 1) / t->part_elems);
+        if (t->nparts == 0)
+            t->nparts = 1;
+        t->parts_left = t->nparts;
+        if (!(t->parts = calloc(t->nparts, sizeof(*t->parts))))
+            return -ENOMEM;
+        for (uint32_t k = 0; k < t->nparts; k++) {
+            mx_part *q = &t->parts[k];
+            q->t = t;
+            q->lo = k * t->part_elems;
+            q->hi = q->lo + t->part_elems < t->n ? q->lo + t->part_elems : t->n;
+        }
+        j->nparts += t->nparts;
+    }
+    j->ready = calloc(j->nparts ? j->nparts : 1, sizeof(*j->ready));
+    return j->ready ? 0 : -ENOMEM;
+}
+
 static void *mx__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
 {
     node *n = h->n;
@@ -920,9 +1021,8 @@ static void *mx__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
     j->nids = p->n_tensors;
     j->by_id = calloc(j->nids ? j->nids : 1, sizeof(*j->by_id));
     j->t = calloc(p->n_tensors ? p->n_tensors : 1, sizeof(*j->t));
-    j->ready = calloc(p->n_tensors ? p->n_tensors : 1, sizeof(*j->ready));
     j->held_tail = &j->held;
-    if (!j->by_id || !j->t || !j->ready)
+    if (!j->by_id || !j->t)
         return mx__start_failed(j, why, whylen, "out of memory");
     uint64_t bytes = 0;
     j->pipelined = p->mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED;
@@ -1000,6 +1100,8 @@ static void *mx__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
         j->twins = true;
         bytes += twin_bytes;
     }
+    if (mx__parts(j) < 0)
+        return mx__start_failed(j, why, whylen, "out of memory");
     j->load_bytes = bytes;
     j->step = p->first_step;
     j->mx = mx;
@@ -1159,7 +1261,7 @@ static void *mx__payload_dest(node *n, conn *c, const Appliance__Envelope *env, 
         *err = -EINVAL;
         return NULL;
     }
-    if (g->step > j->step && (j->ready_len == j->nt || c->paused)) {
+    if (g->step > j->step && (j->grads_in == j->nt || c->paused)) {
         /* Pipelined replicas run ahead: the next step's gradients come while
          * this step's last updates still read the buffers. They wait in a
          * buffer of the reader's (mx__grad_chunk holds them) and the link
@@ -1180,7 +1282,7 @@ static void *mx__payload_dest(node *n, conn *c, const Appliance__Envelope *env, 
     return mx__grad_dest(j, t, g->offset, g->count);
 }
 
-static void mx__grad_in(node *n, mx_job *j, mx_tensor *t, uint64_t count);
+static void mx__grad_in(node *n, mx_job *j, mx_tensor *t, uint64_t offset, uint64_t count);
 
 /* Pipelined: count elements of t's weights (state 0) or optimizer state
  * are in; when the upload is whole, its checkpoint is written and the link
@@ -1330,20 +1432,13 @@ static void mx__grad_chunk(node *n, conn *c, Appliance__Envelope *env, uint8_t *
     /* in place; or a chunk that was to be held, but whose step started
      * while its payload still arrived: in the reader's buffer */
     mx__grad_land(j, t, g->offset, g->count, pl);
-    mx__grad_in(n, j, t, g->count);
+    mx__grad_in(n, j, t, g->offset, g->count);
 }
 
-/* count more elements of t's reduced gradient are in its buffer. */
-static void mx__grad_in(node *n, mx_job *j, mx_tensor *t, uint64_t count)
+/* A part's gradient is complete: its update is due. */
+static void mx__part_ready(node *n, mx_job *j, mx_part *p)
 {
-    t->grad_have += count;
-    if (t->grad_have < t->n)
-        return;
-    if (t->updated || t->grad_have > t->n) {
-        mx__abort(n, j, "tensor %s: gradient received twice in step %llu", t->name,
-                  (unsigned long long)j->step);
-        return;
-    }
+    mx_tensor *t = p->t;
     if (t->writes > 0) {
         /* Cannot happen: the gradient depends on weights already written
          * from t->w. (Chunks sent from read-ahead buffers are not counted:
@@ -1352,23 +1447,67 @@ static void mx__grad_in(node *n, mx_job *j, mx_tensor *t, uint64_t count)
         mx__abort(n, j, "tensor %s: gradient before its weights were written", t->name);
         return;
     }
-    t->updated = true; /* its gradient is complete: the update is due */
-    t->updating = true;
-    if (j->cfg.max_gradient_norm > 0) {
-        if (++j->ready_len < j->nt)
-            return;
-        int rc = uv_queue_work(n->loop, &j->step_req, mx__step_work, mx__step_work_done);
-        if (rc < 0) {
-            mx__abort(n, j, "the update of step %llu cannot start: %s",
-                      (unsigned long long)j->step, uv_strerror(rc));
-            return;
-        }
-        j->updating++;
-        j->pool_work++;
+    if (j->ready_len == j->nparts) {
+        mx__abort(n, j, "tensor %s: more updates due than parts", t->name);
         return;
     }
-    j->ready[j->ready_len++] = (size_t)(t - j->t);
+    p->have = 0;
+    p->busy = true;
+    p->step = j->step;
+    j->ready[j->ready_len++] = p;
     mx__update_next(n, j);
+}
+
+/* Elements [offset, offset + count) of t's reduced gradient are in its
+ * buffer: the parts they complete are due, and with the last the tensor. */
+static void mx__grad_in(node *n, mx_job *j, mx_tensor *t, uint64_t offset, uint64_t count)
+{
+    t->grad_have += count;
+    if (t->updated || t->grad_have > t->n) {
+        mx__abort(n, j, "tensor %s: gradient received twice in step %llu", t->name,
+                  (unsigned long long)j->step);
+        return;
+    }
+    bool clip = j->cfg.max_gradient_norm > 0;
+    uint64_t end = offset + count;
+    for (mx_part *p = mx__part_at(t, offset); !clip && p < t->parts + t->nparts && p->lo < end;
+         p++) {
+        uint64_t a = offset > p->lo ? offset : p->lo, b = end < p->hi ? end : p->hi;
+        p->have += b - a;
+        if (p->busy || p->have > p->hi - p->lo) {
+            mx__abort(n, j, "tensor %s: gradient received twice in step %llu", t->name,
+                      (unsigned long long)j->step);
+            return;
+        }
+        if (p->have == p->hi - p->lo) {
+            mx__part_ready(n, j, p);
+            if (mx_of(n)->job != j)
+                return;
+        }
+    }
+    if (t->grad_have < t->n)
+        return;
+    t->updated = true; /* its gradient is complete */
+    j->grads_in++;
+    if (!clip) {
+        mx__maybe_turn(n, j);
+        return;
+    }
+    if (t->writes > 0) {
+        mx__abort(n, j, "tensor %s: gradient before its weights were written", t->name);
+        return;
+    }
+    t->updating = true;
+    if (j->grads_in < j->nt)
+        return;
+    int rc = uv_queue_work(n->loop, &j->step_req, mx__step_work, mx__step_work_done);
+    if (rc < 0) {
+        mx__abort(n, j, "the update of step %llu cannot start: %s", (unsigned long long)j->step,
+                  uv_strerror(rc));
+        return;
+    }
+    j->updating++;
+    j->pool_work++;
 }
 
 /* Lets the job go (jobhost_ops.release). */

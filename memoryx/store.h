@@ -15,6 +15,20 @@
 
 struct memoryx;
 
+/* A range of a tensor whose update is one piece of work, started as soon
+ * as the range's gradient is in (mx__grad_in): a tensor of many stream
+ * chunks updates in parts (MX_PART_MIN), so its first parts are updated
+ * while the rest of its gradient still comes, and the next step's stream
+ * sends them while the last ones update. */
+typedef struct mx_part {
+    uv_work_t req;        /* its update */
+    struct mx_tensor *t;
+    uint64_t lo, hi;      /* elements [lo, hi) of t */
+    uint64_t have;        /* its gradient elements in, of the step being received */
+    uint64_t step;        /* the step its update applies */
+    bool busy;            /* its update is due or runs: w[lo, hi) must not be read */
+} mx_part;
+
 typedef struct mx_tensor {
     uint32_t id;          /* plan tensor id */
     char name[128];
@@ -33,9 +47,12 @@ typedef struct mx_tensor {
     uint64_t sent_at;     /* uv_now when its last chunk was queued */
     struct memoryx *mx;   /* for the chunk latency */
     uv_loop_t *loop;
-    bool updated;         /* optimizer applied this step */
-    bool updating;        /* its update runs in the thread pool (w must not be read) */
-    uv_work_t upd_req;    /* that update */
+    bool updated;         /* its gradient of this step is complete (its update is due) */
+    bool updating;        /* with clipping: the step's update runs (w must not be read) */
+    mx_part *parts;       /* its update's parts, in order, owned */
+    uint32_t nparts;
+    uint32_t parts_left;  /* parts of the step being updated not yet back */
+    uint64_t part_elems;  /* elements of each part but the last */
     struct mx_job *job;   /* its job, for the update */
     uint64_t up_off[1 + OPTIM_MAX_STATE]; /* Pipelined: the next element of the weights (0)
                                              and of each state (1..) the upload brings */
@@ -82,11 +99,15 @@ typedef enum mx_ckpt_kind {
  * the rest of this is Weight Streaming's):
  * each step streams its weights (cur, the stream cursor, says how
  * far: mx__pump) while reduced gradients come back (mx__grad_chunk) and
- * the optimizer updates each complete tensor in the thread pool, at most
- * --threads at a time (mx__update_next; with clipping, every tensor in one
- * piece of work once all are in); a step is done when every tensor is
- * updated and the stream is over (mx__step_done), and the next starts
- * (mx__start_step). A checkpoint due then (or before the first step, or
+ * the optimizer updates each part of a tensor (mx_part) whose gradient is
+ * complete in the thread pool, at most --threads at a time
+ * (mx__update_next; with clipping, every tensor in one piece of work once
+ * all are in); a step is done when every tensor is updated and the stream
+ * is over (mx__step_done), and the next starts (mx__start_step). Where no
+ * checkpoint follows, the next step's stream starts as soon as the last
+ * gradient is in (mx__maybe_turn): its chunks wait for their parts'
+ * updates, and the step is committed when the last is back. A checkpoint
+ * due then (or before the first step, or
  * after the last) is written in the thread pool first (ckpt_kind says which
  * and what follows it: mx__checkpoint_done). The event loop only moves
  * bytes: heartbeats and flow control go on while a large tensor updates or
@@ -115,14 +136,19 @@ typedef struct mx_job {
                                      zero before the first step; cur.seq runs on over steps */
     size_t states;                /* optimizer state tensors per trainable tensor */
     size_t updated;               /* tensors updated this step */
+    size_t grads_in;              /* tensors whose gradient of this step is complete */
+    bool turned;                  /* the stream of `step` started before the update of
+                                     turn_step was done (mx__maybe_turn) */
+    uint64_t turn_step;           /* that step: committed when its last update is back */
+    size_t turn_left;             /* its tensors still updating */
     optim_config cfg;             /* the optimizer of the job */
     struct memoryx *mx;           /* its memoryx */
     uv_work_t load_req;           /* LOADING: the tensors made in the thread pool */
     uv_work_t free_req;           /* released: the tensors freed in the thread pool */
     unsigned pool_work;           /* pieces of work of this job in the thread pool */
-    size_t *ready;                /* tensors whose gradient is complete, to update (a FIFO) */
-    size_t ready_head, ready_len;
-    unsigned updating;            /* tensor updates in the thread pool */
+    mx_part **ready;              /* parts whose gradient is complete, to update (a FIFO) */
+    size_t ready_head, ready_len, nparts;
+    unsigned updating;            /* parts' updates in the thread pool */
     mx_held *held, **held_tail;   /* next step's gradient chunks that came early, in order */
     uv_work_t step_req;           /* with clipping: the whole step's update */
     mx_ckpt_kind ckpt_kind;       /* the checkpoint being written, or MX_CKPT_NONE */

@@ -117,3 +117,22 @@ void optim_apply_step_split(const optim_config *cfg, size_t count, optim_param_f
         optim_state_set_step(p.st, t + 1);
     }
 }
+
+void optim_update_range(const optim_config *cfg, const optim_param *p, size_t lo, size_t hi,
+                        int64_t step)
+{
+    if (!p->trainable) {
+        memcpy(p->w + lo, p->g + lo, (hi - lo) * sizeof(float));
+        if (p->w16)
+            bf16_pack(p->w16 + lo, p->w + lo, hi - lo);
+        return;
+    }
+    optim_split s = {cfg, p, 1.0f, optim_lr_at(cfg, step)};
+    optim__range(&s, lo, hi);
+}
+
+void optim_update_finish(const optim_param *p)
+{
+    if (p->trainable)
+        optim_state_set_step(p->st, optim_state_step(p->st) + 1);
+}

@@ -60,3 +60,15 @@ typedef void (*optim_for_fn)(size_t n, size_t grain, optim_range_fn fn, void *ct
  * over the tensor widening all of it first). The bits are the same. */
 void optim_apply_step_split(const optim_config *cfg, size_t count, optim_param_fn get, void *ctx,
                             int64_t step, optim_for_fn par);
+
+/* Elements [lo, hi) of one tensor's update at `step`, without clipping:
+ * what optim_apply_step does to them, bit for bit (the rules are
+ * elementwise), for a keeper that updates a tensor in parts as their
+ * gradients come. The tensor's step count is left as it is: once every part
+ * of the step is updated, optim_update_finish advances it. */
+void optim_update_range(const optim_config *cfg, const optim_param *p, size_t lo, size_t hi,
+                        int64_t step);
+
+/* After every range of a tensor's step is updated (optim_update_range):
+ * its step count advances, once (a trainable tensor's; a buffer has none). */
+void optim_update_finish(const optim_param *p);

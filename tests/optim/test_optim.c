@@ -343,6 +343,79 @@ START_TEST(test_apply_step_g16)
 }
 END_TEST
 
+/* A tensor updated in parts as their gradients come (memoryx's parts):
+ * optim_update_range over ranges of uneven sizes in a scrambled order, then
+ * optim_update_finish once, is bit for bit optim_apply_step over several
+ * steps, for every rule, with a bfloat16 gradient or a float32 one, the
+ * weights' bfloat16 copy and a buffer. */
+START_TEST(test_update_range)
+{
+    const optim_type types[] = {OPTIM_SGD, OPTIM_ADAM, OPTIM_ADAMW};
+    enum { PART = 7919 };
+    size_t nparts = (SPLIT_N + PART - 1) / PART;
+    kt_rng r;
+    kt_rng_init(&r, 11);
+    for (size_t t = 0; t < 3; t++) {
+        optim_config c;
+        split_config(&c, types[t]);
+        split_fixture f[2]; /* the reference, in parts */
+        memset(f, 0, sizeof(f));
+        for (int i = 0; i < 3; i++) {
+            uint16_t *g16 = malloc(sizeof(uint16_t) * SPLIT_N);
+            float *w = kt_falloc(SPLIT_N), *g = kt_falloc(SPLIT_N);
+            kt_fill(&r, w, SPLIT_N, -1, 1);
+            kt_fill(&r, g, SPLIT_N, -1, 1);
+            bf16_pack(g16, g, SPLIT_N);
+            if (i == 0)
+                bf16_unpack(g, g16, SPLIT_N); /* tensor 0's gradient comes in bfloat16 */
+            for (int k = 0; k < 2; k++) {
+                f[k].w[i] = kt_falloc(SPLIT_N);
+                memcpy(f[k].w[i], w, sizeof(float) * SPLIT_N);
+                f[k].w16[i] = malloc(sizeof(uint16_t) * SPLIT_N);
+                ck_assert_int_eq(optim_state_init(&f[k].st[i], &c, SPLIT_N), 0);
+                if (k == 1 && i == 0) {
+                    f[k].g16[i] = malloc(sizeof(uint16_t) * SPLIT_N);
+                    memcpy(f[k].g16[i], g16, sizeof(uint16_t) * SPLIT_N);
+                } else {
+                    f[k].g[i] = kt_falloc(SPLIT_N);
+                    memcpy(f[k].g[i], g, sizeof(float) * SPLIT_N);
+                }
+            }
+            free(g16), free(w), free(g);
+        }
+        for (int64_t step = 0; step < 3; step++) {
+            optim_apply_step(&c, 3, split_param, &f[0], step);
+            for (size_t i = 0; i < 3; i++) {
+                optim_param p;
+                split_param(&f[1], i, &p);
+                for (size_t k = 0; k < nparts; k++) {
+                    size_t q = (k * 5 + (size_t)step) % nparts; /* 5 and nparts coprime */
+                    size_t lo = q * PART, hi = lo + PART < SPLIT_N ? lo + PART : SPLIT_N;
+                    optim_update_range(&c, &p, lo, hi, step);
+                }
+                optim_update_finish(&p);
+            }
+        }
+        for (int i = 0; i < 3; i++) {
+            ck_assert_msg(memcmp(f[0].w[i], f[1].w[i], sizeof(float) * SPLIT_N) == 0,
+                          "%s: tensor %d differs updated in parts", optim_type_name(types[t]), i);
+            ck_assert(memcmp(f[0].w16[i], f[1].w16[i], sizeof(uint16_t) * SPLIT_N) == 0);
+            ck_assert_int_eq(optim_state_step(&f[0].st[i]), optim_state_step(&f[1].st[i]));
+            for (size_t q = 0; q < optim_state_count(&f[0].st[i]); q++)
+                ck_assert(memcmp(optim_state_tensor(&f[0].st[i], q, NULL, NULL),
+                                 optim_state_tensor(&f[1].st[i], q, NULL, NULL),
+                                 sizeof(float) * SPLIT_N) == 0);
+        }
+        ck_assert_int_eq(optim_state_step(&f[1].st[0]), 3);
+        for (int k = 0; k < 2; k++)
+            for (int i = 0; i < 3; i++) {
+                optim_state_deinit(&f[k].st[i]);
+                free(f[k].w[i]), free(f[k].g[i]), free(f[k].w16[i]), free(f[k].g16[i]);
+            }
+    }
+}
+END_TEST
+
 START_TEST(test_names_and_config)
 {
     optim_type t = OPTIM_SGD;
@@ -459,6 +532,7 @@ int main(void)
     tcase_add_test(tc, test_apply_step);
     tcase_add_test(tc, test_apply_step_split);
     tcase_add_test(tc, test_apply_step_g16);
+    tcase_add_test(tc, test_update_range);
     tcase_add_test(tc, test_names_and_config);
     tcase_add_test(tc, test_state_save_restore);
     suite_add_tcase(s, tc);

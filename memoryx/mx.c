@@ -1592,6 +1592,9 @@ static void mx__describe_wait(node *n, char *out, size_t len)
         snprintf(out, len, "the coordinator's go for the first step");
     else if (j->ckpt_kind != MX_CKPT_NONE)
         snprintf(out, len, "the checkpoint of step %llu to be written", (unsigned long long)j->ckpt_step);
+    else if (j->turned)
+        snprintf(out, len, "the update of step %llu (%zu of %zu tensors left) to stream step %llu",
+                 (unsigned long long)j->turn_step, j->turn_left, j->nt, (unsigned long long)j->step);
     else if (mx__streaming(j))
         snprintf(out, len, "the link to %s to take the weights of step %llu (%zu of %zu tensors "
                  "updated)", mx__down_name(j), (unsigned long long)j->step, j->updated, j->nt);

@@ -957,9 +957,6 @@ static void mx__load_done(uv_work_t *req, int status)
     mx__maybe_ready(n, j);
 }
 
-/* Starts a job (jobhost_ops.start): the shard's tensors initialised from
- * the seed or loaded from the checkpoint the job resumes from, in the
- * thread pool (mx__load_work); the loop goes on meanwhile. */
 /* Each tensor's update in parts of whole stream chunks, at least
  * MX_PART_MIN elements (256 KiB of float32 weights: a part's update costs
  * far more than its piece of work in the pool); one part a tensor with the
@@ -993,6 +990,9 @@ static int mx__parts(mx_job *j)
     return j->ready ? 0 : -ENOMEM;
 }
 
+/* Starts a job (jobhost_ops.start): the shard's tensors initialised from
+ * the seed or loaded from the checkpoint the job resumes from, in the
+ * thread pool (mx__load_work); the loop goes on meanwhile. */
 static void *mx__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
 {
     node *n = h->n;

@@ -695,6 +695,7 @@ static void mx__maybe_turn(node *n, mx_job *j)
         plan_checkpoint_after(j->plan, j->step))
         return;
     j->turned = true;
+    mx_of(n)->early_streams++;
     j->turn_step = j->step;
     j->turn_left = j->nt - j->updated;
     log_debug("job %s: step %llu streams while %zu tensor(s) of step %llu update", j->id,
@@ -1617,6 +1618,11 @@ static void mx__metrics(node *n, metrics_buf *b)
     metrics_printf(b, "# HELP appliance_steps_committed_total Steps whose updates this shard applied.\n"
                       "# TYPE appliance_steps_committed_total counter\n"
                       "appliance_steps_committed_total %llu\n", (unsigned long long)mx->steps);
+    metrics_printf(b, "# HELP appliance_steps_streamed_early_total Steps whose weight stream "
+                      "began before every update of the step before was back.\n"
+                      "# TYPE appliance_steps_streamed_early_total counter\n"
+                      "appliance_steps_streamed_early_total %llu\n",
+                   (unsigned long long)mx->early_streams);
     metrics_printf(b, "# HELP appliance_checkpoints_total Checkpoint files written.\n"
                       "# TYPE appliance_checkpoints_total counter\nappliance_checkpoints_total %llu\n",
                    (unsigned long long)mx->checkpoints);

@@ -30,6 +30,8 @@ typedef struct memoryx {
     mx_job *job;                  /* at most one job at a time (jobs.job) */
     metrics_hist chunk_hist;      /* a weight chunk from queued to written */
     uint64_t steps;               /* steps committed */
+    uint64_t early_streams;       /* steps whose stream began before the last update of the
+                                     step before was back (mx__maybe_turn) */
     uint64_t checkpoints;         /* checkpoint files written */
 } memoryx;
 

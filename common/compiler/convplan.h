@@ -124,8 +124,9 @@ size_t convplan_conv2d_bf16_workspace(const op_conv2d_params *p, int threads);
 
 /* Whether a mixed-precision convolution computes in bfloat16 on oneDNN:
  * 8 output channels or more (the U-Net's 1-channel head took 4.9 times
- * im2col's float32 time there, its output padded to 16 channels), and not
- * a strided 1x1 one (resnet_small's shortcuts: 1.0 to 1.25 times). */
+ * im2col's float32 time there, its output padded to 16 channels); strided
+ * 1x1 ones too (resnet_small's shortcuts: 0.55 to 0.69 times, their input
+ * packed by blk16.c; 1.0 to 1.25 before it). */
 int convplan_conv2d_blocked_bf16(const op_conv2d_params *p);
 
 /* Bytes of a mixed-precision convolution's input kept from its forward

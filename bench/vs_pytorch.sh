@@ -16,8 +16,9 @@
 # start-up, left out): the mean step, and the twin's is its mean step too
 # (the first left out), the same statistic on both sides. Each side runs
 # three times (RUNS), interleaved, and the fastest run of each counts.
-# After each, where the wse-node's time went (its appliance_step_phase_seconds_total
-# and the slowest layers, from /metrics). The PyTorch twin (bench/torch_twin.py)
+# After each, where the wse-node's time went (its appliance_step_phase_seconds_total,
+# the slowest layers and the layers' share spent moving operands into and
+# out of oneDNN's layouts, appliance_layout_seconds_total, from /metrics). The PyTorch twin (bench/torch_twin.py)
 # needs Debian's python3-torch: without it the benchmark says so and stops.
 set -euo pipefail
 src=${SOURCE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -70,8 +71,11 @@ appliance() {
 breakdown() {
   "$py" - "$work/$1.metrics" "$1" <<'PY'
 import re, sys
-ph, layers = {}, {}
+ph, layers, layout = {}, {}, 0.0
 for l in open(sys.argv[1]):
+    m = re.match(r'appliance_layout_seconds_total ([0-9.e+-]+)', l)
+    if m:
+        layout = float(m.group(1))
     m = re.match(r'appliance_step_phase_seconds_total\{phase="([a-z_]+)"\} ([0-9.e+-]+)', l)
     if m:
         ph[m.group(1)] = float(m.group(2))
@@ -84,6 +88,9 @@ print("  %s: the wse-node's training time (%.1f s; evaluation %.1f s more): %s" 
     "%s %.0f%%" % (k, 100 * v / total) for k, v in sorted(ph.items(), key=lambda kv: -kv[1]) if v / total >= 0.005)))
 top = sorted(layers.items(), key=lambda kv: -kv[1])[:6]
 print("  %s: slowest layers: %s" % (sys.argv[2], ", ".join("%s %.0f%%" % (k, 100 * v / total) for k, v in top)))
+if layout > 0:
+    print("  %s: within the layers, moving operands into and out of oneDNN's layouts and bfloat16 (reorders, rounding): %.0f%% (evaluation included)" % (
+        sys.argv[2], 100 * layout / (total + ev)))
 PY
 }
 

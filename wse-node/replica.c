@@ -588,6 +588,11 @@ static void wn__metrics(node *n, metrics_buf *b)
     for (int i = 0; i < WN_PHASES; i++)
         metrics_printf(b, "appliance_step_phase_seconds_total{phase=\"%s\"} %.9g\n",
                        wn_phase_names[i], w->phase_total[i]);
+    metrics_printf(b, "# HELP appliance_layout_seconds_total Compute time spent moving operands "
+                      "between the plain float32 tensors and oneDNN's blocked layouts or bfloat16 "
+                      "(reorders and rounding), within the layers' time.\n"
+                      "# TYPE appliance_layout_seconds_total counter\n"
+                      "appliance_layout_seconds_total %.9g\n", kernels_layout_seconds());
     /* by layer: the running job's, or else the last job's */
     wn_job *j = w->job;
     int nl = j && j->layer_sec[0] ? j->m->nlayers : w->nlayers;

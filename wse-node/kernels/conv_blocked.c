@@ -241,15 +241,19 @@ static blk_entry *entry_of(const op_conv2d_params *p, int bias, int bf16, dnnl_e
 static int reorder(dnnl_stream_t st, blk_view *v, const void *user, void *mine, int to_user)
 {
     const dnnl_dim_t *d = v->md.dims;
+    uint64_t t0 = kern__now_ns();
     dnnl_memory_set_data_handle(v->user, (void *)(uintptr_t)user);
     dnnl_memory_set_data_handle(v->mem, mine); /* (the primitive's argument too) */
-    if (v->blk16 &&
-        kern__blk16_reorder((kern__blk16_kind)(v->blk16 - 1), mine, (float *)(uintptr_t)user,
-                            (int)d[0], (int)d[1], (size_t)d[2] * (size_t)d[3]))
-        return 0;
-    dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, to_user ? v->mem : v->user},
-                               {DNNL_ARG_TO, to_user ? v->user : v->mem}};
-    return dnnl_primitive_execute(v->reorder, st, 2, args) == dnnl_success ? 0 : -1;
+    int rc = 0;
+    if (!v->blk16 ||
+        !kern__blk16_reorder((kern__blk16_kind)(v->blk16 - 1), mine, (float *)(uintptr_t)user,
+                             (int)d[0], (int)d[1], (size_t)d[2] * (size_t)d[3])) {
+        dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, to_user ? v->mem : v->user},
+                                   {DNNL_ARG_TO, to_user ? v->user : v->mem}};
+        rc = dnnl_primitive_execute(v->reorder, st, 2, args) == dnnl_success ? 0 : -1;
+    }
+    kern__layout_since(t0);
+    return rc;
 }
 
 static int exec(blk_entry *e, int i, dnnl_stream_t st, dnnl_exec_arg_t *args, int na, void *scratch)

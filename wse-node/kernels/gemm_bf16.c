@@ -250,9 +250,11 @@ static void pack_rows(void *ctx, size_t lo, size_t hi)
 
 static void pack(uint16_t *out, const float *in, int rows, int cols, int ld)
 {
+    uint64_t t0 = kern__now_ns();
     pack_job p = {out, in, cols, ld};
     size_t grain = 65536 / (size_t)(cols > 0 ? cols : 1);
     kernels_for((size_t)rows, grain ? grain : 1, pack_rows, &p);
+    kern__layout_since(t0);
 }
 
 /* The weight gradients' GEMMs that take the matmul's own layouts (the
@@ -282,9 +284,11 @@ static int run_blocked(gemm_entry *g, dnnl_stream_t st, int m, int n, int k, con
         {DNNL_ARG_SRC, g->a}, {DNNL_ARG_WEIGHTS, g->b}, {DNNL_ARG_DST, g->c},
         {DNNL_ARG_SCRATCHPAD, g->scratch},
     };
-    if (dnnl_primitive_execute(g->ra, st, 2, ra) != dnnl_success ||
-        dnnl_primitive_execute(g->rb, st, 2, rb) != dnnl_success ||
-        dnnl_primitive_execute(g->prim, st, 4, args) != dnnl_success ||
+    uint64_t t0 = kern__now_ns();
+    int moved = dnnl_primitive_execute(g->ra, st, 2, ra) == dnnl_success &&
+                dnnl_primitive_execute(g->rb, st, 2, rb) == dnnl_success;
+    kern__layout_since(t0);
+    if (!moved || dnnl_primitive_execute(g->prim, st, 4, args) != dnnl_success ||
         dnnl_stream_wait(st) != dnnl_success) {
         kern__sgemm_bias(1, 0, m, n, k, a, lda, b, ldb, NULL, beta, c, ldc);
         return 0;

@@ -11,9 +11,11 @@
 
 #include <cblas.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fpmode.h"
 #include "kernels_internal.h"
@@ -376,4 +378,24 @@ void kern_sgemm(int ta, int tb, int m, int n, int k, float alpha,
     };
     int units = ((g.split_rows ? m : n) + 15) / 16;
     kern__parallel(gemm_task, &g, units < t ? units : t);
+}
+
+/* kernels_layout_seconds' nanoseconds: conversions may run on any thread */
+static _Atomic uint64_t kern__layout_ns;
+
+uint64_t kern__now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void kern__layout_since(uint64_t t0)
+{
+    atomic_fetch_add_explicit(&kern__layout_ns, kern__now_ns() - t0, memory_order_relaxed);
+}
+
+double kernels_layout_seconds(void)
+{
+    return (double)atomic_load_explicit(&kern__layout_ns, memory_order_relaxed) * 1e-9;
 }

@@ -94,6 +94,13 @@ int kernels_bf16_compute(void);
 /* The instructions it uses: "amx", "avx512_bf16", or "none". */
 const char *kernels_bf16_isa(void);
 
+/* Seconds the kernels have spent in this process moving operands between
+ * the executor's plain float32 tensors and what oneDNN computes on: the
+ * reorders into and out of its blocked layouts, and the rounding of
+ * operands to bfloat16 (each timed around the call on its caller's
+ * thread). The rest of a oneDNN convolution or GEMM is its computation. */
+double kernels_layout_seconds(void);
+
 /* The kernels' regions and oneDNN's primitives run on one team of OpenMP
  * threads, which libgomp lets spin for GOMP_SPINCOUNT pauses after a
  * region before they sleep (300,000 when unset: a few milliseconds).

@@ -28,6 +28,12 @@ void kern__dnnl_geom_of(kern__dnnl_geom *g, int transposed, const void *params);
  * left from there. */
 void *kern__ws_aligned(void *ws, size_t ws_bytes, size_t *avail);
 
+/* A monotonic clock in nanoseconds, and the time since t0 of it added to
+ * kernels_layout_seconds (a layout or precision conversion that began at
+ * t0). */
+uint64_t kern__now_ns(void);
+void kern__layout_since(uint64_t t0);
+
 /* Body of a parallel region: runs once per thread with its index tid in
  * [0, nthreads). */
 typedef void (*kern__task_fn)(void *ctx, int tid, int nthreads);

@@ -276,6 +276,62 @@ START_TEST(test_apply_step_split)
 }
 END_TEST
 
+/* b holds a's weights, bfloat16 copies, step counts and state bit for bit
+ * (rule and how name the case in the message). */
+static void split_same(split_fixture *a, split_fixture *b, const char *rule, const char *how)
+{
+    for (int i = 0; i < 3; i++) {
+        ck_assert_msg(memcmp(a->w[i], b->w[i], sizeof(float) * SPLIT_N) == 0,
+                      "%s: tensor %d differs (%s)", rule, i, how);
+        ck_assert(memcmp(a->w16[i], b->w16[i], sizeof(uint16_t) * SPLIT_N) == 0);
+        ck_assert_int_eq(optim_state_step(&a->st[i]), optim_state_step(&b->st[i]));
+        for (size_t q = 0; q < optim_state_count(&a->st[i]); q++)
+            ck_assert(memcmp(optim_state_tensor(&a->st[i], q, NULL, NULL),
+                             optim_state_tensor(&b->st[i], q, NULL, NULL),
+                             sizeof(float) * SPLIT_N) == 0);
+    }
+}
+
+static void split_free(split_fixture *f, int count)
+{
+    for (int k = 0; k < count; k++)
+        for (int i = 0; i < 3; i++) {
+            optim_state_deinit(&f[k].st[i]);
+            free(f[k].w[i]), free(f[k].g[i]), free(f[k].w16[i]), free(f[k].g16[i]);
+        }
+}
+
+/* count fixtures of the same random weights and gradients, fresh state
+ * and room for bfloat16 copies; tensors below nb16 have gradients in
+ * bfloat16: the reference f[0] is given them widened, the others in g16. */
+static void split_make(split_fixture *f, int count, const optim_config *c, kt_rng *r, int nb16)
+{
+    memset(f, 0, sizeof(*f) * (size_t)count);
+    for (int i = 0; i < 3; i++) {
+        uint16_t *g16 = malloc(sizeof(uint16_t) * SPLIT_N);
+        float *w = kt_falloc(SPLIT_N), *g = kt_falloc(SPLIT_N);
+        kt_fill(r, w, SPLIT_N, -1, 1);
+        kt_fill(r, g, SPLIT_N, -1, 1);
+        bf16_pack(g16, g, SPLIT_N);
+        if (i < nb16)
+            bf16_unpack(g, g16, SPLIT_N); /* what the reference is given */
+        for (int k = 0; k < count; k++) {
+            f[k].w[i] = kt_falloc(SPLIT_N);
+            memcpy(f[k].w[i], w, sizeof(float) * SPLIT_N);
+            f[k].w16[i] = malloc(sizeof(uint16_t) * SPLIT_N);
+            ck_assert_int_eq(optim_state_init(&f[k].st[i], c, SPLIT_N), 0);
+            if (k == 0 || i >= nb16) {
+                f[k].g[i] = kt_falloc(SPLIT_N);
+                memcpy(f[k].g[i], g, sizeof(float) * SPLIT_N);
+            } else {
+                f[k].g16[i] = malloc(sizeof(uint16_t) * SPLIT_N);
+                memcpy(f[k].g16[i], g16, sizeof(uint16_t) * SPLIT_N);
+            }
+        }
+        free(g16), free(w), free(g);
+    }
+}
+
 /* A bfloat16 gradient (g16, as memoryx keeps what the wire brings),
  * widened a block at a time by the update, on one thread and split: the
  * weights, state and bfloat16 copies bit for bit those of the whole
@@ -290,30 +346,7 @@ START_TEST(test_apply_step_g16)
         optim_config c;
         split_config(&c, types[t]);
         split_fixture f[3]; /* the reference, one thread, split */
-        memset(f, 0, sizeof(f));
-        for (int i = 0; i < 3; i++) {
-            uint16_t *g16 = malloc(sizeof(uint16_t) * SPLIT_N);
-            float *w = kt_falloc(SPLIT_N), *g = kt_falloc(SPLIT_N);
-            kt_fill(&r, w, SPLIT_N, -1, 1);
-            kt_fill(&r, g, SPLIT_N, -1, 1);
-            bf16_pack(g16, g, SPLIT_N);
-            if (i < 2)
-                bf16_unpack(g, g16, SPLIT_N); /* what the reference is given */
-            for (int k = 0; k < 3; k++) {
-                f[k].w[i] = kt_falloc(SPLIT_N);
-                memcpy(f[k].w[i], w, sizeof(float) * SPLIT_N);
-                f[k].w16[i] = malloc(sizeof(uint16_t) * SPLIT_N);
-                ck_assert_int_eq(optim_state_init(&f[k].st[i], &c, SPLIT_N), 0);
-                if (k == 0 || i == 2) {
-                    f[k].g[i] = kt_falloc(SPLIT_N);
-                    memcpy(f[k].g[i], g, sizeof(float) * SPLIT_N);
-                } else {
-                    f[k].g16[i] = malloc(sizeof(uint16_t) * SPLIT_N);
-                    memcpy(f[k].g16[i], g16, sizeof(uint16_t) * SPLIT_N);
-                }
-            }
-            free(g16), free(w), free(g);
-        }
+        split_make(f, 3, &c, &r, 2);
         kernels_set_threads(2);
         for (int64_t step = 0; step < 3; step++) {
             optim_apply_step(&c, 3, split_param, &f[0], step);
@@ -321,24 +354,10 @@ START_TEST(test_apply_step_g16)
             optim_apply_step_split(&c, 3, split_param, &f[2], step, kernels_for);
         }
         kernels_set_threads(1);
-        for (int k = 1; k < 3; k++)
-            for (int i = 0; i < 3; i++) {
-                ck_assert_msg(memcmp(f[0].w[i], f[k].w[i], sizeof(float) * SPLIT_N) == 0,
-                              "%s: tensor %d differs with a bfloat16 gradient (%s)",
-                              optim_type_name(types[t]), i, k == 1 ? "one thread" : "split");
-                ck_assert(memcmp(f[0].w16[i], f[k].w16[i], sizeof(uint16_t) * SPLIT_N) == 0);
-                ck_assert_int_eq(optim_state_step(&f[0].st[i]), optim_state_step(&f[k].st[i]));
-                for (size_t q = 0; q < optim_state_count(&f[0].st[i]); q++)
-                    ck_assert(memcmp(optim_state_tensor(&f[0].st[i], q, NULL, NULL),
-                                     optim_state_tensor(&f[k].st[i], q, NULL, NULL),
-                                     sizeof(float) * SPLIT_N) == 0);
-            }
+        split_same(&f[0], &f[1], optim_type_name(types[t]), "a bfloat16 gradient, one thread");
+        split_same(&f[0], &f[2], optim_type_name(types[t]), "a bfloat16 gradient, split");
         ck_assert_int_eq(optim_state_step(&f[1].st[0]), 3);
-        for (int k = 0; k < 3; k++)
-            for (int i = 0; i < 3; i++) {
-                optim_state_deinit(&f[k].st[i]);
-                free(f[k].w[i]), free(f[k].g[i]), free(f[k].w16[i]), free(f[k].g16[i]);
-            }
+        split_free(f, 3);
     }
 }
 END_TEST
@@ -359,30 +378,7 @@ START_TEST(test_update_range)
         optim_config c;
         split_config(&c, types[t]);
         split_fixture f[2]; /* the reference, in parts */
-        memset(f, 0, sizeof(f));
-        for (int i = 0; i < 3; i++) {
-            uint16_t *g16 = malloc(sizeof(uint16_t) * SPLIT_N);
-            float *w = kt_falloc(SPLIT_N), *g = kt_falloc(SPLIT_N);
-            kt_fill(&r, w, SPLIT_N, -1, 1);
-            kt_fill(&r, g, SPLIT_N, -1, 1);
-            bf16_pack(g16, g, SPLIT_N);
-            if (i == 0)
-                bf16_unpack(g, g16, SPLIT_N); /* tensor 0's gradient comes in bfloat16 */
-            for (int k = 0; k < 2; k++) {
-                f[k].w[i] = kt_falloc(SPLIT_N);
-                memcpy(f[k].w[i], w, sizeof(float) * SPLIT_N);
-                f[k].w16[i] = malloc(sizeof(uint16_t) * SPLIT_N);
-                ck_assert_int_eq(optim_state_init(&f[k].st[i], &c, SPLIT_N), 0);
-                if (k == 1 && i == 0) {
-                    f[k].g16[i] = malloc(sizeof(uint16_t) * SPLIT_N);
-                    memcpy(f[k].g16[i], g16, sizeof(uint16_t) * SPLIT_N);
-                } else {
-                    f[k].g[i] = kt_falloc(SPLIT_N);
-                    memcpy(f[k].g[i], g, sizeof(float) * SPLIT_N);
-                }
-            }
-            free(g16), free(w), free(g);
-        }
+        split_make(f, 2, &c, &r, 1);
         for (int64_t step = 0; step < 3; step++) {
             optim_apply_step(&c, 3, split_param, &f[0], step);
             for (size_t i = 0; i < 3; i++) {
@@ -396,22 +392,9 @@ START_TEST(test_update_range)
                 optim_update_finish(&p);
             }
         }
-        for (int i = 0; i < 3; i++) {
-            ck_assert_msg(memcmp(f[0].w[i], f[1].w[i], sizeof(float) * SPLIT_N) == 0,
-                          "%s: tensor %d differs updated in parts", optim_type_name(types[t]), i);
-            ck_assert(memcmp(f[0].w16[i], f[1].w16[i], sizeof(uint16_t) * SPLIT_N) == 0);
-            ck_assert_int_eq(optim_state_step(&f[0].st[i]), optim_state_step(&f[1].st[i]));
-            for (size_t q = 0; q < optim_state_count(&f[0].st[i]); q++)
-                ck_assert(memcmp(optim_state_tensor(&f[0].st[i], q, NULL, NULL),
-                                 optim_state_tensor(&f[1].st[i], q, NULL, NULL),
-                                 sizeof(float) * SPLIT_N) == 0);
-        }
+        split_same(&f[0], &f[1], optim_type_name(types[t]), "updated in parts");
         ck_assert_int_eq(optim_state_step(&f[1].st[0]), 3);
-        for (int k = 0; k < 2; k++)
-            for (int i = 0; i < 3; i++) {
-                optim_state_deinit(&f[k].st[i]);
-                free(f[k].w[i]), free(f[k].g[i]), free(f[k].w16[i]), free(f[k].g16[i]);
-            }
+        split_free(f, 2);
     }
 }
 END_TEST

@@ -5,6 +5,7 @@
 #define KERNELS_INTERNAL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef KERNELS_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.h>

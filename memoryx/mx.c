@@ -355,6 +355,14 @@ static int mx__tier_send(node *n, mx_job *j, const plan_chunk *ch, mx_tensor *t)
     return 1;
 }
 
+/* Whether the job updates each tensor as one piece of work: with the disk
+ * tier (through its window) or clipping (the step's update is one piece,
+ * after every gradient). Then no step streams early either. */
+static bool mx__whole_updates(const mx_job *j)
+{
+    return j->tier_window || j->cfg.max_gradient_norm > 0;
+}
+
 /* The part of t that element `at` is in. */
 static mx_part *mx__part_at(const mx_tensor *t, uint64_t at)
 {
@@ -381,7 +389,7 @@ static void mx__pump(node *n, mx_job *j)
     plan_chunk ch;
     while (j->down && plan_stream_next(&j->cur, &ch)) {
         mx_tensor *t = j->by_id[ch.tensor];
-        if (t->updating || mx__parts_busy(t, ch.offset, ch.count))
+        if (mx__parts_busy(t, ch.offset, ch.count))
             return; /* its update is due or runs: resumed when it is back */
         if (j->tier) {
             int rc = mx__tier_send(n, j, &ch, t);
@@ -691,7 +699,7 @@ static void mx__maybe_turn(node *n, mx_job *j)
 {
     if (mx_of(n)->job != j || j->state != MX_RUNNING || j->ckpt_kind != MX_CKPT_NONE ||
         j->turned || !j->cur.done || !j->cur.training || j->grads_in < j->nt ||
-        j->updated == j->nt || j->tier || j->cfg.max_gradient_norm > 0 ||
+        j->updated == j->nt || mx__whole_updates(j) ||
         plan_checkpoint_after(j->plan, j->step))
         return;
     j->turned = true;
@@ -794,7 +802,7 @@ static void mx__step_work_done(uv_work_t *req, int status)
 {
     mx_job *j = container_of(req, mx_job, step_req);
     for (size_t i = 0; i < j->nt; i++)
-        j->t[i].updating = false;
+        j->t[i].parts[0].busy = false;
     j->updating--;
     if (mx__pool_back(j))
         return;
@@ -968,7 +976,7 @@ static int mx__parts(mx_job *j)
 {
     uint64_t chunk = j->plan->chunk_elems ? j->plan->chunk_elems : MX_PART_MIN;
     uint64_t part = chunk * ((MX_PART_MIN + chunk - 1) / chunk);
-    bool whole = j->tier_window || j->cfg.max_gradient_norm > 0;
+    bool whole = mx__whole_updates(j);
     j->nparts = 0;
     for (size_t i = 0; i < j->nt; i++) {
         mx_tensor *t = &j->t[i];
@@ -1498,7 +1506,7 @@ static void mx__grad_in(node *n, mx_job *j, mx_tensor *t, uint64_t offset, uint6
         mx__abort(n, j, "tensor %s: gradient before its weights were written", t->name);
         return;
     }
-    t->updating = true;
+    t->parts[0].busy = true; /* (its one part) */
     if (j->grads_in < j->nt)
         return;
     int rc = uv_queue_work(n->loop, &j->step_req, mx__step_work, mx__step_work_done);

@@ -48,8 +48,8 @@ typedef struct mx_tensor {
     struct memoryx *mx;   /* for the chunk latency */
     uv_loop_t *loop;
     bool updated;         /* its gradient of this step is complete (its update is due) */
-    bool updating;        /* with clipping: the step's update runs (w must not be read) */
-    mx_part *parts;       /* its update's parts, in order, owned */
+    mx_part *parts;       /* its update's parts, in order, owned (one with clipping, whose
+                             step's update marks it busy too) */
     uint32_t nparts;
     uint32_t parts_left;  /* parts of the step being updated not yet back */
     uint64_t part_elems;  /* elements of each part but the last */

@@ -37,8 +37,10 @@ echo "ok: the undisturbed run: $steps steps"
 
 # disturb NAME VICTIM [forever]: kills VICTIM at a random step of a job
 disturb() {
-  local name="$1" victim="$2" at id out pid
-  at=$((15 + RANDOM % (steps - 60)))
+  local name="$1" victim="$2" at id out pid s
+  # (in the first half: a fast step, a few ms, must leave the coordinator
+  # time to see the fault before the job ends)
+  at=$((15 + RANDOM % (steps / 2)))
   id=$(cd "$work" && "$submit" --detach "$(job "$name")" | grep -o 'job-[0-9]*' | head -n 1)
   [ -n "$id" ] || fail "$name: no job id"
   wait_step "$id" "$at"
@@ -46,14 +48,18 @@ disturb() {
     kill -KILL "$(cat "$run/pids/$victim.supervisor")"
   fi
   pid=$(cat "$run/pids/$victim.pid")
+  # the signal first, then the message (asking the step takes tens of ms;
+  # without a coordinator, the step waited for)
   if [ "${3:-}" = stop ]; then
-    echo "$name: SIGSTOP to $victim (pid $pid) for 6 s at step $(step_of "$id" || echo "$at") of $id"
     kill -STOP "$pid"
+    s=$(step_of "$id")
+    echo "$name: SIGSTOP to $victim (pid $pid) for 6 s at step ${s:-$at} of $id"
     sleep 6
     kill -CONT "$pid"
   else
-    echo "$name: kill -9 $victim (pid $pid) at step $(step_of "$id" || echo "$at") of $id"
     kill -KILL "$pid"
+    s=$(step_of "$id")
+    echo "$name: kill -9 $victim (pid $pid) at step ${s:-$at} of $id"
   fi
   out=$(finish "$id")
   [ "$(echo "$out" | field state)" = done ] || fail "$name: job $id did not recover: $out"

@@ -31,7 +31,6 @@ typedef struct norm_job {
     float momentum, eps;
     bool per_sample;
     bool relu;                  /* forward: a ReLU applied to the output */
-    bool out_blk;               /* blocked backward: din in aBcd16b too */
 } norm_job;
 
 /* The batch norm's passes (and the affine pass that makes a norm's output
@@ -115,12 +114,12 @@ NORM_INLINE double bn_sq(const float *in, int ch, int n, int c, int hw, double m
     return lanes_total(&acc);
 }
 
-/* The saved and running statistics of channel ch from the mean and
- * squared deviations of m elements; its scale and shift in *a and *b. */
-NORM_INLINE void bn_save(float *save_mean, float *save_invstd, float *running_mean,
-                         float *running_var, const float *gamma, const float *beta, int ch,
-                         float momentum, float eps, double mean, double sq, double m, float *a,
-                         float *b)
+/* Channel ch normalised with the mean and squared deviations of m
+ * elements; the saved and running statistics updated. */
+NORM_INLINE void bn_apply(float *out, float *save_mean, float *save_invstd, float *running_mean,
+                          float *running_var, const float *in, const float *gamma,
+                          const float *beta, int ch, int n, int c, int hw, float momentum,
+                          float eps, double mean, double sq, double m, bool relu)
 {
     double var = m ? sq / m : 0.0;
     double invstd = 1.0 / sqrt(var + eps);
@@ -132,20 +131,9 @@ NORM_INLINE void bn_save(float *save_mean, float *save_invstd, float *running_me
         double unbiased = m > 1 ? sq / (m - 1) : var;
         running_var[ch] = (float)((1.0 - momentum) * running_var[ch] + momentum * unbiased);
     }
-    op_norm_coeffs((float)invstd, (float)mean, gamma ? gamma[ch] : 1.0f, beta ? beta[ch] : 0.0f,
-                   a, b);
-}
-
-/* Channel ch normalised with the mean and squared deviations of m
- * elements; the saved and running statistics updated. */
-NORM_INLINE void bn_apply(float *out, float *save_mean, float *save_invstd, float *running_mean,
-                          float *running_var, const float *in, const float *gamma,
-                          const float *beta, int ch, int n, int c, int hw, float momentum,
-                          float eps, double mean, double sq, double m, bool relu)
-{
     float a, b;
-    bn_save(save_mean, save_invstd, running_mean, running_var, gamma, beta, ch, momentum, eps,
-            mean, sq, m, &a, &b);
+    op_norm_coeffs((float)invstd, (float)mean, gamma ? gamma[ch] : 1.0f, beta ? beta[ch] : 0.0f,
+                   &a, &b);
     for (int i = 0; i < n; i++)
         norm_apply(out + ((size_t)i * c + ch) * hw, in + ((size_t)i * c + ch) * hw, (size_t)hw, a,
                    b, relu);
@@ -206,20 +194,13 @@ int op_batchnorm_forward_train_parts(float *out, float *save_mean, float *save_i
     return 0;
 }
 
-/* The scale and shift of channel ch from the running statistics */
-NORM_INLINE void bn_eval_coeffs(const norm_job *j, int ch, float *a, float *b)
-{
-    double invstd = 1.0 / sqrt((double)j->running_var[ch] + j->eps);
-    *a = (float)invstd * (j->gamma ? j->gamma[ch] : 1.0f);
-    *b = (j->beta ? j->beta[ch] : 0.0f) - j->running_mean[ch] * *a;
-}
-
 NORM_CLONES static void bn_fwd_eval(void *ctx, size_t lo, size_t hi)
 {
     const norm_job *j = ctx;
     for (int ch = (int)lo; ch < (int)hi; ch++) {
-        float a, b;
-        bn_eval_coeffs(j, ch, &a, &b);
+        double invstd = 1.0 / sqrt((double)j->running_var[ch] + j->eps);
+        float a = (float)invstd * (j->gamma ? j->gamma[ch] : 1.0f);
+        float b = (j->beta ? j->beta[ch] : 0.0f) - j->running_mean[ch] * a;
         for (int i = 0; i < j->n; i++)
             norm_apply(j->out + ((size_t)i * j->c + ch) * j->hw,
                        j->in + ((size_t)i * j->c + ch) * j->hw, (size_t)j->hw, a, b, j->relu);
@@ -391,406 +372,6 @@ int op_batchnorm_backward_parts(float *din, float *dgamma, float *dbeta, const f
               red[c + ch], m);
     }
     return 0;
-}
-
-/* ---- batch norm over aBcd16b ---- */
-
-/* The input in oneDNN's aBcd16b layout, (n, c / 16, hw, 16), as its
- * blocked convolutions write their output. Eight channels (an "oct", half
- * a block) are computed together, their eight values at a pixel adjacent.
- * The sums keep the plain passes' LANES partial sums of each channel, held
- * transposed (acc[l] is lane l of the oct's eight channels), and every
- * element meets the same operations in the same order: the bits are the
- * plain passes'. Where a tensor is plain, 8 x 8 tiles are transposed in
- * registers on the way. A unit of work is a whole block (both its octs,
- * each channel whole on one thread) where there are two blocks or more,
- * else an oct; a unit is swept in chunks of OCT_CHUNK pixels of a sample,
- * each oct in turn, so that the second reads the block's lines from the
- * first level of cache (an oct alone reads half of every line). */
-#define OCT_CHUNK 1024
-
-typedef float f8v __attribute__((vector_size(8 * sizeof(float))));
-typedef int32_t i8v __attribute__((vector_size(8 * sizeof(int32_t))));
-
-/* (a macro: a vector returned by value would change the ABI) */
-#define f8_load(p)                                                                                 \
-    ({                                                                                             \
-        f8v v_;                                                                                    \
-        memcpy(&v_, (p), sizeof(v_));                                                              \
-        v_;                                                                                        \
-    })
-
-NORM_INLINE void f8_store(float *p, f8v v)
-{
-    memcpy(p, &v, sizeof(v));
-}
-
-/* Octs in a unit of work */
-static int oct_unit(int c)
-{
-    return c >= 32 ? 2 : 1;
-}
-
-/* Pixel 0 of oct o of sample i: pixel p is 16 * p floats on. */
-NORM_INLINE size_t oct_at(int i, int o, int c, int hw)
-{
-    return ((size_t)i * (size_t)(c / 16) + (size_t)(o / 2)) * (size_t)hw * 16 + (size_t)(o % 2) * 8;
-}
-
-/* Channel 0 of oct o of sample i in the plain layout */
-NORM_INLINE size_t oct_plain(int i, int o, int c, int hw)
-{
-    return ((size_t)i * c + (size_t)o * 8) * hw;
-}
-
-/* r[q] (q = 0..7) becomes column q of the 8 x 8 tile r was */
-NORM_INLINE void tr8(f8v r[8])
-{
-    f8v t[8], u[8];
-    for (int i = 0; i < 4; i++) {
-        t[2 * i] = __builtin_shufflevector(r[2 * i], r[2 * i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
-        t[2 * i + 1] = __builtin_shufflevector(r[2 * i], r[2 * i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
-    }
-    /* u[4i + q]: column q (first half) and q + 4 (second) of rows 4i .. 4i + 3 */
-    for (int i = 0; i < 2; i++) {
-        u[4 * i] = __builtin_shufflevector(t[4 * i], t[4 * i + 2], 0, 1, 8, 9, 4, 5, 12, 13);
-        u[4 * i + 1] = __builtin_shufflevector(t[4 * i], t[4 * i + 2], 2, 3, 10, 11, 6, 7, 14, 15);
-        u[4 * i + 2] = __builtin_shufflevector(t[4 * i + 1], t[4 * i + 3], 0, 1, 8, 9, 4, 5, 12, 13);
-        u[4 * i + 3] =
-            __builtin_shufflevector(t[4 * i + 1], t[4 * i + 3], 2, 3, 10, 11, 6, 7, 14, 15);
-    }
-    for (int q = 0; q < 4; q++) {
-        r[q] = __builtin_shufflevector(u[q], u[4 + q], 0, 1, 2, 3, 8, 9, 10, 11);
-        r[q + 4] = __builtin_shufflevector(u[q], u[4 + q], 4, 5, 6, 7, 12, 13, 14, 15);
-    }
-}
-
-/* The pixels [p, p + 8) of an oct at x, transposed: r[k] holds channel k's */
-NORM_INLINE void oct_tile(f8v r[8], const float *x, int p)
-{
-    for (int q = 0; q < 8; q++)
-        r[q] = f8_load(x + (size_t)p * 16 + (size_t)q * 16);
-    tr8(r);
-}
-
-/* bn_sum's (mean NULL) or bn_sq's partial sums of an oct's pixels
- * [p0, p1) (p0 a multiple of LANES) added into acc */
-NORM_INLINE void oct_sum(lanes acc[LANES], const float *x, int p0, int p1, const lanes *mean)
-{
-    for (int p = p0; p < p1; p++) {
-        lanes v = __builtin_convertvector(f8_load(x + (size_t)p * 16), lanes);
-        if (mean) {
-            lanes d = v - *mean;
-            acc[p % LANES] += d * d;
-        } else {
-            acc[p % LANES] += v;
-        }
-    }
-}
-
-/* lanes_total of each of the oct's channels */
-NORM_INLINE void oct_total(lanes *tot, const lanes acc[LANES])
-{
-    *tot = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
-}
-
-/* norm_apply of an oct's pixels [p0, p1) at x into the plain y (its
- * channel 0 of the sample) */
-NORM_INLINE void oct_apply(float *y, const float *x, int hw, int p0, int p1, const float *a,
-                           const float *b, bool relu)
-{
-    int p = p0;
-    for (; p + 8 <= p1; p += 8) {
-        f8v r[8];
-        oct_tile(r, x, p);
-        for (int k = 0; k < 8; k++) {
-            f8v v = r[k] * a[k] + b[k];
-            if (relu) /* v > 0 ? v : +0, as norm_apply */
-                v = (f8v)((i8v)v & (v > 0.0f));
-            f8_store(y + (size_t)k * hw + p, v);
-        }
-    }
-    for (; p < p1; p++)
-        for (int k = 0; k < 8; k++) {
-            float v = x[(size_t)p * 16 + k] * a[k] + b[k];
-            y[(size_t)k * hw + p] = relu ? (v > 0.0f ? v : 0.0f) : v;
-        }
-}
-
-/* The end of the chunk of pixels from p0 */
-NORM_INLINE int oct_chunk_end(int p0, int hw)
-{
-    return hw - p0 > OCT_CHUNK ? p0 + OCT_CHUNK : hw;
-}
-
-/* Every oct of unit t (u octs from o0) applied with scales a and shifts b
- * (8 a channel each) */
-NORM_INLINE void unit_apply(const norm_job *j, int o0, int u, const float *a, const float *b)
-{
-    for (int i = 0; i < j->n; i++)
-        for (int p0 = 0; p0 < j->hw; p0 += OCT_CHUNK)
-            for (int k = 0; k < u; k++)
-                oct_apply(j->out + oct_plain(i, o0 + k, j->c, j->hw),
-                          j->in + oct_at(i, o0 + k, j->c, j->hw), j->hw, p0,
-                          oct_chunk_end(p0, j->hw), a + 8 * k, b + 8 * k, j->relu);
-}
-
-/* bn_sum's (mean NULL) or bn_sq's totals of unit t's octs */
-NORM_INLINE void unit_sums(const norm_job *j, int o0, int u, lanes tot[2], const lanes *mean)
-{
-    lanes acc[2][LANES];
-    memset(acc, 0, sizeof(acc));
-    for (int i = 0; i < j->n; i++)
-        for (int p0 = 0; p0 < j->hw; p0 += OCT_CHUNK)
-            for (int k = 0; k < u; k++)
-                oct_sum(acc[k], j->in + oct_at(i, o0 + k, j->c, j->hw), p0,
-                        oct_chunk_end(p0, j->hw), mean ? &mean[k] : NULL);
-    for (int k = 0; k < u; k++)
-        oct_total(&tot[k], acc[k]);
-}
-
-NORM_CLONES static void bnb_fwd_train(void *ctx, size_t lo, size_t hi)
-{
-    const norm_job *j = ctx;
-    int u = oct_unit(j->c);
-    double m = (double)((size_t)j->n * j->hw);
-    for (size_t t = lo; t < hi; t++) {
-        int o0 = (int)t * u;
-        lanes mean[2], sq[2];
-        unit_sums(j, o0, u, mean, NULL);
-        for (int k = 0; k < u; k++)
-            for (int q = 0; q < 8; q++)
-                mean[k][q] = m ? mean[k][q] / m : 0.0;
-        unit_sums(j, o0, u, sq, mean);
-        float a[16], b[16];
-        for (int q = 0; q < 8 * u; q++)
-            bn_save(j->save_mean, j->save_invstd, j->running_mean, j->running_var, j->gamma,
-                    j->beta, o0 * 8 + q, j->momentum, j->eps, mean[q / 8][q % 8],
-                    sq[q / 8][q % 8], m, &a[q], &b[q]);
-        unit_apply(j, o0, u, a, b);
-    }
-}
-
-NORM_CLONES static void bnb_fwd_eval(void *ctx, size_t lo, size_t hi)
-{
-    const norm_job *j = ctx;
-    int u = oct_unit(j->c);
-    for (size_t t = lo; t < hi; t++) {
-        float a[16], b[16];
-        for (int q = 0; q < 8 * u; q++)
-            bn_eval_coeffs(j, (int)t * u * 8 + q, &a[q], &b[q]);
-        unit_apply(j, (int)t * u, u, a, b);
-    }
-}
-
-NORM_CLONES static void bnb_affine(void *ctx, size_t lo, size_t hi)
-{
-    const norm_job *j = ctx;
-    int u = oct_unit(j->c);
-    for (size_t t = lo; t < hi; t++)
-        unit_apply(j, (int)t * u, u, j->a + t * u * 8, j->b + t * u * 8);
-}
-
-/* What an oct's backward pass computes with */
-typedef struct oct_coef {
-    bn_mask k[8];
-    float mean[8], inv[8];            /* the saved statistics */
-    float g[8], mdy[8], mdyx[8];      /* bn_dx's */
-} oct_coef;
-
-/* bn_dsums' partial sums of an oct's pixels [p0, p1): x blocked, dy plain
- * (its channel 0 of the sample), a and b held transposed as acc in
- * oct_sum; the gradient's tiles are transposed to x's layout. */
-NORM_INLINE void oct_dsums(lanes a[LANES], lanes b[LANES], const float *x, const float *dy, int hw,
-                           int p0, int p1, const oct_coef *cf, bool masked)
-{
-    f8v ka, kb;
-    lanes mean, inv;
-    for (int k = 0; k < 8; k++) {
-        ka[k] = cf->k[k].a;
-        kb[k] = cf->k[k].b;
-        mean[k] = cf->mean[k];
-        inv[k] = cf->inv[k];
-    }
-    int p = p0;
-    for (; p + LANES <= p1; p += LANES) {
-        f8v d[8];
-        for (int k = 0; k < 8; k++)
-            d[k] = f8_load(dy + (size_t)k * hw + p);
-        tr8(d); /* d[l]: pixel p + l of the eight channels */
-        for (int l = 0; l < LANES; l++) {
-            f8v xv = f8_load(x + (size_t)(p + l) * 16);
-            lanes g;
-            if (masked) /* as bn_dsums */
-                g = __builtin_convertvector((f8v)((i8v)d[l] & (xv * ka + kb > 0.0f)), lanes);
-            else
-                g = __builtin_convertvector(d[l], lanes);
-            a[l] += g;
-            b[l] += g * ((__builtin_convertvector(xv, lanes) - mean) * inv);
-        }
-    }
-    for (; p < p1; p++)
-        for (int k = 0; k < 8; k++) {
-            float xv = x[(size_t)p * 16 + k], dv = dy[(size_t)k * hw + p];
-            float d = masked ? bn_masked(dv, xv, cf->k[k].a, cf->k[k].b) : dv;
-            a[p % LANES][k] += d;
-            b[p % LANES][k] += d * ((xv - (double)cf->mean[k]) * (double)cf->inv[k]);
-        }
-}
-
-/* bn_dx of an oct's pixels [p0, p1) into dx: plain (its channel 0 of the
- * sample), or blocked as x (blk) */
-NORM_INLINE void oct_dx(float *dx, bool blk, const float *x, const float *dy, int hw, int p0, int p1,
-                        const oct_coef *cf, bool masked)
-{
-    int p = p0;
-    for (; p + 8 <= p1; p += 8) {
-        f8v r[8];
-        oct_tile(r, x, p);
-        for (int k = 0; k < 8; k++) {
-            f8v dv = f8_load(dy + (size_t)k * hw + p);
-            if (masked)
-                dv = (f8v)((i8v)dv & (r[k] * cf->k[k].a + cf->k[k].b > 0.0f));
-            f8v xhat = (r[k] - cf->mean[k]) * cf->inv[k];
-            r[k] = cf->g[k] * (dv - cf->mdy[k] - xhat * cf->mdyx[k]);
-            if (!blk)
-                f8_store(dx + (size_t)k * hw + p, r[k]);
-        }
-        if (blk) {
-            tr8(r);
-            for (int q = 0; q < 8; q++)
-                f8_store(dx + (size_t)(p + q) * 16, r[q]);
-        }
-    }
-    for (; p < p1; p++)
-        for (int k = 0; k < 8; k++) {
-            float xv = x[(size_t)p * 16 + k], dv = dy[(size_t)k * hw + p];
-            float xhat = (xv - cf->mean[k]) * cf->inv[k];
-            float d = masked ? bn_masked(dv, xv, cf->k[k].a, cf->k[k].b) : dv;
-            dx[blk ? (size_t)p * 16 + k : (size_t)k * hw + p] =
-                cf->g[k] * (d - cf->mdy[k] - xhat * cf->mdyx[k]);
-        }
-}
-
-/* The backward pass of units [lo, hi), with the masked and blocked
- * output forms made apart (the callers below) */
-NORM_INLINE void bnb_bwd_units(const norm_job *j, size_t lo, size_t hi, bool masked, bool blk)
-{
-    int u = oct_unit(j->c), c = j->c, hw = j->hw;
-    double m = (double)((size_t)j->n * hw);
-    for (size_t t = lo; t < hi; t++) {
-        int o0 = (int)t * u;
-        oct_coef cf[2];
-        lanes a[2][LANES], b[2][LANES], sdy[2], sdyx[2];
-        memset(a, 0, sizeof(a));
-        memset(b, 0, sizeof(b));
-        for (int q = 0; q < 8 * u; q++) {
-            int ch = o0 * 8 + q;
-            oct_coef *f = &cf[q / 8];
-            f->k[q % 8] = bn_mask_of(j->ra, j->rb, ch);
-            f->mean[q % 8] = j->c_mean[ch];
-            f->inv[q % 8] = j->c_invstd[ch];
-        }
-        for (int i = 0; i < j->n; i++)
-            for (int p0 = 0; p0 < hw; p0 += OCT_CHUNK)
-                for (int k = 0; k < u; k++)
-                    oct_dsums(a[k], b[k], j->in + oct_at(i, o0 + k, c, hw),
-                              j->dout + oct_plain(i, o0 + k, c, hw), hw, p0,
-                              oct_chunk_end(p0, hw), &cf[k], masked);
-        for (int k = 0; k < u; k++) {
-            oct_total(&sdy[k], a[k]);
-            oct_total(&sdyx[k], b[k]);
-        }
-        for (int q = 0; q < 8 * u; q++) {
-            int ch = o0 * 8 + q;
-            oct_coef *f = &cf[q / 8];
-            double sdy1 = sdy[q / 8][q % 8], sdyx1 = sdyx[q / 8][q % 8];
-            if (j->dgamma)
-                j->dgamma[ch] = (float)sdyx1;
-            if (j->dbeta)
-                j->dbeta[ch] = (float)sdy1;
-            /* as bn_dx */
-            f->g[q % 8] = (float)((double)j->c_invstd[ch] * (j->gamma ? j->gamma[ch] : 1.0f));
-            f->mdy[q % 8] = (float)(sdy1 / m);
-            f->mdyx[q % 8] = (float)(sdyx1 / m);
-        }
-        if (!j->out || m == 0)
-            continue;
-        for (int i = 0; i < j->n; i++)
-            for (int p0 = 0; p0 < hw; p0 += OCT_CHUNK)
-                for (int k = 0; k < u; k++)
-                    oct_dx(j->out + (blk ? oct_at(i, o0 + k, c, hw) : oct_plain(i, o0 + k, c, hw)),
-                           blk, j->in + oct_at(i, o0 + k, c, hw),
-                           j->dout + oct_plain(i, o0 + k, c, hw), hw, p0, oct_chunk_end(p0, hw),
-                           &cf[k], masked);
-    }
-}
-
-NORM_CLONES static void bnb_bwd(void *ctx, size_t lo, size_t hi)
-{
-    const norm_job *j = ctx;
-    if (j->ra && j->out_blk)
-        bnb_bwd_units(j, lo, hi, true, true);
-    else if (j->ra)
-        bnb_bwd_units(j, lo, hi, true, false);
-    else if (j->out_blk)
-        bnb_bwd_units(j, lo, hi, false, true);
-    else
-        bnb_bwd_units(j, lo, hi, false, false);
-}
-
-/* Units a thread takes at the least: norm_grain's channels, rounded up */
-static size_t oct_grain(const norm_job *j)
-{
-    size_t per = 8 * (size_t)oct_unit(j->c);
-    return (norm_grain((size_t)j->n * j->hw) + per - 1) / per;
-}
-
-/* j's pass fn over every unit of work */
-static void oct_run(norm_job *j, kernels_range_fn fn)
-{
-    kernels_for((size_t)j->c / 8 / (size_t)oct_unit(j->c), oct_grain(j), fn, j);
-}
-
-void op_batchnorm_forward_train_blk(float *out, float *save_mean, float *save_invstd,
-                                    float *running_mean, float *running_var, const float *in,
-                                    const float *gamma, const float *beta, int n, int c, int hw,
-                                    float momentum, float eps, bool relu)
-{
-    norm_job j = {.out = out, .save_mean = save_mean, .save_invstd = save_invstd,
-                  .running_mean = running_mean, .running_var = running_var, .in = in,
-                  .gamma = gamma, .beta = beta, .n = n, .c = c, .hw = hw,
-                  .momentum = momentum, .eps = eps, .relu = relu};
-    oct_run(&j, bnb_fwd_train);
-}
-
-void op_batchnorm_forward_eval_blk(float *out, const float *in, const float *gamma,
-                                   const float *beta, const float *running_mean,
-                                   const float *running_var, int n, int c, int hw, float eps,
-                                   bool relu)
-{
-    norm_job j = {.out = out, .in = in, .gamma = gamma, .beta = beta,
-                  .running_mean = (float *)running_mean, .running_var = (float *)running_var,
-                  .n = n, .c = c, .hw = hw, .eps = eps, .relu = relu};
-    oct_run(&j, bnb_fwd_eval);
-}
-
-void op_norm_affine_blk(float *out, const float *in, const float *a, const float *b, int n, int c,
-                        int hw, bool relu)
-{
-    norm_job j = {.out = out, .in = in, .a = a, .b = b, .n = n, .c = c, .hw = hw, .relu = relu};
-    oct_run(&j, bnb_affine);
-}
-
-void op_batchnorm_backward_blk(float *din, float *dgamma, float *dbeta, const float *dout,
-                               const float *in, const float *gamma, const float *save_mean,
-                               const float *save_invstd, int n, int c, int hw,
-                               const float *relu_a, const float *relu_b, bool din_blocked)
-{
-    norm_job j = {.out = din, .dgamma = dgamma, .dbeta = dbeta, .dout = dout, .in = in,
-                  .gamma = gamma, .c_mean = save_mean, .c_invstd = save_invstd, .ra = relu_a,
-                  .rb = relu_b, .n = n, .c = c, .hw = hw, .out_blk = din_blocked};
-    oct_run(&j, bnb_bwd);
 }
 
 /* ---- group norm ---- */

@@ -87,31 +87,6 @@ int op_batchnorm_backward_parts(float *din, float *dgamma, float *dbeta, const f
                                 const float *relu_a, const float *relu_b, const op_reduce *r,
                                 double *red);
 
-/* The batch norm's passes over an input in oneDNN's aBcd16b layout,
- * (n, c / 16, hw, 16): a convolution's output as its blocked kernels write
- * it (conv_blocked.c), read here without a reorder of its own. c is a
- * multiple of 16. The forward passes' out is plain (n, c, hw), and so is
- * the backward pass's dout; its din is plain, or blocked as in with
- * din_blocked (for a blocked convolution's backward pass). The arguments
- * and the bits are the plain passes' (the same sums in the same order,
- * eight channels of a block at a time, each channel whole on one
- * thread). */
-void op_batchnorm_forward_train_blk(float *out, float *save_mean, float *save_invstd,
-                                    float *running_mean, float *running_var, const float *in,
-                                    const float *gamma, const float *beta, int n, int c, int hw,
-                                    float momentum, float eps, bool relu);
-void op_batchnorm_forward_eval_blk(float *out, const float *in, const float *gamma,
-                                   const float *beta, const float *running_mean,
-                                   const float *running_var, int n, int c, int hw, float eps,
-                                   bool relu);
-/* op_norm_affine of a batch norm (a and b (c)) */
-void op_norm_affine_blk(float *out, const float *in, const float *a, const float *b, int n, int c,
-                        int hw, bool relu);
-void op_batchnorm_backward_blk(float *din, float *dgamma, float *dbeta, const float *dout,
-                               const float *in, const float *gamma, const float *save_mean,
-                               const float *save_invstd, int n, int c, int hw,
-                               const float *relu_a, const float *relu_b, bool din_blocked);
-
 /* in and out are (n, c, hw), c divisible by groups; gamma and beta are (c);
  * save_mean and save_invstd are (n, groups). Normalises every (sample,
  * group) of c/groups channels with its own mean and biased variance. out may

@@ -807,6 +807,11 @@ START_TEST(test_conv_bf16)
     op_conv2d_params shortcut = {.n = 2, .c = 16, .h = 8, .w = 8, .k = 32, .r = 1, .s = 1, .stride_h = 2, .stride_w = 2};
     ck_assert(convplan_conv2d_blocked_bf16(&shortcut));
     conv_bf16_case(&shortcut, 0, 1);
+    /* resnet_small's stem: 3 inputs, whose rounded copy oneDNN takes in
+     * the plain layout (rounded by kern__bf16_rows), in bfloat16 on
+     * AVX512_BF16 too */
+    op_conv2d_params stem = {.n = 2, .c = 3, .h = 32, .w = 32, .k = 16, .r = 3, .s = 3, .pad_h = 1, .pad_w = 1};
+    conv_bf16_case(&stem, 0, 1);
     /* a 1-channel head: float32 (conv_bf16_case checks its bits) */
     op_conv2d_params head = {.n = 2, .c = 8, .h = 16, .w = 16, .k = 1, .r = 1, .s = 1};
     ck_assert(!convplan_conv2d_blocked_bf16(&head));

@@ -248,12 +248,17 @@ static void pack_rows(void *ctx, size_t lo, size_t hi)
         bf16_pack(p->out + r * (size_t)p->cols, p->in + r * (size_t)p->ld, (size_t)p->cols);
 }
 
-static void pack(uint16_t *out, const float *in, int rows, int cols, int ld)
+void kern__bf16_rows(uint16_t *out, const float *in, int rows, int cols, int ld)
 {
-    uint64_t t0 = kern__now_ns();
     pack_job p = {out, in, cols, ld};
     size_t grain = 65536 / (size_t)(cols > 0 ? cols : 1);
     kernels_for((size_t)rows, grain ? grain : 1, pack_rows, &p);
+}
+
+static void pack(uint16_t *out, const float *in, int rows, int cols, int ld)
+{
+    uint64_t t0 = kern__now_ns();
+    kern__bf16_rows(out, in, rows, cols, ld);
     kern__layout_since(t0);
 }
 

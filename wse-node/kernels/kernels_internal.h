@@ -55,6 +55,10 @@ void kern__seed_rows(float *c, int ldc, const float *bias, int m, int n);
 void kern__sgemm_bias(int ta, int tb, int m, int n, int k, const float *a, int lda, const float *b,
                       int ldb, const float *bias, float beta, float *c, int ldc);
 
+/* rows of cols floats, ld apart, rounded to bfloat16 (bf16_pack) and
+ * packed into out, over the operators' threads (untimed) */
+void kern__bf16_rows(uint16_t *out, const float *in, int rows, int cols, int ld);
+
 /* The reorders between a plain float32 (n, c, h, w) tensor and oneDNN's
  * aBcd16b layout of it (blk16.c): packing into it in float32 or rounded
  * to bfloat16 (to nearest even), unpacking float32 out of it. */

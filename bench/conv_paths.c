@@ -210,9 +210,9 @@ static void bench_shape(const shape *sh)
             for (int round = 0; round < ROUNDS; round++) {
                 double t0 = bench_now();
                 int ran = kern__conv_blocked_forward(bf, r.y, r.x, r.w, b, &r.p, ws2, big, NULL,
-                                                     0) &&
+                                                     0, 0) &&
                           kern__conv_blocked_backward(bf, r.dx, r.dw, db, r.dy, r.x, r.w, &r.p,
-                                                      ws2, big, NULL, 0);
+                                                      ws2, big, NULL, 0, 0);
                 double t = bench_now() - t0;
                 if (!ran)
                     break;

@@ -836,8 +836,8 @@ static void conv_blocked_case(const op_conv2d_params *p, int bias)
     ck_assert(convplan_conv2d_blocked_f32(p));
     size_t wsb = op_conv2d_workspace(p);
     float *ws = ws_new(wsb);
-    int f = kern__conv_blocked_forward(0, t.y, t.x, t.w, bp, p, ws, wsb, NULL, 0);
-    int g = kern__conv_blocked_backward(0, t.dx, t.dw, dbp, t.dy, t.x, t.w, p, ws, wsb, NULL, 0);
+    int f = kern__conv_blocked_forward(0, t.y, t.x, t.w, bp, p, ws, wsb, NULL, 0, 0);
+    int g = kern__conv_blocked_backward(0, t.dx, t.dw, dbp, t.dy, t.x, t.w, p, ws, wsb, NULL, 0, 0);
     ws_check(ws, wsb);
     ck_assert_int_eq(f, kern__conv_have_onednn());
     ck_assert_int_eq(g, kern__conv_have_onednn());
@@ -960,6 +960,138 @@ START_TEST(test_blk16_reorders)
 }
 END_TEST
 
+/* plain (n, c, hw) into aBcd16b (to_blk) or back */
+static void blk_convert(float *blk, float *plain, int n, int c, size_t hw, int to_blk)
+{
+    for (int i = 0; i < n; i++)
+        for (int ch = 0; ch < c; ch++)
+            for (size_t q = 0; q < hw; q++) {
+                size_t b = (((size_t)i * (c / 16) + ch / 16) * hw + q) * 16 + ch % 16;
+                size_t pl = ((size_t)i * c + ch) * hw + q;
+                if (to_blk)
+                    blk[b] = plain[pl];
+                else
+                    plain[pl] = blk[b];
+            }
+}
+
+/* A convolution with its tensors in aBcd16b (op_conv2d_forward_io,
+ * _backward_io: a blocked chain's) gives the plain call's bits, in float32
+ * and mixed precision, the input kept or not; and so it does through its
+ * way back, with a workspace too small for oneDNN. */
+static void conv_io_case(const op_conv2d_params *p, int bf16, int bias)
+{
+    conv_set t;
+    conv_set_new(&t, p, 93);
+    size_t nx = t.nx, ny = t.ny, hw = (size_t)p->h * p->w;
+    size_t ohw = (size_t)op_conv2d_out_h(p) * op_conv2d_out_w(p);
+    size_t wsb = bf16 ? op_conv2d_bf16_workspace(p) : op_conv2d_workspace(p);
+    unsigned io = op_conv2d_blocked_io(p, bf16, bias, wsb);
+    if (!io) {
+        printf("conv io: c%d k%d %dx%d (%s) runs on plain layouts here\n", p->c, p->k, p->h, p->w,
+               bf16 ? "bfloat16" : "float32");
+        conv_set_free(&t);
+        return;
+    }
+    ck_assert_uint_eq(io, op_conv2d_blocked_io(p, bf16, bias, wsb)); /* the same answer */
+    float *ws = ws_new(wsb), *xb = kt_falloc(nx), *dyb = kt_falloc(ny), *yb = kt_falloc(ny);
+    float *dxb = kt_falloc(nx);
+    size_t kb = bf16 ? convplan_conv2d_bf16_kept_bytes(p) : 0;
+    void *keep = kb ? aligned_alloc(64, (kb + 63) & ~(size_t)63) : NULL;
+    const float *bp = bias ? t.b : NULL;
+    float *dbp = bias ? t.db : NULL, *db2p = bias ? t.db2 : NULL;
+    for (unsigned blocked = 1; blocked <= 3; blocked++) {
+        if ((blocked & io) != blocked)
+            continue;
+        int ib = blocked & OP_CONV2D_IN_BLOCKED, ob = blocked & OP_CONV2D_OUT_BLOCKED;
+        for (int kept = 0; kept <= (kb > 0); kept++) {
+            /* the plain call */
+            int f2 = op_conv2d_forward_io(t.y2, t.x, t.w, bp, p, bf16, 0, ws, wsb,
+                                          kept ? keep : NULL, kb);
+            op_conv2d_backward_io(t.dx2, t.dw2, db2p, t.dy, t.x, t.w, p, bf16, 0, ws, wsb,
+                                  kept && f2 == 2 ? keep : NULL, kb);
+            /* the blocked one */
+            if (ib)
+                blk_convert(xb, t.x, p->n, p->c, hw, 1);
+            if (ob)
+                blk_convert(dyb, t.dy, p->n, p->k, ohw, 1);
+            int f = op_conv2d_forward_io(ob ? yb : t.y, ib ? xb : t.x, t.w, bp, p, bf16, blocked,
+                                         ws, wsb, kept ? keep : NULL, kb);
+            if (bf16)
+                ck_assert_int_eq(f, f2);
+            op_conv2d_backward_io(ib ? dxb : t.dx, t.dw, dbp, ob ? dyb : t.dy, ib ? xb : t.x, t.w,
+                                  p, bf16, blocked, ws, wsb, kept && f == 2 ? keep : NULL, kb);
+            ws_check(ws, wsb);
+            if (ob)
+                blk_convert(yb, t.y, p->n, p->k, ohw, 0);
+            if (ib)
+                blk_convert(dxb, t.dx, p->n, p->c, hw, 0);
+            ck_assert_msg(memcmp(t.y, t.y2, ny * 4) == 0, "c%d k%d: the output, blocked %u", p->c,
+                          p->k, blocked);
+            ck_assert_msg(memcmp(t.dx, t.dx2, nx * 4) == 0, "c%d k%d: dx, blocked %u", p->c, p->k,
+                          blocked);
+            ck_assert_msg(memcmp(t.dw, t.dw2, t.nw * 4) == 0, "c%d k%d: dw, blocked %u", p->c,
+                          p->k, blocked);
+            if (bias)
+                ck_assert(memcmp(t.db, t.db2, t.nk * 4) == 0);
+        }
+    }
+    /* the way back (mixed precision): oneDNN's bfloat16 turned off after
+     * the plan, the plain call's bits */
+    if (bf16) {
+        kernels_bf16_enable(0);
+        op_conv2d_forward_io(t.y2, t.x, t.w, bp, p, bf16, 0, ws, wsb, NULL, 0);
+        op_conv2d_backward_io(t.dx2, t.dw2, db2p, t.dy, t.x, t.w, p, bf16, 0, ws, wsb, NULL, 0);
+        if (io & OP_CONV2D_IN_BLOCKED)
+            blk_convert(xb, t.x, p->n, p->c, hw, 1);
+        if (io & OP_CONV2D_OUT_BLOCKED)
+            blk_convert(dyb, t.dy, p->n, p->k, ohw, 1);
+        const float *xin = io & OP_CONV2D_IN_BLOCKED ? xb : t.x;
+        const float *dyin = io & OP_CONV2D_OUT_BLOCKED ? dyb : t.dy;
+        float *yout = io & OP_CONV2D_OUT_BLOCKED ? yb : t.y, *dxout = io & OP_CONV2D_IN_BLOCKED ? dxb : t.dx;
+        ck_assert_int_eq(op_conv2d_forward_io(yout, xin, t.w, bp, p, bf16, io, ws, wsb, NULL, 0), 0);
+        ck_assert_int_eq(op_conv2d_backward_io(dxout, t.dw, dbp, dyin, xin, t.w, p, bf16, io, ws,
+                                               wsb, NULL, 0),
+                         0);
+        kernels_bf16_enable(1);
+        if (io & OP_CONV2D_OUT_BLOCKED)
+            blk_convert(yb, t.y, p->n, p->k, ohw, 0);
+        if (io & OP_CONV2D_IN_BLOCKED)
+            blk_convert(dxb, t.dx, p->n, p->c, hw, 0);
+        ck_assert(memcmp(t.y, t.y2, ny * 4) == 0);
+        ck_assert(memcmp(t.dx, t.dx2, nx * 4) == 0);
+        ck_assert(memcmp(t.dw, t.dw2, t.nw * 4) == 0);
+    }
+    free(ws), free(xb), free(dyb), free(yb), free(dxb), free(keep);
+    conv_set_free(&t);
+}
+
+START_TEST(test_conv_blocked_io)
+{
+    kernels_set_threads(2);
+    op_conv2d_params shapes[] = {
+        {.n = 2, .c = 16, .h = 32, .w = 32, .k = 16, .r = 3, .s = 3, .pad_h = 1, .pad_w = 1},
+        {.n = 3, .c = 16, .h = 13, .w = 13, .k = 32, .r = 3, .s = 3, .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1},
+        {.n = 2, .c = 16, .h = 8, .w = 8, .k = 32, .r = 1, .s = 1, .stride_h = 2, .stride_w = 2},
+        {.n = 2, .c = 3, .h = 16, .w = 16, .k = 16, .r = 3, .s = 3, .pad_h = 1, .pad_w = 1},
+    };
+    int blocked_ran = 0;
+    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
+        for (int bf16 = 0; bf16 <= 1; bf16++) {
+            conv_io_case(&shapes[i], bf16, (int)(i % 2));
+            blocked_ran += op_conv2d_blocked_io(&shapes[i], bf16, (int)(i % 2),
+                                                bf16 ? op_conv2d_bf16_workspace(&shapes[i])
+                                                     : op_conv2d_workspace(&shapes[i])) != 0;
+        }
+    /* the 3-channel input is no block: its output may be, its input not */
+    ck_assert(!(op_conv2d_blocked_io(&shapes[3], 0, 1, op_conv2d_workspace(&shapes[3])) &
+                OP_CONV2D_IN_BLOCKED));
+    if (kern__conv_have_onednn())
+        ck_assert_int_gt(blocked_ran, 0);
+    kernels_set_threads(1);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("conv");
@@ -982,6 +1114,7 @@ int main(void)
     tcase_add_test(tc, test_conv_bf16);
     tcase_add_test(tc, test_conv_blocked_f32);
     tcase_add_test(tc, test_blk16_reorders);
+    tcase_add_test(tc, test_conv_blocked_io);
     suite_add_tcase(s, tc);
     return kt_run(s);
 }

@@ -241,6 +241,99 @@ START_TEST(test_batchnorm_relu_fused)
 }
 END_TEST
 
+/* plain (n, c, hw) into aBcd16b (n, c / 16, hw, 16) (to_blk) or back */
+static void blk_convert(float *blk, float *plain, int n, int c, int hw, bool to_blk)
+{
+    for (int i = 0; i < n; i++)
+        for (int ch = 0; ch < c; ch++)
+            for (int p = 0; p < hw; p++) {
+                size_t b = (((size_t)i * (c / 16) + ch / 16) * hw + p) * 16 + ch % 16;
+                size_t q = ((size_t)i * c + ch) * hw + p;
+                if (to_blk)
+                    blk[b] = plain[q];
+                else
+                    plain[q] = blk[b];
+            }
+}
+
+static void same_bits(const float *a, const float *b, size_t count, const char *what, int n, int c,
+                      int hw, int threads)
+{
+    ck_assert_msg(memcmp(a, b, count * sizeof(float)) == 0,
+                  "%s differs on aBcd16b (n %d, c %d, hw %d, %d threads)", what, n, c, hw,
+                  threads);
+}
+
+/* The passes over tensors in aBcd16b (between blocked convolutions) give
+ * the plain passes' bits: every output, statistic and gradient, with and
+ * without a fused relu, on one thread and two. */
+static void check_blocked(int n, int c, int hw, int threads, bool relu, kt_rng *r)
+{
+    size_t nx = (size_t)n * c * hw;
+    float *x = kt_falloc(nx), *xb = kt_falloc(nx), *dy = kt_falloc(nx), *dyb = kt_falloc(nx);
+    float *ref = kt_falloc(nx), *got = kt_falloc(nx), *gotb = kt_falloc(nx);
+    float *g = kt_falloc(c), *b = kt_falloc(c), *rm = kt_falloc(c), *rv = kt_falloc(c);
+    float *rm2 = kt_falloc(c), *rv2 = kt_falloc(c), *sm = kt_falloc(c), *si = kt_falloc(c);
+    float *sm2 = kt_falloc(c), *si2 = kt_falloc(c), *ra = kt_falloc(c), *rb = kt_falloc(c);
+    float *dg1 = kt_falloc(c), *db1 = kt_falloc(c), *dg2 = kt_falloc(c), *db2 = kt_falloc(c);
+    kt_fill(r, x, nx, -2, 3);
+    kt_fill(r, dy, nx, -1, 1);
+    kt_fill(r, g, c, 0.5, 1.5);
+    kt_fill(r, b, c, -0.5, 0.5);
+    kt_fill(r, rm, c, -0.2, 0.2);
+    kt_fill(r, rv, c, 0.5, 2);
+    memcpy(rm2, rm, (size_t)c * sizeof(float));
+    memcpy(rv2, rv, (size_t)c * sizeof(float));
+    blk_convert(xb, x, n, c, hw, true);
+    blk_convert(dyb, dy, n, c, hw, true);
+    kernels_set_threads(threads);
+#define SAME_BLOCKED(what)                                                                         \
+    do {                                                                                           \
+        blk_convert(gotb, got, n, c, hw, false);                                                   \
+        same_bits(ref, got, nx, what, n, c, hw, threads);                                          \
+    } while (0)
+    op_batchnorm_forward_train(ref, sm, si, rm, rv, x, g, b, n, c, hw, 0.1f, 1e-5f, relu);
+    op_batchnorm_forward_train_blk(gotb, sm2, si2, rm2, rv2, xb, g, b, n, c, hw, 0.1f, 1e-5f,
+                                   relu);
+    SAME_BLOCKED("the training output");
+    same_bits(sm, sm2, c, "the mean", n, c, hw, threads);
+    same_bits(si, si2, c, "the inverse deviation", n, c, hw, threads);
+    same_bits(rm, rm2, c, "the running mean", n, c, hw, threads);
+    same_bits(rv, rv2, c, "the running variance", n, c, hw, threads);
+    for (int k = 0; k < c; k++)
+        op_norm_coeffs(si[k], sm[k], g[k], b[k], &ra[k], &rb[k]);
+    memset(gotb, 0, nx * sizeof(float));
+    op_norm_affine_blk(gotb, xb, ra, rb, n, c, hw, relu);
+    SAME_BLOCKED("the output made again");
+    op_batchnorm_forward_eval(ref, x, g, b, rm, rv, n, c, hw, 1e-5f, relu);
+    op_batchnorm_forward_eval_blk(gotb, xb, g, b, rm, rv, n, c, hw, 1e-5f, relu);
+    SAME_BLOCKED("the evaluation output");
+    const float *ma = relu ? ra : NULL, *mb = relu ? rb : NULL;
+    op_batchnorm_backward(ref, dg1, db1, dy, x, g, sm, si, n, c, hw, ma, mb);
+    op_batchnorm_backward_blk(gotb, dg2, db2, dyb, xb, g, sm, si, n, c, hw, ma, mb);
+    SAME_BLOCKED("the input gradient");
+    same_bits(dg1, dg2, c, "the scale's gradient", n, c, hw, threads);
+    same_bits(db1, db2, c, "the shift's gradient", n, c, hw, threads);
+#undef SAME_BLOCKED
+    kernels_set_threads(1);
+    free(x), free(xb), free(dy), free(dyb), free(ref), free(got), free(gotb), free(g), free(b);
+    free(rm), free(rv), free(rm2), free(rv2), free(sm), free(si), free(sm2), free(si2);
+    free(ra), free(rb), free(dg1), free(db1), free(dg2), free(db2);
+}
+
+START_TEST(test_batchnorm_blocked)
+{
+    kt_rng r;
+    kt_rng_init(&r, 71);
+    check_blocked(3, 16, 49, 1, true, &r);    /* 7 x 7 */
+    check_blocked(2, 32, 64, 2, false, &r);
+    check_blocked(2, 32, 64, 2, true, &r);
+    check_blocked(1, 48, 5, 2, true, &r);     /* an odd number of blocks */
+    check_blocked(2, 64, 1100, 2, true, &r);  /* blocks over two threads, chunks of pixels */
+    check_blocked(4, 16, 4096, 2, false, &r); /* octs over two threads */
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("norm");
@@ -250,6 +343,7 @@ int main(void)
     tcase_add_test(tc, test_batchnorm_gradients_fd);
     tcase_add_test(tc, test_groupnorm_gradients_fd);
     tcase_add_test(tc, test_batchnorm_relu_fused);
+    tcase_add_test(tc, test_batchnorm_blocked);
     suite_add_tcase(s, tc);
     return kt_run(s);
 }

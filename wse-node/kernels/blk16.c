@@ -21,7 +21,7 @@
 #ifdef BLK16_X86
 
 #define T512 __attribute__((target("avx512f")))
-#define TBF16 __attribute__((target("avx512f,avx512bf16,avx512vl")))
+#define TBF16 __attribute__((target("avx512f,avx512bf16,avx512vl,avx512bw")))
 
 /* r[k] (row k, 16 columns) becomes column k: r[q][k] = old r[k][q]. */
 static inline T512 __attribute__((always_inline)) void tr16(__m512 r[16])
@@ -124,8 +124,30 @@ static T512 void unpack_f32(void *ctx, size_t lo, size_t hi)
     }
 }
 
+/* Elementwise: floats [lo, hi) * 16 (and the tail with the last) rounded */
+static TBF16 void round_bf16(void *ctx, size_t lo, size_t hi)
+{
+    const blk_job *j = ctx;
+    const float *src = j->plain;
+    uint16_t *dst = j->blk;
+    size_t end = hi * 16 > j->hw ? j->hw : hi * 16;
+    for (size_t q = lo * 16; q < end; q += 16) {
+        unsigned cnt = end - q < 16 ? (unsigned)(end - q) : 16;
+        __mmask16 m = (__mmask16)((1u << cnt) - 1);
+        __m256i h = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, src + q));
+        _mm256_mask_storeu_epi16(dst + q, m, h);
+    }
+}
+
 int kern__blk16_reorder(kern__blk16_kind kind, void *blk, float *plain, int n, int c, size_t hw)
 {
+    if (kind == KERN__BLK16_ROUND_BF16) {
+        if (n <= 0 || c <= 0 || hw == 0 || !__builtin_cpu_supports("avx512bf16"))
+            return 0;
+        blk_job r = {blk, plain, (size_t)n * (size_t)c * hw};
+        kernels_for((r.hw + 15) / 16, 2048, round_bf16, &r);
+        return 1;
+    }
     if (n <= 0 || c <= 0 || c % 16 || hw == 0 || !__builtin_cpu_supports("avx512f"))
         return 0;
     if (kind == KERN__BLK16_PACK_BF16 && !__builtin_cpu_supports("avx512bf16"))

@@ -16,7 +16,9 @@
  * The bias gradient is summed here in double. A shape oneDNN has no fast
  * kernel for, a workspace too small, or (bfloat16) a processor without
  * bfloat16 instructions leaves the call to the caller's other path. */
+#include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels.h"
@@ -56,6 +58,8 @@ typedef struct blk_entry {
     int ddy_same;               /* the data gradient reads the weight gradient's dY */
     int keeps_x;                /* the forward pass's input view is the weight
                                  * gradient's, aBcd16b bfloat16 (a kept input serves) */
+    unsigned io;                /* OP_CONV2D_*_BLOCKED: the tensors it can take
+                                 * and give in aBcd16b (op_conv2d_blocked_io) */
     size_t fwd_bytes, bwd_bytes; /* workspace each pass needs */
 } blk_entry;
 
@@ -144,6 +148,15 @@ static const dnnl_memory_desc_t *md_of(const_dnnl_primitive_desc_t pd, dnnl_quer
     return dnnl_primitive_desc_query_md(pd, what, 0);
 }
 
+/* Whether md is the aBcd16b layout of its dims in type t */
+static int is_blk16(const dnnl_memory_desc_t *md, dnnl_data_type_t t)
+{
+    dnnl_memory_desc_t want;
+    return md->ndims == 4 && md->data_type == t && md->dims[1] % 16 == 0 &&
+           dnnl_memory_desc_init_by_tag(&want, 4, md->dims, t, dnnl_aBcd16b) == dnnl_success &&
+           dnnl_memory_desc_equal(md, &want);
+}
+
 /* Makes the entry of shape p: 0, or -1 when oneDNN cannot run it. */
 static int entry_make(blk_entry *e, const op_conv2d_params *p, int bias, int bf16, dnnl_engine_t eng)
 {
@@ -204,6 +217,14 @@ static int entry_make(blk_entry *e, const op_conv2d_params *p, int bias, int bf1
          view_make(&e->v[V_DW], eng, md_of(dpd, dnnl_query_weights_md), &w_pl, 0) == 0 &&
          view_make(&e->v[V_DDX], eng, md_of(dpd, dnnl_query_diff_src_md), &x_pl, 1) == 0;
     if (ok) {
+        e->io = (is_blk16(&e->v[V_FY].md, dnnl_f32) && is_blk16(&e->v[V_WDY].md, in_t) &&
+                         is_blk16(&e->v[V_DDY].md, in_t)
+                     ? OP_CONV2D_OUT_BLOCKED
+                     : 0) |
+                (is_blk16(&e->v[V_FX].md, in_t) && is_blk16(&e->v[V_WX].md, in_t) &&
+                         is_blk16(&e->v[V_DDX].md, dnnl_f32)
+                     ? OP_CONV2D_IN_BLOCKED
+                     : 0);
         e->ddy_same = dnnl_memory_desc_equal(&e->v[V_WDY].md, &e->v[V_DDY].md);
         e->keeps_x = bf16 && e->v[V_FX].blk16 == 1 + KERN__BLK16_PACK_BF16 &&
                      dnnl_memory_desc_equal(&e->v[V_FX].md, &e->v[V_WX].md);
@@ -246,6 +267,17 @@ static blk_entry *entry_of(const op_conv2d_params *p, int bias, int bf16, dnnl_e
     return e->ok > 0 ? e : NULL;
 }
 
+/* The floats of a tensor of md's dims at user rounded to bfloat16 into
+ * mine, in the layout they are: by the instruction blk16.c packs with,
+ * or kern__bf16_rows (the same rounding) where there is none. */
+static void bf16_round(void *mine, const float *user, const dnnl_memory_desc_t *md)
+{
+    const dnnl_dim_t *d = md->dims;
+    if (!kern__blk16_reorder(KERN__BLK16_ROUND_BF16, mine, (float *)(uintptr_t)user, (int)d[0],
+                             (int)d[1], (size_t)(d[2] * d[3])))
+        kern__bf16_rows(mine, user, (int)(d[0] * d[1]), (int)(d[2] * d[3]), (int)(d[2] * d[3]));
+}
+
 /* Reorders between the caller's tensor at user and view v at mine. */
 static int reorder(dnnl_stream_t st, blk_view *v, const void *user, void *mine, int to_user)
 {
@@ -255,7 +287,7 @@ static int reorder(dnnl_stream_t st, blk_view *v, const void *user, void *mine, 
     dnnl_memory_set_data_handle(v->mem, mine); /* (the primitive's argument too) */
     int rc = 0;
     if (v->round)
-        kern__bf16_rows(mine, user, (int)(d[0] * d[1]), (int)(d[2] * d[3]), (int)(d[2] * d[3]));
+        bf16_round(mine, user, &v->md);
     else if (!v->blk16 ||
         !kern__blk16_reorder((kern__blk16_kind)(v->blk16 - 1), mine, (float *)(uintptr_t)user,
                              (int)d[0], (int)d[1], (size_t)d[2] * (size_t)d[3])) {
@@ -300,16 +332,40 @@ static void *kept_x(const blk_entry *e, const void *keep, size_t keep_bytes)
                : NULL;
 }
 
+/* The buffer view v's primitive reads for the caller's tensor at user,
+ * into *buf (and v's memory): the tensor reordered into mine; or, where
+ * the caller's is in aBcd16b (user_blk, v's layout then, in float32 or
+ * bfloat16), the tensor itself, or its values rounded into mine. 0 or
+ * -1. */
+static int take(dnnl_stream_t st, blk_view *v, const float *user, void *mine, int user_blk,
+                void **buf)
+{
+    *buf = mine;
+    if (!user_blk)
+        return reorder(st, v, user, mine, 0);
+    if (v->md.data_type == dnnl_f32) {
+        *buf = (void *)(uintptr_t)user;
+    } else {
+        uint64_t t0 = kern__now_ns();
+        bf16_round(mine, user, &v->md);
+        kern__layout_since(t0);
+    }
+    dnnl_memory_set_data_handle(v->mem, *buf);
+    return 0;
+}
+
 int kern__conv_blocked_forward(int bf16, float *out, const float *in, const float *weight,
                                const float *bias, const op_conv2d_params *p, void *ws,
-                               size_t ws_bytes, void *keep, size_t keep_bytes)
+                               size_t ws_bytes, void *keep, size_t keep_bytes, unsigned blocked)
 {
     dnnl_stream_t st;
     size_t avail;
     blk_entry *e = usable(bf16, p, bias != NULL, ws, ws_bytes, 0, &st);
-    if (e) {
+    if (e && (blocked & ~e->io) == 0) {
         char *x = (char *)kern__ws_aligned(ws, ws_bytes, &avail), *w = x + e->v[V_FX].bytes, *y = w + e->v[V_FW].bytes;
         char *kx = kept_x(e, keep, keep_bytes);
+        int ob = (blocked & OP_CONV2D_OUT_BLOCKED) != 0;
+        void *xb;
         if (kx) /* the input rounded once, for the weight gradient too */
             x = kx;
         dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, e->v[V_FX].mem},
@@ -320,12 +376,14 @@ int kern__conv_blocked_forward(int bf16, float *out, const float *in, const floa
             dnnl_memory_set_data_handle(e->bias, (void *)(uintptr_t)bias);
             args[na++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, e->bias};
         }
-        dnnl_memory_set_data_handle(e->v[V_FY].mem, y);
+        /* a blocked output is written where the caller wants it */
+        dnnl_memory_set_data_handle(e->v[V_FY].mem, ob ? (void *)out : y);
         /* the stream runs in order: the primitive reads what the reorders wrote */
-        if (reorder(st, &e->v[V_FX], in, x, 0) == 0 && reorder(st, &e->v[V_FW], weight, w, 0) == 0 &&
+        if (take(st, &e->v[V_FX], in, x, (blocked & OP_CONV2D_IN_BLOCKED) != 0, &xb) == 0 &&
+            reorder(st, &e->v[V_FW], weight, w, 0) == 0 &&
             exec(e, P_FWD, st, args, na, y + e->v[V_FY].bytes) == 0 &&
-            reorder(st, &e->v[V_FY], out, y, 1) == 0 && dnnl_stream_wait(st) == dnnl_success)
-            return kx ? 2 : 1;
+            (ob || reorder(st, &e->v[V_FY], out, y, 1) == 0) && dnnl_stream_wait(st) == dnnl_success)
+            return kx && xb == kx ? 2 : 1;
         /* oneDNN checks its arguments before it writes: the caller's path
          * computes it all again */
     }
@@ -333,11 +391,12 @@ int kern__conv_blocked_forward(int bf16, float *out, const float *in, const floa
 }
 
 /* dbias[k] = the sum of dout's plane k over the batch, in double, a
- * channel per task. */
+ * channel per task; dout plain or (blk) in aBcd16b, the same sums in the
+ * same order. */
 typedef struct dbias_job {
     float *db;
     const float *dy;
-    int n, k;
+    int n, k, blk;
     size_t plane;
 } dbias_job;
 
@@ -347,6 +406,12 @@ static void dbias_range(void *ctx, size_t lo, size_t hi)
     for (size_t k = lo; k < hi; k++) {
         double s = 0;
         for (int i = 0; i < j->n; i++) {
+            if (j->blk) {
+                const float *d = j->dy + (((size_t)i * (j->k / 16) + k / 16) * j->plane) * 16 + k % 16;
+                for (size_t q = 0; q < j->plane; q++)
+                    s += d[q * 16];
+                continue;
+            }
             const float *d = j->dy + ((size_t)i * j->k + k) * j->plane;
             for (size_t q = 0; q < j->plane; q++)
                 s += d[q];
@@ -358,23 +423,25 @@ static void dbias_range(void *ctx, size_t lo, size_t hi)
 int kern__conv_blocked_backward(int bf16, float *din, float *dweight, float *dbias,
                                 const float *dout, const float *in, const float *weight,
                                 const op_conv2d_params *p, void *ws, size_t ws_bytes,
-                                const void *kept, size_t kept_bytes)
+                                const void *kept, size_t kept_bytes, unsigned blocked)
 {
     dnnl_stream_t st;
     size_t avail;
     blk_entry *e = usable(bf16, p, 0, ws, ws_bytes, 1, &st);
-    if (e) {
+    if (e && (blocked & ~e->io) == 0) {
+        int ob = (blocked & OP_CONV2D_OUT_BLOCKED) != 0, ib = (blocked & OP_CONV2D_IN_BLOCKED) != 0;
         char *dy = (char *)kern__ws_aligned(ws, ws_bytes, &avail), *rest = dy + e->v[V_WDY].bytes;
         char *x = rest, *dw = x + e->v[V_WX].bytes;
         char *kx = kept_x(e, kept, kept_bytes);
+        void *dyb, *xb;
         dnnl_exec_arg_t wargs[4] = {{DNNL_ARG_SRC, e->v[V_WX].mem},
                                     {DNNL_ARG_DIFF_DST, e->v[V_WDY].mem},
                                     {DNNL_ARG_DIFF_WEIGHTS, e->v[V_WDW].mem}};
-        int ok = reorder(st, &e->v[V_WDY], dout, dy, 0) == 0;
+        int ok = take(st, &e->v[V_WDY], dout, dy, ob, &dyb) == 0;
         if (kx) /* as the forward pass rounded it */
             dnnl_memory_set_data_handle(e->v[V_WX].mem, kx);
         else
-            ok = ok && reorder(st, &e->v[V_WX], in, x, 0) == 0;
+            ok = ok && take(st, &e->v[V_WX], in, x, ib, &xb) == 0;
         if (ok) {
             dnnl_memory_set_data_handle(e->v[V_WDW].mem, dw);
             ok = exec(e, P_BWD_W, st, wargs, 3, dw + e->v[V_WDW].bytes) == 0 &&
@@ -383,22 +450,23 @@ int kern__conv_blocked_backward(int bf16, float *din, float *dweight, float *dbi
         if (ok && din) {
             char *ddy = e->ddy_same ? dy : rest;
             char *w = rest + (e->ddy_same ? 0 : e->v[V_DDY].bytes), *dx = w + e->v[V_DW].bytes;
+            void *ddyb = dyb;
             dnnl_exec_arg_t dargs[4] = {{DNNL_ARG_DIFF_DST, e->v[V_DDY].mem},
                                         {DNNL_ARG_WEIGHTS, e->v[V_DW].mem},
                                         {DNNL_ARG_DIFF_SRC, e->v[V_DDX].mem}};
-            ok = (e->ddy_same || reorder(st, &e->v[V_DDY], dout, ddy, 0) == 0) &&
+            ok = (e->ddy_same || take(st, &e->v[V_DDY], dout, ddy, ob, &ddyb) == 0) &&
                  reorder(st, &e->v[V_DW], weight, w, 0) == 0;
             if (ok) {
-                dnnl_memory_set_data_handle(e->v[V_DDY].mem, ddy);
-                dnnl_memory_set_data_handle(e->v[V_DDX].mem, dx);
+                dnnl_memory_set_data_handle(e->v[V_DDY].mem, ddyb);
+                dnnl_memory_set_data_handle(e->v[V_DDX].mem, ib ? (void *)din : dx);
                 ok = exec(e, P_BWD_D, st, dargs, 3, dx + e->v[V_DDX].bytes) == 0 &&
-                     reorder(st, &e->v[V_DDX], din, dx, 1) == 0;
+                     (ib || reorder(st, &e->v[V_DDX], din, dx, 1) == 0);
             }
         }
         ok = ok && dnnl_stream_wait(st) == dnnl_success;
         if (ok) {
             if (dbias) {
-                dbias_job j = {dbias, dout, p->n, p->k,
+                dbias_job j = {dbias, dout, p->n, p->k, ob,
                                (size_t)op_conv2d_out_h(p) * (size_t)op_conv2d_out_w(p)};
                 kernels_for((size_t)p->k, 1, dbias_range, &j);
             }
@@ -408,11 +476,21 @@ int kern__conv_blocked_backward(int bf16, float *din, float *dweight, float *dbi
     return 0;
 }
 
+unsigned kern__conv_blocked_io(int bf16, const op_conv2d_params *p, int bias, size_t ws_bytes)
+{
+    dnnl_stream_t st;
+    /* the room of a workspace at any alignment */
+    size_t room = ws_bytes > 64 ? ws_bytes - 64 : 0;
+    blk_entry *f = usable(bf16, p, bias, room ? (void *)64 : NULL, room, 0, &st);
+    blk_entry *b = usable(bf16, p, 0, room ? (void *)64 : NULL, room, 1, &st);
+    return f && b ? f->io & b->io : 0;
+}
+
 #else /* !KERNELS_HAVE_DNNL */
 
 int kern__conv_blocked_forward(int bf16, float *out, const float *in, const float *weight,
                                const float *bias, const op_conv2d_params *p, void *ws,
-                               size_t ws_bytes, void *keep, size_t keep_bytes)
+                               size_t ws_bytes, void *keep, size_t keep_bytes, unsigned blocked)
 {
     return 0;
 }
@@ -420,12 +498,131 @@ int kern__conv_blocked_forward(int bf16, float *out, const float *in, const floa
 int kern__conv_blocked_backward(int bf16, float *din, float *dweight, float *dbias,
                                 const float *dout, const float *in, const float *weight,
                                 const op_conv2d_params *p, void *ws, size_t ws_bytes,
-                                const void *kept, size_t kept_bytes)
+                                const void *kept, size_t kept_bytes, unsigned blocked)
+{
+    return 0;
+}
+
+unsigned kern__conv_blocked_io(int bf16, const op_conv2d_params *p, int bias, size_t ws_bytes)
 {
     return 0;
 }
 
 #endif
+
+unsigned op_conv2d_blocked_io(const op_conv2d_params *p, int bf16, int bias, size_t ws_bytes)
+{
+    if (bf16 ? !convplan_conv2d_blocked_bf16(p)
+             : kern__conv_get_path() != KERN__CONV_BLOCKED || !convplan_conv2d_blocked_f32(p))
+        return 0;
+    return kern__conv_blocked_io(bf16, p, bias, ws_bytes);
+}
+
+/* A tensor (n, c, hw) between the plain layout and aBcd16b, through new
+ * memory: the way back where oneDNN fails with blocked tensors. NULL when
+ * there is no memory. */
+static float *blk_copy(const float *t, int n, int c, size_t hw, int to_plain)
+{
+    float *o = malloc((size_t)n * c * hw * sizeof(float));
+    for (int i = 0; o && i < n; i++)
+        for (int ch = 0; ch < c; ch++)
+            for (size_t q = 0; q < hw; q++) {
+                size_t b = (((size_t)i * (c / 16) + ch / 16) * hw + q) * 16 + ch % 16;
+                size_t pl = ((size_t)i * c + ch) * hw + q;
+                o[to_plain ? pl : b] = t[to_plain ? b : pl];
+            }
+    return o;
+}
+
+static void blk_back(float *dst, const float *plain, int n, int c, size_t hw)
+{
+    float *b = blk_copy(plain, n, c, hw, 0);
+    if (b)
+        memcpy(dst, b, (size_t)n * c * hw * sizeof(float));
+    free(b);
+}
+
+/* n * c * hw floats of NaN: what a step computes with where even the way
+ * back has no memory (its loss then says so) */
+static void nan_fill(float *t, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        t[i] = NAN;
+}
+
+int op_conv2d_forward_io(float *out, const float *in, const float *weight, const float *bias,
+                         const op_conv2d_params *p, int bf16, unsigned blocked, void *ws,
+                         size_t ws_bytes, void *keep, size_t keep_bytes)
+{
+    int rc = 0;
+    if (!blocked) {
+        if (bf16)
+            return op_conv2d_forward_bf16_keep(out, in, weight, bias, p, ws, ws_bytes, keep,
+                                               keep_bytes);
+        op_conv2d_forward(out, in, weight, bias, p, ws, ws_bytes);
+        return 0;
+    }
+    if ((rc = kern__conv_blocked_forward(bf16, out, in, weight, bias, p, ws, ws_bytes, keep,
+                                         keep_bytes, blocked)) > 0)
+        return rc;
+    size_t hw = (size_t)p->h * p->w, ohw = (size_t)op_conv2d_out_h(p) * op_conv2d_out_w(p);
+    size_t ny = (size_t)p->n * p->k * ohw;
+    float *pin = blocked & OP_CONV2D_IN_BLOCKED ? blk_copy(in, p->n, p->c, hw, 1) : (float *)in;
+    float *pout = blocked & OP_CONV2D_OUT_BLOCKED ? malloc(ny * sizeof(float)) : out;
+    if (!pin || !pout) {
+        nan_fill(out, ny);
+    } else {
+        rc = op_conv2d_forward_io(pout, pin, weight, bias, p, bf16, 0, ws, ws_bytes, NULL, 0);
+        if (pout != out)
+            blk_back(out, pout, p->n, p->k, ohw);
+    }
+    if (pin != in)
+        free(pin);
+    if (pout != out)
+        free(pout);
+    return rc;
+}
+
+int op_conv2d_backward_io(float *din, float *dweight, float *dbias, const float *dout,
+                          const float *in, const float *weight, const op_conv2d_params *p,
+                          int bf16, unsigned blocked, void *ws, size_t ws_bytes, const void *kept,
+                          size_t kept_bytes)
+{
+    int rc = 0;
+    if (!blocked) {
+        if (bf16)
+            return op_conv2d_backward_bf16_kept(din, dweight, dbias, dout, in, weight, p, ws,
+                                                ws_bytes, kept, kept_bytes);
+        op_conv2d_backward(din, dweight, dbias, dout, in, weight, p, ws, ws_bytes);
+        return 0;
+    }
+    if (kern__conv_blocked_backward(bf16, din, dweight, dbias, dout, in, weight, p, ws, ws_bytes,
+                                    kept, kept_bytes, blocked))
+        return 1;
+    size_t hw = (size_t)p->h * p->w, ohw = (size_t)op_conv2d_out_h(p) * op_conv2d_out_w(p);
+    size_t nx = (size_t)p->n * p->c * hw;
+    int ib = (blocked & OP_CONV2D_IN_BLOCKED) != 0;
+    float *pdy = blocked & OP_CONV2D_OUT_BLOCKED ? blk_copy(dout, p->n, p->k, ohw, 1) : (float *)dout;
+    float *pin = ib ? blk_copy(in, p->n, p->c, hw, 1) : (float *)in;
+    float *pdin = ib && din ? malloc(nx * sizeof(float)) : din;
+    if (!pdy || !pin || (din && !pdin)) {
+        nan_fill(dweight, (size_t)p->k * p->c * p->r * p->s);
+        if (din)
+            nan_fill(din, nx);
+    } else {
+        rc = op_conv2d_backward_io(pdin, dweight, dbias, pdy, pin, weight, p, bf16, 0, ws,
+                                   ws_bytes, NULL, 0);
+        if (pdin != din)
+            blk_back(din, pdin, p->n, p->c, hw);
+    }
+    if (pdy != dout)
+        free(pdy);
+    if (pin != in)
+        free(pin);
+    if (pdin != din)
+        free(pdin);
+    return rc;
+}
 
 int op_conv2d_forward_bf16_keep(float *out, const float *in, const float *weight,
                                 const float *bias, const op_conv2d_params *p, void *ws,
@@ -434,7 +631,7 @@ int op_conv2d_forward_bf16_keep(float *out, const float *in, const float *weight
     int rc;
     if (convplan_conv2d_blocked_bf16(p) &&
         (rc = kern__conv_blocked_forward(1, out, in, weight, bias, p, ws, ws_bytes, keep,
-                                         keep_bytes)) > 0)
+                                         keep_bytes, 0)) > 0)
         return rc;
     op_conv2d_forward(out, in, weight, bias, p, ws, ws_bytes);
     return 0;
@@ -452,7 +649,7 @@ int op_conv2d_backward_bf16_kept(float *din, float *dweight, float *dbias, const
 {
     if (convplan_conv2d_blocked_bf16(p) &&
         kern__conv_blocked_backward(1, din, dweight, dbias, dout, in, weight, p, ws, ws_bytes,
-                                    kept, kept_bytes))
+                                    kept, kept_bytes, 0))
         return 1;
     op_conv2d_backward(din, dweight, dbias, dout, in, weight, p, ws, ws_bytes);
     return 0;

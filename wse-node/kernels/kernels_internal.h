@@ -66,6 +66,8 @@ typedef enum kern__blk16_kind {
     KERN__BLK16_PACK_F32,
     KERN__BLK16_PACK_BF16,
     KERN__BLK16_UNPACK_F32,
+    KERN__BLK16_ROUND_BF16, /* n * c * hw floats rounded in whatever layout
+                             * they are (the same instruction as packing) */
 } kern__blk16_kind;
 /* Runs one over the operators' threads: 1, or 0 when it cannot here (c not
  * a multiple of 16, no AVX-512, or packing to bfloat16 without
@@ -102,13 +104,20 @@ typedef enum kern__conv_path {
  * the shape, a workspace too small, no bfloat16 instructions, a build
  * without oneDNN), then the caller computes it on its other path. */
 struct op_conv2d_params;
+/* blocked: the OP_CONV2D_*_BLOCKED tensors (op_conv2d.h) are in aBcd16b,
+ * where kern__conv_blocked_io says they can be (else it does not run). */
 int kern__conv_blocked_forward(int bf16, float *out, const float *in, const float *weight,
                                const float *bias, const struct op_conv2d_params *p, void *ws,
-                               size_t ws_bytes, void *keep, size_t keep_bytes);
+                               size_t ws_bytes, void *keep, size_t keep_bytes, unsigned blocked);
 int kern__conv_blocked_backward(int bf16, float *din, float *dweight, float *dbias,
                                 const float *dout, const float *in, const float *weight,
                                 const struct op_conv2d_params *p, void *ws, size_t ws_bytes,
-                                const void *kept, size_t kept_bytes);
+                                const void *kept, size_t kept_bytes, unsigned blocked);
+/* The OP_CONV2D_*_BLOCKED tensors shape p's blocked convolution can take
+ * and give in aBcd16b with a workspace of ws_bytes (at any alignment): 0
+ * where it does not run. */
+unsigned kern__conv_blocked_io(int bf16, const struct op_conv2d_params *p, int bias,
+                               size_t ws_bytes);
 
 /* The oneDNN primitives one piece of a convolution runs, as bits of a job:
  * forward with or without bias, weight gradient with or without the bias

@@ -132,7 +132,7 @@ void op_conv2d_forward(float *out, const float *in, const float *weight,
                        void *ws, size_t ws_bytes)
 {
     if (kern__conv_get_path() == KERN__CONV_BLOCKED && convplan_conv2d_blocked_f32(p) &&
-        kern__conv_blocked_forward(0, out, in, weight, bias, p, ws, ws_bytes, NULL, 0))
+        kern__conv_blocked_forward(0, out, in, weight, bias, p, ws, ws_bytes, NULL, 0, 0))
         return;
     kern__conv_bufs b = {.x = in, .w = weight, .b = bias, .y = out,
                          .ws = ws, .ws_bytes = ws_bytes};
@@ -324,7 +324,7 @@ void op_conv2d_backward(float *din, float *dweight, float *dbias,
 {
     if (kern__conv_get_path() == KERN__CONV_BLOCKED && convplan_conv2d_blocked_f32(p) &&
         kern__conv_blocked_backward(0, din, dweight, dbias, dout, in, weight, p, ws, ws_bytes, NULL,
-                                    0))
+                                    0, 0))
         return;
     kern__conv_bufs b = {.x = in, .w = weight, .dy = dout, .dx = din,
                          .dw = dweight, .db = dbias, .ws = ws,

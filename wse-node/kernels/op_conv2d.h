@@ -63,6 +63,35 @@ int op_conv2d_backward_bf16_kept(float *din, float *dweight, float *dbias, const
                                  const float *in, const float *weight, const op_conv2d_params *p,
                                  void *ws, size_t ws_bytes, const void *kept, size_t kept_bytes);
 
+/* A convolution's tensors in oneDNN's aBcd16b layout, (n, c / 16, h, w,
+ * 16), as its blocked kernels compute on them: a plan keeps a chain of
+ * layers in it (the executor's blocked groups), sparing the reorders to
+ * and from NCHW. Bits of the tensors a call takes and gives so: */
+#define OP_CONV2D_OUT_BLOCKED 1u /* out, and dout in the backward pass */
+#define OP_CONV2D_IN_BLOCKED 2u  /* in, and din */
+
+/* The OP_CONV2D_*_BLOCKED tensors the convolution of shape p can take
+ * and give in aBcd16b: in mixed precision (bf16) or float32, with a bias
+ * or not, with ws_bytes of workspace (at any alignment). 0 where it runs
+ * on the plain layouts (im2col, a shape oneDNN has no fast kernel or no
+ * such layout for, the path forced, a build without oneDNN). The same
+ * answer every time for the same arguments on one processor. */
+unsigned op_conv2d_blocked_io(const op_conv2d_params *p, int bf16, int bias, size_t ws_bytes);
+
+/* op_conv2d_forward_bf16_keep (bf16, returning what it returns) or
+ * op_conv2d_forward (0, or 1 where it ran with blocked tensors) and the
+ * backward passes likewise, with the tensors `blocked` names in
+ * aBcd16b: bits op_conv2d_blocked_io gave for the same arguments. Where
+ * oneDNN fails after all, the blocked tensors are reordered through
+ * memory of their own and the plain path computes. */
+int op_conv2d_forward_io(float *out, const float *in, const float *weight, const float *bias,
+                         const op_conv2d_params *p, int bf16, unsigned blocked, void *ws,
+                         size_t ws_bytes, void *keep, size_t keep_bytes);
+int op_conv2d_backward_io(float *din, float *dweight, float *dbias, const float *dout,
+                          const float *in, const float *weight, const op_conv2d_params *p,
+                          int bf16, unsigned blocked, void *ws, size_t ws_bytes, const void *kept,
+                          size_t kept_bytes);
+
 /* The rows beyond a stripe's top and bottom edges when the image is split
  * into horizontal stripes (spatial partitions): the windows read its
  * neighbours' rows there, not zero padding. */

@@ -114,12 +114,12 @@ NORM_INLINE double bn_sq(const float *in, int ch, int n, int c, int hw, double m
     return lanes_total(&acc);
 }
 
-/* Channel ch normalised with the mean and squared deviations of m
- * elements; the saved and running statistics updated. */
-NORM_INLINE void bn_apply(float *out, float *save_mean, float *save_invstd, float *running_mean,
-                          float *running_var, const float *in, const float *gamma,
-                          const float *beta, int ch, int n, int c, int hw, float momentum,
-                          float eps, double mean, double sq, double m, bool relu)
+/* The saved and running statistics of channel ch from the mean and
+ * squared deviations of m elements; its scale and shift in *a and *b. */
+NORM_INLINE void bn_save(float *save_mean, float *save_invstd, float *running_mean,
+                         float *running_var, const float *gamma, const float *beta, int ch,
+                         float momentum, float eps, double mean, double sq, double m, float *a,
+                         float *b)
 {
     double var = m ? sq / m : 0.0;
     double invstd = 1.0 / sqrt(var + eps);
@@ -131,9 +131,20 @@ NORM_INLINE void bn_apply(float *out, float *save_mean, float *save_invstd, floa
         double unbiased = m > 1 ? sq / (m - 1) : var;
         running_var[ch] = (float)((1.0 - momentum) * running_var[ch] + momentum * unbiased);
     }
-    float a, b;
     op_norm_coeffs((float)invstd, (float)mean, gamma ? gamma[ch] : 1.0f, beta ? beta[ch] : 0.0f,
-                   &a, &b);
+                   a, b);
+}
+
+/* Channel ch normalised with the mean and squared deviations of m
+ * elements; the saved and running statistics updated. */
+NORM_INLINE void bn_apply(float *out, float *save_mean, float *save_invstd, float *running_mean,
+                          float *running_var, const float *in, const float *gamma,
+                          const float *beta, int ch, int n, int c, int hw, float momentum,
+                          float eps, double mean, double sq, double m, bool relu)
+{
+    float a, b;
+    bn_save(save_mean, save_invstd, running_mean, running_var, gamma, beta, ch, momentum, eps,
+            mean, sq, m, &a, &b);
     for (int i = 0; i < n; i++)
         norm_apply(out + ((size_t)i * c + ch) * hw, in + ((size_t)i * c + ch) * hw, (size_t)hw, a,
                    b, relu);
@@ -194,13 +205,20 @@ int op_batchnorm_forward_train_parts(float *out, float *save_mean, float *save_i
     return 0;
 }
 
+/* The scale and shift of channel ch from the running statistics */
+NORM_INLINE void bn_eval_coeffs(const norm_job *j, int ch, float *a, float *b)
+{
+    double invstd = 1.0 / sqrt((double)j->running_var[ch] + j->eps);
+    *a = (float)invstd * (j->gamma ? j->gamma[ch] : 1.0f);
+    *b = (j->beta ? j->beta[ch] : 0.0f) - j->running_mean[ch] * *a;
+}
+
 NORM_CLONES static void bn_fwd_eval(void *ctx, size_t lo, size_t hi)
 {
     const norm_job *j = ctx;
     for (int ch = (int)lo; ch < (int)hi; ch++) {
-        double invstd = 1.0 / sqrt((double)j->running_var[ch] + j->eps);
-        float a = (float)invstd * (j->gamma ? j->gamma[ch] : 1.0f);
-        float b = (j->beta ? j->beta[ch] : 0.0f) - j->running_mean[ch] * a;
+        float a, b;
+        bn_eval_coeffs(j, ch, &a, &b);
         for (int i = 0; i < j->n; i++)
             norm_apply(j->out + ((size_t)i * j->c + ch) * j->hw,
                        j->in + ((size_t)i * j->c + ch) * j->hw, (size_t)j->hw, a, b, j->relu);
@@ -372,6 +390,393 @@ int op_batchnorm_backward_parts(float *din, float *dgamma, float *dbeta, const f
               red[c + ch], m);
     }
     return 0;
+}
+
+/* ---- batch norm over aBcd16b ---- */
+
+/* Every tensor of the pass in oneDNN's aBcd16b layout, (n, c / 16, hw,
+ * 16), as its blocked convolutions write and read them: the input, the
+ * output, their gradients. Eight channels (an "oct", half a block) are
+ * computed together, their eight values at a pixel adjacent, with the
+ * scales, shifts and statistics as vectors over them. The sums keep the
+ * plain passes' LANES partial sums of each channel, held transposed
+ * (acc[l] is lane l of the oct's eight channels), and every element meets
+ * the same operations in the same order: the bits are the plain passes'.
+ * A unit of work is a whole block (both its octs, each channel whole on
+ * one thread) where there are two blocks or more, else an oct; a unit is
+ * swept in chunks of OCT_CHUNK pixels of a sample, each oct in turn, so
+ * that the second reads the block's lines from the first level of cache
+ * (an oct alone reads half of every line). */
+#define OCT_CHUNK 512
+
+typedef float f8v __attribute__((vector_size(8 * sizeof(float))));
+typedef int32_t i8v __attribute__((vector_size(8 * sizeof(int32_t))));
+
+/* (a macro: a vector returned by value would change the ABI) */
+#define f8_load(p)                                                                                 \
+    ({                                                                                             \
+        f8v v_;                                                                                    \
+        memcpy(&v_, (p), sizeof(v_));                                                              \
+        v_;                                                                                        \
+    })
+
+NORM_INLINE void f8_store(float *p, f8v v)
+{
+    memcpy(p, &v, sizeof(v));
+}
+
+/* Octs in a unit of work */
+static int oct_unit(int c)
+{
+    return c >= 32 ? 2 : 1;
+}
+
+/* Pixel 0 of oct o of sample i: pixel p is 16 * p floats on. */
+NORM_INLINE size_t oct_at(int i, int o, int c, int hw)
+{
+    return ((size_t)i * (size_t)(c / 16) + (size_t)(o / 2)) * (size_t)hw * 16 + (size_t)(o % 2) * 8;
+}
+
+/* The end of the chunk of pixels from p0 */
+NORM_INLINE int oct_chunk_end(int p0, int hw)
+{
+    return hw - p0 > OCT_CHUNK ? p0 + OCT_CHUNK : hw;
+}
+
+/* The oct's eight values of what a channel's array holds */
+NORM_INLINE void oct_vec(f8v *v, const float *per_channel, int o)
+{
+    for (int k = 0; k < 8; k++)
+        (*v)[k] = per_channel[o * 8 + k];
+}
+
+/* bn_sum's (mean NULL) or bn_sq's partial sums of an oct's pixels
+ * [p0, p1) (p0 a multiple of LANES) added into acc */
+NORM_INLINE void oct_sum1(lanes *acc, const float *x, int p, const lanes *mean)
+{
+    lanes v = __builtin_convertvector(f8_load(x + (size_t)p * 16), lanes);
+    if (mean) {
+        lanes d = v - *mean;
+        *acc += d * d;
+    } else {
+        *acc += v;
+    }
+}
+
+NORM_INLINE void oct_sum(lanes acc[LANES], const float *x, int p0, int p1, const lanes *mean)
+{
+    int p = p0;
+    /* LANES pixels a step, each lane's sum a register of its own */
+    for (; p + LANES <= p1; p += LANES)
+        for (int l = 0; l < LANES; l++)
+            oct_sum1(&acc[l], x, p + l, mean);
+    for (; p < p1; p++)
+        oct_sum1(&acc[p % LANES], x, p, mean);
+}
+
+/* lanes_total of each of the oct's channels */
+NORM_INLINE void oct_total(lanes *tot, const lanes acc[LANES])
+{
+    *tot = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+}
+
+/* norm_apply of an oct's pixels [p0, p1): y = x * a + b, relu: v > 0 ? v
+ * : +0 */
+NORM_INLINE void oct_apply(float *y, const float *x, int p0, int p1, f8v a, f8v b, bool relu)
+{
+    for (int p = p0; p < p1; p++) {
+        f8v v = f8_load(x + (size_t)p * 16) * a + b;
+        if (relu)
+            v = (f8v)((i8v)v & (v > 0.0f));
+        f8_store(y + (size_t)p * 16, v);
+    }
+}
+
+/* Every oct of the unit of u octs from o0 applied with scales a and
+ * shifts b (its channels') */
+NORM_INLINE void unit_apply(const norm_job *j, int o0, int u, const float *a, const float *b)
+{
+    f8v av[2], bv[2];
+    for (int k = 0; k < u; k++) {
+        oct_vec(&av[k], a, k);
+        oct_vec(&bv[k], b, k);
+    }
+    for (int i = 0; i < j->n; i++)
+        for (int p0 = 0; p0 < j->hw; p0 += OCT_CHUNK)
+            for (int k = 0; k < u; k++) {
+                size_t at = oct_at(i, o0 + k, j->c, j->hw);
+                oct_apply(j->out + at, j->in + at, p0, oct_chunk_end(p0, j->hw), av[k], bv[k],
+                          j->relu);
+            }
+}
+
+/* bn_sum's (mean NULL) or bn_sq's totals of the unit's octs */
+NORM_INLINE void unit_sums(const norm_job *j, int o0, int u, lanes tot[2], const lanes *mean)
+{
+    lanes acc[2][LANES];
+    memset(acc, 0, sizeof(acc));
+    for (int i = 0; i < j->n; i++)
+        for (int p0 = 0; p0 < j->hw; p0 += OCT_CHUNK)
+            for (int k = 0; k < u; k++)
+                oct_sum(acc[k], j->in + oct_at(i, o0 + k, j->c, j->hw), p0,
+                        oct_chunk_end(p0, j->hw), mean ? &mean[k] : NULL);
+    for (int k = 0; k < u; k++)
+        oct_total(&tot[k], acc[k]);
+}
+
+NORM_INLINE void bnb_fwd_train_units(void *ctx, size_t lo, size_t hi)
+{
+    const norm_job *j = ctx;
+    int u = oct_unit(j->c);
+    double m = (double)((size_t)j->n * j->hw);
+    for (size_t t = lo; t < hi; t++) {
+        int o0 = (int)t * u;
+        lanes mean[2], sq[2];
+        unit_sums(j, o0, u, mean, NULL);
+        for (int k = 0; k < u; k++)
+            for (int q = 0; q < 8; q++)
+                mean[k][q] = m ? mean[k][q] / m : 0.0;
+        unit_sums(j, o0, u, sq, mean);
+        float a[16], b[16];
+        for (int q = 0; q < 8 * u; q++)
+            bn_save(j->save_mean, j->save_invstd, j->running_mean, j->running_var, j->gamma,
+                    j->beta, o0 * 8 + q, j->momentum, j->eps, mean[q / 8][q % 8],
+                    sq[q / 8][q % 8], m, &a[q], &b[q]);
+        unit_apply(j, o0, u, a, b);
+    }
+}
+
+NORM_INLINE void bnb_fwd_eval_units(void *ctx, size_t lo, size_t hi)
+{
+    const norm_job *j = ctx;
+    int u = oct_unit(j->c);
+    for (size_t t = lo; t < hi; t++) {
+        float a[16], b[16];
+        for (int q = 0; q < 8 * u; q++)
+            bn_eval_coeffs(j, (int)t * u * 8 + q, &a[q], &b[q]);
+        unit_apply(j, (int)t * u, u, a, b);
+    }
+}
+
+NORM_INLINE void bnb_affine_units(void *ctx, size_t lo, size_t hi)
+{
+    const norm_job *j = ctx;
+    int u = oct_unit(j->c);
+    for (size_t t = lo; t < hi; t++)
+        unit_apply(j, (int)t * u, u, j->a + t * u * 8, j->b + t * u * 8);
+}
+
+/* What an oct's backward pass computes with, a vector over its channels */
+typedef struct oct_coef {
+    f8v ka, kb;                 /* the relu's mask: x * ka + kb > 0 */
+    lanes mean, inv;            /* the saved statistics, for the sums */
+    f8v fmean, finv;            /* the same in float, for dx */
+    f8v g, mdy, mdyx;           /* bn_dx's */
+} oct_coef;
+
+/* bn_dsums' partial sums of an oct's pixels [p0, p1) */
+NORM_INLINE void oct_dsums1(lanes *a, lanes *b, const float *x, const float *dy, int p,
+                            const oct_coef *cf, bool masked)
+{
+    f8v xv = f8_load(x + (size_t)p * 16), dv = f8_load(dy + (size_t)p * 16);
+    if (masked) /* as bn_dsums: the bits of dy or of +0 */
+        dv = (f8v)((i8v)dv & (xv * cf->ka + cf->kb > 0.0f));
+    lanes g = __builtin_convertvector(dv, lanes);
+    *a += g;
+    *b += g * ((__builtin_convertvector(xv, lanes) - cf->mean) * cf->inv);
+}
+
+NORM_INLINE void oct_dsums(lanes a[LANES], lanes b[LANES], const float *x, const float *dy, int p0,
+                           int p1, const oct_coef *cf, bool masked)
+{
+    int p = p0;
+    for (; p + LANES <= p1; p += LANES)
+        for (int l = 0; l < LANES; l++)
+            oct_dsums1(&a[l], &b[l], x, dy, p + l, cf, masked);
+    for (; p < p1; p++)
+        oct_dsums1(&a[p % LANES], &b[p % LANES], x, dy, p, cf, masked);
+}
+
+/* bn_dx of an oct's pixels [p0, p1) */
+NORM_INLINE void oct_dx(float *dx, const float *x, const float *dy, int p0, int p1,
+                        const oct_coef *cf, bool masked)
+{
+    for (int p = p0; p < p1; p++) {
+        f8v xv = f8_load(x + (size_t)p * 16), dv = f8_load(dy + (size_t)p * 16);
+        if (masked)
+            dv = (f8v)((i8v)dv & (xv * cf->ka + cf->kb > 0.0f));
+        f8v xhat = (xv - cf->fmean) * cf->finv;
+        f8_store(dx + (size_t)p * 16, cf->g * (dv - cf->mdy - xhat * cf->mdyx));
+    }
+}
+
+/* The backward pass of units [lo, hi), masked or not made apart */
+NORM_INLINE void bnb_bwd_form(const norm_job *j, size_t lo, size_t hi, bool masked)
+{
+    int u = oct_unit(j->c), c = j->c, hw = j->hw;
+    double m = (double)((size_t)j->n * hw);
+    for (size_t t = lo; t < hi; t++) {
+        int o0 = (int)t * u;
+        oct_coef cf[2];
+        lanes a[2][LANES], b[2][LANES];
+        memset(a, 0, sizeof(a));
+        memset(b, 0, sizeof(b));
+        for (int k = 0; k < u; k++) {
+            oct_coef *f = &cf[k];
+            memset(f, 0, sizeof(*f));
+            for (int q = 0; q < 8; q++) {
+                int ch = (o0 + k) * 8 + q;
+                bn_mask mk = bn_mask_of(j->ra, j->rb, ch);
+                f->ka[q] = mk.a;
+                f->kb[q] = mk.b;
+                f->mean[q] = j->c_mean[ch]; /* as bn_bwd passes them: double */
+                f->inv[q] = j->c_invstd[ch];
+                f->fmean[q] = (float)f->mean[q];
+                f->finv[q] = (float)f->inv[q];
+            }
+        }
+        for (int i = 0; i < j->n; i++)
+            for (int p0 = 0; p0 < hw; p0 += OCT_CHUNK)
+                for (int k = 0; k < u; k++) {
+                    size_t at = oct_at(i, o0 + k, c, hw);
+                    oct_dsums(a[k], b[k], j->in + at, j->dout + at, p0, oct_chunk_end(p0, hw),
+                              &cf[k], masked);
+                }
+        for (int k = 0; k < u; k++) {
+            lanes sdy, sdyx;
+            oct_total(&sdy, a[k]);
+            oct_total(&sdyx, b[k]);
+            for (int q = 0; q < 8; q++) {
+                int ch = (o0 + k) * 8 + q;
+                if (j->dgamma)
+                    j->dgamma[ch] = (float)sdyx[q];
+                if (j->dbeta)
+                    j->dbeta[ch] = (float)sdy[q];
+                /* as bn_dx */
+                cf[k].g[q] = (float)(cf[k].inv[q] * (j->gamma ? j->gamma[ch] : 1.0f));
+                cf[k].mdy[q] = (float)(sdy[q] / m);
+                cf[k].mdyx[q] = (float)(sdyx[q] / m);
+            }
+        }
+        if (!j->out || m == 0)
+            continue;
+        for (int i = 0; i < j->n; i++)
+            for (int p0 = 0; p0 < hw; p0 += OCT_CHUNK)
+                for (int k = 0; k < u; k++) {
+                    size_t at = oct_at(i, o0 + k, c, hw);
+                    oct_dx(j->out + at, j->in + at, j->dout + at, p0, oct_chunk_end(p0, hw),
+                           &cf[k], masked);
+                }
+    }
+}
+
+NORM_INLINE void bnb_bwd_units(void *ctx, size_t lo, size_t hi)
+{
+    const norm_job *j = ctx;
+    if (j->ra)
+        bnb_bwd_form(j, lo, hi, true);
+    else
+        bnb_bwd_form(j, lo, hi, false);
+}
+
+/* Each pass in three forms, picked at run time (oct_run): for the
+ * processor at hand, as NORM_CLONES, but in the AVX-512 form with 512-bit
+ * vectors (the compiler's choice for that target is 256): an oct's eight
+ * partial sums of eight doubles a sum are as many registers then, twice
+ * as many with 256-bit ones. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define OCT_FORMS 3
+#define OCT_WIDE __attribute__((target("arch=x86-64-v4,prefer-vector-width=512")))
+#define OCT_AVX2 __attribute__((target("arch=x86-64-v3")))
+#else
+#define OCT_FORMS 1
+#define OCT_WIDE
+#define OCT_AVX2
+#endif
+#define OCT_PASS(name)                                                                             \
+    static void name##_any(void *ctx, size_t lo, size_t hi)                                        \
+    {                                                                                              \
+        name##_units(ctx, lo, hi);                                                                 \
+    }                                                                                              \
+    OCT_AVX2 static void name##_avx2(void *ctx, size_t lo, size_t hi)                              \
+    {                                                                                              \
+        name##_units(ctx, lo, hi);                                                                 \
+    }                                                                                              \
+    OCT_WIDE static void name##_wide(void *ctx, size_t lo, size_t hi)                              \
+    {                                                                                              \
+        name##_units(ctx, lo, hi);                                                                 \
+    }                                                                                              \
+    static const kernels_range_fn name[3] = {name##_any, name##_avx2, name##_wide};
+
+OCT_PASS(bnb_fwd_train)
+OCT_PASS(bnb_fwd_eval)
+OCT_PASS(bnb_affine)
+OCT_PASS(bnb_bwd)
+
+/* The form of a pass for this processor: 0, 1 (AVX2) or 2 (AVX-512) */
+static int oct_form(void)
+{
+    static int form = -1;
+    if (form < 0) {
+        form = 0;
+#if OCT_FORMS == 3
+        if (__builtin_cpu_supports("x86-64-v4"))
+            form = 2;
+        else if (__builtin_cpu_supports("x86-64-v3"))
+            form = 1;
+#endif
+    }
+    return form;
+}
+
+/* j's pass over every unit of work, each taking at the least norm_grain's
+ * channels, rounded up */
+static void oct_run(norm_job *j, const kernels_range_fn fn[3])
+{
+    size_t per = 8 * (size_t)oct_unit(j->c);
+    kernels_for((size_t)j->c / per, (norm_grain((size_t)j->n * j->hw) + per - 1) / per,
+                fn[oct_form()], j);
+}
+
+void op_batchnorm_forward_train_blk(float *out, float *save_mean, float *save_invstd,
+                                    float *running_mean, float *running_var, const float *in,
+                                    const float *gamma, const float *beta, int n, int c, int hw,
+                                    float momentum, float eps, bool relu)
+{
+    norm_job j = {.out = out, .save_mean = save_mean, .save_invstd = save_invstd,
+                  .running_mean = running_mean, .running_var = running_var, .in = in,
+                  .gamma = gamma, .beta = beta, .n = n, .c = c, .hw = hw,
+                  .momentum = momentum, .eps = eps, .relu = relu};
+    oct_run(&j, bnb_fwd_train);
+}
+
+void op_batchnorm_forward_eval_blk(float *out, const float *in, const float *gamma,
+                                   const float *beta, const float *running_mean,
+                                   const float *running_var, int n, int c, int hw, float eps,
+                                   bool relu)
+{
+    norm_job j = {.out = out, .in = in, .gamma = gamma, .beta = beta,
+                  .running_mean = (float *)running_mean, .running_var = (float *)running_var,
+                  .n = n, .c = c, .hw = hw, .eps = eps, .relu = relu};
+    oct_run(&j, bnb_fwd_eval);
+}
+
+void op_norm_affine_blk(float *out, const float *in, const float *a, const float *b, int n, int c,
+                        int hw, bool relu)
+{
+    norm_job j = {.out = out, .in = in, .a = a, .b = b, .n = n, .c = c, .hw = hw, .relu = relu};
+    oct_run(&j, bnb_affine);
+}
+
+void op_batchnorm_backward_blk(float *din, float *dgamma, float *dbeta, const float *dout,
+                               const float *in, const float *gamma, const float *save_mean,
+                               const float *save_invstd, int n, int c, int hw,
+                               const float *relu_a, const float *relu_b)
+{
+    norm_job j = {.out = din, .dgamma = dgamma, .dbeta = dbeta, .dout = dout, .in = in,
+                  .gamma = gamma, .c_mean = save_mean, .c_invstd = save_invstd, .ra = relu_a,
+                  .rb = relu_b, .n = n, .c = c, .hw = hw};
+    oct_run(&j, bnb_bwd);
 }
 
 /* ---- group norm ---- */

@@ -58,6 +58,134 @@ static op_pool2d_params exec__pool(const model_layer *l, int n)
 static int exec__init(exec *e, const model *m, int share, int n, int threads, float **w,
                       float **g, bool reference, char *err, size_t errlen);
 
+/* ---- blocked groups ----
+ *
+ * A chain of convolutions on oneDNN's own layouts with the batch norms,
+ * relus and adds between them keeps its tensors in aBcd16b, the layout
+ * those convolutions compute in, instead of reordering every output back
+ * to NCHW and every input into aBcd16b again (and the gradients likewise).
+ * A norm, a relu and an add read and write one layout, so each joins its
+ * inputs' and its output's tensors into a group; a group is blocked when
+ * every tensor in it has channels in whole blocks of 16, is made by a
+ * convolution that can give aBcd16b or by a member, and is read only by
+ * convolutions that can take it or by members (not by the loss, a pool,
+ * a dense layer or the input). A norm's data must stay in the cache
+ * between its passes (a block of 16 channels is one unit of its work):
+ * a group with a norm over more than EXEC__BLK_NORM_PIXELS samples times
+ * pixels stays plain. Every pass gives the plain layout's bits, so the
+ * choice changes the speed alone; stripes and synchronised norms keep
+ * every tensor plain. */
+#define EXEC__BLK_NORM_PIXELS 262144
+
+static int exec__find(int *up, int i)
+{
+    while (up[i] != i)
+        i = up[i] = up[up[i]];
+    return i;
+}
+
+/* The convolution's OP_CONV2D_*_BLOCKED bits for the batch size now */
+static unsigned exec__conv_io(const exec *e, const model_layer *l)
+{
+    op_conv2d_params p = memplan_conv2d_params(l, e->n);
+    return op_conv2d_blocked_io(&p, e->m->mixed_precision, l->bias, e->ws_bytes);
+}
+
+static int exec__layouts(exec *e)
+{
+    const model *m = e->m;
+    int nl = m->nlayers;
+    memset(e->blk, 0, (size_t)nl * sizeof(bool));
+    e->blocked = 0;
+    e->blk_n = e->n;
+    if (!m->blocked || e->parts.parts > 1 || e->parts.sync_batchnorm || e->n <= 0)
+        return 0;
+    int *up = malloc((size_t)nl * sizeof(int));
+    bool *ok = malloc((size_t)nl * sizeof(bool));
+    if (!up || !ok) {
+        free(up);
+        free(ok);
+        return -1;
+    }
+    for (int i = 0; i < nl; i++) {
+        up[i] = i;
+        ok[i] = true;
+    }
+    for (int i = 0; i < nl; i++) {
+        const model_layer *l = &m->layers[i];
+        bool member = l->type == LAYER_BATCH_NORM || l->type == LAYER_ADD ||
+                      (l->type == LAYER_RELU && !l->fused);
+        for (int k = 0; member && k < l->ninputs; k++)
+            if (l->inputs[k] >= 0 && e->res[l->inputs[k]] >= 0)
+                up[exec__find(up, e->res[l->inputs[k]])] = exec__find(up, i);
+    }
+    for (int i = 0; i < nl; i++) {
+        const model_layer *l = &m->layers[i];
+        if (model_layer_is_view(l))
+            continue;
+        int g = exec__find(up, i);
+        /* what makes it */
+        switch (l->type) {
+        case LAYER_CONV2D:
+            ok[g] &= (exec__conv_io(e, l) & OP_CONV2D_OUT_BLOCKED) != 0;
+            break;
+        case LAYER_BATCH_NORM:
+            ok[g] &= (uint64_t)e->n * (uint64_t)exec__hw(&l->out) <= EXEC__BLK_NORM_PIXELS;
+            break;
+        case LAYER_ADD:
+        case LAYER_RELU:
+            break;
+        default:
+            ok[g] = false;
+        }
+        ok[g] &= l->out.ndim == 3 && l->out.d[0] % 16 == 0 && i != nl - 1;
+        /* what reads it: a consumer's inputs, through views */
+        bool member = l->type == LAYER_BATCH_NORM || l->type == LAYER_ADD || l->type == LAYER_RELU;
+        for (int k = 0; k < l->ninputs; k++) {
+            if (l->inputs[k] < 0 || e->res[l->inputs[k]] < 0) { /* the model input: plain */
+                ok[g] &= !member;
+                continue;
+            }
+            int gi = exec__find(up, e->res[l->inputs[k]]);
+            if (l->type == LAYER_CONV2D)
+                ok[gi] &= k == 0 && (exec__conv_io(e, l) & OP_CONV2D_IN_BLOCKED) != 0;
+            else if (gi != g)
+                ok[gi] = false; /* read by a layer of no group of its */
+        }
+    }
+    /* a view's readers read its tensor: a flatten's (a dense layer) say no */
+    for (int i = 0; i < nl; i++) {
+        const model_layer *l = &m->layers[i];
+        for (int k = 0; k < l->ninputs; k++)
+            if (l->inputs[k] >= 0 && m->layers[l->inputs[k]].type == LAYER_FLATTEN &&
+                e->res[l->inputs[k]] >= 0)
+                ok[exec__find(up, e->res[l->inputs[k]])] = false;
+    }
+    for (int i = 0; i < nl; i++)
+        if (e->res[i] == i && ok[exec__find(up, i)]) {
+            e->blk[i] = true;
+            e->blocked++;
+        }
+    for (int i = 0; i < nl; i++) /* a view's is its tensor's */
+        e->blk[i] = e->res[i] >= 0 && e->blk[e->res[i]];
+    free(up);
+    free(ok);
+    return 0;
+}
+
+/* Whether layer li's input k is in aBcd16b (the model input never is) */
+static bool exec__blk_in(const exec *e, const model_layer *l, int k)
+{
+    return l->inputs[k] >= 0 && e->res[l->inputs[k]] >= 0 && e->blk[e->res[l->inputs[k]]];
+}
+
+/* A convolution's tensors in aBcd16b (op_conv2d_forward_io's bits) */
+static unsigned exec__conv_blocked(const exec *e, const model_layer *l, int li)
+{
+    return (e->blk[li] ? OP_CONV2D_OUT_BLOCKED : 0) |
+           (exec__blk_in(e, l, 0) ? OP_CONV2D_IN_BLOCKED : 0);
+}
+
 int exec_init(exec *e, const model *m, int n, int threads, float **w, float **g, char *err,
               size_t errlen)
 {
@@ -112,8 +240,10 @@ static int exec__init(exec *e, const model *m, int share, int n, int threads, fl
     e->packed = calloc((size_t)m->nlayers, sizeof(uint16_t *));
     e->direct = calloc((size_t)m->nlayers, sizeof(bool));
     e->in_kept = calloc((size_t)m->nlayers, sizeof(bool));
+    e->blk = calloc((size_t)m->nlayers, sizeof(bool));
     e->res = malloc((size_t)m->nlayers * sizeof(int));
-    if (!e->act || !e->dact || !e->aux || !e->packed || !e->direct || !e->in_kept || !e->res)
+    if (!e->act || !e->dact || !e->aux || !e->packed || !e->direct || !e->in_kept || !e->blk ||
+        !e->res)
         goto oom;
     for (int i = 0; i < m->nlayers; i++)
         e->res[i] = memplan_resolve(m, i);
@@ -130,6 +260,8 @@ static int exec__init(exec *e, const model *m, int share, int n, int threads, fl
         goto oom;
     e->bytes = f.exec;
     footprint_free(&f);
+    if (exec__layouts(e) < 0)
+        goto oom;
     return 0;
 oom:
     snprintf(err, errlen, "out of memory for the activations of %d samples (%llu bytes)", n,
@@ -147,6 +279,7 @@ void exec_deinit(exec *e)
     free(e->packed);
     free(e->direct);
     free(e->in_kept);
+    free(e->blk);
     free(e->res);
     free(e->arena);
     free(e->ws);
@@ -541,6 +674,7 @@ static op_upsample_frame exec__frame(const exec *e, const model_layer *l)
 int exec_set_parts(exec *e, const exec_parts *p, char *err, size_t errlen)
 {
     e->parts = *p;
+    exec__layouts(e); /* stripes and synchronised norms: every tensor plain */
     size_t n = (size_t)e->n;
     if (p->parts <= 1) { /* whole samples: synchronised batch norm's sums only */
         size_t red = 2;
@@ -739,14 +873,16 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
             p.pad_h = 0;
             in = e->hx;
         }
-        if (e->m->mixed_precision && !gather) { /* bfloat16 on oneDNN, in the workspace */
+        if (!gather) { /* mixed precision: bfloat16 on oneDNN, in the workspace */
             /* in training, the input rounded into the saved state where the
              * plan keeps it there, for the weight gradient */
-            size_t kb = mode == EXEC__TRAIN && e->aux[li] ? memplan_aux_bytes(e->m, l, n) : 0;
-            e->in_kept[li] = op_conv2d_forward_bf16_keep(out, in, W(l, 0),
-                                                         l->bias ? W(l, 1) : NULL, &p, e->ws,
-                                                         e->ws_bytes, kb ? e->aux[li] : NULL,
-                                                         kb) == 2;
+            bool mp = e->m->mixed_precision;
+            size_t kb =
+                mp && mode == EXEC__TRAIN && e->aux[li] ? memplan_aux_bytes(e->m, l, n) : 0;
+            int rc = op_conv2d_forward_io(out, in, W(l, 0), l->bias ? W(l, 1) : NULL, &p, mp,
+                                          exec__conv_blocked(e, l, li), e->ws, e->ws_bytes,
+                                          kb ? e->aux[li] : NULL, kb);
+            e->in_kept[li] = mp && rc == 2;
             break;
         }
         op_conv2d_forward(out, in, W(l, 0), l->bias ? W(l, 1) : NULL, &p, e->ws, e->ws_bytes);
@@ -822,7 +958,10 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
     case LAYER_BATCH_NORM: {
         float *save = e->aux[li];
         if (mode == EXEC__RECOMPUTE) {
-            op_norm_affine(out, in, save + 2 * c, save + 3 * c, n, c, hw, false, l->fused);
+            if (e->blk[li])
+                op_norm_affine_blk(out, in, save + 2 * c, save + 3 * c, n, c, hw, l->fused);
+            else
+                op_norm_affine(out, in, save + 2 * c, save + 3 * c, n, c, hw, false, l->fused);
         } else if (training) {
             /* Running statistics are updated in the gradient buffers and go
              * up with the gradients, averaged over the replicas. */
@@ -837,9 +976,9 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
                                                  W(l, 1), n, c, hw, (float)l->momentum,
                                                  (float)l->eps, l->fused, &r, e->red);
             } else {
-                op_batchnorm_forward_train(out, save, save + c, G(l, 2), G(l, 3), in, W(l, 0),
-                                           W(l, 1), n, c, hw, (float)l->momentum, (float)l->eps,
-                                           l->fused);
+                (e->blk[li] ? op_batchnorm_forward_train_blk : op_batchnorm_forward_train)(
+                    out, save, save + c, G(l, 2), G(l, 3), in, W(l, 0), W(l, 1), n, c, hw,
+                    (float)l->momentum, (float)l->eps, l->fused);
             }
             for (int i = 0; i < c; i++) {
                 if (!e->micro_more) {
@@ -851,8 +990,8 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
                                W(l, 1) ? W(l, 1)[i] : 0.0f, &save[2 * c + i], &save[3 * c + i]);
             }
         } else {
-            op_batchnorm_forward_eval(out, in, W(l, 0), W(l, 1), W(l, 2), W(l, 3), n, c, hw,
-                                      (float)l->eps, l->fused);
+            (e->blk[li] ? op_batchnorm_forward_eval_blk : op_batchnorm_forward_eval)(
+                out, in, W(l, 0), W(l, 1), W(l, 2), W(l, 3), n, c, hw, (float)l->eps, l->fused);
         }
         break;
     }
@@ -1063,15 +1202,11 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
                 exec__gather_din(e, li, din);
             break;
         }
-        if (e->m->mixed_precision) {
-            e->inputs_kept += e->in_kept[li];
-            op_conv2d_backward_bf16_kept(din, G(l, 0), l->bias ? G(l, 1) : NULL, dout, in,
-                                         W(l, 0), &p, e->ws, e->ws_bytes,
-                                         e->in_kept[li] ? e->aux[li] : NULL,
-                                         e->in_kept[li] ? memplan_aux_bytes(e->m, l, n) : 0);
-        } else
-            op_conv2d_backward(din, G(l, 0), l->bias ? G(l, 1) : NULL, dout, in, W(l, 0), &p,
-                               e->ws, e->ws_bytes);
+        e->inputs_kept += e->in_kept[li];
+        op_conv2d_backward_io(din, G(l, 0), l->bias ? G(l, 1) : NULL, dout, in, W(l, 0), &p,
+                              e->m->mixed_precision, exec__conv_blocked(e, l, li), e->ws,
+                              e->ws_bytes, e->in_kept[li] ? e->aux[li] : NULL,
+                              e->in_kept[li] ? memplan_aux_bytes(e->m, l, n) : 0);
         break;
     }
     case LAYER_CONV_TRANSPOSE2D: {
@@ -1188,8 +1323,8 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
                                         save, save + c, n, c, hw, relu_a, relu_b, &r, e->red);
             break;
         }
-        op_batchnorm_backward(din, G(l, 0), G(l, 1), dout, in, W(l, 0), save, save + c, n, c, hw,
-                              relu_a, relu_b);
+        (e->blk[li] ? op_batchnorm_backward_blk : op_batchnorm_backward)(
+            din, G(l, 0), G(l, 1), dout, in, W(l, 0), save, save + c, n, c, hw, relu_a, relu_b);
         break;
     }
     case LAYER_GROUP_NORM: {
@@ -1318,6 +1453,9 @@ void exec_backward_part(exec *e, int li, uint64_t r0, uint64_t r1, bool first, b
 void exec_set_batch(exec *e, int n)
 {
     e->n = n;
+    /* the layouts of the batch size now (a convolution's may differ) */
+    if (n != e->blk_n && exec__layouts(e) < 0)
+        memset(e->blk, 0, (size_t)e->m->nlayers * sizeof(bool)); /* plain: always right */
 }
 
 int exec_eval(exec *e, const float *x, const void *labels, exec_metrics *mt)

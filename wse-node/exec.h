@@ -72,6 +72,9 @@ typedef struct exec {
     void **aux;             /* per layer: argmax indices or saved statistics */
     uint16_t **packed;      /* per layer: its output kept as bfloat16 (activation_dtype) */
     bool *direct;           /* per layer: this operation writes its gradient whole */
+    bool *blk;              /* per layer: its output and gradient in oneDNN's aBcd16b
+                             * layout (a blocked group, exec.c) */
+    int blk_n;              /* the batch they were chosen for (exec_set_batch) */
     bool *in_kept;          /* per layer: its saved state (aux) holds its input as its
                              * training forward pass rounded it (a mixed-precision
                              * convolution, memplan_aux_bytes) */
@@ -99,6 +102,7 @@ typedef struct exec {
     uint64_t recomputed;    /* layer outputs recomputed, every step so far */
     uint64_t inputs_kept;   /* convolutions' backward passes that took their input as
                              * the forward pass rounded it (in_kept), every step so far */
+    int blocked;            /* layers whose output is in aBcd16b for the batch size now */
 } exec;
 
 /* Allocates the buffers of n samples as the footprint of (m, n, threads)

@@ -1002,6 +1002,7 @@ static model *model__compile(const toml_value *mt, const model_shape *input, cha
     if (check_loss(&c) < 0)
         goto fail;
     model_fuse(m, true);
+    m->blocked = true;
     return m;
 fail:
     model_free(m);

@@ -133,6 +133,11 @@ typedef struct {
      * none made again (memplan.h): set by the plan when the wafer holds
      * them (Plan.keep_outputs, fit_choose); false from model_compile. */
     bool keep_outputs;
+    /* The executor may keep chains of convolutions, batch norms, relus
+     * and adds in oneDNN's blocked layout (wse-node/exec.c, its blocked
+     * groups): true from model_compile; false keeps every tensor plain,
+     * the reference the blocked chains are held to, bit for bit. */
+    bool blocked;
 } model;
 
 /* Whether layer l's output and gradient are another layer's buffers (a

@@ -10,6 +10,7 @@
 
 #include "exec.h"
 #include "kernels.h"
+#include "kernels_internal.h" /* kern__conv_have_onednn */
 #include "memplan.h"
 #include "rng.h"
 #include "toml.h"
@@ -500,6 +501,44 @@ START_TEST(kept_outputs_train_as_lean)
 }
 END_TEST
 
+/* The blocked groups (exec.c: chains of convolutions, norms, relus and
+ * adds kept in oneDNN's aBcd16b layout) train as every tensor plain, bit
+ * for bit, in float32 and mixed precision, the lean plan and the kept
+ * one. */
+static void blocked_alike(const char *file, const char *from, const char *to, int n, int classes,
+                          bool mixed, bool keep)
+{
+    model *m = load(file, from, to), *plain = load(file, from, to);
+    m->mixed_precision = plain->mixed_precision = mixed;
+    m->keep_outputs = plain->keep_outputs = keep;
+    plain->blocked = false;
+    net a, b;
+    char what[128];
+    snprintf(what, sizeof(what), "%s%s%s, blocked groups", file, mixed ? ", mixed precision" : "",
+             keep ? ", every output kept" : "");
+    train_bitwise(what, m, plain, n, classes, &a, &b);
+    ck_assert_int_eq(b.e.blocked, 0);
+    printf("%s: %d of %d layers' outputs in aBcd16b\n", what, a.e.blocked, m->nlayers);
+    if (kern__conv_have_onednn() && (!mixed || kernels_bf16_compute()))
+        ck_assert_msg(a.e.blocked > 0, "%s: no layer in aBcd16b", what);
+    net_free(&a, m);
+    net_free(&b, plain);
+    model_free(m);
+    model_free(plain);
+}
+
+START_TEST(blocked_groups_train_as_plain)
+{
+    kernels_set_threads(2);
+    for (int mixed = 0; mixed <= 1; mixed++) {
+        blocked_alike("resnet_small.toml", NULL, NULL, 3, 10, mixed, false);
+        blocked_alike("unet.toml", "[3, 512, 512]", "[3, 64, 64]", 2, 2, mixed, false);
+    }
+    blocked_alike("resnet_small.toml", NULL, NULL, 3, 10, true, true);
+    kernels_set_threads(1);
+}
+END_TEST
+
 START_TEST(fused_relus_train_as_apart)
 {
     fused_alike("unet.toml", "[3, 512, 512]", "[3, 64, 64]", 2, 2, false);
@@ -621,6 +660,7 @@ int main(void)
     tcase_add_test(t, micro_batches_add_up_to_the_share);
     tcase_add_test(t, bfloat16_activations_train_close);
     tcase_add_test(t, fused_relus_train_as_apart);
+    tcase_add_test(t, blocked_groups_train_as_plain);
     tcase_add_test(t, kept_outputs_train_as_lean);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);

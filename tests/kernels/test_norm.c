@@ -330,7 +330,7 @@ START_TEST(test_batchnorm_blocked)
     check_blocked(2, 32, 64, 2, true, &r);
     check_blocked(1, 48, 5, 2, true, &r);     /* an odd number of blocks */
     check_blocked(2, 64, 1100, 2, true, &r);  /* blocks over two threads, chunks of pixels */
-    check_blocked(4, 16, 4096, 2, false, &r); /* octs over two threads */
+    check_blocked(4, 16, 4096, 2, false, &r); /* one block: one thread */
 }
 END_TEST
 

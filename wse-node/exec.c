@@ -91,6 +91,14 @@ static unsigned exec__conv_io(const exec *e, const model_layer *l)
     return op_conv2d_blocked_io(&p, e->m->mixed_precision, l->bias, e->ws_bytes);
 }
 
+/* A layer that reads and writes one layout, joining its tensors' groups:
+ * a batch norm, an add, a relu (a fused one is its norm's view) */
+static bool exec__member(const model_layer *l)
+{
+    return l->type == LAYER_BATCH_NORM || l->type == LAYER_ADD ||
+           (l->type == LAYER_RELU && !l->fused);
+}
+
 static int exec__layouts(exec *e)
 {
     const model *m = e->m;
@@ -113,9 +121,7 @@ static int exec__layouts(exec *e)
     }
     for (int i = 0; i < nl; i++) {
         const model_layer *l = &m->layers[i];
-        bool member = l->type == LAYER_BATCH_NORM || l->type == LAYER_ADD ||
-                      (l->type == LAYER_RELU && !l->fused);
-        for (int k = 0; member && k < l->ninputs; k++)
+        for (int k = 0; exec__member(l) && k < l->ninputs; k++)
             if (l->inputs[k] >= 0 && e->res[l->inputs[k]] >= 0)
                 up[exec__find(up, e->res[l->inputs[k]])] = exec__find(up, i);
     }
@@ -140,10 +146,9 @@ static int exec__layouts(exec *e)
         }
         ok[g] &= l->out.ndim == 3 && l->out.d[0] % 16 == 0 && i != nl - 1;
         /* what reads it: a consumer's inputs, through views */
-        bool member = l->type == LAYER_BATCH_NORM || l->type == LAYER_ADD || l->type == LAYER_RELU;
         for (int k = 0; k < l->ninputs; k++) {
             if (l->inputs[k] < 0 || e->res[l->inputs[k]] < 0) { /* the model input: plain */
-                ok[g] &= !member;
+                ok[g] &= !exec__member(l);
                 continue;
             }
             int gi = exec__find(up, e->res[l->inputs[k]]);

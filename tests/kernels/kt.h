@@ -41,6 +41,10 @@ void kt_fd_grad(double *g, double *x, size_t n, kt_loss_fn loss, void *ctx,
 double kt_relerr(const float *a, const double *b, size_t n);
 double kt_relerr_ff(const float *a, const float *b, size_t n);
 
+/* A plain (n, c, hw) tensor into oneDNN's aBcd16b layout (n, c / 16, hw,
+ * 16) (to_blk), or back; c a multiple of 16. */
+void kt_blk16(float *blk, float *plain, int n, int c, size_t hw, int to_blk);
+
 /* Scratch allocations that abort on failure (tests only). */
 float *kt_falloc(size_t n);
 double *kt_dalloc(size_t n);

@@ -960,21 +960,6 @@ START_TEST(test_blk16_reorders)
 }
 END_TEST
 
-/* plain (n, c, hw) into aBcd16b (to_blk) or back */
-static void blk_convert(float *blk, float *plain, int n, int c, size_t hw, int to_blk)
-{
-    for (int i = 0; i < n; i++)
-        for (int ch = 0; ch < c; ch++)
-            for (size_t q = 0; q < hw; q++) {
-                size_t b = (((size_t)i * (c / 16) + ch / 16) * hw + q) * 16 + ch % 16;
-                size_t pl = ((size_t)i * c + ch) * hw + q;
-                if (to_blk)
-                    blk[b] = plain[pl];
-                else
-                    plain[pl] = blk[b];
-            }
-}
-
 /* A convolution with its tensors in aBcd16b (op_conv2d_forward_io,
  * _backward_io: a blocked chain's) gives the plain call's bits, in float32
  * and mixed precision, the input kept or not; and so it does through its
@@ -1012,9 +997,9 @@ static void conv_io_case(const op_conv2d_params *p, int bf16, int bias)
                                   kept && f2 == 2 ? keep : NULL, kb);
             /* the blocked one */
             if (ib)
-                blk_convert(xb, t.x, p->n, p->c, hw, 1);
+                kt_blk16(xb, t.x, p->n, p->c, hw, 1);
             if (ob)
-                blk_convert(dyb, t.dy, p->n, p->k, ohw, 1);
+                kt_blk16(dyb, t.dy, p->n, p->k, ohw, 1);
             int f = op_conv2d_forward_io(ob ? yb : t.y, ib ? xb : t.x, t.w, bp, p, bf16, blocked,
                                          ws, wsb, kept ? keep : NULL, kb);
             if (bf16)
@@ -1023,9 +1008,9 @@ static void conv_io_case(const op_conv2d_params *p, int bf16, int bias)
                                   p, bf16, blocked, ws, wsb, kept && f == 2 ? keep : NULL, kb);
             ws_check(ws, wsb);
             if (ob)
-                blk_convert(yb, t.y, p->n, p->k, ohw, 0);
+                kt_blk16(yb, t.y, p->n, p->k, ohw, 0);
             if (ib)
-                blk_convert(dxb, t.dx, p->n, p->c, hw, 0);
+                kt_blk16(dxb, t.dx, p->n, p->c, hw, 0);
             ck_assert_msg(memcmp(t.y, t.y2, ny * 4) == 0, "c%d k%d: the output, blocked %u", p->c,
                           p->k, blocked);
             ck_assert_msg(memcmp(t.dx, t.dx2, nx * 4) == 0, "c%d k%d: dx, blocked %u", p->c, p->k,
@@ -1043,9 +1028,9 @@ static void conv_io_case(const op_conv2d_params *p, int bf16, int bias)
         op_conv2d_forward_io(t.y2, t.x, t.w, bp, p, bf16, 0, ws, wsb, NULL, 0);
         op_conv2d_backward_io(t.dx2, t.dw2, db2p, t.dy, t.x, t.w, p, bf16, 0, ws, wsb, NULL, 0);
         if (io & OP_CONV2D_IN_BLOCKED)
-            blk_convert(xb, t.x, p->n, p->c, hw, 1);
+            kt_blk16(xb, t.x, p->n, p->c, hw, 1);
         if (io & OP_CONV2D_OUT_BLOCKED)
-            blk_convert(dyb, t.dy, p->n, p->k, ohw, 1);
+            kt_blk16(dyb, t.dy, p->n, p->k, ohw, 1);
         const float *xin = io & OP_CONV2D_IN_BLOCKED ? xb : t.x;
         const float *dyin = io & OP_CONV2D_OUT_BLOCKED ? dyb : t.dy;
         float *yout = io & OP_CONV2D_OUT_BLOCKED ? yb : t.y, *dxout = io & OP_CONV2D_IN_BLOCKED ? dxb : t.dx;
@@ -1055,9 +1040,9 @@ static void conv_io_case(const op_conv2d_params *p, int bf16, int bias)
                          0);
         kernels_bf16_enable(1);
         if (io & OP_CONV2D_OUT_BLOCKED)
-            blk_convert(yb, t.y, p->n, p->k, ohw, 0);
+            kt_blk16(yb, t.y, p->n, p->k, ohw, 0);
         if (io & OP_CONV2D_IN_BLOCKED)
-            blk_convert(dxb, t.dx, p->n, p->c, hw, 0);
+            kt_blk16(dxb, t.dx, p->n, p->c, hw, 0);
         ck_assert(memcmp(t.y, t.y2, ny * 4) == 0);
         ck_assert(memcmp(t.dx, t.dx2, nx * 4) == 0);
         ck_assert(memcmp(t.dw, t.dw2, t.nw * 4) == 0);

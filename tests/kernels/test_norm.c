@@ -241,21 +241,6 @@ START_TEST(test_batchnorm_relu_fused)
 }
 END_TEST
 
-/* plain (n, c, hw) into aBcd16b (n, c / 16, hw, 16) (to_blk) or back */
-static void blk_convert(float *blk, float *plain, int n, int c, int hw, bool to_blk)
-{
-    for (int i = 0; i < n; i++)
-        for (int ch = 0; ch < c; ch++)
-            for (int p = 0; p < hw; p++) {
-                size_t b = (((size_t)i * (c / 16) + ch / 16) * hw + p) * 16 + ch % 16;
-                size_t q = ((size_t)i * c + ch) * hw + p;
-                if (to_blk)
-                    blk[b] = plain[q];
-                else
-                    plain[q] = blk[b];
-            }
-}
-
 static void same_bits(const float *a, const float *b, size_t count, const char *what, int n, int c,
                       int hw, int threads)
 {
@@ -284,12 +269,12 @@ static void check_blocked(int n, int c, int hw, int threads, bool relu, kt_rng *
     kt_fill(r, rv, c, 0.5, 2);
     memcpy(rm2, rm, (size_t)c * sizeof(float));
     memcpy(rv2, rv, (size_t)c * sizeof(float));
-    blk_convert(xb, x, n, c, hw, true);
-    blk_convert(dyb, dy, n, c, hw, true);
+    kt_blk16(xb, x, n, c, hw, true);
+    kt_blk16(dyb, dy, n, c, hw, true);
     kernels_set_threads(threads);
 #define SAME_BLOCKED(what)                                                                         \
     do {                                                                                           \
-        blk_convert(gotb, got, n, c, hw, false);                                                   \
+        kt_blk16(gotb, got, n, c, hw, false);                                                   \
         same_bits(ref, got, nx, what, n, c, hw, threads);                                          \
     } while (0)
     op_batchnorm_forward_train(ref, sm, si, rm, rv, x, g, b, n, c, hw, 0.1f, 1e-5f, relu);

@@ -411,7 +411,7 @@ int op_batchnorm_backward_parts(float *din, float *dgamma, float *dbeta, const f
 typedef float f8v __attribute__((vector_size(8 * sizeof(float))));
 typedef int32_t i8v __attribute__((vector_size(8 * sizeof(int32_t))));
 
-/* (a macro: a vector returned by value would change the ABI) */
+/* (macros: a vector passed or returned by value would change the ABI) */
 #define f8_load(p)                                                                                 \
     ({                                                                                             \
         f8v v_;                                                                                    \
@@ -419,10 +419,11 @@ typedef int32_t i8v __attribute__((vector_size(8 * sizeof(int32_t))));
         v_;                                                                                        \
     })
 
-NORM_INLINE void f8_store(float *p, f8v v)
-{
-    memcpy(p, &v, sizeof(v));
-}
+#define f8_store(p, v)                                                                             \
+    do {                                                                                           \
+        f8v s_ = (v);                                                                              \
+        memcpy((p), &s_, sizeof(s_));                                                              \
+    } while (0)
 
 /* Octs in a unit of work: a whole block, so that a thread reads whole
  * lines (with 16 channels, one block: one thread, which took 0.86 to 0.88
@@ -481,10 +482,11 @@ NORM_INLINE void oct_total(lanes *tot, const lanes acc[LANES])
 
 /* norm_apply of an oct's pixels [p0, p1): y = x * a + b, relu: v > 0 ? v
  * : +0 */
-NORM_INLINE void oct_apply(float *y, const float *x, int p0, int p1, f8v a, f8v b, bool relu)
+NORM_INLINE void oct_apply(float *y, const float *x, int p0, int p1, const f8v *a, const f8v *b,
+                           bool relu)
 {
     for (int p = p0; p < p1; p++) {
-        f8v v = f8_load(x + (size_t)p * 16) * a + b;
+        f8v v = f8_load(x + (size_t)p * 16) * *a + *b;
         if (relu)
             v = (f8v)((i8v)v & (v > 0.0f));
         f8_store(y + (size_t)p * 16, v);
@@ -504,7 +506,7 @@ NORM_INLINE void unit_apply(const norm_job *j, int o0, int u, const float *a, co
         for (int p0 = 0; p0 < j->hw; p0 += OCT_CHUNK)
             for (int k = 0; k < u; k++) {
                 size_t at = oct_at(i, o0 + k, j->c, j->hw);
-                oct_apply(j->out + at, j->in + at, p0, oct_chunk_end(p0, j->hw), av[k], bv[k],
+                oct_apply(j->out + at, j->in + at, p0, oct_chunk_end(p0, j->hw), &av[k], &bv[k],
                           j->relu);
             }
 }

@@ -808,7 +808,7 @@ START_TEST(test_conv_bf16)
     ck_assert(convplan_conv2d_blocked_bf16(&shortcut));
     conv_bf16_case(&shortcut, 0, 1);
     /* resnet_small's stem: 3 inputs, whose rounded copy oneDNN takes in
-     * the plain layout (rounded by kern__bf16_rows), in bfloat16 on
+     * the plain layout (rounded by bf16_round), in bfloat16 on
      * AVX512_BF16 too */
     op_conv2d_params stem = {.n = 2, .c = 3, .h = 32, .w = 32, .k = 16, .r = 3, .s = 3, .pad_h = 1, .pad_w = 1};
     conv_bf16_case(&stem, 0, 1);

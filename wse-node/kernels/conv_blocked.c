@@ -41,7 +41,7 @@ typedef struct blk_view {
     size_t bytes;               /* rounded up to 64 */
     int blk16;                  /* 1 + the kern__blk16_kind that runs the
                                  * reorder instead (aBcd16b), or 0 */
-    int round;                  /* plain bfloat16: kern__bf16_rows runs it */
+    int round;                  /* plain bfloat16: bf16_round runs it */
 } blk_view;
 
 enum { V_FX, V_FW, V_FY, V_WX, V_WDY, V_WDW, V_DDY, V_DW, V_DDX, NVIEW };

@@ -534,20 +534,22 @@ static float *blk_copy(const float *t, int n, int c, size_t hw, int to_plain)
     return o;
 }
 
+/* count floats of NaN: what a step computes with where even the way back
+ * has no memory (its loss then says so) */
+static void nan_fill(float *t, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        t[i] = NAN;
+}
+
 static void blk_back(float *dst, const float *plain, int n, int c, size_t hw)
 {
     float *b = blk_copy(plain, n, c, hw, 0);
     if (b)
         memcpy(dst, b, (size_t)n * c * hw * sizeof(float));
+    else
+        nan_fill(dst, (size_t)n * c * hw);
     free(b);
-}
-
-/* n * c * hw floats of NaN: what a step computes with where even the way
- * back has no memory (its loss then says so) */
-static void nan_fill(float *t, size_t count)
-{
-    for (size_t i = 0; i < count; i++)
-        t[i] = NAN;
 }
 
 int op_conv2d_forward_io(float *out, const float *in, const float *weight, const float *bias,

@@ -788,34 +788,14 @@ NORM_INLINE void bnb_bwd_units(void *ctx, size_t lo, size_t hi)
         bnb_bwd_form(j, lo, hi, false);
 }
 
-/* Each pass in three forms, picked at run time (oct_run): for the
- * processor at hand, as NORM_CLONES, but in the AVX-512 form with 512-bit
- * vectors (the compiler's choice for that target is 256): an oct's eight
- * partial sums of eight doubles a sum are as many registers then, twice
- * as many with 256-bit ones. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define OCT_FORMS 3
-#define OCT_WIDE __attribute__((target("arch=x86-64-v4,prefer-vector-width=512")))
-#define OCT_AVX2 __attribute__((target("arch=x86-64-v3")))
-#else
-#define OCT_FORMS 1
-#define OCT_WIDE
-#define OCT_AVX2
-#endif
+/* Each pass in the processor's form (NORM_CLONES; 512-bit vectors for
+ * the AVX-512 clone, where an oct's eight partial sums of eight doubles
+ * fit the registers, measured no faster) */
 #define OCT_PASS(name)                                                                             \
-    static void name##_any(void *ctx, size_t lo, size_t hi)                                        \
+    NORM_CLONES static void name(void *ctx, size_t lo, size_t hi)                                  \
     {                                                                                              \
         name##_units(ctx, lo, hi);                                                                 \
-    }                                                                                              \
-    OCT_AVX2 static void name##_avx2(void *ctx, size_t lo, size_t hi)                              \
-    {                                                                                              \
-        name##_units(ctx, lo, hi);                                                                 \
-    }                                                                                              \
-    OCT_WIDE static void name##_wide(void *ctx, size_t lo, size_t hi)                              \
-    {                                                                                              \
-        name##_units(ctx, lo, hi);                                                                 \
-    }                                                                                              \
-    static const kernels_range_fn name[3] = {name##_any, name##_avx2, name##_wide};
+    }
 
 OCT_PASS(bnb_fwd_train)
 OCT_PASS(bnb_fwd_eval)
@@ -824,31 +804,15 @@ OCT_PASS(bnb_bwd)
 OCT_PASS(bnb_apply)
 OCT_PASS(bnb_dx)
 
-/* The form of a pass for this processor: 0, 1 (AVX2) or 2 (AVX-512) */
-static int oct_form(void)
-{
-    static int form = -1;
-    if (form < 0) {
-        form = 0;
-#if OCT_FORMS == 3
-        if (__builtin_cpu_supports("x86-64-v4"))
-            form = 2;
-        else if (__builtin_cpu_supports("x86-64-v3"))
-            form = 1;
-#endif
-    }
-    return form;
-}
-
 /* j's pass over every unit of work, each taking at the least norm_grain's
  * channels, rounded up: a block, or an oct where there are fewer blocks
  * than threads (then the elementwise part goes over pieces after) */
-static void oct_run(norm_job *j, const kernels_range_fn fn[3])
+static void oct_run(norm_job *j, kernels_range_fn fn)
 {
     j->unit = j->c / 16 < kernels_threads() ? 1 : OCT_UNIT;
     size_t per = 8 * (size_t)j->unit;
     kernels_for((size_t)j->c / per, (norm_grain((size_t)j->n * j->hw) + per - 1) / per,
-                fn[oct_form()], j);
+                fn, j);
 }
 
 /* Whether j's elementwise part goes over pieces, apart from its sums:
@@ -860,10 +824,10 @@ static bool oct_split(const norm_job *j)
 }
 
 /* j's elementwise pass fn over every piece */
-static void oct_pieces(norm_job *j, const kernels_range_fn fn[3])
+static void oct_pieces(norm_job *j, kernels_range_fn fn)
 {
     size_t chunks = ((size_t)j->hw + OCT_CHUNK - 1) / OCT_CHUNK;
-    kernels_for((size_t)j->n * (size_t)(j->c / 16) * chunks, 1, fn[oct_form()], j);
+    kernels_for((size_t)j->n * (size_t)(j->c / 16) * chunks, 1, fn, j);
 }
 
 void op_batchnorm_forward_train_blk(float *out, float *save_mean, float *save_invstd,

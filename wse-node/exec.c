@@ -1458,9 +1458,10 @@ void exec_backward_part(exec *e, int li, uint64_t r0, uint64_t r1, bool first, b
 void exec_set_batch(exec *e, int n)
 {
     e->n = n;
-    /* the layouts of the batch size now (a convolution's may differ) */
-    if (n != e->blk_n && exec__layouts(e) < 0)
-        memset(e->blk, 0, (size_t)e->m->nlayers * sizeof(bool)); /* plain: always right */
+    /* the layouts of the batch size now (a convolution's may differ); with
+     * no memory for the choice, every tensor plain: always right */
+    if (n != e->blk_n)
+        exec__layouts(e);
 }
 
 int exec_eval(exec *e, const float *x, const void *labels, exec_metrics *mt)

@@ -162,6 +162,18 @@ START_TEST(test_groupnorm_gradients_fd)
 END_TEST
 
 
+/* An input and output gradient, a scale, shift and running statistics */
+static void norm_case_fill(kt_rng *r, float *x, float *dy, size_t nx, float *g, float *b,
+                           float *rm, float *rv, int c)
+{
+    kt_fill(r, x, nx, -2, 3);
+    kt_fill(r, dy, nx, -1, 1);
+    kt_fill(r, g, c, 0.5, 1.5);
+    kt_fill(r, b, c, -0.5, 0.5);
+    kt_fill(r, rm, c, -0.2, 0.2);
+    kt_fill(r, rv, c, 0.5, 2);
+}
+
 /* A batch norm with the relu that follows it fused (model_fuse) against
  * the two layers one after the other: the same bits in every pass, on one
  * thread and two, whole and as a stripe (no reduction partner). */
@@ -175,12 +187,7 @@ static void check_fused(int n, int c, int hw, int threads, kt_rng *r)
     float *ra = kt_falloc(c), *rb = kt_falloc(c), *dg1 = kt_falloc(c), *db1 = kt_falloc(c);
     float *dg2 = kt_falloc(c), *db2 = kt_falloc(c);
     double *red = malloc((2 * (size_t)c + 1) * sizeof(double));
-    kt_fill(r, x, nx, -2, 3);
-    kt_fill(r, dy, nx, -1, 1);
-    kt_fill(r, g, c, 0.5, 1.5);
-    kt_fill(r, b, c, -0.5, 0.5);
-    kt_fill(r, rm, c, -0.2, 0.2);
-    kt_fill(r, rv, c, 0.5, 2);
+    norm_case_fill(r, x, dy, nx, g, b, rm, rv, c);
     kernels_set_threads(threads);
     /* training forward */
     op_batchnorm_forward_train(ybn, sm, si, NULL, NULL, x, g, b, n, c, hw, 0.1f, 1e-5f, false);
@@ -261,12 +268,7 @@ static void check_blocked(int n, int c, int hw, int threads, bool relu, kt_rng *
     float *rm2 = kt_falloc(c), *rv2 = kt_falloc(c), *sm = kt_falloc(c), *si = kt_falloc(c);
     float *sm2 = kt_falloc(c), *si2 = kt_falloc(c), *ra = kt_falloc(c), *rb = kt_falloc(c);
     float *dg1 = kt_falloc(c), *db1 = kt_falloc(c), *dg2 = kt_falloc(c), *db2 = kt_falloc(c);
-    kt_fill(r, x, nx, -2, 3);
-    kt_fill(r, dy, nx, -1, 1);
-    kt_fill(r, g, c, 0.5, 1.5);
-    kt_fill(r, b, c, -0.5, 0.5);
-    kt_fill(r, rm, c, -0.2, 0.2);
-    kt_fill(r, rv, c, 0.5, 2);
+    norm_case_fill(r, x, dy, nx, g, b, rm, rv, c);
     memcpy(rm2, rm, (size_t)c * sizeof(float));
     memcpy(rv2, rv, (size_t)c * sizeof(float));
     kt_blk16(xb, x, n, c, hw, true);

@@ -557,26 +557,6 @@ NORM_INLINE void bnb_fwd_train_units(void *ctx, size_t lo, size_t hi)
     }
 }
 
-NORM_INLINE void bnb_fwd_eval_units(void *ctx, size_t lo, size_t hi)
-{
-    const norm_job *j = ctx;
-    int u = j->unit;
-    for (size_t t = lo; t < hi; t++) {
-        float a[16], b[16];
-        for (int q = 0; q < 8 * u; q++)
-            bn_eval_coeffs(j, (int)t * u * 8 + q, &a[q], &b[q]);
-        unit_apply(j, (int)t * u, u, a, b);
-    }
-}
-
-NORM_INLINE void bnb_affine_units(void *ctx, size_t lo, size_t hi)
-{
-    const norm_job *j = ctx;
-    int u = j->unit;
-    for (size_t t = lo; t < hi; t++)
-        unit_apply(j, (int)t * u, u, j->a + t * u * 8, j->b + t * u * 8);
-}
-
 /* What an oct's backward pass computes with, a vector over its channels */
 typedef struct oct_coef {
     f8v ka, kb;                 /* the relu's mask: x * ka + kb > 0 */
@@ -741,9 +721,9 @@ NORM_INLINE void bnb_dx_units(void *ctx, size_t lo, size_t hi)
         bnb_dx_form(j, lo, hi, false);
 }
 
-/* The scale and shift of channel ch a split forward pass applies: given
- * (op_norm_affine_blk), from the statistics its sums saved (as bn_save
- * made them), or from the running ones (evaluation) */
+/* The scale and shift of channel ch a pass over pieces applies: given
+ * (op_norm_affine_blk), from the statistics a split training pass's sums
+ * saved (as bn_save made them), or from the running ones (evaluation) */
 enum { OCT_COEF_GIVEN, OCT_COEF_SAVED, OCT_COEF_RUNNING };
 
 NORM_INLINE void piece_coeffs(const norm_job *j, int ch, float *a, float *b)
@@ -798,8 +778,6 @@ NORM_INLINE void bnb_bwd_units(void *ctx, size_t lo, size_t hi)
     }
 
 OCT_PASS(bnb_fwd_train)
-OCT_PASS(bnb_fwd_eval)
-OCT_PASS(bnb_affine)
 OCT_PASS(bnb_bwd)
 OCT_PASS(bnb_apply)
 OCT_PASS(bnb_dx)
@@ -853,10 +831,7 @@ void op_batchnorm_forward_eval_blk(float *out, const float *in, const float *gam
     norm_job j = {.out = out, .in = in, .gamma = gamma, .beta = beta,
                   .running_mean = (float *)running_mean, .running_var = (float *)running_var,
                   .n = n, .c = c, .hw = hw, .eps = eps, .relu = relu, .coef = OCT_COEF_RUNNING};
-    if (oct_split(&j))
-        oct_pieces(&j, bnb_apply);
-    else
-        oct_run(&j, bnb_fwd_eval);
+    oct_pieces(&j, bnb_apply); /* elementwise: no sums to keep whole */
 }
 
 void op_norm_affine_blk(float *out, const float *in, const float *a, const float *b, int n, int c,
@@ -864,10 +839,7 @@ void op_norm_affine_blk(float *out, const float *in, const float *a, const float
 {
     norm_job j = {.out = out, .in = in, .a = a, .b = b, .n = n, .c = c, .hw = hw, .relu = relu,
                   .coef = OCT_COEF_GIVEN};
-    if (oct_split(&j))
-        oct_pieces(&j, bnb_apply);
-    else
-        oct_run(&j, bnb_affine);
+    oct_pieces(&j, bnb_apply);
 }
 
 void op_batchnorm_backward_blk(float *din, float *dgamma, float *dbeta, const float *dout,

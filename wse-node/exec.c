@@ -1171,6 +1171,12 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
     case LAYER_DENSE:
         if (src < 0)
             din = NULL;
+        if (l->fused && e->m->mixed_precision) { /* the relu's gradient in the same pass */
+            op_dense_relu_backward_bf16(din, G(l, 0), l->bias ? G(l, 1) : NULL, e->dact[li],
+                                        exec_output(e, li, x), in, W(l, 0), W16(l), e->w16_stale,
+                                        n, (int)l->in.d[0], (int)l->units, e->ws, e->ws_bytes);
+            break;
+        }
         if (l->fused) /* its relu's gradient, masked in place where the output is not positive */
             op_relu_backward(e->dact[li], dout, exec_output(e, li, x), count);
         if (e->m->mixed_precision)

@@ -239,6 +239,18 @@ size_t convplan_gemm_bf16_workspace(int m, int n, int k)
     return a + b + GEMM_BF16_SCRATCH;
 }
 
+size_t convplan_dense_bf16_dy_workspace(int n, int in_f, int out_f)
+{
+    if (n <= 0 || in_f <= 0 || out_f <= 0)
+        return 0;
+    size_t dy = ((size_t)n * out_f * 2 + 63) / 64 * 64;
+    /* dX's B, the weights; dW's B, the input in the matmul's layout,
+     * rows to 16 and columns to 64 */
+    size_t wb = ((size_t)out_f * in_f * 2 + 63) / 64 * 64;
+    size_t xb = (convplan_round16((size_t)n) * (((size_t)in_f + 63) / 64 * 64) * 2 + 63) / 64 * 64;
+    return 2 * dy + (wb > xb ? wb : xb) + GEMM_BF16_SCRATCH;
+}
+
 size_t convplan_dense_bf16_workspace(int n, int in_f, int out_f)
 {
     size_t f = convplan_gemm_bf16_workspace(n, out_f, in_f);
@@ -246,5 +258,9 @@ size_t convplan_dense_bf16_workspace(int n, int in_f, int out_f)
     size_t dx = convplan_gemm_bf16_workspace(n, in_f, out_f);
     size_t w = f > dw ? f : dw;
     w = w > dx ? w : dx;
-    return w <= CONVPLAN_DENSE_BF16_MAX ? w : 0;
+    if (w > CONVPLAN_DENSE_BF16_MAX)
+        return 0;
+    /* room for the backward pass's one pass over dY where it fits */
+    size_t dy = convplan_dense_bf16_dy_workspace(n, in_f, out_f);
+    return dy > w && dy <= CONVPLAN_DENSE_BF16_MAX ? dy : w;
 }

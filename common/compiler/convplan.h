@@ -161,9 +161,16 @@ size_t convplan_round16(size_t v);
 size_t convplan_gemm_bf16_workspace(int m, int n, int k);
 
 /* Workspace of a dense layer computing in bfloat16 at batch n: the
- * largest of its forward GEMM and its two backward ones; 0 above
+ * largest of its forward GEMM and its two backward ones (and of the
+ * pass below); 0 above
  * CONVPLAN_DENSE_BF16_MAX, where the layer computes in float32 (a copy of
  * a 16384x16384 layer's weights would take half a GiB of a wafer that
  * streams such layers in parts). */
 #define CONVPLAN_DENSE_BF16_MAX ((size_t)64 << 20)
 size_t convplan_dense_bf16_workspace(int n, int in_f, int out_f);
+/* What the backward pass's one pass over dY takes of that workspace
+ * (op_dense.c): dY rounded as it is and transposed, then either GEMM's
+ * other operand (the weights, or the input in the matmul's layout) and
+ * scratch. The layer's workspace has this room too where it stays under
+ * CONVPLAN_DENSE_BF16_MAX; elsewhere the pass is not taken. */
+size_t convplan_dense_bf16_dy_workspace(int n, int in_f, int out_f);

@@ -139,6 +139,81 @@ static TBF16 void round_bf16(void *ctx, size_t lo, size_t hi)
     }
 }
 
+/* A dense layer's output gradient, once over, for its mixed-precision
+ * backward pass (kern__bf16_dy): a share is a range of 16-column strips,
+ * every row of them from the first to the last. */
+typedef struct dy_job {
+    float *dy;            /* rows of cols; masked in place where y is given */
+    const float *y;       /* the relu's output, or NULL */
+    float *dbias;         /* or NULL */
+    uint16_t *plain, *tr; /* or NULL; tr: cols rows of n */
+    size_t n, cols;
+} dy_job;
+
+/* Each row tile, 16 rows: first row by row along the share's columns
+ * (the relu's mask, the sums, the plain copy), then back over those rows,
+ * now in cache, a 16 x 16 transpose at a time. Row by row, the processor
+ * streams each row; walking 16 rows at once it lost its prefetching (the
+ * pass ran at two thirds of the speed). */
+static TBF16 void dy_strips(void *ctx, size_t lo, size_t hi)
+{
+    const dy_job *j = ctx;
+    size_t c_lo = lo * 16, c_hi = hi * 16 < j->cols ? hi * 16 : j->cols;
+    __m512 r[16];
+    for (size_t r0 = 0; r0 < j->n; r0 += 16) {
+        unsigned rows = j->n - r0 < 16 ? (unsigned)(j->n - r0) : 16;
+        for (unsigned k = 0; k < rows; k++) {
+            size_t row = (r0 + k) * j->cols;
+            for (size_t c = c_lo; c < c_hi; c += 16) {
+                unsigned cnt = c_hi - c < 16 ? (unsigned)(c_hi - c) : 16;
+                __mmask16 m = (__mmask16)((1u << cnt) - 1);
+                __m512 v = _mm512_maskz_loadu_ps(m, j->dy + row + c);
+                if (j->y) { /* the relu's gradient: dy where y > 0, else +0 (NaN: 0) */
+                    __mmask16 pos = _mm512_mask_cmp_ps_mask(
+                        m, _mm512_maskz_loadu_ps(m, j->y + row + c), _mm512_setzero_ps(),
+                        _CMP_GT_OQ);
+                    v = _mm512_maskz_mov_ps(pos, v);
+                    _mm512_mask_storeu_ps(j->dy + row + c, m, v);
+                }
+                /* each column summed down the rows in order, from the first row's value */
+                if (j->dbias)
+                    _mm512_mask_storeu_ps(
+                        j->dbias + c, m,
+                        r0 + k ? _mm512_add_ps(_mm512_maskz_loadu_ps(m, j->dbias + c), v) : v);
+                if (j->plain)
+                    _mm256_mask_storeu_epi16(j->plain + row + c, m,
+                                             (__m256i)_mm512_cvtneps_pbh(v));
+            }
+        }
+        if (!j->tr)
+            continue;
+        __mmask16 rm = (__mmask16)((1u << rows) - 1);
+        for (size_t c = c_lo; c < c_hi; c += 16) {
+            unsigned cnt = c_hi - c < 16 ? (unsigned)(c_hi - c) : 16;
+            __mmask16 m = (__mmask16)((1u << cnt) - 1);
+            for (unsigned k = 0; k < 16; k++)
+                r[k] = k < rows ? _mm512_maskz_loadu_ps(m, j->dy + (r0 + k) * j->cols + c)
+                                : _mm512_setzero_ps();
+            tr16(r);
+            for (unsigned q = 0; q < cnt; q++)
+                _mm256_mask_storeu_epi16(j->tr + (c + q) * j->n + r0, rm,
+                                         (__m256i)_mm512_cvtneps_pbh(r[q]));
+        }
+    }
+}
+
+int kern__bf16_dy(float *dy, const float *y, float *dbias, uint16_t *plain, uint16_t *tr, int n,
+                  int cols)
+{
+    if (n <= 0 || cols <= 0 || !__builtin_cpu_supports("avx512bf16"))
+        return 0;
+    dy_job j = {dy, y, dbias, plain, tr, (size_t)n, (size_t)cols};
+    size_t strips = ((size_t)cols + 15) / 16;
+    /* about 64 Ki elements a share at the least */
+    kernels_for(strips, 4096 / (size_t)n + 1, dy_strips, &j);
+    return 1;
+}
+
 int kern__blk16_reorder(kern__blk16_kind kind, void *blk, float *plain, int n, int c, size_t hw)
 {
     if (kind == KERN__BLK16_ROUND_BF16) {
@@ -163,6 +238,13 @@ int kern__blk16_reorder(kern__blk16_kind kind, void *blk, float *plain, int n, i
 }
 
 #else
+
+int kern__bf16_dy(float *dy, const float *y, float *dbias, uint16_t *plain, uint16_t *tr, int n,
+                  int cols)
+{
+    (void)dy, (void)y, (void)dbias, (void)plain, (void)tr, (void)n, (void)cols;
+    return 0;
+}
 
 int kern__blk16_reorder(kern__blk16_kind kind, void *blk, float *plain, int n, int c, size_t hw)
 {

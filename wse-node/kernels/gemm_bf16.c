@@ -137,7 +137,7 @@ static size_t up64(size_t b)
 static int entry_make(gemm_entry *g, const int key[KEY_N], dnnl_engine_t eng)
 {
     int m = key[0], n = key[1], k = key[2], ta = key[3], tb = key[4], sum = key[5];
-    int blocked = key[KEY_BLOCKED];
+    int blocked = key[KEY_BLOCKED]; /* 2: B alone, A given rounded and plain */
     dnnl_dims_t ad = {m, k}, bd = {k, n}, cd = {m, n};
     /* the rounded copies keep the operands' orientation, packed, or take
      * the layouts the matmul picks */
@@ -149,7 +149,7 @@ static int entry_make(gemm_entry *g, const int key[KEY_N], dnnl_engine_t eng)
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
     dnnl_primitive_desc_t pd = NULL;
-    int ok = (blocked ? dnnl_memory_desc_init_by_tag(&amd, 2, ad, dnnl_bf16, dnnl_format_tag_any)
+    int ok = (blocked == 1 ? dnnl_memory_desc_init_by_tag(&amd, 2, ad, dnnl_bf16, dnnl_format_tag_any)
                       : dnnl_memory_desc_init_by_strides(&amd, 2, ad, dnnl_bf16, as)) ==
                  dnnl_success &&
              (blocked ? dnnl_memory_desc_init_by_tag(&bmd, 2, bd, dnnl_bf16, dnnl_format_tag_any)
@@ -184,12 +184,12 @@ static int entry_make(gemm_entry *g, const int key[KEY_N], dnnl_engine_t eng)
     if (ok && blocked) {
         dnnl_dims_t fas = {ta ? 1 : key[KEY_LDA], ta ? key[KEY_LDA] : 1};
         dnnl_dims_t fbs = {tb ? 1 : key[KEY_LDB], tb ? key[KEY_LDB] : 1};
-        ok = reorder_make(&g->ra, &g->af, ad, fas, apick, eng) &&
+        ok = (blocked == 2 || reorder_make(&g->ra, &g->af, ad, fas, apick, eng)) &&
              reorder_make(&g->rb, &g->bf, bd, fbs, bpick, eng);
     }
     if (ok) {
         g->scratch_bytes = dnnl_memory_desc_get_size(smd);
-        g->abytes = up64(dnnl_memory_desc_get_size(apick));
+        g->abytes = blocked == 2 ? 0 : up64(dnnl_memory_desc_get_size(apick));
         g->bbytes = up64(dnnl_memory_desc_get_size(bpick));
     }
     if (pd)
@@ -271,15 +271,18 @@ static int gemm_blocked(int ta, int tb, int m, int n)
 }
 
 /* Runs g on a and b in float32, reordered into its blocked layouts at ws
- * (by oneDNN, which rounds to nearest even); 1, or 0 when it computed in
- * float32 instead. */
-static int run_blocked(gemm_entry *g, dnnl_stream_t st, int m, int n, int k, const float *a,
-                       int lda, const float *b, int ldb, float beta, float *c, int ldc, void *ws)
+ * (by oneDNN, which rounds to nearest even), or on a16 as it is and b
+ * reordered where the caller rounded A (g made so); 1, or 0 when it
+ * computed in float32 instead. */
+static int run_blocked(gemm_entry *g, dnnl_stream_t st, int ta, int m, int n, int k,
+                       const uint16_t *a16, const float *a, int lda, const float *b, int ldb,
+                       float beta, float *c, int ldc, void *ws)
 {
     gb.a.src = NULL; /* A is not left at ws as pack would leave it */
-    dnnl_memory_set_data_handle(g->af, (void *)a);
+    if (g->af)
+        dnnl_memory_set_data_handle(g->af, (void *)a);
     dnnl_memory_set_data_handle(g->bf, (void *)b);
-    dnnl_memory_set_data_handle(g->a, ws);
+    dnnl_memory_set_data_handle(g->a, a16 ? (void *)a16 : ws);
     dnnl_memory_set_data_handle(g->b, (char *)ws + g->abytes);
     dnnl_memory_set_data_handle(g->c, c);
     dnnl_memory_set_data_handle(g->scratch, (char *)ws + g->abytes + g->bbytes);
@@ -290,38 +293,43 @@ static int run_blocked(gemm_entry *g, dnnl_stream_t st, int m, int n, int k, con
         {DNNL_ARG_SCRATCHPAD, g->scratch},
     };
     uint64_t t0 = kern__now_ns();
-    int moved = dnnl_primitive_execute(g->ra, st, 2, ra) == dnnl_success &&
+    int moved = (!g->ra || dnnl_primitive_execute(g->ra, st, 2, ra) == dnnl_success) &&
                 dnnl_primitive_execute(g->rb, st, 2, rb) == dnnl_success;
     kern__layout_since(t0);
     if (!moved || dnnl_primitive_execute(g->prim, st, 4, args) != dnnl_success ||
         dnnl_stream_wait(st) != dnnl_success) {
-        kern__sgemm_bias(1, 0, m, n, k, a, lda, b, ldb, NULL, beta, c, ldc);
+        kern__sgemm_bias(ta, 0, m, n, k, a, lda, b, ldb, NULL, beta, c, ldc);
         return 0;
     }
     return 1;
 }
 
-static int gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int lda, const float *b,
-                     int ldb, const uint16_t *b16_kept, int b_stale, const float *bias, float beta,
-                     float *c, int ldc, void *ws, size_t ws_bytes, int same_a)
+/* a16: op(A) rounded by the caller (m rows of k, packed), or NULL */
+static int gemm_bf16(int ta, int tb, int m, int n, int k, const uint16_t *a16, const float *a,
+                     int lda, const float *b, int ldb, const uint16_t *b16_kept, int b_stale,
+                     const float *bias, float beta, float *c, int ldc, void *ws, size_t ws_bytes,
+                     int same_a)
 {
     if (bias)
         beta = 0.0f; /* C = product + bias */
     dnnl_engine_t eng;
     dnnl_stream_t st;
-    size_t abytes = up64((size_t)m * k * 2), bbytes = up64((size_t)k * n * 2);
+    size_t abytes = a16 ? 0 : up64((size_t)m * k * 2), bbytes = up64((size_t)k * n * 2);
     gemm_entry *g = NULL;
     if (m > 0 && n > 0 && k > 0 && (beta == 0.0f || beta == 1.0f) && !bf16_off &&
         isa_has_bf16() && ((uintptr_t)ws & 63) == 0 && abytes + bbytes <= ws_bytes &&
         kern__dnnl_engine(&eng, &st)) {
-        if (!b16_kept && !bias && gemm_blocked(ta, tb, m, n)) {
-            int key[KEY_N] = {m, n, k, 1, 0, beta != 0.0f, ldc, kernels_threads(), 1, lda, ldb};
+        /* B into the matmul's layout where A is rounded already, or both
+         * for a weight gradient's */
+        if (!b16_kept && !bias && (a16 ? !tb && m >= 256 && n >= 256 : gemm_blocked(ta, tb, m, n))) {
+            int key[KEY_N] = {m, n, k, !a16, 0, beta != 0.0f, ldc, kernels_threads(), a16 ? 2 : 1,
+                              a16 ? 0 : lda, ldb};
             g = entry_of(key, eng);
             /* blocked layouts pad: where they do not fit, the plain ones */
             if (g && g->abytes + g->bbytes + g->scratch_bytes <= ws_bytes)
-                return run_blocked(g, st, m, n, k, a, lda, b, ldb, beta, c, ldc, ws);
+                return run_blocked(g, st, ta, m, n, k, a16, a, lda, b, ldb, beta, c, ldc, ws);
         }
-        int key[KEY_N] = {m, n, k, ta != 0, tb != 0, beta != 0.0f, ldc, kernels_threads()};
+        int key[KEY_N] = {m, n, k, ta && !a16, tb != 0, beta != 0.0f, ldc, kernels_threads()};
         key[KEY_BIAS] = bias != NULL;
         g = entry_of(key, eng);
     }
@@ -330,16 +338,17 @@ static int gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int ld
         gemm_f32(ta, tb, m, n, k, a, lda, b, ldb, b16_kept, b_stale, bias, beta, c, ldc);
         return 0;
     }
-    uint16_t *a16 = ws, *b16 = (uint16_t *)((char *)ws + abytes);
+    uint16_t *a_at = a16 ? (uint16_t *)(uintptr_t)a16 : ws;
+    uint16_t *b16 = (uint16_t *)((char *)ws + abytes);
     int arows = ta ? k : m, acols = ta ? m : k;
     /* A stored as the last call rounded it: those bits are still at ws */
-    if (!(same_a && gb.a.src == a && gb.a.ws == ws && gb.a.rows == arows && gb.a.cols == acols &&
-          gb.a.ld == lda))
-        pack(a16, a, arows, acols, lda);
+    if (!a16 && !(same_a && gb.a.src == a && gb.a.ws == ws && gb.a.rows == arows &&
+                  gb.a.cols == acols && gb.a.ld == lda))
+        pack(a_at, a, arows, acols, lda);
     gb.a.src = NULL; /* until this call has run */
     if (!b16_kept)
         pack(b16, b, tb ? n : k, tb ? k : n, ldb);
-    dnnl_memory_set_data_handle(g->a, a16);
+    dnnl_memory_set_data_handle(g->a, a_at);
     dnnl_memory_set_data_handle(g->b, b16_kept ? (void *)b16_kept : b16);
     dnnl_memory_set_data_handle(g->c, c);
     dnnl_memory_set_data_handle(g->scratch, (char *)ws + abytes + bbytes);
@@ -356,7 +365,7 @@ static int gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int ld
         gemm_f32(ta, tb, m, n, k, a, lda, b, ldb, b16_kept, b_stale, bias, beta, c, ldc);
         return 0;
     }
-    gb.a.src = a;
+    gb.a.src = a16 ? NULL : a;
     gb.a.ws = ws;
     gb.a.rows = arows;
     gb.a.cols = acols;
@@ -367,14 +376,16 @@ static int gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int ld
 int kern_gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int lda, const float *b,
                    int ldb, float beta, float *c, int ldc, void *ws, size_t ws_bytes)
 {
-    return gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, NULL, 0, NULL, beta, c, ldc, ws, ws_bytes, 0);
+    return gemm_bf16(ta, tb, m, n, k, NULL, a, lda, b, ldb, NULL, 0, NULL, beta, c, ldc, ws,
+                     ws_bytes, 0);
 }
 
 int kern_gemm_bf16_same_a(int ta, int tb, int m, int n, int k, const float *a, int lda,
                           const float *b, int ldb, float beta, float *c, int ldc, void *ws,
                           size_t ws_bytes)
 {
-    return gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, NULL, 0, NULL, beta, c, ldc, ws, ws_bytes, 1);
+    return gemm_bf16(ta, tb, m, n, k, NULL, a, lda, b, ldb, NULL, 0, NULL, beta, c, ldc, ws,
+                     ws_bytes, 1);
 }
 
 int kern_gemm_bf16_kept_b(int ta, int tb, int m, int n, int k, const float *a, int lda,
@@ -382,8 +393,16 @@ int kern_gemm_bf16_kept_b(int ta, int tb, int m, int n, int k, const float *a, i
                           const float *bias, float beta, float *c, int ldc, void *ws,
                           size_t ws_bytes, int same_a)
 {
-    return gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, b16, b_stale, bias, beta, c, ldc, ws,
+    return gemm_bf16(ta, tb, m, n, k, NULL, a, lda, b, ldb, b16, b_stale, bias, beta, c, ldc, ws,
                      ws_bytes, same_a);
+}
+
+int kern_gemm_bf16_rounded_a(int ta, int tb, int m, int n, int k, const uint16_t *a16,
+                             const float *a, int lda, const float *b, int ldb, const uint16_t *b16,
+                             int b_stale, float beta, float *c, int ldc, void *ws, size_t ws_bytes)
+{
+    return gemm_bf16(ta, tb, m, n, k, a16, a, lda, b, ldb, b16, b_stale, NULL, beta, c, ldc, ws,
+                     ws_bytes, 0);
 }
 
 #else /* !KERNELS_HAVE_DNNL */
@@ -425,6 +444,15 @@ int kern_gemm_bf16_kept_b(int ta, int tb, int m, int n, int k, const float *a, i
     (void)ws_bytes;
     gemm_f32(ta, tb, m, n, k, a, lda, b, ldb, b16, b_stale, bias, beta, c, ldc);
     return 0;
+}
+
+int kern_gemm_bf16_rounded_a(int ta, int tb, int m, int n, int k, const uint16_t *a16,
+                             const float *a, int lda, const float *b, int ldb, const uint16_t *b16,
+                             int b_stale, float beta, float *c, int ldc, void *ws, size_t ws_bytes)
+{
+    (void)a16;
+    return kern_gemm_bf16_kept_b(ta, tb, m, n, k, a, lda, b, ldb, b16, b_stale, NULL, beta, c,
+                                 ldc, ws, ws_bytes, 0);
 }
 
 #endif

@@ -88,6 +88,18 @@ int kern_gemm_bf16_kept_b(int ta, int tb, int m, int n, int k, const float *a, i
                           const float *bias, float beta, float *c, int ldc, void *ws,
                           size_t ws_bytes, int same_a);
 
+/* kern_gemm_bf16_kept_b (no bias) whose A the caller rounded already:
+ * a16 holds op(A) rounded to bfloat16, m rows of k, packed (a dense
+ * layer's dY, or its transpose, made in the pass that also masks it and
+ * sums its columns). a, lda and ta still say where A is in float32, which
+ * a GEMM in float32 reads. Where B is not kept, m and n are 256 or more
+ * and B is not transposed, B goes into the matmul's own layout (oneDNN's
+ * reorder, rounding) and A is read where it is. */
+int kern_gemm_bf16_rounded_a(int ta, int tb, int m, int n, int k, const uint16_t *a16,
+                             const float *a, int lda, const float *b, int ldb, const uint16_t *b16,
+                             int b_stale, float beta, float *c, int ldc, void *ws,
+                             size_t ws_bytes);
+
 /* 1 when kern_gemm_bf16 computes in bfloat16 on this processor and build. */
 int kernels_bf16_compute(void);
 

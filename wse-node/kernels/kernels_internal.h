@@ -74,6 +74,17 @@ typedef enum kern__blk16_kind {
  * AVX512_BF16), then the caller reorders some other way. hw = h * w. */
 int kern__blk16_reorder(kern__blk16_kind kind, void *blk, float *plain, int n, int c, size_t hw);
 
+/* A dense layer's output gradient dy (n rows of cols) in one pass over
+ * the operators' threads (blk16.c), for its mixed-precision backward pass:
+ * where y (the fused relu's output) is given, dy masked in place (dy where
+ * y > 0, else +0, as op_relu_backward); dbias, where given, each column's
+ * sum from the first row to the last in float32 (as the float32 path adds
+ * them); and dy rounded to bfloat16 (to nearest even, VCVTNEPS2BF16) into
+ * plain (n rows of cols) and tr (its transpose, cols rows of n), each where
+ * given. 1, or 0 where the processor has no AVX512_BF16 (nothing done). */
+int kern__bf16_dy(float *dy, const float *y, float *dbias, uint16_t *plain, uint16_t *tr, int n,
+                  int cols);
+
 /* Whether kern_sgemm may run its large GEMMs on oneDNN's sgemm (on, the
  * default unless APPLIANCE_SGEMM=openblas, where the build has oneDNN on
  * OpenMP) or keeps them all on OpenBLAS (off). From the operators' thread,

@@ -3,8 +3,10 @@
 
 #include <string.h>
 
+#include "convplan.h"
 #include "kernels.h"
 #include "kernels_internal.h"
+#include "op_activation.h"
 
 /* One GEMM of the layer: in float32, or with a workspace in bfloat16 */
 typedef struct dense_ws {
@@ -66,6 +68,36 @@ static void dense_forward(const dense_ws *w, float *out, const float *in, const 
     dense_gemm(w, 0, 1, n, out_f, in_f, in, in_f, weight, in_f, w->w16, bias, 0.0f, out, out_f, 0);
 }
 
+/* The backward pass in bfloat16 with one pass over dY (kern__bf16_dy):
+ * dY masked where y (the fused relu's output) is given, its columns
+ * summed into dbias, and rounded both as it is (dX's A) and transposed
+ * (dW's A) into the workspace, where the GEMMs read it; then dX (the
+ * rounded copy is overwritten by dW's operand after) and dW. The same bits
+ * as the relu's pass, the columns' sums and the GEMMs rounding dY
+ * themselves. 0 where it cannot (no bfloat16 here, a workspace too
+ * small): nothing was done. */
+static int dense_backward_dy(const dense_ws *w, float *din, float *dweight, float *dbias,
+                             float *dout, const float *y, const float *in, const float *weight,
+                             int n, int in_f, int out_f)
+{
+    if (!w->ws || n <= 0 || in_f <= 0 || out_f <= 0 || ((uintptr_t)w->ws & 63) ||
+        w->bytes < convplan_dense_bf16_dy_workspace(n, in_f, out_f) || !kernels_bf16_compute())
+        return 0;
+    size_t dy = ((size_t)n * out_f * 2 + 63) / 64 * 64, plain = din ? dy : 0;
+    uint16_t *tr = w->ws, *pl = din ? (uint16_t *)((char *)w->ws + dy) : NULL;
+    uint64_t t0 = kern__now_ns();
+    if (!kern__bf16_dy(dout, y, dbias, pl, tr, n, out_f))
+        return 0;
+    kern__layout_since(t0);
+    if (din)
+        kern_gemm_bf16_rounded_a(0, 0, n, in_f, out_f, pl, dout, out_f, weight, in_f, w->w16,
+                                 w->w16 && w->w_stale, 0.0f, din, in_f,
+                                 (char *)w->ws + dy + plain, w->bytes - dy - plain);
+    kern_gemm_bf16_rounded_a(1, 0, out_f, in_f, n, tr, dout, out_f, in, in_f, NULL, 0, 0.0f,
+                             dweight, in_f, (char *)w->ws + dy, w->bytes - dy);
+    return 1;
+}
+
 static void dense_backward(const dense_ws *w, float *din, float *dweight, float *dbias,
                            const float *dout, const float *in, const float *weight, int n,
                            int in_f, int out_f)
@@ -81,6 +113,10 @@ static void dense_backward(const dense_ws *w, float *din, float *dweight, float 
             memset(dbias, 0, sizeof(float) * out_f);
         return;
     }
+    /* dY is only read there (no y given) */
+    if (dense_backward_dy(w, din, dweight, dbias, (float *)(uintptr_t)dout, NULL, in, weight, n,
+                          in_f, out_f))
+        return;
     if (in_f > 0)
         dense_gemm(w, 1, 0, out_f, in_f, n, dout, out_f, in, in_f, NULL, NULL, 0.0f, dweight, in_f,
                    0);
@@ -122,6 +158,19 @@ void op_dense_backward_bf16(float *din, float *dweight, float *dbias, const floa
                             int w_stale, int n, int in_f, int out_f, void *ws, size_t ws_bytes)
 {
     dense_ws w = {ws, ws_bytes, w16, w_stale};
+    dense_backward(&w, din, dweight, dbias, dout, in, weight, n, in_f, out_f);
+}
+
+void op_dense_relu_backward_bf16(float *din, float *dweight, float *dbias, float *dout,
+                                 const float *y, const float *in, const float *weight,
+                                 const uint16_t *w16, int w_stale, int n, int in_f, int out_f,
+                                 void *ws, size_t ws_bytes)
+{
+    dense_ws w = {ws, ws_bytes, w16, w_stale};
+    if (dense_backward_dy(&w, din, dweight, dbias, dout, y, in, weight, n, in_f, out_f))
+        return;
+    if (n > 0 && out_f > 0)
+        op_relu_backward(dout, dout, y, (size_t)n * (size_t)out_f);
     dense_backward(&w, din, dweight, dbias, dout, in, weight, n, in_f, out_f);
 }
 

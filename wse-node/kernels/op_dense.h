@@ -33,6 +33,16 @@ void op_dense_backward_bf16(float *din, float *dweight, float *dbias, const floa
                             const float *in, const float *weight, const uint16_t *w16,
                             int w_stale, int n, int in_f, int out_f, void *ws, size_t ws_bytes);
 
+/* op_relu_backward(dout, dout, y, n * out_f) of the relu fused after the
+ * layer (y its output), then op_dense_backward_bf16 on that dout: the same
+ * bits, in one pass over dout that also sums its columns and rounds it for
+ * both GEMMs, where the processor has AVX512_BF16 and ws has
+ * convplan_dense_bf16_dy_workspace bytes. dout is masked in place. */
+void op_dense_relu_backward_bf16(float *din, float *dweight, float *dbias, float *dout,
+                                 const float *y, const float *in, const float *weight,
+                                 const uint16_t *w16, int w_stale, int n, int in_f, int out_f,
+                                 void *ws, size_t ws_bytes);
+
 /* Plain loops with the same contracts, kept as the reference that tests hold
  * the GEMM path to. */
 void op_dense_forward_ref(float *out, const float *in, const float *weight,

@@ -9,6 +9,7 @@
 #include "bf16.h"
 #include "convplan.h"
 #include "kernels.h"
+#include "kernels_internal.h"
 #include "kt.h"
 #include "op_activation.h"
 #include "op_dense.h"
@@ -360,13 +361,16 @@ START_TEST(test_bf16_blocked)
 END_TEST
 
 /* The relu fused after a dense layer, its gradient in mixed precision
- * (op_dense_relu_backward_bf16): with the workspace for the one pass over
- * dY, the bits of the relu's own pass and then the layer's backward pass
- * without it (a workspace too small for it), for shapes whose weight
- * gradient reads the input plain and in the matmul's layout, with and
- * without the input's gradient; dY masked where the output is not
- * positive (NaN, zero, negative zero); the bias's gradient the float32
- * path's; the pass left dY's transpose, rounded, in the workspace. */
+ * (op_dense_relu_backward_bf16), three ways: with the one pass over dY and
+ * the matmul's B put in its layout by the kernels' own pass, with both
+ * turned off (each GEMM rounding and reordering its operands itself), and
+ * with a workspace too small for the pass. All three give the same bits
+ * (the relu's own pass and then the layer's backward pass), for shapes
+ * whose GEMMs read their B plain and in the matmul's layout (sides not in
+ * whole blocks), with and without the input's gradient; dY masked where
+ * the output is not positive (NaN, zero, negative zero); the bias's
+ * gradient the float32 path's; the pass left dY's transpose, rounded, in
+ * the workspace. */
 START_TEST(test_bf16_relu_dy)
 {
     static const int dims[][3] = {{130, 72, 129}, {260, 272, 300}};
@@ -377,10 +381,10 @@ START_TEST(test_bf16_relu_dy)
         int n = dims[sh][0], in_f = dims[sh][1], out_f = dims[sh][2];
         size_t ny = (size_t)n * out_f, nx = (size_t)n * in_f, nw = (size_t)out_f * in_f;
         float *x = kt_falloc(nx), *w = kt_falloc(nw), *y = kt_falloc(ny), *dy = kt_falloc(ny);
-        float *d[3], *dx[2], *dw[3], *db[3];
-        for (int k = 0; k < 3; k++) {
+        float *d[4], *dx[3], *dw[4], *db[4];
+        for (int k = 0; k < 4; k++) {
             d[k] = kt_falloc(ny), dw[k] = kt_falloc(nw), db[k] = kt_falloc(out_f);
-            if (k < 2)
+            if (k < 3)
                 dx[k] = kt_falloc(nx);
         }
         kt_fill(&r, x, nx, -1, 1);
@@ -400,39 +404,43 @@ START_TEST(test_bf16_relu_dy)
         ck_assert_uint_lt(less, convplan_dense_bf16_dy_workspace(n, in_f, out_f));
         void *ws = aligned_alloc(64, full);
         for (int with_dx = 1; with_dx >= 0; with_dx--) {
-            for (int k = 0; k < 2; k++) { /* 0: the one pass; 1: without it */
+            /* 0: the passes; 1: turned off; 2: a workspace too small */
+            for (int k = 0; k < 3; k++) {
                 memcpy(d[k], dy, sizeof(float) * ny);
+                kern__bf16_own_passes(k != 1);
                 op_dense_relu_backward_bf16(with_dx ? dx[k] : NULL, dw[k], db[k], d[k], y, x, w,
-                                            w16, 0, n, in_f, out_f, ws, k ? less : full);
+                                            w16, 0, n, in_f, out_f, ws, k == 2 ? less : full);
             }
-            if (kernels_bf16_compute()) /* what the last one-pass call left: rebuild it */
-                op_dense_relu_backward_bf16(NULL, dw[2], db[2], memcpy(d[2], dy, sizeof(float) * ny),
+            if (kernels_bf16_compute()) /* what the pass leaves in the workspace */
+                op_dense_relu_backward_bf16(NULL, dw[3], db[3], memcpy(d[3], dy, sizeof(float) * ny),
                                             y, x, w, w16, 0, n, in_f, out_f, ws, full);
-            memcpy(d[2], dy, sizeof(float) * ny);
-            op_relu_backward(d[2], d[2], y, ny);
-            ck_assert(memcmp(d[0], d[2], sizeof(float) * ny) == 0);
-            ck_assert(memcmp(d[1], d[2], sizeof(float) * ny) == 0);
+            memcpy(d[3], dy, sizeof(float) * ny);
+            op_relu_backward(d[3], d[3], y, ny);
+            for (int k = 0; k < 3; k++) {
+                ck_assert(memcmp(d[k], d[3], sizeof(float) * ny) == 0);
+                if (with_dx && k)
+                    ck_assert(memcmp(dx[k], dx[0], sizeof(float) * nx) == 0);
+                if (k)
+                    ck_assert(memcmp(dw[k], dw[0], sizeof(float) * nw) == 0);
+            }
             ck_assert(d[0][1] == 0.0f && !signbit(d[0][1]) && d[0][2] == 0.0f && d[0][3] == 0.0f);
-            if (with_dx)
-                ck_assert(memcmp(dx[0], dx[1], sizeof(float) * nx) == 0);
-            ck_assert(memcmp(dw[0], dw[1], sizeof(float) * nw) == 0);
-            ck_assert(memcmp(db[0], db[1], sizeof(float) * out_f) == 0);
-            op_dense_backward(NULL, dw[2], db[2], d[2], x, w, n, in_f, out_f);
-            ck_assert(memcmp(db[0], db[2], sizeof(float) * out_f) == 0);
+            op_dense_backward(NULL, dw[3], db[3], d[3], x, w, n, in_f, out_f);
+            for (int k = 0; k < 3; k++)
+                ck_assert(memcmp(db[k], db[3], sizeof(float) * out_f) == 0);
             if (kernels_bf16_compute()) {
                 const uint16_t *tr = ws; /* column c of dY, rounded, as row c */
                 uint16_t h;
                 for (int c = 0; c < out_f; c += 7)
                     for (int i = 0; i < n; i += 5) {
-                        bf16_pack(&h, &d[2][(size_t)i * out_f + c], 1);
+                        bf16_pack(&h, &d[3][(size_t)i * out_f + c], 1);
                         ck_assert_uint_eq(tr[(size_t)c * n + i], h);
                     }
             }
         }
         free(ws), free(w16), free(x), free(w), free(y), free(dy);
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < 4; k++) {
             free(d[k]), free(dw[k]), free(db[k]);
-            if (k < 2)
+            if (k < 3)
                 free(dx[k]);
         }
     }

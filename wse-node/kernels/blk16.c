@@ -140,32 +140,29 @@ static TBF16 void round_bf16(void *ctx, size_t lo, size_t hi)
 }
 
 /* A dense layer's output gradient, once over, for its mixed-precision
- * backward pass (kern__bf16_dy): a share is a range of 16-column strips,
- * every row of them from the first to the last. */
+ * backward pass (kern__bf16_dy): a share is a range of 32-row tiles (the
+ * rows the GEMM that made dY wrote on the same thread, mostly, and whole
+ * lines of the transpose). */
 typedef struct dy_job {
     float *dy;            /* rows of cols; masked in place where y is given */
     const float *y;       /* the relu's output, or NULL */
-    float *dbias;         /* or NULL */
     uint16_t *plain, *tr; /* or NULL; tr: cols rows of n */
     size_t n, cols;
 } dy_job;
 
-/* Each row tile, 16 rows: first row by row along the share's columns
- * (the relu's mask, the sums, the plain copy), then back over those rows,
- * now in cache, a 16 x 16 transpose at a time. Row by row, the processor
- * streams each row; walking 16 rows at once it lost its prefetching (the
- * pass ran at two thirds of the speed). */
-static TBF16 void dy_strips(void *ctx, size_t lo, size_t hi)
+/* Each 16 rows: first row by row (the relu's mask, the plain copy), then
+ * back over those rows, now in cache, a 16 x 16 transpose at a time. */
+static TBF16 void dy_rows(void *ctx, size_t lo, size_t hi)
 {
     const dy_job *j = ctx;
-    size_t c_lo = lo * 16, c_hi = hi * 16 < j->cols ? hi * 16 : j->cols;
+    size_t end = hi * 32 < j->n ? hi * 32 : j->n;
     __m512 r[16];
-    for (size_t r0 = 0; r0 < j->n; r0 += 16) {
-        unsigned rows = j->n - r0 < 16 ? (unsigned)(j->n - r0) : 16;
-        for (unsigned k = 0; k < rows; k++) {
+    for (size_t r0 = lo * 32; r0 < end; r0 += 16) {
+        unsigned rows = end - r0 < 16 ? (unsigned)(end - r0) : 16;
+        for (unsigned k = 0; k < rows && (j->y || j->plain); k++) {
             size_t row = (r0 + k) * j->cols;
-            for (size_t c = c_lo; c < c_hi; c += 16) {
-                unsigned cnt = c_hi - c < 16 ? (unsigned)(c_hi - c) : 16;
+            for (size_t c = 0; c < j->cols; c += 16) {
+                unsigned cnt = j->cols - c < 16 ? (unsigned)(j->cols - c) : 16;
                 __mmask16 m = (__mmask16)((1u << cnt) - 1);
                 __m512 v = _mm512_maskz_loadu_ps(m, j->dy + row + c);
                 if (j->y) { /* the relu's gradient: dy where y > 0, else +0 (NaN: 0) */
@@ -175,11 +172,6 @@ static TBF16 void dy_strips(void *ctx, size_t lo, size_t hi)
                     v = _mm512_maskz_mov_ps(pos, v);
                     _mm512_mask_storeu_ps(j->dy + row + c, m, v);
                 }
-                /* each column summed down the rows in order, from the first row's value */
-                if (j->dbias)
-                    _mm512_mask_storeu_ps(
-                        j->dbias + c, m,
-                        r0 + k ? _mm512_add_ps(_mm512_maskz_loadu_ps(m, j->dbias + c), v) : v);
                 if (j->plain)
                     _mm256_mask_storeu_epi16(j->plain + row + c, m,
                                              (__m256i)_mm512_cvtneps_pbh(v));
@@ -188,8 +180,8 @@ static TBF16 void dy_strips(void *ctx, size_t lo, size_t hi)
         if (!j->tr)
             continue;
         __mmask16 rm = (__mmask16)((1u << rows) - 1);
-        for (size_t c = c_lo; c < c_hi; c += 16) {
-            unsigned cnt = c_hi - c < 16 ? (unsigned)(c_hi - c) : 16;
+        for (size_t c = 0; c < j->cols; c += 16) {
+            unsigned cnt = j->cols - c < 16 ? (unsigned)(j->cols - c) : 16;
             __mmask16 m = (__mmask16)((1u << cnt) - 1);
             for (unsigned k = 0; k < 16; k++)
                 r[k] = k < rows ? _mm512_maskz_loadu_ps(m, j->dy + (r0 + k) * j->cols + c)
@@ -202,15 +194,71 @@ static TBF16 void dy_strips(void *ctx, size_t lo, size_t hi)
     }
 }
 
-int kern__bf16_dy(float *dy, const float *y, float *dbias, uint16_t *plain, uint16_t *tr, int n,
-                  int cols)
+int kern__bf16_dy(float *dy, const float *y, uint16_t *plain, uint16_t *tr, int n, int cols)
 {
     if (n <= 0 || cols <= 0 || !__builtin_cpu_supports("avx512bf16"))
         return 0;
-    dy_job j = {dy, y, dbias, plain, tr, (size_t)n, (size_t)cols};
-    size_t strips = ((size_t)cols + 15) / 16;
+    dy_job j = {dy, y, plain, tr, (size_t)n, (size_t)cols};
     /* about 64 Ki elements a share at the least */
-    kernels_for(strips, 4096 / (size_t)n + 1, dy_strips, &j);
+    kernels_for(((size_t)n + 31) / 32, 2048 / (size_t)cols + 1, dy_rows, &j);
+    return 1;
+}
+
+/* A K x N matrix into the matmul's BA16a64b2a (kern__bf16_vnni): a share
+ * is a range of its 32 x 64 blocks, N's outermost. */
+typedef struct vnni_job {
+    uint16_t *out;
+    const float *f;
+    const uint16_t *h;
+    size_t k, n, ld, kblocks;
+} vnni_job;
+
+static TBF16 void vnni_blocks(void *ctx, size_t lo, size_t hi)
+{
+    const vnni_job *j = ctx;
+    /* a pair of rows, 16 columns each, side by side (row k in the low
+     * half, k + 1 in the high one) to their pairs (k, k + 1) per column */
+    static const uint16_t pairs[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    __m512i idx = _mm512_loadu_si512(pairs);
+    for (size_t b = lo; b < hi; b++) {
+        size_t k0 = (b % j->kblocks) * 32, n0 = (b / j->kblocks) * 64;
+        uint16_t *dst = j->out + b * 2048;
+        for (unsigned p = 0; p < 16; p++) {
+            size_t ka = k0 + 2 * p, kb = ka + 1;
+            for (unsigned g = 0; g < 4; g++) {
+                size_t c = n0 + 16 * g;
+                unsigned cnt = c >= j->n ? 0 : j->n - c < 16 ? (unsigned)(j->n - c) : 16;
+                __mmask16 m = (__mmask16)((1u << cnt) - 1);
+                __mmask16 ma = ka < j->k ? m : 0, mb = kb < j->k ? m : 0;
+                __m512i v;
+                if (j->f) {
+                    __m512 a = _mm512_maskz_loadu_ps(ma, j->f + ka * j->ld + c);
+                    __m512 bv = _mm512_maskz_loadu_ps(mb, j->f + (kb < j->k ? kb : ka) * j->ld + c);
+                    v = (__m512i)_mm512_cvtne2ps_pbh(bv, a); /* a low, b high */
+                } else {
+                    __m256i a = _mm256_maskz_loadu_epi16(ma, j->h + ka * j->ld + c);
+                    __m256i bv = _mm256_maskz_loadu_epi16(mb, j->h + (kb < j->k ? kb : ka) * j->ld + c);
+                    v = _mm512_inserti64x4(_mm512_castsi256_si512(a), bv, 1);
+                }
+                _mm512_storeu_si512(dst + p * 128 + g * 32, _mm512_permutexvar_epi16(idx, v));
+            }
+        }
+    }
+}
+
+int kern__bf16_vnni_ok(void)
+{
+    return __builtin_cpu_supports("avx512bf16");
+}
+
+int kern__bf16_vnni(uint16_t *out, const float *f, const uint16_t *h, int k, int n, int ld)
+{
+    if (k <= 0 || n <= 0 || !kern__bf16_vnni_ok())
+        return 0;
+    vnni_job j = {out, f, h, (size_t)k, (size_t)n, (size_t)ld, ((size_t)k + 31) / 32};
+    size_t blocks = j.kblocks * (((size_t)n + 63) / 64);
+    kernels_for(blocks, 16, vnni_blocks, &j);
     return 1;
 }
 
@@ -239,10 +287,20 @@ int kern__blk16_reorder(kern__blk16_kind kind, void *blk, float *plain, int n, i
 
 #else
 
-int kern__bf16_dy(float *dy, const float *y, float *dbias, uint16_t *plain, uint16_t *tr, int n,
-                  int cols)
+int kern__bf16_vnni_ok(void)
 {
-    (void)dy, (void)y, (void)dbias, (void)plain, (void)tr, (void)n, (void)cols;
+    return 0;
+}
+
+int kern__bf16_vnni(uint16_t *out, const float *f, const uint16_t *h, int k, int n, int ld)
+{
+    (void)out, (void)f, (void)h, (void)k, (void)n, (void)ld;
+    return 0;
+}
+
+int kern__bf16_dy(float *dy, const float *y, uint16_t *plain, uint16_t *tr, int n, int cols)
+{
+    (void)dy, (void)y, (void)plain, (void)tr, (void)n, (void)cols;
     return 0;
 }
 

@@ -21,6 +21,17 @@
 #include "kernels_internal.h"
 
 static int bf16_off; /* kernels_bf16_enable(0) */
+static int own_off;  /* kern__bf16_own_passes(0) */
+
+void kern__bf16_own_passes(int on)
+{
+    own_off = !on;
+}
+
+int kern__bf16_own_passes_on(void)
+{
+    return !own_off;
+}
 
 /* The GEMM in float32 instead (kern__sgemm_bias): where only b16 holds B
  * (b_stale, kern_gemm_bf16_kept_b), B widened from it into b first, rows
@@ -43,18 +54,20 @@ static void gemm_f32(int ta, int tb, int m, int n, int k, const float *a, int ld
 
 #define SLOTS 24
 
-enum { KEY_BLOCKED = 8, KEY_LDA, KEY_LDB, KEY_BIAS, KEY_N };
+enum { KEY_BLOCKED = 8, KEY_LDA, KEY_LDB, KEY_BIAS, KEY_OWN, KEY_N };
 
 typedef struct gemm_entry {
     int key[KEY_N];             /* m, n, k, ta, tb, beta != 0, ldc, threads,
                                  * blocked, when blocked lda and ldb, and
-                                 * whether a bias is added */
+                                 * whether a bias is added, and whether
+                                 * kern__bf16_own_passes is off */
     dnnl_primitive_t prim;
     dnnl_memory_t a, b, c, scratch, bias;
     size_t scratch_bytes;
     /* blocked: the reorders of the float32 operands into a and b */
     dnnl_primitive_t ra, rb;
     dnnl_memory_t af, bf;
+    int own_b;                  /* B's layout is kern__bf16_vnni's: made there */
     size_t abytes, bbytes;      /* a's and b's room in the workspace */
     unsigned used;              /* the call count when last used */
 } gemm_entry;
@@ -137,7 +150,9 @@ static size_t up64(size_t b)
 static int entry_make(gemm_entry *g, const int key[KEY_N], dnnl_engine_t eng)
 {
     int m = key[0], n = key[1], k = key[2], ta = key[3], tb = key[4], sum = key[5];
-    int blocked = key[KEY_BLOCKED]; /* 2: B alone, A given rounded and plain */
+    /* blocked 2: B alone, A given rounded and plain; 3: the same with B
+     * kept rounded (plain), which kern__bf16_vnni alone puts in place */
+    int blocked = key[KEY_BLOCKED];
     dnnl_dims_t ad = {m, k}, bd = {k, n}, cd = {m, n};
     /* the rounded copies keep the operands' orientation, packed, or take
      * the layouts the matmul picks */
@@ -184,12 +199,17 @@ static int entry_make(gemm_entry *g, const int key[KEY_N], dnnl_engine_t eng)
     if (ok && blocked) {
         dnnl_dims_t fas = {ta ? 1 : key[KEY_LDA], ta ? key[KEY_LDA] : 1};
         dnnl_dims_t fbs = {tb ? 1 : key[KEY_LDB], tb ? key[KEY_LDB] : 1};
-        ok = (blocked == 2 || reorder_make(&g->ra, &g->af, ad, fas, apick, eng)) &&
-             reorder_make(&g->rb, &g->bf, bd, fbs, bpick, eng);
+        dnnl_memory_desc_t vnni;
+        g->own_b = blocked >= 2 && !own_off && kern__bf16_vnni_ok() &&
+                   dnnl_memory_desc_init_by_tag(&vnni, 2, bd, dnnl_bf16, dnnl_BA16a64b2a) ==
+                       dnnl_success &&
+                   dnnl_memory_desc_equal(&vnni, bpick);
+        ok = (blocked >= 2 || reorder_make(&g->ra, &g->af, ad, fas, apick, eng)) &&
+             (blocked == 3 || reorder_make(&g->rb, &g->bf, bd, fbs, bpick, eng));
     }
     if (ok) {
         g->scratch_bytes = dnnl_memory_desc_get_size(smd);
-        g->abytes = blocked == 2 ? 0 : up64(dnnl_memory_desc_get_size(apick));
+        g->abytes = blocked >= 2 ? 0 : up64(dnnl_memory_desc_get_size(apick));
         g->bbytes = up64(dnnl_memory_desc_get_size(bpick));
     }
     if (pd)
@@ -271,17 +291,18 @@ static int gemm_blocked(int ta, int tb, int m, int n)
 }
 
 /* Runs g on a and b in float32, reordered into its blocked layouts at ws
- * (by oneDNN, which rounds to nearest even), or on a16 as it is and b
- * reordered where the caller rounded A (g made so); 1, or 0 when it
- * computed in float32 instead. */
+ * (by oneDNN, which rounds to nearest even), or on a16 as it is and b (or
+ * b16, B kept rounded) put in its layout where the caller rounded A (g
+ * made so); 1, or 0 when it computed in float32 instead. */
 static int run_blocked(gemm_entry *g, dnnl_stream_t st, int ta, int m, int n, int k,
                        const uint16_t *a16, const float *a, int lda, const float *b, int ldb,
-                       float beta, float *c, int ldc, void *ws)
+                       const uint16_t *b16, int b_stale, float beta, float *c, int ldc, void *ws)
 {
     gb.a.src = NULL; /* A is not left at ws as pack would leave it */
     if (g->af)
         dnnl_memory_set_data_handle(g->af, (void *)a);
-    dnnl_memory_set_data_handle(g->bf, (void *)b);
+    if (g->bf)
+        dnnl_memory_set_data_handle(g->bf, (void *)b);
     dnnl_memory_set_data_handle(g->a, a16 ? (void *)a16 : ws);
     dnnl_memory_set_data_handle(g->b, (char *)ws + g->abytes);
     dnnl_memory_set_data_handle(g->c, c);
@@ -294,11 +315,13 @@ static int run_blocked(gemm_entry *g, dnnl_stream_t st, int ta, int m, int n, in
     };
     uint64_t t0 = kern__now_ns();
     int moved = (!g->ra || dnnl_primitive_execute(g->ra, st, 2, ra) == dnnl_success) &&
-                dnnl_primitive_execute(g->rb, st, 2, rb) == dnnl_success;
+                (g->own_b ? kern__bf16_vnni((uint16_t *)((char *)ws + g->abytes), b16 ? NULL : b,
+                                            b16, k, n, b16 ? n : ldb)
+                          : dnnl_primitive_execute(g->rb, st, 2, rb) == dnnl_success);
     kern__layout_since(t0);
     if (!moved || dnnl_primitive_execute(g->prim, st, 4, args) != dnnl_success ||
         dnnl_stream_wait(st) != dnnl_success) {
-        kern__sgemm_bias(ta, 0, m, n, k, a, lda, b, ldb, NULL, beta, c, ldc);
+        gemm_f32(ta, 0, m, n, k, a, lda, b, ldb, b16, b_stale, NULL, beta, c, ldc);
         return 0;
     }
     return 1;
@@ -319,15 +342,19 @@ static int gemm_bf16(int ta, int tb, int m, int n, int k, const uint16_t *a16, c
     if (m > 0 && n > 0 && k > 0 && (beta == 0.0f || beta == 1.0f) && !bf16_off &&
         isa_has_bf16() && ((uintptr_t)ws & 63) == 0 && abytes + bbytes <= ws_bytes &&
         kern__dnnl_engine(&eng, &st)) {
-        /* B into the matmul's layout where A is rounded already, or both
-         * for a weight gradient's */
-        if (!b16_kept && !bias && (a16 ? !tb && m >= 256 && n >= 256 : gemm_blocked(ta, tb, m, n))) {
-            int key[KEY_N] = {m, n, k, !a16, 0, beta != 0.0f, ldc, kernels_threads(), a16 ? 2 : 1,
-                              a16 ? 0 : lda, ldb};
+        /* B into the matmul's layout where A is rounded already (a kept
+         * B where kern__bf16_vnni makes that layout), or both for a weight
+         * gradient's */
+        if (!bias && (a16 ? !tb && m >= 256 && n >= 256 : !b16_kept && gemm_blocked(ta, tb, m, n))) {
+            int key[KEY_N] = {m, n, k, !a16, 0, beta != 0.0f, ldc, kernels_threads(),
+                              !a16 ? 1 : b16_kept ? 3 : 2, a16 ? 0 : lda, b16_kept ? 0 : ldb,
+                              0, own_off};
             g = entry_of(key, eng);
             /* blocked layouts pad: where they do not fit, the plain ones */
-            if (g && g->abytes + g->bbytes + g->scratch_bytes <= ws_bytes)
-                return run_blocked(g, st, ta, m, n, k, a16, a, lda, b, ldb, beta, c, ldc, ws);
+            if (g && (g->own_b || !b16_kept) &&
+                g->abytes + g->bbytes + g->scratch_bytes <= ws_bytes)
+                return run_blocked(g, st, ta, m, n, k, a16, a, lda, b, ldb, b16_kept, b_stale, beta,
+                                   c, ldc, ws);
         }
         int key[KEY_N] = {m, n, k, ta && !a16, tb != 0, beta != 0.0f, ldc, kernels_threads()};
         key[KEY_BIAS] = bias != NULL;

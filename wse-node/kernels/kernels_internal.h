@@ -77,13 +77,33 @@ int kern__blk16_reorder(kern__blk16_kind kind, void *blk, float *plain, int n, i
 /* A dense layer's output gradient dy (n rows of cols) in one pass over
  * the operators' threads (blk16.c), for its mixed-precision backward pass:
  * where y (the fused relu's output) is given, dy masked in place (dy where
- * y > 0, else +0, as op_relu_backward); dbias, where given, each column's
- * sum from the first row to the last in float32 (as the float32 path adds
- * them); and dy rounded to bfloat16 (to nearest even, VCVTNEPS2BF16) into
- * plain (n rows of cols) and tr (its transpose, cols rows of n), each where
- * given. 1, or 0 where the processor has no AVX512_BF16 (nothing done). */
-int kern__bf16_dy(float *dy, const float *y, float *dbias, uint16_t *plain, uint16_t *tr, int n,
-                  int cols);
+ * y > 0, else +0, as op_relu_backward); and dy rounded to bfloat16 (to
+ * nearest even, VCVTNEPS2BF16) into plain (n rows of cols) and tr (its
+ * transpose, cols rows of n), each where given. The threads split the
+ * rows, as the GEMM that made dy did: split by columns, each thread wrote
+ * into lines the other had just written, and the pass took 4.7 ms instead
+ * of 0.6 on 1024 x 2048 right after that GEMM (an AMD EPYC). 1, or 0 where
+ * the processor has no AVX512_BF16 (nothing done). */
+int kern__bf16_dy(float *dy, const float *y, uint16_t *plain, uint16_t *tr, int n, int cols);
+
+/* A K x N matrix (k rows of n, ld apart) in float32 (f, rounded to
+ * bfloat16 to nearest even) or in bfloat16 (h, where f is NULL) into
+ * oneDNN's BA16a64b2a layout, the one its matmul takes its B in on
+ * AVX512_BF16: blocks of 32 rows by 64 columns, the columns' blocks
+ * outermost, each block 16 pairs of rows, a pair's two values side by
+ * side for each of its 64 columns; K padded with zeros to 32, N to 64
+ * (blk16.c, over the operators' threads). 1, or 0 where the processor has
+ * no AVX512_BF16 (nothing done). */
+int kern__bf16_vnni(uint16_t *out, const float *f, const uint16_t *h, int k, int n, int ld);
+/* Whether kern__bf16_vnni runs here. */
+int kern__bf16_vnni_ok(void);
+/* For tests and benchmarks, from the operators' thread between operators:
+ * 0 turns off the mixed-precision passes of this file's own (a dense
+ * layer's one pass over dY, kern__bf16_dy, and the matmul's B put in its
+ * layout by kern__bf16_vnni), leaving each GEMM to round and reorder its
+ * operands as before them; 1 (the default) turns them on. */
+void kern__bf16_own_passes(int on);
+int kern__bf16_own_passes_on(void);
 
 /* Whether kern_sgemm may run its large GEMMs on oneDNN's sgemm (on, the
  * default unless APPLIANCE_SGEMM=openblas, where the build has oneDNN on

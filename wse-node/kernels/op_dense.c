@@ -69,26 +69,30 @@ static void dense_forward(const dense_ws *w, float *out, const float *in, const 
 }
 
 /* The backward pass in bfloat16 with one pass over dY (kern__bf16_dy):
- * dY masked where y (the fused relu's output) is given, its columns
- * summed into dbias, and rounded both as it is (dX's A) and transposed
- * (dW's A) into the workspace, where the GEMMs read it; then dX (the
- * rounded copy is overwritten by dW's operand after) and dW. The same bits
- * as the relu's pass, the columns' sums and the GEMMs rounding dY
- * themselves. 0 where it cannot (no bfloat16 here, a workspace too
+ * dY masked where y (the fused relu's output) is given and rounded both
+ * as it is (dX's A) and transposed (dW's A) into the workspace, where the
+ * GEMMs read it; its columns summed into dbias; then dX (the rounded copy
+ * is overwritten by dW's operand after) and dW. The same bits as the
+ * relu's pass, the columns' sums and the GEMMs rounding dY themselves. 0 where it cannot (no bfloat16 here, a workspace too
  * small): nothing was done. */
 static int dense_backward_dy(const dense_ws *w, float *din, float *dweight, float *dbias,
                              float *dout, const float *y, const float *in, const float *weight,
                              int n, int in_f, int out_f)
 {
     if (!w->ws || n <= 0 || in_f <= 0 || out_f <= 0 || ((uintptr_t)w->ws & 63) ||
-        w->bytes < convplan_dense_bf16_dy_workspace(n, in_f, out_f) || !kernels_bf16_compute())
+        w->bytes < convplan_dense_bf16_dy_workspace(n, in_f, out_f) || !kernels_bf16_compute() ||
+        !kern__bf16_own_passes_on())
         return 0;
     size_t dy = ((size_t)n * out_f * 2 + 63) / 64 * 64, plain = din ? dy : 0;
     uint16_t *tr = w->ws, *pl = din ? (uint16_t *)((char *)w->ws + dy) : NULL;
     uint64_t t0 = kern__now_ns();
-    if (!kern__bf16_dy(dout, y, dbias, pl, tr, n, out_f))
+    if (!kern__bf16_dy(dout, y, pl, tr, n, out_f))
         return 0;
     kern__layout_since(t0);
+    if (dbias) { /* as dense_backward sums them */
+        dense_rows r = {.out = dbias, .bias = dout, .out_f = out_f, .n = n};
+        kernels_for((size_t)out_f, 256, dense_sum_columns, &r);
+    }
     if (din)
         kern_gemm_bf16_rounded_a(0, 0, n, in_f, out_f, pl, dout, out_f, weight, in_f, w->w16,
                                  w->w16 && w->w_stale, 0.0f, din, in_f,

@@ -1,5 +1,10 @@
-/* One replica's step in-process (the layer executor alone, no daemons):
- * the blocked groups (exec.c: chains of convolutions, norms, relus and
+/* One replica's step in-process (the layer executor alone, no daemons).
+ * First, where the processor computes in bfloat16, the MLP of
+ * bench/vs_pytorch.sh in mixed precision with the kernels' own passes for
+ * its GEMMs against each GEMM rounding and reordering its operands itself
+ * (kernels_bf16_own_passes):
+ *   BENCH dense_bf16_passes_step_mlp2048 <ratio> of_gemm_own_rounding
+ * Then the blocked groups (exec.c: chains of convolutions, norms, relus and
  * adds kept in oneDNN's aBcd16b layout) against every tensor plain, on the
  * same model, batch and threads, their steps interleaved so that the
  * host's drift falls on both. Prints, per model and precision,
@@ -26,10 +31,24 @@ static double now(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* The [model] of a job's text */
+static model *compile(const char *text, const char *name)
+{
+    char err[512];
+    toml_value *root = toml_parse(text, strlen(text), name, err, sizeof(err));
+    model *m = root ? model_compile_document(root, err, sizeof(err)) : NULL;
+    if (!m) {
+        fprintf(stderr, "bench_exec_step: %s: %s\n", name, err);
+        exit(1);
+    }
+    toml_free(root);
+    return m;
+}
+
 /* The [model] of an example job, its input side replaced where side > 0 */
 static model *load(const char *file, int side)
 {
-    char path[1024], err[512];
+    char path[1024];
     snprintf(path, sizeof(path), "%s/%s", EXAMPLES_DIR, file);
     FILE *f = fopen(path, "r");
     if (!f) {
@@ -48,14 +67,7 @@ static model *load(const char *file, int side)
         snprintf(out, sizeof(out), "%.*sinput_shape = [%d, %d, %d]%s", (int)(at - text), text, c,
                  side, side, end + 1);
     }
-    toml_value *root = toml_parse(out, strlen(out), file, err, sizeof(err));
-    model *m = root ? model_compile_document(root, err, sizeof(err)) : NULL;
-    if (!m) {
-        fprintf(stderr, "bench_exec_step: %s: %s\n", file, err);
-        exit(1);
-    }
-    toml_free(root);
-    return m;
+    return compile(out, file);
 }
 
 typedef struct net {
@@ -65,6 +77,7 @@ typedef struct net {
     double *t;      /* each step's seconds */
     double *lt;     /* per layer: forward and backward seconds over the steps */
     double layout;  /* layout conversions' seconds, over the steps */
+    int passes;     /* kernels_bf16_own_passes while it steps */
 } net;
 
 static void net_init(net *t, const model *m, int n, int steps)
@@ -95,6 +108,7 @@ static void net_init(net *t, const model *m, int n, int steps)
         exit(1);
     }
     t->e.seed = 11;
+    t->passes = 1;
 }
 
 static void net_free(net *t)
@@ -113,6 +127,7 @@ static void net_free(net *t)
 /* A training step of t: forward, loss, backward (the weights stay) */
 static void net_step(net *t, const float *x, const int32_t *y, int64_t step, int n)
 {
+    kernels_bf16_own_passes(t->passes);
     double l0 = kernels_layout_seconds(), t0 = now();
     for (int i = 0; i < t->m->nlayers; i++) {
         double a = now();
@@ -141,6 +156,36 @@ static double median(double *v, int n)
     return v[n / 2];
 }
 
+/* Steps of b and of p interleaved, the order alternating: their median
+ * steps and layout seconds a step */
+static void interleave(net *b, net *p, int n, int classes, int steps, double *tb, double *tp,
+                       double *lb, double *lp)
+{
+    uint64_t in = model_shape_elems(&b->m->input);
+    float *x = malloc((size_t)n * in * sizeof(float));
+    int32_t *y = malloc((size_t)n * b->e.label_elems * sizeof(int32_t));
+    for (uint64_t k = 0; k < (uint64_t)n * in; k++)
+        x[k] = (float)rng_uniform(3, 0, k);
+    for (uint64_t k = 0; k < (uint64_t)n * b->e.label_elems; k++)
+        y[k] = (int32_t)(rng_hash(4, 0, k) % (uint64_t)classes);
+    for (int s = 0; s < 3; s++) { /* first use: primitives made, pages touched */
+        net_step(b, x, y, 0, n);
+        net_step(p, x, y, 0, n);
+    }
+    b->layout = p->layout = 0;
+    memset(b->lt, 0, 2 * (size_t)b->m->nlayers * sizeof(double));
+    memset(p->lt, 0, 2 * (size_t)p->m->nlayers * sizeof(double));
+    for (int64_t s = 0; s < steps; s++) {
+        net_step(s % 2 ? p : b, x, y, s, n);
+        net_step(s % 2 ? b : p, x, y, s, n);
+    }
+    kernels_bf16_own_passes(1);
+    *lb = b->layout / steps, *lp = p->layout / steps;
+    *tb = median(b->t, steps), *tp = median(p->t, steps);
+    free(x);
+    free(y);
+}
+
 static void run(const char *name, const char *file, int side, int n, int classes, bool mixed,
                 int steps)
 {
@@ -150,26 +195,8 @@ static void run(const char *name, const char *file, int side, int n, int classes
     net b, p;
     net_init(&b, mb, n, steps);
     net_init(&p, mp, n, steps);
-    uint64_t in = model_shape_elems(&mb->input);
-    float *x = malloc((size_t)n * in * sizeof(float));
-    int32_t *y = malloc((size_t)n * b.e.label_elems * sizeof(int32_t));
-    for (uint64_t k = 0; k < (uint64_t)n * in; k++)
-        x[k] = (float)rng_uniform(3, 0, k);
-    for (uint64_t k = 0; k < (uint64_t)n * b.e.label_elems; k++)
-        y[k] = (int32_t)(rng_hash(4, 0, k) % (uint64_t)classes);
-    for (int s = 0; s < 3; s++) { /* first use: primitives made, pages touched */
-        net_step(&b, x, y, 0, n);
-        net_step(&p, x, y, 0, n);
-    }
-    b.layout = p.layout = 0;
-    memset(b.lt, 0, 2 * (size_t)mb->nlayers * sizeof(double));
-    memset(p.lt, 0, 2 * (size_t)mb->nlayers * sizeof(double));
-    for (int64_t s = 0; s < steps; s++) { /* interleaved, the order alternating */
-        net_step(s % 2 ? &p : &b, x, y, s, n);
-        net_step(s % 2 ? &b : &p, x, y, s, n);
-    }
-    double lb = b.layout / steps, lp = p.layout / steps;
-    double tb = median(b.t, steps), tp = median(p.t, steps);
+    double tb, tp, lb, lp;
+    interleave(&b, &p, n, classes, steps, &tb, &tp, &lb, &lp);
     printf("%s%s: %d of %d layers' outputs in aBcd16b; step %.2f ms (layout %.2f ms a step) "
            "against %.2f ms (layout %.2f) with every tensor plain\n",
            name, mixed ? " in mixed precision" : "", b.e.blocked, mb->nlayers, 1e3 * tb, 1e3 * lb,
@@ -184,12 +211,42 @@ static void run(const char *name, const char *file, int side, int n, int classes
                            k ? "backward" : "forward", b.e.blk[i] ? "blocked" : "plain  ",
                            1e3 * b.lt[2 * i + k] / steps, 1e3 * p.lt[2 * i + k] / steps);
     fflush(stdout);
-    free(x);
-    free(y);
     net_free(&b);
     net_free(&p);
     model_free(mb);
     model_free(mp);
+}
+
+/* The MLP of bench/vs_pytorch.sh in mixed precision (784-2048-2048-10,
+ * batch 1024): the kernels' own passes for its GEMMs (a dense layer's one
+ * pass over dY, B put in the matmul's layout by the kernels) against each
+ * GEMM rounding and reordering its operands itself */
+static void run_mlp(int steps)
+{
+    static const char text[] = "[model]\ninput_shape = [1, 28, 28]\n"
+                               "loss = \"softmax_cross_entropy\"\nmixed_precision = true\n"
+                               "[[model.layers]]\nname = \"flatten\"\ntype = \"flatten\"\n"
+                               "[[model.layers]]\nname = \"fc1\"\ntype = \"dense\"\nunits = 2048\n"
+                               "[[model.layers]]\nname = \"relu1\"\ntype = \"relu\"\n"
+                               "[[model.layers]]\nname = \"fc2\"\ntype = \"dense\"\nunits = 2048\n"
+                               "[[model.layers]]\nname = \"relu2\"\ntype = \"relu\"\n"
+                               "[[model.layers]]\nname = \"fc3\"\ntype = \"dense\"\nunits = 10\n";
+    model *mo = compile(text, "mlp2048"), *mf = compile(text, "mlp2048");
+    net o, f;
+    net_init(&o, mo, 1024, steps);
+    net_init(&f, mf, 1024, steps);
+    f.passes = 0;
+    double to, tf, lo, lf;
+    interleave(&o, &f, 1024, 10, steps, &to, &tf, &lo, &lf);
+    printf("mlp2048 in mixed precision, batch 1024: step %.2f ms (rounding and layouts %.2f ms a "
+           "step) against %.2f ms (%.2f) with each GEMM rounding and reordering its operands\n",
+           1e3 * to, 1e3 * lo, 1e3 * tf, 1e3 * lf);
+    printf("BENCH dense_bf16_passes_step_mlp2048 %.3f of_gemm_own_rounding\n", to / tf);
+    fflush(stdout);
+    net_free(&o);
+    net_free(&f);
+    model_free(mo);
+    model_free(mf);
 }
 
 int main(int argc, char **argv)
@@ -199,6 +256,8 @@ int main(int argc, char **argv)
         steps = 2;
     kernels_set_threads(2);
     const char *only = argc > 2 ? argv[2] : NULL; /* a model's name: that one alone */
+    if (kernels_bf16_compute() && (!only || strcmp(only, "mlp2048") == 0))
+        run_mlp(steps);
     for (int mixed = 0; mixed <= 1; mixed++) {
         if (!only || strcmp(only, "resnet_small") == 0)
             run("resnet_small", "resnet_small.toml", 0, 32, 10, mixed, steps);

@@ -407,7 +407,7 @@ START_TEST(test_bf16_relu_dy)
             /* 0: the passes; 1: turned off; 2: a workspace too small */
             for (int k = 0; k < 3; k++) {
                 memcpy(d[k], dy, sizeof(float) * ny);
-                kern__bf16_own_passes(k != 1);
+                kernels_bf16_own_passes(k != 1);
                 op_dense_relu_backward_bf16(with_dx ? dx[k] : NULL, dw[k], db[k], d[k], y, x, w,
                                             w16, 0, n, in_f, out_f, ws, k == 2 ? less : full);
             }

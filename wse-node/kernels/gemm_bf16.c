@@ -21,9 +21,9 @@
 #include "kernels_internal.h"
 
 static int bf16_off; /* kernels_bf16_enable(0) */
-static int own_off;  /* kern__bf16_own_passes(0) */
+static int own_off;  /* kernels_bf16_own_passes(0) */
 
-void kern__bf16_own_passes(int on)
+void kernels_bf16_own_passes(int on)
 {
     own_off = !on;
 }
@@ -60,7 +60,7 @@ typedef struct gemm_entry {
     int key[KEY_N];             /* m, n, k, ta, tb, beta != 0, ldc, threads,
                                  * blocked, when blocked lda and ldb, and
                                  * whether a bias is added, and whether
-                                 * kern__bf16_own_passes is off */
+                                 * kernels_bf16_own_passes is off */
     dnnl_primitive_t prim;
     dnnl_memory_t a, b, c, scratch, bias;
     size_t scratch_bytes;

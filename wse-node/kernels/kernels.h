@@ -130,6 +130,15 @@ double kernels_layout_seconds(void);
 #define KERNELS_OMP_SPINCOUNT "100000"
 int kernels_omp_wait(char **argv);
 
+/* For tests and benchmarks, from the operators' thread between operators:
+ * 0 turns off the kernels' own passes for mixed precision's GEMMs (a dense
+ * layer's one pass over dY, which masks it, rounds it as it is and
+ * transposed; and B put into the matmul's blocked layout by the kernels
+ * instead of by oneDNN), leaving each GEMM to round and reorder its
+ * operands itself, as before them: the same bits, more time. 1 (the
+ * default) turns them on. */
+void kernels_bf16_own_passes(int on);
+
 /* For tests: 0 makes kern_gemm_bf16 compute in float32 from now on, 1
  * lets it use bfloat16 again. */
 void kernels_bf16_enable(int on);

@@ -97,12 +97,7 @@ int kern__bf16_dy(float *dy, const float *y, uint16_t *plain, uint16_t *tr, int 
 int kern__bf16_vnni(uint16_t *out, const float *f, const uint16_t *h, int k, int n, int ld);
 /* Whether kern__bf16_vnni runs here. */
 int kern__bf16_vnni_ok(void);
-/* For tests and benchmarks, from the operators' thread between operators:
- * 0 turns off the mixed-precision passes of this file's own (a dense
- * layer's one pass over dY, kern__bf16_dy, and the matmul's B put in its
- * layout by kern__bf16_vnni), leaving each GEMM to round and reorder its
- * operands as before them; 1 (the default) turns them on. */
-void kern__bf16_own_passes(int on);
+/* Whether kernels_bf16_own_passes left them on. */
 int kern__bf16_own_passes_on(void);
 
 /* Whether kern_sgemm may run its large GEMMs on oneDNN's sgemm (on, the

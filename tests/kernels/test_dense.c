@@ -367,17 +367,18 @@ END_TEST
  * with a workspace too small for the pass. All three give the same bits
  * (the relu's own pass and then the layer's backward pass), for shapes
  * whose GEMMs read their B plain and in the matmul's layout (sides not in
- * whole blocks), with and without the input's gradient; dY masked where
+ * whole blocks; a batch of one, fewer than 16 outputs), with and without
+ * the input's gradient; dY masked where
  * the output is not positive (NaN, zero, negative zero); the bias's
  * gradient the float32 path's; the pass left dY's transpose, rounded, in
  * the workspace. */
 START_TEST(test_bf16_relu_dy)
 {
-    static const int dims[][3] = {{130, 72, 129}, {260, 272, 300}};
+    static const int dims[][3] = {{130, 72, 129}, {260, 272, 300}, {1, 5, 10}, {33, 17, 16}};
     kt_rng r;
     kt_rng_init(&r, 31);
     kernels_set_threads(2);
-    for (int sh = 0; sh < 2; sh++) {
+    for (int sh = 0; sh < 4; sh++) {
         int n = dims[sh][0], in_f = dims[sh][1], out_f = dims[sh][2];
         size_t ny = (size_t)n * out_f, nx = (size_t)n * in_f, nw = (size_t)out_f * in_f;
         float *x = kt_falloc(nx), *w = kt_falloc(nw), *y = kt_falloc(ny), *dy = kt_falloc(ny);
@@ -391,7 +392,7 @@ START_TEST(test_bf16_relu_dy)
         kt_fill(&r, w, nw, -0.1, 0.1);
         kt_fill(&r, y, ny, -1, 1);
         kt_fill(&r, dy, ny, -1, 1);
-        y[1] = NAN, y[2] = 0.0f, y[3] = -0.0f, y[ny - 1] = NAN;
+        y[1] = NAN, y[2] = 0.0f, y[3] = -0.0f, y[ny - 1] = NAN; /* ny >= 10 */
         uint16_t *w16 = malloc(sizeof(uint16_t) * nw);
         bf16_pack(w16, w, nw);
         size_t full = convplan_dense_bf16_workspace(n, in_f, out_f);

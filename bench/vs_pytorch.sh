@@ -220,6 +220,8 @@ else
 fi
 edit unet512 "$src/examples/unet.toml" 7 4
 compare unet512 unet512 4 --batch 4 --steps 4
-edit resnet_small "$src/examples/resnet_small.toml" 80 32
-compare resnet_small resnet_small 32 --batch 32 --steps 40
+# resnet_small's steps take 11 to 20 ms: 240 of them (120 for the twin) so
+# that each run spans seconds of the host's noise, not a few hundred ms
+edit resnet_small "$src/examples/resnet_small.toml" 240 32
+compare resnet_small resnet_small 32 --batch 32 --steps 120
 echo "vs_pytorch: in mixed precision the appliance computes its dense layers and its convolutions of 8 outputs or more in bfloat16 (oneDNN, where the processor has AVX512_BF16 or AMX), the rest in float32; PyTorch's autocast runs its convolutions and matrix products in bfloat16"

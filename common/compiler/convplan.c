@@ -244,10 +244,10 @@ size_t convplan_dense_bf16_dy_workspace(int n, int in_f, int out_f)
     if (n <= 0 || in_f <= 0 || out_f <= 0)
         return 0;
     size_t dy = ((size_t)n * out_f * 2 + 63) / 64 * 64;
-    /* dX's B, the weights; dW's B, the input in the matmul's layout,
-     * rows to 16 and columns to 64 */
+    /* dX's B, the weights; dW's B, the input in the matmul's layout
+     * (BA16a64b2a: rows padded to 32, columns to 64) */
     size_t wb = ((size_t)out_f * in_f * 2 + 63) / 64 * 64;
-    size_t xb = (convplan_round16((size_t)n) * (((size_t)in_f + 63) / 64 * 64) * 2 + 63) / 64 * 64;
+    size_t xb = ((size_t)n + 31) / 32 * 32 * (((size_t)in_f + 63) / 64 * 64) * 2;
     return 2 * dy + (wb > xb ? wb : xb) + GEMM_BF16_SCRATCH;
 }
 

@@ -7,7 +7,13 @@
  * bfloat16 (2.4 times the time of its float32 one on resnet_small's
  * 32 x 16 x 32 x 32 activations, on an AMD EPYC). The rounding is the
  * processor's (VCVTNEPS2BF16: to nearest even, as oneDNN's reorder), so
- * either path gives the same bits. */
+ * either path gives the same bits.
+ *
+ * Also the passes of a mixed-precision dense layer's GEMMs (op_dense.c,
+ * gemm_bf16.c): its output gradient masked and rounded both as it is and
+ * transposed in one pass (kern__bf16_dy), and a matrix put into the
+ * BA16a64b2a layout oneDNN's bfloat16 matmul takes its B in
+ * (kern__bf16_vnni). */
 #include <stdint.h>
 
 #include "kernels.h"

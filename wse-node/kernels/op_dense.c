@@ -73,8 +73,9 @@ static void dense_forward(const dense_ws *w, float *out, const float *in, const 
  * as it is (dX's A) and transposed (dW's A) into the workspace, where the
  * GEMMs read it; its columns summed into dbias; then dX (the rounded copy
  * is overwritten by dW's operand after) and dW. The same bits as the
- * relu's pass, the columns' sums and the GEMMs rounding dY themselves. 0 where it cannot (no bfloat16 here, a workspace too
- * small): nothing was done. */
+ * relu's pass, the columns' sums and the GEMMs rounding dY themselves.
+ * 0 where it cannot (no bfloat16 here, a workspace too small): nothing
+ * was done. */
 static int dense_backward_dy(const dense_ws *w, float *din, float *dweight, float *dbias,
                              float *dout, const float *y, const float *in, const float *weight,
                              int n, int in_f, int out_f)

@@ -891,6 +891,77 @@ START_TEST(test_conv_blocked_f32)
 }
 END_TEST
 
+/* 3x3 convolutions of 16 channels or fewer a side, padded to keep the
+ * size (conv_direct.c), on the default path: the forward pass and the data
+ * gradient computed directly match the double reference and the im2col
+ * path within 1e-5, one thread and two give the same bits, and shapes
+ * outside its rule (65 input channels, a stride, no padding) take the
+ * other paths, matching too. Rows narrower and wider than a vector, and a
+ * channel count a side at its largest (16 outputs, 64 inputs). */
+START_TEST(test_conv_direct)
+{
+    op_conv2d_params shapes[] = {
+        {.n = 2, .c = 3, .h = 7, .w = 37, .k = 8, .r = 3, .s = 3, .pad_h = 1, .pad_w = 1},
+        {.n = 2, .c = 16, .h = 5, .w = 33, .k = 8, .r = 3, .s = 3, .pad_h = 1, .pad_w = 1},
+        {.n = 3, .c = 5, .h = 4, .w = 1, .k = 3, .r = 3, .s = 3, .pad_h = 1, .pad_w = 1},
+        {.n = 1, .c = 64, .h = 3, .w = 20, .k = 12, .r = 3, .s = 3, .pad_h = 1, .pad_w = 1},
+        {.n = 1, .c = 8, .h = 6, .w = 70, .k = 16, .r = 3, .s = 3, .pad_h = 1, .pad_w = 1},
+        {.n = 1, .c = 65, .h = 3, .w = 9, .k = 8, .r = 3, .s = 3, .pad_h = 1, .pad_w = 1},
+        {.n = 2, .c = 4, .h = 9, .w = 9, .k = 8, .r = 3, .s = 3, .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1},
+        {.n = 2, .c = 4, .h = 6, .w = 7, .k = 8, .r = 3, .s = 3},
+    };
+    kt_rng r;
+    kt_rng_init(&r, 41);
+    kern__conv_path saved = kern__conv_get_path();
+    kern__conv_set_path(KERN__CONV_BLOCKED); /* the default */
+    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
+        op_conv2d_params p = shapes[i];
+        int direct = __builtin_cpu_supports("avx512f") && i < 5;
+        ck_assert_int_eq(kern__conv3x3_direct_ok(&p, 0), direct);
+        ck_assert_int_eq(kern__conv3x3_direct_ok(&p, 1), direct && p.c <= 16);
+        int oh = op_conv2d_out_h(&p), ow = op_conv2d_out_w(&p);
+        size_t nx = (size_t)p.n * p.c * p.h * p.w, nw = (size_t)p.k * p.c * 9;
+        size_t ny = (size_t)p.n * p.k * oh * ow, wsb = conv_ws(&p);
+        float *x = kt_falloc(nx), *w = kt_falloc(nw), *b = kt_falloc(p.k), *dy = kt_falloc(ny);
+        float *y[3], *dx[3], *dw = kt_falloc(nw), *db = kt_falloc(p.k), *ws = ws_new(wsb);
+        for (int k = 0; k < 3; k++)
+            y[k] = kt_falloc(ny), dx[k] = kt_falloc(nx);
+        kt_fill(&r, x, nx, -1, 1);
+        kt_fill(&r, w, nw, -1, 1);
+        kt_fill(&r, b, p.k, -1, 1);
+        kt_fill(&r, dy, ny, -1, 1);
+        /* 0: two threads; 1: one; 2: im2col */
+        for (int k = 0; k < 3; k++) {
+            kernels_set_threads(k == 1 ? 1 : 2);
+            if (k == 2)
+                kern__conv_set_path(KERN__CONV_IM2COL);
+            kt_fill(&r, dx[k], nx, 7, 8); /* stale values must be overwritten */
+            op_conv2d_forward(y[k], x, w, b, &p, ws, wsb);
+            op_conv2d_backward(dx[k], dw, db, dy, x, w, &p, ws, wsb);
+            kern__conv_set_path(KERN__CONV_BLOCKED);
+            ws_check(ws, wsb);
+        }
+        float *yr = kt_falloc(ny), *dxr = kt_falloc(nx), *dwr = kt_falloc(nw), *dbr = kt_falloc(p.k);
+        op_conv2d_forward_ref(yr, x, w, b, &p);
+        op_conv2d_backward_ref(dxr, dwr, dbr, dy, x, w, &p);
+        for (int k = 0; k < 3; k++) {
+            ck_assert_msg(kt_relerr_ff(y[k], yr, ny) < 1e-5, "shape %zu way %d: forward %g", i, k,
+                          kt_relerr_ff(y[k], yr, ny));
+            ck_assert_msg(kt_relerr_ff(dx[k], dxr, nx) < 1e-5, "shape %zu way %d: dx %g", i, k,
+                          kt_relerr_ff(dx[k], dxr, nx));
+        }
+        ck_assert(memcmp(y[0], y[1], ny * sizeof(float)) == 0);
+        ck_assert(memcmp(dx[0], dx[1], nx * sizeof(float)) == 0);
+        free(x), free(w), free(b), free(dy), free(dw), free(db), free(ws);
+        free(yr), free(dxr), free(dwr), free(dbr);
+        for (int k = 0; k < 3; k++)
+            free(y[k]), free(dx[k]);
+    }
+    kern__conv_set_path(saved);
+    kernels_set_threads(1);
+}
+END_TEST
+
 /* blk16.c's reorders between plain (n, c, h, w) and aBcd16b, where the
  * processor runs them: each element at its place (pixel counts that leave
  * a partial block of 16), bfloat16 rounded as bf16_pack rounds (ties to
@@ -1098,6 +1169,7 @@ int main(void)
     tcase_add_test(tc, test_threads_onednn);
     tcase_add_test(tc, test_conv_bf16);
     tcase_add_test(tc, test_conv_blocked_f32);
+    tcase_add_test(tc, test_conv_direct);
     tcase_add_test(tc, test_blk16_reorders);
     tcase_add_test(tc, test_conv_blocked_io);
     suite_add_tcase(s, tc);

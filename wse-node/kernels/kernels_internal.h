@@ -100,6 +100,22 @@ int kern__bf16_vnni_ok(void);
 /* Whether kernels_bf16_own_passes left them on. */
 int kern__bf16_own_passes_on(void);
 
+/* A 3x3 convolution at unit stride and dilation with one pixel of padding
+ * (the image keeps its size), on the plain layout, computed directly
+ * (conv_direct.c): 16 output channels or fewer (the data gradient: 16
+ * input channels or fewer) and at most 64 on the other side, on AVX-512.
+ * kern__conv3x3_direct_ok says whether it runs for p (dgrad: its data
+ * gradient); forward computes out (n, k, h, w) with bias (or NULL), dgrad
+ * din (n, c, h, w) from dout; each takes its weight table from ws (36 KiB
+ * at most). 1, or 0 when it did not run. */
+struct op_conv2d_params;
+int kern__conv3x3_direct_ok(const struct op_conv2d_params *p, int dgrad);
+int kern__conv3x3_direct_forward(float *out, const float *in, const float *weight,
+                                 const float *bias, const struct op_conv2d_params *p, void *ws,
+                                 size_t ws_bytes);
+int kern__conv3x3_direct_dgrad(float *din, const float *dout, const float *weight,
+                               const struct op_conv2d_params *p, void *ws, size_t ws_bytes);
+
 /* Whether kern_sgemm may run its large GEMMs on oneDNN's sgemm (on, the
  * default unless APPLIANCE_SGEMM=openblas, where the build has oneDNN on
  * OpenMP) or keeps them all on OpenBLAS (off). From the operators' thread,

@@ -131,8 +131,10 @@ void op_conv2d_forward(float *out, const float *in, const float *weight,
                        const float *bias, const op_conv2d_params *p,
                        void *ws, size_t ws_bytes)
 {
-    if (kern__conv_get_path() == KERN__CONV_BLOCKED && convplan_conv2d_blocked_f32(p) &&
-        kern__conv_blocked_forward(0, out, in, weight, bias, p, ws, ws_bytes, NULL, 0, 0))
+    if (kern__conv_get_path() == KERN__CONV_BLOCKED &&
+        ((convplan_conv2d_blocked_f32(p) &&
+          kern__conv_blocked_forward(0, out, in, weight, bias, p, ws, ws_bytes, NULL, 0, 0)) ||
+         kern__conv3x3_direct_forward(out, in, weight, bias, p, ws, ws_bytes)))
         return;
     kern__conv_bufs b = {.x = in, .w = weight, .b = bias, .y = out,
                          .ws = ws, .ws_bytes = ws_bytes};
@@ -331,7 +333,8 @@ void op_conv2d_backward(float *din, float *dweight, float *dbias,
                          .ws_bytes = ws_bytes};
     kern__conv_run(0, p, dbias ? KERN__DNNL_BWD_W_BIAS : KERN__DNNL_BWD_W, &b,
                    im2col_wgrad);
-    if (din)
+    if (din && !(kern__conv_get_path() == KERN__CONV_BLOCKED &&
+                 kern__conv3x3_direct_dgrad(din, dout, weight, p, ws, ws_bytes)))
         kern__conv_run(0, p, KERN__DNNL_BWD_D, &b, im2col_dgrad);
 }
 

@@ -1,0 +1,186 @@
+/* 3x3 convolutions of few channels on the plain NCHW layout, computed
+ * directly: 16 pixels of an output row a vector, every output channel's
+ * accumulators in registers, the weights broadcast from a small table.
+ * These are the full-size layers of a U-Net (8 channels at 512x512 and
+ * more) that neither GEMM path serves well: im2col's GEMM has 8 columns
+ * and reads a lowered matrix 9 times the input (27 to 65 GFLOP/s on a
+ * 2-core AMD EPYC), and oneDNN's direct kernels want 16 channels a block.
+ * The data gradient is the same computation over the output gradient with
+ * the kernel flipped and its channels swapped. Each output sums its
+ * products in one fixed order (input channel, kernel row, kernel column),
+ * whatever the thread count. */
+#include <stdint.h>
+
+#include "convplan.h"
+#include "kernels.h"
+#include "kernels_internal.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && (__GNUC__ >= 11 || defined(__clang__))
+#include <immintrin.h>
+#define DIRECT_X86 1
+#endif
+
+/* Input channels the weight table holds at most (a table of in x 9 x 16
+ * floats: 36 KiB at 64). */
+#define DIRECT_MAX_IN 64
+
+int kern__conv3x3_direct_ok(const op_conv2d_params *p, int dgrad)
+{
+#ifdef DIRECT_X86
+    int outs = dgrad ? p->c : p->k, ins = dgrad ? p->k : p->c;
+    return p->n > 0 && p->h > 0 && p->w > 0 && p->r == 3 && p->s == 3 &&
+           (p->stride_h <= 1) && (p->stride_w <= 1) && (p->dil_h <= 1) && (p->dil_w <= 1) &&
+           p->pad_h == 1 && p->pad_w == 1 && outs >= 1 && outs <= 16 && ins >= 1 &&
+           ins <= DIRECT_MAX_IN && __builtin_cpu_supports("avx512f");
+#else
+    (void)p, (void)dgrad;
+    return 0;
+#endif
+}
+
+#ifdef DIRECT_X86
+
+#define T512 __attribute__((target("avx512f")))
+
+/* One call: out (n, outs, h, w) from in (n, ins, h, w); wt[(i * 9 + t) *
+ * kb + o] the weight of input i, tap t (row-major in the 3x3 window), to
+ * output o, zero for o >= outs up to kb. */
+typedef struct direct_job {
+    float *out;
+    const float *in, *wt, *bias;
+    int ins, outs, h, w;
+} direct_job;
+
+/* Lanes [lo, hi) of 16, as a mask */
+static inline __mmask16 lanes(int lo, int hi)
+{
+    if (lo < 0)
+        lo = 0;
+    if (hi > 16)
+        hi = 16;
+    return hi <= lo ? 0 : (__mmask16)(((1u << (hi - lo)) - 1) << lo);
+}
+
+/* Row y of image i, KB output channels (8: two vectors of pixels at a
+ * time; 16: one) */
+#define DIRECT_ROW(KB, NV)                                                                         \
+    static T512 void row_##KB(const direct_job *j, int i, int y)                                   \
+    {                                                                                              \
+        size_t plane = (size_t)j->h * (size_t)j->w;                                                \
+        const float *img = j->in + (size_t)i * j->ins * plane;                                     \
+        float *dst = j->out + ((size_t)i * j->outs * j->h + (size_t)y) * j->w;                     \
+        for (int x0 = 0; x0 < j->w; x0 += 16 * NV) {                                               \
+            __m512 acc[KB][NV];                                                                    \
+            for (int o = 0; o < KB; o++)                                                           \
+                for (int v = 0; v < NV; v++)                                                       \
+                    acc[o][v] = _mm512_set1_ps(j->bias && o < j->outs ? j->bias[o] : 0.0f);        \
+            for (int c = 0; c < j->ins; c++)                                                       \
+                for (int ky = 0; ky < 3; ky++) {                                                   \
+                    int iy = y + ky - 1;                                                           \
+                    if (iy < 0 || iy >= j->h)                                                      \
+                        continue;                                                                  \
+                    const float *row = img + (size_t)c * plane + (size_t)iy * j->w;                \
+                    for (int kx = 0; kx < 3; kx++) {                                               \
+                        const float *wp = j->wt + ((size_t)c * 9 + (size_t)(ky * 3 + kx)) * KB;    \
+                        __m512 a[NV];                                                              \
+                        for (int v = 0; v < NV; v++) {                                             \
+                            int xs = x0 + 16 * v + kx - 1; /* the first lane's input column */     \
+                            a[v] = _mm512_maskz_loadu_ps(lanes(-xs, j->w - xs), row + xs);         \
+                        }                                                                          \
+                        for (int o = 0; o < KB; o++) {                                             \
+                            __m512 wv = _mm512_set1_ps(wp[o]);                                     \
+                            for (int v = 0; v < NV; v++)                                           \
+                                acc[o][v] = _mm512_fmadd_ps(wv, a[v], acc[o][v]);                  \
+                        }                                                                          \
+                    }                                                                              \
+                }                                                                                  \
+            for (int o = 0; o < j->outs; o++)                                                      \
+                for (int v = 0; v < NV; v++)                                                       \
+                    _mm512_mask_storeu_ps(dst + (size_t)o * plane + x0 + 16 * v,                   \
+                                          lanes(0, j->w - x0 - 16 * v), acc[o][v]);                \
+        }                                                                                          \
+    }
+
+DIRECT_ROW(8, 2)
+DIRECT_ROW(16, 1)
+
+static void direct_rows(void *ctx, size_t lo, size_t hi)
+{
+    const direct_job *j = ctx;
+    for (size_t u = lo; u < hi; u++) {
+        int i = (int)(u / (size_t)j->h), y = (int)(u % (size_t)j->h);
+        if (j->outs <= 8)
+            row_8(j, i, y);
+        else
+            row_16(j, i, y);
+    }
+}
+
+/* wt as direct_job says, from weight (k, c, 3, 3): as it is (forward), or
+ * flipped with its channels swapped (the data gradient) */
+static void table(float *wt, const float *weight, const op_conv2d_params *p, int dgrad, int kb)
+{
+    int ins = dgrad ? p->k : p->c, outs = dgrad ? p->c : p->k;
+    for (int i = 0; i < ins; i++)
+        for (int t = 0; t < 9; t++)
+            for (int o = 0; o < kb; o++) {
+                if (o >= outs) {
+                    wt[((size_t)i * 9 + (size_t)t) * kb + o] = 0.0f;
+                    continue;
+                }
+                /* forward: w[o][i][t]; data gradient: w[i][o][8 - t] */
+                size_t at = dgrad ? ((size_t)i * p->c + (size_t)o) * 9 + (size_t)(8 - t)
+                                  : ((size_t)o * p->c + (size_t)i) * 9 + (size_t)t;
+                wt[((size_t)i * 9 + (size_t)t) * kb + o] = weight[at];
+            }
+}
+
+/* The weight table goes at the head of the caller's workspace */
+static int run(float *out, const float *in, const float *weight, const float *bias,
+               const op_conv2d_params *p, int dgrad, void *ws, size_t ws_bytes)
+{
+    int outs = dgrad ? p->c : p->k, kb = outs <= 8 ? 8 : 16;
+    size_t avail;
+    float *wt = kern__ws_aligned(ws, ws_bytes, &avail);
+    if (!kern__conv3x3_direct_ok(p, dgrad) || !wt ||
+        avail < (size_t)(dgrad ? p->k : p->c) * 9 * (size_t)kb * sizeof(float))
+        return 0;
+    table(wt, weight, p, dgrad, kb);
+    direct_job j = {out, in, wt, bias, dgrad ? p->k : p->c, outs, p->h, p->w};
+    /* rows of about 64 Ki multiply-adds a share at the least */
+    size_t per_row = (size_t)j.ins * 9 * (size_t)outs * (size_t)p->w;
+    kernels_for((size_t)p->n * (size_t)p->h, 65536 / per_row + 1, direct_rows, &j);
+    return 1;
+}
+
+int kern__conv3x3_direct_forward(float *out, const float *in, const float *weight,
+                                 const float *bias, const op_conv2d_params *p, void *ws,
+                                 size_t ws_bytes)
+{
+    return run(out, in, weight, bias, p, 0, ws, ws_bytes);
+}
+
+int kern__conv3x3_direct_dgrad(float *din, const float *dout, const float *weight,
+                               const op_conv2d_params *p, void *ws, size_t ws_bytes)
+{
+    return run(din, dout, weight, NULL, p, 1, ws, ws_bytes);
+}
+
+#else
+
+int kern__conv3x3_direct_forward(float *out, const float *in, const float *weight,
+                                 const float *bias, const op_conv2d_params *p, void *ws,
+                                 size_t ws_bytes)
+{
+    (void)out, (void)in, (void)weight, (void)bias, (void)p, (void)ws, (void)ws_bytes;
+    return 0;
+}
+
+int kern__conv3x3_direct_dgrad(float *din, const float *dout, const float *weight,
+                               const op_conv2d_params *p, void *ws, size_t ws_bytes)
+{
+    (void)din, (void)dout, (void)weight, (void)p, (void)ws, (void)ws_bytes;
+    return 0;
+}
+
+#endif

@@ -6,6 +6,9 @@
  * processor has the instructions:
  *   BENCH conv_<shape>_onednn_vs_im2col <ratio> of_im2col
  *   BENCH conv_<shape>_blocked_vs_im2col <ratio> of_im2col
+ *   BENCH conv_<shape>_direct_vs_im2col <ratio> of_im2col   (3x3 of 16
+ *         outputs or fewer: forward and data gradient computed directly,
+ *         conv_direct.c; the weight gradient on im2col in both)
  *   BENCH conv_<shape>_blocked_bf16_vs_im2col <ratio> of_im2col
  * oneDNN is given room for its scratchpad and buffers here even where the
  * planner's workspace would not hold them (the op then keeps im2col); one
@@ -222,6 +225,18 @@ static void bench_shape(const shape *sh)
         free(ws2);
     }
 
+    /* the default path where it computes the shape directly (conv_direct.c:
+     * forward and data gradient; the weight gradient on im2col) */
+    double best_d = 1e300;
+    if (!sh->transposed && kern__conv3x3_direct_ok(&r.p, 0) && !convplan_conv2d_blocked_f32(&r.p)) {
+        kern__conv_set_path(KERN__CONV_BLOCKED);
+        for (int round = 0; round < ROUNDS; round++) {
+            double t = fwd_bwd(&r, r.ws_bytes);
+            if (round > 0 && t < best_d)
+                best_d = t;
+        }
+    }
+
     /* auto as the model runs it: the planner's workspace */
     kern__conv_set_path(KERN__CONV_AUTO);
     fwd_bwd(&r, r.ws_bytes);
@@ -241,6 +256,8 @@ static void bench_shape(const shape *sh)
         else
             printf("BENCH conv_%s_blocked%s_vs_im2col nan of_im2col\n", name, bf ? "_bf16" : "");
     }
+    if (best_d < 1e300)
+        printf("BENCH conv_%s_direct_vs_im2col %.3f of_im2col\n", name, best_d / best_i);
     if (!sh->transposed)
         printf("  oneDNN's layouts: float32 %.1f ms, bfloat16 %.1f ms; the default runs float32 "
                "on %s, mixed precision on %s\n",

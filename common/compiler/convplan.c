@@ -155,10 +155,28 @@ convplan_convt convplan_convt_of(const op_conv_transpose2d_params *p)
     return pl;
 }
 
+size_t convplan_conv2d_direct_bytes(const op_conv2d_params *p)
+{
+    if (p->r != 3 || p->s != 3 || p->stride_h > 1 || p->stride_w > 1 || p->dil_h > 1 ||
+        p->dil_w > 1 || p->pad_h != 1 || p->pad_w != 1 || p->k < 1 || p->k > 16 || p->c < 1 ||
+        p->c > 64)
+        return 0;
+    /* the weight table (forward: c x 9 x 8 or 16; data gradient: k x 9 x
+     * 8 or 16), or the weight gradient's partial sums (3c units, k / 4
+     * groups of 4 x 3 x 16 floats), each after 64 bytes of alignment */
+    size_t kb = p->k <= 8 ? 8 : 16, cb = p->c <= 8 ? 8 : 16;
+    size_t fwd = (size_t)p->c * 9 * kb, dgrad = (size_t)p->k * 9 * cb;
+    size_t wgrad = (size_t)p->c * 3 * (((size_t)p->k + 3) / 4) * 4 * 3 * 16;
+    size_t most = fwd > dgrad ? fwd : dgrad;
+    return (most > wgrad ? most : wgrad) * sizeof(float) + 64;
+}
+
 size_t convplan_conv2d_workspace(const op_conv2d_params *p, int threads)
 {
     convplan_conv2d pl = convplan_conv2d_of(p);
-    return (pl.head + (size_t)(threads > 0 ? threads : 1) * pl.per_thread) * sizeof(float);
+    size_t im2col = (pl.head + (size_t)(threads > 0 ? threads : 1) * pl.per_thread) * sizeof(float);
+    size_t direct = convplan_conv2d_direct_bytes(p);
+    return direct > im2col ? direct : im2col;
 }
 
 /* Bytes of the buffers of a convolution on oneDNN's own layouts, in

@@ -107,6 +107,12 @@ typedef struct convplan_convt {
 convplan_conv2d convplan_conv2d_of(const op_conv2d_params *p);
 convplan_convt convplan_convt_of(const op_conv_transpose2d_params *p);
 
+/* Bytes the direct 3x3 kernels take of a convolution's workspace (the
+ * kernels' conv_direct.c: 3x3 at unit stride and dilation, one pixel of
+ * padding, 16 outputs or fewer and 64 inputs or fewer), 0 for other
+ * shapes; convplan_conv2d_workspace is never less. */
+size_t convplan_conv2d_direct_bytes(const op_conv2d_params *p);
+
 /* Bytes of workspace for forward and backward on `threads` threads. */
 size_t convplan_conv2d_workspace(const op_conv2d_params *p, int threads);
 size_t convplan_convt_workspace(const op_conv_transpose2d_params *p, int threads);

@@ -166,6 +166,121 @@ int kern__conv3x3_direct_dgrad(float *din, const float *dout, const float *weigh
     return run(din, dout, weight, NULL, p, 1, ws, ws_bytes);
 }
 
+/* The weight gradient: a unit is one input channel and one kernel row,
+ * summed over every image and row by one thread, four output channels at
+ * a time (their three columns' sums, 12 vectors, held in registers along
+ * a row and in the unit's own place between rows). The place keeps 16
+ * partial sums a weight; they are added up at the end, in lane order. */
+typedef struct wgrad_job {
+    const float *dy, *in;
+    float *part; /* per unit: groups x 4 outputs x 3 columns x 16 lanes */
+    int n, c, k, h, w, groups;
+} wgrad_job;
+
+static T512 void wgrad_units(void *ctx, size_t lo, size_t hi)
+{
+    const wgrad_job *j = ctx;
+    size_t plane = (size_t)j->h * (size_t)j->w;
+    for (size_t u = lo; u < hi; u++) {
+        int c = (int)(u / 3), ky = (int)(u % 3);
+        float *part = j->part + u * (size_t)j->groups * 4 * 3 * 16;
+        for (size_t q = 0; q < (size_t)j->groups * 4 * 3 * 16; q++)
+            part[q] = 0.0f;
+        for (int i = 0; i < j->n; i++)
+            for (int y = 0; y < j->h; y++) {
+                int iy = y + ky - 1;
+                if (iy < 0 || iy >= j->h)
+                    continue;
+                const float *row = j->in + ((size_t)i * j->c + (size_t)c) * plane + (size_t)iy * j->w;
+                for (int g = 0; g < j->groups; g++) {
+                    float *pg = part + (size_t)g * 4 * 3 * 16;
+                    const float *dyr[4];
+                    int outs = j->k - 4 * g < 4 ? j->k - 4 * g : 4;
+                    __m512 acc[4][3];
+                    for (int o = 0; o < 4; o++) {
+                        dyr[o] = j->dy + ((size_t)i * j->k + (size_t)(4 * g + (o < outs ? o : 0))) *
+                                             plane + (size_t)y * j->w;
+                        for (int kx = 0; kx < 3; kx++)
+                            acc[o][kx] = _mm512_loadu_ps(pg + (o * 3 + kx) * 16);
+                    }
+                    for (int x0 = 0; x0 < j->w; x0 += 16) {
+                        __mmask16 m = lanes(0, j->w - x0);
+                        __m512 a[3], d[4];
+                        for (int kx = 0; kx < 3; kx++) {
+                            int xs = x0 + kx - 1;
+                            a[kx] = _mm512_maskz_loadu_ps(lanes(-xs, j->w - xs), row + xs);
+                        }
+                        for (int o = 0; o < 4; o++)
+                            d[o] = _mm512_maskz_loadu_ps(o < outs ? m : 0, dyr[o] + x0);
+                        for (int o = 0; o < 4; o++)
+                            for (int kx = 0; kx < 3; kx++)
+                                acc[o][kx] = _mm512_fmadd_ps(d[o], a[kx], acc[o][kx]);
+                    }
+                    for (int o = 0; o < 4; o++)
+                        for (int kx = 0; kx < 3; kx++)
+                            _mm512_storeu_ps(pg + (o * 3 + kx) * 16, acc[o][kx]);
+                }
+            }
+    }
+}
+
+/* The bias gradient: each output channel's sum over the images and
+ * pixels, in double, an output channel a unit */
+typedef struct dbias_sum {
+    const float *dy;
+    float *db;
+    int n, k;
+    size_t plane;
+} dbias_sum;
+
+static void dbias_units(void *ctx, size_t lo, size_t hi)
+{
+    const dbias_sum *j = ctx;
+    for (size_t o = lo; o < hi; o++) {
+        double s = 0.0;
+        for (int i = 0; i < j->n; i++) {
+            const float *d = j->dy + ((size_t)i * j->k + o) * j->plane;
+            for (size_t q = 0; q < j->plane; q++)
+                s += d[q];
+        }
+        j->db[o] = (float)s;
+    }
+}
+
+static float lane_sum(const float *v)
+{
+    float s = v[0];
+    for (int q = 1; q < 16; q++)
+        s += v[q];
+    return s;
+}
+
+int kern__conv3x3_direct_wgrad(float *dweight, float *dbias, const float *dout, const float *in,
+                               const op_conv2d_params *p, void *ws, size_t ws_bytes)
+{
+    int groups = (p->k + 3) / 4;
+    size_t units = (size_t)p->c * 3, avail;
+    float *part = kern__ws_aligned(ws, ws_bytes, &avail);
+    if (!kern__conv3x3_direct_ok(p, 0) || !part ||
+        avail < units * (size_t)groups * 4 * 3 * 16 * sizeof(float))
+        return 0;
+    wgrad_job j = {dout, in, part, p->n, p->c, p->k, p->h, p->w, groups};
+    kernels_for(units, 1, wgrad_units, &j);
+    for (size_t u = 0; u < units; u++) {
+        int c = (int)(u / 3), ky = (int)(u % 3);
+        for (int o = 0; o < p->k; o++)
+            for (int kx = 0; kx < 3; kx++)
+                dweight[((size_t)o * p->c + (size_t)c) * 9 + (size_t)(ky * 3 + kx)] = lane_sum(
+                    part + ((u * (size_t)groups + (size_t)(o / 4)) * 4 * 3 + (size_t)(o % 4) * 3 +
+                            (size_t)kx) * 16);
+    }
+    if (dbias) {
+        dbias_sum b = {dout, dbias, p->n, p->k, (size_t)p->h * (size_t)p->w};
+        kernels_for((size_t)p->k, 1, dbias_units, &b);
+    }
+    return 1;
+}
+
 #else
 
 int kern__conv3x3_direct_forward(float *out, const float *in, const float *weight,
@@ -180,6 +295,13 @@ int kern__conv3x3_direct_dgrad(float *din, const float *dout, const float *weigh
                                const op_conv2d_params *p, void *ws, size_t ws_bytes)
 {
     (void)din, (void)dout, (void)weight, (void)p, (void)ws, (void)ws_bytes;
+    return 0;
+}
+
+int kern__conv3x3_direct_wgrad(float *dweight, float *dbias, const float *dout, const float *in,
+                               const op_conv2d_params *p, void *ws, size_t ws_bytes)
+{
+    (void)dweight, (void)dbias, (void)dout, (void)in, (void)p, (void)ws, (void)ws_bytes;
     return 0;
 }
 

@@ -115,6 +115,11 @@ int kern__conv3x3_direct_forward(float *out, const float *in, const float *weigh
                                  size_t ws_bytes);
 int kern__conv3x3_direct_dgrad(float *din, const float *dout, const float *weight,
                                const struct op_conv2d_params *p, void *ws, size_t ws_bytes);
+/* Its weight gradient (k, c, 3, 3) and bias gradient (or NULL), the
+ * partial sums in ws (c times k / 4 rounded up, times 2304 bytes: 576 KiB
+ * at most); the same rule as the forward pass. */
+int kern__conv3x3_direct_wgrad(float *dweight, float *dbias, const float *dout, const float *in,
+                               const struct op_conv2d_params *p, void *ws, size_t ws_bytes);
 
 /* Whether kern_sgemm may run its large GEMMs on oneDNN's sgemm (on, the
  * default unless APPLIANCE_SGEMM=openblas, where the build has oneDNN on

@@ -331,10 +331,11 @@ void op_conv2d_backward(float *din, float *dweight, float *dbias,
     kern__conv_bufs b = {.x = in, .w = weight, .dy = dout, .dx = din,
                          .dw = dweight, .db = dbias, .ws = ws,
                          .ws_bytes = ws_bytes};
-    kern__conv_run(0, p, dbias ? KERN__DNNL_BWD_W_BIAS : KERN__DNNL_BWD_W, &b,
-                   im2col_wgrad);
-    if (din && !(kern__conv_get_path() == KERN__CONV_BLOCKED &&
-                 kern__conv3x3_direct_dgrad(din, dout, weight, p, ws, ws_bytes)))
+    int direct = kern__conv_get_path() == KERN__CONV_BLOCKED;
+    if (!(direct && kern__conv3x3_direct_wgrad(dweight, dbias, dout, in, p, ws, ws_bytes)))
+        kern__conv_run(0, p, dbias ? KERN__DNNL_BWD_W_BIAS : KERN__DNNL_BWD_W, &b,
+                       im2col_wgrad);
+    if (din && !(direct && kern__conv3x3_direct_dgrad(din, dout, weight, p, ws, ws_bytes)))
         kern__conv_run(0, p, KERN__DNNL_BWD_D, &b, im2col_dgrad);
 }
 

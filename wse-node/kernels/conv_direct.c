@@ -167,10 +167,11 @@ int kern__conv3x3_direct_dgrad(float *din, const float *dout, const float *weigh
 }
 
 /* The weight gradient: a unit is one input channel and one kernel row,
- * summed over every image and row by one thread, four output channels at
- * a time (their three columns' sums, 12 vectors, held in registers along
- * a row and in the unit's own place between rows). The place keeps 16
- * partial sums a weight; they are added up at the end, in lane order. */
+ * summed over every image and row by one thread (a thread's units row by
+ * row), four output channels at a time (their three columns' sums, 12
+ * vectors, held in registers along a row and in the unit's own place
+ * between rows). The place keeps 16 partial sums a weight; they are added
+ * up at the end, in lane order. */
 typedef struct wgrad_job {
     const float *dy, *in;
     float *part; /* per unit: groups x 4 outputs x 3 columns x 16 lanes */
@@ -180,20 +181,20 @@ typedef struct wgrad_job {
 static T512 void wgrad_units(void *ctx, size_t lo, size_t hi)
 {
     const wgrad_job *j = ctx;
-    size_t plane = (size_t)j->h * (size_t)j->w;
-    for (size_t u = lo; u < hi; u++) {
-        int c = (int)(u / 3), ky = (int)(u % 3);
-        float *part = j->part + u * (size_t)j->groups * 4 * 3 * 16;
-        for (size_t q = 0; q < (size_t)j->groups * 4 * 3 * 16; q++)
-            part[q] = 0.0f;
-        for (int i = 0; i < j->n; i++)
-            for (int y = 0; y < j->h; y++) {
-                int iy = y + ky - 1;
+    size_t plane = (size_t)j->h * (size_t)j->w, per = (size_t)j->groups * 4 * 3 * 16;
+    for (size_t q = lo * per; q < hi * per; q++)
+        j->part[q] = 0.0f;
+    /* rows outermost: a row of dY is read from memory once, then from the
+     * cache by each unit */
+    for (int i = 0; i < j->n; i++)
+        for (int y = 0; y < j->h; y++)
+            for (size_t u = lo; u < hi; u++) {
+                int c = (int)(u / 3), ky = (int)(u % 3), iy = y + ky - 1;
                 if (iy < 0 || iy >= j->h)
                     continue;
                 const float *row = j->in + ((size_t)i * j->c + (size_t)c) * plane + (size_t)iy * j->w;
                 for (int g = 0; g < j->groups; g++) {
-                    float *pg = part + (size_t)g * 4 * 3 * 16;
+                    float *pg = j->part + u * per + (size_t)g * 4 * 3 * 16;
                     const float *dyr[4];
                     int outs = j->k - 4 * g < 4 ? j->k - 4 * g : 4;
                     __m512 acc[4][3];
@@ -221,7 +222,6 @@ static T512 void wgrad_units(void *ctx, size_t lo, size_t hi)
                             _mm512_storeu_ps(pg + (o * 3 + kx) * 16, acc[o][kx]);
                 }
             }
-    }
 }
 
 /* The bias gradient: each output channel's sum over the images and

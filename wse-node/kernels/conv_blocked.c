@@ -390,36 +390,6 @@ int kern__conv_blocked_forward(int bf16, float *out, const float *in, const floa
     return 0;
 }
 
-/* dbias[k] = the sum of dout's plane k over the batch, in double, a
- * channel per task; dout plain or (blk) in aBcd16b, the same sums in the
- * same order. */
-typedef struct dbias_job {
-    float *db;
-    const float *dy;
-    int n, k, blk;
-    size_t plane;
-} dbias_job;
-
-static void dbias_range(void *ctx, size_t lo, size_t hi)
-{
-    const dbias_job *j = ctx;
-    for (size_t k = lo; k < hi; k++) {
-        double s = 0;
-        for (int i = 0; i < j->n; i++) {
-            if (j->blk) {
-                const float *d = j->dy + (((size_t)i * (j->k / 16) + k / 16) * j->plane) * 16 + k % 16;
-                for (size_t q = 0; q < j->plane; q++)
-                    s += d[q * 16];
-                continue;
-            }
-            const float *d = j->dy + ((size_t)i * j->k + k) * j->plane;
-            for (size_t q = 0; q < j->plane; q++)
-                s += d[q];
-        }
-        j->db[k] = (float)s;
-    }
-}
-
 int kern__conv_blocked_backward(int bf16, float *din, float *dweight, float *dbias,
                                 const float *dout, const float *in, const float *weight,
                                 const op_conv2d_params *p, void *ws, size_t ws_bytes,
@@ -465,11 +435,9 @@ int kern__conv_blocked_backward(int bf16, float *din, float *dweight, float *dbi
         }
         ok = ok && dnnl_stream_wait(st) == dnnl_success;
         if (ok) {
-            if (dbias) {
-                dbias_job j = {dbias, dout, p->n, p->k, ob,
-                               (size_t)op_conv2d_out_h(p) * (size_t)op_conv2d_out_w(p)};
-                kernels_for((size_t)p->k, 1, dbias_range, &j);
-            }
+            if (dbias)
+                kern__conv_dbias(dbias, dout, p->n, p->k,
+                                 (size_t)op_conv2d_out_h(p) * (size_t)op_conv2d_out_w(p), ob);
             return 1;
         }
     }

@@ -38,6 +38,42 @@ int kern__conv3x3_direct_ok(const op_conv2d_params *p, int dgrad)
 #endif
 }
 
+/* dbias[k] = the sum of dy's plane k over the batch, in double, a channel
+ * per task; dy plain or (blk) in aBcd16b, the same sums in the same
+ * order. */
+typedef struct dbias_job {
+    float *db;
+    const float *dy;
+    int n, k, blk;
+    size_t plane;
+} dbias_job;
+
+static void dbias_range(void *ctx, size_t lo, size_t hi)
+{
+    const dbias_job *j = ctx;
+    for (size_t k = lo; k < hi; k++) {
+        double s = 0;
+        for (int i = 0; i < j->n; i++) {
+            if (j->blk) {
+                const float *d = j->dy + (((size_t)i * (j->k / 16) + k / 16) * j->plane) * 16 + k % 16;
+                for (size_t q = 0; q < j->plane; q++)
+                    s += d[q * 16];
+                continue;
+            }
+            const float *d = j->dy + ((size_t)i * j->k + k) * j->plane;
+            for (size_t q = 0; q < j->plane; q++)
+                s += d[q];
+        }
+        j->db[k] = (float)s;
+    }
+}
+
+void kern__conv_dbias(float *db, const float *dy, int n, int k, size_t plane, int blk)
+{
+    dbias_job j = {db, dy, n, k, blk, plane};
+    kernels_for((size_t)k, 1, dbias_range, &j);
+}
+
 #ifdef DIRECT_X86
 
 #define T512 __attribute__((target("avx512f")))
@@ -224,29 +260,6 @@ static T512 void wgrad_units(void *ctx, size_t lo, size_t hi)
             }
 }
 
-/* The bias gradient: each output channel's sum over the images and
- * pixels, in double, an output channel a unit */
-typedef struct dbias_sum {
-    const float *dy;
-    float *db;
-    int n, k;
-    size_t plane;
-} dbias_sum;
-
-static void dbias_units(void *ctx, size_t lo, size_t hi)
-{
-    const dbias_sum *j = ctx;
-    for (size_t o = lo; o < hi; o++) {
-        double s = 0.0;
-        for (int i = 0; i < j->n; i++) {
-            const float *d = j->dy + ((size_t)i * j->k + o) * j->plane;
-            for (size_t q = 0; q < j->plane; q++)
-                s += d[q];
-        }
-        j->db[o] = (float)s;
-    }
-}
-
 static float lane_sum(const float *v)
 {
     float s = v[0];
@@ -274,10 +287,8 @@ int kern__conv3x3_direct_wgrad(float *dweight, float *dbias, const float *dout, 
                     part + ((u * (size_t)groups + (size_t)(o / 4)) * 4 * 3 + (size_t)(o % 4) * 3 +
                             (size_t)kx) * 16);
     }
-    if (dbias) {
-        dbias_sum b = {dout, dbias, p->n, p->k, (size_t)p->h * (size_t)p->w};
-        kernels_for((size_t)p->k, 1, dbias_units, &b);
-    }
+    if (dbias)
+        kern__conv_dbias(dbias, dout, p->n, p->k, (size_t)p->h * (size_t)p->w, 0);
     return 1;
 }
 

@@ -155,11 +155,17 @@ convplan_convt convplan_convt_of(const op_conv_transpose2d_params *p)
     return pl;
 }
 
+int convplan_conv2d_direct(const op_conv2d_params *p, int dgrad)
+{
+    int outs = dgrad ? p->c : p->k, ins = dgrad ? p->k : p->c;
+    return p->n > 0 && p->h > 0 && p->w > 0 && p->r == 3 && p->s == 3 && p->stride_h <= 1 &&
+           p->stride_w <= 1 && p->dil_h <= 1 && p->dil_w <= 1 && p->pad_h == 1 && p->pad_w == 1 &&
+           outs >= 1 && outs <= 16 && ins >= 1 && ins <= 64;
+}
+
 size_t convplan_conv2d_direct_bytes(const op_conv2d_params *p)
 {
-    if (p->r != 3 || p->s != 3 || p->stride_h > 1 || p->stride_w > 1 || p->dil_h > 1 ||
-        p->dil_w > 1 || p->pad_h != 1 || p->pad_w != 1 || p->k < 1 || p->k > 16 || p->c < 1 ||
-        p->c > 64)
+    if (!convplan_conv2d_direct(p, 0))
         return 0;
     /* the weight table (forward: c x 9 x 8 or 16; data gradient: k x 9 x
      * 8 or 16), or the weight gradient's partial sums (3c units, k / 4

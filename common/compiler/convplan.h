@@ -107,10 +107,13 @@ typedef struct convplan_convt {
 convplan_conv2d convplan_conv2d_of(const op_conv2d_params *p);
 convplan_convt convplan_convt_of(const op_conv_transpose2d_params *p);
 
-/* Bytes the direct 3x3 kernels take of a convolution's workspace (the
- * kernels' conv_direct.c: 3x3 at unit stride and dilation, one pixel of
- * padding, 16 outputs or fewer and 64 inputs or fewer), 0 for other
- * shapes; convplan_conv2d_workspace is never less. */
+/* Whether the direct 3x3 kernels (the kernels' conv_direct.c, where the
+ * processor has AVX-512) take shape p, or (dgrad) its data gradient: 3x3
+ * at unit stride and dilation, one pixel of padding, 16 outputs or fewer
+ * and 64 inputs or fewer (the data gradient's outputs are p's inputs). */
+int convplan_conv2d_direct(const op_conv2d_params *p, int dgrad);
+/* Bytes they take of a convolution's workspace where they take its
+ * forward pass, else 0; convplan_conv2d_workspace is never less. */
 size_t convplan_conv2d_direct_bytes(const op_conv2d_params *p);
 
 /* Bytes of workspace for forward and backward on `threads` threads. */

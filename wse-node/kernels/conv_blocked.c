@@ -80,6 +80,22 @@ static size_t round64(size_t v)
     return (v + 63) & ~(size_t)63;
 }
 
+/* Whether md is the 4-D layout tag of its dims in type t */
+static int has_tag(const dnnl_memory_desc_t *md, dnnl_data_type_t t, dnnl_format_tag_t tag)
+{
+    dnnl_memory_desc_t want;
+    return md->ndims == 4 && md->data_type == t &&
+           dnnl_memory_desc_init_by_tag(&want, 4, md->dims, t, tag) == dnnl_success &&
+           dnnl_memory_desc_equal(md, &want);
+}
+
+/* Whether md is the aBcd16b layout of its dims in type t, its channels
+ * in whole blocks */
+static int is_blk16(const dnnl_memory_desc_t *md, dnnl_data_type_t t)
+{
+    return has_tag(md, t, dnnl_aBcd16b) && md->dims[1] % 16 == 0;
+}
+
 /* The view of md (the primitive's) over a plain tensor of plain_md: the
  * reorder from the plain one (to_user 0) or to it (1). 0 or -1. */
 static int view_make(blk_view *v, dnnl_engine_t eng, const dnnl_memory_desc_t *md,
@@ -99,21 +115,13 @@ static int view_make(blk_view *v, dnnl_engine_t eng, const dnnl_memory_desc_t *m
     /* float32 packed into aBcd16b's bfloat16: blk16.c's transposes, 3 to 6
      * times as fast as oneDNN's generic reorder (oneDNN's float32 ones,
      * to and from aBcd16b, are faster than blk16.c's) */
-    dnnl_memory_desc_t want;
     v->blk16 = 0;
     /* float32 rounded into the same plain layout (a first layer's input
      * of a few channels): oneDNN's generic reorder took 0.3 ms for
      * resnet_small's 32 x 3 x 32 x 32, a tenth of that split over the
      * threads */
-    v->round = ok && !to_user && md->ndims == 4 && md->data_type == dnnl_bf16 &&
-               dnnl_memory_desc_init_by_tag(&want, 4, md->dims, dnnl_bf16, dnnl_abcd) ==
-                   dnnl_success &&
-               dnnl_memory_desc_equal(md, &want);
-    if (ok && !to_user && md->ndims == 4 && md->dims[1] % 16 == 0 &&
-        md->data_type == dnnl_bf16 &&
-        dnnl_memory_desc_init_by_tag(&want, 4, md->dims, md->data_type, dnnl_aBcd16b) ==
-            dnnl_success &&
-        dnnl_memory_desc_equal(md, &want))
+    v->round = ok && !to_user && has_tag(md, dnnl_bf16, dnnl_abcd);
+    if (ok && !to_user && is_blk16(md, dnnl_bf16))
         v->blk16 = 1 + KERN__BLK16_PACK_BF16;
     return ok ? 0 : -1;
 }
@@ -146,15 +154,6 @@ static int prim_make(blk_entry *e, int i, const_dnnl_primitive_desc_t pd, dnnl_e
 static const dnnl_memory_desc_t *md_of(const_dnnl_primitive_desc_t pd, dnnl_query_t what)
 {
     return dnnl_primitive_desc_query_md(pd, what, 0);
-}
-
-/* Whether md is the aBcd16b layout of its dims in type t */
-static int is_blk16(const dnnl_memory_desc_t *md, dnnl_data_type_t t)
-{
-    dnnl_memory_desc_t want;
-    return md->ndims == 4 && md->data_type == t && md->dims[1] % 16 == 0 &&
-           dnnl_memory_desc_init_by_tag(&want, 4, md->dims, t, dnnl_aBcd16b) == dnnl_success &&
-           dnnl_memory_desc_equal(md, &want);
 }
 
 /* Makes the entry of shape p: 0, or -1 when oneDNN cannot run it. */

@@ -20,18 +20,12 @@
 #define DIRECT_X86 1
 #endif
 
-/* Input channels the weight table holds at most (a table of in x 9 x 16
- * floats: 36 KiB at 64). */
-#define DIRECT_MAX_IN 64
-
+/* The shape's rule is the planner's (convplan_conv2d_direct: at most 64
+ * inputs, a weight table of 36 KiB) */
 int kern__conv3x3_direct_ok(const op_conv2d_params *p, int dgrad)
 {
 #ifdef DIRECT_X86
-    int outs = dgrad ? p->c : p->k, ins = dgrad ? p->k : p->c;
-    return p->n > 0 && p->h > 0 && p->w > 0 && p->r == 3 && p->s == 3 &&
-           (p->stride_h <= 1) && (p->stride_w <= 1) && (p->dil_h <= 1) && (p->dil_w <= 1) &&
-           p->pad_h == 1 && p->pad_w == 1 && outs >= 1 && outs <= 16 && ins >= 1 &&
-           ins <= DIRECT_MAX_IN && __builtin_cpu_supports("avx512f");
+    return convplan_conv2d_direct(p, dgrad) && __builtin_cpu_supports("avx512f");
 #else
     (void)p, (void)dgrad;
     return 0;

@@ -1,6 +1,7 @@
 /* Rendering for appliance-submit. */
 #include "render.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <string.h>
 #include <time.h>
@@ -35,6 +36,26 @@ static const char *state_name(Appliance__MemberState s)
     }
 }
 
+/* A member's host as the coordinator's messages name it: its name, and
+ * the first 8 digits of a boot id or machine id ("-" when unknown). */
+static const char *render__host(const Appliance__Member *m, char *buf, size_t len)
+{
+    const char *id = m->host_id;
+    if (!id[0]) {
+        snprintf(buf, len, "-");
+        return buf;
+    }
+    bool hex = strlen(id) >= 32;
+    for (int i = 0; hex && i < 8; i++)
+        hex = isxdigit((unsigned char)id[i]);
+    int idlen = hex ? 8 : (int)strlen(id);
+    if (!m->host_name[0] || strcmp(m->host_name, id) == 0)
+        snprintf(buf, len, "%.*s", idlen, id);
+    else
+        snprintf(buf, len, "%s (%.*s)", m->host_name, idlen, id);
+    return buf;
+}
+
 void render_cluster(const Appliance__ClusterInfo *info, bool json)
 {
     if (json) {
@@ -52,13 +73,22 @@ void render_cluster(const Appliance__ClusterInfo *info, bool json)
                    (unsigned long long)m->wafer_memory, (unsigned long long)m->memory, m->threads,
                    (unsigned long long)m->last_seen_ms_ago);
             render_json_string(stdout, m->job_id);
-            printf("}");
+            printf(", \"host_id\": ");
+            render_json_string(stdout, m->host_id);
+            printf(", \"host_name\": ");
+            render_json_string(stdout, m->host_name);
+            printf(", \"host_memory\": %llu}", (unsigned long long)m->host_memory);
+        }
+        printf("], \"warnings\": [");
+        for (size_t i = 0; i < info->n_warnings; i++) {
+            printf(i ? ", " : "");
+            render_json_string(stdout, info->warnings[i]);
         }
         printf("]}\n");
         return;
     }
-    printf("%-4s %-12s %-20s %-8s %-22s %-12s %s\n", "ID", "ROLE", "NAME", "STATE", "ADDRESS",
-           "CAPACITY", "JOB");
+    printf("%-4s %-12s %-20s %-8s %-22s %-12s %-20s %s\n", "ID", "ROLE", "NAME", "STATE", "ADDRESS",
+           "CAPACITY", "HOST", "JOB");
     for (size_t i = 0; i < info->n_members; i++) {
         const Appliance__Member *m = info->members[i];
         char cap[32] = "-";
@@ -66,10 +96,13 @@ void render_cluster(const Appliance__ClusterInfo *info, bool json)
             units_format_size(m->wafer_memory, cap, sizeof(cap));
         else if (m->memory)
             units_format_size(m->memory, cap, sizeof(cap));
-        printf("%-4u %-12s %-20s %-8s %-22s %-12s %s\n", m->member_id, msg_role_name(m->role),
+        char host[96];
+        printf("%-4u %-12s %-20s %-8s %-22s %-12s %-20s %s\n", m->member_id, msg_role_name(m->role),
                m->name, state_name(m->state), m->advertised_addr, cap,
-               m->job_id[0] ? m->job_id : "-");
+               render__host(m, host, sizeof(host)), m->job_id[0] ? m->job_id : "-");
     }
+    for (size_t i = 0; i < info->n_warnings; i++)
+        printf("%swarning: %s\n", i ? "" : "\n", info->warnings[i]);
 }
 
 const char *render_job_state(Appliance__JobState s)
@@ -178,6 +211,11 @@ void render_plan(const Appliance__Plan *p)
         printf("micro-batches of %u samples: each replica computes its share %u at a time and "
                "adds up their gradients\n", p->micro_batch, p->micro_batch);
     printf("%s\n", render_keep_outputs(p->keep_outputs));
+    if (p->host_share) {
+        char s[32];
+        printf("each replica planned within %s, its share of its host's memory: the wse-nodes of "
+               "one host declare more than it has\n", units_format_size(p->host_share, s, sizeof(s)));
+    }
     if (p->spatial_partitions > 1)
         printf("spatial partitions: each sample in %u stripes, one per wse-node: %zu replica(s) "
                "of %u stripes (replica i below computes stripe i %% %u)%s\n",

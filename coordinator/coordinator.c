@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hosts.h"
 #include "log.h"
 #include "msg.h"
 #include "msgcheck.h"
@@ -79,7 +80,11 @@ static void co__register(node *n, conn *c, Appliance__Envelope *env, uint8_t *p,
     c->user = mb;
     log_info("member %u registered: %s %s at %s", mb->id, msg_role_name(mb->role), mb->name,
              mb->addr);
+    char over[1024] = "";
+    if (hosts_declared_over(&co->members, mb, over, sizeof(over)))
+        log_warn("%s", over);
     Appliance__RegisterAck ack = APPLIANCE__REGISTER_ACK__INIT;
+    ack.warning = over;
     ack.member_id = mb->id;
     ack.heartbeat_ms = n->opt.heartbeat_ms;
     ack.timeout_ms = co->opt.heartbeat_timeout_ms;
@@ -143,17 +148,46 @@ static void co__cluster_query(node *n, conn *c, Appliance__Envelope *env, uint8_
         job *j = mb->job[0] ? job_find(co, mb->job) : NULL;
         ms[i].job_id = !j || jobs_visible(c, j) ? mb->job : ""; /* users see only their own */
         ms[i].peer_addr = mb->peer;
+        ms[i].host_id = mb->host_id;
+        ms[i].host_name = mb->host_name;
+        ms[i].host_memory = mb->host_memory;
         ptrs[i] = &ms[i];
+    }
+    /* a line for each host whose live members declare more than it has:
+     * the first live member of each host speaks for it */
+    char (*lines)[1024] = calloc(k ? k : 1, sizeof(*lines));
+    char **warnings = calloc(k ? k : 1, sizeof(*warnings));
+    size_t nw = 0;
+    for (size_t i = 0; lines && warnings && i < k; i++) {
+        member *mb = &co->members.v[i];
+        if (mb->state != APPLIANCE__MEMBER_STATE__MEMBER_ALIVE &&
+            mb->state != APPLIANCE__MEMBER_STATE__MEMBER_BUSY)
+            continue;
+        bool first = true;
+        for (size_t j = 0; j < i && first; j++) {
+            const member *o = &co->members.v[j];
+            first = !((o->state == APPLIANCE__MEMBER_STATE__MEMBER_ALIVE ||
+                       o->state == APPLIANCE__MEMBER_STATE__MEMBER_BUSY) &&
+                      o->host_id[0] && strcmp(o->host_id, mb->host_id) == 0);
+        }
+        if (first && hosts_declared_over(&co->members, mb, lines[nw], sizeof(lines[nw]))) {
+            warnings[nw] = lines[nw];
+            nw++;
+        }
     }
     Appliance__ClusterInfo info = APPLIANCE__CLUSTER_INFO__INIT;
     info.n_members = k;
     info.members = ptrs;
+    info.n_warnings = nw;
+    info.warnings = warnings;
     Appliance__Envelope out = APPLIANCE__ENVELOPE__INIT;
     out.msg_case = APPLIANCE__ENVELOPE__MSG_CLUSTER_INFO;
     out.cluster_info = &info;
     conn_send_msg(c, &out);
     free(ms);
     free(ptrs);
+    free(lines);
+    free(warnings);
 }
 
 static void co__conn_close(node *n, conn *c, int err, const char *reason)

@@ -18,6 +18,9 @@ typedef struct member {
     uint64_t memory;              /* memoryx */
     uint64_t disk;                /* memoryx: room for its disk tier */
     uint32_t threads;
+    char host_id[64];             /* the host it runs on; "": unknown (counted alone) */
+    char host_name[64];           /* that host's name, for people */
+    uint64_t host_memory;         /* that host's memory, bytes; 0: unknown */
     uint64_t last_seen;           /* uv_now of the last message */
     conn *c;                      /* control connection, NULL once closed */
     char job[64];                  /* job it serves, "" when idle */

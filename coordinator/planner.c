@@ -12,8 +12,11 @@
 #include "safetensors.h"
 #include "fit.h"
 #include "footprint.h"
+#include "hosts.h"
 #include "memplan.h"
 #include "msgcheck.h"
+#include "plan.h"
+#include "sample.h"
 #include "units.h"
 
 /* What the input workers read for one split, in the arena (a->failed on
@@ -340,9 +343,57 @@ static void planner__refuse_ws(const jobspec *spec, const char *job_toml, uint64
              spec->source, in, one, w1, hint);
 }
 
-int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
-                  const planner_members *pm, uint64_t chunk_elems, uint8_t **out, size_t *outlen,
-                  char *err, size_t errlen)
+/* What the plan has each of its members hold, summed per host against the
+ * host's memory (hosts_check_plan): the replicas' plans, the shards in
+ * memory (the rest is in a disk tier), the swarmx nodes' chunk queues at
+ * their bounds, the workers' batches in flight. need is each shard's
+ * bytes (footprint_shards). Returns 0, 1 when a host has too little (err,
+ * *share as hosts_check_plan), or -ENOMEM. */
+static int planner__hosts(const model *m, const Appliance__Plan *p, const planner_members *pm,
+                          const uint64_t *need, bool pipelined, uint64_t *share, char *err,
+                          size_t errlen)
+{
+    size_t nw = pm->nworkers < 256 ? pm->nworkers : 256;
+    size_t n = p->n_replicas + p->n_shards + p->n_swarm + nw;
+    hosts_use *use = calloc(n ? n : 1, sizeof(*use));
+    if (!use)
+        return -ENOMEM;
+    size_t k = 0;
+    for (size_t i = 0; i < p->n_replicas; i++)
+        use[k++] = (hosts_use){pm->replicas[i], p->replicas[i]->memory_needed};
+    for (size_t s = 0; s < p->n_shards; s++) {
+        uint64_t have = pm->shards[s]->memory;
+        bool memory = !have || need[s] <= have || pipelined;
+        use[k++] = (hosts_use){pm->shards[s], memory ? need[s] : have};
+    }
+    uint64_t chunk = p->chunk_elems * sizeof(float); /* bfloat16 chunks are summed in float32 */
+    for (size_t x = 0; x < p->n_swarm; x++) {
+        const Appliance__PlanSwarmNode *sn = p->swarm[x];
+        uint64_t ups = sn->parent < 0 ? p->n_shards : 1;
+        uint64_t kids = sn->n_children_replicas + sn->n_children_swarmx;
+        use[k++] = (hosts_use){pm->swarm[x], chunk * (PLAN_SWARM_MERGE_QUEUE * ups +
+                                                       PLAN_SWARM_CHILD_QUEUE * kids) +
+                                                  PLAN_SWARM_DOWN_MAX};
+    }
+    uint64_t in = model_shape_elems(&m->input), labels = footprint_label_elems(m);
+    size_t w0 = k;
+    for (size_t w = 0; w < nw; w++)
+        use[k++] = (hosts_use){pm->workers[w], 0};
+    for (size_t i = 0; nw && i < p->n_workers; i++) /* the workers the planner assigned, round robin */
+        use[w0 + i % pm->nworkers].bytes +=
+            PLAN_FEED_CREDITS * sample_batch_bytes(p->replicas[p->workers[i]->replica]->batch, in,
+                                                   labels, m->input_unorm8, m->labels_u8);
+    int rc = hosts_check_plan(use, k, share, err, errlen);
+    free(use);
+    return rc;
+}
+
+/* Builds the plan with every replica planned within cap at most (its
+ * wafer memory, or less: its share of its host); *share as planner__hosts
+ * when a host has too little (returned as 1). */
+static int planner__build(const jobspec *spec, const char *job_id, const char *job_toml,
+                          const planner_members *pm, uint64_t chunk_elems, uint64_t cap,
+                          uint64_t *share, uint8_t **out, size_t *outlen, char *err, size_t errlen)
 {
     const model *m = spec->model;
     arena a;
@@ -387,6 +438,10 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
     for (size_t i = 0; i < nr; i++)
         if (pm->replicas[i]->wafer_memory < wafer)
             wafer = pm->replicas[i]->wafer_memory;
+    if (cap < wafer) { /* the wse-nodes of a host share its memory */
+        wafer = cap;
+        p->host_share = cap;
+    }
     /* What one wse-node computes: the whole model, or a stripe's */
     rc = fit_choose_stripes(spec, job_toml, nr, threads, wafer, chunk_elems, &ps, err, errlen);
     if (rc < 0)
@@ -747,6 +802,10 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
 
     if (a.failed)
         goto done;
+    rc = planner__hosts(m, p, pm, need, pipelined, share, err, errlen);
+    if (rc != 0)
+        goto done;
+    rc = -ENOMEM;
     *outlen = appliance__plan__get_packed_size(p);
     *out = malloc(*outlen ? *outlen : 1);
     if (!*out)
@@ -759,4 +818,44 @@ done:
     fit_stripes_free(&ps);
     arena_free(&a);
     return rc;
+}
+
+int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
+                  const planner_members *pm, uint64_t chunk_elems, uint8_t **out, size_t *outlen,
+                  char *err, size_t errlen)
+{
+    uint64_t share = 0, again = 0;
+    int rc = planner__build(spec, job_id, job_toml, pm, chunk_elems, UINT64_MAX, &share, out,
+                            outlen, err, errlen);
+    if (rc != 1)
+        return rc;
+    /* A host has too little for the plan: plan every replica within its
+     * even share of its host, if that fits. */
+    char first[1024], retry[1024], a[32];
+    snprintf(first, sizeof(first), "%s", err);
+    uint64_t wafer = UINT64_MAX;
+    for (size_t i = 0; i < pm->nreplicas; i++)
+        if (pm->replicas[i]->wafer_memory < wafer)
+            wafer = pm->replicas[i]->wafer_memory;
+    if (share > 0 && share < wafer) {
+        rc = planner__build(spec, job_id, job_toml, pm, chunk_elems, share, &again, out, outlen,
+                            retry, sizeof(retry));
+        if (rc == 0)
+            return 0;
+        if (rc == -ENOMEM) {
+            snprintf(err, errlen, "%s", retry);
+            return rc;
+        }
+        snprintf(err, errlen, "%s: %s; nor does the job fit with each wse-node planned within %s "
+                 "(its even share of what the host has left): lower train_input.batch_size, or run "
+                 "the job's wse-nodes on more hosts", spec->source, first,
+                 units_format_size(share, a, sizeof(a)));
+    } else if (share == 0) {
+        snprintf(err, errlen, "%s: %s; the members other than its wse-nodes leave them no room: run "
+                 "them on other hosts, or give memoryx a --memory below the host's (its disk tier "
+                 "holds the rest)", spec->source, first);
+    } else {
+        snprintf(err, errlen, "%s: %s", spec->source, first);
+    }
+    return -E2BIG;
 }

@@ -1560,12 +1560,8 @@ static void mx__conn_close(node *n, conn *c, int err, const char *reason)
 static uint64_t mx__memory(node *n)
 {
     uint64_t mem = mx_of(n)->opt.memory;
-    if (!mem) {
-        mem = uv_get_total_memory();
-        uint64_t limit = uv_get_constrained_memory();
-        if (limit && limit < mem)
-            mem = limit;
-    }
+    if (!mem)
+        mem = n->opt.host_memory; /* --host-memory, or what this host (its cgroup) has */
     return mem;
 }
 

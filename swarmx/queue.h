@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "conn.h"
+#include "plan.h"
 #include "stream.pb-c.h"
 
 struct swx_job;
@@ -39,8 +40,8 @@ typedef struct swx_up {
     size_t qlen;
 } swx_up;
 
-#define SWX_CHILD_QUEUE_MAX 32 /* gradient chunks buffered per child before it is paused */
-#define SWX_MERGE_QUEUE 32     /* weight chunks held per shard before it is paused */
+#define SWX_CHILD_QUEUE_MAX PLAN_SWARM_CHILD_QUEUE /* gradient chunks buffered per child before it is paused */
+#define SWX_MERGE_QUEUE PLAN_SWARM_MERGE_QUEUE     /* weight chunks held per shard before it is paused */
 
 /* A chunk buffer of len payload bytes, one reference; NULL when out of
  * memory. */

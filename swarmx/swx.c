@@ -12,7 +12,7 @@
 #include "queue.h"
 
 #define SWX_UPSTREAM 1             /* conn kind: our link to memoryx or the parent */
-#define SWX_DOWN_MAX (64u << 20)   /* weight bytes buffered for slow children */
+#define SWX_DOWN_MAX PLAN_SWARM_DOWN_MAX /* weight bytes buffered for slow children */
 
 static swarmx *swx_of(node *n) { return n->data; }
 

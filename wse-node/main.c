@@ -1,10 +1,12 @@
 /* wse-node: one emulated CS-2 system. It declares its on-wafer memory to the
- * coordinator (default 40 GB as on a CS-2, never more than the host has). */
+ * coordinator (default 40 GB as on a CS-2, or a share of the host's memory;
+ * never more than the host has). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "blas_check.h"
+#include "host.h"
 #include "kernels.h"
 #include "log.h"
 #include "replica.h"
@@ -46,11 +48,29 @@ int main(int argc, char **argv)
     else
         log_info("mixed-precision jobs compute in float32 here: no bfloat16 instructions, or a "
                  "build without oneDNN");
-    uint64_t host = uv_get_total_memory();
-    uint64_t limit = uv_get_constrained_memory();
-    if (limit && limit < host)
-        host = limit;
+    uint64_t host = n.opt.host_memory; /* --host-memory, or what this host (its cgroup) has */
     char a[32], b[32];
+    if (!w.opt.wafer_memory && w.opt.wafer_share[0]) {
+        double share;
+        if (host_share_parse(w.opt.wafer_share, &share) < 0) {
+            fprintf(stderr, "wse-node: --wafer-share \"%s\": expected a fraction of the host's "
+                    "memory above 0 and at most 1 (0.375), or one divided by a whole number "
+                    "(0.75/2)\n", w.opt.wafer_share);
+            return 2;
+        }
+        if (!host) {
+            fprintf(stderr, "wse-node: --wafer-share: the host's memory is unknown; give "
+                    "--wafer-memory or --host-memory\n");
+            return 2;
+        }
+        uint64_t want = (uint64_t)((double)host * share) & ~((UINT64_C(1) << 20) - 1);
+        w.opt.wafer_memory = want < WAFER_DEFAULT ? want : WAFER_DEFAULT;
+        if (w.opt.wafer_memory < (UINT64_C(1) << 20))
+            w.opt.wafer_memory = UINT64_C(1) << 20;
+        log_info("wafer memory %s: %s of the host's %s%s", units_format_size(w.opt.wafer_memory, a, sizeof(a)),
+                 w.opt.wafer_share, units_format_size(host, b, sizeof(b)),
+                 want > WAFER_DEFAULT ? ", at most the default" : "");
+    }
     if (!w.opt.wafer_memory) {
         w.opt.wafer_memory = WAFER_DEFAULT < host ? WAFER_DEFAULT : host;
     } else if (host && w.opt.wafer_memory > host) {

@@ -320,6 +320,11 @@ static int wn__job_buffers(wn_job *j, char *err, size_t errlen)
             if (exec_set_parts(&j->ex, &ep, err, errlen) < 0)
                 return -ENOMEM;
         }
+        for (int i = 0; i < m->nlayers; i++) { /* what this processor runs */
+            char how[384];
+            if (exec_conv_path(&j->ex, i, how, sizeof(how)) >= 0)
+                log_info("job %s: layer %s: %s", j->id, m->layers[i].name, how);
+        }
         j->ex.seed = p->seed;
         j->ex.sample_offset = j->batch_offset;
         j->ex.replica_share = 1.0f / (float)p->n_replicas;
@@ -619,6 +624,10 @@ static void wn__metrics(node *n, metrics_buf *b)
 static const options_key wn__keys[] = {
     {"wafer-memory", "SIZE", OPTIONS_SIZE, offsetof(wse_node_options, wafer_memory), 0, 0, 0,
      "declared on-wafer memory (default 40G, at most the host's memory)"},
+    {"wafer-share", "FRACTION", OPTIONS_STRING, offsetof(wse_node_options, wafer_share),
+     sizeof(((wse_node_options *)0)->wafer_share), 0, 0,
+     "without --wafer-memory: declare this share of the host's\nmemory, at most the default 40G "
+     "(0.375, or 0.75/2:\nthree quarters shared by two)"},
     {"threads", "N", OPTIONS_U32, offsetof(wse_node_options, threads), 0, 1, 10000000,
      "BLAS threads for the kernels (default 1)"},
     {NULL, NULL, 0, 0, 0, 0, 0, NULL},

@@ -14,11 +14,12 @@
 #include "node.h"
 #include "optim.h"
 #include "spatial.h"
+#include "plan.h"
 #include "plan_stream.h"
 #include "wresident.h"
 #include "wslots.h"
 
-#define WN_CREDITS 2 /* batches each worker may have in flight to us */
+#define WN_CREDITS PLAN_FEED_CREDITS /* batches each worker may have in flight to us */
 
 typedef struct wn_tensor {
     float *w;              /* weights of the current step */
@@ -296,6 +297,7 @@ typedef struct wn_job {
 /* The wse-node's own options (its key table: wse_node_role). */
 typedef struct wse_node_options {
     uint64_t wafer_memory;   /* declared on-wafer memory, bytes; 0: the default */
+    char wafer_share[32];    /* or this share of the host's memory (host_share_parse); "": none */
     uint32_t threads;        /* kernel threads */
 } wse_node_options;
 

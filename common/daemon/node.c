@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "fpmode.h"
+#include "host.h"
 #include "log.h"
 #include "msg.h"
 #include "msgcheck.h"
@@ -61,6 +62,12 @@ static const options_key node__keys[] = {
 static const options_key node__link_keys[] = {
     {"coordinator", "HOST:PORT", OPTIONS_STRING, offsetof(node_options, coordinator),
      sizeof(((node_options *)0)->coordinator), 0, 0, "the coordinator (env APPLIANCE_COORDINATOR)"},
+    {"host-id", "ID", OPTIONS_STRING, offsetof(node_options, host_id),
+     sizeof(((node_options *)0)->host_id), 0, 0,
+     "the host this daemon counts as running on: the coordinator\ncounts the memory of members with one id together\n"
+     "(default: the kernel's boot id; env APPLIANCE_HOST_ID)"},
+    {"host-memory", "SIZE", OPTIONS_SIZE, offsetof(node_options, host_memory), 0, 1 << 20, 0,
+     "that host's memory (default: its physical memory, or\nthe cgroup's memory.max where lower)"},
     {NULL, NULL, 0, 0, 0, 0, 0, NULL},
 };
 
@@ -189,6 +196,12 @@ void node_parse_args(node_options *o, const node_role *role, int argc, char **ar
         node__copy(o->secret_file, sizeof(o->secret_file), env, "APPLIANCE_SECRET_FILE");
     if (!o->name[0])
         snprintf(o->name, sizeof(o->name), "%s-%d", role->component, (int)getpid());
+    if (!o->host_id[0] && (env = getenv("APPLIANCE_HOST_ID")) && env[0])
+        node__copy(o->host_id, sizeof(o->host_id), env, "APPLIANCE_HOST_ID");
+    if (!o->host_id[0] && host_identity(o->host_id, sizeof(o->host_id)) < 0)
+        o->host_id[0] = 0; /* unknown: the coordinator counts this member alone */
+    if (!o->host_memory)
+        o->host_memory = host_memory();
     if (role->role != APPLIANCE__ROLE__ROLE_COORDINATOR && !o->coordinator[0]) {
         fprintf(stderr, "%s: no coordinator: give --coordinator HOST:PORT or set APPLIANCE_COORDINATOR\n",
                 role->component);
@@ -234,6 +247,13 @@ static void node__on_ready(conn *c)
         r.advertised_addr = n->opt.advertise[0] ? n->opt.advertise : n->bound;
         r.threads = n->threads;
         r.pid = (uint32_t)getpid();
+        char host[64];
+        if (gethostname(host, sizeof(host)) < 0)
+            host[0] = 0;
+        host[sizeof(host) - 1] = 0;
+        r.host_id = n->opt.host_id;
+        r.host_name = host;
+        r.host_memory = n->opt.host_memory;
         if (n->role->fill_register)
             n->role->fill_register(n, &r);
         Appliance__Envelope env = APPLIANCE__ENVELOPE__INIT;
@@ -286,6 +306,8 @@ static void node__on_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, 
         n->coord_timeout_ms = env->register_ack->timeout_ms;
         n->registered = true;
         log_info("registered with the coordinator at %s as member %u", c->peer_addr, n->member_id);
+        if (env->register_ack->warning && env->register_ack->warning[0])
+            log_warn("the coordinator warns: %s", env->register_ack->warning);
         uv_timer_start(&n->heartbeat, node__heartbeat, n->opt.heartbeat_ms, n->opt.heartbeat_ms);
         if (n->role->on_registered)
             n->role->on_registered(n);

@@ -31,6 +31,8 @@ typedef struct node_options {
     char listen[128];          /* HOST:PORT to bind; port 0 picks one */
     char advertise[128];       /* HOST:PORT others dial; default: the bound address */
     char coordinator[128];     /* HOST:PORT of the coordinator (not for the coordinator) */
+    char host_id[64];          /* the host it counts as running on (host.h); "" when unknown */
+    uint64_t host_memory;      /* that host's memory, bytes (host.h); 0 when unknown */
     char secret_file[PATH_MAX];
     bool insecure;             /* --insecure: no secret, only insecure peers */
     char config[PATH_MAX];     /* optional TOML configuration */

@@ -43,6 +43,10 @@ int msgcheck_register(const Appliance__Register *r, Appliance__Role peer_role, c
     if (msgcheck__len(r->advertised_addr) >= 128)
         return errmsg(-EINVAL, err, errlen, "bad registration: address of %zu bytes (at most 127)",
                               msgcheck__len(r->advertised_addr));
+    if (msgcheck__len(r->host_id) >= 64 || msgcheck__len(r->host_name) >= 64)
+        return errmsg(-EINVAL, err, errlen, "bad registration: a host id of %zu bytes and a host "
+                      "name of %zu (at most 63 each)", msgcheck__len(r->host_id),
+                      msgcheck__len(r->host_name));
     return 0;
 }
 

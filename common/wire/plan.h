@@ -6,6 +6,14 @@
 
 #include "plan.pb-c.h"
 
+/* What the stream's daemons hold beside the plan's tensors, at most: the
+ * daemons keep to these bounds and the planner counts them against the
+ * memory of the host they run on (coordinator/hosts.c). */
+#define PLAN_FEED_CREDITS 2                /* batches each worker may have in flight to a wse-node */
+#define PLAN_SWARM_CHILD_QUEUE 32          /* gradient chunks a swarmx node buffers per child */
+#define PLAN_SWARM_MERGE_QUEUE 32          /* weight chunks it holds per upstream before pausing it */
+#define PLAN_SWARM_DOWN_MAX (64u << 20)    /* weight bytes it buffers for slow children */
+
 /* Whether the job evaluates the weights at the start of `step` (before
  * training it): every eval_frequency steps, and at max_steps (after the
  * last step), when the job has an [eval_input]. */

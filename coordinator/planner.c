@@ -847,8 +847,8 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
             return rc;
         }
         snprintf(err, errlen, "%s: %s; nor does the job fit with each wse-node planned within %s "
-                 "(its even share of what the host has left): lower train_input.batch_size, or run "
-                 "the job's wse-nodes on more hosts", spec->source, first,
+                 "(its even share of what the host has left): lower runconfig.num_csx or "
+                 "train_input.batch_size, or run the job's wse-nodes on more hosts", spec->source, first,
                  units_format_size(share, a, sizeof(a)));
     } else if (share == 0) {
         snprintf(err, errlen, "%s: %s; the members other than its wse-nodes leave them no room: run "

@@ -18,6 +18,7 @@
 #include "msgcheck.h"
 #include "plan.h"
 #include "planner.h"
+#include "units.h"
 
 #define JOB_LOG_MAX 100000            /* log lines kept per job */
 
@@ -416,6 +417,12 @@ int job__launch(coordinator *co, job *j, jobspec *spec)
             j->restarts ? "restarted" : "started", j->plan->n_replicas,
             modes[j->plan->mode < 3 ? j->plan->mode : 0], j->plan->global_batch,
             (unsigned long long)j->plan->first_step, (unsigned long long)j->plan->max_steps);
+    if (j->plan->host_share) {
+        char share[32];
+        job_log(co, j, "each replica planned within %s, its share of its host's memory: the "
+                "wse-nodes of one host declare more than it has",
+                units_format_size(j->plan->host_share, share, sizeof(share)));
+    }
     log_info("job %s started: %s, %zu replica(s), %llu steps, global batch %u", j->id, j->file,
              j->plan->n_replicas, (unsigned long long)j->plan->max_steps, j->plan->global_batch);
     job_save(co, j);

@@ -7,6 +7,7 @@
 
 #include "footprint.h"
 #include "fit.h"
+#include "hosts.h"
 #include "msgcheck.h"
 #include "planner.h"
 
@@ -465,6 +466,153 @@ START_TEST(one_replica_streams_from_memoryx)
 }
 END_TEST
 
+/* A host's memory counted once, at registration: the live members of one
+ * host id declare their wafer memory (and a memoryx its --memory below the
+ * host's) against the host's memory; another host, a lost member and a
+ * member of no known host are not counted with it. */
+START_TEST(hosts_declared_per_host)
+{
+    const uint64_t G = 1ull << 30;
+    const Appliance__MemberState alive = APPLIANCE__MEMBER_STATE__MEMBER_ALIVE;
+    member v[6] = {
+        {.id = 1, .role = APPLIANCE__ROLE__ROLE_WSE_NODE, .name = "w1", .state = alive,
+         .host_id = "6456000e-4e44-4049-9243-791b4777dcb3", .host_name = "node-a",
+         .host_memory = 8 * G, .wafer_memory = 6 * G},
+        {.id = 2, .role = APPLIANCE__ROLE__ROLE_WSE_NODE, .name = "w2", .state = alive,
+         .host_id = "6456000e-4e44-4049-9243-791b4777dcb3", .host_name = "node-a",
+         .host_memory = 8 * G, .wafer_memory = 6 * G},
+        {.id = 3, .role = APPLIANCE__ROLE__ROLE_MEMORYX, .name = "mx", .state = alive,
+         .host_id = "6456000e-4e44-4049-9243-791b4777dcb3", .host_name = "node-a",
+         .host_memory = 8 * G, .memory = 8 * G}, /* no --memory: what its shards need, when planned */
+        {.id = 4, .role = APPLIANCE__ROLE__ROLE_WSE_NODE, .name = "w3", .state = alive,
+         .host_id = "b", .host_memory = 8 * G, .wafer_memory = 6 * G},
+        {.id = 5, .role = APPLIANCE__ROLE__ROLE_MEMORYX, .name = "mx-b", .state = alive,
+         .host_id = "b", .host_memory = 8 * G, .memory = 1 * G},
+        {.id = 6, .role = APPLIANCE__ROLE__ROLE_WSE_NODE, .name = "w4", .state = alive,
+         .wafer_memory = 100 * G}, /* a peer that names no host */
+    };
+    members ms = {.v = v, .n = 6};
+    char out[1024], label[160];
+    ck_assert_str_eq(hosts_label(&v[0], label, sizeof(label)), "node-a (6456000e)");
+    ck_assert_str_eq(hosts_label(&v[3], label, sizeof(label)), "b");
+    ck_assert_str_eq(hosts_label(&v[5], label, sizeof(label)), "(unknown host)");
+    ck_assert_uint_eq(hosts_declared_bytes(&v[2]), 0);
+    ck_assert_uint_eq(hosts_declared_bytes(&v[4]), G);
+    ck_assert(hosts_declared_over(&ms, &v[1], out, sizeof(out)));
+    ck_assert_str_eq(out, "host node-a (6456000e) has 8.0 GiB and its members declare 12.0 GiB: "
+                          "w1 6.0 GiB of wafer memory, w2 6.0 GiB of wafer memory; jobs are planned "
+                          "within the host's 8.0 GiB, but give its wse-nodes --wafer-memory (or "
+                          "--wafer-share) adding up to less than it has");
+    ck_assert(!hosts_declared_over(&ms, &v[3], out, sizeof(out))); /* 6 + 1 of 8 */
+    ck_assert(!hosts_declared_over(&ms, &v[5], out, sizeof(out)));
+    v[4].memory = 3 * G; /* 6 + 3 of 8 */
+    ck_assert(hosts_declared_over(&ms, &v[4], out, sizeof(out)));
+    ck_assert_msg(strstr(out, "host b has 8.0 GiB and its members declare 9.0 GiB: w3 6.0 GiB of "
+                              "wafer memory, mx-b 3.0 GiB of memory (--memory);"), "%s", out);
+    v[1].state = APPLIANCE__MEMBER_STATE__MEMBER_LOST;
+    ck_assert(!hosts_declared_over(&ms, &v[0], out, sizeof(out)));
+}
+END_TEST
+
+/* A plan's members summed per host: the first host with too little is
+ * named with each role's part, and the share its wse-nodes could have. */
+START_TEST(hosts_plan_summed_per_host)
+{
+    const uint64_t G = 1ull << 30;
+    member w1 = {.role = APPLIANCE__ROLE__ROLE_WSE_NODE, .host_id = "a", .host_memory = 8 * G};
+    member w2 = w1, w3 = w1;
+    member mx = {.role = APPLIANCE__ROLE__ROLE_MEMORYX, .host_id = "a", .host_memory = 8 * G};
+    member sx = {.role = APPLIANCE__ROLE__ROLE_SWARMX, .host_id = "b", .host_memory = 8 * G};
+    member wk = {.role = APPLIANCE__ROLE__ROLE_WORKER, .host_id = "a", .host_memory = 8 * G};
+    member lone = {.role = APPLIANCE__ROLE__ROLE_WSE_NODE}; /* no host: not counted */
+    hosts_use use[] = {{&w1, 5 * G}, {&w2, 5 * G}, {&mx, G}, {&sx, G / 2}, {&wk, 1 << 20},
+                       {&lone, 100 * G}};
+    uint64_t share;
+    char err[512];
+    ck_assert_int_eq(hosts_check_plan(use, 6, &share, err, sizeof(err)), 1);
+    ck_assert_str_eq(err, "host a has 8.0 GiB and the job's members on it need 11.0 GiB: 2 wse-nodes "
+                          "plan 5.0 GiB each, memoryx holds 1.0 GiB, 1 worker holds 1.0 MiB of "
+                          "batches");
+    ck_assert_uint_eq(share, (8 * G - G - (1 << 20)) / 2);
+    w3.host_memory = 0;
+    use[1].mb = &w3; /* a second wse-node that does not know its host's memory, on host a */
+    use[1].bytes = 3 * G;
+    ck_assert_int_eq(hosts_check_plan(use, 6, &share, err, sizeof(err)), 1);
+    ck_assert_msg(strstr(err, "need 9.0 GiB: 2 wse-nodes plan 8.0 GiB (up to 5.0 GiB each)"), "%s", err);
+    snprintf(w3.host_id, sizeof(w3.host_id), "b"); /* on host b: 5 + 1 of 8 here, 3 + 0.5 there */
+    ck_assert_int_eq(hosts_check_plan(use, 6, &share, err, sizeof(err)), 0);
+    ck_assert_uint_eq(share, 0);
+}
+END_TEST
+
+/* Two replicas on one host: a Pipelined job that fits each wafer but not
+ * the host with both is refused naming the host; in "auto" mode each
+ * replica is planned within its share of the host instead. memoryx,
+ * swarmx and the worker run on other hosts. */
+START_TEST(planner_counts_a_host_once)
+{
+    char err[2048];
+    const uint64_t G = 1ull << 30;
+    member w[2], mx, sx, wk;
+    for (int i = 0; i < 2; i++)
+        w[i] = (member){.id = (uint32_t)i + 1, .role = APPLIANCE__ROLE__ROLE_WSE_NODE,
+                        .addr = "127.0.0.1:1", .threads = 1, .wafer_memory = G};
+    mx = (member){.id = 3, .role = APPLIANCE__ROLE__ROLE_MEMORYX, .addr = "127.0.0.1:2",
+                  .host_id = "m", .host_memory = 64 * G};
+    sx = (member){.id = 4, .role = APPLIANCE__ROLE__ROLE_SWARMX, .addr = "127.0.0.1:3",
+                  .host_id = "s", .host_memory = 64 * G};
+    wk = (member){.id = 5, .role = APPLIANCE__ROLE__ROLE_WORKER, .addr = "127.0.0.1:4",
+                  .host_id = "s", .host_memory = 64 * G};
+    member *r[] = {&w[0], &w[1]}, *s[] = {&mx}, *x[] = {&sx}, *k[] = {&wk};
+    planner_members pm = {r, 2, s, 1, x, 1, k, 1};
+    uint8_t *buf = NULL;
+    size_t len;
+    const char *modes[] = {"pipelined", "auto"};
+    for (int i = 0; i < 2; i++) {
+        const char *job = mx_job(modes[i]);
+        jobspec *spec = jobspec_parse(job, strlen(job), "job.toml", "/src", err, sizeof(err));
+        ck_assert_msg(spec != NULL, "%s", err);
+        spec->num_csx = 2;
+        for (int j = 0; j < 2; j++) { /* no host known: planned within each wafer */
+            w[j].host_id[0] = 0;
+            w[j].host_memory = 0;
+        }
+        ck_assert_msg(planner_build(spec, "job-1", job, &pm, 1024, &buf, &len, err, sizeof(err)) == 0,
+                      "%s", err);
+        Appliance__Plan *p = appliance__plan__unpack(NULL, len, buf);
+        free(buf);
+        ck_assert_ptr_nonnull(p);
+        ck_assert_int_eq(p->mode, APPLIANCE__EXEC_MODE__MODE_PIPELINED);
+        ck_assert_uint_eq(p->host_share, 0);
+        uint64_t need = p->replicas[0]->memory_needed;
+        appliance__plan__free_unpacked(p, NULL);
+        for (int j = 0; j < 2; j++) { /* one host with room for one and a half */
+            snprintf(w[j].host_id, sizeof(w[j].host_id), "a");
+            w[j].host_memory = need * 3 / 2;
+        }
+        int rc = planner_build(spec, "job-1", job, &pm, 1024, &buf, &len, err, sizeof(err));
+        if (i == 0) {
+            ck_assert_int_eq(rc, -E2BIG);
+            ck_assert_msg(strstr(err, "job.toml: host a has ") == err &&
+                          strstr(err, "2 wse-nodes plan ") && strstr(err, " each; nor does the job fit "
+                                                                      "with each wse-node planned within"),
+                          "%s", err);
+        } else {
+            ck_assert_msg(rc == 0, "%s", err);
+            p = appliance__plan__unpack(NULL, len, buf);
+            free(buf);
+            ck_assert_ptr_nonnull(p);
+            ck_assert_uint_eq(p->host_share, need * 3 / 4);
+            ck_assert_uint_le(p->replicas[0]->memory_needed + p->replicas[1]->memory_needed,
+                              need * 3 / 2);
+            ck_assert_uint_eq(p->replicas[0]->wafer_memory, G); /* the wafer is still what it declared */
+            appliance__plan__free_unpacked(p, NULL);
+        }
+        jobspec_free(spec);
+    }
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("planner");
@@ -477,6 +625,9 @@ static Suite *suite(void)
     tcase_add_test(t, placement);
     tcase_add_test(t, one_replica_streams_from_memoryx);
     tcase_add_test(t, refusals_say_what_helps);
+    tcase_add_test(t, hosts_declared_per_host);
+    tcase_add_test(t, hosts_plan_summed_per_host);
+    tcase_add_test(t, planner_counts_a_host_once);
     suite_add_tcase(s, t);
     return s;
 }

@@ -1,14 +1,17 @@
 /* Option tables: the command line and configuration files parsed against a
  * frame's table and a role's, bounds and messages, the command line over
- * the file, and the daemon frame's tables through node_parse_args. */
+ * the file, and the daemon frame's tables through node_parse_args; the
+ * host's memory the frame reads (a cgroup's limit) and a share of it. */
 #include <check.h>
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "host.h"
 #include "log.h"
 #include "node.h"
 #include "options.h"
@@ -178,6 +181,58 @@ START_TEST(test_node_parse_args_role_table)
 }
 END_TEST
 
+/* The host's memory as a cgroup bounds it: the lowest memory.max from the
+ * process's cgroup up to the root ("max": none), and a share of it. */
+START_TEST(test_host_cgroup_limit_and_share)
+{
+    char root[] = "/tmp/test-host-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(root));
+    char path[256];
+    snprintf(path, sizeof(path), "%s/a", root);
+    ck_assert_int_eq(mkdir(path, 0700), 0);
+    snprintf(path, sizeof(path), "%s/a/b", root);
+    ck_assert_int_eq(mkdir(path, 0700), 0);
+    const char *files[][2] = {{"memory.max", "4294967296\n"}, {"a/memory.max", "max\n"},
+                              {"a/b/memory.max", "1073741824\n"}};
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(path, sizeof(path), "%s/%s", root, files[i][0]);
+        FILE *f = fopen(path, "w");
+        ck_assert_ptr_nonnull(f);
+        fputs(files[i][1], f);
+        fclose(f);
+    }
+    ck_assert_uint_eq(host_cgroup_limit(root, "0::/a/b\n"), 1ull << 30);
+    ck_assert_uint_eq(host_cgroup_limit(root, "12:memory:/x\n0::/a\n"), 4ull << 30);
+    ck_assert_uint_eq(host_cgroup_limit(root, "0::/\n"), 4ull << 30);
+    ck_assert_uint_eq(host_cgroup_limit(root, "0::/c/d\n"), 4ull << 30); /* no such cgroup: its parents */
+    ck_assert_uint_eq(host_cgroup_limit(root, "12:memory:/x\n"), UINT64_MAX); /* cgroup v1 only */
+    for (size_t i = 3; i-- > 0;) {
+        snprintf(path, sizeof(path), "%s/%s", root, files[i][0]);
+        unlink(path);
+    }
+    snprintf(path, sizeof(path), "%s/a/b", root);
+    rmdir(path);
+    snprintf(path, sizeof(path), "%s/a", root);
+    rmdir(path);
+    rmdir(root);
+    ck_assert_uint_gt(host_memory(), 0);
+    char id[64];
+    ck_assert_int_eq(host_identity(id, sizeof(id)), 0);
+    ck_assert_uint_gt(strlen(id), 0);
+
+    double share;
+    ck_assert_int_eq(host_share_parse("0.375", &share), 0);
+    ck_assert(share == 0.375);
+    ck_assert_int_eq(host_share_parse("0.75/2", &share), 0);
+    ck_assert(share == 0.375);
+    ck_assert_int_eq(host_share_parse("1", &share), 0);
+    ck_assert(share == 1);
+    const char *bad[] = {"", "0", "1.5", "-0.5", "0.75/", "0.75/0", "0.75/x", "0.75/2x", "nan", "x"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        ck_assert_msg(host_share_parse(bad[i], &share) == -EINVAL, "\"%s\" was taken", bad[i]);
+}
+END_TEST
+
 static Suite *options_suite(void)
 {
     Suite *s = suite_create("options");
@@ -187,6 +242,7 @@ static Suite *options_suite(void)
     tcase_add_test(tc, test_bounds_and_messages);
     tcase_add_test(tc, test_file_and_command_line);
     tcase_add_test(tc, test_node_parse_args_role_table);
+    tcase_add_test(tc, test_host_cgroup_limit_and_share);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -273,6 +273,17 @@ START_TEST(small_messages)
     r.advertised_addr = "127.0.0.1:1";
     ck_assert_int_eq(msgcheck_register(&r, APPLIANCE__ROLE__ROLE_MEMORYX, err, sizeof(err)), 0);
     ck_assert_int_eq(msgcheck_register(&r, APPLIANCE__ROLE__ROLE_WORKER, err, sizeof(err)), -EINVAL);
+    r.host_id = "6456000e-4e44-4049-9243-791b4777dcb3";
+    ck_assert_int_eq(msgcheck_register(&r, APPLIANCE__ROLE__ROLE_MEMORYX, err, sizeof(err)), 0);
+    char longer[65];
+    memset(longer, 'h', 64);
+    longer[64] = 0;
+    r.host_id = longer; /* the coordinator keeps 63 bytes of a host id */
+    ck_assert_int_eq(msgcheck_register(&r, APPLIANCE__ROLE__ROLE_MEMORYX, err, sizeof(err)), -EINVAL);
+    r.host_id = "";
+    r.host_name = longer;
+    ck_assert_int_eq(msgcheck_register(&r, APPLIANCE__ROLE__ROLE_MEMORYX, err, sizeof(err)), -EINVAL);
+    r.host_name = "";
     r.name = "";
     ck_assert_int_eq(msgcheck_register(&r, APPLIANCE__ROLE__ROLE_MEMORYX, err, sizeof(err)), -EINVAL);
 

@@ -91,6 +91,20 @@ static unsigned exec__conv_io(const exec *e, const model_layer *l)
     return op_conv2d_blocked_io(&p, e->m->mixed_precision, l->bias, e->ws_bytes);
 }
 
+int exec_conv_path(const exec *e, int layer, char *out, size_t len)
+{
+    const model_layer *l = &e->m->layers[layer];
+    if (l->type != LAYER_CONV2D || len == 0)
+        return -1;
+    op_conv2d_params p = memplan_conv2d_params(l, e->n);
+    int n = snprintf(out, len, "%s%s; ", e->m->mixed_precision ? "mixed precision" : "float32",
+                     e->blk[layer] ? ", its output in a blocked group" : "");
+    unsigned how = op_conv2d_describe(&p, e->m->mixed_precision, l->bias, e->ws_bytes,
+                                      out + (n > 0 && (size_t)n < len ? n : 0),
+                                      n > 0 && (size_t)n < len ? len - (size_t)n : len);
+    return (int)how;
+}
+
 /* A layer that reads and writes one layout, joining its tensors' groups:
  * a batch norm, an add, a relu (a fused one is its norm's view) */
 static bool exec__member(const model_layer *l)

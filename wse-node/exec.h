@@ -194,6 +194,13 @@ typedef struct exec_metrics {
     uint64_t uni[EXEC_MAX_CLASSES];       /* pixels predicted or labelled c */
 } exec_metrics;
 
+/* How convolution layer `layer` computes for the batch size now, in
+ * words (op_conv2d_describe's: oneDNN's implementation and layouts on
+ * this processor, or why it runs on the plain path), with whether its
+ * output is in a blocked group: into out (len bytes). Returns
+ * op_conv2d_describe's bits, or -1 for a layer that is no convolution. */
+int exec_conv_path(const exec *e, int layer, char *out, size_t len);
+
 /* Uses the first n samples of the buffers from now on (n <= the n of
  * exec_init): evaluation batches may be smaller. */
 void exec_set_batch(exec *e, int n);

@@ -12,6 +12,7 @@
 #include "kernels.h"
 #include "kernels_internal.h" /* kern__conv_have_onednn */
 #include "memplan.h"
+#include "op_conv2d.h"
 #include "rng.h"
 #include "toml.h"
 
@@ -431,6 +432,31 @@ static void train_bitwise(const char *what, const model *ma, const model *mb, in
     free(y);
 }
 
+#define OP_CONV2D_BLOCKS 0x100u /* (here) the output in aBcd16b */
+
+/* Whether some convolution of e's model has every bit of `want` for e's
+ * batch (exec_conv_path, with OP_CONV2D_BLOCKS for an output oneDNN gives
+ * in aBcd16b); prints each one's path where none has. */
+static int convs_can(const exec *e, unsigned want, const char *what)
+{
+    int any = 0;
+    char how[384];
+    for (int i = 0; i < e->m->nlayers && !any; i++) {
+        int r = exec_conv_path(e, i, how, sizeof(how));
+        if (r < 0)
+            continue;
+        op_conv2d_params p = memplan_conv2d_params(&e->m->layers[i], e->n);
+        if (op_conv2d_blocked_io(&p, e->m->mixed_precision, e->m->layers[i].bias, e->ws_bytes) &
+            OP_CONV2D_OUT_BLOCKED)
+            r |= (int)OP_CONV2D_BLOCKS;
+        any = ((unsigned)r & want) == want;
+    }
+    for (int i = 0; i < e->m->nlayers && !any; i++)
+        if (exec_conv_path(e, i, how, sizeof(how)) >= 0)
+            printf("%s: layer %s: %s\n", what, e->m->layers[i].name, how);
+    return any;
+}
+
 /* The relus fused into their batch norms and dense layers (model_fuse,
  * what model_compile does) train as the two layers apart, bit for bit
  * (with the activations kept in bfloat16 too, act_bf16); the fused plan
@@ -489,8 +515,15 @@ START_TEST(kept_outputs_train_as_lean)
         ck_assert_msg(kept > 0, "%s: no convolution's input kept", files[f]);
         train_bitwise(files[f], m, k, 2, f ? 2 : 10, &a, &b);
         ck_assert_uint_eq(a.e.inputs_kept, 0);
-        if (kernels_bf16_compute()) /* else every convolution computes in float32 */
+        /* kept where oneDNN's passes read one layout on this processor
+         * (and always where it computes in bfloat16 on aBcd16b) */
+        int keeps = convs_can(&b.e, OP_CONV2D_KEEPS_INPUT, files[f]);
+        if (kernels_isa_level() == KERNELS_ISA_AVX512_BF16 && kern__conv_have_onednn())
+            ck_assert_msg(keeps, "%s: no convolution keeps its input on AVX512_BF16", files[f]);
+        if (keeps)
             ck_assert_uint_gt(b.e.inputs_kept, 0);
+        else
+            ck_assert_uint_eq(b.e.inputs_kept, 0);
         printf("%s, mixed precision: %llu convolutions' backward passes took their input as "
                "their forward pass rounded it\n", files[f], (unsigned long long)b.e.inputs_kept);
         net_free(&a, m);
@@ -519,8 +552,19 @@ static void blocked_alike(const char *file, const char *from, const char *to, in
     train_bitwise(what, m, plain, n, classes, &a, &b);
     ck_assert_int_eq(b.e.blocked, 0);
     printf("%s: %d of %d layers' outputs in aBcd16b\n", what, a.e.blocked, m->nlayers);
-    if (kern__conv_have_onednn() && (!mixed || kernels_bf16_compute()))
+    /* blocked where oneDNN gives this processor's convolutions aBcd16b
+     * outputs: always with AVX-512 in float32 (AMX has no float32 tiles),
+     * so in mixed precision too where it computes in float32 (no
+     * AVX512_BF16), and on AVX512_BF16 in bfloat16; else (AVX2's aBcd8b,
+     * AMX's layouts) the plain path, whose bits train_bitwise held */
+    int can = convs_can(&a.e, OP_CONV2D_ON_ONEDNN | OP_CONV2D_BLOCKS, what);
+    if (kern__conv_have_onednn() && kernels_isa_level() >= KERNELS_ISA_AVX512 &&
+        !(mixed && kernels_isa_level() == KERNELS_ISA_AMX))
+        ck_assert_msg(can, "%s: oneDNN gives no convolution aBcd16b here", what);
+    if (can)
         ck_assert_msg(a.e.blocked > 0, "%s: no layer in aBcd16b", what);
+    else
+        ck_assert_int_eq(a.e.blocked, 0);
     net_free(&a, m);
     net_free(&b, plain);
     model_free(m);

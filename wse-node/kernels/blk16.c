@@ -202,7 +202,7 @@ static TBF16 void dy_rows(void *ctx, size_t lo, size_t hi)
 
 int kern__bf16_dy(float *dy, const float *y, uint16_t *plain, uint16_t *tr, int n, int cols)
 {
-    if (n <= 0 || cols <= 0 || !__builtin_cpu_supports("avx512bf16"))
+    if (n <= 0 || cols <= 0 || kernels_isa_level() < KERNELS_ISA_AVX512_BF16)
         return 0;
     dy_job j = {dy, y, plain, tr, (size_t)n, (size_t)cols};
     /* about 64 Ki elements a share at the least */
@@ -255,7 +255,7 @@ static TBF16 void vnni_blocks(void *ctx, size_t lo, size_t hi)
 
 int kern__bf16_vnni_ok(void)
 {
-    return __builtin_cpu_supports("avx512bf16");
+    return kernels_isa_level() >= KERNELS_ISA_AVX512_BF16;
 }
 
 int kern__bf16_vnni(uint16_t *out, const float *f, const uint16_t *h, int k, int n, int ld)
@@ -271,15 +271,15 @@ int kern__bf16_vnni(uint16_t *out, const float *f, const uint16_t *h, int k, int
 int kern__blk16_reorder(kern__blk16_kind kind, void *blk, float *plain, int n, int c, size_t hw)
 {
     if (kind == KERN__BLK16_ROUND_BF16) {
-        if (n <= 0 || c <= 0 || hw == 0 || !__builtin_cpu_supports("avx512bf16"))
+        if (n <= 0 || c <= 0 || hw == 0 || kernels_isa_level() < KERNELS_ISA_AVX512_BF16)
             return 0;
         blk_job r = {blk, plain, (size_t)n * (size_t)c * hw};
         kernels_for((r.hw + 15) / 16, 2048, round_bf16, &r);
         return 1;
     }
-    if (n <= 0 || c <= 0 || c % 16 || hw == 0 || !__builtin_cpu_supports("avx512f"))
+    if (n <= 0 || c <= 0 || c % 16 || hw == 0 || kernels_isa_level() < KERNELS_ISA_AVX512)
         return 0;
-    if (kind == KERN__BLK16_PACK_BF16 && !__builtin_cpu_supports("avx512bf16"))
+    if (kind == KERN__BLK16_PACK_BF16 && kernels_isa_level() < KERNELS_ISA_AVX512_BF16)
         return 0;
     blk_job j = {blk, plain, hw};
     size_t blocks = (size_t)n * (size_t)(c / 16);

@@ -18,6 +18,7 @@
  * bfloat16 instructions leaves the call to the caller's other path. */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,7 +58,8 @@ typedef struct blk_entry {
     blk_view v[NVIEW];
     int ddy_same;               /* the data gradient reads the weight gradient's dY */
     int keeps_x;                /* the forward pass's input view is the weight
-                                 * gradient's, aBcd16b bfloat16 (a kept input serves) */
+                                 * gradient's, in bfloat16 (a kept input serves) */
+    char impl[48];              /* oneDNN's implementation of the forward pass */
     unsigned io;                /* OP_CONV2D_*_BLOCKED: the tensors it can take
                                  * and give in aBcd16b (op_conv2d_blocked_io) */
     size_t fwd_bytes, bwd_bytes; /* workspace each pass needs */
@@ -225,8 +227,11 @@ static int entry_make(blk_entry *e, const op_conv2d_params *p, int bias, int bf1
                      ? OP_CONV2D_IN_BLOCKED
                      : 0);
         e->ddy_same = dnnl_memory_desc_equal(&e->v[V_WDY].md, &e->v[V_DDY].md);
-        e->keeps_x = bf16 && e->v[V_FX].blk16 == 1 + KERN__BLK16_PACK_BF16 &&
-                     dnnl_memory_desc_equal(&e->v[V_FX].md, &e->v[V_WX].md);
+        /* whatever the layout (aBcd16b, AMX's channels-last acdb): the
+         * bytes the forward pass rounded its input into are what the
+         * weight gradient reads where both read one layout */
+        e->keeps_x = bf16 && dnnl_memory_desc_equal(&e->v[V_FX].md, &e->v[V_WX].md);
+        snprintf(e->impl, sizeof(e->impl), "%s", impl[0]);
         e->fwd_bytes = e->v[V_FX].bytes + e->v[V_FW].bytes + e->v[V_FY].bytes + e->scratch_bytes[P_FWD];
         size_t wgrad = e->v[V_WX].bytes + e->v[V_WDW].bytes + e->scratch_bytes[P_BWD_W];
         size_t dgrad = (e->ddy_same ? 0 : e->v[V_DDY].bytes) + e->v[V_DW].bytes + e->v[V_DDX].bytes +
@@ -453,7 +458,73 @@ unsigned kern__conv_blocked_io(int bf16, const op_conv2d_params *p, int bias, si
     return f && b ? f->io & b->io : 0;
 }
 
+/* The name of md's layout among those oneDNN's convolutions pick. */
+static const char *tag_name(const dnnl_memory_desc_t *md)
+{
+    static const struct {
+        dnnl_format_tag_t tag;
+        const char *name;
+    } tags[] = {{dnnl_abcd, "abcd"},       {dnnl_acdb, "acdb"},       {dnnl_aBcd8b, "aBcd8b"},
+                {dnnl_aBcd16b, "aBcd16b"}, {dnnl_aBcd32b, "aBcd32b"}, {dnnl_aBcd4b, "aBcd4b"}};
+    for (size_t i = 0; i < sizeof(tags) / sizeof(tags[0]); i++)
+        if (has_tag(md, md->data_type, tags[i].tag))
+            return tags[i].name;
+    return "another layout";
+}
+
+unsigned kern__conv_blocked_describe(int bf16, const op_conv2d_params *p, int bias,
+                                     size_t ws_bytes, char *out, size_t len)
+{
+    dnnl_stream_t st;
+    dnnl_engine_t eng;
+    if (p->n <= 0 || !kern__dnnl_engine(&eng, &st)) {
+        snprintf(out, len, "no oneDNN engine");
+        return 0;
+    }
+    blk_entry *e = entry_of(p, bias, bf16, eng);
+    if (!e) {
+        snprintf(out, len, "oneDNN has no fast kernel for the shape (only its reference or GEMM "
+                           "ones)");
+        return 0;
+    }
+    size_t need = e->fwd_bytes > e->bwd_bytes ? e->fwd_bytes : e->bwd_bytes;
+    size_t room = ws_bytes > 64 ? ws_bytes - 64 : 0;
+    size_t kb = bf16 ? convplan_conv2d_bf16_kept_bytes(p) : 0;
+    unsigned r = need <= room ? OP_CONV2D_ON_ONEDNN : 0;
+    if (r && e->keeps_x && kb >= e->v[V_FX].bytes)
+        r |= OP_CONV2D_KEEPS_INPUT;
+    int n = snprintf(out, len, "oneDNN %s, input %s, output %s, weight gradient's input %s",
+                     e->impl, tag_name(&e->v[V_FX].md), tag_name(&e->v[V_FY].md),
+                     tag_name(&e->v[V_WX].md));
+    const char *more = need > room ? NULL
+                       : !(e->io & OP_CONV2D_OUT_BLOCKED) ? "; its output not in aBcd16b: "
+                                                            "plain between layers"
+                       : !bf16                            ? ""
+                       : !e->keeps_x  ? "; the input rounded again for the weight gradient "
+                                        "(another layout)"
+                       : !kb          ? "; the input rounded again for the weight gradient "
+                                        "(its channels not in blocks of 16)"
+                       : kb < e->v[V_FX].bytes ? "; the input rounded again for the weight "
+                                                 "gradient (larger than planned)"
+                                               : "; the input kept as rounded";
+    if (n > 0 && (size_t)n < len) {
+        if (!more)
+            snprintf(out + n, len - (size_t)n,
+                     "; a workspace of %zu bytes, below the %zu it needs: float32", room, need);
+        else
+            snprintf(out + n, len - (size_t)n, "%s", more);
+    }
+    return r;
+}
+
 #else /* !KERNELS_HAVE_DNNL */
+
+unsigned kern__conv_blocked_describe(int bf16, const op_conv2d_params *p, int bias,
+                                     size_t ws_bytes, char *out, size_t len)
+{
+    snprintf(out, len, "built without oneDNN");
+    return 0;
+}
 
 int kern__conv_blocked_forward(int bf16, float *out, const float *in, const float *weight,
                                const float *bias, const op_conv2d_params *p, void *ws,
@@ -477,8 +548,41 @@ unsigned kern__conv_blocked_io(int bf16, const op_conv2d_params *p, int bias, si
 
 #endif
 
+/* Mixed precision on a processor without bfloat16 instructions computes
+ * in float32 (op_conv2d_forward_bf16's bits): on float32's blocked
+ * layouts where they serve, so that its blocked groups still form. */
+static int bf16_here(int bf16)
+{
+    return bf16 && kernels_bf16_compute();
+}
+
+unsigned op_conv2d_describe(const op_conv2d_params *p, int bf16, int bias, size_t ws_bytes,
+                            char *out, size_t len)
+{
+    if (bf16 && !kernels_bf16_compute()) {
+        char f32[320];
+        unsigned r = op_conv2d_describe(p, 0, bias, ws_bytes, f32, sizeof(f32));
+        snprintf(out, len, "float32 (no bfloat16 instructions for oneDNN: %s): %s",
+                 kernels_isa_name(kernels_isa_level()), f32);
+        return r;
+    }
+    if (bf16 && !convplan_conv2d_blocked_bf16(p)) {
+        snprintf(out, len, "float32: the planner keeps layers of fewer than 8 outputs or too "
+                           "large for oneDNN's layouts in float32");
+        return 0;
+    }
+    if (!bf16 && (kern__conv_get_path() != KERN__CONV_BLOCKED || !convplan_conv2d_blocked_f32(p))) {
+        snprintf(out, len, "the plain layouts (%s)",
+                 kern__conv_get_path() != KERN__CONV_BLOCKED ? "the path is forced"
+                                                             : "the planner's shape rule");
+        return 0;
+    }
+    return kern__conv_blocked_describe(bf16, p, bias, ws_bytes, out, len);
+}
+
 unsigned op_conv2d_blocked_io(const op_conv2d_params *p, int bf16, int bias, size_t ws_bytes)
 {
+    bf16 = bf16_here(bf16);
     if (bf16 ? !convplan_conv2d_blocked_bf16(p)
              : kern__conv_get_path() != KERN__CONV_BLOCKED || !convplan_conv2d_blocked_f32(p))
         return 0;
@@ -524,6 +628,7 @@ int op_conv2d_forward_io(float *out, const float *in, const float *weight, const
                          size_t ws_bytes, void *keep, size_t keep_bytes)
 {
     int rc = 0;
+    bf16 = bf16_here(bf16);
     if (!blocked) {
         if (bf16)
             return op_conv2d_forward_bf16_keep(out, in, weight, bias, p, ws, ws_bytes, keep,
@@ -558,6 +663,7 @@ int op_conv2d_backward_io(float *din, float *dweight, float *dbias, const float 
                           size_t kept_bytes)
 {
     int rc = 0;
+    bf16 = bf16_here(bf16);
     if (!blocked) {
         if (bf16)
             return op_conv2d_backward_bf16_kept(din, dweight, dbias, dout, in, weight, p, ws,

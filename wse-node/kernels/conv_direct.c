@@ -25,7 +25,7 @@
 int kern__conv3x3_direct_ok(const op_conv2d_params *p, int dgrad)
 {
 #ifdef DIRECT_X86
-    return convplan_conv2d_direct(p, dgrad) && __builtin_cpu_supports("avx512f");
+    return convplan_conv2d_direct(p, dgrad) && kernels_isa_level() >= KERNELS_ISA_AVX512;
 #else
     (void)p, (void)dgrad;
     return 0;

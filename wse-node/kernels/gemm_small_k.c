@@ -5,6 +5,7 @@
  * 32 that is three passes over 256 MiB against the product's 4 GFLOP.
  * Here each element of C is written once, from 16 AVX-512 accumulators
  * (4 rows x 64 columns) that sum over k in order. */
+#include "kernels.h"
 #include "kernels_internal.h"
 
 #include <stdint.h>
@@ -119,7 +120,7 @@ static void sk_task(void *ctx, int tid, int nt)
 int kern__sgemm_small_k(int m, int n, int k, float alpha, const float *a, int lda,
                         const float *b, int ldb, float *c, int ldc)
 {
-    if (!__builtin_cpu_supports("avx512f") || k < 1 || k > 64 || m < 1 || n < 1)
+    if (kernels_isa_level() < KERNELS_ISA_AVX512 || k < 1 || k > 64 || m < 1 || n < 1)
         return -1;
     sk_job g = {.m = m, .n = n, .k = k, .alpha = alpha, .a = a, .b = b, .c = c,
                 .lda = lda, .ldb = ldb, .ldc = ldc};

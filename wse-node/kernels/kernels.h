@@ -106,6 +106,34 @@ int kernels_bf16_compute(void);
 /* The instructions it uses: "amx", "avx512_bf16", or "none". */
 const char *kernels_bf16_isa(void);
 
+/* The instruction sets the kernels' own vector code chooses between, in
+ * order: each includes the ones before it. */
+typedef enum kernels_isa {
+    KERNELS_ISA_BASE,        /* none of the kernels' own vector code */
+    KERNELS_ISA_AVX2,        /* AVX2 and FMA */
+    KERNELS_ISA_AVX512,      /* AVX-512 F, BW, VL and DQ */
+    KERNELS_ISA_AVX512_BF16, /* and AVX512_BF16 */
+    KERNELS_ISA_AMX,         /* and AMX's tiles for bfloat16 */
+} kernels_isa;
+
+/* The processor's set, and the set the kernels use: the processor's
+ * capped by ONEDNN_MAX_CPU_ISA (or DNNL_MAX_CPU_ISA), the variable that
+ * caps oneDNN's own kernels, in its spelling (AVX2, AVX512_CORE,
+ * AVX512_CORE_BF16, AVX512_CORE_AMX, ...), so that one setting makes a
+ * machine take every path of an older one: the direct convolutions, the
+ * packing into aBcd16b and the small GEMMs then run where that machine
+ * would run them. Read once. (The elementwise loops built as processor
+ * clones by the compiler, whose bits do not depend on the clone, follow
+ * the processor.) */
+kernels_isa kernels_isa_processor(void);
+kernels_isa kernels_isa_level(void);
+/* oneDNN's name of a set (lower case: "avx2", "avx512_core_bf16", ...). */
+const char *kernels_isa_name(kernels_isa isa);
+/* The set a value of ONEDNN_MAX_CPU_ISA allows, into *cap: 0, or -1 for
+ * a name oneDNN does not know (oneDNN then ignores it, and so do the
+ * kernels). */
+int kernels_isa_cap_of(const char *value, kernels_isa *cap);
+
 /* Seconds the kernels have spent in this process moving operands between
  * the executor's plain float32 tensors and what oneDNN computes on: the
  * reorders into and out of its blocked layouts, and the rounding of

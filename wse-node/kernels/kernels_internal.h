@@ -168,6 +168,9 @@ int kern__conv_blocked_backward(int bf16, float *din, float *dweight, float *dbi
 /* The OP_CONV2D_*_BLOCKED tensors shape p's blocked convolution can take
  * and give in aBcd16b with a workspace of ws_bytes (at any alignment): 0
  * where it does not run. */
+/* op_conv2d_describe's words and bits for oneDNN's blocked path. */
+unsigned kern__conv_blocked_describe(int bf16, const struct op_conv2d_params *p, int bias,
+                                     size_t ws_bytes, char *out, size_t len);
 unsigned kern__conv_blocked_io(int bf16, const struct op_conv2d_params *p, int bias,
                                size_t ws_bytes);
 

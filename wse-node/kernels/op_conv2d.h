@@ -78,6 +78,24 @@ int op_conv2d_backward_bf16_kept(float *din, float *dweight, float *dbias, const
  * answer every time for the same arguments on one processor. */
 unsigned op_conv2d_blocked_io(const op_conv2d_params *p, int bf16, int bias, size_t ws_bytes);
 
+/* How the convolution of shape p runs in mixed precision (bf16) or
+ * float32 with ws_bytes of workspace, for logs and tests: into out (len
+ * bytes, always terminated) the path, and on oneDNN's own layouts its
+ * implementation, the layouts of the input, the output and the weight
+ * gradient's input (oneDNN picks them per processor: aBcd16b with
+ * AVX-512, aBcd8b with AVX2, channels-last acdb with AMX), or why it does
+ * not run there. Returns OP_CONV2D_ON_ONEDNN when it computes on oneDNN's
+ * layouts (in bfloat16 for bf16), and OP_CONV2D_KEEPS_INPUT when
+ * op_conv2d_forward_bf16_keep keeps its input for the weight gradient
+ * (returns 2) given convplan_conv2d_bf16_kept_bytes(p) bytes. */
+#define OP_CONV2D_ON_ONEDNN 4u
+#define OP_CONV2D_KEEPS_INPUT 8u
+unsigned op_conv2d_describe(const op_conv2d_params *p, int bf16, int bias, size_t ws_bytes,
+                            char *out, size_t len);
+
+/* Where the processor has no bfloat16 path, the calls below given bf16
+ * compute as float32 ones (op_conv2d_forward_bf16's bits), on float32's
+ * blocked layouts where they serve, and return what those return. */
 /* op_conv2d_forward_bf16_keep (bf16, returning what it returns) or
  * op_conv2d_forward (0, or 1 where it ran with blocked tensors) and the
  * backward passes likewise, with the tensors `blocked` names in

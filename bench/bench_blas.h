@@ -20,8 +20,10 @@ static inline int bench_blas_guard(char **argv)
         fprintf(stderr, "%s\n", err);
         return -1;
     }
-    fprintf(stderr, "blas: OpenBLAS core %s%s%s\n", blas.core, blas.failed[0] ? ", after core " : "",
-           blas.failed[0] ? blas.failed : "");
+    fprintf(stderr, "blas: OpenBLAS core %s%s%s%s%s%s%s\n", blas.core,
+            blas.failed[0] ? ", after core " : "", blas.failed[0] ? blas.failed : "",
+            blas.named[0] ? ", where OpenBLAS named " : "", blas.named, blas.tried[0] ? ": " : "",
+            blas.tried);
     return 0;
 }
 

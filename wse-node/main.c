@@ -39,6 +39,13 @@ int main(int argc, char **argv)
     if (w.blas.failed[0])
         log_warn("OpenBLAS core %s failed its start-up self-check (%s): the kernels run on core "
                  "type %s", w.blas.failed, w.blas.why, w.blas.core);
+    else if (w.blas.named[0])
+        log_info("OpenBLAS named core %s, older than this processor (%s) allows: tried %s; "
+                 "the kernels run on core type %s, the fastest that passed its self-check",
+                 w.blas.named, kernels_isa_name(kernels_isa_level()), w.blas.tried, w.blas.core);
+    else if (w.blas.tried[0])
+        log_info("OpenBLAS core %s passed its start-up self-check; newer cores were no faster "
+                 "here (%s)", w.blas.core, w.blas.tried);
     else
         log_info("OpenBLAS core %s passed its start-up self-check", w.blas.core);
     if (strcmp(kernels_bf16_isa(), "none") != 0)

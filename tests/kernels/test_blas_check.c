@@ -78,8 +78,50 @@ START_TEST(test_fallback_chain)
 }
 END_TEST
 
+/* The newer cores a processor allows, by its instruction set; none for
+ * the newest, and none for a name the table does not know. */
+START_TEST(test_better_cores)
+{
+    const char *out[8];
+    int n = blas_better_cores("Prescott", KERNELS_ISA_AVX512_BF16, out, 8);
+    ck_assert_int_eq(n, 4);
+    ck_assert_str_eq(out[0], "Cooperlake");
+    ck_assert_str_eq(out[1], "SkylakeX");
+    n = blas_better_cores("prescott", KERNELS_ISA_AVX512, out, 8);
+    ck_assert_int_eq(n, 3);
+    ck_assert_str_eq(out[0], "SkylakeX");
+    n = blas_better_cores("Haswell", KERNELS_ISA_AVX512, out, 8);
+    ck_assert_int_eq(n, 1);
+    ck_assert_str_eq(out[0], "SkylakeX");
+    ck_assert_int_eq(blas_better_cores("Sandybridge", KERNELS_ISA_AVX2, out, 8), 2);
+    ck_assert_int_eq(blas_better_cores("Haswell", KERNELS_ISA_AVX2, out, 8), 0);
+    ck_assert_int_eq(blas_better_cores("Cooperlake", KERNELS_ISA_AMX, out, 8), 0);
+    ck_assert_int_eq(blas_better_cores("Prescott", KERNELS_ISA_BASE, out, 8), 0);
+    ck_assert_int_eq(blas_better_cores("SapphireRapids", KERNELS_ISA_AMX, out, 8), 0);
+    ck_assert_int_eq(blas_better_cores("Prescott", KERNELS_ISA_AVX512_BF16, out, 1), 1);
+}
+END_TEST
+
+/* A probe starts this program again on the core asked for, checks and
+ * times it: Prescott's SSE3 kernels run anywhere, and on a processor with
+ * AVX2 Haswell's run faster. */
+START_TEST(test_probe_times_a_core)
+{
+    double slow, fast;
+    char why[256] = "";
+    ck_assert_msg(blas_probe_core("Prescott", &slow, why, sizeof(why)) == 0, "%s", why);
+    ck_assert(slow > 0);
+    if (kernels_isa_processor() >= KERNELS_ISA_AVX2) {
+        ck_assert_msg(blas_probe_core("Haswell", &fast, why, sizeof(why)) == 0, "%s", why);
+        printf("sgemm 256^3 on one thread: Prescott %.1f, Haswell %.1f GFLOP/s\n", slow, fast);
+        ck_assert_msg(fast > slow, "Haswell %.1f, Prescott %.1f GFLOP/s", fast, slow);
+    }
+}
+END_TEST
+
 START_TEST(test_guard_reports_the_core)
 {
+    setenv("APPLIANCE_BLAS_SEARCH", "off", 1); /* a search would start this test again */
     blas_status st;
     char err[256] = "";
     char *argv[] = {"test", NULL};
@@ -101,6 +143,8 @@ int main(void)
     tcase_add_test(tc, test_wrong_element_fails);
     tcase_add_test(tc, test_signal_fails);
     tcase_add_test(tc, test_fallback_chain);
+    tcase_add_test(tc, test_better_cores);
+    tcase_add_test(tc, test_probe_times_a_core);
     tcase_add_test(tc, test_guard_reports_the_core);
     suite_add_tcase(s, tc);
     return kt_run(s);

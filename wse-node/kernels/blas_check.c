@@ -11,10 +11,20 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+
+#include "kernels.h"
 
 /* Where a failed core is noted across the guard's exec: "CORE\nWHY". */
 #define FAILED_ENV "APPLIANCE_BLAS_FAILED"
+static int blas_search(char **argv, blas_status *st, char *err, size_t errlen);
+
+/* Where the search's findings are noted across the guard's exec:
+ * "NAMED\nWHAT WAS TRIED". */
+#define CHOSEN_ENV "APPLIANCE_BLAS_CHOSEN"
+/* Set in a probe's environment: the descriptor it answers on. */
+#define PROBE_ENV "APPLIANCE_BLAS_PROBE"
 
 void blas_sgemm_openblas(int ta, int tb, int m, int n, int k, float alpha, const float *a,
                          int lda, const float *b, int ldb, float beta, float *c, int ldc)
@@ -198,10 +208,22 @@ int blas_guard(char **argv, blas_status *st, char *err, size_t errlen)
         if (nl)
             copy_word(st->why, sizeof(st->why), nl + 1, strlen(nl + 1));
     }
+    const char *chosen = getenv(CHOSEN_ENV);
+    if (chosen) { /* this image runs the core a search chose: say what it found */
+        const char *nl = strchr(chosen, '\n');
+        copy_word(st->named, sizeof(st->named), chosen, nl ? (size_t)(nl - chosen) : strlen(chosen));
+        if (nl)
+            copy_word(st->tried, sizeof(st->tried), nl + 1, strlen(nl + 1));
+    }
     char why[256];
     if (blas_selfcheck_isolated(blas_sgemm_openblas, why, sizeof(why)) == 0) {
         unsetenv(FAILED_ENV); /* not inherited by what this program starts */
-        return 0;
+        if (chosen) {
+            unsetenv(CHOSEN_ENV);
+            unsetenv("OPENBLAS_CORETYPE");
+            return 0;
+        }
+        return noted ? 0 : blas_search(argv, st, err, errlen);
     }
     const char *next = blas_fallback_core(st->core);
     if (noted || !next) {
@@ -222,5 +244,221 @@ int blas_guard(char **argv, blas_status *st, char *err, size_t errlen)
     execv("/proc/self/exe", argv);
     snprintf(err, errlen, "OpenBLAS core %s fails its self-check (%s) and the program cannot "
              "start again with core type %s: %s", st->core, why, next, strerror(errno));
+    return -1;
+}
+
+/* ---- the search for the best core ---- */
+
+/* OpenBLAS's x86-64 core types in the order of what they need, each with
+ * the instruction set of ours that allows it (older ones: any). */
+static const struct {
+    const char *name;
+    int rank;
+    kernels_isa needs;
+} cores[] = {
+    {"Prescott", 0, KERNELS_ISA_BASE},    {"Core2", 1, KERNELS_ISA_BASE},
+    {"Penryn", 1, KERNELS_ISA_BASE},      {"Dunnington", 1, KERNELS_ISA_BASE},
+    {"Nehalem", 2, KERNELS_ISA_BASE},     {"Atom", 0, KERNELS_ISA_BASE},
+    {"Opteron", 0, KERNELS_ISA_BASE},     {"Barcelona", 1, KERNELS_ISA_BASE},
+    {"Bobcat", 1, KERNELS_ISA_BASE},      {"Bulldozer", 2, KERNELS_ISA_BASE},
+    {"Piledriver", 2, KERNELS_ISA_BASE},  {"Steamroller", 2, KERNELS_ISA_BASE},
+    {"Excavator", 2, KERNELS_ISA_BASE},   {"Sandybridge", 3, KERNELS_ISA_BASE},
+    {"Haswell", 4, KERNELS_ISA_AVX2},     {"Zen", 4, KERNELS_ISA_AVX2},
+    {"SkylakeX", 5, KERNELS_ISA_AVX512},  {"Cooperlake", 6, KERNELS_ISA_AVX512_BF16},
+};
+#define NCORES (sizeof(cores) / sizeof(cores[0]))
+
+static int core_index(const char *name)
+{
+    for (size_t i = 0; name && i < NCORES; i++)
+        if (strcasecmp(cores[i].name, name) == 0)
+            return (int)i;
+    return -1;
+}
+
+int blas_better_cores(const char *named, kernels_isa isa, const char **out, int max)
+{
+    int at = core_index(named), n = 0;
+    if (at < 0) /* a core this table does not know: newer than it, or another family */
+        return 0;
+    /* the newest first: the likeliest fastest */
+    for (int i = (int)NCORES - 1; i >= 0 && n < max; i--)
+        if (cores[i].rank > cores[at].rank && cores[i].needs > KERNELS_ISA_BASE &&
+            cores[i].needs <= isa)
+            out[n++] = cores[i].name;
+    return n;
+}
+
+static double now_sec(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The probe's timing: square single-threaded GEMMs of the size the
+ * kernels' split GEMMs hand each thread, the fastest of a few rounds
+ * (about 0.1 s in all). GFLOP/s, or a negative number without memory. */
+static double probe_speed(void)
+{
+    enum { N = 256 };
+    float *a = malloc(sizeof(float) * N * N), *b = malloc(sizeof(float) * N * N);
+    float *c = malloc(sizeof(float) * N * N);
+    double best = -1;
+    if (a && b && c) {
+        uint32_t s = 12345;
+        for (int i = 0; i < N * N; i++) {
+            a[i] = lcg_unit(&s);
+            b[i] = lcg_unit(&s);
+        }
+        openblas_set_num_threads(1);
+        blas_sgemm_openblas(0, 0, N, N, N, 1.0f, a, N, b, N, 0.0f, c, N); /* warm */
+        for (int round = 0; round < 5; round++) {
+            int reps = 0;
+            double t0 = now_sec(), t;
+            do {
+                blas_sgemm_openblas(0, 0, N, N, N, 1.0f, a, N, b, N, 0.0f, c, N);
+                reps++;
+            } while ((t = now_sec() - t0) < 0.02);
+            double g = 2.0 * N * N * N * reps / t * 1e-9;
+            if (g > best)
+                best = g;
+        }
+    }
+    free(a);
+    free(b);
+    free(c);
+    return best;
+}
+
+/* A probe is this program started again with PROBE_ENV set: before its
+ * main, with OpenBLAS loaded on the core type in its environment, it
+ * checks the kernels, times them, answers "ok GFLOPS" or "fail WHY" on
+ * the descriptor and exits. */
+__attribute__((constructor)) static void blas_probe_main(void)
+{
+    const char *fdv = getenv(PROBE_ENV);
+    if (!fdv)
+        return;
+    int fd = atoi(fdv);
+    char why[256], line[320];
+    if (blas_selfcheck(blas_sgemm_openblas, why, sizeof(why)) < 0)
+        snprintf(line, sizeof(line), "fail %s\n", why);
+    else
+        snprintf(line, sizeof(line), "ok %.3f\n", probe_speed());
+    ssize_t w = write(fd, line, strlen(line));
+    (void)w;
+    _exit(0);
+}
+
+int blas_probe_core(const char *core, double *gflops, char *why, size_t whylen)
+{
+    int fd[2];
+    *gflops = 0;
+    if (pipe(fd) < 0) {
+        snprintf(why, whylen, "pipe: %s", strerror(errno));
+        return -1;
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        snprintf(why, whylen, "fork: %s", strerror(errno));
+        close(fd[0]);
+        close(fd[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        close(fd[0]);
+        char v[16];
+        snprintf(v, sizeof(v), "%d", fd[1]);
+        setenv(PROBE_ENV, v, 1);
+        setenv("OPENBLAS_CORETYPE", core, 1);
+        unsetenv(FAILED_ENV);
+        unsetenv(CHOSEN_ENV);
+        char *args[] = {(char *)"blas-probe", NULL};
+        execv("/proc/self/exe", args);
+        _exit(127);
+    }
+    close(fd[1]);
+    char msg[320];
+    size_t got = 0;
+    for (;;) {
+        ssize_t r = read(fd[0], msg + got, sizeof(msg) - 1 - got);
+        if (r > 0 && (got += (size_t)r) < sizeof(msg) - 1)
+            continue;
+        if (r < 0 && errno == EINTR)
+            continue;
+        break;
+    }
+    msg[got] = 0;
+    close(fd[0]);
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    char *nl = strchr(msg, '\n');
+    if (nl)
+        *nl = 0;
+    if (WIFSIGNALED(status)) {
+        snprintf(why, whylen, "sgemm died of signal %d (%s)", WTERMSIG(status),
+                 strsignal(WTERMSIG(status)));
+        return -1;
+    }
+    if (strncmp(msg, "ok ", 3) == 0) {
+        *gflops = strtod(msg + 3, NULL);
+        return *gflops > 0 ? 0 : -1;
+    }
+    snprintf(why, whylen, "%s", strncmp(msg, "fail ", 5) == 0 ? msg + 5
+                               : msg[0]                       ? msg
+                                                              : "the probe did not answer");
+    return -1;
+}
+
+/* When OpenBLAS named a core older than the processor allows (and nobody
+ * chose one): each newer core the instruction set allows, and the named
+ * one, probed; the fastest that computes right kept by executing the
+ * program again on it when it beats the named one by a tenth. 0 to go on
+ * as it is (st->tried says what was found), -1 after a failed exec. */
+static int blas_search(char **argv, blas_status *st, char *err, size_t errlen)
+{
+    const char *better[NCORES];
+    int nb = blas_better_cores(st->core, kernels_isa_level(), better, (int)NCORES);
+    const char *off = getenv("APPLIANCE_BLAS_SEARCH");
+    if (nb == 0 || getenv("OPENBLAS_CORETYPE") || (off && strcmp(off, "off") == 0))
+        return 0;
+    char why[256];
+    double base, best_g;
+    if (blas_probe_core(st->core, &base, why, sizeof(why)) < 0)
+        base = 0;
+    const char *best = st->core;
+    best_g = base;
+    size_t used = (size_t)snprintf(st->tried, sizeof(st->tried), "%s %.0f", st->core, base);
+    for (int i = 0; i < nb; i++) {
+        double g;
+        int ok = blas_probe_core(better[i], &g, why, sizeof(why)) == 0;
+        if (used < sizeof(st->tried) && ok)
+            used += (size_t)snprintf(st->tried + used, sizeof(st->tried) - used, ", %s %.0f",
+                                     better[i], g);
+        else if (used < sizeof(st->tried))
+            used += (size_t)snprintf(st->tried + used, sizeof(st->tried) - used,
+                                     ", %s failed (%s)", better[i], why);
+        if (ok && g > best_g) {
+            best_g = g;
+            best = better[i];
+        }
+    }
+    if (used < sizeof(st->tried))
+        snprintf(st->tried + used, sizeof(st->tried) - used, " GFLOP/s");
+    if (best == st->core || best_g < 1.1 * base)
+        return 0;
+    char note[sizeof(st->tried) + 40];
+    snprintf(note, sizeof(note), "%s\n%s", st->core, st->tried);
+    if (setenv(CHOSEN_ENV, note, 1) < 0 || setenv("OPENBLAS_CORETYPE", best, 1) < 0) {
+        unsetenv(CHOSEN_ENV);
+        return 0; /* on as it is */
+    }
+    fflush(NULL);
+    execv("/proc/self/exe", argv);
+    snprintf(err, errlen, "OpenBLAS core %s is faster here than the %s it named, and the "
+             "program cannot start again with it: %s", best, st->core, strerror(errno));
     return -1;
 }

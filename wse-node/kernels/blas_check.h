@@ -10,6 +10,8 @@
 
 #include <stddef.h>
 
+#include "kernels.h"
+
 /* A row-major single-precision GEMM, C = alpha op(A) op(B) + beta C, with
  * ta/tb nonzero for a transposed operand (cblas_sgemm's contract). */
 typedef void (*blas_sgemm_fn)(int ta, int tb, int m, int n, int k, float alpha, const float *a,
@@ -35,15 +37,36 @@ int blas_selfcheck_isolated(blas_sgemm_fn gemm, char *err, size_t errlen);
  * Prescott; never `failed` itself. NULL when none is left. */
 const char *blas_fallback_core(const char *failed);
 
+/* The core types newer than `named` that the instruction set isa allows
+ * (kernels_isa_level: the processor's, capped), the newest first, into
+ * out (at most max): Cooperlake with AVX512_BF16, SkylakeX with AVX-512,
+ * Haswell and Zen with AVX2. None for a core the table does not know. */
+int blas_better_cores(const char *named, kernels_isa isa, const char **out, int max);
+
+/* Starts this program again with OpenBLAS on core type `core`: before its
+ * main it checks that core's sgemm (blas_selfcheck) and times it (square
+ * single-threaded GEMMs of 256). 0 with *gflops, or -1 with why (a wrong
+ * value, a signal). */
+int blas_probe_core(const char *core, double *gflops, char *why, size_t whylen);
+
 /* What the guard found. */
 typedef struct blas_status {
     char core[32];        /* the core type OpenBLAS runs (its corename) */
     char failed[32];      /* the core that failed before a fallback, or "" */
     char why[256];        /* how it failed */
+    char named[32];       /* the core OpenBLAS named, where a search chose another, or "" */
+    char tried[512];      /* the search's findings ("Haswell 38, SkylakeX 71 GFLOP/s"), or "" */
 } blas_status;
 
 /* The guard, first thing in a program's main, before any thread starts:
- * checks OpenBLAS's kernels in a child; when they fail, sets
+ * checks OpenBLAS's kernels in a child. When they pass but OpenBLAS named
+ * a core older than the processor allows (Prescott on an AVX-512 machine
+ * whose model the library does not know), and neither OPENBLAS_CORETYPE
+ * nor APPLIANCE_BLAS_SEARCH=off is set, probes the named core and each
+ * newer one the processor allows (blas_probe_core) and, when the fastest
+ * that computes right beats the named one by a tenth, executes the
+ * program again on it (st->named and st->tried then say what was found,
+ * for the log). When they fail, sets
  * OPENBLAS_CORETYPE to blas_fallback_core and executes the program again
  * (OpenBLAS reads it only when it loads), noting the failure in the
  * environment so that the new image reports it in *st. Returns 0 with *st

@@ -59,8 +59,8 @@ uint64_t hosts_declared_bytes(const member *mb)
 {
     if (mb->role == APPLIANCE__ROLE__ROLE_WSE_NODE)
         return mb->wafer_memory;
-    if (mb->role == APPLIANCE__ROLE__ROLE_MEMORYX && mb->host_memory && mb->memory < mb->host_memory)
-        return mb->memory;
+    if (mb->role == APPLIANCE__ROLE__ROLE_MEMORYX && mb->host_memory && mb->memory != mb->host_memory)
+        return mb->memory; /* its --memory: without one it offers the host's */
     return 0;
 }
 

@@ -509,6 +509,10 @@ START_TEST(hosts_declared_per_host)
     ck_assert(hosts_declared_over(&ms, &v[4], out, sizeof(out)));
     ck_assert_msg(strstr(out, "host b has 8.0 GiB and its members declare 9.0 GiB: w3 6.0 GiB of "
                               "wafer memory, mx-b 3.0 GiB of memory (--memory);"), "%s", out);
+    v[4].memory = 100 * G; /* a --memory beyond the host */
+    ck_assert(hosts_declared_over(&ms, &v[3], out, sizeof(out)));
+    ck_assert_msg(strstr(out, "declare 106.0 GiB: w3 6.0 GiB of wafer memory, mx-b 100.0 GiB of "
+                              "memory (--memory);"), "%s", out);
     v[1].state = APPLIANCE__MEMBER_STATE__MEMBER_LOST;
     ck_assert(!hosts_declared_over(&ms, &v[0], out, sizeof(out)));
 }

@@ -12,7 +12,7 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "Usage: st-compare A.safetensors B.safetensors [--rtol R] [--atol A]\n"
+            "Usage: st-compare A.safetensors B.safetensors [--rtol R] [--atol A] [--moved INIT]\n"
             "\n"
             "Compares every tensor of A with the tensor of the same name in B\n"
             "(both must hold the same names and shapes). A or B may list several\n"
@@ -22,7 +22,15 @@ static void usage(FILE *f)
             "Exit status: 0 if every tensor has rel <= R (default 1e-5) or maxabs <= A\n"
             "(default 0: a tensor whose values are all near zero, such as a bias a\n"
             "norm cancels, may differ in relative terms and still agree), 1 otherwise or on a\n"
-            "mismatch of names or shapes, 2 when a file cannot be read.\n");
+            "mismatch of names or shapes, 2 when a file cannot be read.\n"
+            "\n"
+            "--moved INIT measures each difference against how far training moved the\n"
+            "tensor from INIT (the checkpoint both runs started from, with the same\n"
+            "names and shapes): rel is then ||a-b||/||a-init||, printed with\n"
+            "moved=||a-init||, so that two runs which sum in other orders (other\n"
+            "processors, thread counts, partitions) are held to a bound of their own\n"
+            "scale rather than of the weights' size. A tensor training did not move\n"
+            "must then be equal (or within A).\n");
 }
 
 /* Element j of tensor i as a double; false for dtypes not compared. */
@@ -113,7 +121,7 @@ static bool side_find(const side *sd, const char *name, ref *r)
 
 int main(int argc, char **argv)
 {
-    const char *path[2] = {NULL, NULL};
+    const char *path[2] = {NULL, NULL}, *init_path = NULL;
     int npath = 0;
     double rtol = 1e-5, atol = 0;
     for (int i = 1; i < argc; i++) {
@@ -134,6 +142,14 @@ int main(int argc, char **argv)
             *(r ? &rtol : &atol) = x;
             continue;
         }
+        if (strcmp(argv[i], "--moved") == 0 || strncmp(argv[i], "--moved=", 8) == 0) {
+            init_path = argv[i][7] == '=' ? argv[i] + 8 : (i + 1 < argc ? argv[++i] : NULL);
+            if (!init_path || !*init_path) {
+                fprintf(stderr, "st-compare: --moved needs the initial checkpoint\n");
+                return 2;
+            }
+            continue;
+        }
         if (argv[i][0] == '-' && argv[i][1]) {
             fprintf(stderr, "st-compare: unknown option \"%s\" (see --help)\n", argv[i]);
             return 2;
@@ -149,7 +165,7 @@ int main(int argc, char **argv)
         return 2;
     }
 
-    static side a, b;
+    static side a, b, c;
     if (side_open(&a, path[0]) < 0) {
         side_close(&a);
         return 2;
@@ -157,6 +173,12 @@ int main(int argc, char **argv)
     if (side_open(&b, path[1]) < 0) {
         side_close(&a);
         side_close(&b);
+        return 2;
+    }
+    if (init_path && side_open(&c, init_path) < 0) {
+        side_close(&a);
+        side_close(&b);
+        side_close(&c);
         return 2;
     }
 
@@ -194,13 +216,22 @@ int main(int argc, char **argv)
     for (size_t fa = 0; fa < a.n; fa++)
         for (size_t i = 0; i < st_count(a.f[fa]); i++) {
             const st_file *af = a.f[fa];
-            ref r = {0};
+            ref r = {0}, r0 = {0};
             side_find(&b, st_name(af, i), &r); /* found: names were checked above */
+            if (init_path) {
+                if (!side_find(&c, st_name(af, i), &r0) || !same_shape(af, i, r0.f, r0.i)) {
+                    fprintf(stderr, "st-compare: tensor \"%s\" is not in %s with the same "
+                            "shape\n", st_name(af, i), init_path);
+                    rc = 1;
+                    continue;
+                }
+            }
             size_t n = st_numel(af, i);
             double diff2 = 0, norm2 = 0, maxabs = 0;
             for (size_t j = 0; j < n; j++) {
-                double x, y;
-                if (!value_at(af, i, j, &x) || !value_at(r.f, r.i, j, &y)) {
+                double x, y, x0 = 0;
+                if (!value_at(af, i, j, &x) || !value_at(r.f, r.i, j, &y) ||
+                    (init_path && !value_at(r0.f, r0.i, j, &x0))) {
                     fprintf(stderr, "st-compare: tensor \"%s\": cannot compare dtypes %s and %s\n",
                             st_name(af, i), st_dtype_name(st_type(af, i)),
                             st_dtype_name(st_type(r.f, r.i)));
@@ -209,18 +240,24 @@ int main(int argc, char **argv)
                 }
                 double d = fabs(x - y);
                 diff2 += d * d;
-                norm2 += x * x;
+                norm2 += (x - x0) * (x - x0); /* x0 is 0 without --moved */
                 /* A NaN must show, not be skipped as fmax would. */
                 if (isnan(d) || d > maxabs)
                     maxabs = d;
             }
             double rel = sqrt(diff2) / fmax(sqrt(norm2), 1e-30);
-            printf("%s rel=%.6e maxabs=%.6e\n", st_name(af, i), rel, maxabs);
+            if (init_path)
+                printf("%s rel=%.6e maxabs=%.6e moved=%.6e\n", st_name(af, i), rel, maxabs,
+                       sqrt(norm2));
+            else
+                printf("%s rel=%.6e maxabs=%.6e\n", st_name(af, i), rel, maxabs);
             if (!(rel <= rtol) && !(maxabs <= atol))
                 rc = 1;
         }
 out:
     side_close(&a);
     side_close(&b);
+    if (init_path)
+        side_close(&c);
     return rc;
 }

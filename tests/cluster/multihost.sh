@@ -159,7 +159,7 @@ echo "ok: a partitioned wse-node (5 s) is noticed on both sides; the job recover
 # (SGD: Adam's first steps magnify the rounding of gradients near zero into
 # relative differences of its updates).
 ujob() { # ujob NAME NUM_CSX PARTS: 3 steps with an evaluation, model_dir under $work
-  sed -e "s/^num_csx = .*/num_csx = $2\nspatial_partitions = $3/" -e "s/^max_steps = .*/max_steps = 3/" \
+  sed -e "s/^num_csx = .*/num_csx = $2\nspatial_partitions = $3\nsave_initial_checkpoint = true/" -e "s/^max_steps = .*/max_steps = 3/" \
     -e "s/^eval_frequency = .*/eval_frequency = 3/" -e "s|^input_shape = .*|input_shape = [3, 128, 128]|" \
     -e "s|^model_dir = .*|model_dir = \"$work/$1\"|" -e '/^\[optimizer\]/,$d' "$src/examples/unet.toml" >"$work/$1.toml"
   printf '[optimizer]\noptimizer_type = "sgd"\nlearning_rate = 0.02\nmomentum = 0.9\n' >>"$work/$1.toml"
@@ -203,8 +203,13 @@ echo "ok: test accuracy across hosts $acc, on loopback $lacc (in $((SECONDS - t0
 ujob whole 1 1
 submit_job "$work/whole.out" env $(cat "$loop/env") "$build/client/appliance-submit" --json whole.toml ||
   fail "whole-sample U-Net: $(cat "$work/whole.out")"
+# each tensor within 1e-3 of how far the 3 steps moved it (st-compare
+# --moved; the sums of the stripes and the whole samples go in other orders,
+# whose rounding grows with the steps, not with the weights' size)
 "$build/client/st-compare" "$work/whole/checkpoint_3-shard1-of-1.safetensors" \
-  "$work/striped/checkpoint_3-shard1-of-1.safetensors" --rtol 1e-4 --atol 1e-6 >"$work/ucmp" ||
+  "$work/striped/checkpoint_3-shard1-of-1.safetensors" --rtol 1e-3 \
+  --moved "$work/whole/checkpoint_0-shard1-of-1.safetensors" >"$work/ucmp" ||
   { cat "$work/ucmp"; fail "the U-Net in 4 stripes across hosts differs from whole samples on loopback"; }
-echo "ok: the U-Net in 4 stripes across hosts agrees with whole samples on loopback within 1e-4 (or 1e-6 absolute for tensors near zero)"
+worst=$(sed 's/ rel=/ /; s/ maxabs=.*//' "$work/ucmp" | sort -k2 -g | tail -1)
+echo "ok: the U-Net in 4 stripes across hosts agrees with whole samples on loopback within 1e-3 of how far training moved each tensor (the worst: ${worst% *}, ${worst#* } of its move)"
 echo "1 passed, 0 failed"

@@ -2,12 +2,12 @@
 # Cluster test: spatial partitions. Each 256x256 sample split into K
 # horizontal stripes on K wse-nodes, which exchange halo rows over direct
 # links and total their norms' and loss's sums on the swarmx tree, trains
-# 5 steps to the weights of the unpartitioned run within 1e-4, K = 2 and
-# K = 4, for a U-Net with batch norm, max pooling and transposed
+# 5 steps to the weights of the unpartitioned run (each tensor within 1e-3
+# of how far training moved it), K = 2 and K = 4, for a U-Net with batch norm, max pooling and transposed
 # convolutions and one with group norm, average pooling and bilinear
 # upsampling, both with the BCE + Dice loss. Synchronised batch norm over
 # 2 replicas, of 2 stripes or of whole samples, equals 1 replica of the
-# whole batch (1e-5). Stripes of unequal height (264 rows in 4) agree too;
+# whole batch (the same bound). Stripes of unequal height (264 rows in 4) agree too;
 # a height with fewer slices than stripes is refused with the numbers. A
 # stripe's wse-node killed mid-training is recovered like any fault.
 set -euo pipefail
@@ -129,6 +129,7 @@ job() { # NAME LAYERS NUM_CSX PARTS BATCH [EXTRA_RUNCONFIG] [STEPS]
 max_steps = ${7:-5}
 log_steps = 5
 seed = 6
+save_initial_checkpoint = true
 num_csx = $3
 spatial_partitions = $4
 model_dir = "$work/$1"
@@ -158,11 +159,19 @@ run_job() { # NAME ...job args: trains it, prints the final checkpoint
   echo "$work/$1/checkpoint_5-shard1-of-1.safetensors"
 }
 
-compare() { # A B RTOL WHAT
-  "$build/client/st-compare" "$1" "$2" --rtol "$3" >"$work/cmp" ||
-    { cat "$work/cmp"; fail "$4"; }
+# compare A B WHAT: each tensor of the two final checkpoints within a
+# fraction of how far training moved it from the initial checkpoint of A's
+# run (st-compare --moved): runs that sum in other orders (stripes,
+# replicas, and oneDNN's kernels, which differ between processors) differ
+# by rounding that grows with the steps, not with the weights' size; a
+# wrong halo or sum differs by a share of the move itself
+moved_rtol=${SPATIAL_MOVED_RTOL:-1e-3}
+compare() {
+  local init="${1%/*}/checkpoint_0-shard1-of-1.safetensors"
+  "$build/client/st-compare" "$1" "$2" --rtol "$moved_rtol" --moved "$init" >"$work/cmp" ||
+    { cat "$work/cmp"; fail "$3"; }
   worst=$(sed 's/ rel=/ /; s/ maxabs=.*//' "$work/cmp" | sort -k2 -g | tail -1)
-  echo "ok: $4 (the worst tensor: ${worst% *}, relative difference ${worst#* })"
+  echo "ok: $3 within $moved_rtol of how far training moved each tensor (the worst: ${worst% *}, ${worst#* } of its move)"
 }
 
 for net in bn gn; do
@@ -170,7 +179,7 @@ for net in bn gn; do
   whole=$(run_job "${net}_whole" "${!layers}" 1 1 2)
   for k in 2 4; do
     parts=$(run_job "${net}_k$k" "${!layers}" "$k" "$k" 2)
-    compare "$whole" "$parts" 1e-4 "$net: 5 steps in $k stripes agree with whole samples within 1e-4"
+    compare "$whole" "$parts" "$net: 5 steps in $k stripes agree with whole samples"
   done
 done
 grep -q "halo" "$run"/logs/wse-node-*.log || true
@@ -178,11 +187,11 @@ grep -q "halo" "$run"/logs/wse-node-*.log || true
 # synchronised batch norm: 2 replicas of 2 stripes, 2 samples each, against one of 4
 one=$(run_job sync_one "$layers_bn" 2 2 4)
 two=$(run_job sync_two "$layers_bn" 4 2 4 "sync_batchnorm = true")
-compare "$one" "$two" 1e-5 "sync_batchnorm over 2 replicas of 2 stripes agrees with 1 replica of the whole batch within 1e-5"
+compare "$one" "$two" "sync_batchnorm over 2 replicas of 2 stripes agrees with 1 replica of the whole batch"
 # and without stripes: 2 replicas of whole samples
 one=$(run_job sync1_one "$layers_bn" 1 1 4)
 two=$(run_job sync1_two "$layers_bn" 2 1 4 "sync_batchnorm = true")
-compare "$one" "$two" 1e-5 "sync_batchnorm over 2 replicas of whole samples agrees with 1 replica of the whole batch within 1e-5"
+compare "$one" "$two" "sync_batchnorm over 2 replicas of whole samples agrees with 1 replica of the whole batch"
 
 # A wse-node of a partitioned job killed mid-training: the job restarts from
 # its last checkpoint on a whole group of stripes and ends with the weights
@@ -206,7 +215,7 @@ out=$(finish "$id")
 grep -q "fault at step .*restart 1 of 3" "$work/kill.log" || fail "kill: no restart in the log of $id"
 grep -E "fault at step|restarted" "$work/kill.log" | sed 's/^/  /'
 compare "$work/kill_ref/checkpoint_$steps-shard1-of-1.safetensors" \
-  "$work/kill/checkpoint_$steps-shard1-of-1.safetensors" 1e-4 \
+  "$work/kill/checkpoint_$steps-shard1-of-1.safetensors" \
   "kill: a stripe's wse-node killed, the job recovered to the undisturbed run's weights"
 
 # the plan: with a cluster, and "auto" choosing stripes for a sample that fits no wafer
@@ -242,7 +251,7 @@ run_odd odd_k4 "$layers_bn" 4 4 2
 grep -q "stripe 4 of 4 of sample group 0 (64 of 264 rows)" "$run"/logs/wse-node-*.log ||
   fail "no wse-node computed the last stripe's 64 rows"
 compare "$work/odd_whole/checkpoint_5-shard1-of-1.safetensors" "$work/odd_k4/checkpoint_5-shard1-of-1.safetensors" \
-  1e-4 "264 rows in 4 stripes of 68, 68, 64 and 64 agree with whole samples within 1e-4"
+  "264 rows in 4 stripes of 68, 68, 64 and 64 agree with whole samples"
 
 # more stripes than the height has slices of the model's downsampling
 sed -e 's/^input_shape = .*/input_shape = [3, 8, 64]/' "$(job thin "$layers_bn" 4 4 2)" > "$work/thin2.toml"

@@ -81,6 +81,30 @@ def main():
                            text=True)
         assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
 
+        # --moved: the bias's difference (1e-3 of it) against how far it
+        # moved from an initial checkpoint: 1e-3 / 0.1 of the move, a
+        # hundredth; the weight and the step did not move and are equal
+        init = os.path.join(d, "init.safetensors")
+        t0 = dict(t)
+        t0["layer1.bias"] = t["layer1.bias"] * np.float32(0.9)
+        save(init, t0, meta)
+        r = subprocess.run([compare, "--rtol", "2e-2", "--moved", init, ours, theirs],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+        line = [x for x in r.stdout.splitlines() if x.startswith("layer1.bias ")][0]
+        rel = float(line.split("rel=")[1].split()[0])
+        assert abs(rel - 1e-2) < 1e-3, line
+        assert "moved=" in line, line
+        r = subprocess.run([compare, "--rtol", "5e-3", "--moved", init, ours, theirs],
+                           capture_output=True, text=True)
+        assert r.returncode == 1, (r.returncode, r.stdout, r.stderr)
+        t0["extra"] = np.zeros(1, dtype=np.float32)
+        del t0["layer1.weight"]
+        save(init, t0, meta)
+        r = subprocess.run([compare, "--moved", init, ours, theirs], capture_output=True,
+                           text=True)
+        assert r.returncode == 1 and '"layer1.weight" is not in' in r.stderr, r.stderr
+
         del t2["step"]
         save(theirs, t2, meta)
         r = subprocess.run([compare, ours, theirs], capture_output=True, text=True)

@@ -100,18 +100,32 @@ bf16() {
     -e "s|^model_dir = \"\(.*\)\"|model_dir = \"\1_bf16\"|" "$work/$1.toml" > "$work/$1_bf16.toml"
 }
 
+# blas_core: the OpenBLAS core type the wse-node of $run computes on, from
+# its log (the guard's line)
+blas_core() {
+  sed -n -e 's/.*the kernels run on core type \([A-Za-z0-9]*\).*/\1/p' \
+    -e 's/.*OpenBLAS core \([A-Za-z0-9]*\) passed its start-up self-check.*/\1/p' \
+    "$run"/logs/wse-node-*.log 2>/dev/null | tail -n 1
+}
+
 # pair NAME BATCH FIGURE UNIT TWIN_ARGS...: the appliance's run of
 # $work/NAME.toml and the twin's, RUNS times each (3 unless set),
 # interleaved; the faster of each counts (this host's speed drifts between
 # runs: PyTorch's MLP step took 0.12 to 0.23 s in runs of this script, and
 # 0.217 against 0.348 s in two runs of one invocation)
 pair() {
-  local name=$1 batch=$2 figure=$3 unit=$4 as=() ts=() i
+  local name=$1 batch=$2 figure=$3 unit=$4 as=() ts=() i core
   shift 4
   for ((i = 0; i < ${RUNS:-3}; i++)); do
     as+=("$(appliance "$name" "$batch")")
-    ts+=("$("$py" "$src/bench/torch_twin.py" "$@" | "$py" -c 'import json, sys; print(json.load(sys.stdin)["mean_step_sec"])')")
+    # the twin on the OpenBLAS core the wse-node runs (its start-up guard
+    # picks the fastest that computes right: where the library names an
+    # older core, as Debian's 0.3.21 names Prescott on AMX Xeons, a user
+    # would set it too), unless the environment names one
+    core=${OPENBLAS_CORETYPE:-$(blas_core)}
+    ts+=("$(OPENBLAS_CORETYPE=$core "$py" "$src/bench/torch_twin.py" "$@" | "$py" -c 'import json, sys; print(json.load(sys.stdin)["mean_step_sec"])')")
   done
+  echo "$figure: the twin's OpenBLAS core $core" >&2
   "$py" - "$figure" "$unit" "${as[*]}" "${ts[*]}" "$work/$figure.best" <<'PY'
 import sys
 a = [float(x) for x in sys.argv[3].split()]

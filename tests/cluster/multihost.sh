@@ -205,11 +205,13 @@ submit_job "$work/whole.out" env $(cat "$loop/env") "$build/client/appliance-sub
   fail "whole-sample U-Net: $(cat "$work/whole.out")"
 # each tensor within 1e-3 of how far the 3 steps moved it (st-compare
 # --moved; the sums of the stripes and the whole samples go in other orders,
-# whose rounding grows with the steps, not with the weights' size)
+# whose rounding grows with the steps, not with the weights' size), or
+# every element within 1e-6 (a few ulps of a norm's weight near 1, which 3
+# steps move by 3e-5: one ulp is then 0.4% of its move)
 "$build/client/st-compare" "$work/whole/checkpoint_3-shard1-of-1.safetensors" \
-  "$work/striped/checkpoint_3-shard1-of-1.safetensors" --rtol 1e-3 \
+  "$work/striped/checkpoint_3-shard1-of-1.safetensors" --rtol 1e-3 --atol 1e-6 \
   --moved "$work/whole/checkpoint_0-shard1-of-1.safetensors" >"$work/ucmp" ||
   { cat "$work/ucmp"; fail "the U-Net in 4 stripes across hosts differs from whole samples on loopback"; }
 worst=$(sed 's/ rel=/ /; s/ maxabs=.*//' "$work/ucmp" | sort -k2 -g | tail -1)
-echo "ok: the U-Net in 4 stripes across hosts agrees with whole samples on loopback within 1e-3 of how far training moved each tensor (the worst: ${worst% *}, ${worst#* } of its move)"
+echo "ok: the U-Net in 4 stripes across hosts agrees with whole samples on loopback within 1e-3 of how far training moved each tensor or 1e-6 (the worst: ${worst% *}, ${worst#* } of its move)"
 echo "1 passed, 0 failed"

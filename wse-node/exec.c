@@ -120,7 +120,8 @@ static int exec__layouts(exec *e)
     memset(e->blk, 0, (size_t)nl * sizeof(bool));
     e->blocked = 0;
     e->blk_n = e->n;
-    if (!m->blocked || e->parts.parts > 1 || e->parts.sync_batchnorm || e->n <= 0)
+    int blk = op_conv2d_block_size(); /* channels a block: 16 with AVX-512, 8 with AVX2 */
+    if (!m->blocked || e->parts.parts > 1 || e->parts.sync_batchnorm || e->n <= 0 || !blk)
         return 0;
     int *up = malloc((size_t)nl * sizeof(int));
     bool *ok = malloc((size_t)nl * sizeof(bool));
@@ -158,7 +159,7 @@ static int exec__layouts(exec *e)
         default:
             ok[g] = false;
         }
-        ok[g] &= l->out.ndim == 3 && l->out.d[0] % 16 == 0 && i != nl - 1;
+        ok[g] &= l->out.ndim == 3 && l->out.d[0] % blk == 0 && i != nl - 1;
         /* what reads it: a consumer's inputs, through views */
         for (int k = 0; k < l->ninputs; k++) {
             if (l->inputs[k] < 0 || e->res[l->inputs[k]] < 0) { /* the model input: plain */
@@ -978,7 +979,8 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
         float *save = e->aux[li];
         if (mode == EXEC__RECOMPUTE) {
             if (e->blk[li])
-                op_norm_affine_blk(out, in, save + 2 * c, save + 3 * c, n, c, hw, l->fused);
+                op_norm_affine_blk(out, in, save + 2 * c, save + 3 * c, n, c, hw, l->fused,
+                                   op_conv2d_block_size());
             else
                 op_norm_affine(out, in, save + 2 * c, save + 3 * c, n, c, hw, false, l->fused);
         } else if (training) {
@@ -995,9 +997,14 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
                                                  W(l, 1), n, c, hw, (float)l->momentum,
                                                  (float)l->eps, l->fused, &r, e->red);
             } else {
-                (e->blk[li] ? op_batchnorm_forward_train_blk : op_batchnorm_forward_train)(
-                    out, save, save + c, G(l, 2), G(l, 3), in, W(l, 0), W(l, 1), n, c, hw,
-                    (float)l->momentum, (float)l->eps, l->fused);
+                if (e->blk[li])
+                    op_batchnorm_forward_train_blk(out, save, save + c, G(l, 2), G(l, 3), in,
+                                                   W(l, 0), W(l, 1), n, c, hw, (float)l->momentum,
+                                                   (float)l->eps, l->fused, op_conv2d_block_size());
+                else
+                    op_batchnorm_forward_train(out, save, save + c, G(l, 2), G(l, 3), in, W(l, 0),
+                                               W(l, 1), n, c, hw, (float)l->momentum,
+                                               (float)l->eps, l->fused);
             }
             for (int i = 0; i < c; i++) {
                 if (!e->micro_more) {
@@ -1009,8 +1016,12 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
                                W(l, 1) ? W(l, 1)[i] : 0.0f, &save[2 * c + i], &save[3 * c + i]);
             }
         } else {
-            (e->blk[li] ? op_batchnorm_forward_eval_blk : op_batchnorm_forward_eval)(
-                out, in, W(l, 0), W(l, 1), W(l, 2), W(l, 3), n, c, hw, (float)l->eps, l->fused);
+            if (e->blk[li])
+                op_batchnorm_forward_eval_blk(out, in, W(l, 0), W(l, 1), W(l, 2), W(l, 3), n, c,
+                                              hw, (float)l->eps, l->fused, op_conv2d_block_size());
+            else
+                op_batchnorm_forward_eval(out, in, W(l, 0), W(l, 1), W(l, 2), W(l, 3), n, c, hw,
+                                          (float)l->eps, l->fused);
         }
         break;
     }
@@ -1348,8 +1359,12 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
                                         save, save + c, n, c, hw, relu_a, relu_b, &r, e->red);
             break;
         }
-        (e->blk[li] ? op_batchnorm_backward_blk : op_batchnorm_backward)(
-            din, G(l, 0), G(l, 1), dout, in, W(l, 0), save, save + c, n, c, hw, relu_a, relu_b);
+        if (e->blk[li])
+            op_batchnorm_backward_blk(din, G(l, 0), G(l, 1), dout, in, W(l, 0), save, save + c, n,
+                                      c, hw, relu_a, relu_b, op_conv2d_block_size());
+        else
+            op_batchnorm_backward(din, G(l, 0), G(l, 1), dout, in, W(l, 0), save, save + c, n, c,
+                                  hw, relu_a, relu_b);
         break;
     }
     case LAYER_GROUP_NORM: {

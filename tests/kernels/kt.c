@@ -130,10 +130,15 @@ int kt_run(Suite *s)
 
 void kt_blk16(float *blk, float *plain, int n, int c, size_t hw, int to_blk)
 {
+    kt_blk(blk, plain, n, c, hw, to_blk, 16);
+}
+
+void kt_blk(float *blk, float *plain, int n, int c, size_t hw, int to_blk, int B)
+{
     for (int i = 0; i < n; i++)
         for (int ch = 0; ch < c; ch++)
             for (size_t q = 0; q < hw; q++) {
-                size_t b = (((size_t)i * (c / 16) + ch / 16) * hw + q) * 16 + ch % 16;
+                size_t b = (((size_t)i * (c / B) + ch / B) * hw + q) * B + ch % B;
                 size_t pl = ((size_t)i * c + ch) * hw + q;
                 if (to_blk)
                     blk[b] = plain[pl];

@@ -44,6 +44,8 @@ double kt_relerr_ff(const float *a, const float *b, size_t n);
 /* A plain (n, c, hw) tensor into oneDNN's aBcd16b layout (n, c / 16, hw,
  * 16) (to_blk), or back; c a multiple of 16. */
 void kt_blk16(float *blk, float *plain, int n, int c, size_t hw, int to_blk);
+/* The same in blocks of B channels (aBcd8b for 8); c a multiple of B. */
+void kt_blk(float *blk, float *plain, int n, int c, size_t hw, int to_blk, int B);
 
 /* Scratch allocations that abort on failure (tests only). */
 float *kt_falloc(size_t n);

@@ -1076,6 +1076,8 @@ static void conv_io_case(const op_conv2d_params *p, int bf16, int bias)
         return;
     }
     ck_assert_uint_eq(io, op_conv2d_blocked_io(p, bf16, bias, wsb)); /* the same answer */
+    int B = op_conv2d_block_size(); /* aBcd16b, or aBcd8b with AVX2 */
+    ck_assert(B == 16 || B == 8);
     float *ws = ws_new(wsb), *xb = kt_falloc(nx), *dyb = kt_falloc(ny), *yb = kt_falloc(ny);
     float *dxb = kt_falloc(nx);
     size_t kb = bf16 ? convplan_conv2d_bf16_kept_bytes(p) : 0;
@@ -1094,9 +1096,9 @@ static void conv_io_case(const op_conv2d_params *p, int bf16, int bias)
                                   kept && f2 == 2 ? keep : NULL, kb);
             /* the blocked one */
             if (ib)
-                kt_blk16(xb, t.x, p->n, p->c, hw, 1);
+                kt_blk(xb, t.x, p->n, p->c, hw, 1, B);
             if (ob)
-                kt_blk16(dyb, t.dy, p->n, p->k, ohw, 1);
+                kt_blk(dyb, t.dy, p->n, p->k, ohw, 1, B);
             int f = op_conv2d_forward_io(ob ? yb : t.y, ib ? xb : t.x, t.w, bp, p, bf16, blocked,
                                          ws, wsb, kept ? keep : NULL, kb);
             if (bf16 && kernels_bf16_compute()) /* (else float32's: 1 when blocked) */
@@ -1105,9 +1107,9 @@ static void conv_io_case(const op_conv2d_params *p, int bf16, int bias)
                                   p, bf16, blocked, ws, wsb, kept && f == 2 ? keep : NULL, kb);
             ws_check(ws, wsb);
             if (ob)
-                kt_blk16(yb, t.y, p->n, p->k, ohw, 0);
+                kt_blk(yb, t.y, p->n, p->k, ohw, 0, B);
             if (ib)
-                kt_blk16(dxb, t.dx, p->n, p->c, hw, 0);
+                kt_blk(dxb, t.dx, p->n, p->c, hw, 0, B);
             ck_assert_msg(memcmp(t.y, t.y2, ny * 4) == 0, "c%d k%d: the output, blocked %u", p->c,
                           p->k, blocked);
             ck_assert_msg(memcmp(t.dx, t.dx2, nx * 4) == 0, "c%d k%d: dx, blocked %u", p->c, p->k,
@@ -1125,9 +1127,9 @@ static void conv_io_case(const op_conv2d_params *p, int bf16, int bias)
         op_conv2d_forward_io(t.y2, t.x, t.w, bp, p, bf16, 0, ws, wsb, NULL, 0);
         op_conv2d_backward_io(t.dx2, t.dw2, db2p, t.dy, t.x, t.w, p, bf16, 0, ws, wsb, NULL, 0);
         if (io & OP_CONV2D_IN_BLOCKED)
-            kt_blk16(xb, t.x, p->n, p->c, hw, 1);
+            kt_blk(xb, t.x, p->n, p->c, hw, 1, B);
         if (io & OP_CONV2D_OUT_BLOCKED)
-            kt_blk16(dyb, t.dy, p->n, p->k, ohw, 1);
+            kt_blk(dyb, t.dy, p->n, p->k, ohw, 1, B);
         const float *xin = io & OP_CONV2D_IN_BLOCKED ? xb : t.x;
         const float *dyin = io & OP_CONV2D_OUT_BLOCKED ? dyb : t.dy;
         float *yout = io & OP_CONV2D_OUT_BLOCKED ? yb : t.y, *dxout = io & OP_CONV2D_IN_BLOCKED ? dxb : t.dx;
@@ -1140,9 +1142,9 @@ static void conv_io_case(const op_conv2d_params *p, int bf16, int bias)
                          f32);
         kernels_bf16_enable(1);
         if (io & OP_CONV2D_OUT_BLOCKED)
-            kt_blk16(yb, t.y, p->n, p->k, ohw, 0);
+            kt_blk(yb, t.y, p->n, p->k, ohw, 0, B);
         if (io & OP_CONV2D_IN_BLOCKED)
-            kt_blk16(dxb, t.dx, p->n, p->c, hw, 0);
+            kt_blk(dxb, t.dx, p->n, p->c, hw, 0, B);
         ck_assert(memcmp(t.y, t.y2, ny * 4) == 0);
         ck_assert(memcmp(t.dx, t.dx2, nx * 4) == 0);
         ck_assert(memcmp(t.dw, t.dw2, t.nw * 4) == 0);
@@ -1176,9 +1178,9 @@ START_TEST(test_conv_blocked_io)
     ck_assert(!(op_conv2d_blocked_io(&shapes[3], 0, 1, op_conv2d_workspace(&shapes[3])) &
                 OP_CONV2D_IN_BLOCKED));
     /* oneDNN's float32 kernels for AVX-512 (also where it has AMX, which
-     * has no float32 tiles) compute on aBcd16b; its AVX2 ones on aBcd8b,
-     * which the blocked groups do not take: the plain bits there */
-    if (kern__conv_have_onednn() && kernels_isa_level() >= KERNELS_ISA_AVX512)
+     * has no float32 tiles) compute on aBcd16b, its AVX2 ones on aBcd8b:
+     * the blocked tensors of either */
+    if (kern__conv_have_onednn() && kernels_isa_level() >= KERNELS_ISA_AVX2)
         ck_assert_int_gt(blocked_ran, 0);
     kernels_set_threads(1);
 }

@@ -249,17 +249,17 @@ START_TEST(test_batchnorm_relu_fused)
 END_TEST
 
 static void same_bits(const float *a, const float *b, size_t count, const char *what, int n, int c,
-                      int hw, int threads)
+                      int hw, int threads, int B)
 {
     ck_assert_msg(memcmp(a, b, count * sizeof(float)) == 0,
-                  "%s differs on aBcd16b (n %d, c %d, hw %d, %d threads)", what, n, c, hw,
+                  "%s differs on aBcd%db (n %d, c %d, hw %d, %d threads)", what, B, n, c, hw,
                   threads);
 }
 
-/* The passes over tensors in aBcd16b (between blocked convolutions) give
- * the plain passes' bits: every output, statistic and gradient, with and
- * without a fused relu, on one thread and two. */
-static void check_blocked(int n, int c, int hw, int threads, bool relu, kt_rng *r)
+/* The passes over tensors in aBcd16b or aBcd8b (B, between blocked
+ * convolutions) give the plain passes' bits: every output, statistic and
+ * gradient, with and without a fused relu, on one thread and two. */
+static void check_blocked_in(int n, int c, int hw, int threads, bool relu, kt_rng *r, int B)
 {
     size_t nx = (size_t)n * c * hw;
     float *x = kt_falloc(nx), *xb = kt_falloc(nx), *dy = kt_falloc(nx), *dyb = kt_falloc(nx);
@@ -271,41 +271,49 @@ static void check_blocked(int n, int c, int hw, int threads, bool relu, kt_rng *
     norm_case_fill(r, x, dy, nx, g, b, rm, rv, c);
     memcpy(rm2, rm, (size_t)c * sizeof(float));
     memcpy(rv2, rv, (size_t)c * sizeof(float));
-    kt_blk16(xb, x, n, c, hw, true);
-    kt_blk16(dyb, dy, n, c, hw, true);
+    kt_blk(xb, x, n, c, hw, true, B);
+    kt_blk(dyb, dy, n, c, hw, true, B);
     kernels_set_threads(threads);
 #define SAME_BLOCKED(what)                                                                         \
     do {                                                                                           \
-        kt_blk16(gotb, got, n, c, hw, false);                                                   \
-        same_bits(ref, got, nx, what, n, c, hw, threads);                                          \
+        kt_blk(gotb, got, n, c, hw, false, B);                                                     \
+        same_bits(ref, got, nx, what, n, c, hw, threads, B);                                       \
     } while (0)
     op_batchnorm_forward_train(ref, sm, si, rm, rv, x, g, b, n, c, hw, 0.1f, 1e-5f, relu);
     op_batchnorm_forward_train_blk(gotb, sm2, si2, rm2, rv2, xb, g, b, n, c, hw, 0.1f, 1e-5f,
-                                   relu);
+                                   relu, B);
     SAME_BLOCKED("the training output");
-    same_bits(sm, sm2, c, "the mean", n, c, hw, threads);
-    same_bits(si, si2, c, "the inverse deviation", n, c, hw, threads);
-    same_bits(rm, rm2, c, "the running mean", n, c, hw, threads);
-    same_bits(rv, rv2, c, "the running variance", n, c, hw, threads);
+    same_bits(sm, sm2, c, "the mean", n, c, hw, threads, B);
+    same_bits(si, si2, c, "the inverse deviation", n, c, hw, threads, B);
+    same_bits(rm, rm2, c, "the running mean", n, c, hw, threads, B);
+    same_bits(rv, rv2, c, "the running variance", n, c, hw, threads, B);
     for (int k = 0; k < c; k++)
         op_norm_coeffs(si[k], sm[k], g[k], b[k], &ra[k], &rb[k]);
     memset(gotb, 0, nx * sizeof(float));
-    op_norm_affine_blk(gotb, xb, ra, rb, n, c, hw, relu);
+    op_norm_affine_blk(gotb, xb, ra, rb, n, c, hw, relu, B);
     SAME_BLOCKED("the output made again");
     op_batchnorm_forward_eval(ref, x, g, b, rm, rv, n, c, hw, 1e-5f, relu);
-    op_batchnorm_forward_eval_blk(gotb, xb, g, b, rm, rv, n, c, hw, 1e-5f, relu);
+    op_batchnorm_forward_eval_blk(gotb, xb, g, b, rm, rv, n, c, hw, 1e-5f, relu, B);
     SAME_BLOCKED("the evaluation output");
     const float *ma = relu ? ra : NULL, *mb = relu ? rb : NULL;
     op_batchnorm_backward(ref, dg1, db1, dy, x, g, sm, si, n, c, hw, ma, mb);
-    op_batchnorm_backward_blk(gotb, dg2, db2, dyb, xb, g, sm, si, n, c, hw, ma, mb);
+    op_batchnorm_backward_blk(gotb, dg2, db2, dyb, xb, g, sm, si, n, c, hw, ma, mb, B);
     SAME_BLOCKED("the input gradient");
-    same_bits(dg1, dg2, c, "the scale's gradient", n, c, hw, threads);
-    same_bits(db1, db2, c, "the shift's gradient", n, c, hw, threads);
+    same_bits(dg1, dg2, c, "the scale's gradient", n, c, hw, threads, B);
+    same_bits(db1, db2, c, "the shift's gradient", n, c, hw, threads, B);
 #undef SAME_BLOCKED
     kernels_set_threads(1);
     free(x), free(xb), free(dy), free(dyb), free(ref), free(got), free(gotb), free(g), free(b);
     free(rm), free(rv), free(rm2), free(rv2), free(sm), free(si), free(sm2), free(si2);
     free(ra), free(rb), free(dg1), free(db1), free(dg2), free(db2);
+}
+
+/* in both blocked layouts (the norm's passes are the same C on any
+ * processor) */
+static void check_blocked(int n, int c, int hw, int threads, bool relu, kt_rng *r)
+{
+    check_blocked_in(n, c, hw, threads, relu, r, 16);
+    check_blocked_in(n, c, hw, threads, relu, r, 8);
 }
 
 START_TEST(test_batchnorm_blocked)
@@ -318,6 +326,8 @@ START_TEST(test_batchnorm_blocked)
     check_blocked(1, 48, 5, 2, true, &r);     /* an odd number of blocks */
     check_blocked(2, 64, 1100, 2, true, &r);  /* blocks over two threads, chunks of pixels */
     check_blocked(4, 16, 4096, 2, false, &r); /* one block: one thread */
+    check_blocked_in(2, 8, 300, 2, true, &r, 8);   /* one block of 8: one thread */
+    check_blocked_in(2, 24, 1100, 2, true, &r, 8); /* three blocks of 8 on two threads */
 }
 END_TEST
 

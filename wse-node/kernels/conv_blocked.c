@@ -98,6 +98,16 @@ static int is_blk16(const dnnl_memory_desc_t *md, dnnl_data_type_t t)
     return has_tag(md, t, dnnl_aBcd16b) && md->dims[1] % 16 == 0;
 }
 
+/* Whether md is the blocked layout the groups take on this processor
+ * (op_conv2d_block_size: aBcd16b or aBcd8b) in type t, whole blocks */
+static int is_group_blk(const dnnl_memory_desc_t *md, dnnl_data_type_t t)
+{
+    int b = op_conv2d_block_size();
+    return b == 16 ? is_blk16(md, t)
+           : b == 8 ? has_tag(md, t, dnnl_aBcd8b) && md->dims[1] % 8 == 0
+                    : 0;
+}
+
 /* The view of md (the primitive's) over a plain tensor of plain_md: the
  * reorder from the plain one (to_user 0) or to it (1). 0 or -1. */
 static int view_make(blk_view *v, dnnl_engine_t eng, const dnnl_memory_desc_t *md,
@@ -218,12 +228,12 @@ static int entry_make(blk_entry *e, const op_conv2d_params *p, int bias, int bf1
          view_make(&e->v[V_DW], eng, md_of(dpd, dnnl_query_weights_md), &w_pl, 0) == 0 &&
          view_make(&e->v[V_DDX], eng, md_of(dpd, dnnl_query_diff_src_md), &x_pl, 1) == 0;
     if (ok) {
-        e->io = (is_blk16(&e->v[V_FY].md, dnnl_f32) && is_blk16(&e->v[V_WDY].md, in_t) &&
-                         is_blk16(&e->v[V_DDY].md, in_t)
+        e->io = (is_group_blk(&e->v[V_FY].md, dnnl_f32) && is_group_blk(&e->v[V_WDY].md, in_t) &&
+                         is_group_blk(&e->v[V_DDY].md, in_t)
                      ? OP_CONV2D_OUT_BLOCKED
                      : 0) |
-                (is_blk16(&e->v[V_FX].md, in_t) && is_blk16(&e->v[V_WX].md, in_t) &&
-                         is_blk16(&e->v[V_DDX].md, dnnl_f32)
+                (is_group_blk(&e->v[V_FX].md, in_t) && is_group_blk(&e->v[V_WX].md, in_t) &&
+                         is_group_blk(&e->v[V_DDX].md, dnnl_f32)
                      ? OP_CONV2D_IN_BLOCKED
                      : 0);
         e->ddy_same = dnnl_memory_desc_equal(&e->v[V_WDY].md, &e->v[V_DDY].md);
@@ -441,7 +451,8 @@ int kern__conv_blocked_backward(int bf16, float *din, float *dweight, float *dbi
         if (ok) {
             if (dbias)
                 kern__conv_dbias(dbias, dout, p->n, p->k,
-                                 (size_t)op_conv2d_out_h(p) * (size_t)op_conv2d_out_w(p), ob);
+                                 (size_t)op_conv2d_out_h(p) * (size_t)op_conv2d_out_w(p),
+                                 ob ? op_conv2d_block_size() : 0);
             return 1;
         }
     }
@@ -497,8 +508,9 @@ unsigned kern__conv_blocked_describe(int bf16, const op_conv2d_params *p, int bi
                      e->impl, tag_name(&e->v[V_FX].md), tag_name(&e->v[V_FY].md),
                      tag_name(&e->v[V_WX].md));
     const char *more = need > room ? NULL
-                       : !(e->io & OP_CONV2D_OUT_BLOCKED) ? "; its output not in aBcd16b: "
-                                                            "plain between layers"
+                       : !(e->io & OP_CONV2D_OUT_BLOCKED) ? "; its output not in the groups' "
+                                                            "blocked layout: plain between "
+                                                            "layers"
                        : !bf16                            ? ""
                        : !e->keeps_x  ? "; the input rounded again for the weight gradient "
                                         "(another layout)"
@@ -556,6 +568,16 @@ static int bf16_here(int bf16)
     return bf16 && kernels_bf16_compute();
 }
 
+int op_conv2d_block_size(void)
+{
+#ifdef KERNELS_HAVE_DNNL
+    kernels_isa isa = kernels_isa_level();
+    return isa >= KERNELS_ISA_AVX512 ? 16 : isa >= KERNELS_ISA_AVX2 ? 8 : 0;
+#else
+    return 0;
+#endif
+}
+
 unsigned op_conv2d_describe(const op_conv2d_params *p, int bf16, int bias, size_t ws_bytes,
                             char *out, size_t len)
 {
@@ -589,16 +611,17 @@ unsigned op_conv2d_blocked_io(const op_conv2d_params *p, int bf16, int bias, siz
     return kern__conv_blocked_io(bf16, p, bias, ws_bytes);
 }
 
-/* A tensor (n, c, hw) between the plain layout and aBcd16b, through new
- * memory: the way back where oneDNN fails with blocked tensors. NULL when
- * there is no memory. */
+/* A tensor (n, c, hw) between the plain layout and the groups' blocked
+ * one, through new memory: the way back where oneDNN fails with blocked
+ * tensors. NULL when there is no memory. */
 static float *blk_copy(const float *t, int n, int c, size_t hw, int to_plain)
 {
     float *o = malloc((size_t)n * c * hw * sizeof(float));
-    for (int i = 0; o && i < n; i++)
+    int B = op_conv2d_block_size();
+    for (int i = 0; o && B && i < n; i++)
         for (int ch = 0; ch < c; ch++)
             for (size_t q = 0; q < hw; q++) {
-                size_t b = (((size_t)i * (c / 16) + ch / 16) * hw + q) * 16 + ch % 16;
+                size_t b = (((size_t)i * (c / B) + ch / B) * hw + q) * B + ch % B;
                 size_t pl = ((size_t)i * c + ch) * hw + q;
                 o[to_plain ? pl : b] = t[to_plain ? b : pl];
             }

@@ -49,9 +49,10 @@ static void dbias_range(void *ctx, size_t lo, size_t hi)
         double s = 0;
         for (int i = 0; i < j->n; i++) {
             if (j->blk) {
-                const float *d = j->dy + (((size_t)i * (j->k / 16) + k / 16) * j->plane) * 16 + k % 16;
+                size_t b = (size_t)j->blk;
+                const float *d = j->dy + (((size_t)i * (j->k / b) + k / b) * j->plane) * b + k % b;
                 for (size_t q = 0; q < j->plane; q++)
-                    s += d[q * 16];
+                    s += d[q * b];
                 continue;
             }
             const float *d = j->dy + ((size_t)i * j->k + k) * j->plane;

@@ -122,8 +122,8 @@ int kern__conv3x3_direct_wgrad(float *dweight, float *dbias, const float *dout, 
                                const struct op_conv2d_params *p, void *ws, size_t ws_bytes);
 /* A convolution's bias gradient: db[k] the sum of dy's plane k (plane
  * pixels) over the n images, in double, a channel per task; dy plain
- * (n, k, plane) or (blk) in aBcd16b, the same sums in the same order
- * (conv_direct.c). */
+ * (n, k, plane; blk 0) or in blocks of blk channels (aBcd16b, aBcd8b), the
+ * same sums in the same order (conv_direct.c). */
 void kern__conv_dbias(float *db, const float *dy, int n, int k, size_t plane, int blk);
 
 /* Whether kern_sgemm may run its large GEMMs on oneDNN's sgemm (on, the

@@ -70,6 +70,13 @@ int op_conv2d_backward_bf16_kept(float *din, float *dweight, float *dbias, const
 #define OP_CONV2D_OUT_BLOCKED 1u /* out, and dout in the backward pass */
 #define OP_CONV2D_IN_BLOCKED 2u  /* in, and din */
 
+/* The channels of a block of the blocked layout the convolutions take
+ * and give on this processor (oneDNN's choice for its float32 kernels):
+ * 16 (aBcd16b) with AVX-512, 8 (aBcd8b) with AVX2 (under the cap of
+ * kernels_isa_level), 0 where there is none (no oneDNN, an older
+ * processor). Below, "aBcd16b" reads as that layout. */
+int op_conv2d_block_size(void);
+
 /* The OP_CONV2D_*_BLOCKED tensors the convolution of shape p can take
  * and give in aBcd16b: in mixed precision (bf16) or float32, with a bias
  * or not, with ws_bytes of workspace (at any alignment). 0 where it runs

@@ -35,6 +35,7 @@ typedef struct norm_job {
      * then the elementwise part over pieces of every block (split) */
     bool split;
     int unit;                   /* octs in a unit of the sums (oct_run) */
+    int blk;                    /* blocked passes: channels a block, 16 (aBcd16b) or 8 (aBcd8b) */
     int coef;                   /* a piece's scales and shifts: OCT_COEF_* */
     double *sums;               /* backward, split: each channel's sum(dy), then sum(dy * xhat) */
 } norm_job;
@@ -438,12 +439,14 @@ typedef int32_t i8v __attribute__((vector_size(8 * sizeof(int32_t))));
  * resnet_small's 32x16x32x32 forward pass 0.108 ms against 0.211 with
  * the block on one thread, backward 0.149 against 0.290 (the plain
  * passes 0.079 and 0.113) */
-#define OCT_UNIT 2
+#define OCT_UNIT(B) ((B) / 8)
 
-/* Pixel 0 of oct o of sample i: pixel p is 16 * p floats on. */
-NORM_INLINE size_t oct_at(int i, int o, int c, int hw)
+/* Pixel 0 of oct o of sample i in blocks of B channels: pixel p is B * p
+ * floats on. (B is a constant where each pass is made: OCT_PASS.) */
+NORM_INLINE size_t oct_at(int i, int o, int c, int hw, int B)
 {
-    return ((size_t)i * (size_t)(c / 16) + (size_t)(o / 2)) * (size_t)hw * 16 + (size_t)(o % 2) * 8;
+    return ((size_t)i * (size_t)(c / B) + (size_t)(o / (B / 8))) * (size_t)hw * (size_t)B +
+           (size_t)(o % (B / 8)) * 8;
 }
 
 /* The end of the chunk of pixels from p0 */
@@ -461,9 +464,9 @@ NORM_INLINE void oct_vec(f8v *v, const float *per_channel, int o)
 
 /* bn_sum's (mean NULL) or bn_sq's partial sums of an oct's pixels
  * [p0, p1) (p0 a multiple of LANES) added into acc */
-NORM_INLINE void oct_sum1(lanes *acc, const float *x, int p, const lanes *mean)
+NORM_INLINE void oct_sum1(lanes *acc, const float *x, int p, const lanes *mean, int B)
 {
-    lanes v = __builtin_convertvector(f8_load(x + (size_t)p * 16), lanes);
+    lanes v = __builtin_convertvector(f8_load(x + (size_t)p * B), lanes);
     if (mean) {
         lanes d = v - *mean;
         *acc += d * d;
@@ -472,15 +475,16 @@ NORM_INLINE void oct_sum1(lanes *acc, const float *x, int p, const lanes *mean)
     }
 }
 
-NORM_INLINE void oct_sum(lanes acc[LANES], const float *x, int p0, int p1, const lanes *mean)
+NORM_INLINE void oct_sum(lanes acc[LANES], const float *x, int p0, int p1, const lanes *mean,
+                         int B)
 {
     int p = p0;
     /* LANES pixels a step, each lane's sum a register of its own */
     for (; p + LANES <= p1; p += LANES)
         for (int l = 0; l < LANES; l++)
-            oct_sum1(&acc[l], x, p + l, mean);
+            oct_sum1(&acc[l], x, p + l, mean, B);
     for (; p < p1; p++)
-        oct_sum1(&acc[p % LANES], x, p, mean);
+        oct_sum1(&acc[p % LANES], x, p, mean, B);
 }
 
 /* lanes_total of each of the oct's channels */
@@ -492,19 +496,20 @@ NORM_INLINE void oct_total(lanes *tot, const lanes acc[LANES])
 /* norm_apply of an oct's pixels [p0, p1): y = x * a + b, relu: v > 0 ? v
  * : +0 */
 NORM_INLINE void oct_apply(float *y, const float *x, int p0, int p1, const f8v *a, const f8v *b,
-                           bool relu)
+                           bool relu, int B)
 {
     for (int p = p0; p < p1; p++) {
-        f8v v = f8_load(x + (size_t)p * 16) * *a + *b;
+        f8v v = f8_load(x + (size_t)p * B) * *a + *b;
         if (relu)
             v = (f8v)((i8v)v & (v > 0.0f));
-        f8_store(y + (size_t)p * 16, v);
+        f8_store(y + (size_t)p * B, v);
     }
 }
 
 /* Every oct of the unit of u octs from o0 applied with scales a and
  * shifts b (its channels') */
-NORM_INLINE void unit_apply(const norm_job *j, int o0, int u, const float *a, const float *b)
+NORM_INLINE void unit_apply(const norm_job *j, int o0, int u, const float *a, const float *b,
+                            int B)
 {
     f8v av[2], bv[2];
     for (int k = 0; k < u; k++) {
@@ -514,27 +519,28 @@ NORM_INLINE void unit_apply(const norm_job *j, int o0, int u, const float *a, co
     for (int i = 0; i < j->n; i++)
         for (int p0 = 0; p0 < j->hw; p0 += OCT_CHUNK)
             for (int k = 0; k < u; k++) {
-                size_t at = oct_at(i, o0 + k, j->c, j->hw);
+                size_t at = oct_at(i, o0 + k, j->c, j->hw, B);
                 oct_apply(j->out + at, j->in + at, p0, oct_chunk_end(p0, j->hw), &av[k], &bv[k],
-                          j->relu);
+                          j->relu, B);
             }
 }
 
 /* bn_sum's (mean NULL) or bn_sq's totals of the unit's octs */
-NORM_INLINE void unit_sums(const norm_job *j, int o0, int u, lanes tot[2], const lanes *mean)
+NORM_INLINE void unit_sums(const norm_job *j, int o0, int u, lanes tot[2], const lanes *mean,
+                           int B)
 {
     lanes acc[2][LANES];
     memset(acc, 0, sizeof(acc));
     for (int i = 0; i < j->n; i++)
         for (int p0 = 0; p0 < j->hw; p0 += OCT_CHUNK)
             for (int k = 0; k < u; k++)
-                oct_sum(acc[k], j->in + oct_at(i, o0 + k, j->c, j->hw), p0,
-                        oct_chunk_end(p0, j->hw), mean ? &mean[k] : NULL);
+                oct_sum(acc[k], j->in + oct_at(i, o0 + k, j->c, j->hw, B), p0,
+                        oct_chunk_end(p0, j->hw), mean ? &mean[k] : NULL, B);
     for (int k = 0; k < u; k++)
         oct_total(&tot[k], acc[k]);
 }
 
-NORM_INLINE void bnb_fwd_train_units(void *ctx, size_t lo, size_t hi)
+NORM_INLINE void bnb_fwd_train_units(void *ctx, size_t lo, size_t hi, int B)
 {
     const norm_job *j = ctx;
     int u = j->unit;
@@ -542,18 +548,18 @@ NORM_INLINE void bnb_fwd_train_units(void *ctx, size_t lo, size_t hi)
     for (size_t t = lo; t < hi; t++) {
         int o0 = (int)t * u;
         lanes mean[2], sq[2];
-        unit_sums(j, o0, u, mean, NULL);
+        unit_sums(j, o0, u, mean, NULL, B);
         for (int k = 0; k < u; k++)
             for (int q = 0; q < 8; q++)
                 mean[k][q] = m ? mean[k][q] / m : 0.0;
-        unit_sums(j, o0, u, sq, mean);
+        unit_sums(j, o0, u, sq, mean, B);
         float a[16], b[16];
         for (int q = 0; q < 8 * u; q++)
             bn_save(j->save_mean, j->save_invstd, j->running_mean, j->running_var, j->gamma,
                     j->beta, o0 * 8 + q, j->momentum, j->eps, mean[q / 8][q % 8],
                     sq[q / 8][q % 8], m, &a[q], &b[q]);
         if (!j->split) /* (split: over pieces after, from the saved statistics) */
-            unit_apply(j, o0, u, a, b);
+            unit_apply(j, o0, u, a, b, B);
     }
 }
 
@@ -567,9 +573,9 @@ typedef struct oct_coef {
 
 /* bn_dsums' partial sums of an oct's pixels [p0, p1) */
 NORM_INLINE void oct_dsums1(lanes *a, lanes *b, const float *x, const float *dy, int p,
-                            const oct_coef *cf, bool masked)
+                            const oct_coef *cf, bool masked, int B)
 {
-    f8v xv = f8_load(x + (size_t)p * 16), dv = f8_load(dy + (size_t)p * 16);
+    f8v xv = f8_load(x + (size_t)p * B), dv = f8_load(dy + (size_t)p * B);
     if (masked) /* as bn_dsums: the bits of dy or of +0 */
         dv = (f8v)((i8v)dv & (xv * cf->ka + cf->kb > 0.0f));
     lanes g = __builtin_convertvector(dv, lanes);
@@ -578,26 +584,26 @@ NORM_INLINE void oct_dsums1(lanes *a, lanes *b, const float *x, const float *dy,
 }
 
 NORM_INLINE void oct_dsums(lanes a[LANES], lanes b[LANES], const float *x, const float *dy, int p0,
-                           int p1, const oct_coef *cf, bool masked)
+                           int p1, const oct_coef *cf, bool masked, int B)
 {
     int p = p0;
     for (; p + LANES <= p1; p += LANES)
         for (int l = 0; l < LANES; l++)
-            oct_dsums1(&a[l], &b[l], x, dy, p + l, cf, masked);
+            oct_dsums1(&a[l], &b[l], x, dy, p + l, cf, masked, B);
     for (; p < p1; p++)
-        oct_dsums1(&a[p % LANES], &b[p % LANES], x, dy, p, cf, masked);
+        oct_dsums1(&a[p % LANES], &b[p % LANES], x, dy, p, cf, masked, B);
 }
 
 /* bn_dx of an oct's pixels [p0, p1) */
 NORM_INLINE void oct_dx(float *dx, const float *x, const float *dy, int p0, int p1,
-                        const oct_coef *cf, bool masked)
+                        const oct_coef *cf, bool masked, int B)
 {
     for (int p = p0; p < p1; p++) {
-        f8v xv = f8_load(x + (size_t)p * 16), dv = f8_load(dy + (size_t)p * 16);
+        f8v xv = f8_load(x + (size_t)p * B), dv = f8_load(dy + (size_t)p * B);
         if (masked)
             dv = (f8v)((i8v)dv & (xv * cf->ka + cf->kb > 0.0f));
         f8v xhat = (xv - cf->fmean) * cf->finv;
-        f8_store(dx + (size_t)p * 16, cf->g * (dv - cf->mdy - xhat * cf->mdyx));
+        f8_store(dx + (size_t)p * B, cf->g * (dv - cf->mdy - xhat * cf->mdyx));
     }
 }
 
@@ -626,7 +632,7 @@ NORM_INLINE void oct_coef_make(const norm_job *j, int o, oct_coef *f, const doub
 
 /* The backward pass of units [lo, hi), masked or not made apart; split:
  * the sums alone, into j->sums */
-NORM_INLINE void bnb_bwd_form(const norm_job *j, size_t lo, size_t hi, bool masked)
+NORM_INLINE void bnb_bwd_form(const norm_job *j, size_t lo, size_t hi, bool masked, int B)
 {
     int u = j->unit, c = j->c, hw = j->hw;
     double m = (double)((size_t)j->n * hw);
@@ -642,9 +648,9 @@ NORM_INLINE void bnb_bwd_form(const norm_job *j, size_t lo, size_t hi, bool mask
         for (int i = 0; i < j->n; i++)
             for (int p0 = 0; p0 < hw; p0 += OCT_CHUNK)
                 for (int k = 0; k < u; k++) {
-                    size_t at = oct_at(i, o0 + k, c, hw);
+                    size_t at = oct_at(i, o0 + k, c, hw, B);
                     oct_dsums(a[k], b[k], j->in + at, j->dout + at, p0, oct_chunk_end(p0, hw),
-                              &cf[k], masked);
+                              &cf[k], masked, B);
                 }
         for (int k = 0; k < u; k++) {
             lanes sdy, sdyx;
@@ -671,9 +677,9 @@ NORM_INLINE void bnb_bwd_form(const norm_job *j, size_t lo, size_t hi, bool mask
         for (int i = 0; i < j->n; i++)
             for (int p0 = 0; p0 < hw; p0 += OCT_CHUNK)
                 for (int k = 0; k < u; k++) {
-                    size_t at = oct_at(i, o0 + k, c, hw);
+                    size_t at = oct_at(i, o0 + k, c, hw, B);
                     oct_dx(j->out + at, j->in + at, j->dout + at, p0, oct_chunk_end(p0, hw),
-                           &cf[k], masked);
+                           &cf[k], masked, B);
                 }
     }
 }
@@ -684,41 +690,41 @@ typedef struct oct_piece {
     int i, o0, p0, p1;
 } oct_piece;
 
-NORM_INLINE oct_piece piece_of(const norm_job *j, size_t t)
+NORM_INLINE oct_piece piece_of(const norm_job *j, size_t t, int B)
 {
-    size_t chunks = ((size_t)j->hw + OCT_CHUNK - 1) / OCT_CHUNK, blocks = (size_t)j->c / 16;
+    size_t chunks = ((size_t)j->hw + OCT_CHUNK - 1) / OCT_CHUNK, blocks = (size_t)(j->c / B);
     oct_piece pc;
     pc.p0 = (int)(t % chunks) * OCT_CHUNK;
     pc.p1 = oct_chunk_end(pc.p0, j->hw);
-    pc.o0 = (int)(t / chunks % blocks) * OCT_UNIT;
+    pc.o0 = (int)(t / chunks % blocks) * OCT_UNIT(B);
     pc.i = (int)(t / chunks / blocks);
     return pc;
 }
 
 /* The dx of pieces [lo, hi) from j->sums */
-NORM_INLINE void bnb_dx_form(const norm_job *j, size_t lo, size_t hi, bool masked)
+NORM_INLINE void bnb_dx_form(const norm_job *j, size_t lo, size_t hi, bool masked, int B)
 {
     double m = (double)((size_t)j->n * j->hw);
     for (size_t t = lo; t < hi; t++) {
-        oct_piece pc = piece_of(j, t);
-        for (int k = 0; k < OCT_UNIT; k++) {
+        oct_piece pc = piece_of(j, t, B);
+        for (int k = 0; k < OCT_UNIT(B); k++) {
             int o = pc.o0 + k;
             oct_coef cf;
             memset(&cf, 0, sizeof(cf));
             oct_coef_make(j, o, &cf, j->sums + o * 8, j->sums + j->c + o * 8, m);
-            size_t at = oct_at(pc.i, o, j->c, j->hw);
-            oct_dx(j->out + at, j->in + at, j->dout + at, pc.p0, pc.p1, &cf, masked);
+            size_t at = oct_at(pc.i, o, j->c, j->hw, B);
+            oct_dx(j->out + at, j->in + at, j->dout + at, pc.p0, pc.p1, &cf, masked, B);
         }
     }
 }
 
-NORM_INLINE void bnb_dx_units(void *ctx, size_t lo, size_t hi)
+NORM_INLINE void bnb_dx_units(void *ctx, size_t lo, size_t hi, int B)
 {
     const norm_job *j = ctx;
     if (j->ra)
-        bnb_dx_form(j, lo, hi, true);
+        bnb_dx_form(j, lo, hi, true, B);
     else
-        bnb_dx_form(j, lo, hi, false);
+        bnb_dx_form(j, lo, hi, false, B);
 }
 
 /* The scale and shift of channel ch a pass over pieces applies: given
@@ -740,12 +746,12 @@ NORM_INLINE void piece_coeffs(const norm_job *j, int ch, float *a, float *b)
 }
 
 /* The output of pieces [lo, hi) */
-NORM_INLINE void bnb_apply_units(void *ctx, size_t lo, size_t hi)
+NORM_INLINE void bnb_apply_units(void *ctx, size_t lo, size_t hi, int B)
 {
     const norm_job *j = ctx;
     for (size_t t = lo; t < hi; t++) {
-        oct_piece pc = piece_of(j, t);
-        for (int k = 0; k < OCT_UNIT; k++) {
+        oct_piece pc = piece_of(j, t, B);
+        for (int k = 0; k < OCT_UNIT(B); k++) {
             int o = pc.o0 + k;
             float a[8], b[8];
             for (int q = 0; q < 8; q++)
@@ -753,28 +759,34 @@ NORM_INLINE void bnb_apply_units(void *ctx, size_t lo, size_t hi)
             f8v av, bv;
             oct_vec(&av, a, 0);
             oct_vec(&bv, b, 0);
-            size_t at = oct_at(pc.i, o, j->c, j->hw);
-            oct_apply(j->out + at, j->in + at, pc.p0, pc.p1, &av, &bv, j->relu);
+            size_t at = oct_at(pc.i, o, j->c, j->hw, B);
+            oct_apply(j->out + at, j->in + at, pc.p0, pc.p1, &av, &bv, j->relu, B);
         }
     }
 }
 
-NORM_INLINE void bnb_bwd_units(void *ctx, size_t lo, size_t hi)
+NORM_INLINE void bnb_bwd_units(void *ctx, size_t lo, size_t hi, int B)
 {
     const norm_job *j = ctx;
     if (j->ra)
-        bnb_bwd_form(j, lo, hi, true);
+        bnb_bwd_form(j, lo, hi, true, B);
     else
-        bnb_bwd_form(j, lo, hi, false);
+        bnb_bwd_form(j, lo, hi, false, B);
 }
 
 /* Each pass in the processor's form (NORM_CLONES; 512-bit vectors for
  * the AVX-512 clone, where an oct's eight partial sums of eight doubles
- * fit the registers, measured no faster) */
+ * fit the registers, measured no faster), for blocks of 16 channels
+ * (aBcd16b, AVX-512's convolutions) and of 8 (aBcd8b, AVX2's), the block
+ * a constant in each */
 #define OCT_PASS(name)                                                                             \
-    NORM_CLONES static void name(void *ctx, size_t lo, size_t hi)                                  \
+    NORM_CLONES static void name##16(void *ctx, size_t lo, size_t hi)                              \
     {                                                                                              \
-        name##_units(ctx, lo, hi);                                                                 \
+        name##_units(ctx, lo, hi, 16);                                                             \
+    }                                                                                              \
+    NORM_CLONES static void name##8(void *ctx, size_t lo, size_t hi)                               \
+    {                                                                                              \
+        name##_units(ctx, lo, hi, 8);                                                              \
     }
 
 OCT_PASS(bnb_fwd_train)
@@ -785,9 +797,10 @@ OCT_PASS(bnb_dx)
 /* j's pass over every unit of work, each taking at the least norm_grain's
  * channels, rounded up: a block, or an oct where there are fewer blocks
  * than threads (then the elementwise part goes over pieces after) */
-static void oct_run(norm_job *j, kernels_range_fn fn)
+static void oct_run(norm_job *j, kernels_range_fn fn16, kernels_range_fn fn8)
 {
-    j->unit = j->c / 16 < kernels_threads() ? 1 : OCT_UNIT;
+    kernels_range_fn fn = j->blk == 8 ? fn8 : fn16;
+    j->unit = j->c / j->blk < kernels_threads() ? 1 : OCT_UNIT(j->blk);
     size_t per = 8 * (size_t)j->unit;
     kernels_for((size_t)j->c / per, (norm_grain((size_t)j->n * j->hw) + per - 1) / per,
                 fn, j);
@@ -798,64 +811,64 @@ static void oct_run(norm_job *j, kernels_range_fn fn)
  * sums), and room for the backward pass's sums */
 static bool oct_split(const norm_job *j)
 {
-    return j->c / 16 < kernels_threads() && j->c <= 1024;
+    return j->c / j->blk < kernels_threads() && j->c <= 1024;
 }
 
 /* j's elementwise pass fn over every piece */
-static void oct_pieces(norm_job *j, kernels_range_fn fn)
+static void oct_pieces(norm_job *j, kernels_range_fn fn16, kernels_range_fn fn8)
 {
     size_t chunks = ((size_t)j->hw + OCT_CHUNK - 1) / OCT_CHUNK;
-    kernels_for((size_t)j->n * (size_t)(j->c / 16) * chunks, 1, fn, j);
+    kernels_for((size_t)j->n * (size_t)(j->c / j->blk) * chunks, 1, j->blk == 8 ? fn8 : fn16, j);
 }
 
 void op_batchnorm_forward_train_blk(float *out, float *save_mean, float *save_invstd,
                                     float *running_mean, float *running_var, const float *in,
                                     const float *gamma, const float *beta, int n, int c, int hw,
-                                    float momentum, float eps, bool relu)
+                                    float momentum, float eps, bool relu, int blk)
 {
-    norm_job j = {.out = out, .save_mean = save_mean, .save_invstd = save_invstd,
+    norm_job j = {.blk = blk, .out = out, .save_mean = save_mean, .save_invstd = save_invstd,
                   .running_mean = running_mean, .running_var = running_var, .in = in,
                   .gamma = gamma, .beta = beta, .n = n, .c = c, .hw = hw,
                   .momentum = momentum, .eps = eps, .relu = relu, .coef = OCT_COEF_SAVED};
     j.split = oct_split(&j);
-    oct_run(&j, bnb_fwd_train);
+    oct_run(&j, bnb_fwd_train16, bnb_fwd_train8);
     if (j.split)
-        oct_pieces(&j, bnb_apply);
+        oct_pieces(&j, bnb_apply16, bnb_apply8);
 }
 
 void op_batchnorm_forward_eval_blk(float *out, const float *in, const float *gamma,
                                    const float *beta, const float *running_mean,
                                    const float *running_var, int n, int c, int hw, float eps,
-                                   bool relu)
+                                   bool relu, int blk)
 {
-    norm_job j = {.out = out, .in = in, .gamma = gamma, .beta = beta,
+    norm_job j = {.blk = blk, .out = out, .in = in, .gamma = gamma, .beta = beta,
                   .running_mean = (float *)running_mean, .running_var = (float *)running_var,
                   .n = n, .c = c, .hw = hw, .eps = eps, .relu = relu, .coef = OCT_COEF_RUNNING};
-    oct_pieces(&j, bnb_apply); /* elementwise: no sums to keep whole */
+    oct_pieces(&j, bnb_apply16, bnb_apply8); /* elementwise: no sums to keep whole */
 }
 
 void op_norm_affine_blk(float *out, const float *in, const float *a, const float *b, int n, int c,
-                        int hw, bool relu)
+                        int hw, bool relu, int blk)
 {
-    norm_job j = {.out = out, .in = in, .a = a, .b = b, .n = n, .c = c, .hw = hw, .relu = relu,
+    norm_job j = {.blk = blk, .out = out, .in = in, .a = a, .b = b, .n = n, .c = c, .hw = hw, .relu = relu,
                   .coef = OCT_COEF_GIVEN};
-    oct_pieces(&j, bnb_apply);
+    oct_pieces(&j, bnb_apply16, bnb_apply8);
 }
 
 void op_batchnorm_backward_blk(float *din, float *dgamma, float *dbeta, const float *dout,
                                const float *in, const float *gamma, const float *save_mean,
                                const float *save_invstd, int n, int c, int hw,
-                               const float *relu_a, const float *relu_b)
+                               const float *relu_a, const float *relu_b, int blk)
 {
-    norm_job j = {.out = din, .dgamma = dgamma, .dbeta = dbeta, .dout = dout, .in = in,
+    norm_job j = {.blk = blk, .out = din, .dgamma = dgamma, .dbeta = dbeta, .dout = dout, .in = in,
                   .gamma = gamma, .c_mean = save_mean, .c_invstd = save_invstd, .ra = relu_a,
                   .rb = relu_b, .n = n, .c = c, .hw = hw};
     double sums[2 * 1024];
     j.split = din && oct_split(&j);
     j.sums = sums;
-    oct_run(&j, bnb_bwd);
+    oct_run(&j, bnb_bwd16, bnb_bwd8);
     if (j.split && (size_t)n * hw > 0)
-        oct_pieces(&j, bnb_dx);
+        oct_pieces(&j, bnb_dx16, bnb_dx8);
 }
 
 /* ---- group norm ---- */

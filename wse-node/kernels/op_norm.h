@@ -87,27 +87,28 @@ int op_batchnorm_backward_parts(float *din, float *dgamma, float *dbeta, const f
                                 const float *relu_a, const float *relu_b, const op_reduce *r,
                                 double *red);
 
-/* The batch norm's passes with every tensor in oneDNN's aBcd16b layout,
- * (n, c / 16, hw, 16): in, out, dout and din as the blocked convolutions
- * around the norm write and read them (conv_blocked.c), with no reorder
- * between. c is a multiple of 16. The arguments and the bits are the
- * plain passes' (the same sums in the same order, eight channels of a
- * block at a time, each channel whole on one thread). */
+/* The batch norm's passes with every tensor in one of oneDNN's blocked
+ * layouts, blocks of blk channels: aBcd16b (n, c / 16, hw, 16) for blk 16,
+ * aBcd8b for 8: in, out, dout and din as the blocked convolutions around
+ * the norm write and read them (conv_blocked.c; op_conv2d_block_size),
+ * with no reorder between. c is a multiple of blk. The arguments and the
+ * bits are the plain passes' (the same sums in the same order, eight
+ * channels of a block at a time, each channel whole on one thread). */
 void op_batchnorm_forward_train_blk(float *out, float *save_mean, float *save_invstd,
                                     float *running_mean, float *running_var, const float *in,
                                     const float *gamma, const float *beta, int n, int c, int hw,
-                                    float momentum, float eps, bool relu);
+                                    float momentum, float eps, bool relu, int blk);
 void op_batchnorm_forward_eval_blk(float *out, const float *in, const float *gamma,
                                    const float *beta, const float *running_mean,
                                    const float *running_var, int n, int c, int hw, float eps,
-                                   bool relu);
+                                   bool relu, int blk);
 /* op_norm_affine of a batch norm (a and b (c)) */
 void op_norm_affine_blk(float *out, const float *in, const float *a, const float *b, int n, int c,
-                        int hw, bool relu);
+                        int hw, bool relu, int blk);
 void op_batchnorm_backward_blk(float *din, float *dgamma, float *dbeta, const float *dout,
                                const float *in, const float *gamma, const float *save_mean,
                                const float *save_invstd, int n, int c, int hw,
-                               const float *relu_a, const float *relu_b);
+                               const float *relu_a, const float *relu_b, int blk);
 
 /* in and out are (n, c, hw), c divisible by groups; gamma and beta are (c);
  * save_mean and save_invstd are (n, groups). Normalises every (sample,

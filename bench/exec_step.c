@@ -5,7 +5,8 @@
  * (kernels_bf16_own_passes):
  *   BENCH dense_bf16_passes_step_mlp2048 <ratio> of_gemm_own_rounding
  * Then the blocked groups (exec.c: chains of convolutions, norms, relus and
- * adds kept in oneDNN's aBcd16b layout) against every tensor plain, on the
+ * adds kept in oneDNN's blocked layout, aBcd16b with AVX-512 and aBcd8b
+ * with AVX2: run it under ONEDNN_MAX_CPU_ISA=AVX2 for the latter) against every tensor plain, on the
  * same model, batch and threads, their steps interleaved so that the
  * host's drift falls on both. Prints, per model and precision,
  *   BENCH blocked_groups_step_<model>[_bf16] <ratio> of_plain_layouts
@@ -21,6 +22,7 @@
 #include "exec.h"
 #include "kernels.h"
 #include "model.h"
+#include "op_conv2d.h"
 #include "rng.h"
 #include "toml.h"
 
@@ -197,9 +199,10 @@ static void run(const char *name, const char *file, int side, int n, int classes
     net_init(&p, mp, n, steps);
     double tb, tp, lb, lp;
     interleave(&b, &p, n, classes, steps, &tb, &tp, &lb, &lp);
-    printf("%s%s: %d of %d layers' outputs in aBcd16b; step %.2f ms (layout %.2f ms a step) "
+    printf("%s%s: %d of %d layers' outputs in aBcd%db (%s); step %.2f ms (layout %.2f ms a step) "
            "against %.2f ms (layout %.2f) with every tensor plain\n",
-           name, mixed ? " in mixed precision" : "", b.e.blocked, mb->nlayers, 1e3 * tb, 1e3 * lb,
+           name, mixed ? " in mixed precision" : "", b.e.blocked, mb->nlayers,
+           op_conv2d_block_size(), kernels_isa_name(kernels_isa_level()), 1e3 * tb, 1e3 * lb,
            1e3 * tp, 1e3 * lp);
     printf("BENCH blocked_groups_step_%s%s %.3f of_plain_layouts\n", name, mixed ? "_bf16" : "",
            tb / tp);

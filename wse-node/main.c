@@ -9,6 +9,7 @@
 #include "host.h"
 #include "kernels.h"
 #include "log.h"
+#include "op_conv2d.h"
 #include "replica.h"
 #include "units.h"
 
@@ -40,14 +41,24 @@ int main(int argc, char **argv)
         log_warn("OpenBLAS core %s failed its start-up self-check (%s): the kernels run on core "
                  "type %s", w.blas.failed, w.blas.why, w.blas.core);
     else if (w.blas.named[0])
-        log_info("OpenBLAS named core %s, older than this processor (%s) allows: tried %s; "
+        log_info("OpenBLAS named core %s, %s (%s) allows: tried %s; "
                  "the kernels run on core type %s, the fastest that passed its self-check",
-                 w.blas.named, kernels_isa_name(kernels_isa_level()), w.blas.tried, w.blas.core);
+                 w.blas.named,
+                 strstr(w.blas.tried, "beyond the cap") ? "newer than the kernels' cap"
+                                                        : "older than this processor",
+                 kernels_isa_name(kernels_isa_level()), w.blas.tried, w.blas.core);
     else if (w.blas.tried[0])
         log_info("OpenBLAS core %s passed its start-up self-check; newer cores were no faster "
                  "here (%s)", w.blas.core, w.blas.tried);
     else
         log_info("OpenBLAS core %s passed its start-up self-check", w.blas.core);
+    if (kernels_isa_level() != kernels_isa_processor())
+        log_info("the kernels run this processor's %s paths as an older one's: %s (%s)",
+                 kernels_isa_name(kernels_isa_processor()), kernels_isa_name(kernels_isa_level()),
+                 getenv("ONEDNN_MAX_CPU_ISA") ? "ONEDNN_MAX_CPU_ISA" : "DNNL_MAX_CPU_ISA");
+    else
+        log_info("instruction set %s: the convolutions' blocked groups in blocks of %d channels",
+                 kernels_isa_name(kernels_isa_level()), op_conv2d_block_size());
     if (strcmp(kernels_bf16_isa(), "none") != 0)
         log_info("mixed-precision jobs compute their dense layers and convolutions in bfloat16 "
                  "(oneDNN on %s)",

@@ -99,6 +99,13 @@ START_TEST(test_better_cores)
     ck_assert_int_eq(blas_better_cores("Prescott", KERNELS_ISA_BASE, out, 8), 0);
     ck_assert_int_eq(blas_better_cores("SapphireRapids", KERNELS_ISA_AMX, out, 8), 0);
     ck_assert_int_eq(blas_better_cores("Prescott", KERNELS_ISA_AVX512_BF16, out, 1), 1);
+    /* under a cap: the cores it allows, where the named one needs more */
+    n = blas_allowed_cores("Cooperlake", KERNELS_ISA_AVX2, out, 8);
+    ck_assert_int_eq(n, 2);
+    ck_assert(strcmp(out[0], "Zen") == 0 || strcmp(out[0], "Haswell") == 0);
+    ck_assert_int_eq(blas_allowed_cores("SkylakeX", KERNELS_ISA_AVX512, out, 8), 0);
+    ck_assert_int_eq(blas_allowed_cores("Haswell", KERNELS_ISA_AVX2, out, 8), 0);
+    ck_assert_int_eq(blas_allowed_cores("SkylakeX", KERNELS_ISA_BASE, out, 8), 0);
 }
 END_TEST
 

@@ -276,6 +276,17 @@ static int core_index(const char *name)
     return -1;
 }
 
+int blas_allowed_cores(const char *named, kernels_isa isa, const char **out, int max)
+{
+    int at = core_index(named), n = 0;
+    if (at < 0 || cores[at].needs <= isa)
+        return 0;
+    for (int i = (int)NCORES - 1; i >= 0 && n < max; i--)
+        if (cores[i].needs > KERNELS_ISA_BASE && cores[i].needs <= isa)
+            out[n++] = cores[i].name;
+    return n;
+}
+
 int blas_better_cores(const char *named, kernels_isa isa, const char **out, int max)
 {
     int at = core_index(named), n = 0;
@@ -421,17 +432,24 @@ int blas_probe_core(const char *core, double *gflops, char *why, size_t whylen)
 static int blas_search(char **argv, blas_status *st, char *err, size_t errlen)
 {
     const char *better[NCORES];
-    int nb = blas_better_cores(st->core, kernels_isa_level(), better, (int)NCORES);
+    /* a core newer than the cap allows (ONEDNN_MAX_CPU_ISA): the cores it
+     * allows, the named one out of the running */
+    int nb = blas_allowed_cores(st->core, kernels_isa_level(), better, (int)NCORES);
+    int over = nb > 0;
+    if (!over)
+        nb = blas_better_cores(st->core, kernels_isa_level(), better, (int)NCORES);
     const char *off = getenv("APPLIANCE_BLAS_SEARCH");
     if (nb == 0 || getenv("OPENBLAS_CORETYPE") || (off && strcmp(off, "off") == 0))
         return 0;
     char why[256];
-    double base, best_g;
-    if (blas_probe_core(st->core, &base, why, sizeof(why)) < 0)
+    double base = 0, best_g;
+    if (!over && blas_probe_core(st->core, &base, why, sizeof(why)) < 0)
         base = 0;
     const char *best = st->core;
     best_g = base;
-    size_t used = (size_t)snprintf(st->tried, sizeof(st->tried), "%s %.0f", st->core, base);
+    size_t used = over ? (size_t)snprintf(st->tried, sizeof(st->tried), "%s beyond the cap",
+                                          st->core)
+                       : (size_t)snprintf(st->tried, sizeof(st->tried), "%s %.0f", st->core, base);
     for (int i = 0; i < nb; i++) {
         double g;
         int ok = blas_probe_core(better[i], &g, why, sizeof(why)) == 0;
@@ -448,7 +466,7 @@ static int blas_search(char **argv, blas_status *st, char *err, size_t errlen)
     }
     if (used < sizeof(st->tried))
         snprintf(st->tried + used, sizeof(st->tried) - used, " GFLOP/s");
-    if (best == st->core || best_g < 1.1 * base)
+    if (best == st->core || (!over && best_g < 1.1 * base))
         return 0;
     char note[sizeof(st->tried) + 40];
     snprintf(note, sizeof(note), "%s\n%s", st->core, st->tried);

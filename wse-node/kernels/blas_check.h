@@ -43,6 +43,11 @@ const char *blas_fallback_core(const char *failed);
  * Haswell and Zen with AVX2. None for a core the table does not know. */
 int blas_better_cores(const char *named, kernels_isa isa, const char **out, int max);
 
+/* Where `named` needs more than isa allows (Cooperlake under a cap of
+ * AVX2): every core isa allows, the newest first, into out (at most max);
+ * else none. */
+int blas_allowed_cores(const char *named, kernels_isa isa, const char **out, int max);
+
 /* Starts this program again with OpenBLAS on core type `core`: before its
  * main it checks that core's sgemm (blas_selfcheck) and times it (square
  * single-threaded GEMMs of 256). 0 with *gflops, or -1 with why (a wrong
@@ -66,7 +71,9 @@ typedef struct blas_status {
  * newer one the processor allows (blas_probe_core) and, when the fastest
  * that computes right beats the named one by a tenth, executes the
  * program again on it (st->named and st->tried then say what was found,
- * for the log). When they fail, sets
+ * for the log). Where the named core needs more than kernels_isa_level
+ * allows (a processor's paths run as an older one's: ONEDNN_MAX_CPU_ISA),
+ * the fastest core the cap allows runs instead. When they fail, sets
  * OPENBLAS_CORETYPE to blas_fallback_core and executes the program again
  * (OpenBLAS reads it only when it loads), noting the failure in the
  * environment so that the new image reports it in *st. Returns 0 with *st

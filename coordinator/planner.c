@@ -400,6 +400,10 @@ static int planner__build(const jobspec *spec, const char *job_id, const char *j
     arena_init(&a);
     fit_stripes ps = {.parts = 1};
     int rc = -ENOMEM;
+    /* whether the wafer keeps every output is this build's to decide (an
+     * earlier build of the same spec set it for another wafer): the
+     * choices below start from the model as compiled */
+    spec->model->keep_outputs = false;
     Appliance__Plan *p = arena_alloc(&a, sizeof(*p));
     if (!p)
         goto done;

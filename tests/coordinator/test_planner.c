@@ -550,9 +550,10 @@ START_TEST(hosts_plan_summed_per_host)
 END_TEST
 
 /* Two replicas on one host: a Pipelined job that fits each wafer but not
- * the host with both is refused naming the host; in "auto" mode each
- * replica is planned within its share of the host instead. memoryx,
- * swarmx and the worker run on other hosts. */
+ * the host with both is refused naming the host; a job in "auto" mode that
+ * keeps every output on a wafer is planned within each replica's share of
+ * the host instead, as wafers of that share would get it. memoryx, swarmx
+ * and the worker run on other hosts. */
 START_TEST(planner_counts_a_host_once)
 {
     char err[2048];
@@ -571,9 +572,24 @@ START_TEST(planner_counts_a_host_once)
     planner_members pm = {r, 2, s, 1, x, 1, k, 1};
     uint8_t *buf = NULL;
     size_t len;
-    const char *modes[] = {"pipelined", "auto"};
+    /* three convolutions, each with a batch norm and a rectifier whose
+     * outputs the wafer keeps or the backward pass makes again */
+    static const char *norm_job =
+        "[train_input]\ndata_processor = \"synthetic_classification\"\nbatch_size = 8\n"
+        "num_classes = 4\n[model]\ninput_shape = [3, 64, 64]\nloss = \"softmax_cross_entropy\"\n"
+        "[[model.layers]]\nname = \"conv1\"\ntype = \"conv2d\"\nfilters = 16\nkernel_size = 3\npadding = 1\n"
+        "[[model.layers]]\nname = \"bn1\"\ntype = \"batch_norm\"\n"
+        "[[model.layers]]\nname = \"relu1\"\ntype = \"relu\"\n"
+        "[[model.layers]]\nname = \"conv2\"\ntype = \"conv2d\"\nfilters = 16\nkernel_size = 3\npadding = 1\n"
+        "[[model.layers]]\nname = \"bn2\"\ntype = \"batch_norm\"\n"
+        "[[model.layers]]\nname = \"relu2\"\ntype = \"relu\"\n"
+        "[[model.layers]]\nname = \"conv3\"\ntype = \"conv2d\"\nfilters = 16\nkernel_size = 3\npadding = 1\n"
+        "[[model.layers]]\nname = \"bn3\"\ntype = \"batch_norm\"\n"
+        "[[model.layers]]\nname = \"relu3\"\ntype = \"relu\"\n"
+        "[[model.layers]]\nname = \"flatten\"\ntype = \"flatten\"\n"
+        "[[model.layers]]\nname = \"fc\"\ntype = \"dense\"\nunits = 4\n";
     for (int i = 0; i < 2; i++) {
-        const char *job = mx_job(modes[i]);
+        const char *job = i == 0 ? mx_job("pipelined") : norm_job;
         jobspec *spec = jobspec_parse(job, strlen(job), "job.toml", "/src", err, sizeof(err));
         ck_assert_msg(spec != NULL, "%s", err);
         spec->num_csx = 2;
@@ -588,11 +604,15 @@ START_TEST(planner_counts_a_host_once)
         ck_assert_ptr_nonnull(p);
         ck_assert_int_eq(p->mode, APPLIANCE__EXEC_MODE__MODE_PIPELINED);
         ck_assert_uint_eq(p->host_share, 0);
+        ck_assert(i == 0 || p->keep_outputs); /* the wafer holds them */
         uint64_t need = p->replicas[0]->memory_needed;
         appliance__plan__free_unpacked(p, NULL);
-        for (int j = 0; j < 2; j++) { /* one host with room for one and a half */
+        /* one host with room for one and a half, or for almost two (the
+         * outputs computed again fit, not the kept ones) */
+        uint64_t host = i == 0 ? need * 3 / 2 : need * 19 / 10;
+        for (int j = 0; j < 2; j++) {
             snprintf(w[j].host_id, sizeof(w[j].host_id), "a");
-            w[j].host_memory = need * 3 / 2;
+            w[j].host_memory = host;
         }
         int rc = planner_build(spec, "job-1", job, &pm, 1024, &buf, &len, err, sizeof(err));
         if (i == 0) {
@@ -606,10 +626,26 @@ START_TEST(planner_counts_a_host_once)
             p = appliance__plan__unpack(NULL, len, buf);
             free(buf);
             ck_assert_ptr_nonnull(p);
-            ck_assert_uint_eq(p->host_share, need * 3 / 4);
-            ck_assert_uint_le(p->replicas[0]->memory_needed + p->replicas[1]->memory_needed,
-                              need * 3 / 2);
+            ck_assert_uint_eq(p->host_share, host / 2);
+            ck_assert_uint_le(p->replicas[0]->memory_needed + p->replicas[1]->memory_needed, host);
             ck_assert_uint_eq(p->replicas[0]->wafer_memory, G); /* the wafer is still what it declared */
+            /* the plan wafers of that share would get, from the model as
+             * compiled (the first plan kept outputs it cannot keep now) */
+            for (int j = 0; j < 2; j++) {
+                w[j].host_id[0] = 0;
+                w[j].wafer_memory = host / 2;
+            }
+            ck_assert_msg(planner_build(spec, "job-1", job, &pm, 1024, &buf, &len, err, sizeof(err)) == 0,
+                          "%s", err);
+            Appliance__Plan *q = appliance__plan__unpack(NULL, len, buf);
+            free(buf);
+            ck_assert_ptr_nonnull(q);
+            ck_assert_int_eq(p->mode, q->mode);
+            ck_assert(!p->keep_outputs && !q->keep_outputs);
+            ck_assert_uint_eq(p->spatial_partitions, q->spatial_partitions);
+            ck_assert_uint_eq(p->micro_batch, q->micro_batch);
+            ck_assert_uint_eq(p->replicas[0]->memory_needed, q->replicas[0]->memory_needed);
+            appliance__plan__free_unpacked(q, NULL);
             appliance__plan__free_unpacked(p, NULL);
         }
         jobspec_free(spec);

@@ -109,8 +109,9 @@ bool hosts_declared_over(const members *m, const member *mb, char *out, size_t l
 
 /* What the members of one role on a host hold, in a plan. */
 typedef struct hosts__role {
-    size_t n;
-    uint64_t bytes, largest, smallest;
+    size_t n;                    /* members of the role on the host */
+    uint64_t bytes;              /* what they hold together */
+    uint64_t largest, smallest;  /* what one of them holds at most, at least */
 } hosts__role;
 
 static int hosts__role_index(Appliance__Role r)

@@ -35,6 +35,16 @@ static void wn__up_ready(conn *c)
     wn__maybe_ready(j);
 }
 
+/* Whether reading from swarmx goes on whatever the slots say: the
+ * compute thread waits for a collective total (spatial partitions), which
+ * comes down the same stream behind weight chunks that wait for a slot
+ * the computation frees. Paused there, the two would wait for each other
+ * (a Weight Streaming job in stripes stopped at its first norm). */
+static bool wn__must_read(wn_job *j)
+{
+    return j->stripes && wn_stripes_awaiting_total(j->stripes);
+}
+
 static void *wn__up_dest(conn *c, const Appliance__Envelope *env, uint32_t len, int *err)
 {
     wn_job *j = c->data;
@@ -77,7 +87,8 @@ static void *wn__up_dest(conn *c, const Appliance__Envelope *env, uint32_t len, 
             /* a layer in parts: in the upper half of its place, widened in place */
             return kept ? (void *)kept : (void *)((uint8_t *)dst + 2 * w->count);
         }
-        j->chunk_staged = !dst && (blocked || (j->staged && w->step == j->step));
+        j->chunk_staged =
+            !dst && (blocked || (j->staged && w->step == j->step) || wn__must_read(j));
         if (!dst && !j->chunk_staged) {
             log_warn("job %s: weight chunk out of schedule: tensor %u step %llu offset %llu "
                      "(replica at step %llu)", j->id, w->tensor_id, (unsigned long long)w->step,
@@ -104,9 +115,18 @@ static void *wn__up_dest(conn *c, const Appliance__Envelope *env, uint32_t len, 
 static void wn__pause(wn_job *j)
 {
     conn *up = conn_link_conn(&j->up);
-    if (up && !j->up_paused) {
+    if (up && !j->up_paused && !wn__must_read(j)) {
         conn_pause(up);
         j->up_paused = true;
+    }
+}
+
+void wn__read_for_total(wn_job *j)
+{
+    conn *up = conn_link_conn(&j->up);
+    if (up && j->up_paused && j->state != WN_RELEASED) {
+        j->up_paused = false;
+        conn_resume(up);
     }
 }
 
@@ -120,6 +140,7 @@ static int wn__stage(wn_job *j, const Appliance__WeightChunk *w, const uint8_t *
     st->next = NULL;
     st->tensor = w->tensor_id;
     st->backward = w->pass == APPLIANCE__PASS__PASS_BACKWARD;
+    st->step = w->step;
     st->offset = w->offset;
     st->count = w->count;
     memcpy(st->data, payload, bytes);
@@ -172,6 +193,8 @@ void wn__unstage(wn_job *j)
     while (j->staged) {
         wn_staged *st = j->staged;
         bool blocked;
+        if (st->step != j->step) /* the next step's, read while a total was awaited */
+            return;
         float *dst = wslots_dest(&j->ws, st->tensor, st->backward, st->offset, st->count, &blocked);
         if (!dst) {
             if (!blocked)
@@ -205,6 +228,8 @@ static void wn__up_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, ui
     }
     if (env->msg_case == APPLIANCE__ENVELOPE__MSG_COLLECTIVE && j->stripes && payload) {
         wn_stripes_collective(j->stripes, env);
+        if (j->staged) /* chunks read past while the total was awaited: flow control again */
+            wn__pause(j);
         return;
     }
     if (j->pipelined && env->msg_case == APPLIANCE__ENVELOPE__MSG_GRAD_CHUNK && payload) {

@@ -42,12 +42,16 @@ typedef struct wn_tensor {
     struct wn_job *job;    /* the job it belongs to */
 } wn_tensor;
 
-/* A weight chunk that arrived while its slot was still in use (at most the
- * frames already read when reading stopped). */
+/* A weight chunk that arrived while its slot was still in use: the frames
+ * already read when reading stopped, or, while the compute thread waits
+ * for a collective total that comes behind them (wn__read_for_total),
+ * what swarmx sends meanwhile (at most its window, PLAN_SWARM_DOWN_MAX,
+ * and the ring's). */
 typedef struct wn_staged {
     struct wn_staged *next;
     uint32_t tensor;
     bool backward;
+    uint64_t step;
     uint64_t offset, count;
     float data[];
 } wn_staged;
@@ -167,6 +171,9 @@ double wn_stripes_take_wait(wn_stripes *p);
 
 /* Role handlers for the link the stripe below dials. */
 void wn_stripes_role(node_role *role);
+/* Whether the compute thread has sent its partial sum and waits for the
+ * total (from the loop). */
+bool wn_stripes_awaiting_total(wn_stripes *p);
 /* Where a Collective total from swarmx lands, and its frame. */
 void *wn_stripes_collective_dest(wn_stripes *p, const Appliance__Envelope *env, uint32_t len, int *err);
 void wn_stripes_collective(wn_stripes *p, const Appliance__Envelope *env);
@@ -361,5 +368,9 @@ void wn__eval_request(wn_job *j, uint32_t k);
  * and of the workers. */
 void wn__hello(conn *c, const wn_job *j);
 void wn__unstage(wn_job *j);
+/* The compute thread waits for a collective total, which swarmx sends
+ * down the stream the weight chunks come by: reading goes on (held
+ * chunks wait for their slots) until it has come. */
+void wn__read_for_total(wn_job *j);
 extern const conn_ops wn__up_ops;
 extern const conn_ops wn__feed_ops;

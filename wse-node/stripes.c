@@ -252,6 +252,8 @@ static void wns__wake(uv_async_t *a)
     if (rc < 0)
         wn__fault(p->job->n, p->job, "cannot send to the %s: %s",
                   want == WNS_SUM ? "swarmx tree" : "neighbouring stripes", strerror(-rc));
+    else if (want == WNS_SUM) /* its total comes behind the weight chunks */
+        wn__read_for_total(p->job);
 }
 
 /* ---- the loop's side: rows arriving ---- */
@@ -338,6 +340,14 @@ void *wn_stripes_collective_dest(wn_stripes *p, const Appliance__Envelope *env, 
         return NULL;
     }
     return p->v; /* the compute thread waits on it, unread, until sum_done */
+}
+
+bool wn_stripes_awaiting_total(wn_stripes *p)
+{
+    pthread_mutex_lock(&p->mu);
+    bool w = p->want == WNS_SUM && p->sent && !p->sum_done && !p->err;
+    pthread_mutex_unlock(&p->mu);
+    return w;
 }
 
 void wn_stripes_collective(wn_stripes *p, const Appliance__Envelope *env)

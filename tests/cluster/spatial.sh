@@ -10,6 +10,7 @@
 # whole batch (the same bound). Stripes of unequal height (264 rows in 4) agree too;
 # a height with fewer slices than stripes is refused with the numbers. A
 # stripe's wse-node killed mid-training is recovered like any fault.
+# Weight Streaming in stripes gives the Pipelined stripes' bits.
 set -euo pipefail
 . "${SOURCE_ROOT:?}/tests/cluster/lib.sh" appliance-spatial
 submit="$build/client/appliance-submit"
@@ -219,6 +220,34 @@ grep -E "fault at step|restarted" "$work/kill.log" | sed 's/^/  /'
 compare "$work/kill_ref/checkpoint_$steps-shard1-of-1.safetensors" \
   "$work/kill/checkpoint_$steps-shard1-of-1.safetensors" \
   "kill: a stripe's wse-node killed, the job recovered to the undisturbed run's weights"
+
+# Weight Streaming in stripes: the weights stream through the slots while
+# the norms' partial sums go up to swarmx and their totals come down the
+# stream the weight chunks come by (a stripe reads on past chunks that wait
+# for a slot until its total has come: paused, the two waited for each
+# other at the first norm). The U-Net of examples/unet.toml at 256x256 in
+# 2 stripes, streamed, ends with the weights of the same stripes
+# Pipelined, bit for bit (the same sums in the same order).
+wsjob() { # NAME MODE
+  sed -e "s/^num_csx = .*/num_csx = 2\nspatial_partitions = 2\nmode = \"$2\"\nsave_initial_checkpoint = true/" \
+    -e "s/^max_steps = .*/max_steps = 3/" -e "s/^eval_frequency = .*/eval_frequency = 3/" \
+    -e "s/^batch_size = .*/batch_size = 2/" -e "s|^input_shape = .*|input_shape = [3, 256, 256]|" \
+    -e "s|^model_dir = .*|model_dir = \"$work/$1\"|" -e '/^\[optimizer\]/,$d' "$src/examples/unet.toml" > "$work/$1.toml"
+  # SGD: Adam's first steps move each weight by about its rate whatever
+  # its gradient's size, so that rounding flips the tiny ones
+  printf '[optimizer]\noptimizer_type = "sgd"\nlearning_rate = 0.02\nmomentum = 0.9\n' >>"$work/$1.toml"
+  local out
+  out=$(cd "$work" && timeout 300 "$submit" --json "$work/$1.toml" 2>&1) || fail "$1: $out"
+  [ "$(echo "$out" | field state)" = done ] || fail "$1: not done: $out"
+}
+wsjob pl_k2 pipelined
+wsjob ws_k2 weight_streaming
+grep -q "job .*: replica 1 of [0-9]*: stripe 2 of 2" "$run"/logs/wse-node-*.log ||
+  fail "no wse-node computed the second stripe of the streamed U-Net"
+"$build/client/st-compare" "$work/pl_k2/checkpoint_3-shard1-of-1.safetensors" \
+  "$work/ws_k2/checkpoint_3-shard1-of-1.safetensors" --rtol 0 >"$work/cmp" ||
+  { cat "$work/cmp"; fail "Weight Streaming in 2 stripes differs from Pipelined"; }
+echo "ok: Weight Streaming: the U-Net in 2 stripes ends with the Pipelined stripes' weights, bit for bit"
 
 # the plan: with a cluster, and "auto" choosing stripes for a sample that fits no wafer
 plan=$(cd "$work" && "$submit" --plan "$(job plan4 "$layers_bn" 4 4 2)") || fail "plan: $plan"

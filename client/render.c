@@ -56,6 +56,14 @@ static const char *render__host(const Appliance__Member *m, char *buf, size_t le
     return buf;
 }
 
+/* A wse-node alive or busy that registered its processor */
+static bool render__live_wse(const Appliance__Member *m)
+{
+    return m->role == APPLIANCE__ROLE__ROLE_WSE_NODE && m->isa[0] &&
+           (m->state == APPLIANCE__MEMBER_STATE__MEMBER_ALIVE ||
+            m->state == APPLIANCE__MEMBER_STATE__MEMBER_BUSY);
+}
+
 void render_cluster(const Appliance__ClusterInfo *info, bool json)
 {
     if (json) {
@@ -77,7 +85,10 @@ void render_cluster(const Appliance__ClusterInfo *info, bool json)
             render_json_string(stdout, m->host_id);
             printf(", \"host_name\": ");
             render_json_string(stdout, m->host_name);
-            printf(", \"host_memory\": %llu}", (unsigned long long)m->host_memory);
+            printf(", \"host_memory\": %llu, \"isa\": ", (unsigned long long)m->host_memory);
+            render_json_string(stdout, m->isa);
+            printf(", \"conv_block\": %u, \"bf16\": %s}", m->conv_block,
+                   m->bf16 ? "true" : "false");
         }
         printf("], \"warnings\": [");
         for (size_t i = 0; i < info->n_warnings; i++) {
@@ -101,8 +112,45 @@ void render_cluster(const Appliance__ClusterInfo *info, bool json)
                m->name, state_name(m->state), m->advertised_addr, cap,
                render__host(m, host, sizeof(host)), m->job_id[0] ? m->job_id : "-");
     }
+    /* the live wse-nodes' processors, those alike on one line */
+    bool said = false;
+    for (size_t i = 0; i < info->n_members; i++) {
+        const Appliance__Member *m = info->members[i];
+        if (!render__live_wse(m))
+            continue;
+        bool seen = false;
+        for (size_t k = 0; k < i && !seen; k++) {
+            const Appliance__Member *o = info->members[k];
+            seen = render__live_wse(o) && strcmp(o->isa, m->isa) == 0 &&
+                   o->conv_block == m->conv_block && o->bf16 == m->bf16;
+        }
+        if (seen)
+            continue;
+        char how[128];
+        printf("%s%s", said ? "" : "\n", render_processor(m->isa, m->conv_block, m->bf16, how,
+                                                          sizeof(how)));
+        printf(":");
+        for (size_t k = i; k < info->n_members; k++) {
+            const Appliance__Member *o = info->members[k];
+            if (render__live_wse(o) && strcmp(o->isa, m->isa) == 0 &&
+                o->conv_block == m->conv_block && o->bf16 == m->bf16)
+                printf(" %s", o->name);
+        }
+        printf("\n");
+        said = true;
+    }
     for (size_t i = 0; i < info->n_warnings; i++)
         printf("%swarning: %s\n", i ? "" : "\n", info->warnings[i]);
+}
+
+const char *render_processor(const char *isa, uint32_t block, bool bf16, char *buf, size_t len)
+{
+    char blk[80] = "convolutions on the plain layouts";
+    if (block)
+        snprintf(blk, sizeof(blk), "blocked groups of %u channels (aBcd%ub)", block, block);
+    snprintf(buf, len, "processor %s: %s, mixed precision in %s", isa[0] ? isa : "unknown", blk,
+             bf16 ? "bfloat16" : "float32");
+    return buf;
 }
 
 const char *render_job_state(Appliance__JobState s)
@@ -243,6 +291,25 @@ void render_plan(const Appliance__Plan *p)
         printf("%-8u %-8u %-12u %-14s %-14s\n", r->index, r->member_id, r->batch,
                units_format_size(r->memory_needed, a, sizeof(a)),
                units_format_size(r->wafer_memory, b, sizeof(b)));
+    }
+    /* the paths the replicas' processors take (each layer's: the
+     * wse-node's log at the job's start) */
+    for (size_t i = 0; i < p->n_replicas; i++) {
+        const Appliance__PlanReplica *r = p->replicas[i];
+        bool seen = false;
+        for (size_t k = 0; k < i && !seen; k++)
+            seen = strcmp(p->replicas[k]->isa, r->isa) == 0 &&
+                   p->replicas[k]->conv_block == r->conv_block && p->replicas[k]->bf16 == r->bf16;
+        if (seen || !r->isa[0])
+            continue;
+        char how[128];
+        printf("%s%s (replica", i ? "" : "\n",
+               render_processor(r->isa, r->conv_block, r->bf16, how, sizeof(how)));
+        for (size_t k = i; k < p->n_replicas; k++)
+            if (strcmp(p->replicas[k]->isa, r->isa) == 0 &&
+                p->replicas[k]->conv_block == r->conv_block && p->replicas[k]->bf16 == r->bf16)
+                printf(" %u", p->replicas[k]->index);
+        printf("); each layer's path is in its wse-node's log as the job starts\n");
     }
 }
 

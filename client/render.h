@@ -26,3 +26,7 @@ void render_progress_done(bool tty);
 /* Durations as "1h02m", "3m05s", "12.3s". */
 const char *render_duration(double secs, char *buf, size_t len);
 void render_list(const Appliance__JobList *l, bool json);
+/* "processor avx2: blocked groups of 8 channels (aBcd8b), mixed precision
+ * in float32": what a wse-node's processor (its registration's isa,
+ * conv_block and bf16) makes of a job's layers, into buf. */
+const char *render_processor(const char *isa, uint32_t block, bool bf16, char *buf, size_t len);

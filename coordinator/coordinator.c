@@ -151,6 +151,9 @@ static void co__cluster_query(node *n, conn *c, Appliance__Envelope *env, uint8_
         ms[i].host_id = mb->host_id;
         ms[i].host_name = mb->host_name;
         ms[i].host_memory = mb->host_memory;
+        ms[i].isa = mb->isa;
+        ms[i].conv_block = mb->conv_block;
+        ms[i].bf16 = mb->bf16;
         ptrs[i] = &ms[i];
     }
     /* a line for each host whose live members declare more than it has:

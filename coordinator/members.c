@@ -68,6 +68,9 @@ member *members_register(members *m, conn *c, const Appliance__Register *r, uint
     snprintf(mb->host_id, sizeof(mb->host_id), "%s", r->host_id ? r->host_id : "");
     snprintf(mb->host_name, sizeof(mb->host_name), "%s", r->host_name ? r->host_name : "");
     mb->host_memory = r->host_memory;
+    snprintf(mb->isa, sizeof(mb->isa), "%s", r->isa ? r->isa : "");
+    mb->conv_block = r->conv_block;
+    mb->bf16 = r->bf16;
     mb->last_seen = now;
     mb->c = c;
     /* A restarted daemon replaces its old entry in listings. */

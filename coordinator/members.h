@@ -21,6 +21,9 @@ typedef struct member {
     char host_id[64];             /* the host it runs on; "": unknown (counted alone) */
     char host_name[64];           /* that host's name, for people */
     uint64_t host_memory;         /* that host's memory, bytes; 0: unknown */
+    char isa[32];                 /* wse-node: its kernels' instruction set, or "" */
+    uint32_t conv_block;          /* wse-node: its blocked layout's channels a block */
+    bool bf16;                    /* wse-node: mixed precision computes in bfloat16 */
     uint64_t last_seen;           /* uv_now of the last message */
     conn *c;                      /* control connection, NULL once closed */
     char job[64];                  /* job it serves, "" when idle */

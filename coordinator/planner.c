@@ -532,6 +532,9 @@ static int planner__build(const jobspec *spec, const char *job_id, const char *j
         r->batch_offset = (uint32_t)offset;
         r->swarm_parent = 0;
         r->wafer_memory = pm->replicas[i]->wafer_memory;
+        r->isa = pm->replicas[i]->isa;
+        r->conv_block = pm->replicas[i]->conv_block;
+        r->bf16 = pm->replicas[i]->bf16;
         uint64_t at_once = p->mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED ? micro : 0;
         r->memory_needed = planner_replica_bytes_micro(wm, r->batch, at_once,
                                                        pm->replicas[i]->threads, p->mode, states) +

@@ -11,6 +11,7 @@
 #include "jobspec.h"
 #include "kernels.h"
 #include "log.h"
+#include "op_conv2d.h"
 #include "msg.h"
 #include "model_plan.h"
 #include "optim_plan.h"
@@ -575,6 +576,9 @@ static void wn__shutdown(node *n)
 static void wn__fill_register(node *n, Appliance__Register *r)
 {
     r->wafer_memory = wn_of(n)->opt.wafer_memory;
+    r->isa = (char *)kernels_isa_name(kernels_isa_level());
+    r->conv_block = (uint32_t)op_conv2d_block_size();
+    r->bf16 = kernels_bf16_compute() != 0;
 }
 
 static void wn__metrics(node *n, metrics_buf *b)

@@ -47,6 +47,10 @@ int msgcheck_register(const Appliance__Register *r, Appliance__Role peer_role, c
         return errmsg(-EINVAL, err, errlen, "bad registration: a host id of %zu bytes and a host "
                       "name of %zu (at most 63 each)", msgcheck__len(r->host_id),
                       msgcheck__len(r->host_name));
+    if (msgcheck__len(r->isa) >= 32 || r->conv_block > 64)
+        return errmsg(-EINVAL, err, errlen, "bad registration: an instruction set's name of %zu "
+                      "bytes (at most 31) or a block of %u channels (at most 64)",
+                      msgcheck__len(r->isa), r->conv_block);
     return 0;
 }
 

@@ -49,6 +49,19 @@ wait_state() {
 n=$("$submit" --cluster --json | "$py" -c 'import json,sys; print(sum(m["state"] == "alive" for m in json.load(sys.stdin)["members"]))')
 [ "$n" = 6 ] || fail "expected 6 alive members, found $n"
 
+# Each wse-node registers its kernels' instruction set, which --cluster
+# shows with what it makes of a job's layers (as its own log says)
+isa=$(sed -n 's/.*INFO wse-node: instruction set \([a-z0-9_]*\): .*/\1/p' "$run/logs/wse-node-1.log" | head -n 1)
+[ -n "$isa" ] || fail "wse-node-1 did not log its instruction set"
+"$submit" --cluster --json | "$py" -c '
+import json, sys
+ws = [m for m in json.load(sys.stdin)["members"] if m["role"] == "wse-node"]
+assert ws and all(m["isa"] == sys.argv[1] and m["conv_block"] in (8, 16) for m in ws), ws' "$isa" ||
+  fail "the wse-nodes did not register instruction set $isa"
+"$submit" --cluster | grep -Eq "^processor $isa: blocked groups of (8|16) channels \(aBcd(8|16)b\), mixed precision in (bfloat16|float32): wse-node-1 wse-node-2$" ||
+  fail "--cluster does not show the wse-nodes' processor: $("$submit" --cluster)"
+echo "ok: the wse-nodes registered their instruction set ($isa), shown by --cluster"
+
 # A stopped process keeps its socket but stops heartbeating.
 pid1=$(cat "$run/pids/wse-node-1.pid")
 kill -STOP "$pid1"

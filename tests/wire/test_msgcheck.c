@@ -284,6 +284,18 @@ START_TEST(small_messages)
     r.host_name = longer;
     ck_assert_int_eq(msgcheck_register(&r, APPLIANCE__ROLE__ROLE_MEMORYX, err, sizeof(err)), -EINVAL);
     r.host_name = "";
+    /* a wse-node's instruction set: a name of oneDNN's, a block of channels */
+    r.isa = "avx512_core_bf16";
+    r.conv_block = 16;
+    ck_assert_int_eq(msgcheck_register(&r, APPLIANCE__ROLE__ROLE_MEMORYX, err, sizeof(err)), 0);
+    r.isa = longer;
+    ck_assert_int_eq(msgcheck_register(&r, APPLIANCE__ROLE__ROLE_MEMORYX, err, sizeof(err)), -EINVAL);
+    ck_assert_msg(strstr(err, "instruction set"), "%s", err);
+    r.isa = "avx2";
+    r.conv_block = 65;
+    ck_assert_int_eq(msgcheck_register(&r, APPLIANCE__ROLE__ROLE_MEMORYX, err, sizeof(err)), -EINVAL);
+    r.isa = "";
+    r.conv_block = 0;
     r.name = "";
     ck_assert_int_eq(msgcheck_register(&r, APPLIANCE__ROLE__ROLE_MEMORYX, err, sizeof(err)), -EINVAL);
 

@@ -43,11 +43,15 @@ disturb() {
   at=$((15 + RANDOM % (steps / 2)))
   id=$(cd "$work" && "$submit" --detach "$(job "$name")" | grep -o 'job-[0-9]*' | head -n 1)
   [ -n "$id" ] || fail "$name: no job id"
-  wait_step "$id" "$at"
-  if [ "${3:-}" = forever ]; then
-    kill -KILL "$(cat "$run/pids/$victim.supervisor")"
-  fi
+  # the pids read before: at a few ms a step, a loaded host's process
+  # starts between the step seen and the signal let the job end first
   pid=$(cat "$run/pids/$victim.pid")
+  local sup=""
+  [ "${3:-}" != forever ] || sup=$(cat "$run/pids/$victim.supervisor")
+  wait_step "$id" "$at"
+  if [ -n "$sup" ]; then
+    kill -KILL "$sup" "$pid"
+  fi
   # the signal first, then the message (asking the step takes tens of ms;
   # without a coordinator, the step waited for)
   if [ "${3:-}" = stop ]; then
@@ -57,7 +61,7 @@ disturb() {
     sleep 6
     kill -CONT "$pid"
   else
-    kill -KILL "$pid"
+    [ -n "$sup" ] || kill -KILL "$pid"
     s=$(step_of "$id")
     echo "$name: kill -9 $victim (pid $pid) at step ${s:-$at} of $id"
   fi

@@ -706,9 +706,14 @@ int main(void)
     tcase_add_test(t, micro_batches_add_up_to_the_share);
     tcase_add_test(t, bfloat16_activations_train_close);
     tcase_add_test(t, fused_relus_train_as_apart);
-    tcase_add_test(t, blocked_groups_train_as_plain);
-    tcase_add_test(t, kept_outputs_train_as_lean);
     suite_add_tcase(s, t);
+    /* the paths each processor takes (the runs as on older processors,
+     * tests/compiler/meson.build, run this case alone: CK_RUN_CASE) */
+    TCase *l = tcase_create("layouts");
+    tcase_set_timeout(l, 240);
+    tcase_add_test(l, blocked_groups_train_as_plain);
+    tcase_add_test(l, kept_outputs_train_as_lean);
+    suite_add_tcase(s, l);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
     int failed = srunner_ntests_failed(r);

@@ -115,37 +115,37 @@ int blas_selfcheck(blas_sgemm_fn gemm, char *err, size_t errlen)
     return 0;
 }
 
-int blas_selfcheck_isolated(blas_sgemm_fn gemm, char *err, size_t errlen)
+/* Runs child(ctx, fd) in a child process, fd the write end of a pipe, and
+ * collects what it writes there (at most len - 1 bytes, terminated) into
+ * msg and its wait status into *status. 0, or -1 with err naming the call
+ * that failed. */
+static int in_child(void (*child)(void *ctx, int fd), void *ctx, char *msg, size_t len,
+                    int *status, char *err, size_t errlen)
 {
     int fd[2];
+    msg[0] = 0;
     if (pipe(fd) < 0) {
-        snprintf(err, errlen, "cannot run the BLAS self-check: pipe: %s", strerror(errno));
+        snprintf(err, errlen, "pipe: %s", strerror(errno));
         return -1;
     }
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) {
-        snprintf(err, errlen, "cannot run the BLAS self-check: fork: %s", strerror(errno));
+        snprintf(err, errlen, "fork: %s", strerror(errno));
         close(fd[0]);
         close(fd[1]);
         return -1;
     }
     if (pid == 0) {
         close(fd[0]);
-        char msg[256] = "";
-        int rc = blas_selfcheck(gemm, msg, sizeof(msg));
-        if (rc < 0) {
-            ssize_t w = write(fd[1], msg, strlen(msg));
-            (void)w;
-        }
-        _exit(rc < 0 ? 1 : 0);
+        child(ctx, fd[1]);
+        _exit(127);
     }
     close(fd[1]);
-    char msg[256];
     size_t got = 0;
     for (;;) {
-        ssize_t r = read(fd[0], msg + got, sizeof(msg) - 1 - got);
-        if (r > 0 && (got += (size_t)r) < sizeof(msg) - 1)
+        ssize_t r = read(fd[0], msg + got, len - 1 - got);
+        if (r > 0 && (got += (size_t)r) < len - 1)
             continue;
         if (r < 0 && errno == EINTR)
             continue;
@@ -153,18 +153,48 @@ int blas_selfcheck_isolated(blas_sgemm_fn gemm, char *err, size_t errlen)
     }
     msg[got] = 0;
     close(fd[0]);
-    int status;
-    while (waitpid(pid, &status, 0) < 0) {
+    while (waitpid(pid, status, 0) < 0) {
         if (errno != EINTR) {
-            snprintf(err, errlen, "cannot run the BLAS self-check: waitpid: %s", strerror(errno));
+            snprintf(err, errlen, "waitpid: %s", strerror(errno));
             return -1;
         }
     }
-    if (WIFSIGNALED(status)) {
-        snprintf(err, errlen, "sgemm died of signal %d (%s)", WTERMSIG(status),
-                 strsignal(WTERMSIG(status)));
+    return 0;
+}
+
+/* The self-check in the child: its complaint on fd, exit status 1 */
+static void selfcheck_child(void *ctx, int fd)
+{
+    char msg[256] = "";
+    int rc = blas_selfcheck(*(blas_sgemm_fn *)ctx, msg, sizeof(msg));
+    if (rc < 0) {
+        ssize_t w = write(fd, msg, strlen(msg));
+        (void)w;
+    }
+    _exit(rc < 0 ? 1 : 0);
+}
+
+/* "sgemm died of signal 4 (Illegal instruction)" into err where status
+ * says a signal ended the child: 1, else 0 */
+static int died_of(int status, char *err, size_t errlen)
+{
+    if (!WIFSIGNALED(status))
+        return 0;
+    snprintf(err, errlen, "sgemm died of signal %d (%s)", WTERMSIG(status),
+             strsignal(WTERMSIG(status)));
+    return 1;
+}
+
+int blas_selfcheck_isolated(blas_sgemm_fn gemm, char *err, size_t errlen)
+{
+    char msg[256], why[128];
+    int status;
+    if (in_child(selfcheck_child, &gemm, msg, sizeof(msg), &status, why, sizeof(why)) < 0) {
+        snprintf(err, errlen, "cannot run the BLAS self-check: %s", why);
         return -1;
     }
+    if (died_of(status, err, errlen))
+        return -1;
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         snprintf(err, errlen, "%s", msg[0] ? msg : "the self-check failed");
         return -1;
@@ -362,58 +392,31 @@ __attribute__((constructor)) static void blas_probe_main(void)
     _exit(0);
 }
 
+/* A probe's child: this program again, OpenBLAS on the core asked for */
+static void probe_child(void *ctx, int fd)
+{
+    char v[16];
+    snprintf(v, sizeof(v), "%d", fd);
+    setenv(PROBE_ENV, v, 1);
+    setenv("OPENBLAS_CORETYPE", (const char *)ctx, 1);
+    unsetenv(FAILED_ENV);
+    unsetenv(CHOSEN_ENV);
+    char *args[] = {(char *)"blas-probe", NULL};
+    execv("/proc/self/exe", args);
+}
+
 int blas_probe_core(const char *core, double *gflops, char *why, size_t whylen)
 {
-    int fd[2];
-    *gflops = 0;
-    if (pipe(fd) < 0) {
-        snprintf(why, whylen, "pipe: %s", strerror(errno));
-        return -1;
-    }
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0) {
-        snprintf(why, whylen, "fork: %s", strerror(errno));
-        close(fd[0]);
-        close(fd[1]);
-        return -1;
-    }
-    if (pid == 0) {
-        close(fd[0]);
-        char v[16];
-        snprintf(v, sizeof(v), "%d", fd[1]);
-        setenv(PROBE_ENV, v, 1);
-        setenv("OPENBLAS_CORETYPE", core, 1);
-        unsetenv(FAILED_ENV);
-        unsetenv(CHOSEN_ENV);
-        char *args[] = {(char *)"blas-probe", NULL};
-        execv("/proc/self/exe", args);
-        _exit(127);
-    }
-    close(fd[1]);
     char msg[320];
-    size_t got = 0;
-    for (;;) {
-        ssize_t r = read(fd[0], msg + got, sizeof(msg) - 1 - got);
-        if (r > 0 && (got += (size_t)r) < sizeof(msg) - 1)
-            continue;
-        if (r < 0 && errno == EINTR)
-            continue;
-        break;
-    }
-    msg[got] = 0;
-    close(fd[0]);
     int status;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-        ;
+    *gflops = 0;
+    if (in_child(probe_child, (void *)(uintptr_t)core, msg, sizeof(msg), &status, why,
+                 whylen) < 0 ||
+        died_of(status, why, whylen))
+        return -1;
     char *nl = strchr(msg, '\n');
     if (nl)
         *nl = 0;
-    if (WIFSIGNALED(status)) {
-        snprintf(why, whylen, "sgemm died of signal %d (%s)", WTERMSIG(status),
-                 strsignal(WTERMSIG(status)));
-        return -1;
-    }
     if (strncmp(msg, "ok ", 3) == 0) {
         *gflops = strtod(msg + 3, NULL);
         return *gflops > 0 ? 0 : -1;

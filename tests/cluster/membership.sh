@@ -58,8 +58,10 @@ import json, sys
 ws = [m for m in json.load(sys.stdin)["members"] if m["role"] == "wse-node"]
 assert ws and all(m["isa"] == sys.argv[1] and m["conv_block"] in (8, 16) for m in ws), ws' "$isa" ||
   fail "the wse-nodes did not register instruction set $isa"
-"$submit" --cluster | grep -Eq "^processor $isa: blocked groups of (8|16) channels \(aBcd(8|16)b\), mixed precision in (bfloat16|float32): wse-node-1 wse-node-2$" ||
+line=$("$submit" --cluster | grep -E "^processor $isa: blocked groups of (8|16) channels \(aBcd(8|16)b\), mixed precision in (bfloat16|float32):") ||
   fail "--cluster does not show the wse-nodes' processor: $("$submit" --cluster)"
+names=$(echo "${line##*:}" | tr ' ' '\n' | sort | xargs)
+[ "$names" = "wse-node-1 wse-node-2" ] || fail "the processor line names $names, not both wse-nodes: $line"
 echo "ok: the wse-nodes registered their instruction set ($isa), shown by --cluster"
 
 # A stopped process keeps its socket but stops heartbeating.

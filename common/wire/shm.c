@@ -3,9 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <stdatomic.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,24 +36,7 @@ struct shm_ring {
     uint64_t floor;     /* sender: where the last payload put into an empty ring
                          * began: the bytes before it are free, taken or not */
     uint64_t last_end;  /* receiver: the end of the last payload taken */
-    pthread_t populate; /* sender: the thread putting the pages in place */
-    bool populating;    /* it was started (joined before the ring goes) */
 };
-
-/* The sender's ring's pages, put in place off the event loop: the first
- * write to each page of a fresh shared mapping takes a fault that zeroes
- * it (32 MiB took 109 to 151 ms on a 2-core AMD EPYC virtual machine,
- * against 2 ms once in place), which the first payloads would otherwise
- * pay on the loop. MADV_POPULATE_WRITE (Linux 5.14) changes no byte; on
- * an older kernel it fails and the pages come as they are written. */
-static void *shm__populate(void *arg)
-{
-    shm_ring *r = arg;
-#ifdef MADV_POPULATE_WRITE
-    (void)madvise(r->map, r->map_len, MADV_POPULATE_WRITE);
-#endif
-    return NULL;
-}
 
 static shm_ring *ring_of(uint8_t *map, size_t map_len, int fd)
 {
@@ -105,7 +86,6 @@ shm_ring *shm_ring_create(size_t size, char *why, size_t whylen)
     auth_nonce(r->hdr->token);
     atomic_store(&r->hdr->taken, 0);
     atomic_store(&r->hdr->waiting, 0);
-    r->populating = pthread_create(&r->populate, NULL, shm__populate, r) == 0;
     return r;
 }
 
@@ -183,8 +163,6 @@ void shm_ring_free(shm_ring *r)
 {
     if (!r)
         return;
-    if (r->populating)
-        pthread_join(r->populate, NULL);
     munmap(r->map, r->map_len);
     if (r->fd >= 0)
         close(r->fd);

@@ -64,9 +64,11 @@ typedef struct conn_config {
 } conn_config;
 
 #define CONN_DEFAULT_HIGH_WATER (16u << 20)  /* queued bytes a producer fills up to */
-/* Bytes a read copies out of the peer's shared-memory ring before the
- * frames after them wait for a later turn of the loop (about what a
- * socket's buffer holds), so that timers and other connections run. */
+/* Bytes a turn of the loop copies out of the peer's shared-memory ring
+ * before the frames after them wait for a later turn (about what a
+ * socket's buffer holds), so that timers and other connections run; and
+ * bytes producers put into our ring before conn_can_send has them wait
+ * for a later turn (at least one payload a turn goes). */
 #define CONN_TURN_COPY (4u << 20)
 #define CONN_DEFAULT_QUEUE_MAX (256u << 20)  /* queued bytes per connection, at most */
 #define CONN_DEFAULT_AUTH_TIMEOUT_MS 5000u   /* to finish the handshake */
@@ -85,6 +87,7 @@ struct conn {
     uv_timer_t timer;           /* authentication and closing deadlines */
     uv_timer_t shm_poll;        /* while a producer waits for room in our ring */
     uv_idle_t rest;             /* feeds what a read left in rbuf, in a later turn */
+    uv_idle_t next_turn;        /* a producer that spent the turn's share goes on */
     uv_connect_t connect_req;   /* dialling side */
     uv_getaddrinfo_t resolve_req;
     uv_loop_t *loop;
@@ -117,7 +120,10 @@ struct conn {
     bool reading;               /* the socket is being read (uv_read_start) */
     uint32_t rest_off, rest_len; /* bytes of rbuf read and not yet fed: the socket is
                                  * not read until they are */
-    uint64_t turn_copied;       /* bytes taken from the peer's ring in this feed */
+    uint64_t turn_copied;       /* bytes taken from the peer's ring in this turn */
+    bool turn_spent;            /* ... CONN_TURN_COPY or more: reading waits for the next */
+    uint64_t turn_put;          /* bytes put into our ring since a producer last waited
+                                 * for a new turn (conn_can_send) */
     int handles_open;           /* handles to close and requests to return before freeing */
     int close_err;              /* passed to on_close */
     char close_reason[192];     /* passed to on_close */

@@ -588,6 +588,49 @@ START_TEST(shm_copies_bounded_per_turn)
 }
 END_TEST
 
+/* A producer that asks before each 1 MiB payload, with a high water and a
+ * ring that would take all of them: a turn of the loop puts
+ * CONN_TURN_COPY of them into the ring, the next payload waits for the
+ * drain notice of a later turn, and all arrive, intact and in order. */
+START_TEST(shm_puts_bounded_per_turn)
+{
+    shm_configs(32u << 20, 256 * 1024);
+    server_cfg.high_water = 64u << 20;
+    side cli = {0};
+    conn *c = shm_dial(&cli);
+    conn *s = srv_side[0].c;
+    const uint32_t len = 1u << 20;
+    const int n = 12;
+    uint8_t *p[12];
+    int sent = 0, turns = 0, most = 0;
+    while (sent < n) {
+        int in_turn = 0;
+        while (sent < n && conn_can_send(s, len)) {
+            p[sent] = shm_payload((uint64_t)sent, len);
+            send_chunk(s, p[sent], len, (uint64_t)sent);
+            sent++;
+            in_turn++;
+        }
+        if (in_turn > most)
+            most = in_turn;
+        turns++;
+        if (sent < n) {
+            ck_assert(s->blocked);
+            int d = srv_side[0].drains;
+            uv_run(&loop, UV_RUN_NOWAIT); /* the next turn lets it go on */
+            ck_assert_int_eq(srv_side[0].drains, d + 1);
+        }
+    }
+    ck_assert_int_eq(most, (int)(CONN_TURN_COPY / len));
+    ck_assert_int_eq(turns, (n + most - 1) / most);
+    ck_assert_uint_eq(s->shm_out, (uint64_t)n * len);
+    RUN_UNTIL(cli.frames == n);
+    ck_assert_int_eq(cli.good, n);
+    close_both(c, &cli);
+    free_payloads(p, n);
+}
+END_TEST
+
 /* A side that shares no memory declines the offer: payloads go over the
  * socket, intact. */
 START_TEST(shm_declined)
@@ -851,6 +894,7 @@ static Suite *suite(void)
     tcase_add_test(t, shm_payloads_through_the_ring);
     tcase_add_test(t, shm_full_ring_takes_the_socket);
     tcase_add_test(t, shm_drain_while_not_reading);
+    tcase_add_test(t, shm_puts_bounded_per_turn);
     tcase_add_test(t, shm_copies_bounded_per_turn);
     tcase_add_test(t, shm_declined);
     tcase_add_test(t, shm_reference_out_of_step);

@@ -74,15 +74,13 @@ int offline_plan(const char *file, const char *text, uint64_t wafer, int threads
         fprintf(stderr, "%s\n", err);
         return 1;
     }
-    toml_value *root = toml_parse(text, strlen(text), file, err, sizeof(err));
-    const toml_value *mt = root ? toml_table_get(root, "model") : NULL;
+    const toml_value *mt = jobspec_model_table(spec);
     int replicas = spec->num_csx > 0 ? (int)spec->num_csx : 1;
     /* with spatial partitions a wse-node computes one stripe of its group's samples */
     fit_stripes ps;
-    if (fit_choose_stripes(spec, text, (size_t)replicas, (unsigned)threads, wafer,
+    if (fit_choose_stripes(spec, (size_t)replicas, (unsigned)threads, wafer,
                            FIT_DEFAULT_CHUNK_ELEMS, &ps, err, sizeof(err)) < 0) {
         fprintf(stderr, "%s\n", err);
-        toml_free(root);
         jobspec_free(spec);
         return 3;
     }
@@ -108,7 +106,6 @@ int offline_plan(const char *file, const char *text, uint64_t wafer, int threads
     fit_choice choice;
     if (fit_choose(spec, (uint64_t)share, (unsigned)threads, wafer, &choice, err, sizeof(err)) < 0) {
         fprintf(stderr, "%s\n", err);
-        toml_free(root);
         fit_stripes_free(&ps);
         jobspec_free((jobspec *)full);
         return 3;
@@ -228,7 +225,6 @@ int offline_plan(const char *file, const char *text, uint64_t wafer, int threads
         planned.keep_outputs = choice.keep_outputs;
         offline__table(&planned, share, choice.micro ? (int)choice.micro : share, threads);
     }
-    toml_free(root);
     fit_stripes_free(&ps);
     jobspec_free((jobspec *)full);
     return 0;

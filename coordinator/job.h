@@ -26,7 +26,11 @@ struct job {
     uint32_t priority;    /* 1 (p1) to 3 (p3) */
     char file[256];       /* the job file's name as submitted */
     char owner[64];       /* the user who submitted it (users file); "" for an operator */
-    char *toml;           /* its text, owned: a queued job is compiled when it starts */
+    char *toml;           /* its text, owned, for the journal */
+    jobspec *spec;        /* ... parsed and checked once, where it entered (owned), while
+                           * queued or running; NULL for a journaled job whose text no
+                           * longer compiles (spec_error says why) */
+    char spec_error[512];
     char base_dir[PATH_MAX];
     char model_dir[PATH_MAX];
     char message[1024];   /* why it failed, or the final word */
@@ -118,8 +122,8 @@ void job_end(coordinator *co, job *j, Appliance__JobState state, const char *why
 void jobs_schedule(coordinator *co);
 /* Compiles spec on idle (or, for a plan to show, any live) members: the
  * packed plan in *plan; with used, the members it places (calloc'd). */
-int jobs_plan(coordinator *co, const jobspec *spec, const char *id, const char *toml, bool idle,
-              uint8_t **plan, size_t *len, member ***used, size_t *nused, char *err, size_t errlen);
+int jobs_plan(coordinator *co, const jobspec *spec, const char *id, bool idle, uint8_t **plan,
+              size_t *len, member ***used, size_t *nused, char *err, size_t errlen);
 /* Sends a job's log lines from `from` on to c. */
 void job_send_log(job *j, conn *c, uint64_t from, bool end);
 /* Fills j (its seq set) from its journal row; not its log. Returns 0 or
@@ -150,9 +154,10 @@ void job__release(coordinator *co, job *j);
 /* Drops what an attempt held (plan, members, steps in flight); ending:
  * the summaries too. */
 void job__drop_run(job *j, bool ending);
-/* Plans an attempt of job j from spec on idle members and sends them the
- * plan. Returns 1 when started, 0 when the cluster has no room for it now,
- * -1 when it failed (it has ended). Frees spec. */
-int job__launch(coordinator *co, job *j, jobspec *spec);
+/* Plans an attempt of job j from spec (the job's, or an attempt's copy of
+ * it with fewer replicas or a checkpoint to resume) on idle members and
+ * sends them the plan. Returns 1 when started, 0 when the cluster has no
+ * room for it now, -1 when it failed (it has ended). */
+int job__launch(coordinator *co, job *j, const jobspec *spec);
 /* Starts a queued job on idle members (job__launch). */
 int job__start(coordinator *co, job *j);

@@ -151,7 +151,7 @@ void jobs_handle_submit(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, 
      * not when the job's turn comes. */
     uint8_t *buf = NULL;
     size_t blen = 0;
-    int rc = jobs_plan(co, spec, "plan", s->toml, false, &buf, &blen, NULL, NULL, err, sizeof(err));
+    int rc = jobs_plan(co, spec, "plan", false, &buf, &blen, NULL, NULL, err, sizeof(err));
     if (rc < 0) {
         log_info("job file %s from %s refused: %s", file, c->peer_addr, err);
         node_reply_error(c, rc, "%s", err);
@@ -193,7 +193,7 @@ void jobs_handle_submit(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, 
     j->submitted_at = jobctl__now();
     j->state = APPLIANCE__JOB_STATE__JOB_QUEUED;
     snprintf(j->phase, sizeof(j->phase), "queued");
-    jobspec_free(spec);
+    j->spec = spec;
     if (s->follow)
         jobctl__follow(j, c);
     job_save(co, j);
@@ -454,9 +454,13 @@ int job_from_journal(coordinator *co, job *j, const journal_job *jj)
         j->last_eval_accuracy = jj->eval_accuracy;
         j->last_eval_iou = jj->eval_iou;
     }
-    if ((j->state == APPLIANCE__JOB_STATE__JOB_QUEUED || j->state == APPLIANCE__JOB_STATE__JOB_RUNNING) &&
-        !(j->toml = strdup(jj->toml)))
+    if (j->state != APPLIANCE__JOB_STATE__JOB_QUEUED && j->state != APPLIANCE__JOB_STATE__JOB_RUNNING)
+        return 0;
+    if (!(j->toml = strdup(jj->toml)))
         return -ENOMEM;
+    /* where a journaled job enters this coordinator: parsed once here */
+    j->spec = jobspec_parse(j->toml, strlen(j->toml), j->file, j->base_dir, j->spec_error,
+                            sizeof(j->spec_error));
     return 0;
 }
 

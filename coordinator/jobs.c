@@ -294,6 +294,8 @@ void job_end(coordinator *co, job *j, Appliance__JobState state, const char *why
     job__drop_run(j, true);
     free(j->toml); /* kept in the journal */
     j->toml = NULL;
+    jobspec_free(j->spec);
+    j->spec = NULL;
     job_save(co, j);
     if (running)
         jobs_schedule(co);
@@ -311,8 +313,8 @@ bool jobs_feasible(coordinator *co, const jobspec *spec, char *err, size_t errle
     return false;
 }
 
-int jobs_plan(coordinator *co, const jobspec *spec, const char *id, const char *toml, bool idle,
-              uint8_t **plan, size_t *len, member ***used, size_t *nused, char *err, size_t errlen)
+int jobs_plan(coordinator *co, const jobspec *spec, const char *id, bool idle, uint8_t **plan,
+              size_t *len, member ***used, size_t *nused, char *err, size_t errlen)
 {
     planner_place pl;
     if (!planner_place_members(&co->members, spec, idle, &pl)) {
@@ -320,8 +322,8 @@ int jobs_plan(coordinator *co, const jobspec *spec, const char *id, const char *
         return -EAGAIN;
     }
     planner_members pm = {pl.reps, pl.nr, pl.shards, pl.ns, pl.swarm, pl.nx, pl.workers, pl.gw};
-    int rc = planner_build(spec, id, toml, &pm, co->opt.chunk_bytes / sizeof(float), plan, len,
-                           err, errlen);
+    int rc = planner_build(spec, id, &pm, co->opt.chunk_bytes / sizeof(float), plan, len, err,
+                           errlen);
     if (rc < 0 || !used)
         return rc;
     size_t nw = pl.gw < (size_t)spec->num_csx * (size_t)spec->num_workers_per_csx
@@ -346,17 +348,12 @@ int jobs_plan(coordinator *co, const jobspec *spec, const char *id, const char *
     return 0;
 }
 
-/* Plans an attempt of job j from spec on idle members and sends them the
- * plan. Returns 1 when started, 0 when the cluster has no room for it now,
- * -1 when it failed (it has ended). Frees spec. */
-int job__launch(coordinator *co, job *j, jobspec *spec)
+int job__launch(coordinator *co, job *j, const jobspec *spec)
 {
     char err[1024];
     planner_place pl;
-    if (!planner_place_members(&co->members, spec, true, &pl)) {
-        jobspec_free(spec);
+    if (!planner_place_members(&co->members, spec, true, &pl))
         return 0;
-    }
     if (j->restarts)
         snprintf(j->run_id, sizeof(j->run_id), "%s.r%u", j->id, j->restarts);
     else
@@ -366,14 +363,13 @@ int job__launch(coordinator *co, job *j, jobspec *spec)
     j->progress_at = uv_now(co->n->loop);
     member **used = NULL;
     size_t nused = 0;
-    int rc = jobs_plan(co, spec, j->run_id, j->toml, true, &j->plan_bytes, &j->plan_len, &used,
-                       &nused, err, sizeof(err));
+    int rc = jobs_plan(co, spec, j->run_id, true, &j->plan_bytes, &j->plan_len, &used, &nused,
+                       err, sizeof(err));
     if (rc == 0 && !(j->plan = appliance__plan__unpack(NULL, j->plan_len, j->plan_bytes))) {
         snprintf(err, sizeof(err), "cannot decode the plan");
         rc = -EPROTO;
     }
     if (rc < 0) {
-        jobspec_free(spec);
         free(used);
         job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, err);
         return -1;
@@ -426,7 +422,6 @@ int job__launch(coordinator *co, job *j, jobspec *spec)
     log_info("job %s started: %s, %zu replica(s), %llu steps, global batch %u", j->id, j->file,
              j->plan->n_replicas, (unsigned long long)j->plan->max_steps, j->plan->global_batch);
     job_save(co, j);
-    jobspec_free(spec);
     if (co->journal)
         journal_put_recovery(co->journal, j->id, j->restarts, j->have_ckpt, j->ckpt_step);
     Appliance__JobStart st = APPLIANCE__JOB_START__INIT;
@@ -440,13 +435,11 @@ int job__launch(coordinator *co, job *j, jobspec *spec)
 /* Starts a queued job on idle members (see job__launch). */
 int job__start(coordinator *co, job *j)
 {
-    char err[1024];
-    jobspec *spec = jobspec_parse(j->toml, strlen(j->toml), j->file, j->base_dir, err, sizeof(err));
-    if (!spec) {
-        job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, err);
+    if (!j->spec) {
+        job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, j->spec_error);
         return -1;
     }
-    return job__launch(co, j, spec);
+    return job__launch(co, j, j->spec);
 }
 
 
@@ -801,6 +794,7 @@ void job_free(job *j)
 {
     job__drop_run(j, true);
     free(j->toml);
+    jobspec_free(j->spec);
     free(j->followers);
     free(j->readers);
     for (size_t l = 0; l < j->nlog; l++)

@@ -295,7 +295,7 @@ uint64_t planner_replica_bytes_micro(const model *m, uint64_t batch, uint64_t mi
 /* Why a job does not fit in Weight Streaming, and what would help: fewer
  * samples per replica while one fits, else a larger wafer or an image that
  * fits (never a batch below 1). */
-static void planner__refuse_ws(const jobspec *spec, const char *job_toml, uint64_t share,
+static void planner__refuse_ws(const jobspec *spec, uint64_t share,
                                unsigned threads, unsigned states, uint64_t wafer, uint64_t need,
                                size_t nr, char *err, size_t errlen)
 {
@@ -318,11 +318,8 @@ static void planner__refuse_ws(const jobspec *spec, const char *job_toml, uint64
     }
     char one[32], hint[192] = "";
     units_format_size(fit_replica_bytes(m, 1, (int)threads, ws, states), one, sizeof(one));
-    char terr[256];
-    toml_value *root = toml_parse(job_toml, strlen(job_toml), spec->source, terr, sizeof(terr));
-    const toml_value *mt = root ? toml_table_get(root, "model") : NULL;
+    const toml_value *mt = jobspec_model_table(spec);
     int side = mt ? fit_largest_side(mt, m, 1, (int)threads, ws, states, wafer) : -1;
-    toml_free(root);
     if (side > 0)
         snprintf(hint, sizeof(hint), ", or images of at most %lldx%dx%d",
                  (long long)m->input.d[0], side, side);
@@ -391,25 +388,20 @@ static int planner__hosts(const model *m, const Appliance__Plan *p, const planne
 /* Builds the plan with every replica planned within cap at most (its
  * wafer memory, or less: its share of its host); *share as planner__hosts
  * when a host has too little (returned as 1). */
-static int planner__build(const jobspec *spec, const char *job_id, const char *job_toml,
-                          const planner_members *pm, uint64_t chunk_elems, uint64_t cap,
-                          uint64_t *share, uint8_t **out, size_t *outlen, char *err, size_t errlen)
+static int planner__build(const jobspec *spec, const char *job_id, const planner_members *pm,
+                          uint64_t chunk_elems, uint64_t cap, uint64_t *share, uint8_t **out, size_t *outlen, char *err, size_t errlen)
 {
     const model *m = spec->model;
     arena a;
     arena_init(&a);
     fit_stripes ps = {.parts = 1};
     int rc = -ENOMEM;
-    /* whether the wafer keeps every output is this build's to decide (an
-     * earlier build of the same spec set it for another wafer): the
-     * choices below start from the model as compiled */
-    spec->model->keep_outputs = false;
     Appliance__Plan *p = arena_alloc(&a, sizeof(*p));
     if (!p)
         goto done;
     appliance__plan__init(p);
     p->job_id = arena_strdup(&a, job_id);
-    p->job_toml = arena_strdup(&a, job_toml);
+    p->job_toml = arena_strdup(&a, spec->text);
     p->file_name = arena_strdup(&a, spec->source);
     p->seed = (uint64_t)spec->seed;
     p->max_steps = (uint64_t)spec->max_steps;
@@ -447,11 +439,13 @@ static int planner__build(const jobspec *spec, const char *job_id, const char *j
         p->host_share = cap;
     }
     /* What one wse-node computes: the whole model, or a stripe's */
-    rc = fit_choose_stripes(spec, job_toml, nr, threads, wafer, chunk_elems, &ps, err, errlen);
+    rc = fit_choose_stripes(spec, nr, threads, wafer, chunk_elems, &ps, err, errlen);
     if (rc < 0)
         goto done;
     const jobspec *wspec = ps.parts > 1 ? &ps.spec : spec;
-    model *wm = wspec->model;
+    /* what one wse-node computes, with this plan's decisions: a copy whose
+     * layers and tensors are the compiled model's, read only */
+    model wmv = *wspec->model, *wm = &wmv;
     size_t groups = nr / (size_t)ps.parts;
     uint64_t max_share = (B + groups - 1) / groups;
     p->spatial_partitions = ps.parts > 1 ? (uint32_t)ps.parts : 0;
@@ -496,7 +490,7 @@ static int planner__build(const jobspec *spec, const char *job_id, const char *j
         p->ws_part_elems = part;
     }
     if (!pipelined && need_ws > wafer) {
-        planner__refuse_ws(wspec, job_toml, max_share, threads, states, wafer, need_ws, groups,
+        planner__refuse_ws(wspec, max_share, threads, states, wafer, need_ws, groups,
                            err, errlen);
         rc = -E2BIG;
         goto done;
@@ -827,12 +821,11 @@ done:
     return rc;
 }
 
-int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
-                  const planner_members *pm, uint64_t chunk_elems, uint8_t **out, size_t *outlen,
-                  char *err, size_t errlen)
+int planner_build(const jobspec *spec, const char *job_id, const planner_members *pm,
+                  uint64_t chunk_elems, uint8_t **out, size_t *outlen, char *err, size_t errlen)
 {
     uint64_t share = 0, again = 0;
-    int rc = planner__build(spec, job_id, job_toml, pm, chunk_elems, UINT64_MAX, &share, out,
+    int rc = planner__build(spec, job_id, pm, chunk_elems, UINT64_MAX, &share, out,
                             outlen, err, errlen);
     if (rc != 1)
         return rc;
@@ -845,7 +838,7 @@ int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
         if (pm->replicas[i]->wafer_memory < wafer)
             wafer = pm->replicas[i]->wafer_memory;
     if (share > 0 && share < wafer) {
-        rc = planner__build(spec, job_id, job_toml, pm, chunk_elems, share, &again, out, outlen,
+        rc = planner__build(spec, job_id, pm, chunk_elems, share, &again, out, outlen,
                             retry, sizeof(retry));
         if (rc == 0)
             return 0;

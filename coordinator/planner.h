@@ -34,12 +34,12 @@ typedef struct planner_place {
  * as the job needs (pl says how many of each it found either way). */
 bool planner_place_members(const members *ms, const jobspec *spec, bool idle, planner_place *pl);
 
-/* Builds the plan. chunk_elems is the float32 elements per chunk. On success
+/* Builds the plan (it carries spec's text to the daemons that compile the
+ * model again; spec and its model are only read). chunk_elems is the float32 elements per chunk. On success
  * returns 0 and a packed plan in *out (malloc'd, *outlen bytes); otherwise a
  * negative code and a message naming what does not fit and what to change. */
-int planner_build(const jobspec *spec, const char *job_id, const char *job_toml,
-                  const planner_members *pm, uint64_t chunk_elems, uint8_t **out, size_t *outlen,
-                  char *err, size_t errlen);
+int planner_build(const jobspec *spec, const char *job_id, const planner_members *pm,
+                  uint64_t chunk_elems, uint8_t **out, size_t *outlen, char *err, size_t errlen);
 
 /* SwarmX nodes a tree over `replicas` replicas with fan-out `fanout` needs:
  * leaves of at most fanout replicas, then levels of at most fanout nodes up

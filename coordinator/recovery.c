@@ -61,9 +61,7 @@ void job_fault(coordinator *co, job *j, const char *why)
 int job_recover_loaded(coordinator *co, job *j)
 {
     char err[1024];
-    jobspec *spec = j->toml ? jobspec_parse(j->toml, strlen(j->toml), j->file, j->base_dir, err,
-                                            sizeof(err))
-                            : NULL;
+    const jobspec *spec = j->spec;
     const char *why = "the coordinator stopped while the job was running";
     if (co->journal)
         journal_get_recovery(co->journal, j->id, &j->restarts, &j->have_ckpt, &j->ckpt_step);
@@ -72,13 +70,11 @@ int job_recover_loaded(coordinator *co, job *j)
                  !spec ? "its job file no longer compiles"
                  : co->running ? "another job is recovering"
                                : "no restarts left (runconfig.max_num_restarts)");
-        jobspec_free(spec);
         j->state = APPLIANCE__JOB_STATE__JOB_QUEUED; /* so that job_end takes it */
         job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, err);
         return -1;
     }
     j->max_restarts = (uint32_t)spec->max_num_restarts;
-    jobspec_free(spec);
     j->run_id[0] = 0;
     j->summarized = j->steps_done;
     co->running = j;
@@ -104,15 +100,16 @@ static size_t job__idle(coordinator *co, Appliance__Role role)
 static void job__restart(coordinator *co, job *j, uint64_t now)
 {
     char err[1024];
-    jobspec *spec = jobspec_parse(j->toml, strlen(j->toml), j->file, j->base_dir, err, sizeof(err));
-    if (!spec) {
-        job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, err);
+    if (!j->spec) {
+        job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, j->spec_error);
         return;
     }
+    /* this attempt's copy of the job (its model, document and text the
+     * job's, read only): a checkpoint to resume, fewer replicas */
+    jobspec attempt = *j->spec, *spec = &attempt;
     if (j->have_ckpt && j->ckpt_step >= (uint64_t)spec->max_steps) {
         /* The fault came after the final checkpoint: training is complete. */
         bool eval = spec->eval.present;
-        jobspec_free(spec);
         j->steps_done = j->ckpt_step;
         if (!eval) {
             job_end(co, j, APPLIANCE__JOB_STATE__JOB_DONE, "done");
@@ -129,7 +126,6 @@ static void job__restart(coordinator *co, job *j, uint64_t now)
                            spec->model_dir, (unsigned long long)j->ckpt_step,
                            (long long)spec->num_wgt_servers);
         if (len < 0 || (size_t)len >= sizeof(spec->checkpoint_path)) {
-            jobspec_free(spec);
             job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, "the checkpoint's path is too long");
             return;
         }
@@ -161,12 +157,10 @@ static void job__restart(coordinator *co, job *j, uint64_t now)
                          job__idle(co, APPLIANCE__ROLE__ROLE_WSE_NODE),
                          job__idle(co, APPLIANCE__ROLE__ROLE_MEMORYX), swarm,
                          job__idle(co, APPLIANCE__ROLE__ROLE_WORKER), stripes);
-                jobspec_free(spec);
                 job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, err);
                 return;
             }
             j->recover_at = now + 250;
-            jobspec_free(spec);
             return;
         }
         /* Go on with what is left. */

@@ -24,7 +24,7 @@ typedef struct exec_halo {
 } exec_halo;
 
 /* Spatial partitions: the executor computes one horizontal stripe of every
- * sample (common/compiler/spatial.h), its model being the stripe's, and
+ * sample (common/memplan/spatial.h), its model being the stripe's, and
  * reaches the other stripes through these calls, which block until done
  * and return 0 or a negative code (the step is then abandoned:
  * exec_parts_error). Every stripe makes the same calls in the same order;

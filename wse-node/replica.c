@@ -304,7 +304,6 @@ static int wn__job_buffers(wn_job *j, char *err, size_t errlen)
     if (!oom) {
         j->mb = mb;
         j->nmicro = j->mb ? (j->batch + j->mb - 1) / j->mb : 1;
-        j->m->keep_outputs = p->keep_outputs; /* the memory plan the coordinator planned */
         if (exec_init_micro(&j->ex, m, (int)j->batch, (int)j->mb, (int)wn_of(j->n)->opt.threads,
                             j->wp, j->gp, err, errlen) < 0)
             return -ENOMEM;
@@ -419,34 +418,38 @@ static void wn__job_allocated(void *arg)
                  j->replica, p->n_replicas, j->batch, j->nfeeds);
 }
 
-/* Spatial partitions: the model this replica computes is its stripe's, and
- * its links to the neighbouring stripes are set up. */
-static int wn__stripe_model(wn_job *j, const Appliance__PlanReplica *me, char *err, size_t errlen)
+/* The model this replica computes, from the plan's job parsed once: the
+ * whole model checked against the plan, then compiled again with the
+ * plan's decisions (its stripe's rows, kept outputs) into j->m; with
+ * spatial partitions, its links to the neighbouring stripes set up. */
+static int wn__plan_model(wn_job *j, const Appliance__PlanReplica *me, char *err, size_t errlen)
 {
     const Appliance__Plan *p = j->plan;
-    toml_value *root = toml_parse(p->job_toml, strlen(p->job_toml), p->file_name, err, errlen);
-    const toml_value *mt = root ? toml_table_get(root, "model") : NULL;
-    model *stripe = NULL;
-    spatial_plan sp;
-    uint32_t parts = msgcheck_parts(p);
-    int rc = mt ? spatial_compile(mt, j->m, (int)parts, (int)(me->index % parts), &stripe, &sp,
-                                  err, errlen)
-                : -EINVAL;
-    toml_free(root);
-    if (rc < 0)
-        return rc;
-    if (sp.row0 != me->stripe_row0 || sp.rows != me->stripe_rows) {
-        snprintf(err, errlen, "the plan gives replica %u the input rows [%u, +%u), its stripe is "
-                 "[%lld, +%lld)", me->index, me->stripe_row0, me->stripe_rows,
-                 (long long)sp.row0, (long long)sp.rows);
-        model_free(stripe);
-        spatial_plan_free(&sp);
+    jobspec *spec = jobspec_parse(p->job_toml, strlen(p->job_toml), p->file_name, NULL, err,
+                                  errlen);
+    if (!spec)
         return -EINVAL;
+    uint32_t parts = msgcheck_parts(p);
+    spatial_plan sp = {.parts = 1};
+    int rc = model_plan_check(p, spec->model, err, errlen);
+    if (rc == 0 && parts > 1) {
+        rc = spatial_compile(jobspec_model_table(spec), spec->model, (int)parts,
+                             (int)(me->index % parts), p->keep_outputs, &j->m, &sp, err, errlen);
+        if (rc == 0 && (sp.row0 != me->stripe_row0 || sp.rows != me->stripe_rows)) {
+            snprintf(err, errlen, "the plan gives replica %u the input rows [%u, +%u), its stripe "
+                     "is [%lld, +%lld)", me->index, me->stripe_row0, me->stripe_rows,
+                     (long long)sp.row0, (long long)sp.rows);
+            rc = -EINVAL;
+        }
+    } else if (rc == 0) {
+        model_options o = {.keep_outputs = p->keep_outputs};
+        j->m = model_recompile(jobspec_model_table(spec), spec->model, &o, err, errlen);
+        rc = j->m ? 0 : -EINVAL;
     }
-    model_free(j->m);
-    j->m = stripe;
-    j->replica = me->index; /* the stripe is replica % parts */
-    rc = wn_stripes_init(j, &sp, (int)me->batch, err, errlen);
+    jobspec_free(spec);
+    j->replica = me->index; /* with stripes, the stripe is replica % parts */
+    if (rc == 0 && parts > 1)
+        rc = wn_stripes_init(j, &sp, (int)me->batch, err, errlen);
     spatial_plan_free(&sp);
     return rc;
 }
@@ -471,20 +474,11 @@ static void *wn__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
         if (p->replicas[i]->member_id == n->member_id)
             me = p->replicas[i];
     char err[1024];
-    jobspec *spec = jobspec_parse(p->job_toml, strlen(p->job_toml), p->file_name, NULL, err, sizeof(err));
-    if (spec) {
-        j->m = spec->model;
-        spec->model = NULL;
-        jobspec_free(spec);
-    }
-    if (!me || !j->m) {
-        if (!me)
-            snprintf(err, sizeof(err), "plan has no replica for member %u", n->member_id);
+    if (!me) {
+        snprintf(err, sizeof(err), "plan has no replica for member %u", n->member_id);
         return wn__start_failed(j, why, whylen, err);
     }
-    if (model_plan_check(p, j->m, err, sizeof(err)) < 0)
-        return wn__start_failed(j, why, whylen, err);
-    if (msgcheck_parts(p) > 1 && wn__stripe_model(j, me, err, sizeof(err)) < 0)
+    if (wn__plan_model(j, me, err, sizeof(err)) < 0)
         return wn__start_failed(j, why, whylen, err);
     if (msgcheck_parts(p) == 1 && p->sync_batchnorm && p->n_replicas > 1) {
         spatial_plan none = {.parts = 1}; /* whole samples: batch norm's sums on the tree */

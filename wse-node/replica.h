@@ -346,7 +346,7 @@ void wn__abort_as(node *n, wn_job *j, bool fault, const char *fmt, ...)
 #define wn__abort(n, j, ...) wn__abort_as(n, j, false, __VA_ARGS__)
 #define wn__fault(n, j, ...) wn__abort_as(n, j, true, __VA_ARGS__)
 void wn__free_buffers(wn_job *j);
-/* parts.c: a link to a neighbouring stripe closed after the job's release. */
+/* stripes.c: a link to a neighbouring stripe closed after the job's release. */
 void wn__stripes_link_closed(wn_job *j);
 /* step.c: sends queued gradients while the link to swarmx has room. */
 int wn__grad_pump(wn_job *j);

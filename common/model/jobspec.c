@@ -427,12 +427,21 @@ jobspec *jobspec_parse(const char *text, size_t len, const char *name, const cha
             goto fail;
         }
     }
-    toml_free(root);
+    if (!(j->text = strndup(text, len))) {
+        snprintf(err, errlen, "%s: out of memory", name);
+        goto fail;
+    }
+    j->doc = root;
     return j;
 fail:
     jobspec_free(j);
     toml_free(root);
     return NULL;
+}
+
+const toml_value *jobspec_model_table(const jobspec *j)
+{
+    return toml_table_get(j->doc, "model");
 }
 
 int64_t jobspec_parts(const jobspec *j)
@@ -445,5 +454,7 @@ void jobspec_free(jobspec *j)
     if (!j)
         return;
     model_free(j->model);
+    toml_free(j->doc);
+    free(j->text);
     free(j);
 }

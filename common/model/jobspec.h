@@ -84,6 +84,12 @@ typedef struct jobspec {
     double max_gradient_norm;     /* 0: no clipping */
     /* [model] */
     model *model;                 /* owned */
+    /* The document the job was read from (owned): its [model] table is
+     * compiled again for other inputs (stripes, larger images) without
+     * reading the text again (jobspec_model_table). */
+    toml_value *doc;
+    char *text;                   /* the job file's text (owned): what a plan carries to
+                                   * the daemons that compile the model again */
 } jobspec;
 
 /* Reads a job file from text. base_dir resolves relative paths (the
@@ -92,6 +98,10 @@ typedef struct jobspec {
 jobspec *jobspec_parse(const char *text, size_t len, const char *name, const char *base_dir,
                        char *err, size_t errlen);
 void jobspec_free(jobspec *j);
+
+/* The [model] table of the job's document: what model_compile_as and
+ * spatial_compile compile again. */
+const toml_value *jobspec_model_table(const jobspec *j);
 
 /* The stripes per sample a job asks for: spatial_partitions, or 1 for
  * "auto" (which the plan resolves). */

@@ -1019,6 +1019,20 @@ model *model_compile_as(const toml_value *mt, const model_shape *input, char *er
     return model__compile(mt, input, err, errlen);
 }
 
+model *model_recompile(const toml_value *mt, const model *full, const model_options *o,
+                       char *err, size_t errlen)
+{
+    model *m = model__compile(mt, o->input, err, errlen);
+    if (!m)
+        return NULL;
+    m->input_unorm8 = full->input_unorm8;
+    m->labels_u8 = full->labels_u8;
+    m->act_bf16 = full->act_bf16;
+    m->mixed_precision = full->mixed_precision;
+    m->keep_outputs = o->keep_outputs;
+    return m;
+}
+
 model *model_compile_document(const toml_value *root, char *err, size_t errlen)
 {
     const toml_value *mt = toml_table_get(root, "model");

@@ -176,6 +176,20 @@ model *model_compile(const toml_value *model_table, char *err, size_t errlen);
  * on another image size: what fits a wafer). */
 model *model_compile_as(const toml_value *model_table, const model_shape *input, char *err,
                         size_t errlen);
+
+/* What a plan decides about the model a daemon computes, applied as it is
+ * compiled (model_recompile): nothing writes into a compiled model later. */
+typedef struct model_options {
+    const model_shape *input; /* the same layers on another input; NULL: the job's */
+    bool keep_outputs;        /* every output kept for the backward pass (Plan.keep_outputs) */
+} model_options;
+
+/* The model of full's [model] table (model_table) compiled again with the
+ * plan's options; what the job's data and [model] keys set beside the
+ * layers (the inputs' encodings, activation and mixed precision) carried
+ * over from full. Returns NULL with a message as model_compile. */
+model *model_recompile(const toml_value *model_table, const model *full, const model_options *o,
+                       char *err, size_t errlen);
 /* Compiles the [model] table of a whole job document (the root table);
  * a missing [model] is an error. */
 model *model_compile_document(const toml_value *root, char *err, size_t errlen);
@@ -196,5 +210,5 @@ uint64_t model_shape_elems(const model_shape *s);
 /* Whether the model's samples could be split into stripes of rows
  * (spatial partitions): an image input and no layer that needs whole
  * samples (dense, flatten). Whether a given count of stripes splits is
- * common/compiler/spatial.h's to say. */
+ * common/memplan/spatial.h's to say. */
 bool model_splits(const model *m);

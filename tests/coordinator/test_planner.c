@@ -41,7 +41,7 @@ static Appliance__Plan *plan_of(const jobspec *spec)
     uint8_t *buf;
     size_t len;
     char err[512];
-    ck_assert_msg(planner_build(spec, "job-1", job_text, &pm, 1024, &buf, &len, err,
+    ck_assert_msg(planner_build(spec, "job-1", &pm, 1024, &buf, &len, err,
                                 sizeof(err)) == 0, "%s", err);
     Appliance__Plan *p = appliance__plan__unpack(NULL, len, buf);
     free(buf);
@@ -106,7 +106,7 @@ START_TEST(inputs)
     planner_members pm = {r, 1, r, 1, r, 1, r, 1};
     uint8_t *buf = NULL;
     size_t len;
-    ck_assert_int_lt(planner_build(spec, "job-2", job_text, &pm, 1024, &buf, &len, err, sizeof(err)), 0);
+    ck_assert_int_lt(planner_build(spec, "job-2", &pm, 1024, &buf, &len, err, sizeof(err)), 0);
     ck_assert_msg(strstr(err, "job.toml: [eval_input]: /nonexistent/mnist/t10k-images-idx3-ubyte") == err,
                   "%s", err);
     jobspec_free(spec);
@@ -154,7 +154,7 @@ START_TEST(memory_for_the_members_threads)
     planner_members pm = {r, 2, s, 1, w, 1, k, 1};
     uint8_t *buf;
     size_t len;
-    ck_assert_msg(planner_build(spec, "job-1", conv_job, &pm, 1024, &buf, &len, err, sizeof(err)) == 0,
+    ck_assert_msg(planner_build(spec, "job-1", &pm, 1024, &buf, &len, err, sizeof(err)) == 0,
                   "%s", err);
     Appliance__Plan *p = appliance__plan__unpack(NULL, len, buf);
     free(buf);
@@ -206,7 +206,7 @@ START_TEST(refusals_say_what_helps)
     /* three of the eight samples fit whole layers; with the dense layer's
      * weight streamed in parts a few more do, as the message says */
     wse.wafer_memory = (three + four) / 2;
-    ck_assert_int_eq(planner_build(spec, "job-1", job, &pm, 1024, &buf, &len, err, sizeof(err)), -E2BIG);
+    ck_assert_int_eq(planner_build(spec, "job-1", &pm, 1024, &buf, &len, err, sizeof(err)), -E2BIG);
     int fit = fit_largest_batch(spec->model, 1, APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING, 0,
                                 wse.wafer_memory, 8);
     ck_assert_int_ge(fit, 3);
@@ -218,7 +218,7 @@ START_TEST(refusals_say_what_helps)
     /* not one fits, even with no weight slots at all: a larger wafer, or a
      * smaller image (one that fits) */
     wse.wafer_memory = one - footprint_wslots_bytes(spec->model, 0, 1024) - 1;
-    ck_assert_int_eq(planner_build(spec, "job-1", job, &pm, 1024, &buf, &len, err, sizeof(err)), -E2BIG);
+    ck_assert_int_eq(planner_build(spec, "job-1", &pm, 1024, &buf, &len, err, sizeof(err)), -E2BIG);
     ck_assert_msg(strstr(err, "not even one sample of 3x256x256 fits a wafer") &&
                   strstr(err, "use wse-nodes with more wafer memory (--wafer-memory), or images of at "
                          "most 3x") && !strstr(err, "batch_size"), "%s", err);
@@ -296,21 +296,21 @@ START_TEST(memoryx_shards_must_hold_the_model)
     size_t len;
     /* a shard of 20 MiB holds one of the two big tensors: two shards would do */
     c.mx.memory = 20u << 20;
-    ck_assert_int_eq(planner_build(spec, "job-1", job, &c.pm, 1024, &buf, &len, err, sizeof(err)), -E2BIG);
+    ck_assert_int_eq(planner_build(spec, "job-1", &c.pm, 1024, &buf, &len, err, sizeof(err)), -E2BIG);
     ck_assert_msg(strstr(err, "memoryx cannot hold the model") && strstr(err, "shard 1 of 1") &&
                   strstr(err, "memoryx memoryx-1 has 20.0 MiB") &&
                   strstr(err, "runconfig.num_wgt_servers = 2 would do"), "%s", err);
     /* less than one tensor needs: only a larger memoryx helps */
     c.mx.memory = 10u << 20;
-    ck_assert_int_eq(planner_build(spec, "job-1", job, &c.pm, 1024, &buf, &len, err, sizeof(err)), -E2BIG);
+    ck_assert_int_eq(planner_build(spec, "job-1", &c.pm, 1024, &buf, &len, err, sizeof(err)), -E2BIG);
     ck_assert_msg(strstr(err, "one tensor with its gradient and optimizer state needs 12.0 MiB") &&
                   strstr(err, "give memoryx more --memory"), "%s", err);
     /* enough, and no limit: planned */
     c.mx.memory = 30u << 20;
-    ck_assert_msg(planner_build(spec, "job-1", job, &c.pm, 1024, &buf, &len, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(planner_build(spec, "job-1", &c.pm, 1024, &buf, &len, err, sizeof(err)) == 0, "%s", err);
     free(buf);
     c.mx.memory = 0;
-    ck_assert_msg(planner_build(spec, "job-1", job, &c.pm, 1024, &buf, &len, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(planner_build(spec, "job-1", &c.pm, 1024, &buf, &len, err, sizeof(err)) == 0, "%s", err);
     free(buf);
     jobspec_free(spec);
 }
@@ -340,7 +340,7 @@ START_TEST(backward_streams_what_it_reads)
     cluster1_init(&c);
     uint8_t *buf = NULL;
     size_t len;
-    ck_assert_msg(planner_build(spec, "job-1", job, &c.pm, 1024, &buf, &len, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(planner_build(spec, "job-1", &c.pm, 1024, &buf, &len, err, sizeof(err)) == 0, "%s", err);
     Appliance__Plan *plan = appliance__plan__unpack(NULL, len, buf);
     ck_assert_ptr_nonnull(plan);
     ck_assert_int_eq(plan->mode, APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING);
@@ -374,7 +374,7 @@ START_TEST(pipelined_memoryx_holds_no_gradients)
     size_t len;
     /* 20 MiB: too little for Weight Streaming's gradients, enough here */
     c.mx.memory = 20u << 20;
-    ck_assert_msg(planner_build(spec, "job-1", job, &c.pm, 1024, &buf, &len, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(planner_build(spec, "job-1", &c.pm, 1024, &buf, &len, err, sizeof(err)) == 0, "%s", err);
     Appliance__Plan *plan = appliance__plan__unpack(NULL, len, buf);
     ck_assert_ptr_nonnull(plan);
     ck_assert_int_eq(plan->mode, APPLIANCE__EXEC_MODE__MODE_PIPELINED);
@@ -383,7 +383,7 @@ START_TEST(pipelined_memoryx_holds_no_gradients)
     /* 12 MiB of memory and a large disk tier: the disk tier does not count */
     c.mx.memory = 12u << 20;
     c.mx.disk = 1ull << 30;
-    ck_assert_int_eq(planner_build(spec, "job-1", job, &c.pm, 1024, &buf, &len, err, sizeof(err)), -E2BIG);
+    ck_assert_int_eq(planner_build(spec, "job-1", &c.pm, 1024, &buf, &len, err, sizeof(err)), -E2BIG);
     ck_assert_msg(strstr(err, "memoryx cannot hold the model: the weights and optimizer state need "
                               "16.0 MiB in all, 16.0 MiB on shard 1 of 1, memoryx memoryx-1 has "
                               "12.0 MiB of memory") &&
@@ -391,7 +391,7 @@ START_TEST(pipelined_memoryx_holds_no_gradients)
                   strstr(err, "mode = \"weight_streaming\""), "%s", err);
     /* less than one tensor and its momentum */
     c.mx.memory = 6u << 20;
-    ck_assert_int_eq(planner_build(spec, "job-1", job, &c.pm, 1024, &buf, &len, err, sizeof(err)), -E2BIG);
+    ck_assert_int_eq(planner_build(spec, "job-1", &c.pm, 1024, &buf, &len, err, sizeof(err)), -E2BIG);
     ck_assert_msg(strstr(err, "one tensor with its optimizer state needs 8.0 MiB, memoryx memoryx-1 "
                               "has 6.0 MiB of memory"), "%s", err);
     jobspec_free(spec);
@@ -597,7 +597,7 @@ START_TEST(planner_counts_a_host_once)
             w[j].host_id[0] = 0;
             w[j].host_memory = 0;
         }
-        ck_assert_msg(planner_build(spec, "job-1", job, &pm, 1024, &buf, &len, err, sizeof(err)) == 0,
+        ck_assert_msg(planner_build(spec, "job-1", &pm, 1024, &buf, &len, err, sizeof(err)) == 0,
                       "%s", err);
         Appliance__Plan *p = appliance__plan__unpack(NULL, len, buf);
         free(buf);
@@ -614,7 +614,7 @@ START_TEST(planner_counts_a_host_once)
             snprintf(w[j].host_id, sizeof(w[j].host_id), "a");
             w[j].host_memory = host;
         }
-        int rc = planner_build(spec, "job-1", job, &pm, 1024, &buf, &len, err, sizeof(err));
+        int rc = planner_build(spec, "job-1", &pm, 1024, &buf, &len, err, sizeof(err));
         if (i == 0) {
             ck_assert_int_eq(rc, -E2BIG);
             ck_assert_msg(strstr(err, "job.toml: host a has ") == err &&
@@ -635,7 +635,7 @@ START_TEST(planner_counts_a_host_once)
                 w[j].host_id[0] = 0;
                 w[j].wafer_memory = host / 2;
             }
-            ck_assert_msg(planner_build(spec, "job-1", job, &pm, 1024, &buf, &len, err, sizeof(err)) == 0,
+            ck_assert_msg(planner_build(spec, "job-1", &pm, 1024, &buf, &len, err, sizeof(err)) == 0,
                           "%s", err);
             Appliance__Plan *q = appliance__plan__unpack(NULL, len, buf);
             free(buf);

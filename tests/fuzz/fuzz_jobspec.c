@@ -75,7 +75,7 @@ static void plan_job(const jobspec *spec)
     uint8_t *packed = NULL;
     size_t len = 0;
     char err[1024];
-    int rc = planner_build(spec, "job-1", "", &pm, 256 * 1024, &packed, &len, err, sizeof(err));
+    int rc = planner_build(spec, "job-1", &pm, 256 * 1024, &packed, &len, err, sizeof(err));
     if (rc < 0) {
         FUZZ_ASSERT(err[0] != '\0');
         goto done;

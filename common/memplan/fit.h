@@ -89,18 +89,18 @@ void fit_keep_outputs(const jobspec *spec, uint64_t share, unsigned threads, uin
  * borders. parts 1: the job itself, sp empty. */
 typedef struct fit_stripes {
     int parts;
-    jobspec spec;     /* the job with the stripe's model (owned) when parts > 1 */
+    jobspec spec;     /* the job with the stripe's model (owned) when parts > 1; its
+                       * document is the job's (not owned) */
     spatial_plan sp;
 } fit_stripes;
 
 #define FIT_MAX_STRIPES 64 /* stripes of one sample (msgcheck's limit) */
 
-/* Fills ps for `parts` stripes of spec's samples (job_toml: its text).
- * Returns 0, or a negative code with a message naming the file, the layer
+/* Fills ps for `parts` stripes of spec's samples, compiled from spec's
+ * [model] table. Returns 0, or a negative code with a message naming the file, the layer
  * and the numbers when the model does not split. Free with
  * fit_stripes_free. */
-int fit_stripes_of(const jobspec *spec, const char *job_toml, int parts, fit_stripes *ps,
-                   char *err, size_t errlen);
+int fit_stripes_of(const jobspec *spec, int parts, fit_stripes *ps, char *err, size_t errlen);
 void fit_stripes_free(fit_stripes *ps);
 
 /* The stripes of the job on nr wse-nodes of `threads` threads and `wafer`
@@ -108,6 +108,5 @@ void fit_stripes_free(fit_stripes *ps);
  * fits one wafer, else the fewest that divide the wse-nodes and fit (none
  * when no count fits: the plan of whole samples then says why). Returns 0
  * or a negative code with a message. */
-int fit_choose_stripes(const jobspec *spec, const char *job_toml, size_t nr, unsigned threads,
-                       uint64_t wafer, uint64_t chunk_elems, fit_stripes *ps, char *err,
-                       size_t errlen);
+int fit_choose_stripes(const jobspec *spec, size_t nr, unsigned threads, uint64_t wafer,
+                       uint64_t chunk_elems, fit_stripes *ps, char *err, size_t errlen);

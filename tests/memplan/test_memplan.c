@@ -1,4 +1,4 @@
-/* The lean memory plan (common/compiler/memplan.c): checked against an
+/* The lean memory plan (common/memplan/memplan.c): checked against an
  * independent reading of what each operation reads, and trained: the
  * executor following it gives bitwise the weights of the reference plan,
  * which keeps every buffer. */

@@ -249,7 +249,8 @@ uint64_t spatial_extra_bytes(const spatial_plan *sp, int n)
 }
 
 int spatial_compile(const toml_value *model_table, const model *full, int parts, int part,
-                    model **stripe, spatial_plan *sp, char *err, size_t errlen)
+                    bool keep_outputs, model **stripe, spatial_plan *sp, char *err,
+                    size_t errlen)
 {
     *stripe = NULL;
     memset(sp, 0, sizeof(*sp));
@@ -263,14 +264,10 @@ int spatial_compile(const toml_value *model_table, const model *full, int parts,
     }
     model_shape sh = full->input;
     sh.d[1] = rows;
-    model *m = model_compile_as(model_table, &sh, err, errlen);
+    model_options o = {.input = &sh, .keep_outputs = keep_outputs};
+    model *m = model_recompile(model_table, full, &o, err, errlen);
     if (!m)
         return -EINVAL;
-    /* what the job's data and [model] keys set beside the layers */
-    m->input_unorm8 = full->input_unorm8;
-    m->labels_u8 = full->labels_u8;
-    m->act_bf16 = full->act_bf16;
-    m->mixed_precision = full->mixed_precision;
     if ((rc = spatial_plan_init(sp, full, m, parts, part, err, errlen)) < 0) {
         model_free(m);
         return rc;

@@ -1,4 +1,4 @@
-/* The footprint (common/compiler/footprint.c) is what runs: the executor's
+/* The footprint (common/memplan/footprint.c) is what runs: the executor's
  * buffers are the footprint's rows for every model and thread count, the
  * convolution workspace grows with the wse-node's threads exactly as the
  * kernels size it, and the optimizer state count matches the optimizer

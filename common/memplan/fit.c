@@ -218,30 +218,26 @@ static bool fit__fits(const jobspec *spec, uint64_t share, unsigned threads, uin
     return fit_ws_parts(spec->model, c.need_ws + extra, wafer, chunk_elems, &part) <= wafer;
 }
 
-int fit_stripes_of(const jobspec *spec, const char *job_toml, int parts, fit_stripes *ps,
-                       char *err, size_t errlen)
+int fit_stripes_of(const jobspec *spec, int parts, fit_stripes *ps, char *err, size_t errlen)
 {
     memset(ps, 0, sizeof(*ps));
     ps->parts = 1;
     if (parts <= 1)
         return 0;
-    char terr[256];
-    toml_value *root = toml_parse(job_toml, strlen(job_toml), spec->source, terr, sizeof(terr));
-    const toml_value *mt = root ? toml_table_get(root, "model") : NULL;
+    const toml_value *mt = jobspec_model_table(spec);
     if (!mt) {
-        snprintf(err, errlen, "%s: %s", spec->source, root ? "no [model]" : terr);
-        toml_free(root);
+        snprintf(err, errlen, "%s: no [model]", spec->source);
         return -EINVAL;
     }
     model *stripe;
     char why[512];
     /* the first stripe is the tallest: what a wse-node holds at most; the
      * last the shortest: where a window reaches furthest past its rows */
-    int rc = spatial_compile(mt, spec->model, parts, 0, &stripe, &ps->sp, why, sizeof(why));
+    int rc = spatial_compile(mt, spec->model, parts, 0, false, &stripe, &ps->sp, why, sizeof(why));
     if (rc == 0) {
         model *last;
         spatial_plan lsp;
-        if ((rc = spatial_compile(mt, spec->model, parts, parts - 1, &last, &lsp, why,
+        if ((rc = spatial_compile(mt, spec->model, parts, parts - 1, false, &last, &lsp, why,
                                   sizeof(why))) == 0) {
             model_free(last);
             spatial_plan_free(&lsp);
@@ -250,7 +246,6 @@ int fit_stripes_of(const jobspec *spec, const char *job_toml, int parts, fit_str
             spatial_plan_free(&ps->sp);
         }
     }
-    toml_free(root);
     if (rc < 0) {
         if (strncmp(why, spec->source, strlen(spec->source)) == 0)
             snprintf(err, errlen, "%s", why);
@@ -274,17 +269,16 @@ void fit_stripes_free(fit_stripes *ps)
     ps->parts = 1;
 }
 
-int fit_choose_stripes(const jobspec *spec, const char *job_toml, size_t nr,
-                       unsigned threads, uint64_t wafer, uint64_t chunk_elems,
-                       fit_stripes *ps, char *err, size_t errlen)
+int fit_choose_stripes(const jobspec *spec, size_t nr, unsigned threads, uint64_t wafer,
+                       uint64_t chunk_elems, fit_stripes *ps, char *err, size_t errlen)
 {
     uint64_t B = (uint64_t)spec->train.batch_size;
     if (spec->spatial_partitions != JOBSPEC_AUTO)
-        return fit_stripes_of(spec, job_toml, (int)jobspec_parts(spec), ps, err, errlen);
+        return fit_stripes_of(spec, (int)jobspec_parts(spec), ps, err, errlen);
     /* Whole samples when every wse-node has one and it fits; a wse-node
      * holds B / nr samples' worth of pixels whatever the stripes, so they
      * help where the batch has fewer samples than there are wse-nodes. */
-    fit_stripes_of(spec, job_toml, 1, ps, err, errlen);
+    fit_stripes_of(spec, 1, ps, err, errlen);
     if (B >= nr && fit__fits(spec, (B + nr - 1) / nr, threads, wafer, chunk_elems, 0))
         return 0;
     char why[512] = "";
@@ -293,7 +287,7 @@ int fit_choose_stripes(const jobspec *spec, const char *job_toml, size_t nr,
         if (nr % k || B < groups)
             continue;
         fit_stripes t;
-        if (fit_stripes_of(spec, job_toml, (int)k, &t, why, sizeof(why)) < 0)
+        if (fit_stripes_of(spec, (int)k, &t, why, sizeof(why)) < 0)
             continue;
         uint64_t share = (B + groups - 1) / groups;
         if (fit__fits(&t.spec, share, threads, wafer, chunk_elems,

@@ -25,17 +25,6 @@ void render_json_string(FILE *f, const char *s)
     fputc('"', f);
 }
 
-static const char *state_name(Appliance__MemberState s)
-{
-    switch (s) {
-    case APPLIANCE__MEMBER_STATE__MEMBER_ALIVE: return "alive";
-    case APPLIANCE__MEMBER_STATE__MEMBER_BUSY: return "busy";
-    case APPLIANCE__MEMBER_STATE__MEMBER_LOST: return "lost";
-    case APPLIANCE__MEMBER_STATE__MEMBER_GONE: return "gone";
-    default: return "unknown";
-    }
-}
-
 /* A member's host as the coordinator's messages name it: its name, and
  * the first 8 digits of a boot id or machine id ("-" when unknown). */
 static const char *render__host(const Appliance__Member *m, char *buf, size_t len)
@@ -74,7 +63,7 @@ void render_cluster(const Appliance__ClusterInfo *info, bool json)
             render_json_string(stdout, msg_role_name(m->role));
             printf(", \"name\": ");
             render_json_string(stdout, m->name);
-            printf(", \"state\": \"%s\", \"addr\": ", state_name(m->state));
+            printf(", \"state\": \"%s\", \"addr\": ", msg_member_state_name(m->state));
             render_json_string(stdout, m->advertised_addr);
             printf(", \"wafer_memory\": %llu, \"memory\": %llu, \"threads\": %u, "
                    "\"last_seen_ms_ago\": %llu, \"job\": ",
@@ -109,7 +98,7 @@ void render_cluster(const Appliance__ClusterInfo *info, bool json)
             units_format_size(m->memory, cap, sizeof(cap));
         char host[96];
         printf("%-4u %-12s %-20s %-8s %-22s %-12s %-20s %s\n", m->member_id, msg_role_name(m->role),
-               m->name, state_name(m->state), m->advertised_addr, cap,
+               m->name, msg_member_state_name(m->state), m->advertised_addr, cap,
                render__host(m, host, sizeof(host)), m->job_id[0] ? m->job_id : "-");
     }
     /* the live wse-nodes' processors, those alike on one line */
@@ -153,18 +142,6 @@ const char *render_processor(const char *isa, uint32_t block, bool bf16, char *b
     return buf;
 }
 
-const char *render_job_state(Appliance__JobState s)
-{
-    switch (s) {
-    case APPLIANCE__JOB_STATE__JOB_QUEUED: return "queued";
-    case APPLIANCE__JOB_STATE__JOB_RUNNING: return "running";
-    case APPLIANCE__JOB_STATE__JOB_DONE: return "done";
-    case APPLIANCE__JOB_STATE__JOB_FAILED: return "failed";
-    case APPLIANCE__JOB_STATE__JOB_CANCELLED: return "cancelled";
-    default: return "unknown";
-    }
-}
-
 const char *render_duration(double secs, char *buf, size_t len)
 {
     if (!(secs >= 0) || isinf(secs)) /* unknown (-1), or not a number at all */
@@ -191,7 +168,7 @@ void render_status_json(const Appliance__JobStatus *st)
 {
     printf("{\"job_id\": ");
     render_json_string(stdout, st->job_id);
-    printf(", \"state\": \"%s\", \"file\": ", render_job_state(st->state));
+    printf(", \"state\": \"%s\", \"file\": ", msg_job_state_name(st->state));
     render_json_string(stdout, st->file_name);
     printf(", \"priority\": \"p%u\", \"queue_position\": %u, \"phase\": ", st->priority,
            st->queue_position);
@@ -237,7 +214,7 @@ void render_final(const Appliance__JobStatus *st, bool json)
         printf("checkpoints in %s\n", st->model_dir);
     }
     if (st->state != APPLIANCE__JOB_STATE__JOB_DONE)
-        fprintf(stderr, "%s %s at step %llu: %s\n", st->job_id, render_job_state(st->state),
+        fprintf(stderr, "%s %s at step %llu: %s\n", st->job_id, msg_job_state_name(st->state),
                 (unsigned long long)st->step, st->message);
 }
 
@@ -376,7 +353,7 @@ void render_list(const Appliance__JobList *l, bool json)
             strftime(when, sizeof(when), "%H:%M:%S", &tm);
         }
         printf("%-10s %-10s p%-3u %-6s %-14s %-12.6f %-10s %s\n", st->job_id,
-               render_job_state(st->state), st->priority, pos, step, st->loss, when, st->file_name);
+               msg_job_state_name(st->state), st->priority, pos, step, st->loss, when, st->file_name);
     }
     if (l->omitted)
         printf("(%llu older jobs not listed; appliance-submit status JOB shows any of them)\n",

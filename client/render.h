@@ -9,7 +9,6 @@
 #include "envelope.pb-c.h"
 
 void render_json_string(FILE *f, const char *s);
-const char *render_job_state(Appliance__JobState s);
 void render_cluster(const Appliance__ClusterInfo *info, bool json);
 void render_plan(const Appliance__Plan *p);
 /* The line that says whether a plan keeps every output (Plan.keep_outputs). */

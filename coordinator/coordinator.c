@@ -222,7 +222,6 @@ static void co__shutdown(node *n)
 static void co__metrics(node *n, metrics_buf *b)
 {
     coordinator *co = co_of(n);
-    static const char *const states[] = {"unknown", "queued", "running", "done", "failed", "cancelled"};
     size_t by[6] = {0};
     for (size_t i = 0; i < co->njobs; i++)
         if ((unsigned)co->jobs[i]->state < 6)
@@ -230,7 +229,8 @@ static void co__metrics(node *n, metrics_buf *b)
     metrics_printf(b, "# HELP appliance_jobs Jobs the coordinator knows, by state.\n"
                       "# TYPE appliance_jobs gauge\n");
     for (int i = 1; i < 6; i++)
-        metrics_printf(b, "appliance_jobs{state=\"%s\"} %zu\n", states[i], by[i]);
+        metrics_printf(b, "appliance_jobs{state=\"%s\"} %zu\n",
+                       msg_job_state_name((Appliance__JobState)i), by[i]);
     size_t by_member[5] = {0};
     for (size_t i = 0; i < co->members.n; i++)
         if ((unsigned)co->members.v[i].state < 5)
@@ -238,7 +238,7 @@ static void co__metrics(node *n, metrics_buf *b)
     metrics_printf(b, "# HELP appliance_members Members, by state.\n# TYPE appliance_members gauge\n");
     for (int i = 1; i < 5; i++)
         metrics_printf(b, "appliance_members{state=\"%s\"} %zu\n",
-                       member_state_name((Appliance__MemberState)i), by_member[i]);
+                       msg_member_state_name((Appliance__MemberState)i), by_member[i]);
     metrics_printf(b, "# HELP appliance_heartbeats_missed_total Members lost because their heartbeats stopped.\n"
                       "# TYPE appliance_heartbeats_missed_total counter\n"
                       "appliance_heartbeats_missed_total %llu\n",

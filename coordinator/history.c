@@ -170,7 +170,7 @@ static int history__row(void *arg, const journal_job *jj)
     s->file_name = strdup(jj->file);
     s->model_dir = strdup(jj->model_dir);
     s->message = strdup(jj->message);
-    s->phase = (char *)job_state_name((Appliance__JobState)jj->state);
+    s->phase = (char *)msg_job_state_name((Appliance__JobState)jj->state);
     if (!s->job_id || !s->file_name || !s->model_dir || !s->message)
         return -ENOMEM;
     s->state = (Appliance__JobState)jj->state;

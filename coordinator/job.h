@@ -102,7 +102,6 @@ struct job {
     uint32_t sending;     /* its log is being sent to clients (jobctl.c): not evicted meanwhile */
 };
 
-const char *job_state_name(Appliance__JobState s);
 job *job_find(coordinator *co, const char *id);
 /* Fills s from j; its strings point into j. */
 void job_status(coordinator *co, job *j, Appliance__JobStatus *s);

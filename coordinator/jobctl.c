@@ -270,7 +270,7 @@ void jobs_handle_cancel(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, 
     if (!j)
         return;
     if (jobctl__ended(j) || j->from_journal) { /* only finished jobs are evicted */
-        node_reply_error(c, -EALREADY, "job %s has already ended: %s", j->id, job_state_name(j->state));
+        node_reply_error(c, -EALREADY, "job %s has already ended: %s", j->id, msg_job_state_name(j->state));
         history_release(j);
         return;
     }
@@ -442,7 +442,7 @@ int job_from_journal(coordinator *co, job *j, const journal_job *jj)
     snprintf(j->base_dir, sizeof(j->base_dir), "%s", jj->base_dir);
     snprintf(j->model_dir, sizeof(j->model_dir), "%s", jj->model_dir);
     snprintf(j->message, sizeof(j->message), "%s", jj->message);
-    snprintf(j->phase, sizeof(j->phase), "%s", job_state_name(j->state));
+    snprintf(j->phase, sizeof(j->phase), "%s", msg_job_state_name(j->state));
     j->submitted_at = jj->submitted_at;
     j->steps_done = jj->steps;
     j->max_steps = jj->max_steps;

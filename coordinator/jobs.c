@@ -24,18 +24,6 @@
 
 static coordinator *co_of(node *n) { return n->data; }
 
-const char *job_state_name(Appliance__JobState s)
-{
-    switch (s) {
-    case APPLIANCE__JOB_STATE__JOB_QUEUED: return "queued";
-    case APPLIANCE__JOB_STATE__JOB_RUNNING: return "running";
-    case APPLIANCE__JOB_STATE__JOB_DONE: return "done";
-    case APPLIANCE__JOB_STATE__JOB_FAILED: return "failed";
-    case APPLIANCE__JOB_STATE__JOB_CANCELLED: return "cancelled";
-    default: return "unknown";
-    }
-}
-
 job *job_find(coordinator *co, const char *id)
 {
     for (size_t i = 0; i < co->njobs; i++)
@@ -257,7 +245,7 @@ void job_end(coordinator *co, job *j, Appliance__JobState state, const char *why
         return;
     j->state = state;
     snprintf(j->message, sizeof(j->message), "%s", why);
-    snprintf(j->phase, sizeof(j->phase), "%s", job_state_name(state));
+    snprintf(j->phase, sizeof(j->phase), "%s", msg_job_state_name(state));
     if (running && state == APPLIANCE__JOB_STATE__JOB_DONE) {
         log_info("job %s done: %llu steps, loss %.6f", j->id, (unsigned long long)j->steps_done,
                  j->last_loss);
@@ -266,7 +254,7 @@ void job_end(coordinator *co, job *j, Appliance__JobState state, const char *why
         ENVELOPE(env, job_end, JOB_END, &e);
         job__send_all(co, j, &env);
     } else if (running) {
-        log_error("job %s %s at step %llu: %s", j->id, job_state_name(state),
+        log_error("job %s %s at step %llu: %s", j->id, msg_job_state_name(state),
                   (unsigned long long)j->steps_done, why);
         Appliance__JobAbort a = APPLIANCE__JOB_ABORT__INIT;
         a.job_id = j->run_id;
@@ -281,7 +269,7 @@ void job_end(coordinator *co, job *j, Appliance__JobState state, const char *why
         job_log(co, j, "done: %llu steps, final loss %.6f", (unsigned long long)j->steps_done,
                 j->last_loss);
     else
-        job_log(co, j, "%s at step %llu: %s", job_state_name(state),
+        job_log(co, j, "%s at step %llu: %s", msg_job_state_name(state),
                 (unsigned long long)j->steps_done, why);
     if (j->sum)
         summaries_flush(j->sum);

@@ -17,17 +17,6 @@ void members_deinit(members *m)
     memset(m, 0, sizeof(*m));
 }
 
-const char *member_state_name(Appliance__MemberState s)
-{
-    switch (s) {
-    case APPLIANCE__MEMBER_STATE__MEMBER_ALIVE: return "alive";
-    case APPLIANCE__MEMBER_STATE__MEMBER_BUSY: return "busy";
-    case APPLIANCE__MEMBER_STATE__MEMBER_LOST: return "lost";
-    case APPLIANCE__MEMBER_STATE__MEMBER_GONE: return "gone";
-    default: return "unknown";
-    }
-}
-
 static bool member__live(const member *mb)
 {
     return mb->state == APPLIANCE__MEMBER_STATE__MEMBER_ALIVE ||

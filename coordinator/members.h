@@ -53,4 +53,3 @@ void members_sweep(members *m, uint64_t now, void (*lost)(member *mb, void *arg)
 /* Counts alive members of a role that serve no job. */
 size_t members_idle(const members *m, Appliance__Role role);
 
-const char *member_state_name(Appliance__MemberState s);

@@ -13,3 +13,26 @@ const char *msg_role_name(Appliance__Role r)
     default: return "unknown";
     }
 }
+
+const char *msg_job_state_name(Appliance__JobState s)
+{
+    switch (s) {
+    case APPLIANCE__JOB_STATE__JOB_QUEUED: return "queued";
+    case APPLIANCE__JOB_STATE__JOB_RUNNING: return "running";
+    case APPLIANCE__JOB_STATE__JOB_DONE: return "done";
+    case APPLIANCE__JOB_STATE__JOB_FAILED: return "failed";
+    case APPLIANCE__JOB_STATE__JOB_CANCELLED: return "cancelled";
+    default: return "unknown";
+    }
+}
+
+const char *msg_member_state_name(Appliance__MemberState s)
+{
+    switch (s) {
+    case APPLIANCE__MEMBER_STATE__MEMBER_ALIVE: return "alive";
+    case APPLIANCE__MEMBER_STATE__MEMBER_BUSY: return "busy";
+    case APPLIANCE__MEMBER_STATE__MEMBER_LOST: return "lost";
+    case APPLIANCE__MEMBER_STATE__MEMBER_GONE: return "gone";
+    default: return "unknown";
+    }
+}

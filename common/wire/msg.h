@@ -12,3 +12,7 @@
 
 /* The role's name for logs and listings ("wse-node"); a static string. */
 const char *msg_role_name(Appliance__Role r);
+/* A job's state as every listing, log and metric names it ("queued"). */
+const char *msg_job_state_name(Appliance__JobState s);
+/* A member's state as every listing, log and metric names it ("alive"). */
+const char *msg_member_state_name(Appliance__MemberState s);

@@ -107,3 +107,45 @@ void kern__col2im_add(float *img, const float *col, const convplan_cols *g,
         }
     }
 }
+
+void kern__share(int *u0, int *u1, int units, int tid, int nt)
+{
+    *u0 = (int)((long long)units * tid / nt);
+    *u1 = (int)((long long)units * (tid + 1) / nt);
+}
+
+void kern__wgrad_begin(float *dw, size_t nw, float *db, const float *dout, int n, int k,
+                       size_t ohw, int tid, int nt)
+{
+    int u0, u1;
+    memset(dw, 0, sizeof(float) * nw);
+    memset(db, 0, sizeof(float) * (size_t)k);
+    kern__share(&u0, &u1, n * k, tid, nt);
+    for (int u = u0; u < u1; u++) {
+        const float *dy = dout + (size_t)u * ohw;
+        double acc = 0.0;
+        for (size_t j = 0; j < ohw; j++)
+            acc += dy[j];
+        db[u % k] += (float)acc;
+    }
+}
+
+void kern__wgrad_sum(float *dweight, float *dbias, const float *dw0, size_t stride, int used,
+                     size_t nw, int k)
+{
+    for (int tid = 0; tid < used; tid++) {
+        const float *dw = dw0 + (size_t)tid * stride;
+        const float *db = dw + convplan_round16(nw);
+        if (tid == 0) {
+            memcpy(dweight, dw, sizeof(float) * nw);
+            if (dbias)
+                memcpy(dbias, db, sizeof(float) * (size_t)k);
+            continue;
+        }
+        for (size_t j = 0; j < nw; j++)
+            dweight[j] += dw[j];
+        if (dbias)
+            for (int c = 0; c < k; c++)
+                dbias[c] += db[c];
+    }
+}

@@ -33,4 +33,20 @@ void kern__im2col_rows(float *col, const float *img, const kern__rows *halo,
 void kern__col2im_add(float *img, const float *col, const convplan_cols *g,
                       int oh0, int oh1);
 
+/* The share [*u0, *u1) of `units` work units of thread tid of nt. */
+void kern__share(int *u0, int *u1, int units, int tid, int nt);
+
+/* A thread's partials of the weight and bias gradients of an im2col path:
+ * dw (nw floats) zeroed, db (k) the sums of dout (n, k, ohw) over the
+ * thread's share of the n*k planes, accumulated in double per plane. */
+void kern__wgrad_begin(float *dw, size_t nw, float *db, const float *dout, int n, int k,
+                       size_t ohw, int tid, int nt);
+
+/* The weight and bias gradients from the partials of `used` threads,
+ * summed in thread order (the bits do not depend on timing): thread t's
+ * dw at dw0 + t * stride, its db convplan_round16(nw) floats after it.
+ * dbias may be NULL. */
+void kern__wgrad_sum(float *dweight, float *dbias, const float *dw0, size_t stride, int used,
+                     size_t nw, int k);
+
 #endif

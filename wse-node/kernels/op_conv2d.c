@@ -32,13 +32,6 @@ size_t op_conv2d_workspace(const op_conv2d_params *p)
     return convplan_conv2d_f32_workspace(p, kernels_threads());
 }
 
-/* The share [*u0, *u1) of `units` work units of thread tid of nt. */
-static void share(int *u0, int *u1, int units, int tid, int nt)
-{
-    *u0 = (int)((long long)units * tid / nt);
-    *u1 = (int)((long long)units * (tid + 1) / nt);
-}
-
 /* Arguments of the parallel regions of one call. */
 typedef struct conv_call {
     const op_conv2d_params *p;
@@ -78,7 +71,7 @@ static void forward_task(void *arg, int tid, int nt)
     const plan *pl = cc->pl;
     float *col = thread_block(cc, tid);
     int u0, u1;
-    share(&u0, &u1, p->n * cc->rnb, tid, nt);
+    kern__share(&u0, &u1, p->n * cc->rnb, tid, nt);
     for (int u = u0; u < u1; u++) {
         int i = u / cc->rnb, y0 = cc->r0 + (u % cc->rnb) * pl->band;
         int y1 = y0 + pl->band < cc->r1 ? y0 + pl->band : cc->r1;
@@ -153,18 +146,8 @@ static void wgrad_task(void *arg, int tid, int nt)
     float *col = thread_block(cc, tid);
     float *dw = col + convplan_round16(pl->col), *db = dw + convplan_round16((size_t)p->k * pl->crs);
     int u0, u1;
-
-    memset(dw, 0, sizeof(float) * p->k * (size_t)pl->crs);
-    memset(db, 0, sizeof(float) * p->k);
-    share(&u0, &u1, p->n * p->k, tid, nt);
-    for (int u = u0; u < u1; u++) {
-        const float *dy = cc->dout + (size_t)u * pl->ohw;
-        double acc = 0.0;
-        for (size_t j = 0; j < pl->ohw; j++)
-            acc += dy[j];
-        db[u % p->k] += (float)acc;
-    }
-    share(&u0, &u1, p->n * pl->nb, tid, nt);
+    kern__wgrad_begin(dw, (size_t)p->k * pl->crs, db, cc->dout, p->n, p->k, pl->ohw, tid, nt);
+    kern__share(&u0, &u1, p->n * pl->nb, tid, nt);
     for (int u = u0; u < u1; u++) {
         int i = u / pl->nb, y0 = (u % pl->nb) * pl->band;
         int y1 = y0 + pl->band < pl->g.oh ? y0 + pl->band : pl->g.oh;
@@ -196,7 +179,7 @@ static void dgrad_band_task(void *arg, int tid, int nt)
     int nb = pl->direct ? pl->nb : pl->dnb;
     int band = pl->direct ? pl->band : pl->dband;
     int u0, u1;
-    share(&u0, &u1, p->n * nb, tid, nt);
+    kern__share(&u0, &u1, p->n * nb, tid, nt);
     for (int u = u0; u < u1; u++) {
         int i = u / nb, y0 = (u % nb) * band;
         int y1 = y0 + band < p->h ? y0 + band : p->h;
@@ -227,7 +210,7 @@ static void dgrad_image_task(void *arg, int tid, int nt)
     const plan *pl = cc->pl;
     float *col = thread_block(cc, tid);
     int i0, i1;
-    share(&i0, &i1, p->n, tid, nt);
+    kern__share(&i0, &i1, p->n, tid, nt);
     for (int i = i0; i < i1; i++) {
         const float *dy = cc->dout + (size_t)i * p->k * pl->ohw;
         float *dx = cc->out + (size_t)i * p->c * pl->hw;
@@ -262,22 +245,8 @@ static void wgrad_with(const op_conv2d_params *p, const kern__conv_bufs *b,
         used = 1;
 
     kern__parallel(wgrad_task, &cc, used);
-    size_t nw = (size_t)p->k * pl.crs;
-    for (int tid = 0; tid < used; tid++) {
-        const float *dw = thread_block(&cc, tid) + convplan_round16(pl.col);
-        const float *db = dw + convplan_round16(nw);
-        if (tid == 0) {
-            memcpy(b->dw, dw, sizeof(float) * nw);
-            if (b->db)
-                memcpy(b->db, db, sizeof(float) * p->k);
-            continue;
-        }
-        for (size_t j = 0; j < nw; j++)
-            b->dw[j] += dw[j];
-        if (b->db)
-            for (int k = 0; k < p->k; k++)
-                b->db[k] += db[k];
-    }
+    kern__wgrad_sum(b->dw, b->db, thread_block(&cc, 0) + convplan_round16(pl.col), pl.per_thread,
+                    used, (size_t)p->k * pl.crs, p->k);
 }
 
 static void im2col_wgrad(const void *vp, const kern__conv_bufs *b)

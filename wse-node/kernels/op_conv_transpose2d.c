@@ -29,12 +29,6 @@ size_t op_conv_transpose2d_workspace(const op_conv_transpose2d_params *p)
     return convplan_convt_workspace(p, kernels_threads());
 }
 
-static void share(int *u0, int *u1, int units, int tid, int nt)
-{
-    *u0 = (int)((long long)units * tid / nt);
-    *u1 = (int)((long long)units * (tid + 1) / nt);
-}
-
 /* Arguments of the parallel regions of one call. */
 typedef struct convt_call {
     const op_conv_transpose2d_params *p;
@@ -56,7 +50,7 @@ static void fill_task(void *arg, int tid, int nt)
     const convt_call *cc = arg;
     const op_conv_transpose2d_params *p = cc->p;
     int u0, u1;
-    share(&u0, &u1, p->n * p->k, tid, nt);
+    kern__share(&u0, &u1, p->n * p->k, tid, nt);
     for (int u = u0; u < u1; u++) {
         float *y = cc->out + (size_t)u * cc->pl->ohw;
         float v = cc->bias ? cc->bias[u % p->k] : 0.0f;
@@ -92,11 +86,11 @@ static void forward_task(void *arg, int tid, int nt)
     float *col = thread_block(cc, tid);
     int u0, u1;
     if (pl->disjoint) {
-        share(&u0, &u1, cc->p->n * pl->nb, tid, nt);
+        kern__share(&u0, &u1, cc->p->n * pl->nb, tid, nt);
         for (int u = u0; u < u1; u++)
             forward_band(cc, col, u / pl->nb, (u % pl->nb) * pl->band);
     } else {
-        share(&u0, &u1, cc->p->n, tid, nt);
+        kern__share(&u0, &u1, cc->p->n, tid, nt);
         for (int i = u0; i < u1; i++)
             for (int b = 0; b < pl->nb; b++)
                 forward_band(cc, col, i, b * pl->band);
@@ -142,18 +136,8 @@ static void backward_task(void *arg, int tid, int nt)
     float *col = thread_block(cc, tid);
     float *dw = col + convplan_round16(pl->col), *db = dw + convplan_round16((size_t)p->c * pl->krs);
     int u0, u1;
-
-    memset(dw, 0, sizeof(float) * p->c * (size_t)pl->krs);
-    memset(db, 0, sizeof(float) * p->k);
-    share(&u0, &u1, p->n * p->k, tid, nt);
-    for (int u = u0; u < u1; u++) {
-        const float *dy = cc->dout + (size_t)u * pl->ohw;
-        double acc = 0.0;
-        for (size_t j = 0; j < pl->ohw; j++)
-            acc += dy[j];
-        db[u % p->k] += (float)acc;
-    }
-    share(&u0, &u1, p->n * pl->nb, tid, nt);
+    kern__wgrad_begin(dw, (size_t)p->c * pl->krs, db, cc->dout, p->n, p->k, pl->ohw, tid, nt);
+    kern__share(&u0, &u1, p->n * pl->nb, tid, nt);
     for (int u = u0; u < u1; u++) {
         int i = u / pl->nb, y0 = (u % pl->nb) * pl->band;
         int y1 = y0 + pl->band < p->h ? y0 + pl->band : p->h;
@@ -197,22 +181,8 @@ static void im2col_backward(const void *vp, const kern__conv_bufs *b)
     if (used < 1)
         used = 1;
     kern__parallel(backward_task, &cc, used);
-    size_t nw = (size_t)p->c * pl.krs;
-    for (int tid = 0; tid < used; tid++) {
-        const float *dw = thread_block(&cc, tid) + convplan_round16(pl.col);
-        const float *db = dw + convplan_round16(nw);
-        if (tid == 0) {
-            memcpy(dweight, dw, sizeof(float) * nw);
-            if (dbias)
-                memcpy(dbias, db, sizeof(float) * p->k);
-            continue;
-        }
-        for (size_t j = 0; j < nw; j++)
-            dweight[j] += dw[j];
-        if (dbias)
-            for (int k = 0; k < p->k; k++)
-                dbias[k] += db[k];
-    }
+    kern__wgrad_sum(dweight, dbias, thread_block(&cc, 0) + convplan_round16(pl.col),
+                    pl.per_thread, used, (size_t)p->c * pl.krs, p->k);
 }
 
 void op_conv_transpose2d_backward(float *din, float *dweight, float *dbias,

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "driver.h"
 #include "hosts.h"
 #include "log.h"
 #include "msg.h"
@@ -24,7 +25,7 @@ void coordinator_member_lost(coordinator *co, member *mb, const char *why)
     log_warn("member %u (%s %s at %s) lost: %s", mb->id, msg_role_name(mb->role), mb->name,
              mb->addr, why);
     if (mb->job[0])
-        jobs_member_lost(co, mb);
+        driver_member_lost(co, mb);
 }
 
 static void co__on_sweep_lost(member *mb, void *arg)
@@ -92,7 +93,7 @@ static void co__register(node *n, conn *c, Appliance__Envelope *env, uint8_t *p,
     out.msg_case = APPLIANCE__ENVELOPE__MSG_REGISTER_ACK;
     out.register_ack = &ack;
     conn_send_msg(c, &out);
-    jobs_member_joined(co);
+    driver_member_joined(co);
 }
 
 static void co__heartbeat(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, uint32_t len)
@@ -114,7 +115,7 @@ static void co__deregister(node *n, conn *c, Appliance__Envelope *env, uint8_t *
         return;
     log_info("member %u (%s %s) deregistered", mb->id, msg_role_name(mb->role), mb->name);
     if (mb->job[0])
-        jobs_member_lost(co, mb);
+        driver_member_lost(co, mb);
     mb->state = APPLIANCE__MEMBER_STATE__MEMBER_GONE;
     mb->c = NULL;
     c->user = NULL;
@@ -203,12 +204,12 @@ static void co__conn_close(node *n, conn *c, int err, const char *reason)
             coordinator_member_lost(co, mb, reason);
     }
     jobs_client_closed(co, c);
-    jobs_client_forget(co, c);
+    jobctl_client_forget(co, c);
 }
 
 static void co__drain(node *n, conn *c)
 {
-    jobs_client_drain(co_of(n), c);
+    jobctl_client_drain(co_of(n), c);
 }
 
 static void co__shutdown(node *n)
@@ -324,18 +325,18 @@ void coordinator_role(node_role *role, coordinator_options *opt)
     role->handlers[APPLIANCE__ENVELOPE__MSG_HEARTBEAT] = co__heartbeat;
     role->handlers[APPLIANCE__ENVELOPE__MSG_DEREGISTER] = co__deregister;
     role->handlers[APPLIANCE__ENVELOPE__MSG_CLUSTER_QUERY] = co__cluster_query;
-    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_SUBMIT] = jobs_handle_submit;
-    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_STATUS_QUERY] = jobs_handle_status;
-    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_READY] = jobs_handle_ready;
-    role->handlers[APPLIANCE__ENVELOPE__MSG_STEP_REPORT] = jobs_handle_step_report;
-    role->handlers[APPLIANCE__ENVELOPE__MSG_STEP_COMMITTED] = jobs_handle_step_committed;
-    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_FINISHED] = jobs_handle_finished;
-    role->handlers[APPLIANCE__ENVELOPE__MSG_EVAL_REPORT] = jobs_handle_eval_report;
-    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_CANCEL] = jobs_handle_cancel;
-    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_LIST_QUERY] = jobs_handle_list;
-    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_LOG_QUERY] = jobs_handle_logs;
-    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_ABORT] = jobs_handle_abort;
-    role->handlers[APPLIANCE__ENVELOPE__MSG_CHECKPOINT_WRITTEN] = jobs_handle_checkpoint;
+    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_SUBMIT] = jobctl_handle_submit;
+    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_STATUS_QUERY] = jobctl_handle_status;
+    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_READY] = driver_handle_ready;
+    role->handlers[APPLIANCE__ENVELOPE__MSG_STEP_REPORT] = driver_handle_step_report;
+    role->handlers[APPLIANCE__ENVELOPE__MSG_STEP_COMMITTED] = driver_handle_step_committed;
+    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_FINISHED] = driver_handle_finished;
+    role->handlers[APPLIANCE__ENVELOPE__MSG_EVAL_REPORT] = driver_handle_eval_report;
+    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_CANCEL] = jobctl_handle_cancel;
+    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_LIST_QUERY] = jobctl_handle_list;
+    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_LOG_QUERY] = jobctl_handle_logs;
+    role->handlers[APPLIANCE__ENVELOPE__MSG_JOB_ABORT] = driver_handle_abort;
+    role->handlers[APPLIANCE__ENVELOPE__MSG_CHECKPOINT_WRITTEN] = driver_handle_checkpoint;
     /* What a client holding a user key (not the cluster secret) may ask. */
     static const Appliance__Envelope__MsgCase user_msgs[] = {
         APPLIANCE__ENVELOPE__MSG_JOB_SUBMIT, APPLIANCE__ENVELOPE__MSG_JOB_STATUS_QUERY,
@@ -370,5 +371,5 @@ void coordinator_init(coordinator *co, node *n)
         if (!co->journal)
             log_error("no job journal: %s", err);
     }
-    jobs_load(co);
+    jobctl_load(co);
 }

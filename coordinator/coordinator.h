@@ -63,31 +63,20 @@ void coordinator_member_lost(coordinator *co, member *mb, const char *why);
 /* Jobs (jobs.c, jobctl.c). */
 /* Loads the journal: old jobs for status and logs; queued jobs queue again;
  * jobs that were running when the coordinator stopped are failed. */
-void jobs_load(coordinator *co);
-void jobs_handle_cancel(node *n, conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len);
-void jobs_handle_list(node *n, conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len);
-void jobs_handle_logs(node *n, conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len);
-/* A member registered: a queued job may start. */
-void jobs_member_joined(coordinator *co);
-void jobs_handle_submit(node *n, conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len);
-void jobs_handle_status(node *n, conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len);
-void jobs_handle_ready(node *n, conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len);
-void jobs_handle_step_report(node *n, conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len);
-void jobs_handle_step_committed(node *n, conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len);
-void jobs_handle_eval_report(node *n, conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len);
-void jobs_handle_finished(node *n, conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len);
-void jobs_handle_abort(node *n, conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len);
-void jobs_handle_checkpoint(node *n, conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len);
-/* A member the running job uses is lost: the job recovers (or fails). */
-void jobs_member_lost(coordinator *co, member *mb);
+void jobctl_load(coordinator *co);
+void jobctl_handle_cancel(node *n, conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len);
+void jobctl_handle_list(node *n, conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len);
+void jobctl_handle_logs(node *n, conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len);
+void jobctl_handle_submit(node *n, conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len);
+void jobctl_handle_status(node *n, conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len);
 /* A client connection closed: stop streaming progress to it. */
 void jobs_client_closed(coordinator *co, conn *c);
 /* Whether the client on c may see job j: an operator (the cluster secret,
  * or an insecure cluster) sees every job, a user only their own. */
 bool jobs_visible(const conn *c, const job *j);
 /* A client's connection drained: the log being sent to it goes on. */
-void jobs_client_drain(coordinator *co, conn *c);
+void jobctl_client_drain(coordinator *co, conn *c);
 /* A client's connection closed: the logs being sent to it are dropped. */
-void jobs_client_forget(coordinator *co, conn *c);
+void jobctl_client_forget(coordinator *co, conn *c);
 /* Frees every job (at exit). */
 void jobs_shutdown(coordinator *co);

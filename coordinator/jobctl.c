@@ -65,7 +65,7 @@ static void jobctl__send_status(coordinator *co, job *j, conn *c)
     conn_send_msg(c, &out);
 }
 
-void jobs_handle_submit(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, uint32_t len)
+void jobctl_handle_submit(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, uint32_t len)
 {
     coordinator *co = co_of(n);
     Appliance__JobSubmit *s = env->job_submit;
@@ -245,7 +245,7 @@ static job *jobctl__named(coordinator *co, conn *c, const char *id)
     return j;
 }
 
-void jobs_handle_status(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, uint32_t len)
+void jobctl_handle_status(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, uint32_t len)
 {
     coordinator *co = co_of(n);
     job *j = jobctl__named(co, c, env->job_status_query->job_id);
@@ -258,12 +258,12 @@ void jobs_handle_status(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, 
     history_release(j);
 }
 
-void jobs_handle_list(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, uint32_t len)
+void jobctl_handle_list(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, uint32_t len)
 {
     history_list(co_of(n), c);
 }
 
-void jobs_handle_cancel(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, uint32_t len)
+void jobctl_handle_cancel(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, uint32_t len)
 {
     coordinator *co = co_of(n);
     job *j = jobctl__named(co, c, env->job_cancel->job_id);
@@ -330,7 +330,7 @@ static bool jobctl__pump(jobctl_send *s)
             return true;
         }
         if (!conn_can_send(s->c, bytes + 64))
-            return false; /* jobs_client_drain goes on */
+            return false; /* jobctl_client_drain goes on */
         Appliance__JobLogLines m = APPLIANCE__JOB_LOG_LINES__INIT;
         m.job_id = j->id;
         m.first = s->next;
@@ -377,7 +377,7 @@ static void jobctl__start(coordinator *co, jobctl_send *s)
     co->log_sends[co->nlog_sends++] = *s;
 }
 
-void jobs_handle_logs(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, uint32_t len)
+void jobctl_handle_logs(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, uint32_t len)
 {
     coordinator *co = co_of(n);
     Appliance__JobLogQuery *q = env->job_log_query;
@@ -390,7 +390,7 @@ void jobs_handle_logs(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, ui
     jobctl__start(co, &s);
 }
 
-void jobs_client_drain(coordinator *co, conn *c)
+void jobctl_client_drain(coordinator *co, conn *c)
 {
     /* The client's logs in request order: the first unfinished one stops it. */
     for (size_t i = 0; i < co->nlog_sends;) {
@@ -407,7 +407,7 @@ void jobs_client_drain(coordinator *co, conn *c)
     }
 }
 
-void jobs_client_forget(coordinator *co, conn *c)
+void jobctl_client_forget(coordinator *co, conn *c)
 {
     size_t k = 0;
     for (size_t i = 0; i < co->nlog_sends; i++)
@@ -430,40 +430,6 @@ static int jobctl__load_line(void *arg, uint64_t line, const char *text)
     return 0;
 }
 
-int job_from_journal(coordinator *co, job *j, const journal_job *jj)
-{
-    snprintf(j->id, sizeof(j->id), "%s", jj->id);
-    j->state = (Appliance__JobState)jj->state;
-    j->priority = jj->priority >= 1 && jj->priority <= 3 ? jj->priority : 2;
-    snprintf(j->file, sizeof(j->file), "%s", jj->file);
-    snprintf(j->owner, sizeof(j->owner), "%s", jj->owner ? jj->owner : "");
-    /* A user's queued jobs count against them again (admission_submitter). */
-    snprintf(j->submitter, sizeof(j->submitter), "%s", j->owner);
-    snprintf(j->base_dir, sizeof(j->base_dir), "%s", jj->base_dir);
-    snprintf(j->model_dir, sizeof(j->model_dir), "%s", jj->model_dir);
-    snprintf(j->message, sizeof(j->message), "%s", jj->message);
-    snprintf(j->phase, sizeof(j->phase), "%s", msg_job_state_name(j->state));
-    j->submitted_at = jj->submitted_at;
-    j->steps_done = jj->steps;
-    j->max_steps = jj->max_steps;
-    j->last_loss = jj->loss;
-    if (jj->eval_step) {
-        j->have_eval = true;
-        j->last_eval_step = jj->eval_step;
-        j->last_eval_loss = jj->eval_loss;
-        j->last_eval_accuracy = jj->eval_accuracy;
-        j->last_eval_iou = jj->eval_iou;
-    }
-    if (j->state != APPLIANCE__JOB_STATE__JOB_QUEUED && j->state != APPLIANCE__JOB_STATE__JOB_RUNNING)
-        return 0;
-    if (!(j->toml = strdup(jj->toml)))
-        return -ENOMEM;
-    /* where a journaled job enters this coordinator: parsed once here */
-    j->spec = jobspec_parse(j->toml, strlen(j->toml), j->file, j->base_dir, j->spec_error,
-                            sizeof(j->spec_error));
-    return 0;
-}
-
 static int jobctl__load_job(void *arg, const journal_job *jj)
 {
     coordinator *co = arg;
@@ -475,7 +441,7 @@ static int jobctl__load_job(void *arg, const journal_job *jj)
     return 0;
 }
 
-void jobs_load(coordinator *co)
+void jobctl_load(coordinator *co)
 {
     if (!co->journal)
         return;

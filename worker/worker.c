@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "batch.h"
 #include "log.h"
 #include "msg.h"
 #include "msgcheck.h"
@@ -162,29 +163,21 @@ static void wk__send(worker *w, wk_feed *f)
 
 static void wk__pump_all(worker *w, wk_job *j);
 
-/* Spatial partitions: the wse-node of a stripe takes that stripe's rows
- * of every sample. Keeps, in place, rows [r0, r0 + h) of each input plane
- * and of the per-pixel labels of the batch at buf (sample.h), and returns
- * the bytes that remain; 0 when the samples are not images with a label
- * per pixel, or the rows are not theirs. */
+/* Spatial partitions: the stripe's rows of every sample of the batch at
+ * buf (batch_stripe); 0 when the samples are not images with a label per
+ * pixel, or the rows are not theirs. */
 static size_t wk__stripe(uint8_t *buf, uint32_t n, const dataset *d, const Appliance__PlanInput *in,
                          uint64_t r0, uint64_t h)
 {
     if (in->n_sample_shape != 3)
         return 0;
     uint64_t c = in->sample_shape[0], H = in->sample_shape[1], W = in->sample_shape[2];
-    if (dataset_sample_elems(d) != c * H * W || dataset_label_elems(d) != H * W || h == 0 ||
-        r0 + h > H)
+    if (dataset_sample_elems(d) != c * H * W || dataset_label_elems(d) != H * W)
         return 0;
-    size_t isz = sample_input_size(in->input_unorm8), lsz = sample_label_size(in->labels_uint8);
-    size_t row = W * isz, plane = H * row, part = h * row;
-    for (uint64_t p = 0; p < (uint64_t)n * c; p++) /* every dst is at or before its src */
-        memmove(buf + p * part, buf + p * plane + r0 * row, part);
-    uint8_t *lab = buf + (size_t)n * c * plane, *to = buf + (size_t)n * c * part;
-    size_t lrow = W * lsz;
-    for (uint64_t s = 0; s < n; s++)
-        memmove(to + s * h * lrow, lab + (s * H + r0) * lrow, h * lrow);
-    return (size_t)n * c * part + (size_t)n * h * lrow;
+    batch_layout l = {.n = n, .c = c, .h = H, .w = W,
+                      .input_size = sample_input_size(in->input_unorm8),
+                      .label_size = sample_label_size(in->labels_uint8)};
+    return batch_stripe(buf, &l, r0, h);
 }
 
 static void wk__part_work(uv_work_t *req)

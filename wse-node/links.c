@@ -2,7 +2,7 @@
  * memoryx, in a plan without a tree) into
  * their slots (held while a slot is busy), batches from its workers on
  * credit. */
-#include "replica.h"
+#include "wjob.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -16,17 +16,6 @@
 
 /* ---- links ---- */
 
-void wn__hello(conn *c, const wn_job *j)
-{
-    Appliance__StreamHello h = APPLIANCE__STREAM_HELLO__INIT;
-    h.job_id = (char *)j->id;
-    h.role = APPLIANCE__ROLE__ROLE_WSE_NODE;
-    h.index = j->replica;
-    h.member_id = j->n->member_id;
-    ENVELOPE(env, stream_hello, STREAM_HELLO, &h);
-    conn_send_msg(c, &env);
-}
-
 static void wn__up_ready(conn *c)
 {
     wn_job *j = c->data;
@@ -35,22 +24,15 @@ static void wn__up_ready(conn *c)
     wn__maybe_ready(j);
 }
 
-/* Whether reading from swarmx goes on whatever the slots say: the
- * compute thread waits for a collective total (spatial partitions), which
- * comes down the same stream behind weight chunks that wait for a slot
- * the computation frees. Paused there, the two would wait for each other
- * (a Weight Streaming job in stripes stopped at its first norm). */
-static bool wn__must_read(wn_job *j)
-{
-    return j->stripes && wn_stripes_awaiting_total(j->stripes);
-}
-
 static void *wn__up_dest(conn *c, const Appliance__Envelope *env, uint32_t len, int *err)
 {
     wn_job *j = c->data;
+    j->arrival = WN_ARRIVE_NONE;
     if (env->msg_case == APPLIANCE__ENVELOPE__MSG_COLLECTIVE && j->stripes &&
-        j->state != WN_RELEASED)
+        j->state != WN_RELEASED) {
+        j->arrival = WN_ARRIVE_TOTAL;
         return wn_stripes_collective_dest(j->stripes, env, len, err);
+    }
     if (j->pipelined && env->msg_case == APPLIANCE__ENVELOPE__MSG_GRAD_CHUNK && j->state != WN_RELEASED) {
         const Appliance__GradChunk *g = env->grad_chunk;
         if (msgcheck_grad_chunk(g, j->plan, len, NULL, 0) < 0 || g->step != j->step ||
@@ -58,6 +40,7 @@ static void *wn__up_dest(conn *c, const Appliance__Envelope *env, uint32_t len, 
             *err = -EINVAL;
             return NULL;
         }
+        j->arrival = WN_ARRIVE_REDUCED;
         return j->t[g->tensor_id].rg + g->offset;
     }
     if (env->msg_case != APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK || j->state == WN_RELEASED) {
@@ -84,12 +67,15 @@ static void *wn__up_dest(conn *c, const Appliance__Envelope *env, uint32_t len, 
                          : NULL;
         if (dst && j->plan->wire_bf16) { /* bfloat16: kept as it came, widened beside; */
             uint16_t *kept = wslots_dest16(&j->ws, dst, w->count);
+            j->arrival = WN_ARRIVE_SLOT_BF16;
             /* a layer in parts: in the upper half of its place, widened in place */
             return kept ? (void *)kept : (void *)((uint8_t *)dst + 2 * w->count);
         }
-        j->chunk_staged =
-            !dst && (blocked || (j->staged && w->step == j->step) || wn__must_read(j));
-        if (!dst && !j->chunk_staged) {
+        if (dst)
+            j->arrival = WN_ARRIVE_SLOT;
+        else if (blocked || (j->staged && w->step == j->step) || wn__must_read(j))
+            j->arrival = WN_ARRIVE_HELD;
+        else {
             log_warn("job %s: weight chunk out of schedule: tensor %u step %llu offset %llu "
                      "(replica at step %llu)", j->id, w->tensor_id, (unsigned long long)w->step,
                      (unsigned long long)w->offset, (unsigned long long)j->step);
@@ -109,112 +95,8 @@ static void *wn__up_dest(conn *c, const Appliance__Envelope *env, uint32_t len, 
                  (unsigned long long)j->step);
         *err = -EINVAL;
     }
+    j->arrival = dst ? WN_ARRIVE_RESIDENT : WN_ARRIVE_NONE;
     return dst;
-}
-
-static void wn__pause(wn_job *j)
-{
-    conn *up = conn_link_conn(&j->up);
-    if (up && !j->up_paused && !wn__must_read(j)) {
-        conn_pause(up);
-        j->up_paused = true;
-    }
-}
-
-void wn__read_for_total(wn_job *j)
-{
-    conn *up = conn_link_conn(&j->up);
-    if (up && j->up_paused && j->state != WN_RELEASED) {
-        j->up_paused = false;
-        conn_resume(up);
-    }
-}
-
-/* Keeps a chunk that came before its slot was free. */
-static int wn__stage(wn_job *j, const Appliance__WeightChunk *w, const uint8_t *payload)
-{
-    size_t bytes = w->count * msgcheck_wire_elem(j->plan);
-    wn_staged *st = malloc(sizeof(*st) + bytes);
-    if (!st)
-        return -ENOMEM;
-    st->next = NULL;
-    st->tensor = w->tensor_id;
-    st->backward = w->pass == APPLIANCE__PASS__PASS_BACKWARD;
-    st->step = w->step;
-    st->offset = w->offset;
-    st->count = w->count;
-    memcpy(st->data, payload, bytes);
-    wn_of(j->n)->staged++;
-    if (j->staged_tail)
-        j->staged_tail->next = st;
-    else
-        j->staged = st;
-    j->staged_tail = st;
-    return 0;
-}
-
-/* Whether tensor t's weights are read in bfloat16 alone: the weight
- * matrix of a dense layer streamed whole, whose GEMMs take the slot's twin
- * (wslots_bind, exec's w16). */
-static bool wn__twin_only(const wn_job *j, uint32_t t)
-{
-    if (!j->twin_only || t >= (uint32_t)j->m->ntensors)
-        return false;
-    int li = j->m->tensors[t].layer;
-    const model_layer *l = &j->m->layers[li];
-    return l->type == LAYER_DENSE && (int)t == l->first_tensor && j->ws.parts[li].count == 1;
-}
-
-/* count weights of tensor t's chunk, as the wire carries them (float32 or
- * bfloat16), into dst: copied; or kept in bfloat16 (wslots_dest16: the
- * GEMMs take them as they are) and widened into dst, unless nothing reads
- * them there (wn__twin_only). */
-static void wn__land(const wn_job *j, uint32_t t, float *dst, const void *payload, uint64_t count)
-{
-    if (!j->plan->wire_bf16) {
-        if (payload != dst)
-            memcpy(dst, payload, count * sizeof(float));
-        return;
-    }
-    uint16_t *kept = wslots_dest16(&j->ws, dst, count);
-    bool twin = kept != NULL;
-    if (!kept) /* a layer in parts: widened in place, from the upper half */
-        kept = (uint16_t *)((uint8_t *)dst + 2 * count);
-    if (payload != kept)
-        memcpy(kept, payload, 2 * count);
-    if (!twin || !wn__twin_only(j, t))
-        bf16_unpack(dst, kept, count);
-}
-
-/* A slot freed: held chunks land in order; reading resumes once none is
- * held and the next arrival has a slot. */
-void wn__unstage(wn_job *j)
-{
-    while (j->staged) {
-        wn_staged *st = j->staged;
-        bool blocked;
-        if (st->step != j->step) /* the next step's, read while a total was awaited */
-            return;
-        float *dst = wslots_dest(&j->ws, st->tensor, st->backward, st->offset, st->count, &blocked);
-        if (!dst) {
-            if (!blocked)
-                wn__abort(j->n, j, "held weight chunk of tensor %u out of schedule", st->tensor);
-            return;
-        }
-        wn__land(j, st->tensor, dst, st->data, st->count);
-        bool next_blocked = wslots_received(&j->ws, st->count);
-        j->staged = st->next;
-        if (!j->staged)
-            j->staged_tail = NULL;
-        free(st);
-        if (next_blocked)
-            return;
-    }
-    conn *up = conn_link_conn(&j->up);
-    if (up && j->up_paused) {
-        j->up_paused = false;
-        conn_resume(up);
-    }
 }
 
 static void wn__up_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len)
@@ -226,49 +108,51 @@ static void wn__up_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, ui
         wn__fault(j->n, j, "%s refused: %s", j->up_name, env->error->message);
         return;
     }
-    if (env->msg_case == APPLIANCE__ENVELOPE__MSG_COLLECTIVE && j->stripes && payload) {
+    /* where payload_dest put it */
+    wn_arrival a = payload ? j->arrival : WN_ARRIVE_NONE;
+    j->arrival = WN_ARRIVE_NONE;
+    const Appliance__WeightChunk *w = env->weight_chunk;
+    switch (a) {
+    case WN_ARRIVE_TOTAL:
         wn_stripes_collective(j->stripes, env);
         if (j->staged) /* chunks read past while the total was awaited: flow control again */
             wn__pause(j);
         return;
-    }
-    if (j->pipelined && env->msg_case == APPLIANCE__ENVELOPE__MSG_GRAD_CHUNK && payload) {
+    case WN_ARRIVE_REDUCED: {
         wn_tensor *t = &j->t[env->grad_chunk->tensor_id];
         t->rg_have += env->grad_chunk->count;
         if (t->rg_have == t->n)
             j->rg_done++;
-        wn__advance(j);
-        return;
+        break;
     }
-    if (env->msg_case != APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK || !payload) {
+    case WN_ARRIVE_HELD:
+        /* Its slot may have freed while the rest of it was read. */
+        if (wn__stage(j, w, payload) < 0) {
+            wn__abort(j->n, j, "out of memory holding a weight chunk");
+            return;
+        }
+        wn__pause(j);
+        wn__unstage(j);
+        if (j->state == WN_RELEASED)
+            return;
+        break;
+    case WN_ARRIVE_SLOT_BF16: /* in the slot's twin, or in the upper half of its place */
+        wn__land(j, w->tensor_id, wslots_in_twin(&j->ws, payload)
+                        ? wslots_dest32(&j->ws, (const uint16_t *)payload)
+                        : (float *)(payload - 2 * w->count),
+                 payload, w->count);
+        /* fall through */
+    case WN_ARRIVE_SLOT:
+        if (wslots_received(&j->ws, w->count))
+            wn__pause(j);
+        break;
+    case WN_ARRIVE_RESIDENT:
+        wresident_received(&j->res, w->tensor_id, w->count);
+        break;
+    case WN_ARRIVE_NONE:
         conn_fail(c, -EPROTO, "unexpected %s from %s", frame_msg_name(env->msg_case), j->up_name);
         return;
     }
-    const Appliance__WeightChunk *w = env->weight_chunk;
-    if (j->ws_ready) {
-        if (j->chunk_staged) {
-            /* Its slot may have freed while the rest of it was read. */
-            if (wn__stage(j, w, payload) < 0) {
-                wn__abort(j->n, j, "out of memory holding a weight chunk");
-                return;
-            }
-            wn__pause(j);
-            wn__unstage(j);
-            if (j->state == WN_RELEASED)
-                return;
-        } else {
-            if (j->plan->wire_bf16) /* in the slot's twin, or in the upper half of its place */
-                wn__land(j, w->tensor_id, wslots_in_twin(&j->ws, payload)
-                                ? wslots_dest32(&j->ws, (const uint16_t *)payload)
-                                : (float *)(payload - 2 * w->count),
-                         payload, w->count);
-            if (wslots_received(&j->ws, w->count))
-                wn__pause(j);
-        }
-        wn__advance(j);
-        return;
-    }
-    wresident_received(&j->res, w->tensor_id, w->count);
     wn__advance(j);
 }
 

@@ -1,6 +1,7 @@
 /* wse-node: one replica of a job: its life (start, buffers, links, end) and
  * the handlers of its role. The steps are in step.c, the links in links.c. */
 #include "replica.h"
+#include "wjob.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -18,102 +19,7 @@
 #include "plan.h"
 #include "sample.h"
 
-double wn__now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* ---- job life cycle ---- */
-
-/* The job's compute time by layer stays in /metrics after it ends. */
-static void wn__keep_layers(wn_job *j)
-{
-    wse_node *w = wn_of(j->n);
-    if (!j->layer_sec[0] || !j->m)
-        return;
-    char(*names)[MODEL_NAME_MAX] = calloc((size_t)j->m->nlayers + 1, sizeof(*names));
-    if (!names)
-        return;
-    for (int l = 0; l < j->m->nlayers; l++)
-        snprintf(names[l], sizeof(names[l]), "%s", j->m->layers[l].name);
-    free(w->layer_names);
-    free(w->layer_sec);
-    w->layer_names = names;
-    w->layer_sec = j->layer_sec[0];
-    w->nlayers = j->m->nlayers;
-    j->layer_sec[0] = j->layer_sec[1] = NULL;
-}
-
-/* On the compute thread: the job's large buffers (the arena, the weight
- * slots or resident weights, the tensors, the batches) go; gigabytes take
- * long enough to give back that the event loop must not do it. */
-static void wn__free_large(void *arg)
-{
-    wn_job *j = arg;
-    if (j->ex_ready)
-        exec_deinit(&j->ex);
-    j->ex_ready = false;
-    if (j->ws_ready)
-        wslots_deinit(&j->ws);
-    j->ws_ready = false;
-    if (j->res_ready)
-        wresident_deinit(&j->res);
-    j->res_ready = false;
-    if (j->t && j->plan)
-        for (size_t i = 0; i < j->plan->n_tensors; i++) {
-            free(j->t[i].w);
-            free(j->t[i].g);
-            if (j->t[i].rg != j->t[i].g)
-                free(j->t[i].rg);
-            free(j->t[i].w16);
-            j->t[i].w = j->t[i].g = j->t[i].rg = NULL;
-            j->t[i].w16 = NULL;
-            optim_state_deinit(&j->t[i].st);
-        }
-    if (j->batches)
-        for (size_t i = 0; i < j->nbatches; i++) {
-            free(j->batches[i].data);
-            j->batches[i].data = NULL;
-        }
-    free(j->ebuf[0].data);
-    free(j->ebuf[1].data);
-    j->ebuf[0].data = j->ebuf[1].data = NULL;
-}
-
-/* Back on the loop (or at once): the rest, and the job. */
-static void wn__free_rest(void *arg)
-{
-    wn_job *j = arg;
-    wn__free_large(j); /* a task the stopped thread never ran owes it */
-    wn__keep_layers(j);
-    while (j->staged) {
-        wn_staged *next = j->staged->next;
-        free(j->staged);
-        j->staged = next;
-    }
-    free(j->t);
-    free(j->gq);
-    free(j->layer_sec[0]);
-    free(j->wp);
-    free(j->gp);
-    free(j->w16p);
-    free(j->batches);
-    free(j->feeds);
-    wn_stripes_free(j->stripes);
-    model_free(j->m);
-    if (j->plan)
-        appliance__plan__free_unpacked(j->plan, NULL);
-    free(j);
-}
-
-void wn__free_buffers(wn_job *j)
-{
-    compute *c = &wn_of(j->n)->comp;
-    if (!c->started || compute_submit(c, wn__free_large, wn__free_rest, j) < 0)
-        wn__free_rest(j);
-}
 
 static void wn__job_link_stopped(wn_job *j)
 {
@@ -121,7 +27,7 @@ static void wn__job_link_stopped(wn_job *j)
         wn__free_buffers(j);
 }
 
-void wn__stripes_link_closed(wn_job *j)
+static void wn__stripes_link_closed(wn_job *j)
 {
     wn__job_link_stopped(j);
 }
@@ -162,44 +68,6 @@ static void wn__release(node *n, wn_job *j)
     for (size_t i = 0; i < j->nfeeds; i++)
         conn_link_stop(&j->feeds[i].link, wn__feed_stopped);
     wn__job_link_stopped(j);
-}
-
-void wn__abort_as(node *n, wn_job *j, bool fault, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-#define wn__abort(n, j, ...) wn__abort_as(n, j, false, __VA_ARGS__)
-#define wn__fault(n, j, ...) wn__abort_as(n, j, true, __VA_ARGS__)
-
-/* Fails the job j (or reports a fault): the jobhost tells the coordinator
- * and releases it. A job already let go is left alone. */
-void wn__abort_as(node *n, wn_job *j, bool fault, const char *fmt, ...)
-{
-    wse_node *w = wn_of(n);
-    if (w->job != j)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    jobhost_vabort(&w->jobs, fault, fmt, ap);
-    va_end(ap);
-}
-
-void wn__maybe_ready(wn_job *j)
-{
-    if (j->state != WN_LINKING || !j->up_ready || (j->stripes && !wn_stripes_ready(j->stripes)))
-        return;
-    for (size_t i = 0; i < j->nfeeds; i++)
-        if (!j->feeds[i].ready)
-            return;
-    j->state = WN_RUNNING;
-    Appliance__JobReady r = APPLIANCE__JOB_READY__INIT;
-    r.job_id = j->id;
-    r.member_id = j->n->member_id;
-    ENVELOPE(env, job_ready, JOB_READY, &r);
-    node_send_coordinator(j->n, &env);
-    if (j->nmicro > 1)
-        log_info("job %s: replica %u ready (%u samples per step, in %u micro-batches of %u)", j->id,
-                 j->replica, j->batch, j->nmicro, j->mb);
-    else
-        log_info("job %s: replica %u ready (%u samples per step)", j->id, j->replica, j->batch);
 }
 
 /* ---- handlers ---- */
@@ -467,6 +335,7 @@ static void *wn__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
         return NULL;
     }
     j->n = n;
+    j->stripes_link_closed = wn__stripes_link_closed;
     snprintf(j->id, sizeof(j->id), "%s", p->job_id);
     j->plan = p;
     const Appliance__PlanReplica *me = NULL;

@@ -1,7 +1,7 @@
 /* wse-node: the steps of a replica: each layer's forward and backward pass
  * on the compute thread as soon as its weights and batch are in, the loss,
  * the gradients sent up, the Pipelined update, evaluation. */
-#include "replica.h"
+#include "wjob.h"
 
 #include <errno.h>
 #include <math.h>

@@ -1,7 +1,7 @@
 /* wse-node: spatial partitions: the halo links between the stripes of a
  * sample group, the sums on the swarmx tree, and the executor's blocking
  * calls into them (replica.h). */
-#include "replica.h"
+#include "wjob.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -430,11 +430,6 @@ void wn_stripes_link(wn_stripes *p)
                     &wns__above_ops, p);
 }
 
-bool wn_stripes_ready(const wn_stripes *p)
-{
-    return (p->part == 0 || p->above_ready) && (p->part + 1 == p->parts || p->below);
-}
-
 /* The stripe below says hello on the connection it dialled. */
 static void wns__hello(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, uint32_t len)
 {
@@ -496,7 +491,7 @@ static void wns__conn_close(node *n, conn *c, int err, const char *reason)
     wn_job *j = p->job;
     wn_stripes_abort(p, -ECONNRESET);
     if (j->state == WN_RELEASED) {
-        wn__stripes_link_closed(j);
+        j->stripes_link_closed(j);
         return;
     }
     if (j->state == WN_FINISHED) /* the job ended there first */
@@ -553,7 +548,7 @@ int wn_stripes_init(wn_job *j, spatial_plan *sp, int n, char *err, size_t errlen
 static void wns__above_stopped(conn_link *l)
 {
     wn_stripes *p = l->data;
-    wn__stripes_link_closed(p->job);
+    p->job->stripes_link_closed(p->job);
 }
 
 int wn_stripes_stop(wn_stripes *p)

@@ -1,0 +1,120 @@
+/* wse-node: weight chunks that come before their slot is free, held in
+ * arrival order and landed once it frees, and the flow control of the link
+ * up around them (wjob.h: the arrival of a chunk, links.c; a slot freed,
+ * step.c). Calls down only: the slots, the stripes' state, wjob.c. */
+#include "wjob.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bf16.h"
+#include "msgcheck.h"
+
+/* Whether reading from swarmx goes on whatever the slots say: the
+ * compute thread waits for a collective total (spatial partitions), which
+ * comes down the same stream behind weight chunks that wait for a slot
+ * the computation frees. Paused there, the two would wait for each other
+ * (a Weight Streaming job in stripes stopped at its first norm). */
+bool wn__must_read(wn_job *j)
+{
+    return j->stripes && wn_stripes_awaiting_total(j->stripes);
+}
+
+/* Stops reading from the link up until a slot frees, unless the compute
+ * thread waits for a total that comes down it (wn__must_read). */
+void wn__pause(wn_job *j)
+{
+    conn *up = conn_link_conn(&j->up);
+    if (up && !j->up_paused && !wn__must_read(j)) {
+        conn_pause(up);
+        j->up_paused = true;
+    }
+}
+
+/* Keeps a chunk that came before its slot was free. */
+int wn__stage(wn_job *j, const Appliance__WeightChunk *w, const uint8_t *payload)
+{
+    size_t bytes = w->count * msgcheck_wire_elem(j->plan);
+    wn_staged *st = malloc(sizeof(*st) + bytes);
+    if (!st)
+        return -ENOMEM;
+    st->next = NULL;
+    st->tensor = w->tensor_id;
+    st->backward = w->pass == APPLIANCE__PASS__PASS_BACKWARD;
+    st->step = w->step;
+    st->offset = w->offset;
+    st->count = w->count;
+    memcpy(st->data, payload, bytes);
+    wn_of(j->n)->staged++;
+    if (j->staged_tail)
+        j->staged_tail->next = st;
+    else
+        j->staged = st;
+    j->staged_tail = st;
+    return 0;
+}
+
+/* Whether tensor t's weights are read in bfloat16 alone: the weight
+ * matrix of a dense layer streamed whole, whose GEMMs take the slot's twin
+ * (wslots_bind, exec's w16). */
+static bool wn__twin_only(const wn_job *j, uint32_t t)
+{
+    if (!j->twin_only || t >= (uint32_t)j->m->ntensors)
+        return false;
+    int li = j->m->tensors[t].layer;
+    const model_layer *l = &j->m->layers[li];
+    return l->type == LAYER_DENSE && (int)t == l->first_tensor && j->ws.parts[li].count == 1;
+}
+
+/* count weights of tensor t's chunk, as the wire carries them (float32 or
+ * bfloat16), into dst: copied; or kept in bfloat16 (wslots_dest16: the
+ * GEMMs take them as they are) and widened into dst, unless nothing reads
+ * them there (wn__twin_only). */
+void wn__land(const wn_job *j, uint32_t t, float *dst, const void *payload, uint64_t count)
+{
+    if (!j->plan->wire_bf16) {
+        if (payload != dst)
+            memcpy(dst, payload, count * sizeof(float));
+        return;
+    }
+    uint16_t *kept = wslots_dest16(&j->ws, dst, count);
+    bool twin = kept != NULL;
+    if (!kept) /* a layer in parts: widened in place, from the upper half */
+        kept = (uint16_t *)((uint8_t *)dst + 2 * count);
+    if (payload != kept)
+        memcpy(kept, payload, 2 * count);
+    if (!twin || !wn__twin_only(j, t))
+        bf16_unpack(dst, kept, count);
+}
+
+/* A slot freed: held chunks land in order; reading resumes once none is
+ * held and the next arrival has a slot. */
+void wn__unstage(wn_job *j)
+{
+    while (j->staged) {
+        wn_staged *st = j->staged;
+        bool blocked;
+        if (st->step != j->step) /* the next step's, read while a total was awaited */
+            return;
+        float *dst = wslots_dest(&j->ws, st->tensor, st->backward, st->offset, st->count, &blocked);
+        if (!dst) {
+            if (!blocked)
+                wn__abort(j->n, j, "held weight chunk of tensor %u out of schedule", st->tensor);
+            return;
+        }
+        wn__land(j, st->tensor, dst, st->data, st->count);
+        bool next_blocked = wslots_received(&j->ws, st->count);
+        j->staged = st->next;
+        if (!j->staged)
+            j->staged_tail = NULL;
+        free(st);
+        if (next_blocked)
+            return;
+    }
+    conn *up = conn_link_conn(&j->up);
+    if (up && j->up_paused) {
+        j->up_paused = false;
+        conn_resume(up);
+    }
+}

@@ -1,0 +1,75 @@
+/* wse-node: what every file of a replica calls and that calls none of
+ * them: the clock, the job's abort, the hello on a link, JobReady once every
+ * link is up, and reading from the link up again. (wjob.h) */
+#include "wjob.h"
+
+#include <stdarg.h>
+#include <time.h>
+
+#include "log.h"
+#include "msg.h"
+
+double wn__now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Fails the job j (or reports a fault): the jobhost tells the coordinator
+ * and releases it. A job already let go is left alone. */
+void wn__abort_as(node *n, wn_job *j, bool fault, const char *fmt, ...)
+{
+    wse_node *w = wn_of(n);
+    if (w->job != j)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    jobhost_vabort(&w->jobs, fault, fmt, ap);
+    va_end(ap);
+}
+
+/* Sends JobReady once the link up, every feed and the neighbouring stripes
+ * are up (wn_stripes_ready reads the stripes' state: no call). */
+void wn__maybe_ready(wn_job *j)
+{
+    if (j->state != WN_LINKING || !j->up_ready || (j->stripes && !wn_stripes_ready(j->stripes)))
+        return;
+    for (size_t i = 0; i < j->nfeeds; i++)
+        if (!j->feeds[i].ready)
+            return;
+    j->state = WN_RUNNING;
+    Appliance__JobReady r = APPLIANCE__JOB_READY__INIT;
+    r.job_id = j->id;
+    r.member_id = j->n->member_id;
+    ENVELOPE(env, job_ready, JOB_READY, &r);
+    node_send_coordinator(j->n, &env);
+    if (j->nmicro > 1)
+        log_info("job %s: replica %u ready (%u samples per step, in %u micro-batches of %u)", j->id,
+                 j->replica, j->batch, j->nmicro, j->mb);
+    else
+        log_info("job %s: replica %u ready (%u samples per step)", j->id, j->replica, j->batch);
+}
+
+/* The hello a replica says on every link it dials. */
+void wn__hello(conn *c, const wn_job *j)
+{
+    Appliance__StreamHello h = APPLIANCE__STREAM_HELLO__INIT;
+    h.job_id = (char *)j->id;
+    h.role = APPLIANCE__ROLE__ROLE_WSE_NODE;
+    h.index = j->replica;
+    h.member_id = j->n->member_id;
+    ENVELOPE(env, stream_hello, STREAM_HELLO, &h);
+    conn_send_msg(c, &env);
+}
+
+/* Reading from the link up goes on (a slot freed, or the compute thread
+ * waits for a collective total that comes down the same stream). */
+void wn__read_for_total(wn_job *j)
+{
+    conn *up = conn_link_conn(&j->up);
+    if (up && j->up_paused && j->state != WN_RELEASED) {
+        j->up_paused = false;
+        conn_resume(up);
+    }
+}

@@ -291,31 +291,36 @@ def objects(root, build):
     return out, errors
 
 
-def symbols(obj, nm):
-    """The external symbols an object defines, and those it uses."""
-    text = subprocess.run([nm, "-P", obj], check=True, stdout=subprocess.PIPE,
-                          universal_newlines=True).stdout
-    defines, uses = set(), set()
+def symbols(objs, nm):
+    """object -> the external symbols it defines, and those it uses."""
+    out = {obj: (set(), set()) for obj in objs}
+    if not objs:
+        return out
+    text = subprocess.run([nm, "-P", "-A"] + sorted(objs), check=True,
+                          stdout=subprocess.PIPE, universal_newlines=True).stdout
     for line in text.splitlines():
-        f = line.split()
-        if len(f) >= 2 and f[1] in DEFINES:
-            defines.add(f[0])
-        elif len(f) >= 2 and f[1] in USES:
-            uses.add(f[0])
-    return defines, uses
+        obj, _, rest = line.rpartition(": ")
+        f = rest.split()
+        if obj not in out or len(f) < 2:
+            continue
+        if f[1] in DEFINES:
+            out[obj][0].add(f[0])
+        elif f[1] in USES:
+            out[obj][1].add(f[0])
+    return out
 
 
 def call_graphs(root, build, nm):
     """folder -> (file -> the files it calls, (file, file) -> the symbols),
     files named relative to their folder; and the errors."""
     objs, errors = objects(root, build)
+    syms = symbols([obj for paths in objs.values() for obj in paths], nm)
     units = {}
     for rel, paths in objs.items():
         defines, uses = set(), set()
         for obj in paths:
-            d, u = symbols(obj, nm)
-            defines |= d
-            uses |= u
+            defines |= syms[obj][0]
+            uses |= syms[obj][1]
         unit = unit_of(rel)
         name = os.path.relpath(rel, unit).replace(os.sep, "/")
         units.setdefault(unit, {})[name] = (defines, uses)
@@ -340,7 +345,9 @@ def call_loops(root, build, allowed_path, nm="nm"):
     """Every call loop between the files of one library or program that the
     allowed list does not name, and every listed loop that is gone."""
     allowed, errors = read_allowed(allowed_path)
-    listed = os.path.basename(allowed_path)
+    listed = os.path.relpath(os.path.realpath(allowed_path), os.path.realpath(root))
+    if listed.startswith(".."):
+        listed = os.path.basename(allowed_path)
     graphs, more = call_graphs(root, build, nm)
     errors += more
     found = set()
@@ -371,8 +378,9 @@ def call_loops(root, build, allowed_path, nm="nm"):
             errors.append("\n".join(lines))
     for i, (unit, must, may, reason) in enumerate(allowed):
         if i not in found:
-            errors.append("%s: a loop %s allows is gone: %s (%s): delete its line, or list "
-                          "what is left of it" % (unit, listed, loop_text(must, may), reason))
+            errors.append("%s: %s allows a loop that is gone: %s (%s): delete its line, or "
+                          "name the files the loop has now" % (unit, listed, loop_text(must, may),
+                                                              reason))
     return errors
 
 
@@ -472,7 +480,7 @@ def self_test_calls():
         write(root, "call_loops.txt", "wse-node: a.c b.c -- a test's loop\n")
         e = check(root, build, allowed)
         assert len(e) == 2 and "call_loops.txt allows wse-node: a.c b.c" in e[0], e
-        assert "a loop call_loops.txt allows is gone: a.c b.c (a test's loop)" in e[1], e
+        assert "call_loops.txt allows a loop that is gone: a.c b.c (a test's loop)" in e[1], e
         # a file in brackets may be in the loop or not
         write(root, "call_loops.txt", "wse-node: a.c b.c [c.c] -- a test's loop\n")
         e = check(root, build, allowed)
@@ -481,7 +489,7 @@ def self_test_calls():
         compile_tree(root, build, "wse_node", "wse-node", dict(loop, **{
             "c.c": "int table[2] = {1, 2};\nint c(int x);\nint c(int x) { return x; }\n"}))
         e = check(root, build, allowed)
-        assert len(e) == 1 and "a loop call_loops.txt allows is gone" in e[0], e
+        assert len(e) == 1 and "call_loops.txt allows a loop that is gone" in e[0], e
         write(root, "call_loops.txt", "")
         e = check(root, build, allowed)
         assert e == [], e

@@ -1,6 +1,8 @@
-/* Building an Envelope around one message in one line, and the names of
- * the protocol's enums. */
+/* Building an Envelope around one message in one line, the names of the
+ * protocol's enums, and text a peer sent made fit for our logs. */
 #pragma once
+
+#include <stddef.h>
 
 #include "envelope.pb-c.h"
 
@@ -12,3 +14,8 @@
 
 /* The role's name for logs and listings ("wse-node"); a static string. */
 const char *msg_role_name(Appliance__Role r);
+
+/* Copies text a peer sent (src may be NULL) for our logs and messages into
+ * dst of len bytes: control characters, quotes and backslashes become '?',
+ * so that a name cannot forge a log line. */
+void msg_printable(char *dst, size_t len, const char *src);

@@ -25,6 +25,7 @@
 #include <uv.h>
 
 #include "conn.h"
+#include "conn_link.h"
 #include "msg.h"
 
 enum fab_role { FAB_ROOT, FAB_RELAY, FAB_LEAF };

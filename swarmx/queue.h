@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "conn.h"
+#include "conn_link.h"
 #include "plan.h"
 #include "stream.pb-c.h"
 

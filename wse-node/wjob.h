@@ -6,6 +6,7 @@
 
 #include "blas_check.h"
 #include "compute.h"
+#include "conn_link.h"
 #include "exec.h"
 #include "jobhost.h"
 #include "model.h"

@@ -12,6 +12,7 @@
 #include <uv.h>
 
 #include "conn.h"
+#include "conn_link.h"
 #include "flight.h"
 #include "looplag.h"
 #include "metrics.h"

@@ -1,4 +1,5 @@
-/* Framed, authenticated TCP connections and reconnecting links over libuv. */
+/* Framed, authenticated TCP connections over libuv; their shared memory with a
+ * peer on this host is conn_shm.c's, reconnecting links are conn_link.c's. */
 #include "conn.h"
 
 #include <errno.h>
@@ -7,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "conn_shm.h"
 #include "log.h"
 #include "msg.h"
 #include "msgcheck.h"
-#include "shm.h"
 
 typedef struct conn_write {
     uv_write_t req;
@@ -21,21 +22,6 @@ typedef struct conn_write {
     conn_done_fn done; /* may be NULL */
     void *arg;
 } conn_write;
-
-static void conn__link_closed(conn_link *l, conn *c);
-
-/* Copies text a peer sent for our logs and messages: control characters,
- * quotes and backslashes become '?', so that a name cannot forge a log line. */
-static void conn__printable(char *dst, size_t len, const char *src)
-{
-    size_t i = 0;
-    for (; src && src[i] && i + 1 < len; i++) {
-        unsigned char ch = (unsigned char)src[i];
-        dst[i] = ch < 0x20 || ch == 0x7f || ch == '"' || ch == '\\' ? '?' : (char)ch;
-    }
-    if (len)
-        dst[i] = 0;
-}
 
 /* ---- per-peer byte counts ---- */
 
@@ -134,12 +120,10 @@ static void conn__unref(conn *c)
             p->shm_out += c->shm_out;
         }
     }
-    conn_link *l = c->link;
     frame_reader_deinit(&c->reader);
-    shm_ring_free(c->shm_tx);
-    shm_ring_free(c->shm_rx);
-    if (l)
-        conn__link_closed(l, c);
+    conn_shm_free(&c->shm);
+    if (c->link)
+        c->link_closed(c->link, c);
     free(c);
 }
 
@@ -235,7 +219,7 @@ void conn_fail(conn *c, int code, const char *fmt, ...)
  * concerned: queued on the socket, and in our ring. */
 static size_t conn__in_flight(const conn *c)
 {
-    return c->queued + (c->shm_tx_on ? shm_ring_used(c->shm_tx) : 0);
+    return c->queued + conn_shm_used(&c->shm);
 }
 
 static void conn__shm_poll(uv_timer_t *t);
@@ -246,7 +230,7 @@ static void conn__shm_poll(uv_timer_t *t);
  * send (conn_pause) and with it our notices. */
 static void conn__shm_watch(conn *c)
 {
-    shm_ring_wait(c->shm_tx);
+    conn_shm_wait(&c->shm);
     if (!uv_is_active((uv_handle_t *)&c->shm_poll))
         uv_timer_start(&c->shm_poll, conn__shm_poll, 1, 1);
 }
@@ -259,7 +243,7 @@ static void conn__maybe_drain(conn *c)
         uv_timer_stop(&c->shm_poll);
         return;
     }
-    bool ring = c->shm_tx_on && shm_ring_used(c->shm_tx) > 0;
+    bool ring = conn_shm_used(&c->shm) > 0;
     if (conn__in_flight(c) > c->cfg->high_water / 2 && ring)
         conn__shm_watch(c);
     if (conn__in_flight(c) <= c->cfg->high_water / 2) {
@@ -318,8 +302,7 @@ int conn_send(conn *c, const Appliance__Envelope *env, const void *payload, uint
     /* a large payload into our ring when the peer mapped it and it has the
      * room: the socket then carries where it lies */
     uint64_t off, end;
-    bool shm = len >= CONN_SHM_MIN_PAYLOAD && c->shm_tx_on &&
-               shm_ring_put(c->shm_tx, payload, len, &off, &end);
+    bool shm = len >= CONN_SHM_MIN_PAYLOAD && conn_shm_put(&c->shm, payload, len, &off, &end);
     if (shm) {
         frame_prefix_encode_flags(head, (uint32_t)(hlen - FRAME_PREFIX_LEN), len, FRAME_FLAG_SHM);
         for (int i = 0; i < 8; i++) {
@@ -407,7 +390,7 @@ bool conn_can_send(conn *c, size_t len)
     if (q + len <= c->cfg->high_water || q == 0)
         return true;
     c->blocked = true;
-    if (c->shm_tx_on && shm_ring_used(c->shm_tx) > 0) {
+    if (conn_shm_used(&c->shm) > 0) {
         /* watched from now on (a take since the first look counts now) */
         conn__shm_watch(c);
         q = conn__in_flight(c);
@@ -440,135 +423,43 @@ static int conn__send_hello(conn *c)
     return conn_send_msg(c, &env);
 }
 
-/* ---- shared memory with a peer on this host (shm.h) ---- */
+/* ---- shared memory with a peer on this host (conn_shm.h) ---- */
 
-static bool conn__addr_loopback(const struct sockaddr_storage *ss)
+static int conn__shm_send(void *ctx, const Appliance__Envelope *env)
 {
-    if (ss->ss_family == AF_INET)
-        return (ntohl(((const struct sockaddr_in *)ss)->sin_addr.s_addr) >> 24) == 127;
-    if (ss->ss_family == AF_INET6) {
-        const struct in6_addr *a = &((const struct sockaddr_in6 *)ss)->sin6_addr;
-        return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
-    }
-    return false;
+    return conn_send_msg(ctx, env);
 }
 
-/* Both ends of the connection on a loopback address: the peer is a
- * process of this host (and of this network namespace). */
-static bool conn__local_peer(conn *c)
+static void conn__shm_fail(void *ctx, int code, const char *why)
 {
-    struct sockaddr_storage a, b;
-    int la = sizeof(a), lb = sizeof(b);
-    return uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&a, &la) == 0 &&
-           uv_tcp_getsockname(&c->tcp, (struct sockaddr *)&b, &lb) == 0 &&
-           conn__addr_loopback(&a) && conn__addr_loopback(&b);
+    conn_fail(ctx, code, "%s", why);
 }
 
-/* The roles that stream tensors and batches to each other; the
- * coordinator's and the clients' messages are small. */
-static bool conn__streams(Appliance__Role r)
+static void conn__shm_close(void *ctx, int code, const char *why)
 {
-    return r == APPLIANCE__ROLE__ROLE_MEMORYX || r == APPLIANCE__ROLE__ROLE_SWARMX ||
-           r == APPLIANCE__ROLE__ROLE_WORKER || r == APPLIANCE__ROLE__ROLE_WSE_NODE;
+    conn_close(ctx, code, why);
 }
 
-/* Whether this connection may share memory: it is on, both ends stream,
- * and the peer is on this host. */
-static bool conn__shm_wanted(conn *c)
+static void conn__shm_drained(void *ctx)
 {
-    return c->cfg->shm_ring && conn__streams(c->cfg->role) && conn__streams(c->peer_role) &&
-           conn__local_peer(c);
+    conn__maybe_drain(ctx);
 }
 
-/* Offers the peer a ring for our large payloads, where it is on this host. */
-static void conn__shm_offer(conn *c)
-{
-    if (!conn__shm_wanted(c))
-        return;
-    char why[128];
-    c->shm_tx = shm_ring_create(c->cfg->shm_ring, why, sizeof(why));
-    if (!c->shm_tx) {
-        log_warn("%s: payloads go over the socket: no shared-memory ring (%s)", c->peer_name, why);
-        return;
-    }
-    Appliance__ShmOffer o = APPLIANCE__SHM_OFFER__INIT;
-    o.pid = (uint32_t)getpid();
-    o.fd = shm_ring_fd(c->shm_tx);
-    o.size = shm_ring_map_len(c->shm_tx);
-    o.token.data = (uint8_t *)(uintptr_t)shm_ring_token(c->shm_tx);
-    o.token.len = SHM_TOKEN_LEN;
-    Appliance__Envelope env = APPLIANCE__ENVELOPE__INIT;
-    env.msg_case = APPLIANCE__ENVELOPE__MSG_SHM_OFFER;
-    env.shm_offer = &o;
-    if (conn_send_msg(c, &env) < 0) {
-        shm_ring_free(c->shm_tx);
-        c->shm_tx = NULL;
-    }
-}
+static const conn_shm_ops conn__shm_ops = {
+    .send = conn__shm_send,
+    .fail = conn__shm_fail,
+    .close = conn__shm_close,
+    .drained = conn__shm_drained,
+};
 
-/* The peer offers its ring: mapped where this side takes them and it is on
- * this host, and the answer says so or why not. */
-static void conn__shm_offered(conn *c, const Appliance__ShmOffer *o)
-{
-    if (c->shm_offered) {
-        conn_fail(c, -EPROTO, "a second shared-memory offer");
-        return;
-    }
-    c->shm_offered = true;
-    char why[160] = "";
-    if (!conn__shm_wanted(c))
-        snprintf(why, sizeof(why), "%s shares no memory with it (--no-shm, another host, or "
-                 "a role that does not stream)", c->cfg->name ? c->cfg->name : "this end");
-    else
-        c->shm_rx = shm_ring_open(o->pid, o->fd, o->size, o->token.data, o->token.len, why,
-                                  sizeof(why));
-    Appliance__ShmReply r = APPLIANCE__SHM_REPLY__INIT;
-    r.ok = c->shm_rx != NULL;
-    r.reason = why;
-    Appliance__Envelope env = APPLIANCE__ENVELOPE__INIT;
-    env.msg_case = APPLIANCE__ENVELOPE__MSG_SHM_REPLY;
-    env.shm_reply = &r;
-    c->reader.shm_ok = c->shm_rx != NULL;
-    if (c->shm_rx)
-        log_info("%s (%s) is on this host: its large payloads come through a %zu KiB "
-                 "shared-memory ring", c->peer_name, msg_role_name(c->peer_role),
-                 shm_ring_size(c->shm_rx) >> 10);
-    else
-        log_debug("%s (%s): its payloads come over the socket: %s", c->peer_name,
-                  msg_role_name(c->peer_role), why);
-    if (conn_send_msg(c, &env) < 0)
-        conn_close(c, -EIO, "cannot answer a shared-memory offer");
-}
-
-static void conn__shm_answered(conn *c, const Appliance__ShmReply *r)
-{
-    if (!c->shm_tx || c->shm_answered) {
-        conn_fail(c, -EPROTO, "a shared-memory answer to no offer");
-        return;
-    }
-    c->shm_answered = true;
-    shm_ring_offered(c->shm_tx);
-    if (r->ok) {
-        c->shm_tx_on = true;
-        return;
-    }
-    char why[160];
-    conn__printable(why, sizeof(why), r->reason);
-    log_debug("%s: our payloads go over the socket: %s", c->peer_name, why);
-    shm_ring_free(c->shm_tx);
-    c->shm_tx = NULL;
-}
-
+/* The frame reader meets a payload in the peer's ring: copied out, and
+ * counted against the turn's share. */
 static int conn__shm_take(void *ctx, uint64_t off, uint64_t end, uint8_t *dst, uint32_t len,
                           char *why, size_t whylen)
 {
     conn *c = ctx;
     bool wake;
-    if (!c->shm_rx) {
-        snprintf(why, whylen, "no ring mapped");
-        return -EPROTO;
-    }
-    int rc = shm_ring_take(c->shm_rx, off, end, dst, len, &wake, why, whylen);
+    int rc = conn_shm_take(&c->shm, off, end, dst, len, &wake, why, whylen);
     if (rc < 0)
         return rc;
     c->bytes_in += len;
@@ -576,47 +467,18 @@ static int conn__shm_take(void *ctx, uint64_t off, uint64_t end, uint8_t *dst, u
     c->turn_copied += len;
     if (c->turn_copied >= CONN_TURN_COPY)
         c->reader.yield = true; /* the frames after this one wait for a later turn */
-    if (wake && !c->closing && !c->failing) {
-        Appliance__ShmDrained d = APPLIANCE__SHM_DRAINED__INIT;
-        Appliance__Envelope env = APPLIANCE__ENVELOPE__INIT;
-        env.msg_case = APPLIANCE__ENVELOPE__MSG_SHM_DRAINED;
-        env.shm_drained = &d;
-        if (conn_send_msg(c, &env) < 0) {
-            snprintf(why, whylen, "cannot tell the sender its ring has room");
-            return -EIO;
-        }
+    if (wake && !c->closing && !c->failing && conn_shm_tell_drained(&c->shm) < 0) {
+        snprintf(why, whylen, "cannot tell the sender its ring has room");
+        return -EIO;
     }
     return 0;
-}
-
-/* The messages of the shared-memory set-up, which the owner never sees:
- * true when env was one. */
-static bool conn__shm_frame(conn *c, Appliance__Envelope *env)
-{
-    switch (env->msg_case) {
-    case APPLIANCE__ENVELOPE__MSG_SHM_OFFER:
-        conn__shm_offered(c, env->shm_offer);
-        return true;
-    case APPLIANCE__ENVELOPE__MSG_SHM_REPLY:
-        conn__shm_answered(c, env->shm_reply);
-        return true;
-    case APPLIANCE__ENVELOPE__MSG_SHM_DRAINED:
-        if (!c->shm_tx_on) {
-            conn_fail(c, -EPROTO, "a shared-memory drain notice, and no ring of ours in use");
-            return true;
-        }
-        conn__maybe_drain(c);
-        return true;
-    default:
-        return false;
-    }
 }
 
 static void conn__ready(conn *c)
 {
     c->auth = CONN_READY;
     uv_timer_stop(&c->timer);
-    conn__shm_offer(c);
+    conn_shm_ready(&c->shm, c->peer_role, c->peer_name);
     if (c->ops->on_ready)
         c->ops->on_ready(c);
 }
@@ -639,7 +501,7 @@ static bool conn__choose_key(conn *c, const Appliance__Hello *h)
     }
     if (!c->cfg->user_key) {
         char name[64];
-        conn__printable(name, sizeof(name), user);
+        msg_printable(name, sizeof(name), user);
         conn_fail(c, -EACCES, "user \"%s\" refused: this daemon takes no user keys, only the "
                   "cluster secret", name);
         return false;
@@ -649,7 +511,7 @@ static bool conn__choose_key(conn *c, const Appliance__Hello *h)
         return false;
     }
     /* A name with characters no user has matches nobody, and logs as it is. */
-    conn__printable(c->auth_user, sizeof(c->auth_user), user);
+    msg_printable(c->auth_user, sizeof(c->auth_user), user);
     c->key = c->cfg->user_key(c->cfg->user_key_arg, c->auth_user);
     if (!c->key) {
         if (nobody.len == 0)
@@ -678,7 +540,7 @@ static void conn__auth_frame(conn *c, Appliance__Envelope *env)
         }
         memcpy(c->peer_nonce, h->nonce.data, AUTH_NONCE_LEN);
         c->peer_role = h->role;
-        conn__printable(c->peer_name, sizeof(c->peer_name), h->name);
+        msg_printable(c->peer_name, sizeof(c->peer_name), h->name);
         if (h->insecure && c->cfg->insecure) {
             conn__ready(c); /* both sides chose to run without authentication */
             return;
@@ -727,7 +589,7 @@ static void conn__auth_frame(conn *c, Appliance__Envelope *env)
         return;
     case APPLIANCE__ENVELOPE__MSG_ERROR: {
         char why[192], msg[160];
-        conn__printable(msg, sizeof(msg), env->error->message);
+        msg_printable(msg, sizeof(msg), env->error->message);
         snprintf(why, sizeof(why), "refused by peer: %s", msg);
         conn_close(c, env->error->code < 0 ? env->error->code : -EACCES, why);
         return;
@@ -746,14 +608,15 @@ static int conn__on_frame(void *ctx, Appliance__Envelope *env, uint8_t *payload,
     if (c->closing || c->failing) /* frames behind the one that failed it, in the same read */
         return -ECANCELED;
     if (env->msg_case == APPLIANCE__ENVELOPE__MSG_ERROR)
-        conn__printable(c->peer_error, sizeof(c->peer_error), env->error->message);
+        msg_printable(c->peer_error, sizeof(c->peer_error), env->error->message);
     if (c->auth != CONN_READY) {
         if (len > 0) {
             conn_fail(c, -EACCES, "payload before authentication");
             return -EACCES;
         }
         conn__auth_frame(c, env);
-    } else if (conn__shm_frame(c, env)) {
+    } else if (conn_shm_frame(&c->shm, env)) {
+        c->reader.shm_ok = c->shm.rx != NULL; /* the peer's ring, once mapped, is read */
         if (len > 0 && !c->closing)
             conn_fail(c, -EPROTO, "a shared-memory set-up message with a payload");
     } else {
@@ -938,6 +801,7 @@ static conn *conn__new(uv_loop_t *loop, const conn_config *cfg, const conn_ops *
     c->tcp.data = c;
     c->timer.data = c;
     c->handles_open = 5;
+    conn_shm_init(&c->shm, &conn__shm_ops, c, &c->tcp, cfg->shm_ring, cfg->role, cfg->name);
     c->next = conn__live;
     if (conn__live)
         conn__live->prev = c;
@@ -1127,77 +991,4 @@ int conn_sockname(const uv_tcp_t *tcp, char *out, size_t outlen)
         snprintf(out, outlen, "%s:%d", ip, ntohs(((struct sockaddr_in *)&ss)->sin_port));
     }
     return 0;
-}
-
-/* ---- reconnecting links ---- */
-
-static void conn_link__dial(uv_timer_t *t)
-{
-    conn_link *l = t->data;
-    if (l->stopping || l->c)
-        return;
-    l->c = conn_connect(l->loop, l->host, l->port, l->cfg, l->ops, l->data);
-    if (l->c)
-        l->c->link = l;
-    else
-        uv_timer_start(&l->retry, conn_link__dial, 1000, 0);
-}
-
-static void conn_link__retry_closed(uv_handle_t *h)
-{
-    conn_link *l = h->data;
-    if (l->on_stopped)
-        l->on_stopped(l);
-}
-
-static void conn__link_closed(conn_link *l, conn *c)
-{
-    if (l->c == c)
-        l->c = NULL;
-    if (l->stopping) {
-        uv_close((uv_handle_t *)&l->retry, conn_link__retry_closed);
-        return;
-    }
-    if (c->auth == CONN_READY)
-        l->attempt = 0;
-    uint64_t delay = 100u << (l->attempt < 6 ? l->attempt : 6);
-    if (delay > 5000)
-        delay = 5000;
-    delay = delay * (80 + (uint64_t)(rand() % 41)) / 100; /* +-20% jitter */
-    l->attempt++;
-    uv_timer_start(&l->retry, conn_link__dial, delay, 0);
-}
-
-int conn_link_start(conn_link *l, uv_loop_t *loop, const char *target, const conn_config *cfg,
-               const conn_ops *ops, void *data)
-{
-    memset(l, 0, sizeof(*l));
-    if (conn_addr_parse(target, l->host, sizeof(l->host), &l->port) < 0)
-        return -EINVAL;
-    l->loop = loop;
-    l->cfg = cfg;
-    l->ops = ops;
-    l->data = data;
-    uv_timer_init(loop, &l->retry);
-    l->retry.data = l;
-    uv_timer_start(&l->retry, conn_link__dial, 0, 0);
-    return 0;
-}
-
-conn *conn_link_conn(conn_link *l)
-{
-    return l->c && l->c->auth == CONN_READY && !l->c->closing ? l->c : NULL;
-}
-
-void conn_link_stop(conn_link *l, void (*on_stopped)(conn_link *l))
-{
-    if (l->stopping)
-        return;
-    l->stopping = true;
-    l->on_stopped = on_stopped;
-    uv_timer_stop(&l->retry);
-    if (l->c)
-        conn_close(l->c, -ECANCELED, "conn_link stopped");
-    else
-        uv_close((uv_handle_t *)&l->retry, conn_link__retry_closed);
 }

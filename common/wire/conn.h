@@ -5,7 +5,9 @@
  * buffer, the payload is not copied) and are bounded: conn_can_send() tells a
  * producer to wait for on_drain instead of queueing more, and conn_send()
  * refuses outright past the hard cap. Reads of a payload go straight into the
- * destination the owner names in payload_dest. */
+ * destination the owner names in payload_dest. Two daemons on one host
+ * share memory for large payloads (conn_config.shm_ring, conn_shm.h); a
+ * connection dialled again whenever it closes is a link (conn_link.h). */
 #pragma once
 
 #include <stdbool.h>
@@ -14,11 +16,12 @@
 #include <uv.h>
 
 #include "auth.h"
+#include "conn_shm.h"
 #include "frame.h"
 #include "util.h"
 
 typedef struct conn conn;
-typedef struct conn_link conn_link;
+typedef struct conn_link conn_link; /* a reconnecting link: conn_link.h */
 
 typedef struct conn_ops {
     /* Authenticated: the connection may now send and receive. */
@@ -97,6 +100,8 @@ struct conn {
     void *user;                 /* per-connection state of the owner, NULL at first */
     int kind;                   /* the owner's classification of the peer, 0 at first */
     conn_link *link;            /* the reconnecting link that owns this dial, or NULL */
+    void (*link_closed)(conn_link *l, conn *c); /* set with link: tells it the connection is
+                                 * gone, after on_close and before it is freed */
     frame_reader reader;
     bool dialer;                /* we dialled (selects the proof label) */
     enum conn_auth_state auth;
@@ -130,11 +135,7 @@ struct conn {
     char peer_error[160];       /* message of the last Error frame the peer sent */
     uint64_t bytes_in;          /* counters for metrics */
     uint64_t bytes_out;
-    struct shm_ring *shm_tx;    /* our ring for what we send: offered, then (shm_tx_on) used */
-    struct shm_ring *shm_rx;    /* the peer's ring for what it sends, mapped */
-    bool shm_tx_on;             /* the peer mapped shm_tx */
-    bool shm_answered;          /* our offer was answered */
-    bool shm_offered;           /* the peer offered its ring (once) */
+    conn_shm shm;               /* shared memory with a peer on this host: the rings */
     uint64_t shm_in, shm_out;   /* payload bytes through the rings */
     conn *prev, *next;          /* every live connection of the process, for metrics */
     uint8_t rbuf[64 * 1024];    /* read buffer for headers and small payloads */
@@ -197,28 +198,3 @@ int conn_listen(uv_loop_t *loop, uv_tcp_t *server, const char *hostport, uv_conn
 
 /* The "ip:port" a bound socket has. */
 int conn_sockname(const uv_tcp_t *tcp, char *out, size_t outlen);
-
-/* A daemon's outgoing link: dials, and dials again with exponential backoff
- * (100 ms doubling to 5 s, with jitter) whenever the connection fails or
- * closes, until conn_link_stop. */
-struct conn_link {
-    uv_loop_t *loop;
-    uv_timer_t retry;           /* backoff timer */
-    char host[256];
-    int port;
-    const conn_config *cfg;
-    const conn_ops *ops;        /* the ops of every connection it makes */
-    void *data;                 /* data of every connection it makes */
-    conn *c;                    /* the current connection, NULL between tries */
-    unsigned attempt;           /* failed tries since the last success */
-    bool stopping;              /* conn_link_stop was called */
-    void (*on_stopped)(conn_link *l); /* runs once everything is closed */
-};
-
-/* Starts dialling target "HOST:PORT". Returns 0 or -EINVAL for a bad address. */
-int conn_link_start(conn_link *l, uv_loop_t *loop, const char *target, const conn_config *cfg,
-               const conn_ops *ops, void *data);
-/* The connection, when it is authenticated; NULL otherwise. */
-conn *conn_link_conn(conn_link *l);
-/* Stops dialling and closes the connection; on_stopped (may be NULL) follows. */
-void conn_link_stop(conn_link *l, void (*on_stopped)(conn_link *l));

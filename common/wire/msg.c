@@ -1,4 +1,4 @@
-/* Names of the protocol's enums for people. */
+/* Names of the protocol's enums, and a peer's text, for people. */
 #include "msg.h"
 
 const char *msg_role_name(Appliance__Role r)
@@ -35,4 +35,15 @@ const char *msg_member_state_name(Appliance__MemberState s)
     case APPLIANCE__MEMBER_STATE__MEMBER_GONE: return "gone";
     default: return "unknown";
     }
+}
+
+void msg_printable(char *dst, size_t len, const char *src)
+{
+    size_t i = 0;
+    for (; src && src[i] && i + 1 < len; i++) {
+        unsigned char ch = (unsigned char)src[i];
+        dst[i] = ch < 0x20 || ch == 0x7f || ch == '"' || ch == '\\' ? '?' : (char)ch;
+    }
+    if (len)
+        dst[i] = 0;
 }

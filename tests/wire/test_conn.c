@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "conn.h"
+#include "conn_link.h"
 #include "shm.h"
 
 #define PAYLOAD (300 * 1024)
@@ -400,7 +401,7 @@ static conn *shm_dial(side *cli)
 {
     conn *c = dial(&client_cfg, cli);
     RUN_UNTIL(cli->ready == 1 && srv_side[0].ready == 1);
-    RUN_UNTIL(c->shm_tx_on && srv_side[0].c->shm_tx_on);
+    RUN_UNTIL(c->shm.tx_on && srv_side[0].c->shm.tx_on);
     return c;
 }
 
@@ -639,8 +640,8 @@ START_TEST(shm_declined)
     side cli = {0};
     conn *c = dial(&client_cfg, &cli);
     RUN_UNTIL(cli.ready == 1 && srv_side[0].ready == 1);
-    RUN_UNTIL(c->shm_answered);
-    ck_assert(!c->shm_tx_on && !c->shm_tx && !srv_side[0].c->shm_tx);
+    RUN_UNTIL(c->shm.answered);
+    ck_assert(!c->shm.tx_on && !c->shm.tx && !srv_side[0].c->shm.tx);
     const uint32_t len = 100 * 1024;
     uint8_t *p = shm_payload(0, len);
     send_chunk(c, p, len, 0);
@@ -663,7 +664,7 @@ START_TEST(shm_reference_out_of_step)
     const uint32_t len = 100 * 1024;
     uint8_t *p = shm_payload(0, len);
     uint64_t off, end;
-    ck_assert(shm_ring_put(c->shm_tx, p, 4096, &off, &end));
+    ck_assert(shm_ring_put(c->shm.tx, p, 4096, &off, &end));
     send_chunk(c, p, len, 0);
     RUN_UNTIL(srv_side[0].closed == 1 && cli.closed == 1);
     ck_assert_msg(strstr(srv_side[0].reason, "shared memory") &&

@@ -1,0 +1,208 @@
+/* A connection's shared memory with a peer on this host (conn_shm.h). */
+#include "conn_shm.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "msg.h"
+#include "shm.h"
+
+static bool conn_shm__addr_loopback(const struct sockaddr_storage *ss)
+{
+    if (ss->ss_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)ss)->sin_addr.s_addr) >> 24) == 127;
+    if (ss->ss_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)ss)->sin6_addr;
+        return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+    }
+    return false;
+}
+
+/* Both ends of the connection on a loopback address: the peer is a
+ * process of this host (and of this network namespace). */
+static bool conn_shm__local_peer(conn_shm *s)
+{
+    struct sockaddr_storage a, b;
+    int la = sizeof(a), lb = sizeof(b);
+    return uv_tcp_getpeername(s->tcp, (struct sockaddr *)&a, &la) == 0 &&
+           uv_tcp_getsockname(s->tcp, (struct sockaddr *)&b, &lb) == 0 &&
+           conn_shm__addr_loopback(&a) && conn_shm__addr_loopback(&b);
+}
+
+/* The roles that stream tensors and batches to each other; the
+ * coordinator's and the clients' messages are small. */
+static bool conn_shm__streams(Appliance__Role r)
+{
+    return r == APPLIANCE__ROLE__ROLE_MEMORYX || r == APPLIANCE__ROLE__ROLE_SWARMX ||
+           r == APPLIANCE__ROLE__ROLE_WORKER || r == APPLIANCE__ROLE__ROLE_WSE_NODE;
+}
+
+/* Whether this connection may share memory: it is on, both ends stream,
+ * and the peer is on this host. */
+static bool conn_shm__wanted(conn_shm *s)
+{
+    return s->ring && conn_shm__streams(s->role) && conn_shm__streams(s->peer_role) &&
+           conn_shm__local_peer(s);
+}
+
+void conn_shm_init(conn_shm *s, const conn_shm_ops *ops, void *ctx, uv_tcp_t *tcp, size_t ring,
+                   Appliance__Role role, const char *name)
+{
+    memset(s, 0, sizeof(*s));
+    s->ops = ops;
+    s->ctx = ctx;
+    s->tcp = tcp;
+    s->ring = ring;
+    s->role = role;
+    s->name = name;
+    s->peer_name = "";
+}
+
+/* Offers the peer a ring for our large payloads, where it is on this host. */
+void conn_shm_ready(conn_shm *s, Appliance__Role peer_role, const char *peer_name)
+{
+    s->peer_role = peer_role;
+    s->peer_name = peer_name;
+    if (!conn_shm__wanted(s))
+        return;
+    char why[128];
+    s->tx = shm_ring_create(s->ring, why, sizeof(why));
+    if (!s->tx) {
+        log_warn("%s: payloads go over the socket: no shared-memory ring (%s)", s->peer_name, why);
+        return;
+    }
+    Appliance__ShmOffer o = APPLIANCE__SHM_OFFER__INIT;
+    o.pid = (uint32_t)getpid();
+    o.fd = shm_ring_fd(s->tx);
+    o.size = shm_ring_map_len(s->tx);
+    o.token.data = (uint8_t *)(uintptr_t)shm_ring_token(s->tx);
+    o.token.len = SHM_TOKEN_LEN;
+    Appliance__Envelope env = APPLIANCE__ENVELOPE__INIT;
+    env.msg_case = APPLIANCE__ENVELOPE__MSG_SHM_OFFER;
+    env.shm_offer = &o;
+    if (s->ops->send(s->ctx, &env) < 0) {
+        shm_ring_free(s->tx);
+        s->tx = NULL;
+    }
+}
+
+/* The peer offers its ring: mapped where this side takes them and it is on
+ * this host, and the answer says so or why not. */
+static void conn_shm__offered(conn_shm *s, const Appliance__ShmOffer *o)
+{
+    if (s->offered) {
+        s->ops->fail(s->ctx, -EPROTO, "a second shared-memory offer");
+        return;
+    }
+    s->offered = true;
+    char why[160] = "";
+    if (!conn_shm__wanted(s))
+        snprintf(why, sizeof(why), "%s shares no memory with it (--no-shm, another host, or "
+                 "a role that does not stream)", s->name ? s->name : "this end");
+    else
+        s->rx = shm_ring_open(o->pid, o->fd, o->size, o->token.data, o->token.len, why,
+                              sizeof(why));
+    Appliance__ShmReply r = APPLIANCE__SHM_REPLY__INIT;
+    r.ok = s->rx != NULL;
+    r.reason = why;
+    Appliance__Envelope env = APPLIANCE__ENVELOPE__INIT;
+    env.msg_case = APPLIANCE__ENVELOPE__MSG_SHM_REPLY;
+    env.shm_reply = &r;
+    if (s->rx)
+        log_info("%s (%s) is on this host: its large payloads come through a %zu KiB "
+                 "shared-memory ring", s->peer_name, msg_role_name(s->peer_role),
+                 shm_ring_size(s->rx) >> 10);
+    else
+        log_debug("%s (%s): its payloads come over the socket: %s", s->peer_name,
+                  msg_role_name(s->peer_role), why);
+    if (s->ops->send(s->ctx, &env) < 0)
+        s->ops->close(s->ctx, -EIO, "cannot answer a shared-memory offer");
+}
+
+static void conn_shm__answered(conn_shm *s, const Appliance__ShmReply *r)
+{
+    if (!s->tx || s->answered) {
+        s->ops->fail(s->ctx, -EPROTO, "a shared-memory answer to no offer");
+        return;
+    }
+    s->answered = true;
+    shm_ring_offered(s->tx);
+    if (r->ok) {
+        s->tx_on = true;
+        return;
+    }
+    char why[160];
+    msg_printable(why, sizeof(why), r->reason);
+    log_debug("%s: our payloads go over the socket: %s", s->peer_name, why);
+    shm_ring_free(s->tx);
+    s->tx = NULL;
+}
+
+bool conn_shm_frame(conn_shm *s, const Appliance__Envelope *env)
+{
+    switch (env->msg_case) {
+    case APPLIANCE__ENVELOPE__MSG_SHM_OFFER:
+        conn_shm__offered(s, env->shm_offer);
+        return true;
+    case APPLIANCE__ENVELOPE__MSG_SHM_REPLY:
+        conn_shm__answered(s, env->shm_reply);
+        return true;
+    case APPLIANCE__ENVELOPE__MSG_SHM_DRAINED:
+        if (!s->tx_on) {
+            s->ops->fail(s->ctx, -EPROTO,
+                         "a shared-memory drain notice, and no ring of ours in use");
+            return true;
+        }
+        s->ops->drained(s->ctx);
+        return true;
+    default:
+        return false;
+    }
+}
+
+int conn_shm_take(conn_shm *s, uint64_t off, uint64_t end, uint8_t *dst, uint32_t len,
+                  bool *wake, char *why, size_t whylen)
+{
+    if (!s->rx) {
+        snprintf(why, whylen, "no ring mapped");
+        return -EPROTO;
+    }
+    return shm_ring_take(s->rx, off, end, dst, len, wake, why, whylen);
+}
+
+int conn_shm_tell_drained(conn_shm *s)
+{
+    Appliance__ShmDrained d = APPLIANCE__SHM_DRAINED__INIT;
+    Appliance__Envelope env = APPLIANCE__ENVELOPE__INIT;
+    env.msg_case = APPLIANCE__ENVELOPE__MSG_SHM_DRAINED;
+    env.shm_drained = &d;
+    return s->ops->send(s->ctx, &env);
+}
+
+bool conn_shm_put(conn_shm *s, const void *src, size_t len, uint64_t *off, uint64_t *end)
+{
+    return s->tx_on && shm_ring_put(s->tx, src, len, off, end);
+}
+
+size_t conn_shm_used(const conn_shm *s)
+{
+    return s->tx_on ? shm_ring_used(s->tx) : 0;
+}
+
+void conn_shm_wait(conn_shm *s)
+{
+    shm_ring_wait(s->tx);
+}
+
+void conn_shm_free(conn_shm *s)
+{
+    shm_ring_free(s->tx);
+    shm_ring_free(s->rx);
+    s->tx = s->rx = NULL;
+    s->tx_on = false;
+}

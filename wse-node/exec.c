@@ -1,5 +1,6 @@
 /* The layer executor: model layers onto the kernels. */
 #include "exec.h"
+#include "pages.h"
 
 
 #include "kernels.h"
@@ -293,23 +294,23 @@ oom:
 
 void exec_deinit(exec *e)
 {
-    free(e->act);
-    free(e->dact);
-    free(e->aux);
-    free(e->packed);
-    free(e->direct);
-    free(e->in_kept);
-    free(e->blk);
-    free(e->res);
-    free(e->arena);
-    free(e->ws);
-    free(e->input);
-    free(e->gtmp);
+    pages_free(e->act);
+    pages_free(e->dact);
+    pages_free(e->aux);
+    pages_free(e->packed);
+    pages_free(e->direct);
+    pages_free(e->in_kept);
+    pages_free(e->blk);
+    pages_free(e->res);
+    pages_free(e->arena);
+    pages_free(e->ws);
+    pages_free(e->input);
+    pages_free(e->gtmp);
     free(e->hx);
     free(e->hd);
     free(e->red);
     for (int i = 0; e->kept && i < e->m->nlayers; i++)
-        free(e->kept[i]);
+        pages_free(e->kept[i]);
     free(e->kept);
     memplan_free(&e->plan);
     memset(e, 0, sizeof(*e));

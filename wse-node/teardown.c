@@ -3,6 +3,7 @@
  * replica.c (its links closed) and step.c (its task came back); calls down
  * only. */
 #include "wjob.h"
+#include "pages.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -43,22 +44,22 @@ static void wn__free_large(void *arg)
     j->res_ready = false;
     if (j->t && j->plan)
         for (size_t i = 0; i < j->plan->n_tensors; i++) {
-            free(j->t[i].w);
-            free(j->t[i].g);
+            pages_free(j->t[i].w);
+            pages_free(j->t[i].g);
             if (j->t[i].rg != j->t[i].g)
-                free(j->t[i].rg);
-            free(j->t[i].w16);
+                pages_free(j->t[i].rg);
+            pages_free(j->t[i].w16);
             j->t[i].w = j->t[i].g = j->t[i].rg = NULL;
             j->t[i].w16 = NULL;
             optim_state_deinit(&j->t[i].st);
         }
     if (j->batches)
         for (size_t i = 0; i < j->nbatches; i++) {
-            free(j->batches[i].data);
+            pages_free(j->batches[i].data);
             j->batches[i].data = NULL;
         }
-    free(j->ebuf[0].data);
-    free(j->ebuf[1].data);
+    pages_free(j->ebuf[0].data);
+    pages_free(j->ebuf[1].data);
     j->ebuf[0].data = j->ebuf[1].data = NULL;
 }
 

@@ -1,5 +1,6 @@
 /* Weight Streaming slots: two layers of weights, two of gradients. */
 #include "wslots.h"
+#include "pages.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -142,9 +143,9 @@ void wslots_deinit(wslots *w)
     free(w->gseq);
     free(w->toff);
     for (int k = 0; k < 2; k++) {
-        free(w->slot[k]);
-        free(w->gslot[k]);
-        free(w->slot16[k]);
+        pages_free(w->slot[k]);
+        pages_free(w->gslot[k]);
+        pages_free(w->slot16[k]);
     }
     memset(w, 0, sizeof(*w));
 }

@@ -1,6 +1,7 @@
 /* Optimizers, learning-rate schedules and gradient clipping. Updates run
  * in float per element; bias corrections and norms in double. */
 #include "optim.h"
+#include "pages.h"
 
 #include <errno.h>
 #include <math.h>
@@ -206,7 +207,7 @@ int optim_state_init(optim_state *st, const optim_config *cfg, size_t n)
 void optim_state_deinit(optim_state *st)
 {
     for (size_t i = 0; !st->borrowed && i < OPTIM_MAX_STATE; i++)
-        free(st->tensor[i]);
+        pages_free(st->tensor[i]);
     memset(st, 0, sizeof(*st));
 }
 

@@ -60,23 +60,10 @@ static void swx__job_free(swx_job *j)
         conn_link_stop(&j->up[i].link, swx__up_stopped);
 }
 
-static void swx__abort_as(node *n, swx_job *j, bool fault, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-#define swx__abort(n, j, ...) swx__abort_as(n, j, false, __VA_ARGS__)
-#define swx__fault(n, j, ...) swx__abort_as(n, j, true, __VA_ARGS__)
-
 /* Fails the job j (or reports a fault): the jobhost tells the coordinator
  * and releases it. A job already let go is left alone. */
-static void swx__abort_as(node *n, swx_job *j, bool fault, const char *fmt, ...)
-{
-    swarmx *s = swx_of(n);
-    if (s->job != j)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    jobhost_vabort(&s->jobs, fault, fmt, ap);
-    va_end(ap);
-}
+#define swx__abort(n, j, ...) jobhost_abort_job(&swx_of(n)->jobs, j, false, __VA_ARGS__)
+#define swx__fault(n, j, ...) jobhost_abort_job(&swx_of(n)->jobs, j, true, __VA_ARGS__)
 
 static void swx__maybe_ready(node *n, swx_job *j)
 {

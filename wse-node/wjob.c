@@ -3,7 +3,6 @@
  * link is up, and reading from the link up again. (wjob.h) */
 #include "wjob.h"
 
-#include <stdarg.h>
 #include <time.h>
 
 #include "log.h"
@@ -14,19 +13,6 @@ double wn__now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* Fails the job j (or reports a fault): the jobhost tells the coordinator
- * and releases it. A job already let go is left alone. */
-void wn__abort_as(node *n, wn_job *j, bool fault, const char *fmt, ...)
-{
-    wse_node *w = wn_of(n);
-    if (w->job != j)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    jobhost_vabort(&w->jobs, fault, fmt, ap);
-    va_end(ap);
 }
 
 /* Sends JobReady once the link up, every feed and the neighbouring stripes

@@ -326,10 +326,8 @@ static inline wse_node *wn_of(node *n) { return n->data; }
  * the stream the weight chunks come by: reading goes on, held chunks wait
  * for their slots, until it has come). */
 double wn__now(void);
-void wn__abort_as(node *n, wn_job *j, bool fault, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-#define wn__abort(n, j, ...) wn__abort_as(n, j, false, __VA_ARGS__)
-#define wn__fault(n, j, ...) wn__abort_as(n, j, true, __VA_ARGS__)
+#define wn__abort(n, j, ...) jobhost_abort_job(&wn_of(n)->jobs, j, false, __VA_ARGS__)
+#define wn__fault(n, j, ...) jobhost_abort_job(&wn_of(n)->jobs, j, true, __VA_ARGS__)
 void wn__hello(conn *c, const wn_job *j);
 void wn__maybe_ready(wn_job *j);
 void wn__read_for_total(wn_job *j);

@@ -90,6 +90,16 @@ void jobhost_end_job(jobhost *h, jobhost_end end, const char *why)
         jobhost__release(h, end, why);
 }
 
+void jobhost_abort_job(jobhost *h, const void *job, bool fault, const char *fmt, ...)
+{
+    if (!job || h->job != job)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    jobhost_vabort(h, fault, fmt, ap);
+    va_end(ap);
+}
+
 void jobhost_vabort(jobhost *h, bool fault, const char *fmt, va_list ap)
 {
     if (!h->job)

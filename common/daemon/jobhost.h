@@ -80,6 +80,11 @@ void jobhost_fail(jobhost *h, const char *fmt, ...) __attribute__((format(printf
 void jobhost_fault(jobhost *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void jobhost_vabort(jobhost *h, bool fault, const char *fmt, va_list ap)
     __attribute__((format(printf, 3, 0)));
+/* The same for `job` only while it is the host's job: a job already let go
+ * (a callback of its links or of a task after its release) is left alone.
+ * The roles' fail and fault macros call this. */
+void jobhost_abort_job(jobhost *h, const void *job, bool fault, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 /* A stream peer closed its link. At the end of a job the peers take the
  * coordinator's JobEnd in any order, and one that takes it first closes

@@ -44,6 +44,8 @@ typedef void (*kern__task_fn)(void *ctx, int tid, int nthreads);
  * that is one, or when the caller already runs a share of a region (a
  * region does not nest: its GEMMs run on their own thread). */
 void kern__parallel(kern__task_fn fn, void *ctx, int want);
+/* Whether the calling thread runs its share of a region of kern__parallel. */
+int kern__in_region(void);
 
 /* Every one of C's m rows (n columns, ldc apart) set to bias, split over
  * the pool: a dense layer's output seeded before its GEMM adds into it. */

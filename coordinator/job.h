@@ -136,6 +136,27 @@ void job_fault(coordinator *co, job *j, const char *why);
 /* A job the journal says was running when the coordinator stopped: it
  * recovers like after a fault (0), or fails when it cannot (-1). */
 int job_recover_loaded(coordinator *co, job *j);
+/* The members idle now, by role, for a recovering job's next attempt. */
+typedef struct recovery_idle {
+    size_t wse_nodes, memoryx, swarmx, workers;
+} recovery_idle;
+
+typedef enum recovery_verdict {
+    RECOVERY_WAIT,    /* not enough yet: try again shortly */
+    RECOVERY_GIVE_UP, /* ... and the time to wait for them is over: the job fails */
+    RECOVERY_GO,      /* the attempt goes on the members idle now */
+} recovery_verdict;
+
+/* What a recovering job's next attempt does when its full complement of
+ * members is not idle (recovery.c): it waits for them until
+ * full_wait_over, then goes on with what is left (the replicas idle, whole
+ * groups of stripes, down to runconfig.min_num_csx; with no swarmx left, a
+ * lone replica straight from its shard), with the memoryx shards and a
+ * worker it needs; until give_up, when it fails. On RECOVERY_GO the
+ * attempt's spec has the replicas left (num_csx) and a SwarmX tree as wide
+ * as the swarmx nodes left need (swarmx_fanout). */
+recovery_verdict recovery_decide(jobspec *spec, const recovery_idle *idle, bool full_wait_over,
+                                 bool give_up);
 /* Drives a recovering job: tries the next attempt when its time has come
  * (called from the sweep timer and when members register). */
 void jobs_tick(coordinator *co);

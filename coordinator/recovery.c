@@ -82,6 +82,29 @@ int job_recover_loaded(coordinator *co, job *j)
     return 0;
 }
 
+recovery_verdict recovery_decide(jobspec *spec, const recovery_idle *idle, bool full_wait_over,
+                                 bool give_up)
+{
+    /* with spatial partitions a replica is a whole group of stripes */
+    size_t parts = (size_t)jobspec_parts(spec);
+    size_t reps = idle->wse_nodes - idle->wse_nodes % parts;
+    /* with no swarmx left, one replica may go on streaming from its shard
+     * directly */
+    bool lone = idle->swarmx == 0 && planner_direct_alone(spec); /* one part, one shard */
+    if (lone && reps > 1)
+        reps = 1;
+    bool others = idle->memoryx >= (size_t)spec->num_wgt_servers && idle->workers >= 1 &&
+                  (idle->swarmx >= 1 || lone);
+    if (!full_wait_over || !others || reps < (size_t)spec->min_num_csx || reps < parts)
+        return give_up ? RECOVERY_GIVE_UP : RECOVERY_WAIT;
+    /* Go on with what is left, a tree as wide as the swarmx nodes left need. */
+    if (reps < (size_t)spec->num_csx)
+        spec->num_csx = (int64_t)reps;
+    while (planner_tree_nodes(spec) > idle->swarmx && spec->swarmx_fanout < 1024)
+        spec->swarmx_fanout++;
+    return RECOVERY_GO;
+}
+
 /* Idle live members of a role. */
 static size_t job__idle(coordinator *co, Appliance__Role role)
 {
@@ -133,45 +156,35 @@ static void job__restart(coordinator *co, job *j, uint64_t now)
     }
     planner_place pl;
     if (!planner_place_members(&co->members, spec, true, &pl)) {
-        /* with spatial partitions a replica is a whole group of stripes */
-        size_t parts = (size_t)jobspec_parts(spec);
-        size_t reps = job__idle(co, APPLIANCE__ROLE__ROLE_WSE_NODE);
-        reps -= reps % parts;
-        size_t swarm = job__idle(co, APPLIANCE__ROLE__ROLE_SWARMX);
-        /* with no swarmx left, one replica may go on streaming from its
-         * shard directly */
-        bool lone = swarm == 0 && planner_direct_alone(spec); /* one part, one shard */
-        if (lone && reps > 1)
-            reps = 1;
-        bool others = job__idle(co, APPLIANCE__ROLE__ROLE_MEMORYX) >= (size_t)spec->num_wgt_servers &&
-                      job__idle(co, APPLIANCE__ROLE__ROLE_WORKER) >= 1 && (swarm >= 1 || lone);
-        if (now < j->full_until || !others || reps < (size_t)spec->min_num_csx || reps < parts) {
-            if (now >= j->give_up_at) {
-                char stripes[128] = "";
-                if (parts > 1)
-                    snprintf(stripes, sizeof(stripes), "; each replica needs %zu wse-nodes, one "
-                             "per stripe of its samples (runconfig.spatial_partitions)", parts);
-                snprintf(err, sizeof(err), "%s; the members to recover on did not come back within "
-                         "%u s (idle now: %zu wse-node(s), %zu memoryx, %zu swarmx, %zu worker(s))%s",
-                         j->fault, JOB_GIVE_UP_MS / 1000,
-                         job__idle(co, APPLIANCE__ROLE__ROLE_WSE_NODE),
-                         job__idle(co, APPLIANCE__ROLE__ROLE_MEMORYX), swarm,
-                         job__idle(co, APPLIANCE__ROLE__ROLE_WORKER), stripes);
-                job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, err);
-                return;
-            }
+        recovery_idle idle = {job__idle(co, APPLIANCE__ROLE__ROLE_WSE_NODE),
+                              job__idle(co, APPLIANCE__ROLE__ROLE_MEMORYX),
+                              job__idle(co, APPLIANCE__ROLE__ROLE_SWARMX),
+                              job__idle(co, APPLIANCE__ROLE__ROLE_WORKER)};
+        int64_t had = spec->num_csx;
+        switch (recovery_decide(spec, &idle, now >= j->full_until, now >= j->give_up_at)) {
+        case RECOVERY_WAIT:
             j->recover_at = now + 250;
             return;
+        case RECOVERY_GIVE_UP: {
+            size_t parts = (size_t)jobspec_parts(spec);
+            char stripes[128] = "";
+            if (parts > 1)
+                snprintf(stripes, sizeof(stripes), "; each replica needs %zu wse-nodes, one "
+                         "per stripe of its samples (runconfig.spatial_partitions)", parts);
+            snprintf(err, sizeof(err), "%s; the members to recover on did not come back within "
+                     "%u s (idle now: %zu wse-node(s), %zu memoryx, %zu swarmx, %zu worker(s))%s",
+                     j->fault, JOB_GIVE_UP_MS / 1000, idle.wse_nodes, idle.memoryx, idle.swarmx,
+                     idle.workers, stripes);
+            job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, err);
+            return;
         }
-        /* Go on with what is left. */
-        if (reps < (size_t)spec->num_csx) {
-            job_log(co, j, "%zu of %lld replica(s) available: going on with them (min_num_csx %lld)",
-                    reps, (long long)spec->num_csx, (long long)spec->min_num_csx);
-            spec->num_csx = (int64_t)reps;
+        case RECOVERY_GO:
+            if (spec->num_csx < had)
+                job_log(co, j, "%lld of %lld replica(s) available: going on with them "
+                        "(min_num_csx %lld)", (long long)spec->num_csx, (long long)had,
+                        (long long)spec->min_num_csx);
+            break;
         }
-        while (planner_tree_nodes(spec) > swarm &&
-               spec->swarmx_fanout < 1024)
-            spec->swarmx_fanout++;
     }
     job__launch(co, j, spec);
 }

@@ -1,6 +1,7 @@
 /* memoryx's job: the weights and optimizer state of its shard of the
  * tensors, and the position of the weight stream. The types the daemon
- * (mx.c) and its checkpoints (checkpoint.c) share. */
+ * (mx.c) and its modules share, and the job's lifetime (store.c), which
+ * every module may end. */
 #pragma once
 
 #include <limits.h>
@@ -16,8 +17,8 @@
 struct memoryx;
 
 /* A range of a tensor whose update is one piece of work, started as soon
- * as the range's gradient is in (mx__grad_in): a tensor of many stream
- * chunks updates in parts (MX_PART_MIN), so its first parts are updated
+ * as the range's gradient is in (update_grad_in): a tensor of many stream
+ * chunks updates in parts (UPDATE_PART_MIN), so its first parts are updated
  * while the rest of its gradient still comes, and the next step's stream
  * sends them while the last ones update. */
 typedef struct mx_part {
@@ -86,7 +87,7 @@ typedef enum mx_ckpt_kind {
  *   MX_LOADING --tensors initialised or loaded in the thread pool (mx__load_done)--> MX_STARTED
  *   MX_STARTED --root swarmx's hello: JobReady (mx__maybe_ready)--> MX_READY
  *   MX_READY --the coordinator's JobGo (mx__job_go)--> MX_RUNNING
- *   MX_RUNNING --the last step committed, JobFinished (mx__step_done)--> MX_FINISHED
+ *   MX_RUNNING --the final checkpoint written, JobFinished (mx__checkpoint_written)--> MX_FINISHED
  *   any state --an end (jobhost.h: JobEnd/JobAbort, failure, fault,
  *                coordinator lost, shutdown; mx__release)--> freed
  *
@@ -98,10 +99,10 @@ typedef enum mx_ckpt_kind {
  * first replica's weights is written as a checkpoint: mx__upload_chunk;
  * the rest of this is Weight Streaming's):
  * each step streams its weights (cur, the stream cursor, says how
- * far: mx__pump) while reduced gradients come back (mx__grad_chunk) and
+ * far: pump_send) while reduced gradients come back (mx__grad_chunk) and
  * the optimizer updates each part of a tensor (mx_part) whose gradient is
  * complete in the thread pool, at most --threads at a time
- * (mx__update_next; with clipping, every tensor in one piece of work once
+ * (update.c; with clipping, every tensor in one piece of work once
  * all are in); a step is done when every tensor is updated and the stream
  * is over (mx__step_done), and the next starts (mx__start_step). Where no
  * checkpoint follows, the next step's stream starts as soon as the last
@@ -109,7 +110,7 @@ typedef enum mx_ckpt_kind {
  * updates, and the step is committed when the last is back. A checkpoint
  * due then (or before the first step, or
  * after the last) is written in the thread pool first (ckpt_kind says which
- * and what follows it: mx__checkpoint_done). The event loop only moves
+ * and what follows it: mx__checkpoint_written). The event loop only moves
  * bytes: heartbeats and flow control go on while a large tensor updates or
  * a checkpoint is written.
  * FINISHED: the final evaluation's weights may still stream; no step runs. */
@@ -120,6 +121,24 @@ typedef enum mx_state {
     MX_RUNNING,
     MX_FINISHED,
 } mx_state;
+
+/* What a job's modules (pump.c, update.c, tierio.c, checkpoint.c) report
+ * back up to the daemon that drives its steps (mx.c): mx.c calls down into
+ * them, they call it through these only, so calls go one way. Each is
+ * called on the loop, with the job still memoryx's. */
+typedef struct mx_job_ops {
+    /* the update of parts or of the whole step came back (update.c): the
+     * stream may go on with their weights, and the step may be done */
+    void (*update_back)(struct mx_job *j);
+    /* a chunk of the stream was read ahead (tierio.c): it may be sent */
+    void (*chunk_read)(struct mx_job *j);
+    /* elements [offset, offset + count) of t's reduced gradient are in the
+     * disk tier's gradients file (tierio.c): their update may be due */
+    void (*grad_written)(struct mx_job *j, mx_tensor *t, uint64_t offset, uint64_t count);
+    /* the checkpoint of step (kind says why) is written and reported
+     * (checkpoint.c): what it was for follows */
+    void (*checkpoint_written)(struct mx_job *j, mx_ckpt_kind kind, uint64_t step);
+} mx_job_ops;
 
 typedef struct mx_job {
     char id[40];
@@ -143,6 +162,7 @@ typedef struct mx_job {
     size_t turn_left;             /* its tensors still updating */
     optim_config cfg;             /* the optimizer of the job */
     struct memoryx *mx;           /* its memoryx */
+    const mx_job_ops *ops;        /* how its modules call back (mx.c's) */
     uv_work_t load_req;           /* LOADING: the tensors made in the thread pool */
     uv_work_t free_req;           /* released: the tensors freed in the thread pool */
     unsigned pool_work;           /* pieces of work of this job in the thread pool */
@@ -174,3 +194,29 @@ typedef struct mx_job {
     struct mx_tier *tier;         /* the disk tier (tier.h), or NULL: the tensors are in RAM */
     uint64_t tier_window;         /* > 0: the shard goes to the disk tier, with this much RAM */
 } mx_job;
+
+/* Frees a job that has nothing in the thread pool, now: its tensors (unless
+ * the disk tier's files hold them), its tier, parts and held chunks, and
+ * its plan when it has one. j may be NULL. */
+void store_job_free(mx_job *j);
+
+/* Frees a released job that has nothing in the thread pool, its tensors
+ * off the loop (gigabytes take a noticeable time to give back). */
+void store_job_free_later(mx_job *j);
+
+/* Whether the thread pool's return for job j (one of j->pool_work) finds
+ * it released: then the caller lets it be, and the last piece of work back
+ * frees it. */
+bool store_pool_back(mx_job *j);
+
+/* Fails the job j (or reports a fault): memoryx's jobhost tells the
+ * coordinator and releases it; nothing happens when j is no longer
+ * memoryx's job. */
+void store_abort_as(mx_job *j, bool fault, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+#define store_abort(j, ...) store_abort_as(j, false, __VA_ARGS__)
+#define store_fault(j, ...) store_abort_as(j, true, __VA_ARGS__)
+
+/* Who the job's stream goes to, for messages: the root of the swarmx tree,
+ * or the one replica of a plan without a tree. */
+const char *store_down_name(const mx_job *j);

@@ -14,7 +14,7 @@
 #include "fsutil.h"
 #include "log.h"
 #include "msg.h"
-#include "mx.h"
+#include "mxjob.h"
 #include "safetensors.h"
 #include "shardfile.h"
 #include "tier.h"
@@ -174,7 +174,7 @@ static void ckpt__work(uv_work_t *req)
 static void ckpt__done(uv_work_t *req, int status)
 {
     mx_job *j = container_of(req, mx_job, ckpt_req);
-    if (store_pool_back(j))
+    if (mxjob_pool_back(j))
         return;
     mx_ckpt_kind kind = j->ckpt_kind;
     uint64_t step = j->ckpt_step;
@@ -182,7 +182,7 @@ static void ckpt__done(uv_work_t *req, int status)
     if (status < 0 || j->ckpt_rc < 0) {
         const char *why = status < 0 ? uv_strerror(status) : j->ckpt_err;
         log_error("job %s: checkpoint of step %llu: %s", j->id, (unsigned long long)step, why);
-        store_abort(j, "%s checkpoint of step %llu failed: %s",
+        mxjob_abort(j, "%s checkpoint of step %llu failed: %s",
                     kind == MX_CKPT_INITIAL ? "initial" : kind == MX_CKPT_FINAL ? "final" : "the",
                     (unsigned long long)step, why);
         return;
@@ -209,7 +209,7 @@ void ckpt_start(mx_job *j, uint64_t step, mx_ckpt_kind kind)
     int rc = uv_queue_work(j->mx->n->loop, &j->ckpt_req, ckpt__work, ckpt__done);
     if (rc < 0) {
         j->ckpt_kind = MX_CKPT_NONE;
-        store_abort(j, "checkpoint of step %llu cannot start: %s", (unsigned long long)step,
+        mxjob_abort(j, "checkpoint of step %llu cannot start: %s", (unsigned long long)step,
                     uv_strerror(rc));
         return;
     }

@@ -17,6 +17,7 @@
 #include "log.h"
 #include "msg.h"
 #include "msgcheck.h"
+#include "mxjob.h"
 #include "optim_plan.h"
 #include "plan.h"
 #include "pump.h"
@@ -244,7 +245,7 @@ static void *mx__start_failed(mx_job *j, char *why, size_t whylen, const char *f
     vsnprintf(why, whylen, fmt, ap);
     va_end(ap);
     j->plan = NULL;
-    store_job_free(j);
+    mxjob_free(j);
     return NULL;
 }
 
@@ -329,7 +330,7 @@ static void mx__load_work(uv_work_t *req)
 static void mx__load_done(uv_work_t *req, int status)
 {
     mx_job *j = container_of(req, mx_job, load_req);
-    if (store_pool_back(j))
+    if (mxjob_pool_back(j))
         return;
     node *n = j->mx->n;
     if (status < 0 || j->load_rc < 0) {
@@ -703,7 +704,7 @@ static void mx__upload_chunk(node *n, conn *c, Appliance__Envelope *env, uint8_t
               j->id, (unsigned long long)w->step, (unsigned long long)j->ckpt_step);
     mx_held *h = malloc(sizeof(*h) + len);
     if (!h) {
-        store_abort(j, "out of memory for an upload chunk after step %llu",
+        mxjob_abort(j, "out of memory for an upload chunk after step %llu",
                     (unsigned long long)w->step);
         return;
     }
@@ -739,7 +740,7 @@ static void mx__upload_drain(node *n, mx_job *j)
                                       sizeof(why));
         if (!dest) {
             free(h);
-            store_abort(j, "upload from the first replica: %s", why);
+            mxjob_abort(j, "upload from the first replica: %s", why);
             return;
         }
         memcpy(dest, h->data, h->count * sizeof(float));
@@ -765,7 +766,7 @@ static void mx__grad_chunk(node *n, conn *c, Appliance__Envelope *env, uint8_t *
     if (g->step > j->step) { /* held until its step starts (mx__payload_dest) */
         mx_held *h = malloc(sizeof(*h) + len);
         if (!h) {
-            store_abort(j, "out of memory for a gradient chunk of step %llu",
+            mxjob_abort(j, "out of memory for a gradient chunk of step %llu",
                         (unsigned long long)g->step);
             return;
         }
@@ -789,7 +790,7 @@ static void mx__grad_chunk(node *n, conn *c, Appliance__Envelope *env, uint8_t *
         else if (own)
             memcpy(own, pl, len);
         if (!own) {
-            store_abort(j, "out of memory for a gradient chunk");
+            mxjob_abort(j, "out of memory for a gradient chunk");
             return;
         }
         tierio_grad_wire(j, t, g->offset, g->count, own, own);
@@ -818,7 +819,7 @@ static void mx__release(jobhost *h, void *job, jobhost_end end, const char *why)
     if (j->pool_work > 0) /* the thread pool still has some of it */
         j->released = true;
     else
-        store_job_free_later(j);
+        mxjob_free_later(j);
 }
 
 static void mx__drain(node *n, conn *c)
@@ -833,7 +834,7 @@ static void mx__conn_close(node *n, conn *c, int err, const char *reason)
     mx_job *j = mx_of(n)->job;
     if (j && c == j->down) {
         j->down = NULL;
-        jobhost_peer_lost(&mx_of(n)->jobs, "lost %s %s: %s", store_down_name(j), c->peer_addr, reason);
+        jobhost_peer_lost(&mx_of(n)->jobs, "lost %s %s: %s", mxjob_down_name(j), c->peer_addr, reason);
     }
 }
 
@@ -884,11 +885,11 @@ static void mx__describe_wait(node *n, char *out, size_t len)
                  (unsigned long long)j->turn_step, j->turn_left, j->nt, (unsigned long long)j->step);
     else if (pump_streaming(j))
         snprintf(out, len, "the link to %s to take the weights of step %llu (%zu of %zu tensors "
-                 "updated)", store_down_name(j), (unsigned long long)j->step, j->updated, j->nt);
+                 "updated)", mxjob_down_name(j), (unsigned long long)j->step, j->updated, j->nt);
     else
         snprintf(out, len, "%s of step %llu from %s: %zu of %zu tensors updated",
                  j->plan->n_swarm ? "the reduced gradients" : "the gradients",
-                 (unsigned long long)j->step, store_down_name(j), j->updated, j->nt);
+                 (unsigned long long)j->step, mxjob_down_name(j), j->updated, j->nt);
 }
 
 /* The coordinator owns the job: without it no step can be committed, and a

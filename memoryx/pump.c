@@ -5,7 +5,7 @@
 
 #include "msg.h"
 #include "msgcheck.h"
-#include "mx.h"
+#include "mxjob.h"
 #include "tierio.h"
 #include "update.h"
 
@@ -77,7 +77,7 @@ bool pump_send(mx_job *j)
         if (j->tier) {
             int rc = pump__tier_send(j, &ch);
             if (rc < 0)
-                store_fault(j, "cannot stream %s to %s: %s", t->name, store_down_name(j),
+                mxjob_fault(j, "cannot stream %s to %s: %s", t->name, mxjob_down_name(j),
                             strerror(-rc));
             if (rc <= 0)
                 return false;
@@ -93,7 +93,7 @@ bool pump_send(mx_job *j)
         const void *data = t->w16 ? (const void *)(t->w16 + ch.offset) : (const void *)(src + ch.offset);
         int rc = pump__send_chunk(j, &ch, data, ch.count * elem, pump__chunk_sent, t);
         if (rc < 0) {
-            store_fault(j, "cannot stream %s to %s: %s", t->name, store_down_name(j), strerror(-rc));
+            mxjob_fault(j, "cannot stream %s to %s: %s", t->name, mxjob_down_name(j), strerror(-rc));
             return false;
         }
         t->writes++;

@@ -1,7 +1,6 @@
 /* memoryx's job: the weights and optimizer state of its shard of the
- * tensors, and the position of the weight stream. The types the daemon
- * (mx.c) and its modules share, and the job's lifetime (store.c), which
- * every module may end. */
+ * tensors, and the position of the weight stream; memoryx itself. The
+ * types the daemon (mx.c) and its modules share. */
 #pragma once
 
 #include <limits.h>
@@ -10,6 +9,8 @@
 #include <uv.h>
 
 #include "conn.h"
+#include "jobhost.h"
+#include "node.h"
 #include "optim.h"
 #include "plan.pb-c.h"
 #include "plan_stream.h"
@@ -195,28 +196,24 @@ typedef struct mx_job {
     uint64_t tier_window;         /* > 0: the shard goes to the disk tier, with this much RAM */
 } mx_job;
 
-/* Frees a job that has nothing in the thread pool, now: its tensors (unless
- * the disk tier's files hold them), its tier, parts and held chunks, and
- * its plan when it has one. j may be NULL. */
-void store_job_free(mx_job *j);
+/* memoryx's own options (its key table: memoryx_role). */
+typedef struct memoryx_options {
+    uint64_t memory;              /* bytes for weights and optimizer state; 0: unlimited */
+    uint32_t threads;             /* threads for optimizer steps */
+    uint64_t disk;                /* room for the disk tier in state_dir; UINT64_MAX: what its
+                                     file system has free */
+    bool no_disk_tier;            /* --no-disk-tier: a shard must fit memory */
+    char state_dir[PATH_MAX];     /* scratch directory, or "" */
+} memoryx_options;
 
-/* Frees a released job that has nothing in the thread pool, its tensors
- * off the loop (gigabytes take a noticeable time to give back). */
-void store_job_free_later(mx_job *j);
-
-/* Whether the thread pool's return for job j (one of j->pool_work) finds
- * it released: then the caller lets it be, and the last piece of work back
- * frees it. */
-bool store_pool_back(mx_job *j);
-
-/* Fails the job j (or reports a fault): memoryx's jobhost tells the
- * coordinator and releases it; nothing happens when j is no longer
- * memoryx's job. */
-void store_abort_as(mx_job *j, bool fault, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-#define store_abort(j, ...) store_abort_as(j, false, __VA_ARGS__)
-#define store_fault(j, ...) store_abort_as(j, true, __VA_ARGS__)
-
-/* Who the job's stream goes to, for messages: the root of the swarmx tree,
- * or the one replica of a plan without a tree. */
-const char *store_down_name(const mx_job *j);
+typedef struct memoryx {
+    node *n;
+    memoryx_options opt;          /* filled by node_parse_args */
+    jobhost jobs;                 /* the job's life cycle (jobhost.h) */
+    mx_job *job;                  /* at most one job at a time (jobs.job) */
+    metrics_hist chunk_hist;      /* a weight chunk from queued to written */
+    uint64_t steps;               /* steps committed */
+    uint64_t early_streams;       /* steps whose stream began before the last update of the
+                                     step before was back (mx__maybe_turn) */
+    uint64_t checkpoints;         /* checkpoint files written */
+} memoryx;

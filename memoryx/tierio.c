@@ -8,7 +8,7 @@
 #include "bf16.h"
 #include "fsutil.h"
 #include "msgcheck.h"
-#include "mx.h"
+#include "mxjob.h"
 
 /* A gradient chunk being written to the gradients file. */
 typedef struct mx_gwrite {
@@ -86,13 +86,13 @@ static void tierio__read_done(uv_work_t *req, int status)
     mx_rbuf *b = tr->ra_buf;
     tr->ra_buf = NULL;
     tr->reading = false;
-    if (store_pool_back(j)) {
+    if (mxjob_pool_back(j)) {
         free(b);
         return;
     }
     if (status < 0 || tr->ra_rc < 0) {
         free(b);
-        store_abort(j, "disk tier: reading the weight stream from %s: %s", tr->path[TIER_WEIGHTS],
+        mxjob_abort(j, "disk tier: reading the weight stream from %s: %s", tr->path[TIER_WEIGHTS],
                     status < 0 ? uv_strerror(status) : strerror(-tr->ra_rc));
         return;
     }
@@ -116,7 +116,7 @@ void tierio_read_more(mx_job *j)
         return;
     mx_rbuf *b = malloc(sizeof(*b) + bytes);
     if (!b) {
-        store_abort(j, "out of memory for a read-ahead buffer of %llu bytes",
+        mxjob_abort(j, "out of memory for a read-ahead buffer of %llu bytes",
                     (unsigned long long)bytes);
         return;
     }
@@ -129,7 +129,7 @@ void tierio_read_more(mx_job *j)
     if (rc < 0) {
         tr->ra_buf = NULL;
         free(b);
-        store_abort(j, "disk tier: a read cannot start: %s", uv_strerror(rc));
+        mxjob_abort(j, "disk tier: a read cannot start: %s", uv_strerror(rc));
         return;
     }
     plan_stream_take(&tr->ra);
@@ -156,12 +156,12 @@ static void tierio__grad_done(uv_work_t *req, int status)
     int rc = status < 0 ? status : w->rc;
     free(w->owned);
     free(w);
-    if (store_pool_back(j))
+    if (mxjob_pool_back(j))
         return;
     mx_tier *tr = j->tier;
     tr->g_bytes -= count * sizeof(float);
     if (rc < 0) {
-        store_abort(j, "disk tier: writing the gradient of %s to %s: %s", t->name,
+        mxjob_abort(j, "disk tier: writing the gradient of %s to %s: %s", t->name,
                     tr->path[TIER_GRADIENTS], status < 0 ? uv_strerror(rc) : strerror(-rc));
         return;
     }
@@ -180,7 +180,7 @@ static void tierio__grad(mx_job *j, mx_tensor *t, uint64_t offset, uint64_t coun
     mx_gwrite *w = malloc(sizeof(*w));
     if (!w) {
         free(owned);
-        store_abort(j, "out of memory for a gradient write");
+        mxjob_abort(j, "out of memory for a gradient write");
         return;
     }
     *w = (mx_gwrite){.job = j, .t = t, .offset = offset, .count = count, .data = data,
@@ -189,7 +189,7 @@ static void tierio__grad(mx_job *j, mx_tensor *t, uint64_t offset, uint64_t coun
     if (rc < 0) {
         free(owned);
         free(w);
-        store_abort(j, "disk tier: a gradient write cannot start: %s", uv_strerror(rc));
+        mxjob_abort(j, "disk tier: a gradient write cannot start: %s", uv_strerror(rc));
         return;
     }
     j->pool_work++;
@@ -210,7 +210,7 @@ void tierio_grad_wire(mx_job *j, mx_tensor *t, uint64_t offset, uint64_t count, 
         bf16_unpack(f, payload, count);
     free(owned);
     if (!f) {
-        store_abort(j, "out of memory for a gradient chunk");
+        mxjob_abort(j, "out of memory for a gradient chunk");
         return;
     }
     tierio__grad(j, t, offset, count, f, f);

@@ -9,7 +9,7 @@
 #include "log.h"
 #include "msg.h"
 #include "msgcheck.h"
-#include "mx.h"
+#include "mxjob.h"
 #include "optim_plan.h"
 #include "tier.h"
 
@@ -134,10 +134,10 @@ static void update__part_done(uv_work_t *req, int status)
     mx_job *j = t->job;
     p->busy = false;
     j->updating--;
-    if (store_pool_back(j))
+    if (mxjob_pool_back(j))
         return;
     if (status < 0) {
-        store_abort(j, "tensor %s: update cancelled: %s", t->name, uv_strerror(status));
+        mxjob_abort(j, "tensor %s: update cancelled: %s", t->name, uv_strerror(status));
         return;
     }
     if (--t->parts_left == 0) {
@@ -173,7 +173,7 @@ static void update__next(mx_job *j)
         mx_part *p = j->ready[j->ready_head];
         int rc = uv_queue_work(j->mx->n->loop, &p->req, update__part_work, update__part_done);
         if (rc < 0) {
-            store_abort(j, "tensor %s: update cannot start: %s", p->t->name, uv_strerror(rc));
+            mxjob_abort(j, "tensor %s: update cannot start: %s", p->t->name, uv_strerror(rc));
             return;
         }
         j->ready_head++;
@@ -202,10 +202,10 @@ static void update__step_work_done(uv_work_t *req, int status)
     for (size_t i = 0; i < j->nt; i++)
         j->t[i].parts[0].busy = false;
     j->updating--;
-    if (store_pool_back(j))
+    if (mxjob_pool_back(j))
         return;
     if (status < 0) {
-        store_abort(j, "the update of step %llu was cancelled: %s", (unsigned long long)j->step,
+        mxjob_abort(j, "the update of step %llu was cancelled: %s", (unsigned long long)j->step,
                     uv_strerror(status));
         return;
     }
@@ -233,11 +233,11 @@ static void update__part_ready(mx_job *j, mx_part *p)
          * from t->w. (Chunks sent from read-ahead buffers are not counted:
          * their write callbacks may still be queued when the gradient comes
          * back, and the update does not touch those buffers.) */
-        store_abort(j, "tensor %s: gradient before its weights were written", t->name);
+        mxjob_abort(j, "tensor %s: gradient before its weights were written", t->name);
         return;
     }
     if (j->ready_len == j->nparts) {
-        store_abort(j, "tensor %s: more updates due than parts", t->name);
+        mxjob_abort(j, "tensor %s: more updates due than parts", t->name);
         return;
     }
     p->have = 0;
@@ -251,7 +251,7 @@ bool update_grad_in(mx_job *j, mx_tensor *t, uint64_t offset, uint64_t count)
 {
     t->grad_have += count;
     if (t->updated || t->grad_have > t->n) {
-        store_abort(j, "tensor %s: gradient received twice in step %llu", t->name,
+        mxjob_abort(j, "tensor %s: gradient received twice in step %llu", t->name,
                     (unsigned long long)j->step);
         return false;
     }
@@ -262,7 +262,7 @@ bool update_grad_in(mx_job *j, mx_tensor *t, uint64_t offset, uint64_t count)
         uint64_t a = offset > p->lo ? offset : p->lo, b = end < p->hi ? end : p->hi;
         p->have += b - a;
         if (p->busy || p->have > p->hi - p->lo) {
-            store_abort(j, "tensor %s: gradient received twice in step %llu", t->name,
+            mxjob_abort(j, "tensor %s: gradient received twice in step %llu", t->name,
                         (unsigned long long)j->step);
             return false;
         }
@@ -279,7 +279,7 @@ bool update_grad_in(mx_job *j, mx_tensor *t, uint64_t offset, uint64_t count)
     if (!clip)
         return true;
     if (t->writes > 0) {
-        store_abort(j, "tensor %s: gradient before its weights were written", t->name);
+        mxjob_abort(j, "tensor %s: gradient before its weights were written", t->name);
         return false;
     }
     t->parts[0].busy = true; /* (its one part) */
@@ -287,7 +287,7 @@ bool update_grad_in(mx_job *j, mx_tensor *t, uint64_t offset, uint64_t count)
         return false;
     int rc = uv_queue_work(j->mx->n->loop, &j->step_req, update__step_work, update__step_work_done);
     if (rc < 0) {
-        store_abort(j, "the update of step %llu cannot start: %s", (unsigned long long)j->step,
+        mxjob_abort(j, "the update of step %llu cannot start: %s", (unsigned long long)j->step,
                     uv_strerror(rc));
         return false;
     }

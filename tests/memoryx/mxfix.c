@@ -107,7 +107,7 @@ static void fix__release(jobhost *h, void *job, jobhost_end end, const char *why
     if (j->pool_work > 0)
         j->released = true;
     else
-        store_job_free_later(j);
+        mxjob_free_later(j);
 }
 
 static const jobhost_ops fix__jobhost_ops = {fix__start, fix__release};

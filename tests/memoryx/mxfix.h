@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "mx.h"
-#include "store.h"
+#include "mxjob.h"
 
 typedef struct fix_tensor {
     const char *name;

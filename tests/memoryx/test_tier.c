@@ -245,12 +245,12 @@ START_TEST(checkpoint_out_of_the_files_and_back)
     /* into memory, and into another tier's files (copied in the kernel) */
     mx_job *b = resumer(wpath, opath, NULL);
     same_tensors(a, b);
-    store_job_free(b);
+    mxjob_free(b);
     char dir2[256];
     fix_tmpdir(dir2, sizeof(dir2));
     mx_job *c = resumer(wpath, opath, dir2);
     same_tensors(a, c);
-    store_job_free(c);
+    mxjob_free(c);
     fix_rmdir(dir2);
     fix_mx.job = fix_mx.jobs.job = a;
     fix_mx.jobs.plan = a->plan;

@@ -1,14 +1,13 @@
-/* memoryx's job: its lifetime, which every module may end (store.h). */
-#include "store.h"
+/* The lifetime of memoryx's job (mxjob.h). */
+#include "mxjob.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
 
-#include "mx.h"
 #include "tier.h"
 
 /* The tensors' memory, unless the disk tier's mappings hold it. */
-static void store__free_tensors(mx_job *j)
+static void mxjob__free_tensors(mx_job *j)
 {
     for (size_t i = 0; i < j->nt; i++) {
         if (!tier_files(j)) {
@@ -25,11 +24,11 @@ static void store__free_tensors(mx_job *j)
         tier_close(j->tier);
 }
 
-void store_job_free(mx_job *j)
+void mxjob_free(mx_job *j)
 {
     if (!j)
         return;
-    store__free_tensors(j);
+    mxjob__free_tensors(j);
     if (j->tier) {
         free(j->tier->gbuf);
         j->tier->gbuf = NULL;
@@ -53,34 +52,34 @@ void store_job_free(mx_job *j)
 
 /* In the thread pool: a released job's tensors go; the rest goes on the
  * loop. */
-static void store__free_work(uv_work_t *req)
+static void mxjob__free_work(uv_work_t *req)
 {
     mx_job *j = container_of(req, mx_job, free_req);
-    store__free_tensors(j);
+    mxjob__free_tensors(j);
 }
 
-static void store__free_done(uv_work_t *req, int status)
+static void mxjob__free_done(uv_work_t *req, int status)
 {
-    store_job_free(container_of(req, mx_job, free_req));
+    mxjob_free(container_of(req, mx_job, free_req));
 }
 
-void store_job_free_later(mx_job *j)
+void mxjob_free_later(mx_job *j)
 {
-    if (uv_queue_work(j->mx->n->loop, &j->free_req, store__free_work, store__free_done) < 0)
-        store_job_free(j);
+    if (uv_queue_work(j->mx->n->loop, &j->free_req, mxjob__free_work, mxjob__free_done) < 0)
+        mxjob_free(j);
 }
 
-bool store_pool_back(mx_job *j)
+bool mxjob_pool_back(mx_job *j)
 {
     j->pool_work--;
     if (!j->released)
         return false;
     if (j->pool_work == 0)
-        store_job_free_later(j);
+        mxjob_free_later(j);
     return true;
 }
 
-void store_abort_as(mx_job *j, bool fault, const char *fmt, ...)
+void mxjob_abort_as(mx_job *j, bool fault, const char *fmt, ...)
 {
     memoryx *mx = j->mx;
     if (mx->job != j)
@@ -91,7 +90,7 @@ void store_abort_as(mx_job *j, bool fault, const char *fmt, ...)
     va_end(ap);
 }
 
-const char *store_down_name(const mx_job *j)
+const char *mxjob_down_name(const mx_job *j)
 {
     return j->plan && j->plan->n_swarm == 0 ? "the wse-node" : "swarmx";
 }

@@ -70,7 +70,13 @@ static void mx__init_tensor(mx_job *j, mx_tensor *t, const Appliance__PlanTensor
     }
 }
 
-/* ---- the step: what follows each module's news ---- */
+/* ---- the step: what follows each module's news ----
+ *
+ * The order of the steps is a cycle, and it stays in this file: the end of
+ * a step's stream (mx__pump) makes the step done (mx__step_done), which
+ * starts the next (mx__start_step), whose stream is pumped. The modules it
+ * drives call none of this: what they have to say comes back through the
+ * job's mx_job_ops (mx__job_ops, below). */
 
 static void mx__start_step(node *n, mx_job *j);
 static void mx__maybe_turn(node *n, mx_job *j);

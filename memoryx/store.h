@@ -123,10 +123,11 @@ typedef enum mx_state {
     MX_FINISHED,
 } mx_state;
 
-/* What a job's modules (pump.c, update.c, tierio.c, checkpoint.c) report
- * back up to the daemon that drives its steps (mx.c): mx.c calls down into
- * them, they call it through these only, so calls go one way. Each is
- * called on the loop, with the job still memoryx's. */
+/* What a job's modules (update.c, tierio.c, checkpoint.c) report back up
+ * to the daemon that drives its steps (mx.c) when their work comes back
+ * from the thread pool: mx.c calls down into them, they call it through
+ * these only, so calls go one way (the pump only returns: pump_send).
+ * Each is called on the loop, with the job still memoryx's. */
 typedef struct mx_job_ops {
     /* the update of parts or of the whole step came back (update.c): the
      * stream may go on with their weights, and the step may be done */

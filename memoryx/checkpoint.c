@@ -1,4 +1,5 @@
-/* Checkpoints of a memoryx shard: write, and load for a resumed job. */
+/* Checkpoints of a memoryx shard: write, and load for a resumed job; a
+ * running job's, in the thread pool. */
 #include "checkpoint.h"
 
 #include <dirent.h>
@@ -12,6 +13,8 @@
 
 #include "fsutil.h"
 #include "log.h"
+#include "msg.h"
+#include "mxjob.h"
 #include "safetensors.h"
 #include "shardfile.h"
 #include "tier.h"
@@ -152,4 +155,68 @@ int ckpt_clean_partial(const mx_job *j)
     }
     closedir(d);
     return removed;
+}
+
+/* In the thread pool: the files of the checkpoint (the job's weights and
+ * optimizer state do not change meanwhile: no update runs). */
+static void ckpt__work(uv_work_t *req)
+{
+    mx_job *j = container_of(req, mx_job, ckpt_req);
+    if (tier_files(j))
+        j->ckpt_rc = tier_checkpoint(j, j->ckpt_step, j->ckpt_kind == MX_CKPT_FINAL, j->ckpt_path,
+                                     sizeof(j->ckpt_path), j->ckpt_err, sizeof(j->ckpt_err));
+    else
+        j->ckpt_rc = ckpt_write(j, j->ckpt_step, j->ckpt_path, sizeof(j->ckpt_path), j->ckpt_err,
+                                sizeof(j->ckpt_err));
+}
+
+/* Back on the loop: the checkpoint is reported, then what it was for. */
+static void ckpt__done(uv_work_t *req, int status)
+{
+    mx_job *j = container_of(req, mx_job, ckpt_req);
+    if (mxjob_pool_back(j))
+        return;
+    mx_ckpt_kind kind = j->ckpt_kind;
+    uint64_t step = j->ckpt_step;
+    j->ckpt_kind = MX_CKPT_NONE;
+    if (status < 0 || j->ckpt_rc < 0) {
+        const char *why = status < 0 ? uv_strerror(status) : j->ckpt_err;
+        log_error("job %s: checkpoint of step %llu: %s", j->id, (unsigned long long)step, why);
+        mxjob_abort(j, "%s checkpoint of step %llu failed: %s",
+                    kind == MX_CKPT_INITIAL ? "initial" : kind == MX_CKPT_FINAL ? "final" : "the",
+                    (unsigned long long)step, why);
+        return;
+    }
+    j->mx->checkpoints++;
+    log_info("job %s: checkpoint of step %llu written to %s in %.1f s", j->id,
+             (unsigned long long)step, j->ckpt_path, (double)(uv_hrtime() - j->work_start) * 1e-9);
+    Appliance__CheckpointWritten cw = APPLIANCE__CHECKPOINT_WRITTEN__INIT;
+    cw.job_id = j->id;
+    cw.step = step;
+    cw.shard = j->shard;
+    cw.path = j->ckpt_path;
+    ENVELOPE(env, checkpoint_written, CHECKPOINT_WRITTEN, &cw);
+    node_send_coordinator(j->mx->n, &env);
+    j->ops->checkpoint_written(j, kind, step);
+}
+
+void ckpt_start(mx_job *j, uint64_t step, mx_ckpt_kind kind)
+{
+    j->ckpt_kind = kind;
+    j->ckpt_step = step;
+    j->work_start = uv_hrtime();
+    j->ckpt_path[0] = 0;
+    int rc = uv_queue_work(j->mx->n->loop, &j->ckpt_req, ckpt__work, ckpt__done);
+    if (rc < 0) {
+        j->ckpt_kind = MX_CKPT_NONE;
+        mxjob_abort(j, "checkpoint of step %llu cannot start: %s", (unsigned long long)step,
+                    uv_strerror(rc));
+        return;
+    }
+    j->pool_work++;
+}
+
+void ckpt_after(mx_job *j, uint64_t step)
+{
+    ckpt_start(j, step + 1, step + 1 >= j->plan->max_steps ? MX_CKPT_FINAL : MX_CKPT_STEP);
 }

@@ -1,4 +1,8 @@
-/* memoryx: weight store, weight stream, optimizer step, checkpoints. */
+/* memoryx: the handlers of its messages and of its modules' news, the
+ * shard's table (its tensors made from the plan, initialised or loaded),
+ * and the order of a job's steps. The stream is pump.c's, the update
+ * update.c's, checkpoints checkpoint.c's, the disk tier tier.c's and
+ * tierio.c's: this file calls them, they answer through mx_job_ops. */
 #include "mx.h"
 
 #include <errno.h>
@@ -7,19 +11,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
 #include "checkpoint.h"
-#include "tier.h"
 #include "footprint.h"
-#include "fsutil.h"
-#include "optim_plan.h"
-#include "plan.h"
 #include "log.h"
 #include "msg.h"
-#include "bf16.h"
 #include "msgcheck.h"
+#include "mxjob.h"
+#include "optim_plan.h"
+#include "plan.h"
+#include "pump.h"
 #include "rng.h"
-#include "safetensors.h"
+#include "tier.h"
+#include "tierio.h"
 #include "units.h"
+#include "update.h"
 
 #include <sys/statvfs.h>
 
@@ -64,181 +70,138 @@ static void mx__init_tensor(mx_job *j, mx_tensor *t, const Appliance__PlanTensor
     }
 }
 
-/* The tensors' memory, unless the disk tier's mappings hold it. */
-static void mx__free_tensors(mx_job *j)
-{
-    for (size_t i = 0; i < j->nt; i++) {
-        if (!tier_files(j)) {
-            free(j->t[i].w);
-            free(j->t[i].w16);
-            free(j->t[i].g16);
-            free(j->t[i].g);
-        }
-        j->t[i].w = j->t[i].g = NULL;
-        j->t[i].w16 = j->t[i].g16 = NULL;
-        optim_state_deinit(&j->t[i].st);
-    }
-    if (j->tier)
-        tier_close(j->tier);
-}
+/* ---- the step: what follows each module's news ----
+ *
+ * The order of the steps is a cycle, and it stays in this file: the end of
+ * a step's stream (mx__pump) makes the step done (mx__step_done), which
+ * starts the next (mx__start_step), whose stream is pumped. The modules it
+ * drives call none of this: what they have to say comes back through the
+ * job's mx_job_ops (mx__job_ops, below). */
 
-static void mx__job_free(mx_job *j)
-{
-    if (!j)
-        return;
-    mx__free_tensors(j);
-    if (j->tier) {
-        free(j->tier->gbuf);
-        j->tier->gbuf = NULL;
-        j->tier->job = NULL;
-        tier_put(j->tier);
-    }
-    for (size_t i = 0; j->t && i < j->nt; i++)
-        free(j->t[i].parts);
-    free(j->t);
-    free(j->by_id);
-    free(j->ready);
-    while (j->held) {
-        mx_held *h = j->held;
-        j->held = h->next;
-        free(h);
-    }
-    if (j->plan)
-        appliance__plan__free_unpacked(j->plan, NULL);
-    free(j);
-}
-
-static void mx__abort_as(node *n, mx_job *j, bool fault, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-#define mx__abort(n, j, ...) mx__abort_as(n, j, false, __VA_ARGS__)
-#define mx__fault(n, j, ...) mx__abort_as(n, j, true, __VA_ARGS__)
-
-/* Fails the job j (or reports a fault): the jobhost tells the coordinator
- * and releases it. */
-static void mx__abort_as(node *n, mx_job *j, bool fault, const char *fmt, ...)
-{
-    memoryx *mx = mx_of(n);
-    if (mx->job != j)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    jobhost_vabort(&mx->jobs, fault, fmt, ap);
-    va_end(ap);
-}
-
-/* ---- checkpoints ---- */
-
-static void mx__pump(node *n, mx_job *j);
 static void mx__start_step(node *n, mx_job *j);
-static void mx__checkpoint_done(uv_work_t *req, int status);
+static void mx__maybe_turn(node *n, mx_job *j);
 static void mx__upload_drain(node *n, mx_job *j);
 
-/* Who the job's stream goes to, for messages: the root of the swarmx tree,
- * or the one replica of a plan without a tree. */
-static const char *mx__down_name(const mx_job *j)
+/* Commits the step, then its checkpoint or the next step follows. */
+static void mx__step_done(node *n, mx_job *j)
 {
-    return j->plan && j->plan->n_swarm == 0 ? "the wse-node" : "swarmx";
+    update_commit(j, j->step);
+    if (plan_checkpoint_after(j->plan, j->step)) {
+        ckpt_after(j, j->step);
+        return;
+    }
+    j->step++;
+    mx__start_step(n, j);
 }
 
-/* In the thread pool: a released job's tensors go (gigabytes take a
- * noticeable time to give back); the rest goes on the loop. */
-static void mx__free_work(uv_work_t *req)
+/* Sends what the link takes of the step's stream (pump_send); at its end,
+ * the step may be done, or the next may start streaming. */
+static void mx__pump(node *n, mx_job *j)
 {
-    mx_job *j = container_of(req, mx_job, free_req);
-    mx__free_tensors(j);
-}
-
-static void mx__free_done(uv_work_t *req, int status)
-{
-    mx__job_free(container_of(req, mx_job, free_req));
-}
-
-/* Frees a released job with nothing in the thread pool, its tensors off
- * the loop. */
-static void mx__job_free_later(mx_job *j)
-{
-    if (uv_queue_work(j->mx->n->loop, &j->free_req, mx__free_work, mx__free_done) < 0)
-        mx__job_free(j);
-}
-
-/* Whether the thread pool's return for job j finds it released: then the
- * last piece of work back frees it. */
-static bool mx__pool_back(mx_job *j)
-{
-    j->pool_work--;
-    if (!j->released)
-        return false;
-    if (j->pool_work == 0)
-        mx__job_free_later(j);
-    return true;
-}
-
-/* In the thread pool: the files of the checkpoint (the job's weights and
- * optimizer state do not change meanwhile: no update runs). */
-static void mx__checkpoint_work(uv_work_t *req)
-{
-    mx_job *j = container_of(req, mx_job, ckpt_req);
-    if (tier_files(j))
-        j->ckpt_rc = tier_checkpoint(j, j->ckpt_step, j->ckpt_kind == MX_CKPT_FINAL, j->ckpt_path,
-                                     sizeof(j->ckpt_path), j->ckpt_err, sizeof(j->ckpt_err));
+    if (!pump_send(j))
+        return;
+    /* the stream of a training step is over and every tensor is updated
+     * (the last update came back, or a shard without tensors): the step is
+     * done, once: not again while its checkpoint is written or after the
+     * last step */
+    if (j->state == MX_RUNNING && j->ckpt_kind == MX_CKPT_NONE && j->cur.done &&
+        j->cur.training && j->updated == j->nt && !j->turned)
+        mx__step_done(n, j);
     else
-        j->ckpt_rc = ckpt_write(j, j->ckpt_step, j->ckpt_path, sizeof(j->ckpt_path), j->ckpt_err,
-                                sizeof(j->ckpt_err));
+        mx__maybe_turn(n, j);
 }
 
-/* Writes the checkpoint of `step` in the thread pool; what follows it is
- * kind's (mx__checkpoint_done). */
-static void mx__checkpoint(node *n, mx_job *j, uint64_t step, mx_ckpt_kind kind)
+/* Elements [offset, offset + count) of t's reduced gradient are in its
+ * buffer (update_grad_in); with t's last, the next step may stream. */
+static void mx__grad_in(node *n, mx_job *j, mx_tensor *t, uint64_t offset, uint64_t count)
 {
-    j->ckpt_kind = kind;
-    j->ckpt_step = step;
-    j->work_start = uv_hrtime();
-    j->ckpt_path[0] = 0;
-    int rc = uv_queue_work(n->loop, &j->ckpt_req, mx__checkpoint_work, mx__checkpoint_done);
-    if (rc < 0) {
-        j->ckpt_kind = MX_CKPT_NONE;
-        mx__abort(n, j, "checkpoint of step %llu cannot start: %s", (unsigned long long)step,
-                  uv_strerror(rc));
-        return;
+    if (update_grad_in(j, t, offset, count))
+        mx__maybe_turn(n, j);
+}
+
+static void mx__start_step(node *n, mx_job *j)
+{
+    pump_start(j);
+    update_start(j);
+    mx__pump(n, j);
+    /* the gradients of this step that came early, then the link again
+     * (Pipelined: no gradients come, held chunks are uploads) */
+    while (!j->pipelined && j->held && j->held->step == j->step && mx_of(n)->job == j) {
+        mx_held *h = j->held;
+        j->held = h->next;
+        if (!j->held)
+            j->held_tail = &j->held;
+        if (tier_files(j)) {
+            tierio_grad_wire(j, h->tensor, h->offset, h->count, h->data, h);
+            continue;
+        }
+        update_grad_land(j, h->tensor, h->offset, h->count, h->data);
+        mx__grad_in(n, j, h->tensor, h->offset, h->count);
+        free(h);
     }
-    j->pool_work++;
+    if (mx_of(n)->job == j && j->down && !j->held &&
+        (!j->tier || j->tier->g_bytes < j->tier->g_limit))
+        conn_resume(j->down);
 }
 
-/* The checkpoint that follows `step` (step + 1 steps done): the final one
- * after the last step. */
-static void mx__checkpoint_after(node *n, mx_job *j, uint64_t step)
+/* After an update came back: the step is done when every tensor is updated
+ * and its stream is over (once: not while its checkpoint is written; the
+ * pump may have found it done already and started the next). */
+static void mx__maybe_step_done(node *n, mx_job *j)
 {
-    mx__checkpoint(n, j, step + 1, step + 1 >= j->plan->max_steps ? MX_CKPT_FINAL : MX_CKPT_STEP);
+    if (mx_of(n)->job == j && j->state == MX_RUNNING && j->ckpt_kind == MX_CKPT_NONE &&
+        j->updated == j->nt && !j->turned && !pump_streaming(j))
+        mx__step_done(n, j);
 }
 
-/* Back on the loop: the checkpoint is reported, then what it was for. */
-static void mx__checkpoint_done(uv_work_t *req, int status)
+/* Every tensor's gradient of the step is in, its stream is over and no
+ * checkpoint follows it, but updates still run: the next step's stream
+ * starts now, its chunks waiting for their parts' updates (pump_send), so
+ * the first layer's first parts go while its last ones update; the step is
+ * committed when its last update is back (update.c). Not with clipping or
+ * the disk tier (one piece of work a step, or a tensor: update_whole), nor
+ * before a checkpoint, which must see every update done. */
+static void mx__maybe_turn(node *n, mx_job *j)
 {
-    mx_job *j = container_of(req, mx_job, ckpt_req);
-    if (mx__pool_back(j))
+    if (mx_of(n)->job != j || j->state != MX_RUNNING || j->ckpt_kind != MX_CKPT_NONE ||
+        j->turned || !j->cur.done || !j->cur.training || j->grads_in < j->nt ||
+        j->updated == j->nt || update_whole(j) ||
+        plan_checkpoint_after(j->plan, j->step))
         return;
+    j->turned = true;
+    mx_of(n)->early_streams++;
+    j->turn_step = j->step;
+    j->turn_left = j->nt - j->updated;
+    log_debug("job %s: step %llu streams while %zu tensor(s) of step %llu update", j->id,
+              (unsigned long long)j->step + 1, j->turn_left, (unsigned long long)j->step);
+    j->step++;
+    mx__start_step(n, j);
+}
+
+/* mx_job_ops.update_back: the stream may go on with the updated parts'
+ * weights, and the step may be done. */
+static void mx__update_back(mx_job *j)
+{
+    mx__pump(j->mx->n, j);
+    mx__maybe_step_done(j->mx->n, j);
+}
+
+/* mx_job_ops.chunk_read: the read-ahead chunk may be sent. */
+static void mx__chunk_read(mx_job *j)
+{
+    mx__pump(j->mx->n, j);
+}
+
+/* mx_job_ops.grad_written: the disk tier has the gradient chunk. */
+static void mx__grad_written(mx_job *j, mx_tensor *t, uint64_t offset, uint64_t count)
+{
+    mx__grad_in(j->mx->n, j, t, offset, count);
+}
+
+/* mx_job_ops.checkpoint_written: what the checkpoint was for. */
+static void mx__checkpoint_written(mx_job *j, mx_ckpt_kind kind, uint64_t step)
+{
     node *n = j->mx->n;
-    mx_ckpt_kind kind = j->ckpt_kind;
-    uint64_t step = j->ckpt_step;
-    j->ckpt_kind = MX_CKPT_NONE;
-    if (status < 0 || j->ckpt_rc < 0) {
-        const char *why = status < 0 ? uv_strerror(status) : j->ckpt_err;
-        log_error("job %s: checkpoint of step %llu: %s", j->id, (unsigned long long)step, why);
-        mx__abort(n, j, "%s checkpoint of step %llu failed: %s",
-                  kind == MX_CKPT_INITIAL ? "initial" : kind == MX_CKPT_FINAL ? "final" : "the",
-                  (unsigned long long)step, why);
-        return;
-    }
-    mx_of(n)->checkpoints++;
-    log_info("job %s: checkpoint of step %llu written to %s in %.1f s", j->id,
-             (unsigned long long)step, j->ckpt_path, (double)(uv_hrtime() - j->work_start) * 1e-9);
-    Appliance__CheckpointWritten cw = APPLIANCE__CHECKPOINT_WRITTEN__INIT;
-    cw.job_id = j->id;
-    cw.step = step;
-    cw.shard = j->shard;
-    cw.path = j->ckpt_path;
-    ENVELOPE(env, checkpoint_written, CHECKPOINT_WRITTEN, &cw);
-    node_send_coordinator(n, &env);
     switch (kind) {
     case MX_CKPT_INITIAL:
         log_info("job %s: streaming from step %llu", j->id, (unsigned long long)j->step);
@@ -271,574 +234,8 @@ static void mx__checkpoint_done(uv_work_t *req, int status)
     }
 }
 
-/* ---- the weight stream ---- */
-
-static void mx__step_done(node *n, mx_job *j);
-
-static void mx__chunk_sent(void *arg, int status)
-{
-    mx_tensor *t = arg;
-    t->writes--;
-    if (status == 0)
-        metrics_hist_observe(&t->mx->chunk_hist, (double)(uv_now(t->loop) - t->sent_at) / 1000.0);
-}
-
-
-/* Sends the chunks of the schedule that the link to the root swarmx has
- * room for; stops when the link is full (on_drain resumes). */
-/* Whether the weight stream of the step is still going. */
-static bool mx__streaming(const mx_job *j)
-{
-    return j->cur.plan && !j->cur.done;
-}
-
-static void mx__tier_read_more(node *n, mx_job *j);
-
-/* Sends chunk ch of the stream, its bytes at data (done(arg) when they are
- * written). Returns conn_send's result. */
-static int mx__send_chunk(mx_job *j, const plan_chunk *ch, const void *data, uint64_t bytes,
-                          conn_done_fn done, void *arg)
-{
-    Appliance__WeightChunk wc = APPLIANCE__WEIGHT_CHUNK__INIT;
-    wc.step = ch->step;
-    wc.tensor_id = ch->tensor;
-    wc.offset = ch->offset;
-    wc.count = ch->count;
-    wc.total = ch->total;
-    wc.state = ch->state;
-    wc.seq = ch->seq;
-    wc.eval_pass = ch->eval_pass;
-    wc.pass = ch->pass;
-    ENVELOPE(env, weight_chunk, WEIGHT_CHUNK, &wc);
-    return conn_send(j->down, &env, data, (uint32_t)bytes, done, arg);
-}
-
-/* A read-ahead buffer is sent: its room goes back to the window. */
-static void mx__tier_sent(void *arg, int status)
-{
-    mx_rbuf *b = arg;
-    mx_tier *tr = b->tier;
-    tr->ra_bytes -= b->bytes;
-    if (tr->job) {
-        if (status == 0)
-            metrics_hist_observe(&b->t->mx->chunk_hist,
-                                 (double)(uv_now(b->t->loop) - b->sent_at) / 1000.0);
-        mx__tier_read_more(tr->job->mx->n, tr->job);
-    }
-    free(b);
-    tier_put(tr);
-}
-
-/* Disk tier: sends the chunk at the cursor from its read-ahead buffer.
- * Returns 1 when sent, 0 when it is not read yet or the link is full, or
- * a negative errno. */
-static int mx__tier_send(node *n, mx_job *j, const plan_chunk *ch, mx_tensor *t)
-{
-    mx_tier *tr = j->tier;
-    mx_rbuf *b = tr->ready;
-    if (!b || b->ch.seq != ch->seq) {
-        mx__tier_read_more(n, j);
-        return 0;
-    }
-    uint64_t wire = b->ch.count * msgcheck_wire_elem(j->plan);
-    if (!conn_can_send(j->down, wire))
-        return 0;
-    /* (not in t->writes: the buffer is not t's, its update may go on) */
-    int rc = mx__send_chunk(j, ch, b->data, wire, mx__tier_sent, b);
-    if (rc < 0)
-        return rc;
-    tr->ready = b->next;
-    if (!tr->ready)
-        tr->ready_tail = &tr->ready;
-    tr->refs++;
-    b->sent_at = uv_now(n->loop);
-    return 1;
-}
-
-/* Whether the job updates each tensor as one piece of work: with the disk
- * tier (through its window) or clipping (the step's update is one piece,
- * after every gradient). Then no step streams early either. */
-static bool mx__whole_updates(const mx_job *j)
-{
-    return j->tier_window || j->cfg.max_gradient_norm > 0;
-}
-
-/* The part of t that element `at` is in. */
-static mx_part *mx__part_at(const mx_tensor *t, uint64_t at)
-{
-    uint64_t i = at / t->part_elems;
-    return &t->parts[i < t->nparts ? i : t->nparts - 1];
-}
-
-/* Whether any part of t over [offset, offset + count) is being updated. */
-static bool mx__parts_busy(const mx_tensor *t, uint64_t offset, uint64_t count)
-{
-    for (mx_part *p = mx__part_at(t, offset); p < t->parts + t->nparts && p->lo < offset + count;
-         p++)
-        if (p->busy)
-            return true;
-    return false;
-}
-
-static void mx__maybe_turn(node *n, mx_job *j);
-
-/* Sends the step's weight chunks while the link to swarmx has room, in the
- * order the stream cursor gives (plan_stream.h). */
-static void mx__pump(node *n, mx_job *j)
-{
-    plan_chunk ch;
-    while (j->down && plan_stream_next(&j->cur, &ch)) {
-        mx_tensor *t = j->by_id[ch.tensor];
-        if (mx__parts_busy(t, ch.offset, ch.count))
-            return; /* its update is due or runs: resumed when it is back */
-        if (j->tier) {
-            int rc = mx__tier_send(n, j, &ch, t);
-            if (rc < 0)
-                mx__fault(n, j, "cannot stream %s to %s: %s", t->name, mx__down_name(j), strerror(-rc));
-            if (rc <= 0)
-                return;
-            plan_stream_take(&j->cur);
-            continue;
-        }
-        const float *src = ch.state == 0 ? t->w : optim_state_tensor(&t->st, ch.state - 1, NULL, NULL);
-        uint32_t elem = msgcheck_wire_elem(j->plan);
-        if (!conn_can_send(j->down, ch.count * elem))
-            return;
-        /* bfloat16 on the wire: from the weights' twin (only weights stream
-         * in Weight Streaming), or else through the read-ahead (tier_ahead) */
-        const void *data = t->w16 ? (const void *)(t->w16 + ch.offset) : (const void *)(src + ch.offset);
-        int rc = mx__send_chunk(j, &ch, data, ch.count * elem, mx__chunk_sent, t);
-        if (rc < 0) {
-            mx__fault(n, j, "cannot stream %s to %s: %s", t->name, mx__down_name(j), strerror(-rc));
-            return;
-        }
-        t->writes++;
-        t->sent_at = uv_now(n->loop);
-        plan_stream_take(&j->cur);
-    }
-    /* the stream of a training step is over and every tensor is updated
-     * (the last update came back, or a shard without tensors): the step is
-     * done, once: not again while its checkpoint is written or after the
-     * last step */
-    if (j->state == MX_RUNNING && j->ckpt_kind == MX_CKPT_NONE && j->cur.done &&
-        j->cur.training && j->updated == j->nt && !j->turned)
-        mx__step_done(n, j);
-    else
-        mx__maybe_turn(n, j);
-}
-
-static void mx__grad_in(node *n, mx_job *j, mx_tensor *t, uint64_t offset, uint64_t count);
-
-/* ---- the disk tier's reads and writes (tier.h) ---- */
-
-/* In the thread pool: the next chunk of the stream read into its buffer. */
-static void mx__tier_read_work(uv_work_t *req)
-{
-    mx_tier *tr = container_of(req, mx_tier, ra_req);
-    mx_rbuf *b = tr->ra_buf;
-    const mx_tensor *t = b->t;
-    uint64_t start = uv_hrtime();
-    tr->ra_rc = 0;
-    if (!tr->files) { /* in memory: rounded into the buffer */
-        const float *src = b->ch.state == 0 ? t->w
-                                            : optim_state_tensor((optim_state *)&t->st,
-                                                                 b->ch.state - 1, NULL, NULL);
-        bf16_pack((uint16_t *)b->data, src + b->ch.offset, b->ch.count);
-        b->read_ns = uv_hrtime() - start;
-        return;
-    }
-    uint64_t at = (b->ch.state == 0 ? t->w_at : t->s_at[b->ch.state - 1]) +
-                  b->ch.offset * sizeof(float);
-    int fd = tr->fd[b->ch.state == 0 ? TIER_WEIGHTS : TIER_OPTIMIZER];
-    tr->ra_rc = fsutil_pread_all(fd, b->data, b->bytes, at);
-    b->read_ns = uv_hrtime() - start;
-    if (tr->ra_rc == 0 && tr->job->plan->wire_bf16) /* rounded for the wire, here off the loop */
-        bf16_pack_in_place(b->data, b->ch.count);
-}
-
-static void mx__tier_read_done(uv_work_t *req, int status)
-{
-    mx_tier *tr = container_of(req, mx_tier, ra_req);
-    mx_job *j = tr->job;
-    mx_rbuf *b = tr->ra_buf;
-    tr->ra_buf = NULL;
-    tr->reading = false;
-    if (mx__pool_back(j)) {
-        free(b);
-        return;
-    }
-    node *n = j->mx->n;
-    if (status < 0 || tr->ra_rc < 0) {
-        free(b);
-        mx__abort(n, j, "disk tier: reading the weight stream from %s: %s", tr->path[TIER_WEIGHTS],
-                  status < 0 ? uv_strerror(status) : strerror(-tr->ra_rc));
-        return;
-    }
-    tr->read_bytes += b->bytes;
-    tr->read_ns += b->read_ns;
-    b->next = NULL;
-    *tr->ready_tail = b;
-    tr->ready_tail = &b->next;
-    mx__pump(n, j);
-    mx__tier_read_more(n, j);
-}
-
-/* Reads the next chunk of the stream ahead, while the window has room. */
-static void mx__tier_read_more(node *n, mx_job *j)
-{
-    mx_tier *tr = j->tier;
-    plan_chunk ch;
-    if (tr->reading || j->released || !plan_stream_next(&tr->ra, &ch))
-        return;
-    uint64_t bytes = ch.count * sizeof(float);
-    if (tr->ra_bytes > 0 && tr->ra_bytes + bytes > tr->ra_limit)
-        return;
-    mx_rbuf *b = malloc(sizeof(*b) + bytes);
-    if (!b) {
-        mx__abort(n, j, "out of memory for a read-ahead buffer of %llu bytes",
-                  (unsigned long long)bytes);
-        return;
-    }
-    b->tier = tr;
-    b->t = j->by_id[ch.tensor];
-    b->ch = ch;
-    b->bytes = bytes;
-    tr->ra_buf = b;
-    int rc = uv_queue_work(n->loop, &tr->ra_req, mx__tier_read_work, mx__tier_read_done);
-    if (rc < 0) {
-        tr->ra_buf = NULL;
-        free(b);
-        mx__abort(n, j, "disk tier: a read cannot start: %s", uv_strerror(rc));
-        return;
-    }
-    plan_stream_take(&tr->ra);
-    tr->ra_bytes += bytes;
-    tr->reading = true;
-    j->pool_work++;
-}
-
-/* In the thread pool: a gradient chunk into the gradients file. */
-static void mx__tier_grad_work(uv_work_t *req)
-{
-    mx_gwrite *w = container_of(req, mx_gwrite, req);
-    mx_tier *tr = w->job->tier;
-    w->rc = fsutil_pwrite_all(tr->fd[TIER_GRADIENTS], w->data, w->count * sizeof(float),
-                              w->t->g_at + w->offset * sizeof(float));
-}
-
-static void mx__tier_grad_done(uv_work_t *req, int status)
-{
-    mx_gwrite *w = container_of(req, mx_gwrite, req);
-    mx_job *j = w->job;
-    mx_tensor *t = w->t;
-    uint64_t offset = w->offset, count = w->count;
-    int rc = status < 0 ? status : w->rc;
-    free(w->owned);
-    free(w);
-    if (mx__pool_back(j))
-        return;
-    node *n = j->mx->n;
-    mx_tier *tr = j->tier;
-    tr->g_bytes -= count * sizeof(float);
-    if (rc < 0) {
-        mx__abort(n, j, "disk tier: writing the gradient of %s to %s: %s", t->name,
-                  tr->path[TIER_GRADIENTS], status < 0 ? uv_strerror(rc) : strerror(-rc));
-        return;
-    }
-    if (j->down && j->down->paused && !j->held && tr->g_bytes < tr->g_limit)
-        conn_resume(j->down);
-    mx__grad_in(n, j, t, offset, count);
-}
-
-/* Disk tier: count gradient elements of t at offset, in data (owned: freed
- * once written), go to the gradients file; the link pauses while the
- * window's share for gradients is full. */
-static void mx__tier_grad(node *n, mx_job *j, mx_tensor *t, uint64_t offset, uint64_t count,
-                          void *data, void *owned)
-{
-    mx_tier *tr = j->tier;
-    mx_gwrite *w = malloc(sizeof(*w));
-    if (!w) {
-        free(owned);
-        mx__abort(n, j, "out of memory for a gradient write");
-        return;
-    }
-    *w = (mx_gwrite){.job = j, .t = t, .offset = offset, .count = count, .data = data,
-                     .owned = owned};
-    int rc = uv_queue_work(n->loop, &w->req, mx__tier_grad_work, mx__tier_grad_done);
-    if (rc < 0) {
-        free(owned);
-        free(w);
-        mx__abort(n, j, "disk tier: a gradient write cannot start: %s", uv_strerror(rc));
-        return;
-    }
-    j->pool_work++;
-    tr->g_bytes += count * sizeof(float);
-    if (tr->g_bytes >= tr->g_limit && j->down)
-        conn_pause(j->down);
-}
-
-/* A reduced gradient chunk as the wire carries it (owned: freed), to the
- * gradients file as float32. */
-static void mx__tier_grad_wire(node *n, mx_job *j, mx_tensor *t, uint64_t offset, uint64_t count,
-                               void *payload, void *owned)
-{
-    if (!j->plan->wire_bf16) {
-        mx__tier_grad(n, j, t, offset, count, payload, owned);
-        return;
-    }
-    float *f = malloc(count * sizeof(float));
-    if (f)
-        bf16_unpack(f, payload, count);
-    free(owned);
-    if (!f) {
-        mx__abort(n, j, "out of memory for a gradient chunk");
-        return;
-    }
-    mx__tier_grad(n, j, t, offset, count, f, f);
-}
-
-/* Where a reduced gradient chunk's payload goes in t's gradient: its
- * place (in g16 as it comes), or with bfloat16 on the wire the upper half
- * of its place (widened there by mx__grad_land). */
-static void *mx__grad_dest(const mx_job *j, mx_tensor *t, uint64_t offset, uint64_t count)
-{
-    if (t->g16)
-        return t->g16 + offset;
-    return j->plan->wire_bf16 ? (void *)((uint8_t *)(t->g + offset) + 2 * count)
-                              : (void *)(t->g + offset);
-}
-
-/* count gradient elements as the wire carries them into t's gradient at
- * offset (nothing to do when they landed in place as float32, or in g16). */
-static void mx__grad_land(const mx_job *j, mx_tensor *t, uint64_t offset, uint64_t count,
-                          const void *payload)
-{
-    void *dest = mx__grad_dest(j, t, offset, count);
-    if (payload != dest)
-        memcpy(dest, payload, count * msgcheck_wire_elem(j->plan));
-    if (j->plan->wire_bf16 && !t->g16)
-        bf16_unpack(t->g + offset, dest, count);
-}
-
-static void mx__start_step(node *n, mx_job *j)
-{
-    plan_stream_start(&j->cur, j->plan, j->shard, (uint32_t)j->states, j->step, j->cur.seq);
-    if (j->tier)
-        j->tier->ra = j->cur; /* the read-ahead starts where the stream does */
-    j->updated = 0;
-    j->grads_in = 0;
-    for (size_t i = 0; i < j->nt; i++) {
-        j->t[i].grad_have = 0;
-        j->t[i].updated = false;
-    }
-    mx__pump(n, j);
-    /* the gradients of this step that came early, then the link again
-     * (Pipelined: no gradients come, held chunks are uploads) */
-    while (!j->pipelined && j->held && j->held->step == j->step && mx_of(n)->job == j) {
-        mx_held *h = j->held;
-        j->held = h->next;
-        if (!j->held)
-            j->held_tail = &j->held;
-        if (tier_files(j)) {
-            mx__tier_grad_wire(n, j, h->tensor, h->offset, h->count, h->data, h);
-            continue;
-        }
-        mx__grad_land(j, h->tensor, h->offset, h->count, h->data);
-        mx__grad_in(n, j, h->tensor, h->offset, h->count);
-        free(h);
-    }
-    if (mx_of(n)->job == j && j->down && !j->held &&
-        (!j->tier || j->tier->g_bytes < j->tier->g_limit))
-        conn_resume(j->down);
-}
-
-static void mx__tensor_param(void *ctx, size_t i, optim_param *out);
-
-/* The update of one part with its reduced gradient, in the thread pool:
- * the optimizer for parameters, assignment for buffers (the replicas'
- * averaged running statistics), a bfloat16 gradient widened and the
- * weights' bfloat16 twin rounded a block at a time (optim_update_range; no
- * clipping here: that is mx__step_work's). Touches that part only; the disk
- * tier's tensors are one part, updated through its window. */
-static void mx__part_work(uv_work_t *req)
-{
-    mx_part *p = container_of(req, mx_part, req);
-    mx_tensor *t = p->t;
-    mx_job *j = t->job;
-    if (tier_files(j)) {
-        tier_update(j, t, 1.0f);
-        return;
-    }
-    optim_param op;
-    mx__tensor_param(t, 0, &op);
-    optim_update_range(&j->cfg, &op, p->lo, p->hi, (int64_t)p->step);
-}
-
-static void mx__update_next(node *n, mx_job *j);
-static void mx__commit(node *n, mx_job *j, uint64_t step);
-
-/* After an update came back: the step is done when every tensor is updated
- * and its stream is over (once: not while its checkpoint is written; the
- * pump may have found it done already and started the next). */
-static void mx__maybe_step_done(node *n, mx_job *j)
-{
-    if (mx_of(n)->job == j && j->state == MX_RUNNING && j->ckpt_kind == MX_CKPT_NONE &&
-        j->updated == j->nt && !j->turned && !mx__streaming(j))
-        mx__step_done(n, j);
-}
-
-/* Every tensor's gradient of the step is in, its stream is over and no
- * checkpoint follows it, but updates still run: the next step's stream
- * starts now, its chunks waiting for their parts' updates (mx__pump), so
- * the first layer's first parts go while its last ones update; the step is
- * committed when its last update is back (mx__part_done). Not with
- * clipping or the disk tier (one piece of work a step, or a tensor), nor
- * before a checkpoint, which must see every update done. */
-static void mx__maybe_turn(node *n, mx_job *j)
-{
-    if (mx_of(n)->job != j || j->state != MX_RUNNING || j->ckpt_kind != MX_CKPT_NONE ||
-        j->turned || !j->cur.done || !j->cur.training || j->grads_in < j->nt ||
-        j->updated == j->nt || mx__whole_updates(j) ||
-        plan_checkpoint_after(j->plan, j->step))
-        return;
-    j->turned = true;
-    mx_of(n)->early_streams++;
-    j->turn_step = j->step;
-    j->turn_left = j->nt - j->updated;
-    log_debug("job %s: step %llu streams while %zu tensor(s) of step %llu update", j->id,
-              (unsigned long long)j->step + 1, j->turn_left, (unsigned long long)j->step);
-    j->step++;
-    mx__start_step(n, j);
-}
-
-/* Back on the loop: one more part updated; the stream may go on with its
- * weights, its tensor may be updated, and with it the step. */
-static void mx__part_done(uv_work_t *req, int status)
-{
-    mx_part *p = container_of(req, mx_part, req);
-    mx_tensor *t = p->t;
-    mx_job *j = t->job;
-    p->busy = false;
-    j->updating--;
-    if (mx__pool_back(j))
-        return;
-    node *n = j->mx->n;
-    if (status < 0) {
-        mx__abort(n, j, "tensor %s: update cancelled: %s", t->name, uv_strerror(status));
-        return;
-    }
-    if (--t->parts_left == 0) {
-        t->parts_left = t->nparts;
-        if (!tier_files(j)) { /* (the tier's update counts its own step) */
-            optim_param op;
-            mx__tensor_param(t, 0, &op);
-            optim_update_finish(&op);
-        }
-        if (j->turned && p->step == j->turn_step) {
-            log_debug("job %s: step %llu: %s updated (%zu left)", j->id,
-                      (unsigned long long)p->step, t->name, j->turn_left - 1);
-            if (--j->turn_left == 0) {
-                j->turned = false;
-                mx__commit(n, j, p->step);
-            }
-        } else {
-            j->updated++;
-            log_debug("job %s: step %llu: %s updated (%zu of %zu)", j->id,
-                      (unsigned long long)j->step, t->name, j->updated, j->nt);
-        }
-    }
-    mx__update_next(n, j);
-    mx__pump(n, j);
-    mx__maybe_step_done(n, j);
-}
-
-/* Starts the updates of parts whose gradient is complete, at most --threads
- * at a time. */
-static void mx__update_next(node *n, mx_job *j)
-{
-    unsigned limit = j->mx->opt.threads ? j->mx->opt.threads : 1;
-    while (j->ready_head < j->ready_len && j->updating < limit) {
-        mx_part *p = j->ready[j->ready_head];
-        int rc = uv_queue_work(n->loop, &p->req, mx__part_work, mx__part_done);
-        if (rc < 0) {
-            mx__abort(n, j, "tensor %s: update cannot start: %s", p->t->name, uv_strerror(rc));
-            return;
-        }
-        j->ready_head++;
-        j->updating++;
-        j->pool_work++;
-    }
-    if (j->ready_head == j->ready_len) /* drained: a step's parts fit again */
-        j->ready_head = j->ready_len = 0;
-}
-
-/* The tensor ctx (i unused) as the optimizer takes it. */
-static void mx__tensor_param(void *ctx, size_t i, optim_param *out)
-{
-    mx_tensor *t = ctx;
-    (void)i;
-    *out = (optim_param){t->w, t->g, t->n, t->trainable, &t->st, t->w16, t->g16};
-}
-
-static void mx__param(void *ctx, size_t i, optim_param *out)
-{
-    mx__tensor_param(&((mx_job *)ctx)->t[i], 0, out);
-}
-
-/* With clipping, every gradient of the step must be in: the global norm
- * scales them all (the step a Pipelined wse-node runs too), in the thread
- * pool. */
-static void mx__step_work(uv_work_t *req)
-{
-    mx_job *j = container_of(req, mx_job, step_req);
-    if (tier_files(j))
-        tier_update_step(j);
-    else
-        optim_apply_step(&j->cfg, j->nt, mx__param, j, (int64_t)j->step);
-}
-
-static void mx__step_work_done(uv_work_t *req, int status)
-{
-    mx_job *j = container_of(req, mx_job, step_req);
-    for (size_t i = 0; i < j->nt; i++)
-        j->t[i].parts[0].busy = false;
-    j->updating--;
-    if (mx__pool_back(j))
-        return;
-    node *n = j->mx->n;
-    if (status < 0) {
-        mx__abort(n, j, "the update of step %llu was cancelled: %s", (unsigned long long)j->step,
-                  uv_strerror(status));
-        return;
-    }
-    j->updated = j->nt;
-    mx__pump(n, j);
-    mx__maybe_step_done(n, j);
-}
-
-/* Tells the coordinator that `step` is committed in this shard. */
-static void mx__commit(node *n, mx_job *j, uint64_t step)
-{
-    Appliance__StepCommitted sc = APPLIANCE__STEP_COMMITTED__INIT;
-    sc.job_id = j->id;
-    sc.step = step;
-    sc.shard = j->shard;
-    mx_of(n)->steps++;
-    ENVELOPE(env, step_committed, STEP_COMMITTED, &sc);
-    node_send_coordinator(n, &env);
-}
-
-static void mx__step_done(node *n, mx_job *j)
-{
-    mx__commit(n, j, j->step);
-    if (plan_checkpoint_after(j->plan, j->step)) {
-        mx__checkpoint_after(n, j, j->step);
-        return;
-    }
-    j->step++;
-    mx__start_step(n, j);
-}
+static const mx_job_ops mx__job_ops = {mx__update_back, mx__chunk_read, mx__grad_written,
+                                       mx__checkpoint_written};
 
 /* ---- handlers ---- */
 
@@ -854,7 +251,7 @@ static void *mx__start_failed(mx_job *j, char *why, size_t whylen, const char *f
     vsnprintf(why, whylen, fmt, ap);
     va_end(ap);
     j->plan = NULL;
-    mx__job_free(j);
+    mxjob_free(j);
     return NULL;
 }
 
@@ -939,7 +336,7 @@ static void mx__load_work(uv_work_t *req)
 static void mx__load_done(uv_work_t *req, int status)
 {
     mx_job *j = container_of(req, mx_job, load_req);
-    if (mx__pool_back(j))
+    if (mxjob_pool_back(j))
         return;
     node *n = j->mx->n;
     if (status < 0 || j->load_rc < 0) {
@@ -964,39 +361,6 @@ static void mx__load_done(uv_work_t *req, int status)
     j->state = MX_STARTED;
     node_replay(n);
     mx__maybe_ready(n, j);
-}
-
-/* Each tensor's update in parts of whole stream chunks, at least
- * MX_PART_MIN elements (256 KiB of float32 weights: a part's update costs
- * far more than its piece of work in the pool); one part a tensor with the
- * disk tier (its update goes through the tier's window) or clipping (the
- * step's update is one piece of work). Returns 0 or -ENOMEM. */
-#define MX_PART_MIN 65536
-static int mx__parts(mx_job *j)
-{
-    uint64_t chunk = j->plan->chunk_elems ? j->plan->chunk_elems : MX_PART_MIN;
-    uint64_t part = chunk * ((MX_PART_MIN + chunk - 1) / chunk);
-    bool whole = mx__whole_updates(j);
-    j->nparts = 0;
-    for (size_t i = 0; i < j->nt; i++) {
-        mx_tensor *t = &j->t[i];
-        t->part_elems = whole || t->n <= part ? (t->n ? t->n : 1) : part;
-        t->nparts = (uint32_t)((t->n + t->part_elems - 1) / t->part_elems);
-        if (t->nparts == 0)
-            t->nparts = 1;
-        t->parts_left = t->nparts;
-        if (!(t->parts = calloc(t->nparts, sizeof(*t->parts))))
-            return -ENOMEM;
-        for (uint32_t k = 0; k < t->nparts; k++) {
-            mx_part *q = &t->parts[k];
-            q->t = t;
-            q->lo = k * t->part_elems;
-            q->hi = q->lo + t->part_elems < t->n ? q->lo + t->part_elems : t->n;
-        }
-        j->nparts += t->nparts;
-    }
-    j->ready = calloc(j->nparts ? j->nparts : 1, sizeof(*j->ready));
-    return j->ready ? 0 : -ENOMEM;
 }
 
 /* Starts a job (jobhost_ops.start): the shard's tensors initialised from
@@ -1109,11 +473,12 @@ static void *mx__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
         j->twins = true;
         bytes += twin_bytes;
     }
-    if (mx__parts(j) < 0)
+    if (update_parts(j) < 0)
         return mx__start_failed(j, why, whylen, "out of memory");
     j->load_bytes = bytes;
     j->step = p->first_step;
     j->mx = mx;
+    j->ops = &mx__job_ops;
     j->state = MX_LOADING;
     j->work_start = uv_hrtime();
     if (uv_queue_work(n->loop, &j->load_req, mx__load_work, mx__load_done) < 0)
@@ -1180,7 +545,7 @@ static void mx__job_go(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, 
         return;
     j->state = MX_RUNNING;
     if (j->plan->save_initial_checkpoint) {
-        mx__checkpoint(n, j, j->step, MX_CKPT_INITIAL);
+        ckpt_start(j, j->step, MX_CKPT_INITIAL);
         return;
     }
     log_info("job %s: streaming from step %llu", j->id, (unsigned long long)j->step);
@@ -1288,10 +653,9 @@ static void *mx__payload_dest(node *n, conn *c, const Appliance__Envelope *env, 
             *err = -ENOMEM;
         return j->tier->gbuf;
     }
-    return mx__grad_dest(j, t, g->offset, g->count);
+    return update_grad_dest(j, t, g->offset, g->count);
 }
 
-static void mx__grad_in(node *n, mx_job *j, mx_tensor *t, uint64_t offset, uint64_t count);
 
 /* Pipelined: count elements of t's weights (state 0) or optimizer state
  * are in; when the upload is whole, its checkpoint is written and the link
@@ -1311,7 +675,7 @@ static void mx__upload_in(node *n, mx_job *j, mx_tensor *t, uint32_t state, uint
     if (j->down)
         conn_pause(j->down);
     j->step = step;
-    mx__checkpoint_after(n, j, step);
+    ckpt_after(j, step);
 }
 
 /* Pipelined: a chunk of the first replica's upload, in place
@@ -1346,8 +710,8 @@ static void mx__upload_chunk(node *n, conn *c, Appliance__Envelope *env, uint8_t
               j->id, (unsigned long long)w->step, (unsigned long long)j->ckpt_step);
     mx_held *h = malloc(sizeof(*h) + len);
     if (!h) {
-        mx__abort(n, j, "out of memory for an upload chunk after step %llu",
-                  (unsigned long long)w->step);
+        mxjob_abort(j, "out of memory for an upload chunk after step %llu",
+                    (unsigned long long)w->step);
         return;
     }
     *h = (mx_held){.step = w->step, .tensor = t, .offset = w->offset, .count = w->count,
@@ -1382,7 +746,7 @@ static void mx__upload_drain(node *n, mx_job *j)
                                       sizeof(why));
         if (!dest) {
             free(h);
-            mx__abort(n, j, "upload from the first replica: %s", why);
+            mxjob_abort(j, "upload from the first replica: %s", why);
             return;
         }
         memcpy(dest, h->data, h->count * sizeof(float));
@@ -1408,8 +772,8 @@ static void mx__grad_chunk(node *n, conn *c, Appliance__Envelope *env, uint8_t *
     if (g->step > j->step) { /* held until its step starts (mx__payload_dest) */
         mx_held *h = malloc(sizeof(*h) + len);
         if (!h) {
-            mx__abort(n, j, "out of memory for a gradient chunk of step %llu",
-                      (unsigned long long)g->step);
+            mxjob_abort(j, "out of memory for a gradient chunk of step %llu",
+                        (unsigned long long)g->step);
             return;
         }
         h->next = NULL;
@@ -1432,91 +796,16 @@ static void mx__grad_chunk(node *n, conn *c, Appliance__Envelope *env, uint8_t *
         else if (own)
             memcpy(own, pl, len);
         if (!own) {
-            mx__abort(n, j, "out of memory for a gradient chunk");
+            mxjob_abort(j, "out of memory for a gradient chunk");
             return;
         }
-        mx__tier_grad_wire(n, j, t, g->offset, g->count, own, own);
+        tierio_grad_wire(j, t, g->offset, g->count, own, own);
         return;
     }
     /* in place; or a chunk that was to be held, but whose step started
      * while its payload still arrived: in the reader's buffer */
-    mx__grad_land(j, t, g->offset, g->count, pl);
+    update_grad_land(j, t, g->offset, g->count, pl);
     mx__grad_in(n, j, t, g->offset, g->count);
-}
-
-/* A part's gradient is complete: its update is due. */
-static void mx__part_ready(node *n, mx_job *j, mx_part *p)
-{
-    mx_tensor *t = p->t;
-    if (t->writes > 0) {
-        /* Cannot happen: the gradient depends on weights already written
-         * from t->w. (Chunks sent from read-ahead buffers are not counted:
-         * their write callbacks may still be queued when the gradient comes
-         * back, and the update does not touch those buffers.) */
-        mx__abort(n, j, "tensor %s: gradient before its weights were written", t->name);
-        return;
-    }
-    if (j->ready_len == j->nparts) {
-        mx__abort(n, j, "tensor %s: more updates due than parts", t->name);
-        return;
-    }
-    p->have = 0;
-    p->busy = true;
-    p->step = j->step;
-    j->ready[j->ready_len++] = p;
-    mx__update_next(n, j);
-}
-
-/* Elements [offset, offset + count) of t's reduced gradient are in its
- * buffer: the parts they complete are due, and with the last the tensor. */
-static void mx__grad_in(node *n, mx_job *j, mx_tensor *t, uint64_t offset, uint64_t count)
-{
-    t->grad_have += count;
-    if (t->updated || t->grad_have > t->n) {
-        mx__abort(n, j, "tensor %s: gradient received twice in step %llu", t->name,
-                  (unsigned long long)j->step);
-        return;
-    }
-    bool clip = j->cfg.max_gradient_norm > 0;
-    uint64_t end = offset + count;
-    for (mx_part *p = mx__part_at(t, offset); !clip && p < t->parts + t->nparts && p->lo < end;
-         p++) {
-        uint64_t a = offset > p->lo ? offset : p->lo, b = end < p->hi ? end : p->hi;
-        p->have += b - a;
-        if (p->busy || p->have > p->hi - p->lo) {
-            mx__abort(n, j, "tensor %s: gradient received twice in step %llu", t->name,
-                      (unsigned long long)j->step);
-            return;
-        }
-        if (p->have == p->hi - p->lo) {
-            mx__part_ready(n, j, p);
-            if (mx_of(n)->job != j)
-                return;
-        }
-    }
-    if (t->grad_have < t->n)
-        return;
-    t->updated = true; /* its gradient is complete */
-    j->grads_in++;
-    if (!clip) {
-        mx__maybe_turn(n, j);
-        return;
-    }
-    if (t->writes > 0) {
-        mx__abort(n, j, "tensor %s: gradient before its weights were written", t->name);
-        return;
-    }
-    t->parts[0].busy = true; /* (its one part) */
-    if (j->grads_in < j->nt)
-        return;
-    int rc = uv_queue_work(n->loop, &j->step_req, mx__step_work, mx__step_work_done);
-    if (rc < 0) {
-        mx__abort(n, j, "the update of step %llu cannot start: %s", (unsigned long long)j->step,
-                  uv_strerror(rc));
-        return;
-    }
-    j->updating++;
-    j->pool_work++;
 }
 
 /* Lets the job go (jobhost_ops.release). */
@@ -1536,7 +825,7 @@ static void mx__release(jobhost *h, void *job, jobhost_end end, const char *why)
     if (j->pool_work > 0) /* the thread pool still has some of it */
         j->released = true;
     else
-        mx__job_free_later(j);
+        mxjob_free_later(j);
 }
 
 static void mx__drain(node *n, conn *c)
@@ -1551,7 +840,7 @@ static void mx__conn_close(node *n, conn *c, int err, const char *reason)
     mx_job *j = mx_of(n)->job;
     if (j && c == j->down) {
         j->down = NULL;
-        jobhost_peer_lost(&mx_of(n)->jobs, "lost %s %s: %s", mx__down_name(j), c->peer_addr, reason);
+        jobhost_peer_lost(&mx_of(n)->jobs, "lost %s %s: %s", mxjob_down_name(j), c->peer_addr, reason);
     }
 }
 
@@ -1600,13 +889,13 @@ static void mx__describe_wait(node *n, char *out, size_t len)
     else if (j->turned)
         snprintf(out, len, "the update of step %llu (%zu of %zu tensors left) to stream step %llu",
                  (unsigned long long)j->turn_step, j->turn_left, j->nt, (unsigned long long)j->step);
-    else if (mx__streaming(j))
+    else if (pump_streaming(j))
         snprintf(out, len, "the link to %s to take the weights of step %llu (%zu of %zu tensors "
-                 "updated)", mx__down_name(j), (unsigned long long)j->step, j->updated, j->nt);
+                 "updated)", mxjob_down_name(j), (unsigned long long)j->step, j->updated, j->nt);
     else
         snprintf(out, len, "%s of step %llu from %s: %zu of %zu tensors updated",
                  j->plan->n_swarm ? "the reduced gradients" : "the gradients",
-                 (unsigned long long)j->step, mx__down_name(j), j->updated, j->nt);
+                 (unsigned long long)j->step, mxjob_down_name(j), j->updated, j->nt);
 }
 
 /* The coordinator owns the job: without it no step can be committed, and a

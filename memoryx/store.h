@@ -1,6 +1,6 @@
 /* memoryx's job: the weights and optimizer state of its shard of the
- * tensors, and the position of the weight stream. The types the daemon
- * (mx.c) and its checkpoints (checkpoint.c) share. */
+ * tensors, and the position of the weight stream; memoryx itself. The
+ * types the daemon (mx.c) and its modules share. */
 #pragma once
 
 #include <limits.h>
@@ -9,6 +9,8 @@
 #include <uv.h>
 
 #include "conn.h"
+#include "jobhost.h"
+#include "node.h"
 #include "optim.h"
 #include "plan.pb-c.h"
 #include "plan_stream.h"
@@ -16,8 +18,8 @@
 struct memoryx;
 
 /* A range of a tensor whose update is one piece of work, started as soon
- * as the range's gradient is in (mx__grad_in): a tensor of many stream
- * chunks updates in parts (MX_PART_MIN), so its first parts are updated
+ * as the range's gradient is in (update_grad_in): a tensor of many stream
+ * chunks updates in parts (UPDATE_PART_MIN), so its first parts are updated
  * while the rest of its gradient still comes, and the next step's stream
  * sends them while the last ones update. */
 typedef struct mx_part {
@@ -86,7 +88,7 @@ typedef enum mx_ckpt_kind {
  *   MX_LOADING --tensors initialised or loaded in the thread pool (mx__load_done)--> MX_STARTED
  *   MX_STARTED --root swarmx's hello: JobReady (mx__maybe_ready)--> MX_READY
  *   MX_READY --the coordinator's JobGo (mx__job_go)--> MX_RUNNING
- *   MX_RUNNING --the last step committed, JobFinished (mx__step_done)--> MX_FINISHED
+ *   MX_RUNNING --the final checkpoint written, JobFinished (mx__checkpoint_written)--> MX_FINISHED
  *   any state --an end (jobhost.h: JobEnd/JobAbort, failure, fault,
  *                coordinator lost, shutdown; mx__release)--> freed
  *
@@ -98,10 +100,10 @@ typedef enum mx_ckpt_kind {
  * first replica's weights is written as a checkpoint: mx__upload_chunk;
  * the rest of this is Weight Streaming's):
  * each step streams its weights (cur, the stream cursor, says how
- * far: mx__pump) while reduced gradients come back (mx__grad_chunk) and
+ * far: pump_send) while reduced gradients come back (mx__grad_chunk) and
  * the optimizer updates each part of a tensor (mx_part) whose gradient is
  * complete in the thread pool, at most --threads at a time
- * (mx__update_next; with clipping, every tensor in one piece of work once
+ * (update.c; with clipping, every tensor in one piece of work once
  * all are in); a step is done when every tensor is updated and the stream
  * is over (mx__step_done), and the next starts (mx__start_step). Where no
  * checkpoint follows, the next step's stream starts as soon as the last
@@ -109,7 +111,7 @@ typedef enum mx_ckpt_kind {
  * updates, and the step is committed when the last is back. A checkpoint
  * due then (or before the first step, or
  * after the last) is written in the thread pool first (ckpt_kind says which
- * and what follows it: mx__checkpoint_done). The event loop only moves
+ * and what follows it: mx__checkpoint_written). The event loop only moves
  * bytes: heartbeats and flow control go on while a large tensor updates or
  * a checkpoint is written.
  * FINISHED: the final evaluation's weights may still stream; no step runs. */
@@ -120,6 +122,25 @@ typedef enum mx_state {
     MX_RUNNING,
     MX_FINISHED,
 } mx_state;
+
+/* What a job's modules (update.c, tierio.c, checkpoint.c) report back up
+ * to the daemon that drives its steps (mx.c) when their work comes back
+ * from the thread pool: mx.c calls down into them, they call it through
+ * these only, so calls go one way (the pump only returns: pump_send).
+ * Each is called on the loop, with the job still memoryx's. */
+typedef struct mx_job_ops {
+    /* the update of parts or of the whole step came back (update.c): the
+     * stream may go on with their weights, and the step may be done */
+    void (*update_back)(struct mx_job *j);
+    /* a chunk of the stream was read ahead (tierio.c): it may be sent */
+    void (*chunk_read)(struct mx_job *j);
+    /* elements [offset, offset + count) of t's reduced gradient are in the
+     * disk tier's gradients file (tierio.c): their update may be due */
+    void (*grad_written)(struct mx_job *j, mx_tensor *t, uint64_t offset, uint64_t count);
+    /* the checkpoint of step (kind says why) is written and reported
+     * (checkpoint.c): what it was for follows */
+    void (*checkpoint_written)(struct mx_job *j, mx_ckpt_kind kind, uint64_t step);
+} mx_job_ops;
 
 typedef struct mx_job {
     char id[40];
@@ -143,6 +164,7 @@ typedef struct mx_job {
     size_t turn_left;             /* its tensors still updating */
     optim_config cfg;             /* the optimizer of the job */
     struct memoryx *mx;           /* its memoryx */
+    const mx_job_ops *ops;        /* how its modules call back (mx.c's) */
     uv_work_t load_req;           /* LOADING: the tensors made in the thread pool */
     uv_work_t free_req;           /* released: the tensors freed in the thread pool */
     unsigned pool_work;           /* pieces of work of this job in the thread pool */
@@ -174,3 +196,25 @@ typedef struct mx_job {
     struct mx_tier *tier;         /* the disk tier (tier.h), or NULL: the tensors are in RAM */
     uint64_t tier_window;         /* > 0: the shard goes to the disk tier, with this much RAM */
 } mx_job;
+
+/* memoryx's own options (its key table: memoryx_role). */
+typedef struct memoryx_options {
+    uint64_t memory;              /* bytes for weights and optimizer state; 0: unlimited */
+    uint32_t threads;             /* threads for optimizer steps */
+    uint64_t disk;                /* room for the disk tier in state_dir; UINT64_MAX: what its
+                                     file system has free */
+    bool no_disk_tier;            /* --no-disk-tier: a shard must fit memory */
+    char state_dir[PATH_MAX];     /* scratch directory, or "" */
+} memoryx_options;
+
+typedef struct memoryx {
+    node *n;
+    memoryx_options opt;          /* filled by node_parse_args */
+    jobhost jobs;                 /* the job's life cycle (jobhost.h) */
+    mx_job *job;                  /* at most one job at a time (jobs.job) */
+    metrics_hist chunk_hist;      /* a weight chunk from queued to written */
+    uint64_t steps;               /* steps committed */
+    uint64_t early_streams;       /* steps whose stream began before the last update of the
+                                     step before was back (mx__maybe_turn) */
+    uint64_t checkpoints;         /* checkpoint files written */
+} memoryx;

@@ -15,12 +15,16 @@
  *
  * Memory stays within a window of RAM (memoryx's --memory): the weight
  * stream is read ahead into buffers in the thread pool (a cursor runs ahead
- * of the stream's), gradient chunks are written from buffers, and the
+ * of the stream's), gradient chunks are written from buffers (both driven
+ * from the loop: tierio.h), and the
  * thread pool's work (initialisation, the optimizer's update, loading)
  * goes through the mappings a piece at a time, each piece's pages started
  * on their way to the disk and dropped from memoryx's memory once done
  * (write-behind; the page cache keeps what it can). Nothing is fsynced but
- * checkpoints. */
+ * checkpoints.
+ *
+ * What is here works on the tier's files and memory and calls nothing of
+ * memoryx's modules: they call it. */
 #pragma once
 
 #include <limits.h>
@@ -73,17 +77,6 @@ typedef struct mx_tier {
     uint64_t read_ns;             /* time spent reading them */
     void *gbuf;                   /* the buffer the last gradient payload went to */
 } mx_tier;
-
-/* A gradient chunk being written to the gradients file. */
-typedef struct mx_gwrite {
-    uv_work_t req;
-    mx_job *job;
-    mx_tensor *t;
-    uint64_t offset, count;
-    void *data;                   /* count floats */
-    void *owned;                  /* freed when written */
-    int rc;
-} mx_gwrite;
 
 /* Whether j's tensors are in the disk tier's files. */
 static inline bool tier_files(const mx_job *j)

@@ -1,0 +1,297 @@
+/* memoryx's optimizer update of a step (update.h). */
+#include "update.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bf16.h"
+#include "log.h"
+#include "msg.h"
+#include "msgcheck.h"
+#include "mxjob.h"
+#include "optim_plan.h"
+#include "tier.h"
+
+bool update_whole(const mx_job *j)
+{
+    return j->tier_window || j->cfg.max_gradient_norm > 0;
+}
+
+int update_parts(mx_job *j)
+{
+    uint64_t chunk = j->plan->chunk_elems ? j->plan->chunk_elems : UPDATE_PART_MIN;
+    uint64_t part = chunk * ((UPDATE_PART_MIN + chunk - 1) / chunk);
+    bool whole = update_whole(j);
+    j->nparts = 0;
+    for (size_t i = 0; i < j->nt; i++) {
+        mx_tensor *t = &j->t[i];
+        t->part_elems = whole || t->n <= part ? (t->n ? t->n : 1) : part;
+        t->nparts = (uint32_t)((t->n + t->part_elems - 1) / t->part_elems);
+        if (t->nparts == 0)
+            t->nparts = 1;
+        t->parts_left = t->nparts;
+        if (!(t->parts = calloc(t->nparts, sizeof(*t->parts))))
+            return -ENOMEM;
+        for (uint32_t k = 0; k < t->nparts; k++) {
+            mx_part *q = &t->parts[k];
+            q->t = t;
+            q->lo = k * t->part_elems;
+            q->hi = q->lo + t->part_elems < t->n ? q->lo + t->part_elems : t->n;
+        }
+        j->nparts += t->nparts;
+    }
+    j->ready = calloc(j->nparts ? j->nparts : 1, sizeof(*j->ready));
+    return j->ready ? 0 : -ENOMEM;
+}
+
+/* The part of t that element `at` is in. */
+static mx_part *update__part_at(const mx_tensor *t, uint64_t at)
+{
+    uint64_t i = at / t->part_elems;
+    return &t->parts[i < t->nparts ? i : t->nparts - 1];
+}
+
+bool update_busy(const mx_tensor *t, uint64_t offset, uint64_t count)
+{
+    const mx_part *end = t->parts + t->nparts;
+    for (const mx_part *p = update__part_at(t, offset); p < end && p->lo < offset + count; p++)
+        if (p->busy)
+            return true;
+    return false;
+}
+
+void update_start(mx_job *j)
+{
+    j->updated = 0;
+    j->grads_in = 0;
+    for (size_t i = 0; i < j->nt; i++) {
+        j->t[i].grad_have = 0;
+        j->t[i].updated = false;
+    }
+}
+
+void *update_grad_dest(const mx_job *j, mx_tensor *t, uint64_t offset, uint64_t count)
+{
+    if (t->g16)
+        return t->g16 + offset;
+    return j->plan->wire_bf16 ? (void *)((uint8_t *)(t->g + offset) + 2 * count)
+                              : (void *)(t->g + offset);
+}
+
+void update_grad_land(const mx_job *j, mx_tensor *t, uint64_t offset, uint64_t count,
+                      const void *payload)
+{
+    void *dest = update_grad_dest(j, t, offset, count);
+    if (payload != dest)
+        memcpy(dest, payload, count * msgcheck_wire_elem(j->plan));
+    if (j->plan->wire_bf16 && !t->g16)
+        bf16_unpack(t->g + offset, dest, count);
+}
+
+/* The tensor ctx (i unused) as the optimizer takes it. */
+static void update__tensor_param(void *ctx, size_t i, optim_param *out)
+{
+    mx_tensor *t = ctx;
+    (void)i;
+    *out = (optim_param){t->w, t->g, t->n, t->trainable, &t->st, t->w16, t->g16};
+}
+
+static void update__param(void *ctx, size_t i, optim_param *out)
+{
+    update__tensor_param(&((mx_job *)ctx)->t[i], 0, out);
+}
+
+/* The update of one part with its reduced gradient, in the thread pool:
+ * the optimizer for parameters, assignment for buffers (the replicas'
+ * averaged running statistics), a bfloat16 gradient widened and the
+ * weights' bfloat16 twin rounded a block at a time (optim_update_range; no
+ * clipping here: that is update__step_work's). Touches that part only; the
+ * disk tier's tensors are one part, updated through its window. */
+static void update__part_work(uv_work_t *req)
+{
+    mx_part *p = container_of(req, mx_part, req);
+    mx_tensor *t = p->t;
+    mx_job *j = t->job;
+    if (tier_files(j)) {
+        tier_update(j, t, 1.0f);
+        return;
+    }
+    optim_param op;
+    update__tensor_param(t, 0, &op);
+    optim_update_range(&j->cfg, &op, p->lo, p->hi, (int64_t)p->step);
+}
+
+static void update__next(mx_job *j);
+
+/* Back on the loop: one more part updated; its tensor may be updated, and
+ * with the last tensor of a step that streams early (turned) that step is
+ * committed. */
+static void update__part_done(uv_work_t *req, int status)
+{
+    mx_part *p = container_of(req, mx_part, req);
+    mx_tensor *t = p->t;
+    mx_job *j = t->job;
+    p->busy = false;
+    j->updating--;
+    if (mxjob_pool_back(j))
+        return;
+    if (status < 0) {
+        mxjob_abort(j, "tensor %s: update cancelled: %s", t->name, uv_strerror(status));
+        return;
+    }
+    if (--t->parts_left == 0) {
+        t->parts_left = t->nparts;
+        if (!tier_files(j)) { /* (the tier's update counts its own step) */
+            optim_param op;
+            update__tensor_param(t, 0, &op);
+            optim_update_finish(&op);
+        }
+        if (j->turned && p->step == j->turn_step) {
+            log_debug("job %s: step %llu: %s updated (%zu left)", j->id,
+                      (unsigned long long)p->step, t->name, j->turn_left - 1);
+            if (--j->turn_left == 0) {
+                j->turned = false;
+                update_commit(j, p->step);
+            }
+        } else {
+            j->updated++;
+            log_debug("job %s: step %llu: %s updated (%zu of %zu)", j->id,
+                      (unsigned long long)j->step, t->name, j->updated, j->nt);
+        }
+    }
+    update__next(j);
+    j->ops->update_back(j);
+}
+
+/* Starts the updates of parts whose gradient is complete, at most --threads
+ * at a time. */
+static void update__next(mx_job *j)
+{
+    unsigned limit = j->mx->opt.threads ? j->mx->opt.threads : 1;
+    while (j->ready_head < j->ready_len && j->updating < limit) {
+        mx_part *p = j->ready[j->ready_head];
+        int rc = uv_queue_work(j->mx->n->loop, &p->req, update__part_work, update__part_done);
+        if (rc < 0) {
+            mxjob_abort(j, "tensor %s: update cannot start: %s", p->t->name, uv_strerror(rc));
+            return;
+        }
+        j->ready_head++;
+        j->updating++;
+        j->pool_work++;
+    }
+    if (j->ready_head == j->ready_len) /* drained: a step's parts fit again */
+        j->ready_head = j->ready_len = 0;
+}
+
+/* With clipping, every gradient of the step must be in: the global norm
+ * scales them all (the step a Pipelined wse-node runs too), in the thread
+ * pool. */
+static void update__step_work(uv_work_t *req)
+{
+    mx_job *j = container_of(req, mx_job, step_req);
+    if (tier_files(j))
+        tier_update_step(j);
+    else
+        optim_apply_step(&j->cfg, j->nt, update__param, j, (int64_t)j->step);
+}
+
+static void update__step_work_done(uv_work_t *req, int status)
+{
+    mx_job *j = container_of(req, mx_job, step_req);
+    for (size_t i = 0; i < j->nt; i++)
+        j->t[i].parts[0].busy = false;
+    j->updating--;
+    if (mxjob_pool_back(j))
+        return;
+    if (status < 0) {
+        mxjob_abort(j, "the update of step %llu was cancelled: %s", (unsigned long long)j->step,
+                    uv_strerror(status));
+        return;
+    }
+    j->updated = j->nt;
+    j->ops->update_back(j);
+}
+
+void update_commit(mx_job *j, uint64_t step)
+{
+    Appliance__StepCommitted sc = APPLIANCE__STEP_COMMITTED__INIT;
+    sc.job_id = j->id;
+    sc.step = step;
+    sc.shard = j->shard;
+    j->mx->steps++;
+    ENVELOPE(env, step_committed, STEP_COMMITTED, &sc);
+    node_send_coordinator(j->mx->n, &env);
+}
+
+/* A part's gradient is complete: its update is due. */
+static void update__part_ready(mx_job *j, mx_part *p)
+{
+    mx_tensor *t = p->t;
+    if (t->writes > 0) {
+        /* Cannot happen: the gradient depends on weights already written
+         * from t->w. (Chunks sent from read-ahead buffers are not counted:
+         * their write callbacks may still be queued when the gradient comes
+         * back, and the update does not touch those buffers.) */
+        mxjob_abort(j, "tensor %s: gradient before its weights were written", t->name);
+        return;
+    }
+    if (j->ready_len == j->nparts) {
+        mxjob_abort(j, "tensor %s: more updates due than parts", t->name);
+        return;
+    }
+    p->have = 0;
+    p->busy = true;
+    p->step = j->step;
+    j->ready[j->ready_len++] = p;
+    update__next(j);
+}
+
+bool update_grad_in(mx_job *j, mx_tensor *t, uint64_t offset, uint64_t count)
+{
+    t->grad_have += count;
+    if (t->updated || t->grad_have > t->n) {
+        mxjob_abort(j, "tensor %s: gradient received twice in step %llu", t->name,
+                    (unsigned long long)j->step);
+        return false;
+    }
+    bool clip = j->cfg.max_gradient_norm > 0;
+    uint64_t end = offset + count;
+    for (mx_part *p = update__part_at(t, offset); !clip && p < t->parts + t->nparts && p->lo < end;
+         p++) {
+        uint64_t a = offset > p->lo ? offset : p->lo, b = end < p->hi ? end : p->hi;
+        p->have += b - a;
+        if (p->busy || p->have > p->hi - p->lo) {
+            mxjob_abort(j, "tensor %s: gradient received twice in step %llu", t->name,
+                        (unsigned long long)j->step);
+            return false;
+        }
+        if (p->have == p->hi - p->lo) {
+            update__part_ready(j, p);
+            if (j->mx->job != j)
+                return false;
+        }
+    }
+    if (t->grad_have < t->n)
+        return false;
+    t->updated = true; /* its gradient is complete */
+    j->grads_in++;
+    if (!clip)
+        return true;
+    if (t->writes > 0) {
+        mxjob_abort(j, "tensor %s: gradient before its weights were written", t->name);
+        return false;
+    }
+    t->parts[0].busy = true; /* (its one part) */
+    if (j->grads_in < j->nt)
+        return false;
+    int rc = uv_queue_work(j->mx->n->loop, &j->step_req, update__step_work, update__step_work_done);
+    if (rc < 0) {
+        mxjob_abort(j, "the update of step %llu cannot start: %s", (unsigned long long)j->step,
+                    uv_strerror(rc));
+        return false;
+    }
+    j->updating++;
+    j->pool_work++;
+    return false;
+}

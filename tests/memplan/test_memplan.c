@@ -708,7 +708,7 @@ int main(void)
     tcase_add_test(t, fused_relus_train_as_apart);
     suite_add_tcase(s, t);
     /* the paths each processor takes (the runs as on older processors,
-     * tests/compiler/meson.build, run this case alone: CK_RUN_CASE) */
+     * tests/memplan/meson.build, run this case alone: CK_RUN_CASE) */
     TCase *l = tcase_create("layouts");
     tcase_set_timeout(l, 240);
     tcase_add_test(l, blocked_groups_train_as_plain);

@@ -47,7 +47,7 @@ static const options_key node__keys[] = {
     {"log-level", "LEVEL", OPTIONS_LOG_LEVEL, offsetof(node_options, log_level), 0, 0, 0,
      "debug, info, warn or error (default info)"},
     {"heartbeat-ms", "MS", OPTIONS_U32, offsetof(node_options, heartbeat_ms), 0, 1, 10000000,
-     "heartbeat interval (default 1000)"},
+     "heartbeat interval (default 1000; at most a third of the coordinator's timeout)"},
     {"metrics", "HOST:PORT", OPTIONS_STRING, offsetof(node_options, metrics),
      sizeof(((node_options *)0)->metrics), 0, 0, "serve Prometheus metrics at http://HOST:PORT/metrics"},
     {"trace", "FILE", OPTIONS_STRING, offsetof(node_options, trace), sizeof(((node_options *)0)->trace),
@@ -308,7 +308,13 @@ static void node__on_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, 
         log_info("registered with the coordinator at %s as member %u", c->peer_addr, n->member_id);
         if (env->register_ack->warning && env->register_ack->warning[0])
             log_warn("the coordinator warns: %s", env->register_ack->warning);
-        uv_timer_start(&n->heartbeat, node__heartbeat, n->opt.heartbeat_ms, n->opt.heartbeat_ms);
+        /* at least three heartbeats within the coordinator's timeout: one
+         * a timeout apart would let either side find the other silent for
+         * a timeout by a millisecond (both use the same bound) */
+        uint64_t every = n->opt.heartbeat_ms;
+        if (n->coord_timeout_ms && every > n->coord_timeout_ms / 3)
+            every = n->coord_timeout_ms / 3 ? n->coord_timeout_ms / 3 : 1;
+        uv_timer_start(&n->heartbeat, node__heartbeat, every, every);
         if (n->role->on_registered)
             n->role->on_registered(n);
         if (first)

@@ -112,9 +112,5 @@ void wn__unstage(wn_job *j)
         if (next_blocked)
             return;
     }
-    conn *up = conn_link_conn(&j->up);
-    if (up && j->up_paused) {
-        j->up_paused = false;
-        conn_resume(up);
-    }
+    wn__resume_up(j);
 }

@@ -253,7 +253,7 @@ static void wns__wake(uv_async_t *a)
         wn__fault(p->job->n, p->job, "cannot send to the %s: %s",
                   want == WNS_SUM ? "swarmx tree" : "neighbouring stripes", strerror(-rc));
     else if (want == WNS_SUM) /* its total comes behind the weight chunks */
-        wn__read_for_total(p->job);
+        wn__resume_up(p->job);
 }
 
 /* ---- the loop's side: rows arriving ---- */

@@ -51,7 +51,7 @@ void wn__hello(conn *c, const wn_job *j)
 
 /* Reading from the link up goes on (a slot freed, or the compute thread
  * waits for a collective total that comes down the same stream). */
-void wn__read_for_total(wn_job *j)
+void wn__resume_up(wn_job *j)
 {
     conn *up = conn_link_conn(&j->up);
     if (up && j->up_paused && j->state != WN_RELEASED) {

@@ -43,7 +43,7 @@ typedef struct wn_tensor {
 
 /* A weight chunk that arrived while its slot was still in use: the frames
  * already read when reading stopped, or, while the compute thread waits
- * for a collective total that comes behind them (wn__read_for_total),
+ * for a collective total that comes behind them (wn__resume_up),
  * what swarmx sends meanwhile (at most its window, PLAN_SWARM_DOWN_MAX,
  * and the ring's). */
 typedef struct wn_staged {
@@ -330,7 +330,7 @@ double wn__now(void);
 #define wn__fault(n, j, ...) jobhost_abort_job(&wn_of(n)->jobs, j, true, __VA_ARGS__)
 void wn__hello(conn *c, const wn_job *j);
 void wn__maybe_ready(wn_job *j);
-void wn__read_for_total(wn_job *j);
+void wn__resume_up(wn_job *j);
 
 /* stage.c: whether the link up must be read whatever the slots say; stops
  * reading it; holds a chunk that came before its slot was free; lands a

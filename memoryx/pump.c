@@ -27,6 +27,8 @@ static void pump__chunk_sent(void *arg, int status)
     t->writes--;
     if (status == 0)
         metrics_hist_observe(&t->mx->chunk_hist, (double)(uv_now(t->loop) - t->sent_at) / 1000.0);
+    if (t->writes == 0)
+        update_writes_done(t->job);
 }
 
 /* Sends chunk ch of the stream, its bytes at data (done(arg) when they are

@@ -173,6 +173,8 @@ typedef struct mx_job {
     unsigned updating;            /* parts' updates in the thread pool */
     mx_held *held, **held_tail;   /* next step's gradient chunks that came early, in order */
     uv_work_t step_req;           /* with clipping: the whole step's update */
+    bool step_due;                /* with clipping: every gradient is in, the update waits
+                                     for weight chunks still being written */
     mx_ckpt_kind ckpt_kind;       /* the checkpoint being written, or MX_CKPT_NONE */
     uv_work_t ckpt_req;
     uint64_t ckpt_step;

@@ -123,6 +123,7 @@ static void update__part_work(uv_work_t *req)
 }
 
 static void update__next(mx_job *j);
+static void update__step_start(mx_job *j);
 
 /* Back on the loop: one more part updated; its tensor may be updated, and
  * with the last tensor of a step that streams early (turned) that step is
@@ -171,6 +172,8 @@ static void update__next(mx_job *j)
     unsigned limit = j->mx->opt.threads ? j->mx->opt.threads : 1;
     while (j->ready_head < j->ready_len && j->updating < limit) {
         mx_part *p = j->ready[j->ready_head];
+        if (p->t->writes > 0)
+            break; /* update_writes_done resumes */
         int rc = uv_queue_work(j->mx->n->loop, &p->req, update__part_work, update__part_done);
         if (rc < 0) {
             mxjob_abort(j, "tensor %s: update cannot start: %s", p->t->name, uv_strerror(rc));
@@ -228,14 +231,6 @@ void update_commit(mx_job *j, uint64_t step)
 static void update__part_ready(mx_job *j, mx_part *p)
 {
     mx_tensor *t = p->t;
-    if (t->writes > 0) {
-        /* Cannot happen: the gradient depends on weights already written
-         * from t->w. (Chunks sent from read-ahead buffers are not counted:
-         * their write callbacks may still be queued when the gradient comes
-         * back, and the update does not touch those buffers.) */
-        mxjob_abort(j, "tensor %s: gradient before its weights were written", t->name);
-        return;
-    }
     if (j->ready_len == j->nparts) {
         mxjob_abort(j, "tensor %s: more updates due than parts", t->name);
         return;
@@ -278,20 +273,45 @@ bool update_grad_in(mx_job *j, mx_tensor *t, uint64_t offset, uint64_t count)
     j->grads_in++;
     if (!clip)
         return true;
-    if (t->writes > 0) {
-        mxjob_abort(j, "tensor %s: gradient before its weights were written", t->name);
-        return false;
-    }
     t->parts[0].busy = true; /* (its one part) */
     if (j->grads_in < j->nt)
         return false;
+    update__step_start(j);
+    return false;
+}
+
+/* Whether a weight chunk of any of j's tensors is still being written. */
+static bool update__writing(const mx_job *j)
+{
+    for (size_t i = 0; i < j->nt; i++)
+        if (j->t[i].writes > 0)
+            return true;
+    return false;
+}
+
+/* With clipping, every gradient is in: the step's update, once no weight
+ * chunk is being written (update_writes_done resumes it). */
+static void update__step_start(mx_job *j)
+{
+    j->step_due = update__writing(j);
+    if (j->step_due)
+        return;
     int rc = uv_queue_work(j->mx->n->loop, &j->step_req, update__step_work, update__step_work_done);
     if (rc < 0) {
         mxjob_abort(j, "the update of step %llu cannot start: %s", (unsigned long long)j->step,
                     uv_strerror(rc));
-        return false;
+        return;
     }
     j->updating++;
     j->pool_work++;
-    return false;
+}
+
+void update_writes_done(mx_job *j)
+{
+    if (j->released || j->mx->job != j)
+        return;
+    if (j->step_due)
+        update__step_start(j);
+    else
+        update__next(j);
 }

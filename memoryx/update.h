@@ -51,5 +51,11 @@ void update_grad_land(const mx_job *j, mx_tensor *t, uint64_t offset, uint64_t c
  * when the job failed (a gradient received twice). */
 bool update_grad_in(mx_job *j, mx_tensor *t, uint64_t offset, uint64_t count);
 
+/* The last weight chunk of a tensor being written is: the updates waiting
+ * for it go on. (A ring send copies its payload at once, but its header is
+ * written later, and a stream's reads come before its writes in a turn of
+ * the loop: a gradient of those weights can come back first.) */
+void update_writes_done(mx_job *j);
+
 /* Tells the coordinator that `step` is committed in this shard. */
 void update_commit(mx_job *j, uint64_t step);

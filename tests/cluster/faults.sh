@@ -38,9 +38,11 @@ echo "ok: the undisturbed run: $steps steps"
 # disturb NAME VICTIM [forever]: kills VICTIM at a random step of a job
 disturb() {
   local name="$1" victim="$2" at id out pid s
-  # (in the first half: a fast step, a few ms, must leave the coordinator
-  # time to see the fault before the job ends)
-  at=$((15 + RANDOM % (steps / 2)))
+  # (in the first fifth: a fast step, a few ms, must leave the coordinator
+  # time to see the fault before the job ends, and a loaded host's status
+  # poll (tens of ms under a sanitizer) time to see the step: from half way
+  # the job could end before the signal)
+  at=$((15 + RANDOM % (steps / 8)))
   id=$(cd "$work" && "$submit" --detach "$(job "$name")" | grep -o 'job-[0-9]*' | head -n 1)
   [ -n "$id" ] || fail "$name: no job id"
   # the pids read before: at a few ms a step, a loaded host's process

@@ -294,6 +294,34 @@ START_TEST(turned_step_commits_with_its_last_update)
 }
 END_TEST
 
+/* A ring send copies its payload at once and writes its header later; a
+ * gradient of those weights can be read first. Its update waits for the
+ * write (with clipping, the step's), then runs as it would have. */
+START_TEST(update_waits_for_weights_being_written)
+{
+    fix_init(2, true);
+    fix_spec s = spec("adam", _i ? 0.5 : 0, false);
+    mx_job *j = fix_job(fix_plan(&s), 0, 0, NULL, 0);
+    update_start(j);
+    ref_take(j);
+    j->t[1].writes = 1;
+    send_grads(j, false);
+    fix_run();
+    /* fc1.bias waits, and fc1.weight behind it in the queue (the write is
+     * done within a turn of the loop); the buffer came first */
+    ck_assert_int_eq(j->updated, _i ? 0 : 1);
+    ck_assert(update_busy(&j->t[1], 0, 1));
+    j->t[1].writes = 0;
+    update_writes_done(j);
+    fix_run();
+    ck_assert_int_eq(j->updated, j->nt);
+    optim_apply_step(&j->cfg, j->nt, ref_param, NULL, (int64_t)j->step);
+    check_same(j);
+    ref_free(j->nt);
+    fix_end();
+}
+END_TEST
+
 START_TEST(gradient_twice_fails)
 {
     fix_init(1, true);
@@ -323,6 +351,7 @@ int main(void)
     tcase_add_test(tc, updates_at_most_threads);
     tcase_add_test(tc, part_becomes_due_when_complete);
     tcase_add_test(tc, turned_step_commits_with_its_last_update);
+    tcase_add_loop_test(tc, update_waits_for_weights_being_written, 0, 2);
     tcase_add_test(tc, gradient_twice_fails);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -41,6 +41,10 @@ static Appliance__PlanInput *planner__input(arena *a, const jobspec *spec, const
     in->random_flip_horizontal = si->random_flip_horizontal;
     in->random_flip_vertical = si->random_flip_vertical;
     in->random_crop_padding = (uint32_t)si->random_crop_padding;
+    in->normalize = arena_strdup(a, si->normalize_data_method);
+    in->augment = si->augment_data;
+    in->train_test_split = si->train_test_split;
+    in->class_id = (int32_t)si->class_id;
     in->input_unorm8 = m->input_unorm8; /* the job's, for both splits */
     in->labels_uint8 = m->labels_u8;
     in->n_sample_shape = (size_t)m->input.ndim;

@@ -54,7 +54,8 @@ static const key_spec runconfig_keys[] = {
 
 static const key_spec input_keys[] = {
     KS(jobspec_input, data_processor,
-       "synthetic_classification|synthetic_segmentation|mnist|png_segmentation"),
+       "synthetic_classification|synthetic_segmentation|mnist|png_segmentation|"
+       "InriaAerialDataProcessor|SeverstalBinaryClassDataProcessor|CityscapesDataProcessor"),
     KP(jobspec_input, data_dir),
     KI(jobspec_input, batch_size, 1, 1 << 24),
     KA(jobspec_input, micro_batch_size, 1, 1 << 24),
@@ -66,6 +67,10 @@ static const key_spec input_keys[] = {
     KB(jobspec_input, random_flip_horizontal),
     KB(jobspec_input, random_flip_vertical),
     KI(jobspec_input, random_crop_padding, 0, 4096),
+    KS(jobspec_input, normalize_data_method, "zero_one|zero_centered|standard_score|none"),
+    KB(jobspec_input, augment_data),
+    KF(jobspec_input, train_test_split, 0, 1),
+    KI(jobspec_input, class_id, 0, 1 << 20),
 };
 
 static const key_spec optimizer_keys[] = {
@@ -114,6 +119,8 @@ static void jobspec__defaults(jobspec *j)
         ins[i]->noise = 1.0;
         ins[i]->random_flip_horizontal = false;
         ins[i]->random_flip_vertical = false;
+        strcpy(ins[i]->normalize_data_method, "zero_one");
+        ins[i]->class_id = -1;
     }
     strcpy(j->optimizer_type, "sgd");
     j->learning_rate = 0.01;
@@ -291,7 +298,10 @@ static int jobspec__refuse_unbuilt(const toml_value *root, const jobspec *j, cha
 
 void jobspec_input_encoding(const jobspec_input *in, bool *input_unorm8, bool *labels_u8)
 {
-    *input_unorm8 = strcmp(in->data_processor, "synthetic_classification") != 0;
+    /* (a standard score is each sample's own: made where the whole sample
+     * is, by the input worker, in float32) */
+    *input_unorm8 = strcmp(in->data_processor, "synthetic_classification") != 0 &&
+                    strcmp(in->normalize_data_method, "standard_score") != 0;
     *labels_u8 = in->num_classes <= 256;
 }
 

@@ -29,6 +29,12 @@ typedef struct jobspec_input {
     bool random_flip_horizontal;  /* augmentation: mirror left-right, seeded */
     bool random_flip_vertical;    /* augmentation: mirror top-bottom, seeded */
     int64_t random_crop_padding;  /* random crops from the image padded this much; 0: none */
+    /* The Model Zoo's keys (PlanInput's fields of the same names) */
+    char normalize_data_method[16]; /* "zero_one" (default), "zero_centered", "standard_score",
+                                     * "none" */
+    bool augment_data;            /* the processor's own augmentation */
+    double train_test_split;      /* fraction that trains, of a set without evaluation files */
+    int64_t class_id;             /* the class a binary processor reads; -1: none */
 } jobspec_input;
 
 /* How an input's samples travel (sample.h): every data set of stored images

@@ -42,6 +42,17 @@ typedef enum {
     LOSS_BCE_WITH_LOGITS,             /* any shape: one independent logit per element */
     LOSS_DICE,                        /* C x H x W mask logits */
     LOSS_BCE_DICE,                    /* C x H x W mask logits: BCE plus dice */
+    /* The Model Zoo's "ssce_dice" (DiceCELoss): C x H x W logits, C >= 2,
+     * labels per pixel; per sample 0.5 * the pixels' mean softmax cross
+     * entropy + 0.5 * (1 - the mean over classes of soft Dice of the
+     * softmax against the one-hot labels), the background class (0) left
+     * out of the Dice unless model.include_background (its mean corrected
+     * by C / (C - 1)) */
+    LOSS_SSCE_DICE,
+    /* The Model Zoo's "multilabel_bce": C x H x W logits against the
+     * one-hot labels per pixel (C channels), BCE with logits, the mean
+     * over every element */
+    LOSS_MULTILABEL_BCE,
     LOSS_COUNT,
 } model_loss;
 
@@ -129,6 +140,10 @@ typedef struct {
     bool act_bf16;
     bool mixed_precision;       /* [model] mixed_precision: Weight Streaming's weights and
                                    gradients cross the wire in bfloat16 */
+    bool include_background;    /* LOSS_SSCE_DICE: class 0 counts in the Dice term (the
+                                   Model Zoo's ignore_background_class = false) */
+    uint64_t eval_ignore;       /* classes (below 64) left out of evaluation's mean IoU
+                                   (the Model Zoo's eval_ignore_classes) */
     /* The memory plan keeps every layer's output for the backward pass,
      * none made again (memplan.h): set by the plan when the wafer holds
      * them (Plan.keep_outputs, fit_choose); false from model_compile. */

@@ -1688,3 +1688,183 @@ bool toml_bool(const toml_value *v)
     assert(v->type == TOML_BOOL);
     return v->u.b;
 }
+
+/* ---- building ---------------------------------------------------------- */
+
+toml_value *toml_new_root(const char *source)
+{
+    toml_value *root = calloc(1, sizeof(*root));
+    char *name = strdup(source ? source : "");
+    if (!root || !name) {
+        free(root);
+        free(name);
+        return NULL;
+    }
+    root->type = TOML_TABLE;
+    root->kind = TBL_HEADER;
+    root->pos = (toml_pos){1, 1};
+    root->source = name;
+    return root;
+}
+
+static toml_value *build__new(const toml_value *root, toml_type type, toml_pos pos)
+{
+    toml_value *v = calloc(1, sizeof(*v));
+    if (!v)
+        return NULL;
+    v->type = type;
+    v->kind = type == TOML_TABLE ? TBL_HEADER : ARR_STATIC;
+    v->pos = pos;
+    v->source = root->source;
+    return v;
+}
+
+toml_value *toml_new_table(const toml_value *root, toml_pos pos)
+{
+    return build__new(root, TOML_TABLE, pos);
+}
+
+toml_value *toml_new_array(const toml_value *root, toml_pos pos)
+{
+    return build__new(root, TOML_ARRAY, pos);
+}
+
+toml_value *toml_new_string(const toml_value *root, toml_pos pos, const char *s, size_t len)
+{
+    toml_value *v = build__new(root, TOML_STRING, pos);
+    char *p = v ? malloc(len + 1) : NULL;
+    if (!p) {
+        free(v);
+        return NULL;
+    }
+    memcpy(p, s, len);
+    p[len] = '\0';
+    v->u.s.ptr = p;
+    v->u.s.len = len;
+    return v;
+}
+
+toml_value *toml_new_int(const toml_value *root, toml_pos pos, int64_t i)
+{
+    toml_value *v = build__new(root, TOML_INTEGER, pos);
+    if (v)
+        v->u.i = i;
+    return v;
+}
+
+toml_value *toml_new_float(const toml_value *root, toml_pos pos, double f)
+{
+    toml_value *v = build__new(root, TOML_FLOAT, pos);
+    if (v)
+        v->u.f = f;
+    return v;
+}
+
+toml_value *toml_new_bool(const toml_value *root, toml_pos pos, bool b)
+{
+    toml_value *v = build__new(root, TOML_BOOL, pos);
+    if (v)
+        v->u.b = b;
+    return v;
+}
+
+/* Sets the depth of v and everything under it, v at depth. */
+static void build__depth(toml_value *v, int depth)
+{
+    v->depth = (uint16_t)(depth > UINT16_MAX ? UINT16_MAX : depth);
+    if (v->type == TOML_TABLE)
+        for (size_t i = 0; i < v->u.t.len; i++)
+            build__depth(v->u.t.ents[i].val, depth + 1);
+    else if (v->type == TOML_ARRAY)
+        for (size_t i = 0; i < v->u.a.len; i++)
+            build__depth(v->u.a.items[i], depth + 1);
+}
+
+int toml_table_set(toml_value *t, const char *key, size_t keylen, toml_pos keypos, toml_value *v)
+{
+    assert(t->type == TOML_TABLE);
+    if (tbl_index(t, key, keylen) >= 0)
+        return -EEXIST;
+    char *copy = malloc(keylen + 1);
+    if (!copy)
+        return -ENOMEM;
+    memcpy(copy, key, keylen);
+    copy[keylen] = '\0';
+    keypart k = {copy, keylen, keypos};
+    int rc = tbl_add(t, &k, v);
+    free(copy);
+    if (rc < 0)
+        return -ENOMEM;
+    build__depth(v, t->depth + 1);
+    return 0;
+}
+
+toml_value *toml_table_take(toml_value *t, const char *key)
+{
+    assert(t->type == TOML_TABLE);
+    long i = tbl_index(t, key, strlen(key));
+    if (i < 0)
+        return NULL;
+    toml_value *v = t->u.t.ents[i].val;
+    free(t->u.t.ents[i].key);
+    memmove(&t->u.t.ents[i], &t->u.t.ents[i + 1],
+            (t->u.t.len - (size_t)i - 1) * sizeof(toml_entry));
+    t->u.t.len--;
+    if (t->u.t.slots) { /* indexes moved: the index again */
+        memset(t->u.t.slots, 0, t->u.t.nslots * sizeof(*t->u.t.slots));
+        for (size_t k = 0; k < t->u.t.len; k++)
+            slot_put(t->u.t.slots, t->u.t.nslots, &t->u.t.ents[k], (uint32_t)k + 1);
+    }
+    return v;
+}
+
+int toml_array_push(toml_value *a, toml_value *v)
+{
+    assert(a->type == TOML_ARRAY);
+    if (arr_add(a, v) < 0)
+        return -ENOMEM;
+    build__depth(v, a->depth + 1);
+    return 0;
+}
+
+toml_value *toml_clone(const toml_value *root, const toml_value *v)
+{
+    toml_value *c = build__new(root, v->type, v->pos);
+    if (!c)
+        return NULL;
+    switch (v->type) {
+    case TOML_TABLE:
+        for (size_t i = 0; i < v->u.t.len; i++) {
+            const toml_entry *en = &v->u.t.ents[i];
+            toml_value *e = toml_clone(root, en->val);
+            if (!e || toml_table_set(c, en->key, en->keylen, en->pos, e) < 0) {
+                value_free(e);
+                value_free(c);
+                return NULL;
+            }
+        }
+        break;
+    case TOML_ARRAY:
+        for (size_t i = 0; i < v->u.a.len; i++) {
+            toml_value *e = toml_clone(root, v->u.a.items[i]);
+            if (!e || toml_array_push(c, e) < 0) {
+                value_free(e);
+                value_free(c);
+                return NULL;
+            }
+        }
+        break;
+    case TOML_STRING:
+        value_free(c);
+        return toml_new_string(root, v->pos, v->u.s.ptr, v->u.s.len);
+    default:
+        c->u = v->u;
+        break;
+    }
+    return c;
+}
+
+void toml_value_free(toml_value *v)
+{
+    value_free(v);
+}

@@ -86,3 +86,31 @@ int toml_errorf(char *err, size_t errlen, const char *source, toml_pos pos,
                 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 int toml_verrorf(char *err, size_t errlen, const char *source, toml_pos pos,
                  const char *fmt, va_list ap) __attribute__((format(printf, 5, 0)));
+
+/* ---- Building a document ----
+ * For readers of other syntaxes (YAML) and for what expands a document (a
+ * model template's layers): values made for a root carry its source name
+ * and the positions given, so that messages about them name the place in
+ * the file they came from. A value belongs to the caller until it is put
+ * into a table or array. */
+
+/* An empty document named source (copied). NULL when out of memory. */
+toml_value *toml_new_root(const char *source);
+toml_value *toml_new_table(const toml_value *root, toml_pos pos);
+toml_value *toml_new_array(const toml_value *root, toml_pos pos);
+toml_value *toml_new_string(const toml_value *root, toml_pos pos, const char *s, size_t len);
+toml_value *toml_new_int(const toml_value *root, toml_pos pos, int64_t i);
+toml_value *toml_new_float(const toml_value *root, toml_pos pos, double f);
+toml_value *toml_new_bool(const toml_value *root, toml_pos pos, bool b);
+/* Adds key -> v to table t, taking v. Returns 0, -EEXIST when t has the key
+ * (v stays the caller's), or -ENOMEM. */
+int toml_table_set(toml_value *t, const char *key, size_t keylen, toml_pos keypos, toml_value *v);
+/* Removes key from t and returns its value (the caller's now), or NULL. */
+toml_value *toml_table_take(toml_value *t, const char *key);
+/* Appends v to array a, taking it. Returns 0 or -ENOMEM. */
+int toml_array_push(toml_value *a, toml_value *v);
+/* A deep copy of v (positions kept) for root's document. NULL when out of
+ * memory. */
+toml_value *toml_clone(const toml_value *root, const toml_value *v);
+/* Frees a value that is in no document (toml_free frees a root). */
+void toml_value_free(toml_value *v);

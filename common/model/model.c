@@ -40,6 +40,8 @@ static const char *const loss_names[LOSS_COUNT] = {
     [LOSS_BCE_WITH_LOGITS] = "bce_with_logits",
     [LOSS_DICE] = "dice",
     [LOSS_BCE_DICE] = "bce_dice",
+    [LOSS_SSCE_DICE] = "ssce_dice",
+    [LOSS_MULTILABEL_BCE] = "multilabel_bce",
 };
 
 /* ---- messages ---------------------------------------------------------- */
@@ -926,6 +928,8 @@ static int check_loss(compiler *c)
                         "more), but the last layer \"%s\" gives %s", name, last->name, sb);
         break;
     case LOSS_PIXEL_SOFTMAX_CROSS_ENTROPY:
+    case LOSS_SSCE_DICE:
+    case LOSS_MULTILABEL_BCE:
         if (last->out.ndim != 3 || last->out.d[0] < 2)
             return fail(c, m->loss_pos, "loss \"%s\" needs C x H x W logits with 2 or more "
                         "classes, but the last layer \"%s\" gives %s", name, last->name, sb);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nearest.h"
 #include "util.h"
 
 enum key_kind { K_INT, K_INT_AUTO, K_FLOAT, K_BOOL, K_STRING, K_PATH };
@@ -159,8 +160,18 @@ static int jobspec__section(const toml_value *t, const char *section, const key_
         for (size_t k = 0; k < nkeys; k++)
             if (strcmp(keys[k].name, key) == 0)
                 ks = &keys[k];
-        if (!ks)
+        if (!ks) {
+            const char *names[64];
+            size_t nn = 0;
+            for (size_t k = 0; k < nkeys && nn < ARRAY_SIZE(names); k++)
+                names[nn++] = keys[k].name;
+            const char *near = nearest_name(key, names, nn);
+            if (near)
+                return toml_errorf(err, errlen, src, kpos,
+                                   "unknown key \"%s\" in [%s] (did you mean \"%s\"?)", key,
+                                   section, near);
             return toml_errorf(err, errlen, src, kpos, "unknown key \"%s\" in [%s]", key, section);
+        }
         char *field = (char *)base + ks->offset;
         toml_type ty = toml_type_of(v);
         switch (ks->kind) {
@@ -231,6 +242,11 @@ static int jobspec__section(const toml_value *t, const char *section, const key_
                         ok = true;
                     p += l + (bar ? 1 : 0);
                 }
+                char near[64];
+                if (!ok && nearest_choice(s, ks->choices, near, sizeof(near)))
+                    return toml_errorf(err, errlen, src, vpos, "%s.%s: \"%s\" is not one of %s "
+                                       "(did you mean \"%s\"?)", section, key, s, ks->choices,
+                                       near);
                 if (!ok)
                     return toml_errorf(err, errlen, src, vpos, "%s.%s: \"%s\" is not one of %s",
                                        section, key, s, ks->choices);

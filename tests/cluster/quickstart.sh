@@ -107,7 +107,7 @@ set +e
 msg=$(cd "$work" && "$submit" bad.toml 2>&1); rc=$?
 set -e
 [ "$rc" = 3 ] || fail "misspelt key: exit $rc, expected 3 (refused): $msg"
-echo "$msg" | has 'bad.toml:8:1: unknown key "log_step" in \[runconfig\]' || fail "misspelt key message: $msg"
+echo "$msg" | has 'bad.toml:8:1: unknown key "log_step" in \[runconfig\] (did you mean "log_steps"?)' || fail "misspelt key message: $msg"
 echo "ok: $msg"
 
 # A wrong secret: refused, named as such.

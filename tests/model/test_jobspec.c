@@ -54,7 +54,12 @@ static void refused(const char *head, const char *expect)
 START_TEST(mistakes)
 {
     refused("[runconfig]\nmax_step = 5\n[train_input]\nnum_classes = 3\n",
-            "job.toml:2:1: unknown key \"max_step\" in [runconfig]");
+            "job.toml:2:1: unknown key \"max_step\" in [runconfig] (did you mean \"max_steps\"?)");
+    refused("[runconfig]\nnum_cxs = 5\n[train_input]\nnum_classes = 3\n",
+            "job.toml:2:1: unknown key \"num_cxs\" in [runconfig] (did you mean \"num_csx\"?)");
+    refused("[runconfig]\nmode = \"pipelind\"\n[train_input]\nnum_classes = 3\n",
+            "job.toml:2:8: runconfig.mode: \"pipelind\" is not one of auto|pipelined|weight_streaming "
+            "(did you mean \"pipelined\"?)");
     refused("[runconfig]\nmax_steps = \"5\"\n[train_input]\nnum_classes = 3\n",
             "job.toml:2:13: runconfig.max_steps: expected an integer, found string");
     refused("[runconfig]\nnum_csx = 0\n[train_input]\nnum_classes = 3\n",
@@ -119,7 +124,13 @@ START_TEST(input_keys)
             "\"png_segmentation\"");
     refused("[train_input]\nnum_classes = 3\ndata_processor = \"imagenet\"\n",
             "job.toml:3:18: train_input.data_processor: \"imagenet\" is not one of "
-            "synthetic_classification|synthetic_segmentation|mnist|png_segmentation");
+            "synthetic_classification|synthetic_segmentation|mnist|png_segmentation|"
+            "InriaAerialDataProcessor|SeverstalBinaryClassDataProcessor|CityscapesDataProcessor");
+    refused("[train_input]\nnum_classes = 3\ndata_processor = \"InriaAerialDataprocessor\"\n",
+            "job.toml:3:18: train_input.data_processor: \"InriaAerialDataprocessor\" is not one of "
+            "synthetic_classification|synthetic_segmentation|mnist|png_segmentation|"
+            "InriaAerialDataProcessor|SeverstalBinaryClassDataProcessor|CityscapesDataProcessor "
+            "(did you mean \"InriaAerialDataProcessor\"?)");
     refused("[train_input]\nnum_classes = 3\nrandom_flip_vertical = 1\n",
             "job.toml:3:24: train_input.random_flip_vertical: expected true or false, found "
             "integer");

@@ -8,10 +8,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "modelzoo.h"
 #include "nearest.h"
 #include "util.h"
 
-enum key_kind { K_INT, K_INT_AUTO, K_FLOAT, K_BOOL, K_STRING, K_PATH };
+enum key_kind { K_INT, K_INT_AUTO, K_FLOAT, K_BOOL, K_STRING, K_PATH, K_LIST, K_NUM_OR_NAME };
+
+/* The offset of a key that is read (its type checked) but kept nowhere:
+ * the Model Zoo's keys whose meaning the appliance has another way to
+ * give, documented in docs/job-file.md. */
+#define KEY_ACCEPTED ((size_t)-1)
 
 typedef struct key_spec {
     const char *name;
@@ -29,6 +35,11 @@ typedef struct key_spec {
 #define KB(s, f) {#f, K_BOOL, offsetof(s, f), 0, 0, 0, NULL}
 #define KS(s, f, ch) {#f, K_STRING, offsetof(s, f), sizeof(((s *)0)->f), 0, 0, ch}
 #define KP(s, f) {#f, K_PATH, offsetof(s, f), sizeof(((s *)0)->f), 0, 0, NULL}
+/* accepted: an integer, a boolean, a list, a number or one of the names */
+#define XI(name, lo, hi) {name, K_INT, KEY_ACCEPTED, 0, lo, hi, NULL}
+#define XB(name) {name, K_BOOL, KEY_ACCEPTED, 0, 0, 0, NULL}
+#define XL(name) {name, K_LIST, KEY_ACCEPTED, 0, 0, 0, NULL}
+#define XN(name, lo, hi, ch) {name, K_NUM_OR_NAME, KEY_ACCEPTED, 0, lo, hi, ch}
 
 static const key_spec runconfig_keys[] = {
     KI(jobspec, max_steps, 1, 1e12),
@@ -51,6 +62,11 @@ static const key_spec runconfig_keys[] = {
     KS(jobspec, job_priority, "p1|p2|p3"),
     KA(jobspec, spatial_partitions, 1, 64),
     KB(jobspec, sync_batchnorm),
+    KI(jobspec, num_act_servers, 1, 64),
+    XN("compile_crd_memory_gi", 0, 1e6, NULL),
+    XN("wrk_memory_gi", -1, 1e6, NULL),
+    XB("show_debug_metrics"),
+    XB("save_losses"),
 };
 
 static const key_spec input_keys[] = {
@@ -72,6 +88,12 @@ static const key_spec input_keys[] = {
     KB(jobspec_input, augment_data),
     KF(jobspec_input, train_test_split, 0, 1),
     KI(jobspec_input, class_id, 0, 1 << 20),
+    XL("image_shape"), /* (the model's input shape: modelzoo_prepare) */
+    XI("num_workers", 0, 4096),
+    XI("prefetch_factor", 0, 1 << 20),
+    XB("persistent_workers"),
+    XB("use_worker_cache"),
+    XB("use_fast_dataloader"),
 };
 
 static const key_spec optimizer_keys[] = {
@@ -146,6 +168,20 @@ static int jobspec__resolve(char *dst, size_t size, const char *value, const cha
     return 0;
 }
 
+/* Whether s is one of the choices "a|b|c". */
+static bool jobspec__one_of(const char *s, const char *choices)
+{
+    size_t sl = strlen(s);
+    for (const char *p = choices; *p;) {
+        const char *bar = strchr(p, '|');
+        size_t l = bar ? (size_t)(bar - p) : strlen(p);
+        if (l == sl && strncmp(p, s, l) == 0)
+            return true;
+        p += l + (bar ? 1 : 0);
+    }
+    return false;
+}
+
 /* Reads the keys of one section table into the struct at base. */
 static int jobspec__section(const toml_value *t, const char *section, const key_spec *keys,
                             size_t nkeys, void *base, const char *dir, char *err, size_t errlen)
@@ -172,12 +208,13 @@ static int jobspec__section(const toml_value *t, const char *section, const key_
                                    section, near);
             return toml_errorf(err, errlen, src, kpos, "unknown key \"%s\" in [%s]", key, section);
         }
-        char *field = (char *)base + ks->offset;
+        char *field = ks->offset == KEY_ACCEPTED ? NULL : (char *)base + ks->offset;
         toml_type ty = toml_type_of(v);
         switch (ks->kind) {
         case K_INT_AUTO:
             if (ty == TOML_STRING && strcmp(toml_string(v), "auto") == 0) {
-                *(int64_t *)field = JOBSPEC_AUTO;
+                if (field)
+                    *(int64_t *)field = JOBSPEC_AUTO;
                 break;
             }
             if (ty != TOML_INTEGER)
@@ -193,7 +230,8 @@ static int jobspec__section(const toml_value *t, const char *section, const key_
             if ((double)x < ks->min || (double)x > ks->max)
                 return toml_errorf(err, errlen, src, vpos, "%s.%s: %lld is out of range [%.0f, %.0f]",
                                    section, key, (long long)x, ks->min, ks->max);
-            *(int64_t *)field = x;
+            if (field)
+                *(int64_t *)field = x;
             break;
         }
         case K_FLOAT: {
@@ -208,14 +246,34 @@ static int jobspec__section(const toml_value *t, const char *section, const key_
             if (!isfinite(x) || x < ks->min || x > ks->max)
                 return toml_errorf(err, errlen, src, vpos, "%s.%s: %g is out of range [%g, %g]",
                                    section, key, x, ks->min, ks->max);
-            *(double *)field = x;
+            if (field)
+                *(double *)field = x;
+            break;
+        }
+        case K_LIST:
+            if (ty != TOML_ARRAY)
+                return toml_errorf(err, errlen, src, vpos, "%s.%s: expected a list, found %s",
+                                   section, key, toml_type_name(ty));
+            break;
+        case K_NUM_OR_NAME: {
+            double x = ty == TOML_FLOAT ? toml_float(v) : ty == TOML_INTEGER ? (double)toml_int(v) : 0;
+            bool named = ty == TOML_STRING && ks->choices &&
+                         jobspec__one_of(toml_string(v), ks->choices);
+            if (!named && ty != TOML_FLOAT && ty != TOML_INTEGER)
+                return toml_errorf(err, errlen, src, vpos, "%s.%s: expected a number%s%s, found %s",
+                                   section, key, ks->choices ? " or " : "",
+                                   ks->choices ? ks->choices : "", toml_type_name(ty));
+            if (!named && (!isfinite(x) || x < ks->min || x > ks->max))
+                return toml_errorf(err, errlen, src, vpos, "%s.%s: %g is out of range [%g, %g]",
+                                   section, key, x, ks->min, ks->max);
             break;
         }
         case K_BOOL:
             if (ty != TOML_BOOL)
                 return toml_errorf(err, errlen, src, vpos, "%s.%s: expected true or false, found %s",
                                    section, key, toml_type_name(ty));
-            *(bool *)field = toml_bool(v);
+            if (field)
+                *(bool *)field = toml_bool(v);
             break;
         case K_STRING:
         case K_PATH: {
@@ -232,16 +290,7 @@ static int jobspec__section(const toml_value *t, const char *section, const key_
                 break;
             }
             if (ks->choices) {
-                size_t sl = strlen(s);
-                const char *p = ks->choices;
-                bool ok = false;
-                while (*p) {
-                    const char *bar = strchr(p, '|');
-                    size_t l = bar ? (size_t)(bar - p) : strlen(p);
-                    if (l == sl && strncmp(p, s, l) == 0)
-                        ok = true;
-                    p += l + (bar ? 1 : 0);
-                }
+                bool ok = jobspec__one_of(s, ks->choices);
                 char near[64];
                 if (!ok && nearest_choice(s, ks->choices, near, sizeof(near)))
                     return toml_errorf(err, errlen, src, vpos, "%s.%s: \"%s\" is not one of %s "
@@ -334,6 +383,8 @@ jobspec *jobspec_parse(const char *text, size_t len, const char *name, const cha
     }
     snprintf(j->source, sizeof(j->source), "%s", name);
     jobspec__defaults(j);
+    if (modelzoo_prepare(root, err, errlen) < 0)
+        goto fail;
     const toml_value *model_table = NULL;
     for (size_t i = 0; i < toml_table_len(root); i++) {
         const char *key = toml_table_key(root, i);
@@ -375,6 +426,8 @@ jobspec *jobspec_parse(const char *text, size_t len, const char *name, const cha
         if (rc < 0)
             goto fail;
     }
+    if (j->num_act_servers > 0) /* the Model Zoo's name for the workers of a replica */
+        j->num_workers_per_csx = j->num_act_servers;
     if (!j->train.present) {
         snprintf(err, errlen, "%s: missing section [train_input]", name);
         goto fail;

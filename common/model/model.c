@@ -708,10 +708,12 @@ static bool valid_name(const char *s, size_t len)
     for (size_t i = 0; i < len; i++) {
         char ch = s[i];
         if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-              ch == '_' || ch == '-'))
+              ch == '_' || ch == '-' || ch == '.'))
             return false;
     }
-    return true;
+    /* (dots as in a module path, encoder.unet_blocks.0.layers.0.conv: the
+     * tensors' suffixes have none, so <layer>.<suffix> names one tensor) */
+    return s[0] != '.' && s[len - 1] != '.';
 }
 
 /* The layer's name, checked and unique among the layers before it. */
@@ -726,7 +728,8 @@ static int read_name(compiler *c, const toml_value *layers)
     const char *s = toml_string(v);
     size_t len = toml_string_len(v);
     if (!valid_name(s, len))
-        return lfail(c, toml_pos_of(v), "name \"%.*s\" must be 1 to %d letters, digits, '_' or '-'",
+        return lfail(c, toml_pos_of(v), "name \"%.*s\" must be 1 to %d letters, digits, '_', '-' or "
+                     "inner '.'",
                      (int)(len > 80 ? 80 : len), s, MODEL_NAME_MAX - 1);
     memcpy(l->name, s, len + 1);
     if (strcmp(s, "input") == 0)
@@ -867,15 +870,43 @@ static int read_loss(compiler *c, const toml_value *mt)
     const toml_value *v = toml_table_get(mt, "loss");
     if (!v)
         return fail(c, toml_pos_of(mt), "[model] needs \"loss\"");
-    if (toml_type_of(v) == TOML_STRING)
-        for (int i = 0; i < LOSS_COUNT; i++)
-            if (strcmp(toml_string(v), loss_names[i]) == 0) {
-                c->m->loss = (model_loss)i;
-                c->m->loss_pos = toml_pos_of(v);
-                return 0;
-            }
+    /* the Model Zoo's names for two of them */
+    const char *name = toml_type_of(v) == TOML_STRING ? toml_string(v) : "";
+    if (strcmp(name, "bce") == 0)
+        name = loss_names[LOSS_BCE_WITH_LOGITS];
+    else if (strcmp(name, "ssce") == 0)
+        name = loss_names[LOSS_PIXEL_SOFTMAX_CROSS_ENTROPY];
+    for (int i = 0; i < LOSS_COUNT; i++)
+        if (strcmp(name, loss_names[i]) == 0) {
+            c->m->loss = (model_loss)i;
+            c->m->loss_pos = toml_pos_of(v);
+            return 0;
+        }
     return fail(c, toml_pos_of(v), "\"loss\" must be one of \"softmax_cross_entropy\", "
-                "\"pixel_softmax_cross_entropy\", \"bce_with_logits\", \"dice\", \"bce_dice\"");
+                "\"pixel_softmax_cross_entropy\" (\"ssce\"), \"bce_with_logits\" (\"bce\"), "
+                "\"dice\", \"bce_dice\", \"ssce_dice\", \"multilabel_bce\"");
+}
+
+/* include_background (the Model Zoo's ignore_background_class, inverted)
+ * and eval_ignore_classes. */
+static int read_classes(compiler *c, const toml_value *mt)
+{
+    const toml_value *v = toml_table_get(mt, "include_background");
+    if (v && toml_type_of(v) != TOML_BOOL)
+        return fail(c, toml_pos_of(v), "\"include_background\" must be true or false");
+    c->m->include_background = v && toml_bool(v);
+    const toml_value *e = toml_table_get(mt, "eval_ignore_classes");
+    if (!e)
+        return 0;
+    if (toml_type_of(e) != TOML_ARRAY)
+        return fail(c, toml_pos_of(e), "\"eval_ignore_classes\" must be a list of classes");
+    for (size_t i = 0; i < toml_array_len(e); i++) {
+        const toml_value *k = toml_array_at(e, i);
+        if (toml_type_of(k) != TOML_INTEGER || toml_int(k) < 0 || toml_int(k) > 63)
+            return fail(c, toml_pos_of(k), "\"eval_ignore_classes\": classes 0 to 63");
+        c->m->eval_ignore |= 1ull << toml_int(k);
+    }
+    return 0;
 }
 
 static int read_activation_dtype(compiler *c, const toml_value *mt)
@@ -901,6 +932,14 @@ static int read_mixed_precision(compiler *c, const toml_value *mt)
     if (v && toml_type_of(v) != TOML_BOOL)
         return fail(c, toml_pos_of(v), "\"mixed_precision\" must be true or false");
     c->m->mixed_precision = v && toml_bool(v);
+    /* the Model Zoo's use_bfloat16: false with mixed precision means float16 */
+    const toml_value *u = toml_table_get(mt, "use_bfloat16");
+    if (u && toml_type_of(u) != TOML_BOOL)
+        return fail(c, toml_pos_of(u), "\"use_bfloat16\" must be true or false");
+    if (u && !toml_bool(u) && c->m->mixed_precision)
+        return fail(c, toml_pos_of(u), "use_bfloat16 = false with mixed precision is float16, "
+                    "which is not supported: mixed precision here is bfloat16 "
+                    "(use_bfloat16 = true)");
     const toml_value *t = toml_table_get(mt, "fp16_type");
     if (!t)
         return 0;
@@ -969,13 +1008,16 @@ static model *model__compile(const toml_value *mt, const model_shape *input, cha
         if (strcmp(key, "input_shape") != 0 && strcmp(key, "loss") != 0 &&
             strcmp(key, "layers") != 0 && strcmp(key, "name") != 0 &&
             strcmp(key, "activation_dtype") != 0 && strcmp(key, "mixed_precision") != 0 &&
-            strcmp(key, "fp16_type") != 0) {
+            strcmp(key, "fp16_type") != 0 && strcmp(key, "use_bfloat16") != 0 &&
+            strcmp(key, "include_background") != 0 &&
+            strcmp(key, "eval_ignore_classes") != 0) {
             fail(&c, toml_table_key_pos(mt, i), "unknown key \"%.80s\" in [model]", key);
             goto fail;
         }
     }
     if (read_input_shape(&c, mt) < 0 || read_loss(&c, mt) < 0 ||
-        read_activation_dtype(&c, mt) < 0 || read_mixed_precision(&c, mt) < 0)
+        read_activation_dtype(&c, mt) < 0 || read_mixed_precision(&c, mt) < 0 ||
+        read_classes(&c, mt) < 0)
         goto fail;
     if (input) /* the same layers on another input (model_compile_as) */
         m->input = *input;

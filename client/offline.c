@@ -35,12 +35,16 @@ static void offline__table(const model *m, int share, int micro, int threads)
     char shape[64], a[5][32];
     printf("memory of a replica, %d sample(s) at once, per layer (the output: kept for the "
            "backward pass, or recomputed there):\n", f.n);
-    printf("  %-24s %-16s %12s %-10s %12s %12s %12s\n", "layer", "output", "output", "",
-           "gradient", "saved", "workspace");
+    int width = 24; /* the longest name (a Model Zoo U-Net's are module paths) */
+    for (int i = 0; i < m->nlayers; i++)
+        if ((int)strlen(m->layers[i].name) > width)
+            width = (int)strlen(m->layers[i].name);
+    printf("  %-*s %-16s %-16s %12s %-10s %12s %12s %12s\n", width, "layer", "type", "output",
+           "output", "", "gradient", "saved", "workspace");
     for (int i = 0; i < m->nlayers; i++) {
         const footprint_layer *l = &f.layers[i];
-        printf("  %-24.24s %-16s %12s %-10s %12s %12s %12s\n", m->layers[i].name,
-               model_shape_str(&m->layers[i].out, shape, sizeof(shape)),
+        printf("  %-*s %-16s %-16s %12s %-10s %12s %12s %12s\n", width, m->layers[i].name,
+               layer_type_name(m->layers[i].type), model_shape_str(&m->layers[i].out, shape, sizeof(shape)),
                units_format_size(l->act, a[0], sizeof(a[0])),
                l->act == 0 ? "(a view)" : l->packed ? "kept bf16" : l->kept ? "kept" : "recomputed",
                units_format_size(l->dact, a[1], sizeof(a[1])),

@@ -249,7 +249,11 @@ void render_plan(const Appliance__Plan *p)
                p->sync_batchnorm ? "; batch norm synchronised over the replicas" : "");
     else if (p->sync_batchnorm)
         printf("batch norm synchronised over the replicas\n");
-    printf("\n%-24s %-18s %-16s %12s %14s %14s\n", "LAYER", "TYPE", "OUTPUT", "PARAMS",
+    int width = 24; /* the longest name (a Model Zoo U-Net's are module paths) */
+    for (size_t i = 0; i < p->n_layers; i++)
+        if ((int)strlen(p->layers[i]->name) > width)
+            width = (int)strlen(p->layers[i]->name);
+    printf("\n%-*s %-18s %-16s %12s %14s %14s\n", width, "LAYER", "TYPE", "OUTPUT", "PARAMS",
            "ACT B/SAMPLE", "FLOPS/SAMPLE");
     for (size_t i = 0; i < p->n_layers; i++) {
         const Appliance__PlanLayer *l = p->layers[i];
@@ -257,7 +261,7 @@ void render_plan(const Appliance__Plan *p)
         for (size_t d = 0; d < l->n_out_shape; d++)
             snprintf(shape + strlen(shape), sizeof(shape) - strlen(shape), "%s%llu", d ? "x" : "",
                      (unsigned long long)l->out_shape[d]);
-        printf("%-24s %-18s %-16s %12llu %14llu %14llu\n", l->name, l->type, shape,
+        printf("%-*s %-18s %-16s %12llu %14llu %14llu\n", width, l->name, l->type, shape,
                (unsigned long long)l->params, (unsigned long long)l->act_bytes,
                (unsigned long long)l->flops);
     }

@@ -322,7 +322,7 @@ const float *exec_take_input(exec *e, const void *batch, int first)
     const uint8_t *b = (const uint8_t *)batch + (size_t)first * in * sample_input_size(e->input_unorm8);
     if (!e->input_unorm8)
         return (const float *)b;
-    sample_unorm8_to_float(e->input, b, (size_t)e->n * in);
+    sample_unorm8_to_float_as(e->input, b, (size_t)e->n * in, (sample_scale)e->m->input_scale);
     return e->input;
 }
 

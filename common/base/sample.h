@@ -50,6 +50,35 @@ static inline int32_t sample_label(const void *labels, bool labels_u8, size_t i)
     return labels_u8 ? (int32_t)((const uint8_t *)labels)[i] : ((const int32_t *)labels)[i];
 }
 
+/* How an 8-bit input becomes the model's float (the Model Zoo's
+ * normalize_data_method): v / 255 (zero_one), v / 127.5 - 1
+ * (zero_centered), or v (none). */
+typedef enum {
+    SAMPLE_ZERO_ONE,
+    SAMPLE_ZERO_CENTERED,
+    SAMPLE_RAW,
+} sample_scale;
+
+static inline float sample_unorm8_as(uint8_t v, sample_scale s)
+{
+    return s == SAMPLE_ZERO_CENTERED ? (float)v / 127.5f - 1.0f
+           : s == SAMPLE_RAW         ? (float)v
+                                     : sample_unorm8(v);
+}
+
+/* Turns count 8-bit inputs into floats, scaled as s says. */
+static inline void sample_unorm8_to_float_as(float *dst, const uint8_t *src, size_t count,
+                                             sample_scale s)
+{
+    if (s == SAMPLE_ZERO_ONE) {
+        for (size_t i = 0; i < count; i++)
+            dst[i] = sample_unorm8(src[i]);
+        return;
+    }
+    for (size_t i = 0; i < count; i++)
+        dst[i] = sample_unorm8_as(src[i], s);
+}
+
 /* Turns count 8-bit inputs into floats. */
 static inline void sample_unorm8_to_float(float *dst, const uint8_t *src, size_t count)
 {

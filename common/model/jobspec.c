@@ -10,6 +10,7 @@
 
 #include "modelzoo.h"
 #include "nearest.h"
+#include "sample.h"
 #include "util.h"
 
 enum key_kind { K_INT, K_INT_AUTO, K_FLOAT, K_BOOL, K_STRING, K_PATH, K_LIST, K_NUM_OR_NAME };
@@ -166,6 +167,13 @@ static int jobspec__resolve(char *dst, size_t size, const char *value, const cha
     if (n < 0 || (size_t)n >= size)
         return toml_errorf(err, errlen, src, pos, "%s: path too long", key);
     return 0;
+}
+
+/* Where key is written in table t (its key), or t's place. */
+static toml_pos jobspec__key_pos(const toml_value *t, const char *key)
+{
+    long i = toml_table_find(t, key);
+    return i < 0 ? toml_pos_of(t) : toml_table_key_pos(t, (size_t)i);
 }
 
 /* Whether s is one of the choices "a|b|c". */
@@ -466,6 +474,21 @@ jobspec *jobspec_parse(const char *text, size_t len, const char *name, const cha
     j->model = model_compile(model_table, err, errlen);
     if (!j->model)
         goto fail;
+    /* One scale of 8-bit inputs: the training input's (an evaluation on
+     * other inputs than it trained on would measure nothing) */
+    if (j->eval.present &&
+        strcmp(j->eval.normalize_data_method, j->train.normalize_data_method) != 0) {
+        const toml_value *ev = toml_table_get(root, "eval_input");
+        toml_errorf(err, errlen, name, jobspec__key_pos(ev, "normalize_data_method"),
+                    "eval_input.normalize_data_method \"%s\" differs from train_input's "
+                    "\"%s\": the model is evaluated on inputs scaled as it trained",
+                    j->eval.normalize_data_method, j->train.normalize_data_method);
+        goto fail;
+    }
+    const char *norm = j->train.normalize_data_method;
+    j->model->input_scale = strcmp(norm, "zero_centered") == 0 ? SAMPLE_ZERO_CENTERED
+                            : strcmp(norm, "none") == 0        ? SAMPLE_RAW
+                                                               : SAMPLE_ZERO_ONE;
     /* One encoding for the job's batches: what both of its inputs can take. */
     jobspec_input_encoding(&j->train, &j->model->input_unorm8, &j->model->labels_u8);
     if (j->eval.present) {

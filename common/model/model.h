@@ -135,6 +135,8 @@ typedef struct {
      * false from model_compile alone. */
     bool input_unorm8;
     bool labels_u8;
+    int input_scale;            /* how an 8-bit input becomes a float (sample_scale, sample.h:
+                                   the input's normalize_data_method); set by jobspec_load */
     /* activation_dtype = "bfloat16": the outputs kept for the backward pass
      * are kept as bfloat16 (computation stays float32). */
     bool act_bf16;

@@ -378,8 +378,12 @@ START_TEST(test_error_keys_and_types)
                      "job.toml:4:1: layer 1: missing key \"name\"");
     ck_compile_error(ONE_LAYER("type = \"relu\"\n[[model.layers]]\nname = \"l1\"\ntype = \"relu\"\n"),
                      "job.toml:8:8: layer \"l1\": duplicate layer name (first defined at 5:8)");
-    ck_compile_error(ONE_LAYER("type = \"relu\"\n[[model.layers]]\nname = \"a.b\"\ntype = \"relu\"\n"),
-                     "job.toml:8:8: layer 2: name \"a.b\" must be 1 to 63 letters, digits, '_' or '-'");
+    ck_compile_error(ONE_LAYER("type = \"relu\"\n[[model.layers]]\nname = \"a/b\"\ntype = \"relu\"\n"),
+                     "job.toml:8:8: layer 2: name \"a/b\" must be 1 to 63 letters, digits, '_', '-' "
+                     "or inner '.'");
+    ck_compile_error(ONE_LAYER("type = \"relu\"\n[[model.layers]]\nname = \"a.\"\ntype = \"relu\"\n"),
+                     "job.toml:8:8: layer 2: name \"a.\" must be 1 to 63 letters, digits, '_', '-' "
+                     "or inner '.'");
 }
 END_TEST
 
@@ -447,7 +451,8 @@ START_TEST(test_error_model_table)
                      "job.toml:2:19: \"input_shape\" sizes must be integers from 1 to 16777216");
     ck_compile_error("[model]\ninput_shape = [1, 2, 2]\nloss = \"mse\"\n",
                      "job.toml:3:8: \"loss\" must be one of \"softmax_cross_entropy\", "
-                     "\"pixel_softmax_cross_entropy\", \"bce_with_logits\", \"dice\", \"bce_dice\"");
+                     "\"pixel_softmax_cross_entropy\" (\"ssce\"), \"bce_with_logits\" (\"bce\"), "
+                     "\"dice\", \"bce_dice\", \"ssce_dice\", \"multilabel_bce\"");
     ck_compile_error("[model]\ninput_shape = [1, 2, 2]\nloss = \"dice\"\n",
                      "job.toml:1:1: [model] needs layers: one [[model.layers]] table for each");
     ck_compile_error("[model]\ninput_shape = [1, 2, 2]\nloss = \"dice\"\noptimizer = \"sgd\"\n",

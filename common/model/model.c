@@ -940,6 +940,10 @@ static int read_mixed_precision(compiler *c, const toml_value *mt)
         return fail(c, toml_pos_of(u), "use_bfloat16 = false with mixed precision is float16, "
                     "which is not supported: mixed precision here is bfloat16 "
                     "(use_bfloat16 = true)");
+    /* the Model Zoo's bfloat16 keeps activations in 16 bits too: the
+     * outputs kept for the backward pass, unless activation_dtype says */
+    if (u && toml_bool(u) && c->m->mixed_precision && !toml_table_get(mt, "activation_dtype"))
+        c->m->act_bf16 = true;
     const toml_value *t = toml_table_get(mt, "fp16_type");
     if (!t)
         return 0;

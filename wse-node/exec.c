@@ -783,6 +783,7 @@ static void exec__replay(exec *e, int op, const float *x, int64_t step)
             e->scratch = (float *)p;
             break;
         case MEMPLAN_LOSS:
+            e->losssums = (double *)p;
             e->targets = (float *)p;
             e->lossgrad = e->targets + (size_t)e->n *
                                            model_shape_elems(&e->m->layers[e->m->nlayers - 1].out);
@@ -1086,7 +1087,8 @@ double exec_loss(exec *e, const float *x, const void *labels, float scale)
     op_labels lv = {labels, e->labels_u8};
     /* A stripe holds `rows` of each sample's rows: means over its elements
      * are that share of the whole sample's; Dice's sums are totalled, and
-     * each stripe counts 1/parts of the whole sample's Dice. */
+     * each stripe counts 1/parts of the whole sample's Dice (ssce_dice:
+     * of its whole loss). */
     double parts = e->parts.parts > 1 ? e->parts.parts : 1;
     double share = e->parts.parts > 1 ? (double)e->parts.sp->rows / (double)e->parts.sp->full_h
                                        : 1.0;
@@ -1098,6 +1100,17 @@ double exec_loss(exec *e, const float *x, const void *labels, float scale)
     case LOSS_PIXEL_SOFTMAX_CROSS_ENTROPY:
         return op_softmax_xent_pixels(dlogits, logits, lv, n, (int)o->d[0], (int)o->d[1],
                                       (int)o->d[2], (float)(scale * share)) * share;
+    case LOSS_MULTILABEL_BCE:
+        return op_multilabel_bce(dlogits, logits, lv, n, (int)o->d[0], (int)o->d[1],
+                                 (int)o->d[2], (float)(scale * share)) * share;
+    case LOSS_SSCE_DICE:
+        /* its sums are totalled over the stripes: each stripe has the whole
+         * samples' loss */
+        return parts > 1 ? op_ssce_dice_parts(dlogits, logits, lv, n, (int)o->d[0], (int)o->d[1],
+                                              (int)o->d[2], m->include_background, scale, &r,
+                                              e->losssums) / parts
+                         : op_ssce_dice(dlogits, logits, lv, n, (int)o->d[0], (int)o->d[1],
+                                        (int)o->d[2], m->include_background, scale, e->losssums);
     default:
         break;
     }
@@ -1500,6 +1513,12 @@ void exec_set_batch(exec *e, int n)
         exec__layouts(e);
 }
 
+/* Whether class c is in the mask of ignored classes (bits 0 .. 63). */
+static bool exec__ignored(uint64_t mask, int c)
+{
+    return c >= 0 && c < 64 && (mask >> c & 1);
+}
+
 int exec_eval(exec *e, const float *x, const void *labels, exec_metrics *mt)
 {
     const model *m = e->m;
@@ -1532,6 +1551,13 @@ int exec_eval(exec *e, const float *x, const void *labels, exec_metrics *mt)
     if (classes > EXEC_MAX_CLASSES)
         classes = EXEC_MAX_CLASSES;
     mt->classes = classes;
+    /* the classes evaluation leaves out of the mean IoU (the Model Zoo's
+     * eval_ignore_classes): nothing counted for them, so that their union
+     * is empty; the other classes' counts are as without */
+    uint64_t ignore = 0;
+    if (m->loss == LOSS_PIXEL_SOFTMAX_CROSS_ENTROPY || m->loss == LOSS_SSCE_DICE ||
+        m->loss == LOSS_MULTILABEL_BCE)
+        ignore = m->eval_ignore;
     for (int s = 0; s < e->n; s++) {
         const float *img = logits + (size_t)s * ch * hw;
         size_t lab = (size_t)s * e->label_elems;
@@ -1546,11 +1572,13 @@ int exec_eval(exec *e, const float *x, const void *labels, exec_metrics *mt)
             }
             int truth = op_label(lv, lab + (size_t)i);
             mt->correct += pred == truth;
-            if ((uint32_t)pred < classes)
+            bool pred_in = (uint32_t)pred < classes && !exec__ignored(ignore, pred);
+            bool truth_in = (uint32_t)truth < classes && !exec__ignored(ignore, truth);
+            if (pred_in)
                 mt->uni[pred]++;
-            if ((uint32_t)truth < classes && truth != pred)
+            if (truth_in && truth != pred)
                 mt->uni[truth]++;
-            if (pred == truth && (uint32_t)pred < classes)
+            if (pred == truth && pred_in)
                 mt->inter[pred]++;
         }
     }

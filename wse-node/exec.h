@@ -81,6 +81,7 @@ typedef struct exec {
     float *scratch;         /* the input gradients of one layer */
     float *targets;         /* float targets of bce and dice (n x per) */
     float *lossgrad;        /* the second gradient of bce_dice */
+    double *losssums;       /* ssce_dice's per-sample sums (op_ssce_dice), where targets are */
     void *ws;               /* convolution workspace, outside the arena */
     size_t ws_bytes;
     float *input;           /* the float inputs of 8-bit batches (n x input) */
@@ -208,5 +209,8 @@ void exec_set_batch(exec *e, int n);
 /* After a forward pass in evaluation mode: adds the batch's loss and its
  * accuracy (classification) or per-class intersections and unions
  * (segmentation: argmax over channels, or logit > 0 for one channel) to mt.
+ * With pixel_softmax_cross_entropy, ssce_dice and multilabel_bce the
+ * classes of model.eval_ignore count nothing (their union stays 0, which
+ * leaves them out of the mean IoU); pixel accuracy counts every pixel.
  * Returns -EINVAL for a label out of range. */
 int exec_eval(exec *e, const float *x, const void *labels, exec_metrics *mt);

@@ -18,7 +18,9 @@ uint32_t footprint_label_elems(const model *m)
     const model_shape *o = &m->layers[m->nlayers - 1].out;
     switch (m->loss) {
     case LOSS_SOFTMAX_CROSS_ENTROPY: return 1;
-    case LOSS_PIXEL_SOFTMAX_CROSS_ENTROPY: return (uint32_t)footprint__hw(o);
+    case LOSS_PIXEL_SOFTMAX_CROSS_ENTROPY:
+    case LOSS_SSCE_DICE:
+    case LOSS_MULTILABEL_BCE: return (uint32_t)footprint__hw(o);
     default:
         /* one target per logit, or a class per pixel for several channels */
         return o->ndim == 3 && o->d[0] > 1 ? (uint32_t)footprint__hw(o)

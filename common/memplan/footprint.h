@@ -38,7 +38,7 @@ typedef struct footprint {
     uint64_t kept;            /* of act, the outputs kept for the backward pass */
     uint64_t workspace;       /* one workspace: the largest, rounded up to 64 bytes */
     uint64_t scratch;         /* the largest layer's input gradients at once */
-    uint64_t loss;            /* float targets and second gradient of a sigmoid loss */
+    uint64_t loss;            /* the loss's scratch (memplan_loss_bytes) */
     uint64_t arena;           /* the plan's arena: every buffer above but the workspace */
     uint64_t input;           /* the float inputs made from 8-bit ones (sample.h); 0 for float32 */
     uint64_t accum;           /* micro-batches: one layer's weight gradients, added into the step's */

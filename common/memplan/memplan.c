@@ -86,9 +86,18 @@ uint64_t memplan_scratch_bytes(const model *m, int layer, int n)
 
 uint64_t memplan_loss_bytes(const model *m, int n)
 {
-    if (m->loss != LOSS_BCE_WITH_LOGITS && m->loss != LOSS_DICE && m->loss != LOSS_BCE_DICE)
+    const model_shape *o = memplan__shape_of(m, m->nlayers - 1);
+    switch (m->loss) {
+    case LOSS_BCE_WITH_LOGITS:
+    case LOSS_DICE:
+    case LOSS_BCE_DICE:
+        return 2 * memplan_out_bytes(m, m->nlayers - 1, n);
+    case LOSS_SSCE_DICE: /* per sample and class: sum p*t, sum p, sum t; the cross entropy's
+                          * sum (OP_SSCE_DICE_SUMS, op_loss.h) */
+        return (uint64_t)n * (3 * (uint64_t)o->d[0] + 1) * sizeof(double);
+    default:
         return 0;
-    return 2 * memplan_out_bytes(m, m->nlayers - 1, n);
+    }
 }
 
 /* Whether a layer's backward pass reads its input (inputs[0]) or its own

@@ -59,7 +59,7 @@ enum memplan_kind {
     MEMPLAN_DOUT,       /* the gradient of a layer's output (zero it when `zero`) */
     MEMPLAN_AUX,        /* a layer's saved state */
     MEMPLAN_SCRATCH,    /* the input gradients of the operation's layer */
-    MEMPLAN_LOSS,       /* the loss's float targets and second gradient */
+    MEMPLAN_LOSS,       /* the loss's scratch (memplan_loss_bytes) */
     MEMPLAN_RECOMPUTE,  /* run the layer's forward again into its output, placed before */
     MEMPLAN_PACKED,     /* a layer's output kept as bfloat16: from here on at offset */
     MEMPLAN_UNPACK,     /* make the layer's output, placed before, from its bfloat16 copy */
@@ -106,7 +106,9 @@ op_conv2d_params memplan_conv2d_params(const model_layer *l, int n);
 /* The input gradients of a layer's backward pass, computed at once (0: it
  * needs none: it adds its output gradient to its inputs' directly). */
 uint64_t memplan_scratch_bytes(const model *m, int layer, int n);
-/* The loss's float targets and second gradient (0 unless a sigmoid loss). */
+/* The loss's scratch: a sigmoid loss's float targets and second gradient,
+ * ssce_dice's per-sample sums (totalled over the stripes of partitioned
+ * samples); 0 for the others. */
 uint64_t memplan_loss_bytes(const model *m, int n);
 
 /* The layer whose buffers a layer's output and gradient are (through

@@ -6,7 +6,8 @@
  * stripe's border is in the model: padded and dilated convolutions, max
  * and average pooling with padding and stride, a transposed convolution
  * that writes across the border and one that does not, bilinear
- * upsampling, batch and group norm, and the BCE + Dice loss. */
+ * upsampling, batch and group norm, and the BCE + Dice loss (and the
+ * Model Zoo's ssce_dice and multilabel_bce). */
 #include <check.h>
 #include <math.h>
 #include <pthread.h>
@@ -252,16 +253,18 @@ static void sgd(const model *m, float **w, float **const *g, int parts)
         }
 }
 
-/* The batch of step `step`: inputs in [0, 1), labels a disc that moves. */
+/* The batch of step `step`: inputs in [0, 1), labels a disc that moves
+ * (class 1), and with 3 classes or more a band at the left (class 2). */
 static void make_batch(const model *m, int n, int64_t step, float *x, uint8_t *y)
 {
     int c = (int)m->input.d[0], h = (int)m->input.d[1], w = (int)m->input.d[2];
+    int classes = (int)m->layers[m->nlayers - 1].out.d[0];
     for (int s = 0; s < n; s++) {
         double cy = h * (0.3 + 0.1 * s + 0.05 * step), cx = w * 0.5, r = h * 0.25;
         for (int i = 0; i < h; i++)
             for (int j = 0; j < w; j++) {
                 bool in = (i - cy) * (i - cy) + (j - cx) * (j - cx) < r * r;
-                y[((size_t)s * h + i) * w + j] = in;
+                y[((size_t)s * h + i) * w + j] = classes > 2 && j < w / 4 ? 2 : in;
                 for (int k = 0; k < c; k++)
                     x[(((size_t)s * c + k) * h + i) * w + j] =
                         (float)(0.6 * rng_uniform(5, (uint64_t)step,
@@ -273,14 +276,16 @@ static void make_batch(const model *m, int n, int64_t step, float *x, uint8_t *y
 
 /* Trains the model whole and in `parts` stripes for `steps` steps; the
  * weights and every loss agree within tol (relative to each tensor's
- * size). */
-static void train_striped(const char *text, int parts, int n, int steps, double tol)
+ * size). include_background: the model's (ssce_dice). */
+static void train_striped_as(const char *text, int parts, int n, int steps, double tol,
+                             bool include_background)
 {
     char err[512];
     toml_value *root = parse(text, NULL, NULL);
     model *full = model_compile_document(root, err, sizeof(err));
     ck_assert_msg(full != NULL, "%s", err);
     full->labels_u8 = true;
+    full->include_background = include_background;
     const toml_value *mt = toml_table_get(root, "model");
     model *sm[MAXP];
     spatial_plan sp[MAXP];
@@ -316,6 +321,7 @@ static void train_striped(const char *text, int parts, int n, int steps, double 
         st[p].m = sm[p];
         st[p].x = malloc((size_t)n * c * h * W * sizeof(float));
         sm[p]->labels_u8 = true;
+        sm[p]->include_background = include_background;
         st[p].y = malloc((size_t)n * h * W);
     }
     float *x = malloc((size_t)n * c * H * W * sizeof(float));
@@ -391,6 +397,11 @@ static void train_striped(const char *text, int parts, int n, int steps, double 
     toml_free(root);
 }
 
+static void train_striped(const char *text, int parts, int n, int steps, double tol)
+{
+    train_striped_as(text, parts, n, steps, tol, false);
+}
+
 /* examples/unet.toml: four pooling levels, 2 rows a stripe at the coarsest */
 static char *example_unet(const char *shape)
 {
@@ -443,6 +454,34 @@ START_TEST(four_stripes_train_as_the_whole)
 }
 END_TEST
 
+/* The test model with the Model Zoo's U-Net losses: 3 classes out */
+static char *with_loss(const char *loss)
+{
+    char *text = malloc(1 << 14);
+    const char *at = strstr(unet_text, "\"bce_dice\""), *f = strstr(unet_text, "filters = 1\n");
+    ck_assert(at && f && at < f);
+    snprintf(text, 1 << 14, "%.*s\"%s\"%.*sfilters = 3\n%s", (int)(at - unet_text), unet_text,
+             loss, (int)(f - at - 10), at + 10, f + 12);
+    return text;
+}
+
+START_TEST(ssce_dice_in_three_stripes_as_the_whole)
+{
+    char *text = with_loss("ssce_dice");
+    train_striped_as(text, 3, 2, 4, 1e-4, false);
+    train_striped_as(text, 2, 3, 3, 1e-4, true);
+    free(text);
+}
+END_TEST
+
+START_TEST(multilabel_bce_in_stripes_as_the_whole)
+{
+    char *text = with_loss("multilabel_bce");
+    train_striped(text, 3, 2, 4, 1e-4);
+    free(text);
+}
+END_TEST
+
 static Suite *spatial_suite(void)
 {
     Suite *s = suite_create("spatial");
@@ -452,6 +491,8 @@ static Suite *spatial_suite(void)
     tcase_add_test(t, four_stripes_train_as_the_whole);
     tcase_add_test(t, example_unet_in_four_stripes);
     tcase_add_test(t, unequal_stripes_train_as_the_whole);
+    tcase_add_test(t, ssce_dice_in_three_stripes_as_the_whole);
+    tcase_add_test(t, multilabel_bce_in_stripes_as_the_whole);
     suite_add_tcase(s, t);
     return s;
 }

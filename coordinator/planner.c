@@ -15,6 +15,7 @@
 #include "hosts.h"
 #include "memplan.h"
 #include "msgcheck.h"
+#include "optim_plan.h"
 #include "plan.h"
 #include "sample.h"
 #include "units.h"
@@ -793,6 +794,14 @@ static int planner__build(const jobspec *spec, const char *job_id, const planner
     opt->eps = spec->eps;
     opt->weight_decay = spec->weight_decay;
     opt->max_gradient_norm = spec->max_gradient_norm;
+    opt->no_bias_correction = !spec->correct_bias;
+    if (spec->n_lr_segments > 0) {
+        size_t nseg = spec->n_lr_segments;
+        Appliance__PlanLrSegment *segs = arena_alloc(&a, nseg * sizeof(*segs));
+        Appliance__PlanLrSegment **ptrs = arena_alloc(&a, nseg * sizeof(*ptrs));
+        if (!segs || !ptrs || optim_segments_to_plan(spec->lr_segments, nseg, opt, segs, ptrs) < 0)
+            goto done;
+    }
     p->optimizer = opt;
     p->train_input = planner__input(&a, spec, &spec->train, "train");
     if (spec->eval.present) {

@@ -117,11 +117,12 @@ static void init_defaults(const struct init_kind *k, model_init *out)
     } else if (!strcmp(n, "variance_scaling") || !strcmp(n, "lecun_normal") ||
                !strcmp(n, "lecun_uniform")) {
         out->scale = 1.0;
-        strcpy(out->mode, "fan_in");
-        strcpy(out->distribution, strcmp(n, "lecun_uniform") ? "truncated_normal" : "uniform");
+        snprintf(out->mode, sizeof(out->mode), "%s", "fan_in");
+        snprintf(out->distribution, sizeof(out->distribution), "%s",
+                 strcmp(n, "lecun_uniform") ? "truncated_normal" : "uniform");
     } else if (!strncmp(n, "kaiming_", 8)) {
-        strcpy(out->mode, "fan_in");
-        strcpy(out->nonlinearity, "leaky_relu");
+        snprintf(out->mode, sizeof(out->mode), "%s", "fan_in");
+        snprintf(out->nonlinearity, sizeof(out->nonlinearity), "%s", "leaky_relu");
     }
 }
 
@@ -194,7 +195,7 @@ static int init_param(const toml_value *v, enum ip_id id, const char *iname, con
                                : id == IP_DISTRIBUTION ? "truncated_normal|normal|uniform"
                                : !strncmp(iname, "variance", 8) ? "fan_in|fan_out|fan_avg"
                                                                 : "fan_in|fan_out");
-        strcpy(dst, s);
+        snprintf(dst, size, "%s", s);
         return 0;
     }
     double x;

@@ -104,26 +104,30 @@ static const struct init_kind *init_lookup(const char *name, bool any_case)
 /* The defaults of the Model Zoo's create_initializer for kind k. */
 static void init_defaults(const struct init_kind *k, model_init *out)
 {
-    memset(out, 0, sizeof(*out));
-    snprintf(out->name, sizeof(out->name), "%s", k->canon);
-    const char *n = out->name;
+    model_init d;
+    memset(&d, 0, sizeof(d));
+    const char *n = k->canon;
+    snprintf(d.name, sizeof(d.name), "%s", n);
     if (!strcmp(n, "uniform")) {
-        out->a = -0.05;
-        out->b = 0.05;
+        d.a = -0.05;
+        d.b = 0.05;
     } else if (!strcmp(n, "normal") || !strcmp(n, "truncated_normal")) {
-        out->std = 0.05; /* truncated_normal's a and b follow std: after the parameters */
+        d.std = 0.05; /* truncated_normal's a and b follow std: after the parameters */
     } else if (!strcmp(n, "xavier_normal") || !strcmp(n, "xavier_uniform")) {
-        out->gain = 1.0;
+        d.gain = 1.0;
     } else if (!strcmp(n, "variance_scaling") || !strcmp(n, "lecun_normal") ||
                !strcmp(n, "lecun_uniform")) {
-        out->scale = 1.0;
-        snprintf(out->mode, sizeof(out->mode), "%s", "fan_in");
-        snprintf(out->distribution, sizeof(out->distribution), "%s",
-                 strcmp(n, "lecun_uniform") ? "truncated_normal" : "uniform");
+        d.scale = 1.0;
+        memcpy(d.mode, "fan_in", sizeof("fan_in"));
+        if (strcmp(n, "lecun_uniform") != 0)
+            memcpy(d.distribution, "truncated_normal", sizeof("truncated_normal"));
+        else
+            memcpy(d.distribution, "uniform", sizeof("uniform"));
     } else if (!strncmp(n, "kaiming_", 8)) {
-        snprintf(out->mode, sizeof(out->mode), "%s", "fan_in");
-        snprintf(out->nonlinearity, sizeof(out->nonlinearity), "%s", "leaky_relu");
+        memcpy(d.mode, "fan_in", sizeof("fan_in"));
+        memcpy(d.nonlinearity, "leaky_relu", sizeof("leaky_relu"));
     }
+    *out = d;
 }
 
 /* Checks a resolved initializer: its modes and names known, its numbers

@@ -377,8 +377,7 @@ jobspec *jobspec_parse(const char *text, size_t len, const char *name, const cha
                                   err, errlen);
             if (rc == 0)
                 rc = jobspec_optimizer(v, j, err, errlen);
-        }
-        else {
+        } else {
             toml_errorf(err, errlen, name, pos,
                         "unknown section \"%s\" (expected runconfig, train_input, eval_input, "
                         "model or optimizer)",

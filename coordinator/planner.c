@@ -13,8 +13,10 @@
 #include "fit.h"
 #include "footprint.h"
 #include "hosts.h"
+#include "init.h"
 #include "memplan.h"
 #include "msgcheck.h"
+#include "optim_plan.h"
 #include "plan.h"
 #include "sample.h"
 #include "units.h"
@@ -162,6 +164,53 @@ static void planner__fans(const model *m, const model_tensor *t, uint64_t *fan_i
     default:
         *fan_in = *fan_out = t->elems;
     }
+}
+
+/* The initializer the job named for tensor t (its layer's weight_init for
+ * ".weight", bias_init for ".bias"), or NULL for the planner's default. */
+static const model_init *planner__job_init(const model *m, const model_tensor *t)
+{
+    const model_layer *l = &m->layers[t->layer];
+    const char *suffix = strrchr(t->name, '.');
+    suffix = suffix ? suffix + 1 : t->name;
+    if (strcmp(suffix, "weight") == 0 && l->weight_init.name[0])
+        return &l->weight_init;
+    if (strcmp(suffix, "bias") == 0 && l->bias_init.name[0])
+        return &l->bias_init;
+    return NULL;
+}
+
+/* pt's initializer from the job's ji: the name and its parameters, and
+ * PyTorch's fans (dims 1 and 0 times the rest), which an initializer that
+ * computes from them needs a tensor of 2 or more dimensions for, as in
+ * PyTorch. Returns 0, or -EINVAL with the message in err. */
+static int planner__named_init(arena *a, const model *m, const model_tensor *t,
+                               const model_init *ji, Appliance__PlanTensor *pt, const char *source,
+                               char *err, size_t errlen)
+{
+    const model_layer *l = &m->layers[t->layer];
+    bool weight = ji == &l->weight_init;
+    if (model_init_fans(t->dims, t->ndim, &pt->fan_in, &pt->fan_out) < 0) {
+        if (model_init_needs_fans(ji)) {
+            snprintf(err, errlen, "%s:%d:%d: layer \"%s\": %s_initializer \"%s\" computes from "
+                     "fans, which a tensor has only with 2 or more dimensions (%s has %d)", source,
+                     l->pos.line, l->pos.col, l->name, weight ? "weight" : "bias", ji->name,
+                     t->name, t->ndim);
+            return -EINVAL;
+        }
+        pt->fan_in = pt->fan_out = t->elems;
+    }
+    Appliance__PlanInit *pi = arena_alloc(a, sizeof(*pi));
+    if (!pi)
+        return 0; /* the arena's failure, found by the caller */
+    model_init_to_plan(ji, pi);
+    pi->name = arena_strdup(a, ji->name);
+    pi->mode = arena_strdup(a, ji->mode);
+    pi->distribution = arena_strdup(a, ji->distribution);
+    pi->nonlinearity = arena_strdup(a, ji->nonlinearity);
+    pt->initializer = pi;
+    pt->init = arena_strdup(a, ji->name);
+    return 0;
 }
 
 /* The files of the checkpoint spec->checkpoint_path names (any one shard's
@@ -625,8 +674,14 @@ static int planner__build(const jobspec *spec, const char *job_id, const planner
         pt->shard = owner[i];
         pt->layer = (uint32_t)t->layer;
         pt->trainable = t->trainable;
-        pt->init = arena_strdup(&a, planner__init(m, t));
-        planner__fans(m, t, &pt->fan_in, &pt->fan_out);
+        const model_init *ji = planner__job_init(m, t);
+        if (!ji) {
+            pt->init = arena_strdup(&a, planner__init(m, t));
+            planner__fans(m, t, &pt->fan_in, &pt->fan_out);
+        } else if (planner__named_init(&a, m, t, ji, pt, spec->source, err, errlen) < 0) {
+            rc = -EINVAL;
+            goto done;
+        }
         p->tensors[i] = pt;
     }
     p->n_shards = ns;
@@ -793,6 +848,14 @@ static int planner__build(const jobspec *spec, const char *job_id, const planner
     opt->eps = spec->eps;
     opt->weight_decay = spec->weight_decay;
     opt->max_gradient_norm = spec->max_gradient_norm;
+    opt->no_bias_correction = !spec->correct_bias;
+    if (spec->n_lr_segments > 0) {
+        size_t nseg = spec->n_lr_segments;
+        Appliance__PlanLrSegment *segs = arena_alloc(&a, nseg * sizeof(*segs));
+        Appliance__PlanLrSegment **ptrs = arena_alloc(&a, nseg * sizeof(*ptrs));
+        if (!segs || !ptrs || optim_segments_to_plan(spec->lr_segments, nseg, opt, segs, ptrs) < 0)
+            goto done;
+    }
     p->optimizer = opt;
     p->train_input = planner__input(&a, spec, &spec->train, "train");
     if (spec->eval.present) {

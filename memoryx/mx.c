@@ -6,7 +6,6 @@
 #include "mx.h"
 
 #include <errno.h>
-#include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +13,7 @@
 #include "bf16.h"
 #include "checkpoint.h"
 #include "footprint.h"
+#include "init.h"
 #include "log.h"
 #include "msg.h"
 #include "msgcheck.h"
@@ -21,7 +21,6 @@
 #include "optim_plan.h"
 #include "plan.h"
 #include "pump.h"
-#include "rng.h"
 #include "tier.h"
 #include "tierio.h"
 #include "units.h"
@@ -34,28 +33,15 @@ static memoryx *mx_of(node *n) { return n->data; }
 /* ---- weights ---- */
 
 /* Initial weights [a, b) from the job seed: a pure function of (seed,
- * tensor id, element), so the sharding does not change them. */
+ * tensor id, element), so the sharding does not change them (init.c). The
+ * plan's initializer was checked when the job started. */
 static void mx__init_range(mx_tensor *t, const Appliance__PlanTensor *pt, uint64_t seed,
                            uint64_t a, uint64_t b)
 {
-    if (strcmp(pt->init, "zeros") == 0) {
-        memset(t->w + a, 0, (b - a) * sizeof(float));
-    } else if (strcmp(pt->init, "ones") == 0) {
-        for (uint64_t i = a; i < b; i++)
-            t->w[i] = 1.0f;
-    } else if (strcmp(pt->init, "he_normal") == 0) {
-        double sd = sqrt(2.0 / (double)(pt->fan_in ? pt->fan_in : 1)), z[512];
-        for (uint64_t i0 = a; i0 < b; i0 += 512) {
-            size_t len = (size_t)(b - i0 < 512 ? b - i0 : 512);
-            rng_normal_n(seed, 0x1000 + pt->id, i0, len, z);
-            for (size_t i = 0; i < len; i++)
-                t->w[i0 + i] = (float)(sd * z[i]);
-        }
-    } else { /* xavier_uniform */
-        double r = sqrt(6.0 / (double)(pt->fan_in + pt->fan_out ? pt->fan_in + pt->fan_out : 1));
-        for (uint64_t i = a; i < b; i++)
-            t->w[i] = (float)(r * (2.0 * rng_uniform(seed, 0x1000 + pt->id, i) - 1.0));
-    }
+    model_init in;
+    if (model_init_from_plan(pt, &in) < 0)
+        return;
+    model_init_fill(&in, pt->fan_in, pt->fan_out, seed, 0x1000 + pt->id, a, b, t->w + a);
 }
 
 /* The weights of t from the seed; in the disk tier a piece at a time. */
@@ -406,6 +392,10 @@ static void *mx__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
             return mx__start_failed(j, why, whylen, "plan tensor %zu has id %u", i, pt->id);
         if (pt->shard != j->shard)
             continue;
+        model_init in;
+        if (model_init_from_plan(pt, &in) < 0)
+            return mx__start_failed(j, why, whylen, "plan tensor %s: unknown initializer \"%s\"",
+                                    pt->name, pt->initializer ? pt->initializer->name : pt->init);
         mx_tensor *t = &j->t[j->nt++];
         t->job = j;
         t->mx = mx;

@@ -8,12 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jobspec_optim.h"
 #include "modelzoo.h"
 #include "nearest.h"
 #include "sample.h"
 #include "util.h"
 
-enum key_kind { K_INT, K_INT_AUTO, K_FLOAT, K_BOOL, K_STRING, K_PATH, K_LIST, K_NUM_OR_NAME };
+/* K_OWN: a key its section's own reader takes (jobspec_optim.c) */
+enum key_kind { K_INT, K_INT_AUTO, K_FLOAT, K_BOOL, K_STRING, K_PATH, K_LIST, K_NUM_OR_NAME, K_OWN };
 
 /* The offset of a key that is read (its type checked) but kept nowhere:
  * the Model Zoo's keys whose meaning the appliance has another way to
@@ -41,6 +43,7 @@ typedef struct key_spec {
 #define XB(name) {name, K_BOOL, KEY_ACCEPTED, 0, 0, 0, NULL}
 #define XL(name) {name, K_LIST, KEY_ACCEPTED, 0, 0, 0, NULL}
 #define XN(name, lo, hi, ch) {name, K_NUM_OR_NAME, KEY_ACCEPTED, 0, lo, hi, ch}
+#define KO(name) {name, K_OWN, 0, 0, 0, 0, NULL}
 
 static const key_spec runconfig_keys[] = {
     KI(jobspec, max_steps, 1, 1e12),
@@ -98,8 +101,8 @@ static const key_spec input_keys[] = {
 };
 
 static const key_spec optimizer_keys[] = {
-    KS(jobspec, optimizer_type, "sgd|adam|adamw"),
-    KF(jobspec, learning_rate, 0, 1e6),
+    KO("optimizer_type"),
+    KO("learning_rate"),
     KS(jobspec, lr_schedule, "constant|cosine|step"),
     KI(jobspec, warmup_steps, 0, 1e12),
     KI(jobspec, decay_steps, 0, 1e12),
@@ -114,6 +117,9 @@ static const key_spec optimizer_keys[] = {
     KF(jobspec, eps, 0, 1),
     KF(jobspec, weight_decay, 0, 1e6),
     KF(jobspec, max_gradient_norm, 0, 1e12),
+    KO("weight_decay_rate"),
+    KB(jobspec, correct_bias),
+    KO("loss_scaling_factor"),
 };
 
 static void jobspec__defaults(jobspec *j)
@@ -154,6 +160,8 @@ static void jobspec__defaults(jobspec *j)
     j->beta1 = 0.9;
     j->beta2 = 0.999;
     j->eps = 1e-8;
+    j->correct_bias = true;
+    j->loss_scaling_factor = 1.0;
 }
 
 static int jobspec__resolve(char *dst, size_t size, const char *value, const char *base,
@@ -219,6 +227,8 @@ static int jobspec__section(const toml_value *t, const char *section, const key_
         char *field = ks->offset == KEY_ACCEPTED ? NULL : (char *)base + ks->offset;
         toml_type ty = toml_type_of(v);
         switch (ks->kind) {
+        case K_OWN:
+            break;
         case K_INT_AUTO:
             if (ty == TOML_STRING && strcmp(toml_string(v), "auto") == 0) {
                 if (field)
@@ -421,10 +431,12 @@ jobspec *jobspec_parse(const char *text, size_t len, const char *name, const cha
             j->eval.present = true;
             rc = jobspec__section(v, key, input_keys, ARRAY_SIZE(input_keys), &j->eval, base_dir,
                                   err, errlen);
-        } else if (strcmp(key, "optimizer") == 0)
+        } else if (strcmp(key, "optimizer") == 0) {
             rc = jobspec__section(v, key, optimizer_keys, ARRAY_SIZE(optimizer_keys), j, base_dir,
                                   err, errlen);
-        else {
+            if (rc == 0)
+                rc = jobspec_optimizer(v, j, err, errlen);
+        } else {
             toml_errorf(err, errlen, name, pos,
                         "unknown section \"%s\" (expected runconfig, train_input, eval_input, "
                         "model or optimizer)",

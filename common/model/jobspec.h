@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "model.h"
+#include "optim.h"
 #include "toml.h"
 
 #define JOBSPEC_AUTO (-1) /* a key given as "auto" */
@@ -75,8 +76,12 @@ typedef struct jobspec {
     jobspec_input train;
     jobspec_input eval;
     /* [optimizer] */
-    char optimizer_type[16];      /* "sgd", "adam", "adamw" */
-    double learning_rate;         /* base learning rate */
+    char optimizer_type[16];      /* "sgd", "adam", "adamw" (given in any case) */
+    double learning_rate;         /* base learning rate (with a schedule: its first rate) */
+    /* learning_rate as the Model Zoo's schedule (a table) or list of them,
+     * run one after another; 0 segments: the number above and lr_schedule */
+    size_t n_lr_segments;
+    optim_segment lr_segments[OPTIM_MAX_SEGMENTS];
     char lr_schedule[16];         /* "constant", "cosine", "step" (after the warm-up) */
     int64_t warmup_steps;         /* linear warm-up, 0: none */
     int64_t decay_steps;          /* cosine: steps to reach end_learning_rate; 0: max_steps */
@@ -87,7 +92,10 @@ typedef struct jobspec {
     double dampening;             /* sgd */
     bool nesterov;                /* sgd */
     double beta1, beta2, eps;     /* adam, adamw */
-    double weight_decay;          /* L2 (sgd, adam) or decoupled (adamw) */
+    double weight_decay;          /* L2 (sgd, adam) or decoupled (adamw); also weight_decay_rate */
+    bool correct_bias;            /* adam, adamw: bias correction (default true) */
+    double loss_scaling_factor;   /* accepted, no effect (float32 needs no loss scaling): >= 1,
+                                   * or 0 for "dynamic" */
     double max_gradient_norm;     /* 0: no clipping */
     /* [model] */
     model *model;                 /* owned */

@@ -78,6 +78,30 @@ typedef struct {
     int layer;                         /* index of the owning layer */
 } model_tensor;
 
+/* An initializer a job names for a layer's weight or bias (the Model Zoo's
+ * create_initializer, init.c): name "" leaves the planner's default. Every
+ * parameter the initializer takes holds the value given or its default
+ * (model_init_parse resolves them); the others are zero. */
+#define MODEL_INIT_NAME_MAX 24
+typedef struct model_init {
+    char name[MODEL_INIT_NAME_MAX]; /* "constant", "ones", "zeros", "uniform", "normal",
+                                       "xavier_normal", "xavier_uniform" (glorot_ read as
+                                       xavier_), "truncated_normal", "variance_scaling",
+                                       "lecun_normal", "lecun_uniform", "kaiming_normal",
+                                       "kaiming_uniform"; "" for the default */
+    double val;                     /* constant: the value */
+    double a, b;                    /* uniform: bounds; truncated_normal: cut-offs;
+                                       kaiming_: the negative slope (a) */
+    double mean, std;               /* normal, truncated_normal */
+    double gain;                    /* xavier_: the factor */
+    double scale;                   /* variance_scaling (lecun_: 1): the variance's factor */
+    char mode[8];                   /* kaiming_, variance_scaling: "fan_in", "fan_out",
+                                       "fan_avg" (variance_scaling only) */
+    char distribution[20];          /* variance_scaling: "truncated_normal", "normal",
+                                       "uniform" */
+    char nonlinearity[20];          /* kaiming_: the gain's nonlinearity (calculate_gain) */
+} model_init;
+
 typedef struct {
     char name[MODEL_NAME_MAX];  /* unique, [A-Za-z0-9_-]+, never "input" */
     layer_type type;
@@ -115,6 +139,9 @@ typedef struct {
     uint64_t flops;             /* forward FLOPs, see model_compile */
     int first_tensor;           /* index of the layer's first tensor in model.tensors */
     int ntensors;               /* its tensors: weight, bias, running_mean, running_var */
+    /* weight_initializer, bias_initializer: what its ".weight" and ".bias"
+     * start as (name "": the planner's default) */
+    model_init weight_init, bias_init;
 } model_layer;
 
 typedef struct {
@@ -214,6 +241,16 @@ void model_free(model *m);
 
 /* The index of the layer called name, or -1. */
 int model_find_layer(const model *m, const char *name);
+
+/* Reads an initializer as a job gives it (init.c), a name ("zeros", in any
+ * case) or a table with a "name" and the initializer's parameters
+ * ({name = "glorot_uniform", gain = 1.0}), into *out with every parameter
+ * resolved (defaults as the Model Zoo's create_initializer). A numeric
+ * parameter may be given as a nonlinearity's name ("relu"): its gain, as
+ * there. Returns 0, or -EINVAL with "FILE:LINE:COL: message" in err for an
+ * unknown name (the known ones listed), an unknown parameter key or a value
+ * of the wrong type or out of range. */
+int model_init_parse(const toml_value *v, model_init *out, char *err, size_t errlen);
 
 /* "dense", "conv2d", ... as written in job files. */
 const char *layer_type_name(layer_type t);

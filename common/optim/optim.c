@@ -58,6 +58,160 @@ const char *optim_schedule_name(optim_schedule schedule)
     return schedule_names[schedule];
 }
 
+/* The Model Zoo's names (lower case, without "lr") and the plan's. */
+static const struct {
+    const char *zoo;
+    optim_sched kind;
+    bool power_one;
+} sched_zoo[] = {
+    {"constant", OPTIM_SCHED_CONSTANT, false},
+    {"linear", OPTIM_SCHED_POLYNOMIAL, true},
+    {"polynomial", OPTIM_SCHED_POLYNOMIAL, false},
+    {"exponential", OPTIM_SCHED_EXPONENTIAL, false},
+    {"inverseexponentialtimedecay", OPTIM_SCHED_INVERSE_EXP_TIME, false},
+    {"inversesquarerootdecay", OPTIM_SCHED_INVERSE_SQRT, false},
+    {"cosinedecay", OPTIM_SCHED_COSINE_DECAY, false},
+    {"step", OPTIM_SCHED_STEP, false},
+    {"cosineannealing", OPTIM_SCHED_COSINE_ANNEALING, false},
+};
+
+static const char *const sched_names[] = {
+    [OPTIM_SCHED_CONSTANT] = "constant",
+    [OPTIM_SCHED_POLYNOMIAL] = "polynomial",
+    [OPTIM_SCHED_EXPONENTIAL] = "exponential",
+    [OPTIM_SCHED_INVERSE_EXP_TIME] = "inverse_exponential_time_decay",
+    [OPTIM_SCHED_INVERSE_SQRT] = "inverse_square_root_decay",
+    [OPTIM_SCHED_COSINE_DECAY] = "cosine_decay",
+    [OPTIM_SCHED_STEP] = "step",
+    [OPTIM_SCHED_COSINE_ANNEALING] = "cosine_annealing",
+};
+
+int optim_sched_from_name(const char *name, optim_sched *out, bool *power_one)
+{
+    size_t n = name ? strlen(name) : 0;
+    if (n > 2 && strcasecmp(name + n - 2, "lr") == 0)
+        n -= 2;
+    for (size_t i = 0; n && i < sizeof(sched_zoo) / sizeof(sched_zoo[0]); i++) {
+        if (strlen(sched_zoo[i].zoo) == n && strncasecmp(name, sched_zoo[i].zoo, n) == 0) {
+            *out = sched_zoo[i].kind;
+            if (power_one)
+                *power_one = sched_zoo[i].power_one;
+            return 0;
+        }
+    }
+    return -EINVAL;
+}
+
+const char *optim_sched_name(optim_sched kind)
+{
+    if ((unsigned)kind >= OPTIM_SCHED_COUNT)
+        return "unknown";
+    return sched_names[kind];
+}
+
+int optim_sched_from_plan_name(const char *name, optim_sched *out)
+{
+    for (unsigned i = 0; name && i < OPTIM_SCHED_COUNT; i++) {
+        if (strcmp(name, sched_names[i]) == 0) {
+            *out = (optim_sched)i;
+            return 0;
+        }
+    }
+    return -EINVAL;
+}
+
+/* x is a finite number >= 0 (NaN fails). */
+static bool optim__rate_ok(double x)
+{
+    return x >= 0 && isfinite(x);
+}
+
+int optim_segments_check(const optim_segment *seg, size_t n)
+{
+    if (n > OPTIM_MAX_SEGMENTS)
+        return -EINVAL;
+    for (size_t i = 0; i < n; i++) {
+        const optim_segment *s = &seg[i];
+        bool last = i + 1 == n;
+        if ((unsigned)s->kind >= OPTIM_SCHED_COUNT || s->total_iters < 0 ||
+            (!last && s->total_iters < 1) || !optim__rate_ok(s->initial))
+            return -EINVAL;
+        switch (s->kind) {
+        case OPTIM_SCHED_CONSTANT:
+            break;
+        case OPTIM_SCHED_POLYNOMIAL:
+            if (s->total_iters < 1 || !optim__rate_ok(s->end) || !isfinite(s->power))
+                return -EINVAL;
+            break;
+        case OPTIM_SCHED_EXPONENTIAL:
+            if (s->total_iters < 1 || !optim__rate_ok(s->rate))
+                return -EINVAL;
+            break;
+        case OPTIM_SCHED_INVERSE_EXP_TIME:
+            if (s->total_iters < 1 || !optim__rate_ok(s->rate) || !isfinite(s->exponent))
+                return -EINVAL;
+            break;
+        case OPTIM_SCHED_INVERSE_SQRT:
+            if (s->period < 1 || !optim__rate_ok(s->scale))
+                return -EINVAL;
+            break;
+        case OPTIM_SCHED_COSINE_DECAY:
+            if (s->total_iters < 1 || !optim__rate_ok(s->end))
+                return -EINVAL;
+            break;
+        case OPTIM_SCHED_STEP:
+            if (s->period < 1 || !optim__rate_ok(s->rate))
+                return -EINVAL;
+            break;
+        case OPTIM_SCHED_COSINE_ANNEALING:
+            if (s->period < 1 || !optim__rate_ok(s->end))
+                return -EINVAL;
+            break;
+        default:
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
+/* The rate of one scheduler at its own step t >= 0, in double (the Model
+ * Zoo computes it in float32 tensors: the two agree to float32's
+ * rounding). */
+static double optim__segment_lr(const optim_segment *s, int64_t t)
+{
+    double x = (double)t, n = (double)s->total_iters;
+    switch (s->kind) {
+    case OPTIM_SCHED_POLYNOMIAL:
+        /* (cycle, which the Model Zoo accepts, changes nothing: its
+         * multiple of total_iters is 1 below total_iters, and from there
+         * on the end rate holds) */
+        if (t >= s->total_iters)
+            return s->end;
+        return s->end + (s->initial - s->end) * pow(1.0 - x / n, s->power);
+    case OPTIM_SCHED_EXPONENTIAL: {
+        double p = x / n;
+        return s->initial * pow(s->rate, s->staircase ? floor(p) : p);
+    }
+    case OPTIM_SCHED_INVERSE_EXP_TIME: {
+        double a = pow(x, s->exponent) / n;
+        return s->initial / (1.0 + s->rate * (s->staircase ? floor(a) : a));
+    }
+    case OPTIM_SCHED_INVERSE_SQRT:
+        return s->initial * s->scale / sqrt(t > s->period ? x : (double)s->period);
+    case OPTIM_SCHED_COSINE_DECAY: {
+        double c = t < s->total_iters ? x : n;
+        return s->end + (s->initial - s->end) * 0.5 * (1.0 + cos(M_PI * c / n));
+    }
+    case OPTIM_SCHED_STEP:
+        return s->initial * pow(s->rate, (double)(t / s->period));
+    case OPTIM_SCHED_COSINE_ANNEALING:
+        return s->end + (s->initial - s->end) * 0.5 * (1.0 + cos(M_PI * x / (double)s->period));
+    case OPTIM_SCHED_CONSTANT:
+    default:
+        return s->initial;
+    }
+}
+
 void optim_config_defaults(optim_config *cfg, optim_type type)
 {
     memset(cfg, 0, sizeof(*cfg));
@@ -71,6 +225,7 @@ void optim_config_defaults(optim_config *cfg, optim_type type)
     cfg->beta2 = 0.999f;
     cfg->eps = 1e-8f;
     cfg->weight_decay = type == OPTIM_ADAMW ? 0.01f : 0.0f;
+    cfg->correct_bias = true;
 }
 
 int optim_config_check(const optim_config *cfg)
@@ -81,6 +236,8 @@ int optim_config_check(const optim_config *cfg)
     /* written so that NaN fails every test */
     if (!(cfg->lr >= 0) || !(cfg->weight_decay >= 0) ||
         !(cfg->max_gradient_norm >= 0) || cfg->warmup_steps < 0)
+        return -EINVAL;
+    if (optim_segments_check(cfg->segments, cfg->nsegments) < 0)
         return -EINVAL;
     if (cfg->schedule == OPTIM_LR_COSINE &&
         (cfg->decay_steps <= 0 || !(cfg->end_lr >= 0)))
@@ -105,6 +262,15 @@ float optim_lr_at(const optim_config *cfg, int64_t step)
 {
     if (step < 0)
         step = 0;
+    if (cfg->nsegments > 0) {
+        int64_t start = 0;
+        for (size_t i = 0;; i++) {
+            const optim_segment *s = &cfg->segments[i];
+            if (i + 1 == cfg->nsegments || step - start < s->total_iters)
+                return (float)optim__segment_lr(s, step - start);
+            start += s->total_iters;
+        }
+    }
     if (step < cfg->warmup_steps)
         return (float)((double)cfg->lr * (double)(step + 1) / (double)cfg->warmup_steps);
     int64_t t = step - cfg->warmup_steps;
@@ -299,6 +465,8 @@ static void adam_step(const optim_config *cfg, optim_state *st, float *w,
     /* w, g, m, v (n) */
     double t = (double)(st->step + 1);
     double bc1 = 1.0 - pow(cfg->beta1, t), bc2 = 1.0 - pow(cfg->beta2, t);
+    if (!cfg->correct_bias)
+        bc1 = bc2 = 1.0;
     float step_size = (float)(lr / bc1);
     float inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
     float l2 = cfg->type == OPTIM_ADAM ? cfg->weight_decay : 0.0f;

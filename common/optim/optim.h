@@ -1,11 +1,13 @@
 /* Optimizers applied to parameter tensors: SGD (momentum, Nesterov), Adam
- * and AdamW with PyTorch's update rules, learning-rate schedules and global
- * gradient-norm clipping. The state of each parameter tensor is a set of
+ * and AdamW with PyTorch's update rules, learning-rate schedules (the
+ * appliance's own, and the Cerebras Model Zoo's schedulers run one after
+ * another) and global gradient-norm clipping. The state of each parameter tensor is a set of
  * named tensors plus a step counter that a checkpoint writer can enumerate
  * and restore. */
 #ifndef OPTIM_H
 #define OPTIM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -20,6 +22,50 @@ typedef enum optim_schedule {
     OPTIM_LR_COSINE,    /* cosine from lr to end_lr over decay_steps */
     OPTIM_LR_STEP,      /* lr * gamma^floor(t / step_size) */
 } optim_schedule;
+
+/* The Model Zoo's schedulers (cerebras.pytorch.optim.lr_scheduler), as
+ * closed forms of t, the step counted from the scheduler's start (0 at its
+ * first update). PiecewiseConstant and MultiStep are runs of constants;
+ * Linear is Polynomial of power 1. */
+typedef enum optim_sched {
+    OPTIM_SCHED_CONSTANT,         /* initial */
+    OPTIM_SCHED_POLYNOMIAL,       /* end + (initial - end) (1 - t / total_iters)^power,
+                                     end from t = total_iters on */
+    OPTIM_SCHED_EXPONENTIAL,      /* initial rate^(t / total_iters) (staircase: the exponent
+                                     floored) */
+    OPTIM_SCHED_INVERSE_EXP_TIME, /* initial / (1 + rate t^exponent / total_iters) (staircase:
+                                     the quotient floored) */
+    OPTIM_SCHED_INVERSE_SQRT,     /* initial scale / sqrt(max(t, period)) */
+    OPTIM_SCHED_COSINE_DECAY,     /* end + (initial - end) (1 + cos(pi min(t, total_iters) /
+                                     total_iters)) / 2 */
+    OPTIM_SCHED_STEP,             /* initial rate^floor(t / period) */
+    OPTIM_SCHED_COSINE_ANNEALING, /* end + (initial - end) (1 + cos(pi t / period)) / 2 (no
+                                     clamp: it rises again after period) */
+    OPTIM_SCHED_COUNT,
+} optim_sched;
+
+/* Schedules a list may hold (a PiecewiseConstant or MultiStep counts one
+ * per piece). */
+#define OPTIM_MAX_SEGMENTS 16
+
+/* One scheduler of a list. Each but the last runs for total_iters steps,
+ * then the next starts from its own t = 0; the last runs to the end. */
+typedef struct optim_segment {
+    optim_sched kind;
+    int64_t total_iters; /* steps it runs (>= 1, but 0 for a last one that needs none); the
+                            decay length of polynomial, exponential, inverse time and
+                            cosine decay */
+    double initial;      /* initial_learning_rate (constant: learning_rate), >= 0 */
+    double end;          /* end_learning_rate (polynomial, cosine decay), eta_min (cosine
+                            annealing), >= 0 */
+    double power;        /* polynomial: exponent (Linear: 1) */
+    double rate;         /* decay_rate (exponential, inverse time), gamma (step) */
+    bool staircase;      /* exponential, inverse time: floor the exponent or quotient */
+    double exponent;     /* inverse time: step_exponent */
+    double scale;        /* inverse sqrt: factor */
+    int64_t period;      /* step: step_size; cosine annealing: T_max; inverse sqrt:
+                            warmup_steps; >= 1 */
+} optim_segment;
 
 /* Everything that defines an optimizer. optim_config_defaults fills it. */
 typedef struct optim_config {
@@ -40,6 +86,13 @@ typedef struct optim_config {
     float weight_decay;       /* >= 0: L2 for SGD and Adam, decoupled for
                                  AdamW */
     float max_gradient_norm;  /* global-norm clipping threshold, 0 for none */
+    bool correct_bias;        /* Adam, AdamW: divide by 1 - beta^t (true by default;
+                                 false: the Model Zoo's correct_bias = false, BERT's) */
+    /* The Model Zoo's schedule: when nsegments > 0, it gives the rate and
+     * lr, schedule, warmup_steps and the keys of those schedules are not
+     * used. */
+    size_t nsegments;
+    optim_segment segments[OPTIM_MAX_SEGMENTS];
 } optim_config;
 
 /* The type named "sgd", "adam" or "adamw" (any case). Returns 0, or
@@ -52,15 +105,37 @@ const char *optim_type_name(optim_type type);
 int optim_schedule_from_name(const char *name, optim_schedule *out);
 const char *optim_schedule_name(optim_schedule schedule);
 
+/* The scheduler a Model Zoo name means, in any case, with or without its
+ * "LR" suffix: "Constant", "Linear" (polynomial of power 1), "Polynomial",
+ * "Exponential", "InverseExponentialTimeDecay", "InverseSquareRootDecay",
+ * "CosineDecay", "Step", "CosineAnnealing". *power_one is set for Linear.
+ * PiecewiseConstant and MultiStep are not one scheduler (their caller makes
+ * runs of constants of them). Returns 0 or -EINVAL. */
+int optim_sched_from_name(const char *name, optim_sched *out, bool *power_one);
+/* The name of a kind, as the plan carries it ("constant", "polynomial",
+ * "exponential", "inverse_exponential_time_decay",
+ * "inverse_square_root_decay", "cosine_decay", "step", "cosine_annealing"),
+ * and back (exact). */
+const char *optim_sched_name(optim_sched kind);
+int optim_sched_from_plan_name(const char *name, optim_sched *out);
+
+/* Returns 0 if the segments make a schedule optim_lr_at can follow (each
+ * kind known, rates finite and >= 0, every one but the last of at least one
+ * step, the lengths and periods its formula divides by >= 1), -EINVAL
+ * otherwise. */
+int optim_segments_check(const optim_segment *seg, size_t n);
+
 /* PyTorch's defaults for type: lr 1e-3 (0.01 for SGD), betas 0.9 and
  * 0.999, eps 1e-8, weight decay 0 (0.01 for AdamW), no momentum, constant
- * schedule, no warm-up, no clipping. */
+ * schedule, no warm-up, no clipping, bias correction. */
 void optim_config_defaults(optim_config *cfg, optim_type type);
 
 /* Returns 0 if cfg is usable, -EINVAL otherwise. */
 int optim_config_check(const optim_config *cfg);
 
-/* Learning rate of the update with 0-based index step. During the warm-up
+/* Learning rate of the update with 0-based index step (the Model Zoo's too:
+ * its first update uses its scheduler's step 0). With segments: the one
+ * whose span holds step, at t = step - its start. Otherwise: during the warm-up
  * (step < warmup_steps) it rises linearly, lr * (step + 1) / warmup_steps,
  * so the first update is not wasted and the last warm-up step uses lr.
  * From then on t = step - warmup_steps drives the schedule:
@@ -146,7 +221,8 @@ void optim_state_set_step(optim_state *st, int64_t step);
  * SGD: g += wd w; buf = g on the first step, else momentum buf +
  *   (1 - dampening) g; g = g + momentum buf (Nesterov) or buf; w -= lr g.
  * Adam: g += wd w; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
- *   w -= lr / (1 - b1^t) * m / (sqrt(v / (1 - b2^t)) + eps), t = step + 1.
+ *   w -= lr / (1 - b1^t) * m / (sqrt(v / (1 - b2^t)) + eps), t = step + 1;
+ *   without correct_bias: w -= lr * m / (sqrt(v) + eps).
  * AdamW: w *= 1 - lr wd, then Adam without the L2 term. */
 void optim_step(const optim_config *cfg, optim_state *st, float *w,
                 const float *g, float grad_scale, float lr);

@@ -29,7 +29,52 @@ int optim_from_plan(const Appliance__PlanOptimizer *po, optim_config *cfg)
     cfg->eps = (float)po->eps;
     cfg->weight_decay = (float)po->weight_decay;
     cfg->max_gradient_norm = (float)po->max_gradient_norm;
+    cfg->correct_bias = !po->no_bias_correction;
+    if (po->n_lr_segments > OPTIM_MAX_SEGMENTS)
+        return -EINVAL;
+    cfg->nsegments = po->n_lr_segments;
+    for (size_t i = 0; i < po->n_lr_segments; i++) {
+        const Appliance__PlanLrSegment *ps = po->lr_segments[i];
+        optim_segment *s = &cfg->segments[i];
+        if (!ps || optim_sched_from_plan_name(ps->scheduler, &s->kind) < 0)
+            return -EINVAL;
+        s->total_iters = ps->total_iters;
+        s->initial = ps->initial_learning_rate;
+        s->end = ps->end_learning_rate;
+        s->power = ps->power;
+        s->rate = ps->decay_rate;
+        s->staircase = ps->staircase;
+        s->exponent = ps->step_exponent;
+        s->scale = ps->scale;
+        s->period = ps->period;
+    }
     return optim_config_check(cfg);
+}
+
+int optim_segments_to_plan(const optim_segment *seg, size_t n, Appliance__PlanOptimizer *po,
+                           Appliance__PlanLrSegment *store, Appliance__PlanLrSegment **ptrs)
+{
+    if (n > OPTIM_MAX_SEGMENTS)
+        return -EINVAL;
+    for (size_t i = 0; i < n; i++) {
+        Appliance__PlanLrSegment *ps = &store[i];
+        const optim_segment *s = &seg[i];
+        appliance__plan_lr_segment__init(ps);
+        ps->scheduler = (char *)optim_sched_name(s->kind);
+        ps->total_iters = s->total_iters;
+        ps->initial_learning_rate = s->initial;
+        ps->end_learning_rate = s->end;
+        ps->power = s->power;
+        ps->decay_rate = s->rate;
+        ps->staircase = s->staircase;
+        ps->step_exponent = s->exponent;
+        ps->scale = s->scale;
+        ps->period = s->period;
+        ptrs[i] = ps;
+    }
+    po->n_lr_segments = n;
+    po->lr_segments = n ? ptrs : NULL;
+    return 0;
 }
 
 

@@ -13,6 +13,13 @@
  * unknown type or schedule or a configuration optim_config_check refuses. */
 int optim_from_plan(const Appliance__PlanOptimizer *po, optim_config *cfg);
 
+/* Puts the schedule seg (n segments) into po's lr_segments: store and ptrs
+ * (n each, the caller's, as long as po is used) hold the messages; their
+ * scheduler names are static strings. Returns 0, or -EINVAL when n is over
+ * OPTIM_MAX_SEGMENTS. */
+int optim_segments_to_plan(const optim_segment *seg, size_t n, Appliance__PlanOptimizer *po,
+                           Appliance__PlanLrSegment *store, Appliance__PlanLrSegment **ptrs);
+
 /* One tensor's update at `step` with its reduced gradient g: the optimizer
  * for a parameter (gradient times grad_scale, the learning rate of the
  * schedule), plain assignment for a buffer such as batch-norm running

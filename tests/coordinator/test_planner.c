@@ -653,6 +653,71 @@ START_TEST(planner_counts_a_host_once)
 }
 END_TEST
 
+
+/* The optimizer's Model Zoo schedule and the layers' named initializers
+ * reach the plan: segments, bias correction, the initializer with
+ * PyTorch's fans; an initializer that needs fans refused on a bias. */
+START_TEST(schedule_and_initializers_in_the_plan)
+{
+    char err[512], text[2048];
+    snprintf(text, sizeof(text), "%s", job_text);
+    char *mpart = strstr(text, "[model]");
+    char tail[1024];
+    snprintf(tail, sizeof(tail), "%s", mpart);
+    snprintf(mpart, sizeof(text) - (size_t)(mpart - text),
+             "[optimizer]\noptimizer_type = \"AdamW\"\ncorrect_bias = false\n"
+             "[[optimizer.learning_rate]]\nscheduler = \"Linear\"\ninitial_learning_rate = 0.0\n"
+             "end_learning_rate = 0.00025\ntotal_iters = 4000\n"
+             "[[optimizer.learning_rate]]\nscheduler = \"CosineDecay\"\n"
+             "initial_learning_rate = 0.00025\nend_learning_rate = 0.0\ntotal_iters = 10000\n%s",
+             tail);
+    jobspec *spec = jobspec_parse(text, strlen(text), "job.toml", "/src", err, sizeof(err));
+    ck_assert_msg(spec != NULL, "%s", err);
+    /* as model.c will have read weight_initializer = {name = "glorot_uniform", gain = 2.0} */
+    model_layer *fc = &spec->model->layers[1];
+    memset(&fc->weight_init, 0, sizeof(fc->weight_init));
+    strcpy(fc->weight_init.name, "xavier_uniform");
+    fc->weight_init.gain = 2.0;
+    strcpy(fc->bias_init.name, "constant");
+    fc->bias_init.val = 0.1;
+    Appliance__Plan *p = plan_of(spec);
+    const Appliance__PlanOptimizer *o = p->optimizer;
+    ck_assert_str_eq(o->type, "adamw");
+    ck_assert(o->no_bias_correction);
+    ck_assert_uint_eq(o->n_lr_segments, 2);
+    ck_assert_str_eq(o->lr_segments[0]->scheduler, "polynomial");
+    ck_assert_str_eq(o->lr_segments[1]->scheduler, "cosine_decay");
+    ck_assert_int_eq(o->lr_segments[1]->total_iters, 10000);
+    const Appliance__PlanTensor *w = p->tensors[0], *b = p->tensors[1];
+    ck_assert_str_eq(w->name, "fc.weight");
+    ck_assert_ptr_nonnull(w->initializer);
+    ck_assert_str_eq(w->initializer->name, "xavier_uniform");
+    ck_assert_double_eq(w->initializer->gain, 2.0);
+    ck_assert_uint_eq(w->fan_in, 784);
+    ck_assert_uint_eq(w->fan_out, 10);
+    ck_assert_str_eq(b->initializer->name, "constant");
+    ck_assert_double_eq(b->initializer->val, 0.1);
+    appliance__plan__free_unpacked(p, NULL);
+
+    strcpy(fc->bias_init.name, "kaiming_normal");
+    member wse = {.id = 1, .role = APPLIANCE__ROLE__ROLE_WSE_NODE, .addr = "127.0.0.1:1",
+                  .wafer_memory = 1ull << 30};
+    member mx = {.id = 2, .role = APPLIANCE__ROLE__ROLE_MEMORYX, .addr = "127.0.0.1:2"};
+    member sx = {.id = 3, .role = APPLIANCE__ROLE__ROLE_SWARMX, .addr = "127.0.0.1:3"};
+    member wk = {.id = 4, .role = APPLIANCE__ROLE__ROLE_WORKER, .addr = "127.0.0.1:4"};
+    member *r[] = {&wse}, *s[] = {&mx}, *x[] = {&sx}, *k[] = {&wk};
+    planner_members pm = {r, 1, s, 1, x, 1, k, 1};
+    uint8_t *buf = NULL;
+    size_t len;
+    ck_assert_int_eq(planner_build(spec, "job-1", &pm, 1024, &buf, &len, err, sizeof(err)),
+                     -EINVAL);
+    ck_assert_str_eq(err, "job.toml:27:1: layer \"fc\": bias_initializer \"kaiming_normal\" "
+                          "computes from fans, which a tensor has only with 2 or more dimensions "
+                          "(fc.bias has 1)");
+    jobspec_free(spec);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("planner");
@@ -668,6 +733,7 @@ static Suite *suite(void)
     tcase_add_test(t, hosts_declared_per_host);
     tcase_add_test(t, hosts_plan_summed_per_host);
     tcase_add_test(t, planner_counts_a_host_once);
+    tcase_add_test(t, schedule_and_initializers_in_the_plan);
     suite_add_tcase(s, t);
     return s;
 }

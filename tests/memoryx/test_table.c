@@ -14,6 +14,7 @@
 #include "bf16.h"
 #include "checkpoint.h"
 #include "footprint.h"
+#include "init.h"
 #include "mxfix.h"
 #include "tier.h"
 
@@ -172,6 +173,45 @@ START_TEST(weights_do_not_depend_on_sharding)
 }
 END_TEST
 
+/* A tensor whose plan names an initializer starts as it says (the same
+ * values init.c gives for the seed and the tensor's stream); a name the
+ * planner never writes is refused at the start. */
+START_TEST(initializers_named_by_the_job)
+{
+    fix_spec s = spec(one_shard, 1, 1, false);
+    Appliance__Plan *p = fix_plan(&s);
+    Appliance__PlanInit *pi = malloc(sizeof(*pi));
+    appliance__plan_init__init(pi);
+    pi->name = strdup("truncated_normal");
+    pi->std = 0.05;
+    pi->a = -0.02;
+    pi->b = 0.1;
+    p->tensors[2]->initializer = pi; /* fc.weight */
+    model_init in;
+    ck_assert_int_eq(model_init_from_plan(p->tensors[2], &in), 0);
+    char why[512];
+    mx_job *j = start(p, 1, why, sizeof(why));
+    ck_assert_msg(j != NULL, "%s", why);
+    uint64_t n = j->by_id[2]->n;
+    float *want = malloc(n * sizeof(float));
+    model_init_fill(&in, 640, 10, 1, 0x1000 + 2, 0, n, want);
+    ck_assert(fix_same(weights(j, 2), want, n));
+    for (uint64_t e = 0; e < n; e++)
+        ck_assert(want[e] >= -0.02f && want[e] <= 0.1f);
+    free(want);
+    fix_end();
+
+    p = fix_plan(&s);
+    pi = malloc(sizeof(*pi));
+    appliance__plan_init__init(pi);
+    pi->name = strdup("glorot_uniform"); /* the job's spelling: the plan has xavier_uniform */
+    p->tensors[2]->initializer = pi;
+    ck_assert_ptr_null(start(p, 1, why, sizeof(why)));
+    ck_assert_msg(strstr(why, "plan tensor fc.weight: unknown initializer \"glorot_uniform\""),
+                  "%s", why);
+}
+END_TEST
+
 START_TEST(larger_than_memory_goes_to_the_disk_tier)
 {
     fix_spec s = spec(one_shard, 1, 1, false);
@@ -278,6 +318,7 @@ int main(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, shard_holds_its_tensors);
     tcase_add_test(tc, weights_do_not_depend_on_sharding);
+    tcase_add_test(tc, initializers_named_by_the_job);
     tcase_add_test(tc, larger_than_memory_goes_to_the_disk_tier);
     tcase_add_test(tc, bf16_wire_twins_where_memory_has_room);
     tcase_add_test(tc, resumed_from_another_shard_count);

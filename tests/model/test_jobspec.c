@@ -168,6 +168,206 @@ START_TEST(examples_compile)
 }
 END_TEST
 
+/* An [optimizer] section (line 3 of the head) parsed, or NULL with err. */
+static jobspec *optimizer(const char *keys, char *err, size_t errlen)
+{
+    char head[2048];
+    snprintf(head, sizeof(head), "[train_input]\nnum_classes = 3\n[optimizer]\n%s", keys);
+    return parse(head, err, errlen);
+}
+
+static void optimizer_refused(const char *keys, const char *expect)
+{
+    char err[1024] = "";
+    jobspec *j = optimizer(keys, err, sizeof(err));
+    ck_assert_msg(j == NULL, "accepted: %s", keys);
+    ck_assert_str_eq(err, expect);
+}
+
+/* The Model Zoo's [optimizer]: learning_rate as a schedule or a list of
+ * them, its spellings of the other keys. */
+START_TEST(optimizer_model_zoo)
+{
+    char err[1024] = "";
+    /* one schedule, inline */
+    jobspec *j = optimizer("learning_rate = {scheduler = \"Linear\", initial_learning_rate = 0.0, "
+                           "end_learning_rate = 0.00025, total_iters = 4000}\n",
+                           err, sizeof(err));
+    ck_assert_msg(j != NULL, "%s", err);
+    ck_assert_uint_eq(j->n_lr_segments, 1);
+    ck_assert_int_eq(j->lr_segments[0].kind, OPTIM_SCHED_POLYNOMIAL);
+    ck_assert_double_eq(j->lr_segments[0].power, 1.0);
+    ck_assert_int_eq(j->lr_segments[0].total_iters, 4000);
+    ck_assert_double_eq(j->lr_segments[0].end, 0.00025);
+    jobspec_free(j);
+    /* the U-Net's (Inria aerial) list of two, and the Model Zoo's spellings */
+    j = optimizer("optimizer_type = \"AdamW\"\nweight_decay_rate = 0.01\ncorrect_bias = false\n"
+                  "loss_scaling_factor = \"dynamic\"\nmax_gradient_norm = 1.0\n"
+                  "[[optimizer.learning_rate]]\nscheduler = \"Linear\"\n"
+                  "initial_learning_rate = 0.0\nend_learning_rate = 0.00025\ntotal_iters = 4000\n"
+                  "[[optimizer.learning_rate]]\nscheduler = \"Linear\"\n"
+                  "initial_learning_rate = 0.00025\nend_learning_rate = 0.0\ntotal_iters = 10000\n",
+                  err, sizeof(err));
+    ck_assert_msg(j != NULL, "%s", err);
+    ck_assert_str_eq(j->optimizer_type, "adamw");
+    ck_assert_double_eq(j->weight_decay, 0.01);
+    ck_assert(!j->correct_bias);
+    ck_assert_double_eq(j->loss_scaling_factor, 0); /* dynamic */
+    ck_assert_uint_eq(j->n_lr_segments, 2);
+    ck_assert_double_eq(j->lr_segments[1].initial, 0.00025);
+    ck_assert_int_eq(j->lr_segments[1].total_iters, 10000);
+    optim_config c;
+    optim_config_defaults(&c, OPTIM_ADAMW);
+    c.nsegments = j->n_lr_segments;
+    memcpy(c.segments, j->lr_segments, sizeof(c.segments));
+    ck_assert_float_eq(optim_lr_at(&c, 0), 0.0f);
+    ck_assert_float_eq_tol(optim_lr_at(&c, 4000), 0.00025f, 1e-12f);
+    ck_assert_float_eq_tol(optim_lr_at(&c, 9000), 0.000125f, 1e-11f);
+    jobspec_free(j);
+    /* the U-Net's (Cityscapes) PiecewiseConstant: its initial_learning_rate
+     * is not used, as in the Model Zoo */
+    j = optimizer("optimizer_type = \"Adam\"\nlearning_rate = {initial_learning_rate = 5.0e-4, "
+                  "scheduler = \"PiecewiseConstant\", milestones = [10000], "
+                  "learning_rates = [5.0e-4, 1.0e-5]}\n", err, sizeof(err));
+    ck_assert_msg(j != NULL, "%s", err);
+    ck_assert_str_eq(j->optimizer_type, "adam");
+    ck_assert_uint_eq(j->n_lr_segments, 2);
+    ck_assert_int_eq(j->lr_segments[0].kind, OPTIM_SCHED_CONSTANT);
+    ck_assert_int_eq(j->lr_segments[0].total_iters, 10000);
+    ck_assert_double_eq(j->lr_segments[0].initial, 5.0e-4);
+    ck_assert_double_eq(j->lr_segments[1].initial, 1.0e-5);
+    jobspec_free(j);
+    /* the older spelling (boundaries, values); MultiStep as constants */
+    j = optimizer("learning_rate = {scheduler = \"PiecewiseConstantLR\", boundaries = [3, 7], "
+                  "values = [1, 0.5, 0.25]}\n", err, sizeof(err));
+    ck_assert_msg(j != NULL, "%s", err);
+    ck_assert_uint_eq(j->n_lr_segments, 3);
+    ck_assert_int_eq(j->lr_segments[1].total_iters, 4);
+    jobspec_free(j);
+    j = optimizer("learning_rate = {scheduler = \"multisteplr\", initial_learning_rate = 1, "
+                  "gamma = 0.1, milestones = [2, 5]}\n", err, sizeof(err));
+    ck_assert_msg(j != NULL, "%s", err);
+    ck_assert_uint_eq(j->n_lr_segments, 3);
+    ck_assert_int_eq(j->lr_segments[0].total_iters, 2);
+    ck_assert_int_eq(j->lr_segments[1].total_iters, 3);
+    ck_assert_double_eq_tol(j->lr_segments[2].initial, 0.01, 1e-15);
+    jobspec_free(j);
+    /* decay_steps for total_iters; a list ending in a scheduler without one */
+    j = optimizer("learning_rate = [{scheduler = \"exponential\", initial_learning_rate = 0.1, "
+                  "decay_steps = 10, decay_rate = 0.5, staircase = true}, "
+                  "{scheduler = \"InverseSquareRootDecay\", warmup_steps = 8307, scale = 1.0}]\n",
+                  err, sizeof(err));
+    ck_assert_msg(j != NULL, "%s", err);
+    ck_assert_uint_eq(j->n_lr_segments, 2);
+    ck_assert_int_eq(j->lr_segments[0].total_iters, 10);
+    ck_assert(j->lr_segments[0].staircase);
+    ck_assert_int_eq(j->lr_segments[1].period, 8307);
+    ck_assert_double_eq(j->lr_segments[1].initial, 1.0); /* its default */
+    jobspec_free(j);
+    /* a number as a string (YAML's 1e-5), the type in capitals */
+    j = optimizer("learning_rate = \"1e-5\"\noptimizer_type = \"SGD\"\nloss_scaling_factor = 128\n",
+                  err, sizeof(err));
+    ck_assert_msg(j != NULL, "%s", err);
+    ck_assert_double_eq(j->learning_rate, 1e-5);
+    ck_assert_str_eq(j->optimizer_type, "sgd");
+    ck_assert_uint_eq(j->n_lr_segments, 0);
+    ck_assert(j->correct_bias);
+    jobspec_free(j);
+    /* the appliance's own keys as before */
+    j = optimizer("learning_rate = 0.1\nlr_schedule = \"cosine\"\nwarmup_steps = 10\n", err,
+                  sizeof(err));
+    ck_assert_msg(j != NULL, "%s", err);
+    ck_assert_uint_eq(j->n_lr_segments, 0);
+    ck_assert_str_eq(j->lr_schedule, "cosine");
+    jobspec_free(j);
+}
+END_TEST
+
+START_TEST(optimizer_mistakes)
+{
+    optimizer_refused("learning_rate = {scheduler = \"Cyclic\", base_lr = 0.1}\n",
+                      "job.toml:4:30: optimizer.learning_rate.scheduler: unknown scheduler "
+                      "\"Cyclic\" (known: Constant, Linear, Polynomial, Exponential, "
+                      "InverseExponentialTimeDecay, InverseSquareRootDecay, CosineDecay, "
+                      "PiecewiseConstant, Step, MultiStep, CosineAnnealing)");
+    optimizer_refused("learning_rate = {initial_learning_rate = 0.1}\n",
+                      "job.toml:4:17: optimizer.learning_rate: missing \"scheduler\" (one of "
+                      "Constant, Linear, Polynomial, Exponential, InverseExponentialTimeDecay, "
+                      "InverseSquareRootDecay, CosineDecay, PiecewiseConstant, Step, MultiStep, "
+                      "CosineAnnealing)");
+    optimizer_refused("learning_rate = {scheduler = \"Linear\", initial_learning_rate = 0.1, "
+                      "end_learning_rate = 0, total_iters = 10, power = 2}\n",
+                      "job.toml:4:110: optimizer.learning_rate.power: not a parameter of Linear "
+                      "(it takes initial_learning_rate, end_learning_rate, total_iters, cycle)");
+    optimizer_refused("learning_rate = {scheduler = \"Linear\", initial_learning_rate = 0.1, "
+                      "end_learning_rate = 0}\n",
+                      "job.toml:4:17: optimizer.learning_rate: Linear needs total_iters");
+    optimizer_refused("learning_rate = {scheduler = \"Linear\", initial_learning_rate = 0.1, "
+                      "end_learning_rate = 0, total_iters = 10, steps = 10}\n",
+                      "job.toml:4:110: optimizer.learning_rate.steps: the same parameter as "
+                      "total_iters (line 4); give one of them");
+    optimizer_refused("learning_rate = [{scheduler = \"Constant\", learning_rate = 0.1}, "
+                      "{scheduler = \"Constant\", learning_rate = 0.01}]\n",
+                      "job.toml:4:18: optimizer.learning_rate[0]: needs total_iters, the steps "
+                      "it runs before the next schedule of the list starts (every one but the "
+                      "last)");
+    optimizer_refused("learning_rate = [{scheduler = \"Step\", initial_learning_rate = 1, "
+                      "step_size = 3, gamma = 0.5}, {scheduler = \"Constant\", learning_rate = 0.1}]\n",
+                      "job.toml:4:31: optimizer.learning_rate[0]: Step runs to the end of "
+                      "training: only the last schedule of a list can be one");
+    optimizer_refused("learning_rate = {scheduler = \"PiecewiseConstant\", milestones = [10000], "
+                      "learning_rates = [5.0e-4]}\n",
+                      "job.toml:4:90: optimizer.learning_rate.learning_rates: 1 rates for 1 "
+                      "milestones: give one more rate than milestones (the first before the first "
+                      "milestone, the last from the last one on)");
+    optimizer_refused("learning_rate = {scheduler = \"MultiStep\", initial_learning_rate = 1, "
+                      "gamma = 0.1, milestones = [5, 2]}\n",
+                      "job.toml:4:100: optimizer.learning_rate.milestones[1]: 2 is not after the "
+                      "milestone before it (5): milestones must increase");
+    optimizer_refused("learning_rate = {scheduler = \"Linear\", initial_learning_rate = 0.1, "
+                      "end_learning_rate = 0, total_iters = 0}\n",
+                      "job.toml:4:106: optimizer.learning_rate.total_iters: 0 is out of range "
+                      "[1, 1000000000000]");
+    optimizer_refused("learning_rate = []\n",
+                      "job.toml:4:17: optimizer.learning_rate: an empty list of schedules");
+    optimizer_refused("learning_rate = [1.0]\n",
+                      "job.toml:4:18: optimizer.learning_rate[0]: expected a schedule (a table "
+                      "with a \"scheduler\"), found float");
+    optimizer_refused("learning_rate = true\n",
+                      "job.toml:4:17: optimizer.learning_rate: expected a number, a schedule or a "
+                      "list of schedules, found boolean");
+    optimizer_refused("warmup_steps = 100\nlearning_rate = {scheduler = \"Linear\", "
+                      "initial_learning_rate = 0.1, end_learning_rate = 0, total_iters = 10}\n",
+                      "job.toml:4:1: optimizer.warmup_steps: goes with a learning_rate number, not "
+                      "with the schedule of optimizer.learning_rate (line 5): give it as a "
+                      "schedule of the list (a warm-up: a Linear from 0)");
+    optimizer_refused("learning_rate = {scheduler = \"Linear\", initial_learning_rate = 0.1, "
+                      "end_learning_rate = 0, total_iters = 10, main_scheduler = \"chained\"}\n",
+                      "job.toml:4:127: optimizer.learning_rate.main_scheduler: \"chained\" (the "
+                      "Model Zoo's ChainedScheduler, which multiplies the schedules) is not "
+                      "available in this version; \"sequential\" is");
+    optimizer_refused("optimizer_type = \"Lamb\"\n",
+                      "job.toml:4:18: optimizer.optimizer_type: \"Lamb\" is not one of SGD, Adam, "
+                      "AdamW (any case)");
+    optimizer_refused("weight_decay = 0.1\nweight_decay_rate = 0.01\n",
+                      "job.toml:5:1: optimizer.weight_decay_rate: the same as "
+                      "optimizer.weight_decay (line 4); give one of them");
+    optimizer_refused("correct_bias = false\n",
+                      "job.toml:4:1: optimizer.correct_bias: only Adam and AdamW correct a bias; "
+                      "SGD has none to correct");
+    optimizer_refused("loss_scaling_factor = 0.5\n",
+                      "job.toml:4:23: optimizer.loss_scaling_factor: expected \"dynamic\" or a "
+                      "number >= 1");
+    /* seventeen pieces */
+    optimizer_refused("learning_rate = {scheduler = \"PiecewiseConstant\", milestones = [1, 2, 3, "
+                      "4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16], learning_rates = [1, 1, 1, 1, "
+                      "1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]}\n",
+                      "job.toml:4:17: optimizer.learning_rate: more than 16 schedules (a "
+                      "PiecewiseConstant or MultiStep counts one per piece)");
+}
+END_TEST
+
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("jobspec");
@@ -177,6 +377,8 @@ static Suite *suite(void)
     tcase_add_test(t, unbuilt_keys_refused);
     tcase_add_test(t, examples_compile);
     tcase_add_test(t, input_keys);
+    tcase_add_test(t, optimizer_model_zoo);
+    tcase_add_test(t, optimizer_mistakes);
     suite_add_tcase(s, t);
     return s;
 }

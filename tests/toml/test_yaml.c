@@ -717,6 +717,7 @@ static char *nested(const char *key, int n, const char *inner, const char *after
 {
     size_t len = strlen(key) + 2 * (size_t)n + strlen(inner) + strlen(after) + 8;
     char *s = malloc(len), *q = s;
+    ck_assert_ptr_nonnull(s);
     q += sprintf(q, "%s: ", key);
     for (int i = 0; i < n; i++)
         *q++ = '[';

@@ -935,7 +935,10 @@ static int yp__add_merge(yp *p, long i, const toml_value *t)
  * the first merged mapping's first. PyYAML keeps a merged key's place in
  * its dict before the keys written; we put merged keys after them, which
  * spares moving keys already in the tree. Mappings are unordered in YAML
- * and nothing downstream reads the order. */
+ * and nothing downstream reads the order. A null in a merged mapping left
+ * its key out of it, so a later merged mapping may fill that key, where
+ * PyYAML would keep the None. A key passed over counts as a value: else
+ * <<: [*a, *a, ...] would cost time without end and no values. */
 static int yp__merge(yp *p, yp_frame *f)
 {
     for (size_t m = 0; m < f->nmerges; m++) {
@@ -943,8 +946,11 @@ static int yp__merge(yp *p, yp_frame *f)
         for (size_t i = 0; i < toml_table_len(src); i++) {
             const char *k = toml_table_key(src, i);
             size_t kl = toml_table_key_len(src, i);
-            if (toml_table_getn(f->v, k, kl) || (f->nulls && toml_table_getn(f->nulls, k, kl)))
+            if (toml_table_getn(f->v, k, kl) || (f->nulls && toml_table_getn(f->nulls, k, kl))) {
+                if (yp__count(p, 1, f->merge_pos, true) < 0)
+                    return -1;
                 continue;
+            }
             toml_value *c = yp__copy(p, toml_table_value(src, i), f->depth + 1, f->merge_pos);
             if (!c)
                 return -1;

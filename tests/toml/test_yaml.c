@@ -812,6 +812,20 @@ START_TEST(test_billion_laughs)
     sprintf(q, "d: {<<: *b}\n");
     ck_parse_error(doc, "params.yaml:4:5: the document expands to more than 1000000 values "
                         "(aliases of aliases?)");
+
+    /* Keys a merge passes over count too: merging the same 1,000 keys 1,001
+     * times makes 1,000 values, yet looks at a million. */
+    static char merges[16384];
+    q = merges;
+    q += sprintf(q, "a: &a {");
+    for (int i = 0; i < 1000; i++)
+        q += sprintf(q, "%sk%d: %d", i ? ", " : "", i, i);
+    q += sprintf(q, "}\nb: {<<: [");
+    for (int i = 0; i < 1001; i++)
+        q += sprintf(q, "%s*a", i ? ", " : "");
+    sprintf(q, "]}\n");
+    ck_parse_error(merges, "params.yaml:2:5: the document expands to more than 1000000 values "
+                           "(aliases of aliases?)");
 }
 END_TEST
 

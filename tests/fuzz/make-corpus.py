@@ -345,6 +345,79 @@ def corpus_toml_and_jobs():
                                   b"[[model.layers]]\nname = \"b\"\ntype = \"dense\"\nunits = 2\n")
 
 
+# ---- YAML (params.yaml) ----
+
+YAML_SNIPPETS = {
+    "params": b"""# FC-MNIST in the layout of the Model Zoo's params.yaml
+train_input: &train_input
+  data_processor: MNISTDataProcessor
+  data_dir: "./mnist"
+  batch_size: 128
+  shuffle: True
+eval_input:
+  <<: *train_input
+  batch_size: 256
+  shuffle: false
+model:
+  hidden_sizes: [256, 256]
+  initializer:
+    name: glorot_uniform
+    gain: 1.0
+  mixed_precision:
+optimizer:
+  learning_rate:
+    - {scheduler: Linear, initial_learning_rate: 1e-4, total_iters: 100}
+    - scheduler: Constant
+      learning_rate: 1.0e-3
+runconfig:
+  max_steps: 10_000
+""",
+    "scalars": b"""b: [true, True, TRUE, yes, No, off, ON, y, n]
+i: [0, -42, +12, 1_000, 0x1F, 0o17, 017, 0b101, 1:30, 9223372036854775807]
+f: [1.5, -0.5, .5, 5.0e-4, 1.0E+3, 1e-4, .inf, -.Inf, .NaN, 1:30.5]
+n: {a: ~, b: null, c: Null, d: NULL, e: }
+s: ['quoted', "tab\\there \\u00e9 \\0", plain text, !!str 12, ! 5, '']
+t: [!!int "12", !!float 3, !!bool yes]
+tn: !!null ''
+block: |
+  literal
+  text
+folded: >-
+  folded
+  text
+""",
+    "merges": b"""a: &a {x: 1, y: [1, 2]}
+b: &b
+  y: 3
+  z: {deep: [[]]}
+c: {<<: [*a, *b], x: own}
+d:
+  w: 0
+  <<: *a
+e: {<<: {k: &k v}, again: *k}
+&key named: 1
+other: {*key : 2}
+? explicit
+: value
+""",
+    "laughs": b"""a: &a [lol, lol, lol]
+b: &b [*a, *a, *a]
+c: &c [*b, *b, *b]
+d: &d [*c, *c, *c]
+e: [*d, *d, *d]
+""",
+    "bad-tab-indent": b"""model:
+  name: fc
+\tdepth: 2
+""",
+}
+
+
+def corpus_yaml():
+    for name, text in YAML_SNIPPETS.items():
+        write("yaml", name, text)
+
+
 # ---- safetensors ----
 
 def safetensors(tensors, meta=None, header_extra=b"", pad=True):
@@ -508,6 +581,7 @@ def main():
     corpus_frame()
     corpus_msgcheck()
     corpus_toml_and_jobs()
+    corpus_yaml()
     corpus_safetensors()
     corpus_idx()
     corpus_png()

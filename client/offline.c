@@ -70,10 +70,11 @@ static void offline__table(const model *m, int share, int micro, int threads)
     footprint_free(&f);
 }
 
-int offline_plan(const char *file, const char *text, uint64_t wafer, int threads, bool json)
+int offline_plan(const char *file, const char *text, jobspec_format format, uint64_t wafer,
+                 int threads, bool json)
 {
     char err[1024];
-    jobspec *spec = jobspec_parse(text, strlen(text), file, NULL, err, sizeof(err));
+    jobspec *spec = jobspec_parse_as(text, strlen(text), file, format, NULL, err, sizeof(err));
     if (!spec) {
         fprintf(stderr, "%s\n", err);
         return 1;

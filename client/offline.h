@@ -7,7 +7,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "jobspec.h"
+
 /* Compiles the job file `file` (its text in text) and prints the answers
  * for wse-nodes of wafer bytes and `threads` threads, as text or JSON.
  * Returns the process exit code: 0, or 1 with the job file's error. */
-int offline_plan(const char *file, const char *text, uint64_t wafer, int threads, bool json);
+int offline_plan(const char *file, const char *text, jobspec_format format, uint64_t wafer,
+                 int threads, bool json);

@@ -72,10 +72,12 @@ static void usage(FILE *f)
             "                           (env APPLIANCE_USER); sees only that user's jobs\n"
             "  --key-file PATH          that user's key (env APPLIANCE_KEY_FILE)\n"
             "  --insecure               no secret, for a cluster started with --insecure\n"
+            "                           (env APPLIANCE_INSECURE=1)\n"
             "  --wafer-memory SIZE      with --plan: plan for wse-nodes of SIZE, here, without a\n"
             "                           cluster (the largest batch and square input that fit)\n"
             "  --threads N              with --wafer-memory: threads of each wse-node (default 1)\n"
-            "                           (env APPLIANCE_INSECURE=1)\n"
+            "  --format toml|yaml       the job file's syntax (default: by its name, .yaml or\n"
+            "                           .yml for a Model Zoo params.yaml, else by its text)\n"
             "  --json                   JSON on stdout (submit: one object at the end)\n"
             "  --detach                 submit: print the job id and return at once\n"
             "  --follow                 status, logs: keep following until the job ends\n"
@@ -468,7 +470,8 @@ int main(int argc, char **argv)
     bool cluster = false, plan = false;
     uint64_t wafer = 0, threads = 1;
     enum { O_COORD = 256, O_SECRET, O_JSON, O_CLUSTER, O_PLAN, O_DETACH, O_FOLLOW, O_HELP,
-           O_INSECURE, O_USER, O_KEY_FILE, O_WAFER, O_THREADS };
+           O_INSECURE, O_USER, O_KEY_FILE, O_WAFER, O_THREADS, O_FORMAT };
+    jobspec_format format = JOBSPEC_FORMAT_AUTO;
     static const struct option longopts[] = {
         {"coordinator", required_argument, NULL, O_COORD},
         {"secret-file", required_argument, NULL, O_SECRET},
@@ -482,6 +485,7 @@ int main(int argc, char **argv)
         {"follow", no_argument, NULL, O_FOLLOW},
         {"wafer-memory", required_argument, NULL, O_WAFER},
         {"threads", required_argument, NULL, O_THREADS},
+        {"format", required_argument, NULL, O_FORMAT},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -513,6 +517,13 @@ int main(int argc, char **argv)
                 return EXIT_USAGE;
             }
             break;
+        case O_FORMAT:
+            if (jobspec_format_parse(optarg, &format) < 0) {
+                fprintf(stderr, "appliance-submit: --format \"%s\": expected toml or yaml\n",
+                        optarg);
+                return EXIT_USAGE;
+            }
+            break;
         case O_HELP: usage(stdout); return EXIT_OK;
         default:
             fprintf(stderr, "appliance-submit: unknown or incomplete option \"%s\" (see --help)\n",
@@ -530,9 +541,28 @@ int main(int argc, char **argv)
         return EXIT_USAGE;
     }
     if (wafer) { /* planned here: no cluster asked */
-        int rc = offline_plan(cl.arg, cl.job_text, wafer, (int)threads, cl.json);
+        int rc = offline_plan(cl.arg, cl.job_text, format, wafer, (int)threads, cl.json);
         free(cl.job_text);
         return rc == 0 ? EXIT_OK : EXIT_REFUSED; /* the job file, or what it asks, refused */
+    }
+    if (cl.job_text && format != JOBSPEC_FORMAT_AUTO &&
+        format != jobspec_format_of(cl.arg, cl.job_text, strlen(cl.job_text))) {
+        /* the cluster reads the file by its name and text: say here what
+         * the asked syntax makes of it */
+        char err[1024];
+        jobspec *spec = jobspec_parse_as(cl.job_text, strlen(cl.job_text), cl.arg, format, NULL,
+                                         err, sizeof(err));
+        if (spec)
+            fprintf(stderr, "appliance-submit: %s reads as %s, but the cluster would read it as "
+                            "%s by its name: name it .%s\n", cl.arg, jobspec_format_name(format),
+                    jobspec_format_name(jobspec_format_of(cl.arg, cl.job_text,
+                                                          strlen(cl.job_text))),
+                    jobspec_format_name(format));
+        else
+            fprintf(stderr, "%s\n", err);
+        jobspec_free(spec);
+        free(cl.job_text);
+        return EXIT_REFUSED;
     }
     if (cli_credentials && user && !key_file && getenv("APPLIANCE_KEY_FILE"))
         key_file = getenv("APPLIANCE_KEY_FILE");

@@ -236,10 +236,13 @@ void driver_handle_eval_report(node *n, conn *c, Appliance__Envelope *env, uint8
     if (j->eval_classes == 0) {
         j->last_eval_accuracy = j->eval_samples ? (double)j->eval_correct / (double)j->eval_samples : 0;
     } else {
-        /* mean IoU over the foreground classes (1..) that occur */
+        /* mean IoU over the foreground classes (1..) that occur; with
+         * eval_ignore_classes (the Model Zoo's way), over every class that
+         * occurs but those (the wse-nodes count nothing for them) */
         double sum = 0;
         int k = 0;
-        for (uint32_t cls = 1; cls < j->eval_classes; cls++)
+        uint32_t first = j->spec && j->spec->model && j->spec->model->eval_ignore ? 0 : 1;
+        for (uint32_t cls = first; cls < j->eval_classes; cls++)
             if (j->eval_union[cls] > 0) {
                 sum += (double)j->eval_inter[cls] / (double)j->eval_union[cls];
                 k++;

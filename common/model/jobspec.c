@@ -7,12 +7,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "jobspec_optim.h"
 #include "modelzoo.h"
 #include "nearest.h"
 #include "sample.h"
 #include "util.h"
+#include "yaml.h"
 
 /* K_OWN: a key its section's own reader takes (jobspec_optim.c) */
 enum key_kind { K_INT, K_INT_AUTO, K_FLOAT, K_BOOL, K_STRING, K_PATH, K_LIST, K_NUM_OR_NAME, K_OWN };
@@ -388,10 +390,77 @@ void jobspec_input_encoding(const jobspec_input *in, bool *input_unorm8, bool *l
     *labels_u8 = in->num_classes <= 256;
 }
 
+static bool jobspec__ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcasecmp(s + n - k, suffix) == 0;
+}
+
+jobspec_format jobspec_format_of(const char *name, const char *text, size_t len)
+{
+    if (jobspec__ends_with(name, ".toml"))
+        return JOBSPEC_FORMAT_TOML;
+    if (jobspec__ends_with(name, ".yaml") || jobspec__ends_with(name, ".yml"))
+        return JOBSPEC_FORMAT_YAML;
+    const char *p = text, *end = text + len;
+    while (p < end) { /* the first line that is not blank or a comment */
+        while (p < end && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n'))
+            p++;
+        if (p < end && *p == '#') {
+            while (p < end && *p != '\n')
+                p++;
+            continue;
+        }
+        break;
+    }
+    if (p == end)
+        return JOBSPEC_FORMAT_TOML; /* (empty: either says so) */
+    if (*p == '[')
+        return JOBSPEC_FORMAT_TOML;
+    /* a bare, quoted or dotted key, then "=" */
+    while (p < end && *p != '\n' && *p != '=' && *p != ':') {
+        if (*p == '"' || *p == '\'') {
+            char q = *p++;
+            while (p < end && *p != q && *p != '\n')
+                p++;
+        }
+        if (p < end)
+            p++;
+    }
+    return p < end && *p == '=' ? JOBSPEC_FORMAT_TOML : JOBSPEC_FORMAT_YAML;
+}
+
+const char *jobspec_format_name(jobspec_format f)
+{
+    return f == JOBSPEC_FORMAT_YAML ? "yaml" : f == JOBSPEC_FORMAT_TOML ? "toml" : "auto";
+}
+
+int jobspec_format_parse(const char *s, jobspec_format *out)
+{
+    if (strcasecmp(s, "yaml") == 0 || strcasecmp(s, "yml") == 0)
+        *out = JOBSPEC_FORMAT_YAML;
+    else if (strcasecmp(s, "toml") == 0)
+        *out = JOBSPEC_FORMAT_TOML;
+    else if (strcasecmp(s, "auto") == 0)
+        *out = JOBSPEC_FORMAT_AUTO;
+    else
+        return -EINVAL;
+    return 0;
+}
+
 jobspec *jobspec_parse(const char *text, size_t len, const char *name, const char *base_dir,
                        char *err, size_t errlen)
 {
-    toml_value *root = toml_parse(text, len, name, err, errlen);
+    return jobspec_parse_as(text, len, name, JOBSPEC_FORMAT_AUTO, base_dir, err, errlen);
+}
+
+jobspec *jobspec_parse_as(const char *text, size_t len, const char *name, jobspec_format format,
+                          const char *base_dir, char *err, size_t errlen)
+{
+    if (format == JOBSPEC_FORMAT_AUTO)
+        format = jobspec_format_of(name, text, len);
+    toml_value *root = format == JOBSPEC_FORMAT_YAML ? yaml_parse(text, len, name, err, errlen)
+                                                     : toml_parse(text, len, name, err, errlen);
     if (!root)
         return NULL;
     jobspec *j = calloc(1, sizeof(*j));
@@ -435,7 +504,13 @@ jobspec *jobspec_parse(const char *text, size_t len, const char *name, const cha
             rc = jobspec__section(v, key, optimizer_keys, ARRAY_SIZE(optimizer_keys), j, base_dir,
                                   err, errlen);
             if (rc == 0)
-                rc = jobspec_optimizer(v, j, err, errlen);
+                rc = jobspec_optimizer(v, &(jobspec_optim_dest){j->optimizer_type,
+                                                                sizeof(j->optimizer_type),
+                                                                &j->learning_rate,
+                                                                &j->n_lr_segments, j->lr_segments,
+                                                                &j->weight_decay, &j->correct_bias,
+                                                                &j->loss_scaling_factor},
+                                       err, errlen);
         } else {
             toml_errorf(err, errlen, name, pos,
                         "unknown section \"%s\" (expected runconfig, train_input, eval_input, "

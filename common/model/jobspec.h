@@ -107,9 +107,32 @@ typedef struct jobspec {
                                    * the daemons that compile the model again */
 } jobspec;
 
-/* Reads a job file from text. base_dir resolves relative paths (the
- * submitter's working directory). Returns NULL with "FILE:LINE:COL: message"
- * in err. Free with jobspec_free. */
+/* The syntaxes of a job file: TOML, or the Model Zoo's params.yaml. */
+typedef enum jobspec_format {
+    JOBSPEC_FORMAT_AUTO, /* by its name, else by its text (jobspec_format_of) */
+    JOBSPEC_FORMAT_TOML,
+    JOBSPEC_FORMAT_YAML,
+} jobspec_format;
+
+/* The format of the job file `name` with this text: by the name's
+ * extension (.toml; .yaml or .yml), else TOML when its first line that is
+ * not blank or a comment is a TOML header ("[...") or assignment
+ * ("key = ..."), else YAML. A job file that is valid in one syntax is
+ * never read as the other: a TOML file cannot start with "key:", nor a
+ * YAML job (a mapping) with "[" or "key =". */
+jobspec_format jobspec_format_of(const char *name, const char *text, size_t len);
+
+/* "toml" or "yaml"; for messages and option values. NULL parses "auto". */
+const char *jobspec_format_name(jobspec_format f);
+int jobspec_format_parse(const char *s, jobspec_format *out);
+
+/* Reads a job file from text, in the syntax format says. base_dir resolves
+ * relative paths (the submitter's working directory). Returns NULL with
+ * "FILE:LINE:COL: message" in err. Free with jobspec_free. */
+jobspec *jobspec_parse_as(const char *text, size_t len, const char *name, jobspec_format format,
+                          const char *base_dir, char *err, size_t errlen);
+/* jobspec_parse_as with JOBSPEC_FORMAT_AUTO: what every daemon that
+ * compiles the job again does, so that it reads what the submitter read. */
 jobspec *jobspec_parse(const char *text, size_t len, const char *name, const char *base_dir,
                        char *err, size_t errlen);
 void jobspec_free(jobspec *j);

@@ -246,20 +246,20 @@ static double nums_at(const toml_value *a, size_t i)
 }
 
 /* Appends one segment, or fails when the list is full. */
-static int seg_push(jobspec *j, const optim_segment *s, const toml_value *at, const char *where,
+static int seg_push(const jobspec_optim_dest *j, const optim_segment *s, const toml_value *at, const char *where,
                     char *err, size_t errlen)
 {
-    if (j->n_lr_segments >= OPTIM_MAX_SEGMENTS)
+    if ((*j->n_lr_segments) >= OPTIM_MAX_SEGMENTS)
         return toml_errorf(err, errlen, toml_source_name(at), toml_pos_of(at),
                            "%s: more than %d schedules (a PiecewiseConstant or MultiStep counts one "
                            "per piece)", where, OPTIM_MAX_SEGMENTS);
-    j->lr_segments[j->n_lr_segments++] = *s;
+    j->lr_segments[(*j->n_lr_segments)++] = *s;
     return 0;
 }
 
 /* One schedule, the table t (where names it in messages: "optimizer.learning_rate" or
  * "optimizer.learning_rate[1]"); last: the last of its list. Appends its segments to j. */
-static int sched_read(const toml_value *t, const char *where, bool last, jobspec *j, char *err,
+static int sched_read(const toml_value *t, const char *where, bool last, const jobspec_optim_dest *j, char *err,
                       size_t errlen)
 {
     const char *src = toml_source_name(t);
@@ -399,7 +399,7 @@ static int sched_read(const toml_value *t, const char *where, bool last, jobspec
 
 /* learning_rate: a number (or a string of one, as a YAML reader may leave
  * "1e-5"), one schedule, or a list of them. */
-static int lr_read(const toml_value *v, jobspec *j, char *err, size_t errlen)
+static int lr_read(const toml_value *v, const jobspec_optim_dest *j, char *err, size_t errlen)
 {
     const char *src = toml_source_name(v);
     toml_pos pos = toml_pos_of(v);
@@ -434,11 +434,11 @@ static int lr_read(const toml_value *v, jobspec *j, char *err, size_t errlen)
     if (!isfinite(x) || x < 0 || x > 1e6)
         return toml_errorf(err, errlen, src, pos,
                            "optimizer.learning_rate: %g is out of range [0, 1e+06]", x);
-    j->learning_rate = x;
+    (*j->learning_rate) = x;
     return 0;
 }
 
-int jobspec_optimizer(const toml_value *t, jobspec *j, char *err, size_t errlen)
+int jobspec_optimizer(const toml_value *t, const jobspec_optim_dest *j, char *err, size_t errlen)
 {
     const char *src = toml_source_name(t);
     const toml_value *v;
@@ -460,7 +460,7 @@ int jobspec_optimizer(const toml_value *t, jobspec *j, char *err, size_t errlen)
             return toml_errorf(err, errlen, src, pos, "optimizer.optimizer_type: \"%s\" is not "
                                "one of SGD, Adam, AdamW (any case)", s);
         }
-        snprintf(j->optimizer_type, sizeof(j->optimizer_type), "%s", optim_type_name(type));
+        snprintf(j->optimizer_type, j->type_size, "%s", optim_type_name(type));
     }
     if ((v = toml_table_get(t, "weight_decay_rate"))) {
         double x;
@@ -476,23 +476,23 @@ int jobspec_optimizer(const toml_value *t, jobspec *j, char *err, size_t errlen)
         if (!isfinite(x) || x < 0 || x > 1e6)
             return toml_errorf(err, errlen, src, pos,
                                "optimizer.weight_decay_rate: %g is out of range [0, 1e+06]", x);
-        j->weight_decay = x;
+        (*j->weight_decay) = x;
     }
     if ((v = toml_table_get(t, "loss_scaling_factor"))) {
         double x;
         toml_pos pos = toml_pos_of(v);
         if (toml_type_of(v) == TOML_STRING && strcmp(toml_string(v), "dynamic") == 0) {
-            j->loss_scaling_factor = 0;
+            (*j->loss_scaling_factor) = 0;
         } else if (!num_of(v, &x) || !isfinite(x) || x < 1 || x > 1e12) {
             return toml_errorf(err, errlen, src, pos, "optimizer.loss_scaling_factor: expected "
                                "\"dynamic\" or a number >= 1");
         } else {
-            j->loss_scaling_factor = x;
+            (*j->loss_scaling_factor) = x;
         }
     }
     if ((v = toml_table_get(t, "learning_rate")) && lr_read(v, j, err, errlen) < 0)
         return -EINVAL;
-    if (j->n_lr_segments > 0) {
+    if ((*j->n_lr_segments) > 0) {
         /* the appliance's own schedule keys say what the list says */
         static const char *const own[] = {"lr_schedule", "warmup_steps", "decay_steps",
                                           "end_learning_rate", "step_size", "gamma"};
@@ -506,17 +506,17 @@ int jobspec_optimizer(const toml_value *t, jobspec *j, char *err, size_t errlen)
                                    "a schedule of the list (a warm-up: a Linear from 0)", own[i],
                                    lp.line);
         }
-        if (optim_segments_check(j->lr_segments, j->n_lr_segments) < 0)
+        if (optim_segments_check(j->lr_segments, (*j->n_lr_segments)) < 0)
             return toml_errorf(err, errlen, src, lp, "optimizer.learning_rate: not a schedule the "
                                "optimizer can follow");
         optim_config c;
         optim_config_defaults(&c, OPTIM_SGD);
-        c.nsegments = j->n_lr_segments;
+        c.nsegments = (*j->n_lr_segments);
         memcpy(c.segments, j->lr_segments, sizeof(c.segments));
-        j->learning_rate = optim_lr_at(&c, 0); /* its first rate, for people reading the spec */
+        (*j->learning_rate) = optim_lr_at(&c, 0); /* its first rate, for people reading the spec */
     }
     long k = toml_table_find(t, "correct_bias");
-    if (k >= 0 && !j->correct_bias && strcmp(j->optimizer_type, "sgd") == 0)
+    if (k >= 0 && !(*j->correct_bias) && strcmp(j->optimizer_type, "sgd") == 0)
         return toml_errorf(err, errlen, src, toml_table_key_pos(t, (size_t)k),
                            "optimizer.correct_bias: only Adam and AdamW correct a bias; SGD has "
                            "none to correct");

@@ -36,9 +36,9 @@ typedef struct ds_image {
 
 /* Starts an image of fc channels (1: gray, 3: RGB) and fh x fw pixels
  * that becomes a (min(H, max_h), min(W, max_w)) image tiled to (H, W);
- * max 0: no limit. A file of another size than the sample with resizing
- * refused (allow_resize false) is the caller's check. Returns 0 or -ENOMEM
- * with a message. */
+ * max 0: no limit. A reader that does not resize (Inria) checks that the
+ * file has the sample's size before. Returns 0, or -ENOMEM with a message;
+ * ds_image_deinit after either. */
 int ds_image_init(ds_image *s, const dataset *d, void *x, uint32_t fc, uint32_t fh, uint32_t fw,
                   uint32_t max_h, uint32_t max_w, char *err, size_t errlen);
 

@@ -1,8 +1,9 @@
-/* The dispatch to the data set readers, the order of every epoch and the
- * augmentation, which every reader shares. */
+/* The dispatch to the data set readers, the order of every epoch, the
+ * augmentation and the standard score, which every reader shares. */
 #include "dataset_reader.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +17,13 @@ static const dataset_reader *const dataset__readers[] = {
     &ds_segmentation_reader,
     &ds_mnist_reader,
     &ds_png_reader,
+    &ds_inria_reader,
+    &ds_severstal_reader,
+    &ds_cityscapes_reader,
 };
+
+/* The Model Zoo's brightness step: +0.2 on the normalized inputs. */
+#define DATASET_BRIGHTEN 0.2f
 
 int dataset_open(dataset **out, const Appliance__PlanInput *in, char *err, size_t errlen)
 {
@@ -53,6 +60,25 @@ uint64_t dataset_index(const dataset *d, uint64_t step, uint64_t batch, uint64_t
     return d->shuffle ? dataset__permute(d->seed ^ 0x5eed, epoch, i, d->size) : i;
 }
 
+/* normalize = "standard_score": x = (v - mean) / std over the whole sample
+ * (every channel and pixel), std the unbiased one (n - 1, as torch.std).
+ * The sums are taken in double, so the scores are the exact ones rounded to
+ * float (PyTorch sums in float32 and may differ in the last bits). A sample
+ * of one value, or of one value repeated, has std 0: it becomes zeros
+ * rather than NaN. */
+static void dataset__standardize(float *x, uint64_t n)
+{
+    double sum = 0;
+    for (uint64_t i = 0; i < n; i++)
+        sum += x[i];
+    double mean = sum / (double)n, ss = 0;
+    for (uint64_t i = 0; i < n; i++)
+        ss += ((double)x[i] - mean) * ((double)x[i] - mean);
+    double sd = n > 1 ? sqrt(ss / (double)(n - 1)) : 0.0;
+    for (uint64_t i = 0; i < n; i++)
+        x[i] = sd > 0 ? (float)(((double)x[i] - mean) / sd) : 0.0f;
+}
+
 int dataset_read(const dataset *d, uint64_t epoch, uint64_t idx, void *x, void *labels,
                  char *err, size_t errlen)
 {
@@ -69,10 +95,23 @@ int dataset_read(const dataset *d, uint64_t epoch, uint64_t idx, void *x, void *
     int rc = d->reader->read(d, idx, x, labels, err, errlen);
     if (rc < 0)
         return rc;
-    unsigned flags = augment_draw(d->seed, epoch, idx, d->flip_h, d->flip_v);
+    bool standard = d->normalize == DS_NORM_STANDARD_SCORE && !d->input_unorm8;
+    if (standard)
+        dataset__standardize(x, d->sample_elems);
     bool mask = d->ndim == 3 && d->label_elems == (uint64_t)d->height * d->width;
     augment_image img = {x, sample_input_size(d->input_unorm8), d->channels, d->height, d->width,
                          mask ? labels : NULL, sample_label_size(d->labels_u8)};
+    if (d->augment) {
+        /* The Model Zoo normalizes, flips, turns, then brightens. Its +0.2
+         * on inputs already normalized needs values past 255 in 8 bits, so
+         * only float32 inputs (the standard score) get it. */
+        unsigned mz = augment_draw_mz(d->seed, epoch, idx, d->height == d->width);
+        augment_apply(mz, &img);
+        if ((mz & AUGMENT_BRIGHTEN) && standard)
+            for (uint64_t i = 0; i < d->sample_elems; i++)
+                ((float *)x)[i] += DATASET_BRIGHTEN;
+    }
+    unsigned flags = augment_draw(d->seed, epoch, idx, d->flip_h, d->flip_v);
     if (flags)
         augment_apply(flags, &img);
     augment_crop(d->seed, epoch, idx, d->crop_pad, &img);

@@ -5,6 +5,16 @@
 #include "dataset.h"
 #include "sample.h"
 
+/* How pixels become inputs (PlanInput.normalize). The wse-node applies the
+ * ones that keep 8-bit inputs; a standard score needs the whole sample, so
+ * the worker makes it (dataset.c) and the inputs travel as float32. */
+enum ds_normalize {
+    DS_NORM_ZERO_ONE,         /* v / 255 (the default) */
+    DS_NORM_ZERO_CENTERED,    /* v / 127.5 - 1 */
+    DS_NORM_STANDARD_SCORE,   /* (v - mean) / std over the sample */
+    DS_NORM_NONE,             /* v */
+};
+
 typedef struct dataset_reader {
     const char *name;         /* the data_processor that selects it */
     /* Checks the input against the data and fills size, sample_elems,
@@ -34,6 +44,10 @@ struct dataset {
     bool flip_h, flip_v;      /* random flips, drawn per (seed, epoch, index) */
     uint32_t crop_pad;        /* random crops from the image padded this much; 0: none */
     bool input_unorm8;        /* inputs as 8-bit values, not float32 (sample.h) */
+    enum ds_normalize normalize; /* standard_score: readers store v, dataset_read standardizes */
+    bool augment;             /* the Model Zoo's augment_data: flips, quarter turns, brightness */
+    double train_test_split;  /* fraction of a single-file set that trains; 0: the reader's default */
+    int32_t class_id;         /* the class a binary reader picks; -1: none given */
     bool labels_u8;           /* labels as bytes, not int32 */
     /* Set by the reader's open: */
     uint64_t size;            /* samples per epoch, > 0 */
@@ -43,11 +57,15 @@ struct dataset {
 };
 
 /* Stores input value i of a sample, given as 8 bits (v / 255), in the data
- * set's input encoding. */
+ * set's input encoding. A standard score keeps v itself until the sample is
+ * whole (dataset_read): the score does not depend on the scale, and v is
+ * exact in a float where v / 255 is rounded. */
 static inline void ds_put_unorm8(const dataset *d, void *x, size_t i, uint8_t v)
 {
     if (d->input_unorm8)
         ((uint8_t *)x)[i] = v;
+    else if (d->normalize == DS_NORM_STANDARD_SCORE)
+        ((float *)x)[i] = (float)v;
     else
         ((float *)x)[i] = sample_unorm8(v);
 }
@@ -72,6 +90,14 @@ extern const dataset_reader ds_segmentation_reader; /* synthetic_segmentation */
 extern const dataset_reader ds_mnist_reader;        /* mnist */
 extern const dataset_reader ds_png_reader;          /* png_segmentation */
 extern const dataset_reader ds_png_probe_reader;    /* png_segmentation, headers only (no read) */
+/* The Model Zoo U-Net's processors; each *_probe_reader lists and checks
+ * without decoding (no libtiff, libjpeg or libpng). */
+extern const dataset_reader ds_inria_reader;        /* InriaAerialDataProcessor */
+extern const dataset_reader ds_inria_probe_reader;
+extern const dataset_reader ds_severstal_reader;    /* SeverstalBinaryClassDataProcessor */
+extern const dataset_reader ds_severstal_probe_reader;
+extern const dataset_reader ds_cityscapes_reader;   /* CityscapesDataProcessor */
+extern const dataset_reader ds_cityscapes_probe_reader;
 
 /* dataset_open over a table of readers (probe.c): the one named by the
  * input's data_processor, the checks every reader shares, then its open. */

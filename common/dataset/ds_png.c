@@ -100,11 +100,7 @@ static bool ds_png__depth_ok(int color_type, int depth)
     }
 }
 
-/* Reads the signature and the IHDR chunk of path into *hd, as the PNG
- * specification lays them out, without decoding anything: the first 33
- * bytes of the file. Returns 0, or a negative code with a message naming
- * path. Thread-safe. */
-static int ds_png__header(const char *path, ds_png_header *hd, char *err, size_t errlen)
+int ds_png__header(const char *path, ds_png_header *hd, char *err, size_t errlen)
 {
     static const uint8_t sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
     uint8_t b[33];

@@ -28,20 +28,8 @@ static void ds_png__warning(png_structp png, png_const_charp msg)
     /* Warnings (unknown chunks, bad gamma) do not stop a sample. */
 }
 
-/* Takes decoded row y (W * C bytes for an image; W bytes, 2 * W big-endian
- * for 16 bits, for a mask). Returns 0, or a negative code with a message
- * in err that stops the decoding. */
-typedef int (*ds_png_row_fn)(void *ctx, const ds_png_header *hd, uint32_t y, const uint8_t *row,
-                             char *err, size_t errlen);
-
-/* Reads the header of path into *hd and checks it (ds_png__check), then
- * decodes the pixels and hands each row to row(arg, ...): row by row
- * through one row buffer, so that a large image is not held twice (as
- * bytes and as the caller's floats); an interlaced PNG, whose passes
- * revisit every row, is decoded whole first. Returns 0 or a negative code
- * with a message naming path. Thread-safe. */
-static int ds_png__load(const char *path, enum ds_png_kind kind, uint32_t C, uint32_t H, uint32_t W,
-                        ds_png_header *hd, ds_png_row_fn row, void *arg, char *err, size_t errlen)
+int ds_png__decode(const char *path, enum ds_png_kind kind, ds_png_check_fn check,
+                   ds_png_row_fn row, void *arg, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
@@ -79,13 +67,13 @@ static int ds_png__load(const char *path, enum ds_png_kind kind, uint32_t C, uin
     png_set_sig_bytes(png, sizeof(sig));
     png_set_user_limits(png, DS_PNG_MAX_SIDE, DS_PNG_MAX_SIDE);
     png_read_info(png, info);
-    hd->width = png_get_image_width(png, info);
-    hd->height = png_get_image_height(png, info);
-    hd->color_type = png_get_color_type(png, info);
-    hd->bit_depth = png_get_bit_depth(png, info);
-    rc = ds_png__check(path, kind, C, H, W, hd, err, errlen);
+    ds_png_header hdr = {png_get_image_width(png, info), png_get_image_height(png, info),
+                         png_get_color_type(png, info), png_get_bit_depth(png, info)};
+    const ds_png_header *hd = &hdr;
+    rc = check(arg, path, hd, err, errlen);
     if (rc < 0)
         goto done;
+    const uint32_t W = hd->width, H = hd->height, C = ds_png__image_channels(hd->color_type);
 
     size_t rowbytes;
     if (kind == DS_PNG_IMAGE) {
@@ -155,6 +143,22 @@ typedef struct ds_png_dest {
     void *labels;             /* (H, W) */
 } ds_png_dest;
 
+/* The headers png_segmentation takes: images of the model input's shape,
+ * masks of their size (ds_png__check). */
+static int ds_png__check_image(void *arg, const char *path, const ds_png_header *hd, char *err,
+                               size_t errlen)
+{
+    const dataset *d = ((const ds_png_dest *)arg)->d;
+    return ds_png__check(path, DS_PNG_IMAGE, d->channels, d->height, d->width, hd, err, errlen);
+}
+
+static int ds_png__check_mask(void *arg, const char *path, const ds_png_header *hd, char *err,
+                              size_t errlen)
+{
+    const dataset *d = ((const ds_png_dest *)arg)->d;
+    return ds_png__check(path, DS_PNG_MASK, 1, d->height, d->width, hd, err, errlen);
+}
+
 /* An image row: interleaved bytes to planar inputs. */
 static int ds_png__image_row(void *ctx, const ds_png_header *hd, uint32_t y, const uint8_t *row,
                              char *err, size_t errlen)
@@ -200,16 +204,15 @@ static int ds_png__read(const dataset *d, uint64_t idx, void *x, void *labels, c
                         size_t errlen)
 {
     const ds_png *p = d->priv;
-    const uint32_t C = d->channels, H = d->height, W = d->width;
     char path[PATH_MAX];
-    ds_png_header hd;
     ds_png_dest t = {d, path, x, labels};
     int rc;
     if ((rc = ds_png__path(path, d, "images", p->names[idx], err, errlen)) < 0 ||
-        (rc = ds_png__load(path, DS_PNG_IMAGE, C, H, W, &hd, ds_png__image_row, &t, err,
-                           errlen)) < 0 ||
+        (rc = ds_png__decode(path, DS_PNG_IMAGE, ds_png__check_image, ds_png__image_row, &t, err,
+                             errlen)) < 0 ||
         (rc = ds_png__path(path, d, "masks", p->names[idx], err, errlen)) < 0 ||
-        (rc = ds_png__load(path, DS_PNG_MASK, 1, H, W, &hd, ds_png__mask_row, &t, err, errlen)) < 0)
+        (rc = ds_png__decode(path, DS_PNG_MASK, ds_png__check_mask, ds_png__mask_row, &t, err,
+                             errlen)) < 0)
         return rc;
     return 0;
 }

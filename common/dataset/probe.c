@@ -22,7 +22,28 @@ static const dataset_reader *const dataset__probe_readers[] = {
     &ds_segmentation_reader,
     &ds_mnist_reader,
     &ds_png_probe_reader,
+    &ds_inria_probe_reader,
+    &ds_severstal_probe_reader,
+    &ds_cityscapes_probe_reader,
 };
+
+/* PlanInput.normalize by name; "" is the default. Returns -1 for a name
+ * that is none of them. */
+static int dataset__normalize(const char *name)
+{
+    static const char *const names[] = {
+        [DS_NORM_ZERO_ONE] = "zero_one",
+        [DS_NORM_ZERO_CENTERED] = "zero_centered",
+        [DS_NORM_STANDARD_SCORE] = "standard_score",
+        [DS_NORM_NONE] = "none",
+    };
+    if (!name || !name[0])
+        return DS_NORM_ZERO_ONE;
+    for (size_t i = 0; i < ARRAY_SIZE(names); i++)
+        if (strcmp(name, names[i]) == 0)
+            return (int)i;
+    return -1;
+}
 
 /* What every reader needs from the input, checked once here. */
 static int dataset__common(dataset *d, const Appliance__PlanInput *in, char *err, size_t errlen)
@@ -53,6 +74,26 @@ static int dataset__common(dataset *d, const Appliance__PlanInput *in, char *err
     d->flip_v = in->random_flip_vertical;
     d->crop_pad = in->random_crop_padding;
     d->input_unorm8 = in->input_unorm8;
+    int norm = dataset__normalize(in->normalize);
+    if (norm < 0) {
+        snprintf(err, errlen, "normalize \"%s\" is none of zero_one, zero_centered, "
+                 "standard_score, none", in->normalize);
+        return -EINVAL;
+    }
+    d->normalize = (enum ds_normalize)norm;
+    if (d->normalize == DS_NORM_STANDARD_SCORE && d->input_unorm8) {
+        /* the score is a float per value; 8 bits cannot carry it */
+        snprintf(err, errlen, "normalize \"standard_score\" sends float32 inputs, but the plan "
+                 "asks for 8-bit inputs (input_unorm8)");
+        return -EINVAL;
+    }
+    d->augment = in->augment;
+    d->train_test_split = in->train_test_split;
+    if (!(d->train_test_split >= 0.0 && d->train_test_split <= 1.0)) {
+        snprintf(err, errlen, "train_test_split %g is not between 0 and 1", in->train_test_split);
+        return -EINVAL;
+    }
+    d->class_id = in->class_id;
     d->labels_u8 = in->labels_uint8;
     if (d->labels_u8 && d->num_classes > 256) {
         snprintf(err, errlen, "labels travel as bytes, but num_classes %u is above 256",
@@ -80,9 +121,9 @@ static int dataset__common(dataset *d, const Appliance__PlanInput *in, char *err
         d->channels = (uint32_t)d->shape[0];
         d->height = (uint32_t)d->shape[1];
         d->width = (uint32_t)d->shape[2];
-    } else if (d->flip_h || d->flip_v || d->crop_pad) {
+    } else if (d->flip_h || d->flip_v || d->crop_pad || d->augment) {
         snprintf(err, errlen, "%s needs an image input shape [C, H, W]; the model input has %zu "
-                 "dimension(s)", d->flip_h ? "random_flip_horizontal" : d->flip_v ? "random_flip_vertical" : "random_crop_padding",
+                 "dimension(s)", d->flip_h ? "random_flip_horizontal" : d->flip_v ? "random_flip_vertical" : d->crop_pad ? "random_crop_padding" : "augment_data",
                  d->ndim);
         return -EINVAL;
     }

@@ -540,6 +540,157 @@ def corpus_png():
     write("png", "bad-crc-kept", png_input(16, 2, gray[:-1] + b"\x00", mask01))
 
 
+# ---- TIFF (the Inria reader) ----
+
+def packbits(data):
+    """PackBits as literal runs of at most 128 bytes."""
+    out = bytearray()
+    for i in range(0, len(data), 128):
+        chunk = data[i:i + 128]
+        out.append(len(chunk) - 1)
+        out += chunk
+    return bytes(out)
+
+
+def tiff(width, height, samples, pixels, bits=8, photometric=None, tile=0, rows_per_strip=0,
+         compression=1, planar=1, sample_format=1, big_endian=False):
+    """A classic TIFF of one image. pixels(y, x, s) gives sample s of a
+    pixel (as 8 bits: 16-bit files repeat it); tiles of tile x tile, or
+    strips of rows_per_strip rows (0: one strip); compression 1 none,
+    8 deflate, 32773 PackBits."""
+    e = ">" if big_endian else "<"
+    if photometric is None:
+        photometric = 2 if samples >= 3 else 1
+    nbytes = bits // 8
+    planes = samples if planar == 2 else 1
+    spp = 1 if planar == 2 else samples
+
+    def sample_bytes(y, x, s):
+        v = pixels(y, x, s) & 0xFF
+        return bytes([v] * nbytes)
+
+    chunks = []
+    if tile:
+        for p in range(planes):
+            for ty in range(0, height, tile):
+                for tx in range(0, width, tile):
+                    b = bytearray()
+                    for y in range(ty, ty + tile):
+                        for x in range(tx, tx + tile):
+                            for k in range(spp):
+                                b += sample_bytes(y, x, p if planar == 2 else k) if y < height and x < width \
+                                    else bytes(nbytes)
+                    chunks.append(bytes(b))
+    else:
+        rps = rows_per_strip or height
+        for p in range(planes):
+            for y0 in range(0, height, rps):
+                b = bytearray()
+                for y in range(y0, min(height, y0 + rps)):
+                    for x in range(width):
+                        for k in range(spp):
+                            b += sample_bytes(y, x, p if planar == 2 else k)
+                chunks.append(bytes(b))
+    if compression == 8:
+        chunks = [zlib.compress(c) for c in chunks]
+    elif compression == 32773:
+        chunks = [packbits(c) for c in chunks]
+    data = b"".join(chunks)
+    offsets, pos = [], 8
+    for c in chunks:
+        offsets.append(pos)
+        pos += len(c)
+    extra = bytearray()  # values that do not fit an entry, after the directory's place
+    entries = []
+
+    def entry(tag, typ, values):
+        size = {3: 2, 4: 4}[typ]
+        raw = b"".join(struct.pack(e + ("H" if typ == 3 else "I"), v) for v in values)
+        entries.append((tag, typ, len(values), raw))
+
+    entry(256, 4, [width])
+    entry(257, 4, [height])
+    entry(258, 3, [bits] * samples)
+    entry(259, 3, [compression])
+    entry(262, 3, [photometric])
+    if tile:
+        entry(322, 4, [tile])
+        entry(323, 4, [tile])
+        entry(324, 4, offsets)
+        entry(325, 4, [len(c) for c in chunks])
+    else:
+        entry(273, 4, offsets)
+        entry(278, 4, [rows_per_strip or height])
+        entry(279, 4, [len(c) for c in chunks])
+    entry(277, 3, [samples])
+    entry(284, 3, [planar])
+    entry(339, 3, [sample_format] * samples)
+    entries.sort()
+    ifd = pos + (pos & 1)
+    after = ifd + 2 + 12 * len(entries) + 4
+    body = bytearray(struct.pack(e + "H", len(entries)))
+    for tag, typ, count, raw in entries:
+        body += struct.pack(e + "HHI", tag, typ, count)
+        if len(raw) <= 4:
+            body += raw + bytes(4 - len(raw))
+        else:
+            body += struct.pack(e + "I", after + len(extra))
+            extra += raw
+    body += struct.pack(e + "I", 0)
+    head = (b"MM" if big_endian else b"II") + struct.pack(e + "HI", 42, ifd)
+    return head + data + bytes(ifd - pos) + bytes(body) + bytes(extra)
+
+
+def tiff_input(flags, image, mask=b""):
+    return struct.pack("<BH", flags, len(image)) + image + mask
+
+
+def corpus_tiff():
+    w, h = 6, 5
+
+    def img(y, x, s):
+        return (x * 40 + y * 7 + s * 90) % 256
+
+    def msk(y, x, s):
+        return 255 if (x + y) % 3 == 0 else 0
+
+    rgb = tiff(w, h, 3, img, rows_per_strip=2)
+    gray = tiff(w, h, 1, img)
+    mask = tiff(w, h, 1, msk, rows_per_strip=3)
+    write("tiff", "rgb-strips", tiff_input(0, rgb, mask))
+    write("tiff", "rgb-as-gray", tiff_input(1, rgb, mask))
+    write("tiff", "gray-as-rgb-augmented", tiff_input(2, gray, mask))
+    write("tiff", "rgb-tiles", tiff_input(0, tiff(20, 18, 3, img, tile=16), tiff(20, 18, 1, msk, tile=16)))
+    write("tiff", "rgb-planar", tiff_input(8, tiff(w, h, 3, img, planar=2, rows_per_strip=2), mask))
+    write("tiff", "rgb-planar-tiles", tiff_input(0, tiff(w, h, 3, img, planar=2, tile=16), mask))
+    write("tiff", "deflate-big-endian", tiff_input(0, tiff(w, h, 3, img, compression=8, big_endian=True), mask))
+    write("tiff", "packbits-by-rows", tiff_input(4, tiff(w, h, 3, img, compression=32773), mask))
+    write("tiff", "rgba-standard-score", tiff_input(8 | 2, tiff(w, h, 4, img), mask))
+    write("tiff", "min-is-white", tiff_input(0, tiff(w, h, 1, img, photometric=0), mask))
+    write("tiff", "16-bit", tiff_input(0, tiff(w, h, 3, img, bits=16), mask))
+    write("tiff", "float", tiff_input(0, tiff(w, h, 1, img, bits=32, sample_format=3), mask))
+    write("tiff", "mask-wrong-size", tiff_input(0, rgb, tiff(w, h - 1, 1, msk)))
+    write("tiff", "truncated", tiff_input(0, rgb[:40] + rgb[-200:], mask))
+
+
+# ---- Severstal's train.csv (the rle target) ----
+
+def corpus_rle():
+    def rle_input(h, w, text):
+        return bytes([h - 1, w - 1]) + text.encode()
+
+    write("rle", "kaggle", rle_input(8, 12, "ImageId,ClassId,EncodedPixels\n"
+                                     "0002cc93b.jpg,1,1 3 10 5 40 8\n"
+                                     "0007a71bf.jpg,3,18 4 60 20\n"
+                                     "000a4bcdd.jpg,1,-1\n"))
+    write("rle", "quoted-crlf", rle_input(4, 4, "\ufeffImageId,ClassId,EncodedPixels\r\n"
+                                         "\"a,b.jpg\",2,\"1 1 \"\"3\"\" 2\"\r\n\r\nc.jpg,4,\n"))
+    write("rle", "columns-reordered", rle_input(3, 2, "EncodedPixels,ImageId,ClassId\n3 2,x.jpg,3\n"))
+    write("rle", "malformed-runs", rle_input(3, 2, "ImageId,ClassId,EncodedPixels\n"
+                                             "a.jpg,1,1 2 3\nb.jpg,1,1 x\nc.jpg,1,5 3\nd.jpg,1,0 1\n"))
+    write("rle", "old-layout", rle_input(2, 2, "ImageId_ClassId,EncodedPixels\na.jpg_1,1 1\n"))
+
+
 # ---- render target: the coordinator's answers to appliance-submit ----
 
 CLUSTER_INFO, JOB_ACCEPTED, JOB_STATUS, JOB_LIST, JOB_LOG_LINES = 9, 11, 13, 30, 32
@@ -585,6 +736,8 @@ def main():
     corpus_safetensors()
     corpus_idx()
     corpus_png()
+    corpus_tiff()
+    corpus_rle()
     total = 0
     for d, _, files in os.walk(CORPUS):
         total += sum(os.path.getsize(os.path.join(d, f)) for f in files)

@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""The Model Zoo's U-Net configurations (tests/client/modelzoo/, written
+out as the Model Zoo has them) planned offline for a CS-2's memory
+(appliance-submit --plan --wafer-memory 40G): each 2D one plans, its
+weights as many as PyTorch's modules have (tests/model/
+modelzoo_unet_tensors.txt, from bench/modelzoo/unet_reference.py), and
+the 3D one is refused naming the key it cannot honour yet.
+
+Usage: modelzoo_plan.py APPLIANCE_SUBMIT CONFIG_DIR REFERENCE"""
+import json
+import os
+import re
+import subprocess
+import sys
+
+submit, configs, reference = sys.argv[1], sys.argv[2], sys.argv[3]
+
+params = {}
+with open(reference) as f:
+    for line in f:
+        m = re.match(r"(\w+): (\d+) tensors, (\d+) parameters", line)
+        if m:
+            params[m.group(1)] = int(m.group(3))
+
+# config file -> (its reference, the input, what the plan says of 40 GiB)
+expect = {
+    "params_cityscapes.yaml": ("cityscapes", "3x256x512", True),
+    "params_severstal_binary.yaml": ("severstal", "1x256x256", False),
+    "params_inria_aerial_5120_RGB.yaml": ("inria_5120_rgb", "3x5120x5120", False),
+    "params_inria_aerial_7168.yaml": ("inria_7168", "1x7168x7168", False),
+}
+for name, (ref, shape, fits) in expect.items():
+    out = subprocess.run([submit, "--plan", "--wafer-memory", "40G", "--json",
+                          os.path.join(configs, name)], capture_output=True, text=True)
+    assert out.returncode == 0, (name, out.returncode, out.stderr)
+    p = json.loads(out.stdout)
+    assert p["input"] == shape and p["fits"] == fits, (name, p)
+    # memoryx holds each weight with Adam's two moments (Pipelined), and
+    # its gradient too (Weight Streaming), in float32; batch norm's running
+    # statistics beside them
+    per = 12 if p["mode"] == "pipelined" else 16
+    extra = p["memoryx_bytes"] - per * params[ref]
+    assert extra == 0 or (name == "params_severstal_binary.yaml" and 0 < extra < 32768), \
+        (name, p["mode"], p["memoryx_bytes"], params[ref])
+    print("ok: %s plans: %s, %s, %d weights as PyTorch's U-Net%s" %
+          (name, shape, p["mode"], params[ref], "" if fits else
+           " (more than a 40 GiB wafer holds at its batch: the plan says what would fit)"))
+    text = subprocess.run([submit, "--plan", "--wafer-memory", "40G",
+                           os.path.join(configs, name)], capture_output=True, text=True).stdout
+    assert "encoder.unet_blocks.0.layers.0.conv" in text and "final_conv.conv" in text, text
+
+out = subprocess.run([submit, "--plan", "--wafer-memory", "40G",
+                      os.path.join(configs, "params_skm_tea.yaml")], capture_output=True, text=True)
+assert out.returncode == 3, (out.returncode, out.stdout, out.stderr)
+assert out.stderr.strip() == (os.path.join(configs, "params_skm_tea.yaml") +
+                              ":28:17: model.use_conv3d: 3D U-Nets (volumes) are not built yet"), \
+    out.stderr
+print("ok: params_skm_tea.yaml refused: " + out.stderr.strip())

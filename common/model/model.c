@@ -765,7 +765,8 @@ static int check_keys(compiler *c)
     for (size_t i = 0; i < toml_table_len(c->lt); i++) {
         const char *key = toml_table_key(c->lt, i);
         bool known = strcmp(key, "name") == 0 || strcmp(key, "type") == 0 ||
-                     strcmp(key, "inputs") == 0;
+                     strcmp(key, "inputs") == 0 || strcmp(key, "weight_initializer") == 0 ||
+                     strcmp(key, "bias_initializer") == 0;
         for (int j = 0; !known && k->keys[j]; j++)
             known = strcmp(key, k->keys[j]) == 0;
         if (!known)
@@ -814,6 +815,32 @@ static int read_inputs(compiler *c, const toml_value *layers)
     return 0;
 }
 
+/* weight_initializer and bias_initializer, of a layer that has that
+ * tensor (after infer: its tensors are made). */
+static int read_initializers(compiler *c)
+{
+    model_layer *l = c->l;
+    const char *keys[2] = {"weight_initializer", "bias_initializer"};
+    model_init *dst[2] = {&l->weight_init, &l->bias_init};
+    for (int k = 0; k < 2; k++) {
+        const toml_value *v = key_value(c, keys[k]);
+        if (!v)
+            continue;
+        const char *suffix = k ? ".bias" : ".weight";
+        bool has = false;
+        for (int t = l->first_tensor; t < l->first_tensor + l->ntensors; t++) {
+            const char *dot = strrchr(c->m->tensors[t].name, '.');
+            has |= dot && strcmp(dot, suffix) == 0;
+        }
+        if (!has)
+            return lfail(c, toml_table_key_pos(c->lt, (size_t)toml_table_find(c->lt, keys[k])),
+                         "\"%s\": the layer has no %s tensor", keys[k], suffix + 1);
+        if (model_init_parse(v, dst[k], c->err, c->errlen) < 0)
+            return -EINVAL;
+    }
+    return 0;
+}
+
 static int compile_layer(compiler *c, const toml_value *layers)
 {
     model_layer *l = c->l;
@@ -825,7 +852,7 @@ static int compile_layer(compiler *c, const toml_value *layers)
         (r = read_inputs(c, layers)) < 0)
         return r;
     l->in = *input_shape(c, 0);
-    if ((r = kinds[l->type].infer(c)) < 0)
+    if ((r = kinds[l->type].infer(c)) < 0 || (r = read_initializers(c)) < 0)
         return r;
     l->act_bytes = model_shape_elems(&l->out) * sizeof(float);
     model *m = c->m;

@@ -206,6 +206,9 @@ typedef struct unet_opts {
     int64_t in_channels, num_classes, out_channels;
     int64_t h, w;
     const char *loss;             /* the appliance's loss name */
+    const toml_value *init;       /* the convolutions' weights (initializer; NULL: glorot) */
+    const toml_value *bias_init;  /* every bias (bias_initializer), or NULL */
+    const toml_value *norm_init;  /* the norms' weights (norm_weight_initializer), or NULL */
 } unet_opts;
 
 /* Builds layer tables into an array, each at the position of the key that
@@ -244,6 +247,21 @@ static void ub__bool(ub *b, toml_value *t, const char *key, bool x)
 static void ub__str(ub *b, toml_value *t, const char *key, const char *s)
 {
     ub__set(b, t, key, toml_new_string(b->z->root, b->pos, s, strlen(s)));
+}
+
+/* The layer's weight_initializer and bias_initializer, copies of the
+ * model's keys (weight NULL: glorot_uniform for a convolution, the
+ * Model Zoo's usual one, else the default; bias NULL: the default). */
+static void ub__inits(ub *b, toml_value *l, const toml_value *weight, const toml_value *bias)
+{
+    const toml_value *type = toml_table_get(l, "type");
+    bool conv = type && strncmp(toml_string(type), "conv", 4) == 0;
+    if (weight)
+        ub__set(b, l, "weight_initializer", toml_clone(b->z->root, weight));
+    else if (conv)
+        ub__str(b, l, "weight_initializer", "glorot_uniform");
+    if (bias)
+        ub__set(b, l, "bias_initializer", toml_clone(b->z->root, bias));
 }
 
 /* A layer `name` of `type` reading in1 (and in2), appended; NULL when out
@@ -293,6 +311,7 @@ static void ub__conv_block(ub *b, const char *prefix, const char *in, int64_t fi
     ub__int(b, l, "stride", stride);
     ub__int(b, l, "padding", (stride - 1 + kernel - 1) / 2);
     ub__bool(b, l, "bias", bias);
+    ub__inits(b, l, o->init, bias ? o->bias_init : NULL);
     snprintf(out, MODEL_NAME_MAX, "%s", name);
     if (norm && o->norm != NORM_NONE) {
         snprintf(name, sizeof(name), "%s.norm_layer%s", prefix,
@@ -306,6 +325,10 @@ static void ub__conv_block(ub *b, const char *prefix, const char *in, int64_t fi
             ub__int(b, l, "groups",
                     o->norm == NORM_GROUP && o->num_groups ? o->num_groups : filters);
         ub__float(b, l, "eps", o->eps);
+        /* (the Model Zoo's instance norm is no BatchNorm2d or GroupNorm: it
+         * keeps torch's own ones and zeros) */
+        if (o->norm != NORM_INSTANCE)
+            ub__inits(b, l, o->norm_init, o->bias_init);
         snprintf(out, MODEL_NAME_MAX, "%s", name);
     }
     if (act && act[0]) {
@@ -389,6 +412,7 @@ static void ub__unet(ub *b)
             ub__int(b, l, "kernel_size", 2);
             ub__int(b, l, "stride", 2);
             ub__bool(b, l, "bias", o->enable_bias);
+            ub__inits(b, l, o->init, o->enable_bias ? o->bias_init : NULL);
         }
         snprintf(cur, sizeof(cur), "%s", name);
         if (o->skip_connect) { /* torch.cat([upsampled, skip], dim=1) */
@@ -645,6 +669,9 @@ static int mz__unet_opts(mz *z, const toml_value *mt, unet_opts *o)
         mz__float(z, mt, "dropout_rate", 0, 0, 0.999999, &o->dropout) < 0 ||
         mz__int(z, mt, "initial_conv_filters", 0, 0, MODEL_DIM_MAX, &o->initial_conv_filters) < 0)
         return -EINVAL;
+    o->init = toml_table_get(mt, "initializer");
+    o->bias_init = toml_table_get(mt, "bias_initializer");
+    o->norm_init = toml_table_get(mt, "norm_weight_initializer");
     if (o->residual && o->strided)
         return mz__fail(z, toml_pos_of(toml_table_get(mt, "residual_blocks")),
                         "model.residual_blocks: needs downscale_method \"max_pool\"");

@@ -371,6 +371,9 @@ START_TEST(test_error_keys_and_types)
                      "job.toml:7:10: layer \"l1\": \"groups\" (3) must divide the 1 channels of \"input\"");
     ck_compile_error(ONE_LAYER("type = \"upsample\"\nmode = \"cubic\"\n"),
                      "job.toml:7:8: layer \"l1\": \"mode\" must be \"nearest\" or \"bilinear\"");
+    ck_compile_error(ONE_LAYER("type = \"relu\"\nweight_initializer = \"zeros\"\n"),
+                     "job.toml:7:1: layer \"l1\": \"weight_initializer\": the layer has no weight "
+                     "tensor");
     ck_compile_error(ONE_LAYER("units = 3\n"),
                      "job.toml:4:1: layer \"l1\": missing key \"type\"");
     ck_compile_error("[model]\ninput_shape = [1, 28, 28]\nloss = \"softmax_cross_entropy\"\n"

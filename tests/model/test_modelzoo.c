@@ -186,6 +186,16 @@ START_TEST(unet_layer_order)
     int gn = model_find_layer(m, "bottleneck.layers.1.norm_layer");
     ck_assert_int_eq(m->layers[gn].type, LAYER_GROUP_NORM);
     ck_assert_int_eq(m->layers[gn].groups, 16);
+    /* the initializers: glorot (gain 1) for the convolutions' weights,
+     * zeros for every bias, the norms' weights the default (ones) */
+    int conv = model_find_layer(m, "decoder.unet_blocks.1.layers.0.conv");
+    ck_assert_str_eq(m->layers[conv].weight_init.name, "xavier_uniform");
+    ck_assert_double_eq(m->layers[conv].weight_init.gain, 1.0);
+    int up = model_find_layer(m, "decoder.transpose_layers.1");
+    ck_assert_str_eq(m->layers[up].weight_init.name, "xavier_uniform");
+    ck_assert_str_eq(m->layers[gn].weight_init.name, "");
+    ck_assert_str_eq(m->layers[gn].bias_init.name, "zeros");
+    ck_assert_str_eq(m->layers[m->nlayers - 1].bias_init.name, "zeros");
     jobspec_free(j);
 }
 END_TEST

@@ -94,6 +94,11 @@ out=$(cd "$work" && "$submit" bad-mask.yaml 2>&1) && fail "a mask of another siz
 echo "$out" | has "$mask" || fail "the bad mask is not named: $out"
 echo "ok: a mask of another size fails its job, named: $(echo "$out" | tail -n 1)"
 
+# --format toml on a YAML file: what TOML makes of it, nothing sent
+out=$(cd "$work" && "$submit" --format toml params.yaml 2>&1) && fail "--format toml accepted YAML: $out"
+echo "$out" | has '^params.yaml:2:12: ' || fail "--format toml: $out"
+echo "ok: --format toml on YAML: $out"
+
 # the job, read as YAML by its text too (another name, --format yaml)
 cp "$work/params.yaml" "$work/params.conf"
 out=$(cd "$work" && timeout 600 "$submit" --format yaml params.conf 2>&1) || fail "modelzoo: $out"

@@ -368,6 +368,83 @@ START_TEST(optimizer_mistakes)
 END_TEST
 
 
+/* The syntax: by the name's extension, else by the text; a valid job in
+ * one syntax is never read as the other. */
+START_TEST(formats)
+{
+    const char *toml = "# a job\n\n[runconfig]\nmax_steps = 3\n";
+    const char *toml_key = "  title = \"a: b\"\n[runconfig]\n";
+    const char *yaml = "# a job\nruncon\"fig\": {max_steps: 3}\n";
+    const char *yaml2 = "\n---\ntrain_input: &t\n    a = 1\n";
+    ck_assert_int_eq(jobspec_format_of("job.toml", yaml, strlen(yaml)), JOBSPEC_FORMAT_TOML);
+    ck_assert_int_eq(jobspec_format_of("params.yaml", toml, strlen(toml)), JOBSPEC_FORMAT_YAML);
+    ck_assert_int_eq(jobspec_format_of("P.YML", toml, strlen(toml)), JOBSPEC_FORMAT_YAML);
+    ck_assert_int_eq(jobspec_format_of("job", toml, strlen(toml)), JOBSPEC_FORMAT_TOML);
+    ck_assert_int_eq(jobspec_format_of("job", toml_key, strlen(toml_key)), JOBSPEC_FORMAT_TOML);
+    ck_assert_int_eq(jobspec_format_of("job.conf", yaml, strlen(yaml)), JOBSPEC_FORMAT_YAML);
+    ck_assert_int_eq(jobspec_format_of("job.conf", yaml2, strlen(yaml2)), JOBSPEC_FORMAT_YAML);
+    jobspec_format f;
+    ck_assert_int_eq(jobspec_format_parse("YAML", &f), 0);
+    ck_assert_int_eq(f, JOBSPEC_FORMAT_YAML);
+    ck_assert_int_lt(jobspec_format_parse("json", &f), 0);
+}
+END_TEST
+
+/* A job written in YAML is the job the same keys in TOML make. */
+START_TEST(yaml_is_the_same_job)
+{
+    const char *yaml = "runconfig:\n"
+                       "    max_steps: 5\n"
+                       "    num_csx: 2\n"
+                       "    model_dir: out\n"
+                       "train_input: &t\n"
+                       "    batch_size: 10\n"
+                       "    num_classes: 3\n"
+                       "    shuffle: No\n"
+                       "eval_input:\n"
+                       "    <<: *t\n"
+                       "    batch_size: 4\n"
+                       "optimizer: {optimizer_type: SGD, learning_rate: 1, momentum: 0.5}\n"
+                       "model:\n"
+                       "    input_shape: [6]\n"
+                       "    loss: softmax_cross_entropy\n"
+                       "    layers:\n"
+                       "      - {name: fc, type: dense, units: 3}\n";
+    char err[512] = "";
+    jobspec *y = jobspec_parse(yaml, strlen(yaml), "params.yaml", "/home/me", err, sizeof(err));
+    ck_assert_msg(y != NULL, "%s", err);
+    jobspec *t = parse("[runconfig]\nmax_steps = 5\nnum_csx = 2\nmodel_dir = \"out\"\n"
+                       "[train_input]\nbatch_size = 10\nnum_classes = 3\nshuffle = false\n"
+                       "[eval_input]\nbatch_size = 4\nnum_classes = 3\nshuffle = false\n"
+                       "[optimizer]\noptimizer_type = \"sgd\"\nlearning_rate = 1\nmomentum = 0.5\n",
+                       err, sizeof(err));
+    ck_assert_msg(t != NULL, "%s", err);
+    ck_assert_int_eq(y->max_steps, t->max_steps);
+    ck_assert_int_eq(y->num_csx, t->num_csx);
+    ck_assert_str_eq(y->model_dir, t->model_dir);
+    ck_assert_int_eq(y->train.batch_size, 10);
+    ck_assert_int_eq(y->eval.batch_size, 4);
+    ck_assert_int_eq(y->eval.num_classes, 3); /* merged from train_input */
+    ck_assert(!y->train.shuffle && !y->eval.shuffle);
+    ck_assert_str_eq(y->optimizer_type, t->optimizer_type);
+    ck_assert_double_eq(y->learning_rate, t->learning_rate);
+    ck_assert_double_eq(y->momentum, t->momentum);
+    ck_assert_int_eq(y->model->total_params, t->model->total_params);
+    ck_assert_str_eq(y->model->layers[0].name, "fc");
+    jobspec_free(y);
+    jobspec_free(t);
+    /* a mistake in YAML is named where it is, with the nearest key */
+    const char *bad = "runconfig:\n  max_step: 5\ntrain_input: {num_classes: 3}\n";
+    ck_assert_ptr_null(jobspec_parse(bad, strlen(bad), "params.yaml", NULL, err, sizeof(err)));
+    ck_assert_str_eq(err, "params.yaml:2:3: unknown key \"max_step\" in [runconfig] (did you mean "
+                          "\"max_steps\"?)");
+    /* the same text as TOML, forced, is TOML's error */
+    ck_assert_ptr_null(jobspec_parse_as(bad, strlen(bad), "params.yaml", JOBSPEC_FORMAT_TOML, NULL,
+                                        err, sizeof(err)));
+    ck_assert_msg(strncmp(err, "params.yaml:1:10: ", 18) == 0, "%s", err);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("jobspec");
@@ -379,6 +456,8 @@ static Suite *suite(void)
     tcase_add_test(t, input_keys);
     tcase_add_test(t, optimizer_model_zoo);
     tcase_add_test(t, optimizer_mistakes);
+    tcase_add_test(t, formats);
+    tcase_add_test(t, yaml_is_the_same_job);
     suite_add_tcase(s, t);
     return s;
 }

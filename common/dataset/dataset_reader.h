@@ -101,5 +101,13 @@ extern const dataset_reader ds_cityscapes_probe_reader;
 
 /* dataset_open over a table of readers (probe.c): the one named by the
  * input's data_processor, the checks every reader shares, then its open. */
+/* What every reader of image files checks of its input first: data_dir
+ * set, and a model input [C, H, W] with C = 1 (gray) or 3 (RGB); me names
+ * the reader in the message. Returns 0 or -EINVAL. */
+int ds_image_input_check(const dataset *d, const char *me, char *err, size_t errlen);
+
+/* A set of count images of the model's input size, one label a pixel. */
+void ds_image_sizes(dataset *d, uint64_t count);
+
 int dataset__open_with(const dataset_reader *const *readers, size_t nreaders, dataset **out,
                        const Appliance__PlanInput *in, char *err, size_t errlen);

@@ -135,15 +135,8 @@ static int ds_cityscapes__list(ds_cityscapes *p, char *err, size_t errlen)
 int ds_cityscapes__open(dataset *d, const Appliance__PlanInput *in, char *err, size_t errlen)
 {
     const char *me = "CityscapesDataProcessor";
-    if (!d->data_dir[0]) {
-        snprintf(err, errlen, "%s: data_dir is not set", me);
+    if (ds_image_input_check(d, me, err, errlen) < 0)
         return -EINVAL;
-    }
-    if (d->ndim != 3 || (d->channels != 1 && d->channels != 3)) {
-        snprintf(err, errlen, "%s: the model input must be [C, H, W] with C = 1 (gray) or 3 (RGB)",
-                 me);
-        return -EINVAL;
-    }
     if (d->num_classes != DS_CITYSCAPES_CLASSES) {
         snprintf(err, errlen, "%s: the labels are the %u train ids (0: ignored in evaluation): "
                  "num_classes must be %u, not %u", me, DS_CITYSCAPES_CLASSES,
@@ -185,9 +178,7 @@ int ds_cityscapes__open(dataset *d, const Appliance__PlanInput *in, char *err, s
         if ((rc = ds_cityscapes__check_mask(mpath, &mh, ih.height, ih.width, err, errlen)) < 0)
             return rc;
     }
-    d->size = p->count;
-    d->sample_elems = (uint64_t)d->channels * d->height * d->width;
-    d->label_elems = d->height * d->width;
+    ds_image_sizes(d, p->count);
     return 0;
 }
 

@@ -138,15 +138,8 @@ done:
 int ds_inria__open(dataset *d, const Appliance__PlanInput *in, char *err, size_t errlen)
 {
     const char *me = "InriaAerialDataProcessor";
-    if (!d->data_dir[0]) {
-        snprintf(err, errlen, "%s: data_dir is not set", me);
+    if (ds_image_input_check(d, me, err, errlen) < 0)
         return -EINVAL;
-    }
-    if (d->ndim != 3 || (d->channels != 1 && d->channels != 3)) {
-        snprintf(err, errlen, "%s: the model input must be [C, H, W] with C = 1 (gray) or 3 (RGB)",
-                 me);
-        return -EINVAL;
-    }
     if (d->num_classes > 2) {
         snprintf(err, errlen, "%s: masks are building or not: num_classes must be 1 or 2, not %u",
                  me, d->num_classes);
@@ -193,9 +186,7 @@ int ds_inria__open(dataset *d, const Appliance__PlanInput *in, char *err, size_t
             goto done;
     }
     rc = 0;
-    d->size = p->names.count;
-    d->sample_elems = (uint64_t)d->channels * d->height * d->width;
-    d->label_elems = d->height * d->width;
+    ds_image_sizes(d, p->names.count);
 done:
     dirlist_deinit(&masks);
     return rc;

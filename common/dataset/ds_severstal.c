@@ -100,15 +100,8 @@ static int ds_severstal__slurp(const char *path, char **text, size_t *len, char 
 int ds_severstal__open(dataset *d, const Appliance__PlanInput *in, char *err, size_t errlen)
 {
     const char *me = "SeverstalBinaryClassDataProcessor";
-    if (!d->data_dir[0]) {
-        snprintf(err, errlen, "%s: data_dir is not set", me);
+    if (ds_image_input_check(d, me, err, errlen) < 0)
         return -EINVAL;
-    }
-    if (d->ndim != 3 || (d->channels != 1 && d->channels != 3)) {
-        snprintf(err, errlen, "%s: the model input must be [C, H, W] with C = 1 (gray) or 3 (RGB)",
-                 me);
-        return -EINVAL;
-    }
     if (d->num_classes > 2) {
         snprintf(err, errlen, "%s: masks are defect or not: num_classes must be 1 or 2, not %u",
                  me, d->num_classes);
@@ -190,9 +183,7 @@ int ds_severstal__open(dataset *d, const Appliance__PlanInput *in, char *err, si
             return rc;
         }
     }
-    d->size = p->count;
-    d->sample_elems = (uint64_t)d->channels * d->height * d->width;
-    d->label_elems = d->height * d->width;
+    ds_image_sizes(d, p->count);
     return 0;
 }
 

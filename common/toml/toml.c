@@ -1530,7 +1530,7 @@ toml_value *toml_parse(const char *text, size_t len, const char *name, char *err
     return ps.root;
 }
 
-toml_value *toml_parse_file(const char *path, char *err, size_t errlen)
+toml_value *toml_read_file(const char *path, toml_parse_fn parse, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "rb");
     char *text = NULL;
@@ -1562,11 +1562,16 @@ toml_value *toml_parse_file(const char *path, char *err, size_t errlen)
             snprintf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
         goto out;
     }
-    root = toml_parse(text, len, path, err, errlen);
+    root = parse(text, len, path, err, errlen);
 out:
     free(text);
     fclose(f);
     return root;
+}
+
+toml_value *toml_parse_file(const char *path, char *err, size_t errlen)
+{
+    return toml_read_file(path, toml_parse, err, errlen);
 }
 
 /* ---- accessors --------------------------------------------------------- */

@@ -38,6 +38,12 @@ toml_value *toml_parse(const char *text, size_t len, const char *name,
 /* Reads and parses the file at path, which also names it in messages.
  * Errors of the file itself read "path: cannot open: No such file or directory". */
 toml_value *toml_parse_file(const char *path, char *err, size_t errlen);
+/* A parser of a document's text (toml_parse, yaml_parse). */
+typedef toml_value *(*toml_parse_fn)(const char *text, size_t len, const char *name, char *err,
+                                     size_t errlen);
+/* Reads the file at path and parses it with parse, the path naming it in
+ * messages ("path: cannot open: ..." for the file itself). */
+toml_value *toml_read_file(const char *path, toml_parse_fn parse, char *err, size_t errlen);
 /* Releases a tree returned by toml_parse or toml_parse_file; only the root
  * may be passed. NULL is fine. */
 void toml_free(toml_value *root);

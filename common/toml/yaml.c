@@ -1291,39 +1291,5 @@ out:
 
 toml_value *yaml_parse_file(const char *path, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "rb");
-    char *text = NULL;
-    size_t len = 0, cap = 0;
-    toml_value *root = NULL;
-    if (!f) {
-        if (err && errlen)
-            snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
-    for (;;) {
-        if (len == cap) {
-            cap = cap ? 2 * cap : 65536;
-            char *q = realloc(text, cap);
-            if (!q) {
-                if (err && errlen)
-                    snprintf(err, errlen, "%s: out of memory", path);
-                goto out;
-            }
-            text = q;
-        }
-        size_t n = fread(text + len, 1, cap - len, f);
-        len += n;
-        if (n == 0)
-            break;
-    }
-    if (ferror(f)) {
-        if (err && errlen)
-            snprintf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
-        goto out;
-    }
-    root = yaml_parse(text, len, path, err, errlen);
-out:
-    free(text);
-    fclose(f);
-    return root;
+    return toml_read_file(path, yaml_parse, err, errlen);
 }

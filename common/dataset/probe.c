@@ -199,24 +199,3 @@ int dataset_probe(dataset **out, const Appliance__PlanInput *in, char *err, size
     return dataset__open_with(dataset__probe_readers, ARRAY_SIZE(dataset__probe_readers), out, in,
                               err, errlen);
 }
-
-int ds_image_input_check(const dataset *d, const char *me, char *err, size_t errlen)
-{
-    if (!d->data_dir[0]) {
-        snprintf(err, errlen, "%s: data_dir is not set", me);
-        return -EINVAL;
-    }
-    if (d->ndim != 3 || (d->channels != 1 && d->channels != 3)) {
-        snprintf(err, errlen, "%s: the model input must be [C, H, W] with C = 1 (gray) or 3 (RGB)",
-                 me);
-        return -EINVAL;
-    }
-    return 0;
-}
-
-void ds_image_sizes(dataset *d, uint64_t count)
-{
-    d->size = count;
-    d->sample_elems = (uint64_t)d->channels * d->height * d->width;
-    d->label_elems = d->height * d->width;
-}

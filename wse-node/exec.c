@@ -230,6 +230,12 @@ static int exec__init(exec *e, const model *m, int share, int n, int threads, fl
                       float **g, bool reference, char *err, size_t errlen)
 {
     memset(e, 0, sizeof(*e));
+    for (int i = 0; i < m->nlayers; i++)
+        if (model_layer_is_3d(&m->layers[i])) {
+            snprintf(err, errlen, "layer \"%s\": %s layers (volumes) are compiled but not "
+                     "computed yet", m->layers[i].name, layer_type_name(m->layers[i].type));
+            return -ENOTSUP;
+        }
     e->m = m;
     e->n = n;
     e->w = w;
@@ -1070,6 +1076,10 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
         }
         break;
     case LAYER_FLATTEN:
+    case LAYER_CONV3D: /* (refused by exec_init: not computed yet) */
+    case LAYER_CONV_TRANSPOSE3D:
+    case LAYER_MAX_POOL3D:
+    case LAYER_AVG_POOL3D:
     case LAYER_TYPE_COUNT:
         break;
     }
@@ -1408,6 +1418,10 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
         break;
     }
     case LAYER_FLATTEN:
+    case LAYER_CONV3D: /* (refused by exec_init: not computed yet) */
+    case LAYER_CONV_TRANSPOSE3D:
+    case LAYER_MAX_POOL3D:
+    case LAYER_AVG_POOL3D:
     case LAYER_TYPE_COUNT:
         has_din = false;
         break;

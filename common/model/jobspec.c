@@ -561,6 +561,15 @@ jobspec *jobspec_parse_as(const char *text, size_t len, const char *name, jobspe
     j->model = model_compile(model_table, err, errlen);
     if (!j->model)
         goto fail;
+    for (int i = 0; i < j->model->nlayers; i++) {
+        const model_layer *l = &j->model->layers[i];
+        if (model_layer_is_3d(l)) { /* (the model compiles them; nothing plans them yet) */
+            toml_errorf(err, errlen, name, l->pos, "layer \"%s\": %s on a volume: 3D layers "
+                        "are compiled, but not yet planned or computed", l->name,
+                        layer_type_name(l->type));
+            goto fail;
+        }
+    }
     /* One scale of 8-bit inputs: the training input's (an evaluation on
      * other inputs than it trained on would measure nothing) */
     if (j->eval.present &&

@@ -74,6 +74,9 @@ const char *model_shape_str(const model_shape *s, char *buf, size_t n)
 {
     if (s->ndim == 1)
         snprintf(buf, n, "%lld", (long long)s->d[0]);
+    else if (s->ndim == 4)
+        snprintf(buf, n, "%lldx%lldx%lldx%lld", (long long)s->d[0], (long long)s->d[1],
+                 (long long)s->d[2], (long long)s->d[3]);
     else
         snprintf(buf, n, "%lldx%lldx%lld", (long long)s->d[0], (long long)s->d[1],
                  (long long)s->d[2]);
@@ -174,6 +177,36 @@ static int get_pair(compiler *c, const char *key, bool required, int def, int mi
     return 0;
 }
 
+/* A size of a volume's axes: one integer, or [depth, height, width], each
+ * in [min, MODEL_DIM_MAX]. */
+static int get_triple(compiler *c, const char *key, bool required, int def, int min, int out[3])
+{
+    const toml_value *v = key_value(c, key);
+    if (!v || toml_type_of(v) == TOML_INTEGER) {
+        int64_t x;
+        int r = get_int(c, key, required, def, min, MODEL_DIM_MAX, &x);
+        if (r < 0)
+            return r;
+        out[0] = out[1] = out[2] = (int)x;
+        return 0;
+    }
+    if (toml_type_of(v) != TOML_ARRAY || toml_array_len(v) != 3)
+        return lfail(c, toml_pos_of(v), "\"%s\" must be an integer or [depth, height, width]",
+                     key);
+    for (int i = 0; i < 3; i++) {
+        const toml_value *e = toml_array_at(v, i);
+        if (toml_type_of(e) != TOML_INTEGER)
+            return lfail(c, toml_pos_of(e), "\"%s\" must be an integer or [depth, height, "
+                         "width]", key);
+        int64_t x = toml_int(e);
+        if (x < min || x > MODEL_DIM_MAX)
+            return lfail(c, toml_pos_of(e), "\"%s\" must be between %d and %d, got %lld", key,
+                         min, MODEL_DIM_MAX, (long long)x);
+        out[i] = (int)x;
+    }
+    return 0;
+}
+
 /* A number (integer or float) in [min, max], or below max when max_open. */
 static int get_real(compiler *c, const char *key, bool required, double def, double min,
                     double max, bool max_open, double *out)
@@ -231,8 +264,8 @@ static int too_large(compiler *c)
     return lfail(c, c->l->pos, "the layer is too large (its sizes overflow 64-bit counts)");
 }
 
-static int add_tensor(compiler *c, const char *suffix, bool trainable, int ndim, int64_t d0,
-                      int64_t d1, int64_t d2, int64_t d3)
+static int add_tensor5(compiler *c, const char *suffix, bool trainable, int ndim, int64_t d0,
+                       int64_t d1, int64_t d2, int64_t d3, int64_t d4)
 {
     model *m = c->m;
     if (m->ntensors == c->tensor_cap) {
@@ -248,9 +281,9 @@ static int add_tensor(compiler *c, const char *suffix, bool trainable, int ndim,
     t->id = (uint32_t)m->ntensors;
     snprintf(t->name, sizeof(t->name), "%s.%s", c->l->name, suffix);
     t->ndim = ndim;
-    int64_t d[4] = {d0, d1, d2, d3};
+    int64_t d[5] = {d0, d1, d2, d3, d4};
     t->elems = 1;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 5; i++) {
         t->dims[i] = i < ndim ? d[i] : 1;
         if (!mul(&t->elems, (uint64_t)t->dims[i]) || t->elems > MODEL_ELEMS_MAX)
             return too_large(c);
@@ -266,6 +299,12 @@ static int add_tensor(compiler *c, const char *suffix, bool trainable, int ndim,
         c->l->buffers += t->elems;
     m->ntensors++;
     return 0;
+}
+
+static int add_tensor(compiler *c, const char *suffix, bool trainable, int ndim, int64_t d0,
+                      int64_t d1, int64_t d2, int64_t d3)
+{
+    return add_tensor5(c, suffix, trainable, ndim, d0, d1, d2, d3, 1);
 }
 
 /* Sets flops to per_elem FLOPs per output element. */
@@ -296,6 +335,22 @@ static int need_chw(compiler *c)
                      layer_type_name(c->l->type), input_name(c, 0),
                      model_shape_str(&c->l->in, sb, sizeof(sb)));
     return 0;
+}
+
+static int need_cdhw(compiler *c)
+{
+    char sb[64];
+    if (c->l->in.ndim != 4)
+        return lfail(c, c->l->pos, "%s needs a C x D x H x W input (a volume), but \"%s\" gives "
+                     "%s", layer_type_name(c->l->type), input_name(c, 0),
+                     model_shape_str(&c->l->in, sb, sizeof(sb)));
+    return 0;
+}
+
+/* An image's or a volume's C x ... input (norms, upsampling). */
+static int need_spatial(compiler *c)
+{
+    return c->l->in.ndim == 4 ? 0 : need_chw(c);
 }
 
 static int check_out(compiler *c, const char *how)
@@ -498,25 +553,32 @@ static int infer_upsample(compiler *c)
     int64_t scale;
     char how[64];
     int r;
-    if ((r = need_one_input(c)) < 0 || (r = need_chw(c)) < 0)
+    if ((r = need_one_input(c)) < 0 || (r = need_spatial(c)) < 0)
         return r;
     if ((r = get_int(c, "scale_factor", false, 2, 1, 1024, &scale)) < 0)
         return r;
     l->scale = (int)scale;
     const toml_value *mode = key_value(c, "mode");
+    bool vol = l->in.ndim == 4;
+    const char *linear = vol ? "trilinear" : "bilinear";
     l->mode = UPSAMPLE_NEAREST;
     if (mode) {
         if (toml_type_of(mode) != TOML_STRING ||
-            (strcmp(toml_string(mode), "nearest") != 0 && strcmp(toml_string(mode), "bilinear") != 0))
-            return lfail(c, toml_pos_of(mode), "\"mode\" must be \"nearest\" or \"bilinear\"");
-        if (strcmp(toml_string(mode), "bilinear") == 0)
-            l->mode = UPSAMPLE_BILINEAR;
+            (strcmp(toml_string(mode), "nearest") != 0 && strcmp(toml_string(mode), linear) != 0))
+            return lfail(c, toml_pos_of(mode), "\"mode\" must be \"nearest\" or \"%s\"%s",
+                         linear, vol ? " (the input is a volume)" : "");
+        if (strcmp(toml_string(mode), linear) == 0)
+            l->mode = vol ? UPSAMPLE_TRILINEAR : UPSAMPLE_BILINEAR;
     }
-    l->out = (model_shape){3, {l->in.d[0], l->in.d[1] * scale, l->in.d[2] * scale}};
+    if (vol)
+        l->out = (model_shape){4, {l->in.d[0], l->in.d[1] * scale, l->in.d[2] * scale,
+                                   l->in.d[3] * scale}};
+    else
+        l->out = (model_shape){3, {l->in.d[0], l->in.d[1] * scale, l->in.d[2] * scale}};
     snprintf(how, sizeof(how), "scale factor %d", l->scale);
     if ((r = check_out(c, how)) < 0)
         return r;
-    return flops_per_elem(c, l->mode == UPSAMPLE_BILINEAR ? 7 : 0);
+    return flops_per_elem(c, l->mode == UPSAMPLE_BILINEAR ? 7 : l->mode == UPSAMPLE_TRILINEAR ? 15 : 0);
 }
 
 static int infer_concat(compiler *c)
@@ -533,7 +595,8 @@ static int infer_concat(compiler *c)
             return lfail(c, l->pos, "concat inputs differ in rank: \"%s\" is %s, \"%s\" is %s",
                          input_name(c, 0), model_shape_str(a, ab, sizeof(ab)), input_name(c, i),
                          model_shape_str(b, bb, sizeof(bb)));
-        if (a->ndim == 3 && (a->d[1] != b->d[1] || a->d[2] != b->d[2]))
+        if ((a->ndim == 3 && (a->d[1] != b->d[1] || a->d[2] != b->d[2])) ||
+            (a->ndim == 4 && (a->d[1] != b->d[1] || a->d[2] != b->d[2] || a->d[3] != b->d[3])))
             return lfail(c, l->pos,
                          "concat inputs differ in spatial size: \"%s\" is %s, \"%s\" is %s",
                          input_name(c, 0), model_shape_str(a, ab, sizeof(ab)), input_name(c, i),
@@ -551,7 +614,10 @@ static int infer_add(compiler *c)
     if (l->ninputs != 2)
         return lfail(c, l->pos, "add takes 2 inputs, got %d", l->ninputs);
     const model_shape *a = input_shape(c, 0), *b = input_shape(c, 1);
-    if (a->ndim != b->ndim || memcmp(a->d, b->d, sizeof(a->d)) != 0)
+    bool same = a->ndim == b->ndim;
+    for (int i = 0; same && i < a->ndim; i++)
+        same = a->d[i] == b->d[i];
+    if (!same)
         return lfail(c, l->pos, "add inputs differ in shape: \"%s\" is %s, \"%s\" is %s",
                      input_name(c, 0), model_shape_str(a, ab, sizeof(ab)), input_name(c, 1),
                      model_shape_str(b, bb, sizeof(bb)));
@@ -583,7 +649,7 @@ static int infer_group_norm(compiler *c)
     model_layer *l = c->l;
     int64_t groups;
     int r;
-    if ((r = need_one_input(c)) < 0 || (r = need_chw(c)) < 0)
+    if ((r = need_one_input(c)) < 0 || (r = need_spatial(c)) < 0)
         return r;
     if ((r = get_int(c, "groups", true, 0, 1, MODEL_DIM_MAX, &groups)) < 0 ||
         (r = get_real(c, "eps", false, 1e-5, 1e-30, 1.0, false, &l->eps)) < 0)
@@ -642,6 +708,143 @@ static int infer_flatten(compiler *c)
     return 0;
 }
 
+/* "2x3x3" of a volume's three axes. */
+static const char *triple_str(const int v[3], char *buf, size_t n)
+{
+    snprintf(buf, n, "%dx%dx%d", v[0], v[1], v[2]);
+    return buf;
+}
+
+static int infer_conv3d(compiler *c)
+{
+    model_layer *l = c->l;
+    char how[192], k[32], st[32], p[32], dl[32];
+    int r;
+    if ((r = need_one_input(c)) < 0 || (r = need_cdhw(c)) < 0)
+        return r;
+    if ((r = get_int(c, "filters", true, 0, 1, MODEL_DIM_MAX, &l->filters)) < 0 ||
+        (r = get_triple(c, "kernel_size", true, 0, 1, l->kernel)) < 0 ||
+        (r = get_triple(c, "stride", false, 1, 1, l->stride)) < 0 ||
+        (r = get_triple(c, "dilation", false, 1, 1, l->dilation)) < 0 ||
+        (r = get_triple(c, "padding", false, 0, 0, l->padding)) < 0 ||
+        (r = get_bool(c, "bias", true, &l->bias)) < 0)
+        return r;
+    l->out.ndim = 4;
+    l->out.d[0] = l->filters;
+    for (int i = 0; i < 3; i++) {
+        int64_t num = l->in.d[1 + i] + 2 * (int64_t)l->padding[i] -
+                      (int64_t)l->dilation[i] * (l->kernel[i] - 1) - 1;
+        l->out.d[1 + i] = num < 0 ? 0 : num / l->stride[i] + 1;
+    }
+    snprintf(how, sizeof(how), "kernel %s, stride %s, padding %s, dilation %s",
+             triple_str(l->kernel, k, sizeof(k)), triple_str(l->stride, st, sizeof(st)),
+             triple_str(l->padding, p, sizeof(p)), triple_str(l->dilation, dl, sizeof(dl)));
+    if ((r = check_out(c, how)) < 0)
+        return r;
+    int64_t cin = l->in.d[0];
+    if ((r = add_tensor5(c, "weight", true, 5, l->filters, cin, l->kernel[0], l->kernel[1],
+                         l->kernel[2])) < 0 ||
+        (l->bias && (r = add_tensor(c, "bias", true, 1, l->filters, 1, 1, 1)) < 0))
+        return r;
+    uint64_t f = 2, outs = model_shape_elems(&l->out);
+    if (!mul(&f, (uint64_t)cin) || !mul(&f, (uint64_t)l->kernel[0]) ||
+        !mul(&f, (uint64_t)l->kernel[1] * (uint64_t)l->kernel[2]) || !mul(&f, outs) ||
+        __builtin_add_overflow(f, l->bias ? outs : 0, &f))
+        return too_large(c);
+    l->flops = f;
+    return 0;
+}
+
+static int infer_conv_transpose3d(compiler *c)
+{
+    model_layer *l = c->l;
+    char how[192], k[32], st[32], p[32], op[32];
+    int r;
+    if ((r = need_one_input(c)) < 0 || (r = need_cdhw(c)) < 0)
+        return r;
+    if ((r = get_int(c, "filters", true, 0, 1, MODEL_DIM_MAX, &l->filters)) < 0 ||
+        (r = get_triple(c, "kernel_size", true, 0, 1, l->kernel)) < 0 ||
+        (r = get_triple(c, "stride", false, 1, 1, l->stride)) < 0 ||
+        (r = get_triple(c, "padding", false, 0, 0, l->padding)) < 0 ||
+        (r = get_triple(c, "output_padding", false, 0, 0, l->output_padding)) < 0 ||
+        (r = get_triple(c, "dilation", false, 1, 1, l->dilation)) < 0 ||
+        (r = get_bool(c, "bias", true, &l->bias)) < 0)
+        return r;
+    for (int i = 0; i < 3; i++)
+        if (l->output_padding[i] >= l->stride[i] && l->output_padding[i] >= l->dilation[i])
+            return lfail(c, toml_pos_of(key_value(c, "output_padding")),
+                         "\"output_padding\" must be smaller than the stride or the dilation, "
+                         "got %s with stride %s", triple_str(l->output_padding, op, sizeof(op)),
+                         triple_str(l->stride, st, sizeof(st)));
+    l->out.ndim = 4;
+    l->out.d[0] = l->filters;
+    for (int i = 0; i < 3; i++)
+        l->out.d[1 + i] = (l->in.d[1 + i] - 1) * l->stride[i] - 2 * (int64_t)l->padding[i] +
+                          (int64_t)l->dilation[i] * (l->kernel[i] - 1) + l->output_padding[i] + 1;
+    snprintf(how, sizeof(how), "kernel %s, stride %s, padding %s",
+             triple_str(l->kernel, k, sizeof(k)), triple_str(l->stride, st, sizeof(st)),
+             triple_str(l->padding, p, sizeof(p)));
+    if ((r = check_out(c, how)) < 0)
+        return r;
+    int64_t cin = l->in.d[0];
+    /* PyTorch's layout of a transposed convolution's weight: in, out, k... */
+    if ((r = add_tensor5(c, "weight", true, 5, cin, l->filters, l->kernel[0], l->kernel[1],
+                         l->kernel[2])) < 0 ||
+        (l->bias && (r = add_tensor(c, "bias", true, 1, l->filters, 1, 1, 1)) < 0))
+        return r;
+    uint64_t f = 2, outs = model_shape_elems(&l->out);
+    if (!mul(&f, model_shape_elems(&l->in)) || !mul(&f, (uint64_t)l->filters) ||
+        !mul(&f, (uint64_t)l->kernel[0]) ||
+        !mul(&f, (uint64_t)l->kernel[1] * (uint64_t)l->kernel[2]) ||
+        __builtin_add_overflow(f, l->bias ? outs : 0, &f))
+        return too_large(c);
+    l->flops = f;
+    return 0;
+}
+
+static int infer_pool3d(compiler *c)
+{
+    model_layer *l = c->l;
+    char how[160], k[32], st[32], p[32];
+    int r;
+    if ((r = need_one_input(c)) < 0 || (r = need_cdhw(c)) < 0)
+        return r;
+    if ((r = get_triple(c, "kernel_size", true, 0, 1, l->kernel)) < 0)
+        return r;
+    if ((int64_t)l->kernel[0] * l->kernel[1] * l->kernel[2] > 256 && l->type == LAYER_MAX_POOL3D)
+        return lfail(c, toml_pos_of(key_value(c, "kernel_size")),
+                     "max_pool3d windows of at most 256 elements are supported, got %s",
+                     triple_str(l->kernel, k, sizeof(k)));
+    if (key_value(c, "stride")) {
+        if ((r = get_triple(c, "stride", false, 1, 1, l->stride)) < 0)
+            return r;
+    } else {
+        memcpy(l->stride, l->kernel, sizeof(l->stride));
+    }
+    if ((r = get_triple(c, "padding", false, 0, 0, l->padding)) < 0)
+        return r;
+    for (int i = 0; i < 3; i++)
+        if (2 * l->padding[i] > l->kernel[i])
+            return lfail(c, toml_pos_of(key_value(c, "padding")),
+                         "\"padding\" must be at most half of \"kernel_size\", got padding %s "
+                         "for kernel %s", triple_str(l->padding, p, sizeof(p)),
+                         triple_str(l->kernel, k, sizeof(k)));
+    l->dilation[0] = l->dilation[1] = l->dilation[2] = 1;
+    l->out.ndim = 4;
+    l->out.d[0] = l->in.d[0];
+    for (int i = 0; i < 3; i++) {
+        int64_t num = l->in.d[1 + i] + 2 * (int64_t)l->padding[i] - l->kernel[i];
+        l->out.d[1 + i] = num < 0 ? 0 : num / l->stride[i] + 1;
+    }
+    snprintf(how, sizeof(how), "kernel %s, stride %s, padding %s",
+             triple_str(l->kernel, k, sizeof(k)), triple_str(l->stride, st, sizeof(st)),
+             triple_str(l->padding, p, sizeof(p)));
+    if ((r = check_out(c, how)) < 0)
+        return r;
+    return flops_per_elem(c, (uint64_t)l->kernel[0] * (uint64_t)l->kernel[1] *
+                                 (uint64_t)l->kernel[2]);
+}
+
 static const layer_kind kinds[LAYER_TYPE_COUNT] = {
     [LAYER_DENSE] = {"dense", {"units", "bias"}, infer_dense},
     [LAYER_CONV2D] = {"conv2d",
@@ -665,6 +868,15 @@ static const layer_kind kinds[LAYER_TYPE_COUNT] = {
     [LAYER_TANH] = {"tanh", {NULL}, infer_elementwise},
     [LAYER_DROPOUT] = {"dropout", {"rate"}, infer_dropout},
     [LAYER_FLATTEN] = {"flatten", {NULL}, infer_flatten},
+    [LAYER_CONV3D] = {"conv3d",
+                      {"filters", "kernel_size", "stride", "padding", "dilation", "bias"},
+                      infer_conv3d},
+    [LAYER_CONV_TRANSPOSE3D] = {"conv_transpose3d",
+                                {"filters", "kernel_size", "stride", "padding",
+                                 "output_padding", "dilation", "bias"},
+                                infer_conv_transpose3d},
+    [LAYER_MAX_POOL3D] = {"max_pool3d", {"kernel_size", "stride", "padding"}, infer_pool3d},
+    [LAYER_AVG_POOL3D] = {"avg_pool3d", {"kernel_size", "stride", "padding"}, infer_pool3d},
 };
 
 const char *layer_type_name(layer_type t)
@@ -870,9 +1082,9 @@ static int read_input_shape(compiler *c, const toml_value *mt)
     if (!v)
         return fail(c, toml_pos_of(mt), "[model] needs \"input_shape\"");
     size_t n = toml_type_of(v) == TOML_ARRAY ? toml_array_len(v) : 0;
-    if (n != 1 && n != 3)
-        return fail(c, toml_pos_of(v), "\"input_shape\" must be [channels, height, width] or "
-                    "[features]");
+    if (n != 1 && n != 3 && n != 4)
+        return fail(c, toml_pos_of(v), "\"input_shape\" must be [channels, height, width], "
+                    "[channels, depth, height, width] or [features]");
     c->m->input.ndim = (int)n;
     c->m->input.d[1] = c->m->input.d[2] = 1;
     for (size_t i = 0; i < n; i++) {
@@ -1000,13 +1212,13 @@ static int check_loss(compiler *c)
     case LOSS_PIXEL_SOFTMAX_CROSS_ENTROPY:
     case LOSS_SSCE_DICE:
     case LOSS_MULTILABEL_BCE:
-        if (last->out.ndim != 3 || last->out.d[0] < 2)
+        if ((last->out.ndim != 3 && last->out.ndim != 4) || last->out.d[0] < 2)
             return fail(c, m->loss_pos, "loss \"%s\" needs C x H x W logits with 2 or more "
                         "classes, but the last layer \"%s\" gives %s", name, last->name, sb);
         break;
     case LOSS_DICE:
     case LOSS_BCE_DICE:
-        if (last->out.ndim != 3)
+        if (last->out.ndim != 3 && last->out.ndim != 4)
             return fail(c, m->loss_pos, "loss \"%s\" needs C x H x W mask logits, but the last "
                         "layer \"%s\" gives %s", name, last->name, sb);
         break;

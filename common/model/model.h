@@ -33,6 +33,11 @@ typedef enum {
     LAYER_TANH,
     LAYER_DROPOUT,
     LAYER_FLATTEN,
+    /* volumes: C x D x H x W; their axes' sizes in kernel[0..2] etc., d first */
+    LAYER_CONV3D,
+    LAYER_CONV_TRANSPOSE3D,
+    LAYER_MAX_POOL3D,
+    LAYER_AVG_POOL3D,
     LAYER_TYPE_COUNT,
 } layer_type;
 
@@ -59,20 +64,22 @@ typedef enum {
 typedef enum {
     UPSAMPLE_NEAREST,
     UPSAMPLE_BILINEAR,
+    UPSAMPLE_TRILINEAR,    /* volumes */
 } upsample_mode;
 
 /* A per-sample activation shape. */
 typedef struct {
-    int ndim;      /* 1 (features) or 3 (C, H, W) */
-    int64_t d[3];  /* d[0] features or channels, d[1] height, d[2] width; unused ones are 1 */
+    int ndim;      /* 1 (features), 3 (C, H, W) or 4 (C, D, H, W: a volume) */
+    int64_t d[4];  /* d[0] features or channels, then the spatial sizes outermost first
+                      (height, width; or depth, height, width); unused ones are 1 */
 } model_shape;
 
 /* A parameter or buffer tensor of a layer. */
 typedef struct {
     uint32_t id;                       /* its index in model.tensors: layer order, weight before bias */
     char name[MODEL_TENSOR_NAME_MAX];  /* "<layer>.weight", ".bias", ".running_mean", ".running_var" */
-    int ndim;                          /* 1, 2 or 4 */
-    int64_t dims[4];                   /* sizes, outermost first; unused ones are 1 */
+    int ndim;                          /* 1, 2, 4 or 5 (a 3D convolution's weight) */
+    int64_t dims[5];                   /* sizes, outermost first; unused ones are 1 */
     uint64_t elems;                    /* product of dims */
     bool trainable;                    /* false for batch-norm running statistics */
     int layer;                         /* index of the owning layer */
@@ -114,11 +121,13 @@ typedef struct {
     /* Parameters of the type; the others are zero. */
     int64_t units;              /* dense: output features */
     int64_t filters;            /* conv2d, conv_transpose2d: output channels */
-    int kernel[2];              /* conv, transpose, pools: kh, kw */
-    int stride[2];              /* conv, transpose, pools: sh, sw */
-    int padding[2];             /* conv, transpose, pools: ph, pw on each side */
-    int dilation[2];            /* conv, transpose: dh, dw (pools: 1) */
-    int output_padding[2];      /* transpose: extra rows/columns on one side */
+    /* per spatial axis, outermost first: [kh, kw] for images, [kd, kh, kw]
+     * for the 3D types (their third unused in 2D) */
+    int kernel[3];              /* conv, transpose, pools */
+    int stride[3];              /* conv, transpose, pools */
+    int padding[3];             /* conv, transpose, pools: on each side */
+    int dilation[3];            /* conv, transpose (pools: 1) */
+    int output_padding[3];      /* transpose: extra rows/columns on one side */
     bool bias;                  /* dense, conv, transpose: has a bias tensor */
     int scale;                  /* upsample: integer scale factor */
     upsample_mode mode;         /* upsample */
@@ -183,6 +192,14 @@ typedef struct {
      * the reference the blocked chains are held to, bit for bit. */
     bool blocked;
 } model;
+
+/* Whether l computes on volumes (C x D x H x W): its type is a 3D one, or
+ * its input is a volume. */
+static inline bool model_layer_is_3d(const model_layer *l)
+{
+    return l->type == LAYER_CONV3D || l->type == LAYER_CONV_TRANSPOSE3D ||
+           l->type == LAYER_MAX_POOL3D || l->type == LAYER_AVG_POOL3D || l->in.ndim == 4;
+}
 
 /* Whether layer l's output and gradient are another layer's buffers (a
  * view): flatten's are its input's, a fused relu's its batch norm's or

@@ -449,7 +449,8 @@ START_TEST(test_error_model_table)
 {
     ck_compile_error("[train]\nsteps = 1\n", "job.toml:1:1: the job has no [model] table");
     ck_compile_error("[model]\ninput_shape = [1, 28]\nloss = \"dice\"\n",
-                     "job.toml:2:15: \"input_shape\" must be [channels, height, width] or [features]");
+                     "job.toml:2:15: \"input_shape\" must be [channels, height, width], [channels, depth, "
+                     "height, width] or [features]");
     ck_compile_error("[model]\ninput_shape = [1, 0, 28]\nloss = \"dice\"\n",
                      "job.toml:2:19: \"input_shape\" sizes must be integers from 1 to 16777216");
     ck_compile_error("[model]\ninput_shape = [1, 2, 2]\nloss = \"mse\"\n",
@@ -474,6 +475,82 @@ static model *compile_file(const char *name)
     toml_free(root);
     return m;
 }
+
+/* Volumes: C x D x H x W shapes through the 3D layers and the layers that
+ * take any spatial rank, their tensors (PyTorch's layouts) and costs; a 3D
+ * layer on an image and an image layer on a volume refused. */
+START_TEST(test_volumes)
+{
+    model *m = compile_ok("[model]\n"
+                          "input_shape = [1, 16, 32, 32]\n"
+                          "loss = \"pixel_softmax_cross_entropy\"\n"
+                          "[[model.layers]]\nname = \"c1\"\ntype = \"conv3d\"\nfilters = 8\n"
+                          "kernel_size = 3\npadding = 1\n"
+                          "[[model.layers]]\nname = \"gn\"\ntype = \"group_norm\"\ngroups = 4\n"
+                          "[[model.layers]]\nname = \"r\"\ntype = \"relu\"\n"
+                          "[[model.layers]]\nname = \"p\"\ntype = \"max_pool3d\"\nkernel_size = 2\n"
+                          "[[model.layers]]\nname = \"c2\"\ntype = \"conv3d\"\nfilters = 16\n"
+                          "kernel_size = [1, 3, 3]\nstride = [1, 2, 2]\npadding = [0, 1, 1]\n"
+                          "bias = false\n"
+                          "[[model.layers]]\nname = \"up\"\ntype = \"conv_transpose3d\"\n"
+                          "filters = 8\nkernel_size = 2\nstride = 2\n"
+                          "[[model.layers]]\nname = \"a\"\ntype = \"avg_pool3d\"\n"
+                          "kernel_size = [2, 1, 1]\n"
+                          "[[model.layers]]\nname = \"u\"\ntype = \"upsample\"\nmode = \"trilinear\"\n"
+                          "[[model.layers]]\nname = \"cat\"\ntype = \"concat\"\n"
+                          "inputs = [\"u\", \"r\"]\n"
+                          "[[model.layers]]\nname = \"head\"\ntype = \"conv3d\"\nfilters = 3\n"
+                          "kernel_size = 1\n");
+    ck_shape(m, "c1", "8x16x32x32");
+    ck_shape(m, "gn", "8x16x32x32");
+    ck_shape(m, "p", "8x8x16x16");
+    ck_shape(m, "c2", "16x8x8x8");
+    ck_shape(m, "up", "8x16x16x16");
+    ck_shape(m, "a", "8x8x16x16");
+    ck_shape(m, "u", "8x16x32x32");
+    ck_shape(m, "cat", "16x16x32x32");
+    ck_shape(m, "head", "3x16x32x32");
+    const model_tensor *w = &m->tensors[m->layers[model_find_layer(m, "c1")].first_tensor];
+    ck_assert_str_eq(w->name, "c1.weight");
+    ck_assert_int_eq(w->ndim, 5);
+    ck_assert_int_eq(w->dims[0], 8);
+    ck_assert_int_eq(w->dims[1], 1);
+    ck_assert_int_eq(w->dims[4], 3);
+    ck_assert_uint_eq(w->elems, 8 * 27);
+    w = &m->tensors[m->layers[model_find_layer(m, "up")].first_tensor];
+    ck_assert_int_eq(w->dims[0], 16); /* in, out, kd, kh, kw */
+    ck_assert_int_eq(w->dims[1], 8);
+    ck_assert_uint_eq(w->elems, 16 * 8 * 8);
+    int c2 = model_find_layer(m, "c2");
+    ck_assert_uint_eq(m->layers[c2].params, 16 * 8 * 9);
+    ck_assert_uint_eq(m->layers[c2].flops, 2ull * 8 * 9 * (16 * 8 * 8 * 8));
+    ck_assert_uint_eq(m->total_params, (8 * 27 + 8) + 16 + 16 * 8 * 9 + (16 * 8 * 8 + 8) +
+                                           (16 * 3 + 3));
+    ck_assert(model_layer_is_3d(&m->layers[model_find_layer(m, "gn")]));
+    model_free(m);
+    ck_compile_error("[model]\ninput_shape = [1, 28, 28]\nloss = \"dice\"\n"
+                     "[[model.layers]]\nname = \"c\"\ntype = \"conv3d\"\nfilters = 2\nkernel_size = 3\n",
+                     "job.toml:4:1: layer \"c\": conv3d needs a C x D x H x W input (a volume), "
+                     "but \"input\" gives 1x28x28");
+    ck_compile_error("[model]\ninput_shape = [1, 8, 28, 28]\nloss = \"dice\"\n"
+                     "[[model.layers]]\nname = \"c\"\ntype = \"conv2d\"\nfilters = 2\nkernel_size = 3\n",
+                     "job.toml:4:1: layer \"c\": conv2d needs a C x H x W input, but \"input\" "
+                     "gives 1x8x28x28");
+    ck_compile_error("[model]\ninput_shape = [1, 8, 28, 28]\nloss = \"dice\"\n"
+                     "[[model.layers]]\nname = \"c\"\ntype = \"conv3d\"\nfilters = 2\n"
+                     "kernel_size = [3, 3]\n",
+                     "job.toml:8:15: layer \"c\": \"kernel_size\" must be an integer or [depth, "
+                     "height, width]");
+    ck_compile_error("[model]\ninput_shape = [1, 8, 28, 28]\nloss = \"dice\"\n"
+                     "[[model.layers]]\nname = \"u\"\ntype = \"upsample\"\nmode = \"bilinear\"\n",
+                     "job.toml:7:8: layer \"u\": \"mode\" must be \"nearest\" or \"trilinear\" (the "
+                     "input is a volume)");
+    ck_compile_error("[model]\ninput_shape = [1, 2, 28, 28]\nloss = \"dice\"\n"
+                     "[[model.layers]]\nname = \"c\"\ntype = \"conv3d\"\nfilters = 2\nkernel_size = 3\n",
+                     "job.toml:4:1: layer \"c\": output would be 2x0x26x26 from the 1x2x28x28 "
+                     "input of \"input\" (kernel 3x3x3, stride 1x1x1, padding 0x0x0, dilation 1x1x1)");
+}
+END_TEST
 
 START_TEST(test_example_fc_mnist)
 {
@@ -554,6 +631,7 @@ static Suite *model_suite(void)
     tcase_add_test(tc, test_error_model_table);
     suite_add_tcase(s, tc);
     tc = tcase_create("examples");
+    tcase_add_test(tc, test_volumes);
     tcase_add_test(tc, test_example_fc_mnist);
     tcase_add_test(tc, test_example_resnet_small);
     tcase_add_test(tc, test_example_unet);

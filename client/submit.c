@@ -39,6 +39,9 @@ typedef struct client {
     bool answered;            /* the request got its final answer */
     char job_id[40];          /* once accepted */
     uint64_t eval_seen;       /* the last evaluation printed */
+    uint64_t line_step;       /* the step and phase of the last progress line printed */
+    char line_phase[32];      /* (not on a terminal: a line the same as the last is not
+                                 printed again, as around an evaluation) */
     bool live;                /* a live progress line is on the screen */
     conn *c;
     uv_signal_t sigint;
@@ -263,6 +266,11 @@ static void on_status(client *cl, const Appliance__JobStatus *st)
     }
     if (cl->asking)
         return; /* the question stays on the screen */
+    if (!cl->tty && st->state == APPLIANCE__JOB_STATE__JOB_RUNNING && st->step == cl->line_step &&
+        strcmp(st->phase, cl->line_phase) == 0)
+        return;
+    cl->line_step = st->step;
+    snprintf(cl->line_phase, sizeof(cl->line_phase), "%s", st->phase);
     render_progress(st, cl->tty);
     cl->live = cl->tty;
 }

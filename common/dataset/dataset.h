@@ -17,7 +17,7 @@
 typedef struct dataset dataset;
 
 /* Opens the data set `in` describes (data_processor, data_dir, split, the
- * model's sample shape, ...): checks it and reads what must be read once
+ * model's sample shape: [C, H, W] for images, [C, D, H, W] for volumes, ...): checks it and reads what must be read once
  * (MNIST files; the listing and PNG headers of an image directory). Returns 0
  * with *out owned by the caller (dataset_close), or a negative errno-style
  * code with a message naming the file and the problem in err. */
@@ -35,7 +35,8 @@ void dataset_close(dataset *d);
 uint64_t dataset_size(const dataset *d);
 /* Inputs per sample (the model's input size). */
 uint64_t dataset_sample_elems(const dataset *d);
-/* Labels per sample: 1 for classification, H*W for segmentation. */
+/* Labels per sample: 1 for classification, H*W for segmentation, D*H*W for
+ * the segmentation of volumes. */
 uint32_t dataset_label_elems(const dataset *d);
 
 /* The encodings the samples come in (sample.h), as the input asked:

@@ -235,13 +235,15 @@ static int ds_skm__open_file(const dataset *d, const ds_skm *p, const char *path
         H5Pset_file_locking(fapl, false, true);
 #endif
     h->f = fapl >= 0 ? H5Fopen(path, H5F_ACC_RDONLY, fapl) : H5I_INVALID_HID;
-    if (fapl >= 0)
-        H5Pclose(fapl);
     if (h->f < 0) {
+        /* (before the next call, which clears the error stack) */
         snprintf(err, errlen, "%s: corrupt HDF5 file: %s", path, ds_skm__why(&why));
         rc = -EINVAL;
-        goto done;
     }
+    if (fapl >= 0)
+        H5Pclose(fapl);
+    if (rc < 0)
+        goto done;
     for (int i = 0; i < 3 && rc == 0; i++)
         if (h->set[i].name)
             rc = ds_skm__open_set(d, p, h, &h->set[i], err, errlen);

@@ -214,7 +214,7 @@ static bool jsonscan__string(jsonscan *j, char **out)
             j->pos += k;
             continue;
         }
-        j->pos++;
+        const size_t esc = j->pos++; /* the backslash, for messages */
         char e = j->pos < j->len ? j->s[j->pos++] : 0;
         const char *simple = e == '"' ? "\"" : e == '\\' ? "\\" : e == '/' ? "/" : e == 'b' ? "\b"
                              : e == 'f' ? "\f" : e == 'n' ? "\n" : e == 'r' ? "\r"
@@ -225,7 +225,7 @@ static bool jsonscan__string(jsonscan *j, char **out)
             continue;
         }
         if (e != 'u') {
-            j->pos--;
+            j->pos = esc;
             jsonscan__syntax(j, "unknown escape in a string");
             goto fail;
         }
@@ -246,6 +246,7 @@ static bool jsonscan__string(jsonscan *j, char **out)
                 j->pos = at; /* a lone high surrogate, then another escape */
         }
         if (out && (cp == 0 || (cp >= 0xd800 && cp <= 0xdfff))) {
+            j->pos = esc;
             jsonscan__syntax(j, cp ? "a lone surrogate (\\ud800 to \\udfff) in a name"
                                    : "\\u0000 in a name");
             goto fail;

@@ -23,8 +23,9 @@ typedef struct dataset dataset;
  * code with a message naming the file and the problem in err. */
 int dataset_open(dataset **out, const Appliance__PlanInput *in, char *err, size_t errlen);
 /* Opens the data set as dataset_open does, checking and sizing it, but
- * without the means to decode its samples (no libpng: PNG headers are read
- * by hand): what a planner needs. dataset_size and the element counts
+ * without the means to decode its samples (no image library nor libhdf5:
+ * image headers and HDF5 superblocks are read by hand): what a planner
+ * needs. dataset_size and the element counts
  * work; dataset_read and what builds on it return -ENOTSUP. */
 int dataset_probe(dataset **out, const Appliance__PlanInput *in, char *err, size_t errlen);
 

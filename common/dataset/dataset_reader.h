@@ -128,6 +128,8 @@ extern const dataset_reader ds_volume_reader;       /* synthetic_volume */
 extern const dataset_reader ds_skm_reader;          /* SkmDataProcessor */
 extern const dataset_reader ds_skm_probe_reader;
 
+/* The checks and sizes the readers share (ds_input.c). */
+
 /* What every reader of image files checks of its input first: data_dir
  * set, and a model input [C, H, W] with C = 1 (gray) or 3 (RGB); me names
  * the reader in the message. Returns 0 or -EINVAL. */

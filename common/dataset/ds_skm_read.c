@@ -329,19 +329,23 @@ static int ds_skm__echo(const dataset *d, const ds_skm_file *h, const ds_skm_set
         uint32_t rows = H - r0 < k ? H - r0 : k;
         if ((rc = ds_skm__slab(d, h, s, r0, rows, buf, err, errlen)) < 0)
             break;
+        /* each output row (z, r0 + r) whole, gathering down the slab's
+         * D-long runs: the writes go along one row, the reads stay in one
+         * slab row (blocks of z would write rows a power-of-two apart,
+         * which share cache sets) */
         for (uint32_t r = 0; r < rows; r++)
-            for (uint32_t w = 0; w < W; w++) {
-                const float *v = buf + (size_t)r * plane + (size_t)w * D;
-                size_t at = (size_t)(r0 + r) * W + w;
-                for (uint32_t z = 0; z < D; z++, at += hw) {
+            for (uint32_t z = 0; z < D; z++) {
+                const float *v = buf + (size_t)r * plane + z;
+                float *out = xc + (size_t)z * hw + (size_t)(r0 + r) * W;
+                for (uint32_t w = 0; w < W; w++) {
+                    float e = v[(size_t)w * D];
                     /* float32 steps, as numpy's: the square, the sum, the root */
-                    float sq = v[z] * v[z];
                     if (pass == DS_SKM_PUT)
-                        ds_put_value(d, xc, at, v[z]);
+                        ds_put_value(d, out, w, e);
                     else if (pass == DS_SKM_SQUARE)
-                        xc[at] = sq;
+                        out[w] = e * e;
                     else
-                        ds_put_value(d, xc, at, sqrtf(xc[at] + sq));
+                        ds_put_value(d, out, w, sqrtf(out[w] + e * e));
                 }
             }
     }
@@ -358,8 +362,8 @@ static uint32_t ds_skm__label(const uint8_t *t, size_t esize, bool aggregate)
 {
     bool on[DS_SKM_SEG_CLASSES];
     for (int i = 0; i < DS_SKM_SEG_CLASSES; i++) {
-        on[i] = false;
-        for (size_t b = 0; b < esize; b++)
+        on[i] = t[(size_t)i * esize] != 0;
+        for (size_t b = 1; b < esize; b++) /* (h5py's bool: one byte) */
             on[i] = on[i] || t[(size_t)i * esize + b] != 0;
     }
     if (!aggregate) {
@@ -391,11 +395,11 @@ static int ds_skm__seg(const dataset *d, const ds_skm *p, const ds_skm_file *h, 
         if ((rc = ds_skm__slab(d, h, s, r0, rows, buf, err, errlen)) < 0)
             break;
         for (uint32_t r = 0; r < rows; r++)
-            for (uint32_t w = 0; w < W; w++) {
-                const uint8_t *t = buf + (size_t)r * plane + (size_t)w * D * voxel;
-                size_t at = (size_t)(r0 + r) * W + w;
-                for (uint32_t z = 0; z < D; z++, at += hw, t += voxel)
-                    ds_put_label(d, labels, at, ds_skm__label(t, s->esize, p->aggregate));
+            for (uint32_t z = 0; z < D; z++) {
+                const uint8_t *t = buf + (size_t)r * plane + (size_t)z * voxel;
+                size_t at = (size_t)z * hw + (size_t)(r0 + r) * W;
+                for (uint32_t w = 0; w < W; w++, t += (size_t)D * voxel)
+                    ds_put_label(d, labels, at + w, ds_skm__label(t, s->esize, p->aggregate));
             }
     }
     free(buf);

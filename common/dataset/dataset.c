@@ -20,6 +20,8 @@ static const dataset_reader *const dataset__readers[] = {
     &ds_inria_reader,
     &ds_severstal_reader,
     &ds_cityscapes_reader,
+    &ds_volume_reader,
+    &ds_skm_reader,
 };
 
 /* The Model Zoo's brightness step: +0.2 on the normalized inputs. */
@@ -61,7 +63,8 @@ uint64_t dataset_index(const dataset *d, uint64_t step, uint64_t batch, uint64_t
 }
 
 /* normalize = "standard_score": x = (v - mean) / std over the whole sample
- * (every channel and pixel), std the unbiased one (n - 1, as torch.std).
+ * (every channel and pixel), or over each channel when the reader says so
+ * (norm_per_channel), std the unbiased one (n - 1, as torch.std).
  * The sums are taken in double, so the scores are the exact ones rounded to
  * float (PyTorch sums in float32 and may differ in the last bits). A sample
  * of one value, or of one value repeated, has std 0: it becomes zeros
@@ -96,7 +99,11 @@ int dataset_read(const dataset *d, uint64_t epoch, uint64_t idx, void *x, void *
     if (rc < 0)
         return rc;
     bool standard = d->normalize == DS_NORM_STANDARD_SCORE && !d->input_unorm8;
-    if (standard)
+    if (standard && d->norm_per_channel) {
+        uint64_t per = d->sample_elems / d->channels;
+        for (uint32_t c = 0; c < d->channels; c++)
+            dataset__standardize((float *)x + c * per, per);
+    } else if (standard)
         dataset__standardize(x, d->sample_elems);
     bool mask = d->ndim == 3 && d->label_elems == (uint64_t)d->height * d->width;
     augment_image img = {x, sample_input_size(d->input_unorm8), d->channels, d->height, d->width,

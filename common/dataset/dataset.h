@@ -17,14 +17,15 @@
 typedef struct dataset dataset;
 
 /* Opens the data set `in` describes (data_processor, data_dir, split, the
- * model's sample shape, ...): checks it and reads what must be read once
+ * model's sample shape: [C, H, W] for images, [C, D, H, W] for volumes, ...): checks it and reads what must be read once
  * (MNIST files; the listing and PNG headers of an image directory). Returns 0
  * with *out owned by the caller (dataset_close), or a negative errno-style
  * code with a message naming the file and the problem in err. */
 int dataset_open(dataset **out, const Appliance__PlanInput *in, char *err, size_t errlen);
 /* Opens the data set as dataset_open does, checking and sizing it, but
- * without the means to decode its samples (no libpng: PNG headers are read
- * by hand): what a planner needs. dataset_size and the element counts
+ * without the means to decode its samples (no image library nor libhdf5:
+ * image headers and HDF5 superblocks are read by hand): what a planner
+ * needs. dataset_size and the element counts
  * work; dataset_read and what builds on it return -ENOTSUP. */
 int dataset_probe(dataset **out, const Appliance__PlanInput *in, char *err, size_t errlen);
 
@@ -35,7 +36,8 @@ void dataset_close(dataset *d);
 uint64_t dataset_size(const dataset *d);
 /* Inputs per sample (the model's input size). */
 uint64_t dataset_sample_elems(const dataset *d);
-/* Labels per sample: 1 for classification, H*W for segmentation. */
+/* Labels per sample: 1 for classification, H*W for segmentation, D*H*W for
+ * the segmentation of volumes. */
 uint32_t dataset_label_elems(const dataset *d);
 
 /* The encodings the samples come in (sample.h), as the input asked:

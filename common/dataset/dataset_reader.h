@@ -37,14 +37,18 @@ struct dataset {
     uint32_t num_classes;     /* labels are in [0, num_classes) */
     uint64_t num_samples;     /* synthetic sets: the requested size */
     double noise;             /* synthetic sets: noise level */
-    size_t ndim;              /* of the model's input shape, 1..3 */
-    uint64_t shape[3];        /* the model's input shape per sample */
-    uint32_t channels, height, width; /* shape as an image (C, H, W) when ndim == 3, else 0 */
+    size_t ndim;              /* of the model's input shape, 1..4 */
+    uint64_t shape[4];        /* the model's input shape per sample */
+    /* The shape as an image (C, H, W) when ndim == 3 (depth 1), as a volume
+     * (C, D, H, W) when ndim == 4; all 0 below 3. */
+    uint32_t channels, depth, height, width;
     bool shuffle;             /* a new seeded order every epoch */
     bool flip_h, flip_v;      /* random flips, drawn per (seed, epoch, index) */
     uint32_t crop_pad;        /* random crops from the image padded this much; 0: none */
     bool input_unorm8;        /* inputs as 8-bit values, not float32 (sample.h) */
     enum ds_normalize normalize; /* standard_score: readers store v, dataset_read standardizes */
+    bool norm_per_channel;    /* set by the reader's open: a standard score per channel, not
+                                 over the whole sample (the Model Zoo's SKM-TEA echoes) */
     bool augment;             /* the Model Zoo's augment_data: flips, quarter turns, brightness */
     double train_test_split;  /* fraction of a single-file set that trains; 0: the reader's default */
     int32_t class_id;         /* the class a binary reader picks; -1: none given */
@@ -52,7 +56,7 @@ struct dataset {
     /* Set by the reader's open: */
     uint64_t size;            /* samples per epoch, > 0 */
     uint64_t sample_elems;    /* product of shape */
-    uint32_t label_elems;     /* 1, or height * width for per-pixel labels */
+    uint32_t label_elems;     /* 1, height * width per pixel, depth * height * width per voxel */
     void *priv;               /* the reader's own state */
 };
 
@@ -68,6 +72,26 @@ static inline void ds_put_unorm8(const dataset *d, void *x, size_t i, uint8_t v)
         ((float *)x)[i] = (float)v;
     else
         ((float *)x)[i] = sample_unorm8(v);
+}
+
+/* Stores input value i of a sample given as a number v of the data itself
+ * (a 16-bit MRI echo, say: not 8 bits) in float32 inputs, as the
+ * normalization asks: v / 255, v / 127.5 - 1, v, or v kept for the
+ * standard score. The reader refuses 8-bit inputs before. */
+static inline void ds_put_value(const dataset *d, void *x, size_t i, float v)
+{
+    float *f = x;
+    switch (d->normalize) {
+    case DS_NORM_ZERO_ONE:
+        f[i] = v / 255.0f;
+        break;
+    case DS_NORM_ZERO_CENTERED:
+        f[i] = v / 127.5f - 1.0f;
+        break;
+    default:
+        f[i] = v;
+        break;
+    }
 }
 
 /* Stores label i of a sample (below num_classes, so below 256 when labels
@@ -98,9 +122,14 @@ extern const dataset_reader ds_severstal_reader;    /* SeverstalBinaryClassDataP
 extern const dataset_reader ds_severstal_probe_reader;
 extern const dataset_reader ds_cityscapes_reader;   /* CityscapesDataProcessor */
 extern const dataset_reader ds_cityscapes_probe_reader;
+/* Volumes [C, D, H, W]: a seeded synthetic set, and the Model Zoo's SKM-TEA
+ * processor (HDF5: ds_skm_probe_reader lists and checks without libhdf5). */
+extern const dataset_reader ds_volume_reader;       /* synthetic_volume */
+extern const dataset_reader ds_skm_reader;          /* SkmDataProcessor */
+extern const dataset_reader ds_skm_probe_reader;
 
-/* dataset_open over a table of readers (probe.c): the one named by the
- * input's data_processor, the checks every reader shares, then its open. */
+/* The checks and sizes the readers share (ds_input.c). */
+
 /* What every reader of image files checks of its input first: data_dir
  * set, and a model input [C, H, W] with C = 1 (gray) or 3 (RGB); me names
  * the reader in the message. Returns 0 or -EINVAL. */
@@ -109,5 +138,19 @@ int ds_image_input_check(const dataset *d, const char *me, char *err, size_t err
 /* A set of count images of the model's input size, one label a pixel. */
 void ds_image_sizes(dataset *d, uint64_t count);
 
+/* What a reader of images says of a volume input [C, D, H, W]: returns 0
+ * when the input is not 4-D, else -EINVAL with a message naming me and
+ * the readers that take volumes. */
+int ds_refuse_volume(const dataset *d, const char *me, char *err, size_t errlen);
+
+/* What a reader of volumes checks of its input first: a model input [C, D,
+ * H, W]. Returns 0 or -EINVAL with a message naming me. */
+int ds_volume_input_check(const dataset *d, const char *me, char *err, size_t errlen);
+
+/* A set of count volumes of the model input's size, one label a voxel. */
+void ds_volume_sizes(dataset *d, uint64_t count);
+
+/* dataset_open over a table of readers (probe.c): the one named by the
+ * input's data_processor, the checks every reader shares, then its open. */
 int dataset__open_with(const dataset_reader *const *readers, size_t nreaders, dataset **out,
                        const Appliance__PlanInput *in, char *err, size_t errlen);

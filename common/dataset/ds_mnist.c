@@ -131,6 +131,8 @@ static int ds_mnist__open(dataset *d, const Appliance__PlanInput *in, char *err,
         snprintf(err, errlen, "mnist: data_dir is not set");
         return -EINVAL;
     }
+    if (ds_refuse_volume(d, "mnist", err, errlen) < 0)
+        return -EINVAL;
     ds_mnist *m = calloc(1, sizeof(*m));
     if (!m) {
         snprintf(err, errlen, "out of memory");

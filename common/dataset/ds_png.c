@@ -241,6 +241,8 @@ int ds_png__open(dataset *d, const Appliance__PlanInput *in, char *err, size_t e
         snprintf(err, errlen, "png_segmentation: data_dir is not set");
         return -EINVAL;
     }
+    if (ds_refuse_volume(d, "png_segmentation", err, errlen) < 0)
+        return -EINVAL;
     if (d->ndim != 3 || (d->channels != 1 && d->channels != 3)) {
         snprintf(err, errlen, "png_segmentation: the model input must be [C, H, W] with C = 1 "
                  "(gray) or 3 (RGB)");

@@ -43,6 +43,8 @@ static void ds_seg__close(dataset *d)
 
 static int ds_seg__open(dataset *d, const Appliance__PlanInput *in, char *err, size_t errlen)
 {
+    if (ds_refuse_volume(d, "synthetic_segmentation", err, errlen) < 0)
+        return -EINVAL;
     if (d->ndim != 3) {
         snprintf(err, errlen, "synthetic_segmentation: the model input must be [C, H, W]");
         return -EINVAL;

@@ -25,6 +25,8 @@ static const dataset_reader *const dataset__probe_readers[] = {
     &ds_inria_probe_reader,
     &ds_severstal_probe_reader,
     &ds_cityscapes_probe_reader,
+    &ds_volume_reader,
+    &ds_skm_probe_reader,
 };
 
 /* PlanInput.normalize by name; "" is the default. Returns -1 for a name
@@ -100,8 +102,8 @@ static int dataset__common(dataset *d, const Appliance__PlanInput *in, char *err
                  d->num_classes);
         return -EINVAL;
     }
-    if (in->n_sample_shape < 1 || in->n_sample_shape > 3) {
-        snprintf(err, errlen, "the model input has %zu dimensions; a sample has 1 to 3",
+    if (in->n_sample_shape < 1 || in->n_sample_shape > 4) {
+        snprintf(err, errlen, "the model input has %zu dimensions; a sample has 1 to 4",
                  in->n_sample_shape);
         return -EINVAL;
     }
@@ -117,11 +119,13 @@ static int dataset__common(dataset *d, const Appliance__PlanInput *in, char *err
         }
         elems *= d->shape[i];
     }
-    if (d->ndim == 3) {
+    if (d->ndim >= 3) {
         d->channels = (uint32_t)d->shape[0];
-        d->height = (uint32_t)d->shape[1];
-        d->width = (uint32_t)d->shape[2];
-    } else if (d->flip_h || d->flip_v || d->crop_pad || d->augment) {
+        d->depth = d->ndim == 4 ? (uint32_t)d->shape[1] : 1;
+        d->height = (uint32_t)d->shape[d->ndim - 2];
+        d->width = (uint32_t)d->shape[d->ndim - 1];
+    }
+    if (d->ndim != 3 && (d->flip_h || d->flip_v || d->crop_pad || d->augment)) {
         snprintf(err, errlen, "%s needs an image input shape [C, H, W]; the model input has %zu "
                  "dimension(s)", d->flip_h ? "random_flip_horizontal" : d->flip_v ? "random_flip_vertical" : d->crop_pad ? "random_crop_padding" : "augment_data",
                  d->ndim);

@@ -11,9 +11,10 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: mkmzdata inria|severstal|cityscapes DIR [options]\n"
+            "usage: mkmzdata inria|severstal|cityscapes|skm DIR [options]\n"
             "  --size HxW        image height and width (default 64x64)\n"
-            "  --channels C      1 (gray) or 3 (RGB) files (default 3)\n"
+            "  --size DxHxW      skm: volume depth, height and width (default 16x32x32)\n"
+            "  --channels C      1 (gray) or 3 (RGB) files (default 3; not skm)\n"
             "  --count N         training images (Severstal: all; default 8); evaluation: N/4\n"
             "  --seed S          what the images look like (default 1)\n"
             "Inria TIFF layout:\n"
@@ -22,7 +23,9 @@ static void usage(FILE *f)
             "  --compression none|lzw|deflate|packbits\n"
             "  --planar          RGB in separate planes\n"
             "Severstal:\n"
-            "  --quality Q       JPEG quality 1..100 (default 95)\n");
+            "  --quality Q       JPEG quality 1..100 (default 95)\n"
+            "SKM-TEA (HDF5):\n"
+            "  --chunk C         datasets in chunks of C a side, deflated (default contiguous)\n");
 }
 
 static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *v)
@@ -53,10 +56,14 @@ int main(int argc, char **argv)
         mzdata_defaults(&o, MZDATA_SEVERSTAL);
     else if (strcmp(argv[1], "cityscapes") == 0)
         mzdata_defaults(&o, MZDATA_CITYSCAPES);
+    else if (strcmp(argv[1], "skm") == 0)
+        mzdata_defaults(&o, MZDATA_SKM);
     else {
-        fprintf(stderr, "mkmzdata: \"%s\" is none of inria, severstal, cityscapes\n", argv[1]);
+        fprintf(stderr, "mkmzdata: \"%s\" is none of inria, severstal, cityscapes, skm\n",
+                argv[1]);
         return 2;
     }
+    const bool skm = o.kind == MZDATA_SKM;
     const char *dir = argv[2];
     for (int i = 3; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -66,18 +73,30 @@ int main(int argc, char **argv)
             o.tiff.planar = true;
             continue;
         }
-        if (strcmp(a, "--size") == 0 && v) {
+        if (strcmp(a, "--size") == 0 && v && skm) {
+            /* the solids' arithmetic is exact in 64 bits up to 1024 a side */
+            unsigned dd, h, w;
+            char tail;
+            ok = sscanf(v, "%ux%ux%u%c", &dd, &h, &w, &tail) == 3 && dd >= 1 && h >= 1 &&
+                 w >= 1 && dd <= 1024 && h <= 1024 && w <= 1024;
+            o.depth = dd;
+            o.height = h;
+            o.width = w;
+        } else if (strcmp(a, "--size") == 0 && v) {
             unsigned h, w;
             char tail;
             ok = sscanf(v, "%ux%u%c", &h, &w, &tail) == 2 && h >= 4 && w >= 4 && h <= 16384 &&
                  w <= 16384;
             o.height = h;
             o.width = w;
-        } else if (strcmp(a, "--channels") == 0 && v) {
+        } else if (strcmp(a, "--chunk") == 0 && v && skm) {
+            ok = parse_u32(v, 1, 1024, &o.hdf5.chunk) == 0;
+        } else if (strcmp(a, "--channels") == 0 && v && !skm) {
             ok = parse_u32(v, 1, 3, &n) == 0 && n != 2;
             o.channels = n;
         } else if (strcmp(a, "--count") == 0 && v) {
-            ok = parse_u32(v, 1, 100000, &o.count) == 0;
+            /* skm: MTR_001 .. MTR_999 */
+            ok = parse_u32(v, 1, skm ? 499 : 100000, &o.count) == 0;
         } else if (strcmp(a, "--seed") == 0 && v) {
             char *e;
             errno = 0;

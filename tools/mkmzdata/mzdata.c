@@ -48,6 +48,12 @@ void mzdata_defaults(mzdata_opts *o, enum mzdata_kind kind)
     o->tiff.compression = COMPRESSION_NONE;
     o->tiff.bits = 8;
     o->jpeg_quality = 95;
+    if (kind == MZDATA_SKM) {
+        o->depth = 16;
+        o->height = o->width = 32;
+        o->channels = 1;
+    }
+    o->hdf5.seg_classes = 6;
 }
 
 uint32_t mzdata_count(const mzdata_opts *o, bool eval)
@@ -72,6 +78,25 @@ void mzdata_scene_make(mzdata_scene *s, const mzdata_opts *o, bool eval, uint32_
     const int32_t H = (int32_t)o->height, W = (int32_t)o->width;
     const int32_t m = H < W ? H : W;
     uint64_t k = 0;
+    if (o->kind == MZDATA_SKM) {
+        /* six to eight solids, tissues in turn from a drawn first one:
+         * every tissue in every knee */
+        const int32_t D = (int32_t)o->depth;
+        s->depth = o->depth;
+        uint32_t n = mzdata__draw(s->seed, k++, 6, 8), first = mzdata__draw(s->seed, k++, 0, 5);
+        for (uint32_t i = 0; i < n; i++) {
+            mzdata_shape *sh = &s->shapes[s->nshapes++];
+            sh->kind = (int)mzdata__draw(s->seed, k++, 0, 1);
+            sh->cz = (int32_t)mzdata__draw(s->seed, k++, 0, (uint32_t)D - 1);
+            sh->cy = (int32_t)mzdata__draw(s->seed, k++, 0, (uint32_t)H - 1);
+            sh->cx = (int32_t)mzdata__draw(s->seed, k++, 0, (uint32_t)W - 1);
+            sh->rz = (int32_t)mzdata__draw(s->seed, k++, (uint32_t)(D / 10 + 1), (uint32_t)(D / 4 + 2));
+            sh->ry = (int32_t)mzdata__draw(s->seed, k++, (uint32_t)(H / 10 + 1), (uint32_t)(H / 4 + 2));
+            sh->rx = (int32_t)mzdata__draw(s->seed, k++, (uint32_t)(W / 10 + 1), (uint32_t)(W / 4 + 2));
+            sh->label = (first + i) % 6;
+        }
+        return;
+    }
     if (o->kind == MZDATA_SEVERSTAL) {
         /* two in three images have class-3 defects, the rest class 1, 4, or
          * none; defects are long bright streaks or spots */
@@ -129,6 +154,39 @@ uint32_t mzdata_label(const mzdata_scene *s, uint32_t y, uint32_t x)
     return (x * 4 / s->width) % 4 == 0 ? 0 : 1;
 }
 
+/* Whether voxel (h, w, d) is inside solid sh: an ellipsoid in integers,
+ * (dz/rz)^2 + (dy/ry)^2 + (dx/rx)^2 <= 1, or a box. */
+static bool mzdata__inside3(const mzdata_shape *sh, uint32_t h, uint32_t w, uint32_t d)
+{
+    int64_t dz = (int64_t)d - sh->cz, dy = (int64_t)h - sh->cy, dx = (int64_t)w - sh->cx;
+    int64_t z2 = (int64_t)sh->rz * sh->rz, y2 = (int64_t)sh->ry * sh->ry;
+    int64_t x2 = (int64_t)sh->rx * sh->rx;
+    if (sh->kind == 1)
+        return dz * dz <= z2 && dy * dy <= y2 && dx * dx <= x2;
+    return dz * dz * y2 * x2 + dy * dy * z2 * x2 + dx * dx * z2 * y2 <= z2 * y2 * x2;
+}
+
+void mzdata_skm_voxel(const mzdata_scene *s, uint32_t h, uint32_t w, uint32_t d, int16_t echo[2],
+                      unsigned *tissues)
+{
+    /* the background, then tissues 0..5: echo1 bright for the meniscus
+     * (above 2^14: squares of 29 bits), echo2 of another contrast */
+    static const int e1[7] = {300, 1200, 2600, 4100, 5200, 9000, 21000};
+    static const int e2[7] = {250, 1800, 1500, 900, 3000, 12000, 700};
+    unsigned bits = 0;
+    int top = -1;
+    for (uint32_t i = 0; i < s->nshapes; i++)
+        if (mzdata__inside3(&s->shapes[i], h, w, d)) {
+            bits |= 1u << s->shapes[i].label;
+            top = (int)s->shapes[i].label;
+        }
+    uint64_t r = rng_hash(s->seed, MZDATA_STREAM + 3, ((uint64_t)d * s->height + h) * s->width + w);
+    int tex = top < 0 ? ((d / 3 + h / 4) & 1 ? 40 : -40) : 0;
+    echo[0] = (int16_t)(e1[top + 1] + tex + (int)(r & 255) - 128);
+    echo[1] = (int16_t)(e2[top + 1] + tex / 2 + (int)((r >> 8) & 255) - 128);
+    *tissues = bits;
+}
+
 uint8_t mzdata_gray(const uint8_t rgb[3])
 {
     return (uint8_t)((rgb[0] + rgb[1] + rgb[2]) / 3);
@@ -170,6 +228,9 @@ void mzdata_name(const mzdata_opts *o, bool eval, uint32_t index, char *dst, siz
         snprintf(dst, len, "%s/%s_%06u_%06u", city, city, index / 2, 19 + index);
         break;
     }
+    case MZDATA_SKM:
+        snprintf(dst, len, "MTR_%03u.h5", 2 * index + (eval ? 2 : 1));
+        break;
     }
 }
 
@@ -358,6 +419,8 @@ static int mzdata__cmp_row(const void *a, const void *b)
 
 int mzdata_write(const mzdata_opts *o, const char *dir, char *err, size_t errlen)
 {
+    if (o->kind == MZDATA_SKM)
+        return mzdata_skm_write(o, dir, err, errlen);
     const uint32_t H = o->height, W = o->width, C = o->channels;
     uint8_t *pix = malloc((size_t)H * W * 3), *mask = malloc((size_t)H * W);
     char **rows = NULL;
@@ -440,6 +503,8 @@ int mzdata_write(const mzdata_opts *o, const char *dir, char *err, size_t errlen
                     goto done;
                 break;
             }
+            case MZDATA_SKM: /* mzdata_skm_write */
+                break;
             }
         }
     }

@@ -28,7 +28,7 @@ static Appliance__PlanInput *planner__input(arena *a, const jobspec *spec, const
 {
     const model *m = spec->model;
     Appliance__PlanInput *in = arena_alloc(a, sizeof(*in));
-    uint64_t *shape = arena_alloc(a, 3 * sizeof(uint64_t));
+    uint64_t *shape = arena_alloc(a, 4 * sizeof(uint64_t)); /* (a volume: C, D, H, W) */
     if (!in || !shape)
         return NULL;
     appliance__plan_input__init(in);

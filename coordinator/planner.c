@@ -47,6 +47,8 @@ static Appliance__PlanInput *planner__input(arena *a, const jobspec *spec, const
     in->augment = si->augment_data;
     in->train_test_split = si->train_test_split;
     in->class_id = (int32_t)si->class_id;
+    in->echo_type = arena_strdup(a, si->echo_type);
+    in->aggregate_cartilage = si->aggregate_cartilage;
     in->input_unorm8 = m->input_unorm8; /* the job's, for both splits */
     in->labels_uint8 = m->labels_u8;
     in->n_sample_shape = (size_t)m->input.ndim;

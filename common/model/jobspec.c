@@ -78,7 +78,8 @@ static const key_spec runconfig_keys[] = {
 static const key_spec input_keys[] = {
     KS(jobspec_input, data_processor,
        "synthetic_classification|synthetic_segmentation|mnist|png_segmentation|"
-       "InriaAerialDataProcessor|SeverstalBinaryClassDataProcessor|CityscapesDataProcessor"),
+       "InriaAerialDataProcessor|SeverstalBinaryClassDataProcessor|CityscapesDataProcessor|"
+       "synthetic_volume|SkmDataProcessor"),
     KP(jobspec_input, data_dir),
     KI(jobspec_input, batch_size, 1, 1 << 24),
     KA(jobspec_input, micro_batch_size, 1, 1 << 24),
@@ -94,6 +95,8 @@ static const key_spec input_keys[] = {
     KB(jobspec_input, augment_data),
     KF(jobspec_input, train_test_split, 0, 1),
     KI(jobspec_input, class_id, 0, 1 << 20),
+    KS(jobspec_input, echo_type, "echo1|echo2|echo1-echo2-mc|root_sum_of_squares"),
+    KB(jobspec_input, aggregate_cartilage),
     XL("image_shape"), /* (the model's input shape: modelzoo_prepare) */
     XI("num_workers", 0, 4096),
     XI("prefetch_factor", 0, 1 << 20),
@@ -153,6 +156,8 @@ static void jobspec__defaults(jobspec *j)
         ins[i]->random_flip_vertical = false;
         strcpy(ins[i]->normalize_data_method, "zero_one");
         ins[i]->class_id = -1;
+        strcpy(ins[i]->echo_type, "echo1");
+        ins[i]->aggregate_cartilage = true;
     }
     strcpy(j->optimizer_type, "sgd");
     j->learning_rate = 0.01;
@@ -386,6 +391,7 @@ void jobspec_input_encoding(const jobspec_input *in, bool *input_unorm8, bool *l
     /* (a standard score is each sample's own: made where the whole sample
      * is, by the input worker, in float32) */
     *input_unorm8 = strcmp(in->data_processor, "synthetic_classification") != 0 &&
+                    strcmp(in->data_processor, "SkmDataProcessor") != 0 && /* 16-bit echoes */
                     strcmp(in->normalize_data_method, "standard_score") != 0;
     *labels_u8 = in->num_classes <= 256;
 }

@@ -36,6 +36,9 @@ typedef struct jobspec_input {
     bool augment_data;            /* the processor's own augmentation */
     double train_test_split;      /* fraction that trains, of a set without evaluation files */
     int64_t class_id;             /* the class a binary processor reads; -1: none */
+    char echo_type[24];           /* SkmDataProcessor: "echo1", "echo2", "echo1-echo2-mc",
+                                   * "root_sum_of_squares" */
+    bool aggregate_cartilage;     /* SkmDataProcessor: six tissues into four (default true) */
 } jobspec_input;
 
 /* How an input's samples travel (sample.h): every data set of stored images

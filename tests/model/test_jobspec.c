@@ -125,12 +125,13 @@ START_TEST(input_keys)
     refused("[train_input]\nnum_classes = 3\ndata_processor = \"imagenet\"\n",
             "job.toml:3:18: train_input.data_processor: \"imagenet\" is not one of "
             "synthetic_classification|synthetic_segmentation|mnist|png_segmentation|"
-            "InriaAerialDataProcessor|SeverstalBinaryClassDataProcessor|CityscapesDataProcessor");
+            "InriaAerialDataProcessor|SeverstalBinaryClassDataProcessor|CityscapesDataProcessor|"
+            "synthetic_volume|SkmDataProcessor");
     refused("[train_input]\nnum_classes = 3\ndata_processor = \"InriaAerialDataprocessor\"\n",
             "job.toml:3:18: train_input.data_processor: \"InriaAerialDataprocessor\" is not one of "
             "synthetic_classification|synthetic_segmentation|mnist|png_segmentation|"
-            "InriaAerialDataProcessor|SeverstalBinaryClassDataProcessor|CityscapesDataProcessor "
-            "(did you mean \"InriaAerialDataProcessor\"?)");
+            "InriaAerialDataProcessor|SeverstalBinaryClassDataProcessor|CityscapesDataProcessor|"
+            "synthetic_volume|SkmDataProcessor (did you mean \"InriaAerialDataProcessor\"?)");
     refused("[train_input]\nnum_classes = 3\nrandom_flip_vertical = 1\n",
             "job.toml:3:24: train_input.random_flip_vertical: expected true or false, found "
             "integer");

@@ -18,8 +18,9 @@
 
 #ifdef KERNELS_HAVE_DNNL
 
-/* Shapes kept; later ones run on vol2col (a 3D U-Net has a few dozen). */
-#define SLOTS 128
+/* Shapes kept, as conv_blocked.c keeps 2-D ones; later ones run on vol2col
+ * (a 3D U-Net has a few dozen in either precision). */
+#define SLOTS 64
 
 /* A tensor in a primitive's layout: its descriptor, a memory pointed at
  * the workspace per call, and the reorder from (to_user 0) or to (1) the

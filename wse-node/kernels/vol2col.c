@@ -97,14 +97,16 @@ static void lower(float *col, float *img, const kern__vol *g, const vol_plan *pl
                         int z = q / g->oh, y = q % g->oh;
                         int iz = z * g->sd - g->pd + a * g->dd, iy = y * g->sh - g->ph + b * g->dh;
                         int inside = iz >= 0 && iz < g->d && iy >= 0 && iy < g->h;
-                        float *src = inside ? img + (size_t)ch * pl->vol +
-                                                  ((size_t)iz * g->h + iy) * g->w + off
+                        /* the input row; column x of the grid reads x * sw + off,
+                         * inside it for x in [x0, x1) */
+                        float *row = inside ? img + (size_t)ch * pl->vol +
+                                                  ((size_t)iz * g->h + iy) * g->w
                                             : NULL;
                         if (add) {
                             if (!inside)
                                 continue;
                             for (int x = x0; x < x1; x++)
-                                src[(size_t)x * g->sw] += cp[x];
+                                row[x * g->sw + off] += cp[x];
                             continue;
                         }
                         if (!inside) {
@@ -112,11 +114,11 @@ static void lower(float *col, float *img, const kern__vol *g, const vol_plan *pl
                             continue;
                         }
                         memset(cp, 0, sizeof(float) * x0);
-                        if (g->sw == 1)
-                            memcpy(cp + x0, src + x0, sizeof(float) * (x1 - x0));
+                        if (g->sw == 1 && x1 > x0)
+                            memcpy(cp + x0, row + x0 + off, sizeof(float) * (x1 - x0));
                         else
                             for (int x = x0; x < x1; x++)
-                                cp[x] = src[(size_t)x * g->sw];
+                                cp[x] = row[x * g->sw + off];
                         memset(cp + x1, 0, sizeof(float) * (g->ow - x1));
                     }
                 }

@@ -598,6 +598,11 @@ static void conv_bf16_case(const op_conv3d_params *p, int bias, int must)
         ck_assert_msg(kt_relerr_ff(dw, dw2, nw) < 2e-2, "dw vs f32 %g",
                       kt_relerr_ff(dw, dw2, nw));
         ck_assert(memcmp(y, y2, ny * sizeof(float)) != 0); /* it did round */
+        /* the weight gradient alone (a first layer's): the same bits */
+        float *dw1 = kt_falloc(nw);
+        ck_assert_int_eq(op_conv3d_backward_bf16(NULL, dw1, NULL, dy, x, w, p, ws, wsb), 1);
+        ck_assert(memcmp(dw1, dw, nw * sizeof(float)) == 0);
+        free(dw1);
         if (bias)
             ck_assert_msg(kt_relerr_ff(db, db2, p->k) < 1e-6, "db");
         printf("  against float32: out %.2e, din %.2e, dweight %.2e\n", kt_relerr_ff(y, y2, ny),

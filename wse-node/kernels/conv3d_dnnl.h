@@ -1,0 +1,64 @@
+/* Internal: 3-D convolutions and transposed convolutions on oneDNN's own
+ * layouts (conv3d_dnnl.c), piece by piece: the forward pass, the weight
+ * gradient and the data gradient each run there where oneDNN has a fast
+ * (direct, not reference or GEMM-based) kernel for the shape, and on
+ * vol2col (vol2col.h) elsewhere. */
+#ifndef KERN_CONV3D_DNNL_H
+#define KERN_CONV3D_DNNL_H
+
+#include <stddef.h>
+
+/* A 3-D convolution's or deconvolution's geometry in oneDNN's terms. The
+ * axes are (depth, height, width). */
+typedef struct kern__c3d {
+    int transposed;         /* a deconvolution (op_conv_transpose3d): the
+                             * caller's weight is (c, k, kd, kh, kw) */
+    int n, c, k;            /* batch, input channels, output channels */
+    int in[3], out[3];      /* input and output sizes */
+    int ker[3];             /* kernel */
+    int stride[3], dil[3];  /* >= 1 (dil as PyTorch counts it) */
+    int pad_l[3], pad_r[3]; /* padding before and after, as oneDNN takes
+                             * it (pad_r may be negative) */
+} kern__c3d;
+
+/* The pieces, as bits (the same as op_conv3d.h's OP_CONV3D_*_ONEDNN). */
+enum {
+    KERN__C3D_FWD = 1,
+    KERN__C3D_BWD_W = 2,
+    KERN__C3D_BWD_D = 4,
+    KERN__C3D_ALL = 7,
+};
+
+/* The pieces oneDNN has a fast kernel for, in bfloat16 (bf16) or float32,
+ * on kernels_threads() threads; the shape's primitives are made and kept
+ * at the first asking. 0 without oneDNN or its engine, or where bfloat16
+ * is asked for and kernels_bf16_compute() says no. From the operators'
+ * thread. */
+unsigned kern__c3d_pieces(const kern__c3d *g, int bf16);
+
+/* Bytes of workspace the pieces `pieces` (of those kern__c3d_pieces
+ * gives) take on oneDNN: the operands in its layouts and its scratchpad,
+ * plus 64 for alignment. 0 where none of them runs there. */
+size_t kern__c3d_bytes(const kern__c3d *g, int bf16, unsigned pieces);
+
+/* out (n, k, out) from in (n, c, in), weight (k, c, ker) or transposed (c,
+ * k, ker), bias (k) or NULL, all plain float32, on oneDNN's layouts with
+ * every buffer carved from ws: 1, or 0 when it did not run (no fast
+ * kernel, ws too small, oneDNN failed), then the caller computes it. */
+int kern__c3d_forward(int bf16, const kern__c3d *g, float *out, const float *in,
+                      const float *weight, const float *bias, void *ws, size_t ws_bytes);
+
+/* The backward pieces of `pieces` (KERN__C3D_BWD_W: dweight from dout and
+ * in; KERN__C3D_BWD_D: din from dout and weight) on oneDNN, the weight
+ * gradient first: returns the bits of those it computed (both or none,
+ * 0 when any cannot run here). */
+unsigned kern__c3d_backward(int bf16, const kern__c3d *g, unsigned pieces, float *din,
+                            float *dweight, const float *dout, const float *in,
+                            const float *weight, void *ws, size_t ws_bytes);
+
+/* Each piece's oneDNN implementation and layouts, or why there is none,
+ * into out (len bytes, terminated); the KERN__C3D_* bits of those that
+ * run there. */
+unsigned kern__c3d_describe(const kern__c3d *g, int bf16, char *out, size_t len);
+
+#endif

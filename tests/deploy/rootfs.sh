@@ -18,7 +18,7 @@ cache=${APPLIANCE_ROOTFS_CACHE:-/var/cache/appliance-test}
 url=$(debian_mirror)
 case "${1:-systemd}" in
   systemd)
-    packages=systemd,dbus,libuv1,libprotobuf-c1,libopenblas0-pthread,libdnnl2,libsqlite3-0,libsodium23,libpng16-16,libmicrohttpd12,libsystemd0
+    packages=systemd,dbus,libuv1,libprotobuf-c1,libopenblas0-pthread,libdnnl2,libsqlite3-0,libsodium23,libpng16-16,libmicrohttpd12,libsystemd0,libyaml-0-2,libtiff6,libjpeg62-turbo,libhdf5-103-1
     name=bookworm-rootfs
     stamp=$packages ;;
   minbase)

@@ -17,6 +17,7 @@
 #include "op_conv3d.h"
 #include "op_conv_transpose3d.h"
 #include "rng.h"
+#include "spatial.h"
 #include "toml.h"
 
 enum { N = 2, S = 16 }; /* samples, volume side */
@@ -310,12 +311,34 @@ START_TEST(plan_matches)
 }
 END_TEST
 
+/* Stripes split images: a volume's model does not split, and asking for
+ * stripes of it says why. */
+START_TEST(no_stripes)
+{
+    toml_value *root;
+    model *m = compile(unet3d, "ssce_dice", &root);
+    ck_assert(!model_splits(m));
+    model *stripe = NULL;
+    spatial_plan sp;
+    char err[256];
+    ck_assert_int_lt(spatial_compile(toml_table_get(root, "model"), m, 2, 0, false, &stripe, &sp,
+                                     err, sizeof(err)), 0);
+    ck_assert_ptr_null(stripe);
+    ck_assert_str_eq(err, "vol.toml: runconfig.spatial_partitions = 2: spatial partitions split "
+                          "images: the model's input is a volume (1x16x16x16), computed whole "
+                          "on one wse-node");
+    model_free(m);
+    toml_free(root);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("exec3d");
     TCase *t = tcase_create("volumes");
     tcase_set_timeout(t, 600);
     tcase_add_test(t, plan_matches);
+    tcase_add_test(t, no_stripes);
     tcase_add_test(t, unet3d_gradients);
     tcase_add_test(t, pools3d_gradients);
     tcase_add_test(t, unet3d_trains);

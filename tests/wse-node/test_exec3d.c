@@ -262,6 +262,7 @@ START_TEST(plan_matches)
 {
     toml_value *root;
     model *m = compile(unet3d, "ssce_dice", &root);
+    m->blocked = true; /* asked for: the 3D layers keep them plain */
     for (int mixed = 0; mixed < 2; mixed++) {
         m->mixed_precision = mixed;
         footprint f;
@@ -301,6 +302,7 @@ START_TEST(plan_matches)
         ck_assert_uint_eq(e.arena_bytes, f.arena);
         ck_assert_uint_eq(e.ws_bytes, f.workspace);
         ck_assert_uint_eq(e.bytes, f.exec);
+        ck_assert_int_eq(e.blocked, 0); /* blocked groups take no volume's tensor */
         exec_deinit(&e);
         free_tensors(m, w);
         free_tensors(m, g);

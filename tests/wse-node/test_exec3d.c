@@ -313,6 +313,65 @@ START_TEST(plan_matches)
 }
 END_TEST
 
+/* The plan's workspace bounds what the kernels ask for the 3D U-Net's
+ * convolutions at the sizes of SKM-TEA's (a first layer of one channel,
+ * 32 to 32 and 64 to 64 channels, an up-convolution), in float32 and in
+ * mixed precision, on the kernels' threads. */
+START_TEST(workspace_bound)
+{
+    static const struct {
+        layer_type type;
+        int c, k, side, ker, stride;
+    } shapes[] = {
+        {LAYER_CONV3D, 1, 32, 64, 3, 1},          {LAYER_CONV3D, 32, 32, 64, 3, 1},
+        {LAYER_CONV3D, 64, 64, 32, 3, 1},         {LAYER_CONV3D, 32, 2, 64, 1, 1},
+        {LAYER_CONV_TRANSPOSE3D, 64, 32, 32, 2, 2},
+    };
+    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
+        model_layer l;
+        memset(&l, 0, sizeof(l));
+        l.type = shapes[i].type;
+        int s = shapes[i].side, o = l.type == LAYER_CONV3D ? s : s * 2;
+        l.in = (model_shape){4, {shapes[i].c, s, s, s}};
+        l.out = (model_shape){4, {shapes[i].k, o, o, o}};
+        l.filters = shapes[i].k;
+        for (int a = 0; a < 3; a++) {
+            l.kernel[a] = shapes[i].ker;
+            l.stride[a] = shapes[i].stride;
+            l.dilation[a] = 1;
+            l.padding[a] = shapes[i].ker == 3;
+        }
+        for (int bf16 = 0; bf16 < 2; bf16++) {
+            size_t k;
+            if (l.type == LAYER_CONV3D) {
+                op_conv3d_params p = {.n = 1, .c = shapes[i].c, .d = s, .h = s, .w = s,
+                                      .k = shapes[i].k, .kd = l.kernel[0], .kh = l.kernel[1],
+                                      .kw = l.kernel[2], .pad_d = l.padding[0],
+                                      .pad_h = l.padding[1], .pad_w = l.padding[2]};
+                k = bf16 ? op_conv3d_bf16_workspace(&p) : op_conv3d_workspace(&p);
+            } else {
+                if (bf16)
+                    continue;
+                op_conv_transpose3d_params p = {.n = 1, .c = shapes[i].c, .d = s, .h = s, .w = s,
+                                                .k = shapes[i].k, .kd = 2, .kh = 2, .kw = 2,
+                                                .stride_d = 2, .stride_h = 2, .stride_w = 2};
+                k = op_conv_transpose3d_workspace(&p);
+            }
+            uint64_t plan = footprint_vol_workspace(&l, 1, kernels_threads(), bf16);
+            if (bf16) { /* the footprint's rule in mixed precision: the larger path's */
+                uint64_t f = footprint_vol_workspace(&l, 1, kernels_threads(), false);
+                plan = plan > f ? plan : f;
+            }
+            printf("%s %d->%d on %d^3%s: workspace planned %.1f MiB, the kernels ask %.1f MiB\n",
+                   l.type == LAYER_CONV3D ? "conv3d" : "conv_transpose3d", shapes[i].c,
+                   shapes[i].k, s, bf16 ? " (mixed)" : "", plan / 1048576.0, k / 1048576.0);
+            ck_assert_msg(plan >= k, "shape %zu: planned %llu, the kernels %zu", i,
+                          (unsigned long long)plan, k);
+        }
+    }
+}
+END_TEST
+
 /* Stripes split images: a volume's model does not split, and asking for
  * stripes of it says why. */
 START_TEST(no_stripes)
@@ -341,6 +400,7 @@ static Suite *suite(void)
     tcase_set_timeout(t, 600);
     tcase_add_test(t, plan_matches);
     tcase_add_test(t, no_stripes);
+    tcase_add_test(t, workspace_bound);
     tcase_add_test(t, unet3d_gradients);
     tcase_add_test(t, pools3d_gradients);
     tcase_add_test(t, unet3d_trains);

@@ -163,6 +163,11 @@ static void planner__fans(const model *m, const model_tensor *t, uint64_t *fan_i
         *fan_in = (uint64_t)(t->dims[1] * t->dims[2] * t->dims[3]);
         *fan_out = (uint64_t)(t->dims[0] * t->dims[2] * t->dims[3]);
         break;
+    case LAYER_CONV3D: /* PyTorch's: dims 1 and 0 times the kernel's volume */
+    case LAYER_CONV_TRANSPOSE3D:
+        if (model_init_fans(t->dims, t->ndim, fan_in, fan_out) < 0) /* a bias */
+            *fan_in = *fan_out = t->elems;
+        break;
     default:
         *fan_in = *fan_out = t->elems;
     }
@@ -668,7 +673,7 @@ static int planner__build(const jobspec *spec, const char *job_id, const planner
         pt->id = t->id;
         pt->name = arena_strdup(&a, t->name);
         pt->n_dims = (size_t)t->ndim;
-        pt->dims = arena_alloc(&a, 4 * sizeof(uint64_t));
+        pt->dims = arena_alloc(&a, (t->ndim > 0 ? (size_t)t->ndim : 1) * sizeof(uint64_t));
         if (!pt->dims)
             goto done;
         for (int d = 0; d < t->ndim; d++)

@@ -15,14 +15,18 @@
 #include "op_activation.h"
 #include "op_concat.h"
 #include "op_conv2d.h"
+#include "op_conv3d.h"
 #include "op_conv_transpose2d.h"
+#include "op_conv_transpose3d.h"
 #include "op_dense.h"
 #include "op_dropout.h"
 #include "op_elementwise.h"
 #include "op_loss.h"
 #include "op_norm.h"
 #include "op_pool.h"
+#include "op_pool3d.h"
 #include "op_upsample.h"
+#include "op_upsample3d.h"
 #include "sample.h"
 
 #define DICE_EPS 1.0f /* smoothing of the soft Dice ratio */
@@ -34,9 +38,70 @@ static const model_shape *exec__shape_of(const model *m, int layer)
     return layer < 0 ? &m->input : &m->layers[layer].out;
 }
 
+/* The spatial size of an image (h * w) or a volume (d * h * w), 1 for a
+ * vector: what the norms, concat and the pixel losses take as one number */
 static int exec__hw(const model_shape *s)
 {
+    if (s->ndim == 4)
+        return (int)(s->d[1] * s->d[2] * s->d[3]);
     return s->ndim == 3 ? (int)(s->d[1] * s->d[2]) : 1;
+}
+
+/* A volume layer's shapes for the kernels (model.h: axes d, h, w) */
+static op_conv3d_params exec__conv3d(const model_layer *l, int n)
+{
+    op_conv3d_params p = {
+        .n = n, .c = (int)l->in.d[0], .d = (int)l->in.d[1], .h = (int)l->in.d[2],
+        .w = (int)l->in.d[3], .k = (int)l->filters,
+        .kd = l->kernel[0], .kh = l->kernel[1], .kw = l->kernel[2],
+        .stride_d = l->stride[0], .stride_h = l->stride[1], .stride_w = l->stride[2],
+        .pad_d = l->padding[0], .pad_h = l->padding[1], .pad_w = l->padding[2],
+        .dil_d = l->dilation[0], .dil_h = l->dilation[1], .dil_w = l->dilation[2],
+    };
+    return p;
+}
+
+static op_conv_transpose3d_params exec__convt3d(const model_layer *l, int n)
+{
+    op_conv_transpose3d_params p = {
+        .n = n, .c = (int)l->in.d[0], .d = (int)l->in.d[1], .h = (int)l->in.d[2],
+        .w = (int)l->in.d[3], .k = (int)l->filters,
+        .kd = l->kernel[0], .kh = l->kernel[1], .kw = l->kernel[2],
+        .stride_d = l->stride[0], .stride_h = l->stride[1], .stride_w = l->stride[2],
+        .pad_d = l->padding[0], .pad_h = l->padding[1], .pad_w = l->padding[2],
+        .dil_d = l->dilation[0], .dil_h = l->dilation[1], .dil_w = l->dilation[2],
+        .out_pad_d = l->output_padding[0], .out_pad_h = l->output_padding[1],
+        .out_pad_w = l->output_padding[2],
+    };
+    return p;
+}
+
+static op_pool3d_params exec__pool3d(const model_layer *l, int n)
+{
+    op_pool3d_params p = {
+        .n = n, .c = (int)l->in.d[0], .d = (int)l->in.d[1], .h = (int)l->in.d[2],
+        .w = (int)l->in.d[3], .kd = l->kernel[0], .kh = l->kernel[1], .kw = l->kernel[2],
+        .stride_d = l->stride[0], .stride_h = l->stride[1], .stride_w = l->stride[2],
+        .pad_d = l->padding[0], .pad_h = l->padding[1], .pad_w = l->padding[2],
+        .count_include_pad = 1, /* PyTorch's default */
+    };
+    return p;
+}
+
+/* Bytes of workspace the 3-D kernels ask for layer l on n samples (0 for
+ * any other layer): oneDNN's sizes are its own, so the executor holds at
+ * least these, whatever the plan's estimate (footprint_vol_workspace) */
+static size_t exec__vol_workspace(const model *m, const model_layer *l, int n)
+{
+    if (l->type == LAYER_CONV3D) {
+        op_conv3d_params p = exec__conv3d(l, n);
+        return m->mixed_precision ? op_conv3d_bf16_workspace(&p) : op_conv3d_workspace(&p);
+    }
+    if (l->type == LAYER_CONV_TRANSPOSE3D) {
+        op_conv_transpose3d_params p = exec__convt3d(l, n);
+        return op_conv_transpose3d_workspace(&p);
+    }
+    return 0;
 }
 
 static op_pool2d_params exec__pool(const model_layer *l, int n)
@@ -230,12 +295,6 @@ static int exec__init(exec *e, const model *m, int share, int n, int threads, fl
                       float **g, bool reference, char *err, size_t errlen)
 {
     memset(e, 0, sizeof(*e));
-    for (int i = 0; i < m->nlayers; i++)
-        if (model_layer_is_3d(&m->layers[i])) {
-            snprintf(err, errlen, "layer \"%s\": %s layers (volumes) are compiled but not "
-                     "computed yet", m->layers[i].name, layer_type_name(m->layers[i].type));
-            return -ENOTSUP;
-        }
     e->m = m;
     e->n = n;
     e->w = w;
@@ -279,6 +338,12 @@ static int exec__init(exec *e, const model *m, int share, int n, int threads, fl
     if (!(e->arena = aligned_alloc(64, f.arena ? f.arena : 64)))
         goto oom;
     e->ws_bytes = f.workspace;
+    for (int i = 0; i < m->nlayers; i++) {
+        size_t v = exec__vol_workspace(m, &m->layers[i], n);
+        if (v > e->ws_bytes)
+            e->ws_bytes = (v + 63) / 64 * 64;
+    }
+    f.exec += e->ws_bytes - f.workspace;
     if (e->ws_bytes && !(e->ws = aligned_alloc(64, e->ws_bytes)))
         goto oom;
     if (f.input && !(e->input = malloc(f.input)))
@@ -948,8 +1013,39 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
         op_avgpool2d_forward(out, in, &p);
         break;
     }
+    case LAYER_CONV3D: {
+        op_conv3d_params p = exec__conv3d(l, n);
+        const float *b = l->bias ? W(l, 1) : NULL;
+        if (e->m->mixed_precision) /* bfloat16 on oneDNN where it has the kernels */
+            op_conv3d_forward_bf16(out, in, W(l, 0), b, &p, e->ws, e->ws_bytes);
+        else
+            op_conv3d_forward(out, in, W(l, 0), b, &p, e->ws, e->ws_bytes);
+        break;
+    }
+    case LAYER_CONV_TRANSPOSE3D: {
+        op_conv_transpose3d_params p = exec__convt3d(l, n);
+        op_conv_transpose3d_forward(out, in, W(l, 0), l->bias ? W(l, 1) : NULL, &p, e->ws,
+                                    e->ws_bytes);
+        break;
+    }
+    case LAYER_MAX_POOL3D: {
+        op_pool3d_params p = exec__pool3d(l, n);
+        op_maxpool3d_forward(out, e->aux[li], in, &p);
+        break;
+    }
+    case LAYER_AVG_POOL3D: {
+        op_pool3d_params p = exec__pool3d(l, n);
+        op_avgpool3d_forward(out, in, &p);
+        break;
+    }
     case LAYER_UPSAMPLE:
-        if (sl && sl->kind == SPATIAL_BILINEAR) {
+        if (l->in.ndim == 4) { /* a volume: trilinear or nearest */
+            void (*up)(float *, const float *, int, int, int, int, int, int, int, int) =
+                l->mode == UPSAMPLE_TRILINEAR ? op_upsample3d_trilinear_forward
+                                              : op_upsample3d_nearest_forward;
+            up(out, in, n, c, (int)l->in.d[1], (int)l->in.d[2], (int)l->in.d[3],
+               (int)l->out.d[1], (int)l->out.d[2], (int)l->out.d[3]);
+        } else if (sl && sl->kind == SPATIAL_BILINEAR) {
             size_t planes = (size_t)n * c;
             int h = (int)l->in.d[1], w = (int)l->in.d[2];
             float *kt = e->kept[li], *kb = kt + planes * w;
@@ -1076,10 +1172,6 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
         }
         break;
     case LAYER_FLATTEN:
-    case LAYER_CONV3D: /* (refused by exec_init: not computed yet) */
-    case LAYER_CONV_TRANSPOSE3D:
-    case LAYER_MAX_POOL3D:
-    case LAYER_AVG_POOL3D:
     case LAYER_TYPE_COUNT:
         break;
     }
@@ -1104,35 +1196,38 @@ double exec_loss(exec *e, const float *x, const void *labels, float scale)
                                        : 1.0;
     exec__red rc = {e, exec__tag(m->nlayers, EXEC__SUM_LOSS), false};
     op_reduce r = {exec__red_sum, &rc};
+    /* the pixel losses' rows: a volume's planes of rows (d * h) */
+    int oh = o->ndim == 4 ? (int)(o->d[1] * o->d[2]) : (int)o->d[1];
+    int ow = o->ndim == 4 ? (int)o->d[3] : (int)o->d[2];
     switch (m->loss) {
     case LOSS_SOFTMAX_CROSS_ENTROPY:
         return op_softmax_xent(dlogits, logits, lv, n, (int)o->d[0], scale);
     case LOSS_PIXEL_SOFTMAX_CROSS_ENTROPY:
-        return op_softmax_xent_pixels(dlogits, logits, lv, n, (int)o->d[0], (int)o->d[1],
-                                      (int)o->d[2], (float)(scale * share)) * share;
+        return op_softmax_xent_pixels(dlogits, logits, lv, n, (int)o->d[0], oh, ow,
+                                      (float)(scale * share)) * share;
     case LOSS_MULTILABEL_BCE:
-        return op_multilabel_bce(dlogits, logits, lv, n, (int)o->d[0], (int)o->d[1],
-                                 (int)o->d[2], (float)(scale * share)) * share;
+        return op_multilabel_bce(dlogits, logits, lv, n, (int)o->d[0], oh, ow,
+                                 (float)(scale * share)) * share;
     case LOSS_SSCE_DICE:
         /* its sums are totalled over the stripes: each stripe has the whole
          * samples' loss */
-        return parts > 1 ? op_ssce_dice_parts(dlogits, logits, lv, n, (int)o->d[0], (int)o->d[1],
-                                              (int)o->d[2], m->include_background, scale, &r,
-                                              e->losssums) / parts
-                         : op_ssce_dice(dlogits, logits, lv, n, (int)o->d[0], (int)o->d[1],
-                                        (int)o->d[2], m->include_background, scale, e->losssums);
+        return parts > 1 ? op_ssce_dice_parts(dlogits, logits, lv, n, (int)o->d[0], oh, ow,
+                                              m->include_background, scale, &r, e->losssums) /
+                               parts
+                         : op_ssce_dice(dlogits, logits, lv, n, (int)o->d[0], oh, ow,
+                                        m->include_background, scale, e->losssums);
     default:
         break;
     }
     /* Sigmoid losses: a 0/1 target per logit, or one-hot channels from a
      * class per pixel. */
     int per = (int)model_shape_elems(o);
-    int ch = o->ndim == 3 ? (int)o->d[0] : 1;
+    int ch = o->ndim >= 3 ? (int)o->d[0] : 1;
     int hw = exec__hw(o);
     for (int s = 0; s < n; s++) {
         size_t lab = (size_t)s * e->label_elems;
         float *t = e->targets + (size_t)s * per;
-        if (ch > 1 && o->ndim == 3) {
+        if (ch > 1 && o->ndim >= 3) {
             for (int k = 0; k < ch; k++)
                 for (int i = 0; i < hw; i++) {
                     int32_t v = op_label(lv, lab + (size_t)i);
@@ -1319,8 +1414,43 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
         op_avgpool2d_backward(din, dout, &p);
         break;
     }
+    case LAYER_CONV3D: {
+        op_conv3d_params p = exec__conv3d(l, n);
+        if (src < 0) /* a first layer: its weight gradient alone */
+            din = NULL;
+        float *db = l->bias ? G(l, 1) : NULL;
+        if (e->m->mixed_precision)
+            op_conv3d_backward_bf16(din, G(l, 0), db, dout, in, W(l, 0), &p, e->ws, e->ws_bytes);
+        else
+            op_conv3d_backward(din, G(l, 0), db, dout, in, W(l, 0), &p, e->ws, e->ws_bytes);
+        break;
+    }
+    case LAYER_CONV_TRANSPOSE3D: {
+        op_conv_transpose3d_params p = exec__convt3d(l, n);
+        if (src < 0)
+            din = NULL;
+        op_conv_transpose3d_backward(din, G(l, 0), l->bias ? G(l, 1) : NULL, dout, in, W(l, 0),
+                                     &p, e->ws, e->ws_bytes);
+        break;
+    }
+    case LAYER_MAX_POOL3D: {
+        op_pool3d_params p = exec__pool3d(l, n);
+        op_maxpool3d_backward(din, dout, e->aux[li], &p);
+        break;
+    }
+    case LAYER_AVG_POOL3D: {
+        op_pool3d_params p = exec__pool3d(l, n);
+        op_avgpool3d_backward(din, dout, &p);
+        break;
+    }
     case LAYER_UPSAMPLE:
-        if (sl && sl->kind == SPATIAL_BILINEAR) {
+        if (l->in.ndim == 4) {
+            void (*up)(float *, const float *, int, int, int, int, int, int, int, int) =
+                l->mode == UPSAMPLE_TRILINEAR ? op_upsample3d_trilinear_backward
+                                              : op_upsample3d_nearest_backward;
+            up(din, dout, n, c, (int)l->in.d[1], (int)l->in.d[2], (int)l->in.d[3],
+               (int)l->out.d[1], (int)l->out.d[2], (int)l->out.d[3]);
+        } else if (sl && sl->kind == SPATIAL_BILINEAR) {
             size_t planes = (size_t)n * c;
             op_upsample_frame f = exec__frame(e, l);
             op_upsample_bilinear_backward_rows(
@@ -1418,10 +1548,6 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
         break;
     }
     case LAYER_FLATTEN:
-    case LAYER_CONV3D: /* (refused by exec_init: not computed yet) */
-    case LAYER_CONV_TRANSPOSE3D:
-    case LAYER_MAX_POOL3D:
-    case LAYER_AVG_POOL3D:
     case LAYER_TYPE_COUNT:
         has_din = false;
         break;
@@ -1559,7 +1685,7 @@ int exec_eval(exec *e, const float *x, const void *labels, exec_metrics *mt)
         return 0;
     }
     /* Segmentation: a class per pixel. */
-    int ch = o->ndim == 3 ? (int)o->d[0] : 1;
+    int ch = o->ndim >= 3 ? (int)o->d[0] : 1;
     int hw = exec__hw(o);
     uint32_t classes = ch > 1 ? (uint32_t)ch : 2;
     if (classes > EXEC_MAX_CLASSES)

@@ -10,6 +10,8 @@
 
 static uint64_t footprint__hw(const model_shape *s)
 {
+    if (s->ndim == 4) /* a volume: depth x height x width */
+        return (uint64_t)s->d[1] * (uint64_t)s->d[2] * (uint64_t)s->d[3];
     return s->ndim == 3 ? (uint64_t)s->d[1] * (uint64_t)s->d[2] : 1;
 }
 
@@ -23,7 +25,7 @@ uint32_t footprint_label_elems(const model *m)
     case LOSS_MULTILABEL_BCE: return (uint32_t)footprint__hw(o);
     default:
         /* one target per logit, or a class per pixel for several channels */
-        return o->ndim == 3 && o->d[0] > 1 ? (uint32_t)footprint__hw(o)
+        return (o->ndim == 3 || o->ndim == 4) && o->d[0] > 1 ? (uint32_t)footprint__hw(o)
                                            : (uint32_t)model_shape_elems(o);
     }
 }
@@ -47,8 +49,63 @@ op_conv_transpose2d_params footprint_convt_params(const model_layer *l, int n)
     return p;
 }
 
+static uint64_t footprint__r16(uint64_t x)
+{
+    return (x + 15) / 16 * 16;
+}
+
+static uint64_t footprint__r64(uint64_t x)
+{
+    return (x + 63) / 64 * 64;
+}
+
+uint64_t footprint_vol_workspace(const model_layer *l, int n, int threads, bool bf16)
+{
+    bool t = l->type == LAYER_CONV_TRANSPOSE3D;
+    if (l->type != LAYER_CONV3D && !t)
+        return 0;
+    /* vol2col (wse-node/kernels/vol2col.c's plan_of): the volume the
+     * windows lie on and their grid; a transposed convolution's windows
+     * lie on its output, one per input voxel, its GEMM side the input's
+     * channels */
+    const model_shape *v = t ? &l->out : &l->in, *g = t ? &l->in : &l->out;
+    uint64_t c = (uint64_t)v->d[0], k = (uint64_t)g->d[0];
+    uint64_t krs = (uint64_t)l->kernel[0] * (uint64_t)l->kernel[1] * (uint64_t)l->kernel[2];
+    uint64_t crs = c * krs, rows = (uint64_t)g->d[1] * (uint64_t)g->d[2], ow = (uint64_t)g->d[3];
+    bool direct = krs == 1 && l->stride[0] <= 1 && l->stride[1] <= 1 && l->stride[2] <= 1 &&
+                  !l->padding[0] && !l->padding[1] && !l->padding[2];
+    uint64_t row = crs * ow * sizeof(float);
+    uint64_t band = row ? ((uint64_t)1 << 20) / row : 1;
+    band = band < 1 ? 1 : band > rows ? rows : band;
+    uint64_t col = direct ? 0 : crs * band * ow;
+    uint64_t per = footprint__r16(footprint__r16(col) + footprint__r16(k * crs) + k);
+    uint64_t vol2col = (uint64_t)(threads > 0 ? threads : 1) * per * sizeof(float);
+    /* oneDNN (conv3d_dnnl.c): the operands in its layouts, channels in
+     * blocks of 16, with its scratchpad. The scratchpad's size is
+     * oneDNN's to say; taken here as a weight gradient's partial sums per
+     * thread, the most its direct kernels ask for. An estimate from
+     * above: the executor holds at least what the kernels ask
+     * (exec.c). */
+    uint64_t e = bf16 ? sizeof(uint16_t) : sizeof(float);
+    uint64_t ci = ((uint64_t)l->in.d[0] + 15) / 16 * 16, co = ((uint64_t)l->out.d[0] + 15) / 16 * 16;
+    uint64_t nn = (uint64_t)(n > 0 ? n : 1);
+    uint64_t vin = (uint64_t)l->in.d[1] * (uint64_t)l->in.d[2] * (uint64_t)l->in.d[3];
+    uint64_t vout = (uint64_t)l->out.d[1] * (uint64_t)l->out.d[2] * (uint64_t)l->out.d[3];
+    uint64_t x = footprint__r64(nn * ci * vin * e), y = footprint__r64(nn * co * vout * e);
+    uint64_t w = footprint__r64(ci * co * krs * e), dw = footprint__r64(ci * co * krs * sizeof(float));
+    uint64_t dx = footprint__r64(nn * ci * vin * sizeof(float));
+    uint64_t scratch = (uint64_t)(threads > 0 ? threads : 1) * dw;
+    uint64_t fwd = x + w + y + scratch + footprint__r64(co * sizeof(float));
+    uint64_t wgrad = x + dw + scratch, dgrad = w + (bf16 ? dx : x) + scratch;
+    uint64_t bwd = y + (wgrad > dgrad ? wgrad : dgrad) + y;
+    uint64_t dnnl = (fwd > bwd ? fwd : bwd) + 64;
+    return vol2col > dnnl ? vol2col : dnnl;
+}
+
 uint64_t footprint_workspace_bytes(const model_layer *l, int n, int threads)
 {
+    if (l->type == LAYER_CONV3D || l->type == LAYER_CONV_TRANSPOSE3D)
+        return footprint_vol_workspace(l, n, threads, false);
     if (l->type == LAYER_CONV2D) {
         op_conv2d_params p = memplan_conv2d_params(l, n);
         return convplan_conv2d_f32_workspace(&p, threads);
@@ -271,6 +328,10 @@ int footprint_init_micro(footprint *f, const model *m, int share, int micro, int
         fl->aux = memplan_aux_bytes(m, l, n);
         if (l->type == LAYER_DENSE && m->mixed_precision) { /* the GEMMs' bfloat16 operands */
             fl->workspace = convplan_dense_bf16_workspace(n, (int)l->in.d[0], (int)l->units);
+        } else if (l->type == LAYER_CONV3D && m->mixed_precision) { /* bfloat16 or float32 */
+            uint64_t b = footprint_vol_workspace(l, n, f->threads, true);
+            uint64_t s = footprint_vol_workspace(l, n, f->threads, false);
+            fl->workspace = b > s ? b : s;
         } else if (l->type == LAYER_CONV2D && m->mixed_precision) { /* oneDNN's bfloat16 operands */
             op_conv2d_params p = memplan_conv2d_params(l, n);
             fl->workspace = convplan_conv2d_bf16_workspace(&p, f->threads);

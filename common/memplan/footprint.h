@@ -73,6 +73,12 @@ uint32_t footprint_label_elems(const model *m);
  * model whose GEMMs run in bfloat16 (a workspace planned for them). */
 bool footprint_keeps_rounded(const model *m, int layer, int n);
 uint64_t footprint_workspace_bytes(const model_layer *l, int n, int threads);
+/* Workspace bytes of a conv3d or conv_transpose3d (0 for any other layer)
+ * on n samples and `threads` threads, in float32 or (bf16) mixed
+ * precision: vol2col's bands exactly, and oneDNN's operands in its
+ * blocked layouts with an estimate from above of its scratchpad (whose
+ * size only oneDNN knows); the larger of the two. */
+uint64_t footprint_vol_workspace(const model_layer *l, int n, int threads, bool bf16);
 
 /* The kernels' parameters of a conv_transpose2d layer at n samples
  * (a conv2d's: memplan_conv2d_params). */

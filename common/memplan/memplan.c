@@ -51,7 +51,8 @@ uint64_t memplan_aux_bytes(const model *m, const model_layer *l, int n)
         op_conv2d_params p = memplan_conv2d_params(l, n);
         return convplan_conv2d_bf16_kept_bytes(&p);
     }
-    case LAYER_MAX_POOL2D: return (uint64_t)n * model_shape_elems(&l->out); /* a byte each */
+    case LAYER_MAX_POOL2D:
+    case LAYER_MAX_POOL3D: return (uint64_t)n * model_shape_elems(&l->out); /* a byte each */
     /* mean, 1/std, and the scale and shift that recompute the output */
     case LAYER_BATCH_NORM: return 4 * (uint64_t)l->in.d[0] * sizeof(float);
     case LAYER_GROUP_NORM:
@@ -72,6 +73,8 @@ uint64_t memplan_scratch_bytes(const model *m, int layer, int n)
     case LAYER_DENSE:
     case LAYER_CONV2D:
     case LAYER_CONV_TRANSPOSE2D:
+    case LAYER_CONV3D:
+    case LAYER_CONV_TRANSPOSE3D:
         if (memplan_resolve(m, l->inputs[0]) < 0)
             return 0; /* no gradient for the model input */
         break;
@@ -108,6 +111,8 @@ static bool memplan__reads_input(layer_type t)
     case LAYER_DENSE:
     case LAYER_CONV2D:
     case LAYER_CONV_TRANSPOSE2D:
+    case LAYER_CONV3D:
+    case LAYER_CONV_TRANSPOSE3D:
     case LAYER_BATCH_NORM:
     case LAYER_GROUP_NORM:
     case LAYER_RELU:
@@ -129,7 +134,8 @@ static bool memplan__reads_output(const model_layer *l)
 /* Layers whose output is kept: making it again would cost a GEMM. */
 static bool memplan__costly(layer_type t)
 {
-    return t == LAYER_DENSE || t == LAYER_CONV2D || t == LAYER_CONV_TRANSPOSE2D;
+    return t == LAYER_DENSE || t == LAYER_CONV2D || t == LAYER_CONV_TRANSPOSE2D ||
+           t == LAYER_CONV3D || t == LAYER_CONV_TRANSPOSE3D;
 }
 
 /* A buffer's life: placed at time t0, freed at t1 (inclusive). */

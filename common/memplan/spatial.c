@@ -40,6 +40,12 @@ int spatial_stripe_rows(const model *full, int parts, int part, int64_t *row0, i
         snprintf(err, errlen, "stripe %d of %d", part, parts);
         return -EINVAL;
     }
+    if (in->ndim == 4) {
+        snprintf(err, errlen, "spatial partitions split images: the model's input is a volume "
+                 "(%lldx%lldx%lldx%lld), computed whole on one wse-node", (long long)in->d[0],
+                 (long long)in->d[1], (long long)in->d[2], (long long)in->d[3]);
+        return -EINVAL;
+    }
     if (in->ndim != 3) {
         snprintf(err, errlen, "spatial partitions split images: the model's input is %lld "
                  "features, not channels x height x width", (long long)in->d[0]);

@@ -567,14 +567,15 @@ jobspec *jobspec_parse_as(const char *text, size_t len, const char *name, jobspe
     j->model = model_compile(model_table, err, errlen);
     if (!j->model)
         goto fail;
-    for (int i = 0; i < j->model->nlayers; i++) {
-        const model_layer *l = &j->model->layers[i];
-        if (model_layer_is_3d(l)) { /* (the model compiles them; nothing plans them yet) */
-            toml_errorf(err, errlen, name, l->pos, "layer \"%s\": %s on a volume: 3D layers "
-                        "are compiled, but not yet planned or computed", l->name,
-                        layer_type_name(l->type));
-            goto fail;
-        }
+    /* Stripes cut an image's rows; a volume is planned and computed whole
+     * (no slabs yet) */
+    if (j->model->input.ndim == 4 && parts > 1) {
+        const toml_value *rc = toml_table_get(root, "runconfig");
+        toml_errorf(err, errlen, name, toml_pos_of(toml_table_get(rc, "spatial_partitions")),
+                    "runconfig.spatial_partitions %lld: a volume's model (input_shape of 4 "
+                    "sizes) is computed whole on one wse-node; spatial partitions split only "
+                    "images", (long long)parts);
+        goto fail;
     }
     /* One scale of 8-bit inputs: the training input's (an evaluation on
      * other inputs than it trained on would measure nothing) */

@@ -439,13 +439,23 @@ START_TEST(yaml_is_the_same_job)
     ck_assert_ptr_null(jobspec_parse(bad, strlen(bad), "params.yaml", NULL, err, sizeof(err)));
     ck_assert_str_eq(err, "params.yaml:2:3: unknown key \"max_step\" in [runconfig] (did you mean "
                           "\"max_steps\"?)");
-    /* a volume's model compiles; nothing plans or computes it yet */
+    /* a volume's model is planned and computed, whole */
     const char *vol = "[train_input]\nnum_classes = 2\n[model]\ninput_shape = [1, 8, 8, 8]\n"
                       "loss = \"bce\"\n[[model.layers]]\nname = \"c\"\ntype = \"conv3d\"\n"
                       "filters = 1\nkernel_size = 1\n";
-    ck_assert_ptr_null(jobspec_parse(vol, strlen(vol), "job.toml", NULL, err, sizeof(err)));
-    ck_assert_str_eq(err, "job.toml:6:1: layer \"c\": conv3d on a volume: 3D layers are compiled, "
-                          "but not yet planned or computed");
+    jobspec *vj = jobspec_parse(vol, strlen(vol), "job.toml", NULL, err, sizeof(err));
+    ck_assert_msg(vj != NULL, "%s", err);
+    ck_assert_int_eq(vj->model->input.ndim, 4);
+    jobspec_free(vj);
+    /* stripes split images only: a volume's asking for them is refused */
+    const char *vsp = "[runconfig]\nnum_csx = 2\nspatial_partitions = 2\n"
+                      "[train_input]\nnum_classes = 2\nbatch_size = 2\n[model]\n"
+                      "input_shape = [1, 8, 8, 8]\nloss = \"bce\"\n[[model.layers]]\nname = \"c\"\n"
+                      "type = \"conv3d\"\nfilters = 1\nkernel_size = 1\n";
+    ck_assert_ptr_null(jobspec_parse(vsp, strlen(vsp), "job.toml", NULL, err, sizeof(err)));
+    ck_assert_str_eq(err, "job.toml:3:22: runconfig.spatial_partitions 2: a volume's model "
+                          "(input_shape of 4 sizes) is computed whole on one wse-node; spatial "
+                          "partitions split only images");
     /* the same text as TOML, forced, is TOML's error */
     ck_assert_ptr_null(jobspec_parse_as(bad, strlen(bad), "params.yaml", JOBSPEC_FORMAT_TOML, NULL,
                                         err, sizeof(err)));

@@ -154,7 +154,7 @@ static int mz__image_shape(mz *z, int64_t hwc[3], const toml_value **where)
         return -EINVAL;
     if (n != 3)
         return mz__fail(z, toml_pos_of(v), "train_input.image_shape: expected [H, W, C] for "
-                        "images%s", n == 3 ? "" : " ([D, H, W] volumes are not built yet)");
+                        "images, or [D, H, W] for volumes (with model.use_conv3d)");
     const toml_value *eval = toml_table_get(z->root, "eval_input");
     const toml_value *ev = eval && toml_type_of(eval) == TOML_TABLE
                                ? toml_table_get(eval, "image_shape") : NULL;
@@ -170,13 +170,16 @@ static int mz__image_shape(mz *z, int64_t hwc[3], const toml_value **where)
     return 0;
 }
 
-/* A list [C, H, W] for the model's input_shape, at the position of
- * image_shape. */
-static toml_value *mz__shape_value(mz *z, toml_pos pos, int64_t c, int64_t h, int64_t w)
+/* A list [C, H, W] (or [C, D, H, W] for a volume, depth > 0) for the
+ * model's input_shape, at the position of image_shape. */
+static toml_value *mz__shape_value4(mz *z, toml_pos pos, int64_t c, int64_t depth, int64_t h,
+                                    int64_t w)
 {
     toml_value *a = toml_new_array(z->root, pos);
-    int64_t d[3] = {c, h, w};
-    for (int i = 0; a && i < 3; i++) {
+    int64_t d[4] = {c, depth, h, w};
+    for (int i = 0; a && i < 4; i++) {
+        if (i == 1 && depth == 0)
+            continue;
         toml_value *e = toml_new_int(z->root, pos, d[i]);
         if (!e || toml_array_push(a, e) < 0) {
             toml_value_free(e);
@@ -185,6 +188,11 @@ static toml_value *mz__shape_value(mz *z, toml_pos pos, int64_t c, int64_t h, in
         }
     }
     return a;
+}
+
+static toml_value *mz__shape_value(mz *z, toml_pos pos, int64_t c, int64_t h, int64_t w)
+{
+    return mz__shape_value4(z, pos, c, 0, h, w);
 }
 
 /* ---- the U-Net template ------------------------------------------------ */
@@ -205,6 +213,7 @@ typedef struct unet_opts {
     int64_t initial_conv_filters; /* 0: none */
     int64_t in_channels, num_classes, out_channels;
     int64_t h, w;
+    int64_t depth;                /* a volume's (use_conv3d), else 0 */
     const char *loss;             /* the appliance's loss name */
     const toml_value *init;       /* the convolutions' weights (initializer; NULL: glorot) */
     const toml_value *bias_init;  /* every bias (bias_initializer), or NULL */
@@ -303,7 +312,7 @@ static void ub__conv_block(ub *b, const char *prefix, const char *in, int64_t fi
     const unet_opts *o = b->o;
     char name[MODEL_NAME_MAX];
     snprintf(name, sizeof(name), "%s.conv", prefix);
-    toml_value *l = ub__layer(b, name, "conv2d", in, NULL);
+    toml_value *l = ub__layer(b, name, o->depth ? "conv3d" : "conv2d", in, NULL);
     if (!l)
         return;
     ub__int(b, l, "filters", filters);
@@ -388,7 +397,7 @@ static void ub__unet(ub *b)
         ub__unet_block(b, name, cur, o->enc[i], o->down_enc[i], cur, skips[i]);
         if (!o->strided) {
             snprintf(name, sizeof(name), "encoder.pooling_layers.%zu", i);
-            toml_value *l = ub__layer(b, name, "max_pool2d", cur, NULL);
+            toml_value *l = ub__layer(b, name, o->depth ? "max_pool3d" : "max_pool2d", cur, NULL);
             if (l) {
                 ub__int(b, l, "kernel_size", 2);
                 ub__int(b, l, "stride", 2);
@@ -406,7 +415,8 @@ static void ub__unet(ub *b)
     ub__unet_block(b, "bottleneck", cur, o->enc[o->nenc - 1], o->bottleneck_down, cur, NULL);
     for (size_t i = 0; i < o->ndec && b->rc == 0; i++) {
         snprintf(name, sizeof(name), "decoder.transpose_layers.%zu", i);
-        toml_value *l = ub__layer(b, name, "conv_transpose2d", cur, NULL);
+        toml_value *l = ub__layer(b, name, o->depth ? "conv_transpose3d" : "conv_transpose2d",
+                                  cur, NULL);
         if (l) {
             ub__int(b, l, "filters", o->dec[i]);
             ub__int(b, l, "kernel_size", 2);
@@ -633,9 +643,7 @@ static int mz__unet_opts(mz *z, const toml_value *mt, unet_opts *o)
     bool conv3d;
     if (mz__bool(z, mt, "use_conv3d", false, &conv3d) < 0)
         return -EINVAL;
-    if (conv3d)
-        return mz__fail(z, toml_pos_of(toml_table_get(mt, "use_conv3d")), "model.use_conv3d: 3D "
-                        "U-Nets (volumes) are not built yet");
+    o->depth = conv3d ? -1 : 0; /* (its size from image_shape) */
     const toml_value *ef = toml_table_get(mt, "encoder_filters");
     const toml_value *df = toml_table_get(mt, "decoder_filters");
     if (!ef || !df)
@@ -744,14 +752,26 @@ static int mz__unet(mz *z, const toml_value *mt, toml_pos mpos)
                             "train_input.image_shape");
         hwc[0] = chw[1], hwc[1] = chw[2], hwc[2] = chw[0];
     }
-    if (mz__int(z, mt, "input_channels", hwc[2], 1, 4096, &o.in_channels) < 0)
-        return -EINVAL;
-    if (shape && o.in_channels != hwc[2])
-        return mz__fail(z, mz__key_pos(mt, "input_channels"), "model.input_channels %lld "
-                        "differs from the %lld channels of train_input.image_shape",
-                        (long long)o.in_channels, (long long)hwc[2]);
-    o.h = hwc[0];
-    o.w = hwc[1];
+    if (o.depth) { /* a volume: image_shape is [D, H, W], its channels input_channels' */
+        if (own || !shape)
+            return mz__fail(z, own ? toml_pos_of(own) : toml_pos_of(mt), "a 3D U-Net "
+                            "(use_conv3d) takes its volume from train_input.image_shape "
+                            "([D, H, W]) and model.input_channels");
+        if (mz__int(z, mt, "input_channels", 1, 1, 4096, &o.in_channels) < 0)
+            return -EINVAL;
+        o.depth = hwc[0];
+        o.h = hwc[1];
+        o.w = hwc[2];
+    } else {
+        if (mz__int(z, mt, "input_channels", hwc[2], 1, 4096, &o.in_channels) < 0)
+            return -EINVAL;
+        if (shape && o.in_channels != hwc[2])
+            return mz__fail(z, mz__key_pos(mt, "input_channels"), "model.input_channels %lld "
+                            "differs from the %lld channels of train_input.image_shape",
+                            (long long)o.in_channels, (long long)hwc[2]);
+        o.h = hwc[0];
+        o.w = hwc[1];
+    }
     if (mz__loss(z, mt, &o) < 0)
         return -EINVAL;
     /* every downscale halves the image: its sides must divide */
@@ -760,6 +780,11 @@ static int mz__unet(mz *z, const toml_value *mt, toml_pos mpos)
         downs += o.down_enc[i];
     downs += o.bottleneck_down;
     int64_t div = (int64_t)1 << downs;
+    if (o.depth && (o.depth % div || o.h % div || o.w % div))
+        return mz__fail(z, toml_pos_of(shape), "the volume's sides (%lld x %lld x %lld) must be "
+                        "multiples of %lld: the U-Net halves them %d times and doubles them "
+                        "back", (long long)o.depth, (long long)o.h, (long long)o.w,
+                        (long long)div, downs);
     if (o.h % div || o.w % div)
         return mz__fail(z, shape ? toml_pos_of(shape) : toml_pos_of(own), "the image's sides "
                         "(%lld x %lld) must be multiples of %lld: the U-Net halves them %d "
@@ -776,7 +801,7 @@ static int mz__unet(mz *z, const toml_value *mt, toml_pos mpos)
     ub b = {z, &o, layers, toml_pos_of(toml_table_get(mt, "encoder_filters")), 0};
     ub__unet(&b);
     toml_pos spos = shape ? toml_pos_of(shape) : toml_pos_of(own);
-    ub__set(&b, nm, "input_shape", mz__shape_value(z, spos, o.in_channels, o.h, o.w));
+    ub__set(&b, nm, "input_shape", mz__shape_value4(z, spos, o.in_channels, o.depth, o.h, o.w));
     const toml_value *lv = toml_table_get(mt, "loss");
     b.pos = lv ? toml_pos_of(lv) : mpos;
     ub__str(&b, nm, "loss", o.loss);

@@ -4,7 +4,7 @@ out as the Model Zoo has them) planned offline for a CS-2's memory
 (appliance-submit --plan --wafer-memory 40G): each 2D one plans, its
 weights as many as PyTorch's modules have (tests/model/
 modelzoo_unet_tensors.txt, from bench/modelzoo/unet_reference.py), and
-the 3D one is refused naming the key it cannot honour yet.
+the 3D one plans its volumes through the same template.
 
 Usage: modelzoo_plan.py APPLIANCE_SUBMIT CONFIG_DIR REFERENCE"""
 import json
@@ -49,10 +49,16 @@ for name, (ref, shape, fits) in expect.items():
                            os.path.join(configs, name)], capture_output=True, text=True).stdout
     assert "encoder.unet_blocks.0.layers.0.conv" in text and "final_conv.conv" in text, text
 
-out = subprocess.run([submit, "--plan", "--wafer-memory", "40G",
+# the 3D one: SKM-TEA's volumes through the same template (use_conv3d)
+out = subprocess.run([submit, "--plan", "--wafer-memory", "40G", "--json",
                       os.path.join(configs, "params_skm_tea.yaml")], capture_output=True, text=True)
-assert out.returncode == 3, (out.returncode, out.stdout, out.stderr)
-assert out.stderr.strip() == (os.path.join(configs, "params_skm_tea.yaml") +
-                              ":28:17: model.use_conv3d: 3D U-Nets (volumes) are not built yet"), \
-    out.stderr
-print("ok: params_skm_tea.yaml refused: " + out.stderr.strip())
+assert out.returncode == 0, (out.returncode, out.stdout, out.stderr)
+p = json.loads(out.stdout)
+assert p["input"] == "1x160x512x512" and not p["fits"], p
+text = subprocess.run([submit, "--plan", "--wafer-memory", "40G",
+                       os.path.join(configs, "params_skm_tea.yaml")], capture_output=True,
+                      text=True).stdout
+assert "conv3d" in text and "conv_transpose3d" in text and \
+    "encoder.unet_blocks.1.layers.0.norm_layer.instancenorm" in text, text
+print("ok: params_skm_tea.yaml plans: 1x160x512x512 volumes, %s (more than a 40 GiB wafer "
+      "holds: the plan says what would fit)" % p["mode"])

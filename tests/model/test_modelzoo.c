@@ -271,6 +271,59 @@ START_TEST(unet_strided)
 }
 END_TEST
 
+/* use_conv3d: the same U-Net on volumes (the Model Zoo's SKM-TEA layers,
+ * smaller), its image_shape [D, H, W] and input_channels. */
+START_TEST(unet_volumes)
+{
+    char err[512] = "";
+    const char *text = "[train_input]\n"
+                       "data_processor = \"synthetic_volume\"\n"
+                       "image_shape = [32, 64, 64]\n"
+                       "batch_size = 1\n"
+                       "num_classes = 5\n"
+                       "[model]\n"
+                       "nonlinearity = \"relu\"\n"
+                       "norm_layer = \"group_instance\"\n"
+                       "use_conv3d = true\n"
+                       "enable_bias = false\n"
+                       "downscale_method = \"strided_conv\"\n"
+                       "input_channels = 2\n"
+                       "encoder_filters = [8, 16, 32, 64]\n"
+                       "decoder_filters = [32, 16, 8]\n"
+                       "downscale_first_conv = true\n"
+                       "downscale_encoder_blocks = [false, true, true]\n"
+                       "downscale_bottleneck = true\n"
+                       "loss = \"ssce_dice\"\n";
+    jobspec *j = jobspec_parse(text, strlen(text), "params.toml", NULL, err, sizeof(err));
+    ck_assert_msg(j != NULL, "%s", err);
+    const model *m = j->model;
+    ck_assert_int_eq(m->input.ndim, 4);
+    ck_assert_int_eq(m->input.d[0], 2);
+    ck_assert_int_eq(m->input.d[1], 32);
+    int l = model_find_layer(m, "encoder.unet_blocks.1.layers.0.conv");
+    ck_assert_int_eq(m->layers[l].type, LAYER_CONV3D);
+    ck_assert_int_eq(m->layers[l].out.d[1], 16); /* D halved */
+    l = model_find_layer(m, "decoder.transpose_layers.0");
+    ck_assert_int_eq(m->layers[l].type, LAYER_CONV_TRANSPOSE3D);
+    const model_tensor *w = &m->tensors[m->layers[0].first_tensor];
+    ck_assert_str_eq(w->name, "encoder.unet_blocks.0.layers.0.conv.weight");
+    ck_assert_int_eq(w->ndim, 5);
+    ck_assert_int_eq(w->dims[1], 2);
+    const model_layer *last = &m->layers[m->nlayers - 1];
+    ck_assert_int_eq(last->out.d[0], 5);
+    ck_assert_int_eq(last->out.d[3], 64);
+    ck_assert_int_eq(m->loss, LOSS_SSCE_DICE);
+    jobspec_free(j);
+    /* a side the downscales do not divide */
+    const char *bad = "[train_input]\nimage_shape = [34, 64, 64]\nbatch_size = 1\nnum_classes = 5\n"
+                      "[model]\nnonlinearity = \"relu\"\nuse_conv3d = true\n"
+                      "encoder_filters = [8, 16, 32]\ndecoder_filters = [16, 8]\n";
+    ck_assert_ptr_null(jobspec_parse(bad, strlen(bad), "params.toml", NULL, err, sizeof(err)));
+    ck_assert_str_eq(err, "params.toml:2:15: the volume's sides (34 x 64 x 64) must be multiples "
+                          "of 4: the U-Net halves them 2 times and doubles them back");
+}
+END_TEST
+
 static void refused(const char *model_keys, const char *expect)
 {
     char text[4096], err[512] = "";
@@ -305,8 +358,6 @@ START_TEST(unet_refusals)
     refused(UNET_KEYS "convs_per_block = [\"3x3_dw_conv\"]\n",
             "params.toml:9:20: model.convs_per_block: \"3x3_dw_conv\" (depthwise convolutions) "
             "is not built yet");
-    refused(UNET_KEYS "use_conv3d = true\n",
-            "params.toml:9:14: model.use_conv3d: 3D U-Nets (volumes) are not built yet");
     refused(UNET_KEYS "loss = \"ssce_dice\"\nnorm_layer = \"none\"\nlos = 1\n",
             "params.toml:11:1: unknown key \"los\" for the U-Net [model] (did you mean "
             "\"loss\"?)");
@@ -336,6 +387,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, unet_key_mistakes);
     tcase_add_test(tc, unet_strided);
     tcase_add_test(tc, unet_refusals);
+    tcase_add_test(tc, unet_volumes);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -11,8 +11,11 @@ static float bf16__widen(uint16_t h)
     return f;
 }
 
+/* Cloned for each vector width, called through the plain bf16_pack: clang
+ * names a clone set's entry "bf16_pack.ifunc" and leaves callers in other
+ * files unresolved (the fuzzing build's link). */
 __attribute__((target_clones("avx512f", "avx2", "default")))
-void bf16_pack(uint16_t *out, const float *in, size_t count)
+static void bf16__pack(uint16_t *out, const float *in, size_t count)
 {
     /* to nearest, ties to even; a NaN stays one, quiet (no branch: the
      * loop vectorizes) */
@@ -23,6 +26,11 @@ void bf16_pack(uint16_t *out, const float *in, size_t count)
         uint32_t quiet = (u >> 16) | 0x40u;
         out[i] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
     }
+}
+
+void bf16_pack(uint16_t *out, const float *in, size_t count)
+{
+    bf16__pack(out, in, count);
 }
 
 void bf16_unpack(float *out, const uint16_t *in, size_t count)

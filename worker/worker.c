@@ -163,15 +163,18 @@ static void wk__send(worker *w, wk_feed *f)
 
 static void wk__pump_all(worker *w, wk_job *j);
 
-/* Spatial partitions: the stripe's rows of every sample of the batch at
- * buf (batch_stripe); 0 when the samples are not images with a label per
- * pixel, or the rows are not theirs. */
+/* Spatial partitions: the stripe's rows (a slab's planes) of every sample
+ * of the batch at buf (batch_stripe); 0 when the samples are not images or
+ * volumes with a label per pixel (voxel), or the rows are not theirs. */
 static size_t wk__stripe(uint8_t *buf, uint32_t n, const dataset *d, const Appliance__PlanInput *in,
                          uint64_t r0, uint64_t h)
 {
-    if (in->n_sample_shape != 3)
+    if (in->n_sample_shape != 3 && in->n_sample_shape != 4)
         return 0;
+    /* a volume's slab: planes of its depth, each H x W, as an image's rows */
     uint64_t c = in->sample_shape[0], H = in->sample_shape[1], W = in->sample_shape[2];
+    if (in->n_sample_shape == 4)
+        W *= in->sample_shape[3];
     if (dataset_sample_elems(d) != c * H * W || dataset_label_elems(d) != H * W)
         return 0;
     batch_layout l = {.n = n, .c = c, .h = H, .w = W,

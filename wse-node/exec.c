@@ -538,7 +538,7 @@ static void exec__gather_begin(exec *e, int li, const float *in)
     const model_layer *l = &e->m->layers[li];
     const spatial_layer *s = exec__sl(e, li);
     size_t planes = (size_t)e->n * l->in.d[0];
-    int h = (int)l->in.d[1], w = (int)l->in.d[2];
+    int h = (int)l->in.d[1], w = (int)spatial_row_elems(&l->in);
     int top = s->top, bot = s->bottom > 0 ? s->bottom : 0;
     float *kt = e->kept[li], *kb = kt + planes * top * w;
     float *up = e->hd, *down = up + planes * bot * w;
@@ -552,7 +552,7 @@ static void exec__gather_end(exec *e, int li, float pad)
 {
     const model_layer *l = &e->m->layers[li];
     const spatial_layer *s = exec__sl(e, li);
-    size_t planes = (size_t)e->n * l->in.d[0], w = (size_t)l->in.d[2];
+    size_t planes = (size_t)e->n * l->in.d[0], w = (size_t)spatial_row_elems(&l->in);
     int top = s->top, bot = s->bottom > 0 ? s->bottom : 0;
     float *kt = e->kept[li], *kb = kt + planes * top * w;
     exec__exchange_end(e, exec__tag(li, EXEC__HALO_FWD));
@@ -575,7 +575,7 @@ static op_conv2d_halo exec__conv_halo(exec *e, int li, bool backward)
 {
     const model_layer *l = &e->m->layers[li];
     const spatial_layer *s = exec__sl(e, li);
-    size_t planes = (size_t)e->n * l->in.d[0], w = (size_t)l->in.d[2];
+    size_t planes = (size_t)e->n * l->in.d[0], w = (size_t)spatial_row_elems(&l->in);
     int top = s->top, bot = s->bottom > 0 ? s->bottom : 0;
     bool first = e->parts.part == 0, last = e->parts.part + 1 == e->parts.parts;
     float *kt = e->kept[li];
@@ -597,7 +597,7 @@ static int exec__gather_in(exec *e, int li, const float *in, bool exchange, floa
     const model_layer *l = &e->m->layers[li];
     const spatial_layer *s = exec__sl(e, li);
     size_t planes = (size_t)e->n * l->in.d[0];
-    int h = (int)l->in.d[1], w = (int)l->in.d[2];
+    int h = (int)l->in.d[1], w = (int)spatial_row_elems(&l->in);
     int top = s->top, bot = s->bottom > 0 ? s->bottom : 0;
     int own = s->bottom < 0 ? h + s->bottom : h; /* rows this stripe's windows read */
     float *kt = e->kept[li], *kb = kt + planes * top * w;
@@ -660,7 +660,7 @@ static void exec__gather_din(exec *e, int li, float *din)
     const model_layer *l = &e->m->layers[li];
     const spatial_layer *s = exec__sl(e, li);
     size_t planes = (size_t)e->n * l->in.d[0];
-    int h = (int)l->in.d[1], w = (int)l->in.d[2];
+    int h = (int)l->in.d[1], w = (int)spatial_row_elems(&l->in);
     int top = s->top, bot = s->bottom > 0 ? s->bottom : 0;
     int own = s->bottom < 0 ? h + s->bottom : h, hext = top + own + bot;
     for (size_t p = 0; p < planes; p++) {
@@ -681,8 +681,8 @@ static void exec__gather_back_begin(exec *e, int li)
     const spatial_layer *s = exec__sl(e, li);
     size_t planes = (size_t)e->n * l->in.d[0];
     int top = s->top, bot = s->bottom > 0 ? s->bottom : 0;
-    exec__halo_back_begin(e, li, planes, (int)l->in.d[2], e->hx, top,
-                          e->hx + planes * top * l->in.d[2], bot);
+    exec__halo_back_begin(e, li, planes, (int)spatial_row_elems(&l->in), e->hx, top,
+                          e->hx + planes * top * spatial_row_elems(&l->in), bot);
 }
 
 static void exec__gather_back_end(exec *e, int li, float *dsrc)
@@ -690,7 +690,7 @@ static void exec__gather_back_end(exec *e, int li, float *dsrc)
     const model_layer *l = &e->m->layers[li];
     const spatial_layer *s = exec__sl(e, li);
     int top = s->top, bot = s->bottom > 0 ? s->bottom : 0;
-    exec__halo_back_end(e, li, (size_t)e->n * l->in.d[0], (int)l->in.d[1], (int)l->in.d[2], top,
+    exec__halo_back_end(e, li, (size_t)e->n * l->in.d[0], (int)l->in.d[1], (int)spatial_row_elems(&l->in), top,
                         bot, dsrc);
 }
 
@@ -702,7 +702,7 @@ static void exec__scatter_out(exec *e, int li, float *out, const float *bias)
     const model_layer *l = &e->m->layers[li];
     const spatial_layer *s = exec__sl(e, li);
     size_t planes = (size_t)e->n * l->out.d[0];
-    int o = (int)l->out.d[1], w = (int)l->out.d[2], top = s->top, bot = s->bottom;
+    int o = (int)l->out.d[1], w = (int)spatial_row_elems(&l->out), top = s->top, bot = s->bottom;
     int hext = top + o + bot;
     float *up = e->hd, *down = up + planes * top * w;
     float *from_up = down + planes * bot * w, *from_down = from_up + planes * bot * w;
@@ -732,7 +732,7 @@ static void exec__scatter_dout(exec *e, int li, const float *dout)
     const model_layer *l = &e->m->layers[li];
     const spatial_layer *s = exec__sl(e, li);
     size_t planes = (size_t)e->n * l->out.d[0];
-    int o = (int)l->out.d[1], w = (int)l->out.d[2], top = s->top, bot = s->bottom;
+    int o = (int)l->out.d[1], w = (int)spatial_row_elems(&l->out), top = s->top, bot = s->bottom;
     int hext = top + o + bot;
     float *up = e->hd, *down = up + planes * bot * w;
     float *from_up = down + planes * top * w, *from_down = from_up + planes * top * w;
@@ -792,7 +792,7 @@ int exec_set_parts(exec *e, const exec_parts *p, char *err, size_t errlen)
         int bot = s->bottom > 0 ? s->bottom : 0;
         if (s->kind == SPATIAL_GATHER || s->kind == SPATIAL_BILINEAR) {
             size_t rows = s->kind == SPATIAL_GATHER ? (size_t)(s->top + bot) : 2;
-            oom |= !(e->kept[i] = malloc(n * (size_t)l->in.d[0] * rows * l->in.d[2] *
+            oom |= !(e->kept[i] = malloc(n * (size_t)l->in.d[0] * rows * (size_t)spatial_row_elems(&l->in) *
                                          sizeof(float) + 1));
         }
         /* the convolutions run on the extended rows, without row padding */
@@ -801,6 +801,18 @@ int exec_set_parts(exec *e, const exec_parts *p, char *err, size_t errlen)
             q.h += s->top + s->bottom;
             q.pad_h = 0;
             size_t b = op_conv2d_workspace(&q);
+            ws = b > ws ? b : ws;
+        } else if (s->kind == SPATIAL_GATHER && l->type == LAYER_CONV3D) {
+            op_conv3d_params q = exec__conv3d(l, e->n);
+            q.d += s->top + s->bottom;
+            q.pad_d = 0;
+            size_t b = e->m->mixed_precision ? op_conv3d_bf16_workspace(&q)
+                                             : op_conv3d_workspace(&q);
+            ws = b > ws ? b : ws;
+        } else if (s->kind == SPATIAL_SCATTER && l->type == LAYER_CONV_TRANSPOSE3D) {
+            op_conv_transpose3d_params q = exec__convt3d(l, e->n);
+            q.pad_d = 0;
+            size_t b = op_conv_transpose3d_workspace(&q);
             ws = b > ws ? b : ws;
         } else if (s->kind == SPATIAL_SCATTER) {
             op_conv_transpose2d_params q = footprint_convt_params(l, e->n);
@@ -826,6 +838,20 @@ int exec_set_parts(exec *e, const exec_parts *p, char *err, size_t errlen)
 }
 
 static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int mode);
+
+/* A transposed convolution's bias gradient from its output gradient: a
+ * stripe's (slab's) share, over its own rows (planes). */
+static void exec__bias_grad(const model_layer *l, int n, const float *dout, float *db)
+{
+    size_t plane = (size_t)l->out.d[1] * spatial_row_elems(&l->out);
+    for (int k = 0; db && k < l->filters; k++) {
+        double sum = 0.0;
+        for (int i = 0; i < n; i++)
+            for (size_t j = 0; j < plane; j++)
+                sum += dout[((size_t)i * l->filters + k) * plane + j];
+        db[k] = (float)sum;
+    }
+}
 
 /* Replays the events before operation op: buffers take their places in
  * the arena (a gradient's first writer finds it zeroed), outputs the
@@ -1016,6 +1042,11 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
     case LAYER_CONV3D: {
         op_conv3d_params p = exec__conv3d(l, n);
         const float *b = l->bias ? W(l, 1) : NULL;
+        if (gather) { /* the slab's planes with their halos, unpadded in depth */
+            p.d = exec__gather_in(e, li, in, exchange, 0.0f);
+            p.pad_d = 0;
+            in = e->hx;
+        }
         if (e->m->mixed_precision) /* bfloat16 on oneDNN where it has the kernels */
             op_conv3d_forward_bf16(out, in, W(l, 0), b, &p, e->ws, e->ws_bytes);
         else
@@ -1024,22 +1055,54 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
     }
     case LAYER_CONV_TRANSPOSE3D: {
         op_conv_transpose3d_params p = exec__convt3d(l, n);
+        if (sl && sl->kind == SPATIAL_SCATTER) { /* over the extended planes */
+            p.pad_d = 0;
+            op_conv_transpose3d_forward(e->hx, in, W(l, 0), NULL, &p, e->ws, e->ws_bytes);
+            exec__scatter_out(e, li, out, l->bias ? W(l, 1) : NULL);
+            break;
+        }
         op_conv_transpose3d_forward(out, in, W(l, 0), l->bias ? W(l, 1) : NULL, &p, e->ws,
                                     e->ws_bytes);
         break;
     }
     case LAYER_MAX_POOL3D: {
         op_pool3d_params p = exec__pool3d(l, n);
+        if (gather) { /* padding never wins a maximum */
+            p.d = exec__gather_in(e, li, in, exchange, -INFINITY);
+            p.pad_d = 0;
+            in = e->hx;
+        }
         op_maxpool3d_forward(out, e->aux[li], in, &p);
         break;
     }
     case LAYER_AVG_POOL3D: {
         op_pool3d_params p = exec__pool3d(l, n);
+        if (gather) { /* padding counts as zeros (count_include_pad) */
+            p.d = exec__gather_in(e, li, in, exchange, 0.0f);
+            p.pad_d = 0;
+            in = e->hx;
+        }
         op_avgpool3d_forward(out, in, &p);
         break;
     }
     case LAYER_UPSAMPLE:
-        if (l->in.ndim == 4) { /* a volume: trilinear or nearest */
+        if (l->in.ndim == 4 && sl && sl->kind == SPATIAL_BILINEAR) { /* a slab's trilinear */
+            size_t planes = (size_t)n * c, hw2 = (size_t)spatial_row_elems(&l->in);
+            int d = (int)l->in.d[1];
+            float *kt = e->kept[li], *kb = kt + planes * hw2;
+            if (exchange) {
+                exec__rows_get(e->hd, in, planes, d, (int)hw2, 0, 1);
+                exec__rows_get(e->hd + planes * hw2, in, planes, d, (int)hw2, d - 1, 1);
+                exec__exchange(e, exec__tag(li, EXEC__HALO_FWD), e->hd, planes * hw2,
+                               e->hd + planes * hw2, planes * hw2, kt, planes * hw2, kb,
+                               planes * hw2);
+            }
+            op_upsample_frame f = exec__frame(e, l);
+            op_upsample3d_trilinear_forward_slab(
+                out, in, n, c, d, (int)l->in.d[2], (int)l->in.d[3], (int)l->out.d[1],
+                (int)l->out.d[2], (int)l->out.d[3], &f, e->parts.part > 0 ? kt : NULL,
+                e->parts.part + 1 < e->parts.parts ? kb : NULL);
+        } else if (l->in.ndim == 4) { /* a volume: trilinear or nearest */
             void (*up)(float *, const float *, int, int, int, int, int, int, int, int) =
                 l->mode == UPSAMPLE_TRILINEAR ? op_upsample3d_trilinear_forward
                                               : op_upsample3d_nearest_forward;
@@ -1375,15 +1438,7 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
             p.pad_h = 0;
             op_conv_transpose2d_backward(din, G(l, 0), NULL, e->hx, in, W(l, 0), &p, e->ws,
                                          e->ws_bytes);
-            float *db = l->bias ? G(l, 1) : NULL;
-            size_t plane = (size_t)l->out.d[1] * l->out.d[2];
-            for (int k = 0; db && k < l->filters; k++) {
-                double sum = 0.0;
-                for (int i = 0; i < n; i++)
-                    for (size_t j = 0; j < plane; j++)
-                        sum += dout[((size_t)i * l->filters + k) * plane + j];
-                db[k] = (float)sum;
-            }
+            exec__bias_grad(l, n, dout, l->bias ? G(l, 1) : NULL);
             break;
         }
         op_conv_transpose2d_backward(din, G(l, 0), l->bias ? G(l, 1) : NULL, dout, in, W(l, 0),
@@ -1391,6 +1446,8 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
         break;
     }
     case LAYER_MAX_POOL2D: {
+        if (src < 0) /* no weights: a first layer has nothing to compute */
+            break;
         op_pool2d_params p = exec__pool(l, n);
         if (gather) {
             p.h = exec__gather_in(e, li, in, false, -INFINITY);
@@ -1403,6 +1460,8 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
         break;
     }
     case LAYER_AVG_POOL2D: {
+        if (src < 0) /* no weights: a first layer has nothing to compute */
+            break;
         op_pool2d_params p = exec__pool(l, n);
         if (gather) {
             p.h = exec__gather_in(e, li, in, false, 0.0f);
@@ -1419,32 +1478,75 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
         if (src < 0) /* a first layer: its weight gradient alone */
             din = NULL;
         float *db = l->bias ? G(l, 1) : NULL;
+        float *dx = din;
+        if (gather) { /* over the extended planes; the halo planes' gradients go back */
+            p.d = exec__gather_in(e, li, in, false, 0.0f);
+            p.pad_d = 0;
+            in = e->hx;
+            dx = din ? e->hd : NULL;
+        }
         if (e->m->mixed_precision)
-            op_conv3d_backward_bf16(din, G(l, 0), db, dout, in, W(l, 0), &p, e->ws, e->ws_bytes);
+            op_conv3d_backward_bf16(dx, G(l, 0), db, dout, in, W(l, 0), &p, e->ws, e->ws_bytes);
         else
-            op_conv3d_backward(din, G(l, 0), db, dout, in, W(l, 0), &p, e->ws, e->ws_bytes);
+            op_conv3d_backward(dx, G(l, 0), db, dout, in, W(l, 0), &p, e->ws, e->ws_bytes);
+        if (gather && din)
+            exec__gather_din(e, li, din);
         break;
     }
     case LAYER_CONV_TRANSPOSE3D: {
         op_conv_transpose3d_params p = exec__convt3d(l, n);
         if (src < 0)
             din = NULL;
+        if (sl && sl->kind == SPATIAL_SCATTER) { /* as conv_transpose2d's */
+            exec__scatter_dout(e, li, dout);
+            p.pad_d = 0;
+            op_conv_transpose3d_backward(din, G(l, 0), NULL, e->hx, in, W(l, 0), &p, e->ws,
+                                         e->ws_bytes);
+            exec__bias_grad(l, n, dout, l->bias ? G(l, 1) : NULL);
+            break;
+        }
         op_conv_transpose3d_backward(din, G(l, 0), l->bias ? G(l, 1) : NULL, dout, in, W(l, 0),
                                      &p, e->ws, e->ws_bytes);
         break;
     }
     case LAYER_MAX_POOL3D: {
+        if (src < 0) /* no weights: a first layer has nothing to compute */
+            break;
         op_pool3d_params p = exec__pool3d(l, n);
+        if (gather) {
+            p.d = exec__gather_in(e, li, in, false, -INFINITY);
+            p.pad_d = 0;
+            op_maxpool3d_backward(e->hd, dout, e->aux[li], &p);
+            exec__gather_din(e, li, din);
+            break;
+        }
         op_maxpool3d_backward(din, dout, e->aux[li], &p);
         break;
     }
     case LAYER_AVG_POOL3D: {
+        if (src < 0) /* no weights: a first layer has nothing to compute */
+            break;
         op_pool3d_params p = exec__pool3d(l, n);
+        if (gather) {
+            p.d = exec__gather_in(e, li, in, false, 0.0f);
+            p.pad_d = 0;
+            op_avgpool3d_backward(e->hd, dout, &p);
+            exec__gather_din(e, li, din);
+            break;
+        }
         op_avgpool3d_backward(din, dout, &p);
         break;
     }
     case LAYER_UPSAMPLE:
-        if (l->in.ndim == 4) {
+        if (l->in.ndim == 4 && sl && sl->kind == SPATIAL_BILINEAR) {
+            size_t hw2 = (size_t)n * c * spatial_row_elems(&l->in);
+            op_upsample_frame f = exec__frame(e, l);
+            op_upsample3d_trilinear_backward_slab(
+                din, dout, n, c, (int)l->in.d[1], (int)l->in.d[2], (int)l->in.d[3],
+                (int)l->out.d[1], (int)l->out.d[2], (int)l->out.d[3], &f,
+                e->parts.part > 0 ? e->hd : NULL,
+                e->parts.part + 1 < e->parts.parts ? e->hd + hw2 : NULL);
+        } else if (l->in.ndim == 4) {
             void (*up)(float *, const float *, int, int, int, int, int, int, int, int) =
                 l->mode == UPSAMPLE_TRILINEAR ? op_upsample3d_trilinear_backward
                                               : op_upsample3d_nearest_backward;
@@ -1558,13 +1660,14 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
         if (gather && sl->in_place) { /* begun in the switch */
             exec__gather_back_end(e, li, exec__dout(e, src));
         } else if (gather && (l->type == LAYER_CONV2D || l->type == LAYER_MAX_POOL2D ||
-                              l->type == LAYER_AVG_POOL2D)) {
+                              l->type == LAYER_AVG_POOL2D || l->type == LAYER_CONV3D ||
+                              l->type == LAYER_MAX_POOL3D || l->type == LAYER_AVG_POOL3D)) {
             exec__gather_back_begin(e, li);
             exec__gather_back_end(e, li, exec__dout(e, src));
         }
         else if (sl->kind == SPATIAL_BILINEAR && l->type == LAYER_UPSAMPLE)
-            exec__halo_back(e, li, (size_t)n * c, (int)l->in.d[1], (int)l->in.d[2], e->hd, 1,
-                            e->hd + (size_t)n * c * l->in.d[2], 1, exec__dout(e, src));
+            exec__halo_back(e, li, (size_t)n * c, (int)l->in.d[1], (int)spatial_row_elems(&l->in), e->hd, 1,
+                            e->hd + (size_t)n * c * spatial_row_elems(&l->in), 1, exec__dout(e, src));
     }
     for (int k = 0; k < l->ninputs; k++) /* written: later writers add */
         if (l->inputs[k] >= 0 && e->res[l->inputs[k]] >= 0)

@@ -15,7 +15,7 @@ static int64_t spatial_downsampling(const model *m)
     int64_t d = 1, H = m->input.d[1];
     for (int i = 0; i < m->nlayers; i++) {
         const model_shape *o = &m->layers[i].out;
-        if (o->ndim != 3 || o->d[1] <= 0)
+        if (o->ndim < 3 || o->d[1] <= 0)
             continue;
         if (o->d[1] >= H ? o->d[1] % H != 0 : H % o->d[1] != 0)
             return 0;
@@ -40,28 +40,25 @@ int spatial_stripe_rows(const model *full, int parts, int part, int64_t *row0, i
         snprintf(err, errlen, "stripe %d of %d", part, parts);
         return -EINVAL;
     }
-    if (in->ndim == 4) {
-        snprintf(err, errlen, "spatial partitions split images: the model's input is a volume "
-                 "(%lldx%lldx%lldx%lld), computed whole on one wse-node", (long long)in->d[0],
-                 (long long)in->d[1], (long long)in->d[2], (long long)in->d[3]);
+    if (in->ndim != 3 && in->ndim != 4) {
+        snprintf(err, errlen, "spatial partitions split images and volumes: the model's input "
+                 "is %lld features, not channels x height x width (or x depth x ...)",
+                 (long long)in->d[0]);
         return -EINVAL;
     }
-    if (in->ndim != 3) {
-        snprintf(err, errlen, "spatial partitions split images: the model's input is %lld "
-                 "features, not channels x height x width", (long long)in->d[0]);
-        return -EINVAL;
-    }
+    const char *rw = spatial_rows_word(in), *pw = in->ndim == 4 ? "slabs" : "stripes";
     int64_t H = in->d[1], d = spatial_downsampling(full);
     if (d == 0 || H % d != 0) {
-        snprintf(err, errlen, "the input's %lld rows do not split into whole rows at every "
-                 "layer (a layer's rows are not a whole fraction of them)", (long long)H);
+        snprintf(err, errlen, "the input's %lld %s do not split into whole %s at every "
+                 "layer (a layer's %s are not a whole fraction of them)", (long long)H, rw, rw,
+                 rw);
         return -EINVAL;
     }
     int64_t units = H / d;
     if (units < parts) {
-        snprintf(err, errlen, "the input's %lld rows make %lld slice(s) of %lld rows, the model's "
-                 "downsampling: at most %lld stripes, not %d", (long long)H, (long long)units,
-                 (long long)d, (long long)units, parts);
+        snprintf(err, errlen, "the input's %lld %s make %lld slice(s) of %lld %s, the model's "
+                 "downsampling: at most %lld %s, not %d", (long long)H, rw, (long long)units,
+                 (long long)d, rw, (long long)units, pw, parts);
         return -EINVAL;
     }
     /* slices of d rows, as even as they go: the first stripes one more */
@@ -86,8 +83,12 @@ static int spatial_layer_of(const model_layer *l, spatial_layer *s, char *err, s
         return -EINVAL;
     case LAYER_CONV2D:
     case LAYER_MAX_POOL2D:
-    case LAYER_AVG_POOL2D: {
-        int dil = l->type == LAYER_CONV2D ? l->dilation[0] : 1;
+    case LAYER_AVG_POOL2D:
+    case LAYER_CONV3D:
+    case LAYER_MAX_POOL3D:
+    case LAYER_AVG_POOL3D: {
+        bool conv = l->type == LAYER_CONV2D || l->type == LAYER_CONV3D;
+        int dil = conv ? l->dilation[0] : 1;
         int64_t ke = (int64_t)dil * (l->kernel[0] - 1) + 1, s_ = l->stride[0], p = l->padding[0];
         if (o * s_ != h) {
             snprintf(err, errlen, "layer \"%s\" (%s, stride %lld): a stripe's %lld input rows "
@@ -98,17 +99,20 @@ static int spatial_layer_of(const model_layer *l, spatial_layer *s, char *err, s
         s->top = (int)p;
         s->bottom = (int)((o - 1) * s_ - p + ke - h);
         s->kind = s->top > 0 || s->bottom > 0 ? SPATIAL_GATHER : SPATIAL_LOCAL;
+        /* (a volume's convolutions run on a copy with the halo planes) */
         s->in_place = s->kind == SPATIAL_GATHER && l->type == LAYER_CONV2D && s_ == 1 &&
                       l->stride[1] == 1 && s->bottom <= p;
         break;
     }
-    case LAYER_CONV_TRANSPOSE2D: {
+    case LAYER_CONV_TRANSPOSE2D:
+    case LAYER_CONV_TRANSPOSE3D: {
         int64_t ke = (int64_t)l->dilation[0] * (l->kernel[0] - 1) + 1, s_ = l->stride[0],
                 p = l->padding[0];
         if (o != h * s_) {
-            snprintf(err, errlen, "layer \"%s\" (conv_transpose2d, stride %lld): a stripe's "
+            snprintf(err, errlen, "layer \"%s\" (%s, stride %lld): a stripe's "
                      "%lld input rows make %lld output rows, not %lld x %lld", l->name,
-                     (long long)s_, (long long)h, (long long)o, (long long)h, (long long)s_);
+                     layer_type_name(l->type), (long long)s_, (long long)h, (long long)o,
+                     (long long)h, (long long)s_);
             return -EINVAL;
         }
         s->top = (int)p;
@@ -116,9 +120,9 @@ static int spatial_layer_of(const model_layer *l, spatial_layer *s, char *err, s
         if (s->top == 0 && s->bottom <= 0)
             break;
         if (l->output_padding[0] != 0) {
-            snprintf(err, errlen, "layer \"%s\" (conv_transpose2d): output_padding along the "
+            snprintf(err, errlen, "layer \"%s\" (%s): output_padding along the "
                      "rows with a window that crosses stripes is not supported in spatial "
-                     "partitions", l->name);
+                     "partitions", l->name, layer_type_name(l->type));
             return -EINVAL;
         }
         if (s->bottom < 0)
@@ -127,7 +131,7 @@ static int spatial_layer_of(const model_layer *l, spatial_layer *s, char *err, s
         break;
     }
     case LAYER_UPSAMPLE:
-        if (l->mode == UPSAMPLE_BILINEAR && l->scale > 1) {
+        if ((l->mode == UPSAMPLE_BILINEAR || l->mode == UPSAMPLE_TRILINEAR) && l->scale > 1) {
             s->kind = SPATIAL_BILINEAR;
             s->top = s->bottom = 1;
         }
@@ -150,7 +154,7 @@ int spatial_plan_init(spatial_plan *sp, const model *full, const model *stripe, 
                       int part, char *err, size_t errlen)
 {
     memset(sp, 0, sizeof(*sp));
-    if (full->nlayers != stripe->nlayers || full->input.ndim != 3) {
+    if (full->nlayers != stripe->nlayers || (full->input.ndim != 3 && full->input.ndim != 4)) {
         snprintf(err, errlen, "the stripe's model is not the model's");
         return -EINVAL;
     }
@@ -176,8 +180,9 @@ int spatial_plan_init(spatial_plan *sp, const model *full, const model *stripe, 
     sp->row0 = row0;
     for (int i = 0; i < full->nlayers; i++) {
         const model_layer *f = &full->layers[i], *l = &stripe->layers[i];
-        if (f->out.ndim == 3 &&
-            (l->out.d[1] * sp->full_h != f->out.d[1] * sp->rows || l->out.d[2] != f->out.d[2])) {
+        if (f->out.ndim >= 3 &&
+            (l->out.d[1] * sp->full_h != f->out.d[1] * sp->rows ||
+             spatial_row_elems(&l->out) != spatial_row_elems(&f->out))) {
             snprintf(err, errlen, "layer \"%s\": a stripe of %lld of the input's %lld rows makes "
                      "%lld of its %lld output rows", f->name, (long long)sp->rows,
                      (long long)sp->full_h, (long long)l->out.d[1], (long long)f->out.d[1]);
@@ -197,26 +202,26 @@ int spatial_plan_init(spatial_plan *sp, const model *full, const model *stripe, 
         uint64_t ext = 0;
         if (s->kind == SPATIAL_GATHER) {
             ext = s->in_place ? 0 : (uint64_t)l->in.d[0] * (uint64_t)(l->in.d[1] + s->top + bottom) *
-                                        (uint64_t)l->in.d[2];
+                                        (uint64_t)spatial_row_elems(&l->in);
             sp->kept_elems += (uint64_t)l->in.d[0] * (uint64_t)(s->top + bottom) *
-                              (uint64_t)l->in.d[2];
+                              (uint64_t)spatial_row_elems(&l->in);
         } else if (s->kind == SPATIAL_SCATTER) {
             ext = (uint64_t)l->out.d[0] * (uint64_t)(l->out.d[1] + s->top + bottom) *
-                  (uint64_t)l->out.d[2];
+                  (uint64_t)spatial_row_elems(&l->out);
         } else { /* bilinear: the rows above and below, kept, and their gradients */
-            sp->kept_elems += 2 * (uint64_t)l->in.d[0] * (uint64_t)l->in.d[2];
-            ext = 2 * (uint64_t)l->in.d[0] * (uint64_t)l->in.d[2];
+            sp->kept_elems += 2 * (uint64_t)l->in.d[0] * (uint64_t)spatial_row_elems(&l->in);
+            ext = 2 * (uint64_t)l->in.d[0] * (uint64_t)spatial_row_elems(&l->in);
         }
         uint64_t msg = (uint64_t)(s->kind == SPATIAL_SCATTER ? l->out.d[0] : l->in.d[0]) *
                        (uint64_t)(s->kind == SPATIAL_BILINEAR ? 1 : (s->top > bottom ? s->top
                                                                                       : bottom)) *
-                       (uint64_t)(s->kind == SPATIAL_SCATTER ? l->out.d[2] : l->in.d[2]);
+                       (uint64_t)spatial_row_elems(s->kind == SPATIAL_SCATTER ? &l->out : &l->in);
         if (msg > sp->msg_elems)
             sp->msg_elems = msg;
         /* the rows in flight, sent and received, share the same buffers */
         uint64_t flight = 2 * (uint64_t)(s->kind == SPATIAL_SCATTER ? l->out.d[0] : l->in.d[0]) *
                           (uint64_t)(s->kind == SPATIAL_BILINEAR ? 2 : s->top + bottom) *
-                          (uint64_t)(s->kind == SPATIAL_SCATTER ? l->out.d[2] : l->in.d[2]);
+                          (uint64_t)spatial_row_elems(s->kind == SPATIAL_SCATTER ? &l->out : &l->in);
         if (flight > ext)
             ext = flight;
         if (ext > sp->halo_elems)

@@ -49,6 +49,20 @@ typedef struct spatial_plan {
                               * totals over the stripes (plus one count) */
 } spatial_plan;
 
+/* The elements of one row of a shape split into stripes: its width for
+ * an image (C x H x W), a plane (H x W) for a volume (C x D x H x W), whose
+ * "rows" along the split are its depth's planes (slabs). */
+static inline int64_t spatial_row_elems(const model_shape *s)
+{
+    return s->ndim == 4 ? s->d[2] * s->d[3] : s->ndim == 3 ? s->d[2] : 1;
+}
+
+/* "rows" of an image, "planes" of a volume: for messages. */
+static inline const char *spatial_rows_word(const model_shape *s)
+{
+    return s->ndim == 4 ? "planes" : "rows";
+}
+
 /* The rows of stripe `part` of `parts` of model `full`'s input: [*row0,
  * *row0 + *rows). The input's height goes in slices of the model's
  * downsampling (the least multiple of every layer's input rows per output

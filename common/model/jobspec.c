@@ -567,16 +567,6 @@ jobspec *jobspec_parse_as(const char *text, size_t len, const char *name, jobspe
     j->model = model_compile(model_table, err, errlen);
     if (!j->model)
         goto fail;
-    /* Stripes cut an image's rows; a volume is planned and computed whole
-     * (no slabs yet) */
-    if (j->model->input.ndim == 4 && parts > 1) {
-        const toml_value *rc = toml_table_get(root, "runconfig");
-        toml_errorf(err, errlen, name, toml_pos_of(toml_table_get(rc, "spatial_partitions")),
-                    "runconfig.spatial_partitions %lld: a volume's model (input_shape of 4 "
-                    "sizes) is computed whole on one wse-node; spatial partitions split only "
-                    "images", (long long)parts);
-        goto fail;
-    }
     /* One scale of 8-bit inputs: the training input's (an evaluation on
      * other inputs than it trained on would measure nothing) */
     if (j->eval.present &&

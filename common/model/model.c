@@ -1367,7 +1367,7 @@ void model_fuse(model *m, bool on)
 
 bool model_splits(const model *m)
 {
-    if (m->input.ndim != 3)
+    if (m->input.ndim != 3 && m->input.ndim != 4)
         return false;
     for (int i = 0; i < m->nlayers; i++)
         if (m->layers[i].type == LAYER_DENSE || m->layers[i].type == LAYER_FLATTEN)

@@ -7,7 +7,10 @@
  * and average pooling with padding and stride, a transposed convolution
  * that writes across the border and one that does not, bilinear
  * upsampling, batch and group norm, and the BCE + Dice loss (and the
- * Model Zoo's ssce_dice and multilabel_bce). */
+ * Model Zoo's ssce_dice and multilabel_bce). A 3D U-Net split into slabs
+ * of its depth's planes does the same with the volumes' layers: padded,
+ * strided and dilated 3D convolutions, 3D pooling, transposed 3D
+ * convolutions across the border and not, and trilinear upsampling. */
 #include <check.h>
 #include <math.h>
 #include <pthread.h>
@@ -46,6 +49,40 @@ static const char *unet_text =
     "stride = 2\n"
     "[[model.layers]]\nname = \"cat2\"\ntype = \"concat\"\ninputs = [\"t2\", \"r1\"]\n"
     "[[model.layers]]\nname = \"c5\"\ntype = \"conv2d\"\nfilters = 1\nkernel_size = 1\n";
+
+/* A volume's model: C x D x H x W of 2 x 32 x 8 x 8 (a downsampling of 8
+ * along the depth: 4 slabs of 8 planes at most) */
+static const char *vol_text =
+    "[model]\ninput_shape = [2, 32, 8, 8]\nloss = \"bce_dice\"\n"
+    "[[model.layers]]\nname = \"c1\"\ntype = \"conv3d\"\nfilters = 4\nkernel_size = 3\npadding = 1\n"
+    "[[model.layers]]\nname = \"bn1\"\ntype = \"batch_norm\"\n"
+    "[[model.layers]]\nname = \"r1\"\ntype = \"relu\"\n"
+    "[[model.layers]]\nname = \"p1\"\ntype = \"max_pool3d\"\nkernel_size = 2\n"
+    "[[model.layers]]\nname = \"c2\"\ntype = \"conv3d\"\nfilters = 8\nkernel_size = 3\npadding = 1\n"
+    "[[model.layers]]\nname = \"gn1\"\ntype = \"group_norm\"\ngroups = 4\n"
+    "[[model.layers]]\nname = \"r2\"\ntype = \"relu\"\n"
+    "[[model.layers]]\nname = \"p2\"\ntype = \"avg_pool3d\"\nkernel_size = 3\nstride = 1\n"
+    "padding = 1\n"
+    "[[model.layers]]\nname = \"p3\"\ntype = \"max_pool3d\"\nkernel_size = 3\nstride = 1\n"
+    "padding = 1\n"
+    "[[model.layers]]\nname = \"s1\"\ntype = \"conv3d\"\nfilters = 8\nkernel_size = 3\n"
+    "stride = 2\npadding = 1\n"
+    "[[model.layers]]\nname = \"c3\"\ntype = \"conv3d\"\nfilters = 8\nkernel_size = 3\n"
+    "padding = 2\ndilation = 2\n"
+    "[[model.layers]]\nname = \"r3\"\ntype = \"relu\"\n"
+    "[[model.layers]]\nname = \"s2\"\ntype = \"conv3d\"\nfilters = 8\nkernel_size = 3\n"
+    "stride = 2\npadding = 1\n"
+    "[[model.layers]]\nname = \"t0\"\ntype = \"conv_transpose3d\"\nfilters = 8\nkernel_size = 2\n"
+    "stride = 2\n"
+    "[[model.layers]]\nname = \"t1\"\ntype = \"conv_transpose3d\"\nfilters = 8\nkernel_size = 3\n"
+    "padding = 1\n"
+    "[[model.layers]]\nname = \"u1\"\ntype = \"upsample\"\nscale_factor = 2\nmode = \"trilinear\"\n"
+    "[[model.layers]]\nname = \"cat1\"\ntype = \"concat\"\ninputs = [\"u1\", \"r2\"]\n"
+    "[[model.layers]]\nname = \"c4\"\ntype = \"conv3d\"\nfilters = 4\nkernel_size = 3\npadding = 1\n"
+    "[[model.layers]]\nname = \"t2\"\ntype = \"conv_transpose3d\"\nfilters = 4\nkernel_size = 2\n"
+    "stride = 2\n"
+    "[[model.layers]]\nname = \"cat2\"\ntype = \"concat\"\ninputs = [\"t2\", \"r1\"]\n"
+    "[[model.layers]]\nname = \"c5\"\ntype = \"conv3d\"\nfilters = 1\nkernel_size = 1\n";
 
 static toml_value *parse(const char *text, const char *from, const char *to)
 {
@@ -181,7 +218,8 @@ static float **init_weights(const model *m)
         const char *dot = strrchr(mt->name, '.');
         bool norm = l->type == LAYER_BATCH_NORM || l->type == LAYER_GROUP_NORM;
         w[i] = malloc(mt->elems * sizeof(float));
-        double fan_in = (double)mt->elems / (double)mt->dims[l->type == LAYER_CONV_TRANSPOSE2D];
+        bool t = l->type == LAYER_CONV_TRANSPOSE2D || l->type == LAYER_CONV_TRANSPOSE3D;
+        double fan_in = (double)mt->elems / (double)mt->dims[t];
         for (uint64_t k = 0; k < mt->elems; k++) {
             double u = 2.0 * rng_uniform(7, (uint64_t)i, k) - 1.0;
             if (strcmp(dot, ".running_var") == 0)
@@ -257,7 +295,8 @@ static void sgd(const model *m, float **w, float **const *g, int parts)
  * (class 1), and with 3 classes or more a band at the left (class 2). */
 static void make_batch(const model *m, int n, int64_t step, float *x, uint8_t *y)
 {
-    int c = (int)m->input.d[0], h = (int)m->input.d[1], w = (int)m->input.d[2];
+    /* a volume's planes as an image's rows */
+    int c = (int)m->input.d[0], h = (int)m->input.d[1], w = (int)spatial_row_elems(&m->input);
     int classes = (int)m->layers[m->nlayers - 1].out.d[0];
     for (int s = 0; s < n; s++) {
         double cy = h * (0.3 + 0.1 * s + 0.05 * step), cx = w * 0.5, r = h * 0.25;
@@ -305,7 +344,8 @@ static void train_striped(const char *text, int parts, int n, int steps, double 
     pthread_cond_init(&b.cv, NULL);
     stripe st[MAXP];
     float **sg[MAXP];
-    int c = (int)full->input.d[0], H = (int)full->input.d[1], W = (int)full->input.d[2];
+    int c = (int)full->input.d[0], H = (int)full->input.d[1];
+    int W = (int)spatial_row_elems(&full->input);
     for (int p = 0; p < parts; p++) {
         int h = (int)sp[p].rows;
         sg[p] = zeros(full);
@@ -368,9 +408,10 @@ static void train_striped(const char *text, int parts, int n, int steps, double 
             where = full->tensors[i].name;
         }
     }
-    printf("%d stripes of %lld to %lld of %d rows: after %d steps the weights within %.2g "
+    printf("%d %s of %lld to %lld of %d rows: after %d steps the weights within %.2g "
            "(relative, worst %s) of the whole model's; %llu exchanges, %llu sums\n",
-           parts, (long long)sp[parts - 1].rows, (long long)sp[0].rows, H, steps, worst, where,
+           parts, full->input.ndim == 4 ? "slabs" : "stripes", (long long)sp[parts - 1].rows,
+           (long long)sp[0].rows, H, steps, worst, where,
            (unsigned long long)b.exchanges, (unsigned long long)b.sums);
     ck_assert_msg(worst <= tol, "%d stripes: %s differs by %g", parts, where, worst);
     for (int p = 0; p < parts; p++) {
@@ -478,6 +519,27 @@ START_TEST(multilabel_bce_in_stripes_as_the_whole)
 }
 END_TEST
 
+/* 32 planes in slices of 8: 2 slabs of 16, 4 of 8, 3 of 16, 8 and 8 */
+START_TEST(slabs_train_as_the_whole_volume)
+{
+    train_striped(vol_text, 2, 2, 4, 1e-4);
+    train_striped(vol_text, 4, 1, 3, 1e-4);
+    train_striped(vol_text, 3, 2, 3, 1e-4);
+}
+END_TEST
+
+START_TEST(slabs_with_ssce_dice_as_the_whole_volume)
+{
+    char *text = malloc(1 << 14);
+    const char *at = strstr(vol_text, "\"bce_dice\""), *f = strstr(vol_text, "filters = 1\n");
+    ck_assert(at && f && at < f);
+    snprintf(text, 1 << 14, "%.*s\"ssce_dice\"%.*sfilters = 3\n%s", (int)(at - vol_text),
+             vol_text, (int)(f - at - 10), at + 10, f + 12);
+    train_striped(text, 2, 2, 3, 1e-4);
+    free(text);
+}
+END_TEST
+
 static Suite *spatial_suite(void)
 {
     Suite *s = suite_create("spatial");
@@ -489,12 +551,21 @@ static Suite *spatial_suite(void)
     tcase_add_test(t, unequal_stripes_train_as_the_whole);
     tcase_add_test(t, ssce_dice_in_stripes_as_the_whole);
     tcase_add_test(t, multilabel_bce_in_stripes_as_the_whole);
+    tcase_add_test(t, slabs_train_as_the_whole_volume);
+    tcase_add_test(t, slabs_with_ssce_dice_as_the_whole_volume);
     suite_add_tcase(s, t);
     return s;
 }
 
 int main(void)
 {
+    /* The kernels' oneDNN state (its stream, the table of 3-D convolution
+     * primitives) belongs to a process's one compute thread; here every
+     * stripe's executor runs on its own thread of one process, so the
+     * convolutions take the lowering (vol2col, im2col), which keeps no state.
+     * The slabs' oneDNN path runs in wse-node processes in the cluster test
+     * (tests/cluster/volume.sh). */
+    setenv("APPLIANCE_CONV_PATH", "im2col", 1);
     SRunner *r = srunner_create(spatial_suite());
     srunner_run_all(r, CK_NORMAL);
     int failed = srunner_ntests_failed(r);

@@ -32,12 +32,31 @@ static void linear_src(int dst, int in, int out, int *i0, int *i1, float *l)
     *l = src - a;
 }
 
-/* A call's arguments, for the ranges of volumes. */
+/* A call's arguments, for the ranges of volumes. A slab's call
+ * (trilinear) places its planes in the whole volume's: plane z of its
+ * input is the whole's plane z0 + z, output plane oz the whole's
+ * oz0 + oz, of fd input and fod output planes; the planes just above and
+ * below the slab are top and bottom ((n, c, h, w) each, NULL at the
+ * volume's edges). */
 typedef struct up_job {
     float *out;
     const float *in;
     int d, h, w, od, oh, ow;
+    int z0, oz0, fd, fod;
+    float *top, *bottom;
 } up_job;
+
+/* Input plane z (a slab's: -1 is the plane above it, d the one below) of
+ * volume v whose own planes start at x. */
+static float *plane_of(const up_job *j, float *x, size_t v, int z)
+{
+    size_t hw = (size_t)j->h * j->w;
+    if (z < 0)
+        return j->top + v * hw;
+    if (z >= j->d)
+        return j->bottom + v * hw;
+    return x + (size_t)z * hw;
+}
 
 static size_t vol_grain(size_t vol)
 {
@@ -66,7 +85,7 @@ void op_upsample3d_nearest_forward(float *out, const float *in, int n, int c, in
                                    int od, int oh, int ow)
 {
     /* in (n, c, d, h, w); out (n, c, od, oh, ow) */
-    up_job j = {out, in, d, h, w, od, oh, ow};
+    up_job j = {out, in, d, h, w, od, oh, ow, 0, 0, d, od, NULL, NULL};
     kernels_for((size_t)n * c, vol_grain((size_t)od * oh * ow), nearest_fwd, &j);
 }
 
@@ -93,7 +112,7 @@ void op_upsample3d_nearest_backward(float *din, const float *dout, int n, int c,
                                     int w, int od, int oh, int ow)
 {
     /* dout (n, c, od, oh, ow); din (n, c, d, h, w) */
-    up_job j = {din, dout, d, h, w, od, oh, ow};
+    up_job j = {din, dout, d, h, w, od, oh, ow, 0, 0, d, od, NULL, NULL};
     kernels_for((size_t)n * c, vol_grain((size_t)od * oh * ow), nearest_bwd, &j);
 }
 
@@ -101,20 +120,20 @@ static void trilinear_fwd(void *ctx, size_t lo, size_t hi)
 {
     const up_job *j = ctx;
     size_t vol = (size_t)j->d * j->h * j->w, ovol = (size_t)j->od * j->oh * j->ow;
-    size_t hw = (size_t)j->h * j->w;
     for (size_t v = lo; v < hi; v++) {
-        const float *x = j->in + v * vol;
+        float *x = (float *)j->in + v * vol; /* read only */
         float *y = j->out + v * ovol;
         for (int oz = 0; oz < j->od; oz++) {
             int z0, z1;
             float lz;
-            linear_src(oz, j->d, j->od, &z0, &z1, &lz);
+            linear_src(j->oz0 + oz, j->fd, j->fod, &z0, &z1, &lz);
+            const float *p0 = plane_of(j, x, v, z0 - j->z0), *p1 = plane_of(j, x, v, z1 - j->z0);
             for (int oy = 0; oy < j->oh; oy++) {
                 int y0, y1;
                 float ly;
                 linear_src(oy, j->h, j->oh, &y0, &y1, &ly);
-                const float *r00 = x + z0 * hw + (size_t)y0 * j->w, *r01 = x + z0 * hw + (size_t)y1 * j->w;
-                const float *r10 = x + z1 * hw + (size_t)y0 * j->w, *r11 = x + z1 * hw + (size_t)y1 * j->w;
+                const float *r00 = p0 + (size_t)y0 * j->w, *r01 = p0 + (size_t)y1 * j->w;
+                const float *r10 = p1 + (size_t)y0 * j->w, *r11 = p1 + (size_t)y1 * j->w;
                 float *dst = y + ((size_t)oz * j->oh + oy) * j->ow;
                 for (int ox = 0; ox < j->ow; ox++) {
                     int x0, x1;
@@ -136,7 +155,17 @@ void op_upsample3d_trilinear_forward(float *out, const float *in, int n, int c, 
                                      int w, int od, int oh, int ow)
 {
     /* in (n, c, d, h, w); out (n, c, od, oh, ow) */
-    up_job j = {out, in, d, h, w, od, oh, ow};
+    up_job j = {out, in, d, h, w, od, oh, ow, 0, 0, d, od, NULL, NULL};
+    kernels_for((size_t)n * c, vol_grain((size_t)od * oh * ow), trilinear_fwd, &j);
+}
+
+void op_upsample3d_trilinear_forward_slab(float *out, const float *in, int n, int c, int d,
+                                          int h, int w, int od, int oh, int ow,
+                                          const op_upsample_frame *f, const float *top,
+                                          const float *bottom)
+{
+    up_job j = {out, in, d, h, w, od, oh, ow, f->row0, (int)((long long)f->row0 * od / d),
+                f->full_h, f->full_oh, (float *)top, (float *)bottom};
     kernels_for((size_t)n * c, vol_grain((size_t)od * oh * ow), trilinear_fwd, &j);
 }
 
@@ -146,19 +175,24 @@ static void trilinear_bwd(void *ctx, size_t lo, size_t hi)
     size_t vol = (size_t)j->d * j->h * j->w, ovol = (size_t)j->od * j->oh * j->ow;
     size_t hw = (size_t)j->h * j->w;
     memset(j->out + lo * vol, 0, sizeof(float) * (hi - lo) * vol);
+    if (j->top)
+        memset(j->top + lo * hw, 0, sizeof(float) * (hi - lo) * hw);
+    if (j->bottom)
+        memset(j->bottom + lo * hw, 0, sizeof(float) * (hi - lo) * hw);
     for (size_t v = lo; v < hi; v++) {
         float *dx = j->out + v * vol;
         const float *dy = j->in + v * ovol;
         for (int oz = 0; oz < j->od; oz++) {
             int z0, z1;
             float lz;
-            linear_src(oz, j->d, j->od, &z0, &z1, &lz);
+            linear_src(j->oz0 + oz, j->fd, j->fod, &z0, &z1, &lz);
+            float *p0 = plane_of(j, dx, v, z0 - j->z0), *p1 = plane_of(j, dx, v, z1 - j->z0);
             for (int oy = 0; oy < j->oh; oy++) {
                 int y0, y1;
                 float ly;
                 linear_src(oy, j->h, j->oh, &y0, &y1, &ly);
-                float *r00 = dx + z0 * hw + (size_t)y0 * j->w, *r01 = dx + z0 * hw + (size_t)y1 * j->w;
-                float *r10 = dx + z1 * hw + (size_t)y0 * j->w, *r11 = dx + z1 * hw + (size_t)y1 * j->w;
+                float *r00 = p0 + (size_t)y0 * j->w, *r01 = p0 + (size_t)y1 * j->w;
+                float *r10 = p1 + (size_t)y0 * j->w, *r11 = p1 + (size_t)y1 * j->w;
                 const float *src = dy + ((size_t)oz * j->oh + oy) * j->ow;
                 for (int ox = 0; ox < j->ow; ox++) {
                     int x0, x1;
@@ -183,6 +217,16 @@ void op_upsample3d_trilinear_backward(float *din, const float *dout, int n, int 
                                       int w, int od, int oh, int ow)
 {
     /* dout (n, c, od, oh, ow); din (n, c, d, h, w) */
-    up_job j = {din, dout, d, h, w, od, oh, ow};
+    up_job j = {din, dout, d, h, w, od, oh, ow, 0, 0, d, od, NULL, NULL};
+    kernels_for((size_t)n * c, vol_grain((size_t)od * oh * ow), trilinear_bwd, &j);
+}
+
+void op_upsample3d_trilinear_backward_slab(float *din, const float *dout, int n, int c, int d,
+                                           int h, int w, int od, int oh, int ow,
+                                           const op_upsample_frame *f, float *dtop,
+                                           float *dbottom)
+{
+    up_job j = {din, dout, d, h, w, od, oh, ow, f->row0, (int)((long long)f->row0 * od / d),
+                f->full_h, f->full_oh, dtop, dbottom};
     kernels_for((size_t)n * c, vol_grain((size_t)od * oh * ow), trilinear_bwd, &j);
 }

@@ -142,9 +142,12 @@ static int spatial_layer_of(const model_layer *l, spatial_layer *s, char *err, s
     int64_t reach = s->top > s->bottom ? s->top : s->bottom;
     int64_t rows = s->kind == SPATIAL_SCATTER ? o : h;
     if (s->kind != SPATIAL_LOCAL && reach > rows) {
-        snprintf(err, errlen, "layer \"%s\" (%s) reaches %lld rows beyond its stripe, which has "
-                 "only %lld rows there: use fewer stripes or a larger image", l->name,
-                 layer_type_name(l->type), (long long)reach, (long long)rows);
+        bool vol = l->in.ndim == 4;
+        snprintf(err, errlen, "layer \"%s\" (%s) reaches %lld %s beyond its %s, which has "
+                 "only %lld %s there: use fewer %s or a larger %s", l->name,
+                 layer_type_name(l->type), (long long)reach, vol ? "planes" : "rows",
+                 vol ? "slab" : "stripe", (long long)rows, vol ? "planes" : "rows",
+                 vol ? "slabs" : "stripes", vol ? "volume" : "image");
         return -EINVAL;
     }
     return 0;

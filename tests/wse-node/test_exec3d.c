@@ -372,22 +372,50 @@ START_TEST(workspace_bound)
 }
 END_TEST
 
-/* Stripes split images: a volume's model does not split, and asking for
- * stripes of it says why. */
-START_TEST(no_stripes)
+/* A volume splits into slabs of its depth's planes: as many as the
+ * model's downsampling leaves slices of, and no window may reach past the
+ * neighbouring slab; the refusals give the numbers. */
+START_TEST(slab_limits)
 {
     toml_value *root;
     model *m = compile(unet3d, "ssce_dice", &root);
-    ck_assert(!model_splits(m));
-    model *stripe = NULL;
+    ck_assert(model_splits(m));
+    const toml_value *mt = toml_table_get(root, "model");
+    model *slab = NULL;
     spatial_plan sp;
     char err[256];
-    ck_assert_int_lt(spatial_compile(toml_table_get(root, "model"), m, 2, 0, false, &stripe, &sp,
+    ck_assert_msg(spatial_compile(mt, m, 8, 7, false, &slab, &sp, err, sizeof(err)) == 0, "%s",
+                  err);
+    ck_assert_int_eq(sp.row0, 14);
+    ck_assert_int_eq(sp.rows, 2);
+    ck_assert_int_eq(slab->input.d[1], 2);
+    ck_assert_int_eq(slab->input.d[2], 16);
+    ck_assert_int_eq(sp.layers[0].kind, SPATIAL_GATHER); /* c1: a plane each way */
+    ck_assert_int_eq(sp.layers[0].top, 1);
+    ck_assert_int_eq(sp.layers[3].kind, SPATIAL_LOCAL);  /* 2x2x2 pooling */
+    ck_assert_int_eq(sp.layers[6].kind, SPATIAL_LOCAL);  /* the stride-2 transposed conv */
+    spatial_plan_free(&sp);
+    model_free(slab);
+    ck_assert_int_lt(spatial_compile(mt, m, 16, 0, false, &slab, &sp, err, sizeof(err)), 0);
+    ck_assert_str_eq(err, "vol.toml: runconfig.spatial_partitions = 16: the input's 16 planes "
+                          "make 8 slice(s) of 2 planes, the model's downsampling: at most 8 "
+                          "slabs, not 16");
+    model_free(m);
+    toml_free(root);
+
+    /* c2 with a 5-wide window on the one plane a slab of 8 has there */
+    char text[4096];
+    snprintf(text, sizeof(text), "%s", unet3d);
+    char *c2 = strstr(text, "filters = 16\nkernel_size = 3\npadding = 1");
+    ck_assert_ptr_nonnull(c2);
+    memcpy(c2, "filters = 16\nkernel_size = 5\npadding = 2", 40);
+    m = compile(text, "ssce_dice", &root);
+    ck_assert_int_lt(spatial_compile(toml_table_get(root, "model"), m, 8, 0, false, &slab, &sp,
                                      err, sizeof(err)), 0);
-    ck_assert_ptr_null(stripe);
-    ck_assert_str_eq(err, "vol.toml: runconfig.spatial_partitions = 2: spatial partitions split "
-                          "images: the model's input is a volume (1x16x16x16), computed whole "
-                          "on one wse-node");
+    ck_assert_ptr_null(slab);
+    ck_assert_msg(strstr(err, ": layer \"c2\" (conv3d) reaches 2 planes beyond its slab, which "
+                              "has only 1 planes there: use fewer slabs or a larger volume"),
+                  "%s", err);
     model_free(m);
     toml_free(root);
 }
@@ -399,7 +427,7 @@ static Suite *suite(void)
     TCase *t = tcase_create("volumes");
     tcase_set_timeout(t, 600);
     tcase_add_test(t, plan_matches);
-    tcase_add_test(t, no_stripes);
+    tcase_add_test(t, slab_limits);
     tcase_add_test(t, workspace_bound);
     tcase_add_test(t, unet3d_gradients);
     tcase_add_test(t, pools3d_gradients);

@@ -129,6 +129,7 @@ int offline_plan(const char *file, const char *text, jobspec_format format, uint
     const offline_fit *pick =
         choice.mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED ? &fits[0] : &fits[1];
     char in[64], w[32], n[32], whole[64];
+    bool vol = full->model->input.ndim == 4; /* a volume: the largest cube */
     model_shape_str(&m->input, in, sizeof(in));
     model_shape_str(&full->model->input, whole, sizeof(whole));
     units_format_size(wafer, w, sizeof(w));
@@ -159,9 +160,10 @@ int offline_plan(const char *file, const char *text, jobspec_format format, uint
                (unsigned long long)shard_most);
         for (int i = 0; i < 2; i++)
             printf("%s{\"mode\": \"%s\", \"bytes_per_replica\": %llu, \"fits\": %s, "
-                   "\"largest_batch\": %d, \"largest_square_input\": %d}", i ? ", " : "",
+                   "\"largest_batch\": %d, \"%s\": %d}", i ? ", " : "",
                    offline__mode_name(fits[i].mode), (unsigned long long)fits[i].need,
-                   fits[i].need <= wafer ? "true" : "false", fits[i].batch, fits[i].side);
+                   fits[i].need <= wafer ? "true" : "false", fits[i].batch,
+                   vol ? "largest_cube_input" : "largest_square_input", fits[i].side);
         printf("]}\n");
     } else {
         printf("%s: input %s, %d replica(s) of %d sample(s), %d thread(s) per wse-node, "
@@ -177,14 +179,19 @@ int offline_plan(const char *file, const char *text, jobspec_format format, uint
                    units_format_size(spatial_extra_bytes(&ps.sp, share), h1, sizeof(h1)));
         }
         printf("  %-18s %14s %6s %20s %26s\n", "mode", "per replica", "fits", "largest batch",
-               "largest square input");
+               vol ? "largest cube input" : "largest square input");
         for (int i = 0; i < 2; i++) {
             const offline_fit *o = &fits[i];
-            char side[32] = "not an image";
+            char side[48] = "not an image";
             if (o->side == 0)
                 snprintf(side, sizeof(side), "none");
+            else if (o->side > 0 && vol)
+                snprintf(side, sizeof(side), "%lldx%dx%dx%d", (long long)m->input.d[0], o->side,
+                         o->side, o->side);
             else if (o->side > 0)
                 snprintf(side, sizeof(side), "%lldx%dx%d", (long long)m->input.d[0], o->side, o->side);
+            else if (ps.parts > 1)
+                snprintf(side, sizeof(side), "(of the whole job)");
             printf("  %-18s %14s %6s %20d %26s\n", offline__mode_name(o->mode),
                    units_format_size(o->need, n, sizeof(n)), o->need <= wafer ? "yes" : "no",
                    o->batch, side);

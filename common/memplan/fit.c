@@ -78,7 +78,9 @@ static uint64_t fit__side_bytes(const toml_value *mt, const model *like, int64_t
                                 int batch, int threads, Appliance__ExecMode mode, unsigned states,
                                 uint64_t wafer)
 {
-    model_shape in = {.ndim = 3, .d = {c, side, side}};
+    /* an image's square, or a volume's cube */
+    model_shape in = like->input.ndim == 4 ? (model_shape){.ndim = 4, .d = {c, side, side, side}}
+                                           : (model_shape){.ndim = 3, .d = {c, side, side}};
     char err[256];
     model *m = model_compile_as(mt, &in, err, sizeof(err));
     if (!m)
@@ -93,9 +95,11 @@ static uint64_t fit__side_bytes(const toml_value *mt, const model *like, int64_t
 int fit_largest_side(const toml_value *mt, const model *m, int batch, int threads,
                      Appliance__ExecMode mode, unsigned optimizer_states, uint64_t wafer)
 {
-    if (m->input.ndim != 3)
+    if (m->input.ndim != 3 && m->input.ndim != 4)
         return -1;
     int64_t c = m->input.d[0], side = m->input.d[1] < m->input.d[2] ? m->input.d[1] : m->input.d[2];
+    if (m->input.ndim == 4 && m->input.d[3] < side)
+        side = m->input.d[3];
     /* the step: the smallest power of two (at most 256) by which the job's
      * side can grow and the model still compile (a U-Net's pooling levels
      * want multiples of 16) */
@@ -105,7 +109,7 @@ int fit_largest_side(const toml_value *mt, const model *m, int batch, int thread
                UINT64_MAX)
         step *= 2;
     /* bisect over multiples of step: k * step fits, hi * step does not */
-    int64_t lo = 0, hi = FIT_MAX_SIDE / step + 1;
+    int64_t lo = 0, hi = (m->input.ndim == 4 ? FIT_MAX_CUBE : FIT_MAX_SIDE) / step + 1;
     while (hi - lo > 1) {
         int64_t mid = lo + (hi - lo) / 2;
         if (fit__side_bytes(mt, m, c, mid * step, batch, threads, mode, optimizer_states, wafer) <=

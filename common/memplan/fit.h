@@ -14,6 +14,7 @@
 /* The largest side a square input can have: the model's limit of a
  * dimension. */
 #define FIT_MAX_SIDE 65536
+#define FIT_MAX_CUBE 4096 /* a volume's side: 4096^3 voxels, far past any host */
 
 /* Bytes a replica of `batch` samples on `threads` threads needs in mode
  * (footprint_replica_bytes), or UINT64_MAX when out of memory to plan. */
@@ -36,11 +37,12 @@ int fit_largest_batch(const model *m, int threads, Appliance__ExecMode mode,
                       unsigned optimizer_states, uint64_t wafer, int max_batch);
 
 /* The largest side S such that the model of model_table compiles on a
- * [C, S, S] input (C the job's channels) and a replica of `batch` samples
+ * [C, S, S] input (C the job's channels; a volume's model: a cube,
+ * [C, S, S, S]) and a replica of `batch` samples
  * fits in wafer bytes. Sides are tried in steps of the smallest power of
  * two (at most 256) by which the job's side can grow with the model still
  * compiling, so pooling levels stay whole. Returns S, 0 when none fits, -1 when
- * the model's input is not an image. */
+ * the model's input is neither an image nor a volume. */
 int fit_largest_side(const toml_value *model_table, const model *m, int batch, int threads,
                      Appliance__ExecMode mode, unsigned optimizer_states, uint64_t wafer);
 

@@ -158,7 +158,8 @@ slurm_node_pids() {
 slurm_wait_state() {
   local id="$1" want="$2" secs="$3" st=""
   for _ in $(seq 1 $((secs * 5))); do
-    st=$(slurm_cmd scontrol show job "$id" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2) || true
+    # (a heterogeneous job has a record per component: the first's)
+    st=$(slurm_cmd scontrol show job "$id" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | head -n 1 | cut -d= -f2) || true
     [[ "$st" =~ ^($want)$ ]] && break
     sleep 0.2
   done

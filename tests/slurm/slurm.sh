@@ -22,6 +22,9 @@ set -euo pipefail
 src=${SOURCE_ROOT:?}
 build=${BUILD_ROOT:?}
 py=/usr/bin/python3
+# no delay on the links: the delay lines' CPU would slow the daemons, and
+# what is tested here is Slurm's part
+export NETNS_DELAY_US=${NETNS_DELAY_US:-0}
 . "$src/tests/cluster/netns-lib.sh"
 . "$src/tests/slurm/slurm-lib.sh"
 sbatch_script="$src/deploy/slurm/appliance.sbatch"

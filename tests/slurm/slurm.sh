@@ -172,8 +172,8 @@ for h in "${hosts[@]}"; do # the nodes idle again
     sleep 0.2
   done
 done
-mkjob first 3
-mkjob faults 3 -e "s/^max_num_restarts = .*/max_num_restarts = 3\nmin_num_csx = 2/" -e "s/^max_steps = .*/max_steps = 300/"
+mkjob first 3 -e "s/^max_steps = .*/max_steps = 500/" -e "s/^eval_frequency = .*/eval_frequency = 500/"
+mkjob faults 3 -e "s/^max_num_restarts = .*/max_num_restarts = 3\nmin_num_csx = 2/" -e "s/^max_steps = .*/max_steps = 160/"
 t1=$SECONDS
 id=$(sb "$work/two.out" -N4 -- --rundir "$work/run-two" "$work/first.toml" "$work/faults.toml")
 for _ in $(seq 1 1200); do

@@ -16,7 +16,9 @@
 #    then the fault tests' job, during which host n4 is killed (slurmd, its
 #    steps and its wse-node, and its link cut): the appliance goes on with
 #    the 2 surviving replicas (min_num_csx = 2), the job ends done, and so
-#    does the Slurm job.
+#    does the Slurm job;
+#  - inside salloc, a node killed during start-up fails the start, naming
+#    it.
 # Needs root (namespaces); skipped without Slurm, MUNGE or namespaces.
 set -euo pipefail
 src=${SOURCE_ROOT:?}
@@ -95,6 +97,7 @@ left() {
 }
 ended() { slurm_wait_state "$1" 'COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY' "$2"; }
 
+t1=$SECONDS
 # 1. Too small: 4 nodes leave 3 for wse-nodes; a job of 4 replicas is
 # refused before anything starts.
 mkjob four 4
@@ -106,7 +109,7 @@ grep -q "too small for the job's roles" "$work/small.out" &&
   fail "the refusal does not give the counts: $(cat "$work/small.out")"
 [ ! -e "$work/run-small" ] || fail "a run directory was made for a refused allocation"
 grep -q "ExitCode=2:0" <(slurm_cmd scontrol show job "$id") || fail "the refused job's exit code is not 2"
-echo "ok: a 4-replica job in 4 nodes (3 for wse-nodes) refused before any daemon: $(grep -o 'wants num_csx.*' "$work/small.out")"
+echo "ok: a 4-replica job in 4 nodes (3 for wse-nodes) refused before any daemon: $(grep -o 'wants num_csx.*' "$work/small.out") ($((SECONDS - t1)) s)"
 
 # 2. A secret the job's user cannot read: the job runs as nobody, the
 # secret is root's with mode 0600.
@@ -131,25 +134,22 @@ else
 fi
 
 # 3. A heterogeneous job, scancel in the middle: nothing left on any host.
-mkjob long 3 -e "s/^max_steps = .*/max_steps = 100000/" -e "s/^checkpoint_steps = .*/checkpoint_steps = 1000/"
+t1=$SECONDS
+mkjob long 3 -e "s/^max_steps = .*/max_steps = 100000/"
 id=$(sb "$work/het.out" -N1 : -N3 -- --rundir "$work/run-het" "$work/long.toml")
 st=$(slurm_wait_state "$id" 'RUNNING|FAILED|CANCELLED|COMPLETED' 30)
 [ "$st" = RUNNING ] || fail "the heterogeneous job is $st, not RUNNING"
-steps=0
-for _ in $(seq 1 240); do
-  if [ -s "$work/run-het/env" ]; then
-    steps=$(netns_run ctl env $(cat "$work/run-het/env") "$build/client/appliance-submit" status --json 2>/dev/null |
-      field steps 2>/dev/null || echo 0)
-    [ "$steps" -ge 20 ] && break
-  fi
-  sleep 0.25
+for _ in $(seq 1 600); do # step 20 checkpointed
+  [ -e "$work/m-long/checkpoint_20-shard1-of-1.safetensors" ] && break
+  sleep 0.1
 done
-[ "$steps" -ge 20 ] || fail "the heterogeneous job's training did not reach step 20"
+[ -e "$work/m-long/checkpoint_20-shard1-of-1.safetensors" ] || fail "the heterogeneous job's training did not reach step 20"
 grep -q "heterogeneous job: component 0 (n1)" "$work/het.out" || fail "the script did not see a heterogeneous job"
-before=$(left "${hosts[@]}" | grep -cE ' (coordinator|memoryx|swarmx|worker|wse-node)$' || true)
-[ "$before" -eq 9 ] || fail "$before appliance daemons running, not 9: $(left "${hosts[@]}")"
+running=$(left "${hosts[@]}")
+before=$(grep -cE ' (coordinator|memoryx|swarmx|worker|wse-node)$' <<<"$running" || true)
+[ "$before" -eq 9 ] || fail "$before appliance daemons running, not 9: $running"
 for h in n2 n3 n4; do
-  left "$h" | grep -q ' wse-node$' || fail "no wse-node on $h"
+  grep -q "^$h: .* wse-node$" <<<"$running" || fail "no wse-node on $h: $running"
 done
 slurm_cmd scancel "$id"
 st=$(ended "$id" 30)
@@ -162,16 +162,12 @@ for _ in $(seq 1 50); do
 done
 [ -z "$rest" ] || fail "left running after scancel: $rest"
 grep -q "stopping" "$work/het.out" || fail "the script did not stop its daemons on scancel: $(tail -n 5 "$work/het.out")"
-echo "ok: a heterogeneous job (n1 : n2-n4) trained to step $steps; scancel stopped all 9 daemons on 4 hosts, nothing left"
+echo "ok: a heterogeneous job (n1 : n2-n4) trained past step 20; scancel stopped all 9 daemons on 4 hosts, nothing left ($((SECONDS - t1)) s)"
 
 # 4. One allocation, two job files on the same daemons; host n4 killed in
 # the second.
-for h in "${hosts[@]}"; do # the nodes idle again
-  for _ in $(seq 1 50); do
-    slurm_cmd sinfo -h -n "$h" -o '%t' | grep -q '^idle' && break
-    sleep 0.2
-  done
-done
+t1=$SECONDS
+# (sbatch waits in the queue while the nodes finish the cancelled job)
 mkjob first 3 -e "s/^max_steps = .*/max_steps = 500/" -e "s/^eval_frequency = .*/eval_frequency = 500/"
 mkjob faults 3 -e "s/^max_num_restarts = .*/max_num_restarts = 3\nmin_num_csx = 2/" -e "s/^max_steps = .*/max_steps = 160/"
 t1=$SECONDS
@@ -216,5 +212,40 @@ done
 [ -z "$rest" ] || fail "left running after the allocation ended: $rest"
 [ "$(stat -c %a "$work/run-two/secret")" = 600 ] || fail "the job's secret is not mode 0600"
 echo "ok: node n4 lost mid-job: the job went on with 2 of 3 replicas and ended done; the Slurm job COMPLETED, exit 0, nothing left ($((SECONDS - t1)) s)"
+
+# 5. Inside salloc (the script run by hand on the controller's host, the
+# daemons on the allocation's nodes), a node lost during start-up: n4 is
+# down since 4., so the allocation is n1-n3, and n3 is killed once the
+# coordinator is up. The start fails naming it (exit 3), and nothing is
+# left on n1 and n2.
+t1=$SECONDS
+mkjob start 2
+(cd "$work" && exec ip netns exec "$NETNS_PREFIX-ctl" env SLURM_CONF="$SLURM_DIR/etc/slurm.conf" \
+  salloc --no-kill -N3 bash "$sbatch_script" --build "$build" --wafer-memory 1G --rundir "$work/run-start" \
+  --start-timeout 20 "$work/start.toml") >"$work/start.out" 2>&1 &
+salloc_pid=$!
+for _ in $(seq 1 300); do
+  grep -q "coordinator on" "$work/start.out" 2>/dev/null && break
+  kill -0 "$salloc_pid" 2>/dev/null || fail "salloc ended before the coordinator was up: $(cat "$work/start.out")"
+  sleep 0.1
+done
+grep -q "appliance up" "$work/start.out" && fail "the appliance was up before the node could be killed: $(cat "$work/start.out")"
+grep -q "nodes n\[1-3\]: n1 for the service roles" "$work/start.out" ||
+  fail "the salloc allocation is not n[1-3]: $(cat "$work/start.out")"
+ip -n "$NETNS_PREFIX-sw" link set p-n3 down
+kill -KILL $(ip netns pids "$NETNS_PREFIX-n3") 2>/dev/null || true
+rc=0
+wait "$salloc_pid" || rc=$?
+[ "$rc" -eq 3 ] || fail "salloc with a node lost during start-up ended with status $rc, not 3: $(cat "$work/start.out")"
+grep -Eq "wse-node-2 on node n3 ended during start-up|wse-node-2 on node n3$" "$work/start.out" ||
+  fail "the failed start does not name node n3: $(cat "$work/start.out")"
+rest=""
+for _ in $(seq 1 50); do
+  rest=$(left n1 n2)
+  [ -z "$rest" ] && break
+  sleep 0.2
+done
+[ -z "$rest" ] || fail "left running after the failed start: $rest"
+echo "ok: inside salloc, node n3 lost during start-up: the start failed (exit 3): $(grep -Eo 'wse-node-2 on node n3.*' "$work/start.out" | head -n 1); nothing left on n1, n2 ($((SECONDS - t1)) s)"
 echo "ok: the appliance under Slurm in $((SECONDS - t0)) s"
 echo "1 passed, 0 failed"

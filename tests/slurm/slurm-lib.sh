@@ -19,6 +19,8 @@
 #                                 slurmd itself (one pid a line)
 #   slurm_wait_state JOBID STATES SECS  until the job is in one of STATES
 #                                 (a regex), printing the state
+#   slurm_reap HOST               after HOST's slurmd was killed: reaps it
+#                                 quietly (no "Killed" line from the shell)
 #   slurm_teardown                munged stopped (the namespaces' processes
 #                                 go with netns_teardown)
 
@@ -27,6 +29,7 @@ SLURM_DIR=""
 SLURM_HOSTS=()
 SLURM_MUNGED_PID=""
 declare -A SLURM_ADDR=()
+declare -A SLURM_PID=()   # host -> the pid of its slurmd (slurmctld's for ctl)
 
 slurm_usable() {
   local b
@@ -60,6 +63,7 @@ slurm__spawn() {
   setsid nsenter --net="/run/netns/$NETNS_PREFIX-$h" unshare --uts \
     sh -c 'hostname "$0" && exec "$@"' "$h" "$@" </dev/null >"$log" 2>&1 &
   NETNS_PIDS+=("$!")
+  SLURM_PID[$h]=$!
 }
 
 slurm_cmd() {
@@ -164,6 +168,10 @@ slurm_wait_state() {
     sleep 0.2
   done
   echo "$st"
+}
+
+slurm_reap() {
+  { wait "${SLURM_PID[$1]}"; } 2>/dev/null || true
 }
 
 slurm_teardown() {

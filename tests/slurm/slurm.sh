@@ -170,7 +170,6 @@ t1=$SECONDS
 # (sbatch waits in the queue while the nodes finish the cancelled job)
 mkjob first 3 -e "s/^max_steps = .*/max_steps = 500/" -e "s/^eval_frequency = .*/eval_frequency = 500/"
 mkjob faults 3 -e "s/^max_num_restarts = .*/max_num_restarts = 3\nmin_num_csx = 2/" -e "s/^max_steps = .*/max_steps = 160/"
-t1=$SECONDS
 id=$(sb "$work/two.out" -N4 -- --rundir "$work/run-two" "$work/first.toml" "$work/faults.toml")
 for _ in $(seq 1 1200); do
   [ -e "$work/m-faults/checkpoint_40-shard1-of-1.safetensors" ] && break
@@ -182,6 +181,7 @@ done
 victims=$(ip netns pids "$NETNS_PREFIX-n4" | tr '\n' ' ')
 ip -n "$NETNS_PREFIX-sw" link set p-n4 down
 kill -KILL $victims 2>/dev/null || true
+slurm_reap n4
 echo "node loss: n4 cut off and every process on it killed (pids $victims) at step 40 of the second job"
 st=$(ended "$id" 150)
 [ "$st" = COMPLETED ] || fail "the two-job allocation ended $st, not COMPLETED: $(tail -n 20 "$work/two.out")"
@@ -234,6 +234,7 @@ grep -q "nodes n\[1-3\]: n1 for the service roles" "$work/start.out" ||
   fail "the salloc allocation is not n[1-3]: $(cat "$work/start.out")"
 ip -n "$NETNS_PREFIX-sw" link set p-n3 down
 kill -KILL $(ip netns pids "$NETNS_PREFIX-n3") 2>/dev/null || true
+slurm_reap n3
 rc=0
 wait "$salloc_pid" || rc=$?
 [ "$rc" -eq 3 ] || fail "salloc with a node lost during start-up ended with status $rc, not 3: $(cat "$work/start.out")"

@@ -59,6 +59,10 @@ netns_init "apsl$$"
 hosts=(n1 n2 n3 n4)
 slurm_init "$work/slurm" 10.78.0 "${hosts[@]}" || fail "$SLURM_WHY"
 echo "ok: slurmctld and ${#hosts[@]} slurmd in ${#hosts[@]} namespace hosts, every node idle ($((SECONDS - t0)) s)"
+echo "note: what this sandbox changes: slurmctld and slurmd enter their hosts with nsenter --net, not" \
+  "ip netns exec, whose own sysfs over /sys hides /sys/fs/cgroup: slurmd $(slurmd -V | awk '{print $2}')" \
+  "loads its cgroup plugin at start (to learn the cgroup version) even with proctrack/linuxproc and" \
+  "task/none, and exits without it; no cgroup is made. Links without added delay (NETNS_DELAY_US=$NETNS_DELAY_US)."
 
 data="$src/data/mnist"
 mnist=1

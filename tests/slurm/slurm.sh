@@ -5,7 +5,8 @@
 # the bridge of netns-lib.sh with its own slurmd. Every job goes in with
 # sbatch, from the controller's host:
 #  - an allocation too small for the job's roles is refused before any
-#    daemon starts, with the counts;
+#    daemon starts, with the counts (in nodes, and in tasks with --wse-per
+#    task);
 #  - a job whose user cannot read the secret it names fails saying so;
 #  - a heterogeneous job (1 node : 3 nodes) brings the appliance up; scancel
 #    in the middle of its training stops every daemon on every host (the
@@ -114,6 +115,17 @@ grep -q "too small for the job's roles" "$work/small.out" &&
 [ ! -e "$work/run-small" ] || fail "a run directory was made for a refused allocation"
 grep -q "ExitCode=2:0" <(slurm_cmd scontrol show job "$id") || fail "the refused job's exit code is not 2"
 echo "ok: a 4-replica job in 4 nodes (3 for wse-nodes) refused before any daemon: $(grep -o 'wants num_csx.*' "$work/small.out") ($((SECONDS - t1)) s)"
+
+# ... and counted in tasks: 2 nodes of 2 tasks leave 2 tasks (on n2) for
+# wse-nodes with --wse-per task; 3 replicas do not fit.
+t1=$SECONDS
+mkjob three 3
+id=$(sb "$work/tasks.out" -N2 --ntasks-per-node=2 -- --wse-per task --rundir "$work/run-tasks" "$work/three.toml")
+st=$(ended "$id" 30)
+[ "$st" = FAILED ] || fail "the too-small allocation in tasks ended $st, not FAILED"
+grep -Eq "wants num_csx = 3 wse-node\(s\), the allocation has 2 task\(s\) for them \(n[0-9]\)" "$work/tasks.out" ||
+  fail "the refusal in tasks does not give the counts: $(cat "$work/tasks.out")"
+echo "ok: with --wse-per task, 3 replicas in 2 nodes of 2 tasks refused: $(grep -o 'wants num_csx.*' "$work/tasks.out") ($((SECONDS - t1)) s)"
 
 # 2. A secret the job's user cannot read: the job runs as nobody, the
 # secret is root's with mode 0600.

@@ -133,7 +133,7 @@ for f in ("checkpoint", "optimizer"):
         err = float(np.max(np.abs(x - y) / (np.abs(y) + 1e-6)))
         assert np.allclose(x, y, rtol=1e-5, atol=1e-7), "%s %s: %g" % (f, k, err)
         worst = max(worst, err)
-moved = float(np.abs(a["fc1.weight"] - load(w + "/sparse/checkpoint_0-shard1-of-1.safetensors")["fc1.weight"]).max())
+moved = float(np.abs(load(w + "/sparse/checkpoint_4-shard1-of-1.safetensors")["fc1.weight"] - load(w + "/sparse/checkpoint_0-shard1-of-1.safetensors")["fc1.weight"]).max())
 assert moved > 1e-4, "the weights did not train"
 print("largest relative difference %.3g (weights moved up to %.3g)" % (worst, moved))
 PY

@@ -256,9 +256,12 @@ static void render__plan_sparsity(const Appliance__Plan *p)
         all += n;
         if (!(t->sparsity > 0))
             continue;
-        uint64_t pruned = (uint64_t)((double)t->sparsity * (double)n + 0.5);
+        /* (a level outside [0, 1) is refused before any daemon takes it) */
+        double level = t->sparsity < 1.0f ? (double)t->sparsity : 0.999999;
+        double p_elems = level * (double)n + 0.5;
+        uint64_t pruned = p_elems < (double)n ? (uint64_t)p_elems : n;
         if (pruned >= n)
-            pruned = n - 1;
+            pruned = n ? n - 1 : 0;
         pruned_all += pruned;
         char b[32];
         printf("%-*s %8.4f %14llu %14llu %12s\n", width, t->name, 1.0 - (double)t->sparsity,

@@ -13,7 +13,74 @@
 #include "util.h"
 
 static const char *const sp__keys[] = {"type", "sparsity", "init_method", "param_name_patterns",
-                                       "schedule", "drop_fraction", "seed"};
+                                       "schedule", "drop_fraction", "seed", "algorithm",
+                                       "update", "param_filter"};
+
+/* The Model Zoo's later spellings (its 2.2 releases on): algorithm for
+ * type, update for schedule, param_filter (globs) for param_name_patterns. */
+static const char *const sp__aliases[][2] = {
+    {"algorithm", "type"}, {"update", "schedule"}, {"param_filter", "param_name_patterns"}};
+
+/* The value of key k of t, or of its alias (both given: refused). */
+static int sp__get(const toml_value *t, const char *k, const toml_value **out, const char **name,
+                   char *err, size_t errlen)
+{
+    *out = toml_table_get(t, k);
+    *name = k;
+    for (size_t a = 0; a < ARRAY_SIZE(sp__aliases); a++) {
+        if (strcmp(sp__aliases[a][1], k) != 0)
+            continue;
+        const toml_value *v = toml_table_get(t, sp__aliases[a][0]);
+        if (v && *out)
+            return toml_errorf(err, errlen, toml_source_name(t),
+                               toml_table_key_pos(t, (size_t)toml_table_find(t, sp__aliases[a][0])),
+                               "sparsity.%s: the same as sparsity.%s (line %d); give one of them",
+                               sp__aliases[a][0], k, toml_pos_of(*out).line);
+        if (v) {
+            *out = v;
+            *name = sp__aliases[a][0];
+        }
+    }
+    return 0;
+}
+
+/* A glob of param_filter (fnmatch's *, ? and [...]) as an extended regular
+ * expression; false when it does not fit out. */
+static bool sp__glob(const char *g, char *out, size_t size)
+{
+    size_t o = 0;
+    bool in_class = false;
+    for (const char *p = g; *p; p++) {
+        const char *add;
+        char one[3] = {0};
+        if (in_class) {
+            one[0] = *p;
+            add = one;
+            in_class = *p != ']';
+        } else if (*p == '*') {
+            add = ".*";
+        } else if (*p == '?') {
+            add = ".";
+        } else if (*p == '[') {
+            add = "[";
+            in_class = true;
+        } else if (strchr(".^$+(){}|\\", *p)) {
+            one[0] = '\\';
+            one[1] = *p;
+            add = one;
+        } else {
+            one[0] = *p;
+            add = one;
+        }
+        size_t n = strlen(add);
+        if (o + n + 1 > size)
+            return false;
+        memcpy(out + o, add, n);
+        o += n;
+    }
+    out[o] = 0;
+    return true;
+}
 
 /* A number (an integer will do); false for anything else. */
 static bool sp__num(const toml_value *v, double *x)
@@ -224,6 +291,13 @@ static int sp__pattern(const toml_value *v, const char *where, char *err, size_t
 static int sp__add(const char *src, toml_pos at, const char *p, double level,
                    jobspec_sparsity *s, char *err, size_t errlen)
 {
+    char from_glob[sizeof(s->patterns[0])];
+    if (s->globs) { /* param_filter: fnmatch's globs */
+        if (!sp__glob(p, from_glob, sizeof(from_glob)))
+            return toml_errorf(err, errlen, src, at, "sparsity.param_filter: \"%.40s...\" is too "
+                               "long", p);
+        p = from_glob;
+    }
     if (s->npatterns >= JOBSPEC_SPARSE_PATTERNS)
         return toml_errorf(err, errlen, src, at,
                            "sparsity: more than %d patterns", JOBSPEC_SPARSE_PATTERNS);
@@ -321,19 +395,22 @@ int jobspec_sparsity_read(const toml_value *t, jobspec_sparsity *s, char *err, s
             return sp__unknown(t, i, "[sparsity]", sp__keys, ARRAY_SIZE(sp__keys), err, errlen);
     }
     const toml_value *v;
-    if ((v = toml_table_get(t, "type"))) {
+    const char *kn;
+    if (sp__get(t, "type", &v, &kn, err, errlen) < 0)
+        return -EINVAL;
+    if (v) {
         static const char types[] = "static|gmp|set|rigl";
         char near[16];
         if (toml_type_of(v) != TOML_STRING)
-            return toml_errorf(err, errlen, src, toml_pos_of(v), "sparsity.type: expected one of "
-                               "%s, found %s", types, toml_type_name(toml_type_of(v)));
+            return toml_errorf(err, errlen, src, toml_pos_of(v), "sparsity.%s: expected one of "
+                               "%s, found %s", kn, types, toml_type_name(toml_type_of(v)));
         if (sparse_type_from_name(toml_string(v), &s->type) < 0) {
             if (nearest_choice(toml_string(v), types, near, sizeof(near)))
-                return toml_errorf(err, errlen, src, toml_pos_of(v), "sparsity.type: \"%s\" is "
-                                   "not one of %s (did you mean \"%s\"?)", toml_string(v), types,
-                                   near);
-            return toml_errorf(err, errlen, src, toml_pos_of(v), "sparsity.type: \"%s\" is not "
-                               "one of %s", toml_string(v), types);
+                return toml_errorf(err, errlen, src, toml_pos_of(v), "sparsity.%s: \"%s\" is "
+                                   "not one of %s (did you mean \"%s\"?)", kn, toml_string(v),
+                                   types, near);
+            return toml_errorf(err, errlen, src, toml_pos_of(v), "sparsity.%s: \"%s\" is not "
+                               "one of %s", kn, toml_string(v), types);
         }
     }
     if ((v = toml_table_get(t, "init_method"))) {
@@ -374,19 +451,25 @@ int jobspec_sparsity_read(const toml_value *t, jobspec_sparsity *s, char *err, s
         return -EINVAL;
     }
     s->level = s->level_hp.init;
-    if ((v = toml_table_get(t, "param_name_patterns"))) {
+    if (sp__get(t, "param_name_patterns", &v, &kn, err, errlen) < 0)
+        return -EINVAL;
+    if (v) {
+        char where[48];
+        snprintf(where, sizeof(where), "sparsity.%s", kn);
         if (s->npatterns > 0)
-            return toml_errorf(err, errlen, src, toml_pos_of(v), "sparsity.param_name_patterns: "
-                               "the patterns are the keys of sparsity.sparsity already; give "
-                               "one of them");
-        if (sp__patterns(v, "sparsity.param_name_patterns", s, err, errlen) < 0)
+            return toml_errorf(err, errlen, src, toml_pos_of(v), "%s: the patterns are the keys "
+                               "of sparsity.sparsity already; give one of them", where);
+        s->globs = strcmp(kn, "param_filter") == 0;
+        if (sp__patterns(v, where, s, err, errlen) < 0)
             return -EINVAL;
     }
-    if ((v = toml_table_get(t, "schedule"))) {
+    if (sp__get(t, "schedule", &v, &kn, err, errlen) < 0)
+        return -EINVAL;
+    if (v) {
         if (!dynamic)
-            return toml_errorf(err, errlen, src, toml_table_key_pos(t, (size_t)toml_table_find(t, "schedule")),
-                               "sparsity.schedule: a static mask never changes; a schedule is "
-                               "for gmp, set and rigl");
+            return toml_errorf(err, errlen, src, toml_table_key_pos(t, (size_t)toml_table_find(t, kn)),
+                               "sparsity.%s: a static mask never changes; a schedule is "
+                               "for gmp, set and rigl", kn);
         if (sp__schedule(v, &s->schedule, err, errlen) < 0)
             return -EINVAL;
     } else if (dynamic) {
@@ -437,6 +520,8 @@ static bool sp__default(const model *m, const model_tensor *ti)
 static toml_pos sp__pattern_pos(const toml_value *t, size_t k)
 {
     const toml_value *v = toml_table_get(t, "param_name_patterns");
+    if (!v)
+        v = toml_table_get(t, "param_filter");
     if (!v)
         v = toml_table_get(t, "sparsity");
     if (toml_type_of(v) == TOML_ARRAY && k < toml_array_len(v))

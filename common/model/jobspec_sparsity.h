@@ -27,6 +27,7 @@ typedef struct jobspec_sparsity {
     int64_t seed;                 /* the masks' seed (runconfig.seed unless given) */
     bool seed_given;
     size_t npatterns;             /* 0: the default (dense and convolution weights) */
+    bool globs;                   /* they were given as param_filter's globs (kept converted) */
     char patterns[JOBSPEC_SPARSE_PATTERNS][256]; /* regular expressions over whole names */
     double pattern_level[JOBSPEC_SPARSE_PATTERNS]; /* its own level, or < 0: level */
     float *tensor_level;          /* per model tensor (model.ntensors): its level, 0 for dense;

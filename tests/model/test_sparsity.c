@@ -146,6 +146,31 @@ START_TEST(yaml_section)
     ck_assert_double_eq(j->sparsity.tensor_level[1], 0);              /* fc1.bias */
     ck_assert_double_eq_tol(j->sparsity.tensor_level[2], 0.75, 1e-7); /* fc2.weight */
     jobspec_free(j);
+    /* the Model Zoo's later spelling: algorithm, update, param_filter (globs) */
+    const char *mz22 = "train_input: {num_classes: 3}\n"
+                       "sparsity:\n"
+                       "    sparsity: 0.75\n"
+                       "    init_method: random\n"
+                       "    algorithm: rigl\n"
+                       "    drop_fraction: {type: cosine, init: 0.3, half_period: 3584}\n"
+                       "    update: {freq: 100, stop: 3584}\n"
+                       "    param_filter:\n"
+                       "      - '*c[12].weight'\n"
+                       "model:\n"
+                       "    input_shape: [6]\n"
+                       "    loss: softmax_cross_entropy\n"
+                       "    layers:\n"
+                       "      - {name: fc1, type: dense, units: 5}\n"
+                       "      - {name: fc2, type: dense, units: 3}\n";
+    j = jobspec_parse(mz22, strlen(mz22), "params.yaml", NULL, err, sizeof(err));
+    ck_assert_msg(j != NULL, "%s", err);
+    ck_assert_int_eq(j->sparsity.type, SPARSE_RIGL);
+    ck_assert_int_eq(j->sparsity.schedule.freq, 100);
+    ck_assert_str_eq(j->sparsity.patterns[0], ".*c[12]\\.weight");
+    ck_assert_double_eq_tol(j->sparsity.tensor_level[0], 0.75, 1e-7); /* fc1.weight */
+    ck_assert_double_eq(j->sparsity.tensor_level[1], 0);              /* fc1.bias */
+    ck_assert_double_eq_tol(j->sparsity.tensor_level[2], 0.75, 1e-7); /* fc2.weight */
+    jobspec_free(j);
     /* a YAML mistake is named where it is */
     const char *bad = "train_input: {num_classes: 3}\n"
                       "sparsity:\n"
@@ -213,6 +238,9 @@ START_TEST(mistakes)
             "drop_fraction = {type = \"cosin\", init = 0.3, half_period = 10}\n",
             "job.toml:7:25: sparsity.drop_fraction.type: \"cosin\" is not one of "
             "constant|linear|exp|cosine (did you mean \"cosine\"?)");
+    refused("[sparsity]\nsparsity = 0.5\ntype = \"set\"\nalgorithm = \"rigl\"\n",
+            "job.toml:6:1: sparsity.algorithm: the same as sparsity.type (line 5); give one of "
+            "them");
     refused("[sparsity]\nsparsity = 0.5\ndrop_fraction = 0.2\n",
             "job.toml:5:1: sparsity.drop_fraction: only set and rigl drop and regrow");
     refused("[runconfig]\nmode = \"pipelined\"\n[sparsity]\nsparsity = 0.5\n",

@@ -3,7 +3,7 @@
  * A mask is one byte an element (1: kept, 0: pruned); a pruned weight is
  * an exact zero, and so is its optimizer state. Every choice is a top-k
  * over a score, ties going to the lower index, so that a rule gives the
- * same mask wherever it runs (tests/optim/sparse_ref.py is the same rule
+ * same mask wherever it runs (tests/memoryx/sparse_ref.py is the same rule
  * in numpy). */
 #pragma once
 

@@ -3,7 +3,9 @@
  * it chose, for tests/memoryx/sparse_ref.py to hold against its own numpy
  * version of the rule:
  *   sparse_masks TYPE DIR
- * TYPE is static, gmp, set or rigl. DIR gets meta.txt; w0.f32 (the weights
+ * TYPE is static, gmp, set or rigl, or rigl16: RigL with bfloat16 on the wire
+ * (the gradient kept in bfloat16, the weights' bfloat16 twin, which must
+ * be zero where pruned). DIR gets meta.txt; w0.f32 (the weights
  * as made) and m0.u8 (the first mask); and for each step s from 1:
  * pre<s>.f32 (the weights after the optimizer, before any mask change: the
  * same optimizer applied here to a copy, with the masked gradient),
@@ -14,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
 #include "mxfix.h"
 #include "mxsparse.h"
 #include "optim_plan.h"
@@ -57,7 +60,10 @@ static int result;
 static int run(void)
 {
     fix_init(2, true);
-    fix_spec spec = {tensors, 2, 1, "sgd", 0.9, 0, CHUNK, 7, STEPS, false, NULL};
+    bool wire16 = strcmp(type, "rigl16") == 0;
+    if (wire16)
+        type = "rigl";
+    fix_spec spec = {tensors, 2, 1, "sgd", 0.9, 0, CHUNK, 7, STEPS, wire16, NULL};
     Appliance__Plan *p = fix_plan(&spec);
     /* the section, as the planner would make it */
     Appliance__PlanSparsity *ps = malloc(sizeof(*ps));
@@ -99,7 +105,7 @@ static int run(void)
     }
     p->sparsity = ps;
     p->tensors[0]->sparsity = level;
-    mx_job *j = fix_job(p, 0, 0, NULL, 0);
+    mx_job *j = fix_job(p, 0, wire16 ? FIX_G16 | FIX_TWINS : 0, NULL, 0);
     char why[512];
     uint64_t bytes = 0;
     if (mxsparse_setup(j, &bytes, why, sizeof(why)) < 0) {
@@ -140,6 +146,11 @@ static int run(void)
          * with the gradient masked by the mask before the step */
         for (uint64_t e = 0; e < t->n; e++) {
             g[e] = fix_value(100 + 10 * (uint64_t)s, e);
+            if (wire16) { /* the gradient as the wire rounds it */
+                uint16_t h;
+                bf16_pack(&h, &g[e], 1);
+                bf16_unpack(&g[e], &h, 1);
+            }
             gm[e] = t->mask[e] ? g[e] : 0.0f;
         }
         memcpy(pre, t->w, t->n * sizeof(float));
@@ -152,9 +163,12 @@ static int run(void)
             for (uint64_t off = 0; off < x->n; off += CHUNK) {
                 uint64_t count = x->n - off < CHUNK ? x->n - off : CHUNK;
                 float f[CHUNK];
+                uint16_t h[CHUNK];
                 for (uint64_t e = 0; e < count; e++)
                     f[e] = i == 0 ? g[off + e] : fix_value(999, off + e);
-                update_grad_land(j, x, off, count, f);
+                if (wire16)
+                    bf16_pack(h, f, count);
+                update_grad_land(j, x, off, count, wire16 ? (const void *)h : (const void *)f);
                 update_grad_in(j, x, off, count);
             }
         }
@@ -162,6 +176,16 @@ static int run(void)
         if (j->updated != j->nt) {
             fprintf(stderr, "sparse_masks: step %d: %zu of %zu tensors updated\n", s, j->updated,
                     j->nt);
+            return 1;
+        }
+        for (uint64_t e = 0; t->w16 && e < t->n; e++)
+            if (!t->mask[e] && t->w16[e] != 0) {
+                fprintf(stderr, "sparse_masks: step %d: the bfloat16 twin of pruned element %llu "
+                        "is not zero\n", s, (unsigned long long)e);
+                return 1;
+            }
+        if (wire16 && (!t->w16 || !t->g16)) {
+            fprintf(stderr, "sparse_masks: no bfloat16 gradient or twin\n");
             return 1;
         }
         dump(dir, "pre", s, pre, t->n * sizeof(float));

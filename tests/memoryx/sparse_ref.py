@@ -78,9 +78,11 @@ def is_update(meta, step):
 
 
 def main():
-    exe, typ, d = sys.argv[1:4]
+    global variant
+    exe, variant, d = sys.argv[1:4]
     os.makedirs(d, exist_ok=True)
-    subprocess.run([exe, typ, d], check=True)
+    subprocess.run([exe, variant, d], check=True)
+    typ = "rigl" if variant == "rigl16" else variant
     meta = dict(line.split(" ", 1) for line in open(os.path.join(d, "meta.txt")).read().splitlines())
     n = int(meta["n"])
     k = key(int(meta["seed"]), int(meta["tensor_id"]))
@@ -150,11 +152,11 @@ def main():
     want_updates = {"static": 0, "gmp": 3, "set": 3, "rigl": 5}[typ]
     check(updates == want_updates, "%d mask updates, the schedule has %d" % (updates, want_updates))
     for f in failures:
-        print("FAIL %s: %s" % (typ, f))
+        print("FAIL %s: %s" % (variant, f))
     if failures:
         return 1
     print("ok %s: %d steps, %d mask updates, %d of %d kept at the end"
-          % (typ, int(meta["steps"]), updates, int(mask.sum()), n))
+          % (variant, int(meta["steps"]), updates, int(mask.sum()), n))
     return 0
 
 

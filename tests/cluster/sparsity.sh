@@ -12,7 +12,9 @@
 # - resumed from its checkpoint of step 2 it ends at the same weights and
 #   masks, bit for bit;
 # - a checkpoint whose mask disagrees with its weights is refused, naming
-#   the file.
+#   the file;
+# - RigL through the daemons: its masks change at the schedule's steps (2
+#   and 4), keep their density, and its pruned weights stay zeros.
 set -euo pipefail
 . "${SOURCE_ROOT:?}/tests/cluster/lib.sh" appliance-sparsity
 submit="$build/client/appliance-submit"
@@ -169,4 +171,26 @@ msg=$(echo "$out" | field message)
 echo "$msg" | has "bad/checkpoint_2-shard1-of-1.safetensors: mask \"fc2.weight.mask\" keeps 13108 of 131072 elements" ||
   fail "bad mask: message: $msg"
 echo "ok: a mask that disagrees with its weights is refused: $msg"
-echo "5 passed, 0 failed"
+# RigL: the masks change at steps 2 and 4 (checkpoints 0, 2, 4, 6)
+sparse_section='[sparsity]\ntype = "rigl"\nsparsity = 0.9\nschedule = {freq = 2, stop = 5}\ndrop_fraction = 0.2'
+job rigl 6 1
+run_job rigl
+[ "$(echo "$out" | field state)" = done ] || fail "rigl: $out"
+"$py" - "$work" <<'PY' || fail "RigL's masks"
+import sys
+sys.path.insert(0, sys.argv[1])
+from st import load
+c = [load("%s/rigl/checkpoint_%d-shard1-of-1.safetensors" % (sys.argv[1], s)) for s in (0, 2, 4, 6)]
+for k in ("fc1.weight", "fc2.weight", "fc3.weight"):
+    m = [x[k + ".mask"] for x in c]
+    n = m[0].size
+    for x, mk in zip(c, m):
+        assert int(mk.sum()) == n - int(round(0.9 * n)), (k, int(mk.sum()))
+        assert (x[k][mk == 0] == 0).all(), k + ": a pruned weight is not zero"
+    changed = [int((a != b).sum()) for a, b in zip(m, m[1:])]
+    # steps 1-2 and 3-4 hold an update each; 5-6 none (stop = 5)
+    assert changed[0] > 0 and changed[1] > 0 and changed[2] == 0, (k, changed)
+    print("%s: %s positions changed between checkpoints 0-2, 2-4, 4-6" % (k, changed))
+PY
+echo "ok: RigL's masks change at steps 2 and 4 only, keep 10% of each tensor, pruned weights zeros"
+echo "6 passed, 0 failed"

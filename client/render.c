@@ -226,6 +226,56 @@ const char *render_keep_outputs(bool keep)
                   "again in the backward pass (memory for larger images)";
 }
 
+/* [sparsity]: each sparse tensor's density and the bytes its pruned
+ * weights are (an element as the wire carries it), and the total. */
+static void render__plan_sparsity(const Appliance__Plan *p)
+{
+    const Appliance__PlanSparsity *sp = p->sparsity;
+    if (!sp)
+        return;
+    printf("\nsparsity %s, masks chosen by %s", sp->type, sp->init_method);
+    if (strcmp(sp->type, "static") != 0)
+        printf(", changed every %lld steps from step %lld%s", (long long)sp->freq,
+               (long long)sp->start, sp->stop > 0 ? "" : " on");
+    if (strcmp(sp->type, "static") != 0 && sp->stop > 0)
+        printf(" until step %lld", (long long)sp->stop);
+    printf("%s\n", strcmp(sp->type, "gmp") == 0 ? " (the density below is the last level's)"
+                                                  : "");
+    int width = 24;
+    for (size_t i = 0; i < p->n_tensors; i++)
+        if (p->tensors[i]->sparsity > 0 && (int)strlen(p->tensors[i]->name) > width)
+            width = (int)strlen(p->tensors[i]->name);
+    printf("%-*s %8s %14s %14s %12s\n", width, "TENSOR", "DENSITY", "ELEMENTS", "KEPT", "SAVES");
+    size_t elem = p->wire_bf16 ? 2 : 4;
+    uint64_t all = 0, pruned_all = 0;
+    for (size_t i = 0; i < p->n_tensors; i++) {
+        const Appliance__PlanTensor *t = p->tensors[i];
+        uint64_t n = 1;
+        for (size_t d = 0; d < t->n_dims; d++)
+            n *= t->dims[d];
+        all += n;
+        if (!(t->sparsity > 0))
+            continue;
+        /* (a level outside [0, 1) is refused before any daemon takes it) */
+        double level = t->sparsity < 1.0f ? (double)t->sparsity : 0.999999;
+        double p_elems = level * (double)n + 0.5;
+        uint64_t pruned = p_elems < (double)n ? (uint64_t)p_elems : n;
+        if (pruned >= n)
+            pruned = n ? n - 1 : 0;
+        pruned_all += pruned;
+        char b[32];
+        printf("%-*s %8.4f %14llu %14llu %12s\n", width, t->name, 1.0 - (double)t->sparsity,
+               (unsigned long long)n, (unsigned long long)(n - pruned),
+               units_format_size(pruned * elem, b, sizeof(b)));
+    }
+    char b1[32];
+    printf("%llu of %llu parameters pruned (density %.4f): %s of weights that are zeros; "
+           "weights and gradients still stream dense, memoryx masks them\n",
+           (unsigned long long)pruned_all, (unsigned long long)all,
+           all ? 1.0 - (double)pruned_all / (double)all : 1.0,
+           units_format_size(pruned_all * elem, b1, sizeof(b1)));
+}
+
 void render_plan(const Appliance__Plan *p)
 {
     static const char *const modes[] = {"auto", "pipelined", "weight_streaming"};
@@ -265,6 +315,7 @@ void render_plan(const Appliance__Plan *p)
                (unsigned long long)l->params, (unsigned long long)l->act_bytes,
                (unsigned long long)l->flops);
     }
+    render__plan_sparsity(p);
     printf("\n%-8s %-8s %-12s %-14s %-14s\n", "REPLICA", "MEMBER", "BATCH", "NEEDS", "WAFER");
     for (size_t i = 0; i < p->n_replicas; i++) {
         const Appliance__PlanReplica *r = p->replicas[i];

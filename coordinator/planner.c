@@ -445,6 +445,28 @@ static int planner__hosts(const model *m, const Appliance__Plan *p, const planne
     return rc;
 }
 
+/* [sparsity] as the plan carries it to memoryx; NULL when out of memory. */
+static Appliance__PlanSparsity *planner__sparsity(arena *a, const jobspec_sparsity *js)
+{
+    Appliance__PlanSparsity *ps = arena_alloc(a, sizeof(*ps));
+    Appliance__PlanSparseValue *lv = arena_alloc(a, sizeof(*lv));
+    Appliance__PlanSparseValue *dv = arena_alloc(a, sizeof(*dv));
+    if (!ps || !lv || !dv)
+        return NULL;
+    appliance__plan_sparsity__init(ps);
+    ps->type = (char *)sparse_type_name(js->type);
+    ps->init_method = js->init_method == SPARSE_INIT_TOPK ? "topk" : "random";
+    ps->seed = (uint64_t)js->seed;
+    ps->freq = js->schedule.freq;
+    ps->start = js->schedule.start;
+    ps->stop = js->schedule.stop;
+    sparse_value_to_plan(&js->level_hp, lv);
+    sparse_value_to_plan(&js->drop_fraction, dv);
+    ps->level = lv;
+    ps->drop_fraction = dv;
+    return ps;
+}
+
 /* Builds the plan with every replica planned within cap at most (its
  * wafer memory, or less: its share of its host); *share as planner__hosts
  * when a host has too little (returned as 1). */
@@ -681,6 +703,8 @@ static int planner__build(const jobspec *spec, const char *job_id, const planner
         pt->shard = owner[i];
         pt->layer = (uint32_t)t->layer;
         pt->trainable = t->trainable;
+        if (spec->sparsity.present && spec->sparsity.tensor_level)
+            pt->sparsity = spec->sparsity.tensor_level[i];
         const model_init *ji = planner__job_init(m, t);
         if (!ji) {
             pt->init = arena_strdup(&a, planner__init(m, t));
@@ -864,6 +888,8 @@ static int planner__build(const jobspec *spec, const char *job_id, const planner
             goto done;
     }
     p->optimizer = opt;
+    if (spec->sparsity.present && !(p->sparsity = planner__sparsity(&a, &spec->sparsity)))
+        goto done;
     p->train_input = planner__input(&a, spec, &spec->train, "train");
     if (spec->eval.present) {
         p->eval_input = planner__input(&a, spec, &spec->eval, "eval");

@@ -15,6 +15,7 @@
 #include "log.h"
 #include "msg.h"
 #include "mxjob.h"
+#include "mxsparse.h"
 #include "safetensors.h"
 #include "shardfile.h"
 #include "tier.h"
@@ -69,6 +70,43 @@ static int ckpt__find(mx_job *j, st_file **files, size_t nfiles, const char *nam
     return -ENOENT;
 }
 
+/* t's mask "<name>.mask" from the weight files, when one has it: the
+ * shape of its weights, uint8 (or bool), and agreeing with them
+ * (mxsparse_check). */
+static int ckpt__mask(mx_job *j, mx_tensor *t, st_file **files, char **paths, size_t nfiles,
+                      char *err, size_t errlen)
+{
+    char name[160];
+    snprintf(name, sizeof(name), "%s.mask", t->name);
+    for (size_t f = 0; f < nfiles; f++) {
+        long i = st_find(files[f], name);
+        if (i < 0)
+            continue;
+        const Appliance__PlanTensor *pt = j->plan->tensors[t->id];
+        int nd;
+        const int64_t *dims = st_dims(files[f], (size_t)i, &nd);
+        bool same = (size_t)nd == pt->n_dims;
+        for (int d = 0; same && d < nd; d++)
+            same = dims[d] >= 0 && (uint64_t)dims[d] == pt->dims[d];
+        st_dtype ty = st_type(files[f], (size_t)i);
+        if (!same || (ty != ST_U8 && ty != ST_BOOL)) {
+            snprintf(err, errlen, "%s: mask \"%s\" is not of its weights' shape in uint8 (%zu "
+                     "elements of type %s, the weights have %llu)", paths[f], name,
+                     st_numel(files[f], (size_t)i), st_dtype_name(ty), (unsigned long long)t->n);
+            return -EINVAL;
+        }
+        int rc = st_read(files[f], (size_t)i, 0, t->mask, t->n);
+        if (rc < 0) {
+            snprintf(err, errlen, "%s: mask \"%s\": reading it: %s", paths[f], name,
+                     strerror(-rc));
+            return rc;
+        }
+        t->mask_loaded = true;
+        return mxsparse_check(j, t, paths[f], err, errlen);
+    }
+    return 0;
+}
+
 static int ckpt__open_all(char **paths, size_t n, st_file **files, char *err, size_t errlen)
 {
     for (size_t i = 0; i < n; i++)
@@ -109,6 +147,8 @@ int ckpt_load(mx_job *j, char *err, size_t errlen)
     for (size_t i = 0; i < j->nt && rc == 0; i++) {
         mx_tensor *t = &j->t[i];
         rc = ckpt__find(j, files, nw, t->name, t->w, TIER_WEIGHTS, t->w_at, t->n, err, errlen);
+        if (rc == 0 && t->mask)
+            rc = ckpt__mask(j, t, files, p->resume_weights, nw, err, errlen);
         for (size_t s = 0; rc == 0 && t->trainable && s < optim_state_count(&t->st); s++) {
             const char *sname;
             size_t count;

@@ -18,6 +18,7 @@
 #include "msg.h"
 #include "msgcheck.h"
 #include "mxjob.h"
+#include "mxsparse.h"
 #include "optim_plan.h"
 #include "plan.h"
 #include "pump.h"
@@ -296,6 +297,8 @@ static void mx__load_work(uv_work_t *req)
         return;
     }
     ckpt_clean_partial(j);
+    if ((j->load_rc = mxsparse_alloc(j, j->load_err, sizeof(j->load_err))) < 0)
+        return;
     if (p->n_resume_weights > 0) {
         char err[480];
         if (ckpt_load(j, err, sizeof(err)) < 0) {
@@ -304,6 +307,8 @@ static void mx__load_work(uv_work_t *req)
             return;
         }
     }
+    if ((j->load_rc = mxsparse_init(j, j->load_err, sizeof(j->load_err))) < 0)
+        return;
     for (size_t i = 0; j->twins && i < j->nt; i++) {
         mx_tensor *t = &j->t[i];
         t->w16 = malloc(t->n * sizeof(uint16_t));
@@ -463,6 +468,9 @@ static void *mx__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
         j->twins = true;
         bytes += twin_bytes;
     }
+    char sp_why[256];
+    if (mxsparse_setup(j, &bytes, sp_why, sizeof(sp_why)) < 0)
+        return mx__start_failed(j, why, whylen, "%s", sp_why);
     if (update_parts(j) < 0)
         return mx__start_failed(j, why, whylen, "out of memory");
     j->load_bytes = bytes;

@@ -16,6 +16,8 @@ static void mxjob__free_tensors(mx_job *j)
             pages_free(j->t[i].g16);
             pages_free(j->t[i].g);
         }
+        free(j->t[i].mask);
+        j->t[i].mask = NULL;
         j->t[i].w = j->t[i].g = NULL;
         j->t[i].w16 = j->t[i].g16 = NULL;
         optim_state_deinit(&j->t[i].st);

@@ -42,6 +42,15 @@ int shardfile_layout(const mx_job *j, uint64_t step, bool widest, bool with_data
         const mx_tensor *t = &j->t[i];
         const Appliance__PlanTensor *pt = p->tensors[t->id];
         rc = shardfile__add(ww, t->name, pt, with_data ? t->w : NULL, t->n);
+        if (rc == 0 && t->mask) { /* beside its weights: "<name>.mask", uint8, its shape */
+            int64_t dims[ST_MAX_DIMS];
+            int nd = (int)(pt->n_dims < ST_MAX_DIMS ? pt->n_dims : ST_MAX_DIMS);
+            for (int d = 0; d < nd; d++)
+                dims[d] = (int64_t)pt->dims[d];
+            char name[160];
+            snprintf(name, sizeof(name), "%s.mask", t->name);
+            rc = st_writer_add(ww, name, ST_U8, dims, nd, with_data ? t->mask : NULL, t->n);
+        }
         for (size_t s = 0; t->trainable && s < optim_state_count(&t->st) && rc == 0; s++) {
             const char *sname;
             size_t count;

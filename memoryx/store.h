@@ -14,6 +14,7 @@
 #include "optim.h"
 #include "plan.pb-c.h"
 #include "plan_stream.h"
+#include "sparse.h"
 
 struct memoryx;
 
@@ -58,6 +59,10 @@ typedef struct mx_tensor {
     struct mx_job *job;   /* its job, for the update */
     uint64_t up_off[1 + OPTIM_MAX_STATE]; /* Pipelined: the next element of the weights (0)
                                              and of each state (1..) the upload brings */
+    uint8_t *mask;        /* [sparsity]: 1 kept, 0 pruned (w and its state exact zeros there),
+                             owned; NULL: dense */
+    float level;          /* the plan's level for it (PlanTensor.sparsity) */
+    bool mask_loaded;     /* the mask came from the checkpoint resumed from */
     uint64_t w_at, g_at;  /* disk tier: byte offsets of the weights and gradient in their files */
     uint64_t s_at[OPTIM_MAX_STATE]; /* and of the optimizer state */
 } mx_tensor;
@@ -163,6 +168,7 @@ typedef struct mx_job {
     uint64_t turn_step;           /* that step: committed when its last update is back */
     size_t turn_left;             /* its tensors still updating */
     optim_config cfg;             /* the optimizer of the job */
+    sparse_config sparse;         /* its sparsity (type SPARSE_NONE: dense; mxsparse.h) */
     struct memoryx *mx;           /* its memoryx */
     const mx_job_ops *ops;        /* how its modules call back (mx.c's) */
     uv_work_t load_req;           /* LOADING: the tensors made in the thread pool */

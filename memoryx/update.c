@@ -10,12 +10,14 @@
 #include "msg.h"
 #include "msgcheck.h"
 #include "mxjob.h"
+#include "mxsparse.h"
 #include "optim_plan.h"
 #include "tier.h"
 
 bool update_whole(const mx_job *j)
 {
-    return j->tier_window || j->cfg.max_gradient_norm > 0;
+    /* (a mask that changes is chosen over the whole tensor) */
+    return j->tier_window || j->cfg.max_gradient_norm > 0 || mxsparse_dynamic(j);
 }
 
 int update_parts(mx_job *j)
@@ -118,8 +120,11 @@ static void update__part_work(uv_work_t *req)
         return;
     }
     optim_param op;
+    float *dense;
+    mxsparse_before(j, t, p->lo, p->hi, p->step, &dense);
     update__tensor_param(t, 0, &op);
     optim_update_range(&j->cfg, &op, p->lo, p->hi, (int64_t)p->step);
+    mxsparse_after(j, t, p->lo, p->hi, p->step, dense);
 }
 
 static void update__next(mx_job *j);
@@ -193,10 +198,17 @@ static void update__next(mx_job *j)
 static void update__step_work(uv_work_t *req)
 {
     mx_job *j = container_of(req, mx_job, step_req);
-    if (tier_files(j))
+    if (tier_files(j)) {
         tier_update_step(j);
-    else
-        optim_apply_step(&j->cfg, j->nt, update__param, j, (int64_t)j->step);
+        return;
+    }
+    float **dense = calloc(j->nt ? j->nt : 1, sizeof(*dense));
+    for (size_t i = 0; dense && i < j->nt; i++)
+        mxsparse_before(j, &j->t[i], 0, j->t[i].n, j->step, &dense[i]);
+    optim_apply_step(&j->cfg, j->nt, update__param, j, (int64_t)j->step);
+    for (size_t i = 0; dense && i < j->nt; i++)
+        mxsparse_after(j, &j->t[i], 0, j->t[i].n, j->step, dense[i]);
+    free(dense);
 }
 
 static void update__step_work_done(uv_work_t *req, int status)

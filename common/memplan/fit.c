@@ -130,7 +130,8 @@ int fit_choose(const jobspec *spec, uint64_t share, unsigned threads, uint64_t w
     unsigned states = footprint_optimizer_states(spec->optimizer_type, spec->momentum);
     int sh = (int)share, th = (int)(threads ? threads : 1);
     bool want_pipe = strcmp(spec->mode, "pipelined") == 0;
-    bool want_ws = strcmp(spec->mode, "weight_streaming") == 0;
+    /* a sparse model trains in Weight Streaming: memoryx keeps its masks */
+    bool want_ws = strcmp(spec->mode, "weight_streaming") == 0 || spec->sparsity.present;
     int64_t want = spec->train.micro_batch_size;
     memset(c, 0, sizeof(*c));
     c->need_ws = fit_replica_bytes(m, sh, th, ws, states);

@@ -491,7 +491,7 @@ jobspec *jobspec_parse_as(const char *text, size_t len, const char *name, jobspe
         }
         if (!is_table && (!strcmp(key, "runconfig") || !strcmp(key, "train_input") ||
                           !strcmp(key, "eval_input") || !strcmp(key, "optimizer") ||
-                          !strcmp(key, "model"))) {
+                          !strcmp(key, "model") || !strcmp(key, "sparsity"))) {
             toml_errorf(err, errlen, name, pos, "\"%s\" must be a table ([%s])", key, key);
             goto fail;
         }
@@ -517,10 +517,12 @@ jobspec *jobspec_parse_as(const char *text, size_t len, const char *name, jobspe
                                                                 &j->weight_decay, &j->correct_bias,
                                                                 &j->loss_scaling_factor},
                                        err, errlen);
+        } else if (strcmp(key, "sparsity") == 0) {
+            rc = jobspec_sparsity_read(v, &j->sparsity, err, errlen);
         } else {
             toml_errorf(err, errlen, name, pos,
                         "unknown section \"%s\" (expected runconfig, train_input, eval_input, "
-                        "model or optimizer)",
+                        "model, optimizer or sparsity)",
                         key);
             goto fail;
         }
@@ -567,6 +569,22 @@ jobspec *jobspec_parse_as(const char *text, size_t len, const char *name, jobspe
     j->model = model_compile(model_table, err, errlen);
     if (!j->model)
         goto fail;
+    if (j->sparsity.present) {
+        const toml_value *st = toml_table_get(root, "sparsity");
+        if (!j->sparsity.seed_given)
+            j->sparsity.seed = j->seed;
+        if (jobspec_sparsity_resolve(st, &j->sparsity, j->model, j->max_steps, err, errlen) < 0)
+            goto fail;
+        /* the masks are memoryx's: its optimizer applies the updates */
+        if (strcmp(j->mode, "pipelined") == 0) {
+            const toml_value *rc = toml_table_get(root, "runconfig");
+            toml_errorf(err, errlen, name, jobspec__key_pos(rc, "mode"),
+                        "runconfig.mode \"pipelined\": a sparse model (the [sparsity] section, "
+                        "line %d) trains in Weight Streaming, where memoryx keeps the masks; use "
+                        "\"weight_streaming\" or \"auto\"", toml_pos_of(st).line);
+            goto fail;
+        }
+    }
     /* One scale of 8-bit inputs: the training input's (an evaluation on
      * other inputs than it trained on would measure nothing) */
     if (j->eval.present &&
@@ -649,6 +667,7 @@ void jobspec_free(jobspec *j)
     if (!j)
         return;
     model_free(j->model);
+    jobspec_sparsity_deinit(&j->sparsity);
     toml_free(j->doc);
     free(j->text);
     free(j);

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "jobspec_sparsity.h"
 #include "model.h"
 #include "optim.h"
 #include "toml.h"
@@ -100,6 +101,9 @@ typedef struct jobspec {
     double loss_scaling_factor;   /* accepted, no effect (float32 needs no loss scaling): >= 1,
                                    * or 0 for "dynamic" */
     double max_gradient_norm;     /* 0: no clipping */
+    /* [sparsity] (jobspec_sparsity.h): which tensors are pruned, how far,
+     * and how their masks change; present false: every tensor dense */
+    jobspec_sparsity sparsity;
     /* [model] */
     model *model;                 /* owned */
     /* The document the job was read from (owned): its [model] table is

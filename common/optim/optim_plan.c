@@ -181,3 +181,68 @@ void optim_update_finish(const optim_param *p)
     if (p->trainable)
         optim_state_set_step(p->st, optim_state_step(p->st) + 1);
 }
+
+static const char *const optim__hp_kinds[] = {
+    [SPARSE_HP_CONSTANT] = "constant",
+    [SPARSE_HP_LINEAR] = "linear",
+    [SPARSE_HP_EXP] = "exp",
+    [SPARSE_HP_COSINE] = "cosine",
+};
+
+void sparse_value_to_plan(const sparse_hp *h, Appliance__PlanSparseValue *v)
+{
+    appliance__plan_sparse_value__init(v);
+    v->kind = (char *)optim__hp_kinds[h->kind];
+    v->init = h->init;
+    v->slope = h->slope;
+    v->gamma = h->gamma;
+    v->final = h->final;
+    v->half_period = h->half_period;
+    v->minimum = h->minimum;
+}
+
+static int optim__hp_from_plan(const Appliance__PlanSparseValue *v, sparse_hp *h)
+{
+    memset(h, 0, sizeof(*h));
+    if (!v)
+        return 0;
+    size_t k = 0;
+    while (k < sizeof(optim__hp_kinds) / sizeof(optim__hp_kinds[0]) &&
+           strcmp(optim__hp_kinds[k], v->kind) != 0)
+        k++;
+    if (k == sizeof(optim__hp_kinds) / sizeof(optim__hp_kinds[0]) || !isfinite(v->init) ||
+        (k == SPARSE_HP_COSINE && !(v->half_period > 0)))
+        return -EINVAL;
+    h->kind = (sparse_hp_kind)k;
+    h->init = v->init;
+    h->slope = v->slope;
+    h->gamma = v->gamma;
+    h->final = v->final;
+    h->half_period = v->half_period;
+    h->minimum = v->minimum;
+    return 0;
+}
+
+int sparse_from_plan(const Appliance__PlanSparsity *ps, sparse_config *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (!ps)
+        return 0;
+    if (sparse_type_from_name(ps->type, &out->type) < 0)
+        return -EINVAL;
+    if (strcmp(ps->init_method, "topk") == 0)
+        out->init = SPARSE_INIT_TOPK;
+    else if (strcmp(ps->init_method, "random") == 0 || !ps->init_method[0])
+        out->init = SPARSE_INIT_RANDOM;
+    else
+        return -EINVAL;
+    out->seed = ps->seed;
+    out->schedule = (sparse_schedule){ps->freq, ps->start, ps->stop};
+    bool dynamic = out->type != SPARSE_STATIC;
+    if (dynamic && (ps->freq < 1 || ps->start < 0 || (ps->stop != 0 && ps->stop <= ps->start)))
+        return -EINVAL;
+    if (optim__hp_from_plan(ps->level, &out->level) < 0 ||
+        optim__hp_from_plan(ps->drop_fraction, &out->drop_fraction) < 0)
+        return -EINVAL;
+    return 0;
+}

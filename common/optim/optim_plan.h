@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "optim.h"
+#include "sparse.h"
 #include "plan.pb-c.h"
 
 /* Fills cfg from the plan's optimizer. Returns 0, or -EINVAL for an
@@ -79,3 +80,10 @@ void optim_update_range(const optim_config *cfg, const optim_param *p, size_t lo
 /* After every range of a tensor's step is updated (optim_update_range):
  * its step count advances, once (a trainable tensor's; a buffer has none). */
 void optim_update_finish(const optim_param *p);
+
+/* The sparsity of a plan (NULL: dense, SPARSE_NONE). Returns 0, or -EINVAL
+ * for an unknown type, init method or value kind, or a bad schedule. */
+int sparse_from_plan(const Appliance__PlanSparsity *ps, sparse_config *out);
+
+/* h into v (its kind a static string). */
+void sparse_value_to_plan(const sparse_hp *h, Appliance__PlanSparseValue *v);

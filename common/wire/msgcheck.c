@@ -116,6 +116,13 @@ int msgcheck_plan(const Appliance__Plan *p, char *err, size_t errlen)
         if (t->shard >= p->n_shards)
             return errmsg(-EINVAL, err, errlen, "plan: tensor %zu on shard %u of %zu", i,
                                   t->shard, p->n_shards);
+        if (!(t->sparsity >= 0.0f && t->sparsity < 1.0f))
+            return errmsg(-EINVAL, err, errlen, "plan: tensor %zu has sparsity %g (a level in "
+                          "[0, 1))", i, (double)t->sparsity);
+        if (t->sparsity > 0 && (!p->sparsity || !t->trainable ||
+                                p->mode != APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING))
+            return errmsg(-EINVAL, err, errlen, "plan: tensor %zu is sparse without a sparsity "
+                          "section, in a buffer, or outside Weight Streaming", i);
     }
     int rc;
     if ((rc = msgcheck__ids(p->fwd_stream, p->n_fwd_stream, p, "fwd_stream", err, errlen)) < 0 ||

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "mxsparse.h"
 #include "mxfix.h"
 #include "safetensors.h"
 
@@ -179,6 +180,106 @@ START_TEST(load_refuses_a_missing_or_misshapen_tensor)
 }
 END_TEST
 
+/* j's fc1.weight (its first tensor) sparse at 90% (static), its mask
+ * allocated; chosen from its weights unless choose is false. */
+static void make_sparse(mx_job *j, bool choose)
+{
+    j->sparse.type = SPARSE_STATIC;
+    j->sparse.seed = 3;
+    j->t[0].level = 0.9f;
+    char err[256];
+    ck_assert_int_eq(mxsparse_alloc(j, err, sizeof(err)), 0);
+    if (choose)
+        ck_assert_int_eq(mxsparse_init(j, err, sizeof(err)), 0);
+}
+
+/* Rewrites the weights file wpaths[0] with its mask tensor given dims
+ * (rows, cols) and element `poke` of the mask set to 1 (poke < 0: none). */
+static void rewrite_mask(int64_t rows, int64_t cols, long poke)
+{
+    char err[512];
+    st_file *f = st_open(wpaths[0], err, sizeof(err));
+    ck_assert_msg(f != NULL, "%s", err);
+    st_writer *w = st_writer_new();
+    static uint8_t mask[2000];
+    for (size_t i = 0; i < st_count(f); i++) {
+        int nd;
+        const int64_t *dims = st_dims(f, i, &nd);
+        size_t bytes;
+        const void *data = st_data_raw(f, i, &bytes);
+        if (strcmp(st_name(f, i), "fc1.weight.mask") == 0) {
+            ck_assert_uint_eq(bytes, sizeof(mask));
+            memcpy(mask, data, bytes);
+            if (poke >= 0)
+                mask[poke] = 1;
+            int64_t d2[2] = {rows, cols};
+            ck_assert_int_eq(st_writer_add(w, st_name(f, i), ST_U8, d2, 2, mask, sizeof(mask)), 0);
+        } else {
+            ck_assert_int_eq(st_writer_add(w, st_name(f, i), st_type(f, i), dims, nd, data,
+                                           st_numel(f, i)), 0);
+        }
+    }
+    for (size_t i = 0; i < st_meta_count(f); i++)
+        ck_assert_int_eq(st_writer_meta(w, st_meta_key(f, i), st_meta_value(f, i)), 0);
+    char tmp[600];
+    snprintf(tmp, sizeof(tmp), "%s.new", wpaths[0]);
+    ck_assert_msg(st_writer_write(w, tmp, err, sizeof(err)) == 0, "%s", err);
+    st_writer_free(w);
+    st_close(f);
+    ck_assert_int_eq(rename(tmp, wpaths[0]), 0);
+}
+
+START_TEST(masks_written_then_loaded)
+{
+    /* a sparse shard's checkpoint: the mask beside its weights */
+    fix_spec s = spec(one_shard, 1, "adam");
+    mx_job *j = fix_job(fix_plan(&s), 0, 0, NULL, 0);
+    make_sparse(j, true);
+    ck_assert_uint_eq(sparse_mask_count(j->t[0].mask, j->t[0].n), 200);
+    static uint8_t want[2000];
+    memcpy(want, j->t[0].mask, sizeof(want));
+    for (uint64_t e = 0; e < j->t[0].n; e++)
+        ck_assert(want[e] || j->t[0].w[e] == 0.0f);
+    char err[512];
+    ck_assert_msg(ckpt_write(j, 7, wpaths[0], sizeof(wpaths[0]), err, sizeof(err)) == 0, "%s", err);
+    snprintf(opaths[0], sizeof(opaths[0]), "%s/optimizer_7-shard1-of-1.safetensors", dir);
+    fix_end();
+    st_file *f = st_open(wpaths[0], err, sizeof(err));
+    long i = st_find(f, "fc1.weight.mask");
+    ck_assert_int_ge(i, 0);
+    ck_assert_int_eq(st_type(f, (size_t)i), ST_U8);
+    ck_assert_int_lt(st_find(f, "fc1.bias.mask"), 0);
+    st_close(f);
+    /* resumed: the same mask, not chosen again */
+    j = resumer(one_shard, 3, 1, "adam");
+    make_sparse(j, false);
+    ck_assert_msg(ckpt_load(j, err, sizeof(err)) == 0, "%s", err);
+    ck_assert(j->t[0].mask_loaded);
+    ck_assert_int_eq(mxsparse_init(j, err, sizeof(err)), 0);
+    ck_assert(memcmp(j->t[0].mask, want, sizeof(want)) == 0);
+    fix_end();
+    /* a mask of another shape, naming the file */
+    rewrite_mask(50, 40, -1);
+    j = resumer(one_shard, 3, 1, "adam");
+    make_sparse(j, false);
+    ck_assert_int_lt(ckpt_load(j, err, sizeof(err)), 0);
+    char expect[1024];
+    snprintf(expect, sizeof(expect), "%s: mask \"fc1.weight.mask\" is not of its weights' shape "
+             "in uint8 (2000 elements of type U8, the weights have 2000)", wpaths[0]);
+    ck_assert_str_eq(err, expect);
+    fix_end();
+    /* one that keeps a weight more than the level: its density disagrees */
+    rewrite_mask(40, 50, (long)(strchr((const char *)want, 0) - (const char *)want));
+    j = resumer(one_shard, 3, 1, "adam");
+    make_sparse(j, false);
+    ck_assert_int_lt(ckpt_load(j, err, sizeof(err)), 0);
+    snprintf(expect, sizeof(expect), "%s: mask \"fc1.weight.mask\" keeps 201 of 2000 elements "
+             "(density 0.1005); the job's sparsity 0.9000 keeps 200", wpaths[0]);
+    ck_assert_str_eq(err, expect);
+    fix_end();
+}
+END_TEST
+
 START_TEST(running_job_checkpoint_reported)
 {
     fix_spec s = spec(one_shard, 1, "adam");
@@ -297,6 +398,7 @@ int main(void)
     tcase_add_loop_test(tc, written_then_loaded_bit_for_bit, 0, 2);
     tcase_add_test(tc, load_refuses_another_optimizer);
     tcase_add_test(tc, load_refuses_a_missing_or_misshapen_tensor);
+    tcase_add_test(tc, masks_written_then_loaded);
     tcase_add_test(tc, running_job_checkpoint_reported);
     tcase_add_test(tc, failed_checkpoint_fails_the_job);
     tcase_add_test(tc, released_while_writing);

@@ -70,7 +70,7 @@ START_TEST(mistakes)
             "job.toml:5:14: unknown key \"x\" in [train_input]");
     refused("[train_inputs]\nnum_classes = 3\n",
             "job.toml:1:2: unknown section \"train_inputs\" (expected runconfig, train_input, "
-            "eval_input, model or optimizer)");
+            "eval_input, model, optimizer or sparsity)");
     refused("[runconfig]\nnum_csx = 8\n[train_input]\nbatch_size = 4\nnum_classes = 3\n",
             "job.toml:4:14: train_input.batch_size 4 is smaller than runconfig.num_csx 8: every "
             "replica needs at least one sample");

@@ -1,0 +1,192 @@
+/* memoryx's masks of a sparse job (mxsparse.h). */
+#include "mxsparse.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bf16.h"
+#include "optim_plan.h"
+
+bool mxsparse_dynamic(const mx_job *j)
+{
+    return j->sparse.type == SPARSE_GMP || j->sparse.type == SPARSE_SET ||
+           j->sparse.type == SPARSE_RIGL;
+}
+
+int mxsparse_setup(mx_job *j, uint64_t *bytes, char *why, size_t whylen)
+{
+    const Appliance__Plan *p = j->plan;
+    if (sparse_from_plan(p->sparsity, &j->sparse) < 0) {
+        snprintf(why, whylen, "the plan's sparsity section is not one memoryx can follow "
+                 "(type \"%s\")", p->sparsity ? p->sparsity->type : "");
+        return -EINVAL;
+    }
+    size_t sparse = 0;
+    for (size_t i = 0; i < j->nt; i++) {
+        mx_tensor *t = &j->t[i];
+        t->level = j->sparse.type != SPARSE_NONE ? p->tensors[t->id]->sparsity : 0.0f;
+        if (t->level > 0) {
+            sparse++;
+            *bytes += t->n;
+        }
+    }
+    if (sparse && (j->pipelined || j->tier_window)) {
+        snprintf(why, whylen, "shard %u: a sparse model trains in Weight Streaming with its "
+                 "shard in memory (%s)", j->shard,
+                 j->pipelined ? "this plan is Pipelined" : "this shard needs the disk tier");
+        return -EINVAL;
+    }
+    return 0;
+}
+
+int mxsparse_alloc(mx_job *j, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < j->nt; i++) {
+        mx_tensor *t = &j->t[i];
+        if (!(t->level > 0))
+            continue;
+        if (!(t->mask = calloc(t->n ? t->n : 1, 1))) {
+            snprintf(err, errlen, "out of memory for the mask of %s", t->name);
+            return -ENOMEM;
+        }
+    }
+    return 0;
+}
+
+/* Zeroes t's weights (and twin) and state where mask[i] != 1, over
+ * [lo, hi); regrown positions (2) become kept with zero state. */
+static void mxsparse__settle(mx_tensor *t, uint64_t lo, uint64_t hi)
+{
+    size_t ns = t->trainable ? optim_state_count(&t->st) : 0;
+    float *st[OPTIM_MAX_STATE];
+    for (size_t s = 0; s < ns; s++)
+        st[s] = optim_state_tensor(&t->st, s, NULL, NULL);
+    for (uint64_t i = lo; i < hi; i++) {
+        if (t->mask[i] == 1)
+            continue;
+        if (t->mask[i] == 0)
+            t->w[i] = 0.0f;
+        for (size_t s = 0; s < ns; s++)
+            st[s][i] = 0.0f;
+        if (t->w16)
+            t->w16[i] = 0;
+        if (t->mask[i] == 2) /* regrown: kept from now on, from zero */
+            t->mask[i] = 1;
+    }
+}
+
+/* The level GMP prunes t to after the update of step s (from 1). */
+static double mxsparse__gmp_level(const mx_job *j, int64_t s)
+{
+    return sparse_hp_at(&j->sparse.level, s, 0.999999);
+}
+
+int mxsparse_init(mx_job *j, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < j->nt; i++) {
+        mx_tensor *t = &j->t[i];
+        if (!t->mask || t->mask_loaded) {
+            if (t->mask)
+                mxsparse__settle(t, 0, t->n);
+            continue;
+        }
+        double level = j->sparse.type == SPARSE_GMP
+                           ? mxsparse__gmp_level(j, (int64_t)j->plan->first_step)
+                           : (double)t->level;
+        if (sparse_mask_init(t->mask, t->w, t->n, level, j->sparse.init,
+                             sparse_key(j->sparse.seed, t->id)) < 0) {
+            snprintf(err, errlen, "out of memory choosing the mask of %s", t->name);
+            return -ENOMEM;
+        }
+        mxsparse__settle(t, 0, t->n);
+    }
+    return 0;
+}
+
+int mxsparse_check(const mx_job *j, const mx_tensor *t, const char *file, char *err,
+                   size_t errlen)
+{
+    uint64_t kept = 0;
+    for (uint64_t i = 0; i < t->n; i++) {
+        if (t->mask[i] > 1) {
+            snprintf(err, errlen, "%s: mask \"%s.mask\" holds %u at element %llu (a mask is 0 or "
+                     "1)", file, t->name, t->mask[i], (unsigned long long)i);
+            return -EINVAL;
+        }
+        if (!t->mask[i] && t->w[i] != 0.0f) {
+            snprintf(err, errlen, "%s: mask \"%s.mask\" disagrees with its weights: element %llu "
+                     "is pruned but its weight is %g", file, t->name, (unsigned long long)i,
+                     (double)t->w[i]);
+            return -EINVAL;
+        }
+        kept += t->mask[i];
+    }
+    uint64_t want = sparse_keep_count(t->n, t->level);
+    if (j->sparse.type != SPARSE_GMP && kept != want) {
+        snprintf(err, errlen, "%s: mask \"%s.mask\" keeps %llu of %llu elements (density "
+                 "%.4f); the job's sparsity %.4f keeps %llu", file, t->name,
+                 (unsigned long long)kept, (unsigned long long)t->n,
+                 (double)kept / (double)(t->n ? t->n : 1), (double)t->level,
+                 (unsigned long long)want);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* Whether t's mask changes after the update of step index `step`. */
+static bool mxsparse__changes(const mx_job *j, const mx_tensor *t, uint64_t lo, uint64_t hi,
+                              uint64_t step)
+{
+    return t->mask && lo == 0 && hi == t->n && sparse_config_updates(&j->sparse, (int64_t)step + 1);
+}
+
+void mxsparse_before(const mx_job *j, mx_tensor *t, uint64_t lo, uint64_t hi, uint64_t step,
+                     float **dense)
+{
+    *dense = NULL;
+    if (!t->mask)
+        return;
+    if (j->sparse.type == SPARSE_RIGL && mxsparse__changes(j, t, lo, hi, step) &&
+        (*dense = malloc(t->n * sizeof(float)))) {
+        if (t->g16)
+            bf16_unpack(*dense, t->g16, t->n);
+        else
+            memcpy(*dense, t->g, t->n * sizeof(float));
+    }
+    if (t->g16)
+        sparse_apply_u16(t->g16, t->mask, lo, hi);
+    else if (t->g)
+        sparse_apply_f32(t->g, t->mask, lo, hi);
+}
+
+void mxsparse_after(const mx_job *j, mx_tensor *t, uint64_t lo, uint64_t hi, uint64_t step,
+                    float *dense)
+{
+    if (!t->mask)
+        return;
+    if (mxsparse__changes(j, t, lo, hi, step)) {
+        int64_t s = (int64_t)step + 1;
+        uint64_t key = sparse_key(j->sparse.seed, t->id);
+        switch (j->sparse.type) {
+        case SPARSE_GMP:
+            sparse_mask_gmp(t->mask, t->w, t->n,
+                            sparse_keep_count(t->n, mxsparse__gmp_level(j, s)));
+            break;
+        case SPARSE_SET:
+            sparse_mask_regrow(t->mask, t->w, NULL, t->n,
+                               sparse_hp_at(&j->sparse.drop_fraction, s, 1.0), key, s);
+            break;
+        case SPARSE_RIGL:
+            if (dense) /* (without its copy, out of memory: the mask stays) */
+                sparse_mask_regrow(t->mask, t->w, dense, t->n,
+                                   sparse_hp_at(&j->sparse.drop_fraction, s, 1.0), key, s);
+            break;
+        default:
+            break;
+        }
+    }
+    free(dense);
+    mxsparse__settle(t, lo, hi);
+}

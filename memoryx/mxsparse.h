@@ -1,0 +1,49 @@
+/* memoryx's masks of a sparse job ([sparsity], docs/sparsity.md): chosen
+ * when the shard is made (or read back from the checkpoint resumed from),
+ * applied to each update's gradient before the optimizer and to the weights
+ * and optimizer state after it, and changed at the schedule's steps (GMP,
+ * SET, RigL: sparse.h's rules, on the whole tensor: a dynamic job updates
+ * each tensor in one piece of work). */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store.h"
+
+/* Reads the plan's sparsity into j->sparse and each tensor's level; adds
+ * the masks' bytes to *bytes. Returns 0, or -EINVAL with the reason in why
+ * (a bad section, or a sparse job in the disk tier or Pipelined). */
+int mxsparse_setup(mx_job *j, uint64_t *bytes, char *why, size_t whylen);
+
+/* Whether the job changes its masks during training (gmp, set, rigl). */
+bool mxsparse_dynamic(const mx_job *j);
+
+/* In the load: each sparse tensor's mask allocated (before the checkpoint
+ * is read). Returns 0 or -ENOMEM (err says which tensor). */
+int mxsparse_alloc(mx_job *j, char *err, size_t errlen);
+
+/* After the weights are made or read: the masks not read from the
+ * checkpoint chosen from them (init_method), and the weights and state
+ * zeroed where pruned. Returns 0 or -ENOMEM. */
+int mxsparse_init(mx_job *j, char *err, size_t errlen);
+
+/* Checks a mask read from file `file` for t: every byte 0 or 1, no weight
+ * kept out of it, and (static, set, rigl) as many kept as t's level
+ * keeps. Returns 0, or -EINVAL with the reason in err. */
+int mxsparse_check(const mx_job *j, const mx_tensor *t, const char *file, char *err,
+                   size_t errlen);
+
+/* Before the optimizer updates elements [lo, hi) of t at `step` (the
+ * step's index, from 0): the gradient there masked, its dense copy kept
+ * first where RigL's mask changes after this update (*dense, the caller's
+ * to free with mxsparse_after). */
+void mxsparse_before(const mx_job *j, mx_tensor *t, uint64_t lo, uint64_t hi, uint64_t step,
+                     float **dense);
+
+/* After it: weights (and their bfloat16 twin) and optimizer state zeroed
+ * where pruned; where the whole tensor was updated and the schedule says
+ * so, the mask changes first (dense: mxsparse_before's copy, freed here). */
+void mxsparse_after(const mx_job *j, mx_tensor *t, uint64_t lo, uint64_t hi, uint64_t step,
+                    float *dense);

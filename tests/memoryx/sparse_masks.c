@@ -1,0 +1,233 @@
+/* Drives memoryx's update (update.c, mxsparse.c) through the steps of one
+ * sparsity type and dumps, for each step, what the mask rule saw and what
+ * it chose, for tests/memoryx/sparse_ref.py to hold against its own numpy
+ * version of the rule:
+ *   sparse_masks TYPE DIR
+ * TYPE is static, gmp, set or rigl, or rigl16: RigL with bfloat16 on the wire
+ * (the gradient kept in bfloat16, the weights' bfloat16 twin, which must
+ * be zero where pruned). DIR gets meta.txt; w0.f32 (the weights
+ * as made) and m0.u8 (the first mask); and for each step s from 1:
+ * pre<s>.f32 (the weights after the optimizer, before any mask change: the
+ * same optimizer applied here to a copy, with the masked gradient),
+ * g<s>.f32 (the dense gradient), m<s>.u8, w<s>.f32 and b<s>.f32 (the mask,
+ * weights and momentum buffer after the step). */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bf16.h"
+#include "mxfix.h"
+#include "mxsparse.h"
+#include "optim_plan.h"
+#include "update.h"
+
+#define CHUNK 1000
+#define STEPS 12
+
+static const fix_tensor tensors[] = {
+    {"fc1.weight", 40, 80, 0, "he_normal", true},
+    {"fc1.bias", 40, 0, 0, "zeros", true},
+};
+
+static void dump(const char *dir, const char *name, int step, const void *data, size_t bytes)
+{
+    char path[4096];
+    if (step >= 0)
+        snprintf(path, sizeof(path), "%s/%s%d.%s", dir, name, step,
+                 strcmp(name, "m") == 0 ? "u8" : "f32");
+    else
+        snprintf(path, sizeof(path), "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(data, 1, bytes, f) != bytes || fclose(f) != 0) {
+        fprintf(stderr, "sparse_masks: cannot write %s\n", path);
+        exit(1);
+    }
+}
+
+static Appliance__PlanSparseValue *value(const char *kind, double init)
+{
+    Appliance__PlanSparseValue *v = malloc(sizeof(*v));
+    appliance__plan_sparse_value__init(v);
+    v->kind = strdup(kind);
+    v->init = init;
+    return v;
+}
+
+static const char *type, *dir;
+static int result;
+
+static int run(void)
+{
+    fix_init(2, true);
+    bool wire16 = strcmp(type, "rigl16") == 0;
+    if (wire16)
+        type = "rigl";
+    fix_spec spec = {tensors, 2, 1, "sgd", 0.9, 0, CHUNK, 7, STEPS, wire16, NULL};
+    Appliance__Plan *p = fix_plan(&spec);
+    /* the section, as the planner would make it */
+    Appliance__PlanSparsity *ps = malloc(sizeof(*ps));
+    appliance__plan_sparsity__init(ps);
+    ps->type = strdup(type);
+    ps->seed = 11;
+    float level = 0.9f;
+    if (strcmp(type, "static") == 0) {
+        ps->init_method = strdup("random");
+        ps->level = value("constant", 0.9);
+        ps->drop_fraction = value("constant", 0.3);
+    } else if (strcmp(type, "gmp") == 0) {
+        ps->init_method = strdup("topk");
+        ps->level = value("exp", 0.0);
+        ps->level->final = 0.9;
+        ps->level->gamma = 0.2;
+        ps->drop_fraction = value("constant", 0.3);
+        ps->freq = 3;
+        ps->stop = 10;
+    } else if (strcmp(type, "set") == 0) {
+        level = 0.8f;
+        ps->init_method = strdup("topk");
+        ps->level = value("constant", 0.8);
+        ps->drop_fraction = value("cosine", 0.3);
+        ps->drop_fraction->half_period = 12;
+        ps->freq = 3;
+        ps->stop = 12;
+    } else if (strcmp(type, "rigl") == 0) {
+        level = 0.75f;
+        ps->init_method = strdup("random");
+        ps->level = value("constant", 0.75);
+        ps->drop_fraction = value("constant", 0.25);
+        ps->freq = 2;
+        ps->start = 2;
+        ps->stop = 11;
+    } else {
+        fprintf(stderr, "sparse_masks: unknown type %s\n", type);
+        return 2;
+    }
+    p->sparsity = ps;
+    p->tensors[0]->sparsity = level;
+    mx_job *j = fix_job(p, 0, wire16 ? FIX_G16 | FIX_TWINS : 0, NULL, 0);
+    char why[512];
+    uint64_t bytes = 0;
+    if (mxsparse_setup(j, &bytes, why, sizeof(why)) < 0) {
+        fprintf(stderr, "sparse_masks: %s\n", why);
+        return 1;
+    }
+    /* the parts again, now that the job knows its masks change */
+    for (size_t i = 0; i < j->nt; i++)
+        free(j->t[i].parts);
+    free(j->ready);
+    if (update_parts(j) < 0)
+        return 1;
+    mx_tensor *t = &j->t[0];
+    FILE *meta = fopen(strcat(strcpy((char[4096]){0}, dir), "/meta.txt"), "w");
+    fprintf(meta, "type %s\nn %llu\nlevel %.17g\nseed %llu\ntensor_id %u\ninit %s\nfreq %lld\n"
+            "start %lld\nstop %lld\nlevel_kind %s\nlevel_init %.17g\nlevel_final %.17g\n"
+            "level_gamma %.17g\ndrop_kind %s\ndrop_init %.17g\ndrop_half_period %.17g\n"
+            "steps %d\nparts %u\n",
+            type, (unsigned long long)t->n, (double)t->level, (unsigned long long)ps->seed, t->id,
+            ps->init_method, (long long)ps->freq, (long long)ps->start, (long long)ps->stop,
+            ps->level->kind, ps->level->init, ps->level->final, ps->level->gamma,
+            ps->drop_fraction->kind, ps->drop_fraction->init, ps->drop_fraction->half_period,
+            STEPS, t->nparts);
+    fclose(meta);
+    dump(dir, "w0.f32", -1, t->w, t->n * sizeof(float));
+    if (mxsparse_alloc(j, why, sizeof(why)) < 0 || mxsparse_init(j, why, sizeof(why)) < 0) {
+        fprintf(stderr, "sparse_masks: %s\n", why);
+        return 1;
+    }
+    dump(dir, "m", 0, t->mask, t->n);
+    float *g = malloc(t->n * sizeof(float)), *pre = malloc(t->n * sizeof(float));
+    float *gm = malloc(t->n * sizeof(float));
+    optim_state ref;
+    if (optim_state_init(&ref, &j->cfg, t->n) < 0)
+        return 1;
+    for (int s = 1; s <= STEPS; s++) {
+        /* the reference of the optimizer's part: the same update of a copy
+         * with the gradient masked by the mask before the step */
+        for (uint64_t e = 0; e < t->n; e++) {
+            g[e] = fix_value(100 + 10 * (uint64_t)s, e);
+            if (wire16) { /* the gradient as the wire rounds it */
+                uint16_t h;
+                bf16_pack(&h, &g[e], 1);
+                bf16_unpack(&g[e], &h, 1);
+            }
+            gm[e] = t->mask[e] ? g[e] : 0.0f;
+        }
+        memcpy(pre, t->w, t->n * sizeof(float));
+        memcpy(ref.tensor[0], t->st.tensor[0], t->n * sizeof(float));
+        optim_state_set_step(&ref, optim_state_step(&t->st));
+        optim_update(&j->cfg, &ref, pre, gm, t->n, true, 1.0f, (int64_t)j->step);
+        update_start(j);
+        for (size_t i = j->nt; i-- > 0;) {
+            mx_tensor *x = &j->t[i];
+            for (uint64_t off = 0; off < x->n; off += CHUNK) {
+                uint64_t count = x->n - off < CHUNK ? x->n - off : CHUNK;
+                float f[CHUNK];
+                uint16_t h[CHUNK];
+                for (uint64_t e = 0; e < count; e++)
+                    f[e] = i == 0 ? g[off + e] : fix_value(999, off + e);
+                if (wire16)
+                    bf16_pack(h, f, count);
+                update_grad_land(j, x, off, count, wire16 ? (const void *)h : (const void *)f);
+                update_grad_in(j, x, off, count);
+            }
+        }
+        fix_run();
+        if (j->updated != j->nt) {
+            fprintf(stderr, "sparse_masks: step %d: %zu of %zu tensors updated\n", s, j->updated,
+                    j->nt);
+            return 1;
+        }
+        for (uint64_t e = 0; t->w16 && e < t->n; e++)
+            if (!t->mask[e] && t->w16[e] != 0) {
+                fprintf(stderr, "sparse_masks: step %d: the bfloat16 twin of pruned element %llu "
+                        "is not zero\n", s, (unsigned long long)e);
+                return 1;
+            }
+        if (wire16 && (!t->w16 || !t->g16)) {
+            fprintf(stderr, "sparse_masks: no bfloat16 gradient or twin\n");
+            return 1;
+        }
+        dump(dir, "pre", s, pre, t->n * sizeof(float));
+        dump(dir, "g", s, g, t->n * sizeof(float));
+        dump(dir, "m", s, t->mask, t->n);
+        dump(dir, "w", s, t->w, t->n * sizeof(float));
+        dump(dir, "b", s, t->st.tensor[0], t->n * sizeof(float));
+        j->step++;
+    }
+    optim_state_deinit(&ref);
+    free(g);
+    free(gm);
+    free(pre);
+    fix_end();
+    return 0;
+}
+
+/* (in a check test, so that the fixture's assertions report) */
+START_TEST(masks)
+{
+    result = run();
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+    if (argc != 3) {
+        fprintf(stderr, "usage: sparse_masks static|gmp|set|rigl DIR\n");
+        return 2;
+    }
+    type = argv[1];
+    dir = argv[2];
+    result = 1;
+    Suite *s = suite_create("sparse-masks");
+    TCase *tc = tcase_create("masks");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, masks);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : result;
+}

@@ -110,6 +110,7 @@ struct job {
     uint64_t point_stride; /* 1, doubled each time the points are thinned to half */
     job_eval_point *evals; /* evaluations, in step order */
     size_t nevals, capevals;
+    uint32_t view_replicas; /* replicas of the last attempt (its phases), at most 64 */
     char *plan_json;      /* the memory plan of each wse-node of the last attempt, JSON; owned */
     /* Clients: */
     conn **followers;     /* get every progress status until the end */

@@ -280,7 +280,6 @@ void job_end(coordinator *co, job *j, Appliance__JobState state, const char *why
         job_send_log(j, j->readers[i].c, j->readers[i].next, true);
     j->nreaders = 0;
     job__drop_run(j, true);
-    jobview_free(j);
     free(j->toml); /* kept in the journal */
     j->toml = NULL;
     jobspec_free(j->spec);
@@ -374,6 +373,7 @@ int job__launch(coordinator *co, job *j, const jobspec *spec)
     free(used);
     free(j->plan_json);
     j->plan_json = jobview_plan_json(spec, j->plan, &co->members);
+    j->view_replicas = j->plan->n_replicas < 64 ? (uint32_t)j->plan->n_replicas : 64;
     j->steps_done = j->first_step = j->plan->first_step;
     steps_free(&j->flight);
     /* Pipelined: the replicas apply the updates, memoryx commits no step

@@ -372,8 +372,7 @@ static enum MHD_Result web__job(web *w, struct MHD_Connection *c, const web_sess
         jsonbuf_printf(&b, "%s{\"name\":", i ? "," : "");
         jsonbuf_str(&b, j->phase_name[i]);
         jsonbuf_printf(&b, ",\"replica_sec\":[");
-        size_t nr = j->plan ? j->plan->n_replicas : 0;
-        for (size_t r = 0; r < nr && r < 64; r++) {
+        for (size_t r = 0; r < j->view_replicas; r++) {
             jsonbuf_printf(&b, "%s", r ? "," : "");
             jsonbuf_num(&b, j->replica_phase[r][i]);
         }

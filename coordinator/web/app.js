@@ -5,7 +5,7 @@
 
 const SVGNS = "http://www.w3.org/2000/svg";
 const PALETTE = ["#2a5bd7", "#d7832a", "#2f9e5a", "#9b3fb5", "#c23b3b", "#2aa3b5", "#7a7f2a",
-                 "#5b6475", "#e0609f", "#4e7d1e"];
+                 "#5b6475", "#e0609f", "#4e7d1e", "#b58f2a", "#3f4fb5", "#8c564b", "#17becf"];
 let timer = null;        // the poll of the view shown
 let job = null;          // what the job view holds: {id, steps, loss, rate, stride, logNext}
 

@@ -291,6 +291,22 @@ static void web__status(jsonbuf *b, coordinator *co, job *j, const web_session *
     jsonbuf_printf(b, ",\"can_cancel\":%s}", running && web__visible(s, j) ? "true" : "false");
 }
 
+/* The largest of the loop's last lags over about `sec` seconds (the lag
+ * timer ticks every 50 ms: node.c), seconds. */
+static double web__lag_recent_max(const looplag *l, unsigned sec)
+{
+    uint32_t k = sec * 20u;
+    if (k > l->nrecent)
+        k = l->nrecent;
+    double max = 0;
+    for (uint32_t i = 1; i <= k; i++) {
+        double v = l->recent[(l->next + LOOPLAG_RECENT - i) % LOOPLAG_RECENT];
+        if (v > max)
+            max = v;
+    }
+    return max;
+}
+
 static enum MHD_Result web__cluster(web *w, struct MHD_Connection *c, const web_session *s)
 {
     coordinator *co = w->co;
@@ -302,6 +318,8 @@ static enum MHD_Result web__cluster(web *w, struct MHD_Connection *c, const web_
     jsonbuf_num(&b, looplag_quantile(&co->n->lag, 0.99));
     jsonbuf_printf(&b, ",\"loop_lag_max\":");
     jsonbuf_num(&b, co->n->lag.max_sec);
+    jsonbuf_printf(&b, ",\"loop_lag_max_10s\":");
+    jsonbuf_num(&b, web__lag_recent_max(&co->n->lag, 10));
     size_t queued = 0;
     for (size_t i = 0; i < co->njobs; i++)
         queued += co->jobs[i]->state == APPLIANCE__JOB_STATE__JOB_QUEUED;

@@ -204,9 +204,10 @@ secs = time.time() - t0
 co = json.loads(http("/api/cluster", token=tok)[1])["coordinator"]
 check(sum(codes.values()) == 1000 and set(codes) <= {200, 503} and codes.get(200, 0) >= 900,
       "1000 requests from 8 clients in %.2f s (%.0f/s): %s" % (secs, 1000 / secs, codes))
-check(co["loop_lag_max"] < 0.25, "the coordinator's loop lag stayed under 250 ms: largest %.1f ms "
-      "(before %.1f ms), p99 %.1f ms" % (co["loop_lag_max"] * 1000, lag0["loop_lag_max"] * 1000,
-                                          co["loop_lag_p99"] * 1000))
+check(secs < 9 and co["loop_lag_max_10s"] < 0.25,
+      "the coordinator's loop lag stayed under 250 ms: largest over the last 10 s %.1f ms "
+      "(the 10 s before: %.1f ms; since start %.1f ms)" % (co["loop_lag_max_10s"] * 1000,
+                                                     lag0["loop_lag_max_10s"] * 1000, co["loop_lag_max"] * 1000))
 print("BENCH web_requests_per_sec %.0f req/s" % (1000 / secs))
-print("BENCH web_loop_lag_max %.1f ms" % (co["loop_lag_max"] * 1000))
+print("BENCH web_loop_lag_max_under_load %.1f ms" % (co["loop_lag_max_10s"] * 1000))
 sys.exit(1 if failures else 0)

@@ -101,35 +101,51 @@ async function pollCluster() {
 
 // ---- plots ----
 
-const PLOT = {w: 480, h: 240, left: 58, right: 12, top: 10, bottom: 28};
+const PLOT = {w: 480, h: 240, left: 58, right: 48, top: 10, bottom: 28};
 
-// Draws series (each {xs, ys, cls, dots}) on an SVG with axes; the scales
-// are kept on the SVG (data-*) so that what is drawn can be read back.
+// Draws series (each {xs, ys, cls, dots, right}) on an SVG with axes: the
+// left axis spans the series without `right`, the right axis the others.
+// The left scale is kept on the SVG (data-*) so that what is drawn can be
+// read back.
 function plot(node, series, ylabel) {
   const xs = [].concat(...series.map((s) => s.xs));
-  const ys = [].concat(...series.map((s) => s.ys)).filter((y) => y !== null);
   node.replaceChildren();
   const W = PLOT.w - PLOT.left - PLOT.right, H = PLOT.h - PLOT.top - PLOT.bottom;
   node.appendChild(svg("line", {class: "axis", x1: PLOT.left, y1: PLOT.top + H, x2: PLOT.left + W, y2: PLOT.top + H}));
   node.appendChild(svg("line", {class: "axis", x1: PLOT.left, y1: PLOT.top, x2: PLOT.left, y2: PLOT.top + H}));
-  if (!xs.length || !ys.length) {
+  const range = (side) => {
+    const ys = [].concat(...series.filter((s) => !!s.right === side).map((s) => s.ys)).filter((y) => y !== null);
+    if (!ys.length) return null;
+    let y0 = Math.min(...ys), y1 = Math.max(...ys);
+    if (y1 === y0) { y0 -= Math.abs(y0) * 0.05 + 1e-9; y1 += Math.abs(y1) * 0.05 + 1e-9; }
+    return [y0, y1];
+  };
+  const ranges = {false: range(false), true: range(true)};
+  if (!xs.length || !(ranges[false] || ranges[true])) {
     node.appendChild(svg("text", {x: PLOT.left + 10, y: PLOT.top + 20}, "no points yet"));
     node.dataset.n = "0";
     return;
   }
-  let x0 = Math.min(...xs), x1 = Math.max(...xs), y0 = Math.min(...ys), y1 = Math.max(...ys);
+  let x0 = Math.min(...xs), x1 = Math.max(...xs);
   if (x1 === x0) x1 = x0 + 1;
-  if (y1 === y0) { y0 -= Math.abs(y0) * 0.05 + 1e-9; y1 += Math.abs(y1) * 0.05 + 1e-9; }
-  Object.assign(node.dataset, {x0, x1, y0, y1, left: PLOT.left, top: PLOT.top, w: W, h: H});
+  if (ranges[false])
+    Object.assign(node.dataset, {x0, x1, y0: ranges[false][0], y1: ranges[false][1],
+                                 left: PLOT.left, top: PLOT.top, w: W, h: H});
   const px = (x) => PLOT.left + (x - x0) / (x1 - x0) * W;
-  const py = (y) => PLOT.top + (y1 - y) / (y1 - y0) * H;
-  for (const [v, y] of [[y1, PLOT.top], [y0, PLOT.top + H]])
-    node.appendChild(svg("text", {x: 4, y: y + 4}, Number(v).toPrecision(4)));
+  for (const side of [false, true]) {
+    const r = ranges[side];
+    if (!r) continue;
+    for (const [v, y] of [[r[1], PLOT.top], [r[0], PLOT.top + H]])
+      node.appendChild(svg("text", side ? {x: PLOT.w - 4, y: y + 4, "text-anchor": "end"} : {x: 4, y: y + 4},
+                           Number(v).toPrecision(4)));
+  }
   node.appendChild(svg("text", {x: PLOT.left, y: PLOT.h - 8}, String(x0)));
   node.appendChild(svg("text", {x: PLOT.left + W - 40, y: PLOT.h - 8}, "step " + x1));
   if (ylabel) node.appendChild(svg("text", {x: PLOT.left + 6, y: PLOT.top + 12}, ylabel));
   let n = 0;
   for (const s of series) {
+    const [y0, y1] = ranges[!!s.right];
+    const py = (y) => PLOT.top + (y1 - y) / (y1 - y0) * H;
     const pts = [];
     for (let i = 0; i < s.xs.length; i++)
       if (s.ys[i] !== null) pts.push(px(s.xs[i]).toFixed(2) + "," + py(s.ys[i]).toFixed(2));
@@ -140,7 +156,7 @@ function plot(node, series, ylabel) {
     if (s.dots)
       for (const p of pts) {
         const [cx, cy] = p.split(",");
-        node.appendChild(svg("circle", {class: "pt", cx, cy, r: 3}));
+        node.appendChild(svg("circle", {class: s.cls === "series2" ? "pt" : "pt1", cx, cy, r: 3}));
       }
   }
   node.dataset.n = String(n);
@@ -252,8 +268,8 @@ async function pollJob() {
     const ev = j.evals;
     const metric = ev.map((e) => e.accuracy !== null ? e.accuracy : e.iou);
     plot($("eval-plot"), [{xs: ev.map((e) => e.step), ys: ev.map((e) => e.loss), cls: "series", dots: true},
-                          {xs: ev.map((e) => e.step), ys: metric, cls: "series2", dots: true}],
-         "loss (blue), " + (ev.length && ev[0].iou !== null ? "IoU" : "accuracy") + " (orange)");
+                          {xs: ev.map((e) => e.step), ys: metric, cls: "series2", dots: true, right: true}],
+         "loss (blue, left), " + (ev.length && ev[0].iou !== null ? "IoU" : "accuracy") + " (orange, right)");
     plotPhases($("phase-plot"), j.phases);
     if (!job.plan) {
       try { job.plan = await api("/api/jobs/" + encodeURIComponent(id) + "/plan"); drawPlan(job.plan); }

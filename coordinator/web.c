@@ -329,7 +329,7 @@ static enum MHD_Result web__cluster(web *w, struct MHD_Connection *c, const web_
     for (size_t i = 0; i < co->members.n; i++) {
         const member *mb = &co->members.v[i];
         job *j = mb->job[0] ? co->running : NULL;
-        bool shown = j && web__visible(s, j);
+        bool shown = s->operator_ || (j && web__visible(s, j));
         jsonbuf_printf(&b, "%s{\"id\":%u,\"role\":\"%s\",\"name\":", i ? "," : "", mb->id,
                        msg_role_name(mb->role));
         jsonbuf_str(&b, mb->name);
@@ -384,6 +384,8 @@ static enum MHD_Result web__job(web *w, struct MHD_Connection *c, const web_sess
 {
     jsonbuf b = {0};
     web__status(&b, w->co, j, s);
+    if (b.oom || !b.len)
+        return web__json(c, MHD_HTTP_OK, &b, NULL); /* says out of memory */
     b.len--; /* reopen the object */
     jsonbuf_printf(&b, ",\"phases\":[");
     for (size_t i = 0; i < j->nphases; i++) {

@@ -291,6 +291,12 @@ static void web__status(jsonbuf *b, coordinator *co, job *j, const web_session *
     jsonbuf_printf(b, ",\"can_cancel\":%s}", running && web__visible(s, j) ? "true" : "false");
 }
 
+static uint64_t web__arg_u64(struct MHD_Connection *c, const char *name)
+{
+    const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, name);
+    return v ? strtoull(v, NULL, 10) : 0;
+}
+
 /* The largest of the loop's last lags over about `sec` seconds (the lag
  * timer ticks every 50 ms: node.c), seconds. */
 static double web__lag_recent_max(const looplag *l, unsigned sec)
@@ -318,8 +324,12 @@ static enum MHD_Result web__cluster(web *w, struct MHD_Connection *c, const web_
     jsonbuf_num(&b, looplag_quantile(&co->n->lag, 0.99));
     jsonbuf_printf(&b, ",\"loop_lag_max\":");
     jsonbuf_num(&b, co->n->lag.max_sec);
-    jsonbuf_printf(&b, ",\"loop_lag_max_10s\":");
-    jsonbuf_num(&b, web__lag_recent_max(&co->n->lag, 10));
+    /* ?lag_sec=S: over the last S seconds (1 to 200, default 10) */
+    uint64_t sec = web__arg_u64(c, "lag_sec");
+    sec = sec < 1 ? 10 : sec > 200 ? 200 : sec;
+    jsonbuf_printf(&b, ",\"loop_lag_recent_sec\":%llu,\"loop_lag_max_recent\":",
+                   (unsigned long long)sec);
+    jsonbuf_num(&b, web__lag_recent_max(&co->n->lag, (unsigned)sec));
     size_t queued = 0;
     for (size_t i = 0; i < co->njobs; i++)
         queued += co->jobs[i]->state == APPLIANCE__JOB_STATE__JOB_QUEUED;
@@ -374,11 +384,6 @@ static enum MHD_Result web__jobs(web *w, struct MHD_Connection *c, const web_ses
     return web__json(c, MHD_HTTP_OK, &b, NULL);
 }
 
-static uint64_t web__arg_u64(struct MHD_Connection *c, const char *name)
-{
-    const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, name);
-    return v ? strtoull(v, NULL, 10) : 0;
-}
 
 static enum MHD_Result web__job(web *w, struct MHD_Connection *c, const web_session *s, job *j)
 {

@@ -242,10 +242,11 @@ function drawPlan(plan) {
 // ---- one job ----
 
 async function pollJob() {
-  const id = job.id;
+  const mine = job, id = job.id;
+  const gone = () => job !== mine; // the page went elsewhere meanwhile
   try {
     const j = await api("/api/jobs/" + encodeURIComponent(id));
-    if (!job || job.id !== id) return;
+    if (gone()) return;
     $("job-title").textContent = j.id + " (" + j.file + ")";
     $("job-line").textContent = j.state + (j.phase ? ", " + j.phase : "") + ": step " + j.step +
       "/" + j.max_steps + (j.loss !== null ? ", loss " + fmtNum(j.loss, 6) : "") +
@@ -257,9 +258,11 @@ async function pollJob() {
     // points: only the new ones, unless the coordinator thinned them
     const since = job.steps.length ? "?since=" + job.steps[job.steps.length - 1] : "";
     let p = await api("/api/jobs/" + encodeURIComponent(id) + "/points" + since);
+    if (gone()) return;
     if (p.point_stride !== job.stride) {
       job.stride = p.point_stride;
       p = await api("/api/jobs/" + encodeURIComponent(id) + "/points");
+      if (gone()) return;
       job.steps = []; job.loss = []; job.rate = [];
     }
     job.steps.push(...p.step); job.loss.push(...p.loss); job.rate.push(...p.samples_per_sec);
@@ -272,10 +275,15 @@ async function pollJob() {
          "loss (blue, left), " + (ev.length && ev[0].iou !== null ? "IoU" : "accuracy") + " (orange, right)");
     plotPhases($("phase-plot"), j.phases);
     if (!job.plan) {
-      try { job.plan = await api("/api/jobs/" + encodeURIComponent(id) + "/plan"); drawPlan(job.plan); }
-      catch (e) { if (e.message === "login") return; $("plan-line").textContent = e.message; }
+      try {
+        const plan = await api("/api/jobs/" + encodeURIComponent(id) + "/plan");
+        if (gone()) return;
+        job.plan = plan;
+        drawPlan(plan);
+      } catch (e) { if (e.message === "login" || gone()) return; $("plan-line").textContent = e.message; }
     }
     const lg = await api("/api/jobs/" + encodeURIComponent(id) + "/log?from=" + job.logNext);
+    if (gone()) return;
     if (lg.lines.length) {
       const pre = $("log");
       const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
@@ -286,7 +294,7 @@ async function pollJob() {
     const ended = !["queued", "running"].includes(j.state);
     timer = setTimeout(pollJob, ended && lg.next >= lg.total ? 5000 : 1000);
   } catch (e) {
-    if (e.message === "login") return;
+    if (e.message === "login" || gone()) return;
     $("job-message").textContent = e.message;
     timer = setTimeout(pollJob, 4000);
   }
@@ -315,6 +323,12 @@ async function route() {
     show("job-view");
     job = {id: decodeURIComponent(m[1]), steps: [], loss: [], rate: [], stride: 0, logNext: 0, plan: null};
     $("log").textContent = "";
+    for (const id of ["loss-plot", "eval-plot", "rate-plot", "phase-plot"]) {
+      $(id).replaceChildren();
+      $(id).dataset.n = "0";
+    }
+    for (const id of ["job-title", "job-line", "job-message"]) $(id).textContent = "";
+    $("cancel").hidden = true;
     $("plan").replaceChildren();
     $("plan-line").textContent = "";
     $("cancel-error").textContent = "";

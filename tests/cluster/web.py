@@ -102,7 +102,10 @@ try:
     check(len(printed) >= 5 and not bad,
           "the %d losses appliance-submit printed are points of the plot%s" % (len(printed), bad or ""))
     ev = b.wait("Number(document.getElementById('eval-plot').dataset.n)", what="the evaluation plot")
-    check(ev == 2 * args["evals"], "the evaluation plot: %s points (loss and accuracy of %d evaluations)" % (ev, args["evals"]))
+    evals = b.eval("fetch('/api/jobs/%s').then(r => r.json()).then(j => j.evals)" % done)
+    check(args["evals"] >= 1 and ev == 2 * args["evals"] == 2 * len(evals),
+          "the evaluation plot: %s points (loss and accuracy of the %d evaluations appliance-submit "
+          "printed; the API has %s)" % (ev, args["evals"], evals))
     check(int(b.eval("Number(document.getElementById('rate-plot').dataset.n)")) == args["max_steps"],
           "the samples/s plot")
     check(b.eval("document.querySelectorAll('#phase-plot rect').length") > 0, "the step phases drawn")
@@ -130,6 +133,12 @@ try:
     run = args["running_job"]
     b.eval("location.hash = '#/job/%s'; true" % run)
     b.wait("!document.getElementById('cancel').hidden", what="the cancel button")
+    n1 = b.wait("Number(document.getElementById('loss-plot').dataset.n)", what="the running job's plot")
+    n2 = b.wait("(n => n > %d && n)(Number(document.getElementById('loss-plot').dataset.n))" % n1,
+                what="the running job's plot to grow")
+    api = b.eval("fetch('/api/jobs/%s').then(r => r.json())" % run)
+    check(n2 > n1 and api["points"] >= n2, "the running job's plot grows as it polls: %d, then %d points "
+          "(the API has %d)" % (n1, n2, api["points"]))
     b.eval("window.confirm = () => true; document.getElementById('cancel').click(); true")
     b.wait("document.getElementById('job-line').textContent.startsWith('cancelled')", what="the job cancelled")
     st = b.eval("fetch('/api/jobs/%s').then(r => r.json())" % run)

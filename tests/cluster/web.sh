@@ -49,15 +49,16 @@ bob_id=$(bob --detach "$(job bob 100)") || fail "bob's job: $bob_id"
 
 "$py" - "$work/done.out" "$work/args.json" <<PY
 import json, re, sys
-printed = {}
+printed, evals = {}, 0
 for line in open(sys.argv[1]):
+    evals += bool(re.search(r" eval at step \d+: loss ", line))
     m = re.search(r"\] step (\d+)/\d+ \(\d+%\) loss ([0-9.]+)", line)
     if m and int(m.group(1)) > 0:
         printed[m.group(1)] = m.group(2)
 json.dump({"alice_key": open("$keys/alice.key").read(), "bob_key": open("$keys/bob.key").read(),
            "done_job": "$done_id", "running_job": "$run_id", "bob_job": "$bob_id",
            "members": ["memoryx-1", "swarmx-1", "worker-1", "worker-2", "wse-node-1", "wse-node-2"],
-           "max_steps": 60, "evals": 3, "replicas": 2, "printed": printed,
+           "max_steps": 60, "evals": evals, "replicas": 2, "printed": printed,
            "screenshot": "${WEB_SCREENSHOT:-}"}, open(sys.argv[2], "w"))
 PY
 PYTHONPATH="$src/tests/cluster" timeout 120 "$py" "$src/tests/cluster/web.py" "$url" "$work/args.json" ||

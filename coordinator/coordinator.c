@@ -3,6 +3,7 @@
 #include "job.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -104,6 +105,10 @@ static void co__heartbeat(node *n, conn *c, Appliance__Envelope *env, uint8_t *p
         return;
     }
     mb->last_seen = uv_now(n->loop);
+    Appliance__Heartbeat *hb = env->heartbeat;
+    mb->lag_p99 = isfinite(hb->loop_lag_p99) && hb->loop_lag_p99 >= 0 ? hb->loop_lag_p99 : 0;
+    mb->lag_max = isfinite(hb->loop_lag_max) && hb->loop_lag_max >= 0 ? hb->loop_lag_max : 0;
+    mb->load1 = isfinite(hb->load1) ? hb->load1 : -1;
     conn_send_msg(c, env); /* the answer: the member knows the coordinator is there */
 }
 
@@ -285,6 +290,8 @@ static const options_key co__keys[] = {
      "payload of a frame of weights, gradients or input\nbatches in a job's streams; a multiple of 4,\nat most every daemon's --max-frame-payload (default 1M)"},
     {"max-client-backlog", "SIZE", OPTIONS_SIZE, CO__OPT(admission.max_client_backlog), 0, 0, 0,
      "unread replies after which a client is\ndisconnected (default 8M)"},
+    {"http", "ADDR", OPTIONS_STRING, CO__STR(http), 0, 0,
+     "IPv4:PORT serving the web page of the cluster and\nits jobs, and its JSON API (docs/web.md); off by\ndefault"},
     {NULL, NULL, 0, 0, 0, 0, 0, NULL},
 };
 

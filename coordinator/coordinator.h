@@ -22,6 +22,7 @@ typedef struct coordinator_options {
     uint64_t max_steps;             /* runconfig.max_steps of a submitted job */
     uint32_t max_job_history;       /* finished jobs kept in memory */
     uint64_t chunk_bytes;           /* of a frame of weights, gradients or a batch */
+    char http[128];                 /* IPv4:PORT of the web page and its API (web.h), or "" */
 } coordinator_options;
 
 #define COORDINATOR_DEFAULT_MAX_JOB_FILE (256u * 1024)

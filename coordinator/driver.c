@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "job.h"
+#include "jobview.h"
 #include "log.h"
 #include "msg.h"
 #include "msgcheck.h"
@@ -102,6 +103,10 @@ static void job__count_steps(coordinator *co, job *j)
         if (optim_from_plan(j->plan->optimizer, &cfg) == 0)
             j->last_lr = optim_lr_at(&cfg, (int64_t)s->step);
         double compute = s->compute_max;
+        job_point pt = {.step = j->steps_done, .loss = j->last_loss,
+                        .samples_per_sec = steps_rate(j->samples, j->t_train, now),
+                        .compute_sec = compute};
+        jobview_record_step(j, &pt);
         bool last = j->steps_done >= j->plan->max_steps;
         if (last)
             snprintf(j->phase, sizeof(j->phase), "checkpointing");
@@ -249,6 +254,9 @@ void driver_handle_eval_report(node *n, conn *c, Appliance__Envelope *env, uint8
             }
         j->last_eval_iou = k ? sum / k : 0;
     }
+    job_eval_point ep = {.step = r->step, .loss = j->last_eval_loss,
+                         .accuracy = j->last_eval_accuracy, .iou = j->last_eval_iou};
+    jobview_record_eval(j, &ep);
     log_info("job %s: evaluation at step %llu over %llu samples: loss %.6f%s%.4f", j->id,
              (unsigned long long)r->step, (unsigned long long)j->eval_samples, j->last_eval_loss,
              j->eval_classes ? ", IoU " : ", accuracy ",

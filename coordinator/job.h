@@ -19,6 +19,22 @@ typedef struct job_reader {
 
 #define JOB_PHASES 16 /* step phases kept per replica */
 
+/* A committed step as the web page plots it (jobview.h). */
+typedef struct job_point {
+    uint64_t step;
+    double loss;            /* the step's mean loss over the global batch */
+    double samples_per_sec; /* since training started, as the status says */
+    double compute_sec;     /* the slowest replica's compute time */
+} job_point;
+
+/* An evaluation's result. */
+typedef struct job_eval_point {
+    uint64_t step;
+    double loss;
+    double accuracy;        /* classification; -1 for segmentation */
+    double iou;             /* segmentation: mean IoU; -1 for classification */
+} job_eval_point;
+
 struct job {
     uint64_t seq;         /* submission order, from 1, unique across restarts */
     char id[40];          /* "job-<seq>" */
@@ -88,6 +104,14 @@ struct job {
     bool have_eval;
     uint64_t last_eval_step;
     double last_eval_loss, last_eval_accuracy, last_eval_iou;
+    /* History for the web page (jobview.h), kept until the job is freed: */
+    job_point *points;    /* committed steps, in step order; every point_stride-th once thinned */
+    size_t npoints, cappoints;
+    uint64_t point_stride; /* 1, doubled each time the points are thinned to half */
+    job_eval_point *evals; /* evaluations, in step order */
+    size_t nevals, capevals;
+    uint32_t view_replicas; /* replicas of the last attempt (its phases), at most 64 */
+    char *plan_json;      /* the memory plan of each wse-node of the last attempt, JSON; owned */
     /* Clients: */
     conn **followers;     /* get every progress status until the end */
     size_t nfollowers;

@@ -12,6 +12,7 @@
 
 #include "job.h"
 #include "jobspec.h"
+#include "jobview.h"
 #include "optim_plan.h"
 #include "log.h"
 #include "msg.h"
@@ -370,6 +371,9 @@ int job__launch(coordinator *co, job *j, const jobspec *spec)
         used[i]->state = APPLIANCE__MEMBER_STATE__MEMBER_BUSY;
     }
     free(used);
+    free(j->plan_json);
+    j->plan_json = jobview_plan_json(spec, j->plan, &co->members);
+    j->view_replicas = j->plan->n_replicas < 64 ? (uint32_t)j->plan->n_replicas : 64;
     j->steps_done = j->first_step = j->plan->first_step;
     steps_free(&j->flight);
     /* Pipelined: the replicas apply the updates, memoryx commits no step
@@ -500,6 +504,7 @@ void jobs_client_closed(coordinator *co, conn *c)
 void job_free(job *j)
 {
     job__drop_run(j, true);
+    jobview_free(j);
     free(j->toml);
     jobspec_free(j->spec);
     free(j->followers);

@@ -4,6 +4,18 @@
 #include "coordinator.h"
 #include "log.h"
 #include "users.h"
+#include "web.h"
+
+static web *main__web;
+static void (*main__role_shutdown)(node *n);
+
+/* The role's shutdown, and the web page's listener with it. */
+static void main__shutdown(node *n)
+{
+    web_stop(main__web);
+    main__web = NULL;
+    main__role_shutdown(n);
+}
 
 int main(int argc, char **argv)
 {
@@ -31,6 +43,20 @@ int main(int argc, char **argv)
     }
     n.reply_backlog = co.opt.admission.max_client_backlog;
     coordinator_init(&co, &n);
+    if (co.opt.http[0]) {
+        char err[512];
+        int port;
+        if (!(main__web = web_start(&co, u, co.opt.http, &port, err, sizeof(err)))) {
+            log_error("%s", err);
+            return 1;
+        }
+        char host[64];
+        int unused;
+        conn_addr_parse(co.opt.http, host, sizeof(host), &unused);
+        log_info("web page at http://%s:%d/", host, port);
+        main__role_shutdown = role.on_shutdown;
+        role.on_shutdown = main__shutdown;
+    }
     int rc = node_run(&n, &role, loop);
     members_deinit(&co.members);
     users_free(u);

@@ -44,6 +44,7 @@ member *members_register(members *m, conn *c, const Appliance__Register *r, uint
     }
     member *mb = &m->v[m->n];
     memset(mb, 0, sizeof(*mb));
+    mb->load1 = -1;
     mb->id = (uint32_t)++m->n;
     mb->role = r->role;
     snprintf(mb->name, sizeof(mb->name), "%s", r->name);

@@ -25,6 +25,8 @@ typedef struct member {
     uint32_t conv_block;          /* wse-node: its blocked layout's channels a block */
     bool bf16;                    /* wse-node: mixed precision computes in bfloat16 */
     uint64_t last_seen;           /* uv_now of the last message */
+    double lag_p99, lag_max;      /* its loop's lag, seconds, as its last heartbeat said */
+    double load1;                 /* its host's load average (1 min); -1: unknown */
     conn *c;                      /* control connection, NULL once closed */
     char job[64];                  /* job it serves, "" when idle */
 } member;

@@ -284,6 +284,10 @@ static void node__heartbeat(uv_timer_t *t)
     Appliance__Heartbeat hb = APPLIANCE__HEARTBEAT__INIT;
     hb.member_id = n->member_id;
     hb.seq = ++n->hb_seq;
+    hb.loop_lag_p99 = looplag_quantile(&n->lag, 0.99);
+    hb.loop_lag_max = n->lag.max_sec;
+    double load[1];
+    hb.load1 = getloadavg(load, 1) == 1 ? load[0] : -1;
     Appliance__Envelope env = APPLIANCE__ENVELOPE__INIT;
     env.msg_case = APPLIANCE__ENVELOPE__MSG_HEARTBEAT;
     env.heartbeat = &hb;

@@ -7,7 +7,10 @@
 # and threads) in the same script:
 #
 #   BENCH volume_peak_bytes_per_voxel_vs_pytorch <ratio> of_pytorch
-#         every daemon's peak together over PyTorch's process, 128^3, float32
+#         every daemon's peak together over PyTorch's process, 128^3, float32,
+#         the appliance in its leanest plan (wse-nodes of the memory it needs,
+#         the outputs they do not hold computed again)
+#   BENCH volume_step_time_lean_vs_pytorch_128 <ratio> of_pytorch  that run's step
 #   BENCH volume_step_time_vs_pytorch_128 <ratio> of_pytorch   median step, float32
 #   BENCH volume_step_time_vs_pytorch_128_bf16 <ratio> of_pytorch_autocast
 #         the appliance's mixed precision (the config's own) against autocast
@@ -62,12 +65,22 @@ YAML
   echo "$work/$3.yaml"
 }
 
-# appliance SIDE STEPS NAME MIXED: runs the job on a fresh local cluster;
-# prints "median_step_sec wse_node_peak_bytes all_daemons_peak_bytes"
+# lean FILE: the bytes a replica of the job needs in its leanest plan (the
+# outputs the wafer does not hold computed again), 5% more, in whole MiB
+lean() {
+  "$build/client/appliance-submit" --plan --wafer-memory 64M --threads 2 --json "$1" |
+    "$py" -c 'import json, sys; p = json.load(sys.stdin); print("%dM" % (min(m["bytes_per_replica"] for m in p["modes"]) * 1.05 / 2**20 + 1))'
+}
+
+# appliance SIDE STEPS NAME MIXED [WAFER]: runs the job on a fresh local
+# cluster with wse-nodes of WAFER (default 20G: every output kept where it
+# fits; "lean": the leanest plan's need); prints "median_step_sec
+# wse_node_peak_bytes all_daemons_peak_bytes"
 appliance() {
-  local file out
-  file=$(job "$@")
-  "$src/deploy/local/appliance-up" --replicas 1 --threads 2 --wafer-memory 20G --dir "$run" \
+  local file out wafer=${5:-20G}
+  file=$(job "$1" "$2" "$3" "$4")
+  [ "$wafer" = lean ] && wafer=$(lean "$file")
+  "$src/deploy/local/appliance-up" --replicas 1 --threads 2 --wafer-memory "$wafer" --dir "$run" \
     --build "$build" >/dev/null
   out=$(set -a; . "$run/env"; set +a; cd "$work" && "$build/client/appliance-submit" "$file" 2>&1) ||
     { echo "volumes: the $1^3 job failed: $out" >&2; exit 1; }
@@ -86,6 +99,8 @@ appliance() {
 
 read -r f_step f_wse f_all < <(appliance "$side" "$steps" f$side false)
 echo "appliance ${side}^3 float32: $f_step s/step, wse-node peak $((f_wse >> 20)) MiB, every daemon $((f_all >> 20)) MiB"
+read -r l_step l_wse l_all < <(appliance "$side" "$steps" l$side false lean)
+echo "appliance ${side}^3 float32, the lean plan ($(lean "$work/l$side.yaml") a wse-node): $l_step s/step, wse-node peak $((l_wse >> 20)) MiB, every daemon $((l_all >> 20)) MiB"
 read -r b_step b_wse b_all < <(appliance "$side" "$steps" b$side true)
 echo "appliance ${side}^3 mixed precision: $b_step s/step, wse-node peak $((b_wse >> 20)) MiB, every daemon $((b_all >> 20)) MiB"
 others=$((f_all - f_wse))
@@ -108,9 +123,13 @@ import json, sys
 f_step, f_all, b_step, app_vox, limit = (float(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]),
                                          int(sys.argv[4]), int(sys.argv[5]))
 t, tb, ts = (json.loads(a) for a in sys.argv[6:9])
-print("pytorch: %.0f bytes a voxel at %d^3 (its peak over the voxels); the appliance %.0f" %
-      (t["peak_rss_bytes"] / t["voxels"], t["shape"][0], f_all / t["voxels"]))
-print("BENCH volume_peak_bytes_per_voxel_vs_pytorch %.3f of_pytorch" % (f_all / t["peak_rss_bytes"]))
+l_step, l_all = float(sys.argv[9]), int(sys.argv[10])
+print("pytorch: %.0f bytes a voxel at %d^3 (its peak over the voxels); the appliance %.0f, %.0f "
+      "in its lean plan" % (t["peak_rss_bytes"] / t["voxels"], t["shape"][0], f_all / t["voxels"],
+                            l_all / t["voxels"]))
+print("BENCH volume_peak_bytes_per_voxel_vs_pytorch %.3f of_pytorch" % (l_all / t["peak_rss_bytes"]))
+print("BENCH volume_peak_bytes_per_voxel_kept_vs_pytorch %.3f of_pytorch" % (f_all / t["peak_rss_bytes"]))
+print("BENCH volume_step_time_lean_vs_pytorch_%d %.3f of_pytorch" % (t["shape"][0], l_step / t["step_sec"]))
 print("BENCH volume_step_time_vs_pytorch_%d %.3f of_pytorch" % (t["shape"][0], f_step / t["step_sec"]))
 print("BENCH volume_step_time_vs_pytorch_%d_bf16 %.3f of_pytorch_autocast" % (t["shape"][0], b_step / tb["step_sec"]))
 per = (t["peak_rss_bytes"] - ts["peak_rss_bytes"]) / (t["voxels"] - ts["voxels"])
@@ -118,7 +137,7 @@ base = ts["peak_rss_bytes"] - per * ts["voxels"]
 t_vox = int((limit - base) / per)
 print("BENCH volume_max_voxels_pytorch %d voxels" % t_vox)
 print("BENCH volume_max_voxels_vs_pytorch %.2f of_pytorch" % (app_vox / t_vox))
-' "$f_step" "$f_all" "$b_step" "$voxels" "$limit" "$t" "$tb" "$ts"
+' "$f_step" "$f_all" "$b_step" "$voxels" "$limit" "$t" "$tb" "$ts" "$l_step" "$l_all"
 else
   echo "volumes: PyTorch (Debian's python3-torch) is not installed: the PyTorch figures are skipped"
 fi

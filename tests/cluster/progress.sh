@@ -99,8 +99,14 @@ for i in range(shots):
     p = [l for l in screen if prog.match(l)]
     assert len(p) <= 1, ("more than one progress line on the screen", screen)
     assert all(len(l) <= 80 for l in screen), screen
-    for l in screen:  # nothing else but the accepted line, evaluations, the progress line
-        assert "accepted as" in l or " eval at step " in l or prog.match(l), ("stray line", l, screen)
+    # nothing else but the accepted line, evaluations, the progress line, or
+    # once the job ended (a capture before the shell noted its exit) the result
+    ended = any(re.match(r"job-\d+ done: ", l) for l in screen)
+    result = re.compile(r"job-\d+ done: |test accuracy |checkpoints in ")
+    for l in screen:
+        assert ("accepted as" in l or " eval at step " in l or prog.match(l) or
+                (ended and result.match(l))), ("stray line", l, screen)
+    assert not (ended and any(prog.match(l) for l in screen)), ("the progress line stayed", screen)
     evals = [l for l in screen if " eval at step " in l]
     assert len(evals) == len(set(evals)), ("an evaluation twice", screen)
     if p:

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 #include <time.h>
+#include <sys/ioctl.h>
 #include <sys/time.h>
 
 #include "msg.h"
@@ -345,10 +346,59 @@ void render_plan(const Appliance__Plan *p)
     }
 }
 
+/* The terminal's width in columns, 80 when it does not say. */
+static int render__columns(void)
+{
+    struct winsize ws;
+    if (ioctl(1, TIOCGWINSZ, &ws) == 0 && ws.ws_col >= 20)
+        return ws.ws_col;
+    return 80;
+}
+
+/* The live line: the phase first, then what fits the terminal's width
+ * (a line longer than the terminal would wrap, and the carriage return
+ * would then rewrite only its last row, leaving the rest behind). The job's
+ * id is on the line above ("accepted as"). */
+static void render__live(const Appliance__JobStatus *st, double pct)
+{
+    char line[512], eta[32], bar[16], rate[32];
+    int cols = render__columns() - 1; /* the last column would wrap on some terminals */
+    if (st->state == APPLIANCE__JOB_STATE__JOB_QUEUED) {
+        snprintf(line, sizeof(line), "[queued] %s at position %u (priority p%u)", st->job_id,
+                 st->queue_position, st->priority);
+    } else {
+        int full = (int)(pct / 10.0);
+        bar[0] = '[';
+        for (int i = 0; i < 10; i++)
+            bar[1 + i] = i < full ? '#' : '.';
+        bar[11] = ']';
+        bar[12] = 0;
+        snprintf(rate, sizeof(rate), st->samples_per_sec >= 100 ? "%.0f" : "%.1f",
+                 st->samples_per_sec);
+        char head[160], rest[256];
+        snprintf(head, sizeof(head), "[%s] step %llu/%llu %3.0f%%", st->phase,
+                 (unsigned long long)st->step, (unsigned long long)st->max_steps, pct);
+        snprintf(rest, sizeof(rest), " loss %.4g %s samples/s ETA %s", st->loss, rate,
+                 render_duration(st->eta_sec, eta, sizeof(eta)));
+        if ((int)(strlen(head) + 1 + strlen(bar) + strlen(rest)) <= cols)
+            snprintf(line, sizeof(line), "%s %s%s", head, bar, rest);
+        else
+            snprintf(line, sizeof(line), "%s%s", head, rest);
+    }
+    if ((int)strlen(line) > cols)
+        line[cols] = 0;
+    printf("\r\033[K%s", line);
+}
+
 void render_progress(const Appliance__JobStatus *st, bool tty)
 {
     char el[32], eta[32], line[512];
     double pct = st->max_steps ? 100.0 * (double)st->step / (double)st->max_steps : 0;
+    if (tty) {
+        render__live(st, pct);
+        fflush(stdout);
+        return;
+    }
     if (st->state == APPLIANCE__JOB_STATE__JOB_QUEUED)
         snprintf(line, sizeof(line), "%s queued at position %u (priority p%u)", st->job_id,
                  st->queue_position, st->priority);
@@ -359,17 +409,13 @@ void render_progress(const Appliance__JobStatus *st, bool tty)
                  (unsigned long long)st->max_steps, pct, st->loss, st->learning_rate,
                  st->samples_per_sec, render_duration(st->elapsed_sec, el, sizeof(el)),
                  render_duration(st->eta_sec, eta, sizeof(eta)));
-    if (tty) {
-        printf("\r\033[K%s", line);
-    } else {
-        struct timeval tv;
-        gettimeofday(&tv, NULL);
-        struct tm tm;
-        gmtime_r(&tv.tv_sec, &tm);
-        char ts[32];
-        strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%SZ", &tm);
-        printf("%s %s\n", ts, line);
-    }
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    struct tm tm;
+    gmtime_r(&tv.tv_sec, &tm);
+    char ts[32];
+    strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    printf("%s %s\n", ts, line);
     fflush(stdout);
 }
 

@@ -38,6 +38,7 @@ typedef struct client {
     int exit_code;
     bool answered;            /* the request got its final answer */
     char job_id[40];          /* once accepted */
+    bool eval_shown;          /* an evaluation was printed: eval_seen is its step */
     uint64_t eval_seen;       /* the last evaluation printed */
     uint64_t line_step;       /* the step and phase of the last progress line printed */
     char line_phase[32];      /* (not on a terminal: a line the same as the last is not
@@ -253,7 +254,9 @@ static void on_status(client *cl, const Appliance__JobStatus *st)
     }
     if (cl->json)
         return; /* one object at the end */
-    if (st->eval_step != cl->eval_seen && (st->eval_accuracy >= 0 || st->eval_iou >= 0)) {
+    if ((!cl->eval_shown || st->eval_step != cl->eval_seen) &&
+        (st->eval_accuracy >= 0 || st->eval_iou >= 0)) {
+        cl->eval_shown = true;
         cl->eval_seen = st->eval_step;
         render_progress_done(cl->tty && cl->live);
         cl->live = false;

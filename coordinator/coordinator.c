@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 
 #include "driver.h"
 #include "hosts.h"
@@ -263,6 +264,20 @@ static void co__metrics(node *n, metrics_buf *b)
                    (unsigned long long)co->jobs_refused, (unsigned long long)co->jobs_evicted,
                    (unsigned long long)co->clients_dropped);
     metrics_hist_render(&co->step_hist, b, NULL);
+    /* the running job's last step, as Unix time: an alert compares it with
+     * the clock (deploy/prometheus) */
+    metrics_printf(b, "# HELP appliance_job_last_step_timestamp_seconds When the running job last "
+                      "completed a step (or, before its first, started), Unix time.\n"
+                      "# TYPE appliance_job_last_step_timestamp_seconds gauge\n");
+    job *r = co->running;
+    if (r && r->state == APPLIANCE__JOB_STATE__JOB_RUNNING && r->step_at) {
+        struct timeval tv;
+        gettimeofday(&tv, NULL);
+        double now = (double)tv.tv_sec + (double)tv.tv_usec * 1e-6;
+        double ago = (double)(uv_now(n->loop) - r->step_at) / 1000.0;
+        metrics_printf(b, "appliance_job_last_step_timestamp_seconds{job_id=\"%s\"} %.3f\n", r->id,
+                       now - ago);
+    }
 }
 
 #define CO__OPT(f) offsetof(coordinator_options, f)

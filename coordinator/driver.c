@@ -49,16 +49,48 @@ static job *job__of_member(coordinator *co, conn *c, const char *job_id, member 
     return j;
 }
 
+/* Sets the job's phase; followers hear of a change (notify) at once. */
+static bool job__set_phase(coordinator *co, job *j, const char *phase, bool notify)
+{
+    if (strcmp(j->phase, phase) == 0)
+        return false;
+    snprintf(j->phase, sizeof(j->phase), "%s", phase);
+    if (notify)
+        job_notify(co, j);
+    return true;
+}
+
+/* The phase of a job whose members are all ready, from what is done: an
+ * evaluation or a checkpoint due and not yet in, else training. */
+static const char *job__phase_now(const job *j)
+{
+    uint64_t n = j->steps_done;
+    bool eval_due = plan_eval_at(j->plan, n) && !(j->have_eval && j->last_eval_step == n);
+    bool ckpt_due = n > j->first_step && plan_checkpoint_after(j->plan, n - 1) &&
+                    !(j->have_ckpt && j->ckpt_step == n - 1);
+    if (n >= j->plan->max_steps)
+        return eval_due ? "evaluating" : "checkpointing";
+    if (ckpt_due)
+        return "checkpointing";
+    return eval_due ? "evaluating" : "training";
+}
+
 void driver_handle_ready(node *n, conn *c, Appliance__Envelope *env, uint8_t *p, uint32_t len)
 {
     coordinator *co = co_of(n);
-    job *j = job__of_member(co, c, env->job_ready->job_id, NULL);
+    member *from = NULL;
+    job *j = job__of_member(co, c, env->job_ready->job_id, &from);
     if (!j)
         return;
     j->progress_at = uv_now(n->loop);
+    /* the replicas have built their layers and kernels: what is left is
+     * memoryx's weights and the links */
+    if (from->role == APPLIANCE__ROLE__ROLE_WSE_NODE && ++j->ready_wse == j->plan->n_replicas &&
+        j->ready + 1 < j->nmembers)
+        job__set_phase(co, j, "loading weights", true);
     if (++j->ready < j->nmembers)
         return;
-    snprintf(j->phase, sizeof(j->phase), "training");
+    snprintf(j->phase, sizeof(j->phase), "%s", job__phase_now(j));
     j->t_train = uv_now(n->loop);
     log_info("job %s: every member ready, training starts", j->id);
     job_log(co, j, "every member ready: training");
@@ -98,7 +130,7 @@ static void job__count_steps(coordinator *co, job *j)
         co->last_commit = now;
         j->last_loss = s->loss_sum / (double)j->plan->global_batch;
         j->samples += j->plan->global_batch;
-        j->t_step = now;
+        j->t_step = j->step_at = now;
         optim_config cfg;
         if (optim_from_plan(j->plan->optimizer, &cfg) == 0)
             j->last_lr = optim_lr_at(&cfg, (int64_t)s->step);
@@ -108,9 +140,9 @@ static void job__count_steps(coordinator *co, job *j)
                         .compute_sec = compute};
         jobview_record_step(j, &pt);
         bool last = j->steps_done >= j->plan->max_steps;
-        if (last)
-            snprintf(j->phase, sizeof(j->phase), "checkpointing");
+        bool changed = job__set_phase(co, j, job__phase_now(j), false);
         if (last || j->steps_done % j->log_steps == 0) {
+            changed = false; /* the status below says it */
             Appliance__JobStatus st;
             job_status(co, j, &st);
             log_info("job %s: step %llu/%llu loss %.6f", j->id, (unsigned long long)j->steps_done,
@@ -144,6 +176,8 @@ static void job__count_steps(coordinator *co, job *j)
             job_save(co, j);
             job_notify(co, j);
         }
+        if (changed)
+            job_notify(co, j);
         job__maybe_finish(co, j);
     }
 }
@@ -274,6 +308,8 @@ void driver_handle_eval_report(node *n, conn *c, Appliance__Envelope *env, uint8
         summaries_flush(j->sum);
     }
     job_save(co, j);
+    if (j->ready >= j->nmembers)
+        job__set_phase(co, j, job__phase_now(j), false);
     job_notify(co, j);
     job__maybe_finish(co, j);
 }
@@ -333,6 +369,8 @@ void driver_handle_checkpoint(node *n, conn *c, Appliance__Envelope *env, uint8_
              (unsigned long long)j->ckpt_step);
     if (co->journal)
         journal_put_recovery(co->journal, j->id, j->restarts, j->have_ckpt, j->ckpt_step);
+    if (j->ready >= j->nmembers)
+        job__set_phase(co, j, job__phase_now(j), true);
 }
 
 void driver_member_lost(coordinator *co, member *mb)

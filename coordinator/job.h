@@ -66,6 +66,8 @@ struct job {
     char fault[512];      /* what the last fault was */
     uint64_t summarized;  /* the last step written to the summaries */
     uint64_t progress_at; /* uv_now of the attempt's last progress (start, ready, step, evaluation) */
+    uint64_t step_at;     /* uv_now of the attempt's last step, or of its start: /metrics, for
+                           * the alert on a stalled job */
     uint64_t step_timeout_ms; /* runconfig.step_timeout_seconds, 0: none */
     /* While running: */
     uint8_t *plan_bytes;  /* packed plan, owned */
@@ -74,6 +76,7 @@ struct job {
     uint32_t *members;    /* member ids the job uses */
     size_t nmembers;
     size_t ready;         /* members that reported ready */
+    size_t ready_wse;     /* of them, wse-nodes: all ready ends the phase "compiling" */
     size_t finished;      /* shards that wrote their final checkpoint */
     steps flight;         /* the steps in flight and their reports (steps.h) */
     uint64_t t_start, t_train; /* uv_now at start and at the first step */

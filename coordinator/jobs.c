@@ -386,11 +386,12 @@ int job__launch(coordinator *co, job *j, const jobspec *spec)
         j->t_start = uv_now(co->n->loop);
     j->t_train = 0;
     j->samples = 0;
-    j->ready = j->finished = 0;
+    j->ready = j->ready_wse = j->finished = 0;
     j->eval_reports = 0;
+    j->step_at = uv_now(co->n->loop);
     j->recovering = false;
     j->state = APPLIANCE__JOB_STATE__JOB_RUNNING;
-    snprintf(j->phase, sizeof(j->phase), "loading weights");
+    snprintf(j->phase, sizeof(j->phase), "compiling");
     co->running = j;
     /* TensorBoard summaries beside the checkpoints. */
     char serr[512];

@@ -222,6 +222,7 @@ static void ckpt__done(uv_work_t *req, int status)
     if (status < 0 || j->ckpt_rc < 0) {
         const char *why = status < 0 ? uv_strerror(status) : j->ckpt_err;
         log_error("job %s: checkpoint of step %llu: %s", j->id, (unsigned long long)step, why);
+        j->mx->checkpoint_failures++;
         mxjob_abort(j, "%s checkpoint of step %llu failed: %s",
                     kind == MX_CKPT_INITIAL ? "initial" : kind == MX_CKPT_FINAL ? "final" : "the",
                     (unsigned long long)step, why);

@@ -917,6 +917,11 @@ static void mx__metrics(node *n, metrics_buf *b)
     metrics_printf(b, "# HELP appliance_checkpoints_total Checkpoint files written.\n"
                       "# TYPE appliance_checkpoints_total counter\nappliance_checkpoints_total %llu\n",
                    (unsigned long long)mx->checkpoints);
+    metrics_printf(b, "# HELP appliance_checkpoint_failures_total Checkpoints that could not be "
+                      "written (each fails its job).\n"
+                      "# TYPE appliance_checkpoint_failures_total counter\n"
+                      "appliance_checkpoint_failures_total %llu\n",
+                   (unsigned long long)mx->checkpoint_failures);
     metrics_hist_render(&mx->chunk_hist, b, NULL);
     const mx_tier *tr = mx->job && tier_files(mx->job) ? mx->job->tier : NULL;
     metrics_printf(b, "# HELP appliance_tier_read_bytes_total Weight stream bytes read from the "

@@ -225,4 +225,5 @@ typedef struct memoryx {
     uint64_t early_streams;       /* steps whose stream began before the last update of the
                                      step before was back (mx__maybe_turn) */
     uint64_t checkpoints;         /* checkpoint files written */
+    uint64_t checkpoint_failures; /* checkpoints that could not be written (the job failed) */
 } memoryx;

@@ -67,6 +67,8 @@ for daemon, names in checks.items():
 # far from the 60 steps' gradients (31680 bytes) it took before
 mx = parse(f"{work}/after.memoryx-1")
 assert get(mx, "appliance_steps_committed_total") == 0
+# what the alert rules read (deploy/prometheus): no checkpoint failed
+assert mx["appliance_checkpoint_failures_total"] == 0, mx
 up = sum(v for k, v in mx.items()
          if k.startswith("appliance_peer_bytes_received_total{") and 'peer_role="swarmx"' in k)
 assert 3 * 528 < up < 60 * 528, up

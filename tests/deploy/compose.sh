@@ -138,5 +138,20 @@ for c in $(compose_containers); do
 done
 echo "ok: the health check passes in every container"
 
+# /metrics on port 9100 of every container (the entrypoint's default), and
+# across the compose network under the service's name, as
+# deploy/prometheus/prometheus-compose.yml scrapes it
+# (bash alone: the test's image has no cat)
+scrape='exec 3<>"/dev/tcp/$0/9100" && printf "GET /metrics HTTP/1.0\r\nHost: $0\r\n\r\n" >&3 &&
+  while IFS= read -r l || [ -n "$l" ]; do printf "%s\n" "$l"; done <&3'
+for c in $(compose_containers); do
+  podman exec "$c" bash -c "$scrape" 127.0.0.1 >"$work/metrics" 2>&1 || fail "no metrics in $c: $(cat "$work/metrics")"
+  grep -q '^appliance_registered 1$' "$work/metrics" || fail "metrics of $c: $(head -c 600 "$work/metrics")"
+done
+coord=$(compose_containers | grep -m1 coordinator) || fail "no coordinator container"
+podman exec "$coord" bash -c "$scrape" memoryx >"$work/metrics" 2>&1 || fail "memoryx:9100 from the coordinator: $(cat "$work/metrics")"
+grep -q '^appliance_checkpoint_failures_total 0$' "$work/metrics" || fail "memoryx's metrics: $(head -c 600 "$work/metrics")"
+echo "ok: every container serves /metrics on 9100, memoryx's reached by its service name"
+
 compose_quickstart
 echo "1 passed, 0 failed ($((SECONDS - t0)) s)"

@@ -1,0 +1,800 @@
+/* Dense layers on pruned weights (the kept weights in column panels,
+ * spmm.c's loops over the activations transposed) and on mostly-zero
+ * inputs; the cost model that picks them or the dense GEMMs. */
+#include "op_sparse_dense.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "kernels_internal.h"
+#include "op_dense.h"
+
+_Static_assert(SPARSE_W_PANEL == KERN__PANEL, "one panel width");
+
+static int sparse_isa_forced = -1;
+
+void kern__sparse_set_isa(int isa)
+{
+    sparse_isa_forced = isa;
+}
+
+int kern__sparse_isa(void)
+{
+    int lvl = (int)kernels_isa_level();
+    return sparse_isa_forced >= 0 && sparse_isa_forced < lvl ? sparse_isa_forced : lvl;
+}
+
+void sparse_w_free(sparse_w *sw)
+{
+    if (!sw)
+        return;
+    free(sw->row_ptr);
+    free(sw->col);
+    free(sw->ptr);
+    free(sw->idx);
+    free(sw->val);
+    free(sw->ord);
+    free(sw->tptr);
+    free(sw->tidx);
+    free(sw->tval);
+    free(sw->tord);
+    free(sw->tcol_ptr);
+    free(sw);
+}
+
+/* Panel form of a CSR (rows of m, columns of k, row-major order given by
+ * rp and ci): ptr (npan * (m + 1)), idx, ord (canonical index of each
+ * entry) */
+static void build_panels(int m, int npan, const uint32_t *rp, const uint32_t *ci, uint32_t *ptr,
+                         uint16_t *idx, uint32_t *ord)
+{
+    /* counts per (panel, row), then offsets */
+    memset(ptr, 0, sizeof(uint32_t) * (size_t)npan * (m + 1));
+    for (int r = 0; r < m; r++)
+        for (uint32_t e = rp[r]; e < rp[r + 1]; e++)
+            ptr[(size_t)(ci[e] / KERN__PANEL) * (m + 1) + r + 1]++;
+    uint32_t run = 0;
+    for (int p = 0; p < npan; p++) {
+        uint32_t *pp = ptr + (size_t)p * (m + 1);
+        pp[0] = run;
+        for (int r = 0; r < m; r++) {
+            run += pp[r + 1];
+            pp[r + 1] = run;
+        }
+    }
+    /* fill: each row's entries ascend, so each (panel, row) run fills in
+     * order; next[] walks with it */
+    for (int r = 0; r < m; r++) {
+        for (uint32_t e = rp[r]; e < rp[r + 1]; e++) {
+            uint32_t p = ci[e] / KERN__PANEL;
+            uint32_t *slot = ptr + (size_t)p * (m + 1) + r; /* moves up as it fills */
+            uint32_t at = (*slot)++;
+            idx[at] = (uint16_t)(ci[e] % KERN__PANEL);
+            ord[at] = e;
+        }
+    }
+    /* the starts moved to the ends of their runs: shift back */
+    for (int p = npan - 1; p >= 0; p--) {
+        uint32_t *pp = ptr + (size_t)p * (m + 1);
+        for (int r = m; r > 0; r--)
+            pp[r] = pp[r - 1];
+        pp[0] = p == 0 ? 0 : ptr[(size_t)(p - 1) * (m + 1) + m];
+    }
+}
+
+sparse_w *sparse_w_new(const float *weight, const uint8_t *mask, int out_f, int in_f, char *err,
+                       size_t err_len)
+{
+    if (out_f < 1 || in_f < 1) {
+        snprintf(err, err_len, "sparse weight: shape %d x %d (each side must be 1 or more)",
+                 out_f, in_f);
+        return NULL;
+    }
+    size_t total = (size_t)out_f * in_f, nnz = 0;
+    for (size_t i = 0; i < total; i++)
+        nnz += mask ? mask[i] != 0 : weight[i] != 0.0f;
+    if (nnz >= UINT32_MAX) {
+        snprintf(err, err_len, "sparse weight: %zu kept weights (at most %u)", nnz,
+                 UINT32_MAX - 1);
+        return NULL;
+    }
+    sparse_w *sw = calloc(1, sizeof(*sw));
+    if (!sw)
+        goto oom;
+    size_t n1 = nnz ? nnz : 1;
+    sw->out_f = out_f;
+    sw->in_f = in_f;
+    sw->nnz = nnz;
+    sw->npan = (in_f + KERN__PANEL - 1) / KERN__PANEL;
+    sw->tnpan = (out_f + KERN__PANEL - 1) / KERN__PANEL;
+    sw->row_ptr = malloc(sizeof(uint32_t) * (out_f + 1));
+    sw->col = malloc(sizeof(uint32_t) * n1);
+    sw->ptr = malloc(sizeof(uint32_t) * (size_t)sw->npan * (out_f + 1));
+    sw->idx = malloc(sizeof(uint16_t) * n1);
+    sw->val = malloc(sizeof(float) * n1);
+    sw->ord = malloc(sizeof(uint32_t) * n1);
+    sw->tptr = malloc(sizeof(uint32_t) * (size_t)sw->tnpan * (in_f + 1));
+    sw->tidx = malloc(sizeof(uint16_t) * n1);
+    sw->tval = malloc(sizeof(float) * n1);
+    sw->tord = malloc(sizeof(uint32_t) * n1);
+    sw->tcol_ptr = malloc(sizeof(uint32_t) * (in_f + 1));
+    uint32_t *trp = malloc(sizeof(uint32_t) * (in_f + 1)), *tci = malloc(sizeof(uint32_t) * n1);
+    uint32_t *tce = malloc(sizeof(uint32_t) * n1), *ford = malloc(sizeof(uint32_t) * n1);
+    if (!sw->row_ptr || !sw->col || !sw->ptr || !sw->idx || !sw->val || !sw->ord || !sw->tptr ||
+        !sw->tidx || !sw->tval || !sw->tord || !sw->tcol_ptr || !trp || !tci || !tce || !ford) {
+        free(trp);
+        free(tci);
+        free(tce);
+        free(ford);
+        goto oom;
+    }
+    /* the canonical CSR */
+    uint32_t e = 0;
+    for (int r = 0; r < out_f; r++) {
+        sw->row_ptr[r] = e;
+        for (int c = 0; c < in_f; c++) {
+            size_t i = (size_t)r * in_f + c;
+            if (mask ? mask[i] != 0 : weight[i] != 0.0f)
+                sw->col[e++] = (uint32_t)c;
+        }
+    }
+    sw->row_ptr[out_f] = e;
+    build_panels(out_f, sw->npan, sw->row_ptr, sw->col, sw->ptr, sw->idx, sw->ord);
+    /* the transpose's CSR (rows = columns of the weight), tce[j] the
+     * canonical index of its entry j */
+    memset(trp, 0, sizeof(uint32_t) * (in_f + 1));
+    for (size_t j = 0; j < nnz; j++)
+        trp[sw->col[j] + 1]++;
+    for (int c = 0; c < in_f; c++)
+        trp[c + 1] += trp[c];
+    memcpy(sw->tcol_ptr, trp, sizeof(uint32_t) * (in_f + 1));
+    for (int r = 0; r < out_f; r++)
+        for (uint32_t j = sw->row_ptr[r]; j < sw->row_ptr[r + 1]; j++) {
+            uint32_t at = trp[sw->col[j]]++;
+            tci[at] = (uint32_t)r;
+            tce[at] = j;
+        }
+    build_panels(in_f, sw->tnpan, sw->tcol_ptr, tci, sw->tptr, sw->tidx, ford);
+    for (size_t j = 0; j < nnz; j++)
+        sw->tord[j] = tce[ford[j]];
+    free(trp);
+    free(tci);
+    free(tce);
+    free(ford);
+    if (nnz) {
+        /* values: the weight's at the kept positions */
+        float *kept = malloc(sizeof(float) * nnz);
+        if (!kept)
+            goto oom;
+        sparse_w_gather(sw, weight, kept);
+        sparse_w_set_kept(sw, kept);
+        free(kept);
+    }
+    return sw;
+oom:
+    sparse_w_free(sw);
+    snprintf(err, err_len, "sparse weight %d x %d: out of memory", out_f, in_f);
+    return NULL;
+}
+
+typedef struct kept_job {
+    sparse_w *sw;
+    const float *kept;
+    float *dense;
+    const float *cdense;
+    float *okept;
+} kept_job;
+
+static void set_kept_range(void *ctx, size_t lo, size_t hi)
+{
+    const kept_job *j = ctx;
+    for (size_t e = lo; e < hi; e++) {
+        j->sw->val[e] = j->kept[j->sw->ord[e]];
+        j->sw->tval[e] = j->kept[j->sw->tord[e]];
+    }
+}
+
+void sparse_w_set_kept(sparse_w *sw, const float *kept)
+{
+    kept_job j = {.sw = sw, .kept = kept};
+    kernels_for(sw->nnz, 1 << 16, set_kept_range, &j);
+}
+
+static void gather_rows(void *ctx, size_t lo, size_t hi)
+{
+    const kept_job *j = ctx;
+    const sparse_w *sw = j->sw;
+    for (size_t r = lo; r < hi; r++)
+        for (uint32_t e = sw->row_ptr[r]; e < sw->row_ptr[r + 1]; e++)
+            j->okept[e] = j->cdense[r * sw->in_f + sw->col[e]];
+}
+
+void sparse_w_gather(const sparse_w *sw, const float *dense, float *kept)
+{
+    kept_job j = {.sw = (sparse_w *)sw, .cdense = dense, .okept = kept};
+    kernels_for((size_t)sw->out_f, 64, gather_rows, &j);
+}
+
+void sparse_w_set_dense(sparse_w *sw, const float *weight)
+{
+    /* the canonical order first (a read of the weight row by row), then
+     * the two panel orders from it; the gather goes through val as scratch
+     * would race, so gather into tval and permute both from a copy */
+    if (!sw->nnz)
+        return;
+    float *kept = malloc(sizeof(float) * sw->nnz);
+    if (kept) {
+        sparse_w_gather(sw, weight, kept);
+        sparse_w_set_kept(sw, kept);
+        free(kept);
+        return;
+    }
+    for (size_t e = 0; e < sw->nnz; e++) { /* out of memory: in place, slowly */
+        uint32_t c = sw->ord[e];
+        int r = 0;
+        while (sw->row_ptr[r + 1] <= c)
+            r++;
+        sw->val[e] = weight[(size_t)r * sw->in_f + sw->col[c]];
+    }
+    for (size_t e = 0; e < sw->nnz; e++) {
+        uint32_t c = sw->tord[e];
+        int r = 0;
+        while (sw->row_ptr[r + 1] <= c)
+            r++;
+        sw->tval[e] = weight[(size_t)r * sw->in_f + sw->col[c]];
+    }
+}
+
+static void scatter_rows(void *ctx, size_t lo, size_t hi)
+{
+    const kept_job *j = ctx;
+    const sparse_w *sw = j->sw;
+    for (size_t r = lo; r < hi; r++) {
+        float *row = j->dense + r * sw->in_f;
+        memset(row, 0, sizeof(float) * sw->in_f);
+        for (uint32_t e = sw->row_ptr[r]; e < sw->row_ptr[r + 1]; e++)
+            row[sw->col[e]] = j->kept[e];
+    }
+}
+
+void sparse_w_scatter(const sparse_w *sw, const float *kept, float *dense)
+{
+    kept_job j = {.sw = (sparse_w *)sw, .kept = kept, .dense = dense};
+    kernels_for((size_t)sw->out_f, 64, scatter_rows, &j);
+}
+
+/* ---- the operators ---- */
+
+static int pad16(int n)
+{
+    return (n + 15) / 16 * 16;
+}
+
+size_t op_sparse_dense_workspace(const sparse_w *sw, int n)
+{
+    /* inT (in_f, np), yT (out_f, np) and dinT (in_f, np); the weight
+     * gradient in panel order (nnz) */
+    size_t np = (size_t)pad16(n > 0 ? n : 0);
+    return sizeof(float) * (np * (2 * (size_t)sw->in_f + sw->out_f) + sw->nnz + 16) + 64;
+}
+
+/* A parallel job of the sparse layer */
+typedef struct sd_job {
+    const sparse_w *sw;
+    int isa;
+    int n, np;             /* batch, padded to 16 (the transposes' rows) */
+    const float *src;      /* transposes: source (rows of cols) */
+    float *dst;            /* and destination */
+    int rows, cols, lds;
+    const float *b;        /* spmm: the dense operand */
+    const float *init;     /* spmm: bias, or NULL */
+    float *c;              /* spmm: the product */
+    const kern__panels *a; /* spmm / sddmm: the sparse operand */
+    const uint32_t *split; /* row_ptr of a's rows, to split by kept weights */
+    const float *l, *r;    /* sddmm */
+    float *v;
+} sd_job;
+
+/* rows [lo, hi) of m for thread tid of nt, balanced by kept weights */
+static void split_rows(const uint32_t *rp, int m, int tid, int nt, int *lo, int *hi)
+{
+    uint64_t total = rp[m];
+    int r0 = 0, r1 = m;
+    if (total == 0) {
+        r0 = (int)((int64_t)m * tid / nt);
+        r1 = (int)((int64_t)m * (tid + 1) / nt);
+    } else {
+        uint64_t a = total * (uint64_t)tid / (uint64_t)nt, b = total * (uint64_t)(tid + 1) / nt;
+        /* first row whose start reaches a */
+        int l = 0, h = m;
+        while (l < h) {
+            int mid = (l + h) / 2;
+            if (rp[mid] < a)
+                l = mid + 1;
+            else
+                h = mid;
+        }
+        r0 = tid == 0 ? 0 : l;
+        l = 0, h = m;
+        while (l < h) {
+            int mid = (l + h) / 2;
+            if (rp[mid] < b)
+                l = mid + 1;
+            else
+                h = mid;
+        }
+        r1 = tid == nt - 1 ? m : l;
+    }
+    *lo = r0;
+    *hi = r1;
+}
+
+static void transpose_task(void *ctx, int tid, int nt)
+{
+    const sd_job *j = ctx;
+    int lo = (int)((int64_t)j->cols * tid / nt), hi = (int)((int64_t)j->cols * (tid + 1) / nt);
+    kern__transpose_rows(j->dst, j->np, j->src, j->lds, j->rows, j->np, lo, hi);
+}
+
+/* dst (cols, np) = src (rows of cols, lds apart)^T, zero-padded to np */
+static void transpose_into(float *dst, int np, const float *src, int lds, int rows, int cols)
+{
+    sd_job j = {.dst = dst, .np = np, .src = src, .lds = lds, .rows = rows, .cols = cols};
+    double work = (double)rows * cols;
+    kern__parallel(transpose_task, &j, work < 65536 ? 1 : kernels_threads());
+}
+
+/* out (rows, cols) = src (cols, np)^T, the padding dropped */
+static void untranspose_task(void *ctx, int tid, int nt)
+{
+    const sd_job *j = ctx;
+    int lo = (int)((int64_t)j->rows * tid / nt), hi = (int)((int64_t)j->rows * (tid + 1) / nt);
+    /* dst rows [lo, hi) = columns [lo, hi) of src (cols rows of np) */
+    kern__transpose_rows(j->dst, j->cols, j->src, j->np, j->cols, j->cols, lo, hi);
+}
+
+static void untranspose(float *dst, const float *src, int np, int rows, int cols)
+{
+    sd_job j = {.dst = dst, .src = src, .np = np, .rows = rows, .cols = cols};
+    double work = (double)rows * cols;
+    kern__parallel(untranspose_task, &j, work < 65536 ? 1 : kernels_threads());
+}
+
+static void spmm_task(void *ctx, int tid, int nt)
+{
+    const sd_job *j = ctx;
+    int lo, hi;
+    split_rows(j->split, j->a->m, tid, nt, &lo, &hi);
+    kern__spmm_rows(j->isa, j->a, j->b, j->np, j->n, j->init, 0, j->c, j->np, lo, hi);
+}
+
+static void sddmm_task(void *ctx, int tid, int nt)
+{
+    const sd_job *j = ctx;
+    int lo, hi;
+    split_rows(j->split, j->a->m, tid, nt, &lo, &hi);
+    kern__sddmm_rows(j->isa, j->a, j->l, j->np, j->r, j->np, j->np, j->v, lo, hi);
+}
+
+static int threads_for(const sparse_w *sw, int n)
+{
+    /* below about a million multiply-adds, waking the pool costs more */
+    return (double)sw->nnz * n < 1e6 ? 1 : kernels_threads();
+}
+
+int op_sparse_dense_forward(float *out, const float *in, const sparse_w *sw, const float *bias,
+                            int n, void *ws, size_t ws_bytes)
+{
+    /* in (n, in_f), out (n, out_f) = in W^T + bias, W (out_f, in_f) sparse.
+     * As outT (out_f, np) = W inT (in_f, np): each kept weight an axpy of
+     * a row of inT into a row of outT. */
+    if (n < 0)
+        return -EINVAL;
+    if (n == 0)
+        return 0;
+    size_t avail;
+    float *base = kern__ws_aligned(ws, ws_bytes, &avail);
+    if (!base || avail + 64 < op_sparse_dense_workspace(sw, n) - 0 ||
+        avail < sizeof(float) * (size_t)pad16(n) * ((size_t)sw->in_f + sw->out_f))
+        return -ENOSPC;
+    int np = pad16(n);
+    float *inT = base, *yT = inT + (size_t)sw->in_f * np;
+    transpose_into(inT, np, in, sw->in_f, n, sw->in_f);
+    kern__panels a = {sw->out_f, sw->npan, sw->ptr, sw->idx, sw->val};
+    sd_job j = {.sw = sw, .isa = kern__sparse_isa(), .n = np, .np = np, .b = inT, .init = bias,
+                .c = yT, .a = &a, .split = sw->row_ptr};
+    kern__parallel(spmm_task, &j, threads_for(sw, n));
+    untranspose(out, yT, np, n, sw->out_f);
+    return 0;
+}
+
+typedef struct bias_job {
+    float *db;
+    const float *dy;
+    int n, out_f;
+} bias_job;
+
+static void bias_cols(void *ctx, size_t lo, size_t hi)
+{
+    const bias_job *b = ctx;
+    memcpy(b->db + lo, b->dy + lo, sizeof(float) * (hi - lo));
+    for (int i = 1; i < b->n; i++) {
+        const float *row = b->dy + (size_t)i * b->out_f;
+        for (size_t o = lo; o < hi; o++)
+            b->db[o] += row[o];
+    }
+}
+
+static void order_kept(void *ctx, size_t lo, size_t hi)
+{
+    const sd_job *j = ctx;
+    for (size_t e = lo; e < hi; e++)
+        j->c[j->sw->ord[e]] = j->v[e];
+}
+
+int op_sparse_dense_backward(float *din, float *dkept, float *dbias, const float *dout,
+                             const float *in, const sparse_w *sw, int n, void *ws,
+                             size_t ws_bytes)
+{
+    /* dout (n, out_f), in (n, in_f); dW at the kept positions = dout^T in,
+     * each a dot of a row of doutT (out_f, np) and one of inT (in_f, np);
+     * din = dout W, as dinT (in_f, np) = W^T doutT with W^T's panels. */
+    if (n < 0)
+        return -EINVAL;
+    if (n == 0) {
+        memset(dkept, 0, sizeof(float) * sw->nnz);
+        if (dbias)
+            memset(dbias, 0, sizeof(float) * sw->out_f);
+        return 0;
+    }
+    size_t avail;
+    float *base = kern__ws_aligned(ws, ws_bytes, &avail);
+    int np = pad16(n);
+    size_t need = sizeof(float) * ((size_t)np * (2 * (size_t)sw->in_f + sw->out_f) + sw->nnz);
+    if (!base || avail < need)
+        return -ENOSPC;
+    float *inT = base, *dyT = inT + (size_t)sw->in_f * np, *dinT = dyT + (size_t)sw->out_f * np;
+    float *vp = dinT + (size_t)sw->in_f * np;
+    int isa = kern__sparse_isa(), nt = threads_for(sw, n);
+    transpose_into(inT, np, in, sw->in_f, n, sw->in_f);
+    transpose_into(dyT, np, dout, sw->out_f, n, sw->out_f);
+    if (dbias) {
+        bias_job b = {dbias, dout, n, sw->out_f};
+        kernels_for((size_t)sw->out_f, 256, bias_cols, &b);
+    }
+    kern__panels a = {sw->out_f, sw->npan, sw->ptr, sw->idx, sw->val};
+    sd_job j = {.sw = sw, .isa = isa, .n = np, .np = np, .a = &a, .split = sw->row_ptr,
+                .l = dyT, .r = inT, .v = vp};
+    kern__parallel(sddmm_task, &j, nt);
+    j.c = dkept;
+    kernels_for(sw->nnz, 1 << 16, order_kept, &j);
+    if (din) {
+        kern__panels t = {sw->in_f, sw->tnpan, sw->tptr, sw->tidx, sw->tval};
+        sd_job d = {.sw = sw, .isa = isa, .n = np, .np = np, .b = dyT, .init = NULL, .c = dinT,
+                    .a = &t, .split = sw->tcol_ptr};
+        kern__parallel(spmm_task, &d, nt);
+        untranspose(din, dinT, np, n, sw->in_f);
+    }
+    return 0;
+}
+
+void op_sparse_dense_forward_ref(float *out, const float *in, const sparse_w *sw,
+                                 const float *bias, int n)
+{
+    /* kept values in canonical order are read back through ord's inverse:
+     * val[e] sits at canonical ord[e] */
+    double *kv = malloc(sizeof(double) * (sw->nnz ? sw->nnz : 1));
+    for (size_t e = 0; e < sw->nnz; e++)
+        kv[sw->ord[e]] = sw->val[e];
+    for (int i = 0; i < n; i++)
+        for (int o = 0; o < sw->out_f; o++) {
+            double acc = bias ? bias[o] : 0.0;
+            for (uint32_t e = sw->row_ptr[o]; e < sw->row_ptr[o + 1]; e++)
+                acc += kv[e] * in[(size_t)i * sw->in_f + sw->col[e]];
+            out[(size_t)i * sw->out_f + o] = (float)acc;
+        }
+    free(kv);
+}
+
+void op_sparse_dense_backward_ref(float *din, float *dkept, float *dbias, const float *dout,
+                                  const float *in, const sparse_w *sw, int n)
+{
+    double *kv = malloc(sizeof(double) * (sw->nnz ? sw->nnz : 1));
+    double *dx = din ? calloc((size_t)sw->in_f, sizeof(double)) : NULL;
+    for (size_t e = 0; e < sw->nnz; e++)
+        kv[sw->ord[e]] = sw->val[e];
+    for (int o = 0; o < sw->out_f; o++) {
+        if (dbias) {
+            double s = 0.0;
+            for (int i = 0; i < n; i++)
+                s += dout[(size_t)i * sw->out_f + o];
+            dbias[o] = (float)s;
+        }
+        for (uint32_t e = sw->row_ptr[o]; e < sw->row_ptr[o + 1]; e++) {
+            double s = 0.0;
+            for (int i = 0; i < n; i++)
+                s += (double)dout[(size_t)i * sw->out_f + o] * in[(size_t)i * sw->in_f + sw->col[e]];
+            dkept[e] = (float)s;
+        }
+    }
+    for (int i = 0; din && i < n; i++) {
+        memset(dx, 0, sizeof(double) * sw->in_f);
+        for (int o = 0; o < sw->out_f; o++) {
+            double g = dout[(size_t)i * sw->out_f + o];
+            for (uint32_t e = sw->row_ptr[o]; e < sw->row_ptr[o + 1]; e++)
+                dx[sw->col[e]] += g * kv[e];
+        }
+        for (int k = 0; k < sw->in_f; k++)
+            din[(size_t)i * sw->in_f + k] = (float)dx[k];
+    }
+    free(kv);
+    free(dx);
+}
+
+/* ---- the cost model ---- */
+
+/* Measured on an AMD EPYC (Zen 5, 2 cores, AVX-512) on 2 threads with
+ * bench/sparse_dense.c (4096 x 4096 at batch 256 and the calibration
+ * shapes it prints): the dense forward + backward (three GEMMs, op_dense)
+ * ran at DENSE_GFLOPS; the sparse pass costs, per kept weight and sample,
+ * SPARSE_NS_PER_NZ nanoseconds over its three products, plus
+ * SPARSE_NS_PER_ACT per activation element (the five transposes of in,
+ * dout, out, din and the bias), plus the fixed SPARSE_US_FIXED
+ * microseconds (the threads' regions). AVX2 and the plain loops are
+ * slower per kept weight by the factors below. */
+#define DENSE_GFLOPS 150.0
+#define SPARSE_NS_PER_NZ 0.01
+#define SPARSE_NS_PER_ACT 0.5
+#define SPARSE_US_FIXED 50.0
+#define SPARSE_AVX2_FACTOR 2.0
+#define SPARSE_PLAIN_FACTOR 8.0
+
+double op_sparse_dense_cost_ratio(size_t nnz, int n, int in_f, int out_f)
+{
+    if (n <= 0 || in_f <= 0 || out_f <= 0)
+        return 1.0;
+    double dense_ns = 3.0 * 2.0 * (double)n * in_f * out_f / DENSE_GFLOPS;
+    int isa = kern__sparse_isa();
+    double f = isa >= KERNELS_ISA_AVX512 ? 1.0
+               : isa >= KERNELS_ISA_AVX2 ? SPARSE_AVX2_FACTOR
+                                         : SPARSE_PLAIN_FACTOR;
+    double sparse_ns = f * SPARSE_NS_PER_NZ * (double)nnz * pad16(n) +
+                       SPARSE_NS_PER_ACT * (double)pad16(n) * (2.0 * in_f + 3.0 * out_f) +
+                       SPARSE_US_FIXED * 1e3;
+    return sparse_ns / dense_ns;
+}
+
+int op_sparse_dense_pays(const sparse_w *sw, int n)
+{
+    return op_sparse_dense_cost_ratio(sw->nnz, n, sw->in_f, sw->out_f) < 1.0;
+}
+
+int op_masked_dense_forward(float *out, const float *in, const float *weight, const sparse_w *sw,
+                            const float *bias, int n, void *ws, size_t ws_bytes)
+{
+    if (op_sparse_dense_pays(sw, n)) {
+        int rc = op_sparse_dense_forward(out, in, sw, bias, n, ws, ws_bytes);
+        return rc < 0 ? rc : 1;
+    }
+    op_dense_forward(out, in, weight, bias, n, sw->in_f, sw->out_f);
+    return 0;
+}
+
+typedef struct mask_job {
+    const sparse_w *sw;
+    float *dw;
+} mask_job;
+
+/* dW's pruned positions set to zero, row by row */
+static void mask_rows(void *ctx, size_t lo, size_t hi)
+{
+    const mask_job *m = ctx;
+    const sparse_w *sw = m->sw;
+    for (size_t r = lo; r < hi; r++) {
+        float *row = m->dw + r * sw->in_f;
+        uint32_t c = 0;
+        for (uint32_t e = sw->row_ptr[r]; e < sw->row_ptr[r + 1]; e++) {
+            for (; c < sw->col[e]; c++)
+                row[c] = 0.0f;
+            c = sw->col[e] + 1;
+        }
+        for (; c < (uint32_t)sw->in_f; c++)
+            row[c] = 0.0f;
+    }
+}
+
+int op_masked_dense_backward(float *din, float *dweight, float *dbias, const float *dout,
+                             const float *in, const float *weight, const sparse_w *sw, int n,
+                             void *ws, size_t ws_bytes)
+{
+    if (op_sparse_dense_pays(sw, n)) {
+        /* the kept gradient into dweight's first nnz floats, then spread
+         * into place from the last row back (each row moves right) */
+        int rc = op_sparse_dense_backward(din, dweight, dbias, dout, in, sw, n, ws, ws_bytes);
+        if (rc < 0)
+            return rc;
+        for (int r = sw->out_f - 1; r >= 0; r--) {
+            float *row = dweight + (size_t)r * sw->in_f;
+            for (uint32_t e = sw->row_ptr[r + 1]; e-- > sw->row_ptr[r];)
+                row[sw->col[e]] = dweight[e];
+        }
+        mask_job m = {sw, dweight};
+        kernels_for((size_t)sw->out_f, 64, mask_rows, &m);
+        return 1;
+    }
+    op_dense_backward(din, dweight, dbias, dout, in, weight, n, sw->in_f, sw->out_f);
+    mask_job m = {sw, dweight};
+    kernels_for((size_t)sw->out_f, 64, mask_rows, &m);
+    return 0;
+}
+
+/* ---- natural sparsity: a mostly-zero input ---- */
+
+size_t op_dense_sparse_in_workspace(int n, int in_f)
+{
+    int npan = (in_f + KERN__PANEL - 1) / KERN__PANEL;
+    size_t cells = (size_t)(n > 0 ? n : 0) * (in_f > 0 ? in_f : 0);
+    return sizeof(uint32_t) * ((size_t)npan * (n + 1) + 1) + cells * (sizeof(float) + 2) + 192;
+}
+
+typedef struct xin_job {
+    const float *in;
+    int n, in_f, npan;
+    uint32_t *ptr;  /* npan * (n + 1) */
+    uint16_t *idx;
+    float *val;
+    double *nz;     /* per thread */
+} xin_job;
+
+/* counts of each (panel, row) of in's nonzeros, into ptr[p * (n + 1) + r + 1] */
+static void xin_count(void *ctx, size_t lo, size_t hi)
+{
+    const xin_job *x = ctx;
+    for (size_t r = lo; r < hi; r++) {
+        const float *row = x->in + r * x->in_f;
+        for (int p = 0; p < x->npan; p++) {
+            int c1 = (p + 1) * KERN__PANEL < x->in_f ? (p + 1) * KERN__PANEL : x->in_f;
+            uint32_t k = 0;
+            for (int c = p * KERN__PANEL; c < c1; c++)
+                k += row[c] != 0.0f;
+            x->ptr[(size_t)p * (x->n + 1) + r + 1] = k;
+        }
+    }
+}
+
+static void xin_fill(void *ctx, size_t lo, size_t hi)
+{
+    const xin_job *x = ctx;
+    for (size_t r = lo; r < hi; r++) {
+        const float *row = x->in + r * x->in_f;
+        for (int p = 0; p < x->npan; p++) {
+            int c1 = (p + 1) * KERN__PANEL < x->in_f ? (p + 1) * KERN__PANEL : x->in_f;
+            uint32_t at = x->ptr[(size_t)p * (x->n + 1) + r];
+            for (int c = p * KERN__PANEL; c < c1; c++)
+                if (row[c] != 0.0f) {
+                    x->idx[at] = (uint16_t)(c - p * KERN__PANEL);
+                    x->val[at++] = row[c];
+                }
+        }
+    }
+}
+
+typedef struct xin_mm {
+    const kern__panels *a;
+    const float *wt, *bias;
+    float *out;
+    int out_f, isa;
+} xin_mm;
+
+/* the output's columns split over the threads in blocks of 64, each
+ * thread every sample row over its columns of wt */
+static void xin_task(void *ctx, int tid, int nt)
+{
+    const xin_mm *m = ctx;
+    int blocks = (m->out_f + 63) / 64;
+    int lo = (int)((int64_t)blocks * tid / nt) * 64, hi = (int)((int64_t)blocks * (tid + 1) / nt) * 64;
+    if (hi > m->out_f)
+        hi = m->out_f;
+    if (lo < hi)
+        kern__spmm_rows(m->isa, m->a, m->wt + lo, m->out_f, hi - lo, m->bias ? m->bias + lo : NULL,
+                        1, m->out + lo, m->out_f, 0, m->a->m);
+}
+
+int op_dense_sparse_in_forward(float *out, const float *in, const float *wt, const float *bias,
+                               int n, int in_f, int out_f, void *ws, size_t ws_bytes)
+{
+    /* in (n, in_f) mostly zero, wt (in_f, out_f), out (n, out_f): each
+     * nonzero of in an axpy of a row of wt into its row of out */
+    if (n < 0 || in_f < 0 || out_f < 0)
+        return -EINVAL;
+    if (n == 0 || out_f == 0)
+        return 0;
+    if (!ws || ws_bytes < op_dense_sparse_in_workspace(n, in_f))
+        return -ENOSPC;
+    int npan = (in_f + KERN__PANEL - 1) / KERN__PANEL;
+    size_t avail;
+    uint32_t *ptr = kern__ws_aligned(ws, ws_bytes, &avail);
+    size_t np1 = (size_t)npan * (n + 1);
+    float *val = (float *)(((uintptr_t)(ptr + np1 + 1) + 63) & ~(uintptr_t)63);
+    uint16_t *idx = (uint16_t *)(val + (size_t)n * in_f);
+    xin_job x = {.in = in, .n = n, .in_f = in_f, .npan = npan, .ptr = ptr, .idx = idx, .val = val};
+    kernels_for((size_t)n, 16, xin_count, &x);
+    uint32_t run = 0;
+    for (int p = 0; p < npan; p++) {
+        uint32_t *pp = ptr + (size_t)p * (n + 1);
+        pp[0] = run;
+        for (int r = 0; r < n; r++) {
+            run += pp[r + 1];
+            pp[r + 1] = run;
+        }
+    }
+    kernels_for((size_t)n, 16, xin_fill, &x);
+    kern__panels a = {n, npan, ptr, idx, val};
+    xin_mm m = {.a = &a, .wt = wt, .bias = bias, .out = out, .out_f = out_f,
+                .isa = kern__sparse_isa()};
+    int blocks = (out_f + 63) / 64;
+    kern__parallel(xin_task, &m, (double)run * out_f < 1e6 ? 1 : blocks);
+    return 0;
+}
+
+typedef struct tr_job {
+    float *wt;
+    const float *w;
+    int rows, cols;
+} tr_job;
+
+static void tr_task(void *ctx, int tid, int nt)
+{
+    const tr_job *t = ctx;
+    int lo = (int)((int64_t)t->cols * tid / nt), hi = (int)((int64_t)t->cols * (tid + 1) / nt);
+    kern__transpose_rows(t->wt, t->rows, t->w, t->cols, t->rows, t->rows, lo, hi);
+}
+
+void sparse_w_transpose(float *wt, const float *w, int rows, int cols)
+{
+    tr_job t = {wt, w, rows, cols};
+    kern__parallel(tr_task, &t, (double)rows * cols < 65536 ? 1 : kernels_threads());
+}
+
+typedef struct nz_job {
+    const float *x;
+    size_t count;
+    size_t nz[64];
+} nz_job;
+
+static void nz_task(void *ctx, int tid, int nt)
+{
+    nz_job *j = ctx;
+    size_t lo = j->count * (size_t)tid / (size_t)nt, hi = j->count * (size_t)(tid + 1) / (size_t)nt;
+    size_t k = 0;
+    for (size_t i = lo; i < hi; i++)
+        k += j->x[i] != 0.0f;
+    j->nz[tid] = k;
+}
+
+double op_dense_in_density(const float *in, size_t count)
+{
+    if (!count)
+        return 0.0;
+    nz_job j = {.x = in, .count = count};
+    int nt = kernels_threads() < 64 ? kernels_threads() : 64;
+    kern__parallel(nz_task, &j, count < 65536 ? 1 : nt);
+    size_t k = 0;
+    for (int t = 0; t < 64; t++)
+        k += j.nz[t];
+    return (double)k / (double)count;
+}
+
+/* Measured with bench/sparse_dense.c on the 2-core EPYC (Zen 5): the
+ * input-sparse forward pass against op_dense_forward at 4096 x 4096,
+ * batch 256, wt kept by the caller; its crossover density. */
+#define SPARSE_IN_CROSSOVER 0.10
+
+int op_dense_sparse_in_pays(double density, int n, int in_f, int out_f)
+{
+    (void)n, (void)in_f, (void)out_f;
+    return kern__sparse_isa() >= KERNELS_ISA_AVX512 && density < SPARSE_IN_CROSSOVER;
+}

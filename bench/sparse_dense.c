@@ -13,6 +13,7 @@
 #include "bench_blas.h"
 #include "bench_util.h"
 #include "kernels.h"
+#include "kernels_internal.h"
 #include "op_dense.h"
 #include "op_sparse_dense.h"
 
@@ -103,6 +104,25 @@ int main(int argc, char **argv)
             tdense = t < tdense ? t : tdense;
         }
         int pct = (int)(sparsity[s] * 100 + 0.5);
+        /* the other instruction sets' paths at 90%: their factors in the
+         * cost model */
+        for (int isa = KERNELS_ISA_AVX2; pct == 90 && isa >= KERNELS_ISA_BASE; isa--) {
+            if (isa >= (int)kernels_isa_level())
+                continue;
+            kern__sparse_set_isa(isa);
+            double ti = 1e9;
+            for (int rep = 0; rep < 2; rep++) {
+                double t0 = bench_now();
+                sparse_w_set_kept(sw, kept);
+                op_sparse_dense_forward(y, x, sw, b, N, ws, wsb);
+                op_sparse_dense_backward(dx, dkept, db, dy, x, sw, N, ws, wsb);
+                double t = bench_now() - t0;
+                ti = t < ti ? t : ti;
+            }
+            kern__sparse_set_isa(-1);
+            printf("BENCH sparse_dense_layer_%s_90 %.2f of_avx512_path\n", kernels_isa_name(isa),
+                   ti / ts);
+        }
         printf("BENCH sparse_dense_layer_speedup_%d %.2f of_dense\n", pct, tdense / ts);
         printf("BENCH sparse_dense_layer_model_ratio_%d %.2f predicted_sparse_over_dense\n", pct,
                op_sparse_dense_cost_ratio(sw->nnz, N, IN, OUT));
@@ -122,6 +142,8 @@ int main(int argc, char **argv)
      * the pass, for the case where it is not kept) */
     float *wt = bench_alloc((size_t)OUT * IN, 10), *xs = bench_alloc((size_t)N * IN, 11);
     size_t xwsb = op_dense_sparse_in_workspace(N, IN);
+    size_t bwsb = op_dense_sparse_in_backward_workspace(N, IN);
+    void *bws = aligned_alloc(64, (bwsb + 63) / 64 * 64);
     void *xws = aligned_alloc(64, (xwsb + 63) / 64 * 64);
     sparse_w_transpose(wt, w, OUT, IN);
     static const double dens[] = {0.50, 0.25, 0.10, 0.05, 0.02};
@@ -131,7 +153,7 @@ int main(int argc, char **argv)
             seed = seed * 1664525u + 1013904223u;
             xs[i] = (double)(seed >> 8) / 16777216.0 < dens[d] ? x[i] + 0.6f : 0.0f;
         }
-        double td = 1e9, tsp = 1e9, tspt = 1e9;
+        double td = 1e9, tsp = 1e9, tspt = 1e9, tdb = 1e9, tsb = 1e9;
         for (int rep = -1; rep < REPS; rep++) {
             double t0 = bench_now();
             op_dense_forward(y, xs, w, b, N, IN, OUT);
@@ -141,7 +163,13 @@ int main(int argc, char **argv)
             sparse_w_transpose(wt, w, OUT, IN);
             op_dense_sparse_in_forward(y, xs, wt, b, N, IN, OUT, xws, xwsb);
             double t3 = bench_now();
+            op_dense_backward(dx, dw, db, dy, xs, w, N, IN, OUT);
+            double t4 = bench_now();
+            op_dense_sparse_in_backward(dx, dw, db, dy, xs, w, N, IN, OUT, bws, bwsb);
+            double t5 = bench_now();
             if (rep >= 0) {
+                tdb = t4 - t3 < tdb ? t4 - t3 : tdb;
+                tsb = t5 - t4 < tsb ? t5 - t4 : tsb;
                 td = t1 - t0 < td ? t1 - t0 : td;
                 tsp = t2 - t1 < tsp ? t2 - t1 : tsp;
                 tspt = t3 - t2 < tspt ? t3 - t2 : tspt;
@@ -151,12 +179,16 @@ int main(int argc, char **argv)
         printf("BENCH dense_sparse_input_fwd_speedup_%d %.2f of_dense\n", pct, td / tsp);
         printf("BENCH dense_sparse_input_fwd_transposing_speedup_%d %.2f of_dense\n", pct,
                td / tspt);
-        fprintf(stderr, "input density %.2f: dense %.2f ms, sparse %.2f ms, with transpose %.2f ms\n",
-                dens[d], td * 1e3, tsp * 1e3, tspt * 1e3);
+        printf("BENCH dense_sparse_input_bwd_speedup_%d %.2f of_dense\n", pct, tdb / tsb);
+        fprintf(stderr,
+                "input density %.2f: forward dense %.2f ms, sparse %.2f ms, with transpose %.2f "
+                "ms; backward dense %.2f ms, sparse %.2f ms\n",
+                dens[d], td * 1e3, tsp * 1e3, tspt * 1e3, tdb * 1e3, tsb * 1e3);
     }
     free(wt);
     free(xs);
     free(xws);
+    free(bws);
     free(x), free(w), free(b), free(y), free(dy), free(dx), free(dw), free(db), free(wp);
     free(mask);
     return 0;

@@ -377,6 +377,37 @@ START_TEST(test_sparse_input)
                 }
                 ck_assert_int_eq(op_dense_sparse_in_forward(y, x, wt, b, n, in_f, out_f, ws, 16),
                                  -ENOSPC);
+                /* the backward pass: dW over the input's nonzeros */
+                float *dy = kt_falloc((size_t)n * out_f), *dw = kt_falloc((size_t)out_f * in_f);
+                float *dx = kt_falloc((size_t)n * in_f), *db = kt_falloc(out_f);
+                float *dwd = kt_falloc((size_t)out_f * in_f), *dxd = kt_falloc((size_t)n * in_f);
+                float *dbd = kt_falloc(out_f);
+                kt_fill(&r, dy, (size_t)n * out_f, -1, 1);
+                size_t bwb = op_dense_sparse_in_backward_workspace(n, in_f);
+                void *bws = malloc(bwb);
+                ck_assert_int_eq(op_dense_sparse_in_backward(dx, dw, db, dy, x, w, n, in_f, out_f,
+                                                             bws, bwb),
+                                 0);
+                op_dense_backward(dxd, dwd, dbd, dy, x, w, n, in_f, out_f);
+                for (int o = 0; o < out_f; o++)
+                    for (int k = 0; k < in_f; k++) {
+                        double sum = 0, a = 0, t = 0;
+                        for (int q = 0; q < n; q++) {
+                            double p = (double)dy[(size_t)q * out_f + o] * x[(size_t)q * in_f + k];
+                            sum += p, a += fabs(p), t += p != 0;
+                        }
+                        EXPECT(within(dw[(size_t)o * in_f + k], sum, a, t),
+                               "%s %dx%dx%d x density %.2f: dW[%d][%d] %g, want %g",
+                               kernels_isa_name((kernels_isa)isas[i]), n, in_f, out_f, xd[d], o, k,
+                               dw[(size_t)o * in_f + k], sum);
+                    }
+                ck_assert(kt_relerr_ff(dx, dxd, (size_t)n * in_f) < 1e-5);
+                ck_assert(kt_relerr_ff(db, dbd, out_f) < 1e-5);
+                ck_assert_int_eq(op_dense_sparse_in_backward(dx, dw, db, dy, x, w, n, in_f, out_f,
+                                                             bws, 64),
+                                 -ENOSPC);
+                free(bws);
+                free(dy), free(dw), free(dx), free(db), free(dwd), free(dxd), free(dbd);
                 free(ws);
                 free(x), free(w), free(wt), free(b), free(y);
             }

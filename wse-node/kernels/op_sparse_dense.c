@@ -536,35 +536,41 @@ void op_sparse_dense_backward_ref(float *din, float *dkept, float *dbias, const 
 
 /* ---- the cost model ---- */
 
-/* Measured on an AMD EPYC (Zen 5, 2 cores, AVX-512) on 2 threads with
- * bench/sparse_dense.c (4096 x 4096 at batch 256 and the calibration
- * shapes it prints): the dense forward + backward (three GEMMs, op_dense)
- * ran at DENSE_GFLOPS; the sparse pass costs, per kept weight and sample,
- * SPARSE_NS_PER_NZ nanoseconds over its three products, plus
- * SPARSE_NS_PER_ACT per activation element (the five transposes of in,
- * dout, out, din and the bias), plus the fixed SPARSE_US_FIXED
- * microseconds (the threads' regions). AVX2 and the plain loops are
- * slower per kept weight by the factors below. */
-#define DENSE_GFLOPS 150.0
-#define SPARSE_NS_PER_NZ 0.01
-#define SPARSE_NS_PER_ACT 0.5
-#define SPARSE_US_FIXED 50.0
-#define SPARSE_AVX2_FACTOR 2.0
-#define SPARSE_PLAIN_FACTOR 8.0
+/* The model counts both paths in units of the dense GEMMs' time for one
+ * flop, so that the host's load (which slows both alike) cancels:
+ * the dense pass costs 6 n in_f out_f (three GEMMs of 2 n in_f out_f
+ * flops); the sparse pass SPARSE_PER_NZ per kept weight and sample
+ * (its three products: the forward spmm, the data gradient's spmm and the
+ * weight gradient's dot products) plus SPARSE_PER_ACT per activation
+ * element of a sample (in_f + out_f for the forward pass, 2 in_f +
+ * 2 out_f for the backward: the transposes, the bias and the threads'
+ * waits at the regions' ends), on AVX-512; AVX2 and the plain loops take
+ * SPARSE_AVX2_FACTOR and SPARSE_PLAIN_FACTOR times as long per kept
+ * weight. Fitted to bench/sparse_dense.c's 4096 x 4096 layer at batch
+ * 256 on an AMD EPYC (Zen 5, 2 cores) on 2 threads, a straight line
+ * through the sparse pass's time over the dense pass's at 50% and 90%
+ * sparsity (docs/sparsity.md has the numbers): slope 13.7, intercept
+ * 0.109 of the dense time over n (2 in_f + 3 out_f) = 5.2 M activation
+ * elements. The plain factor and the AVX2 one from the same program's
+ * runs of those paths at 90%. */
+#define SPARSE_PER_NZ 13.7
+#define SPARSE_PER_ACT 540.0
+#define SPARSE_AVX2_FACTOR 1.6
+#define SPARSE_PLAIN_FACTOR 6.0
 
 double op_sparse_dense_cost_ratio(size_t nnz, int n, int in_f, int out_f)
 {
     if (n <= 0 || in_f <= 0 || out_f <= 0)
         return 1.0;
-    double dense_ns = 3.0 * 2.0 * (double)n * in_f * out_f / DENSE_GFLOPS;
+    double dense = 6.0 * (double)n * in_f * out_f;
     int isa = kern__sparse_isa();
     double f = isa >= KERNELS_ISA_AVX512 ? 1.0
                : isa >= KERNELS_ISA_AVX2 ? SPARSE_AVX2_FACTOR
                                          : SPARSE_PLAIN_FACTOR;
-    double sparse_ns = f * SPARSE_NS_PER_NZ * (double)nnz * pad16(n) +
-                       SPARSE_NS_PER_ACT * (double)pad16(n) * (2.0 * in_f + 3.0 * out_f) +
-                       SPARSE_US_FIXED * 1e3;
-    return sparse_ns / dense_ns;
+    double np = pad16(n);
+    double sparse = f * SPARSE_PER_NZ * (double)nnz * np +
+                    SPARSE_PER_ACT * np * (2.0 * in_f + 3.0 * out_f);
+    return sparse / dense;
 }
 
 int op_sparse_dense_pays(const sparse_w *sw, int n)
@@ -633,28 +639,29 @@ int op_masked_dense_backward(float *din, float *dweight, float *dbias, const flo
 
 /* ---- natural sparsity: a mostly-zero input ---- */
 
-size_t op_dense_sparse_in_workspace(int n, int in_f)
-{
-    int npan = (in_f + KERN__PANEL - 1) / KERN__PANEL;
-    size_t cells = (size_t)(n > 0 ? n : 0) * (in_f > 0 ? in_f : 0);
-    return sizeof(uint32_t) * ((size_t)npan * (n + 1) + 1) + cells * (sizeof(float) + 2) + 192;
-}
-
+/* A dense matrix's nonzeros (rows of cols, ld apart) compressed into
+ * column panels, in ws: its ptr, idx and val */
 typedef struct xin_job {
     const float *in;
-    int n, in_f, npan;
-    uint32_t *ptr;  /* npan * (n + 1) */
+    int n, in_f, ld, npan; /* rows, columns, row stride, panels */
+    uint32_t *ptr;         /* npan * (n + 1) */
     uint16_t *idx;
     float *val;
-    double *nz;     /* per thread */
 } xin_job;
+
+static size_t compressed_bytes(int rows, int cols)
+{
+    int npan = (cols + KERN__PANEL - 1) / KERN__PANEL;
+    size_t cells = (size_t)(rows > 0 ? rows : 0) * (cols > 0 ? cols : 0);
+    return sizeof(uint32_t) * ((size_t)npan * (rows + 1) + 1) + cells * (sizeof(float) + 2) + 192;
+}
 
 /* counts of each (panel, row) of in's nonzeros, into ptr[p * (n + 1) + r + 1] */
 static void xin_count(void *ctx, size_t lo, size_t hi)
 {
     const xin_job *x = ctx;
     for (size_t r = lo; r < hi; r++) {
-        const float *row = x->in + r * x->in_f;
+        const float *row = x->in + r * x->ld;
         for (int p = 0; p < x->npan; p++) {
             int c1 = (p + 1) * KERN__PANEL < x->in_f ? (p + 1) * KERN__PANEL : x->in_f;
             uint32_t k = 0;
@@ -669,7 +676,7 @@ static void xin_fill(void *ctx, size_t lo, size_t hi)
 {
     const xin_job *x = ctx;
     for (size_t r = lo; r < hi; r++) {
-        const float *row = x->in + r * x->in_f;
+        const float *row = x->in + r * x->ld;
         for (int p = 0; p < x->npan; p++) {
             int c1 = (p + 1) * KERN__PANEL < x->in_f ? (p + 1) * KERN__PANEL : x->in_f;
             uint32_t at = x->ptr[(size_t)p * (x->n + 1) + r];
@@ -680,6 +687,37 @@ static void xin_fill(void *ctx, size_t lo, size_t hi)
                 }
         }
     }
+}
+
+/* Compresses m (rows of cols, ld apart) into ws (compressed_bytes): *a
+ * describes it; returns the end of what it used, 64-byte aligned */
+static char *compress(kern__panels *a, const float *m, int rows, int cols, int ld, void *ws)
+{
+    int npan = (cols + KERN__PANEL - 1) / KERN__PANEL;
+    uint32_t *ptr = (uint32_t *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
+    size_t np1 = (size_t)npan * (rows + 1);
+    float *val = (float *)(((uintptr_t)(ptr + np1 + 1) + 63) & ~(uintptr_t)63);
+    uint16_t *idx = (uint16_t *)(val + (size_t)rows * cols);
+    xin_job x = {.in = m, .n = rows, .in_f = cols, .ld = ld, .npan = npan, .ptr = ptr,
+                 .idx = idx, .val = val};
+    kernels_for((size_t)rows, 16, xin_count, &x);
+    uint32_t run = 0;
+    for (int p = 0; p < npan; p++) {
+        uint32_t *pp = ptr + (size_t)p * (rows + 1);
+        pp[0] = run;
+        for (int r = 0; r < rows; r++) {
+            run += pp[r + 1];
+            pp[r + 1] = run;
+        }
+    }
+    kernels_for((size_t)rows, 16, xin_fill, &x);
+    *a = (kern__panels){rows, npan, ptr, idx, val};
+    return (char *)(((uintptr_t)(idx + (size_t)rows * cols) + 63) & ~(uintptr_t)63);
+}
+
+size_t op_dense_sparse_in_workspace(int n, int in_f)
+{
+    return compressed_bytes(n, in_f);
 }
 
 typedef struct xin_mm {
@@ -714,29 +752,78 @@ int op_dense_sparse_in_forward(float *out, const float *in, const float *wt, con
         return 0;
     if (!ws || ws_bytes < op_dense_sparse_in_workspace(n, in_f))
         return -ENOSPC;
-    int npan = (in_f + KERN__PANEL - 1) / KERN__PANEL;
-    size_t avail;
-    uint32_t *ptr = kern__ws_aligned(ws, ws_bytes, &avail);
-    size_t np1 = (size_t)npan * (n + 1);
-    float *val = (float *)(((uintptr_t)(ptr + np1 + 1) + 63) & ~(uintptr_t)63);
-    uint16_t *idx = (uint16_t *)(val + (size_t)n * in_f);
-    xin_job x = {.in = in, .n = n, .in_f = in_f, .npan = npan, .ptr = ptr, .idx = idx, .val = val};
-    kernels_for((size_t)n, 16, xin_count, &x);
-    uint32_t run = 0;
-    for (int p = 0; p < npan; p++) {
-        uint32_t *pp = ptr + (size_t)p * (n + 1);
-        pp[0] = run;
-        for (int r = 0; r < n; r++) {
-            run += pp[r + 1];
-            pp[r + 1] = run;
-        }
-    }
-    kernels_for((size_t)n, 16, xin_fill, &x);
-    kern__panels a = {n, npan, ptr, idx, val};
+    kern__panels a;
+    compress(&a, in, n, in_f, in_f, ws);
     xin_mm m = {.a = &a, .wt = wt, .bias = bias, .out = out, .out_f = out_f,
                 .isa = kern__sparse_isa()};
     int blocks = (out_f + 63) / 64;
-    kern__parallel(xin_task, &m, (double)run * out_f < 1e6 ? 1 : blocks);
+    uint32_t nz = a.ptr[(size_t)a.npan * (n + 1) - 1];
+    kern__parallel(xin_task, &m, (double)nz * out_f < 1e6 ? 1 : blocks);
+    return 0;
+}
+
+/* The weight gradient over the input's nonzeros: tiles of 64 rows of dW
+ * (64 outputs), each first as its transpose (in_f, 64) = inT_sparse (in_f,
+ * n) dout[:, tile] in the thread's buffer, then written into dW's rows */
+typedef struct xin_wg {
+    const kern__panels *a; /* in^T compressed: in_f rows, panels over n */
+    const float *dout;
+    float *dw, *bufs;      /* bufs: a thread's (in_f, 64) each */
+    int n, in_f, out_f, isa;
+} xin_wg;
+
+static void xin_wg_task(void *ctx, int tid, int nt)
+{
+    const xin_wg *g = ctx;
+    int tiles = (g->out_f + 63) / 64;
+    float *buf = g->bufs + (size_t)tid * g->in_f * 64;
+    for (int t = (int)((int64_t)tiles * tid / nt); t < (int)((int64_t)tiles * (tid + 1) / nt); t++) {
+        int o0 = t * 64, w = g->out_f - o0 < 64 ? g->out_f - o0 : 64;
+        kern__spmm_rows(g->isa, g->a, g->dout + o0, g->out_f, w, NULL, 0, buf, 64, 0, g->in_f);
+        /* dW rows [o0, o0 + w) = buf (in_f, 64)^T */
+        kern__transpose_rows(g->dw + (size_t)o0 * g->in_f, g->in_f, buf, 64, g->in_f, g->in_f, 0,
+                             w);
+    }
+}
+
+size_t op_dense_sparse_in_backward_workspace(int n, int in_f)
+{
+    size_t np = (size_t)(n > 0 ? n : 0), k = (size_t)(in_f > 0 ? in_f : 0);
+    return sizeof(float) * (np * k + (size_t)kernels_threads() * k * 64) +
+           compressed_bytes(in_f, n) + 128;
+}
+
+int op_dense_sparse_in_backward(float *din, float *dweight, float *dbias, const float *dout,
+                                const float *in, const float *weight, int n, int in_f, int out_f,
+                                void *ws, size_t ws_bytes)
+{
+    /* dout (n, out_f), in (n, in_f) mostly zero, weight (out_f, in_f):
+     * dweight = dout^T in over in's nonzeros; dbias and din (= dout W,
+     * which does not read in) as op_dense_backward */
+    if (n < 0 || in_f < 0 || out_f < 0)
+        return -EINVAL;
+    if (out_f == 0)
+        return 0;
+    if (n == 0 || in_f == 0) {
+        op_dense_backward(din, dweight, dbias, dout, in, weight, n, in_f, out_f);
+        return 0;
+    }
+    if (!ws || ws_bytes < op_dense_sparse_in_backward_workspace(n, in_f))
+        return -ENOSPC;
+    float *inT = (float *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
+    transpose_into(inT, n, in, in_f, n, in_f);
+    kern__panels a;
+    float *bufs = (float *)compress(&a, inT, in_f, n, n, inT + (size_t)in_f * n);
+    xin_wg g = {.a = &a, .dout = dout, .dw = dweight, .bufs = bufs, .n = n, .in_f = in_f,
+                .out_f = out_f, .isa = kern__sparse_isa()};
+    int tiles = (out_f + 63) / 64;
+    kern__parallel(xin_wg_task, &g, tiles);
+    if (dbias) {
+        bias_job b = {dbias, dout, n, out_f};
+        kernels_for((size_t)out_f, 256, bias_cols, &b);
+    }
+    if (din)
+        kern_sgemm(0, 0, n, in_f, out_f, 1.0f, dout, out_f, weight, in_f, 0.0f, din, in_f);
     return 0;
 }
 

@@ -121,6 +121,16 @@ int op_masked_dense_backward(float *din, float *dweight, float *dbias, const flo
 size_t op_dense_sparse_in_workspace(int n, int in_f);
 int op_dense_sparse_in_forward(float *out, const float *in, const float *wt, const float *bias,
                                int n, int in_f, int out_f, void *ws, size_t ws_bytes);
+/* Its backward pass: dweight (out_f, in_f) = dout^T in over in's nonzero
+ * entries only; dbias (or NULL) and din (or NULL: dout * weight, which
+ * does not read in) as op_dense_backward. ws:
+ * op_dense_sparse_in_backward_workspace bytes (in transposed and
+ * compressed, and a tile of 64 rows of dweight a thread, for the thread
+ * count in force). Returns 0, -EINVAL or -ENOSPC. */
+size_t op_dense_sparse_in_backward_workspace(int n, int in_f);
+int op_dense_sparse_in_backward(float *din, float *dweight, float *dbias, const float *dout,
+                                const float *in, const float *weight, int n, int in_f, int out_f,
+                                void *ws, size_t ws_bytes);
 /* wt (cols, rows) = w (rows, cols) transposed, over the threads. */
 void sparse_w_transpose(float *wt, const float *w, int rows, int cols);
 /* The fraction of in's n * in_f values that are not zero, over the

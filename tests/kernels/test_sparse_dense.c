@@ -418,6 +418,9 @@ START_TEST(test_sparse_input)
     ck_assert(op_dense_sparse_in_pays(0.01, 256, 4096, 4096) ==
               (kernels_isa_level() >= KERNELS_ISA_AVX512));
     ck_assert(!op_dense_sparse_in_pays(0.9, 256, 4096, 4096));
+    ck_assert(!op_dense_sparse_in_backward_pays(0.5, 256, 4096, 4096));
+    ck_assert(op_dense_sparse_in_backward_pays(0.01, 256, 4096, 4096) ==
+              (kernels_isa_level() >= KERNELS_ISA_AVX512));
     kern__sparse_set_isa(-1);
     kernels_set_threads(1);
 }

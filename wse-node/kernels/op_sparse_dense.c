@@ -555,8 +555,8 @@ void op_sparse_dense_backward_ref(float *din, float *dkept, float *dbias, const 
  * runs of those paths at 90%. */
 #define SPARSE_PER_NZ 13.7
 #define SPARSE_PER_ACT 540.0
-#define SPARSE_AVX2_FACTOR 1.6
-#define SPARSE_PLAIN_FACTOR 6.0
+#define SPARSE_AVX2_FACTOR 1.2
+#define SPARSE_PLAIN_FACTOR 5.2
 
 double op_sparse_dense_cost_ratio(size_t nnz, int n, int in_f, int out_f)
 {
@@ -876,12 +876,22 @@ double op_dense_in_density(const float *in, size_t count)
 }
 
 /* Measured with bench/sparse_dense.c on the 2-core EPYC (Zen 5): the
- * input-sparse forward pass against op_dense_forward at 4096 x 4096,
- * batch 256, wt kept by the caller; its crossover density. */
-#define SPARSE_IN_CROSSOVER 0.10
+ * input-sparse passes against op_dense_forward / _backward at 4096 x
+ * 4096, batch 256 (the forward pass with wt kept by the caller): the
+ * forward pass ran 2.1 to 3.1 times as fast at 10% to 2% nonzeros and
+ * 0.9 to 1.1 at 25%; the backward pass 1.07 to 1.13 at 5% and 2%, 0.92
+ * at 10%. Their crossover densities: */
+#define SPARSE_IN_CROSSOVER 0.20
+#define SPARSE_IN_BWD_CROSSOVER 0.04
 
 int op_dense_sparse_in_pays(double density, int n, int in_f, int out_f)
 {
     (void)n, (void)in_f, (void)out_f;
     return kern__sparse_isa() >= KERNELS_ISA_AVX512 && density < SPARSE_IN_CROSSOVER;
+}
+
+int op_dense_sparse_in_backward_pays(double density, int n, int in_f, int out_f)
+{
+    (void)n, (void)in_f, (void)out_f;
+    return kern__sparse_isa() >= KERNELS_ISA_AVX512 && density < SPARSE_IN_BWD_CROSSOVER;
 }

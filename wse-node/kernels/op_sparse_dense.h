@@ -139,5 +139,7 @@ void sparse_w_transpose(float *wt, const float *w, int rows, int cols);
  * transposed weight kept by the caller). */
 double op_dense_in_density(const float *in, size_t count);
 int op_dense_sparse_in_pays(double density, int n, int in_f, int out_f);
+/* The same for op_dense_sparse_in_backward against op_dense_backward. */
+int op_dense_sparse_in_backward_pays(double density, int n, int in_f, int out_f);
 
 #endif

@@ -28,7 +28,7 @@
 static const int shapes[][3] = {
     /* n, in_f, out_f: single elements, odd widths, more than one panel of
      * columns (256) and of rows, a batch past the 256 of one chunk */
-    {1, 1, 1}, {5, 7, 3}, {33, 65, 17}, {64, 300, 70}, {17, 513, 260}, {300, 40, 33},
+    {1, 1, 1}, {5, 7, 3}, {33, 65, 17}, {64, 300, 70}, {9, 513, 260}, {300, 40, 33},
 };
 static const double densities[] = {0.0, 0.01, 0.05, 0.10, 0.25, 0.60};
 
@@ -155,7 +155,7 @@ static void check_shape(kt_rng *r, int n, int in_f, int out_f, double d, int emp
     free(db), free(dbd), free(dkept), free(mask);
 }
 
-/* every instruction set this processor runs, on 1 and 2 threads */
+/* every instruction set this processor runs on 1 thread, its own on 2 */
 START_TEST(test_against_dense)
 {
     kt_rng r;
@@ -164,7 +164,10 @@ START_TEST(test_against_dense)
     for (int th = 1; th <= 2; th++) {
         kernels_set_threads(th);
         for (size_t i = 0; i < 3; i++) {
-            if (isas[i] > (int)kernels_isa_level())
+            /* two threads on the processor's own path only (the split
+             * does not depend on the path) */
+            if (isas[i] > (int)kernels_isa_level() ||
+                (th == 2 && i + 1 < 3 && isas[i + 1] <= (int)kernels_isa_level()))
                 continue;
             kern__sparse_set_isa(isas[i]);
             ck_assert_int_eq(kern__sparse_isa(), isas[i]);

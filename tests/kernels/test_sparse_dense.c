@@ -230,7 +230,7 @@ START_TEST(test_format)
     sparse_w_scatter(a, kept, back);
     sparse_w_set_dense(z, back);
     for (size_t j = 0; j < z->nnz; j++)
-        EXPECT(z->val[j] == (float)z->ord[j], "set_dense %zu", j);
+        EXPECT(z->val[j] == (float)z->ord[j] && z->tval[j] == (float)z->tord[j], "set_dense %zu", j);
     sparse_w_free(a);
     sparse_w_free(z);
     sparse_w_free(NULL);

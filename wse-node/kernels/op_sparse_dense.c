@@ -218,34 +218,33 @@ void sparse_w_gather(const sparse_w *sw, const float *dense, float *kept)
     kernels_for((size_t)sw->out_f, 64, gather_rows, &j);
 }
 
+/* Rows [lo, hi) of each panel form read from the dense weight: the
+ * weight's rows in the panels of its columns, then its columns (the
+ * transpose's rows) in the panels of its rows */
+static void set_dense_rows(void *ctx, size_t lo, size_t hi)
+{
+    const kept_job *j = ctx;
+    sparse_w *sw = j->sw;
+    const float *w = j->cdense;
+    for (int p = 0; p < sw->npan; p++) {
+        const uint32_t *pp = sw->ptr + (size_t)p * (sw->out_f + 1);
+        for (size_t r = lo; r < hi && r < (size_t)sw->out_f; r++)
+            for (uint32_t e = pp[r]; e < pp[r + 1]; e++)
+                sw->val[e] = w[r * sw->in_f + (size_t)p * KERN__PANEL + sw->idx[e]];
+    }
+    for (int p = 0; p < sw->tnpan; p++) {
+        const uint32_t *pp = sw->tptr + (size_t)p * (sw->in_f + 1);
+        for (size_t c = lo; c < hi && c < (size_t)sw->in_f; c++)
+            for (uint32_t e = pp[c]; e < pp[c + 1]; e++)
+                sw->tval[e] = w[((size_t)p * KERN__PANEL + sw->tidx[e]) * sw->in_f + c];
+    }
+}
+
 void sparse_w_set_dense(sparse_w *sw, const float *weight)
 {
-    /* the canonical order first (a read of the weight row by row), then
-     * the two panel orders from it; the gather goes through val as scratch
-     * would race, so gather into tval and permute both from a copy */
-    if (!sw->nnz)
-        return;
-    float *kept = malloc(sizeof(float) * sw->nnz);
-    if (kept) {
-        sparse_w_gather(sw, weight, kept);
-        sparse_w_set_kept(sw, kept);
-        free(kept);
-        return;
-    }
-    for (size_t e = 0; e < sw->nnz; e++) { /* out of memory: in place, slowly */
-        uint32_t c = sw->ord[e];
-        int r = 0;
-        while (sw->row_ptr[r + 1] <= c)
-            r++;
-        sw->val[e] = weight[(size_t)r * sw->in_f + sw->col[c]];
-    }
-    for (size_t e = 0; e < sw->nnz; e++) {
-        uint32_t c = sw->tord[e];
-        int r = 0;
-        while (sw->row_ptr[r + 1] <= c)
-            r++;
-        sw->tval[e] = weight[(size_t)r * sw->in_f + sw->col[c]];
-    }
+    kept_job j = {.sw = sw, .cdense = weight};
+    size_t rows = (size_t)(sw->out_f > sw->in_f ? sw->out_f : sw->in_f);
+    kernels_for(rows, 64, set_dense_rows, &j);
 }
 
 static void scatter_rows(void *ctx, size_t lo, size_t hi)
@@ -397,8 +396,7 @@ int op_sparse_dense_forward(float *out, const float *in, const sparse_w *sw, con
         return 0;
     size_t avail;
     float *base = kern__ws_aligned(ws, ws_bytes, &avail);
-    if (!base || avail + 64 < op_sparse_dense_workspace(sw, n) - 0 ||
-        avail < sizeof(float) * (size_t)pad16(n) * ((size_t)sw->in_f + sw->out_f))
+    if (!base || avail < sizeof(float) * (size_t)pad16(n) * ((size_t)sw->in_f + sw->out_f))
         return -ENOSPC;
     int np = pad16(n);
     float *inT = base, *yT = inT + (size_t)sw->in_f * np;

@@ -281,7 +281,7 @@ START_TEST(test_cost_model_and_masked_layer)
     kt_rng r;
     kt_rng_init(&r, 42);
     kernels_set_threads(2);
-    int n = 64, in_f = 700, out_f = 600;
+    int n = 128, in_f = 1500, out_f = 1200;
     size_t nw = (size_t)out_f * in_f;
     float *x = kt_falloc((size_t)n * in_f), *w = kt_falloc(nw), *b = kt_falloc(out_f);
     float *dy = kt_falloc((size_t)n * out_f), *y = kt_falloc((size_t)n * out_f);

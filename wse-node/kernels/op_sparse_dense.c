@@ -540,21 +540,24 @@ void op_sparse_dense_backward_ref(float *din, float *dkept, float *dbias, const 
  * flops); the sparse pass SPARSE_PER_NZ per kept weight and sample
  * (its three products: the forward spmm, the data gradient's spmm and the
  * weight gradient's dot products) plus SPARSE_PER_ACT per activation
- * element of a sample (in_f + out_f for the forward pass, 2 in_f +
- * 2 out_f for the backward: the transposes, the bias and the threads'
- * waits at the regions' ends), on AVX-512; AVX2 and the plain loops take
+ * element a sample passes over, 3 (in_f + out_f) (the transposes of in
+ * twice, of out, dout and din, the bias gradient's pass, and the threads'
+ * waits at the ends of these regions), on AVX-512; AVX2 and the plain loops take
  * SPARSE_AVX2_FACTOR and SPARSE_PLAIN_FACTOR times as long per kept
  * weight. Fitted to bench/sparse_dense.c's 4096 x 4096 layer at batch
- * 256 on an AMD EPYC (Zen 5, 2 cores) on 2 threads, a straight line
+ * 256 on an AMD EPYC (Zen 5, 2 cores) on 2 threads, in the run on the
+ * least loaded host (the dense pass at 69 GFLOP/s): a straight line
  * through the sparse pass's time over the dense pass's at 50% and 90%
- * sparsity (docs/sparsity.md has the numbers): slope 13.7, intercept
- * 0.109 of the dense time over n (2 in_f + 3 out_f) = 5.2 M activation
- * elements. The plain factor and the AVX2 one from the same program's
- * runs of those paths at 90%. */
-#define SPARSE_PER_NZ 13.7
-#define SPARSE_PER_ACT 540.0
-#define SPARSE_AVX2_FACTOR 1.2
-#define SPARSE_PLAIN_FACTOR 5.2
+ * sparsity (1.78 and 0.523; docs/sparsity.md has the numbers): slope
+ * 18.9, intercept 0.208 of the dense time over 3 n (in_f + out_f) = 6.3 M
+ * activation elements. The AVX2 and plain factors from the same
+ * run of those paths at 90%. On more loaded hosts the sparse path did
+ * relatively better (the dense GEMMs lose more to other work), so the
+ * model errs towards the dense path. */
+#define SPARSE_PER_NZ 18.9
+#define SPARSE_PER_ACT 853.0
+#define SPARSE_AVX2_FACTOR 1.5
+#define SPARSE_PLAIN_FACTOR 5.5
 
 double op_sparse_dense_cost_ratio(size_t nnz, int n, int in_f, int out_f)
 {
@@ -567,7 +570,7 @@ double op_sparse_dense_cost_ratio(size_t nnz, int n, int in_f, int out_f)
                                          : SPARSE_PLAIN_FACTOR;
     double np = pad16(n);
     double sparse = f * SPARSE_PER_NZ * (double)nnz * np +
-                    SPARSE_PER_ACT * np * (2.0 * in_f + 3.0 * out_f);
+                    SPARSE_PER_ACT * np * 3.0 * ((double)in_f + out_f);
     return sparse / dense;
 }
 

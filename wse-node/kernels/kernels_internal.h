@@ -242,11 +242,13 @@ typedef struct kern__panels {
  * n any width. */
 void kern__spmm_rows(int isa, const kern__panels *a, const float *b, int ldb, int n,
                      const float *init, int cinit, float *c, int ldc, int r0, int r1);
-/* For each entry e of rows [r0, r1): v[e] = the dot product of L's row r
- * and R's row (p * KERN__PANEL + idx[e]), each n long (n a multiple of
- * 16; ldl, ldr apart), summed in float32. */
+/* For each entry e of rows [r0, r1): v[ord[e]] (v[e] where ord is NULL)
+ * = the dot product of L's row r and R's row (p * KERN__PANEL + idx[e]),
+ * each n long (n a multiple of 16; ldl, ldr apart), summed in float32.
+ * ord must map each (panel, row) run of entries to consecutive places
+ * (the canonical order of a sparse_w does). */
 void kern__sddmm_rows(int isa, const kern__panels *a, const float *l, int ldl, const float *r,
-                      int ldr, int n, float *v, int r0, int r1);
+                      int ldr, int n, float *v, const uint32_t *ord, int r0, int r1);
 /* dst (cols, ldd apart) = src (rows of cols, lds apart) transposed:
  * dst[j][i] = src[i][j] for i < rows, and zero for rows <= i < pad (the
  * padding of dst's rows), rows [j0, j1) of dst only. */

@@ -274,10 +274,9 @@ static int pad16(int n)
 
 size_t op_sparse_dense_workspace(const sparse_w *sw, int n)
 {
-    /* inT (in_f, np), yT (out_f, np) and dinT (in_f, np); the weight
-     * gradient in panel order (nnz) */
+    /* inT (in_f, np), yT or doutT (out_f, np) and dinT (in_f, np) */
     size_t np = (size_t)pad16(n > 0 ? n : 0);
-    return sizeof(float) * (np * (2 * (size_t)sw->in_f + sw->out_f) + sw->nnz + 16) + 64;
+    return sizeof(float) * (np * (2 * (size_t)sw->in_f + sw->out_f) + 16) + 64;
 }
 
 /* A parallel job of the sparse layer */
@@ -375,7 +374,7 @@ static void sddmm_task(void *ctx, int tid, int nt)
     const sd_job *j = ctx;
     int lo, hi;
     split_rows(j->split, j->a->m, tid, nt, &lo, &hi);
-    kern__sddmm_rows(j->isa, j->a, j->l, j->np, j->r, j->np, j->np, j->v, lo, hi);
+    kern__sddmm_rows(j->isa, j->a, j->l, j->np, j->r, j->np, j->np, j->v, j->sw->ord, lo, hi);
 }
 
 static int threads_for(const sparse_w *sw, int n)
@@ -426,11 +425,25 @@ static void bias_cols(void *ctx, size_t lo, size_t hi)
     }
 }
 
-static void order_kept(void *ctx, size_t lo, size_t hi)
+/* The backward pass's first region: in and dout transposed (each thread
+ * its share of the columns of each) and the bias gradient's columns */
+typedef struct prep_job {
+    float *inT, *dyT, *dbias;
+    const float *in, *dout;
+    int n, np, in_f, out_f;
+} prep_job;
+
+static void prep_task(void *ctx, int tid, int nt)
 {
-    const sd_job *j = ctx;
-    for (size_t e = lo; e < hi; e++)
-        j->c[j->sw->ord[e]] = j->v[e];
+    const prep_job *p = ctx;
+    int lo = (int)((int64_t)p->in_f * tid / nt), hi = (int)((int64_t)p->in_f * (tid + 1) / nt);
+    kern__transpose_rows(p->inT, p->np, p->in, p->in_f, p->n, p->np, lo, hi);
+    lo = (int)((int64_t)p->out_f * tid / nt), hi = (int)((int64_t)p->out_f * (tid + 1) / nt);
+    kern__transpose_rows(p->dyT, p->np, p->dout, p->out_f, p->n, p->np, lo, hi);
+    if (p->dbias && lo < hi) {
+        bias_job b = {p->dbias, p->dout, p->n, p->out_f};
+        bias_cols(&b, (size_t)lo, (size_t)hi);
+    }
 }
 
 int op_sparse_dense_backward(float *din, float *dkept, float *dbias, const float *dout,
@@ -451,24 +464,20 @@ int op_sparse_dense_backward(float *din, float *dkept, float *dbias, const float
     size_t avail;
     float *base = kern__ws_aligned(ws, ws_bytes, &avail);
     int np = pad16(n);
-    size_t need = sizeof(float) * ((size_t)np * (2 * (size_t)sw->in_f + sw->out_f) + sw->nnz);
+    size_t need = sizeof(float) * ((size_t)np * (2 * (size_t)sw->in_f + sw->out_f));
     if (!base || avail < need)
         return -ENOSPC;
     float *inT = base, *dyT = inT + (size_t)sw->in_f * np, *dinT = dyT + (size_t)sw->out_f * np;
-    float *vp = dinT + (size_t)sw->in_f * np;
     int isa = kern__sparse_isa(), nt = threads_for(sw, n);
-    transpose_into(inT, np, in, sw->in_f, n, sw->in_f);
-    transpose_into(dyT, np, dout, sw->out_f, n, sw->out_f);
-    if (dbias) {
-        bias_job b = {dbias, dout, n, sw->out_f};
-        kernels_for((size_t)sw->out_f, 256, bias_cols, &b);
-    }
+    prep_job pj = {.inT = inT, .dyT = dyT, .dbias = dbias, .in = in, .dout = dout, .n = n,
+                   .np = np, .in_f = sw->in_f, .out_f = sw->out_f};
+    double work = (double)n * ((double)sw->in_f + sw->out_f);
+    kern__parallel(prep_task, &pj, work < 65536 ? 1 : kernels_threads());
+    /* the kept weights' gradient, straight into the canonical order */
     kern__panels a = {sw->out_f, sw->npan, sw->ptr, sw->idx, sw->val};
     sd_job j = {.sw = sw, .isa = isa, .n = np, .np = np, .a = &a, .split = sw->row_ptr,
-                .l = dyT, .r = inT, .v = vp};
+                .l = dyT, .r = inT, .v = dkept};
     kern__parallel(sddmm_task, &j, nt);
-    j.c = dkept;
-    kernels_for(sw->nnz, 1 << 16, order_kept, &j);
     if (din) {
         kern__panels t = {sw->in_f, sw->tnpan, sw->tptr, sw->tidx, sw->tval};
         sd_job d = {.sw = sw, .isa = isa, .n = np, .np = np, .b = dyT, .init = NULL, .c = dinT,

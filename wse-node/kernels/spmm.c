@@ -50,7 +50,7 @@ static void spmm_plain(const kern__panels *a, const float *b, int ldb, int n, co
 }
 
 static void sddmm_plain(const kern__panels *a, const float *l, int ldl, const float *rm, int ldr,
-                        int n, float *v, int r0, int r1)
+                        int n, float *v, const uint32_t *ord, int r0, int r1)
 {
     for (int p = 0; p < a->npan; p++) {
         const uint32_t *ptr = a->ptr + (size_t)p * (a->m + 1);
@@ -65,7 +65,7 @@ static void sddmm_plain(const kern__panels *a, const float *l, int ldl, const fl
                 float t = 0.0f;
                 for (int q = 0; q < 16; q++)
                     t += s[q];
-                v[e] = t;
+                v[ord ? ord[e] : e] = t;
             }
         }
     }
@@ -182,7 +182,7 @@ static void spmm_512(const kern__panels *a, const float *b, int ldb, int n, cons
 }
 
 /* Dot products of L's row (nv vectors, in registers) with R's rows of 8
- * entries at a time; v[e] set (first) or added to. */
+ * entries at a time; v[e - e0] set (first) or added to. */
 #define SDDMM512(NV)                                                                              \
     __attribute__((target("avx512f"))) static void sddmm512_##NV(                                 \
         const uint16_t *idx, uint32_t e0, uint32_t e1, const float *lr, const float *rp, int ldr, \
@@ -216,9 +216,9 @@ static void spmm_512(const kern__panels *a, const float *b, int ldb, int n, cons
                                      _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(u), 1))); \
             __m128 g = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));        \
             if (first)                                                                            \
-                _mm_storeu_ps(v + e, g);                                                          \
+                _mm_storeu_ps(v + (e - e0), g);                                                          \
             else                                                                                  \
-                _mm_storeu_ps(v + e, _mm_add_ps(_mm_loadu_ps(v + e), g));                         \
+                _mm_storeu_ps(v + (e - e0), _mm_add_ps(_mm_loadu_ps(v + (e - e0)), g));                         \
         }                                                                                         \
         for (; e < e1; e++) {                                                                     \
             const float *x0 = rp + (size_t)idx[e] * ldr;                                          \
@@ -226,7 +226,7 @@ static void spmm_512(const kern__panels *a, const float *b, int ldb, int n, cons
             for (int q = 1; q < NV; q++)                                                          \
                 s0 = _mm512_fmadd_ps(l[q], _mm512_loadu_ps(x0 + 16 * q), s0);                     \
             float t = _mm512_reduce_add_ps(s0);                                                   \
-            v[e] = first ? t : v[e] + t;                                                          \
+            v[e - e0] = first ? t : v[e - e0] + t;                                                          \
         }                                                                                         \
     }
 SDDMM512(16)
@@ -236,7 +236,7 @@ SDDMM512(2)
 SDDMM512(1)
 
 static void sddmm_512(const kern__panels *a, const float *l, int ldl, const float *rm, int ldr,
-                      int n, float *v, int r0, int r1)
+                      int n, float *v, const uint32_t *ord, int r0, int r1)
 {
     for (int p = 0; p < a->npan; p++) {
         const uint32_t *ptr = a->ptr + (size_t)p * (a->m + 1);
@@ -245,28 +245,26 @@ static void sddmm_512(const kern__panels *a, const float *l, int ldl, const floa
             if (ptr[r] == ptr[r + 1])
                 continue;
             const float *lr = l + (size_t)r * ldl;
+            float *vr = v + (ord ? ord[ptr[r]] : ptr[r]); /* the row's run, in v's order */
             int j = 0;
             for (; j + 256 <= n; j += 256)
-                sddmm512_16(a->idx, ptr[r], ptr[r + 1], lr + j, rp + j, ldr, v, j == 0);
+                sddmm512_16(a->idx, ptr[r], ptr[r + 1], lr + j, rp + j, ldr, vr, j == 0);
             if (j + 128 <= n) {
-                sddmm512_8(a->idx, ptr[r], ptr[r + 1], lr + j, rp + j, ldr, v, j == 0);
+                sddmm512_8(a->idx, ptr[r], ptr[r + 1], lr + j, rp + j, ldr, vr, j == 0);
                 j += 128;
             }
             if (j + 64 <= n) {
-                sddmm512_4(a->idx, ptr[r], ptr[r + 1], lr + j, rp + j, ldr, v, j == 0);
+                sddmm512_4(a->idx, ptr[r], ptr[r + 1], lr + j, rp + j, ldr, vr, j == 0);
                 j += 64;
             }
             if (j + 32 <= n) {
-                sddmm512_2(a->idx, ptr[r], ptr[r + 1], lr + j, rp + j, ldr, v, j == 0);
+                sddmm512_2(a->idx, ptr[r], ptr[r + 1], lr + j, rp + j, ldr, vr, j == 0);
                 j += 32;
             }
             if (j + 16 <= n) {
-                sddmm512_1(a->idx, ptr[r], ptr[r + 1], lr + j, rp + j, ldr, v, j == 0);
+                sddmm512_1(a->idx, ptr[r], ptr[r + 1], lr + j, rp + j, ldr, vr, j == 0);
                 j += 16;
             }
-            if (n == 0)
-                for (uint32_t e = ptr[r]; e < ptr[r + 1]; e++)
-                    v[e] = 0.0f;
         }
     }
 }
@@ -381,8 +379,8 @@ __attribute__((target("avx2,fma"))) static inline float hsum256(__m256 s)
                 s1 = _mm256_fmadd_ps(l[q], _mm256_loadu_ps(x1 + 8 * q), s1);                      \
             }                                                                                     \
             float t0 = hsum256(s0), t1 = hsum256(s1);                                             \
-            v[e] = first ? t0 : v[e] + t0;                                                        \
-            v[e + 1] = first ? t1 : v[e + 1] + t1;                                                \
+            v[e - e0] = first ? t0 : v[e - e0] + t0;                                                        \
+            v[e + 1 - e0] = first ? t1 : v[e + 1 - e0] + t1;                                                \
         }                                                                                         \
         for (; e < e1; e++) {                                                                     \
             const float *x0 = rp + (size_t)idx[e] * ldr;                                          \
@@ -390,14 +388,14 @@ __attribute__((target("avx2,fma"))) static inline float hsum256(__m256 s)
             for (int q = 1; q < NV; q++)                                                          \
                 s0 = _mm256_fmadd_ps(l[q], _mm256_loadu_ps(x0 + 8 * q), s0);                      \
             float t = hsum256(s0);                                                                \
-            v[e] = first ? t : v[e] + t;                                                          \
+            v[e - e0] = first ? t : v[e - e0] + t;                                                          \
         }                                                                                         \
     }
 SDDMM256(8)
 SDDMM256(2)
 
 static void sddmm_256(const kern__panels *a, const float *l, int ldl, const float *rm, int ldr,
-                      int n, float *v, int r0, int r1)
+                      int n, float *v, const uint32_t *ord, int r0, int r1)
 {
     for (int p = 0; p < a->npan; p++) {
         const uint32_t *ptr = a->ptr + (size_t)p * (a->m + 1);
@@ -406,14 +404,12 @@ static void sddmm_256(const kern__panels *a, const float *l, int ldl, const floa
             if (ptr[r] == ptr[r + 1])
                 continue;
             const float *lr = l + (size_t)r * ldl;
+            float *vr = v + (ord ? ord[ptr[r]] : ptr[r]); /* the row's run, in v's order */
             int j = 0;
             for (; j + 64 <= n; j += 64)
-                sddmm256_8(a->idx, ptr[r], ptr[r + 1], lr + j, rp + j, ldr, v, j == 0);
+                sddmm256_8(a->idx, ptr[r], ptr[r + 1], lr + j, rp + j, ldr, vr, j == 0);
             for (; j + 16 <= n; j += 16)
-                sddmm256_2(a->idx, ptr[r], ptr[r + 1], lr + j, rp + j, ldr, v, j == 0);
-            if (n == 0)
-                for (uint32_t e = ptr[r]; e < ptr[r + 1]; e++)
-                    v[e] = 0.0f;
+                sddmm256_2(a->idx, ptr[r], ptr[r + 1], lr + j, rp + j, ldr, vr, j == 0);
         }
     }
 }
@@ -440,7 +436,7 @@ void kern__spmm_rows(int isa, const kern__panels *a, const float *b, int ldb, in
 }
 
 void kern__sddmm_rows(int isa, const kern__panels *a, const float *l, int ldl, const float *r,
-                      int ldr, int n, float *v, int r0, int r1)
+                      int ldr, int n, float *v, const uint32_t *ord, int r0, int r1)
 {
     if (r0 >= r1)
         return;
@@ -448,22 +444,22 @@ void kern__sddmm_rows(int isa, const kern__panels *a, const float *l, int ldl, c
         for (int p = 0; p < a->npan; p++) {
             const uint32_t *ptr = a->ptr + (size_t)p * (a->m + 1);
             for (uint32_t e = ptr[r0]; e < ptr[r1]; e++)
-                v[e] = 0.0f;
+                v[ord ? ord[e] : e] = 0.0f;
         }
         return;
     }
 #ifdef SPMM_X86
     if (isa >= KERNELS_ISA_AVX512) {
-        sddmm_512(a, l, ldl, r, ldr, n, v, r0, r1);
+        sddmm_512(a, l, ldl, r, ldr, n, v, ord, r0, r1);
         return;
     }
     if (isa >= KERNELS_ISA_AVX2) {
-        sddmm_256(a, l, ldl, r, ldr, n, v, r0, r1);
+        sddmm_256(a, l, ldl, r, ldr, n, v, ord, r0, r1);
         return;
     }
 #endif
     (void)isa;
-    sddmm_plain(a, l, ldl, r, ldr, n, v, r0, r1);
+    sddmm_plain(a, l, ldl, r, ldr, n, v, ord, r0, r1);
 }
 
 void kern__transpose_rows(float *dst, int ldd, const float *src, int lds, int rows, int pad,

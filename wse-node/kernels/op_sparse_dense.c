@@ -291,44 +291,10 @@ typedef struct sd_job {
     const float *init;     /* spmm: bias, or NULL */
     float *c;              /* spmm: the product */
     const kern__panels *a; /* spmm / sddmm: the sparse operand */
-    const uint32_t *split; /* row_ptr of a's rows, to split by kept weights */
+    int next;              /* the next block of rows to take (atomic) */
     const float *l, *r;    /* sddmm */
     float *v;
 } sd_job;
-
-/* rows [lo, hi) of m for thread tid of nt, balanced by kept weights */
-static void split_rows(const uint32_t *rp, int m, int tid, int nt, int *lo, int *hi)
-{
-    uint64_t total = rp[m];
-    int r0 = 0, r1 = m;
-    if (total == 0) {
-        r0 = (int)((int64_t)m * tid / nt);
-        r1 = (int)((int64_t)m * (tid + 1) / nt);
-    } else {
-        uint64_t a = total * (uint64_t)tid / (uint64_t)nt, b = total * (uint64_t)(tid + 1) / nt;
-        /* first row whose start reaches a */
-        int l = 0, h = m;
-        while (l < h) {
-            int mid = (l + h) / 2;
-            if (rp[mid] < a)
-                l = mid + 1;
-            else
-                h = mid;
-        }
-        r0 = tid == 0 ? 0 : l;
-        l = 0, h = m;
-        while (l < h) {
-            int mid = (l + h) / 2;
-            if (rp[mid] < b)
-                l = mid + 1;
-            else
-                h = mid;
-        }
-        r1 = tid == nt - 1 ? m : l;
-    }
-    *lo = r0;
-    *hi = r1;
-}
 
 static void transpose_task(void *ctx, int tid, int nt)
 {
@@ -361,20 +327,39 @@ static void untranspose(float *dst, const float *src, int np, int rows, int cols
     kern__parallel(untranspose_task, &j, work < 65536 ? 1 : kernels_threads());
 }
 
+/* Rows go to the threads in blocks of SD_BLOCK taken in turn as each
+ * thread comes for more, so that a thread the host delays leaves its
+ * share to the other (on a shared host, a static half waited for a thread
+ * off its core). A row is computed whole by one thread, in one order: the
+ * results do not depend on which. */
+#define SD_BLOCK 128
+
+static int next_block(sd_job *j, int *lo, int *hi)
+{
+    int b = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
+    if ((int64_t)b * SD_BLOCK >= j->a->m)
+        return 0;
+    *lo = b * SD_BLOCK;
+    *hi = j->a->m - *lo < SD_BLOCK ? j->a->m : *lo + SD_BLOCK;
+    return 1;
+}
+
 static void spmm_task(void *ctx, int tid, int nt)
 {
-    const sd_job *j = ctx;
+    sd_job *j = ctx;
     int lo, hi;
-    split_rows(j->split, j->a->m, tid, nt, &lo, &hi);
-    kern__spmm_rows(j->isa, j->a, j->b, j->np, j->n, j->init, 0, j->c, j->np, lo, hi);
+    (void)tid, (void)nt;
+    while (next_block(j, &lo, &hi))
+        kern__spmm_rows(j->isa, j->a, j->b, j->np, j->n, j->init, 0, j->c, j->np, lo, hi);
 }
 
 static void sddmm_task(void *ctx, int tid, int nt)
 {
-    const sd_job *j = ctx;
+    sd_job *j = ctx;
     int lo, hi;
-    split_rows(j->split, j->a->m, tid, nt, &lo, &hi);
-    kern__sddmm_rows(j->isa, j->a, j->l, j->np, j->r, j->np, j->np, j->v, j->sw->ord, lo, hi);
+    (void)tid, (void)nt;
+    while (next_block(j, &lo, &hi))
+        kern__sddmm_rows(j->isa, j->a, j->l, j->np, j->r, j->np, j->np, j->v, j->sw->ord, lo, hi);
 }
 
 static int threads_for(const sparse_w *sw, int n)
@@ -402,7 +387,7 @@ int op_sparse_dense_forward(float *out, const float *in, const sparse_w *sw, con
     transpose_into(inT, np, in, sw->in_f, n, sw->in_f);
     kern__panels a = {sw->out_f, sw->npan, sw->ptr, sw->idx, sw->val};
     sd_job j = {.sw = sw, .isa = kern__sparse_isa(), .n = np, .np = np, .b = inT, .init = bias,
-                .c = yT, .a = &a, .split = sw->row_ptr};
+                .c = yT, .a = &a};
     kern__parallel(spmm_task, &j, threads_for(sw, n));
     untranspose(out, yT, np, n, sw->out_f);
     return 0;
@@ -475,13 +460,13 @@ int op_sparse_dense_backward(float *din, float *dkept, float *dbias, const float
     kern__parallel(prep_task, &pj, work < 65536 ? 1 : kernels_threads());
     /* the kept weights' gradient, straight into the canonical order */
     kern__panels a = {sw->out_f, sw->npan, sw->ptr, sw->idx, sw->val};
-    sd_job j = {.sw = sw, .isa = isa, .n = np, .np = np, .a = &a, .split = sw->row_ptr,
+    sd_job j = {.sw = sw, .isa = isa, .n = np, .np = np, .a = &a,
                 .l = dyT, .r = inT, .v = dkept};
     kern__parallel(sddmm_task, &j, nt);
     if (din) {
         kern__panels t = {sw->in_f, sw->tnpan, sw->tptr, sw->tidx, sw->tval};
         sd_job d = {.sw = sw, .isa = isa, .n = np, .np = np, .b = dyT, .init = NULL, .c = dinT,
-                    .a = &t, .split = sw->tcol_ptr};
+                    .a = &t};
         kern__parallel(spmm_task, &d, nt);
         untranspose(din, dinT, np, n, sw->in_f);
     }

@@ -429,6 +429,50 @@ START_TEST(test_sparse_input)
 }
 END_TEST
 
+/* a row is computed whole by one thread in one order: two threads give
+ * the bits of one */
+START_TEST(test_threads_same_bits)
+{
+    kt_rng r;
+    kt_rng_init(&r, 44);
+    int n = 300, in_f = 513, out_f = 260;
+    size_t nw = (size_t)out_f * in_f;
+    float *x = kt_falloc((size_t)n * in_f), *w = kt_falloc(nw), *b = kt_falloc(out_f);
+    float *dy = kt_falloc((size_t)n * out_f);
+    float *y[2], *dx[2], *dk[2], *db[2];
+    uint8_t *mask = malloc(nw);
+    kt_fill(&r, x, (size_t)n * in_f, -1, 1);
+    kt_fill(&r, w, nw, -1, 1);
+    kt_fill(&r, b, out_f, -1, 1);
+    kt_fill(&r, dy, (size_t)n * out_f, -1, 1);
+    make_mask(&r, mask, out_f, in_f, 0.6, 0);
+    char err[128];
+    sparse_w *sw = sparse_w_new(w, mask, out_f, in_f, err, sizeof(err));
+    ck_assert_msg((double)sw->nnz * n >= 1e6, "the shape must be worth two threads");
+    size_t wsb = op_sparse_dense_workspace(sw, n);
+    void *ws = malloc(wsb);
+    for (int t = 0; t < 2; t++) {
+        kernels_set_threads(t + 1);
+        y[t] = kt_falloc((size_t)n * out_f);
+        dx[t] = kt_falloc((size_t)n * in_f);
+        dk[t] = kt_falloc(sw->nnz);
+        db[t] = kt_falloc(out_f);
+        ck_assert_int_eq(op_sparse_dense_forward(y[t], x, sw, b, n, ws, wsb), 0);
+        ck_assert_int_eq(op_sparse_dense_backward(dx[t], dk[t], db[t], dy, x, sw, n, ws, wsb), 0);
+    }
+    ck_assert(memcmp(y[0], y[1], sizeof(float) * n * out_f) == 0);
+    ck_assert(memcmp(dx[0], dx[1], sizeof(float) * n * in_f) == 0);
+    ck_assert(memcmp(dk[0], dk[1], sizeof(float) * sw->nnz) == 0);
+    ck_assert(memcmp(db[0], db[1], sizeof(float) * out_f) == 0);
+    kernels_set_threads(1);
+    for (int t = 0; t < 2; t++)
+        free(y[t]), free(dx[t]), free(dk[t]), free(db[t]);
+    free(ws);
+    sparse_w_free(sw);
+    free(x), free(w), free(b), free(dy), free(mask);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("sparse_dense");
@@ -437,6 +481,7 @@ int main(void)
     tcase_add_test(tc, test_format);
     tcase_add_test(tc, test_bad_input);
     tcase_add_test(tc, test_against_dense);
+    tcase_add_test(tc, test_threads_same_bits);
     tcase_add_test(tc, test_cost_model_and_masked_layer);
     tcase_add_test(tc, test_sparse_input);
     suite_add_tcase(s, tc);

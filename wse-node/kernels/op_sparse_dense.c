@@ -539,19 +539,16 @@ void op_sparse_dense_backward_ref(float *din, float *dkept, float *dbias, const 
  * waits at the ends of these regions), on AVX-512; AVX2 and the plain loops take
  * SPARSE_AVX2_FACTOR and SPARSE_PLAIN_FACTOR times as long per kept
  * weight. Fitted to bench/sparse_dense.c's 4096 x 4096 layer at batch
- * 256 on an AMD EPYC (Zen 5, 2 cores) on 2 threads, in the run on the
- * least loaded host (the dense pass at 69 GFLOP/s): a straight line
+ * 256 on an AMD EPYC (Zen 5, 2 cores) on 2 threads (its run 4 in
+ * docs/sparsity.md, the dense pass at 91 to 132 GFLOP/s): a straight line
  * through the sparse pass's time over the dense pass's at 50% and 90%
- * sparsity (1.78 and 0.523; docs/sparsity.md has the numbers): slope
- * 18.9, intercept 0.208 of the dense time over 3 n (in_f + out_f) = 6.3 M
- * activation elements. The AVX2 and plain factors from the same
- * run of those paths at 90%. On more loaded hosts the sparse path did
- * relatively better (the dense GEMMs lose more to other work), so the
- * model errs towards the dense path. */
-#define SPARSE_PER_NZ 18.9
-#define SPARSE_PER_ACT 853.0
-#define SPARSE_AVX2_FACTOR 1.5
-#define SPARSE_PLAIN_FACTOR 5.5
+ * sparsity (1.066 and 0.404): slope 9.94, intercept 0.2385 of the dense
+ * time over 3 n (in_f + out_f) = 6.3 M activation elements. The AVX2 and
+ * plain factors from the same run of those paths at 90%. */
+#define SPARSE_PER_NZ 9.94
+#define SPARSE_PER_ACT 977.0
+#define SPARSE_AVX2_FACTOR 1.37
+#define SPARSE_PLAIN_FACTOR 5.05
 
 double op_sparse_dense_cost_ratio(size_t nnz, int n, int in_f, int out_f)
 {

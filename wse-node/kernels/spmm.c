@@ -151,11 +151,45 @@ __attribute__((target("avx512f"))) static void spmm512_row4f(const uint16_t *idx
     _mm512_storeu_ps(cr + 48, a3);
 }
 
+/* Full chunks of 8 vectors (128 columns): eight independent chains of
+ * multiply-adds, the index and the broadcast shared by eight */
+__attribute__((target("avx512f"))) static void spmm512_row8f(const uint16_t *idx,
+                                                              const float *val, uint32_t e0,
+                                                              uint32_t e1, const float *bp,
+                                                              int ldb, float *cr, int first,
+                                                              float init, const float *cs)
+{
+    __m512 a[8];
+    for (int v = 0; v < 8; v++)
+        a[v] = first ? (cs ? _mm512_loadu_ps(cs + 16 * v) : _mm512_set1_ps(init))
+                     : _mm512_loadu_ps(cr + 16 * v);
+    for (uint32_t e = e0; e < e1; e++) {
+        __m512 x = _mm512_set1_ps(val[e]);
+        const float *br = bp + (size_t)idx[e] * ldb;
+        for (int v = 0; v < 8; v++)
+            a[v] = _mm512_fmadd_ps(x, _mm512_loadu_ps(br + 16 * v), a[v]);
+    }
+    for (int v = 0; v < 8; v++)
+        _mm512_storeu_ps(cr + 16 * v, a[v]);
+}
+
 static void spmm_512(const kern__panels *a, const float *b, int ldb, int n, const float *init,
                      int cinit, float *c, int ldc, int r0, int r1)
 {
     enum { CW = 64 };
-    for (int c0 = 0; c0 < n; c0 += CW) {
+    int c0 = 0;
+    /* 128 columns at a time while they last, then 64 (a panel's rows of B
+     * for 128 columns: 128 KiB, in L2) */
+    for (; c0 + 2 * CW <= n; c0 += 2 * CW)
+        for (int p = 0; p < a->npan; p++) {
+            const uint32_t *ptr = a->ptr + (size_t)p * (a->m + 1);
+            const float *bp = b + (size_t)p * KERN__PANEL * ldb + c0;
+            for (int r = r0; r < r1; r++)
+                spmm512_row8f(a->idx, a->val, ptr[r], ptr[r + 1], bp, ldb,
+                              c + (size_t)r * ldc + c0, p == 0,
+                              init && !cinit ? init[r] : 0.0f, cinit && init ? init + c0 : NULL);
+        }
+    for (; c0 < n; c0 += CW) {
         int w = n - c0 < CW ? n - c0 : CW, nv = (w + 15) / 16, tail = w - 16 * (nv - 1);
         __mmask16 m = (__mmask16)(tail == 16 ? 0xffff : (1u << tail) - 1);
         for (int p = 0; p < a->npan; p++) {

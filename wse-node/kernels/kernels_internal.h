@@ -223,4 +223,40 @@ size_t kern__conv_scratch(int transposed, const void *p, unsigned job);
  * storage owned by oneDNN. */
 const char *kern__conv_impl(int transposed, const void *p, unsigned prim);
 
+/* Sparse times dense (spmm.c, op_sparse_dense.c). A sparse m x K matrix
+ * cut into panels of KERN__PANEL columns, each a CSR of all m rows with
+ * the column within the panel in 16 bits: panel p's row r is entries
+ * [ptr[p * (m + 1) + r], ptr[p * (m + 1) + r + 1]) of idx and val. */
+#define KERN__PANEL 256
+typedef struct kern__panels {
+    int m;               /* rows */
+    int npan;            /* panels */
+    const uint32_t *ptr; /* npan * (m + 1) offsets */
+    const uint16_t *idx; /* column within the panel */
+    const float *val;    /* values */
+} kern__panels;
+
+/* Rows [r0, r1) of C (n columns, ldc apart) = init[r] (cinit: init[j]
+ * for column j; 0 where init is NULL) + the sum over row r's entries of val * B's row (p * KERN__PANEL
+ * + idx), B row-major with ldb; on the vector code of isa (a kernels_isa),
+ * n any width. */
+void kern__spmm_rows(int isa, const kern__panels *a, const float *b, int ldb, int n,
+                     const float *init, int cinit, float *c, int ldc, int r0, int r1);
+/* For each entry e of rows [r0, r1): v[ord[e]] (v[e] where ord is NULL)
+ * = the dot product of L's row r and R's row (p * KERN__PANEL + idx[e]),
+ * each n long (n a multiple of 16; ldl, ldr apart), summed in float32.
+ * ord must map each (panel, row) run of entries to consecutive places
+ * (the canonical order of a sparse_w does). */
+void kern__sddmm_rows(int isa, const kern__panels *a, const float *l, int ldl, const float *r,
+                      int ldr, int n, float *v, const uint32_t *ord, int r0, int r1);
+/* dst (cols, ldd apart) = src (rows of cols, lds apart) transposed:
+ * dst[j][i] = src[i][j] for i < rows, and zero for rows <= i < pad (the
+ * padding of dst's rows), rows [j0, j1) of dst only. */
+void kern__transpose_rows(float *dst, int ldd, const float *src, int lds, int rows, int pad,
+                          int j0, int j1);
+/* For tests: the instruction set the sparse kernels use from now on (a
+ * kernels_isa, capped by kernels_isa_level), or -1 for kernels_isa_level. */
+void kern__sparse_set_isa(int isa);
+int kern__sparse_isa(void);
+
 #endif

@@ -38,3 +38,16 @@ bench_wide_mlp() {
   printf '[optimizer]\nlearning_rate = 0.0001\n'
   if [ "$5" = adam ]; then echo 'optimizer_type = "adam"'; else echo 'momentum = 0.9'; fi
 }
+
+# bench_daemon_peaks RUN_DIR: "wse_node_1_peak_bytes all_daemons_peak_bytes"
+# of the local cluster in RUN_DIR (deploy/local/appliance-up), from each
+# daemon's VmHWM; read before the cluster stops.
+bench_daemon_peaks() {
+  local wse=0 all=0 f k
+  for f in "$1"/pids/*.pid; do
+    k=$(awk '/^VmHWM:/ {printf "%.0f\n", $2 * 1024}' "/proc/$(cat "$f")/status" 2>/dev/null || echo 0)
+    all=$((all + k))
+    case "$f" in */wse-node-1.pid) wse=$k ;; esac
+  done
+  echo "$wse $all"
+}

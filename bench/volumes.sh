@@ -84,12 +84,8 @@ appliance() {
     --build "$build" >/dev/null
   out=$(set -a; . "$run/env"; set +a; cd "$work" && "$build/client/appliance-submit" "$file" 2>&1) ||
     { echo "volumes: the $1^3 job failed: $out" >&2; exit 1; }
-  local wse=0 all=0 f k
-  for f in "$run"/pids/*.pid; do
-    k=$(awk '/^VmHWM:/ {printf "%.0f\n", $2 * 1024}' "/proc/$(cat "$f")/status" 2>/dev/null || echo 0)
-    all=$((all + k))
-    case "$f" in */wse-node-1.pid) wse=$k ;; esac
-  done
+  local wse all
+  read -r wse all < <(bench_daemon_peaks "$run")
   "$src/deploy/local/appliance-down" --dir "$run" --quiet >/dev/null
   local step
   read -r step _ < <(echo "$out" | "$py" "$src/bench/step_times.py" --log "$run/logs/coordinator.log")

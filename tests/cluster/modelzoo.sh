@@ -105,7 +105,9 @@ out=$(cd "$work" && timeout 600 "$submit" --format yaml params.conf 2>&1) || fai
 echo "$out" | "$py" -c '
 import re, sys
 text = sys.stdin.read()
-by_step = {int(st): float(l) for st, l in re.findall(r"step (\d+)/\d+ \(\d+%\) loss ([0-9.]+)", text) if int(st) > 0}
+# the logged steps (log_steps 2): a line where only the phase changed
+# (back to training once a checkpoint is in) may stand between them
+by_step = {int(st): float(l) for st, l in re.findall(r"step (\d+)/\d+ \(\d+%\) loss ([0-9.]+)", text) if int(st) > 0 and int(st) % 2 == 0}
 losses = [by_step[k] for k in sorted(by_step)]
 evals = [float(m) for m in re.findall(r"eval at step \d+: loss [0-9.]+, IoU ([0-9.]+)", text)]
 assert len(losses) == 12, ("progress lines", losses)

@@ -29,7 +29,9 @@ echo "$out" | "$py" -c '
 import re, sys
 text = sys.stdin.read()
 steps = int(sys.argv[1])
-by_step = {int(st): float(l) for st, l in re.findall(r"step (\d+)/\d+ \(\d+%\) loss ([0-9.]+)", text) if int(st) > 0}
+# the logged steps (log_steps 2): a line where only the phase changed
+# (back to training after an evaluation) may stand between them
+by_step = {int(st): float(l) for st, l in re.findall(r"step (\d+)/\d+ \(\d+%\) loss ([0-9.]+)", text) if int(st) > 0 and int(st) % 2 == 0}
 losses = [by_step[k] for k in sorted(by_step)]
 assert len(losses) == steps // 2, ("progress lines", losses)
 first, last = losses[0], sum(losses[-3:]) / 3

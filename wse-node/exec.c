@@ -568,6 +568,22 @@ static void exec__gather_recv(exec *e, int li, const float *in, float pad)
     exec__gather_end(e, li, pad);
 }
 
+/* Bilinear (trilinear) upsampling's exchange: this stripe's first and
+ * last row (plane) of every channel to the stripes above and below, theirs
+ * into e->kept[li] (the row above, then the row below), kept for the
+ * backward pass and any recomputation. */
+static void exec__edge_rows_exchange(exec *e, int li, const float *in)
+{
+    const model_layer *l = &e->m->layers[li];
+    size_t planes = (size_t)e->n * l->in.d[0], w = (size_t)spatial_row_elems(&l->in);
+    int h = (int)l->in.d[1];
+    float *kt = e->kept[li], *kb = kt + planes * w;
+    exec__rows_get(e->hd, in, planes, h, (int)w, 0, 1);
+    exec__rows_get(e->hd + planes * w, in, planes, h, (int)w, h - 1, 1);
+    exec__exchange(e, exec__tag(li, EXEC__HALO_FWD), e->hd, planes * w, e->hd + planes * w,
+                   planes * w, kt, planes * w, kb, planes * w);
+}
+
 /* A halo-reading kernel's view of gather layer li's kept rows (and, for
  * the backward pass, where the gradients of the neighbours' rows go: e->hx,
  * as exec__gather_back sends them). */
@@ -1090,13 +1106,8 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
             size_t planes = (size_t)n * c, hw2 = (size_t)spatial_row_elems(&l->in);
             int d = (int)l->in.d[1];
             float *kt = e->kept[li], *kb = kt + planes * hw2;
-            if (exchange) {
-                exec__rows_get(e->hd, in, planes, d, (int)hw2, 0, 1);
-                exec__rows_get(e->hd + planes * hw2, in, planes, d, (int)hw2, d - 1, 1);
-                exec__exchange(e, exec__tag(li, EXEC__HALO_FWD), e->hd, planes * hw2,
-                               e->hd + planes * hw2, planes * hw2, kt, planes * hw2, kb,
-                               planes * hw2);
-            }
+            if (exchange)
+                exec__edge_rows_exchange(e, li, in);
             op_upsample_frame f = exec__frame(e, l);
             op_upsample3d_trilinear_forward_slab(
                 out, in, n, c, d, (int)l->in.d[2], (int)l->in.d[3], (int)l->out.d[1],
@@ -1112,12 +1123,8 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
             size_t planes = (size_t)n * c;
             int h = (int)l->in.d[1], w = (int)l->in.d[2];
             float *kt = e->kept[li], *kb = kt + planes * w;
-            if (exchange) {
-                exec__rows_get(e->hd, in, planes, h, w, 0, 1);
-                exec__rows_get(e->hd + planes * w, in, planes, h, w, h - 1, 1);
-                exec__exchange(e, exec__tag(li, EXEC__HALO_FWD), e->hd, planes * w,
-                               e->hd + planes * w, planes * w, kt, planes * w, kb, planes * w);
-            }
+            if (exchange)
+                exec__edge_rows_exchange(e, li, in);
             op_upsample_frame f = exec__frame(e, l);
             op_upsample_bilinear_forward_rows(out, in, n, c, h, w, (int)l->out.d[1],
                                               (int)l->out.d[2], &f, e->parts.part > 0 ? kt : NULL,

@@ -245,63 +245,37 @@ void driver_handle_eval_report(node *n, conn *c, Appliance__Envelope *env, uint8
         job_end(co, j, APPLIANCE__JOB_STATE__JOB_FAILED, why);
         return;
     }
-    if (j->eval_reports == 0 || j->eval_step != r->step) {
-        j->eval_step = r->step;
-        j->eval_reports = 0;
-        j->eval_samples = j->eval_correct = 0;
-        j->eval_loss_sum = 0;
-        j->eval_classes = 0;
-        memset(j->eval_inter, 0, sizeof(j->eval_inter));
-        memset(j->eval_union, 0, sizeof(j->eval_union));
-    }
-    j->eval_samples += r->samples;
-    j->eval_correct += r->correct;
-    j->eval_loss_sum += r->loss_sum;
-    if (r->n_intersection > j->eval_classes)
-        j->eval_classes = (uint32_t)r->n_intersection;
-    for (size_t i = 0; i < r->n_intersection; i++) {
-        j->eval_inter[i] += r->intersection[i];
-        j->eval_union[i] += r->union_[i];
-    }
+    evals_report er = {.step = r->step, .samples = r->samples, .correct = r->correct,
+                       .loss_sum = r->loss_sum, .nclasses = r->n_intersection,
+                       .inter = r->intersection, .uni = r->union_};
+    bool count_background = j->spec && j->spec->model && j->spec->model->eval_ignore;
+    evals_result res;
+    int done = evals_add(&j->pending_evals, &er, (uint32_t)j->plan->n_replicas, count_background, &res);
     j->progress_at = uv_now(n->loop);
-    if (++j->eval_reports < j->plan->n_replicas)
+    if (res.dropped_step)
+        log_warn("job %s: the evaluation at step %llu had %u of %zu reports when the one at step "
+                 "%llu began; it is dropped", j->id, (unsigned long long)res.dropped_step,
+                 res.dropped_reports, (size_t)j->plan->n_replicas, (unsigned long long)r->step);
+    if (!done)
         return;
-    j->eval_reports = 0;
     j->have_eval = true;
     j->last_eval_step = r->step;
-    j->last_eval_loss = j->eval_samples ? j->eval_loss_sum / (double)j->eval_samples : 0;
-    j->last_eval_accuracy = -1;
-    j->last_eval_iou = -1;
-    if (j->eval_classes == 0) {
-        j->last_eval_accuracy = j->eval_samples ? (double)j->eval_correct / (double)j->eval_samples : 0;
-    } else {
-        /* mean IoU over the foreground classes (1..) that occur; with
-         * eval_ignore_classes (the Model Zoo's way), over every class that
-         * occurs but those (the wse-nodes count nothing for them) */
-        double sum = 0;
-        int k = 0;
-        uint32_t first = j->spec && j->spec->model && j->spec->model->eval_ignore ? 0 : 1;
-        for (uint32_t cls = first; cls < j->eval_classes; cls++)
-            if (j->eval_union[cls] > 0) {
-                sum += (double)j->eval_inter[cls] / (double)j->eval_union[cls];
-                k++;
-            }
-        j->last_eval_iou = k ? sum / k : 0;
-    }
+    j->last_eval_loss = res.loss;
+    j->last_eval_accuracy = res.accuracy;
+    j->last_eval_iou = res.iou;
     job_eval_point ep = {.step = r->step, .loss = j->last_eval_loss,
                          .accuracy = j->last_eval_accuracy, .iou = j->last_eval_iou};
     jobview_record_eval(j, &ep);
+    bool seg = res.accuracy < 0;
     log_info("job %s: evaluation at step %llu over %llu samples: loss %.6f%s%.4f", j->id,
-             (unsigned long long)r->step, (unsigned long long)j->eval_samples, j->last_eval_loss,
-             j->eval_classes ? ", IoU " : ", accuracy ",
-             j->eval_classes ? j->last_eval_iou : j->last_eval_accuracy);
+             (unsigned long long)r->step, (unsigned long long)res.samples, res.loss,
+             seg ? ", IoU " : ", accuracy ", seg ? res.iou : res.accuracy);
     job_log(co, j, "evaluation at step %llu over %llu samples: loss %.6f%s%.4f",
-            (unsigned long long)r->step, (unsigned long long)j->eval_samples, j->last_eval_loss,
-            j->eval_classes ? ", IoU " : ", accuracy ",
-            j->eval_classes ? j->last_eval_iou : j->last_eval_accuracy);
+            (unsigned long long)r->step, (unsigned long long)res.samples, res.loss,
+            seg ? ", IoU " : ", accuracy ", seg ? res.iou : res.accuracy);
     if (j->sum) {
         summaries_scalar(j->sum, "eval/loss", (int64_t)r->step, j->last_eval_loss);
-        if (j->eval_classes)
+        if (seg)
             summaries_scalar(j->sum, "eval/iou", (int64_t)r->step, j->last_eval_iou);
         else
             summaries_scalar(j->sum, "eval/accuracy", (int64_t)r->step, j->last_eval_accuracy);

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "coordinator.h"
+#include "evals.h"
 #include "jobspec.h"
 #include "steps.h"
 #include "summaries.h"
@@ -97,13 +98,10 @@ struct job {
     double replica_phase[64][JOB_PHASES];
     char phase_name[JOB_PHASES][32];
     size_t nphases;
-    /* Evaluation: the reports of the one in progress, and the last result. */
-    uint64_t eval_step;
-    uint32_t eval_reports;
-    uint64_t eval_samples, eval_correct;
-    double eval_loss_sum;
-    uint32_t eval_classes;
-    uint64_t eval_inter[256], eval_union[256];
+    /* Evaluation: the reports of those in progress, totalled per step (one
+     * replica's report of a later evaluation may come before another's of
+     * an earlier one), and the last result. */
+    evals pending_evals;
     bool have_eval;
     uint64_t last_eval_step;
     double last_eval_loss, last_eval_accuracy, last_eval_iou;

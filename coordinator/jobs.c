@@ -387,7 +387,7 @@ int job__launch(coordinator *co, job *j, const jobspec *spec)
     j->t_train = 0;
     j->samples = 0;
     j->ready = j->ready_wse = j->finished = 0;
-    j->eval_reports = 0;
+    evals_reset(&j->pending_evals);
     j->step_at = uv_now(co->n->loop);
     j->recovering = false;
     j->state = APPLIANCE__JOB_STATE__JOB_RUNNING;

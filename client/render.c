@@ -3,27 +3,25 @@
 
 #include <ctype.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <sys/ioctl.h>
 #include <sys/time.h>
 
+#include "jsonstr.h"
 #include "msg.h"
 #include "units.h"
 
 void render_json_string(FILE *f, const char *s)
 {
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            fprintf(f, "\\%c", ch);
-        else if (ch < 0x20)
-            fprintf(f, "\\u%04x", ch);
-        else
-            fputc(ch, f);
-    }
-    fputc('"', f);
+    size_t n;
+    char *q = json_quote_alloc(s, &n);
+    if (q)
+        fwrite(q, 1, n, f);
+    else
+        fputs("\"\"", f);
+    free(q);
 }
 
 /* A member's host as the coordinator's messages name it: its name, and

@@ -1,6 +1,8 @@
 /* JSON text for the web API. */
 #include "jsonbuf.h"
 
+#include "jsonstr.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -43,25 +45,10 @@ void jsonbuf_printf(jsonbuf *b, const char *fmt, ...)
 void jsonbuf_str(jsonbuf *b, const char *s)
 {
     s = s ? s : "";
-    if (!jsonbuf__grow(b, strlen(s) * 6 + 2))
+    if (!jsonbuf__grow(b, JSON_QUOTED_MAX(strlen(s))))
         return;
-    char *o = b->p + b->len;
-    *o++ = '"';
-    for (const unsigned char *q = (const unsigned char *)s; *q; q++) {
-        if (*q == '"' || *q == '\\') {
-            *o++ = '\\';
-            *o++ = (char)*q;
-        } else if (*q < 0x20 || *q == 0x7f) {
-            o += sprintf(o, "\\u%04x", *q);
-        } else if (*q == '<') { /* never "</script>" in a page that inlines it */
-            o += sprintf(o, "\\u003c");
-        } else {
-            *o++ = (char)*q;
-        }
-    }
-    *o++ = '"';
-    *o = 0;
-    b->len = (size_t)(o - b->p);
+    b->len += json_quote(b->p + b->len, s);
+    b->p[b->len] = 0;
 }
 
 void jsonbuf_num(jsonbuf *b, double x)

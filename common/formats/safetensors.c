@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "fsutil.h"
+#include "jsonstr.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "safetensors data is little-endian; this code writes host order");
@@ -120,26 +121,17 @@ static void st__putf(st_buf *b, const char *fmt, ...)
     st__put(b, tmp, (size_t)n);
 }
 
-/* A JSON string literal: quotes, backslashes and control bytes escaped,
- * other bytes (UTF-8) as they are. */
+/* A JSON string literal (jsonstr.h). */
 static void st__put_json_string(st_buf *b, const char *s)
 {
-    st__put(b, "\"", 1);
-    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-        switch (*c) {
-        case '"': st__put(b, "\\\"", 2); break;
-        case '\\': st__put(b, "\\\\", 2); break;
-        case '\n': st__put(b, "\\n", 2); break;
-        case '\r': st__put(b, "\\r", 2); break;
-        case '\t': st__put(b, "\\t", 2); break;
-        default:
-            if (*c < 0x20)
-                st__putf(b, "\\u%04x", *c);
-            else
-                st__put(b, (const char *)c, 1);
-        }
+    size_t n;
+    char *q = json_quote_alloc(s, &n);
+    if (!q) {
+        b->oom = true;
+        return;
     }
-    st__put(b, "\"", 1);
+    st__put(b, q, n);
+    free(q);
 }
 
 typedef struct st_wtensor {

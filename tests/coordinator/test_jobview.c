@@ -98,7 +98,7 @@ START_TEST(json_text)
     jsonbuf_printf(&b, "]");
     size_t len;
     char *t = jsonbuf_steal(&b, &len);
-    ck_assert_str_eq(t, "[\"a \\\"quoted\\\" \\\\ line\\u000awith\\u0009tabs \\u003c/script>\\u0001\","
+    ck_assert_str_eq(t, "[\"a \\\"quoted\\\" \\\\ line\\nwith\\ttabs \\u003c/script>\\u0001\","
                         "0.10000000000000001,null,null,\"\"]");
     ck_assert_uint_eq(len, strlen(t));
     ck_assert(strtod("0.10000000000000001", NULL) == 0.1); /* %.17g reads back exactly */

@@ -171,12 +171,14 @@ int offline_plan(const char *file, const char *text, jobspec_format format, uint
                file, whole, groups, share, threads, w);
         if (ps.parts > 1) {
             char h1[32];
-            printf("spatial partitions: each sample in %d stripes of %s%s, one per wse-node (%d "
-                   "wse-nodes); the memory below is per stripe, %s of it halo rows and their "
-                   "buffers\n", ps.parts,
+            const char *piece = vol ? "slab" : "stripe";
+            printf("spatial partitions: each sample in %d %ss of %s%s, one per wse-node (%d "
+                   "wse-nodes); the memory below is per %s, %s of it halo %s and their "
+                   "buffers\n", ps.parts, piece,
                    ps.parts * m->input.d[1] != full->model->input.d[1] ? "at most " : "", in,
-                   replicas,
-                   units_format_size(spatial_extra_bytes(&ps.sp, share), h1, sizeof(h1)));
+                   replicas, piece,
+                   units_format_size(spatial_extra_bytes(&ps.sp, share), h1, sizeof(h1)),
+                   vol ? "planes" : "rows");
         }
         printf("  %-18s %14s %6s %20s %26s\n", "mode", "per replica", "fits", "largest batch",
                vol ? "largest cube input" : "largest square input");

@@ -25,6 +25,7 @@ typedef struct offline_fit {
     uint64_t need;       /* bytes per replica at the job's batch share */
     int batch;           /* the largest batch share at the job's input; 0: none */
     int side;            /* the largest square input at the job's share; 0: none; -1: not an image */
+    model_shape aspect;  /* a volume's largest input of the job's aspect (when side > 0) */
 } offline_fit;
 
 static void offline__table(const model *m, int share, int micro, int threads)
@@ -106,6 +107,10 @@ int offline_plan(const char *file, const char *text, jobspec_format format, uint
         o->side = mt && ps.parts == 1 ? fit_largest_side(mt, m, share, threads, o->mode, states,
                                                          wafer)
                                       : -1;
+        /* a volume's sides are seldom equal (160x512x512): its own aspect too */
+        if (o->side > 0 && m->input.ndim == 4 &&
+            fit_largest_aspect(mt, m, share, threads, o->mode, states, wafer, &o->aspect) <= 0)
+            o->aspect.ndim = 0;
     }
     /* what mode = "auto" picks, and the micro-batch: the planner's decision */
     fit_choice choice;
@@ -158,12 +163,19 @@ int offline_plan(const char *file, const char *text, jobspec_format format, uint
                pick->need <= wafer ? "true" : "false", choice.keep_outputs ? "true" : "false",
                nshards, (unsigned long long)shard_all,
                (unsigned long long)shard_most);
-        for (int i = 0; i < 2; i++)
+        for (int i = 0; i < 2; i++) {
             printf("%s{\"mode\": \"%s\", \"bytes_per_replica\": %llu, \"fits\": %s, "
-                   "\"largest_batch\": %d, \"%s\": %d}", i ? ", " : "",
+                   "\"largest_batch\": %d, \"%s\": %d", i ? ", " : "",
                    offline__mode_name(fits[i].mode), (unsigned long long)fits[i].need,
                    fits[i].need <= wafer ? "true" : "false", fits[i].batch,
                    vol ? "largest_cube_input" : "largest_square_input", fits[i].side);
+            if (fits[i].aspect.ndim) {
+                char a[64];
+                model_shape_str(&fits[i].aspect, a, sizeof(a));
+                printf(", \"largest_aspect_input\": \"%s\"", a);
+            }
+            printf("}");
+        }
         printf("]}\n");
     } else {
         printf("%s: input %s, %d replica(s) of %d sample(s), %d thread(s) per wse-node, "
@@ -197,6 +209,11 @@ int offline_plan(const char *file, const char *text, jobspec_format format, uint
             printf("  %-18s %14s %6s %20d %26s\n", offline__mode_name(o->mode),
                    units_format_size(o->need, n, sizeof(n)), o->need <= wafer ? "yes" : "no",
                    o->batch, side);
+        }
+        if (pick->aspect.ndim) {
+            char a[64];
+            model_shape_str(&pick->aspect, a, sizeof(a));
+            printf("largest input of the job's aspect in %s: %s\n", offline__mode_name(pick->mode), a);
         }
         if (part && pick->mode == APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING && pick->need <= wafer)
             printf("weight_streaming in parts: dense layers of more than %llu weights stream and "

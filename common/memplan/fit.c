@@ -71,18 +71,15 @@ int fit_largest_batch(const model *m, int threads, Appliance__ExecMode mode,
     return lo;
 }
 
-/* Whether the model compiles on a [c, side, side] input and, when it does,
- * the bytes of a replica with the sample encodings of `like` (UINT64_MAX
- * when it does not). */
-static uint64_t fit__side_bytes(const toml_value *mt, const model *like, int64_t c, int64_t side,
-                                int batch, int threads, Appliance__ExecMode mode, unsigned states,
-                                uint64_t wafer)
+/* Whether the model compiles on input `in` and, when it does, the bytes of
+ * a replica with the sample encodings of `like` (UINT64_MAX when it does
+ * not). */
+static uint64_t fit__shape_bytes(const toml_value *mt, const model *like, const model_shape *in,
+                                 int batch, int threads, Appliance__ExecMode mode, unsigned states,
+                                 uint64_t wafer)
 {
-    /* an image's square, or a volume's cube */
-    model_shape in = like->input.ndim == 4 ? (model_shape){.ndim = 4, .d = {c, side, side, side}}
-                                           : (model_shape){.ndim = 3, .d = {c, side, side}};
     char err[256];
-    model *m = model_compile_as(mt, &in, err, sizeof(err));
+    model *m = model_compile_as(mt, in, err, sizeof(err));
     if (!m)
         return UINT64_MAX;
     m->input_unorm8 = like->input_unorm8;
@@ -92,33 +89,82 @@ static uint64_t fit__side_bytes(const toml_value *mt, const model *like, int64_t
     return bytes;
 }
 
-int fit_largest_side(const toml_value *mt, const model *m, int batch, int threads,
-                     Appliance__ExecMode mode, unsigned optimizer_states, uint64_t wafer)
+/* The job's input with its spatial sides scaled so that the smallest is
+ * `base`, each rounded to a multiple of step (at least step): a square or
+ * cube when `cube`. */
+static model_shape fit__scaled(const model *m, int64_t base, int64_t step, bool cube)
+{
+    model_shape in = m->input;
+    int64_t least = in.d[1];
+    for (int i = 2; i < in.ndim; i++)
+        least = in.d[i] < least ? in.d[i] : least;
+    for (int i = 1; i < in.ndim; i++) {
+        if (cube) {
+            in.d[i] = base;
+            continue;
+        }
+        /* nearest multiple of step to d * base / least */
+        int64_t k = (m->input.d[i] * base + least * step / 2) / (least * step);
+        in.d[i] = (k < 1 ? 1 : k) * step;
+    }
+    return in;
+}
+
+/* The largest base side (a multiple of the step by which the job's sides
+ * can grow with the model still compiling) whose scaled input fits; its
+ * shape in *out. */
+static int fit__largest_scaled(const toml_value *mt, const model *m, int batch, int threads,
+                               Appliance__ExecMode mode, unsigned states, uint64_t wafer, bool cube,
+                               model_shape *out)
 {
     if (m->input.ndim != 3 && m->input.ndim != 4)
         return -1;
-    int64_t c = m->input.d[0], side = m->input.d[1] < m->input.d[2] ? m->input.d[1] : m->input.d[2];
-    if (m->input.ndim == 4 && m->input.d[3] < side)
-        side = m->input.d[3];
+    int64_t least = m->input.d[1], most = m->input.d[1];
+    for (int i = 2; i < m->input.ndim; i++) {
+        least = m->input.d[i] < least ? m->input.d[i] : least;
+        most = m->input.d[i] > most ? m->input.d[i] : most;
+    }
+    if (cube)
+        most = least;
     /* the step: the smallest power of two (at most 256) by which the job's
-     * side can grow and the model still compile (a U-Net's pooling levels
+     * sides can grow and the model still compile (a U-Net's pooling levels
      * want multiples of 16) */
     int64_t step = 1;
-    while (step < 256 &&
-           fit__side_bytes(mt, m, c, side + step, 1, threads, mode, optimizer_states, wafer) ==
-               UINT64_MAX)
-        step *= 2;
-    /* bisect over multiples of step: k * step fits, hi * step does not */
-    int64_t lo = 0, hi = (m->input.ndim == 4 ? FIT_MAX_CUBE : FIT_MAX_SIDE) / step + 1;
+    for (; step < 256; step *= 2) {
+        model_shape grown = m->input;
+        for (int i = 1; i < grown.ndim; i++)
+            grown.d[i] = (cube ? least : grown.d[i]) + step;
+        if (fit__shape_bytes(mt, m, &grown, 1, threads, mode, states, wafer) != UINT64_MAX)
+            break;
+    }
+    /* bisect over bases of k * step: lo fits, hi does not (the largest
+     * side stays within the model's limit of a dimension) */
+    int64_t limit = m->input.ndim == 4 ? FIT_MAX_CUBE : FIT_MAX_SIDE;
+    int64_t lo = 0, hi = limit * least / most / step + 1;
     while (hi - lo > 1) {
         int64_t mid = lo + (hi - lo) / 2;
-        if (fit__side_bytes(mt, m, c, mid * step, batch, threads, mode, optimizer_states, wafer) <=
-            wafer)
+        model_shape in = fit__scaled(m, mid * step, step, cube);
+        if (fit__shape_bytes(mt, m, &in, batch, threads, mode, states, wafer) <= wafer)
             lo = mid;
         else
             hi = mid;
     }
+    if (out)
+        *out = lo ? fit__scaled(m, lo * step, step, cube) : m->input;
     return (int)(lo * step);
+}
+
+int fit_largest_side(const toml_value *mt, const model *m, int batch, int threads,
+                     Appliance__ExecMode mode, unsigned optimizer_states, uint64_t wafer)
+{
+    return fit__largest_scaled(mt, m, batch, threads, mode, optimizer_states, wafer, true, NULL);
+}
+
+int fit_largest_aspect(const toml_value *mt, const model *m, int batch, int threads,
+                       Appliance__ExecMode mode, unsigned optimizer_states, uint64_t wafer,
+                       model_shape *out)
+{
+    return fit__largest_scaled(mt, m, batch, threads, mode, optimizer_states, wafer, false, out);
 }
 
 int fit_choose(const jobspec *spec, uint64_t share, unsigned threads, uint64_t wafer,

@@ -46,6 +46,15 @@ int fit_largest_batch(const model *m, int threads, Appliance__ExecMode mode,
 int fit_largest_side(const toml_value *model_table, const model *m, int batch, int threads,
                      Appliance__ExecMode mode, unsigned optimizer_states, uint64_t wafer);
 
+/* The largest input of the job's own aspect that fits as above: its sides
+ * (D, H, W of a volume; H, W of an image) scaled together, each a multiple
+ * of the step, the shape in *out (the job's when none fits). Returns the
+ * smallest side, 0 when none fits, -1 when the input is neither an image
+ * nor a volume. */
+int fit_largest_aspect(const toml_value *model_table, const model *m, int batch, int threads,
+                       Appliance__ExecMode mode, unsigned optimizer_states, uint64_t wafer,
+                       model_shape *out);
+
 /* What a job runs as on wse-nodes of `wafer` bytes and `threads` threads,
  * with a batch share of `share` samples: the one decision the coordinator's
  * planner and `appliance-submit --plan --wafer-memory` both take. */

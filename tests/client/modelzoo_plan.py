@@ -11,6 +11,7 @@ import json
 import os
 import re
 import subprocess
+import tempfile
 import sys
 
 submit, configs, reference = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -60,5 +61,39 @@ text = subprocess.run([submit, "--plan", "--wafer-memory", "40G",
                       text=True).stdout
 assert "conv3d" in text and "conv_transpose3d" in text and \
     "encoder.unet_blocks.1.layers.0.norm_layer.instancenorm" in text, text
+# the largest volume of the job's own aspect (160:512:512) that fits a
+# 40 GiB wafer: sides in the job's proportions, each a multiple of the
+# model's downsampling (8), and it plans as fitting while the next larger
+# of that aspect does not
+skm = os.path.join(configs, "params_skm_tea.yaml")
+with open(skm) as f:
+    skm_text = f.read()
+
+
+def plan_volume(d, h, w):
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        f.write(skm_text.replace("image_shape: [160, 512, 512]", "image_shape: [%d, %d, %d]" % (d, h, w)))
+    try:
+        o = subprocess.run([submit, "--plan", "--wafer-memory", "40G", "--json", f.name],
+                           capture_output=True, text=True)
+        assert o.returncode == 0, (o.returncode, o.stdout, o.stderr)
+        return json.loads(o.stdout)
+    finally:
+        os.unlink(f.name)
+
+
+for m in p["modes"]:
+    c, d, h, w = (int(x) for x in m["largest_aspect_input"].split("x"))
+    assert c == 1 and h == w and d % 8 == 0 and h % 8 == 0, m
+    assert abs(d / h - 160 / 512) <= 8 / h, m
+    assert d * h * w >= 0.6 * m["largest_cube_input"] ** 3, m  # not far from the cube's voxels
+    at = {x["mode"]: x for x in plan_volume(d, h, w)["modes"]}[m["mode"]]
+    assert at["fits"], (m, at)
+    # the next larger of the aspect: depth one step more, the others in proportion
+    d2 = d + 8
+    h2 = int((d2 * 512 / 160) / 8 + 0.5) * 8
+    more = {x["mode"]: x for x in plan_volume(d2, h2, h2)["modes"]}[m["mode"]]
+    assert not more["fits"], (m, more)
+assert "largest input of the job's aspect in " in text, text
 print("ok: params_skm_tea.yaml plans: 1x160x512x512 volumes, %s (more than a 40 GiB wafer "
       "holds: the plan says what would fit)" % p["mode"])

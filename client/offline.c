@@ -143,13 +143,13 @@ int offline_plan(const char *file, const char *text, jobspec_format format, uint
     uint32_t *owner = calloc((size_t)m->ntensors + 1, sizeof(uint32_t));
     /* a Pipelined job's gradients never reach memoryx */
     bool grads = pick->mode != APPLIANCE__EXEC_MODE__MODE_PIPELINED;
-    uint64_t shard_most = owner ? footprint_shards(m, states, grads, nshards, owner, NULL)
+    const float *lv = full->sparsity.present ? full->sparsity.tensor_level : NULL; /* masks */
+    uint64_t shard_most = owner ? footprint_shards(m, states, grads, lv, nshards, owner, NULL)
                                 : UINT64_MAX;
     free(owner);
     uint64_t shard_all = 0;
     for (int i = 0; i < m->ntensors; i++)
-        shard_all += footprint_shard_tensor_bytes(m->tensors[i].elems, m->tensors[i].trainable,
-                                                  states, grads);
+        shard_all += footprint_shard_bytes_of(m, (size_t)i, states, grads, lv);
     if (json) {
         printf("{\"file\": \"%s\", \"input\": \"%s\", \"spatial_partitions\": %d, "
                "\"stripe_input\": \"%s\", \"stripe_halo_bytes\": %llu, ", file, whole, ps.parts,

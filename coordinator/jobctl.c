@@ -123,6 +123,9 @@ void jobctl_handle_submit(node *n, conn *c, Appliance__Envelope *env, uint8_t *p
          * may pick Weight Streaming) */
         uint64_t need = footprint_shard_tensor_bytes(spec->model->total_params, true, states,
                                                      strcmp(spec->mode, "pipelined") != 0);
+        for (int i = 0; spec->sparsity.present && i < spec->model->ntensors; i++)
+            if (spec->sparsity.tensor_level[i] > 0) /* memoryx's masks: a byte an element */
+                need += spec->model->tensors[i].elems;
         char s1[32], s2[32];
         if (mem && need > mem)
             snprintf(err, sizeof(err), "%s: the model has %llu trainable parameters (%s of float32 "

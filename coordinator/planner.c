@@ -628,9 +628,10 @@ static int planner__build(const jobspec *spec, const char *job_id, const planner
      * disk tier. */
     size_t nt = (size_t)m->ntensors;
     size_t ns = pm->nshards;
+    const float *masks = spec->sparsity.present ? spec->sparsity.tensor_level : NULL; /* masks */
     uint32_t *owner = arena_alloc(&a, (nt ? nt : 1) * sizeof(uint32_t));
     uint64_t *need = arena_alloc(&a, (ns ? ns : 1) * sizeof(uint64_t));
-    if (!owner || !need || footprint_shards(m, states, !pipelined, ns, owner, need) == UINT64_MAX)
+    if (!owner || !need || footprint_shards(m, states, !pipelined, masks, ns, owner, need) == UINT64_MAX)
         goto done;
     for (size_t s = 0; s < ns; s++) {
         uint64_t have = pm->shards[s]->memory, disk = pipelined ? 0 : pm->shards[s]->disk;
@@ -640,8 +641,7 @@ static int planner__build(const jobspec *spec, const char *job_id, const planner
             have = disk;
         uint64_t total = 0, largest = 0;
         for (size_t i = 0; i < nt; i++) {
-            uint64_t b = footprint_shard_tensor_bytes(m->tensors[i].elems, m->tensors[i].trainable,
-                                                      states, !pipelined);
+            uint64_t b = footprint_shard_bytes_of(m, i, states, !pipelined, masks);
             total += b;
             if (b > largest)
                 largest = b;
@@ -664,7 +664,7 @@ static int planner__build(const jobspec *spec, const char *job_id, const planner
                      "job's checkpoints land in memory: no disk tier); run more memoryx shards "
                      "(runconfig.num_wgt_servers = %zu would do), give memoryx more --memory, or "
                      "mode = \"weight_streaming\"", spec->source, b3, b1, s + 1, ns,
-                     pm->shards[s]->name, b2, footprint_shards_needed(m, states, false, have));
+                     pm->shards[s]->name, b2, footprint_shards_needed(m, states, false, masks, have));
         else if (largest > have)
             snprintf(err, errlen,
                      "%s: memoryx cannot hold the model: one tensor with its gradient and optimizer "
@@ -678,7 +678,7 @@ static int planner__build(const jobspec *spec, const char *job_id, const planner
                      "or its disk tier); run more memoryx shards (runconfig.num_wgt_servers = %zu "
                      "would do) or give memoryx more --memory or a --state-dir with more room",
                      spec->source, b3, b1, s + 1, ns, pm->shards[s]->name, b2,
-                     footprint_shards_needed(m, states, true, have));
+                     footprint_shards_needed(m, states, true, masks, have));
         rc = -E2BIG;
         goto done;
     }

@@ -224,8 +224,19 @@ uint64_t footprint_shard_tensor_bytes(uint64_t elems, bool trainable, unsigned o
     return elems * sizeof(float) * (1 + gradient + (trainable ? optimizer_states : 0));
 }
 
-uint64_t footprint_shards(const model *m, unsigned optimizer_states, bool gradient, size_t nshards,
-                          uint32_t *owner, uint64_t *need)
+uint64_t footprint_shard_bytes_of(const model *m, size_t i, unsigned optimizer_states,
+                                  bool gradient, const float *sparse_level)
+{
+    const model_tensor *t = &m->tensors[i];
+    uint64_t b = footprint_shard_tensor_bytes(t->elems, t->trainable, optimizer_states, gradient);
+    if (sparse_level && sparse_level[i] > 0)
+        b += t->elems; /* memoryx's mask: a byte an element (mxsparse.c) */
+    return b;
+}
+
+uint64_t footprint_shards(const model *m, unsigned optimizer_states, bool gradient,
+                          const float *sparse_level, size_t nshards, uint32_t *owner,
+                          uint64_t *need)
 {
     size_t nt = (size_t)m->ntensors;
     uint64_t *load = calloc(nshards ? nshards : 1, sizeof(uint64_t));
@@ -250,7 +261,7 @@ uint64_t footprint_shards(const model *m, unsigned optimizer_states, bool gradie
                 best = s;
         owner[order[i]] = (uint32_t)best;
         load[best] += t->elems * sizeof(float);
-        held[best] += footprint_shard_tensor_bytes(t->elems, t->trainable, optimizer_states, gradient);
+        held[best] += footprint_shard_bytes_of(m, order[i], optimizer_states, gradient, sparse_level);
     }
     most = 0;
     for (size_t s = 0; s < nshards; s++) {
@@ -267,12 +278,12 @@ out:
 }
 
 size_t footprint_shards_needed(const model *m, unsigned optimizer_states, bool gradient,
-                               uint64_t have)
+                               const float *sparse_level, uint64_t have)
 {
     uint32_t *owner = malloc(((size_t)m->ntensors ? (size_t)m->ntensors : 1) * sizeof(uint32_t));
     size_t found = 0;
     for (size_t k = 1; owner && k <= 1024 && !found; k++) {
-        uint64_t most = footprint_shards(m, optimizer_states, gradient, k, owner, NULL);
+        uint64_t most = footprint_shards(m, optimizer_states, gradient, sparse_level, k, owner, NULL);
         if (most == UINT64_MAX)
             break;
         if (most <= have)

@@ -130,18 +130,25 @@ unsigned footprint_optimizer_states(const char *optimizer_type, double momentum)
 uint64_t footprint_shard_tensor_bytes(uint64_t elems, bool trainable, unsigned optimizer_states,
                                       bool gradient);
 
+/* The same for tensor i of m, with its mask (a byte an element) where
+ * sparse_level (the job's [sparsity] levels, one a tensor; NULL: a dense
+ * model) prunes it. */
+uint64_t footprint_shard_bytes_of(const model *m, size_t i, unsigned optimizer_states,
+                                  bool gradient, const float *sparse_level);
+
 /* The tensors of m over nshards memoryx shards, balanced by bytes: largest
  * first to the least loaded shard, ids breaking ties. owner[i] gets tensor
  * i's shard (m->ntensors entries), need[s] what shard s holds by
- * footprint_shard_tensor_bytes (nshards entries; may be NULL). Returns the
+ * footprint_shard_bytes_of (nshards entries; may be NULL). Returns the
  * most a shard holds, or UINT64_MAX when out of memory. */
-uint64_t footprint_shards(const model *m, unsigned optimizer_states, bool gradient, size_t nshards,
-                          uint32_t *owner, uint64_t *need);
+uint64_t footprint_shards(const model *m, unsigned optimizer_states, bool gradient,
+                          const float *sparse_level, size_t nshards, uint32_t *owner,
+                          uint64_t *need);
 
 /* The fewest shards of `have` bytes each that hold m as footprint_shards
  * balances it; 0 when 1024 do not. */
 size_t footprint_shards_needed(const model *m, unsigned optimizer_states, bool gradient,
-                               uint64_t have);
+                               const float *sparse_level, uint64_t have);
 
 /* Bytes a replica needs in `mode`: the executor, two batches in flight,
  * and the weights (Pipelined: resident, with their gradients, the reduced

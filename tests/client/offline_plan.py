@@ -85,6 +85,19 @@ assert q["modes"][0]["mode"] == "pipelined" and "mode auto: pipelined" in plan(o
 assert (q["memoryx_shards"], q["memoryx_bytes"], q["memoryx_bytes_per_shard"]) == (1, 528, 528), q
 assert "memoryx: the weights (528 B) and their optimizer state take 528 B, at most 528 B on each of 1 shard(s)" in plan(os.path.join(examples, "quickstart.toml"), "1G")
 
+# a sparse model: memoryx keeps a mask of a byte an element beside each
+# pruned tensor (the classifier's 128 weights, not its bias), and the plan
+# counts it
+with open(os.path.join(examples, "quickstart.toml")) as f:
+    sparse_text = f.read() + '\n[sparsity]\ntype = "static"\nsparsity = 0.9\n'
+with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
+    f.write(sparse_text)
+sq = plan_json(f.name, "1G")
+os.unlink(f.name)
+assert sq["mode"] == "weight_streaming", sq  # a sparse model trains in Weight Streaming
+dense_ws = 132 * 4 * 2  # weights and their gradients, plain SGD (no state)
+assert (sq["memoryx_bytes"], sq["memoryx_bytes_per_shard"]) == (dense_ws + 128, dense_ws + 128), sq
+
 # a wafer too small for one sample: what would help, no batch below 1
 small = plan(unet, "1M")
 assert "does not fit one sample of 3x512x512: it needs a larger wafer (--wafer-memory)" in small, small

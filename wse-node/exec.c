@@ -99,9 +99,31 @@ static size_t exec__vol_workspace(const model *m, const model_layer *l, int n)
     }
     if (l->type == LAYER_CONV_TRANSPOSE3D) {
         op_conv_transpose3d_params p = exec__convt3d(l, n);
-        return op_conv_transpose3d_workspace(&p);
+        return m->mixed_precision ? op_conv_transpose3d_bf16_workspace(&p)
+                                  : op_conv_transpose3d_workspace(&p);
     }
     return 0;
+}
+
+/* A transposed 3-D convolution's passes, in bfloat16 on oneDNN where the
+ * model is mixed precision and it has the kernels, else float32. */
+static void exec__convt3d_forward(const exec *e, float *out, const float *in, const float *w,
+                                  const float *bias, const op_conv_transpose3d_params *p)
+{
+    if (e->m->mixed_precision)
+        op_conv_transpose3d_forward_bf16(out, in, w, bias, p, e->ws, e->ws_bytes);
+    else
+        op_conv_transpose3d_forward(out, in, w, bias, p, e->ws, e->ws_bytes);
+}
+
+static void exec__convt3d_backward(const exec *e, float *din, float *dw, float *dbias,
+                                   const float *dout, const float *in, const float *w,
+                                   const op_conv_transpose3d_params *p)
+{
+    if (e->m->mixed_precision)
+        op_conv_transpose3d_backward_bf16(din, dw, dbias, dout, in, w, p, e->ws, e->ws_bytes);
+    else
+        op_conv_transpose3d_backward(din, dw, dbias, dout, in, w, p, e->ws, e->ws_bytes);
 }
 
 static op_pool2d_params exec__pool(const model_layer *l, int n)
@@ -828,7 +850,8 @@ int exec_set_parts(exec *e, const exec_parts *p, char *err, size_t errlen)
         } else if (s->kind == SPATIAL_SCATTER && l->type == LAYER_CONV_TRANSPOSE3D) {
             op_conv_transpose3d_params q = exec__convt3d(l, e->n);
             q.pad_d = 0;
-            size_t b = op_conv_transpose3d_workspace(&q);
+            size_t b = e->m->mixed_precision ? op_conv_transpose3d_bf16_workspace(&q)
+                                             : op_conv_transpose3d_workspace(&q);
             ws = b > ws ? b : ws;
         } else if (s->kind == SPATIAL_SCATTER) {
             op_conv_transpose2d_params q = footprint_convt_params(l, e->n);
@@ -1073,12 +1096,11 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
         op_conv_transpose3d_params p = exec__convt3d(l, n);
         if (sl && sl->kind == SPATIAL_SCATTER) { /* over the extended planes */
             p.pad_d = 0;
-            op_conv_transpose3d_forward(e->hx, in, W(l, 0), NULL, &p, e->ws, e->ws_bytes);
+            exec__convt3d_forward(e, e->hx, in, W(l, 0), NULL, &p);
             exec__scatter_out(e, li, out, l->bias ? W(l, 1) : NULL);
             break;
         }
-        op_conv_transpose3d_forward(out, in, W(l, 0), l->bias ? W(l, 1) : NULL, &p, e->ws,
-                                    e->ws_bytes);
+        exec__convt3d_forward(e, out, in, W(l, 0), l->bias ? W(l, 1) : NULL, &p);
         break;
     }
     case LAYER_MAX_POOL3D: {
@@ -1507,13 +1529,11 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
         if (sl && sl->kind == SPATIAL_SCATTER) { /* as conv_transpose2d's */
             exec__scatter_dout(e, li, dout);
             p.pad_d = 0;
-            op_conv_transpose3d_backward(din, G(l, 0), NULL, e->hx, in, W(l, 0), &p, e->ws,
-                                         e->ws_bytes);
+            exec__convt3d_backward(e, din, G(l, 0), NULL, e->hx, in, W(l, 0), &p);
             exec__bias_grad(l, n, dout, l->bias ? G(l, 1) : NULL);
             break;
         }
-        op_conv_transpose3d_backward(din, G(l, 0), l->bias ? G(l, 1) : NULL, dout, in, W(l, 0),
-                                     &p, e->ws, e->ws_bytes);
+        exec__convt3d_backward(e, din, G(l, 0), l->bias ? G(l, 1) : NULL, dout, in, W(l, 0), &p);
         break;
     }
     case LAYER_MAX_POOL3D: {

@@ -339,7 +339,8 @@ int footprint_init_micro(footprint *f, const model *m, int share, int micro, int
         fl->aux = memplan_aux_bytes(m, l, n);
         if (l->type == LAYER_DENSE && m->mixed_precision) { /* the GEMMs' bfloat16 operands */
             fl->workspace = convplan_dense_bf16_workspace(n, (int)l->in.d[0], (int)l->units);
-        } else if (l->type == LAYER_CONV3D && m->mixed_precision) { /* bfloat16 or float32 */
+        } else if ((l->type == LAYER_CONV3D || l->type == LAYER_CONV_TRANSPOSE3D) &&
+                   m->mixed_precision) { /* bfloat16 or float32 */
             uint64_t b = footprint_vol_workspace(l, n, f->threads, true);
             uint64_t s = footprint_vol_workspace(l, n, f->threads, false);
             fl->workspace = b > s ? b : s;

@@ -332,7 +332,7 @@ static void convt_matches_ref(void)
         float *db = kt_falloc(q.k), *dbr = kt_falloc(q.k);
         float *ws = ws_new(wsb);
         char how[512];
-        onednn_seen |= op_conv_transpose3d_describe(&q, how, sizeof(how));
+        onednn_seen |= op_conv_transpose3d_describe(&q, 0, how, sizeof(how));
         if (t < NFIXED && kern__conv_get_path() != KERN__CONV_IM2COL)
             printf("conv_transpose3d c%d k%d %dx%dx%d: %s\n", q.c, q.k, q.d, q.h, q.w, how);
         kt_fill(&r, x, nx, -1, 1);
@@ -545,50 +545,114 @@ static void round_bf16(float *out, const float *x, size_t n)
     free(h);
 }
 
+/* The operator a bfloat16 case runs: conv p itself, or (t) the transposed
+ * convolution whose input is p's output (transpose_of). */
+static size_t c3_in(int t, const op_conv3d_params *p)
+{
+    return t ? ny_of(p) : nx_of(p);
+}
+
+static size_t c3_out(int t, const op_conv3d_params *p)
+{
+    return t ? nx_of(p) : ny_of(p);
+}
+
+static size_t c3_ws(int t, int bf16, const op_conv3d_params *p)
+{
+    op_conv_transpose3d_params q = transpose_of(p);
+    if (t)
+        return bf16 ? op_conv_transpose3d_bf16_workspace(&q) : op_conv_transpose3d_workspace(&q);
+    return bf16 ? op_conv3d_bf16_workspace(p) : op_conv3d_workspace(p);
+}
+
+/* forward (in float32 unless bf16; the reference in double with ref) */
+static int c3_fwd(int t, int bf16, int ref, const op_conv3d_params *p, float *y, const float *x,
+                  const float *w, const float *b, void *ws, size_t wsb)
+{
+    op_conv_transpose3d_params q = transpose_of(p);
+    if (ref && t)
+        op_conv_transpose3d_forward_ref(y, x, w, b, &q);
+    else if (ref)
+        op_conv3d_forward_ref(y, x, w, b, p);
+    else if (bf16)
+        return t ? op_conv_transpose3d_forward_bf16(y, x, w, b, &q, ws, wsb)
+                 : op_conv3d_forward_bf16(y, x, w, b, p, ws, wsb);
+    else if (t)
+        op_conv_transpose3d_forward(y, x, w, b, &q, ws, wsb);
+    else
+        op_conv3d_forward(y, x, w, b, p, ws, wsb);
+    return 0;
+}
+
+static int c3_bwd(int t, int bf16, int ref, const op_conv3d_params *p, float *dx, float *dw,
+                  float *db, const float *dy, const float *x, const float *w, void *ws,
+                  size_t wsb)
+{
+    op_conv_transpose3d_params q = transpose_of(p);
+    if (ref && t)
+        op_conv_transpose3d_backward_ref(dx, dw, db, dy, x, w, &q);
+    else if (ref)
+        op_conv3d_backward_ref(dx, dw, db, dy, x, w, p);
+    else if (bf16)
+        return t ? op_conv_transpose3d_backward_bf16(dx, dw, db, dy, x, w, &q, ws, wsb)
+                 : op_conv3d_backward_bf16(dx, dw, db, dy, x, w, p, ws, wsb);
+    else if (t)
+        op_conv_transpose3d_backward(dx, dw, db, dy, x, w, &q, ws, wsb);
+    else
+        op_conv3d_backward(dx, dw, db, dy, x, w, p, ws, wsb);
+    return 0;
+}
+
 /* Mixed precision against the double loops on the inputs rounded to
  * bfloat16 (the output and input gradient to float32 accumulation, 1e-5
  * of the largest; the weight gradient to bfloat16's rounding where oneDNN
  * writes it so, 4e-3) and against float32 (within bfloat16's rounding of
  * the inputs: 2e-2 of the largest); where it cannot compute in bfloat16
  * it gives float32's bits. must: shapes that must run in bfloat16 where
- * the processor has it. */
-static void conv_bf16_case(const op_conv3d_params *p, int bias, int must)
+ * the processor has it. t: the transposed convolution of p's output. */
+static void conv_bf16_case(int t, const op_conv3d_params *p, int bias, int must)
 {
-    size_t nx = nx_of(p), nw = nw_of(p), ny = ny_of(p);
+    size_t nx = c3_in(t, p), nw = nw_of(p), ny = c3_out(t, p);
+    int k = t ? p->c : p->k;
     kt_rng r;
     kt_rng_init(&r, 326 + nx);
-    float *x = kt_falloc(nx), *w = kt_falloc(nw), *b = kt_falloc(p->k), *dy = kt_falloc(ny);
-    float *y = kt_falloc(ny), *dx = kt_falloc(nx), *dw = kt_falloc(nw), *db = kt_falloc(p->k);
-    float *y2 = kt_falloc(ny), *dx2 = kt_falloc(nx), *dw2 = kt_falloc(nw), *db2 = kt_falloc(p->k);
+    float *x = kt_falloc(nx), *w = kt_falloc(nw), *b = kt_falloc(k), *dy = kt_falloc(ny);
+    float *y = kt_falloc(ny), *dx = kt_falloc(nx), *dw = kt_falloc(nw), *db = kt_falloc(k);
+    float *y2 = kt_falloc(ny), *dx2 = kt_falloc(nx), *dw2 = kt_falloc(nw), *db2 = kt_falloc(k);
     float *ry = kt_falloc(ny), *rdx = kt_falloc(nx), *rdw = kt_falloc(nw);
     kt_fill(&r, x, nx, -1, 1);
     kt_fill(&r, w, nw, -0.5, 0.5);
-    kt_fill(&r, b, p->k, -0.5, 0.5);
+    kt_fill(&r, b, k, -0.5, 0.5);
     kt_fill(&r, dy, ny, -1, 1);
-    size_t wsb = op_conv3d_bf16_workspace(p);
-    ck_assert_uint_ge(wsb, op_conv3d_workspace(p));
+    size_t wsb = c3_ws(t, 1, p);
+    ck_assert_uint_ge(wsb, c3_ws(t, 0, p));
     float *ws = ws_new(wsb);
     const float *bp = bias ? b : NULL;
     double moved = kernels_layout_seconds();
-    int f = op_conv3d_forward_bf16(y, x, w, bp, p, ws, wsb);
-    int g = op_conv3d_backward_bf16(dx, dw, bias ? db : NULL, dy, x, w, p, ws, wsb);
+    int f = c3_fwd(t, 1, 0, p, y, x, w, bp, ws, wsb);
+    int g = c3_bwd(t, 1, 0, p, dx, dw, bias ? db : NULL, dy, x, w, ws, wsb);
     ws_check(ws, wsb);
     ck_assert_int_eq(f, g);
     char how[512];
-    op_conv3d_describe(p, 1, how, sizeof(how));
-    printf("conv3d c%d k%d %dx%dx%d mixed precision: %s\n", p->c, p->k, p->d, p->h, p->w, how);
+    op_conv_transpose3d_params q = transpose_of(p);
+    if (t)
+        op_conv_transpose3d_describe(&q, 1, how, sizeof(how));
+    else
+        op_conv3d_describe(p, 1, how, sizeof(how));
+    printf("%s c%d k%d mixed precision: %s\n", t ? "conv_transpose3d" : "conv3d",
+           t ? q.c : p->c, k, how);
     if (must && kernels_bf16_compute())
         ck_assert_msg(f == 1, "c%d k%d: not in bfloat16: %s", p->c, p->k, how);
-    op_conv3d_forward(y2, x, w, bp, p, ws, wsb);
-    op_conv3d_backward(dx2, dw2, bias ? db2 : NULL, dy, x, w, p, ws, wsb);
+    c3_fwd(t, 0, 0, p, y2, x, w, bp, ws, wsb);
+    c3_bwd(t, 0, 0, p, dx2, dw2, bias ? db2 : NULL, dy, x, w, ws, wsb);
     if (f) {
         ck_assert(kernels_layout_seconds() > moved); /* its reorders were timed */
         float *xr = kt_falloc(nx), *wr = kt_falloc(nw), *dyr = kt_falloc(ny);
         round_bf16(xr, x, nx);
         round_bf16(wr, w, nw);
         round_bf16(dyr, dy, ny);
-        op_conv3d_forward_ref(ry, xr, wr, bp, p);
-        op_conv3d_backward_ref(rdx, rdw, NULL, dyr, xr, wr, p);
+        c3_fwd(t, 0, 1, p, ry, xr, wr, bp, NULL, 0);
+        c3_bwd(t, 0, 1, p, rdx, rdw, NULL, dyr, xr, wr, NULL, 0);
         ck_assert_msg(kt_relerr_ff(y, ry, ny) < 1e-5, "fwd %g", kt_relerr_ff(y, ry, ny));
         ck_assert_msg(kt_relerr_ff(dx, rdx, nx) < 1e-5, "dx %g", kt_relerr_ff(dx, rdx, nx));
         ck_assert_msg(kt_relerr_ff(dw, rdw, nw) < 4e-3, "dw %g", kt_relerr_ff(dw, rdw, nw));
@@ -600,11 +664,11 @@ static void conv_bf16_case(const op_conv3d_params *p, int bias, int must)
         ck_assert(memcmp(y, y2, ny * sizeof(float)) != 0); /* it did round */
         /* the weight gradient alone (a first layer's): the same bits */
         float *dw1 = kt_falloc(nw);
-        ck_assert_int_eq(op_conv3d_backward_bf16(NULL, dw1, NULL, dy, x, w, p, ws, wsb), 1);
+        ck_assert_int_eq(c3_bwd(t, 1, 0, p, NULL, dw1, NULL, dy, x, w, ws, wsb), 1);
         ck_assert(memcmp(dw1, dw, nw * sizeof(float)) == 0);
         free(dw1);
         if (bias)
-            ck_assert_msg(kt_relerr_ff(db, db2, p->k) < 1e-6, "db");
+            ck_assert_msg(kt_relerr_ff(db, db2, k) < 1e-6, "db");
         printf("  against float32: out %.2e, din %.2e, dweight %.2e\n", kt_relerr_ff(y, y2, ny),
                kt_relerr_ff(dx, dx2, nx), kt_relerr_ff(dw, dw2, nw));
         free(xr); free(wr); free(dyr);
@@ -615,8 +679,8 @@ static void conv_bf16_case(const op_conv3d_params *p, int bias, int must)
     }
     /* bfloat16 turned off: float32's bits */
     kernels_bf16_enable(0);
-    ck_assert_int_eq(op_conv3d_forward_bf16(y, x, w, bp, p, ws, wsb), 0);
-    ck_assert_int_eq(op_conv3d_backward_bf16(dx, dw, bias ? db : NULL, dy, x, w, p, ws, wsb), 0);
+    ck_assert_int_eq(c3_fwd(t, 1, 0, p, y, x, w, bp, ws, wsb), 0);
+    ck_assert_int_eq(c3_bwd(t, 1, 0, p, dx, dw, bias ? db : NULL, dy, x, w, ws, wsb), 0);
     kernels_bf16_enable(1);
     ck_assert(memcmp(y, y2, ny * sizeof(float)) == 0);
     ck_assert(memcmp(dx, dx2, nx * sizeof(float)) == 0);
@@ -643,12 +707,20 @@ START_TEST(test_conv3d_bf16)
         {1, 12, 6, 6, 6, 20, 3, 3, 3, 1, 1, 1, 2, 2, 2, 2, 2, 2},
         {1, 16, 5, 5, 5, 4, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1},
     };
-    for (size_t i = 0; i < sizeof(must) / sizeof(must[0]); i++) {
-        conv_bf16_case(&must[i], 1, 1);
-        conv_bf16_case(&must[i], 0, 1);
+    /* each as a convolution, and as the transposed convolution of its
+     * output (a 3D U-Net's up-convolutions: 32 <- 32 and 16 <- 16 with
+     * stride 2 must run in bfloat16 too) */
+    for (int t = 0; t < 2; t++) {
+        for (size_t i = 0; i < sizeof(must) / sizeof(must[0]); i++) {
+            conv_bf16_case(t, &must[i], 1, 1);
+            conv_bf16_case(t, &must[i], 0, 1);
+        }
+        for (size_t i = 0; i < sizeof(may) / sizeof(may[0]); i++) {
+            op_conv_transpose3d_params q = transpose_of(&may[i]);
+            if (!t || valid_transpose(&q))
+                conv_bf16_case(t, &may[i], (int)(i % 2), 0);
+        }
     }
-    for (size_t i = 0; i < sizeof(may) / sizeof(may[0]); i++)
-        conv_bf16_case(&may[i], (int)(i % 2), 0);
     kernels_set_threads(1);
 }
 END_TEST

@@ -16,6 +16,13 @@
 #include "kernels.h"
 #include "kernels_internal.h"
 
+const char *kern__c3d_why_f32(int outputs, int least)
+{
+    return !kernels_bf16_compute() ? "no bfloat16 path here"
+           : outputs < least       ? "fewer than 8 outputs"
+                                   : "oneDNN has no fast bfloat16 kernel for every piece";
+}
+
 #ifdef KERNELS_HAVE_DNNL
 
 /* Shapes kept, as conv_blocked.c keeps 2-D ones; later ones run on vol2col

@@ -61,4 +61,9 @@ unsigned kern__c3d_backward(int bf16, const kern__c3d *g, unsigned pieces, float
  * run there. */
 unsigned kern__c3d_describe(const kern__c3d *g, int bf16, char *out, size_t len);
 
+/* Why a layer of `outputs` channels asked to compute in bfloat16 stays in
+ * float32, by the operators' rule (at least `least` outputs, a fast
+ * bfloat16 kernel for every piece). */
+const char *kern__c3d_why_f32(int outputs, int least);
+
 #endif

@@ -207,11 +207,7 @@ unsigned op_conv3d_describe(const op_conv3d_params *p, int bf16, char *out, size
     if (bf16 && !bf16_here(p, &g)) {
         char f32[384];
         unsigned r = op_conv3d_describe(p, 0, f32, sizeof(f32));
-        snprintf(out, len, "float32 (%s): %s",
-                 !kernels_bf16_compute() ? "no bfloat16 path here"
-                 : p->k < 8              ? "fewer than 8 outputs"
-                                         : "oneDNN has no fast bfloat16 kernel for every piece",
-                 f32);
+        snprintf(out, len, "float32 (%s): %s", kern__c3d_why_f32(p->k, 8), f32);
         return r;
     }
     if (!bf16 && kern__conv_get_path() == KERN__CONV_IM2COL) {

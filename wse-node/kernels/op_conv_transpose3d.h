@@ -47,9 +47,26 @@ void op_conv_transpose3d_backward(float *din, float *dweight, float *dbias, cons
                                   const float *in, const float *weight,
                                   const op_conv_transpose3d_params *p, void *ws, size_t ws_bytes);
 
+/* Mixed precision, as op_conv3d's: the three pieces on oneDNN's
+ * deconvolution in bfloat16 (float32 accumulation; the weight gradient as
+ * oneDNN writes it) where the processor computes in bfloat16, the layer
+ * has 8 outputs or more and oneDNN has a fast bfloat16 kernel for every
+ * piece; else the float32 functions' bits. Return 1 when they ran in
+ * bfloat16. The workspace is the larger of the two paths'. */
+size_t op_conv_transpose3d_bf16_workspace(const op_conv_transpose3d_params *p);
+int op_conv_transpose3d_forward_bf16(float *out, const float *in, const float *weight,
+                                     const float *bias, const op_conv_transpose3d_params *p,
+                                     void *ws, size_t ws_bytes);
+int op_conv_transpose3d_backward_bf16(float *din, float *dweight, float *dbias, const float *dout,
+                                      const float *in, const float *weight,
+                                      const op_conv_transpose3d_params *p, void *ws,
+                                      size_t ws_bytes);
+
 /* Which pieces run on oneDNN (OP_CONV3D_*_ONEDNN bits of op_conv3d.h), in
- * words into out (len bytes, terminated). */
-unsigned op_conv_transpose3d_describe(const op_conv_transpose3d_params *p, char *out, size_t len);
+ * float32 or (bf16) mixed precision, in words into out (len bytes,
+ * terminated). */
+unsigned op_conv_transpose3d_describe(const op_conv_transpose3d_params *p, int bf16, char *out,
+                                      size_t len);
 
 /* Direct loops with the same contracts, each value gathered whole in
  * double: the reference for tests. */

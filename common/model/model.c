@@ -150,36 +150,26 @@ static int get_int(compiler *c, const char *key, bool required, int64_t def, int
     return 0;
 }
 
-/* A size given as one integer or as [height, width], each in [min, max]. */
-static int get_pair(compiler *c, const char *key, bool required, int def, int min, int out[2])
+/* A size of n spatial axes (2: an image's, 3: a volume's) in words. */
+static const char *axes_words(int n)
 {
-    const toml_value *v = key_value(c, key);
-    if (!v || toml_type_of(v) == TOML_INTEGER) {
-        int64_t x;
-        int r = get_int(c, key, required, def, min, MODEL_DIM_MAX, &x);
-        if (r < 0)
-            return r;
-        out[0] = out[1] = (int)x;
-        return 0;
-    }
-    if (toml_type_of(v) != TOML_ARRAY || toml_array_len(v) != 2)
-        return lfail(c, toml_pos_of(v), "\"%s\" must be an integer or [height, width]", key);
-    for (int i = 0; i < 2; i++) {
-        const toml_value *e = toml_array_at(v, i);
-        if (toml_type_of(e) != TOML_INTEGER)
-            return lfail(c, toml_pos_of(e), "\"%s\" must be an integer or [height, width]", key);
-        int64_t x = toml_int(e);
-        if (x < min || x > MODEL_DIM_MAX)
-            return lfail(c, toml_pos_of(e), "\"%s\" must be between %d and %d, got %lld", key,
-                         min, MODEL_DIM_MAX, (long long)x);
-        out[i] = (int)x;
-    }
-    return 0;
+    return n == 3 ? "[depth, height, width]" : "[height, width]";
 }
 
-/* A size of a volume's axes: one integer, or [depth, height, width], each
- * in [min, MODEL_DIM_MAX]. */
-static int get_triple(compiler *c, const char *key, bool required, int def, int min, int out[3])
+/* "3x3" or "2x3x3": a size of n axes. */
+static const char *dims_str(const int *v, int n, char *buf, size_t len)
+{
+    if (n == 3)
+        snprintf(buf, len, "%dx%dx%d", v[0], v[1], v[2]);
+    else
+        snprintf(buf, len, "%dx%d", v[0], v[1]);
+    return buf;
+}
+
+/* A size of n spatial axes given as one integer or as one per axis
+ * ([height, width]; a volume's [depth, height, width]), each in [min,
+ * MODEL_DIM_MAX]. */
+static int get_sizes(compiler *c, const char *key, bool required, int def, int min, int n, int *out)
 {
     const toml_value *v = key_value(c, key);
     if (!v || toml_type_of(v) == TOML_INTEGER) {
@@ -187,17 +177,17 @@ static int get_triple(compiler *c, const char *key, bool required, int def, int 
         int r = get_int(c, key, required, def, min, MODEL_DIM_MAX, &x);
         if (r < 0)
             return r;
-        out[0] = out[1] = out[2] = (int)x;
+        for (int i = 0; i < n; i++)
+            out[i] = (int)x;
         return 0;
     }
-    if (toml_type_of(v) != TOML_ARRAY || toml_array_len(v) != 3)
-        return lfail(c, toml_pos_of(v), "\"%s\" must be an integer or [depth, height, width]",
-                     key);
-    for (int i = 0; i < 3; i++) {
-        const toml_value *e = toml_array_at(v, i);
+    if (toml_type_of(v) != TOML_ARRAY || toml_array_len(v) != (size_t)n)
+        return lfail(c, toml_pos_of(v), "\"%s\" must be an integer or %s", key, axes_words(n));
+    for (int i = 0; i < n; i++) {
+        const toml_value *e = toml_array_at(v, (size_t)i);
         if (toml_type_of(e) != TOML_INTEGER)
-            return lfail(c, toml_pos_of(e), "\"%s\" must be an integer or [depth, height, "
-                         "width]", key);
+            return lfail(c, toml_pos_of(e), "\"%s\" must be an integer or %s", key,
+                         axes_words(n));
         int64_t x = toml_int(e);
         if (x < min || x > MODEL_DIM_MAX)
             return lfail(c, toml_pos_of(e), "\"%s\" must be between %d and %d, got %lld", key,
@@ -403,148 +393,189 @@ static int infer_dense(compiler *c)
 }
 
 /* Reads padding for conv2d: an integer, [ph, pw] or "same". */
-static int get_conv_padding(compiler *c)
+/* The spatial axes of a convolution's or pooling's input: 2 of an image,
+ * 3 of a volume (the layer's type says which). */
+static int spatial_axes(const model_layer *l)
+{
+    return l->type == LAYER_CONV3D || l->type == LAYER_CONV_TRANSPOSE3D ||
+                   l->type == LAYER_MAX_POOL3D || l->type == LAYER_AVG_POOL3D
+               ? 3
+               : 2;
+}
+
+/* A convolution's padding over n axes: a size, or "same" (stride 1 and an
+ * odd span on every axis). */
+static int get_conv_padding(compiler *c, int n)
 {
     model_layer *l = c->l;
     const toml_value *v = key_value(c, "padding");
     if (!v || toml_type_of(v) != TOML_STRING)
-        return get_pair(c, "padding", false, 0, 0, l->padding);
+        return get_sizes(c, "padding", false, 0, 0, n, l->padding);
     if (strcmp(toml_string(v), "same") != 0)
-        return lfail(c, toml_pos_of(v), "\"padding\" must be an integer, [height, width] or "
-                     "\"same\", got \"%s\"", toml_string(v));
-    for (int i = 0; i < 2; i++) {
+        return lfail(c, toml_pos_of(v), "\"padding\" must be an integer, %s or \"same\", got "
+                     "\"%s\"", axes_words(n), toml_string(v));
+    for (int i = 0; i < n; i++) {
         int64_t span = (int64_t)l->dilation[i] * (l->kernel[i] - 1);
+        char k[32], st[32];
         if (l->stride[i] != 1 || span % 2 != 0)
             return lfail(c, toml_pos_of(v), "padding \"same\" needs stride 1 and an odd kernel "
-                         "size, got kernel %dx%d, stride %dx%d", l->kernel[0], l->kernel[1],
-                         l->stride[0], l->stride[1]);
+                         "size, got kernel %s, stride %s", dims_str(l->kernel, n, k, sizeof(k)),
+                         dims_str(l->stride, n, st, sizeof(st)));
         l->padding[i] = (int)(span / 2);
     }
     return 0;
 }
 
-static int infer_conv2d(compiler *c)
+/* The input's channels and spatial axes: need_chw or need_cdhw. */
+static int need_axes(compiler *c, int n)
+{
+    return n == 3 ? need_cdhw(c) : need_chw(c);
+}
+
+/* conv2d and conv3d. */
+static int infer_conv(compiler *c)
 {
     model_layer *l = c->l;
-    char how[160];
+    int n = spatial_axes(l);
+    char how[192], k[32], st[32], p[32], dl[32];
     int r;
-    if ((r = need_one_input(c)) < 0 || (r = need_chw(c)) < 0)
+    if ((r = need_one_input(c)) < 0 || (r = need_axes(c, n)) < 0)
         return r;
     if ((r = get_int(c, "filters", true, 0, 1, MODEL_DIM_MAX, &l->filters)) < 0 ||
-        (r = get_pair(c, "kernel_size", true, 0, 1, l->kernel)) < 0 ||
-        (r = get_pair(c, "stride", false, 1, 1, l->stride)) < 0 ||
-        (r = get_pair(c, "dilation", false, 1, 1, l->dilation)) < 0 ||
-        (r = get_conv_padding(c)) < 0 || (r = get_bool(c, "bias", true, &l->bias)) < 0)
+        (r = get_sizes(c, "kernel_size", true, 0, 1, n, l->kernel)) < 0 ||
+        (r = get_sizes(c, "stride", false, 1, 1, n, l->stride)) < 0 ||
+        (r = get_sizes(c, "dilation", false, 1, 1, n, l->dilation)) < 0 ||
+        (r = get_conv_padding(c, n)) < 0 || (r = get_bool(c, "bias", true, &l->bias)) < 0)
         return r;
-    l->out.ndim = 3;
+    l->out.ndim = n + 1;
     l->out.d[0] = l->filters;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < n; i++) {
         int64_t num = l->in.d[1 + i] + 2 * (int64_t)l->padding[i] -
                       (int64_t)l->dilation[i] * (l->kernel[i] - 1) - 1;
         l->out.d[1 + i] = num < 0 ? 0 : num / l->stride[i] + 1;
     }
-    snprintf(how, sizeof(how), "kernel %dx%d, stride %dx%d, padding %dx%d, dilation %dx%d",
-             l->kernel[0], l->kernel[1], l->stride[0], l->stride[1], l->padding[0],
-             l->padding[1], l->dilation[0], l->dilation[1]);
+    snprintf(how, sizeof(how), "kernel %s, stride %s, padding %s, dilation %s",
+             dims_str(l->kernel, n, k, sizeof(k)), dims_str(l->stride, n, st, sizeof(st)),
+             dims_str(l->padding, n, p, sizeof(p)), dims_str(l->dilation, n, dl, sizeof(dl)));
     if ((r = check_out(c, how)) < 0)
         return r;
     int64_t cin = l->in.d[0];
-    if ((r = add_tensor(c, "weight", true, 4, l->filters, cin, l->kernel[0], l->kernel[1])) < 0 ||
+    if ((r = add_tensor5(c, "weight", true, n + 2, l->filters, cin, l->kernel[0], l->kernel[1],
+                         n == 3 ? l->kernel[2] : 1)) < 0 ||
         (l->bias && (r = add_tensor(c, "bias", true, 1, l->filters, 1, 1, 1)) < 0))
         return r;
     uint64_t f = 2, outs = model_shape_elems(&l->out);
-    if (!mul(&f, (uint64_t)cin) || !mul(&f, (uint64_t)l->kernel[0] * (uint64_t)l->kernel[1]) ||
-        !mul(&f, outs) || __builtin_add_overflow(f, l->bias ? outs : 0, &f))
+    if (!mul(&f, (uint64_t)cin))
+        return too_large(c);
+    for (int i = 0; i < n; i++)
+        if (!mul(&f, (uint64_t)l->kernel[i]))
+            return too_large(c);
+    if (!mul(&f, outs) || __builtin_add_overflow(f, l->bias ? outs : 0, &f))
         return too_large(c);
     l->flops = f;
     return 0;
 }
 
-static int infer_conv_transpose2d(compiler *c)
+/* conv_transpose2d and conv_transpose3d. */
+static int infer_conv_transpose(compiler *c)
 {
     model_layer *l = c->l;
-    char how[160];
+    int n = spatial_axes(l);
+    char how[192], k[32], st[32], p[32], op[32];
     int r;
-    if ((r = need_one_input(c)) < 0 || (r = need_chw(c)) < 0)
+    if ((r = need_one_input(c)) < 0 || (r = need_axes(c, n)) < 0)
         return r;
     if ((r = get_int(c, "filters", true, 0, 1, MODEL_DIM_MAX, &l->filters)) < 0 ||
-        (r = get_pair(c, "kernel_size", true, 0, 1, l->kernel)) < 0 ||
-        (r = get_pair(c, "stride", false, 1, 1, l->stride)) < 0 ||
-        (r = get_pair(c, "padding", false, 0, 0, l->padding)) < 0 ||
-        (r = get_pair(c, "output_padding", false, 0, 0, l->output_padding)) < 0 ||
-        (r = get_pair(c, "dilation", false, 1, 1, l->dilation)) < 0 ||
+        (r = get_sizes(c, "kernel_size", true, 0, 1, n, l->kernel)) < 0 ||
+        (r = get_sizes(c, "stride", false, 1, 1, n, l->stride)) < 0 ||
+        (r = get_sizes(c, "padding", false, 0, 0, n, l->padding)) < 0 ||
+        (r = get_sizes(c, "output_padding", false, 0, 0, n, l->output_padding)) < 0 ||
+        (r = get_sizes(c, "dilation", false, 1, 1, n, l->dilation)) < 0 ||
         (r = get_bool(c, "bias", true, &l->bias)) < 0)
         return r;
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < n; i++)
         if (l->output_padding[i] >= l->stride[i] && l->output_padding[i] >= l->dilation[i])
             return lfail(c, toml_pos_of(key_value(c, "output_padding")),
                          "\"output_padding\" must be smaller than the stride or the dilation, "
-                         "got %dx%d with stride %dx%d", l->output_padding[0],
-                         l->output_padding[1], l->stride[0], l->stride[1]);
-    l->out.ndim = 3;
+                         "got %s with stride %s", dims_str(l->output_padding, n, op, sizeof(op)),
+                         dims_str(l->stride, n, st, sizeof(st)));
+    l->out.ndim = n + 1;
     l->out.d[0] = l->filters;
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < n; i++)
         l->out.d[1 + i] = (l->in.d[1 + i] - 1) * l->stride[i] - 2 * (int64_t)l->padding[i] +
                           (int64_t)l->dilation[i] * (l->kernel[i] - 1) + l->output_padding[i] + 1;
-    snprintf(how, sizeof(how), "kernel %dx%d, stride %dx%d, padding %dx%d",
-             l->kernel[0], l->kernel[1], l->stride[0], l->stride[1], l->padding[0], l->padding[1]);
+    snprintf(how, sizeof(how), "kernel %s, stride %s, padding %s",
+             dims_str(l->kernel, n, k, sizeof(k)), dims_str(l->stride, n, st, sizeof(st)),
+             dims_str(l->padding, n, p, sizeof(p)));
     if ((r = check_out(c, how)) < 0)
         return r;
     int64_t cin = l->in.d[0];
-    if ((r = add_tensor(c, "weight", true, 4, cin, l->filters, l->kernel[0], l->kernel[1])) < 0 ||
+    /* PyTorch's layout of a transposed convolution's weight: in, out, k... */
+    if ((r = add_tensor5(c, "weight", true, n + 2, cin, l->filters, l->kernel[0], l->kernel[1],
+                         n == 3 ? l->kernel[2] : 1)) < 0 ||
         (l->bias && (r = add_tensor(c, "bias", true, 1, l->filters, 1, 1, 1)) < 0))
         return r;
-    /* Every input element scatters into filters x kh x kw outputs. */
+    /* Every input element scatters into filters x the kernel's outputs. */
     uint64_t f = 2, outs = model_shape_elems(&l->out);
-    if (!mul(&f, model_shape_elems(&l->in)) || !mul(&f, (uint64_t)l->filters) ||
-        !mul(&f, (uint64_t)l->kernel[0] * (uint64_t)l->kernel[1]) ||
-        __builtin_add_overflow(f, l->bias ? outs : 0, &f))
+    if (!mul(&f, model_shape_elems(&l->in)) || !mul(&f, (uint64_t)l->filters))
+        return too_large(c);
+    for (int i = 0; i < n; i++)
+        if (!mul(&f, (uint64_t)l->kernel[i]))
+            return too_large(c);
+    if (__builtin_add_overflow(f, l->bias ? outs : 0, &f))
         return too_large(c);
     l->flops = f;
     return 0;
 }
 
+/* max_pool2d, avg_pool2d, max_pool3d and avg_pool3d. */
 static int infer_pool(compiler *c)
 {
     model_layer *l = c->l;
-    char how[128];
+    int n = spatial_axes(l);
+    char how[160], k[32], st[32], p[32];
     int r;
-    if ((r = need_one_input(c)) < 0 || (r = need_chw(c)) < 0)
+    if ((r = need_one_input(c)) < 0 || (r = need_axes(c, n)) < 0)
         return r;
-    if ((r = get_pair(c, "kernel_size", true, 0, 1, l->kernel)) < 0)
+    if ((r = get_sizes(c, "kernel_size", true, 0, 1, n, l->kernel)) < 0)
         return r;
+    uint64_t window = 1;
+    for (int i = 0; i < n; i++)
+        window *= (uint64_t)l->kernel[i];
     /* a max-pool window's argmax is kept in a byte */
-    if (l->type == LAYER_MAX_POOL2D && (int64_t)l->kernel[0] * l->kernel[1] > 256)
+    if ((l->type == LAYER_MAX_POOL2D || l->type == LAYER_MAX_POOL3D) && window > 256)
         return lfail(c, toml_pos_of(key_value(c, "kernel_size")),
-                     "max_pool2d windows of at most 256 elements are supported, got %dx%d",
-                     l->kernel[0], l->kernel[1]);
+                     "%s windows of at most 256 elements are supported, got %s",
+                     n == 3 ? "max_pool3d" : "max_pool2d", dims_str(l->kernel, n, k, sizeof(k)));
     if (key_value(c, "stride")) {
-        if ((r = get_pair(c, "stride", false, 1, 1, l->stride)) < 0)
+        if ((r = get_sizes(c, "stride", false, 1, 1, n, l->stride)) < 0)
             return r;
     } else {
-        l->stride[0] = l->kernel[0];
-        l->stride[1] = l->kernel[1];
+        for (int i = 0; i < n; i++)
+            l->stride[i] = l->kernel[i];
     }
-    if ((r = get_pair(c, "padding", false, 0, 0, l->padding)) < 0)
+    if ((r = get_sizes(c, "padding", false, 0, 0, n, l->padding)) < 0)
         return r;
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < n; i++)
         if (2 * l->padding[i] > l->kernel[i])
             return lfail(c, toml_pos_of(key_value(c, "padding")),
-                         "\"padding\" must be at most half of \"kernel_size\", got padding "
-                         "%dx%d for kernel %dx%d", l->padding[0], l->padding[1], l->kernel[0],
-                         l->kernel[1]);
-    l->dilation[0] = l->dilation[1] = 1;
-    l->out.ndim = 3;
+                         "\"padding\" must be at most half of \"kernel_size\", got padding %s "
+                         "for kernel %s", dims_str(l->padding, n, p, sizeof(p)),
+                         dims_str(l->kernel, n, k, sizeof(k)));
+    for (int i = 0; i < n; i++)
+        l->dilation[i] = 1;
+    l->out.ndim = n + 1;
     l->out.d[0] = l->in.d[0];
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < n; i++) {
         int64_t num = l->in.d[1 + i] + 2 * (int64_t)l->padding[i] - l->kernel[i];
         l->out.d[1 + i] = num < 0 ? 0 : num / l->stride[i] + 1;
     }
-    snprintf(how, sizeof(how), "kernel %dx%d, stride %dx%d, padding %dx%d", l->kernel[0],
-             l->kernel[1], l->stride[0], l->stride[1], l->padding[0], l->padding[1]);
+    snprintf(how, sizeof(how), "kernel %s, stride %s, padding %s",
+             dims_str(l->kernel, n, k, sizeof(k)), dims_str(l->stride, n, st, sizeof(st)),
+             dims_str(l->padding, n, p, sizeof(p)));
     if ((r = check_out(c, how)) < 0)
         return r;
-    return flops_per_elem(c, (uint64_t)l->kernel[0] * (uint64_t)l->kernel[1]);
+    return flops_per_elem(c, window);
 }
 
 static int infer_upsample(compiler *c)
@@ -708,152 +739,15 @@ static int infer_flatten(compiler *c)
     return 0;
 }
 
-/* "2x3x3" of a volume's three axes. */
-static const char *triple_str(const int v[3], char *buf, size_t n)
-{
-    snprintf(buf, n, "%dx%dx%d", v[0], v[1], v[2]);
-    return buf;
-}
-
-static int infer_conv3d(compiler *c)
-{
-    model_layer *l = c->l;
-    char how[192], k[32], st[32], p[32], dl[32];
-    int r;
-    if ((r = need_one_input(c)) < 0 || (r = need_cdhw(c)) < 0)
-        return r;
-    if ((r = get_int(c, "filters", true, 0, 1, MODEL_DIM_MAX, &l->filters)) < 0 ||
-        (r = get_triple(c, "kernel_size", true, 0, 1, l->kernel)) < 0 ||
-        (r = get_triple(c, "stride", false, 1, 1, l->stride)) < 0 ||
-        (r = get_triple(c, "dilation", false, 1, 1, l->dilation)) < 0 ||
-        (r = get_triple(c, "padding", false, 0, 0, l->padding)) < 0 ||
-        (r = get_bool(c, "bias", true, &l->bias)) < 0)
-        return r;
-    l->out.ndim = 4;
-    l->out.d[0] = l->filters;
-    for (int i = 0; i < 3; i++) {
-        int64_t num = l->in.d[1 + i] + 2 * (int64_t)l->padding[i] -
-                      (int64_t)l->dilation[i] * (l->kernel[i] - 1) - 1;
-        l->out.d[1 + i] = num < 0 ? 0 : num / l->stride[i] + 1;
-    }
-    snprintf(how, sizeof(how), "kernel %s, stride %s, padding %s, dilation %s",
-             triple_str(l->kernel, k, sizeof(k)), triple_str(l->stride, st, sizeof(st)),
-             triple_str(l->padding, p, sizeof(p)), triple_str(l->dilation, dl, sizeof(dl)));
-    if ((r = check_out(c, how)) < 0)
-        return r;
-    int64_t cin = l->in.d[0];
-    if ((r = add_tensor5(c, "weight", true, 5, l->filters, cin, l->kernel[0], l->kernel[1],
-                         l->kernel[2])) < 0 ||
-        (l->bias && (r = add_tensor(c, "bias", true, 1, l->filters, 1, 1, 1)) < 0))
-        return r;
-    uint64_t f = 2, outs = model_shape_elems(&l->out);
-    if (!mul(&f, (uint64_t)cin) || !mul(&f, (uint64_t)l->kernel[0]) ||
-        !mul(&f, (uint64_t)l->kernel[1] * (uint64_t)l->kernel[2]) || !mul(&f, outs) ||
-        __builtin_add_overflow(f, l->bias ? outs : 0, &f))
-        return too_large(c);
-    l->flops = f;
-    return 0;
-}
-
-static int infer_conv_transpose3d(compiler *c)
-{
-    model_layer *l = c->l;
-    char how[192], k[32], st[32], p[32], op[32];
-    int r;
-    if ((r = need_one_input(c)) < 0 || (r = need_cdhw(c)) < 0)
-        return r;
-    if ((r = get_int(c, "filters", true, 0, 1, MODEL_DIM_MAX, &l->filters)) < 0 ||
-        (r = get_triple(c, "kernel_size", true, 0, 1, l->kernel)) < 0 ||
-        (r = get_triple(c, "stride", false, 1, 1, l->stride)) < 0 ||
-        (r = get_triple(c, "padding", false, 0, 0, l->padding)) < 0 ||
-        (r = get_triple(c, "output_padding", false, 0, 0, l->output_padding)) < 0 ||
-        (r = get_triple(c, "dilation", false, 1, 1, l->dilation)) < 0 ||
-        (r = get_bool(c, "bias", true, &l->bias)) < 0)
-        return r;
-    for (int i = 0; i < 3; i++)
-        if (l->output_padding[i] >= l->stride[i] && l->output_padding[i] >= l->dilation[i])
-            return lfail(c, toml_pos_of(key_value(c, "output_padding")),
-                         "\"output_padding\" must be smaller than the stride or the dilation, "
-                         "got %s with stride %s", triple_str(l->output_padding, op, sizeof(op)),
-                         triple_str(l->stride, st, sizeof(st)));
-    l->out.ndim = 4;
-    l->out.d[0] = l->filters;
-    for (int i = 0; i < 3; i++)
-        l->out.d[1 + i] = (l->in.d[1 + i] - 1) * l->stride[i] - 2 * (int64_t)l->padding[i] +
-                          (int64_t)l->dilation[i] * (l->kernel[i] - 1) + l->output_padding[i] + 1;
-    snprintf(how, sizeof(how), "kernel %s, stride %s, padding %s",
-             triple_str(l->kernel, k, sizeof(k)), triple_str(l->stride, st, sizeof(st)),
-             triple_str(l->padding, p, sizeof(p)));
-    if ((r = check_out(c, how)) < 0)
-        return r;
-    int64_t cin = l->in.d[0];
-    /* PyTorch's layout of a transposed convolution's weight: in, out, k... */
-    if ((r = add_tensor5(c, "weight", true, 5, cin, l->filters, l->kernel[0], l->kernel[1],
-                         l->kernel[2])) < 0 ||
-        (l->bias && (r = add_tensor(c, "bias", true, 1, l->filters, 1, 1, 1)) < 0))
-        return r;
-    uint64_t f = 2, outs = model_shape_elems(&l->out);
-    if (!mul(&f, model_shape_elems(&l->in)) || !mul(&f, (uint64_t)l->filters) ||
-        !mul(&f, (uint64_t)l->kernel[0]) ||
-        !mul(&f, (uint64_t)l->kernel[1] * (uint64_t)l->kernel[2]) ||
-        __builtin_add_overflow(f, l->bias ? outs : 0, &f))
-        return too_large(c);
-    l->flops = f;
-    return 0;
-}
-
-static int infer_pool3d(compiler *c)
-{
-    model_layer *l = c->l;
-    char how[160], k[32], st[32], p[32];
-    int r;
-    if ((r = need_one_input(c)) < 0 || (r = need_cdhw(c)) < 0)
-        return r;
-    if ((r = get_triple(c, "kernel_size", true, 0, 1, l->kernel)) < 0)
-        return r;
-    if ((int64_t)l->kernel[0] * l->kernel[1] * l->kernel[2] > 256 && l->type == LAYER_MAX_POOL3D)
-        return lfail(c, toml_pos_of(key_value(c, "kernel_size")),
-                     "max_pool3d windows of at most 256 elements are supported, got %s",
-                     triple_str(l->kernel, k, sizeof(k)));
-    if (key_value(c, "stride")) {
-        if ((r = get_triple(c, "stride", false, 1, 1, l->stride)) < 0)
-            return r;
-    } else {
-        memcpy(l->stride, l->kernel, sizeof(l->stride));
-    }
-    if ((r = get_triple(c, "padding", false, 0, 0, l->padding)) < 0)
-        return r;
-    for (int i = 0; i < 3; i++)
-        if (2 * l->padding[i] > l->kernel[i])
-            return lfail(c, toml_pos_of(key_value(c, "padding")),
-                         "\"padding\" must be at most half of \"kernel_size\", got padding %s "
-                         "for kernel %s", triple_str(l->padding, p, sizeof(p)),
-                         triple_str(l->kernel, k, sizeof(k)));
-    l->dilation[0] = l->dilation[1] = l->dilation[2] = 1;
-    l->out.ndim = 4;
-    l->out.d[0] = l->in.d[0];
-    for (int i = 0; i < 3; i++) {
-        int64_t num = l->in.d[1 + i] + 2 * (int64_t)l->padding[i] - l->kernel[i];
-        l->out.d[1 + i] = num < 0 ? 0 : num / l->stride[i] + 1;
-    }
-    snprintf(how, sizeof(how), "kernel %s, stride %s, padding %s",
-             triple_str(l->kernel, k, sizeof(k)), triple_str(l->stride, st, sizeof(st)),
-             triple_str(l->padding, p, sizeof(p)));
-    if ((r = check_out(c, how)) < 0)
-        return r;
-    return flops_per_elem(c, (uint64_t)l->kernel[0] * (uint64_t)l->kernel[1] *
-                                 (uint64_t)l->kernel[2]);
-}
-
 static const layer_kind kinds[LAYER_TYPE_COUNT] = {
     [LAYER_DENSE] = {"dense", {"units", "bias"}, infer_dense},
     [LAYER_CONV2D] = {"conv2d",
                       {"filters", "kernel_size", "stride", "padding", "dilation", "bias"},
-                      infer_conv2d},
+                      infer_conv},
     [LAYER_CONV_TRANSPOSE2D] = {"conv_transpose2d",
                                 {"filters", "kernel_size", "stride", "padding",
                                  "output_padding", "dilation", "bias"},
-                                infer_conv_transpose2d},
+                                infer_conv_transpose},
     [LAYER_MAX_POOL2D] = {"max_pool2d", {"kernel_size", "stride", "padding"}, infer_pool},
     [LAYER_AVG_POOL2D] = {"avg_pool2d", {"kernel_size", "stride", "padding"}, infer_pool},
     [LAYER_UPSAMPLE] = {"upsample", {"scale_factor", "mode"}, infer_upsample},
@@ -870,13 +764,13 @@ static const layer_kind kinds[LAYER_TYPE_COUNT] = {
     [LAYER_FLATTEN] = {"flatten", {NULL}, infer_flatten},
     [LAYER_CONV3D] = {"conv3d",
                       {"filters", "kernel_size", "stride", "padding", "dilation", "bias"},
-                      infer_conv3d},
+                      infer_conv},
     [LAYER_CONV_TRANSPOSE3D] = {"conv_transpose3d",
                                 {"filters", "kernel_size", "stride", "padding",
                                  "output_padding", "dilation", "bias"},
-                                infer_conv_transpose3d},
-    [LAYER_MAX_POOL3D] = {"max_pool3d", {"kernel_size", "stride", "padding"}, infer_pool3d},
-    [LAYER_AVG_POOL3D] = {"avg_pool3d", {"kernel_size", "stride", "padding"}, infer_pool3d},
+                                infer_conv_transpose},
+    [LAYER_MAX_POOL3D] = {"max_pool3d", {"kernel_size", "stride", "padding"}, infer_pool},
+    [LAYER_AVG_POOL3D] = {"avg_pool3d", {"kernel_size", "stride", "padding"}, infer_pool},
 };
 
 const char *layer_type_name(layer_type t)

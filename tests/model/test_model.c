@@ -549,6 +549,25 @@ START_TEST(test_volumes)
                      "[[model.layers]]\nname = \"c\"\ntype = \"conv3d\"\nfilters = 2\nkernel_size = 3\n",
                      "job.toml:4:1: layer \"c\": output would be 2x0x26x26 from the 1x2x28x28 "
                      "input of \"input\" (kernel 3x3x3, stride 1x1x1, padding 0x0x0, dilation 1x1x1)");
+    /* padding "same" on a volume's three axes, as on an image's two */
+    m = compile_ok("[model]\ninput_shape = [1, 8, 28, 28]\nloss = \"dice\"\n"
+                   "[[model.layers]]\nname = \"c\"\ntype = \"conv3d\"\nfilters = 2\n"
+                   "kernel_size = [3, 5, 1]\ndilation = [2, 1, 1]\npadding = \"same\"\n");
+    ck_shape(m, "c", "2x8x28x28");
+    ck_assert_int_eq(m->layers[model_find_layer(m, "c")].padding[0], 2);
+    ck_assert_int_eq(m->layers[model_find_layer(m, "c")].padding[1], 2);
+    ck_assert_int_eq(m->layers[model_find_layer(m, "c")].padding[2], 0);
+    model_free(m);
+    ck_compile_error("[model]\ninput_shape = [1, 8, 28, 28]\nloss = \"dice\"\n"
+                     "[[model.layers]]\nname = \"c\"\ntype = \"conv3d\"\nfilters = 2\n"
+                     "kernel_size = [3, 3, 3]\nstride = [1, 2, 1]\npadding = \"same\"\n",
+                     "job.toml:10:11: layer \"c\": padding \"same\" needs stride 1 and an odd "
+                     "kernel size, got kernel 3x3x3, stride 1x2x1");
+    ck_compile_error("[model]\ninput_shape = [1, 8, 28, 28]\nloss = \"dice\"\n"
+                     "[[model.layers]]\nname = \"c\"\ntype = \"conv3d\"\nfilters = 2\n"
+                     "kernel_size = 3\npadding = \"full\"\n",
+                     "job.toml:9:11: layer \"c\": \"padding\" must be an integer, [depth, height, "
+                     "width] or \"same\", got \"full\"");
 }
 END_TEST
 

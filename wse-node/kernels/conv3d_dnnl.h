@@ -61,6 +61,21 @@ unsigned kern__c3d_backward(int bf16, const kern__c3d *g, unsigned pieces, float
  * run there. */
 unsigned kern__c3d_describe(const kern__c3d *g, int bf16, char *out, size_t len);
 
+/* Mixed precision by the operators' rule: bfloat16 where the processor
+ * and build compute in it, the layer has 8 outputs or more (in 2-D, a
+ * 1-channel head padded to 16 took 4.9 times float32's time) and oneDNN
+ * has a fast bfloat16 kernel for all three pieces, so that a layer's
+ * passes agree on their precision. */
+int kern__c3d_bf16_here(const kern__c3d *g);
+/* The workspace of a layer whose float32 path needs f32 bytes: the larger. */
+size_t kern__c3d_bf16_workspace(const kern__c3d *g, size_t f32);
+/* The backward pass in bfloat16 (the weight gradient, the data gradient
+ * where din, the bias's where dbias): 1, or 0 with nothing written when
+ * the rule says float32 or a piece did not run. */
+int kern__c3d_backward_bf16(const kern__c3d *g, float *din, float *dweight, float *dbias,
+                            const float *dout, const float *in, const float *weight, void *ws,
+                            size_t ws_bytes);
+
 /* Why a layer of `outputs` channels asked to compute in bfloat16 stays in
  * float32, by the operators' rule (at least `least` outputs, a fast
  * bfloat16 kernel for every piece). */

@@ -155,29 +155,17 @@ void op_conv3d_backward(float *din, float *dweight, float *dbias, const float *d
         kern__conv_dbias(dbias, dout, p->n, p->k, out_volume(p), 0);
 }
 
-/* Whether shape p computes in bfloat16: the processor and build can, the
- * layer has 8 outputs or more (the 2-D rule: a 1-channel head padded to
- * 16 took 4.9 times float32's time there), and oneDNN has a fast
- * bfloat16 kernel for all three pieces, so that a layer's passes agree on
- * their precision. */
-static int bf16_here(const op_conv3d_params *p, const kern__c3d *g)
-{
-    return p->k >= 8 && kernels_bf16_compute() && kern__c3d_pieces(g, 1) == KERN__C3D_ALL;
-}
-
 size_t op_conv3d_bf16_workspace(const op_conv3d_params *p)
 {
     kern__c3d g = geom_of(p);
-    size_t f = op_conv3d_workspace(p);
-    size_t b = bf16_here(p, &g) ? kern__c3d_bytes(&g, 1, KERN__C3D_ALL) : 0;
-    return f > b ? f : b;
+    return kern__c3d_bf16_workspace(&g, op_conv3d_workspace(p));
 }
 
 int op_conv3d_forward_bf16(float *out, const float *in, const float *weight, const float *bias,
                            const op_conv3d_params *p, void *ws, size_t ws_bytes)
 {
     kern__c3d g = geom_of(p);
-    if (bf16_here(p, &g) && kern__c3d_forward(1, &g, out, in, weight, bias, ws, ws_bytes))
+    if (kern__c3d_bf16_here(&g) && kern__c3d_forward(1, &g, out, in, weight, bias, ws, ws_bytes))
         return 1;
     op_conv3d_forward(out, in, weight, bias, p, ws, ws_bytes);
     return 0;
@@ -188,15 +176,8 @@ int op_conv3d_backward_bf16(float *din, float *dweight, float *dbias, const floa
                             void *ws, size_t ws_bytes)
 {
     kern__c3d g = geom_of(p);
-    unsigned want = KERN__C3D_BWD_W | (din ? KERN__C3D_BWD_D : 0);
-    /* both pieces in bfloat16 or neither: a layer's gradients in one
-     * precision */
-    if (bf16_here(p, &g) &&
-        kern__c3d_backward(1, &g, want, din, dweight, dout, in, weight, ws, ws_bytes) == want) {
-        if (dbias)
-            kern__conv_dbias(dbias, dout, p->n, p->k, out_volume(p), 0);
+    if (kern__c3d_backward_bf16(&g, din, dweight, dbias, dout, in, weight, ws, ws_bytes))
         return 1;
-    }
     op_conv3d_backward(din, dweight, dbias, dout, in, weight, p, ws, ws_bytes);
     return 0;
 }
@@ -204,7 +185,7 @@ int op_conv3d_backward_bf16(float *din, float *dweight, float *dbias, const floa
 unsigned op_conv3d_describe(const op_conv3d_params *p, int bf16, char *out, size_t len)
 {
     kern__c3d g = geom_of(p);
-    if (bf16 && !bf16_here(p, &g)) {
+    if (bf16 && !kern__c3d_bf16_here(&g)) {
         char f32[384];
         unsigned r = op_conv3d_describe(p, 0, f32, sizeof(f32));
         snprintf(out, len, "float32 (%s): %s", kern__c3d_why_f32(p->k, 8), f32);

@@ -162,21 +162,10 @@ void op_conv_transpose3d_backward(float *din, float *dweight, float *dbias, cons
         kern__conv_dbias(dbias, dout, p->n, p->k, (size_t)v.d * v.h * v.w, 0);
 }
 
-/* Whether shape p computes in bfloat16: op_conv3d's rule (the processor
- * and build can, 8 outputs or more, a fast bfloat16 kernel for every
- * piece of oneDNN's deconvolution, so that the passes agree on their
- * precision). */
-static int bf16_here(const op_conv_transpose3d_params *p, const kern__c3d *g)
-{
-    return p->k >= 8 && kernels_bf16_compute() && kern__c3d_pieces(g, 1) == KERN__C3D_ALL;
-}
-
 size_t op_conv_transpose3d_bf16_workspace(const op_conv_transpose3d_params *p)
 {
     kern__c3d g = geom_of(p);
-    size_t f = op_conv_transpose3d_workspace(p);
-    size_t b = bf16_here(p, &g) ? kern__c3d_bytes(&g, 1, KERN__C3D_ALL) : 0;
-    return f > b ? f : b;
+    return kern__c3d_bf16_workspace(&g, op_conv_transpose3d_workspace(p));
 }
 
 int op_conv_transpose3d_forward_bf16(float *out, const float *in, const float *weight,
@@ -184,7 +173,7 @@ int op_conv_transpose3d_forward_bf16(float *out, const float *in, const float *w
                                      void *ws, size_t ws_bytes)
 {
     kern__c3d g = geom_of(p);
-    if (bf16_here(p, &g) && kern__c3d_forward(1, &g, out, in, weight, bias, ws, ws_bytes))
+    if (kern__c3d_bf16_here(&g) && kern__c3d_forward(1, &g, out, in, weight, bias, ws, ws_bytes))
         return 1;
     op_conv_transpose3d_forward(out, in, weight, bias, p, ws, ws_bytes);
     return 0;
@@ -196,14 +185,8 @@ int op_conv_transpose3d_backward_bf16(float *din, float *dweight, float *dbias, 
                                       size_t ws_bytes)
 {
     kern__c3d g = geom_of(p);
-    unsigned want = KERN__C3D_BWD_W | (din ? KERN__C3D_BWD_D : 0);
-    /* both pieces in bfloat16 or neither: a layer's gradients in one precision */
-    if (bf16_here(p, &g) &&
-        kern__c3d_backward(1, &g, want, din, dweight, dout, in, weight, ws, ws_bytes) == want) {
-        if (dbias)
-            kern__conv_dbias(dbias, dout, p->n, p->k, (size_t)g.out[0] * g.out[1] * g.out[2], 0);
+    if (kern__c3d_backward_bf16(&g, din, dweight, dbias, dout, in, weight, ws, ws_bytes))
         return 1;
-    }
     op_conv_transpose3d_backward(din, dweight, dbias, dout, in, weight, p, ws, ws_bytes);
     return 0;
 }
@@ -212,7 +195,7 @@ unsigned op_conv_transpose3d_describe(const op_conv_transpose3d_params *p, int b
                                       size_t len)
 {
     kern__c3d g = geom_of(p);
-    if (bf16 && !bf16_here(p, &g)) {
+    if (bf16 && !kern__c3d_bf16_here(&g)) {
         char f32[384];
         unsigned r = op_conv_transpose3d_describe(p, 0, f32, sizeof(f32));
         snprintf(out, len, "float32 (%s): %s", kern__c3d_why_f32(p->k, 8), f32);

@@ -63,6 +63,7 @@ appliance() {
   "$py" -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' \
     "$url" > "$work/$1.metrics"
   "$src/deploy/local/appliance-down" --dir "$run" --quiet >/dev/null
+  cat "$run"/logs/wse-node-*.log > "$work/last-wse-node.log" 2>/dev/null || true # for blas_core
   rm -rf "$run"
   echo "$out" | "$py" -c 'import json, sys; print(int(sys.argv[1]) / json.load(sys.stdin)["samples_per_sec"])' "$2"
 }
@@ -100,12 +101,12 @@ bf16() {
     -e "s|^model_dir = \"\(.*\)\"|model_dir = \"\1_bf16\"|" "$work/$1.toml" > "$work/$1_bf16.toml"
 }
 
-# blas_core: the OpenBLAS core type the wse-node of $run computes on, from
-# its log (the guard's line)
+# blas_core: the OpenBLAS core type the wse-node of the last appliance run
+# computed on, from its log (the guard's line, kept by appliance)
 blas_core() {
   sed -n -e 's/.*the kernels run on core type \([A-Za-z0-9]*\).*/\1/p' \
     -e 's/.*OpenBLAS core \([A-Za-z0-9]*\) passed its start-up self-check.*/\1/p' \
-    "$run"/logs/wse-node-*.log 2>/dev/null | tail -n 1
+    "$work/last-wse-node.log" 2>/dev/null | tail -n 1 || true
 }
 
 # pair NAME BATCH FIGURE UNIT TWIN_ARGS...: the appliance's run of

@@ -922,6 +922,15 @@ static void mx__metrics(node *n, metrics_buf *b)
                       "# TYPE appliance_checkpoint_failures_total counter\n"
                       "appliance_checkpoint_failures_total %llu\n",
                    (unsigned long long)mx->checkpoint_failures);
+    metrics_printf(b, "# HELP appliance_weight_stream_bytes_total Payload bytes of the weight "
+                      "chunks sent down (sparse tensors' packed).\n"
+                      "# TYPE appliance_weight_stream_bytes_total counter\n"
+                      "appliance_weight_stream_bytes_total %llu\n"
+                      "# HELP appliance_weight_stream_dense_bytes_total What those chunks would "
+                      "have taken dense.\n"
+                      "# TYPE appliance_weight_stream_dense_bytes_total counter\n"
+                      "appliance_weight_stream_dense_bytes_total %llu\n",
+                   (unsigned long long)mx->stream_bytes, (unsigned long long)mx->stream_dense_bytes);
     metrics_hist_render(&mx->chunk_hist, b, NULL);
     const mx_tier *tr = mx->job && tier_files(mx->job) ? mx->job->tier : NULL;
     metrics_printf(b, "# HELP appliance_tier_read_bytes_total Weight stream bytes read from the "

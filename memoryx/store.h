@@ -226,4 +226,6 @@ typedef struct memoryx {
                                      step before was back (mx__maybe_turn) */
     uint64_t checkpoints;         /* checkpoint files written */
     uint64_t checkpoint_failures; /* checkpoints that could not be written (the job failed) */
+    uint64_t stream_bytes;        /* weight chunks' payload bytes sent down (packed or not) */
+    uint64_t stream_dense_bytes;  /* what they would have been dense */
 } memoryx;

@@ -10,6 +10,7 @@
 
 #include "bf16.h"
 #include "msgcheck.h"
+#include "sstream.h"
 
 /* Whether reading from swarmx goes on whatever the slots say: the
  * compute thread waits for a collective total (spatial partitions), which
@@ -32,10 +33,10 @@ void wn__pause(wn_job *j)
     }
 }
 
-/* Keeps a chunk that came before its slot was free. */
+/* Keeps a chunk that came before its slot was free (packed as it came). */
 int wn__stage(wn_job *j, const Appliance__WeightChunk *w, const uint8_t *payload)
 {
-    size_t bytes = w->count * msgcheck_wire_elem(j->plan);
+    size_t bytes = sstream_bytes((uint32_t)w->packing, w->count, w->kept, msgcheck_wire_elem(j->plan));
     wn_staged *st = malloc(sizeof(*st) + bytes);
     if (!st)
         return -ENOMEM;
@@ -45,6 +46,8 @@ int wn__stage(wn_job *j, const Appliance__WeightChunk *w, const uint8_t *payload
     st->step = w->step;
     st->offset = w->offset;
     st->count = w->count;
+    st->packing = (uint32_t)w->packing;
+    st->kept = w->kept;
     memcpy(st->data, payload, bytes);
     wn_of(j->n)->staged++;
     if (j->staged_tail)
@@ -68,13 +71,17 @@ static bool wn__twin_only(const wn_job *j, uint32_t t)
 }
 
 /* count weights of tensor t's chunk, as the wire carries them (float32 or
- * bfloat16), into dst: copied; or kept in bfloat16 (wslots_dest16: the
- * GEMMs take them as they are) and widened into dst, unless nothing reads
- * them there (wn__twin_only). */
-void wn__land(const wn_job *j, uint32_t t, float *dst, const void *payload, uint64_t count)
+ * bfloat16; packed: expanded, sstream.h, from a payload apart from dst),
+ * into dst: copied; or kept in bfloat16 (wslots_dest16: the GEMMs take
+ * them as they are) and widened into dst, unless nothing reads them there
+ * (wn__twin_only). */
+void wn__land(const wn_job *j, uint32_t t, float *dst, const void *payload, uint64_t count,
+              uint32_t packing, uint64_t nkept)
 {
     if (!j->plan->wire_bf16) {
-        if (payload != dst)
+        if (packing != SSTREAM_DENSE)
+            sstream_expand(packing, count, nkept, sizeof(float), payload, dst);
+        else if (payload != dst)
             memcpy(dst, payload, count * sizeof(float));
         return;
     }
@@ -82,7 +89,9 @@ void wn__land(const wn_job *j, uint32_t t, float *dst, const void *payload, uint
     bool twin = kept != NULL;
     if (!kept) /* a layer in parts: widened in place, from the upper half */
         kept = (uint16_t *)((uint8_t *)dst + 2 * count);
-    if (payload != kept)
+    if (packing != SSTREAM_DENSE)
+        sstream_expand(packing, count, nkept, 2, payload, kept);
+    else if (payload != kept)
         memcpy(kept, payload, 2 * count);
     if (!twin || !wn__twin_only(j, t))
         bf16_unpack(dst, kept, count);
@@ -103,7 +112,7 @@ void wn__unstage(wn_job *j)
                 wn__abort(j->n, j, "held weight chunk of tensor %u out of schedule", st->tensor);
             return;
         }
-        wn__land(j, st->tensor, dst, st->data, st->count);
+        wn__land(j, st->tensor, dst, st->data, st->count, st->packing, st->kept);
         bool next_blocked = wslots_received(&j->ws, st->count);
         j->staged = st->next;
         if (!j->staged)

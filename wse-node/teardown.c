@@ -74,6 +74,7 @@ static void wn__free_rest(void *arg)
         free(j->staged);
         j->staged = next;
     }
+    free(j->packed_buf);
     free(j->t);
     free(j->gq);
     free(j->layer_sec[0]);

@@ -9,6 +9,7 @@
 #include "errmsg.h"
 #include "frame.h"
 #include "sample.h"
+#include "sstream.h"
 
 /* protobuf-c gives "" for an absent string; a hand-built message may hold
  * NULL. */
@@ -243,8 +244,46 @@ static int msgcheck__chunk(const char *what, uint32_t tensor_id, uint64_t offset
 int msgcheck_weight_chunk(const Appliance__WeightChunk *w, const Appliance__Plan *p, uint32_t len,
                           char *err, size_t errlen)
 {
-    return msgcheck__chunk("weight chunk", w->tensor_id, w->offset, w->count, w->total, p, len, err,
-                           errlen);
+    if ((uint32_t)w->packing == SSTREAM_DENSE && w->kept == 0)
+        return msgcheck__chunk("weight chunk", w->tensor_id, w->offset, w->count, w->total, p, len,
+                               err, errlen);
+    /* packed: the range as a dense chunk of it would be, then the packing */
+    int rc = msgcheck__chunk("weight chunk", w->tensor_id, w->offset, w->count, w->total, p,
+                             (uint32_t)(w->count * msgcheck_wire_elem(p)), err, errlen);
+    if (rc < 0)
+        return rc;
+    const Appliance__PlanTensor *t = p->tensors[w->tensor_id];
+    if (!(t->sparsity > 0) || (w->pass != APPLIANCE__PASS__PASS_FORWARD &&
+                                   w->pass != APPLIANCE__PASS__PASS_BACKWARD))
+        return errmsg(-EINVAL, err, errlen, "weight chunk of tensor %u packed (%s), but the "
+                      "plan streams it dense (sparse tensors' weights alone travel packed)",
+                      w->tensor_id, sstream_name((uint32_t)w->packing));
+    uint32_t elem = msgcheck_wire_elem(p);
+    uint64_t want = sstream_bytes((uint32_t)w->packing, w->count, w->kept, elem);
+    if (want == UINT64_MAX || want == 0 || (uint32_t)w->packing == SSTREAM_DENSE ||
+        want >= w->count * elem ||
+        (uint64_t)len != want)
+        return errmsg(-EINVAL, err, errlen, "weight chunk of tensor %u: %s packing of %llu kept "
+                      "of %llu elements in %u bytes (%llu expected, under the %llu of dense)",
+                      w->tensor_id, sstream_name((uint32_t)w->packing),
+                      (unsigned long long)w->kept, (unsigned long long)w->count, len,
+                      (unsigned long long)(want == UINT64_MAX ? 0 : want),
+                      (unsigned long long)(w->count * elem));
+    return 0;
+}
+
+int msgcheck_weight_payload(const Appliance__WeightChunk *w, const Appliance__Plan *p,
+                            const void *payload, uint32_t len, char *err, size_t errlen)
+{
+    if ((uint32_t)w->packing == SSTREAM_DENSE)
+        return 0;
+    char why[200];
+    if (sstream_check((uint32_t)w->packing, w->count, w->kept, msgcheck_wire_elem(p), payload, len,
+                      why, sizeof(why)) < 0)
+        return errmsg(-EINVAL, err, errlen, "weight chunk of tensor %u [%llu, +%llu): %s",
+                      w->tensor_id, (unsigned long long)w->offset, (unsigned long long)w->count,
+                      why);
+    return 0;
 }
 
 int msgcheck_grad_chunk(const Appliance__GradChunk *g, const Appliance__Plan *p, uint32_t len,

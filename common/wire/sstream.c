@@ -1,0 +1,183 @@
+/* Packed weight chunks of sparse tensors (sstream.h). */
+#include "sstream.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "errmsg.h"
+
+uint64_t sstream_bytes(uint32_t pk, uint64_t count, uint64_t kept, uint32_t elem)
+{
+    if (kept > count)
+        return UINT64_MAX;
+    switch (pk) {
+    case SSTREAM_DENSE:
+        return kept == 0 ? count * elem : UINT64_MAX; /* (a dense chunk declares none kept) */
+    case SSTREAM_BITMASK:
+        return (count + 7) / 8 + kept * elem;
+    case SSTREAM_POS16:
+        return count <= SSTREAM_POS16_MAX ? kept * (2 + (uint64_t)elem) : UINT64_MAX;
+    case SSTREAM_POS32:
+        return kept * (4 + (uint64_t)elem);
+    default:
+        return UINT64_MAX;
+    }
+}
+
+uint32_t sstream_choose(const uint8_t *mask, uint64_t count, uint32_t elem, uint64_t *kept)
+{
+    uint64_t k = 0;
+    for (uint64_t i = 0; i < count; i++)
+        k += mask[i] != 0;
+    *kept = k;
+    uint32_t best = SSTREAM_DENSE;
+    uint64_t least = count * elem;
+    static const uint32_t packed[] = {SSTREAM_BITMASK, SSTREAM_POS16, SSTREAM_POS32};
+    for (size_t i = 0; i < sizeof(packed) / sizeof(packed[0]); i++) {
+        uint64_t b = sstream_bytes(packed[i], count, k, elem);
+        if (b > 0 && b < least) { /* (never empty: a frame without payload is none) */
+            least = b;
+            best = packed[i];
+        }
+    }
+    if (best == SSTREAM_DENSE)
+        *kept = 0;
+    return best;
+}
+
+void sstream_pack(uint32_t pk, const uint8_t *mask, const void *src, uint64_t count, uint64_t kept,
+                  uint32_t elem, void *out)
+{
+    const uint8_t *s = src;
+    uint8_t *o = out;
+    if (pk == SSTREAM_DENSE) {
+        memcpy(o, s, count * elem);
+        return;
+    }
+    uint64_t index = sstream_bytes(pk, count, kept, elem) - kept * elem;
+    uint8_t *vals = o + index;
+    if (pk == SSTREAM_BITMASK)
+        memset(o, 0, index);
+    uint64_t k = 0;
+    for (uint64_t i = 0; i < count; i++) {
+        if (!mask[i])
+            continue;
+        if (pk == SSTREAM_BITMASK) {
+            o[i / 8] |= (uint8_t)(1u << (i % 8));
+        } else if (pk == SSTREAM_POS16) {
+            uint16_t p = (uint16_t)i;
+            memcpy(o + 2 * k, &p, 2);
+        } else {
+            uint32_t p = (uint32_t)i;
+            memcpy(o + 4 * k, &p, 4);
+        }
+        memcpy(vals + k * elem, s + i * elem, elem);
+        k++;
+    }
+}
+
+int sstream_check(uint32_t pk, uint64_t count, uint64_t kept, uint32_t elem, const void *payload,
+                  uint64_t len, char *err, size_t errlen)
+{
+    uint64_t want = sstream_bytes(pk, count, kept, elem);
+    if (want == UINT64_MAX)
+        return errmsg(-EINVAL, err, errlen, "%s packing of %llu kept of %llu elements",
+                      sstream_name(pk), (unsigned long long)kept, (unsigned long long)count);
+    if (len != want)
+        return errmsg(-EINVAL, err, errlen, "%s packing of %llu kept of %llu elements in %llu "
+                      "bytes, expected %llu (index truncated or padded)", sstream_name(pk),
+                      (unsigned long long)kept, (unsigned long long)count,
+                      (unsigned long long)len, (unsigned long long)want);
+    const uint8_t *p = payload;
+    if (pk == SSTREAM_BITMASK) {
+        uint64_t bytes = (count + 7) / 8, set = 0;
+        for (uint64_t b = 0; b < bytes; b++)
+            set += (uint64_t)__builtin_popcount(p[b]);
+        if (count % 8 && (p[bytes - 1] >> (count % 8)))
+            return errmsg(-EINVAL, err, errlen, "bitmask of %llu elements sets bits past its end",
+                          (unsigned long long)count);
+        if (set != kept)
+            return errmsg(-EINVAL, err, errlen, "bitmask of %llu elements sets %llu bits, the "
+                          "chunk says %llu kept", (unsigned long long)count,
+                          (unsigned long long)set, (unsigned long long)kept);
+    } else if (pk == SSTREAM_POS16 || pk == SSTREAM_POS32) {
+        uint64_t prev = 0;
+        for (uint64_t k = 0; k < kept; k++) {
+            uint64_t at;
+            if (pk == SSTREAM_POS16) {
+                uint16_t v;
+                memcpy(&v, p + 2 * k, 2);
+                at = v;
+            } else {
+                uint32_t v;
+                memcpy(&v, p + 4 * k, 4);
+                at = v;
+            }
+            if (at >= count)
+                return errmsg(-EINVAL, err, errlen, "position %llu (kept element %llu) past the "
+                              "chunk's %llu elements", (unsigned long long)at,
+                              (unsigned long long)k, (unsigned long long)count);
+            if (k > 0 && at <= prev)
+                return errmsg(-EINVAL, err, errlen, "position %llu (kept element %llu) after %llu: "
+                              "positions must rise", (unsigned long long)at,
+                              (unsigned long long)k, (unsigned long long)prev);
+            prev = at;
+        }
+    }
+    return 0;
+}
+
+void sstream_expand(uint32_t pk, uint64_t count, uint64_t kept, uint32_t elem, const void *payload,
+                    void *dst)
+{
+    const uint8_t *p = payload;
+    uint8_t *d = dst;
+    if (pk == SSTREAM_DENSE) {
+        memcpy(d, p, count * elem);
+        return;
+    }
+    memset(d, 0, count * elem);
+    const uint8_t *vals = p + (sstream_bytes(pk, count, kept, elem) - kept * elem);
+    if (pk == SSTREAM_BITMASK) {
+        uint64_t k = 0, bytes = (count + 7) / 8;
+        for (uint64_t b = 0; b < bytes; b++) {
+            unsigned bits = p[b];
+            while (bits) {
+                unsigned bit = (unsigned)__builtin_ctz(bits);
+                bits &= bits - 1;
+                memcpy(d + (8 * b + bit) * elem, vals + k * elem, elem);
+                k++;
+            }
+        }
+        return;
+    }
+    for (uint64_t k = 0; k < kept; k++) {
+        uint64_t at;
+        if (pk == SSTREAM_POS16) {
+            uint16_t v;
+            memcpy(&v, p + 2 * k, 2);
+            at = v;
+        } else {
+            uint32_t v;
+            memcpy(&v, p + 4 * k, 4);
+            at = v;
+        }
+        memcpy(d + at * elem, vals + k * elem, elem);
+    }
+}
+
+const char *sstream_name(uint32_t pk)
+{
+    switch (pk) {
+    case SSTREAM_DENSE:
+        return "dense";
+    case SSTREAM_BITMASK:
+        return "bitmask";
+    case SSTREAM_POS16:
+        return "16-bit positions";
+    case SSTREAM_POS32:
+        return "32-bit positions";
+    default:
+        return "unknown";
+    }
+}

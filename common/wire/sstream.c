@@ -2,26 +2,41 @@
 #include "sstream.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "errmsg.h"
 
-uint64_t sstream_bytes(uint32_t pk, uint64_t count, uint64_t kept, uint32_t elem)
+/* n rounded up to a multiple of 4 */
+static uint64_t sstream__pad4(uint64_t n)
+{
+    return (n + 3) & ~(uint64_t)3;
+}
+
+uint64_t sstream_index_bytes(uint32_t pk, uint64_t count, uint64_t kept)
 {
     if (kept > count)
         return UINT64_MAX;
     switch (pk) {
     case SSTREAM_DENSE:
-        return kept == 0 ? count * elem : UINT64_MAX; /* (a dense chunk declares none kept) */
+        return kept == 0 ? 0 : UINT64_MAX; /* (a dense chunk declares none kept) */
     case SSTREAM_BITMASK:
-        return (count + 7) / 8 + kept * elem;
+        return sstream__pad4((count + 7) / 8);
     case SSTREAM_POS16:
-        return count <= SSTREAM_POS16_MAX ? kept * (2 + (uint64_t)elem) : UINT64_MAX;
+        return count <= SSTREAM_POS16_MAX ? sstream__pad4(2 * kept) : UINT64_MAX;
     case SSTREAM_POS32:
-        return kept * (4 + (uint64_t)elem);
+        return 4 * kept;
     default:
         return UINT64_MAX;
     }
+}
+
+uint64_t sstream_bytes(uint32_t pk, uint64_t count, uint64_t kept, uint32_t elem)
+{
+    uint64_t index = sstream_index_bytes(pk, count, kept);
+    if (index == UINT64_MAX)
+        return UINT64_MAX;
+    return index + (pk == SSTREAM_DENSE ? count : kept) * elem;
 }
 
 uint32_t sstream_choose(const uint8_t *mask, uint64_t count, uint32_t elem, uint64_t *kept)
@@ -54,10 +69,9 @@ void sstream_pack(uint32_t pk, const uint8_t *mask, const void *src, uint64_t co
         memcpy(o, s, count * elem);
         return;
     }
-    uint64_t index = sstream_bytes(pk, count, kept, elem) - kept * elem;
+    uint64_t index = sstream_index_bytes(pk, count, kept);
     uint8_t *vals = o + index;
-    if (pk == SSTREAM_BITMASK)
-        memset(o, 0, index);
+    memset(o, 0, index); /* the bitmask's bits, and the padding */
     uint64_t k = 0;
     for (uint64_t i = 0; i < count; i++) {
         if (!mask[i])
@@ -89,11 +103,15 @@ int sstream_check(uint32_t pk, uint64_t count, uint64_t kept, uint32_t elem, con
                       (unsigned long long)kept, (unsigned long long)count,
                       (unsigned long long)len, (unsigned long long)want);
     const uint8_t *p = payload;
+    uint64_t index = sstream_index_bytes(pk, count, kept);
     if (pk == SSTREAM_BITMASK) {
         uint64_t bytes = (count + 7) / 8, set = 0;
         for (uint64_t b = 0; b < bytes; b++)
             set += (uint64_t)__builtin_popcount(p[b]);
-        if (count % 8 && (p[bytes - 1] >> (count % 8)))
+        bool past = count % 8 && (p[bytes - 1] >> (count % 8));
+        for (uint64_t b = bytes; b < index; b++)
+            past |= p[b] != 0;
+        if (past)
             return errmsg(-EINVAL, err, errlen, "bitmask of %llu elements sets bits past its end",
                           (unsigned long long)count);
         if (set != kept)
@@ -123,6 +141,10 @@ int sstream_check(uint32_t pk, uint64_t count, uint64_t kept, uint32_t elem, con
                               (unsigned long long)k, (unsigned long long)prev);
             prev = at;
         }
+        for (uint64_t b = (pk == SSTREAM_POS16 ? 2 : 4) * kept; b < index; b++)
+            if (p[b])
+                return errmsg(-EINVAL, err, errlen, "positions' padding holds %u at byte %llu "
+                              "(zeros)", p[b], (unsigned long long)b);
     }
     return 0;
 }
@@ -137,7 +159,7 @@ void sstream_expand(uint32_t pk, uint64_t count, uint64_t kept, uint32_t elem, c
         return;
     }
     memset(d, 0, count * elem);
-    const uint8_t *vals = p + (sstream_bytes(pk, count, kept, elem) - kept * elem);
+    const uint8_t *vals = p + sstream_index_bytes(pk, count, kept);
     if (pk == SSTREAM_BITMASK) {
         uint64_t k = 0, bytes = (count + 7) / 8;
         for (uint64_t b = 0; b < bytes; b++) {

@@ -21,6 +21,12 @@ enum {
 /* The longest chunk PACK_POS16 indexes (positions 0 to 65535). */
 #define SSTREAM_POS16_MAX 65536ull
 
+/* Bytes of the index that leads a chunk of count elements, kept of them,
+ * packed as pk (0 dense): the bitmask's bytes, or the positions', padded
+ * with zeros to a multiple of 4 so that the values after them are aligned
+ * as the payload is; UINT64_MAX as sstream_bytes. */
+uint64_t sstream_index_bytes(uint32_t pk, uint64_t count, uint64_t kept);
+
 /* Payload bytes of a chunk of count elements of elem bytes, kept of them,
  * packed as pk; UINT64_MAX when pk cannot hold it (an unknown packing,
  * kept > count, POS16 past SSTREAM_POS16_MAX elements). count is at most
@@ -41,7 +47,8 @@ void sstream_pack(uint32_t pk, const uint8_t *mask, const void *src, uint64_t co
 
 /* A payload of len bytes as a chunk of count elements, kept of them,
  * packed as pk: the length its packing gives; a bitmask that sets kept
- * bits and none past count; positions below count, strictly rising.
+ * bits and none past count; positions below count, strictly rising; the
+ * index's padding zeros.
  * Returns 0, or -EINVAL with the reason in err. */
 int sstream_check(uint32_t pk, uint64_t count, uint64_t kept, uint32_t elem, const void *payload,
                   uint64_t len, char *err, size_t errlen);

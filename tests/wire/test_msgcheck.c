@@ -220,32 +220,33 @@ START_TEST(weight_chunk_packed)
     w.count = 12;
     w.packing = APPLIANCE__PACKING__PACK_BITMASK;
     w.kept = 2;
-    uint8_t pl[64] = {0x05, 0x00}; /* elements 0 and 2, then their two floats */
+    uint8_t pl[64] = {0x05, 0x00}; /* elements 0 and 2 (4 bytes), then their two floats */
     /* a dense tensor of the plan is never packed */
-    ck_assert_int_eq(msgcheck_weight_chunk(&w, &fx.p, 10, err, sizeof(err)), -EINVAL);
+    ck_assert_int_eq(msgcheck_weight_chunk(&w, &fx.p, 12, err, sizeof(err)), -EINVAL);
     ck_assert_str_eq(err, "weight chunk of tensor 0 packed (bitmask), but the plan streams it "
                      "dense (sparse tensors' weights alone travel packed)");
     fx.t[0].sparsity = 0.9f;
-    ck_assert_int_eq(msgcheck_weight_chunk(&w, &fx.p, 10, err, sizeof(err)), 0);
-    ck_assert_int_eq(msgcheck_weight_payload(&w, &fx.p, pl, 10, err, sizeof(err)), 0);
+    ck_assert_int_eq(msgcheck_weight_chunk(&w, &fx.p, 12, err, sizeof(err)), 0);
+    ck_assert_int_eq(msgcheck_weight_payload(&w, &fx.p, pl, 12, err, sizeof(err)), 0);
     /* a truncated index: one byte short */
-    ck_assert_int_eq(msgcheck_weight_chunk(&w, &fx.p, 9, err, sizeof(err)), -EINVAL);
+    ck_assert_int_eq(msgcheck_weight_chunk(&w, &fx.p, 11, err, sizeof(err)), -EINVAL);
     ck_assert_str_eq(err, "weight chunk of tensor 0: bitmask packing of 2 kept of 12 elements "
-                     "in 9 bytes (10 expected, under the 48 of dense)");
+                     "in 11 bytes (12 expected, under the 48 of dense)");
     /* the bitmask sets 3 bits where the chunk says 2 */
     pl[1] = 0x08;
-    ck_assert_int_eq(msgcheck_weight_payload(&w, &fx.p, pl, 10, err, sizeof(err)), -EINVAL);
+    ck_assert_int_eq(msgcheck_weight_payload(&w, &fx.p, pl, 12, err, sizeof(err)), -EINVAL);
     ck_assert_str_eq(err, "weight chunk of tensor 0 [0, +12): bitmask of 12 elements sets 3 "
                      "bits, the chunk says 2 kept");
     /* a bit past the chunk's end */
     pl[0] = 0x01;
     pl[1] = 0x10;
-    ck_assert_int_eq(msgcheck_weight_payload(&w, &fx.p, pl, 10, err, sizeof(err)), -EINVAL);
+    ck_assert_int_eq(msgcheck_weight_payload(&w, &fx.p, pl, 12, err, sizeof(err)), -EINVAL);
     ck_assert_str_eq(err, "weight chunk of tensor 0 [0, +12): bitmask of 12 elements sets bits "
                      "past its end");
     /* positions: one past the end, then not rising */
     w.packing = APPLIANCE__PACKING__PACK_POS16;
     uint16_t pos[2] = {3, 12};
+    memset(pl, 0, sizeof(pl));
     memcpy(pl, pos, sizeof(pos));
     ck_assert_int_eq(msgcheck_weight_chunk(&w, &fx.p, 12, err, sizeof(err)), 0);
     ck_assert_int_eq(msgcheck_weight_payload(&w, &fx.p, pl, 12, err, sizeof(err)), -EINVAL);
@@ -274,7 +275,7 @@ START_TEST(weight_chunk_packed)
     w.packing = APPLIANCE__PACKING__PACK_BITMASK;
     w.kept = 2;
     w.pass = APPLIANCE__PASS__PASS_CHECKPOINT;
-    ck_assert_int_eq(msgcheck_weight_chunk(&w, &fx.p, 10, err, sizeof(err)), -EINVAL);
+    ck_assert_int_eq(msgcheck_weight_chunk(&w, &fx.p, 12, err, sizeof(err)), -EINVAL);
 }
 END_TEST
 

@@ -17,6 +17,7 @@
 #include "log.h"
 #include "msg.h"
 #include "msgcheck.h"
+#include "sstream.h"
 #include "mxjob.h"
 #include "mxsparse.h"
 #include "optim_plan.h"
@@ -122,7 +123,7 @@ static void mx__start_step(node *n, mx_job *j)
             tierio_grad_wire(j, h->tensor, h->offset, h->count, h->data, h);
             continue;
         }
-        update_grad_land(j, h->tensor, h->offset, h->count, h->data);
+        update_grad_land(j, h->tensor, h->offset, h->count, h->data, h->packing, h->kept);
         mx__grad_in(n, j, h->tensor, h->offset, h->count);
         free(h);
     }
@@ -651,6 +652,11 @@ static void *mx__payload_dest(node *n, conn *c, const Appliance__Envelope *env, 
             *err = -ENOMEM;
         return j->tier->gbuf;
     }
+    if ((uint32_t)g->packing != SSTREAM_DENSE) { /* in a buffer, expanded once in */
+        if (!j->gpack && !(j->gpack = malloc(j->plan->chunk_elems * sizeof(float))))
+            *err = -ENOMEM;
+        return j->gpack; /* (msgcheck: under count elements' bytes, a chunk's at most) */
+    }
     return update_grad_dest(j, t, g->offset, g->count);
 }
 
@@ -767,6 +773,11 @@ static void mx__grad_chunk(node *n, conn *c, Appliance__Envelope *env, uint8_t *
         return;
     }
     mx_tensor *t = j->by_id[g->tensor_id];
+    char why[400];
+    if (msgcheck_grad_payload(g, j->plan, pl, len, why, sizeof(why)) < 0) {
+        mxjob_abort(j, "bad gradient chunk from %s: %s", c->peer_addr, why);
+        return;
+    }
     if (g->step > j->step) { /* held until its step starts (mx__payload_dest) */
         mx_held *h = malloc(sizeof(*h) + len);
         if (!h) {
@@ -779,6 +790,8 @@ static void mx__grad_chunk(node *n, conn *c, Appliance__Envelope *env, uint8_t *
         h->tensor = t;
         h->offset = g->offset;
         h->count = g->count;
+        h->packing = (uint32_t)g->packing;
+        h->kept = g->kept;
         memcpy(h->data, pl, len);
         *j->held_tail = h;
         j->held_tail = &h->next;
@@ -802,7 +815,7 @@ static void mx__grad_chunk(node *n, conn *c, Appliance__Envelope *env, uint8_t *
     }
     /* in place; or a chunk that was to be held, but whose step started
      * while its payload still arrived: in the reader's buffer */
-    update_grad_land(j, t, g->offset, g->count, pl);
+    update_grad_land(j, t, g->offset, g->count, pl, (uint32_t)g->packing, g->kept);
     mx__grad_in(n, j, t, g->offset, g->count);
 }
 

@@ -145,7 +145,7 @@ static void wn__up_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, ui
         }
         if (a == WN_ARRIVE_PACKED) {
             wn__land(j, w->tensor_id, j->packed_dst, payload, w->count, (uint32_t)w->packing,
-                     w->kept);
+                     w->kept, w->offset);
             if (wslots_received(&j->ws, w->count))
                 wn__pause(j);
             break;
@@ -165,7 +165,7 @@ static void wn__up_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, ui
         wn__land(j, w->tensor_id, wslots_in_twin(&j->ws, payload)
                         ? wslots_dest32(&j->ws, (const uint16_t *)payload)
                         : (float *)(payload - 2 * w->count),
-                 payload, w->count, SSTREAM_DENSE, 0);
+                 payload, w->count, SSTREAM_DENSE, 0, w->offset);
         /* fall through */
     case WN_ARRIVE_SLOT:
         if (wslots_received(&j->ws, w->count))

@@ -38,6 +38,9 @@ typedef struct wn_tensor {
     const float *send_base; /* g's element send_from, where the range is (a part's slot) */
     uint64_t send_from;    /* the queued range's first element */
     uint64_t send_step;    /* the step of the gradient queued */
+    uint8_t *kept_bits;    /* a sparse tensor whose gradient goes up packed (msgcheck_grads_pack):
+                              which elements its weights kept, a bit each (sstream_mark), as
+                              the packed weight chunks said; all until they do */
     struct wn_job *job;    /* the job it belongs to */
 } wn_tensor;
 
@@ -346,7 +349,15 @@ bool wn__must_read(wn_job *j);
 void wn__pause(wn_job *j);
 int wn__stage(wn_job *j, const Appliance__WeightChunk *w, const uint8_t *payload);
 void wn__land(const wn_job *j, uint32_t t, float *dst, const void *payload, uint64_t count,
-              uint32_t packing, uint64_t kept);
+              uint32_t packing, uint64_t kept, uint64_t offset);
+/* A gradient chunk packed as the weights' index (wn__pack_grad), freed
+ * once sent. */
+typedef struct wn_packed_grad {
+    wn_tensor *t;
+    uint8_t data[];
+} wn_packed_grad;
+wn_packed_grad *wn__pack_grad(const wn_job *j, wn_tensor *t, uint64_t off, uint64_t count,
+                              const void *src, Appliance__GradChunk *g, uint32_t *bytes);
 void wn__unstage(wn_job *j);
 
 /* teardown.c: frees a released job's memory (the large buffers on the

@@ -8,6 +8,7 @@
  * err (always NUL-terminated when errlen > 0). */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -68,9 +69,19 @@ int msgcheck_weight_chunk(const Appliance__WeightChunk *w, const Appliance__Plan
 int msgcheck_weight_payload(const Appliance__WeightChunk *w, const Appliance__Plan *p,
                             const void *payload, uint32_t len, char *err, size_t errlen);
 
-/* A gradient chunk, as msgcheck_weight_chunk. -EINVAL. */
+/* A gradient chunk, as msgcheck_weight_chunk; packed only where
+ * msgcheck_grads_pack. -EINVAL. */
 int msgcheck_grad_chunk(const Appliance__GradChunk *g, const Appliance__Plan *p, uint32_t len,
                         char *err, size_t errlen);
+
+/* The payload of a gradient chunk, as msgcheck_weight_payload. -EINVAL. */
+int msgcheck_grad_payload(const Appliance__GradChunk *g, const Appliance__Plan *p,
+                          const void *payload, uint32_t len, char *err, size_t errlen);
+
+/* Whether tensor id's gradient chunks may travel packed: a sparse tensor
+ * streamed packed, of a type whose update reads the gradient at kept
+ * positions only (static, gmp, set; rigl's regrowth reads it dense). */
+bool msgcheck_grads_pack(const Appliance__Plan *p, uint32_t id);
 
 /* A frame of a batch, with len payload bytes, against a checked plan: the
  * batch (total bytes) is n samples of sample_elems inputs and label_elems

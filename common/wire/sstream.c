@@ -188,6 +188,38 @@ void sstream_expand(uint32_t pk, uint64_t count, uint64_t kept, uint32_t elem, c
     }
 }
 
+/* The position of kept element k of a positions payload. */
+static uint64_t sstream__pos(uint32_t pk, const uint8_t *p, uint64_t k)
+{
+    if (pk == SSTREAM_POS16) {
+        uint16_t v;
+        memcpy(&v, p + 2 * k, 2);
+        return v;
+    }
+    uint32_t v;
+    memcpy(&v, p + 4 * k, 4);
+    return v;
+}
+
+void sstream_mark(uint32_t pk, uint64_t count, uint64_t kept, const void *payload, uint8_t *bits,
+                  uint64_t at)
+{
+    const uint8_t *p = payload;
+    for (uint64_t i = 0; i < count; i++) {
+        uint64_t b = at + i;
+        bool on = pk == SSTREAM_DENSE || (pk == SSTREAM_BITMASK && (p[i / 8] >> (i % 8) & 1));
+        if (on)
+            bits[b / 8] |= (uint8_t)(1u << (b % 8));
+        else
+            bits[b / 8] &= (uint8_t)~(1u << (b % 8));
+    }
+    if (pk == SSTREAM_POS16 || pk == SSTREAM_POS32)
+        for (uint64_t k = 0; k < kept; k++) {
+            uint64_t b = at + sstream__pos(pk, p, k);
+            bits[b / 8] |= (uint8_t)(1u << (b % 8));
+        }
+}
+
 const char *sstream_name(uint32_t pk)
 {
     switch (pk) {

@@ -59,5 +59,11 @@ int sstream_check(uint32_t pk, uint64_t count, uint64_t kept, uint32_t elem, con
 void sstream_expand(uint32_t pk, uint64_t count, uint64_t kept, uint32_t elem, const void *payload,
                     void *dst);
 
+/* Records which of the chunk's count elements a payload that passed
+ * sstream_check keeps, as bits at..at+count-1 of bits (bit i%8 of byte
+ * i/8): 1 kept, 0 not; every one for a dense payload. */
+void sstream_mark(uint32_t pk, uint64_t count, uint64_t kept, const void *payload, uint8_t *bits,
+                  uint64_t at);
+
 /* The name of a packing, for messages ("dense", "bitmask", ...). */
 const char *sstream_name(uint32_t pk);

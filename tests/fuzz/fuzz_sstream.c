@@ -1,15 +1,18 @@
-/* Fuzz target: packed weight chunks of sparse tensors (common/wire/
- * sstream.c) through the checks the wse-node makes before expanding one
- * (msgcheck_weight_chunk, then msgcheck_weight_payload).
+/* Fuzz target: packed weight and gradient chunks of sparse tensors
+ * (common/wire/sstream.c) through the checks a receiver makes before
+ * expanding one (msgcheck_weight_chunk or msgcheck_grad_chunk, then
+ * msgcheck_weight_payload or msgcheck_grad_payload).
  *
  * Input: the packing (a byte, unknown values too), flags (a byte: bit 0
  * bfloat16 on the wire, bit 1 the tensor is sparse, bit 2 the backward
- * pass, bit 3 a checkpoint pass), the chunk's count, offset and kept (16
- * bits each, little-endian), then the payload. The plan has one tensor of
- * 64x64 elements and chunks of 4096. A chunk that passes both checks is
- * expanded into exactly count elements twice, over zeros and over ones:
- * both must agree (every byte written), with at most kept elements
- * nonzero. */
+ * pass, bit 3 a checkpoint pass, bit 4 rigl rather than static, bit 5
+ * sparsity.compressed_streams = false, bit 6 a gradient chunk), the
+ * chunk's count, offset and kept (16 bits each, little-endian), then the
+ * payload. The plan has one tensor of 64x64 elements and chunks of 4096. A
+ * chunk that passes both checks is expanded into exactly count elements
+ * twice, over zeros and over ones: both must agree (every byte written),
+ * with at most kept elements nonzero. */
+#include <stdbool.h>
 #include <string.h>
 
 #include "fuzz.h"
@@ -32,6 +35,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     p.n_tensors = 1;
     p.chunk_elems = SIDE * SIDE;
     p.wire_bf16 = data[1] & 1;
+    Appliance__PlanSparsity sp = APPLIANCE__PLAN_SPARSITY__INIT;
+    sp.type = data[1] & 16 ? "rigl" : "static";
+    sp.dense_streams = data[1] & 32;
+    p.sparsity = data[1] & 2 ? &sp : NULL;
     Appliance__WeightChunk w = APPLIANCE__WEIGHT_CHUNK__INIT;
     w.packing = (Appliance__Packing)(data[0] % 6);
     w.pass = data[1] & 8 ? APPLIANCE__PASS__PASS_CHECKPOINT
@@ -44,14 +51,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint32_t len = (uint32_t)(size - 8);
     char err[512];
     err[0] = '\0';
-    if (msgcheck_weight_chunk(&w, &p, len, err, sizeof(err)) < 0) {
-        FUZZ_ASSERT(strncmp(err, "weight chunk of tensor", 22) == 0);
+    Appliance__GradChunk g = APPLIANCE__GRAD_CHUNK__INIT;
+    g.tensor_id = w.tensor_id;
+    g.offset = w.offset;
+    g.count = w.count;
+    g.total = w.total;
+    g.packing = w.packing;
+    g.kept = w.kept;
+    bool grad = data[1] & 64;
+    const char *what = grad ? "gradient chunk of tensor" : "weight chunk of tensor";
+    if ((grad ? msgcheck_grad_chunk(&g, &p, len, err, sizeof(err))
+              : msgcheck_weight_chunk(&w, &p, len, err, sizeof(err))) < 0) {
+        FUZZ_ASSERT(strncmp(err, what, strlen(what)) == 0);
         return 0;
     }
     FUZZ_ASSERT(w.offset + w.count <= SIDE * SIDE);
-    if (msgcheck_weight_payload(&w, &p, pl, len, err, sizeof(err)) < 0) {
-        FUZZ_ASSERT((uint32_t)w.packing != SSTREAM_DENSE &&
-                    strncmp(err, "weight chunk of tensor 0 [", 26) == 0);
+    FUZZ_ASSERT((uint32_t)w.packing == SSTREAM_DENSE || (t.sparsity > 0 && !sp.dense_streams));
+    FUZZ_ASSERT(!grad || (uint32_t)w.packing == SSTREAM_DENSE || msgcheck_grads_pack(&p, 0));
+    if ((grad ? msgcheck_grad_payload(&g, &p, pl, len, err, sizeof(err))
+              : msgcheck_weight_payload(&w, &p, pl, len, err, sizeof(err))) < 0) {
+        FUZZ_ASSERT((uint32_t)w.packing != SSTREAM_DENSE && strncmp(err, what, strlen(what)) == 0);
         return 0;
     }
     uint32_t elem = msgcheck_wire_elem(&p);

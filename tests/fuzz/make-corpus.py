@@ -695,7 +695,7 @@ def corpus_rle():
 
 def corpus_sstream():
     BITMASK, POS16, POS32 = 1, 2, 3
-    SPARSE, BF16, BACKWARD, CHECKPOINT = 2, 1, 4, 8
+    SPARSE, BF16, BACKWARD, CHECKPOINT, RIGL, DENSE_STREAMS, GRAD = 2, 1, 4, 8, 16, 32, 64
 
     def chunk(packing, flags, count, offset, kept, payload):
         return struct.pack("<BBHHH", packing, flags, count, offset, kept) + payload
@@ -722,6 +722,11 @@ def corpus_sstream():
     write("sstream", "checkpoint-packed", chunk(BITMASK, SPARSE | CHECKPOINT, 64, 0, 3, bytes(bits) + floats(3)))
     write("sstream", "dense", chunk(0, SPARSE, 4, 8, 0, floats(4)))
     write("sstream", "unknown-packing", chunk(5, SPARSE, 4, 8, 1, floats(1)))
+    write("sstream", "dense-streams-packed", chunk(BITMASK, SPARSE | DENSE_STREAMS, 64, 0, 3, bytes(bits) + floats(3)))
+    write("sstream", "grad-bitmask", chunk(BITMASK, SPARSE | GRAD, 64, 64, 3, bytes(bits) + floats(3)))
+    write("sstream", "grad-pos16-bf16", chunk(POS16, SPARSE | GRAD | BF16, 4096, 0, 3, pos + bytes(6)))
+    write("sstream", "grad-rigl-packed", chunk(BITMASK, SPARSE | GRAD | RIGL, 64, 0, 3, bytes(bits) + floats(3)))
+    write("sstream", "weights-rigl-packed", chunk(BITMASK, SPARSE | RIGL, 64, 0, 3, bytes(bits) + floats(3)))
 
 
 # ---- render target: the coordinator's answers to appliance-submit ----

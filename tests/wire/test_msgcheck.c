@@ -224,8 +224,15 @@ START_TEST(weight_chunk_packed)
     /* a dense tensor of the plan is never packed */
     ck_assert_int_eq(msgcheck_weight_chunk(&w, &fx.p, 12, err, sizeof(err)), -EINVAL);
     ck_assert_str_eq(err, "weight chunk of tensor 0 packed (bitmask), but the plan streams it "
-                     "dense (sparse tensors' weights alone travel packed)");
+                     "dense (sparse tensors' weights and gradients alone travel packed)");
     fx.t[0].sparsity = 0.9f;
+    Appliance__PlanSparsity sp = APPLIANCE__PLAN_SPARSITY__INIT;
+    sp.type = "static";
+    fx.p.sparsity = &sp;
+    /* sparsity.compressed_streams = false: dense */
+    sp.dense_streams = true;
+    ck_assert_int_eq(msgcheck_weight_chunk(&w, &fx.p, 12, err, sizeof(err)), -EINVAL);
+    sp.dense_streams = false;
     ck_assert_int_eq(msgcheck_weight_chunk(&w, &fx.p, 12, err, sizeof(err)), 0);
     ck_assert_int_eq(msgcheck_weight_payload(&w, &fx.p, pl, 12, err, sizeof(err)), 0);
     /* a truncated index: one byte short */
@@ -276,6 +283,33 @@ START_TEST(weight_chunk_packed)
     w.kept = 2;
     w.pass = APPLIANCE__PASS__PASS_CHECKPOINT;
     ck_assert_int_eq(msgcheck_weight_chunk(&w, &fx.p, 12, err, sizeof(err)), -EINVAL);
+
+    /* gradients: packed for static masks, never for rigl's */
+    Appliance__GradChunk g = APPLIANCE__GRAD_CHUNK__INIT;
+    g.tensor_id = 0;
+    g.total = 12;
+    g.count = 12;
+    g.packing = APPLIANCE__PACKING__PACK_BITMASK;
+    g.kept = 2;
+    memset(pl, 0, sizeof(pl));
+    pl[0] = 0x05;
+    ck_assert_int_eq(msgcheck_grad_chunk(&g, &fx.p, 12, err, sizeof(err)), 0);
+    ck_assert_int_eq(msgcheck_grad_payload(&g, &fx.p, pl, 12, err, sizeof(err)), 0);
+    ck_assert_int_eq(msgcheck_grad_chunk(&g, &fx.p, 16, err, sizeof(err)), -EINVAL);
+    ck_assert_str_eq(err, "gradient chunk of tensor 0: bitmask packing of 2 kept of 12 elements "
+                     "in 16 bytes (12 expected, under the 48 of dense)");
+    pl[0] = 0x07;
+    ck_assert_int_eq(msgcheck_grad_payload(&g, &fx.p, pl, 12, err, sizeof(err)), -EINVAL);
+    ck_assert_str_eq(err, "gradient chunk of tensor 0 [0, +12): bitmask of 12 elements sets 3 "
+                     "bits, the chunk says 2 kept");
+    ck_assert(msgcheck_grads_pack(&fx.p, 0));
+    ck_assert(!msgcheck_grads_pack(&fx.p, 1));
+    sp.type = "rigl";
+    ck_assert(!msgcheck_grads_pack(&fx.p, 0));
+    ck_assert_int_eq(msgcheck_grad_chunk(&g, &fx.p, 12, err, sizeof(err)), -EINVAL);
+    ck_assert_str_eq(err, "gradient chunk of tensor 0 packed (bitmask), but the plan streams it "
+                     "dense (sparse tensors' weights and gradients alone travel packed)");
+    fx.p.sparsity = NULL;
 }
 END_TEST
 

@@ -778,6 +778,8 @@ static void mx__grad_chunk(node *n, conn *c, Appliance__Envelope *env, uint8_t *
         mxjob_abort(j, "bad gradient chunk from %s: %s", c->peer_addr, why);
         return;
     }
+    mx_of(n)->grad_bytes += len;
+    mx_of(n)->grad_dense_bytes += g->count * msgcheck_wire_elem(j->plan);
     if (g->step > j->step) { /* held until its step starts (mx__payload_dest) */
         mx_held *h = malloc(sizeof(*h) + len);
         if (!h) {
@@ -942,8 +944,17 @@ static void mx__metrics(node *n, metrics_buf *b)
                       "# HELP appliance_weight_stream_dense_bytes_total What those chunks would "
                       "have taken dense.\n"
                       "# TYPE appliance_weight_stream_dense_bytes_total counter\n"
-                      "appliance_weight_stream_dense_bytes_total %llu\n",
-                   (unsigned long long)mx->stream_bytes, (unsigned long long)mx->stream_dense_bytes);
+                      "appliance_weight_stream_dense_bytes_total %llu\n"
+                      "# HELP appliance_grad_stream_bytes_total Payload bytes of the gradient "
+                      "chunks received (sparse tensors' packed).\n"
+                      "# TYPE appliance_grad_stream_bytes_total counter\n"
+                      "appliance_grad_stream_bytes_total %llu\n"
+                      "# HELP appliance_grad_stream_dense_bytes_total What those chunks would "
+                      "have taken dense.\n"
+                      "# TYPE appliance_grad_stream_dense_bytes_total counter\n"
+                      "appliance_grad_stream_dense_bytes_total %llu\n",
+                   (unsigned long long)mx->stream_bytes, (unsigned long long)mx->stream_dense_bytes,
+                   (unsigned long long)mx->grad_bytes, (unsigned long long)mx->grad_dense_bytes);
     metrics_hist_render(&mx->chunk_hist, b, NULL);
     const mx_tier *tr = mx->job && tier_files(mx->job) ? mx->job->tier : NULL;
     metrics_printf(b, "# HELP appliance_tier_read_bytes_total Weight stream bytes read from the "

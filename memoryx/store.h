@@ -231,4 +231,6 @@ typedef struct memoryx {
     uint64_t checkpoint_failures; /* checkpoints that could not be written (the job failed) */
     uint64_t stream_bytes;        /* weight chunks' payload bytes sent down (packed or not) */
     uint64_t stream_dense_bytes;  /* what they would have been dense */
+    uint64_t grad_bytes;          /* gradient chunks' payload bytes received (packed or not) */
+    uint64_t grad_dense_bytes;    /* what they would have been dense */
 } memoryx;

@@ -39,11 +39,34 @@ uint64_t sstream_bytes(uint32_t pk, uint64_t count, uint64_t kept, uint32_t elem
     return index + (pk == SSTREAM_DENSE ? count : kept) * elem;
 }
 
+/* The 8 mask bytes at m as 8 bits, bit i set when byte i is not zero. */
+static inline unsigned sstream__bits8(const uint8_t *m)
+{
+    uint64_t w;
+    memcpy(&w, m, 8);
+    w |= w >> 4;
+    w |= w >> 2;
+    w |= w >> 1;
+    w &= 0x0101010101010101ull; /* bit 0 of each byte: it was not zero */
+    return (unsigned)((w * 0x0102040810204080ull) >> 56);
+}
+
+/* Bits [i, i + 8) of the mask as a byte (fewer past count: zeros). */
+static inline unsigned sstream__byte(const uint8_t *mask, uint64_t i, uint64_t count)
+{
+    if (i + 8 <= count)
+        return sstream__bits8(mask + i);
+    unsigned b = 0;
+    for (uint64_t k = i; k < count; k++)
+        b |= (unsigned)(mask[k] != 0) << (k - i);
+    return b;
+}
+
 uint32_t sstream_choose(const uint8_t *mask, uint64_t count, uint32_t elem, uint64_t *kept)
 {
     uint64_t k = 0;
-    for (uint64_t i = 0; i < count; i++)
-        k += mask[i] != 0;
+    for (uint64_t i = 0; i < count; i += 8)
+        k += (uint64_t)__builtin_popcount(sstream__byte(mask, i, count));
     *kept = k;
     uint32_t best = SSTREAM_DENSE;
     uint64_t least = count * elem;
@@ -60,6 +83,28 @@ uint32_t sstream_choose(const uint8_t *mask, uint64_t count, uint32_t elem, uint
     return best;
 }
 
+/* Packs with elements of ELEM bytes (a constant in each copy, so that the
+ * copies are plain loads and stores). */
+#define SSTREAM__PACK(ELEM)                                                                    \
+    for (uint64_t i = 0; i < count; i += 8) {                                                 \
+        unsigned bits = sstream__byte(mask, i, count);                                         \
+        if (pk == SSTREAM_BITMASK)                                                             \
+            o[i / 8] = (uint8_t)bits;                                                          \
+        while (bits) {                                                                         \
+            uint64_t at = i + (unsigned)__builtin_ctz(bits);                                  \
+            bits &= bits - 1;                                                                  \
+            if (pk == SSTREAM_POS16) {                                                         \
+                uint16_t p16 = (uint16_t)at;                                                   \
+                memcpy(o + 2 * k, &p16, 2);                                                    \
+            } else if (pk == SSTREAM_POS32) {                                                  \
+                uint32_t p32 = (uint32_t)at;                                                   \
+                memcpy(o + 4 * k, &p32, 4);                                                    \
+            }                                                                                  \
+            memcpy(vals + k * (ELEM), s + at * (ELEM), (ELEM));                               \
+            k++;                                                                               \
+        }                                                                                      \
+    }
+
 void sstream_pack(uint32_t pk, const uint8_t *mask, const void *src, uint64_t count, uint64_t kept,
                   uint32_t elem, void *out)
 {
@@ -73,20 +118,12 @@ void sstream_pack(uint32_t pk, const uint8_t *mask, const void *src, uint64_t co
     uint8_t *vals = o + index;
     memset(o, 0, index); /* the bitmask's bits, and the padding */
     uint64_t k = 0;
-    for (uint64_t i = 0; i < count; i++) {
-        if (!mask[i])
-            continue;
-        if (pk == SSTREAM_BITMASK) {
-            o[i / 8] |= (uint8_t)(1u << (i % 8));
-        } else if (pk == SSTREAM_POS16) {
-            uint16_t p = (uint16_t)i;
-            memcpy(o + 2 * k, &p, 2);
-        } else {
-            uint32_t p = (uint32_t)i;
-            memcpy(o + 4 * k, &p, 4);
-        }
-        memcpy(vals + k * elem, s + i * elem, elem);
-        k++;
+    if (elem == 4) {
+        SSTREAM__PACK(4)
+    } else if (elem == 2) {
+        SSTREAM__PACK(2)
+    } else {
+        SSTREAM__PACK(elem)
     }
 }
 
@@ -149,45 +186,6 @@ int sstream_check(uint32_t pk, uint64_t count, uint64_t kept, uint32_t elem, con
     return 0;
 }
 
-void sstream_expand(uint32_t pk, uint64_t count, uint64_t kept, uint32_t elem, const void *payload,
-                    void *dst)
-{
-    const uint8_t *p = payload;
-    uint8_t *d = dst;
-    if (pk == SSTREAM_DENSE) {
-        memcpy(d, p, count * elem);
-        return;
-    }
-    memset(d, 0, count * elem);
-    const uint8_t *vals = p + sstream_index_bytes(pk, count, kept);
-    if (pk == SSTREAM_BITMASK) {
-        uint64_t k = 0, bytes = (count + 7) / 8;
-        for (uint64_t b = 0; b < bytes; b++) {
-            unsigned bits = p[b];
-            while (bits) {
-                unsigned bit = (unsigned)__builtin_ctz(bits);
-                bits &= bits - 1;
-                memcpy(d + (8 * b + bit) * elem, vals + k * elem, elem);
-                k++;
-            }
-        }
-        return;
-    }
-    for (uint64_t k = 0; k < kept; k++) {
-        uint64_t at;
-        if (pk == SSTREAM_POS16) {
-            uint16_t v;
-            memcpy(&v, p + 2 * k, 2);
-            at = v;
-        } else {
-            uint32_t v;
-            memcpy(&v, p + 4 * k, 4);
-            at = v;
-        }
-        memcpy(d + at * elem, vals + k * elem, elem);
-    }
-}
-
 /* The position of kept element k of a positions payload. */
 static uint64_t sstream__pos(uint32_t pk, const uint8_t *p, uint64_t k)
 {
@@ -201,11 +199,54 @@ static uint64_t sstream__pos(uint32_t pk, const uint8_t *p, uint64_t k)
     return v;
 }
 
+/* Expands with elements of ELEM bytes (as SSTREAM__PACK). */
+#define SSTREAM__EXPAND(ELEM)                                                                  \
+    if (pk == SSTREAM_BITMASK) {                                                               \
+        uint64_t k = 0, bytes = (count + 7) / 8;                                               \
+        for (uint64_t b = 0; b < bytes; b++) {                                                 \
+            unsigned bits = p[b];                                                              \
+            while (bits) {                                                                     \
+                unsigned bit = (unsigned)__builtin_ctz(bits);                                  \
+                bits &= bits - 1;                                                              \
+                memcpy(d + (8 * b + bit) * (ELEM), vals + k * (ELEM), (ELEM));                 \
+                k++;                                                                           \
+            }                                                                                  \
+        }                                                                                      \
+    } else {                                                                                   \
+        for (uint64_t k = 0; k < kept; k++)                                                    \
+            memcpy(d + sstream__pos(pk, p, k) * (ELEM), vals + k * (ELEM), (ELEM));           \
+    }
+
+void sstream_expand(uint32_t pk, uint64_t count, uint64_t kept, uint32_t elem, const void *payload,
+                    void *dst)
+{
+    const uint8_t *p = payload;
+    uint8_t *d = dst;
+    if (pk == SSTREAM_DENSE) {
+        memcpy(d, p, count * elem);
+        return;
+    }
+    memset(d, 0, count * elem);
+    const uint8_t *vals = p + sstream_index_bytes(pk, count, kept);
+    if (elem == 4) {
+        SSTREAM__EXPAND(4)
+    } else if (elem == 2) {
+        SSTREAM__EXPAND(2)
+    } else {
+        SSTREAM__EXPAND(elem)
+    }
+}
+
 void sstream_mark(uint32_t pk, uint64_t count, uint64_t kept, const void *payload, uint8_t *bits,
                   uint64_t at)
 {
     const uint8_t *p = payload;
-    for (uint64_t i = 0; i < count; i++) {
+    uint64_t whole = at % 8 == 0 ? count / 8 : 0; /* bytes of bits set at once */
+    if (whole && pk == SSTREAM_BITMASK)
+        memcpy(bits + at / 8, p, whole);
+    else if (whole)
+        memset(bits + at / 8, pk == SSTREAM_DENSE ? 0xff : 0, whole);
+    for (uint64_t i = 8 * whole; i < count; i++) {
         uint64_t b = at + i;
         bool on = pk == SSTREAM_DENSE || (pk == SSTREAM_BITMASK && (p[i / 8] >> (i % 8) & 1));
         if (on)

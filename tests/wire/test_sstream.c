@@ -62,6 +62,20 @@ static uint64_t round_trip(const uint8_t *mask, uint64_t count, uint32_t elem, u
             least = b;
     }
     ck_assert_uint_eq(bytes, least);
+    /* the index as bits of a tensor, at a byte's start and past it */
+    for (uint64_t at = 0; at <= 5; at += 5) {
+        uint8_t *bits = malloc((at + count + 7) / 8 + 1);
+        memset(bits, 0x5a, (at + count + 7) / 8 + 1);
+        sstream_mark(pk, count, kept, pl, bits, at);
+        uint64_t wrong = 0;
+        for (uint64_t i = 0; i < count; i++)
+            wrong += (unsigned)(bits[(at + i) / 8] >> ((at + i) % 8) & 1) !=
+                     (pk == SSTREAM_DENSE ? 1u : (unsigned)(mask[i] != 0));
+        for (uint64_t i = 0; i < at; i++) /* the bits before it untouched */
+            wrong += (bits[i / 8] >> (i % 8) & 1) != (0x5au >> (i % 8) & 1);
+        ck_assert_uint_eq(wrong, 0);
+        free(bits);
+    }
     free(src);
     free(want);
     free(out);

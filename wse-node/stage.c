@@ -144,7 +144,14 @@ wn_packed_grad *wn__pack_grad(const wn_job *j, wn_tensor *t, uint64_t off, uint6
     uint8_t *mask = malloc(count ? count : 1);
     if (!mask)
         return NULL;
-    for (uint64_t i = 0; i < count; i++)
+    uint64_t i = 0;
+    if (off % 8 == 0) /* a byte of bits at a time: 8 mask bytes */
+        for (; i + 8 <= count; i += 8) {
+            unsigned b = t->kept_bits[(off + i) / 8];
+            for (int k = 0; k < 8; k++)
+                mask[i + (uint64_t)k] = (uint8_t)(b >> k & 1);
+        }
+    for (; i < count; i++)
         mask[i] = t->kept_bits[(off + i) / 8] >> ((off + i) % 8) & 1;
     uint32_t elem = msgcheck_wire_elem(j->plan);
     uint64_t kept;

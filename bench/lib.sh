@@ -19,10 +19,11 @@ bench__cleanup() {
   rm -rf "$work"
 }
 
-# bench_wide_mlp LAYERS STEPS CHECKPOINT_STEPS MODEL_DIR OPTIMIZER [MODE]:
+# bench_wide_mlp LAYERS STEPS CHECKPOINT_STEPS MODEL_DIR OPTIMIZER [MODE [UNITS]]:
 # the job file of the big-model benchmarks on stdout: 16384 inputs, LAYERS
-# dense layers of 16384 units with ReLU, a 16-class head (268 M parameters
-# a layer), batch 32, SGD with momentum (OPTIMIZER sgd) or Adam (adam).
+# dense layers of 16384 units (or UNITS) with ReLU, a 16-class head (268 M
+# parameters a layer), batch 32, SGD with momentum (OPTIMIZER sgd) or Adam
+# (adam).
 bench_wide_mlp() {
   printf '[runconfig]\nmax_steps = %d\nlog_steps = 1\ncheckpoint_steps = %d\nseed = 5\nnum_csx = 1\n' "$2" "$3"
   [ -z "${6:-}" ] || printf 'mode = "%s"\n' "$6"
@@ -31,7 +32,7 @@ bench_wide_mlp() {
   printf '[model]\ninput_shape = [1, 128, 128]\nloss = "softmax_cross_entropy"\n'
   printf '[[model.layers]]\nname = "flatten"\ntype = "flatten"\n'
   for i in $(seq 1 "$1"); do
-    printf '[[model.layers]]\nname = "fc%d"\ntype = "dense"\nunits = 16384\n' "$i"
+    printf '[[model.layers]]\nname = "fc%d"\ntype = "dense"\nunits = %d\n' "$i" "${7:-16384}"
     printf '[[model.layers]]\nname = "relu%d"\ntype = "relu"\n' "$i"
   done
   printf '[[model.layers]]\nname = "head"\ntype = "dense"\nunits = 16\n'

@@ -10,6 +10,15 @@
 #         (scripts/fetch-mnist)
 #   BENCH fc_mnist_sparse90_all_layers_accuracy_delta <points> of_dense
 #         the same with the default patterns: the head at 90% too
+#   BENCH ws_mlp4096_sparse90_bytes_vs_dense <ratio> of_dense   bytes on the
+#         wire per step (memoryx's weight chunks sent and gradient chunks
+#         received, their payloads) of the wide MLP of bench/big_model.sh
+#         with 4096 units a layer (117 M parameters) at 90% static sparsity
+#         (every dense layer's weights), streams packed, over the same job
+#         with sparsity.compressed_streams = false (goal <= 0.2)
+#   BENCH ws_1b_sparse90_bytes_vs_dense <ratio> of_dense   the same for the
+#         1.07B MLP itself (16384 units), with BENCH_SPARSE_1B=1 (about 15 GB
+#         of memory and a few minutes)
 set -euo pipefail
 src=${SOURCE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
 build=${BUILD_ROOT:-$src/build}
@@ -59,3 +68,45 @@ print("BENCH fc_mnist_sparse90_all_layers_accuracy_delta %.2f of_dense" % (100 *
 else
   echo "fc_mnist: no data/mnist (scripts/fetch-mnist): skipped"
 fi
+
+# Bytes on the wire: the wide MLP at 90% static sparsity, packed streams
+# against dense ones (sparsity.compressed_streams = false), 3 steps each on
+# a fresh cluster of one replica; memoryx's stream counters (docs/sparsity.md)
+if [ "${BENCH_SPARSE_1B:-0}" = 1 ]; then units=16384 name=ws_1b wafer=2G
+else units=4096 name=ws_mlp4096 wafer=2G; fi
+# stream_job NAME FILE: prints memoryx's weight bytes sent, their dense
+# equivalent, gradient bytes received and theirs, and the steps
+stream_job() {
+  "$src/deploy/local/appliance-up" --replicas 1 --threads 2 --wafer-memory "$wafer" --metrics \
+    --dir "$run" --build "$build" >/dev/null
+  local out url
+  out=$(set -a; . "$run/env"; set +a; cd "$work" && "$build/client/appliance-submit" --json "$2" 2>&1) ||
+    { echo "sparsity: the $1 job failed: $out" >&2; exit 1; }
+  sleep 1.2 # the exposition is rendered once a second
+  url=$(awk '$1 == "memoryx-1" {print $2}' "$run/metrics")
+  "$py" - "$url" <<'PY'
+import re, sys, urllib.request
+text = urllib.request.urlopen(sys.argv[1], timeout=5).read().decode()
+print(" ".join(re.search(r"^appliance_%s_bytes_total (\S+)$" % k, text, re.M).group(1)
+               for k in ("weight_stream", "weight_stream_dense", "grad_stream", "grad_stream_dense")))
+PY
+  "$src/deploy/local/appliance-down" --dir "$run" --quiet >/dev/null
+  rm -rf "$run"
+}
+sparse90='\n[sparsity]\ntype = "static"\nsparsity = 0.9\ninit_method = "random"\n'
+{ bench_wide_mlp 4 3 100 "$work/packed" sgd weight_streaming "$units"; printf "$sparse90"; } > "$work/packed.toml"
+{ bench_wide_mlp 4 3 100 "$work/densestream" sgd weight_streaming "$units"
+  printf "${sparse90}compressed_streams = false\n"; } > "$work/densestream.toml"
+packed=$(stream_job packed "$work/packed.toml")
+dense=$(stream_job densestream "$work/densestream.toml")
+"$py" - "$packed" "$dense" "$name" "$units" <<'PY'
+import sys
+p, d = ([float(x) for x in a.split()] for a in sys.argv[1:3])
+name, units = sys.argv[3], sys.argv[4]
+steps = 3
+print("wide MLP of %s units, 90%% static sparsity, 3 steps: per step, packed weights %.1f MB and "
+      "gradients %.1f MB; dense streams %.1f and %.1f MB (weights %.3f, gradients %.3f of dense)"
+      % (units, p[0] / steps / 1e6, p[2] / steps / 1e6, d[0] / steps / 1e6, d[2] / steps / 1e6,
+         p[0] / d[0], p[2] / d[2]))
+print("BENCH %s_sparse90_bytes_vs_dense %.3f of_dense" % (name, (p[0] + p[2]) / (d[0] + d[2])))
+PY

@@ -457,6 +457,7 @@ static Appliance__PlanSparsity *planner__sparsity(arena *a, const jobspec_sparsi
     ps->type = (char *)sparse_type_name(js->type);
     ps->init_method = js->init_method == SPARSE_INIT_TOPK ? "topk" : "random";
     ps->seed = (uint64_t)js->seed;
+    ps->dense_streams = js->dense_streams;
     ps->freq = js->schedule.freq;
     ps->start = js->schedule.start;
     ps->stop = js->schedule.stop;

@@ -17,6 +17,7 @@
 #include "log.h"
 #include "msg.h"
 #include "msgcheck.h"
+#include "sstream.h"
 #include "mxjob.h"
 #include "mxsparse.h"
 #include "optim_plan.h"
@@ -122,7 +123,7 @@ static void mx__start_step(node *n, mx_job *j)
             tierio_grad_wire(j, h->tensor, h->offset, h->count, h->data, h);
             continue;
         }
-        update_grad_land(j, h->tensor, h->offset, h->count, h->data);
+        update_grad_land(j, h->tensor, h->offset, h->count, h->data, h->packing, h->kept);
         mx__grad_in(n, j, h->tensor, h->offset, h->count);
         free(h);
     }
@@ -651,6 +652,11 @@ static void *mx__payload_dest(node *n, conn *c, const Appliance__Envelope *env, 
             *err = -ENOMEM;
         return j->tier->gbuf;
     }
+    if ((uint32_t)g->packing != SSTREAM_DENSE) { /* in a buffer, expanded once in */
+        if (!j->gpack && !(j->gpack = malloc(j->plan->chunk_elems * sizeof(float))))
+            *err = -ENOMEM;
+        return j->gpack; /* (msgcheck: under count elements' bytes, a chunk's at most) */
+    }
     return update_grad_dest(j, t, g->offset, g->count);
 }
 
@@ -767,6 +773,13 @@ static void mx__grad_chunk(node *n, conn *c, Appliance__Envelope *env, uint8_t *
         return;
     }
     mx_tensor *t = j->by_id[g->tensor_id];
+    char why[400];
+    if (msgcheck_grad_payload(g, j->plan, pl, len, why, sizeof(why)) < 0) {
+        mxjob_abort(j, "bad gradient chunk from %s: %s", c->peer_addr, why);
+        return;
+    }
+    mx_of(n)->grad_bytes += len;
+    mx_of(n)->grad_dense_bytes += g->count * msgcheck_wire_elem(j->plan);
     if (g->step > j->step) { /* held until its step starts (mx__payload_dest) */
         mx_held *h = malloc(sizeof(*h) + len);
         if (!h) {
@@ -779,6 +792,8 @@ static void mx__grad_chunk(node *n, conn *c, Appliance__Envelope *env, uint8_t *
         h->tensor = t;
         h->offset = g->offset;
         h->count = g->count;
+        h->packing = (uint32_t)g->packing;
+        h->kept = g->kept;
         memcpy(h->data, pl, len);
         *j->held_tail = h;
         j->held_tail = &h->next;
@@ -802,7 +817,7 @@ static void mx__grad_chunk(node *n, conn *c, Appliance__Envelope *env, uint8_t *
     }
     /* in place; or a chunk that was to be held, but whose step started
      * while its payload still arrived: in the reader's buffer */
-    update_grad_land(j, t, g->offset, g->count, pl);
+    update_grad_land(j, t, g->offset, g->count, pl, (uint32_t)g->packing, g->kept);
     mx__grad_in(n, j, t, g->offset, g->count);
 }
 
@@ -922,6 +937,24 @@ static void mx__metrics(node *n, metrics_buf *b)
                       "# TYPE appliance_checkpoint_failures_total counter\n"
                       "appliance_checkpoint_failures_total %llu\n",
                    (unsigned long long)mx->checkpoint_failures);
+    metrics_printf(b, "# HELP appliance_weight_stream_bytes_total Payload bytes of the weight "
+                      "chunks sent down (sparse tensors' packed).\n"
+                      "# TYPE appliance_weight_stream_bytes_total counter\n"
+                      "appliance_weight_stream_bytes_total %llu\n"
+                      "# HELP appliance_weight_stream_dense_bytes_total What those chunks would "
+                      "have taken dense.\n"
+                      "# TYPE appliance_weight_stream_dense_bytes_total counter\n"
+                      "appliance_weight_stream_dense_bytes_total %llu\n"
+                      "# HELP appliance_grad_stream_bytes_total Payload bytes of the gradient "
+                      "chunks received (sparse tensors' packed).\n"
+                      "# TYPE appliance_grad_stream_bytes_total counter\n"
+                      "appliance_grad_stream_bytes_total %llu\n"
+                      "# HELP appliance_grad_stream_dense_bytes_total What those chunks would "
+                      "have taken dense.\n"
+                      "# TYPE appliance_grad_stream_dense_bytes_total counter\n"
+                      "appliance_grad_stream_dense_bytes_total %llu\n",
+                   (unsigned long long)mx->stream_bytes, (unsigned long long)mx->stream_dense_bytes,
+                   (unsigned long long)mx->grad_bytes, (unsigned long long)mx->grad_dense_bytes);
     metrics_hist_render(&mx->chunk_hist, b, NULL);
     const mx_tier *tr = mx->job && tier_files(mx->job) ? mx->job->tier : NULL;
     metrics_printf(b, "# HELP appliance_tier_read_bytes_total Weight stream bytes read from the "

@@ -41,6 +41,7 @@ void mxjob_free(mx_job *j)
         free(j->t[i].parts);
     free(j->t);
     free(j->by_id);
+    free(j->gpack);
     free(j->ready);
     while (j->held) {
         mx_held *h = j->held;

@@ -1,11 +1,14 @@
 /* memoryx's weight stream (pump.h). */
 #include "pump.h"
 
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "msg.h"
 #include "msgcheck.h"
 #include "mxjob.h"
+#include "sstream.h"
 #include "tierio.h"
 #include "update.h"
 
@@ -31,12 +34,29 @@ static void pump__chunk_sent(void *arg, int status)
         update_writes_done(t->job);
 }
 
+/* A packed chunk's payload, freed once written. */
+typedef struct pump_packed {
+    mx_tensor *t;
+    uint8_t data[];
+} pump_packed;
+
+static void pump__packed_sent(void *arg, int status)
+{
+    pump_packed *pk = arg;
+    mx_tensor *t = pk->t;
+    free(pk);
+    pump__chunk_sent(t, status);
+}
+
 /* Sends chunk ch of the stream, its bytes at data (done(arg) when they are
- * written). Returns conn_send's result. */
-static int pump__send_chunk(mx_job *j, const plan_chunk *ch, const void *data, uint64_t bytes,
-                            conn_done_fn done, void *arg)
+ * written), packed as `packing` with `kept` elements (sstream.h; dense:
+ * SSTREAM_DENSE, 0). Returns conn_send's result. */
+static int pump__send_packed(mx_job *j, const plan_chunk *ch, const void *data, uint64_t bytes,
+                             uint32_t packing, uint64_t kept, conn_done_fn done, void *arg)
 {
     Appliance__WeightChunk wc = APPLIANCE__WEIGHT_CHUNK__INIT;
+    wc.packing = (Appliance__Packing)packing;
+    wc.kept = kept;
     wc.step = ch->step;
     wc.tensor_id = ch->tensor;
     wc.offset = ch->offset;
@@ -47,7 +67,51 @@ static int pump__send_chunk(mx_job *j, const plan_chunk *ch, const void *data, u
     wc.eval_pass = ch->eval_pass;
     wc.pass = ch->pass;
     ENVELOPE(env, weight_chunk, WEIGHT_CHUNK, &wc);
-    return conn_send(j->down, &env, data, (uint32_t)bytes, done, arg);
+    int rc = conn_send(j->down, &env, data, (uint32_t)bytes, done, arg);
+    if (rc >= 0) {
+        j->mx->stream_bytes += bytes;
+        j->mx->stream_dense_bytes += ch->count * msgcheck_wire_elem(j->plan);
+    }
+    return rc;
+}
+
+static int pump__send_chunk(mx_job *j, const plan_chunk *ch, const void *data, uint64_t bytes,
+                            conn_done_fn done, void *arg)
+{
+    return pump__send_packed(j, ch, data, bytes, SSTREAM_DENSE, 0, done, arg);
+}
+
+/* Whether chunk ch of t travels packed: a sparse tensor's weights, unless
+ * the job asks for dense streams. */
+static bool pump__packs(const mx_job *j, const mx_tensor *t, const plan_chunk *ch)
+{
+    return t->mask && ch->state == 0 && j->plan->sparsity && !j->plan->sparsity->dense_streams &&
+           (ch->pass == APPLIANCE__PASS__PASS_FORWARD || ch->pass == APPLIANCE__PASS__PASS_BACKWARD);
+}
+
+/* Sends chunk ch of sparse tensor t packed (or dense, when packing saves
+ * nothing). Returns 1 when sent, 0 when the link is full, or a negative
+ * errno. */
+static int pump__send_sparse(mx_job *j, mx_tensor *t, const plan_chunk *ch, const void *data)
+{
+    uint32_t elem = msgcheck_wire_elem(j->plan);
+    uint64_t kept;
+    const uint8_t *mask = t->mask + ch->offset;
+    uint32_t packing = sstream_choose(mask, ch->count, elem, &kept);
+    uint64_t bytes = sstream_bytes(packing, ch->count, kept, elem);
+    if (!conn_can_send(j->down, bytes))
+        return 0;
+    pump_packed *pk = malloc(sizeof(*pk) + (bytes ? bytes : 1));
+    if (!pk)
+        return -ENOMEM;
+    pk->t = t;
+    sstream_pack(packing, mask, data, ch->count, kept, elem, pk->data);
+    int rc = pump__send_packed(j, ch, pk->data, bytes, packing, kept, pump__packed_sent, pk);
+    if (rc < 0) {
+        free(pk);
+        return rc;
+    }
+    return 1;
 }
 
 /* Disk tier: sends the chunk at the cursor from its read-ahead buffer.
@@ -93,7 +157,14 @@ bool pump_send(mx_job *j)
         /* bfloat16 on the wire: from the weights' twin (only weights stream
          * in Weight Streaming), or else through the read-ahead (tier_ahead) */
         const void *data = t->w16 ? (const void *)(t->w16 + ch.offset) : (const void *)(src + ch.offset);
-        int rc = pump__send_chunk(j, &ch, data, ch.count * elem, pump__chunk_sent, t);
+        int rc;
+        if (pump__packs(j, t, &ch)) {
+            rc = pump__send_sparse(j, t, &ch, data);
+            if (rc == 0)
+                return false;
+        } else {
+            rc = pump__send_chunk(j, &ch, data, ch.count * elem, pump__chunk_sent, t);
+        }
         if (rc < 0) {
             mxjob_fault(j, "cannot stream %s to %s: %s", t->name, mxjob_down_name(j), strerror(-rc));
             return false;

@@ -77,6 +77,8 @@ typedef struct mx_held {
     mx_tensor *tensor;
     uint64_t offset, count;
     uint32_t state;       /* Pipelined: an upload's chunk held while a checkpoint is written */
+    uint32_t packing;     /* a gradient chunk's packing (sstream.h) and kept elements */
+    uint64_t kept;
     float data[];
 } mx_held;
 
@@ -201,6 +203,7 @@ typedef struct mx_job {
     uint64_t up_step;             /* the step of the upload coming in, UINT64_MAX: none */
     uint64_t up_have, up_need;    /* its elements in, and in all */
     const void *up_dest;          /* where the frame being read lands in place, or NULL */
+    uint8_t *gpack;               /* a packed gradient chunk as it comes (a chunk's bytes) */
     struct mx_tier *tier;         /* the disk tier (tier.h), or NULL: the tensors are in RAM */
     uint64_t tier_window;         /* > 0: the shard goes to the disk tier, with this much RAM */
 } mx_job;
@@ -226,4 +229,8 @@ typedef struct memoryx {
                                      step before was back (mx__maybe_turn) */
     uint64_t checkpoints;         /* checkpoint files written */
     uint64_t checkpoint_failures; /* checkpoints that could not be written (the job failed) */
+    uint64_t stream_bytes;        /* weight chunks' payload bytes sent down (packed or not) */
+    uint64_t stream_dense_bytes;  /* what they would have been dense */
+    uint64_t grad_bytes;          /* gradient chunks' payload bytes received (packed or not) */
+    uint64_t grad_dense_bytes;    /* what they would have been dense */
 } memoryx;

@@ -9,6 +9,7 @@
 #include "log.h"
 #include "msg.h"
 #include "msgcheck.h"
+#include "sstream.h"
 #include "mxjob.h"
 #include "mxsparse.h"
 #include "optim_plan.h"
@@ -82,10 +83,12 @@ void *update_grad_dest(const mx_job *j, mx_tensor *t, uint64_t offset, uint64_t 
 }
 
 void update_grad_land(const mx_job *j, mx_tensor *t, uint64_t offset, uint64_t count,
-                      const void *payload)
+                      const void *payload, uint32_t packing, uint64_t kept)
 {
     void *dest = update_grad_dest(j, t, offset, count);
-    if (payload != dest)
+    if (packing != SSTREAM_DENSE)
+        sstream_expand(packing, count, kept, msgcheck_wire_elem(j->plan), payload, dest);
+    else if (payload != dest)
         memcpy(dest, payload, count * msgcheck_wire_elem(j->plan));
     if (j->plan->wire_bf16 && !t->g16)
         bf16_unpack(t->g + offset, dest, count);

@@ -39,9 +39,11 @@ void update_start(mx_job *j);
 void *update_grad_dest(const mx_job *j, mx_tensor *t, uint64_t offset, uint64_t count);
 
 /* count gradient elements as the wire carries them (payload) into t's
- * gradient at offset (nothing to copy when they landed in place). */
+ * gradient at offset (nothing to copy when they landed in place); packed
+ * (sstream.h, a payload apart from t's gradient, checked): expanded, zeros
+ * where it keeps nothing. */
 void update_grad_land(const mx_job *j, mx_tensor *t, uint64_t offset, uint64_t count,
-                      const void *payload);
+                      const void *payload, uint32_t packing, uint64_t kept);
 
 /* Elements [offset, offset + count) of t's reduced gradient are in its
  * buffer: the parts they complete are due, and with the last the tensor

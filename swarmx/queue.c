@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "bf16.h"
+#include "sstream.h"
 
 swx_buf *swx_buf_new(uint32_t len)
 {
@@ -63,6 +64,10 @@ int swx_reduce_take(swx_child *kids, size_t nkids, swx_buf **sum, bool bf16,
         if (!kids[i].head)
             return 0;
     const Appliance__GradChunk *h = &kids[0].head->hdr;
+    /* packed (sstream.h): the same index from every child, the values
+     * behind it summed (the mask is the same on every replica) */
+    uint64_t index = sstream_index_bytes((uint32_t)h->packing, h->count, h->kept);
+    uint64_t n = (uint32_t)h->packing == SSTREAM_DENSE ? h->count : h->kept;
     for (size_t i = 1; i < nkids; i++) {
         const Appliance__GradChunk *g = &kids[i].head->hdr;
         if (g->step != h->step || g->tensor_id != h->tensor_id || g->offset != h->offset ||
@@ -72,16 +77,26 @@ int swx_reduce_take(swx_child *kids, size_t nkids, swx_buf **sum, bool bf16,
                      (unsigned long long)g->offset, h->tensor_id, (unsigned long long)h->offset);
             return -EPROTO;
         }
+        if (g->packing != h->packing || g->kept != h->kept ||
+            memcmp(kids[i].head->data, kids[0].head->data, index) != 0) {
+            snprintf(why, whylen, "gradient streams diverge: child %zu packed tensor %u [%llu, "
+                     "+%llu) with another mask than child 0 (%s of %llu kept, child 0 %s of "
+                     "%llu)", i, g->tensor_id, (unsigned long long)g->offset,
+                     (unsigned long long)g->count, sstream_name((uint32_t)g->packing),
+                     (unsigned long long)g->kept, sstream_name((uint32_t)h->packing),
+                     (unsigned long long)h->kept);
+            return -EPROTO;
+        }
     }
     swx_buf *s = kids[0].head;
     float *acc = NULL; /* bfloat16: the float32 sum */
     if (bf16 && nkids > 1) {
-        if (!(acc = malloc(s->hdr.count * sizeof(float)))) {
+        if (!(acc = malloc((n ? n : 1) * sizeof(float)))) {
             snprintf(why, whylen, "out of memory summing a gradient chunk of %llu elements",
-                     (unsigned long long)s->hdr.count);
+                     (unsigned long long)n);
             return -ENOMEM;
         }
-        bf16_unpack(acc, (const uint16_t *)s->data, s->hdr.count);
+        bf16_unpack(acc, (const uint16_t *)(s->data + index), n);
     }
     for (size_t i = 0; i < nkids; i++) {
         swx_child *k = &kids[i];
@@ -93,14 +108,14 @@ int swx_reduce_take(swx_child *kids, size_t nkids, swx_buf **sum, bool bf16,
             popped(k, arg);
         if (i > 0) {
             if (acc)
-                bf16_add(acc, (const uint16_t *)b->data, s->hdr.count);
+                bf16_add(acc, (const uint16_t *)(b->data + index), n);
             else
-                swx_add((float *)s->data, (const float *)b->data, s->hdr.count);
+                swx_add((float *)(s->data + index), (const float *)(b->data + index), n);
             swx_buf_unref(b);
         }
     }
     if (acc) {
-        bf16_pack((uint16_t *)s->data, acc, s->hdr.count);
+        bf16_pack((uint16_t *)(s->data + index), acc, n);
         free(acc);
     }
     s->next = NULL;

@@ -276,7 +276,8 @@ static void swx__grad_chunk(node *n, swx_job *j, conn *c, Appliance__Envelope *e
     }
     const Appliance__GradChunk *g = env->grad_chunk;
     char why[256];
-    if (msgcheck_grad_chunk(g, j->plan, b->len, why, sizeof(why)) < 0) {
+    if (msgcheck_grad_chunk(g, j->plan, b->len, why, sizeof(why)) < 0 ||
+        msgcheck_grad_payload(g, j->plan, b->data, b->len, why, sizeof(why)) < 0) {
         swx_buf_unref(b);
         swx__abort(n, j, "bad gradient chunk from %s: %s", c->peer_addr, why);
         return;

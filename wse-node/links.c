@@ -13,6 +13,7 @@
 #include "msg.h"
 #include "bf16.h"
 #include "msgcheck.h"
+#include "sstream.h"
 
 /* ---- links ---- */
 
@@ -65,6 +66,16 @@ static void *wn__up_dest(conn *c, const Appliance__Envelope *env, uint32_t len, 
                          ? wslots_dest(&j->ws, w->tensor_id, w->pass == APPLIANCE__PASS__PASS_BACKWARD,
                                        w->offset, w->count, &blocked)
                          : NULL;
+        if (dst && (uint32_t)w->packing != SSTREAM_DENSE) { /* in a buffer, expanded once in */
+            if (!j->packed_buf &&
+                !(j->packed_buf = malloc(j->plan->chunk_elems * sizeof(float)))) {
+                *err = -ENOMEM;
+                return NULL;
+            }
+            j->packed_dst = dst;
+            j->arrival = WN_ARRIVE_PACKED;
+            return j->packed_buf; /* (msgcheck: under count elements' bytes, a chunk's at most) */
+        }
         if (dst && j->plan->wire_bf16) { /* bfloat16: kept as it came, widened beside; */
             uint16_t *kept = wslots_dest16(&j->ws, dst, w->count);
             j->arrival = WN_ARRIVE_SLOT_BF16;
@@ -125,7 +136,20 @@ static void wn__up_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, ui
             j->rg_done++;
         break;
     }
-    case WN_ARRIVE_HELD:
+    case WN_ARRIVE_PACKED:
+    case WN_ARRIVE_HELD: {
+        char why[400];
+        if (msgcheck_weight_payload(w, j->plan, payload, len, why, sizeof(why)) < 0) {
+            wn__fault(j->n, j, "bad weight chunk from %s: %s", j->up_name, why);
+            return;
+        }
+        if (a == WN_ARRIVE_PACKED) {
+            wn__land(j, w->tensor_id, j->packed_dst, payload, w->count, (uint32_t)w->packing,
+                     w->kept, w->offset);
+            if (wslots_received(&j->ws, w->count))
+                wn__pause(j);
+            break;
+        }
         /* Its slot may have freed while the rest of it was read. */
         if (wn__stage(j, w, payload) < 0) {
             wn__abort(j->n, j, "out of memory holding a weight chunk");
@@ -136,11 +160,12 @@ static void wn__up_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, ui
         if (j->state == WN_RELEASED)
             return;
         break;
+    }
     case WN_ARRIVE_SLOT_BF16: /* in the slot's twin, or in the upper half of its place */
         wn__land(j, w->tensor_id, wslots_in_twin(&j->ws, payload)
                         ? wslots_dest32(&j->ws, (const uint16_t *)payload)
                         : (float *)(payload - 2 * w->count),
-                 payload, w->count);
+                 payload, w->count, SSTREAM_DENSE, 0, w->offset);
         /* fall through */
     case WN_ARRIVE_SLOT:
         if (wslots_received(&j->ws, w->count))

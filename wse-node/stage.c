@@ -1,7 +1,9 @@
 /* wse-node: weight chunks that come before their slot is free, held in
  * arrival order and landed once it frees, and the flow control of the link
  * up around them (wjob.h: the arrival of a chunk, links.c; a slot freed,
- * step.c). Calls down only: the slots, the stripes' state, wjob.c. */
+ * step.c); packed chunks of sparse tensors expanded as they land, their
+ * index kept to pack the gradients going up the same way. Calls down
+ * only: the slots, the stripes' state, wjob.c. */
 #include "wjob.h"
 
 #include <errno.h>
@@ -10,6 +12,7 @@
 
 #include "bf16.h"
 #include "msgcheck.h"
+#include "sstream.h"
 
 /* Whether reading from swarmx goes on whatever the slots say: the
  * compute thread waits for a collective total (spatial partitions), which
@@ -32,10 +35,10 @@ void wn__pause(wn_job *j)
     }
 }
 
-/* Keeps a chunk that came before its slot was free. */
+/* Keeps a chunk that came before its slot was free (packed as it came). */
 int wn__stage(wn_job *j, const Appliance__WeightChunk *w, const uint8_t *payload)
 {
-    size_t bytes = w->count * msgcheck_wire_elem(j->plan);
+    size_t bytes = sstream_bytes((uint32_t)w->packing, w->count, w->kept, msgcheck_wire_elem(j->plan));
     wn_staged *st = malloc(sizeof(*st) + bytes);
     if (!st)
         return -ENOMEM;
@@ -45,6 +48,8 @@ int wn__stage(wn_job *j, const Appliance__WeightChunk *w, const uint8_t *payload
     st->step = w->step;
     st->offset = w->offset;
     st->count = w->count;
+    st->packing = (uint32_t)w->packing;
+    st->kept = w->kept;
     memcpy(st->data, payload, bytes);
     wn_of(j->n)->staged++;
     if (j->staged_tail)
@@ -68,13 +73,23 @@ static bool wn__twin_only(const wn_job *j, uint32_t t)
 }
 
 /* count weights of tensor t's chunk, as the wire carries them (float32 or
- * bfloat16), into dst: copied; or kept in bfloat16 (wslots_dest16: the
- * GEMMs take them as they are) and widened into dst, unless nothing reads
- * them there (wn__twin_only). */
-void wn__land(const wn_job *j, uint32_t t, float *dst, const void *payload, uint64_t count)
+ * bfloat16; packed: expanded, sstream.h, from a payload apart from dst),
+ * into dst: copied; or kept in bfloat16 (wslots_dest16: the GEMMs take
+ * them as they are) and widened into dst, unless nothing reads them there
+ * (wn__twin_only). */
+void wn__land(const wn_job *j, uint32_t t, float *dst, const void *payload, uint64_t count,
+              uint32_t packing, uint64_t nkept, uint64_t offset)
 {
+    wn_tensor *wt = &j->t[t];
+    if (packing != SSTREAM_DENSE && !wt->kept_bits && msgcheck_grads_pack(j->plan, t) &&
+        (wt->kept_bits = malloc((wt->n + 7) / 8)))
+        memset(wt->kept_bits, 0xff, (wt->n + 7) / 8); /* (out of memory: its gradients go dense) */
+    if (wt->kept_bits)
+        sstream_mark(packing, count, nkept, payload, wt->kept_bits, offset);
     if (!j->plan->wire_bf16) {
-        if (payload != dst)
+        if (packing != SSTREAM_DENSE)
+            sstream_expand(packing, count, nkept, sizeof(float), payload, dst);
+        else if (payload != dst)
             memcpy(dst, payload, count * sizeof(float));
         return;
     }
@@ -82,7 +97,9 @@ void wn__land(const wn_job *j, uint32_t t, float *dst, const void *payload, uint
     bool twin = kept != NULL;
     if (!kept) /* a layer in parts: widened in place, from the upper half */
         kept = (uint16_t *)((uint8_t *)dst + 2 * count);
-    if (payload != kept)
+    if (packing != SSTREAM_DENSE)
+        sstream_expand(packing, count, nkept, 2, payload, kept);
+    else if (payload != kept)
         memcpy(kept, payload, 2 * count);
     if (!twin || !wn__twin_only(j, t))
         bf16_unpack(dst, kept, count);
@@ -103,7 +120,7 @@ void wn__unstage(wn_job *j)
                 wn__abort(j->n, j, "held weight chunk of tensor %u out of schedule", st->tensor);
             return;
         }
-        wn__land(j, st->tensor, dst, st->data, st->count);
+        wn__land(j, st->tensor, dst, st->data, st->count, st->packing, st->kept, st->offset);
         bool next_blocked = wslots_received(&j->ws, st->count);
         j->staged = st->next;
         if (!j->staged)
@@ -113,4 +130,43 @@ void wn__unstage(wn_job *j)
             return;
     }
     wn__resume_up(j);
+}
+
+/* The gradient chunk [off, off + count) of t (its wire elements at src)
+ * packed with the index of the weights t kept (kept_bits), g's packing and
+ * kept set and *bytes its payload's; NULL to send it dense (a dense tensor,
+ * nothing saved, out of memory). */
+wn_packed_grad *wn__pack_grad(const wn_job *j, wn_tensor *t, uint64_t off, uint64_t count,
+                              const void *src, Appliance__GradChunk *g, uint32_t *bytes)
+{
+    if (!t->kept_bits)
+        return NULL;
+    uint8_t *mask = malloc(count ? count : 1);
+    if (!mask)
+        return NULL;
+    uint64_t i = 0;
+    if (off % 8 == 0) /* a byte of bits at a time: 8 mask bytes */
+        for (; i + 8 <= count; i += 8) {
+            unsigned b = t->kept_bits[(off + i) / 8];
+            for (int k = 0; k < 8; k++)
+                mask[i + (uint64_t)k] = (uint8_t)(b >> k & 1);
+        }
+    for (; i < count; i++)
+        mask[i] = t->kept_bits[(off + i) / 8] >> ((off + i) % 8) & 1;
+    uint32_t elem = msgcheck_wire_elem(j->plan);
+    uint64_t kept;
+    uint32_t packing = sstream_choose(mask, count, elem, &kept);
+    wn_packed_grad *pg = NULL;
+    if (packing != SSTREAM_DENSE) {
+        uint64_t b = sstream_bytes(packing, count, kept, elem);
+        if ((pg = malloc(sizeof(*pg) + b))) {
+            pg->t = t;
+            sstream_pack(packing, mask, src, count, kept, elem, pg->data);
+            g->packing = (Appliance__Packing)packing;
+            g->kept = kept;
+            *bytes = (uint32_t)b;
+        }
+    }
+    free(mask);
+    return pg;
 }

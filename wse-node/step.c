@@ -332,6 +332,14 @@ static void wn__grad_sent(void *arg, int status)
         wn__advance(t->job);
 }
 
+static void wn__packed_grad_sent(void *arg, int status)
+{
+    wn_packed_grad *pg = arg;
+    wn_tensor *t = pg->t;
+    free(pg);
+    wn__grad_sent(t, status);
+}
+
 
 /* Sends the queued gradients up, a chunk at a time, while the link to
  * swarmx has room (a layer's gradients may be far larger than what a link
@@ -358,14 +366,18 @@ int wn__grad_pump(wn_job *j)
             g.offset = off;
             g.count = count;
             g.total = t->n;
-            ENVELOPE(env, grad_chunk, GRAD_CHUNK, &g);
             /* bfloat16: rounded in place on the compute thread, at the
              * start of the chunk's own place (wn__round_grads) */
             const void *src = t->send_base + (off - t->send_from);
-            int rc = conn_send(up, &env, src, (uint32_t)(count * msgcheck_wire_elem(j->plan)),
-                               wn__grad_sent, t);
-            if (rc < 0)
+            uint32_t bytes = (uint32_t)(count * msgcheck_wire_elem(j->plan));
+            wn_packed_grad *pg = wn__pack_grad(j, t, off, count, src, &g, &bytes); /* sparse */
+            ENVELOPE(env, grad_chunk, GRAD_CHUNK, &g);
+            int rc = pg ? conn_send(up, &env, pg->data, bytes, wn__packed_grad_sent, pg)
+                        : conn_send(up, &env, src, bytes, wn__grad_sent, t);
+            if (rc < 0) {
+                free(pg);
                 return rc;
+            }
             t->sends++;
             t->send_off += count;
         }

@@ -74,6 +74,9 @@ static void wn__free_rest(void *arg)
         free(j->staged);
         j->staged = next;
     }
+    free(j->packed_buf);
+    for (size_t i = 0; j->t && j->plan && i < j->plan->n_tensors; i++)
+        free(j->t[i].kept_bits);
     free(j->t);
     free(j->gq);
     free(j->layer_sec[0]);

@@ -38,6 +38,9 @@ typedef struct wn_tensor {
     const float *send_base; /* g's element send_from, where the range is (a part's slot) */
     uint64_t send_from;    /* the queued range's first element */
     uint64_t send_step;    /* the step of the gradient queued */
+    uint8_t *kept_bits;    /* a sparse tensor whose gradient goes up packed (msgcheck_grads_pack):
+                              which elements its weights kept, a bit each (sstream_mark), as
+                              the packed weight chunks said; all until they do */
     struct wn_job *job;    /* the job it belongs to */
 } wn_tensor;
 
@@ -52,6 +55,8 @@ typedef struct wn_staged {
     bool backward;
     uint64_t step;
     uint64_t offset, count;
+    uint32_t packing;      /* as it came (sstream.h): SSTREAM_DENSE, or packed with */
+    uint64_t kept;         /* kept elements */
     float data[];
 } wn_staged;
 
@@ -210,6 +215,8 @@ typedef enum wn_arrival {
     WN_ARRIVE_SLOT,       /* Weight Streaming: weights into their slot, as they are */
     WN_ARRIVE_SLOT_BF16,  /* ... in bfloat16 beside their slot: widened when whole */
     WN_ARRIVE_HELD,       /* ... before their slot is free: held (stage.c) */
+    WN_ARRIVE_PACKED,     /* ... packed (a sparse tensor's): in packed_buf, expanded into
+                             packed_dst, their slot, once in */
     WN_ARRIVE_RESIDENT,   /* Pipelined: the resident weights or their optimizer state */
 } wn_arrival;
 
@@ -296,6 +303,8 @@ typedef struct wn_job {
     wresident res;           /* Pipelined: the resident weights (wresident.h) */
     bool res_ready;          /* res was initialised */
     wn_arrival arrival;      /* where the frame being read from the link up lands */
+    uint8_t *packed_buf;     /* a packed weight chunk as it comes (a chunk's bytes at most) */
+    float *packed_dst;       /* its slot */
     wn_staged *staged, *staged_tail; /* held chunks, in arrival order */
     bool up_paused;          /* reading from swarmx stopped until a slot frees */
     double compute_sec;      /* time in kernels this step */
@@ -339,7 +348,16 @@ void wn__resume_up(wn_job *j);
 bool wn__must_read(wn_job *j);
 void wn__pause(wn_job *j);
 int wn__stage(wn_job *j, const Appliance__WeightChunk *w, const uint8_t *payload);
-void wn__land(const wn_job *j, uint32_t t, float *dst, const void *payload, uint64_t count);
+void wn__land(const wn_job *j, uint32_t t, float *dst, const void *payload, uint64_t count,
+              uint32_t packing, uint64_t kept, uint64_t offset);
+/* A gradient chunk packed as the weights' index (wn__pack_grad), freed
+ * once sent. */
+typedef struct wn_packed_grad {
+    wn_tensor *t;
+    uint8_t data[];
+} wn_packed_grad;
+wn_packed_grad *wn__pack_grad(const wn_job *j, wn_tensor *t, uint64_t off, uint64_t count,
+                              const void *src, Appliance__GradChunk *g, uint32_t *bytes);
 void wn__unstage(wn_job *j);
 
 /* teardown.c: frees a released job's memory (the large buffers on the

@@ -14,7 +14,7 @@
 
 static const char *const sp__keys[] = {"type", "sparsity", "init_method", "param_name_patterns",
                                        "schedule", "drop_fraction", "seed", "algorithm",
-                                       "update", "param_filter"};
+                                       "update", "param_filter", "compressed_streams"};
 
 /* The Model Zoo's later spellings (its 2.2 releases on): algorithm for
  * type, update for schedule, param_filter (globs) for param_name_patterns. */
@@ -490,6 +490,12 @@ int jobspec_sparsity_read(const toml_value *t, jobspec_sparsity *s, char *err, s
                                "integer >= 0");
         s->seed = toml_int(v);
         s->seed_given = true;
+    }
+    if ((v = toml_table_get(t, "compressed_streams"))) {
+        if (toml_type_of(v) != TOML_BOOL)
+            return toml_errorf(err, errlen, src, toml_pos_of(v), "sparsity.compressed_streams: "
+                               "expected true or false");
+        s->dense_streams = !toml_bool(v);
     }
     return 0;
 }

@@ -26,6 +26,7 @@ typedef struct jobspec_sparsity {
     sparse_hp drop_fraction;      /* set, rigl: the fraction of kept weights dropped */
     int64_t seed;                 /* the masks' seed (runconfig.seed unless given) */
     bool seed_given;
+    bool dense_streams;           /* compressed_streams = false: sparse weights stream dense */
     size_t npatterns;             /* 0: the default (dense and convolution weights) */
     bool globs;                   /* they were given as param_filter's globs (kept converted) */
     char patterns[JOBSPEC_SPARSE_PATTERNS][256]; /* regular expressions over whole names */

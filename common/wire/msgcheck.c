@@ -9,6 +9,7 @@
 #include "errmsg.h"
 #include "frame.h"
 #include "sample.h"
+#include "sstream.h"
 
 /* protobuf-c gives "" for an absent string; a hand-built message may hold
  * NULL. */
@@ -240,18 +241,101 @@ static int msgcheck__chunk(const char *what, uint32_t tensor_id, uint64_t offset
     return 0;
 }
 
+/* A chunk's packing (sstream.h) against the plan: a sparse tensor's
+ * (streamed packed: why_dense when not), len what it takes, less than
+ * dense and not nothing. The range was checked. */
+static int msgcheck__packing(const char *what, uint32_t tensor_id, uint64_t count, uint32_t packing,
+                             uint64_t kept, bool why_dense, const Appliance__Plan *p, uint32_t len,
+                             char *err, size_t errlen)
+{
+    if (why_dense)
+        return errmsg(-EINVAL, err, errlen, "%s of tensor %u packed (%s), but the plan streams "
+                      "it dense (sparse tensors' weights and gradients alone travel packed)",
+                      what, tensor_id, sstream_name(packing));
+    uint32_t elem = msgcheck_wire_elem(p);
+    uint64_t want = sstream_bytes(packing, count, kept, elem);
+    if (want == UINT64_MAX || want == 0 || packing == SSTREAM_DENSE || want >= count * elem ||
+        (uint64_t)len != want)
+        return errmsg(-EINVAL, err, errlen, "%s of tensor %u: %s packing of %llu kept of %llu "
+                      "elements in %u bytes (%llu expected, under the %llu of dense)", what,
+                      tensor_id, sstream_name(packing), (unsigned long long)kept,
+                      (unsigned long long)count, len,
+                      (unsigned long long)(want == UINT64_MAX ? 0 : want),
+                      (unsigned long long)(count * elem));
+    return 0;
+}
+
+/* Whether the plan streams tensor id (in range) dense: no sparsity, or
+ * sparsity.compressed_streams = false. */
+static bool msgcheck__streams_dense(const Appliance__Plan *p, uint32_t id)
+{
+    return !(p->tensors[id]->sparsity > 0) || !p->sparsity || p->sparsity->dense_streams;
+}
+
 int msgcheck_weight_chunk(const Appliance__WeightChunk *w, const Appliance__Plan *p, uint32_t len,
                           char *err, size_t errlen)
 {
-    return msgcheck__chunk("weight chunk", w->tensor_id, w->offset, w->count, w->total, p, len, err,
-                           errlen);
+    if ((uint32_t)w->packing == SSTREAM_DENSE && w->kept == 0)
+        return msgcheck__chunk("weight chunk", w->tensor_id, w->offset, w->count, w->total, p, len,
+                               err, errlen);
+    /* packed: the range as a dense chunk of it would be, then the packing */
+    int rc = msgcheck__chunk("weight chunk", w->tensor_id, w->offset, w->count, w->total, p,
+                             (uint32_t)(w->count * msgcheck_wire_elem(p)), err, errlen);
+    if (rc < 0)
+        return rc;
+    bool dense = msgcheck__streams_dense(p, w->tensor_id) ||
+                 (w->pass != APPLIANCE__PASS__PASS_FORWARD && w->pass != APPLIANCE__PASS__PASS_BACKWARD);
+    return msgcheck__packing("weight chunk", w->tensor_id, w->count, (uint32_t)w->packing, w->kept,
+                             dense, p, len, err, errlen);
+}
+
+/* A packed chunk's index, once its payload is in. */
+static int msgcheck__payload(const char *what, uint32_t tensor_id, uint64_t offset, uint64_t count,
+                             uint32_t packing, uint64_t kept, const Appliance__Plan *p,
+                             const void *payload, uint32_t len, char *err, size_t errlen)
+{
+    if (packing == SSTREAM_DENSE)
+        return 0;
+    char why[200];
+    if (sstream_check(packing, count, kept, msgcheck_wire_elem(p), payload, len, why,
+                      sizeof(why)) < 0)
+        return errmsg(-EINVAL, err, errlen, "%s of tensor %u [%llu, +%llu): %s", what, tensor_id,
+                      (unsigned long long)offset, (unsigned long long)count, why);
+    return 0;
+}
+
+int msgcheck_weight_payload(const Appliance__WeightChunk *w, const Appliance__Plan *p,
+                            const void *payload, uint32_t len, char *err, size_t errlen)
+{
+    return msgcheck__payload("weight chunk", w->tensor_id, w->offset, w->count,
+                             (uint32_t)w->packing, w->kept, p, payload, len, err, errlen);
+}
+
+bool msgcheck_grads_pack(const Appliance__Plan *p, uint32_t id)
+{
+    return id < p->n_tensors && !msgcheck__streams_dense(p, id) && p->sparsity->type &&
+           strcmp(p->sparsity->type, "rigl") != 0;
 }
 
 int msgcheck_grad_chunk(const Appliance__GradChunk *g, const Appliance__Plan *p, uint32_t len,
                         char *err, size_t errlen)
 {
-    return msgcheck__chunk("gradient chunk", g->tensor_id, g->offset, g->count, g->total, p, len, err,
-                           errlen);
+    if ((uint32_t)g->packing == SSTREAM_DENSE && g->kept == 0)
+        return msgcheck__chunk("gradient chunk", g->tensor_id, g->offset, g->count, g->total, p,
+                               len, err, errlen);
+    int rc = msgcheck__chunk("gradient chunk", g->tensor_id, g->offset, g->count, g->total, p,
+                             (uint32_t)(g->count * msgcheck_wire_elem(p)), err, errlen);
+    if (rc < 0)
+        return rc;
+    return msgcheck__packing("gradient chunk", g->tensor_id, g->count, (uint32_t)g->packing,
+                             g->kept, !msgcheck_grads_pack(p, g->tensor_id), p, len, err, errlen);
+}
+
+int msgcheck_grad_payload(const Appliance__GradChunk *g, const Appliance__Plan *p,
+                          const void *payload, uint32_t len, char *err, size_t errlen)
+{
+    return msgcheck__payload("gradient chunk", g->tensor_id, g->offset, g->count,
+                             (uint32_t)g->packing, g->kept, p, payload, len, err, errlen);
 }
 
 int msgcheck_batch(const Appliance__Batch *b, const Appliance__Plan *p, uint32_t len, char *err,

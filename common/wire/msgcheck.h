@@ -8,6 +8,7 @@
  * err (always NUL-terminated when errlen > 0). */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -55,13 +56,32 @@ uint32_t msgcheck_wire_elem(const Appliance__Plan *p);
 
 /* A weight chunk of len payload bytes against a checked plan: a tensor of
  * the plan, total its size, [offset, offset + count) inside it, len ==
- * count * 4. -EINVAL. */
+ * count * msgcheck_wire_elem. Packed (a sparse tensor's forward or backward
+ * weights, sstream.h): len is what its packing of kept elements takes, less
+ * than dense. -EINVAL. */
 int msgcheck_weight_chunk(const Appliance__WeightChunk *w, const Appliance__Plan *p, uint32_t len,
                           char *err, size_t errlen);
 
-/* A gradient chunk, as msgcheck_weight_chunk. -EINVAL. */
+/* The payload of a weight chunk that passed msgcheck_weight_chunk, once it
+ * is in: a packed one's index (sstream_check: a bitmask setting kept bits
+ * within the chunk, positions within it and rising). Dense: nothing to
+ * check. -EINVAL, naming the tensor and range. */
+int msgcheck_weight_payload(const Appliance__WeightChunk *w, const Appliance__Plan *p,
+                            const void *payload, uint32_t len, char *err, size_t errlen);
+
+/* A gradient chunk, as msgcheck_weight_chunk; packed only where
+ * msgcheck_grads_pack. -EINVAL. */
 int msgcheck_grad_chunk(const Appliance__GradChunk *g, const Appliance__Plan *p, uint32_t len,
                         char *err, size_t errlen);
+
+/* The payload of a gradient chunk, as msgcheck_weight_payload. -EINVAL. */
+int msgcheck_grad_payload(const Appliance__GradChunk *g, const Appliance__Plan *p,
+                          const void *payload, uint32_t len, char *err, size_t errlen);
+
+/* Whether tensor id's gradient chunks may travel packed: a sparse tensor
+ * streamed packed, of a type whose update reads the gradient at kept
+ * positions only (static, gmp, set; rigl's regrowth reads it dense). */
+bool msgcheck_grads_pack(const Appliance__Plan *p, uint32_t id);
 
 /* A frame of a batch, with len payload bytes, against a checked plan: the
  * batch (total bytes) is n samples of sample_elems inputs and label_elems

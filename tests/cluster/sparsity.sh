@@ -11,6 +11,11 @@
 #   weights and momentum zeroed where the mask is 0 after each step;
 # - resumed from its checkpoint of step 2 it ends at the same weights and
 #   masks, bit for bit;
+# - its weight and gradient streams travel packed (docs/sparsity.md): a
+#   job with sparsity.compressed_streams = false streams them dense and
+#   ends at the same weights, masks and momentum bit for bit; memoryx's
+#   stream counters show the bytes at 90% at most 0.2 of dense, at 50%
+#   between that and dense, with dense streams equal to dense;
 # - a checkpoint whose mask disagrees with its weights is refused, naming
 #   the file;
 # - RigL through the daemons: its masks change at the schedule's steps (2
@@ -20,7 +25,7 @@ set -euo pipefail
 submit="$build/client/appliance-submit"
 "$py" -c "import numpy" 2>/dev/null || { echo "numpy is missing (python3-numpy): skipped"; exit 77; }
 
-"$src/deploy/local/appliance-up" --replicas 2 --dir "$run" --build "$build" >/dev/null
+"$src/deploy/local/appliance-up" --replicas 2 --metrics --dir "$run" --build "$build" >/dev/null
 set -a; . "$run/env"; set +a
 
 sparse_section='[sparsity]\ntype = "static"\nsparsity = 0.9\ninit_method = "random"'
@@ -37,6 +42,27 @@ job() { # job NAME STEPS SPARSE(0|1) [RESUME-FROM]
 run_job() { # run_job NAME: the job to its end, its final status in $out
   out=$(cd "$work" && timeout 120 "$submit" --json "$work/$1.toml" 2>&1) || true
 }
+# mx_bytes: memoryx's stream counters now: weight bytes sent, their dense
+# equivalent, gradient bytes received, theirs
+mx_bytes() {
+  local url
+  url=$(awk '$1 == "memoryx-1" {print $2}' "$run/metrics")
+  sleep 1.2 # the exposition is rendered once a second
+  "$py" - "$url" <<'PY'
+import re, sys, urllib.request
+text = urllib.request.urlopen(sys.argv[1], timeout=5).read().decode()
+print(" ".join(re.search(r"^appliance_%s_bytes_total (\S+)$" % k, text, re.M).group(1)
+               for k in ("weight_stream", "weight_stream_dense", "grad_stream", "grad_stream_dense")))
+PY
+}
+# run_counted NAME: run_job NAME, and the stream counters' growth over it in $bytes
+run_counted() {
+  local b0 b1
+  b0=$(mx_bytes)
+  run_job "$1"
+  b1=$(mx_bytes)
+  bytes=$(echo "$b0 $b1" | awk '{print $5 - $1, $6 - $2, $7 - $3, $8 - $4}')
+}
 
 job sparse 4 1
 plan=$(cd "$work" && "$submit" --plan "$work/sparse.toml") || fail "plan: $plan"
@@ -44,8 +70,9 @@ echo "$plan" | has "sparsity static, masks chosen by random" || fail "plan: no s
 echo "$plan" | has -E "^fc1.weight +0.1000 +131072 +13107 +460.8 KiB" || fail "plan: fc1.weight's row: $plan"
 echo "$plan" | has -E "pruned \(density 0.10[0-9]+\)" || fail "plan: total: $plan"
 echo "ok: --plan shows each sparse tensor's density and its zeros"
-run_job sparse
+run_counted sparse
 [ "$(echo "$out" | field state)" = done ] || fail "sparse job: $out"
+packed_bytes=$bytes
 
 cat > "$work/st.py" <<'PY'
 import json, struct, sys
@@ -150,6 +177,37 @@ run_job resumed
   { cat "$work/cmp"; fail "resumed from step 2: the weights or masks differ at step 4"; }
 echo "ok: resumed from the checkpoint of step 2: the same weights and masks at step 4, bit for bit"
 
+# packed and dense streams: the same training bit for bit; bytes with the density
+job densestream 4 1
+sed -i 's/^\[sparsity\]$/[sparsity]\ncompressed_streams = false/' "$work/densestream.toml"
+run_counted densestream
+[ "$(echo "$out" | field state)" = done ] || fail "dense streams: $out"
+dense_bytes=$bytes
+for f in checkpoint optimizer; do
+  "$build/client/st-compare" "$work/sparse/${f}_4-shard1-of-1.safetensors" \
+    "$work/densestream/${f}_4-shard1-of-1.safetensors" --rtol 0 >"$work/cmp" ||
+    { cat "$work/cmp"; fail "packed and dense streams: the ${f}s differ at step 4"; }
+done
+job half 4 1
+sed -i 's/^sparsity = 0.9$/sparsity = 0.5/' "$work/half.toml"
+run_counted half
+[ "$(echo "$out" | field state)" = done ] || fail "50% sparse: $out"
+half_bytes=$bytes
+"$py" - "$packed_bytes" "$half_bytes" "$dense_bytes" <<'PY' || fail "stream bytes: 90% $packed_bytes, 50% $half_bytes, dense streams $dense_bytes"
+import sys
+p90, p50, dn = ([float(x) for x in a.split()] for a in sys.argv[1:])
+r = lambda b, i: b[i] / b[i + 1]
+assert dn[0] == dn[1] and dn[2] == dn[3], "dense streams sent other than dense: %s" % dn
+assert p90[1] == dn[1] and p90[3] == dn[3], "the dense equivalents differ: %s %s" % (p90, dn)
+w90, g90, w50, g50 = r(p90, 0), r(p90, 2), r(p50, 0), r(p50, 2)
+t90 = (p90[0] + p90[2]) / (p90[1] + p90[3])
+assert w90 <= 0.2 and g90 <= 0.2, (w90, g90)
+assert w90 < w50 < 1.0 and g90 < g50 < 1.0, (w90, w50, g90, g50)
+print("stream bytes over dense: 90%% sparse: weights %.3f, gradients %.3f, both %.3f; "
+      "50%%: weights %.3f, gradients %.3f" % (w90, g90, t90, w50, g50))
+PY
+echo "ok: packed and dense streams end at the same weights, masks and momentum, bit for bit; bytes scale with density"
+
 # a mask that disagrees with its weights: one pruned position marked kept
 mkdir -p "$work/bad"
 cp "$work/sparse/checkpoint_2-shard1-of-1.safetensors" "$work/sparse/optimizer_2-shard1-of-1.safetensors" "$work/bad/"
@@ -193,4 +251,4 @@ for k in ("fc1.weight", "fc2.weight", "fc3.weight"):
     print("%s: %s positions changed between checkpoints 0-2, 2-4, 4-6" % (k, changed))
 PY
 echo "ok: RigL's masks change at steps 2 and 4 only, keep 10% of each tensor, pruned weights zeros"
-echo "6 passed, 0 failed"
+echo "7 passed, 0 failed"

@@ -691,6 +691,44 @@ def corpus_rle():
     write("rle", "old-layout", rle_input(2, 2, "ImageId_ClassId,EncodedPixels\na.jpg_1,1 1\n"))
 
 
+# ---- sstream target: packed weight chunks of sparse tensors ----
+
+def corpus_sstream():
+    BITMASK, POS16, POS32 = 1, 2, 3
+    SPARSE, BF16, BACKWARD, CHECKPOINT, RIGL, DENSE_STREAMS, GRAD = 2, 1, 4, 8, 16, 32, 64
+
+    def chunk(packing, flags, count, offset, kept, payload):
+        return struct.pack("<BBHHH", packing, flags, count, offset, kept) + payload
+
+    # 64 elements, 0, 9 and 63 kept: a bitmask, then three float32
+    bits = bytearray(8)
+    for i in (0, 9, 63):
+        bits[i // 8] |= 1 << (i % 8)
+    write("sstream", "bitmask", chunk(BITMASK, SPARSE, 64, 128, 3, bytes(bits) + floats(3)))
+    write("sstream", "bitmask-bf16-backward",
+          chunk(BITMASK, SPARSE | BF16 | BACKWARD, 64, 0, 3, bytes(bits) + b"\x80\x3f" * 3))
+    write("sstream", "bitmask-nothing-kept", chunk(BITMASK, SPARSE, 20, 0, 0, bytes(4)))
+    write("sstream", "bitmask-bit-past-end", chunk(BITMASK, SPARSE, 20, 0, 1, bytes([0, 0, 0x10, 0]) + floats(1)))
+    write("sstream", "bitmask-bit-in-padding", chunk(BITMASK, SPARSE, 20, 0, 1, bytes([1, 0, 0, 0x80]) + floats(1)))
+    write("sstream", "bitmask-count-mismatch", chunk(BITMASK, SPARSE, 64, 0, 2, bytes(bits) + floats(2)))
+    pos = struct.pack("<4H", 2, 700, 4095, 0)
+    write("sstream", "pos16", chunk(POS16, SPARSE, 4096, 0, 3, pos + floats(3)))
+    write("sstream", "pos16-past-end", chunk(POS16, SPARSE, 4000, 96, 3, pos + floats(3)))
+    write("sstream", "pos16-not-rising", chunk(POS16, SPARSE, 4096, 0, 3, struct.pack("<4H", 5, 5, 6, 0) + floats(3)))
+    write("sstream", "pos16-padding", chunk(POS16, SPARSE, 4096, 0, 3, struct.pack("<4H", 5, 6, 7, 1) + floats(3)))
+    write("sstream", "pos32", chunk(POS32, SPARSE | BF16, 4096, 0, 2, struct.pack("<2I", 1, 4000) + bytes(4)))
+    write("sstream", "pos32-truncated", chunk(POS32, SPARSE, 4096, 0, 2, struct.pack("<2I", 1, 4000) + floats(1)))
+    write("sstream", "dense-tensor-packed", chunk(BITMASK, 0, 64, 0, 3, bytes(bits) + floats(3)))
+    write("sstream", "checkpoint-packed", chunk(BITMASK, SPARSE | CHECKPOINT, 64, 0, 3, bytes(bits) + floats(3)))
+    write("sstream", "dense", chunk(0, SPARSE, 4, 8, 0, floats(4)))
+    write("sstream", "unknown-packing", chunk(5, SPARSE, 4, 8, 1, floats(1)))
+    write("sstream", "dense-streams-packed", chunk(BITMASK, SPARSE | DENSE_STREAMS, 64, 0, 3, bytes(bits) + floats(3)))
+    write("sstream", "grad-bitmask", chunk(BITMASK, SPARSE | GRAD, 64, 64, 3, bytes(bits) + floats(3)))
+    write("sstream", "grad-pos16-bf16", chunk(POS16, SPARSE | GRAD | BF16, 4096, 0, 3, pos + bytes(6)))
+    write("sstream", "grad-rigl-packed", chunk(BITMASK, SPARSE | GRAD | RIGL, 64, 0, 3, bytes(bits) + floats(3)))
+    write("sstream", "weights-rigl-packed", chunk(BITMASK, SPARSE | RIGL, 64, 0, 3, bytes(bits) + floats(3)))
+
+
 # ---- render target: the coordinator's answers to appliance-submit ----
 
 CLUSTER_INFO, JOB_ACCEPTED, JOB_STATUS, JOB_LIST, JOB_LOG_LINES = 9, 11, 13, 30, 32
@@ -738,6 +776,7 @@ def main():
     corpus_png()
     corpus_tiff()
     corpus_rle()
+    corpus_sstream()
     total = 0
     for d, _, files in os.walk(CORPUS):
         total += sum(os.path.getsize(os.path.join(d, f)) for f in files)

@@ -168,7 +168,7 @@ static int run(void)
                     f[e] = i == 0 ? g[off + e] : fix_value(999, off + e);
                 if (wire16)
                     bf16_pack(h, f, count);
-                update_grad_land(j, x, off, count, wire16 ? (const void *)h : (const void *)f);
+                update_grad_land(j, x, off, count, wire16 ? (const void *)h : (const void *)f, 0, 0);
                 update_grad_in(j, x, off, count);
             }
         }

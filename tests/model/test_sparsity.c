@@ -47,6 +47,7 @@ START_TEST(default_patterns)
     ck_assert_int_eq(j->sparsity.type, SPARSE_STATIC);
     ck_assert_int_eq(j->sparsity.init_method, SPARSE_INIT_RANDOM);
     ck_assert_int_eq(j->sparsity.seed, j->seed);
+    ck_assert(!j->sparsity.dense_streams); /* packed streams unless told */
     /* the weights of the convolution and of the dense layers; never a
      * bias or the norm's tensors */
     ck_assert_double_eq_tol(level_of(j, "conv.weight"), 0.9, 1e-7);
@@ -108,6 +109,20 @@ START_TEST(dynamic_types)
     ck_assert_double_eq_tol(level_of(j, "fc1.weight"), 0.5, 1e-7);
     ck_assert_double_eq_tol(level_of(j, "conv.weight"), 0.25, 1e-7);
     ck_assert_double_eq(level_of(j, "fc2.weight"), 0);
+    jobspec_free(j);
+}
+END_TEST
+
+START_TEST(dense_streams)
+{
+    char err[512] = "";
+    jobspec *j = parse("[sparsity]\nsparsity = 0.9\ncompressed_streams = false\n", err, sizeof(err));
+    ck_assert_msg(j != NULL, "%s", err);
+    ck_assert(j->sparsity.dense_streams);
+    jobspec_free(j);
+    j = parse("[sparsity]\nsparsity = 0.9\ncompressed_streams = true\n", err, sizeof(err));
+    ck_assert_msg(j != NULL, "%s", err);
+    ck_assert(!j->sparsity.dense_streams);
     jobspec_free(j);
 }
 END_TEST
@@ -201,6 +216,8 @@ static void refused(const char *section, const char *expect)
 START_TEST(mistakes)
 {
     /* (the section starts on line 3) */
+    refused("[sparsity]\nsparsity = 0.9\ncompressed_streams = \"no\"\n",
+            "job.toml:5:22: sparsity.compressed_streams: expected true or false");
     refused("[sparsity]\nsparsity = -0.1\n",
             "job.toml:4:12: sparsity.sparsity: -0.1 is not a sparsity level: it must be in "
             "[0, 1) (the fraction of weights pruned)");
@@ -258,6 +275,7 @@ static Suite *suite(void)
     tcase_add_test(t, default_patterns);
     tcase_add_test(t, dynamic_types);
     tcase_add_test(t, yaml_section);
+    tcase_add_test(t, dense_streams);
     tcase_add_test(t, mistakes);
     suite_add_tcase(s, t);
     return s;

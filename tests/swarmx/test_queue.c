@@ -9,6 +9,7 @@
 
 #include "bf16.h"
 #include "queue.h"
+#include "sstream.h"
 
 #define KIDS 3
 #define CHUNKS 4
@@ -114,6 +115,64 @@ START_TEST(sum_bf16)
 }
 END_TEST
 
+/* A packed chunk (sstream.h) of child k: 40 elements, 0, 9, 17 and 39 kept
+ * (or 0, 9, 18, 39 with other_mask), their values k + 0.25 * i. */
+static swx_buf *packed(int k, bool other_mask)
+{
+    uint8_t mask[40] = {0};
+    float dense[40] = {0};
+    int at[4] = {0, 9, other_mask ? 18 : 17, 39};
+    for (int i = 0; i < 4; i++) {
+        mask[at[i]] = 1;
+        dense[at[i]] = (float)k + 0.25f * (float)i;
+    }
+    uint64_t kept;
+    uint32_t pk = sstream_choose(mask, 40, 4, &kept);
+    ck_assert_uint_eq(pk, SSTREAM_BITMASK); /* (8 bytes of bits, as 4 positions would take) */
+    uint64_t bytes = sstream_bytes(pk, 40, kept, 4);
+    swx_buf *b = swx_buf_new((uint32_t)bytes);
+    ck_assert_ptr_nonnull(b);
+    appliance__grad_chunk__init(&b->hdr);
+    b->hdr.count = 40;
+    b->hdr.total = 40;
+    b->hdr.step = 3;
+    b->hdr.packing = (Appliance__Packing)pk;
+    b->hdr.kept = kept;
+    sstream_pack(pk, mask, dense, 40, kept, 4, b->data);
+    return b;
+}
+
+/* Packed gradients: the values behind the children's common index summed
+ * in child order; another index is a diverging stream. */
+START_TEST(sum_packed)
+{
+    swx_child kids[KIDS];
+    memset(kids, 0, sizeof(kids));
+    char why[256];
+    for (int k = 0; k < KIDS; k++)
+        swx_child_push(&kids[k], packed(k, false));
+    swx_buf *sum;
+    ck_assert_int_eq(swx_reduce_take(kids, KIDS, &sum, false, NULL, NULL, why, sizeof(why)), 1);
+    float out[40];
+    sstream_expand((uint32_t)sum->hdr.packing, 40, sum->hdr.kept, 4, sum->data, out);
+    for (int e = 0; e < 40; e++) {
+        int i = e == 0 ? 0 : e == 9 ? 1 : e == 17 ? 2 : e == 39 ? 3 : -1;
+        float want = i < 0 ? 0.0f : (0.0f + 0.25f * (float)i) + (1.0f + 0.25f * (float)i) +
+                                        (2.0f + 0.25f * (float)i);
+        ck_assert_msg(out[e] == want, "element %d: %g, want %g", e, out[e], want);
+    }
+    swx_buf_unref(sum);
+    swx_child_push(&kids[0], packed(0, false));
+    swx_child_push(&kids[1], packed(1, true));
+    swx_child_push(&kids[2], packed(2, false));
+    ck_assert_int_eq(swx_reduce_take(kids, KIDS, &sum, false, NULL, NULL, why, sizeof(why)), -EPROTO);
+    ck_assert_str_eq(why, "gradient streams diverge: child 1 packed tensor 0 [0, +40) with another "
+                          "mask than child 0 (bitmask of 4 kept, child 0 bitmask of 4)");
+    for (int k = 0; k < KIDS; k++)
+        swx_buf_unref(kids[k].head);
+}
+END_TEST
+
 START_TEST(diverging_streams)
 {
     swx_child kids[2];
@@ -194,6 +253,7 @@ int main(void)
     tcase_add_test(tc, sum_in_child_order);
     tcase_add_test(tc, diverging_streams);
     tcase_add_test(tc, sum_bf16);
+    tcase_add_test(tc, sum_packed);
     tcase_add_test(tc, paused_child_resumed);
     tcase_add_test(tc, merge_by_seq);
     suite_add_tcase(s, tc);

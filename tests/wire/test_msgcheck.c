@@ -210,6 +210,109 @@ START_TEST(weight_chunk_length)
 }
 END_TEST
 
+/* Packed chunks of a sparse tensor (sstream.h): the header against the
+ * plan, then the index in the payload. */
+START_TEST(weight_chunk_packed)
+{
+    Appliance__WeightChunk w = APPLIANCE__WEIGHT_CHUNK__INIT;
+    w.tensor_id = 0;
+    w.total = 12;
+    w.count = 12;
+    w.packing = APPLIANCE__PACKING__PACK_BITMASK;
+    w.kept = 2;
+    uint8_t pl[64] = {0x05, 0x00}; /* elements 0 and 2 (4 bytes), then their two floats */
+    /* a dense tensor of the plan is never packed */
+    ck_assert_int_eq(msgcheck_weight_chunk(&w, &fx.p, 12, err, sizeof(err)), -EINVAL);
+    ck_assert_str_eq(err, "weight chunk of tensor 0 packed (bitmask), but the plan streams it "
+                     "dense (sparse tensors' weights and gradients alone travel packed)");
+    fx.t[0].sparsity = 0.9f;
+    Appliance__PlanSparsity sp = APPLIANCE__PLAN_SPARSITY__INIT;
+    sp.type = "static";
+    fx.p.sparsity = &sp;
+    /* sparsity.compressed_streams = false: dense */
+    sp.dense_streams = true;
+    ck_assert_int_eq(msgcheck_weight_chunk(&w, &fx.p, 12, err, sizeof(err)), -EINVAL);
+    sp.dense_streams = false;
+    ck_assert_int_eq(msgcheck_weight_chunk(&w, &fx.p, 12, err, sizeof(err)), 0);
+    ck_assert_int_eq(msgcheck_weight_payload(&w, &fx.p, pl, 12, err, sizeof(err)), 0);
+    /* a truncated index: one byte short */
+    ck_assert_int_eq(msgcheck_weight_chunk(&w, &fx.p, 11, err, sizeof(err)), -EINVAL);
+    ck_assert_str_eq(err, "weight chunk of tensor 0: bitmask packing of 2 kept of 12 elements "
+                     "in 11 bytes (12 expected, under the 48 of dense)");
+    /* the bitmask sets 3 bits where the chunk says 2 */
+    pl[1] = 0x08;
+    ck_assert_int_eq(msgcheck_weight_payload(&w, &fx.p, pl, 12, err, sizeof(err)), -EINVAL);
+    ck_assert_str_eq(err, "weight chunk of tensor 0 [0, +12): bitmask of 12 elements sets 3 "
+                     "bits, the chunk says 2 kept");
+    /* a bit past the chunk's end */
+    pl[0] = 0x01;
+    pl[1] = 0x10;
+    ck_assert_int_eq(msgcheck_weight_payload(&w, &fx.p, pl, 12, err, sizeof(err)), -EINVAL);
+    ck_assert_str_eq(err, "weight chunk of tensor 0 [0, +12): bitmask of 12 elements sets bits "
+                     "past its end");
+    /* positions: one past the end, then not rising */
+    w.packing = APPLIANCE__PACKING__PACK_POS16;
+    uint16_t pos[2] = {3, 12};
+    memset(pl, 0, sizeof(pl));
+    memcpy(pl, pos, sizeof(pos));
+    ck_assert_int_eq(msgcheck_weight_chunk(&w, &fx.p, 12, err, sizeof(err)), 0);
+    ck_assert_int_eq(msgcheck_weight_payload(&w, &fx.p, pl, 12, err, sizeof(err)), -EINVAL);
+    ck_assert_str_eq(err, "weight chunk of tensor 0 [0, +12): position 12 (kept element 1) past "
+                     "the chunk's 12 elements");
+    pos[1] = 3;
+    memcpy(pl, pos, sizeof(pos));
+    ck_assert_int_eq(msgcheck_weight_payload(&w, &fx.p, pl, 12, err, sizeof(err)), -EINVAL);
+    ck_assert_str_eq(err, "weight chunk of tensor 0 [0, +12): position 3 (kept element 1) after "
+                     "3: positions must rise");
+    /* more kept than the chunk has, and a packing no smaller than dense */
+    w.kept = 13;
+    ck_assert_int_eq(msgcheck_weight_chunk(&w, &fx.p, 78, err, sizeof(err)), -EINVAL);
+    w.packing = APPLIANCE__PACKING__PACK_POS32;
+    w.kept = 6;
+    ck_assert_int_eq(msgcheck_weight_chunk(&w, &fx.p, 48, err, sizeof(err)), -EINVAL);
+    ck_assert_str_eq(err, "weight chunk of tensor 0: 32-bit positions packing of 6 kept of 12 "
+                     "elements in 48 bytes (48 expected, under the 48 of dense)");
+    /* an unknown packing; a dense chunk that says some are kept */
+    w.packing = (Appliance__Packing)7;
+    w.kept = 1;
+    ck_assert_int_eq(msgcheck_weight_chunk(&w, &fx.p, 8, err, sizeof(err)), -EINVAL);
+    w.packing = APPLIANCE__PACKING__PACK_DENSE;
+    ck_assert_int_eq(msgcheck_weight_chunk(&w, &fx.p, 48, err, sizeof(err)), -EINVAL);
+    /* packed optimizer state (a Pipelined checkpoint's) is refused */
+    w.packing = APPLIANCE__PACKING__PACK_BITMASK;
+    w.kept = 2;
+    w.pass = APPLIANCE__PASS__PASS_CHECKPOINT;
+    ck_assert_int_eq(msgcheck_weight_chunk(&w, &fx.p, 12, err, sizeof(err)), -EINVAL);
+
+    /* gradients: packed for static masks, never for rigl's */
+    Appliance__GradChunk g = APPLIANCE__GRAD_CHUNK__INIT;
+    g.tensor_id = 0;
+    g.total = 12;
+    g.count = 12;
+    g.packing = APPLIANCE__PACKING__PACK_BITMASK;
+    g.kept = 2;
+    memset(pl, 0, sizeof(pl));
+    pl[0] = 0x05;
+    ck_assert_int_eq(msgcheck_grad_chunk(&g, &fx.p, 12, err, sizeof(err)), 0);
+    ck_assert_int_eq(msgcheck_grad_payload(&g, &fx.p, pl, 12, err, sizeof(err)), 0);
+    ck_assert_int_eq(msgcheck_grad_chunk(&g, &fx.p, 16, err, sizeof(err)), -EINVAL);
+    ck_assert_str_eq(err, "gradient chunk of tensor 0: bitmask packing of 2 kept of 12 elements "
+                     "in 16 bytes (12 expected, under the 48 of dense)");
+    pl[0] = 0x07;
+    ck_assert_int_eq(msgcheck_grad_payload(&g, &fx.p, pl, 12, err, sizeof(err)), -EINVAL);
+    ck_assert_str_eq(err, "gradient chunk of tensor 0 [0, +12): bitmask of 12 elements sets 3 "
+                     "bits, the chunk says 2 kept");
+    ck_assert(msgcheck_grads_pack(&fx.p, 0));
+    ck_assert(!msgcheck_grads_pack(&fx.p, 1));
+    sp.type = "rigl";
+    ck_assert(!msgcheck_grads_pack(&fx.p, 0));
+    ck_assert_int_eq(msgcheck_grad_chunk(&g, &fx.p, 12, err, sizeof(err)), -EINVAL);
+    ck_assert_str_eq(err, "gradient chunk of tensor 0 packed (bitmask), but the plan streams it "
+                     "dense (sparse tensors' weights and gradients alone travel packed)");
+    fx.p.sparsity = NULL;
+}
+END_TEST
+
 START_TEST(batch_sizes)
 {
     Appliance__Batch b = APPLIANCE__BATCH__INIT;
@@ -339,6 +442,7 @@ static Suite *suite(void)
     tcase_add_test(t, plan_model_mismatch);
     tcase_add_test(t, chunk_count_wraps);
     tcase_add_test(t, weight_chunk_length);
+    tcase_add_test(t, weight_chunk_packed);
     tcase_add_test(t, batch_sizes);
     tcase_add_test(t, small_messages);
     suite_add_tcase(s, t);

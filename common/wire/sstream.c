@@ -1,0 +1,278 @@
+/* Packed weight chunks of sparse tensors (sstream.h). */
+#include "sstream.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "errmsg.h"
+
+/* n rounded up to a multiple of 4 */
+static uint64_t sstream__pad4(uint64_t n)
+{
+    return (n + 3) & ~(uint64_t)3;
+}
+
+uint64_t sstream_index_bytes(uint32_t pk, uint64_t count, uint64_t kept)
+{
+    if (kept > count)
+        return UINT64_MAX;
+    switch (pk) {
+    case SSTREAM_DENSE:
+        return kept == 0 ? 0 : UINT64_MAX; /* (a dense chunk declares none kept) */
+    case SSTREAM_BITMASK:
+        return sstream__pad4((count + 7) / 8);
+    case SSTREAM_POS16:
+        return count <= SSTREAM_POS16_MAX ? sstream__pad4(2 * kept) : UINT64_MAX;
+    case SSTREAM_POS32:
+        return 4 * kept;
+    default:
+        return UINT64_MAX;
+    }
+}
+
+uint64_t sstream_bytes(uint32_t pk, uint64_t count, uint64_t kept, uint32_t elem)
+{
+    uint64_t index = sstream_index_bytes(pk, count, kept);
+    if (index == UINT64_MAX)
+        return UINT64_MAX;
+    return index + (pk == SSTREAM_DENSE ? count : kept) * elem;
+}
+
+/* The 8 mask bytes at m as 8 bits, bit i set when byte i is not zero. */
+static inline unsigned sstream__bits8(const uint8_t *m)
+{
+    uint64_t w;
+    memcpy(&w, m, 8);
+    w |= w >> 4;
+    w |= w >> 2;
+    w |= w >> 1;
+    w &= 0x0101010101010101ull; /* bit 0 of each byte: it was not zero */
+    return (unsigned)((w * 0x0102040810204080ull) >> 56);
+}
+
+/* Bits [i, i + 8) of the mask as a byte (fewer past count: zeros). */
+static inline unsigned sstream__byte(const uint8_t *mask, uint64_t i, uint64_t count)
+{
+    if (i + 8 <= count)
+        return sstream__bits8(mask + i);
+    unsigned b = 0;
+    for (uint64_t k = i; k < count; k++)
+        b |= (unsigned)(mask[k] != 0) << (k - i);
+    return b;
+}
+
+uint32_t sstream_choose(const uint8_t *mask, uint64_t count, uint32_t elem, uint64_t *kept)
+{
+    uint64_t k = 0;
+    for (uint64_t i = 0; i < count; i += 8)
+        k += (uint64_t)__builtin_popcount(sstream__byte(mask, i, count));
+    *kept = k;
+    uint32_t best = SSTREAM_DENSE;
+    uint64_t least = count * elem;
+    static const uint32_t packed[] = {SSTREAM_BITMASK, SSTREAM_POS16, SSTREAM_POS32};
+    for (size_t i = 0; i < sizeof(packed) / sizeof(packed[0]); i++) {
+        uint64_t b = sstream_bytes(packed[i], count, k, elem);
+        if (b > 0 && b < least) { /* (never empty: a frame without payload is none) */
+            least = b;
+            best = packed[i];
+        }
+    }
+    if (best == SSTREAM_DENSE)
+        *kept = 0;
+    return best;
+}
+
+/* Packs with elements of ELEM bytes (a constant in each copy, so that the
+ * copies are plain loads and stores). */
+#define SSTREAM__PACK(ELEM)                                                                    \
+    for (uint64_t i = 0; i < count; i += 8) {                                                 \
+        unsigned bits = sstream__byte(mask, i, count);                                         \
+        if (pk == SSTREAM_BITMASK)                                                             \
+            o[i / 8] = (uint8_t)bits;                                                          \
+        while (bits) {                                                                         \
+            uint64_t at = i + (unsigned)__builtin_ctz(bits);                                  \
+            bits &= bits - 1;                                                                  \
+            if (pk == SSTREAM_POS16) {                                                         \
+                uint16_t p16 = (uint16_t)at;                                                   \
+                memcpy(o + 2 * k, &p16, 2);                                                    \
+            } else if (pk == SSTREAM_POS32) {                                                  \
+                uint32_t p32 = (uint32_t)at;                                                   \
+                memcpy(o + 4 * k, &p32, 4);                                                    \
+            }                                                                                  \
+            memcpy(vals + k * (ELEM), s + at * (ELEM), (ELEM));                               \
+            k++;                                                                               \
+        }                                                                                      \
+    }
+
+void sstream_pack(uint32_t pk, const uint8_t *mask, const void *src, uint64_t count, uint64_t kept,
+                  uint32_t elem, void *out)
+{
+    const uint8_t *s = src;
+    uint8_t *o = out;
+    if (pk == SSTREAM_DENSE) {
+        memcpy(o, s, count * elem);
+        return;
+    }
+    uint64_t index = sstream_index_bytes(pk, count, kept);
+    uint8_t *vals = o + index;
+    memset(o, 0, index); /* the bitmask's bits, and the padding */
+    uint64_t k = 0;
+    if (elem == 4) {
+        SSTREAM__PACK(4)
+    } else if (elem == 2) {
+        SSTREAM__PACK(2)
+    } else {
+        SSTREAM__PACK(elem)
+    }
+}
+
+int sstream_check(uint32_t pk, uint64_t count, uint64_t kept, uint32_t elem, const void *payload,
+                  uint64_t len, char *err, size_t errlen)
+{
+    uint64_t want = sstream_bytes(pk, count, kept, elem);
+    if (want == UINT64_MAX)
+        return errmsg(-EINVAL, err, errlen, "%s packing of %llu kept of %llu elements",
+                      sstream_name(pk), (unsigned long long)kept, (unsigned long long)count);
+    if (len != want)
+        return errmsg(-EINVAL, err, errlen, "%s packing of %llu kept of %llu elements in %llu "
+                      "bytes, expected %llu (index truncated or padded)", sstream_name(pk),
+                      (unsigned long long)kept, (unsigned long long)count,
+                      (unsigned long long)len, (unsigned long long)want);
+    const uint8_t *p = payload;
+    uint64_t index = sstream_index_bytes(pk, count, kept);
+    if (pk == SSTREAM_BITMASK) {
+        uint64_t bytes = (count + 7) / 8, set = 0;
+        for (uint64_t b = 0; b < bytes; b++)
+            set += (uint64_t)__builtin_popcount(p[b]);
+        bool past = count % 8 && (p[bytes - 1] >> (count % 8));
+        for (uint64_t b = bytes; b < index; b++)
+            past |= p[b] != 0;
+        if (past)
+            return errmsg(-EINVAL, err, errlen, "bitmask of %llu elements sets bits past its end",
+                          (unsigned long long)count);
+        if (set != kept)
+            return errmsg(-EINVAL, err, errlen, "bitmask of %llu elements sets %llu bits, the "
+                          "chunk says %llu kept", (unsigned long long)count,
+                          (unsigned long long)set, (unsigned long long)kept);
+    } else if (pk == SSTREAM_POS16 || pk == SSTREAM_POS32) {
+        uint64_t prev = 0;
+        for (uint64_t k = 0; k < kept; k++) {
+            uint64_t at;
+            if (pk == SSTREAM_POS16) {
+                uint16_t v;
+                memcpy(&v, p + 2 * k, 2);
+                at = v;
+            } else {
+                uint32_t v;
+                memcpy(&v, p + 4 * k, 4);
+                at = v;
+            }
+            if (at >= count)
+                return errmsg(-EINVAL, err, errlen, "position %llu (kept element %llu) past the "
+                              "chunk's %llu elements", (unsigned long long)at,
+                              (unsigned long long)k, (unsigned long long)count);
+            if (k > 0 && at <= prev)
+                return errmsg(-EINVAL, err, errlen, "position %llu (kept element %llu) after %llu: "
+                              "positions must rise", (unsigned long long)at,
+                              (unsigned long long)k, (unsigned long long)prev);
+            prev = at;
+        }
+        for (uint64_t b = (pk == SSTREAM_POS16 ? 2 : 4) * kept; b < index; b++)
+            if (p[b])
+                return errmsg(-EINVAL, err, errlen, "positions' padding holds %u at byte %llu "
+                              "(zeros)", p[b], (unsigned long long)b);
+    }
+    return 0;
+}
+
+/* The position of kept element k of a positions payload. */
+static uint64_t sstream__pos(uint32_t pk, const uint8_t *p, uint64_t k)
+{
+    if (pk == SSTREAM_POS16) {
+        uint16_t v;
+        memcpy(&v, p + 2 * k, 2);
+        return v;
+    }
+    uint32_t v;
+    memcpy(&v, p + 4 * k, 4);
+    return v;
+}
+
+/* Expands with elements of ELEM bytes (as SSTREAM__PACK). */
+#define SSTREAM__EXPAND(ELEM)                                                                  \
+    if (pk == SSTREAM_BITMASK) {                                                               \
+        uint64_t k = 0, bytes = (count + 7) / 8;                                               \
+        for (uint64_t b = 0; b < bytes; b++) {                                                 \
+            unsigned bits = p[b];                                                              \
+            while (bits) {                                                                     \
+                unsigned bit = (unsigned)__builtin_ctz(bits);                                  \
+                bits &= bits - 1;                                                              \
+                memcpy(d + (8 * b + bit) * (ELEM), vals + k * (ELEM), (ELEM));                 \
+                k++;                                                                           \
+            }                                                                                  \
+        }                                                                                      \
+    } else {                                                                                   \
+        for (uint64_t k = 0; k < kept; k++)                                                    \
+            memcpy(d + sstream__pos(pk, p, k) * (ELEM), vals + k * (ELEM), (ELEM));           \
+    }
+
+void sstream_expand(uint32_t pk, uint64_t count, uint64_t kept, uint32_t elem, const void *payload,
+                    void *dst)
+{
+    const uint8_t *p = payload;
+    uint8_t *d = dst;
+    if (pk == SSTREAM_DENSE) {
+        memcpy(d, p, count * elem);
+        return;
+    }
+    memset(d, 0, count * elem);
+    const uint8_t *vals = p + sstream_index_bytes(pk, count, kept);
+    if (elem == 4) {
+        SSTREAM__EXPAND(4)
+    } else if (elem == 2) {
+        SSTREAM__EXPAND(2)
+    } else {
+        SSTREAM__EXPAND(elem)
+    }
+}
+
+void sstream_mark(uint32_t pk, uint64_t count, uint64_t kept, const void *payload, uint8_t *bits,
+                  uint64_t at)
+{
+    const uint8_t *p = payload;
+    uint64_t whole = at % 8 == 0 ? count / 8 : 0; /* bytes of bits set at once */
+    if (whole && pk == SSTREAM_BITMASK)
+        memcpy(bits + at / 8, p, whole);
+    else if (whole)
+        memset(bits + at / 8, pk == SSTREAM_DENSE ? 0xff : 0, whole);
+    for (uint64_t i = 8 * whole; i < count; i++) {
+        uint64_t b = at + i;
+        bool on = pk == SSTREAM_DENSE || (pk == SSTREAM_BITMASK && (p[i / 8] >> (i % 8) & 1));
+        if (on)
+            bits[b / 8] |= (uint8_t)(1u << (b % 8));
+        else
+            bits[b / 8] &= (uint8_t)~(1u << (b % 8));
+    }
+    if (pk == SSTREAM_POS16 || pk == SSTREAM_POS32)
+        for (uint64_t k = 0; k < kept; k++) {
+            uint64_t b = at + sstream__pos(pk, p, k);
+            bits[b / 8] |= (uint8_t)(1u << (b % 8));
+        }
+}
+
+const char *sstream_name(uint32_t pk)
+{
+    switch (pk) {
+    case SSTREAM_DENSE:
+        return "dense";
+    case SSTREAM_BITMASK:
+        return "bitmask";
+    case SSTREAM_POS16:
+        return "16-bit positions";
+    case SSTREAM_POS32:
+        return "32-bit positions";
+    default:
+        return "unknown";
+    }
+}

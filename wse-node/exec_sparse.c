@@ -188,7 +188,7 @@ static void exec__tell(exec *e, int li, int path, const char *why)
     if (why)
         dp->why = why;
     dp->path = path;
-    e->dense_passes[path]++;
+    __atomic_fetch_add(&e->dense_passes[path], 1, __ATOMIC_RELAXED);
     if (dp->told == path && (path != EXEC_PATH_GEMM || dp->why == why))
         return;
     dp->told = path;
@@ -278,7 +278,7 @@ bool exec__sparse_backward(exec *e, int li, float *din, float *dw, float *db, co
         return true;
     }
     if (dp->pruned || dp->after_relu)
-        e->dense_passes[EXEC_PATH_GEMM]++;
+        __atomic_fetch_add(&e->dense_passes[EXEC_PATH_GEMM], 1, __ATOMIC_RELAXED);
     return false;
 }
 

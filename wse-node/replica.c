@@ -518,6 +518,17 @@ static void wn__metrics(node *n, metrics_buf *b)
                            name, sec[l], name, sec[nl + l]);
         }
     }
+    if (j && j->ex_ready) { /* exec_sparse.c: which path the dense layers' passes took */
+        static const char *const paths[EXEC_PATHS] = {"gemm", "sparse_weight", "sparse_input"};
+        metrics_printf(b, "# HELP appliance_dense_passes_total Passes (forward or backward) of the "
+                          "running job's dense layers by path: the GEMMs, the sparse kernels on a "
+                          "pruned weight's kept positions, or over a relu's nonzero outputs.\n"
+                          "# TYPE appliance_dense_passes_total counter\n");
+        for (int i = 0; i < EXEC_PATHS; i++)
+            metrics_printf(b, "appliance_dense_passes_total{path=\"%s\"} %llu\n", paths[i],
+                           (unsigned long long)__atomic_load_n(&j->ex.dense_passes[i],
+                                                               __ATOMIC_RELAXED));
+    }
     metrics_printf(b, "# HELP appliance_blas_info The BLAS core type the kernels run (failed: the core "
                       "that failed its start-up self-check before it).\n"
                       "# TYPE appliance_blas_info gauge\n"

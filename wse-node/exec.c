@@ -1,6 +1,5 @@
 /* The layer executor: model layers onto the kernels. */
 #include "exec.h"
-#include "exec_sparse.h"
 #include "pages.h"
 
 

@@ -238,6 +238,20 @@ int exec_set_sparsity(exec *e, const float *level, bool zeros_pruned, char *err,
  * one not yet run. */
 int exec_dense_path(const exec *e, int layer, char *out, size_t len);
 
+/* Internal, for exec.c: the dense layers off the GEMMs (exec_sparse.c).
+ * exec__sparse_forward computes layer li's forward pass on the sparse
+ * kernels where they pay and returns true, or returns false for the
+ * caller to run the GEMMs (the choice counted and noted either way);
+ * exec__sparse_backward likewise writes dw (zero at the pruned positions
+ * on the sparse weight path), db (or NULL) and din (or NULL) whole. A
+ * layer streamed in parts is noted as on the GEMMs (exec__sparse_part). */
+bool exec__sparse_forward(exec *e, int li, float *out, const float *in, int64_t step,
+                          bool training);
+bool exec__sparse_backward(exec *e, int li, float *din, float *dw, float *db, const float *dout,
+                           const float *in, int64_t step);
+void exec__sparse_part(exec *e, int li);
+void exec__sparse_deinit(exec *e);
+
 /* How convolution layer `layer` computes for the batch size now, in
  * words (op_conv2d_describe's: oneDNN's implementation and layouts on
  * this processor, or why it runs on the plain path), with whether its

@@ -2,7 +2,7 @@
  * a pruned weight's zeros counted once a step, its kept positions and
  * values made into the kernels' compressed form, and the path the cost
  * model predicts faster taken; a relu's mostly-zero output skipped. */
-#include "exec_sparse.h"
+#include "exec.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -1,6 +1,7 @@
 /* The executor's dense layers on the sparse kernels (op_sparse_dense.h):
  * a pruned weight's zeros counted once a step, its kept positions and
- * values made into the kernels' compressed form, and the path the cost
+ * values made into the kernels' compressed form (the values alone
+ * refreshed while the positions stay), and the path the cost
  * model predicts faster taken; a relu's mostly-zero output skipped. */
 #include "exec.h"
 
@@ -24,6 +25,7 @@
 
 typedef struct exec_dense_path {
     sparse_w *sw;      /* the weight's kept positions and values, or NULL */
+    float *kept;       /* with sw: room for its kept values in canonical order */
     int64_t key;       /* the pass the weight was last measured for (EXEC__NO_KEY: none) */
     double density;    /* the weight's nonzero fraction then */
     double ratio;      /* the cost model's sparse time over the GEMMs' at that density */
@@ -59,6 +61,7 @@ void exec__sparse_deinit(exec *e)
 {
     for (int i = 0; e->dp && i < e->m->nlayers; i++) {
         sparse_w_free(e->dp[i].sw);
+        free(e->dp[i].kept);
         free(e->dp[i].wt);
     }
     free(e->dp);
@@ -111,36 +114,38 @@ oom:
 typedef struct measure_job {
     const float *w;     /* the weight (out_f, in_f) */
     const sparse_w *sw; /* the kept pattern it is held against, or NULL */
+    float *kept;        /* sw's kept values read from w, canonical order (with sw) */
     int in_f;
     size_t nnz;         /* its nonzeros (atomic) */
     int differs;        /* a row's nonzeros are not sw's kept positions (atomic) */
 } measure_job;
 
-/* Rows [lo, hi): their nonzeros counted, and their positions against the
- * kept pattern's */
+/* Rows [lo, hi): their nonzeros counted and, while they match the kept
+ * pattern, the kept values gathered. A row matches when it has as many
+ * nonzeros as kept positions and none of those is zero. */
 static void measure_rows(void *ctx, size_t lo, size_t hi)
 {
     measure_job *j = ctx;
     size_t k = 0;
-    bool differs = false;
+    bool differs = !j->sw;
     for (size_t r = lo; r < hi; r++) {
         const float *row = j->w + r * (size_t)j->in_f;
-        if (!j->sw || differs || __atomic_load_n(&j->differs, __ATOMIC_RELAXED)) {
-            for (int c = 0; c < j->in_f; c++)
-                k += row[c] != 0.0f;
-            continue;
-        }
-        uint32_t e = j->sw->row_ptr[r], end = j->sw->row_ptr[r + 1];
+        uint32_t kr = 0;
         for (int c = 0; c < j->in_f; c++)
-            if (row[c] != 0.0f) {
-                k++;
-                differs |= e >= end || j->sw->col[e] != (uint32_t)c;
-                e++;
-            }
-        differs |= e != end;
+            kr += row[c] != 0.0f;
+        k += kr;
+        if (differs || __atomic_load_n(&j->differs, __ATOMIC_RELAXED))
+            continue;
+        uint32_t b = j->sw->row_ptr[r], end = j->sw->row_ptr[r + 1];
+        differs = kr != end - b;
+        for (uint32_t e = b; !differs && e < end; e++) {
+            float v = row[j->sw->col[e]];
+            j->kept[e] = v;
+            differs = v == 0.0f;
+        }
     }
     __atomic_fetch_add(&j->nnz, k, __ATOMIC_RELAXED);
-    if (differs)
+    if (differs && j->sw)
         __atomic_store_n(&j->differs, 1, __ATOMIC_RELAXED);
 }
 
@@ -153,27 +158,30 @@ static void exec__measure(exec *e, int li, int64_t key)
     exec__dpath *dp = &e->dp[li];
     const float *w = e->w[l->first_tensor];
     int in_f = (int)l->in.d[0], units = (int)l->units;
-    measure_job j = {.w = w, .sw = dp->sw, .in_f = in_f};
+    measure_job j = {.w = w, .sw = dp->kept ? dp->sw : NULL, .kept = dp->kept, .in_f = in_f};
     kernels_for((size_t)units, 16, measure_rows, &j);
     dp->key = key;
     dp->density = (double)j.nnz / ((double)units * in_f);
     dp->ratio = op_sparse_dense_cost_ratio(j.nnz, e->n, in_f, units);
     dp->sparse = dp->ratio < 1.0;
     dp->why = NULL;
-    if (!dp->sparse) { /* the GEMMs read the weight as it is */
-        sparse_w_free(dp->sw);
-        dp->sw = NULL;
-        return;
-    }
-    if (dp->sw && !j.differs && dp->sw->nnz == j.nnz) {
-        sparse_w_set_dense(dp->sw, w);
+    if (dp->sparse && j.sw && !j.differs && dp->sw->nnz == j.nnz) {
+        sparse_w_set_kept(dp->sw, dp->kept); /* the same positions: the values alone */
         return;
     }
     sparse_w_free(dp->sw);
+    free(dp->kept);
+    dp->sw = NULL;
+    dp->kept = NULL;
+    if (!dp->sparse) /* the GEMMs read the weight as it is */
+        return;
     char err[160];
     dp->sw = sparse_w_new(w, NULL, units, in_f, err, sizeof(err));
+    dp->kept = dp->sw ? malloc(sizeof(float) * (dp->sw->nnz ? dp->sw->nnz : 1)) : NULL;
     dp->made++;
-    if (!dp->sw) {
+    if (!dp->kept) {
+        sparse_w_free(dp->sw);
+        dp->sw = NULL;
         dp->sparse = false;
         dp->why = "no memory for its kept weights' compressed form";
     }

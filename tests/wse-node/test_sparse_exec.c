@@ -364,7 +364,7 @@ int main(void)
 {
     Suite *s = suite_create("sparse-exec");
     TCase *tc = tcase_create("paths");
-    tcase_set_timeout(tc, 240);
+    tcase_set_timeout(tc, 540);
     tcase_add_test(tc, sparse_weight_equals_dense);
     tcase_add_test(tc, dense_weight_stays_dense);
     tcase_add_test(tc, threads_change_no_bit);

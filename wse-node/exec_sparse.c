@@ -267,8 +267,12 @@ bool exec__sparse_forward(exec *e, int li, float *out, const float *in, int64_t 
 bool exec__sparse_backward(exec *e, int li, float *din, float *dw, float *db, const float *dout,
                            const float *in, int64_t step)
 {
-    if (!e->dp || (e->m->mixed_precision && (e->dp[li].pruned || e->dp[li].after_relu)))
+    if (!e->dp)
         return false;
+    if (e->m->mixed_precision && (e->dp[li].pruned || e->dp[li].after_relu)) {
+        __atomic_fetch_add(&e->dense_passes[EXEC_PATH_GEMM], 1, __ATOMIC_RELAXED);
+        return false;
+    }
     const model_layer *l = &e->m->layers[li];
     exec__dpath *dp = &e->dp[li];
     int n = e->n, in_f = (int)l->in.d[0], units = (int)l->units;
@@ -285,8 +289,7 @@ bool exec__sparse_backward(exec *e, int li, float *din, float *dw, float *db, co
         exec__tell(e, li, EXEC_PATH_SPARSE_IN, NULL);
         return true;
     }
-    if (dp->pruned || dp->after_relu)
-        __atomic_fetch_add(&e->dense_passes[EXEC_PATH_GEMM], 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&e->dense_passes[EXEC_PATH_GEMM], 1, __ATOMIC_RELAXED);
     return false;
 }
 

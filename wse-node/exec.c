@@ -405,6 +405,7 @@ void exec_deinit(exec *e)
     for (int i = 0; e->kept && i < e->m->nlayers; i++)
         pages_free(e->kept[i]);
     free(e->kept);
+    exec__sparse_deinit(e);
     memplan_free(&e->plan);
     memset(e, 0, sizeof(*e));
 }
@@ -995,7 +996,9 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
     bool exchange = mode != EXEC__RECOMPUTE; /* a recomputation has the halo rows it kept */
     switch (l->type) {
     case LAYER_DENSE:
-        if (e->m->mixed_precision) /* bfloat16 GEMMs, in the workspace */
+        if (exec__sparse_forward(e, li, out, in, step, training)) {
+            /* the sparse kernels took it (exec_sparse.c) */
+        } else if (e->m->mixed_precision) /* bfloat16 GEMMs, in the workspace */
             op_dense_forward_bf16(out, in, W(l, 0), W16(l), e->w16_stale,
                                   l->bias ? W(l, 1) : NULL, n, (int)l->in.d[0], (int)l->units,
                                   e->ws, e->ws_bytes);
@@ -1415,6 +1418,8 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
         }
         if (l->fused) /* its relu's gradient, masked in place where the output is not positive */
             op_relu_backward(e->dact[li], dout, exec_output(e, li, x), count);
+        if (exec__sparse_backward(e, li, din, G(l, 0), l->bias ? G(l, 1) : NULL, dout, in, step))
+            break; /* the sparse kernels (exec_sparse.c) */
         if (e->m->mixed_precision)
             op_dense_backward_bf16(din, G(l, 0), l->bias ? G(l, 1) : NULL, dout, in, W(l, 0),
                                    W16(l), e->w16_stale, n, (int)l->in.d[0], (int)l->units,
@@ -1706,8 +1711,10 @@ void exec_forward_part(exec *e, int li, uint64_t r0, uint64_t r1, bool first, bo
 {
     const model_layer *l = &e->m->layers[li];
     int n = e->n, in_f = (int)l->in.d[0], units = (int)l->units;
-    if (first)
+    if (first) {
         exec__replay(e, memplan_forward_op(&e->plan, li), x, step);
+        exec__sparse_part(e, li);
+    }
     const float *in = exec_output(e, l->inputs[0], x);
     float *out = e->act[li];
     if (n > 0 && r1 > r0 && in_f > 0)

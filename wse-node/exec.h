@@ -46,6 +46,16 @@ typedef struct exec_parts {
     void *ctx;
 } exec_parts;
 
+struct exec_dense_path; /* exec_sparse.c: how one dense layer computes */
+
+/* The paths a dense layer's pass takes (exec.dense_passes) */
+enum {
+    EXEC_PATH_GEMM,      /* the dense GEMMs */
+    EXEC_PATH_SPARSE_W,  /* the sparse kernels on the weight's kept positions */
+    EXEC_PATH_SPARSE_IN, /* the dense weight over the input's nonzero entries (after a relu) */
+    EXEC_PATHS
+};
+
 typedef struct exec {
     const model *m;         /* not owned */
     int n;                  /* samples per step on this replica */
@@ -104,6 +114,17 @@ typedef struct exec {
     uint64_t inputs_kept;   /* convolutions' backward passes that took their input as
                              * the forward pass rounded it (in_kept), every step so far */
     int blocked;            /* layers whose output is in aBcd16b for the batch size now */
+    struct exec_dense_path *dp; /* per layer (exec_set_sparsity): a dense layer's choice
+                                 * of path; NULL: every dense layer on the GEMMs */
+    void *sws;              /* the sparse kernels' workspace (exec_set_sparsity) */
+    size_t sws_bytes;
+    /* Told, on the compute thread, each time a dense layer's path is chosen
+     * anew (its first pass, and when the choice changes): one line such as
+     * "sparse path, density 0.10, predicted 0.31 of dense". NULL: nobody. */
+    void (*path_note)(void *ctx, int layer, const char *line);
+    void *path_ctx;
+    uint64_t dense_passes[EXEC_PATHS]; /* dense layers' passes (forward or backward) by
+                                        * path, every step so far */
 } exec;
 
 /* Allocates the buffers of n samples as the footprint of (m, n, threads)
@@ -194,6 +215,42 @@ typedef struct exec_metrics {
     uint64_t inter[EXEC_MAX_CLASSES];     /* pixels predicted and labelled c */
     uint64_t uni[EXEC_MAX_CLASSES];       /* pixels predicted or labelled c */
 } exec_metrics;
+
+/* Lets the dense layers leave the GEMMs where that is expected to pay
+ * (exec_sparse.c, docs/sparsity.md): level, per model tensor (or NULL: none
+ * pruned), is the plan's sparsity of each; a dense layer whose weight has
+ * a level above 0 and zeros_pruned (the masks keep a pruned weight at an
+ * exact zero and no kept weight at zero: static and gmp masks, not set's
+ * or rigl's, which regrow weights at zero) has its weight's zeros counted
+ * at its first pass of each step, and runs on the sparse kernels over the
+ * kept weights when the cost model predicts them faster at that density
+ * and shape (the weight gradient then zero at the pruned positions). A
+ * dense layer that reads a relu's output skips the input's zeros where
+ * they are many enough. Mixed precision and layers streamed in parts stay
+ * on the GEMMs. Allocates the workspace and per-layer state; returns 0 or
+ * -ENOMEM with a message. Without this call every dense layer runs on the
+ * GEMMs. */
+int exec_set_sparsity(exec *e, const float *level, bool zeros_pruned, char *err, size_t errlen);
+
+/* How dense layer `layer` computed its last pass, in words (its path, the
+ * weight's and input's densities, the cost model's prediction), into out.
+ * Returns its EXEC_PATH_*, or -1 for a layer that is no dense layer or
+ * one not yet run. */
+int exec_dense_path(const exec *e, int layer, char *out, size_t len);
+
+/* Internal, for exec.c: the dense layers off the GEMMs (exec_sparse.c).
+ * exec__sparse_forward computes layer li's forward pass on the sparse
+ * kernels where they pay and returns true, or returns false for the
+ * caller to run the GEMMs (the choice counted and noted either way);
+ * exec__sparse_backward likewise writes dw (zero at the pruned positions
+ * on the sparse weight path), db (or NULL) and din (or NULL) whole. A
+ * layer streamed in parts is noted as on the GEMMs (exec__sparse_part). */
+bool exec__sparse_forward(exec *e, int li, float *out, const float *in, int64_t step,
+                          bool training);
+bool exec__sparse_backward(exec *e, int li, float *din, float *dw, float *db, const float *dout,
+                           const float *in, int64_t step);
+void exec__sparse_part(exec *e, int li);
+void exec__sparse_deinit(exec *e);
 
 /* How convolution layer `layer` computes for the batch size now, in
  * words (op_conv2d_describe's: oneDNN's implementation and layouts on

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -81,6 +82,39 @@ static void *wn__start_failed(wn_job *j, char *why, size_t whylen, const char *r
     j->state = WN_RELEASED;
     wn__free_buffers(j);
     return NULL;
+}
+
+/* A dense layer's path, chosen at its first pass and again when it
+ * changes (exec_set_sparsity): logged from the compute thread */
+static void wn__path_note(void *ctx, int layer, const char *line)
+{
+    wn_job *j = ctx;
+    log_info("job %s: layer %s: %s", j->id, j->m->layers[layer].name, line);
+}
+
+/* The dense layers' sparse paths (exec_set_sparsity): each tensor's level
+ * from the plan; a weight's zeros are its pruned positions for the masks
+ * that never regrow a weight at zero (static, gmp) */
+static int wn__job_sparsity(wn_job *j, char *err, size_t errlen)
+{
+    Appliance__Plan *p = j->plan;
+    float *level = calloc(p->n_tensors ? p->n_tensors : 1, sizeof(float));
+    if (!level) {
+        snprintf(err, errlen, "out of memory for the tensors' sparsity");
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < p->n_tensors; i++)
+        level[i] = p->tensors[i]->sparsity;
+    bool zeros_pruned = p->sparsity && (strcmp(p->sparsity->type, "static") == 0 ||
+                                        strcmp(p->sparsity->type, "gmp") == 0);
+    if (p->sparsity && !zeros_pruned)
+        log_info("job %s: the dense layers stay on the GEMMs: %s masks regrow weights at zero, "
+                 "whose gradients the sparse kernels would not make", j->id, p->sparsity->type);
+    j->ex.path_note = wn__path_note;
+    j->ex.path_ctx = j;
+    int rc = exec_set_sparsity(&j->ex, level, zeros_pruned, err, errlen);
+    free(level);
+    return rc;
 }
 
 /* Allocates a job's buffers (on the compute thread). */
@@ -178,6 +212,8 @@ static int wn__job_buffers(wn_job *j, char *err, size_t errlen)
         j->ex_ready = true;
         j->ex.w16 = j->w16p;
         j->ex.w16_stale = j->twin_only;
+        if (wn__job_sparsity(j, err, errlen) < 0)
+            return -ENOMEM;
         log_info("job %s: %s; the step's buffers take %llu bytes", j->id,
                  p->keep_outputs ? "every layer's output is kept for the backward pass"
                                  : "the cheap layers' outputs are computed again in the "
@@ -481,6 +517,17 @@ static void wn__metrics(node *n, metrics_buf *b)
                               "appliance_layer_seconds_total{layer=\"%s\",pass=\"backward\"} %.9g\n",
                            name, sec[l], name, sec[nl + l]);
         }
+    }
+    if (j && j->ex_ready) { /* exec_sparse.c: which path the dense layers' passes took */
+        static const char *const paths[EXEC_PATHS] = {"gemm", "sparse_weight", "sparse_input"};
+        metrics_printf(b, "# HELP appliance_dense_passes_total Passes (forward or backward) of the "
+                          "running job's dense layers by path: the GEMMs, the sparse kernels on a "
+                          "pruned weight's kept positions, or over a relu's nonzero outputs.\n"
+                          "# TYPE appliance_dense_passes_total counter\n");
+        for (int i = 0; i < EXEC_PATHS; i++)
+            metrics_printf(b, "appliance_dense_passes_total{path=\"%s\"} %llu\n", paths[i],
+                           (unsigned long long)__atomic_load_n(&j->ex.dense_passes[i],
+                                                               __ATOMIC_RELAXED));
     }
     metrics_printf(b, "# HELP appliance_blas_info The BLAS core type the kernels run (failed: the core "
                       "that failed its start-up self-check before it).\n"

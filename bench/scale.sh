@@ -3,8 +3,8 @@
 # appliance with 1, then N = 8, 16, 32, 64, 128 wse-nodes, each with its
 # own input worker, one memoryx and the swarmx tree the planner builds
 # (swarmx_fanout 4), trains the same job on each: a small CNN (3x64x64
-# images, three 3x3 convolutions of 32, 32 and 64 filters, one dense layer
-# of 10; 0.19 M parameters, 0.77 MB of weights) at 32 samples per replica
+# images, three 3x3 convolutions of 32, 64 and 64 filters, one dense layer
+# of 10; 0.22 M parameters, 0.88 MB of weights) at 16 samples per replica
 # (weak scaling: the global batch grows with N), in Weight Streaming.
 #
 # The wse-nodes simulate their compute (--simulate-compute measured:TABLE):
@@ -13,8 +13,8 @@
 # steps, from its /metrics), while the weights, batches, gradients, sums,
 # losses and step accounting all happen for real. The model is chosen so
 # that a replica's step is long (about a third of a second on a 2-core
-# EPYC) against its fabric work (0.77 MB down twice and up once a step,
-# 1.5 MB of batch in): the step time then stays flat as long as the fabric
+# EPYC) against its fabric work (0.88 MB down twice and up once a step,
+# 0.8 MB of batch in): the step time then stays flat as long as the fabric
 # (swarmx's forwards and sums, memoryx, the workers, the coordinator, all
 # sharing this host's cores) keeps up, and what the figure loses is the
 # fabric's. Prints, per N:
@@ -27,7 +27,7 @@
 # 1024 or more: appliance-up raises the coordinator's connection limits),
 # and 128 wse-nodes with 128 workers take about 3 GiB of this host's memory.
 # SCALE_COUNTS (default "8 16 32 64 128"), SCALE_STEPS (12),
-# SCALE_BATCH (32 per replica), SCALE_FANOUT (4).
+# SCALE_BATCH (16 per replica), SCALE_FANOUT (4).
 set -euo pipefail
 src=${SOURCE_ROOT:?}
 build=${BUILD_ROOT:?}
@@ -37,7 +37,7 @@ bench_work scale
 submit="$build/client/appliance-submit"
 counts=${SCALE_COUNTS:-"8 16 32 64 128"}
 steps=${SCALE_STEPS:-12}
-batch=${SCALE_BATCH:-32}
+batch=${SCALE_BATCH:-16}
 fanout=${SCALE_FANOUT:-4}
 measure_steps=${SCALE_MEASURE_STEPS:-8}
 
@@ -82,7 +82,7 @@ type = "relu"
 [[model.layers]]
 name = "conv2"
 type = "conv2d"
-filters = 32
+filters = 64
 kernel_size = 3
 padding = 1
 

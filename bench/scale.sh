@@ -145,6 +145,7 @@ up() {
   shift
   read -r nsw _ < <(swarm_nodes "$n")
   "$src/deploy/local/appliance-up" --replicas "$n" --swarmx "$nsw" --dir "$run" --build "$build" \
+    --heartbeat-timeout-ms 10000 \
     "$@" >"$work/up.log" 2>&1 || { cat "$work/up.log" >&2; exit 1; }
 }
 down() {

@@ -3,10 +3,11 @@
 # on 192x192 images in Weight Streaming on 4 wse-nodes, with the kernels,
 # then simulated (0.01 s a step per sample): both commit every step with a
 # loss from every replica (the simulated one a uniform prediction's, ln 4),
-# run the evaluation, and memoryx streams to swarmx and takes back from it
-# exactly the same bytes; the simulated wse-nodes' peak resident memory
-# (VmHWM) stays under half of the real ones', whose activations alone take
-# 100+ MB.
+# run the same evaluations, and memoryx streams to swarmx and takes back
+# from it the same tensor bytes exactly (the frames' headers within 0.1%);
+# the simulated wse-nodes' peak resident memory (VmHWM) stays under 30% of
+# the real ones', whose executor alone takes 184 MiB (one run: 220 MiB
+# real, 33 MiB simulated).
 set -euo pipefail
 . "${SOURCE_ROOT:?}/tests/cluster/lib.sh" appliance-sim
 submit="$build/client/appliance-submit"
@@ -150,6 +151,6 @@ hr = [int(x) for x in open(f"{w}/real.hwm").read().split()]
 hs = [int(x) for x in open(f"{w}/sim.hwm").read().split()]
 print("ok: peak resident memory of the wse-nodes: real %s MiB, simulated %s MiB"
       % ([round(x / 2**20, 1) for x in hr], [round(x / 2**20, 1) for x in hs]))
-assert max(hs) < 0.5 * min(hr), "a simulated wse-node peaked above half of the real ones' least"
+assert max(hs) < 0.3 * min(hr), "a simulated wse-node peaked above 30% of the real ones' least"
 PY
 echo "1 passed, 0 failed"

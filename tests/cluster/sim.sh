@@ -99,6 +99,8 @@ PY
   cp "$run/logs/coordinator.log" "$work/$tag.log"
   grep -h "simulated compute" "$run"/logs/wse-node-*.log > "$work/$tag.sim" || true
   "$src/deploy/local/appliance-down" --dir "$run" --quiet >/dev/null
+  ! grep -l "runtime error\|AddressSanitizer\|LeakSanitizer" "$run"/logs/*.log >/dev/null ||
+    fail "$tag: a sanitizer report in $(grep -l "runtime error\|AddressSanitizer\|LeakSanitizer" "$run"/logs/*.log | tr '\n' ' ')"
   rm -rf "$run" "$work/m"
 }
 run_job real

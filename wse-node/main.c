@@ -66,6 +66,13 @@ int main(int argc, char **argv)
     else
         log_info("mixed-precision jobs compute in float32 here: no bfloat16 instructions, or a "
                  "build without oneDNN");
+    if (sim_config_parse(&w.sim, w.opt.simulate, err, sizeof(err)) < 0) {
+        fprintf(stderr, "wse-node: %s\n", err);
+        return 2;
+    }
+    if (w.sim.mode != SIM_OFF)
+        log_info("simulated compute: %s; the kernels do not run and no activation is allocated",
+                 sim_config_describe(&w.sim, err, sizeof(err)));
     uint64_t host = n.opt.host_memory; /* --host-memory, or what this host (its cgroup) has */
     char a[32], b[32];
     if (!w.opt.wafer_memory && w.opt.wafer_share[0]) {

@@ -192,7 +192,8 @@ static int wn__job_buffers(wn_job *j, char *err, size_t errlen)
      * rounded, once per update instead of twice per step in the GEMMs */
     uint64_t w16_bytes = 0;
     uint32_t mb = p->micro_batch && p->micro_batch < j->batch ? p->micro_batch : j->batch;
-    for (int li = 0; !oom && j->pipelined && kernels_bf16_compute() && li < m->nlayers; li++) {
+    for (int li = 0; !oom && !j->sim && j->pipelined && kernels_bf16_compute() && li < m->nlayers;
+         li++) {
         const model_layer *l = &m->layers[li];
         if (!footprint_keeps_rounded(m, li, (int)mb))
             continue;
@@ -206,6 +207,24 @@ static int wn__job_buffers(wn_job *j, char *err, size_t errlen)
     if (!oom) {
         j->mb = mb;
         j->nmicro = j->mb ? (j->batch + j->mb - 1) / j->mb : 1;
+    }
+    if (!oom && j->sim) {
+        /* simulated compute: no executor, so no activation, workspace
+         * or float input is allocated; the weight gradients the passes
+         * "make" are zeros; the batches are still checked against the
+         * labels a sample has (links.c) */
+        j->ex.label_elems = footprint_label_elems(m);
+        for (size_t i = 0; i < p->n_tensors; i++)
+            if (j->t[i].g)
+                memset(j->t[i].g, 0, j->t[i].n * sizeof(float));
+        footprint f;
+        if (footprint_init_micro(&f, m, (int)j->batch, (int)j->mb,
+                                 (int)wn_of(j->n)->opt.threads) == 0) {
+            log_info("job %s: simulated compute: the executor's %llu bytes (activations, "
+                     "workspace, inputs) are not allocated", j->id, (unsigned long long)f.exec);
+            footprint_free(&f);
+        }
+    } else if (!oom) {
         if (exec_init_micro(&j->ex, m, (int)j->batch, (int)j->mb, (int)wn_of(j->n)->opt.threads,
                             j->wp, j->gp, err, errlen) < 0)
             return -ENOMEM;
@@ -241,7 +260,8 @@ static int wn__job_buffers(wn_job *j, char *err, size_t errlen)
     j->feeds = calloc(nf ? nf : 1, sizeof(*j->feeds));
     j->nbatches = nf * WN_CREDITS;
     j->batches = calloc(j->nbatches ? j->nbatches : 1, sizeof(*j->batches));
-    j->batch_bytes = (size_t)sample_batch_bytes(j->batch, j->in_elems, j->ex.label_elems,
+    uint32_t label_elems = j->ex.label_elems;
+    j->batch_bytes = (size_t)sample_batch_bytes(j->batch, j->in_elems, label_elems,
                                                 m->input_unorm8, m->labels_u8);
     oom |= !j->feeds || !j->batches;
     for (size_t i = 0; !oom && i < j->nbatches; i++) {
@@ -254,7 +274,7 @@ static int wn__job_buffers(wn_job *j, char *err, size_t errlen)
     }
     j->ebuf[0].k = j->ebuf[1].k = -1;
     if (p->eval_batches > 0) {
-        j->ebuf_bytes = (size_t)sample_batch_bytes(p->eval_batch, j->in_elems, j->ex.label_elems,
+        j->ebuf_bytes = (size_t)sample_batch_bytes(p->eval_batch, j->in_elems, label_elems,
                                                    m->input_unorm8, m->labels_u8);
         for (int i = 0; i < 2; i++)
             if (!(j->ebuf[i].data = malloc(j->ebuf_bytes ? j->ebuf_bytes : 1))) {
@@ -390,6 +410,16 @@ static void *wn__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
         j->replica = me->index;
         if (wn_stripes_init(j, &none, (int)me->batch, err, sizeof(err)) < 0)
             return wn__start_failed(j, why, whylen, err);
+    }
+    if (w->sim.mode != SIM_OFF) {
+        if (j->stripes)
+            return wn__start_failed(j, why, whylen,
+                                    "simulated compute (--simulate-compute) runs neither spatial "
+                                    "partitions nor synchronised batch norm: their exchanges are "
+                                    "the executor's");
+        if (sim_times_init(&j->sim_t, &w->sim, j->m, err, sizeof(err)) < 0)
+            return wn__start_failed(j, why, whylen, err);
+        j->sim = true;
     }
     j->layer_sec[0] = calloc(3 * (size_t)(j->m->nlayers ? j->m->nlayers : 1), sizeof(double));
     if (!j->layer_sec[0])
@@ -542,6 +572,11 @@ static const options_key wn__keys[] = {
      sizeof(((wse_node_options *)0)->wafer_share), 0, 0,
      "without --wafer-memory: declare this share of the host's\nmemory, at most the default 40G "
      "(0.375, or 0.75/2:\nthree quarters shared by two)"},
+    {"simulate-compute", "MODE", OPTIONS_STRING, offsetof(wse_node_options, simulate),
+     sizeof(((wse_node_options *)0)->simulate), 0, 0,
+     "do everything but the kernels: each layer spends the time\nof cs2 (its FLOPs at a nominal "
+     "1 PFLOP/s), cs2:TFLOPS,\nSECONDS (a step's per sample, split by FLOPs) or\nmeasured:FILE "
+     "(\"LAYER FWD BWD\" seconds per sample);\nno activations are allocated (default off)"},
     {"threads", "N", OPTIONS_U32, offsetof(wse_node_options, threads), 0, 1, 10000000,
      "BLAS threads for the kernels (default 1)"},
     {NULL, NULL, 0, 0, 0, 0, 0, NULL},

@@ -244,11 +244,78 @@ static void wn__loss(wn_job *j, const wn_batch *b, uint32_t first)
     }
 }
 
+/* Simulated compute (sim.h): the gradients of a layer's pass that go up
+ * are zeros. Weight Streaming's slots held another layer's: zeroed;
+ * Pipelined's own buffers are zero since the start. */
+static void wn__sim_zero_grads(wn_job *j, int layer)
+{
+    const model_layer *l = &j->m->layers[layer];
+    for (int k = 0; j->ws_ready && k < l->ntensors; k++) {
+        uint64_t from, count;
+        float *g = j->gp[l->first_tensor + k];
+        if (g && wn__grad_range(j, layer, k, &from, &count))
+            memset(g, 0, count * sizeof(float));
+    }
+}
+
+/* Simulated compute, on the compute thread: the task spends its layers'
+ * time (a part its share), the loss is a uniform prediction's, an
+ * evaluation counts its samples and nothing correct; a Pipelined update
+ * is not applied. */
+static void wn__sim_work(wn_job *j)
+{
+    const sim_times *st = &j->sim_t;
+    if (j->stage == WN_EVAL || j->stage == WN_EVAL_METRICS) {
+        const wn_eval_buf *eb = wn__eval_buf(j, j->eval_k);
+        if (j->stage == WN_EVAL) {
+            sim_spend(sim_layer_sec(st, j->layer, false, eb->n) / wn__parts(j));
+        } else {
+            j->metrics.samples += eb->n;
+            j->metrics.loss += st->loss * eb->n;
+        }
+        return;
+    }
+    uint32_t first = j->micro * j->mb;
+    uint32_t count = j->batch - first < j->mb ? j->batch - first : j->mb;
+    double parts = wn__parts(j);
+    if (j->stage == WN_FORWARD) {
+        for (int c = 0; c < j->chain; c++) {
+            double t = wn__now();
+            sim_spend(sim_layer_sec(st, j->layer + c, false, count) / parts);
+            j->chain_sec[c] = wn__now() - t;
+        }
+        if (j->fuse_loss)
+            j->loss_sum += st->loss * count;
+        j->fused_sec[0] = 0;
+    } else if (j->stage == WN_LOSS) {
+        j->loss_sum += st->loss * count;
+    } else if (j->stage == WN_BACKWARD) {
+        bool last_micro = j->micro + 1 >= j->nmicro;
+        for (int c = 0; c < j->chain; c++) {
+            double t = wn__now();
+            sim_spend(sim_layer_sec(st, j->layer - c, true, count) / parts);
+            wn__sim_zero_grads(j, j->layer - c);
+            j->chain_sec[c] = wn__now() - t;
+            if (last_micro && c + 1 < j->chain && !j->ws_ready && wn__grads_go_up(j) &&
+                j->m->layers[j->layer - c].ntensors) {
+                __atomic_store_n(&j->grads_ready, j->layer - c, __ATOMIC_RELEASE);
+                compute_progress(&wn_of(j->n)->comp, wn__grads_progress, j);
+            }
+        }
+        j->fused_sec[1] = 0;
+    }
+}
+
 /* Runs the current stage on the compute thread. */
 static void wn__work(void *arg)
 {
     wn_job *j = arg;
     double t0 = wn__now();
+    if (j->sim) {
+        wn__sim_work(j);
+        wn__task_time(j, t0);
+        return;
+    }
     if (j->stage == WN_EVAL || j->stage == WN_EVAL_METRICS) {
         const wn_eval_buf *eb = wn__eval_buf(j, j->eval_k);
         exec_set_batch(&j->ex, (int)eb->n);

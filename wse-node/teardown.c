@@ -86,6 +86,7 @@ static void wn__free_rest(void *arg)
     free(j->batches);
     free(j->feeds);
     wn_stripes_free(j->stripes);
+    sim_times_deinit(&j->sim_t);
     model_free(j->m);
     if (j->plan)
         appliance__plan__free_unpacked(j->plan, NULL);

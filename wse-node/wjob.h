@@ -313,6 +313,9 @@ typedef struct wn_job {
     void (*stripes_link_closed)(struct wn_job *j); /* a link to a neighbouring stripe closed
                                                     * after the release (replica.c's) */
     double stripes_wait;     /* the last task's time blocked on the other stripes */
+    bool sim;                /* simulated compute (sim.h): no executor (ex_ready stays false),
+                                each pass spends sim_times' seconds, gradients are zeros */
+    sim_times sim_t;         /* with sim: each layer's seconds per sample */
 } wn_job;
 
 /* ---- between the replica's files. Each calls only the files below it:

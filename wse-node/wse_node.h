@@ -9,6 +9,7 @@
 #include "metrics.h"
 #include "model.h"
 #include "node.h"
+#include "sim.h"
 
 typedef struct wn_job wn_job;
 
@@ -29,6 +30,7 @@ typedef struct wse_node_options {
     uint64_t wafer_memory;   /* declared on-wafer memory, bytes; 0: the default */
     char wafer_share[32];    /* or this share of the host's memory (host_share_parse); "": none */
     uint32_t threads;        /* kernel threads */
+    char simulate[300];      /* --simulate-compute as given; "": the kernels compute */
 } wse_node_options;
 
 typedef struct wse_node {
@@ -41,6 +43,8 @@ typedef struct wse_node {
     uint64_t steps;          /* training steps computed */
     uint64_t staged;         /* weight chunks held while their slot was busy */
     blas_status blas;        /* the BLAS core in use and its self-check */
+    sim_config sim;          /* simulated compute (sim.h), parsed from opt.simulate; mode
+                                SIM_OFF: the kernels compute */
     double phase_total[WN_PHASES]; /* seconds by phase over every job (wn_phase) */
     /* The compute time by layer of the running job, or else of the last:
      * nlayers names and forward then backward seconds (wn__keep_layers). */

@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# Cluster test: simulated compute (wse-node --simulate-compute). A small CNN
+# on 192x192 images in Weight Streaming on 4 wse-nodes, with the kernels,
+# then simulated (0.01 s a step per sample): both commit every step with a
+# loss from every replica (the simulated one a uniform prediction's, ln 4),
+# run the same evaluations, and memoryx streams to swarmx and takes back
+# from it the same tensor bytes exactly (the frames' headers within 0.1%);
+# the simulated wse-nodes' peak resident memory (VmHWM) stays under 30% of
+# the real ones', whose executor alone takes 184 MiB (one run: 220 MiB
+# real, 33 MiB simulated).
+set -euo pipefail
+. "${SOURCE_ROOT:?}/tests/cluster/lib.sh" appliance-sim
+submit="$build/client/appliance-submit"
+
+cat > "$work/job.toml" <<TOML
+[runconfig]
+max_steps = 6
+log_steps = 1
+eval_frequency = 3
+seed = 3
+num_csx = 4
+mode = "weight_streaming"
+model_dir = "$work/m"
+
+[train_input]
+batch_size = 32
+num_classes = 4
+num_samples = 256
+
+[eval_input]
+batch_size = 32
+num_classes = 4
+num_samples = 32
+
+[model]
+input_shape = [3, 192, 192]
+loss = "softmax_cross_entropy"
+
+[[model.layers]]
+name = "conv1"
+type = "conv2d"
+filters = 16
+kernel_size = 3
+padding = 1
+
+[[model.layers]]
+name = "relu1"
+type = "relu"
+
+[[model.layers]]
+name = "conv2"
+type = "conv2d"
+filters = 16
+kernel_size = 3
+padding = 1
+
+[[model.layers]]
+name = "relu2"
+type = "relu"
+
+[[model.layers]]
+name = "pool"
+type = "max_pool2d"
+kernel_size = 8
+
+[[model.layers]]
+name = "flat"
+type = "flatten"
+
+[[model.layers]]
+name = "fc"
+type = "dense"
+units = 4
+
+[optimizer]
+learning_rate = 0.01
+TOML
+
+# run TAG [APPLIANCE-UP ARGS]: the job on a fresh cluster of 4 wse-nodes;
+# leaves TAG.out (the client's), TAG.mx (memoryx's metrics), TAG.hwm (each
+# wse-node's VmHWM in bytes) and TAG.log (the coordinator's log)
+run_job() {
+  local tag=$1
+  shift
+  "$src/deploy/local/appliance-up" --replicas 4 --metrics --dir "$run" --build "$build" "$@" \
+    >/dev/null || fail "$tag: appliance-up"
+  (set -a; . "$run/env"; set +a; timeout 120 "$submit" --json "$work/job.toml") > "$work/$tag.out" 2>&1 ||
+    fail "$tag: $(tail -n 3 "$work/$tag.out")"
+  [ "$(tail -n 1 "$work/$tag.out" | field state)" = done ] || fail "$tag: not done: $(tail -n 1 "$work/$tag.out")"
+  sleep 1.2 # the metrics are rendered once a second
+  "$py" - "$(awk '$1 == "memoryx-1" {print $2}' "$run/metrics")" > "$work/$tag.mx" <<'PY' || fail "$tag: memoryx metrics"
+import sys, urllib.request
+with urllib.request.urlopen(sys.argv[1], timeout=5) as r:
+    sys.stdout.write(r.read().decode())
+PY
+  for i in 1 2 3 4; do
+    awk '/^VmHWM:/ {printf "%.0f\n", $2 * 1024}' "/proc/$(cat "$run/pids/wse-node-$i.pid")/status"
+  done > "$work/$tag.hwm"
+  cp "$run/logs/coordinator.log" "$work/$tag.log"
+  grep -h "simulated compute" "$run"/logs/wse-node-*.log > "$work/$tag.sim" || true
+  "$src/deploy/local/appliance-down" --dir "$run" --quiet >/dev/null
+  ! grep -l "runtime error\|AddressSanitizer\|LeakSanitizer" "$run"/logs/*.log >/dev/null ||
+    fail "$tag: a sanitizer report in $(grep -l "runtime error\|AddressSanitizer\|LeakSanitizer" "$run"/logs/*.log | tr '\n' ' ')"
+  rm -rf "$run" "$work/m"
+}
+run_job real
+run_job sim --simulate-compute 0.01
+
+[ ! -s "$work/real.sim" ] || fail "the real run says it simulated: $(head -n 1 "$work/real.sim")"
+[ "$(grep -c 'simulated compute: no activation\|the executor.s [0-9]* bytes .* are not allocated' "$work/sim.sim")" = 4 ] ||
+  fail "not every wse-node simulated: $(cat "$work/sim.sim")"
+
+"$py" - "$work" <<'PY' || fail "the simulated run differs from the real one"
+import math, re, sys
+w = sys.argv[1]
+def steps(tag):  # step -> loss, from the coordinator's log
+    return {int(s): float(l) for s, l in
+            re.findall(r"job \S+: step (\d+)/6 loss ([0-9.na]+)", open(f"{w}/{tag}.log").read())}
+def evals(tag):  # (step, samples) -> loss of each evaluation
+    return {(int(s), int(n)): float(l) for s, n, l in
+            re.findall(r"evaluation at step (\d+) over (\d+) samples: loss ([0-9.na]+)",
+                       open(f"{w}/{tag}.log").read())}
+def peer(tag, what, kind="bytes"):  # memoryx's bytes with swarmx (shm_bytes: the payloads in its rings)
+    m = re.search(r'^appliance_peer_%s_%s_total\{peer="swarmx-1",peer_role="swarmx"\} (\d+)' % (kind, what),
+                  open(f"{w}/{tag}.mx").read(), re.M)
+    return int(m.group(1)) if m else None
+real, sim = steps("real"), steps("sim")
+assert sorted(real) == list(range(1, 7)), f"real steps logged: {sorted(real)}"
+assert sorted(sim) == list(range(1, 7)), f"simulated steps logged: {sorted(sim)}"
+for s, l in sim.items():
+    assert abs(l - math.log(4)) < 1e-5, f"simulated step {s}: loss {l}, not ln 4"
+assert all(math.isfinite(l) and l > 0 for l in real.values()), f"real losses {real}"
+print(f"ok: 6 steps committed in both runs; the real losses {[round(real[s], 4) for s in sorted(real)]}, "
+      f"the simulated ones ln 4 = {sim[1]:.6f}")
+er, es = evals("real"), evals("sim")
+assert len(er) >= 2 and sorted(er) == sorted(es), f"evaluations: {er} real, {es} simulated"
+assert all(abs(l - math.log(4)) < 1e-5 for l in es.values()), f"simulated evaluations' losses {es}"
+print(f"ok: the evaluations (step, samples) {sorted(er)} in both runs")
+for what in ("sent", "received"):
+    # the tensors' bytes (weights down, gradients up: payloads, through the
+    # shared-memory ring on this host) exactly; with the frames' headers,
+    # whose varints (a loss, a time) may differ by a byte here and there,
+    # within 0.1%
+    a, b = peer("real", what, "shm_bytes"), peer("sim", what, "shm_bytes")
+    ta, tb = peer("real", what), peer("sim", what)
+    # the dense layer's weights (144 KiB) or gradients of 6 steps at least
+    # (the convolutions' smaller tensors go on the socket)
+    assert a and a >= 6 * 144 << 10, f"memoryx {what} {a} payload bytes with swarmx in the real run"
+    assert a == b, f"memoryx {what} {a} payload bytes with swarmx in the real run, {b} simulated"
+    assert ta and tb and abs(ta - tb) <= ta // 1000, f"memoryx {what} {ta} bytes in all with swarmx in the real run, {tb} simulated"
+    print(f"ok: memoryx {what} {a} payload bytes with swarmx in both runs ({ta} and {tb} with the frames)")
+hr = [int(x) for x in open(f"{w}/real.hwm").read().split()]
+hs = [int(x) for x in open(f"{w}/sim.hwm").read().split()]
+print("ok: peak resident memory of the wse-nodes: real %s MiB, simulated %s MiB"
+      % ([round(x / 2**20, 1) for x in hr], [round(x / 2**20, 1) for x in hs]))
+assert max(hs) < 0.3 * min(hr), "a simulated wse-node peaked above 30% of the real ones' least"
+PY
+echo "1 passed, 0 failed"

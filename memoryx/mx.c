@@ -818,6 +818,8 @@ static void mx__grad_chunk(node *n, conn *c, Appliance__Envelope *env, uint8_t *
     /* in place; or a chunk that was to be held, but whose step started
      * while its payload still arrived: in the reader's buffer */
     update_grad_land(j, t, g->offset, g->count, pl, (uint32_t)g->packing, g->kept);
+    if ((uint32_t)g->packing != SSTREAM_DENSE) /* expanded here: the loop's work */
+        conn_charge_read(c, g->count * msgcheck_wire_elem(j->plan));
     mx__grad_in(n, j, t, g->offset, g->count);
 }
 

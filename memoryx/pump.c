@@ -106,6 +106,7 @@ static int pump__send_sparse(mx_job *j, mx_tensor *t, const plan_chunk *ch, cons
         return -ENOMEM;
     pk->t = t;
     sstream_pack(packing, mask, data, ch->count, kept, elem, pk->data);
+    conn_charge_send(j->down, ch->count * elem); /* the loop's work, a turn's share at most */
     int rc = pump__send_packed(j, ch, pk->data, bytes, packing, kept, pump__packed_sent, pk);
     if (rc < 0) {
         free(pk);

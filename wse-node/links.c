@@ -146,6 +146,7 @@ static void wn__up_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, ui
         if (a == WN_ARRIVE_PACKED) {
             wn__land(j, w->tensor_id, j->packed_dst, payload, w->count, (uint32_t)w->packing,
                      w->kept, w->offset);
+            conn_charge_read(c, w->count * msgcheck_wire_elem(j->plan)); /* the loop's work */
             if (wslots_received(&j->ws, w->count))
                 wn__pause(j);
             break;

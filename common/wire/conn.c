@@ -452,6 +452,18 @@ static const conn_shm_ops conn__shm_ops = {
     .drained = conn__shm_drained,
 };
 
+void conn_charge_send(conn *c, size_t bytes)
+{
+    c->turn_put += bytes;
+}
+
+void conn_charge_read(conn *c, size_t bytes)
+{
+    c->turn_copied += bytes;
+    if (c->turn_copied >= CONN_TURN_COPY)
+        c->reader.yield = true; /* as conn__shm_take: the frames after this one wait */
+}
+
 /* The frame reader meets a payload in the peer's ring: copied out, and
  * counted against the turn's share. */
 static int conn__shm_take(void *ctx, uint64_t off, uint64_t end, uint8_t *dst, uint32_t len,

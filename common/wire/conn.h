@@ -125,10 +125,11 @@ struct conn {
     bool reading;               /* the socket is being read (uv_read_start) */
     uint32_t rest_off, rest_len; /* bytes of rbuf read and not yet fed: the socket is
                                  * not read until they are */
-    uint64_t turn_copied;       /* bytes taken from the peer's ring in this turn */
+    uint64_t turn_copied;       /* bytes taken from the peer's ring in this turn (and
+                                 * conn_charge_read's) */
     bool turn_spent;            /* ... CONN_TURN_COPY or more: reading waits for the next */
-    uint64_t turn_put;          /* bytes put into our ring since a producer last waited
-                                 * for a new turn (conn_can_send) */
+    uint64_t turn_put;          /* bytes put into our ring (and conn_charge_send's) since
+                                 * a producer last waited for a new turn (conn_can_send) */
     int handles_open;           /* handles to close and requests to return before freeing */
     int close_err;              /* passed to on_close */
     char close_reason[192];     /* passed to on_close */
@@ -167,6 +168,15 @@ int conn_send_msg(conn *c, const Appliance__Envelope *env);
 /* True when len more bytes may be queued without passing the high water
  * mark. When false, on_drain runs once the queue has drained. */
 bool conn_can_send(conn *c, size_t len);
+
+/* Work the loop did for this connection's frames beyond what conn counts
+ * itself (packing or expanding a sparse payload, sstream.h), in bytes of
+ * the dense data it went over: counted against the turn's share of
+ * putting (conn_can_send is then false until a later turn) or of reading
+ * (the frames after the one being delivered wait for a later turn), so
+ * that timers and other connections run between such bursts. */
+void conn_charge_send(conn *c, size_t bytes);
+void conn_charge_read(conn *c, size_t bytes);
 
 /* Stops reading from the peer (TCP pushes back on it) until conn_resume;
  * called while a frame is delivered, the frames read after it wait too. */

@@ -30,6 +30,7 @@ typedef struct side {
     uint64_t next_step; /* the step the next of them must carry */
     conn *c;       /* the connection, once ready (until closed) */
     int pause_at;  /* pauses its connection on this frame (0: never) */
+    size_t charge; /* conn_charge_read'ed for each frame (0: none) */
 } side;
 
 static uv_loop_t loop;
@@ -64,6 +65,8 @@ static void on_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, uint32
     s->got_len = len;
     if (s->frames == s->pause_at)
         conn_pause(c);
+    if (s->charge)
+        conn_charge_read(c, s->charge);
     if (env->msg_case == APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK && payload && len > 1000) {
         uint64_t k = env->weight_chunk->step;
         uint32_t i = 0;
@@ -632,6 +635,76 @@ START_TEST(shm_puts_bounded_per_turn)
 }
 END_TEST
 
+/* Work charged to a connection (a sparse payload packed on the loop)
+ * counts against a turn's share as shared-memory puts do: a producer
+ * that charges 1 MiB a payload sends CONN_TURN_COPY of them a turn, over
+ * the socket too, and all arrive intact and in order. */
+START_TEST(charged_sends_bounded_per_turn)
+{
+    side cli = {0};
+    conn *c = dial(&client_cfg, &cli);
+    RUN_UNTIL(cli.ready == 1 && srv_side[0].ready == 1);
+    const uint32_t len = 2000;
+    const int n = 10;
+    uint8_t *p[10];
+    int sent = 0, turns = 0, most = 0;
+    while (sent < n) {
+        int in_turn = 0;
+        while (sent < n && conn_can_send(c, len)) {
+            p[sent] = shm_payload((uint64_t)sent, len);
+            send_chunk(c, p[sent], len, (uint64_t)sent);
+            conn_charge_send(c, 1u << 20);
+            sent++;
+            in_turn++;
+        }
+        if (in_turn > most)
+            most = in_turn;
+        turns++;
+        if (sent < n) {
+            ck_assert(c->blocked);
+            uv_run(&loop, UV_RUN_NOWAIT); /* the next turn lets it go on */
+        }
+    }
+    ck_assert_int_eq(most, (int)(CONN_TURN_COPY >> 20));
+    ck_assert_int_eq(turns, (n + most - 1) / most);
+    RUN_UNTIL(srv_side[0].frames == n);
+    ck_assert_int_eq(srv_side[0].good, n);
+    close_both(c, &cli);
+    free_payloads(p, n);
+}
+END_TEST
+
+/* A reader that charges 1 MiB for each frame it is given (a packed chunk
+ * expanded): a turn of the loop delivers CONN_TURN_COPY of that, the
+ * frames after wait for later turns (read in one go from the socket), and
+ * all arrive intact and in order. */
+START_TEST(charged_reads_bounded_per_turn)
+{
+    side cli = {0};
+    conn *c = dial(&client_cfg, &cli);
+    RUN_UNTIL(cli.ready == 1 && srv_side[0].ready == 1);
+    uv_check_t check;
+    uv_check_init(&loop, &check);
+    uv_check_start(&check, count_turn);
+    srv_side[0].charge = 1u << 20;
+    const uint32_t len = 2000;
+    const int n = 12;
+    uint8_t *p[12];
+    conn_pause(srv_side[0].c);
+    send_payloads(c, p, n, len);
+    run_turns(50); /* all of them in the server's socket */
+    ck_assert_int_eq(srv_side[0].frames, 0);
+    turn_frames_seen = turn_frames_max = 0;
+    conn_resume(srv_side[0].c);
+    RUN_UNTIL(srv_side[0].frames == n);
+    ck_assert_int_eq(srv_side[0].good, n);
+    ck_assert_int_eq(turn_frames_max, (int)(CONN_TURN_COPY >> 20));
+    uv_close((uv_handle_t *)&check, NULL);
+    close_both(c, &cli);
+    free_payloads(p, n);
+}
+END_TEST
+
 /* A side that shares no memory declines the offer: payloads go over the
  * socket, intact. */
 START_TEST(shm_declined)
@@ -898,6 +971,8 @@ static Suite *suite(void)
     tcase_add_test(t, shm_puts_bounded_per_turn);
     tcase_add_test(t, shm_copies_bounded_per_turn);
     tcase_add_test(t, shm_declined);
+    tcase_add_test(t, charged_sends_bounded_per_turn);
+    tcase_add_test(t, charged_reads_bounded_per_turn);
     tcase_add_test(t, shm_reference_out_of_step);
     suite_add_tcase(s, t);
     TCase *p = tcase_create("parsing");

@@ -4,8 +4,9 @@
  * both, medians:
  *   BENCH exec_mlp_sparse90_step_vs_dense <ratio> of_dense
  * an MLP 4096-4096-4096-4096-1000 (relus between), batch 256, every dense
- * weight 90% zeros, with exec_set_sparsity (each step's weights measured
- * and their kept values refreshed, as Weight Streaming brings them anew
+ * weight 90% zeros, with exec_set_sparsity and a static mask's schedule
+ * (exec_set_mask_schedule: the zeros counted at the first step, the kept
+ * values gathered anew each step, as Weight Streaming brings them anew
  * each step) over the same step on the GEMMs;
  *   BENCH exec_relu_input<Z>_step_vs_dense <ratio> of_dense
  * natural sparsity: a relu then a 4096 x 4096 dense layer, batch 256, the
@@ -15,9 +16,11 @@
  * a 3x3 convolution (256 -> 256 channels, 14 x 14, batch 8, padding 1) at
  * 90% zero weights, lowered to columns and run through the sparse kernel,
  * over op_conv2d_forward (oneDNN) on the dense weight. Beside the first:
+ *   BENCH exec_mlp_sparse90_step_counted_vs_dense <ratio> of_dense
+ * the same with no schedule known: the weights' zeros counted each step;
  *   BENCH exec_mlp_sparse90_step_measured_earlier_vs_dense <ratio> of_dense
  * the same sparse step once its weights were measured in an earlier call
- * of the same step (what the per-step count and refresh cost).
+ * of the same step (what the per-step gathering costs).
  *   bench_exec_sparse [STEPS]   (default 8 of each) */
 #include <math.h>
 #include <stdio.h>
@@ -113,7 +116,7 @@ static void say_path(void *ctx, int layer, const char *line)
 /* The median step of m with and without exec_set_sparsity, interleaved;
  * returns sparse over dense */
 static double compare(const char *name, const model *m, double wzeros, double xzeros, int steps,
-                      double *kept_ratio)
+                      double *kept_ratio, double *counted_ratio)
 {
     float **w = weights(m, wzeros), **g = zeros_like(m);
     size_t in = model_shape_elems(&m->input);
@@ -124,24 +127,29 @@ static double compare(const char *name, const model *m, double wzeros, double xz
     int classes = (int)model_shape_elems(&m->layers[m->nlayers - 1].out);
     for (int i = 0; i < N; i++)
         y[i] = (int32_t)(rng_uniform(10, 0, (uint64_t)i) * classes);
-    exec sp, de;
+    exec sp, de, sc;
     char err[256];
     float level[64];
     for (int i = 0; i < m->ntensors && i < 64; i++)
         level[i] = m->tensors[i].ndim == 2 && wzeros > 0 ? (float)wzeros : 0.0f;
     if (exec_init(&sp, m, N, THREADS, w, g, err, sizeof(err)) < 0 ||
         exec_init(&de, m, N, THREADS, w, g, err, sizeof(err)) < 0 ||
-        exec_set_sparsity(&sp, level, true, err, sizeof(err)) < 0) {
+        exec_init(&sc, m, N, THREADS, w, g, err, sizeof(err)) < 0 ||
+        exec_set_sparsity(&sp, level, true, err, sizeof(err)) < 0 ||
+        exec_set_sparsity(&sc, level, true, err, sizeof(err)) < 0) {
         fprintf(stderr, "bench_exec_sparse: %s\n", err);
         exit(1);
     }
+    sparse_config masks = {.type = SPARSE_STATIC};
+    exec_set_mask_schedule(&sp, &masks);
     sp.path_note = say_path;
     sp.path_ctx = &sp;
     printf("%s:\n", name);
     double *ts = calloc((size_t)steps, sizeof(double)), *td = calloc((size_t)steps, sizeof(double));
-    double *tk = calloc((size_t)steps, sizeof(double));
+    double *tk = calloc((size_t)steps, sizeof(double)), *tc = calloc((size_t)steps, sizeof(double));
     step(&sp, x, y, 0); /* warm: pages, the first compressed form */
     step(&de, x, y, 0);
+    step(&sc, x, y, 0);
     for (int s = 1; s <= steps; s++) { /* a new step number: the weights measured again */
         double t0 = now();
         step(&sp, x, y, s);
@@ -149,20 +157,28 @@ static double compare(const char *name, const model *m, double wzeros, double xz
         step(&de, x, y, s);
         double t2 = now();
         step(&sp, x, y, s); /* the same step again: nothing measured, the values kept */
+        double t3 = now();
+        step(&sc, x, y, s);
         ts[s - 1] = t1 - t0;
         td[s - 1] = t2 - t1;
-        tk[s - 1] = now() - t2;
+        tk[s - 1] = t3 - t2;
+        tc[s - 1] = now() - t3;
     }
     double ms = median(ts, steps), md = median(td, steps), mk = median(tk, steps);
-    printf("  step: %.1f ms on the executor's paths (%.1f ms with its weights' zeros counted and "
-           "values refreshed in an earlier step), %.1f ms on the GEMMs (medians of %d); "
-           "passes: %llu sparse weight, %llu sparse input, %llu GEMM\n", ms * 1e3, mk * 1e3,
-           md * 1e3, steps, (unsigned long long)sp.dense_passes[EXEC_PATH_SPARSE_W],
+    double mc = median(tc, steps);
+    printf("  step: %.1f ms on the executor's paths (%.1f ms with the zeros counted each step, "
+           "%.1f ms with the kept values gathered in an earlier step), %.1f ms on the GEMMs "
+           "(medians of %d); passes: %llu sparse weight, %llu sparse input, %llu GEMM\n",
+           ms * 1e3, mc * 1e3, mk * 1e3, md * 1e3, steps, (unsigned long long)sp.dense_passes[EXEC_PATH_SPARSE_W],
            (unsigned long long)sp.dense_passes[EXEC_PATH_SPARSE_IN],
            (unsigned long long)sp.dense_passes[EXEC_PATH_GEMM]);
     if (kept_ratio)
         *kept_ratio = mk / md;
+    if (counted_ratio)
+        *counted_ratio = mc / md;
     free(tk);
+    free(tc);
+    exec_deinit(&sc);
     exec_deinit(&sp);
     exec_deinit(&de);
     for (int i = 0; i < m->ntensors; i++) {
@@ -266,10 +282,11 @@ int main(int argc, char **argv)
                          "[[model.layers]]\nname = \"fc3\"\ntype = \"dense\"\nunits = 4096\n"
                          "[[model.layers]]\nname = \"r3\"\ntype = \"relu\"\n"
                          "[[model.layers]]\nname = \"fc4\"\ntype = \"dense\"\nunits = 1000\n");
-    double rk = 0.0;
+    double rk = 0.0, rc = 0.0;
     double r = compare("MLP 4096-4096-4096-4096-1000, batch 256, dense weights 90% zeros", mlp,
-                       0.9, 0.0, steps, &rk);
+                       0.9, 0.0, steps, &rk, &rc);
     printf("BENCH exec_mlp_sparse90_step_vs_dense %.3f of_dense\n", r);
+    printf("BENCH exec_mlp_sparse90_step_counted_vs_dense %.3f of_dense\n", rc);
     printf("BENCH exec_mlp_sparse90_step_measured_earlier_vs_dense %.3f of_dense\n", rk);
     model_free(mlp);
     model *relu = compile("[model]\ninput_shape = [4096]\nloss = \"softmax_cross_entropy\"\n"
@@ -280,7 +297,7 @@ int main(int argc, char **argv)
         char name[128];
         snprintf(name, sizeof(name), "relu -> dense 4096 x 4096, batch 256, the relu's output %d%% "
                  "zeros", zs[i]);
-        r = compare(name, relu, 0.0, zs[i] / 100.0, steps, NULL);
+        r = compare(name, relu, 0.0, zs[i] / 100.0, steps, NULL, NULL);
         printf("BENCH exec_relu_input%d_step_vs_dense %.3f of_dense\n", zs[i], r);
     }
     model_free(relu);

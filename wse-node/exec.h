@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "memplan.h"
+#include "sparse.h"
 #include "model.h"
 #include "spatial.h"
 
@@ -118,6 +119,9 @@ typedef struct exec {
                                  * of path; NULL: every dense layer on the GEMMs */
     void *sws;              /* the sparse kernels' workspace (exec_set_sparsity) */
     size_t sws_bytes;
+    sparse_config masks;    /* when the pruned positions change (exec_set_mask_schedule);
+                             * type SPARSE_NONE: unknown, each pass's weight counted */
+    uint64_t weights_counted; /* passes that counted a pruned weight's zeros, so far */
     /* Told, on the compute thread, each time a dense layer's path is chosen
      * anew (its first pass, and when the choice changes): one line such as
      * "sparse path, density 0.10, predicted 0.31 of dense". NULL: nobody. */
@@ -222,7 +226,8 @@ typedef struct exec_metrics {
  * a level above 0 and zeros_pruned (the masks keep a pruned weight at an
  * exact zero and no kept weight at zero: static and gmp masks, not set's
  * or rigl's, which regrow weights at zero) has its weight's zeros counted
- * at its first pass of each step, and runs on the sparse kernels over the
+ * at its first pass of each step (or where exec_set_mask_schedule says the
+ * masks may have changed), and runs on the sparse kernels over the
  * kept weights when the cost model predicts them faster at that density
  * and shape (the weight gradient then zero at the pruned positions). A
  * dense layer that reads a relu's output skips the input's zeros where
@@ -231,6 +236,14 @@ typedef struct exec_metrics {
  * -ENOMEM with a message. Without this call every dense layer runs on the
  * GEMMs. */
 int exec_set_sparsity(exec *e, const float *level, bool zeros_pruned, char *err, size_t errlen);
+/* What the masks' schedule says (sparse.h; NULL: nothing): a pass whose
+ * weights come after no mask change since the last count (a static mask
+ * after its first pass; gmp between its updates) gathers its kept values
+ * at the positions counted then and does not count the weight again.
+ * Step numbers are the job's step indexes, from 0, as memoryx's (the
+ * mask changes after the update of index s when
+ * sparse_config_updates(c, s + 1)). Call after exec_set_sparsity. */
+void exec_set_mask_schedule(exec *e, const sparse_config *c);
 
 /* How dense layer `layer` computed its last pass, in words (its path, the
  * weight's and input's densities, the cost model's prediction), into out.

@@ -1,8 +1,10 @@
 /* The executor's dense layers on the sparse kernels (op_sparse_dense.h):
- * a pruned weight's zeros counted once a step, its kept positions and
- * values made into the kernels' compressed form (the values alone
- * refreshed while the positions stay), and the path the cost
- * model predicts faster taken; a relu's mostly-zero output skipped. */
+ * a pruned weight's zeros counted where its masks may have changed (each
+ * pass without a schedule; at the first, and after a schedule's update
+ * steps, with one), its kept positions and values made into the kernels'
+ * compressed form (the values alone gathered while the positions stay),
+ * and the path the cost model predicts faster taken; a relu's mostly-zero
+ * output skipped. */
 #include "exec.h"
 
 #include <errno.h>
@@ -27,6 +29,7 @@ typedef struct exec_dense_path {
     sparse_w *sw;      /* the weight's kept positions and values, or NULL */
     float *kept;       /* with sw: room for its kept values in canonical order */
     int64_t key;       /* the pass the weight was last measured for (EXEC__NO_KEY: none) */
+    int64_t counted;   /* ... and last counted for (exec__masks_may_change) */
     double density;    /* the weight's nonzero fraction then */
     double ratio;      /* the cost model's sparse time over the GEMMs' at that density */
     bool pruned;       /* the plan prunes its weight, whose zeros are the pruned positions */
@@ -66,6 +69,7 @@ void exec__sparse_deinit(exec *e)
     }
     free(e->dp);
     free(e->sws);
+    e->masks.type = SPARSE_NONE;
     e->dp = NULL;
     e->sws = NULL;
     e->sws_bytes = 0;
@@ -82,7 +86,7 @@ int exec_set_sparsity(exec *e, const float *level, bool zeros_pruned, char *err,
     for (int li = 0; li < m->nlayers; li++) {
         const model_layer *l = &m->layers[li];
         exec__dpath *dp = &e->dp[li];
-        dp->key = dp->wt_key = EXEC__NO_KEY;
+        dp->key = dp->counted = dp->wt_key = EXEC__NO_KEY;
         dp->path = dp->told = -1;
         dp->in_density = -1.0;
         if (l->type != LAYER_DENSE)
@@ -109,7 +113,48 @@ oom:
     return -ENOMEM;
 }
 
+void exec_set_mask_schedule(exec *e, const sparse_config *c)
+{
+    if (c)
+        e->masks = *c;
+    else
+        e->masks.type = SPARSE_NONE;
+}
+
 /* ---- a pruned weight measured ---- */
+
+/* The index of the last update whose weights pass key computes with, at
+ * least *lo and at most *hi (-1: the initial weights): a training pass of
+ * step s (key 2s) those after update s - 1; an evaluation under step s
+ * (key 2s + 1) those after update s - 1 (the wse-node evaluates once its
+ * step count has moved on) or s (an evaluation after step s). */
+static void exec__after_update(int64_t key, int64_t *lo, int64_t *hi)
+{
+    int64_t s = key / 2; /* (keys are 2 step + 0 or 1, steps from 0) */
+    *lo = s - 1;
+    *hi = key % 2 ? s : s - 1;
+}
+
+/* Whether the pruned positions may differ between the weights of passes
+ * `from` (counted then) and `to`: unknown schedules, and the updates that
+ * change masks anywhere between the weights either could have, say yes. */
+static bool exec__masks_may_change(const exec *e, int64_t from, int64_t to)
+{
+    if (e->masks.type == SPARSE_NONE || from == EXEC__NO_KEY)
+        return true;
+    if (e->masks.type == SPARSE_STATIC)
+        return false;
+    int64_t alo, ahi, blo, bhi;
+    exec__after_update(from, &alo, &ahi);
+    exec__after_update(to, &blo, &bhi);
+    int64_t a = alo < blo ? alo : blo, b = ahi > bhi ? ahi : bhi;
+    if (b - a > 4096) /* (a long way: counted rather than walked) */
+        return true;
+    for (int64_t u = a + 1; u <= b; u++)
+        if (sparse_config_updates(&e->masks, u + 1))
+            return true;
+    return false;
+}
 
 typedef struct measure_job {
     const float *w;     /* the weight (out_f, in_f) */
@@ -158,6 +203,18 @@ static void exec__measure(exec *e, int li, int64_t key)
     exec__dpath *dp = &e->dp[li];
     const float *w = e->w[l->first_tensor];
     int in_f = (int)l->in.d[0], units = (int)l->units;
+    if (!exec__masks_may_change(e, dp->counted, key)) {
+        /* the positions counted before: the kept values alone, or nothing
+         * for a weight the GEMMs read as it is */
+        dp->key = key;
+        if (dp->sparse) {
+            sparse_w_gather(dp->sw, w, dp->kept);
+            sparse_w_set_kept(dp->sw, dp->kept);
+        }
+        return;
+    }
+    dp->counted = key;
+    e->weights_counted++;
     measure_job j = {.w = w, .sw = dp->kept ? dp->sw : NULL, .kept = dp->kept, .in_f = in_f};
     kernels_for((size_t)units, 16, measure_rows, &j);
     dp->key = key;

@@ -114,6 +114,9 @@ static int wn__job_sparsity(wn_job *j, char *err, size_t errlen)
     j->ex.path_ctx = j;
     int rc = exec_set_sparsity(&j->ex, level, zeros_pruned, err, errlen);
     free(level);
+    sparse_config masks;
+    if (rc == 0 && zeros_pruned && sparse_from_plan(p->sparsity, &masks) == 0)
+        exec_set_mask_schedule(&j->ex, &masks); /* counted where masks change, not each step */
     return rc;
 }
 

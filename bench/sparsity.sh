@@ -16,9 +16,15 @@
 #         with 4096 units a layer (117 M parameters) at 90% static sparsity
 #         (every dense layer's weights), streams packed, over the same job
 #         with sparsity.compressed_streams = false (goal <= 0.2)
-#   BENCH ws_1b_sparse90_bytes_vs_dense <ratio> of_dense   the same for the
-#         1.07B MLP itself (16384 units), with BENCH_SPARSE_1B=1 (about 15 GB
-#         of memory and a few minutes)
+#   BENCH ws_mlp4096_sparse90_step_vs_dense <ratio> of_dense   the median
+#         step of the same sparse job (packed streams, the sparse kernels
+#         where the executor takes them) over the same MLP trained dense
+#         (no sparsity section), 4 steps each, the first left out
+#   BENCH ws_1b_sparse90_bytes_vs_dense, ws_1b_sparse90_step_vs_dense
+#         the same for the 1.07B MLP itself (16384 units), with
+#         BENCH_SPARSE_1B=1 (a 6 GiB wafer, so that its layers stream whole
+#         and the sparse kernels can take them; about 21 GB of memory and a
+#         few minutes)
 set -euo pipefail
 src=${SOURCE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
 build=${BUILD_ROOT:-$src/build}
@@ -72,10 +78,12 @@ fi
 # Bytes on the wire: the wide MLP at 90% static sparsity, packed streams
 # against dense ones (sparsity.compressed_streams = false), 3 steps each on
 # a fresh cluster of one replica; memoryx's stream counters (docs/sparsity.md)
-if [ "${BENCH_SPARSE_1B:-0}" = 1 ]; then units=16384 name=ws_1b wafer=2G
+if [ "${BENCH_SPARSE_1B:-0}" = 1 ]; then units=16384 name=ws_1b wafer=6G
 else units=4096 name=ws_mlp4096 wafer=2G; fi
+steps=4
 # stream_job NAME FILE: prints memoryx's weight bytes sent, their dense
-# equivalent, gradient bytes received and theirs, and the steps
+# equivalent, gradient bytes received and theirs, and the median step in
+# seconds (the first left out)
 stream_job() {
   "$src/deploy/local/appliance-up" --replicas 1 --threads 2 --wafer-memory "$wafer" --metrics \
     --dir "$run" --build "$build" >/dev/null
@@ -84,29 +92,37 @@ stream_job() {
     { echo "sparsity: the $1 job failed: $out" >&2; exit 1; }
   sleep 1.2 # the exposition is rendered once a second
   url=$(awk '$1 == "memoryx-1" {print $2}' "$run/metrics")
-  "$py" - "$url" <<'PY'
+  local step
+  read -r step _ < <(echo "$out" | "$py" "$src/bench/step_times.py" --skip 1 --log "$run/logs/coordinator.log")
+  grep -h -o 'layer fc1: [a-z-]* path[^"]*' "$run"/logs/wse-node-1.log | head -1 | sed "s/^/  $1: /" >&2 || true
+  "$py" - "$url" "$step" <<'PY'
 import re, sys, urllib.request
 text = urllib.request.urlopen(sys.argv[1], timeout=5).read().decode()
 print(" ".join(re.search(r"^appliance_%s_bytes_total (\S+)$" % k, text, re.M).group(1)
-               for k in ("weight_stream", "weight_stream_dense", "grad_stream", "grad_stream_dense")))
+               for k in ("weight_stream", "weight_stream_dense", "grad_stream", "grad_stream_dense")),
+      sys.argv[2])
 PY
   "$src/deploy/local/appliance-down" --dir "$run" --quiet >/dev/null
   rm -rf "$run"
 }
 sparse90='\n[sparsity]\ntype = "static"\nsparsity = 0.9\ninit_method = "random"\n'
-{ bench_wide_mlp 4 3 100 "$work/packed" sgd weight_streaming "$units"; printf "$sparse90"; } > "$work/packed.toml"
-{ bench_wide_mlp 4 3 100 "$work/densestream" sgd weight_streaming "$units"
+{ bench_wide_mlp 4 $steps 100 "$work/packed" sgd weight_streaming "$units"; printf "$sparse90"; } > "$work/packed.toml"
+{ bench_wide_mlp 4 $steps 100 "$work/densestream" sgd weight_streaming "$units"
   printf "${sparse90}compressed_streams = false\n"; } > "$work/densestream.toml"
+bench_wide_mlp 4 $steps 100 "$work/dense" sgd weight_streaming "$units" > "$work/dense.toml"
 packed=$(stream_job packed "$work/packed.toml")
-dense=$(stream_job densestream "$work/densestream.toml")
-"$py" - "$packed" "$dense" "$name" "$units" <<'PY'
+densestream=$(stream_job densestream "$work/densestream.toml")
+dense=$(stream_job dense "$work/dense.toml")
+"$py" - "$packed" "$densestream" "$dense" "$name" "$units" "$steps" <<'PY'
 import sys
-p, d = ([float(x) for x in a.split()] for a in sys.argv[1:3])
-name, units = sys.argv[3], sys.argv[4]
-steps = 3
-print("wide MLP of %s units, 90%% static sparsity, 3 steps: per step, packed weights %.1f MB and "
+p, d, dd = ([float(x) for x in a.split()] for a in sys.argv[1:4])
+name, units, steps = sys.argv[4], sys.argv[5], int(sys.argv[6])
+print("wide MLP of %s units, 90%% static sparsity, %d steps: per step, packed weights %.1f MB and "
       "gradients %.1f MB; dense streams %.1f and %.1f MB (weights %.3f, gradients %.3f of dense)"
-      % (units, p[0] / steps / 1e6, p[2] / steps / 1e6, d[0] / steps / 1e6, d[2] / steps / 1e6,
-         p[0] / d[0], p[2] / d[2]))
+      % (units, steps, p[0] / steps / 1e6, p[2] / steps / 1e6, d[0] / steps / 1e6,
+         d[2] / steps / 1e6, p[0] / d[0], p[2] / d[2]))
+print("median step: sparse, packed streams %.2f s; sparse, dense streams %.2f s; dense job %.2f s"
+      % (p[4], d[4], dd[4]))
 print("BENCH %s_sparse90_bytes_vs_dense %.3f of_dense" % (name, (p[0] + p[2]) / (d[0] + d[2])))
+print("BENCH %s_sparse90_step_vs_dense %.3f of_dense" % (name, p[4] / dd[4]))
 PY

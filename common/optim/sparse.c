@@ -108,91 +108,171 @@ void sparse_apply_u16(uint16_t *x, const uint8_t *mask, uint64_t lo, uint64_t hi
             x[i] = 0;
 }
 
-/* A candidate of a top-k: its score and index. */
-typedef struct sparse__cand {
-    double score;
-    uint64_t i;
-} sparse__cand;
+/* The top k of a set of candidates, by score (larger first) and index
+ * (lower first among equal scores), found in O(n) time and constant
+ * memory: a radix selection over the scores' bits, 16 at a time, each
+ * pass recomputing the scores (a hash, or an array read), so that no
+ * candidate list of 16 bytes an element is made (4 GiB for one 16384 x
+ * 16384 layer, and minutes of sorting). */
+typedef struct sparse__scorer {
+    /* candidate i's score into *s; false when i is no candidate */
+    bool (*score)(const struct sparse__scorer *sc, uint64_t i, double *s);
+    const uint8_t *mask;
+    const float *w, *grad;
+    uint64_t key;
+    int64_t step;
+} sparse__scorer;
 
-/* Larger scores first, then lower indices. */
-static int sparse__cmp(const void *a, const void *b)
+/* The score's bits, ordered as the scores are (0 and -0 as one). */
+static uint64_t sparse__order(double s)
 {
-    const sparse__cand *x = a, *y = b;
-    if (x->score != y->score)
-        return x->score > y->score ? -1 : 1;
-    return x->i < y->i ? -1 : x->i > y->i;
+    uint64_t u;
+    if (s == 0.0)
+        s = 0.0;
+    memcpy(&u, &s, sizeof(u));
+    return u >> 63 ? ~u : u | (1ull << 63);
 }
 
-/* Sets mask[i] = mark for the k best of the nc candidates c (reordered). */
-static void sparse__top(sparse__cand *c, uint64_t nc, uint64_t k, uint8_t *mask, uint8_t mark)
+/* Where the top k of sc's candidates among [0, n) end: those whose
+ * ordered score is above *at, and the first *ties (by index) of those at
+ * it. Returns the candidates' count (k more than that: all of them). */
+static uint64_t sparse__threshold(const sparse__scorer *sc, uint64_t n, uint64_t k, uint64_t *at,
+                                  uint64_t *ties)
 {
-    if (k > nc)
-        k = nc;
-    qsort(c, nc, sizeof(*c), sparse__cmp);
-    for (uint64_t r = 0; r < k; r++)
-        mask[c[r].i] = mark;
+    static const int digits = 4, bits = 16;
+    uint64_t *hist = calloc((size_t)1 << bits, sizeof(uint64_t));
+    uint64_t prefix = 0, need = k, cands = 0;
+    for (int level = 0; level < digits && hist; level++) {
+        int shift = 64 - bits * (level + 1);
+        memset(hist, 0, sizeof(uint64_t) << bits);
+        for (uint64_t i = 0; i < n; i++) {
+            double s;
+            if (!sc->score(sc, i, &s))
+                continue;
+            uint64_t o = sparse__order(s);
+            if (level > 0 && o >> (shift + bits) != prefix)
+                continue;
+            hist[(o >> shift) & 0xffff]++;
+        }
+        uint64_t d = 0xffff;
+        if (level == 0) {
+            for (uint64_t t = 0; t <= 0xffff; t++)
+                cands += hist[t];
+            if (k >= cands)
+                break; /* every candidate */
+        }
+        for (;; d--) { /* (need is at most the candidates under the prefix) */
+            if (need <= hist[d])
+                break;
+            need -= hist[d];
+        }
+        prefix = prefix << bits | d;
+    }
+    free(hist);
+    if (!hist) { /* (out of memory for 512 KiB: everything, as a sort would not do) */
+        *at = 0;
+        *ties = UINT64_MAX;
+        return cands;
+    }
+    if (k >= cands) { /* every candidate: above the lowest order there is, ties all */
+        *at = 0;
+        *ties = UINT64_MAX;
+        return cands;
+    }
+    *at = prefix;
+    *ties = need;
+    return cands;
+}
+
+/* Sets mask[i] = mark for the k best of sc's candidates among [0, n)
+ * and 0 for the other candidates (others untouched). Returns 0 or
+ * -ENOMEM. */
+static int sparse__top(const sparse__scorer *sc, uint64_t n, uint64_t k, uint8_t *mask,
+                       uint8_t mark)
+{
+    uint64_t at = UINT64_MAX, ties = 0;
+    if (k > 0)
+        sparse__threshold(sc, n, k, &at, &ties);
+    for (uint64_t i = 0; i < n; i++) {
+        double s;
+        if (!sc->score(sc, i, &s))
+            continue;
+        uint64_t o = sparse__order(s);
+        bool take = k > 0 && (o > at || (o == at && ties > 0));
+        if (take && o == at)
+            ties--;
+        mask[i] = take ? mark : 0;
+    }
+    return 0;
+}
+
+static bool sparse__random_score(const sparse__scorer *sc, uint64_t i, double *s)
+{
+    *s = sparse_random(sc->key, sc->step, i);
+    return true;
+}
+
+static bool sparse__magnitude_score(const sparse__scorer *sc, uint64_t i, double *s)
+{
+    *s = fabs((double)sc->w[i]);
+    return true;
+}
+
+/* GMP: the kept weights by magnitude, then the pruned ones (-1) */
+static bool sparse__kept_magnitude_score(const sparse__scorer *sc, uint64_t i, double *s)
+{
+    *s = sc->mask[i] ? fabs((double)sc->w[i]) : -1.0;
+    return true;
+}
+
+/* the drop: kept weights alone, by magnitude */
+static bool sparse__drop_score(const sparse__scorer *sc, uint64_t i, double *s)
+{
+    if (!sc->mask[i])
+        return false;
+    *s = fabs((double)sc->w[i]);
+    return true;
+}
+
+/* the regrowth: positions not kept, by gradient magnitude or at random */
+static bool sparse__grow_score(const sparse__scorer *sc, uint64_t i, double *s)
+{
+    if (sc->mask[i])
+        return false;
+    *s = sc->grad ? fabs((double)sc->grad[i]) : sparse_random(sc->key, sc->step, i);
+    return true;
 }
 
 int sparse_mask_init(uint8_t *mask, const float *w, uint64_t n, double level, sparse_init how,
                      uint64_t key)
 {
-    sparse__cand *c = malloc((n ? n : 1) * sizeof(*c));
-    if (!c)
-        return -ENOMEM;
-    for (uint64_t i = 0; i < n; i++) {
-        c[i].i = i;
-        c[i].score = how == SPARSE_INIT_TOPK ? fabs((double)w[i]) : sparse_random(key, 0, i);
-    }
-    memset(mask, 0, n);
-    sparse__top(c, n, sparse_keep_count(n, level), mask, 1);
-    free(c);
-    return 0;
+    sparse__scorer sc = {.w = w, .key = key, .step = 0,
+                         .score = how == SPARSE_INIT_TOPK ? sparse__magnitude_score
+                                                          : sparse__random_score};
+    return sparse__top(&sc, n, sparse_keep_count(n, level), mask, 1);
 }
 
 int sparse_mask_gmp(uint8_t *mask, const float *w, uint64_t n, uint64_t keep)
 {
-    sparse__cand *c = malloc((n ? n : 1) * sizeof(*c));
-    if (!c)
-        return -ENOMEM;
-    for (uint64_t i = 0; i < n; i++) {
-        c[i].i = i;
-        c[i].score = mask[i] ? fabs((double)w[i]) : -1.0;
-    }
-    memset(mask, 0, n);
-    sparse__top(c, n, keep, mask, 1);
-    free(c);
-    return 0;
+    sparse__scorer sc = {.score = sparse__kept_magnitude_score, .mask = mask, .w = w};
+    return sparse__top(&sc, n, keep, mask, 1);
 }
 
 int sparse_mask_regrow(uint8_t *mask, float *w, const float *grad, uint64_t n,
                        double drop_fraction, uint64_t key, int64_t step)
 {
-    sparse__cand *c = malloc((n ? n : 1) * sizeof(*c));
-    if (!c)
-        return -ENOMEM;
-    uint64_t k = 0;
-    for (uint64_t i = 0; i < n; i++)
-        if (mask[i]) {
-            c[k].i = i;
-            c[k].score = fabs((double)w[i]);
-            k++;
-        }
+    uint64_t k = sparse_mask_count(mask, n);
     uint64_t drop = (uint64_t)nearbyint(drop_fraction * (double)k);
     if (drop > k)
         drop = k;
     /* the drop: the k - drop largest magnitudes of the kept stay */
-    memset(mask, 0, n);
-    sparse__top(c, k, k - drop, mask, 1);
+    sparse__scorer sc = {.score = sparse__drop_score, .mask = mask, .w = w, .grad = grad,
+                         .key = key, .step = step};
+    sparse__top(&sc, n, k - drop, mask, 1);
     /* every position not kept now is a zero weight, and may regrow */
-    uint64_t nc = 0;
     for (uint64_t i = 0; i < n; i++)
-        if (!mask[i]) {
+        if (!mask[i])
             w[i] = 0.0f;
-            c[nc].i = i;
-            c[nc].score = grad ? fabs((double)grad[i]) : sparse_random(key, step, i);
-            nc++;
-        }
-    sparse__top(c, nc, drop, mask, 2);
-    free(c);
-    return 0;
+    sc.score = sparse__grow_score;
+    return sparse__top(&sc, n, drop, mask, 2);
 }

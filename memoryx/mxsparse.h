@@ -42,8 +42,10 @@ int mxsparse_check(const mx_job *j, const mx_tensor *t, const char *file, char *
 void mxsparse_before(const mx_job *j, mx_tensor *t, uint64_t lo, uint64_t hi, uint64_t step,
                      float **dense);
 
-/* After it: weights (and their bfloat16 twin) and optimizer state zeroed
- * where pruned; where the whole tensor was updated and the schedule says
- * so, the mask changes first (dense: mxsparse_before's copy, freed here). */
+/* After it: where the whole tensor was updated and the schedule says so,
+ * the mask changes, and weights (and their bfloat16 twin) and optimizer
+ * state are zeroed where it prunes now (regrown elements kept from zero);
+ * elsewhere the update kept them zero (dense: mxsparse_before's copy,
+ * freed here). */
 void mxsparse_after(const mx_job *j, mx_tensor *t, uint64_t lo, uint64_t hi, uint64_t step,
                     float *dense);

@@ -94,18 +94,18 @@ uint64_t sparse_mask_count(const uint8_t *mask, uint64_t n)
     return k;
 }
 
+/* (a select and an unconditional store: the compiler's vectors, where a
+ * conditional store kept it to one element at a time) */
 void sparse_apply_f32(float *x, const uint8_t *mask, uint64_t lo, uint64_t hi)
 {
     for (uint64_t i = lo; i < hi; i++)
-        if (!mask[i])
-            x[i] = 0.0f;
+        x[i] = mask[i] ? x[i] : 0.0f;
 }
 
 void sparse_apply_u16(uint16_t *x, const uint8_t *mask, uint64_t lo, uint64_t hi)
 {
     for (uint64_t i = lo; i < hi; i++)
-        if (!mask[i])
-            x[i] = 0;
+        x[i] = mask[i] ? x[i] : 0;
 }
 
 /* The top k of a set of candidates, by score (larger first) and index

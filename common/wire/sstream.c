@@ -5,7 +5,108 @@
 #include <stdbool.h>
 #include <string.h>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "errmsg.h"
+
+/* AVX-512 (F, BW, VL) for bitmask chunks, 16 elements a step: -1 not
+ * asked yet, 0 off (no such processor, or sstream_simd(false)), 1 on. */
+static int sstream__simd_on = -1;
+
+static bool sstream__simd(void)
+{
+    int on = __atomic_load_n(&sstream__simd_on, __ATOMIC_RELAXED);
+    if (on < 0) {
+#if defined(__x86_64__)
+        on = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl");
+#else
+        on = 0;
+#endif
+        __atomic_store_n(&sstream__simd_on, on, __ATOMIC_RELAXED);
+    }
+    return on > 0;
+}
+
+bool sstream_simd(bool on)
+{
+    __atomic_store_n(&sstream__simd_on, on ? -1 : 0, __ATOMIC_RELAXED);
+    return sstream__simd();
+}
+
+#if defined(__x86_64__)
+#define SSTREAM__AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,popcnt")))
+
+/* Packs elements [0, 16 m) of a chunk (m the most whole blocks of 16 in
+ * count) as sstream_pack does, the values compressed in registers and
+ * written with masked stores (compressing straight to memory is slow on
+ * some processors); *k counts the kept ones. Returns 16 m. */
+SSTREAM__AVX512 static uint64_t sstream__pack_avx512(uint32_t pk, const uint8_t *mask,
+                                                     const uint8_t *s, uint64_t count,
+                                                     uint32_t elem, uint8_t *o, uint8_t *vals,
+                                                     uint64_t *k)
+{
+    const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    uint64_t i = 0, kk = *k;
+    for (; i + 16 <= count; i += 16) {
+        __m512i m = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(mask + i)));
+        __mmask16 b = _mm512_test_epi32_mask(m, m);
+        unsigned n = (unsigned)_mm_popcnt_u32(b);
+        __mmask16 first = (__mmask16)((1u << n) - 1);
+        if (pk == SSTREAM_BITMASK) {
+            uint16_t b16 = (uint16_t)b;
+            memcpy(o + i / 8, &b16, 2);
+        } else {
+            __m512i at = _mm512_maskz_compress_epi32(
+                b, _mm512_add_epi32(_mm512_set1_epi32((int)(uint32_t)i), lanes));
+            if (pk == SSTREAM_POS32)
+                _mm512_mask_storeu_epi32(o + 4 * kk, first, at);
+            else
+                _mm256_mask_storeu_epi16(o + 2 * kk, first, _mm512_cvtepi32_epi16(at));
+        }
+        if (elem == 4) {
+            __m512i v = _mm512_maskz_compress_epi32(b, _mm512_loadu_si512(s + 4 * i));
+            _mm512_mask_storeu_epi32(vals + 4 * kk, first, v);
+        } else {
+            __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s + 2 * i)));
+            __m512i v = _mm512_maskz_compress_epi32(b, w);
+            _mm256_mask_storeu_epi16(vals + 2 * kk, first, _mm512_cvtepi32_epi16(v));
+        }
+        kk += n;
+    }
+    *k = kk;
+    return i;
+}
+
+/* Expands elements [0, 16 m) of a bitmask chunk as sstream_expand does
+ * (zeros written with them). Returns 16 m; *k counts the values taken. */
+SSTREAM__AVX512 static uint64_t sstream__expand_avx512(const uint8_t *p, const uint8_t *vals,
+                                                       uint64_t count, uint32_t elem, uint8_t *d,
+                                                       uint64_t *k)
+{
+    uint64_t i = 0, kk = *k;
+    for (; i + 16 <= count; i += 16) {
+        uint16_t b16;
+        memcpy(&b16, p + i / 8, 2);
+        __mmask16 b = (__mmask16)b16;
+        unsigned n = (unsigned)_mm_popcnt_u32(b16);
+        __mmask16 first = (__mmask16)((1u << n) - 1);
+        if (elem == 4) {
+            __m512i v = _mm512_maskz_loadu_epi32(first, vals + 4 * kk);
+            _mm512_storeu_si512(d + 4 * i, _mm512_maskz_expand_epi32(b, v));
+        } else {
+            __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(first, vals + 2 * kk));
+            _mm256_storeu_si256((__m256i *)(d + 2 * i),
+                                _mm512_cvtepi32_epi16(_mm512_maskz_expand_epi32(b, v)));
+        }
+        kk += n;
+    }
+    *k = kk;
+    return i;
+}
+#endif
 
 /* n rounded up to a multiple of 4 */
 static uint64_t sstream__pad4(uint64_t n)
@@ -96,7 +197,7 @@ uint32_t sstream_choose(const uint8_t *mask, uint64_t count, uint32_t elem, uint
 /* Packs with elements of ELEM bytes (a constant in each copy, so that the
  * copies are plain loads and stores). */
 #define SSTREAM__PACK(ELEM)                                                                    \
-    for (uint64_t i = 0; i < count; i += 8) {                                                 \
+    for (uint64_t i = i0; i < count; i += 8) {                                                \
         unsigned bits = sstream__byte(mask, i, count);                                         \
         if (pk == SSTREAM_BITMASK)                                                             \
             o[i / 8] = (uint8_t)bits;                                                          \
@@ -127,7 +228,11 @@ void sstream_pack(uint32_t pk, const uint8_t *mask, const void *src, uint64_t co
     uint64_t index = sstream_index_bytes(pk, count, kept);
     uint8_t *vals = o + index;
     memset(o, 0, index); /* the bitmask's bits, and the padding */
-    uint64_t k = 0;
+    uint64_t k = 0, i0 = 0;
+#if defined(__x86_64__)
+    if ((elem == 4 || elem == 2) && sstream__simd())
+        i0 = sstream__pack_avx512(pk, mask, s, count, elem, o, vals, &k);
+#endif
     if (elem == 4) {
         SSTREAM__PACK(4)
     } else if (elem == 2) {
@@ -217,8 +322,8 @@ static uint64_t sstream__pos(uint32_t pk, const uint8_t *p, uint64_t k)
 /* Expands with elements of ELEM bytes (as SSTREAM__PACK). */
 #define SSTREAM__EXPAND(ELEM)                                                                  \
     if (pk == SSTREAM_BITMASK) {                                                               \
-        uint64_t k = 0, bytes = (count + 7) / 8;                                               \
-        for (uint64_t b = 0; b < bytes; b++) {                                                 \
+        uint64_t k = k0, bytes = (count + 7) / 8;                                              \
+        for (uint64_t b = i0 / 8; b < bytes; b++) {                                            \
             unsigned bits = p[b];                                                              \
             while (bits) {                                                                     \
                 unsigned bit = (unsigned)__builtin_ctz(bits);                                  \
@@ -241,8 +346,13 @@ void sstream_expand(uint32_t pk, uint64_t count, uint64_t kept, uint32_t elem, c
         memcpy(d, p, count * elem);
         return;
     }
-    memset(d, 0, count * elem);
     const uint8_t *vals = p + sstream_index_bytes(pk, count, kept);
+    uint64_t i0 = 0, k0 = 0; /* elements (a multiple of 8) and values done */
+#if defined(__x86_64__)
+    if (pk == SSTREAM_BITMASK && (elem == 4 || elem == 2) && sstream__simd())
+        i0 = sstream__expand_avx512(p, vals, count, elem, d, &k0);
+#endif
+    memset(d + i0 * elem, 0, (count - i0) * elem);
     if (elem == 4) {
         SSTREAM__EXPAND(4)
     } else if (elem == 2) {

@@ -7,6 +7,7 @@
  * wse-node) share one definition, and tests and fuzzing reach it alone. */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -64,6 +65,12 @@ void sstream_expand(uint32_t pk, uint64_t count, uint64_t kept, uint32_t elem, c
  * i/8): 1 kept, 0 not; every one for a dense payload. */
 void sstream_mark(uint32_t pk, uint64_t count, uint64_t kept, const void *payload, uint8_t *bits,
                   uint64_t at);
+
+/* Whether packing and expanding take the processor's vector path
+ * (AVX-512 F, BW and VL: 16 elements a step) where it has one: on by
+ * default; off (false) for tests to compare with the plain loops, which
+ * give the same bytes. Returns whether it is taken now. */
+bool sstream_simd(bool on);
 
 /* The name of a packing, for messages ("dense", "bitmask", ...). */
 const char *sstream_name(uint32_t pk);

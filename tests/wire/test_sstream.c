@@ -171,6 +171,66 @@ START_TEST(refusals)
 }
 END_TEST
 
+/* Every packing of chunks from 1 to 70,000 elements at densities from 0
+ * to 1, float32 and bfloat16: the vector path (where the processor has
+ * it) writes the same payload bytes as the plain loops, and each path
+ * expands either's payload to the same elements, zeros elsewhere. */
+START_TEST(vector_path_same_bytes)
+{
+    static const uint64_t counts[] = {1, 15, 16, 17, 31, 100, 1000, 65536, 70000};
+    static const double levels[] = {0.0, 0.01, 0.1, 0.5, 1.0};
+    const uint32_t elems[] = {2, 4};
+    bool vec = sstream_simd(true);
+    for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++)
+        for (size_t d = 0; d < sizeof(levels) / sizeof(levels[0]); d++)
+            for (size_t e = 0; e < 2; e++)
+                for (uint32_t pk = SSTREAM_BITMASK; pk <= SSTREAM_POS32; pk++) {
+                    uint64_t count = counts[c];
+                    uint32_t elem = elems[e];
+                    uint8_t *mask = malloc(count);
+                    make_mask(mask, count, levels[d], 3 + c);
+                    uint64_t kept = 0;
+                    for (uint64_t i = 0; i < count; i++)
+                        kept += mask[i];
+                    uint64_t bytes = sstream_bytes(pk, count, kept, elem);
+                    if (bytes == UINT64_MAX) { /* POS16 past its limit */
+                        free(mask);
+                        continue;
+                    }
+                    uint8_t *src = malloc(count * elem), *a = malloc(bytes + 1);
+                    uint8_t *b = malloc(bytes + 1), *xa = malloc(count * elem);
+                    uint8_t *xb = malloc(count * elem);
+                    for (uint64_t i = 0; i < count * elem; i++)
+                        src[i] = (uint8_t)(i * 13 + 5) | 1;
+                    sstream_simd(false);
+                    sstream_pack(pk, mask, src, count, kept, elem, a);
+                    memset(xa, 0xA5, count * elem);
+                    sstream_expand(pk, count, kept, elem, a, xa);
+                    sstream_simd(true);
+                    sstream_pack(pk, mask, src, count, kept, elem, b);
+                    ck_assert_msg(memcmp(a, b, bytes) == 0, "%s, %llu elements of %u bytes, "
+                                  "density %g: the payloads differ", sstream_name(pk),
+                                  (unsigned long long)count, elem, levels[d]);
+                    memset(xb, 0x5A, count * elem);
+                    sstream_expand(pk, count, kept, elem, b, xb);
+                    ck_assert_msg(memcmp(xa, xb, count * elem) == 0, "%s, %llu elements of %u "
+                                  "bytes, density %g: the expansions differ", sstream_name(pk),
+                                  (unsigned long long)count, elem, levels[d]);
+                    for (uint64_t i = 0; i < count; i++) /* src masked by hand, into a */
+                        for (uint32_t k = 0; k < elem; k++)
+                            xa[i * elem + k] = mask[i] ? src[i * elem + k] : 0;
+                    ck_assert(memcmp(xa, xb, count * elem) == 0);
+                    free(mask);
+                    free(src);
+                    free(a);
+                    free(b);
+                    free(xa);
+                    free(xb);
+                }
+    ck_assert(sstream_simd(true) == vec);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("sstream");
@@ -179,6 +239,7 @@ int main(void)
     tcase_add_test(t, densities);
     tcase_add_test(t, bytes_scale_with_density);
     tcase_add_test(t, refusals);
+    tcase_add_test(t, vector_path_same_bytes);
     suite_add_tcase(s, t);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -294,6 +294,11 @@ bool jobs_feasible(coordinator *co, const jobspec *spec, char *err, size_t errle
     planner_place pl;
     if (planner_place_members(&co->members, spec, false, &pl))
         return true;
+    char why[768];
+    if (planner_kinds_refusal(&co->members, &pl, why, sizeof(why))) {
+        snprintf(err, errlen, "%s: %s", spec->source, why);
+        return false;
+    }
     snprintf(err, errlen,
              "%s: the job needs %zu wse-node(s), %zu memoryx, %zu swarmx and at least 1 worker; "
              "the cluster has %zu wse-node(s), %zu memoryx, %zu swarmx, %zu worker(s)",
@@ -405,6 +410,9 @@ int job__launch(coordinator *co, job *j, const jobspec *spec)
             j->restarts ? "restarted" : "started", j->plan->n_replicas,
             modes[j->plan->mode < 3 ? j->plan->mode : 0], j->plan->global_batch,
             (unsigned long long)j->plan->first_step, (unsigned long long)j->plan->max_steps);
+    if (pl.sim)
+        job_log(co, j, "simulated compute: its %zu wse-nodes run no kernel (--simulate-compute); "
+                "the losses are not the model's", j->plan->n_replicas);
     if (j->plan->host_share) {
         char share[32];
         job_log(co, j, "each replica planned within %s, its share of its host's memory: the "

@@ -10,6 +10,7 @@
 #include "hosts.h"
 #include "msgcheck.h"
 #include "planner.h"
+#include "units.h"
 
 static const char *job_text = "[runconfig]\n"
                               "seed = 9\n"
@@ -654,6 +655,175 @@ START_TEST(planner_counts_a_host_once)
 END_TEST
 
 
+/* Simulated wse-nodes (--simulate-compute) are counted at what they hold:
+ * the plan's weight slots, batches in flight and buffers, without the
+ * executor's activations and workspace. 8 replicas of a small CNN whose
+ * real plans do not fit their host fit it simulated, with the same plan;
+ * a host too small even for that is named with the simulated part. */
+START_TEST(simulated_wse_nodes_held_at_what_they_hold)
+{
+    char err[2048];
+    const uint64_t G = 1ull << 30;
+    enum { N = 8 };
+    static const char *cnn =
+        "[runconfig]\nmode = \"weight_streaming\"\nswarmx_fanout = 8\n"
+        "[train_input]\ndata_processor = \"synthetic_classification\"\nbatch_size = 128\n"
+        "num_classes = 10\n[model]\ninput_shape = [3, 64, 64]\nloss = \"softmax_cross_entropy\"\n"
+        "[[model.layers]]\nname = \"conv1\"\ntype = \"conv2d\"\nfilters = 32\nkernel_size = 3\npadding = 1\n"
+        "[[model.layers]]\nname = \"relu1\"\ntype = \"relu\"\n"
+        "[[model.layers]]\nname = \"conv2\"\ntype = \"conv2d\"\nfilters = 64\nkernel_size = 3\npadding = 1\n"
+        "[[model.layers]]\nname = \"relu2\"\ntype = \"relu\"\n"
+        "[[model.layers]]\nname = \"pool2\"\ntype = \"max_pool2d\"\nkernel_size = 2\n"
+        "[[model.layers]]\nname = \"conv3\"\ntype = \"conv2d\"\nfilters = 64\nkernel_size = 3\npadding = 1\n"
+        "[[model.layers]]\nname = \"relu3\"\ntype = \"relu\"\n"
+        "[[model.layers]]\nname = \"pool3\"\ntype = \"max_pool2d\"\nkernel_size = 2\n"
+        "[[model.layers]]\nname = \"flat\"\ntype = \"flatten\"\n"
+        "[[model.layers]]\nname = \"fc\"\ntype = \"dense\"\nunits = 10\n"
+        "[optimizer]\nlearning_rate = 0.01\nmomentum = 0.9\n";
+    jobspec *spec = jobspec_parse(cnn, strlen(cnn), "job.toml", "/src", err, sizeof(err));
+    ck_assert_msg(spec != NULL, "%s", err);
+    spec->num_csx = N;
+    member w[N], mx, sx, wk;
+    member *r[N], *s[] = {&mx}, *x[] = {&sx}, *k[] = {&wk};
+    for (int i = 0; i < N; i++) {
+        w[i] = (member){.id = (uint32_t)i + 1, .role = APPLIANCE__ROLE__ROLE_WSE_NODE,
+                        .addr = "127.0.0.1:1", .threads = 1, .wafer_memory = G};
+        r[i] = &w[i];
+    }
+    mx = (member){.id = 9, .role = APPLIANCE__ROLE__ROLE_MEMORYX, .addr = "127.0.0.1:2"};
+    sx = (member){.id = 10, .role = APPLIANCE__ROLE__ROLE_SWARMX, .addr = "127.0.0.1:3"};
+    wk = (member){.id = 11, .role = APPLIANCE__ROLE__ROLE_WORKER, .addr = "127.0.0.1:4"};
+    planner_members pm = {r, N, s, 1, x, 1, k, 1};
+    uint8_t *buf = NULL;
+    size_t len;
+    /* no host known: the real plan */
+    ck_assert_msg(planner_build(spec, "job-1", &pm, 1024, &buf, &len, err, sizeof(err)) == 0,
+                  "%s", err);
+    Appliance__Plan *p = appliance__plan__unpack(NULL, len, buf);
+    free(buf);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_int_eq(p->mode, APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING);
+    ck_assert_uint_eq(p->replicas[0]->batch, 16);
+    ck_assert_uint_eq(p->micro_batch, 0);
+    uint64_t need = p->replicas[0]->memory_needed;
+    model wm = *spec->model; /* as planned: the outputs it keeps */
+    wm.keep_outputs = p->keep_outputs;
+    appliance__plan__free_unpacked(p, NULL);
+    /* what a simulated one holds: its two batches in flight, the slots,
+     * the buffers, a chunk held while a slot frees, and the frame's 64 KiB */
+    footprint f;
+    ck_assert_int_eq(footprint_init_micro(&f, &wm, 16, 16, 1), 0);
+    uint64_t held = f.batches + f.wslots + spec->model->total_buffers * sizeof(float) + (1u << 20) +
+                    (64u << 10);
+    ck_assert_uint_eq(need, held + f.exec);
+    ck_assert_uint_eq(planner_replica_bytes_unsimulated(&wm, 16, 0, 1,
+                                                        APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING),
+                      f.exec);
+    footprint_free(&f);
+    ck_assert_msg(held < need / 4 && held < (8u << 20), "simulated %llu of %llu bytes",
+                  (unsigned long long)held, (unsigned long long)need);
+
+    /* all on one host with room for the simulated replicas twice over,
+     * far from the real ones' */
+    uint64_t host = 2 * N * held;
+    for (int i = 0; i < N; i++) {
+        snprintf(w[i].host_id, sizeof(w[i].host_id), "a");
+        w[i].host_memory = host;
+    }
+    ck_assert_int_eq(planner_build(spec, "job-1", &pm, 1024, &buf, &len, err, sizeof(err)), -E2BIG);
+    ck_assert_msg(strstr(err, "job.toml: host a has ") == err && strstr(err, " 8 wse-nodes plan "),
+                  "%s", err);
+    for (int i = 0; i < N; i++)
+        w[i].simulated = true;
+    ck_assert_uint_eq(hosts_declared_bytes(&w[0]), 0); /* it fills no wafer */
+    ck_assert_msg(planner_build(spec, "job-1", &pm, 1024, &buf, &len, err, sizeof(err)) == 0,
+                  "%s", err);
+    p = appliance__plan__unpack(NULL, len, buf);
+    free(buf);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_uint_eq(p->host_share, 0);
+    ck_assert_uint_eq(p->replicas[N - 1]->memory_needed, need); /* the plan is the real one's */
+    appliance__plan__free_unpacked(p, NULL);
+    /* a host just too small for them: named, with what each holds */
+    host = N * held - 1;
+    for (int i = 0; i < N; i++)
+        w[i].host_memory = host;
+    ck_assert_int_eq(planner_build(spec, "job-1", &pm, 1024, &buf, &len, err, sizeof(err)), -E2BIG);
+    char a[32], b[32], c[32], want[256];
+    snprintf(want, sizeof(want), "host a has %s and the job's members on it need %s: 8 simulated "
+             "wse-nodes plan %s each", units_format_size(host, a, sizeof(a)),
+             units_format_size(N * held, b, sizeof(b)), units_format_size(held, c, sizeof(c)));
+    ck_assert_msg(strstr(err, want), "%s\nwanted: %s", err, want);
+    jobspec_free(spec);
+}
+END_TEST
+
+/* A job's wse-nodes are of one kind: ones that compute when the cluster
+ * has enough of them (a busy one is waited for), else simulated ones;
+ * a job that would need both is refused naming them. */
+START_TEST(simulated_and_real_wse_nodes_never_mix)
+{
+    char err[1024];
+    const Appliance__MemberState alive = APPLIANCE__MEMBER_STATE__MEMBER_ALIVE;
+    member v[8] = {
+        {.id = 1, .role = APPLIANCE__ROLE__ROLE_WSE_NODE, .name = "wse-node-1", .state = alive},
+        {.id = 2, .role = APPLIANCE__ROLE__ROLE_WSE_NODE, .name = "sim-1", .state = alive,
+         .simulated = true},
+        {.id = 3, .role = APPLIANCE__ROLE__ROLE_WSE_NODE, .name = "wse-node-2", .state = alive},
+        {.id = 4, .role = APPLIANCE__ROLE__ROLE_WSE_NODE, .name = "sim-2", .state = alive,
+         .simulated = true},
+        {.id = 5, .role = APPLIANCE__ROLE__ROLE_WSE_NODE, .name = "sim-3", .state = alive,
+         .simulated = true},
+        {.id = 6, .role = APPLIANCE__ROLE__ROLE_MEMORYX, .name = "mx", .state = alive},
+        {.id = 7, .role = APPLIANCE__ROLE__ROLE_SWARMX, .name = "sx", .state = alive},
+        {.id = 8, .role = APPLIANCE__ROLE__ROLE_WORKER, .name = "wk", .state = alive},
+    };
+    members ms = {.v = v, .n = 8};
+    jobspec *spec = jobspec_parse(job_text, strlen(job_text), "job.toml", "/src", err, sizeof(err));
+    ck_assert_msg(spec != NULL, "%s", err);
+    planner_place pl;
+    spec->num_csx = 2; /* the two that compute */
+    ck_assert(planner_place_members(&ms, spec, true, &pl));
+    ck_assert(!pl.sim);
+    ck_assert_uint_eq(pl.real, 2);
+    ck_assert_uint_eq(pl.simulated, 3);
+    ck_assert_ptr_eq(pl.reps[0], &v[0]);
+    ck_assert_ptr_eq(pl.reps[1], &v[2]);
+    ck_assert(!planner_kinds_refusal(&ms, &pl, err, sizeof(err)));
+    v[2].job[0] = 'j'; /* one of them busy: the job waits for it */
+    v[2].state = APPLIANCE__MEMBER_STATE__MEMBER_BUSY;
+    ck_assert(!planner_place_members(&ms, spec, true, &pl));
+    ck_assert(!pl.sim);
+    ck_assert_uint_eq(pl.gr, 1);
+    ck_assert(planner_place_members(&ms, spec, false, &pl));
+    spec->num_csx = 3; /* only simulated ones can: all three */
+    ck_assert(planner_place_members(&ms, spec, true, &pl));
+    ck_assert(pl.sim);
+    ck_assert_ptr_eq(pl.reps[0], &v[1]);
+    ck_assert_ptr_eq(pl.reps[1], &v[3]);
+    ck_assert_ptr_eq(pl.reps[2], &v[4]);
+    spec->num_csx = 4; /* only a mix could */
+    ck_assert(!planner_place_members(&ms, spec, false, &pl));
+    ck_assert(planner_kinds_refusal(&ms, &pl, err, sizeof(err)));
+    ck_assert_str_eq(err, "the job needs 4 wse-nodes; the cluster has 2 that compute (wse-node-1, "
+                          "wse-node-2) and 3 that simulate their compute (--simulate-compute) "
+                          "(sim-1, sim-2, sim-3); a job runs on simulated wse-nodes only when all "
+                          "of its wse-nodes are simulated: lower runconfig.num_csx, or start "
+                          "wse-nodes of one kind");
+    spec->num_csx = 6; /* more than both: the usual counts say it */
+    ck_assert(!planner_place_members(&ms, spec, false, &pl));
+    ck_assert(!planner_kinds_refusal(&ms, &pl, err, sizeof(err)));
+    v[0].state = APPLIANCE__MEMBER_STATE__MEMBER_LOST; /* a lost one counts for neither */
+    spec->num_csx = 4;
+    ck_assert(!planner_place_members(&ms, spec, false, &pl));
+    ck_assert_uint_eq(pl.real, 1);
+    ck_assert(planner_kinds_refusal(&ms, &pl, err, sizeof(err)));
+    ck_assert_msg(strstr(err, "has 1 that compute (wse-node-2) and 3"), "%s", err);
+    jobspec_free(spec);
+}
+END_TEST
+
+
 /* The optimizer's Model Zoo schedule and the layers' named initializers
  * reach the plan: segments, bias correction, the initializer with
  * PyTorch's fans; an initializer that needs fans refused on a bias. */
@@ -733,6 +903,8 @@ static Suite *suite(void)
     tcase_add_test(t, hosts_declared_per_host);
     tcase_add_test(t, hosts_plan_summed_per_host);
     tcase_add_test(t, planner_counts_a_host_once);
+    tcase_add_test(t, simulated_wse_nodes_held_at_what_they_hold);
+    tcase_add_test(t, simulated_and_real_wse_nodes_never_mix);
     tcase_add_test(t, schedule_and_initializers_in_the_plan);
     suite_add_tcase(s, t);
     return s;

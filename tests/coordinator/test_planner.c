@@ -758,6 +758,96 @@ START_TEST(simulated_wse_nodes_held_at_what_they_hold)
 }
 END_TEST
 
+/* bench/scale.sh's largest run on one host of 23 GiB: 128 replicas of its
+ * CNN with their 128 workers and a swarmx tree of fan-out 8 (16 leaves, 2
+ * inner nodes, a root). Planned as if they computed, the wse-nodes' 133
+ * MiB each and swarmx's buffer bounds (23.2 GiB in all) do not fit the
+ * host and the plan is cut to a share of it; simulated (5.1 MiB each, 7.2
+ * GiB in all) they fit it whole, and a host of 7 GiB is refused naming
+ * those figures. */
+START_TEST(simulated_scale_run_fits_its_host)
+{
+    char err[2048];
+    const uint64_t G = 1ull << 30, host = 23 * G;
+    enum { N = 128, X = 19 };
+    char text[4096];
+    snprintf(text, sizeof(text),
+             "[runconfig]\nmode = \"weight_streaming\"\nswarmx_fanout = 8\n"
+             "[train_input]\ndata_processor = \"synthetic_classification\"\nbatch_size = %d\n"
+             "num_classes = 10\n[model]\ninput_shape = [3, 64, 64]\nloss = \"softmax_cross_entropy\"\n"
+             "[[model.layers]]\nname = \"conv1\"\ntype = \"conv2d\"\nfilters = 32\nkernel_size = 3\npadding = 1\n"
+             "[[model.layers]]\nname = \"relu1\"\ntype = \"relu\"\n"
+             "[[model.layers]]\nname = \"conv2\"\ntype = \"conv2d\"\nfilters = 64\nkernel_size = 3\npadding = 1\n"
+             "[[model.layers]]\nname = \"relu2\"\ntype = \"relu\"\n"
+             "[[model.layers]]\nname = \"pool2\"\ntype = \"max_pool2d\"\nkernel_size = 2\n"
+             "[[model.layers]]\nname = \"conv3\"\ntype = \"conv2d\"\nfilters = 64\nkernel_size = 3\npadding = 1\n"
+             "[[model.layers]]\nname = \"relu3\"\ntype = \"relu\"\n"
+             "[[model.layers]]\nname = \"pool3\"\ntype = \"max_pool2d\"\nkernel_size = 2\n"
+             "[[model.layers]]\nname = \"flat\"\ntype = \"flatten\"\n"
+             "[[model.layers]]\nname = \"fc\"\ntype = \"dense\"\nunits = 10\n"
+             "[optimizer]\nlearning_rate = 0.01\nmomentum = 0.9\n", 16 * N);
+    jobspec *spec = jobspec_parse(text, strlen(text), "job.toml", "/src", err, sizeof(err));
+    ck_assert_msg(spec != NULL, "%s", err);
+    spec->num_csx = N;
+    ck_assert_uint_eq(planner_tree_nodes(spec), X);
+    static member w[N], sx[X], wk[N], mx;
+    static member *r[N], *x[X], *k[N];
+    const member on_host = {.host_id = "6456000e-4e44-4049-9243-791b4777dcb3", .host_memory = host,
+                            .addr = "127.0.0.1:1", .threads = 1};
+    for (int i = 0; i < N; i++) {
+        w[i] = on_host;
+        w[i].id = (uint32_t)i + 1;
+        w[i].role = APPLIANCE__ROLE__ROLE_WSE_NODE;
+        w[i].wafer_memory = (uint64_t)(0.8 * (double)host / N); /* appliance-up's --wafer-share */
+        r[i] = &w[i];
+        wk[i] = on_host;
+        wk[i].role = APPLIANCE__ROLE__ROLE_WORKER;
+        k[i] = &wk[i];
+    }
+    for (int i = 0; i < X; i++) {
+        sx[i] = on_host;
+        sx[i].role = APPLIANCE__ROLE__ROLE_SWARMX;
+        x[i] = &sx[i];
+    }
+    mx = on_host;
+    mx.role = APPLIANCE__ROLE__ROLE_MEMORYX;
+    member *s[] = {&mx};
+    planner_members pm = {r, N, s, 1, x, X, k, N};
+    uint8_t *buf = NULL;
+    size_t len;
+    int rc = planner_build(spec, "job-1", &pm, 1u << 18, &buf, &len, err, sizeof(err));
+    ck_assert_msg(rc == 0, "%s", err); /* cut to each wse-node's share of the host */
+    Appliance__Plan *p = appliance__plan__unpack(NULL, len, buf);
+    free(buf);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_uint_gt(p->host_share, 0);
+    ck_assert_uint_lt(p->replicas[0]->memory_needed, 133 << 20);
+    appliance__plan__free_unpacked(p, NULL);
+    for (int i = 0; i < N; i++)
+        w[i].simulated = true;
+    rc = planner_build(spec, "job-1", &pm, 1u << 18, &buf, &len, err, sizeof(err));
+    ck_assert_msg(rc == 0, "%s", err);
+    p = appliance__plan__unpack(NULL, len, buf);
+    free(buf);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_uint_eq(p->host_share, 0);
+    ck_assert_uint_eq(p->micro_batch, 0);
+    appliance__plan__free_unpacked(p, NULL);
+    /* the same members on a host of 7 GiB: named with what they hold */
+    for (int i = 0; i < N; i++)
+        w[i].host_memory = wk[i].host_memory = 7 * G;
+    for (int i = 0; i < X; i++)
+        sx[i].host_memory = 7 * G;
+    mx.host_memory = 7 * G;
+    rc = planner_build(spec, "job-1", &pm, 1u << 18, &buf, &len, err, sizeof(err));
+    ck_assert_int_eq(rc, -E2BIG);
+    ck_assert_msg(strstr(err, "has 7.0 GiB and the job's members on it need 7.2 GiB: 128 simulated "
+                              "wse-nodes plan 5.1 MiB each, memoryx holds 2.5 MiB, 19 swarmx buffer "
+                              "up to 6.3 GiB, 128 workers hold 192.0 MiB of batches"), "%s", err);
+    jobspec_free(spec);
+}
+END_TEST
+
 /* A job's wse-nodes are of one kind: ones that compute when the cluster
  * has enough of them (a busy one is waited for), else simulated ones;
  * a job that would need both is refused naming them. */
@@ -905,6 +995,7 @@ static Suite *suite(void)
     tcase_add_test(t, planner_counts_a_host_once);
     tcase_add_test(t, simulated_wse_nodes_held_at_what_they_hold);
     tcase_add_test(t, simulated_and_real_wse_nodes_never_mix);
+    tcase_add_test(t, simulated_scale_run_fits_its_host);
     tcase_add_test(t, schedule_and_initializers_in_the_plan);
     suite_add_tcase(s, t);
     return s;

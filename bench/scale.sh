@@ -28,6 +28,9 @@
 # 1024 or more: appliance-up raises the coordinator's connection limits),
 # a heartbeat timeout of 10 s (300 daemons starting on 2 cores: 143 s), and
 # 128 wse-nodes with their workers and swarmx take about 5 GiB of memory.
+# The wse-nodes tell the coordinator they simulate (Register.simulated), so
+# it counts each at what it holds (5.1 MiB), not at a real replica's plan
+# (133 MiB): 128 of them fit this host's memory whole.
 # SCALE_COUNTS (default "8 16 32 64 128"), SCALE_STEPS (12),
 # SCALE_BATCH (16 per replica), SCALE_FANOUT (8), SCALE_MEASURE_STEPS (20).
 #
@@ -260,7 +263,7 @@ if [ "$hosts" -gt 0 ]; then
     t=$(train "$n" "$steps")
     wse=$(awk '/^VmHWM:/ {printf "%.0f\n", $2 * 1024}' "/proc/$wse1_pid/status" 2>/dev/null || echo 0)
     ns_down
-    echo "scale: netns N=$n hosts=$hosts link=$link swarmx nodes=$nsw levels=$levels step $t s;" \
+    echo "scale: netns N=$n hosts=$hosts link=$link swarmx nodes=$nsw levels=$levels step $(printf '%.3f' "$t") s;" \
          "started in $started s; wse-node-1 peak $((wse >> 20)) MiB"
     if [ "$n" = 1 ]; then
       t1=$t

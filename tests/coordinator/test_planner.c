@@ -30,6 +30,20 @@ static const char *job_text = "[runconfig]\n"
                               "type = \"dense\"\n"
                               "units = 10\n";
 
+/* The plan of spec on pm's members, which must succeed. */
+static Appliance__Plan *plan_on(const jobspec *spec, const planner_members *pm)
+{
+    uint8_t *buf;
+    size_t len;
+    char err[2048];
+    ck_assert_msg(planner_build(spec, "job-1", pm, 1u << 18, &buf, &len, err, sizeof(err)) == 0,
+                  "%s", err);
+    Appliance__Plan *p = appliance__plan__unpack(NULL, len, buf);
+    free(buf);
+    ck_assert_ptr_nonnull(p);
+    return p;
+}
+
 static Appliance__Plan *plan_of(const jobspec *spec)
 {
     member wse = {.id = 1, .role = APPLIANCE__ROLE__ROLE_WSE_NODE, .addr = "127.0.0.1:1",
@@ -655,6 +669,24 @@ START_TEST(planner_counts_a_host_once)
 END_TEST
 
 
+/* The CNN of the simulated runs (tests/cluster/jobs/sim_cnn.toml) in Weight
+ * Streaming with swarmx_fanout 8; the global batch is the argument. */
+static const char sim_cnn[] =
+    "[runconfig]\nmode = \"weight_streaming\"\nswarmx_fanout = 8\n"
+    "[train_input]\ndata_processor = \"synthetic_classification\"\nbatch_size = %d\n"
+    "num_classes = 10\n[model]\ninput_shape = [3, 64, 64]\nloss = \"softmax_cross_entropy\"\n"
+    "[[model.layers]]\nname = \"conv1\"\ntype = \"conv2d\"\nfilters = 32\nkernel_size = 3\npadding = 1\n"
+    "[[model.layers]]\nname = \"relu1\"\ntype = \"relu\"\n"
+    "[[model.layers]]\nname = \"conv2\"\ntype = \"conv2d\"\nfilters = 64\nkernel_size = 3\npadding = 1\n"
+    "[[model.layers]]\nname = \"relu2\"\ntype = \"relu\"\n"
+    "[[model.layers]]\nname = \"pool2\"\ntype = \"max_pool2d\"\nkernel_size = 2\n"
+    "[[model.layers]]\nname = \"conv3\"\ntype = \"conv2d\"\nfilters = 64\nkernel_size = 3\npadding = 1\n"
+    "[[model.layers]]\nname = \"relu3\"\ntype = \"relu\"\n"
+    "[[model.layers]]\nname = \"pool3\"\ntype = \"max_pool2d\"\nkernel_size = 2\n"
+    "[[model.layers]]\nname = \"flat\"\ntype = \"flatten\"\n"
+    "[[model.layers]]\nname = \"fc\"\ntype = \"dense\"\nunits = 10\n"
+    "[optimizer]\nlearning_rate = 0.01\nmomentum = 0.9\n";
+
 /* Simulated wse-nodes (--simulate-compute) are counted at what they hold:
  * the plan's weight slots, batches in flight and buffers, without the
  * executor's activations and workspace. 8 replicas of a small CNN whose
@@ -665,21 +697,8 @@ START_TEST(simulated_wse_nodes_held_at_what_they_hold)
     char err[2048];
     const uint64_t G = 1ull << 30;
     enum { N = 8 };
-    static const char *cnn =
-        "[runconfig]\nmode = \"weight_streaming\"\nswarmx_fanout = 8\n"
-        "[train_input]\ndata_processor = \"synthetic_classification\"\nbatch_size = 128\n"
-        "num_classes = 10\n[model]\ninput_shape = [3, 64, 64]\nloss = \"softmax_cross_entropy\"\n"
-        "[[model.layers]]\nname = \"conv1\"\ntype = \"conv2d\"\nfilters = 32\nkernel_size = 3\npadding = 1\n"
-        "[[model.layers]]\nname = \"relu1\"\ntype = \"relu\"\n"
-        "[[model.layers]]\nname = \"conv2\"\ntype = \"conv2d\"\nfilters = 64\nkernel_size = 3\npadding = 1\n"
-        "[[model.layers]]\nname = \"relu2\"\ntype = \"relu\"\n"
-        "[[model.layers]]\nname = \"pool2\"\ntype = \"max_pool2d\"\nkernel_size = 2\n"
-        "[[model.layers]]\nname = \"conv3\"\ntype = \"conv2d\"\nfilters = 64\nkernel_size = 3\npadding = 1\n"
-        "[[model.layers]]\nname = \"relu3\"\ntype = \"relu\"\n"
-        "[[model.layers]]\nname = \"pool3\"\ntype = \"max_pool2d\"\nkernel_size = 2\n"
-        "[[model.layers]]\nname = \"flat\"\ntype = \"flatten\"\n"
-        "[[model.layers]]\nname = \"fc\"\ntype = \"dense\"\nunits = 10\n"
-        "[optimizer]\nlearning_rate = 0.01\nmomentum = 0.9\n";
+    char cnn[4096];
+    snprintf(cnn, sizeof(cnn), sim_cnn, 16 * N);
     jobspec *spec = jobspec_parse(cnn, strlen(cnn), "job.toml", "/src", err, sizeof(err));
     ck_assert_msg(spec != NULL, "%s", err);
     spec->num_csx = N;
@@ -697,11 +716,7 @@ START_TEST(simulated_wse_nodes_held_at_what_they_hold)
     uint8_t *buf = NULL;
     size_t len;
     /* no host known: the real plan */
-    ck_assert_msg(planner_build(spec, "job-1", &pm, 1024, &buf, &len, err, sizeof(err)) == 0,
-                  "%s", err);
-    Appliance__Plan *p = appliance__plan__unpack(NULL, len, buf);
-    free(buf);
-    ck_assert_ptr_nonnull(p);
+    Appliance__Plan *p = plan_on(spec, &pm);
     ck_assert_int_eq(p->mode, APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING);
     ck_assert_uint_eq(p->replicas[0]->batch, 16);
     ck_assert_uint_eq(p->micro_batch, 0);
@@ -736,11 +751,7 @@ START_TEST(simulated_wse_nodes_held_at_what_they_hold)
     for (int i = 0; i < N; i++)
         w[i].simulated = true;
     ck_assert_uint_eq(hosts_declared_bytes(&w[0]), 0); /* it fills no wafer */
-    ck_assert_msg(planner_build(spec, "job-1", &pm, 1024, &buf, &len, err, sizeof(err)) == 0,
-                  "%s", err);
-    p = appliance__plan__unpack(NULL, len, buf);
-    free(buf);
-    ck_assert_ptr_nonnull(p);
+    p = plan_on(spec, &pm);
     ck_assert_uint_eq(p->host_share, 0);
     ck_assert_uint_eq(p->replicas[N - 1]->memory_needed, need); /* the plan is the real one's */
     appliance__plan__free_unpacked(p, NULL);
@@ -771,21 +782,7 @@ START_TEST(simulated_scale_run_fits_its_host)
     const uint64_t G = 1ull << 30, host = 23 * G;
     enum { N = 128, X = 19 };
     char text[4096];
-    snprintf(text, sizeof(text),
-             "[runconfig]\nmode = \"weight_streaming\"\nswarmx_fanout = 8\n"
-             "[train_input]\ndata_processor = \"synthetic_classification\"\nbatch_size = %d\n"
-             "num_classes = 10\n[model]\ninput_shape = [3, 64, 64]\nloss = \"softmax_cross_entropy\"\n"
-             "[[model.layers]]\nname = \"conv1\"\ntype = \"conv2d\"\nfilters = 32\nkernel_size = 3\npadding = 1\n"
-             "[[model.layers]]\nname = \"relu1\"\ntype = \"relu\"\n"
-             "[[model.layers]]\nname = \"conv2\"\ntype = \"conv2d\"\nfilters = 64\nkernel_size = 3\npadding = 1\n"
-             "[[model.layers]]\nname = \"relu2\"\ntype = \"relu\"\n"
-             "[[model.layers]]\nname = \"pool2\"\ntype = \"max_pool2d\"\nkernel_size = 2\n"
-             "[[model.layers]]\nname = \"conv3\"\ntype = \"conv2d\"\nfilters = 64\nkernel_size = 3\npadding = 1\n"
-             "[[model.layers]]\nname = \"relu3\"\ntype = \"relu\"\n"
-             "[[model.layers]]\nname = \"pool3\"\ntype = \"max_pool2d\"\nkernel_size = 2\n"
-             "[[model.layers]]\nname = \"flat\"\ntype = \"flatten\"\n"
-             "[[model.layers]]\nname = \"fc\"\ntype = \"dense\"\nunits = 10\n"
-             "[optimizer]\nlearning_rate = 0.01\nmomentum = 0.9\n", 16 * N);
+    snprintf(text, sizeof(text), sim_cnn, 16 * N);
     jobspec *spec = jobspec_parse(text, strlen(text), "job.toml", "/src", err, sizeof(err));
     ck_assert_msg(spec != NULL, "%s", err);
     spec->num_csx = N;
@@ -815,21 +812,13 @@ START_TEST(simulated_scale_run_fits_its_host)
     planner_members pm = {r, N, s, 1, x, X, k, N};
     uint8_t *buf = NULL;
     size_t len;
-    int rc = planner_build(spec, "job-1", &pm, 1u << 18, &buf, &len, err, sizeof(err));
-    ck_assert_msg(rc == 0, "%s", err); /* cut to each wse-node's share of the host */
-    Appliance__Plan *p = appliance__plan__unpack(NULL, len, buf);
-    free(buf);
-    ck_assert_ptr_nonnull(p);
+    Appliance__Plan *p = plan_on(spec, &pm); /* cut to each wse-node's share of the host */
     ck_assert_uint_gt(p->host_share, 0);
     ck_assert_uint_lt(p->replicas[0]->memory_needed, 133 << 20);
     appliance__plan__free_unpacked(p, NULL);
     for (int i = 0; i < N; i++)
         w[i].simulated = true;
-    rc = planner_build(spec, "job-1", &pm, 1u << 18, &buf, &len, err, sizeof(err));
-    ck_assert_msg(rc == 0, "%s", err);
-    p = appliance__plan__unpack(NULL, len, buf);
-    free(buf);
-    ck_assert_ptr_nonnull(p);
+    p = plan_on(spec, &pm);
     ck_assert_uint_eq(p->host_share, 0);
     ck_assert_uint_eq(p->micro_batch, 0);
     appliance__plan__free_unpacked(p, NULL);
@@ -839,7 +828,7 @@ START_TEST(simulated_scale_run_fits_its_host)
     for (int i = 0; i < X; i++)
         sx[i].host_memory = 7 * G;
     mx.host_memory = 7 * G;
-    rc = planner_build(spec, "job-1", &pm, 1u << 18, &buf, &len, err, sizeof(err));
+    int rc = planner_build(spec, "job-1", &pm, 1u << 18, &buf, &len, err, sizeof(err));
     ck_assert_int_eq(rc, -E2BIG);
     ck_assert_msg(strstr(err, "has 7.0 GiB and the job's members on it need 7.2 GiB: 128 simulated "
                               "wse-nodes plan 5.1 MiB each, memoryx holds 2.5 MiB, 19 swarmx buffer "

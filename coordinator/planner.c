@@ -298,7 +298,8 @@ static size_t planner__pick(const members *ms, Appliance__Role role, member **ou
     return k;
 }
 
-bool planner_place_members(const members *ms, const jobspec *spec, bool idle, planner_place *pl)
+bool planner_place_members(const members *ms, const jobspec *spec, bool idle, planner_kind kind,
+                           planner_place *pl)
 {
     pl->nr = (size_t)spec->num_csx;
     pl->ns = (size_t)spec->num_wgt_servers;
@@ -311,7 +312,8 @@ bool planner_place_members(const members *ms, const jobspec *spec, bool idle, pl
             pl->real += !ms->v[i].simulated;
         }
     /* real wse-nodes when there are enough, else simulated ones if there are */
-    pl->sim = pl->real < pl->nr && pl->simulated >= pl->nr;
+    pl->sim = kind == PLANNER_ANY ? pl->real < pl->nr && pl->simulated >= pl->nr
+                                  : kind == PLANNER_SIMULATED;
     pl->gr = planner__pick(ms, APPLIANCE__ROLE__ROLE_WSE_NODE, pl->reps, pl->nr, idle, pl->sim);
     pl->gs = planner__pick(ms, APPLIANCE__ROLE__ROLE_MEMORYX, pl->shards, pl->ns, idle, false);
     pl->gx = planner__pick(ms, APPLIANCE__ROLE__ROLE_SWARMX, pl->swarm, pl->nx, idle, false);
@@ -339,6 +341,7 @@ static void planner__names(const members *ms, bool sim, size_t count, char *out,
 
 bool planner_kinds_refusal(const members *ms, const planner_place *pl, char *err, size_t errlen)
 {
+    /* with PLANNER_ANY: neither kind suffices alone, both together would */
     if (pl->real >= pl->nr || pl->simulated >= pl->nr || !pl->real || !pl->simulated ||
         pl->real + pl->simulated < pl->nr)
         return false;

@@ -32,13 +32,22 @@ typedef struct planner_place {
     bool sim;                      /* reps are simulated wse-nodes */
 } planner_place;
 
-/* Places spec on the members of ms. A job's wse-nodes are all of one kind:
- * ones that compute when the cluster has enough of them (idle or not: the
- * job waits for them), else simulated ones (--simulate-compute) when it
- * has enough of those; never a mix (planner_kinds_refusal says why).
+/* Which wse-nodes a job may take. */
+typedef enum planner_kind {
+    PLANNER_ANY,       /* ones that compute when the cluster has enough, else simulated ones */
+    PLANNER_REAL,      /* only ones that compute: the job's first attempt ran on them */
+    PLANNER_SIMULATED, /* only simulated ones: its first attempt ran on them */
+} planner_kind;
+
+/* Places spec on the members of ms. A job's wse-nodes are all of one kind
+ * (--simulate-compute or not), never a mix (planner_kinds_refusal says
+ * why): with PLANNER_ANY, ones that compute when the cluster has enough of
+ * them (idle or not: the job waits for them), else simulated ones when it
+ * has enough of those; a later attempt keeps the kind of the first.
  * Returns whether every role has as many as the job needs (pl says how
  * many of each it found either way). */
-bool planner_place_members(const members *ms, const jobspec *spec, bool idle, planner_place *pl);
+bool planner_place_members(const members *ms, const jobspec *spec, bool idle, planner_kind kind,
+                           planner_place *pl);
 
 /* When pl found too few wse-nodes of either kind although the two kinds
  * together would do: writes into err why the job is refused, naming the

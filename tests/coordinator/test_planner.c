@@ -431,14 +431,14 @@ START_TEST(placement)
     strcpy(v[0].job, "job-1");
     members ms = {.v = v, .n = 6};
     planner_place pl;
-    ck_assert(planner_place_members(&ms, spec, true, &pl)); /* num_csx 1 */
+    ck_assert(planner_place_members(&ms, spec, true, PLANNER_ANY, &pl)); /* num_csx 1 */
     ck_assert_uint_eq(pl.reps[0]->id, 2);                     /* member 1 is busy */
     ck_assert_uint_eq(pl.gw, 1);                              /* member 5 is lost */
     ck_assert_uint_eq(pl.workers[0]->id, 6);
-    ck_assert(planner_place_members(&ms, spec, false, &pl));
+    ck_assert(planner_place_members(&ms, spec, false, PLANNER_ANY, &pl));
     ck_assert_uint_eq(pl.reps[0]->id, 1);                     /* any live one */
     spec->num_csx = 3;
-    ck_assert(!planner_place_members(&ms, spec, false, &pl));
+    ck_assert(!planner_place_members(&ms, spec, false, PLANNER_ANY, &pl));
     ck_assert_uint_eq(pl.nr, 3);
     ck_assert_uint_eq(pl.gr, 2);
     jobspec_free(spec);
@@ -839,7 +839,8 @@ END_TEST
 
 /* A job's wse-nodes are of one kind: ones that compute when the cluster
  * has enough of them (a busy one is waited for), else simulated ones;
- * a job that would need both is refused naming them. */
+ * a job that would need both is refused naming them; a later attempt
+ * keeps its first attempt's kind. */
 START_TEST(simulated_and_real_wse_nodes_never_mix)
 {
     char err[1024];
@@ -862,7 +863,7 @@ START_TEST(simulated_and_real_wse_nodes_never_mix)
     ck_assert_msg(spec != NULL, "%s", err);
     planner_place pl;
     spec->num_csx = 2; /* the two that compute */
-    ck_assert(planner_place_members(&ms, spec, true, &pl));
+    ck_assert(planner_place_members(&ms, spec, true, PLANNER_ANY, &pl));
     ck_assert(!pl.sim);
     ck_assert_uint_eq(pl.real, 2);
     ck_assert_uint_eq(pl.simulated, 3);
@@ -871,18 +872,18 @@ START_TEST(simulated_and_real_wse_nodes_never_mix)
     ck_assert(!planner_kinds_refusal(&ms, &pl, err, sizeof(err)));
     v[2].job[0] = 'j'; /* one of them busy: the job waits for it */
     v[2].state = APPLIANCE__MEMBER_STATE__MEMBER_BUSY;
-    ck_assert(!planner_place_members(&ms, spec, true, &pl));
+    ck_assert(!planner_place_members(&ms, spec, true, PLANNER_ANY, &pl));
     ck_assert(!pl.sim);
     ck_assert_uint_eq(pl.gr, 1);
-    ck_assert(planner_place_members(&ms, spec, false, &pl));
+    ck_assert(planner_place_members(&ms, spec, false, PLANNER_ANY, &pl));
     spec->num_csx = 3; /* only simulated ones can: all three */
-    ck_assert(planner_place_members(&ms, spec, true, &pl));
+    ck_assert(planner_place_members(&ms, spec, true, PLANNER_ANY, &pl));
     ck_assert(pl.sim);
     ck_assert_ptr_eq(pl.reps[0], &v[1]);
     ck_assert_ptr_eq(pl.reps[1], &v[3]);
     ck_assert_ptr_eq(pl.reps[2], &v[4]);
     spec->num_csx = 4; /* only a mix could */
-    ck_assert(!planner_place_members(&ms, spec, false, &pl));
+    ck_assert(!planner_place_members(&ms, spec, false, PLANNER_ANY, &pl));
     ck_assert(planner_kinds_refusal(&ms, &pl, err, sizeof(err)));
     ck_assert_str_eq(err, "the job needs 4 wse-nodes; the cluster has 2 that compute (wse-node-1, "
                           "wse-node-2) and 3 that simulate their compute (--simulate-compute) "
@@ -890,14 +891,28 @@ START_TEST(simulated_and_real_wse_nodes_never_mix)
                           "of its wse-nodes are simulated: lower runconfig.num_csx, or start "
                           "wse-nodes of one kind");
     spec->num_csx = 6; /* more than both: the usual counts say it */
-    ck_assert(!planner_place_members(&ms, spec, false, &pl));
+    ck_assert(!planner_place_members(&ms, spec, false, PLANNER_ANY, &pl));
     ck_assert(!planner_kinds_refusal(&ms, &pl, err, sizeof(err)));
     v[0].state = APPLIANCE__MEMBER_STATE__MEMBER_LOST; /* a lost one counts for neither */
     spec->num_csx = 4;
-    ck_assert(!planner_place_members(&ms, spec, false, &pl));
+    ck_assert(!planner_place_members(&ms, spec, false, PLANNER_ANY, &pl));
     ck_assert_uint_eq(pl.real, 1);
     ck_assert(planner_kinds_refusal(&ms, &pl, err, sizeof(err)));
     ck_assert_msg(strstr(err, "has 1 that compute (wse-node-2) and 3"), "%s", err);
+    /* a job whose first attempt computed recovers on ones that compute
+     * only, however many simulated ones are idle; and the other way round */
+    v[2].job[0] = 0;
+    v[2].state = alive;
+    spec->num_csx = 2;
+    ck_assert(!planner_place_members(&ms, spec, true, PLANNER_REAL, &pl));
+    ck_assert(!pl.sim);
+    ck_assert_uint_eq(pl.gr, 1);
+    ck_assert(planner_place_members(&ms, spec, true, PLANNER_ANY, &pl));
+    ck_assert(pl.sim);
+    v[0].state = alive;
+    ck_assert(planner_place_members(&ms, spec, true, PLANNER_SIMULATED, &pl));
+    ck_assert(pl.sim);
+    ck_assert_ptr_eq(pl.reps[0], &v[1]);
     jobspec_free(spec);
 }
 END_TEST

@@ -8,7 +8,8 @@
 # from it the same tensor bytes exactly (the frames' headers within 0.1%);
 # the simulated wse-nodes' peak resident memory (VmHWM) stays under 30% of
 # the real ones' (one run: 163 MiB real, 23 MiB simulated). The coordinator
-# lists the simulated wse-nodes as such (Register.simulated), logs their
+# lists the simulated wse-nodes as such (Register.simulated; appliance-submit
+# --cluster and the web API's /api/cluster), logs their
 # registration so, counts no wafer memory of theirs against their host
 # (said to have 512 MiB, less than their 4 x 1 GiB), plans the job without
 # cutting it to a share of that host (4 real plans of 133 MiB and swarmx's
@@ -25,18 +26,33 @@ sed -e 's/^num_csx = .*/num_csx = 4/' -e 's/^max_steps = .*/max_steps = 6\neval_
   "$src/tests/cluster/jobs/sim_cnn.toml" > "$work/job.toml"
 printf '\n[eval_input]\nbatch_size = 64\nnum_classes = 10\nnum_samples = 64\n' >> "$work/job.toml"
 
+echo 'http = "127.0.0.1:0"' > "$work/coordinator.toml"
+
 # run TAG [APPLIANCE-UP ARGS]: the job on a fresh cluster of 4 wse-nodes;
 # leaves TAG.out (the client's), TAG.mx (memoryx's metrics), TAG.hwm (each
 # wse-node's VmHWM in bytes), TAG.log (the coordinator's log) and
-# TAG.cluster (appliance-submit --cluster --json before the job), TAG.joblog
-# (the job's log)
+# TAG.cluster (appliance-submit --cluster --json before the job), TAG.api
+# (the web API's /api/cluster then) and TAG.joblog (the job's log)
 run_job() {
   local tag=$1
   shift
-  "$src/deploy/local/appliance-up" --replicas 4 --metrics --dir "$run" --build "$build" "$@" \
-    >/dev/null || fail "$tag: appliance-up"
+  "$src/deploy/local/appliance-up" --replicas 4 --metrics --dir "$run" --build "$build" \
+    --coordinator-config "$work/coordinator.toml" "$@" >/dev/null || fail "$tag: appliance-up"
   (set -a; . "$run/env"; set +a; timeout 30 "$submit" --cluster --json) > "$work/$tag.cluster" ||
     fail "$tag: appliance-submit --cluster: $(cat "$work/$tag.cluster")"
+  # the web page's members, as an operator (the cluster secret)
+  "$py" - "$(grep -o 'web page at http://127.0.0.1:[0-9]*' "$run/logs/coordinator.log" | head -n 1 |
+             sed 's/^web page at //')" "$(set -a; . "$run/env"; echo "$APPLIANCE_SECRET_FILE")" \
+    > "$work/$tag.api" <<'PY' || fail "$tag: the web API's cluster"
+import json, sys, urllib.parse, urllib.request
+url, secret = sys.argv[1], open(sys.argv[2]).read().strip()
+body = urllib.parse.urlencode({"user": "", "key": secret}).encode()
+with urllib.request.urlopen(urllib.request.Request(url + "/api/login", data=body, method="POST"), timeout=10) as r:
+    token = json.load(r)["token"]
+req = urllib.request.Request(url + "/api/cluster", headers={"Authorization": "Bearer " + token})
+with urllib.request.urlopen(req, timeout=10) as r:
+    sys.stdout.write(r.read().decode())
+PY
   (set -a; . "$run/env"; set +a; timeout 120 "$submit" --json "$work/job.toml") > "$work/$tag.out" 2>&1 ||
     fail "$tag: $(tail -n 3 "$work/$tag.out")"
   [ "$(tail -n 1 "$work/$tag.out" | field state)" = done ] || fail "$tag: not done: $(tail -n 1 "$work/$tag.out")"
@@ -77,6 +93,9 @@ for tag, sim in (("real", False), ("sim", True)):
     assert len(wse) == 4 and all(m["simulated"] is sim for m in wse), f"{tag}: wse-nodes {wse}"
     others = [m["name"] for m in c["members"] if m["role"] != "wse-node" and m["simulated"]]
     assert not others, f"{tag}: members other than wse-nodes said to be simulated: {others}"
+    api = {m["name"]: m["simulated"] for m in json.load(open(f"{w}/{tag}.api"))["members"]}
+    want = {m["name"]: m["role"] == "wse-node" and sim for m in c["members"]}
+    assert api == want, f"{tag}: /api/cluster says simulated {api}, wanted {want}"
     log = open(f"{w}/{tag}.log").read()
     said = re.findall(r"registered: wse-node (\S+) at \S+ \(simulated compute\)", log)
     assert len(said) == (4 if sim else 0), f"{tag}: the coordinator logged {said} registering simulated"
@@ -87,7 +106,8 @@ for tag, sim in (("real", False), ("sim", True)):
 sim = json.load(open(f"{w}/sim.cluster"))
 assert sim["warnings"] == [], f"simulated wse-nodes' wafer memory counted against the host: {sim['warnings']}"
 assert all(m["host_memory"] == 512 << 20 for m in sim["members"]), "the host's memory is not 512 MiB"
-print("ok: the coordinator lists the 4 simulated wse-nodes as simulated (and no other member), "
+print("ok: the coordinator lists the 4 simulated wse-nodes as simulated (and no other member; "
+      "appliance-submit --cluster and /api/cluster), "
       "counts no wafer memory of theirs against the 512 MiB host, and the job says it simulates")
 PY
 

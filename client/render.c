@@ -75,8 +75,8 @@ void render_cluster(const Appliance__ClusterInfo *info, bool json)
             render_json_string(stdout, m->host_name);
             printf(", \"host_memory\": %llu, \"isa\": ", (unsigned long long)m->host_memory);
             render_json_string(stdout, m->isa);
-            printf(", \"conv_block\": %u, \"bf16\": %s}", m->conv_block,
-                   m->bf16 ? "true" : "false");
+            printf(", \"conv_block\": %u, \"bf16\": %s, \"simulated\": %s}", m->conv_block,
+                   m->bf16 ? "true" : "false", m->simulated ? "true" : "false");
         }
         printf("], \"warnings\": [");
         for (size_t i = 0; i < info->n_warnings; i++) {
@@ -91,7 +91,9 @@ void render_cluster(const Appliance__ClusterInfo *info, bool json)
     for (size_t i = 0; i < info->n_members; i++) {
         const Appliance__Member *m = info->members[i];
         char cap[32] = "-";
-        if (m->wafer_memory)
+        if (m->simulated) /* it fills no wafer: its compute is simulated */
+            snprintf(cap, sizeof(cap), "simulated");
+        else if (m->wafer_memory)
             units_format_size(m->wafer_memory, cap, sizeof(cap));
         else if (m->memory)
             units_format_size(m->memory, cap, sizeof(cap));

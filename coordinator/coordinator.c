@@ -81,8 +81,8 @@ static void co__register(node *n, conn *c, Appliance__Envelope *env, uint8_t *p,
         return;
     }
     c->user = mb;
-    log_info("member %u registered: %s %s at %s", mb->id, msg_role_name(mb->role), mb->name,
-             mb->addr);
+    log_info("member %u registered: %s %s at %s%s", mb->id, msg_role_name(mb->role), mb->name,
+             mb->addr, mb->simulated ? " (simulated compute)" : "");
     char over[1024] = "";
     if (hosts_declared_over(&co->members, mb, over, sizeof(over)))
         log_warn("%s", over);
@@ -161,6 +161,7 @@ static void co__cluster_query(node *n, conn *c, Appliance__Envelope *env, uint8_
         ms[i].isa = mb->isa;
         ms[i].conv_block = mb->conv_block;
         ms[i].bf16 = mb->bf16;
+        ms[i].simulated = mb->simulated;
         ptrs[i] = &ms[i];
     }
     /* a line for each host whose live members declare more than it has:

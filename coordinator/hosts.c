@@ -58,7 +58,7 @@ const char *hosts_label(const member *mb, char *buf, size_t len)
 uint64_t hosts_declared_bytes(const member *mb)
 {
     if (mb->role == APPLIANCE__ROLE__ROLE_WSE_NODE)
-        return mb->wafer_memory;
+        return mb->simulated ? 0 : mb->wafer_memory; /* a simulated one fills no wafer */
     if (mb->role == APPLIANCE__ROLE__ROLE_MEMORYX && mb->host_memory && mb->memory != mb->host_memory)
         return mb->memory; /* its --memory: without one it offers the host's */
     return 0;
@@ -110,6 +110,7 @@ bool hosts_declared_over(const members *m, const member *mb, char *out, size_t l
 /* What the members of one role on a host hold, in a plan. */
 typedef struct hosts__role {
     size_t n;                    /* members of the role on the host */
+    size_t simulated;            /* of them, wse-nodes that simulate their compute */
     uint64_t bytes;              /* what they hold together */
     uint64_t largest, smallest;  /* what one of them holds at most, at least */
 } hosts__role;
@@ -137,16 +138,18 @@ static void hosts__describe(const hosts__role *r, char *out, size_t len, size_t 
         first = false;
         units_format_size(r[k].bytes, a, sizeof(a));
         bool one = r[k].n == 1;
+        /* simulated wse-nodes hold their slots and batches, no activation */
+        const char *sim = r[k].simulated == r[k].n ? "simulated " : "";
         switch (k) {
         case 0:
             if (one)
-                hosts__add(out, len, at, "%s1 wse-node plans %s", sep, a);
+                hosts__add(out, len, at, "%s1 %swse-node plans %s", sep, sim, a);
             else if (r[k].largest == r[k].smallest)
-                hosts__add(out, len, at, "%s%zu wse-nodes plan %s each", sep, r[k].n,
+                hosts__add(out, len, at, "%s%zu %swse-nodes plan %s each", sep, r[k].n, sim,
                            units_format_size(r[k].largest, b, sizeof(b)));
             else
-                hosts__add(out, len, at, "%s%zu wse-nodes plan %s (up to %s each)", sep, r[k].n, a,
-                           units_format_size(r[k].largest, b, sizeof(b)));
+                hosts__add(out, len, at, "%s%zu %swse-nodes plan %s (up to %s each)", sep, r[k].n,
+                           sim, a, units_format_size(r[k].largest, b, sizeof(b)));
             break;
         case 1:
             if (one)
@@ -196,6 +199,7 @@ int hosts_check_plan(const hosts_use *use, size_t n, uint64_t *share, char *err,
             if (!r[k].n || b < r[k].smallest)
                 r[k].smallest = b;
             r[k].n++;
+            r[k].simulated += o->simulated;
         }
         if (!mem || total <= mem)
             continue;

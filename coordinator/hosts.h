@@ -15,7 +15,8 @@
 const char *hosts_label(const member *mb, char *buf, size_t len);
 
 /* What mb declares it may take of its host's memory: a wse-node its wafer
- * memory, a memoryx its --memory when it was given one (one that offers
+ * memory (a simulated one none: what it holds, its weight slots and
+ * batches, is counted when a job is planned), a memoryx its --memory when it was given one (one that offers
  * the host's memory holds what its jobs' shards need, counted when they
  * are planned); 0 for the others. */
 uint64_t hosts_declared_bytes(const member *mb);

@@ -56,6 +56,7 @@ struct job {
     /* Recovery (every attempt of the job): */
     char run_id[64];       /* the id the daemons know this attempt by: id, then id.rN; "" between attempts */
     uint32_t restarts;    /* recoveries so far */
+    uint8_t kind;         /* planner_kind of its wse-nodes: set by its first attempt, kept after */
     uint32_t max_restarts; /* runconfig.max_num_restarts */
     uint64_t shard_ckpt[64]; /* per shard: 1 + the newest step it checkpointed, 0 none */
     bool have_ckpt;       /* every shard wrote the checkpoint of ckpt_step */
@@ -144,10 +145,12 @@ job *job_new(coordinator *co, uint64_t seq);
 void job_end(coordinator *co, job *j, Appliance__JobState state, const char *why);
 /* Starts queued jobs while the cluster has room, by priority then age. */
 void jobs_schedule(coordinator *co);
-/* Compiles spec on idle (or, for a plan to show, any live) members: the
- * packed plan in *plan; with used, the members it places (calloc'd). */
-int jobs_plan(coordinator *co, const jobspec *spec, const char *id, bool idle, uint8_t **plan,
-              size_t *len, member ***used, size_t *nused, char *err, size_t errlen);
+/* Compiles spec on idle (or, for a plan to show, any live) members, its
+ * wse-nodes of `kind` (a planner_kind): the packed plan in *plan; with
+ * used, the members it places (calloc'd). */
+int jobs_plan(coordinator *co, const jobspec *spec, const char *id, bool idle, int kind,
+              uint8_t **plan, size_t *len, member ***used, size_t *nused, char *err,
+              size_t errlen);
 /* Sends a job's log lines from `from` on to c. */
 void job_send_log(job *j, conn *c, uint64_t from, bool end);
 /* Fills j (its seq set) from its journal row; not its log. Returns 0 or

@@ -13,6 +13,7 @@
 #include "job.h"
 #include "log.h"
 #include "msg.h"
+#include "planner.h"
 #include "units.h"
 
 /* Replies are split into frames of about this many bytes, far below the
@@ -154,7 +155,7 @@ void jobctl_handle_submit(node *n, conn *c, Appliance__Envelope *env, uint8_t *p
      * not when the job's turn comes. */
     uint8_t *buf = NULL;
     size_t blen = 0;
-    int rc = jobs_plan(co, spec, "plan", false, &buf, &blen, NULL, NULL, err, sizeof(err));
+    int rc = jobs_plan(co, spec, "plan", false, PLANNER_ANY, &buf, &blen, NULL, NULL, err, sizeof(err));
     if (rc < 0) {
         log_info("job file %s from %s refused: %s", file, c->peer_addr, err);
         node_reply_error(c, rc, "%s", err);

@@ -292,8 +292,13 @@ void job_end(coordinator *co, job *j, Appliance__JobState state, const char *why
 bool jobs_feasible(coordinator *co, const jobspec *spec, char *err, size_t errlen)
 {
     planner_place pl;
-    if (planner_place_members(&co->members, spec, false, &pl))
+    if (planner_place_members(&co->members, spec, false, PLANNER_ANY, &pl))
         return true;
+    char why[768];
+    if (planner_kinds_refusal(&co->members, &pl, why, sizeof(why))) {
+        snprintf(err, errlen, "%s: %s", spec->source, why);
+        return false;
+    }
     snprintf(err, errlen,
              "%s: the job needs %zu wse-node(s), %zu memoryx, %zu swarmx and at least 1 worker; "
              "the cluster has %zu wse-node(s), %zu memoryx, %zu swarmx, %zu worker(s)",
@@ -301,11 +306,12 @@ bool jobs_feasible(coordinator *co, const jobspec *spec, char *err, size_t errle
     return false;
 }
 
-int jobs_plan(coordinator *co, const jobspec *spec, const char *id, bool idle, uint8_t **plan,
-              size_t *len, member ***used, size_t *nused, char *err, size_t errlen)
+int jobs_plan(coordinator *co, const jobspec *spec, const char *id, bool idle, int kind,
+              uint8_t **plan, size_t *len, member ***used, size_t *nused, char *err,
+              size_t errlen)
 {
     planner_place pl;
-    if (!planner_place_members(&co->members, spec, idle, &pl)) {
+    if (!planner_place_members(&co->members, spec, idle, (planner_kind)kind, &pl)) {
         snprintf(err, errlen, "%s: not enough idle members", spec->source);
         return -EAGAIN;
     }
@@ -340,7 +346,7 @@ int job__launch(coordinator *co, job *j, const jobspec *spec)
 {
     char err[1024];
     planner_place pl;
-    if (!planner_place_members(&co->members, spec, true, &pl))
+    if (!planner_place_members(&co->members, spec, true, (planner_kind)j->kind, &pl))
         return 0;
     if (j->restarts)
         snprintf(j->run_id, sizeof(j->run_id), "%s.r%u", j->id, j->restarts);
@@ -351,7 +357,7 @@ int job__launch(coordinator *co, job *j, const jobspec *spec)
     j->progress_at = uv_now(co->n->loop);
     member **used = NULL;
     size_t nused = 0;
-    int rc = jobs_plan(co, spec, j->run_id, true, &j->plan_bytes, &j->plan_len, &used, &nused,
+    int rc = jobs_plan(co, spec, j->run_id, true, j->kind, &j->plan_bytes, &j->plan_len, &used, &nused,
                        err, sizeof(err));
     if (rc == 0 && !(j->plan = appliance__plan__unpack(NULL, j->plan_len, j->plan_bytes))) {
         snprintf(err, sizeof(err), "cannot decode the plan");
@@ -405,6 +411,10 @@ int job__launch(coordinator *co, job *j, const jobspec *spec)
             j->restarts ? "restarted" : "started", j->plan->n_replicas,
             modes[j->plan->mode < 3 ? j->plan->mode : 0], j->plan->global_batch,
             (unsigned long long)j->plan->first_step, (unsigned long long)j->plan->max_steps);
+    j->kind = pl.sim ? PLANNER_SIMULATED : PLANNER_REAL; /* later attempts keep it */
+    if (pl.sim)
+        job_log(co, j, "simulated compute: its %zu wse-nodes run no kernel (--simulate-compute); "
+                "the losses are not the model's", j->plan->n_replicas);
     if (j->plan->host_share) {
         char share[32];
         job_log(co, j, "each replica planned within %s, its share of its host's memory: the "

@@ -61,6 +61,7 @@ member *members_register(members *m, conn *c, const Appliance__Register *r, uint
     snprintf(mb->isa, sizeof(mb->isa), "%s", r->isa ? r->isa : "");
     mb->conv_block = r->conv_block;
     mb->bf16 = r->bf16;
+    mb->simulated = r->role == APPLIANCE__ROLE__ROLE_WSE_NODE && r->simulated;
     mb->last_seen = now;
     mb->c = c;
     /* A restarted daemon replaces its old entry in listings. */

@@ -24,6 +24,7 @@ typedef struct member {
     char isa[32];                 /* wse-node: its kernels' instruction set, or "" */
     uint32_t conv_block;          /* wse-node: its blocked layout's channels a block */
     bool bf16;                    /* wse-node: mixed precision computes in bfloat16 */
+    bool simulated;               /* wse-node: simulates its compute (Register.simulated) */
     uint64_t last_seen;           /* uv_now of the last message */
     double lag_p99, lag_max;      /* its loop's lag, seconds, as its last heartbeat said */
     double load1;                 /* its host's load average (1 min); -1: unknown */

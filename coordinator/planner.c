@@ -277,33 +277,85 @@ static int planner__resume(const jobspec *spec, Appliance__Plan *p, arena *a, ch
     return 0;
 }
 
-/* Picks live members of a role in member-id order: idle ones only, or any. */
+static bool planner__live(const member *mb)
+{
+    return mb->state == APPLIANCE__MEMBER_STATE__MEMBER_ALIVE ||
+           mb->state == APPLIANCE__MEMBER_STATE__MEMBER_BUSY;
+}
+
+/* Picks live members of a role in member-id order: idle ones only, or any;
+ * of wse-nodes, the simulated ones when sim, else the others. */
 static size_t planner__pick(const members *ms, Appliance__Role role, member **out, size_t want,
-                            bool idle)
+                            bool idle, bool sim)
 {
     size_t k = 0;
     for (size_t i = 0; i < ms->n && k < want; i++) {
         member *mb = &ms->v[i];
-        bool live = mb->state == APPLIANCE__MEMBER_STATE__MEMBER_ALIVE ||
-                    mb->state == APPLIANCE__MEMBER_STATE__MEMBER_BUSY;
-        if (mb->role == role && live &&
+        if (mb->role == role && planner__live(mb) && mb->simulated == sim &&
             (!idle || (!mb->job[0] && mb->state == APPLIANCE__MEMBER_STATE__MEMBER_ALIVE)))
             out[k++] = mb;
     }
     return k;
 }
 
-bool planner_place_members(const members *ms, const jobspec *spec, bool idle, planner_place *pl)
+bool planner_place_members(const members *ms, const jobspec *spec, bool idle, planner_kind kind,
+                           planner_place *pl)
 {
     pl->nr = (size_t)spec->num_csx;
     pl->ns = (size_t)spec->num_wgt_servers;
     pl->nx = planner_tree_nodes(spec);
     pl->nw = 1;
-    pl->gr = planner__pick(ms, APPLIANCE__ROLE__ROLE_WSE_NODE, pl->reps, pl->nr, idle);
-    pl->gs = planner__pick(ms, APPLIANCE__ROLE__ROLE_MEMORYX, pl->shards, pl->ns, idle);
-    pl->gx = planner__pick(ms, APPLIANCE__ROLE__ROLE_SWARMX, pl->swarm, pl->nx, idle);
-    pl->gw = planner__pick(ms, APPLIANCE__ROLE__ROLE_WORKER, pl->workers, 256, idle);
+    pl->real = pl->simulated = 0;
+    for (size_t i = 0; i < ms->n; i++)
+        if (ms->v[i].role == APPLIANCE__ROLE__ROLE_WSE_NODE && planner__live(&ms->v[i])) {
+            pl->simulated += ms->v[i].simulated;
+            pl->real += !ms->v[i].simulated;
+        }
+    /* real wse-nodes when there are enough, else simulated ones if there are */
+    pl->sim = kind == PLANNER_ANY ? pl->real < pl->nr && pl->simulated >= pl->nr
+                                  : kind == PLANNER_SIMULATED;
+    pl->gr = planner__pick(ms, APPLIANCE__ROLE__ROLE_WSE_NODE, pl->reps, pl->nr, idle, pl->sim);
+    pl->gs = planner__pick(ms, APPLIANCE__ROLE__ROLE_MEMORYX, pl->shards, pl->ns, idle, false);
+    pl->gx = planner__pick(ms, APPLIANCE__ROLE__ROLE_SWARMX, pl->swarm, pl->nx, idle, false);
+    pl->gw = planner__pick(ms, APPLIANCE__ROLE__ROLE_WORKER, pl->workers, 256, idle, false);
     return pl->gr >= pl->nr && pl->gs >= pl->ns && pl->gx >= pl->nx && pl->gw >= pl->nw;
+}
+
+#define PLANNER_NAMED 8 /* wse-nodes a refusal names of each kind; the rest are counted */
+
+/* Appends the names of the live wse-nodes of one kind: " (a, b and 3 more)". */
+static void planner__names(const members *ms, bool sim, size_t count, char *out, size_t len)
+{
+    size_t at = strlen(out), named = 0;
+    for (size_t i = 0; i < ms->n && named < PLANNER_NAMED && at + 1 < len; i++) {
+        const member *mb = &ms->v[i];
+        if (mb->role != APPLIANCE__ROLE__ROLE_WSE_NODE || !planner__live(mb) || mb->simulated != sim)
+            continue;
+        snprintf(out + at, len - at, "%s%s", named ? ", " : " (", mb->name);
+        at += strlen(out + at);
+        named++;
+    }
+    if (at + 1 < len)
+        snprintf(out + at, len - at, count > named ? " and %zu more)" : ")", count - named);
+}
+
+bool planner_kinds_refusal(const members *ms, const planner_place *pl, char *err, size_t errlen)
+{
+    /* with PLANNER_ANY: neither kind suffices alone, both together would */
+    if (pl->real >= pl->nr || pl->simulated >= pl->nr || !pl->real || !pl->simulated ||
+        pl->real + pl->simulated < pl->nr)
+        return false;
+    snprintf(err, errlen, "the job needs %zu wse-nodes; the cluster has %zu that compute", pl->nr,
+             pl->real);
+    planner__names(ms, false, pl->real, err, errlen);
+    size_t at = strlen(err);
+    snprintf(err + at, errlen - at, " and %zu that simulate their compute (--simulate-compute)",
+             pl->simulated);
+    planner__names(ms, true, pl->simulated, err, errlen);
+    at = strlen(err);
+    snprintf(err + at, errlen - at, "; a job runs on simulated wse-nodes only when all of its "
+             "wse-nodes are simulated: lower runconfig.num_csx, or start wse-nodes of one kind");
+    return true;
 }
 
 size_t planner_swarm_nodes(size_t replicas, size_t fanout)
@@ -348,6 +400,19 @@ uint64_t planner_replica_bytes_micro(const model *m, uint64_t batch, uint64_t mi
                              (int)(threads ? threads : 1)) < 0)
         return UINT64_MAX; /* cannot even plan it here: it does not fit */
     uint64_t bytes = footprint_replica_bytes(&f, m, mode, optimizer_states);
+    footprint_free(&f);
+    return bytes;
+}
+
+uint64_t planner_replica_bytes_unsimulated(const model *m, uint64_t batch, uint64_t micro,
+                                           unsigned threads, Appliance__ExecMode mode)
+{
+    footprint f;
+    int share = (int)batch;
+    if (footprint_init_micro(&f, m, share, micro ? (int)micro : share,
+                             (int)(threads ? threads : 1)) < 0)
+        return 0;
+    uint64_t bytes = f.exec + (mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED ? f.rounded : 0);
     footprint_free(&f);
     return bytes;
 }
@@ -401,14 +466,15 @@ static void planner__refuse_ws(const jobspec *spec, uint64_t share,
 }
 
 /* What the plan has each of its members hold, summed per host against the
- * host's memory (hosts_check_plan): the replicas' plans, the shards in
+ * host's memory (hosts_check_plan): the replicas' plans (hold: what each
+ * holds, less than its plan when it simulates its compute), the shards in
  * memory (the rest is in a disk tier), the swarmx nodes' chunk queues at
  * their bounds, the workers' batches in flight. need is each shard's
  * bytes (footprint_shards). Returns 0, 1 when a host has too little (err,
  * *share as hosts_check_plan), or -ENOMEM. */
 static int planner__hosts(const model *m, const Appliance__Plan *p, const planner_members *pm,
-                          const uint64_t *need, bool pipelined, uint64_t *share, char *err,
-                          size_t errlen)
+                          const uint64_t *hold, const uint64_t *need, bool pipelined,
+                          uint64_t *share, char *err, size_t errlen)
 {
     size_t nw = pm->nworkers < 256 ? pm->nworkers : 256;
     size_t n = p->n_replicas + p->n_shards + p->n_swarm + nw;
@@ -417,7 +483,7 @@ static int planner__hosts(const model *m, const Appliance__Plan *p, const planne
         return -ENOMEM;
     size_t k = 0;
     for (size_t i = 0; i < p->n_replicas; i++)
-        use[k++] = (hosts_use){pm->replicas[i], p->replicas[i]->memory_needed};
+        use[k++] = (hosts_use){pm->replicas[i], hold[i]};
     for (size_t s = 0; s < p->n_shards; s++) {
         uint64_t have = pm->shards[s]->memory;
         bool memory = !have || need[s] <= have || pipelined;
@@ -583,6 +649,9 @@ static int planner__build(const jobspec *spec, const char *job_id, const planner
 
     p->n_replicas = nr;
     p->replicas = arena_alloc(&a, nr * sizeof(*p->replicas));
+    uint64_t *hold = arena_alloc(&a, (nr ? nr : 1) * sizeof(uint64_t)); /* planner__hosts */
+    if (!hold)
+        goto done;
     uint64_t offset = 0;
     for (size_t i = 0; p->replicas && i < nr; i++) {
         Appliance__PlanReplica *r = arena_alloc(&a, sizeof(*r));
@@ -619,6 +688,12 @@ static int planner__build(const jobspec *spec, const char *job_id, const planner
         if (p->ws_part_elems) /* slots of parts rather than of whole layers */
             r->memory_needed = r->memory_needed - footprint_wslots_bytes(wm, 0, chunk_elems) +
                                footprint_wslots_bytes(wm, p->ws_part_elems, chunk_elems);
+        hold[i] = r->memory_needed;
+        if (pm->replicas[i]->simulated) { /* no executor: the plan's slots and batches */
+            uint64_t unsim = planner_replica_bytes_unsimulated(wm, r->batch, at_once,
+                                                               pm->replicas[i]->threads, p->mode);
+            hold[i] = unsim < hold[i] ? hold[i] - unsim : 0;
+        }
         p->replicas[i] = r;
     }
 
@@ -904,7 +979,7 @@ static int planner__build(const jobspec *spec, const char *job_id, const planner
 
     if (a.failed)
         goto done;
-    rc = planner__hosts(m, p, pm, need, pipelined, share, err, errlen);
+    rc = planner__hosts(m, p, pm, hold, need, pipelined, share, err, errlen);
     if (rc != 0)
         goto done;
     rc = -ENOMEM;

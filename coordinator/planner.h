@@ -28,11 +28,31 @@ typedef struct planner_place {
     member *reps[1024], *shards[64], *swarm[1024], *workers[256];
     size_t nr, ns, nx, nw;         /* needed: wse-nodes, memoryx, swarmx, workers */
     size_t gr, gs, gx, gw;         /* found */
+    size_t real, simulated;        /* live wse-nodes that compute, that simulate (idle or not) */
+    bool sim;                      /* reps are simulated wse-nodes */
 } planner_place;
 
-/* Places spec on the members of ms. Returns whether every role has as many
- * as the job needs (pl says how many of each it found either way). */
-bool planner_place_members(const members *ms, const jobspec *spec, bool idle, planner_place *pl);
+/* Which wse-nodes a job may take. */
+typedef enum planner_kind {
+    PLANNER_ANY,       /* ones that compute when the cluster has enough, else simulated ones */
+    PLANNER_REAL,      /* only ones that compute: the job's first attempt ran on them */
+    PLANNER_SIMULATED, /* only simulated ones: its first attempt ran on them */
+} planner_kind;
+
+/* Places spec on the members of ms. A job's wse-nodes are all of one kind
+ * (--simulate-compute or not), never a mix (planner_kinds_refusal says
+ * why): with PLANNER_ANY, ones that compute when the cluster has enough of
+ * them (idle or not: the job waits for them), else simulated ones when it
+ * has enough of those; a later attempt keeps the kind of the first.
+ * Returns whether every role has as many as the job needs (pl says how
+ * many of each it found either way). */
+bool planner_place_members(const members *ms, const jobspec *spec, bool idle, planner_kind kind,
+                           planner_place *pl);
+
+/* When pl found too few wse-nodes of either kind although the two kinds
+ * together would do: writes into err why the job is refused, naming the
+ * live wse-nodes of each kind, and returns true; else false. */
+bool planner_kinds_refusal(const members *ms, const planner_place *pl, char *err, size_t errlen);
 
 /* Builds the plan (it carries spec's text to the daemons that compile the
  * model again; spec and its model are only read). chunk_elems is the float32 elements per chunk. On success
@@ -69,3 +89,9 @@ uint64_t planner_replica_bytes(const model *m, uint64_t batch, unsigned threads,
 uint64_t planner_replica_bytes_micro(const model *m, uint64_t batch, uint64_t micro,
                                      unsigned threads, Appliance__ExecMode mode,
                                      unsigned optimizer_states);
+/* Of those bytes, what a simulated wse-node (--simulate-compute) does not
+ * allocate: the executor (activations, workspace, float inputs) and, in
+ * Pipelined mode, the dense layers' weights kept rounded. The rest, its
+ * weights or slots and its batches in flight, it holds as a real one. */
+uint64_t planner_replica_bytes_unsimulated(const model *m, uint64_t batch, uint64_t micro,
+                                           unsigned threads, Appliance__ExecMode mode);

@@ -105,13 +105,17 @@ recovery_verdict recovery_decide(jobspec *spec, const recovery_idle *idle, bool 
     return RECOVERY_GO;
 }
 
-/* Idle live members of a role. */
-static size_t job__idle(coordinator *co, Appliance__Role role)
+/* Idle live members of a role; of wse-nodes, those of the kind j's
+ * attempts take. */
+static size_t job__idle(coordinator *co, const job *j, Appliance__Role role)
 {
     size_t k = 0;
     for (size_t i = 0; i < co->members.n; i++) {
         const member *mb = &co->members.v[i];
-        k += mb->role == role && !mb->job[0] && mb->state == APPLIANCE__MEMBER_STATE__MEMBER_ALIVE;
+        bool kind = role != APPLIANCE__ROLE__ROLE_WSE_NODE || j->kind == PLANNER_ANY ||
+                    mb->simulated == (j->kind == PLANNER_SIMULATED);
+        k += mb->role == role && kind && !mb->job[0] &&
+             mb->state == APPLIANCE__MEMBER_STATE__MEMBER_ALIVE;
     }
     return k;
 }
@@ -155,11 +159,11 @@ static void job__restart(coordinator *co, job *j, uint64_t now)
         memcpy(spec->checkpoint_path, path, (size_t)len + 1);
     }
     planner_place pl;
-    if (!planner_place_members(&co->members, spec, true, &pl)) {
-        recovery_idle idle = {job__idle(co, APPLIANCE__ROLE__ROLE_WSE_NODE),
-                              job__idle(co, APPLIANCE__ROLE__ROLE_MEMORYX),
-                              job__idle(co, APPLIANCE__ROLE__ROLE_SWARMX),
-                              job__idle(co, APPLIANCE__ROLE__ROLE_WORKER)};
+    if (!planner_place_members(&co->members, spec, true, (planner_kind)j->kind, &pl)) {
+        recovery_idle idle = {job__idle(co, j, APPLIANCE__ROLE__ROLE_WSE_NODE),
+                              job__idle(co, j, APPLIANCE__ROLE__ROLE_MEMORYX),
+                              job__idle(co, j, APPLIANCE__ROLE__ROLE_SWARMX),
+                              job__idle(co, j, APPLIANCE__ROLE__ROLE_WORKER)};
         int64_t had = spec->num_csx;
         switch (recovery_decide(spec, &idle, now >= j->full_until, now >= j->give_up_at)) {
         case RECOVERY_WAIT:

@@ -359,7 +359,7 @@ static enum MHD_Result web__cluster(web *w, struct MHD_Connection *c, const web_
         jsonbuf_num(&b, mb->lag_max);
         jsonbuf_printf(&b, ",\"load1\":");
         jsonbuf_num(&b, mb->load1 >= 0 ? mb->load1 : NAN);
-        jsonbuf_printf(&b, "}");
+        jsonbuf_printf(&b, ",\"simulated\":%s}", mb->simulated ? "true" : "false");
     }
     jsonbuf_printf(&b, "]}");
     return web__json(c, MHD_HTTP_OK, &b, NULL);

@@ -98,6 +98,13 @@ int main(int argc, char **argv)
     }
     if (!w.opt.wafer_memory) {
         w.opt.wafer_memory = WAFER_DEFAULT < host ? WAFER_DEFAULT : host;
+    } else if (host && w.opt.wafer_memory > host && w.sim.mode != SIM_OFF) {
+        /* it fills no wafer: plans for larger wafers than the host (a
+         * CS-2's) are simulated within what the host has */
+        log_info("wafer memory %s, more than this host's %s: simulated compute allocates no "
+                 "activation, the coordinator counts what it holds",
+                 units_format_size(w.opt.wafer_memory, a, sizeof(a)),
+                 units_format_size(host, b, sizeof(b)));
     } else if (host && w.opt.wafer_memory > host) {
         fprintf(stderr, "wse-node: --wafer-memory %s is more than this host can give (%s)\n",
                 units_format_size(w.opt.wafer_memory, a, sizeof(a)),

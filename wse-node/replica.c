@@ -511,6 +511,7 @@ static void wn__fill_register(node *n, Appliance__Register *r)
     r->isa = (char *)kernels_isa_name(kernels_isa_level());
     r->conv_block = (uint32_t)op_conv2d_block_size();
     r->bf16 = kernels_bf16_compute() != 0;
+    r->simulated = wn_of(n)->sim.mode != SIM_OFF;
 }
 
 static void wn__metrics(node *n, metrics_buf *b)

@@ -69,7 +69,8 @@ async function pollCluster() {
     const mb = $("members").tBodies[0];
     mb.replaceChildren(...cl.members.map((m) => {
       const tr = el("tr", {class: "member", "data-name": m.name});
-      const mem = m.wafer_memory ? "wafer " + fmtBytes(m.wafer_memory)
+      const mem = m.simulated ? "simulated compute"
+                : m.wafer_memory ? "wafer " + fmtBytes(m.wafer_memory)
                 : m.memory ? fmtBytes(m.memory) : "";
       for (const [t, cls] of [[m.id], [m.role], [m.name], [m.state, "state-" + m.state],
                               [m.host], [m.job], [m.load1 === null ? "" : fmtNum(m.load1, 2)],

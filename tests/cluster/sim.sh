@@ -1,92 +1,63 @@
 #!/usr/bin/env bash
-# Cluster test: simulated compute (wse-node --simulate-compute). A small CNN
-# on 192x192 images in Weight Streaming on 4 wse-nodes, with the kernels,
+# Cluster test: simulated compute (wse-node --simulate-compute). The CNN of
+# the simulated runs (tests/cluster/jobs/sim_cnn.toml: 3x64x64 images, 16
+# samples a replica) in Weight Streaming on 4 wse-nodes, with the kernels,
 # then simulated (0.01 s a step per sample): both commit every step with a
-# loss from every replica (the simulated one a uniform prediction's, ln 4),
+# loss from every replica (the simulated one a uniform prediction's, ln 10),
 # run the same evaluations, and memoryx streams to swarmx and takes back
 # from it the same tensor bytes exactly (the frames' headers within 0.1%);
 # the simulated wse-nodes' peak resident memory (VmHWM) stays under 30% of
-# the real ones', whose executor alone takes 184 MiB (one run: 220 MiB
-# real, 33 MiB simulated).
+# the real ones' (one run: 163 MiB real, 23 MiB simulated). The coordinator
+# lists the simulated wse-nodes as such (Register.simulated; appliance-submit
+# --cluster and the web API's /api/cluster), logs their
+# registration so, counts no wafer memory of theirs against their host
+# (said to have 512 MiB, less than their 4 x 1 GiB), plans the job without
+# cutting it to a share of that host (4 real plans of 133 MiB and swarmx's
+# 224 MiB of buffers would not fit it; what simulated ones hold does), and
+# the job's log says it simulates.
 set -euo pipefail
 . "${SOURCE_ROOT:?}/tests/cluster/lib.sh" appliance-sim
 submit="$build/client/appliance-submit"
 
-cat > "$work/job.toml" <<TOML
-[runconfig]
-max_steps = 6
-log_steps = 1
-eval_frequency = 3
-seed = 3
-num_csx = 4
-mode = "weight_streaming"
-model_dir = "$work/m"
+# the CNN of the simulated runs (tests/cluster/jobs/sim_cnn.toml), 16
+# samples on each of 4 replicas, evaluated every 3 steps
+sed -e 's/^num_csx = .*/num_csx = 4/' -e 's/^max_steps = .*/max_steps = 6\neval_frequency = 3/' \
+  -e 's/^batch_size = .*/batch_size = 64/' -e "s|^model_dir = .*|model_dir = \"$work/m\"|" \
+  "$src/tests/cluster/jobs/sim_cnn.toml" > "$work/job.toml"
+printf '\n[eval_input]\nbatch_size = 64\nnum_classes = 10\nnum_samples = 64\n' >> "$work/job.toml"
 
-[train_input]
-batch_size = 32
-num_classes = 4
-num_samples = 256
-
-[eval_input]
-batch_size = 32
-num_classes = 4
-num_samples = 32
-
-[model]
-input_shape = [3, 192, 192]
-loss = "softmax_cross_entropy"
-
-[[model.layers]]
-name = "conv1"
-type = "conv2d"
-filters = 16
-kernel_size = 3
-padding = 1
-
-[[model.layers]]
-name = "relu1"
-type = "relu"
-
-[[model.layers]]
-name = "conv2"
-type = "conv2d"
-filters = 16
-kernel_size = 3
-padding = 1
-
-[[model.layers]]
-name = "relu2"
-type = "relu"
-
-[[model.layers]]
-name = "pool"
-type = "max_pool2d"
-kernel_size = 8
-
-[[model.layers]]
-name = "flat"
-type = "flatten"
-
-[[model.layers]]
-name = "fc"
-type = "dense"
-units = 4
-
-[optimizer]
-learning_rate = 0.01
-TOML
+echo 'http = "127.0.0.1:0"' > "$work/coordinator.toml"
 
 # run TAG [APPLIANCE-UP ARGS]: the job on a fresh cluster of 4 wse-nodes;
 # leaves TAG.out (the client's), TAG.mx (memoryx's metrics), TAG.hwm (each
-# wse-node's VmHWM in bytes) and TAG.log (the coordinator's log)
+# wse-node's VmHWM in bytes), TAG.log (the coordinator's log) and
+# TAG.cluster (appliance-submit --cluster --json before the job), TAG.api
+# (the web API's /api/cluster then) and TAG.joblog (the job's log)
 run_job() {
   local tag=$1
   shift
-  "$src/deploy/local/appliance-up" --replicas 4 --metrics --dir "$run" --build "$build" "$@" \
-    >/dev/null || fail "$tag: appliance-up"
+  "$src/deploy/local/appliance-up" --replicas 4 --metrics --dir "$run" --build "$build" \
+    --coordinator-config "$work/coordinator.toml" "$@" >/dev/null || fail "$tag: appliance-up"
+  (set -a; . "$run/env"; set +a; timeout 30 "$submit" --cluster --json) > "$work/$tag.cluster" ||
+    fail "$tag: appliance-submit --cluster: $(cat "$work/$tag.cluster")"
+  # the web page's members, as an operator (the cluster secret)
+  "$py" - "$(grep -o 'web page at http://127.0.0.1:[0-9]*' "$run/logs/coordinator.log" | head -n 1 |
+             sed 's/^web page at //')" "$(set -a; . "$run/env"; echo "$APPLIANCE_SECRET_FILE")" \
+    > "$work/$tag.api" <<'PY' || fail "$tag: the web API's cluster"
+import json, sys, urllib.parse, urllib.request
+url, secret = sys.argv[1], open(sys.argv[2]).read().strip()
+body = urllib.parse.urlencode({"user": "", "key": secret}).encode()
+with urllib.request.urlopen(urllib.request.Request(url + "/api/login", data=body, method="POST"), timeout=10) as r:
+    token = json.load(r)["token"]
+req = urllib.request.Request(url + "/api/cluster", headers={"Authorization": "Bearer " + token})
+with urllib.request.urlopen(req, timeout=10) as r:
+    sys.stdout.write(r.read().decode())
+PY
   (set -a; . "$run/env"; set +a; timeout 120 "$submit" --json "$work/job.toml") > "$work/$tag.out" 2>&1 ||
     fail "$tag: $(tail -n 3 "$work/$tag.out")"
   [ "$(tail -n 1 "$work/$tag.out" | field state)" = done ] || fail "$tag: not done: $(tail -n 1 "$work/$tag.out")"
+  (set -a; . "$run/env"; set +a; timeout 30 "$submit" logs "$(tail -n 1 "$work/$tag.out" | field job_id)") \
+    > "$work/$tag.joblog" 2>&1 || fail "$tag: the job's log: $(tail -n 3 "$work/$tag.joblog")"
   sleep 1.2 # the metrics are rendered once a second
   "$py" - "$(awk '$1 == "memoryx-1" {print $2}' "$run/metrics")" > "$work/$tag.mx" <<'PY' || fail "$tag: memoryx metrics"
 import sys, urllib.request
@@ -104,11 +75,41 @@ PY
   rm -rf "$run" "$work/m"
 }
 run_job real
-run_job sim --simulate-compute 0.01
+# simulated, on a host said to have 512 MiB: the wse-nodes' 1 GiB of wafer
+# memory each is no warning (a simulated one fills no wafer), and the job's
+# members fit (4 x 133 MiB would not: the real plan would be cut to a share)
+run_job sim --simulate-compute 0.01 --host-memory 512M --wafer-memory 1G
 
 [ ! -s "$work/real.sim" ] || fail "the real run says it simulated: $(head -n 1 "$work/real.sim")"
 [ "$(grep -c 'simulated compute: no activation\|the executor.s [0-9]* bytes .* are not allocated' "$work/sim.sim")" = 4 ] ||
   fail "not every wse-node simulated: $(cat "$work/sim.sim")"
+
+"$py" - "$work" <<'PY' || fail "the coordinator does not report the simulated members as such"
+import json, re, sys
+w = sys.argv[1]
+for tag, sim in (("real", False), ("sim", True)):
+    c = json.load(open(f"{w}/{tag}.cluster"))
+    wse = [m for m in c["members"] if m["role"] == "wse-node"]
+    assert len(wse) == 4 and all(m["simulated"] is sim for m in wse), f"{tag}: wse-nodes {wse}"
+    others = [m["name"] for m in c["members"] if m["role"] != "wse-node" and m["simulated"]]
+    assert not others, f"{tag}: members other than wse-nodes said to be simulated: {others}"
+    api = {m["name"]: m["simulated"] for m in json.load(open(f"{w}/{tag}.api"))["members"]}
+    want = {m["name"]: m["role"] == "wse-node" and sim for m in c["members"]}
+    assert api == want, f"{tag}: /api/cluster says simulated {api}, wanted {want}"
+    log = open(f"{w}/{tag}.log").read()
+    said = re.findall(r"registered: wse-node (\S+) at \S+ \(simulated compute\)", log)
+    assert len(said) == (4 if sim else 0), f"{tag}: the coordinator logged {said} registering simulated"
+    out = open(f"{w}/{tag}.joblog").read()
+    line = "simulated compute: its 4 wse-nodes run no kernel (--simulate-compute); the losses are not the model's"
+    assert (line in out) == sim, f"{tag}: the job's log {'lacks' if sim else 'has'} \"{line}\""
+    assert "planned within" not in out, f"{tag}: a replica was planned within a share of its host"
+sim = json.load(open(f"{w}/sim.cluster"))
+assert sim["warnings"] == [], f"simulated wse-nodes' wafer memory counted against the host: {sim['warnings']}"
+assert all(m["host_memory"] == 512 << 20 for m in sim["members"]), "the host's memory is not 512 MiB"
+print("ok: the coordinator lists the 4 simulated wse-nodes as simulated (and no other member; "
+      "appliance-submit --cluster and /api/cluster), "
+      "counts no wafer memory of theirs against the 512 MiB host, and the job says it simulates")
+PY
 
 "$py" - "$work" <<'PY' || fail "the simulated run differs from the real one"
 import math, re, sys
@@ -128,13 +129,13 @@ real, sim = steps("real"), steps("sim")
 assert sorted(real) == list(range(1, 7)), f"real steps logged: {sorted(real)}"
 assert sorted(sim) == list(range(1, 7)), f"simulated steps logged: {sorted(sim)}"
 for s, l in sim.items():
-    assert abs(l - math.log(4)) < 1e-5, f"simulated step {s}: loss {l}, not ln 4"
+    assert abs(l - math.log(10)) < 1e-5, f"simulated step {s}: loss {l}, not ln 10"
 assert all(math.isfinite(l) and l > 0 for l in real.values()), f"real losses {real}"
 print(f"ok: 6 steps committed in both runs; the real losses {[round(real[s], 4) for s in sorted(real)]}, "
-      f"the simulated ones ln 4 = {sim[1]:.6f}")
+      f"the simulated ones ln 10 = {sim[1]:.6f}")
 er, es = evals("real"), evals("sim")
 assert len(er) >= 2 and sorted(er) == sorted(es), f"evaluations: {er} real, {es} simulated"
-assert all(abs(l - math.log(4)) < 1e-5 for l in es.values()), f"simulated evaluations' losses {es}"
+assert all(abs(l - math.log(10)) < 1e-5 for l in es.values()), f"simulated evaluations' losses {es}"
 print(f"ok: the evaluations (step, samples) {sorted(er)} in both runs")
 for what in ("sent", "received"):
     # the tensors' bytes (weights down, gradients up: payloads, through the
@@ -143,9 +144,9 @@ for what in ("sent", "received"):
     # within 0.1%
     a, b = peer("real", what, "shm_bytes"), peer("sim", what, "shm_bytes")
     ta, tb = peer("real", what), peer("sim", what)
-    # the dense layer's weights (144 KiB) or gradients of 6 steps at least
-    # (the convolutions' smaller tensors go on the socket)
-    assert a and a >= 6 * 144 << 10, f"memoryx {what} {a} payload bytes with swarmx in the real run"
+    # the dense layer's weights (640 KiB) or gradients of 6 steps at least
+    # (the smaller tensors may go on the socket)
+    assert a and a >= 6 * 640 << 10, f"memoryx {what} {a} payload bytes with swarmx in the real run"
     assert a == b, f"memoryx {what} {a} payload bytes with swarmx in the real run, {b} simulated"
     assert ta and tb and abs(ta - tb) <= ta // 1000, f"memoryx {what} {ta} bytes in all with swarmx in the real run, {tb} simulated"
     print(f"ok: memoryx {what} {a} payload bytes with swarmx in both runs ({ta} and {tb} with the frames)")

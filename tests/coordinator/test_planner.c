@@ -10,6 +10,7 @@
 #include "hosts.h"
 #include "msgcheck.h"
 #include "planner.h"
+#include "units.h"
 
 static const char *job_text = "[runconfig]\n"
                               "seed = 9\n"
@@ -28,6 +29,20 @@ static const char *job_text = "[runconfig]\n"
                               "name = \"fc\"\n"
                               "type = \"dense\"\n"
                               "units = 10\n";
+
+/* The plan of spec on pm's members, which must succeed. */
+static Appliance__Plan *plan_on(const jobspec *spec, const planner_members *pm)
+{
+    uint8_t *buf;
+    size_t len;
+    char err[2048];
+    ck_assert_msg(planner_build(spec, "job-1", pm, 1u << 18, &buf, &len, err, sizeof(err)) == 0,
+                  "%s", err);
+    Appliance__Plan *p = appliance__plan__unpack(NULL, len, buf);
+    free(buf);
+    ck_assert_ptr_nonnull(p);
+    return p;
+}
 
 static Appliance__Plan *plan_of(const jobspec *spec)
 {
@@ -416,14 +431,14 @@ START_TEST(placement)
     strcpy(v[0].job, "job-1");
     members ms = {.v = v, .n = 6};
     planner_place pl;
-    ck_assert(planner_place_members(&ms, spec, true, &pl)); /* num_csx 1 */
+    ck_assert(planner_place_members(&ms, spec, true, PLANNER_ANY, &pl)); /* num_csx 1 */
     ck_assert_uint_eq(pl.reps[0]->id, 2);                     /* member 1 is busy */
     ck_assert_uint_eq(pl.gw, 1);                              /* member 5 is lost */
     ck_assert_uint_eq(pl.workers[0]->id, 6);
-    ck_assert(planner_place_members(&ms, spec, false, &pl));
+    ck_assert(planner_place_members(&ms, spec, false, PLANNER_ANY, &pl));
     ck_assert_uint_eq(pl.reps[0]->id, 1);                     /* any live one */
     spec->num_csx = 3;
-    ck_assert(!planner_place_members(&ms, spec, false, &pl));
+    ck_assert(!planner_place_members(&ms, spec, false, PLANNER_ANY, &pl));
     ck_assert_uint_eq(pl.nr, 3);
     ck_assert_uint_eq(pl.gr, 2);
     jobspec_free(spec);
@@ -654,6 +669,255 @@ START_TEST(planner_counts_a_host_once)
 END_TEST
 
 
+/* The CNN of the simulated runs (tests/cluster/jobs/sim_cnn.toml) in Weight
+ * Streaming with swarmx_fanout 8; the global batch is the argument. */
+static const char sim_cnn[] =
+    "[runconfig]\nmode = \"weight_streaming\"\nswarmx_fanout = 8\n"
+    "[train_input]\ndata_processor = \"synthetic_classification\"\nbatch_size = %d\n"
+    "num_classes = 10\n[model]\ninput_shape = [3, 64, 64]\nloss = \"softmax_cross_entropy\"\n"
+    "[[model.layers]]\nname = \"conv1\"\ntype = \"conv2d\"\nfilters = 32\nkernel_size = 3\npadding = 1\n"
+    "[[model.layers]]\nname = \"relu1\"\ntype = \"relu\"\n"
+    "[[model.layers]]\nname = \"conv2\"\ntype = \"conv2d\"\nfilters = 64\nkernel_size = 3\npadding = 1\n"
+    "[[model.layers]]\nname = \"relu2\"\ntype = \"relu\"\n"
+    "[[model.layers]]\nname = \"pool2\"\ntype = \"max_pool2d\"\nkernel_size = 2\n"
+    "[[model.layers]]\nname = \"conv3\"\ntype = \"conv2d\"\nfilters = 64\nkernel_size = 3\npadding = 1\n"
+    "[[model.layers]]\nname = \"relu3\"\ntype = \"relu\"\n"
+    "[[model.layers]]\nname = \"pool3\"\ntype = \"max_pool2d\"\nkernel_size = 2\n"
+    "[[model.layers]]\nname = \"flat\"\ntype = \"flatten\"\n"
+    "[[model.layers]]\nname = \"fc\"\ntype = \"dense\"\nunits = 10\n"
+    "[optimizer]\nlearning_rate = 0.01\nmomentum = 0.9\n";
+
+/* Simulated wse-nodes (--simulate-compute) are counted at what they hold:
+ * the plan's weight slots, batches in flight and buffers, without the
+ * executor's activations and workspace. 8 replicas of a small CNN whose
+ * real plans do not fit their host fit it simulated, with the same plan;
+ * a host too small even for that is named with the simulated part. */
+START_TEST(simulated_wse_nodes_held_at_what_they_hold)
+{
+    char err[2048];
+    const uint64_t G = 1ull << 30;
+    enum { N = 8 };
+    char cnn[4096];
+    snprintf(cnn, sizeof(cnn), sim_cnn, 16 * N);
+    jobspec *spec = jobspec_parse(cnn, strlen(cnn), "job.toml", "/src", err, sizeof(err));
+    ck_assert_msg(spec != NULL, "%s", err);
+    spec->num_csx = N;
+    member w[N], mx, sx, wk;
+    member *r[N], *s[] = {&mx}, *x[] = {&sx}, *k[] = {&wk};
+    for (int i = 0; i < N; i++) {
+        w[i] = (member){.id = (uint32_t)i + 1, .role = APPLIANCE__ROLE__ROLE_WSE_NODE,
+                        .addr = "127.0.0.1:1", .threads = 1, .wafer_memory = G};
+        r[i] = &w[i];
+    }
+    mx = (member){.id = 9, .role = APPLIANCE__ROLE__ROLE_MEMORYX, .addr = "127.0.0.1:2"};
+    sx = (member){.id = 10, .role = APPLIANCE__ROLE__ROLE_SWARMX, .addr = "127.0.0.1:3"};
+    wk = (member){.id = 11, .role = APPLIANCE__ROLE__ROLE_WORKER, .addr = "127.0.0.1:4"};
+    planner_members pm = {r, N, s, 1, x, 1, k, 1};
+    uint8_t *buf = NULL;
+    size_t len;
+    /* no host known: the real plan */
+    Appliance__Plan *p = plan_on(spec, &pm);
+    ck_assert_int_eq(p->mode, APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING);
+    ck_assert_uint_eq(p->replicas[0]->batch, 16);
+    ck_assert_uint_eq(p->micro_batch, 0);
+    uint64_t need = p->replicas[0]->memory_needed;
+    model wm = *spec->model; /* as planned: the outputs it keeps */
+    wm.keep_outputs = p->keep_outputs;
+    appliance__plan__free_unpacked(p, NULL);
+    /* what a simulated one holds: its two batches in flight, the slots,
+     * the buffers, a chunk held while a slot frees, and the frame's 64 KiB */
+    footprint f;
+    ck_assert_int_eq(footprint_init_micro(&f, &wm, 16, 16, 1), 0);
+    uint64_t held = f.batches + f.wslots + spec->model->total_buffers * sizeof(float) + (1u << 20) +
+                    (64u << 10);
+    ck_assert_uint_eq(need, held + f.exec);
+    ck_assert_uint_eq(planner_replica_bytes_unsimulated(&wm, 16, 0, 1,
+                                                        APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING),
+                      f.exec);
+    footprint_free(&f);
+    ck_assert_msg(held < need / 4 && held < (8u << 20), "simulated %llu of %llu bytes",
+                  (unsigned long long)held, (unsigned long long)need);
+
+    /* all on one host with room for the simulated replicas twice over,
+     * far from the real ones' */
+    uint64_t host = 2 * N * held;
+    for (int i = 0; i < N; i++) {
+        snprintf(w[i].host_id, sizeof(w[i].host_id), "a");
+        w[i].host_memory = host;
+    }
+    ck_assert_int_eq(planner_build(spec, "job-1", &pm, 1024, &buf, &len, err, sizeof(err)), -E2BIG);
+    ck_assert_msg(strstr(err, "job.toml: host a has ") == err && strstr(err, " 8 wse-nodes plan "),
+                  "%s", err);
+    for (int i = 0; i < N; i++)
+        w[i].simulated = true;
+    ck_assert_uint_eq(hosts_declared_bytes(&w[0]), 0); /* it fills no wafer */
+    p = plan_on(spec, &pm);
+    ck_assert_uint_eq(p->host_share, 0);
+    ck_assert_uint_eq(p->replicas[N - 1]->memory_needed, need); /* the plan is the real one's */
+    appliance__plan__free_unpacked(p, NULL);
+    /* a host just too small for them: named, with what each holds */
+    host = N * held - 1;
+    for (int i = 0; i < N; i++)
+        w[i].host_memory = host;
+    ck_assert_int_eq(planner_build(spec, "job-1", &pm, 1024, &buf, &len, err, sizeof(err)), -E2BIG);
+    char a[32], b[32], c[32], want[256];
+    snprintf(want, sizeof(want), "host a has %s and the job's members on it need %s: 8 simulated "
+             "wse-nodes plan %s each", units_format_size(host, a, sizeof(a)),
+             units_format_size(N * held, b, sizeof(b)), units_format_size(held, c, sizeof(c)));
+    ck_assert_msg(strstr(err, want), "%s\nwanted: %s", err, want);
+    jobspec_free(spec);
+}
+END_TEST
+
+/* bench/scale.sh's largest run on one host of 23 GiB: 128 replicas of its
+ * CNN with their 128 workers and a swarmx tree of fan-out 8 (16 leaves, 2
+ * inner nodes, a root). Planned as if they computed, the wse-nodes' 133
+ * MiB each and swarmx's buffer bounds (23.2 GiB in all) do not fit the
+ * host and the plan is cut to a share of it; simulated (5.1 MiB each, 7.2
+ * GiB in all) they fit it whole, and a host of 7 GiB is refused naming
+ * those figures. */
+START_TEST(simulated_scale_run_fits_its_host)
+{
+    char err[2048];
+    const uint64_t G = 1ull << 30, host = 23 * G;
+    enum { N = 128, X = 19 };
+    char text[4096];
+    snprintf(text, sizeof(text), sim_cnn, 16 * N);
+    jobspec *spec = jobspec_parse(text, strlen(text), "job.toml", "/src", err, sizeof(err));
+    ck_assert_msg(spec != NULL, "%s", err);
+    spec->num_csx = N;
+    ck_assert_uint_eq(planner_tree_nodes(spec), X);
+    static member w[N], sx[X], wk[N], mx;
+    static member *r[N], *x[X], *k[N];
+    const member on_host = {.host_id = "6456000e-4e44-4049-9243-791b4777dcb3", .host_memory = host,
+                            .addr = "127.0.0.1:1", .threads = 1};
+    for (int i = 0; i < N; i++) {
+        w[i] = on_host;
+        w[i].id = (uint32_t)i + 1;
+        w[i].role = APPLIANCE__ROLE__ROLE_WSE_NODE;
+        w[i].wafer_memory = (uint64_t)(0.8 * (double)host / N); /* appliance-up's --wafer-share */
+        r[i] = &w[i];
+        wk[i] = on_host;
+        wk[i].role = APPLIANCE__ROLE__ROLE_WORKER;
+        k[i] = &wk[i];
+    }
+    for (int i = 0; i < X; i++) {
+        sx[i] = on_host;
+        sx[i].role = APPLIANCE__ROLE__ROLE_SWARMX;
+        x[i] = &sx[i];
+    }
+    mx = on_host;
+    mx.role = APPLIANCE__ROLE__ROLE_MEMORYX;
+    member *s[] = {&mx};
+    planner_members pm = {r, N, s, 1, x, X, k, N};
+    uint8_t *buf = NULL;
+    size_t len;
+    Appliance__Plan *p = plan_on(spec, &pm); /* cut to each wse-node's share of the host */
+    ck_assert_uint_gt(p->host_share, 0);
+    ck_assert_uint_lt(p->replicas[0]->memory_needed, 133 << 20);
+    appliance__plan__free_unpacked(p, NULL);
+    for (int i = 0; i < N; i++)
+        w[i].simulated = true;
+    p = plan_on(spec, &pm);
+    ck_assert_uint_eq(p->host_share, 0);
+    ck_assert_uint_eq(p->micro_batch, 0);
+    appliance__plan__free_unpacked(p, NULL);
+    /* the same members on a host of 7 GiB: named with what they hold */
+    for (int i = 0; i < N; i++)
+        w[i].host_memory = wk[i].host_memory = 7 * G;
+    for (int i = 0; i < X; i++)
+        sx[i].host_memory = 7 * G;
+    mx.host_memory = 7 * G;
+    int rc = planner_build(spec, "job-1", &pm, 1u << 18, &buf, &len, err, sizeof(err));
+    ck_assert_int_eq(rc, -E2BIG);
+    ck_assert_msg(strstr(err, "has 7.0 GiB and the job's members on it need 7.2 GiB: 128 simulated "
+                              "wse-nodes plan 5.1 MiB each, memoryx holds 2.5 MiB, 19 swarmx buffer "
+                              "up to 6.3 GiB, 128 workers hold 192.0 MiB of batches"), "%s", err);
+    jobspec_free(spec);
+}
+END_TEST
+
+/* A job's wse-nodes are of one kind: ones that compute when the cluster
+ * has enough of them (a busy one is waited for), else simulated ones;
+ * a job that would need both is refused naming them; a later attempt
+ * keeps its first attempt's kind. */
+START_TEST(simulated_and_real_wse_nodes_never_mix)
+{
+    char err[1024];
+    const Appliance__MemberState alive = APPLIANCE__MEMBER_STATE__MEMBER_ALIVE;
+    member v[8] = {
+        {.id = 1, .role = APPLIANCE__ROLE__ROLE_WSE_NODE, .name = "wse-node-1", .state = alive},
+        {.id = 2, .role = APPLIANCE__ROLE__ROLE_WSE_NODE, .name = "sim-1", .state = alive,
+         .simulated = true},
+        {.id = 3, .role = APPLIANCE__ROLE__ROLE_WSE_NODE, .name = "wse-node-2", .state = alive},
+        {.id = 4, .role = APPLIANCE__ROLE__ROLE_WSE_NODE, .name = "sim-2", .state = alive,
+         .simulated = true},
+        {.id = 5, .role = APPLIANCE__ROLE__ROLE_WSE_NODE, .name = "sim-3", .state = alive,
+         .simulated = true},
+        {.id = 6, .role = APPLIANCE__ROLE__ROLE_MEMORYX, .name = "mx", .state = alive},
+        {.id = 7, .role = APPLIANCE__ROLE__ROLE_SWARMX, .name = "sx", .state = alive},
+        {.id = 8, .role = APPLIANCE__ROLE__ROLE_WORKER, .name = "wk", .state = alive},
+    };
+    members ms = {.v = v, .n = 8};
+    jobspec *spec = jobspec_parse(job_text, strlen(job_text), "job.toml", "/src", err, sizeof(err));
+    ck_assert_msg(spec != NULL, "%s", err);
+    planner_place pl;
+    spec->num_csx = 2; /* the two that compute */
+    ck_assert(planner_place_members(&ms, spec, true, PLANNER_ANY, &pl));
+    ck_assert(!pl.sim);
+    ck_assert_uint_eq(pl.real, 2);
+    ck_assert_uint_eq(pl.simulated, 3);
+    ck_assert_ptr_eq(pl.reps[0], &v[0]);
+    ck_assert_ptr_eq(pl.reps[1], &v[2]);
+    ck_assert(!planner_kinds_refusal(&ms, &pl, err, sizeof(err)));
+    v[2].job[0] = 'j'; /* one of them busy: the job waits for it */
+    v[2].state = APPLIANCE__MEMBER_STATE__MEMBER_BUSY;
+    ck_assert(!planner_place_members(&ms, spec, true, PLANNER_ANY, &pl));
+    ck_assert(!pl.sim);
+    ck_assert_uint_eq(pl.gr, 1);
+    ck_assert(planner_place_members(&ms, spec, false, PLANNER_ANY, &pl));
+    spec->num_csx = 3; /* only simulated ones can: all three */
+    ck_assert(planner_place_members(&ms, spec, true, PLANNER_ANY, &pl));
+    ck_assert(pl.sim);
+    ck_assert_ptr_eq(pl.reps[0], &v[1]);
+    ck_assert_ptr_eq(pl.reps[1], &v[3]);
+    ck_assert_ptr_eq(pl.reps[2], &v[4]);
+    spec->num_csx = 4; /* only a mix could */
+    ck_assert(!planner_place_members(&ms, spec, false, PLANNER_ANY, &pl));
+    ck_assert(planner_kinds_refusal(&ms, &pl, err, sizeof(err)));
+    ck_assert_str_eq(err, "the job needs 4 wse-nodes; the cluster has 2 that compute (wse-node-1, "
+                          "wse-node-2) and 3 that simulate their compute (--simulate-compute) "
+                          "(sim-1, sim-2, sim-3); a job runs on simulated wse-nodes only when all "
+                          "of its wse-nodes are simulated: lower runconfig.num_csx, or start "
+                          "wse-nodes of one kind");
+    spec->num_csx = 6; /* more than both: the usual counts say it */
+    ck_assert(!planner_place_members(&ms, spec, false, PLANNER_ANY, &pl));
+    ck_assert(!planner_kinds_refusal(&ms, &pl, err, sizeof(err)));
+    v[0].state = APPLIANCE__MEMBER_STATE__MEMBER_LOST; /* a lost one counts for neither */
+    spec->num_csx = 4;
+    ck_assert(!planner_place_members(&ms, spec, false, PLANNER_ANY, &pl));
+    ck_assert_uint_eq(pl.real, 1);
+    ck_assert(planner_kinds_refusal(&ms, &pl, err, sizeof(err)));
+    ck_assert_msg(strstr(err, "has 1 that compute (wse-node-2) and 3"), "%s", err);
+    /* a job whose first attempt computed recovers on ones that compute
+     * only, however many simulated ones are idle; and the other way round */
+    v[2].job[0] = 0;
+    v[2].state = alive;
+    spec->num_csx = 2;
+    ck_assert(!planner_place_members(&ms, spec, true, PLANNER_REAL, &pl));
+    ck_assert(!pl.sim);
+    ck_assert_uint_eq(pl.gr, 1);
+    ck_assert(planner_place_members(&ms, spec, true, PLANNER_ANY, &pl));
+    ck_assert(pl.sim);
+    v[0].state = alive;
+    ck_assert(planner_place_members(&ms, spec, true, PLANNER_SIMULATED, &pl));
+    ck_assert(pl.sim);
+    ck_assert_ptr_eq(pl.reps[0], &v[1]);
+    jobspec_free(spec);
+}
+END_TEST
+
+
 /* The optimizer's Model Zoo schedule and the layers' named initializers
  * reach the plan: segments, bias correction, the initializer with
  * PyTorch's fans; an initializer that needs fans refused on a bias. */
@@ -733,6 +997,9 @@ static Suite *suite(void)
     tcase_add_test(t, hosts_declared_per_host);
     tcase_add_test(t, hosts_plan_summed_per_host);
     tcase_add_test(t, planner_counts_a_host_once);
+    tcase_add_test(t, simulated_wse_nodes_held_at_what_they_hold);
+    tcase_add_test(t, simulated_and_real_wse_nodes_never_mix);
+    tcase_add_test(t, simulated_scale_run_fits_its_host);
     tcase_add_test(t, schedule_and_initializers_in_the_plan);
     suite_add_tcase(s, t);
     return s;

@@ -10,27 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "mlp.h"
 #include "sim.h"
-#include "toml.h"
-
-static const char *mlp = "[model]\n"
-                         "input_shape = [4]\n"
-                         "loss = \"softmax_cross_entropy\"\n"
-                         "[[model.layers]]\nname = \"fc1\"\ntype = \"dense\"\nunits = 8\n"
-                         "[[model.layers]]\nname = \"r1\"\ntype = \"relu\"\n"
-                         "[[model.layers]]\nname = \"fc2\"\ntype = \"dense\"\nunits = 6\n"
-                         "[[model.layers]]\nname = \"fc3\"\ntype = \"dense\"\nunits = 3\n";
-
-static model *compile(void)
-{
-    char err[256];
-    toml_value *root = toml_parse(mlp, strlen(mlp), "m.toml", err, sizeof(err));
-    ck_assert_msg(root != NULL, "%s", err);
-    model *m = model_compile_document(root, err, sizeof(err));
-    ck_assert_msg(m != NULL, "%s", err);
-    toml_free(root);
-    return m;
-}
 
 /* A measured table in a temporary file; its path into path. */
 static void table(char *path, size_t len, const char *text)
@@ -82,7 +63,7 @@ END_TEST
 
 START_TEST(times)
 {
-    model *m = compile();
+    model *m = mlp_compile(MLP3);
     sim_config c;
     sim_times t;
     char err[512];

@@ -6,31 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "toml.h"
+#include "mlp.h"
 #include "wresident.h"
-
-static const char *mlp = "[model]\n"
-                         "input_shape = [4]\n"
-                         "loss = \"softmax_cross_entropy\"\n"
-                         "[[model.layers]]\nname = \"fc1\"\ntype = \"dense\"\nunits = 8\n"
-                         "[[model.layers]]\nname = \"r1\"\ntype = \"relu\"\n"
-                         "[[model.layers]]\nname = \"fc2\"\ntype = \"dense\"\nunits = 3\n";
-
-static model *compile(void)
-{
-    char err[256];
-    toml_value *root = toml_parse(mlp, strlen(mlp), "m.toml", err, sizeof(err));
-    ck_assert_msg(root != NULL, "%s", err);
-    model *m = model_compile_document(root, err, sizeof(err));
-    ck_assert_msg(m != NULL, "%s", err);
-    toml_free(root);
-    return m;
-}
 
 /* tensors: 0 fc1.weight (8x4), 1 fc1.bias (8), 2 fc2.weight (3x8), 3 fc2.bias (3) */
 START_TEST(weights_and_resumed_state)
 {
-    model *m = compile();
+    model *m = mlp_compile(MLP2);
     ck_assert_int_eq(m->ntensors, 4);
     optim_config cfg;
     optim_config_defaults(&cfg, OPTIM_ADAM);

@@ -5,26 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "mlp.h"
 #include "wslots.h"
-
-static const char *mlp = "[model]\n"
-                         "input_shape = [4]\n"
-                         "loss = \"softmax_cross_entropy\"\n"
-                         "[[model.layers]]\nname = \"fc1\"\ntype = \"dense\"\nunits = 8\n"
-                         "[[model.layers]]\nname = \"r1\"\ntype = \"relu\"\n"
-                         "[[model.layers]]\nname = \"fc2\"\ntype = \"dense\"\nunits = 6\n"
-                         "[[model.layers]]\nname = \"fc3\"\ntype = \"dense\"\nunits = 3\n";
-
-static model *compile(void)
-{
-    char err[256];
-    toml_value *root = toml_parse(mlp, strlen(mlp), "m.toml", err, sizeof(err));
-    ck_assert_msg(root != NULL, "%s", err);
-    model *m = model_compile_document(root, err, sizeof(err));
-    ck_assert_msg(m != NULL, "%s", err);
-    toml_free(root);
-    return m;
-}
 
 /* tensors: 0 fc1.weight (8x4), 1 fc1.bias, 2 fc2.weight (6x8), 3 fc2.bias, 4 fc3.weight (3x6), 5 fc3.bias */
 static const uint32_t fwd[] = {0, 1, 2, 3, 4, 5};
@@ -50,7 +32,7 @@ static void receive_fc1_fc2(wslots *w, const model *m)
 
 START_TEST(double_buffering)
 {
-    model *m = compile();
+    model *m = mlp_compile(MLP3);
     wslots w;
     ck_assert_int_eq(wslots_init(&w, m, fwd, 6, bwd, 4, 0, 0, 0), 0);
     ck_assert_uint_eq(w.slot_elems, 6 * 8 + 6); /* fc2: the largest layer */
@@ -130,7 +112,7 @@ END_TEST
  * (fc3), fc2 streams again into the slot fc1 left while fc3's stays. */
 START_TEST(kept_across_the_turn)
 {
-    model *m = compile();
+    model *m = mlp_compile(MLP3);
     wslots w;
     ck_assert_int_eq(wslots_init(&w, m, fwd, 6, NULL, 0, 2, 0, 0), 0);
     ck_assert_int_eq(w.narrivals, 3);
@@ -200,7 +182,7 @@ END_TEST
  * goes whole. */
 START_TEST(parts)
 {
-    model *m = compile();
+    model *m = mlp_compile(MLP3);
     wslots w;
     ck_assert_int_eq(wslots_init(&w, m, fwd, 6, bwd, 4, 0, 16, 8), 0);
     ck_assert_uint_eq(wslots_parts(&w, 0), 2);
@@ -247,7 +229,7 @@ END_TEST
 
 START_TEST(bad_schedules)
 {
-    model *m = compile();
+    model *m = mlp_compile(MLP3);
     wslots w;
     const uint32_t split[] = {0, 2, 1, 3, 4, 5}; /* fc1's tensors apart */
     ck_assert_int_eq(wslots_init(&w, m, split, 6, bwd, 4, 0, 0, 0), -EINVAL);
@@ -265,7 +247,7 @@ END_TEST
  * the twins. */
 START_TEST(bfloat16_twins)
 {
-    model *m = compile();
+    model *m = mlp_compile(MLP3);
     m->mixed_precision = true;
     wslots w;
     ck_assert_int_eq(wslots_init(&w, m, fwd, 6, bwd, 4, 0, 0, 0), 0);

@@ -458,6 +458,7 @@ static Appliance__PlanSparsity *planner__sparsity(arena *a, const jobspec_sparsi
     ps->init_method = js->init_method == SPARSE_INIT_TOPK ? "topk" : "random";
     ps->seed = (uint64_t)js->seed;
     ps->dense_streams = js->dense_streams;
+    ps->init_scale = js->init_scale_fan_in ? "fan_in" : "none";
     ps->freq = js->schedule.freq;
     ps->start = js->schedule.start;
     ps->stop = js->schedule.stop;

@@ -109,6 +109,11 @@ int mxsparse_init(mx_job *j, char *err, size_t errlen)
             snprintf(err, errlen, "out of memory choosing the mask of %s", t->name);
             return -ENOMEM;
         }
+        /* weights made here (not a checkpoint's): the kept ones at the
+         * dense layer's fan-in variance, when asked */
+        const Appliance__PlanTensor *pt = j->plan->tensors[t->id];
+        if (j->sparse.init_scale_fan_in && j->plan->n_resume_weights == 0)
+            sparse_mask_scale_fan_in(t->w, t->mask, t->n, pt->n_dims > 0 ? pt->dims[0] : 1);
         mxsparse__settle(t, 0, t->n);
     }
     return 0;

@@ -14,7 +14,8 @@
 
 static const char *const sp__keys[] = {"type", "sparsity", "init_method", "param_name_patterns",
                                        "schedule", "drop_fraction", "seed", "algorithm",
-                                       "update", "param_filter", "compressed_streams"};
+                                       "update", "param_filter", "compressed_streams",
+                                       "init_scale"};
 
 /* The Model Zoo's later spellings (its 2.2 releases on): algorithm for
  * type, update for schedule, param_filter (globs) for param_name_patterns. */
@@ -513,6 +514,22 @@ int jobspec_sparsity_read(const toml_value *t, jobspec_sparsity *s, char *err, s
             return toml_errorf(err, errlen, src, toml_pos_of(v), "sparsity.compressed_streams: "
                                "expected true or false");
         s->dense_streams = !toml_bool(v);
+    }
+    if ((v = toml_table_get(t, "init_scale"))) {
+        static const char scales[] = "none|fan_in";
+        const char *m = toml_type_of(v) == TOML_STRING ? toml_string(v) : "";
+        char near[16];
+        if (strcmp(m, "fan_in") == 0)
+            s->init_scale_fan_in = true;
+        else if (strcmp(m, "none") == 0)
+            s->init_scale_fan_in = false;
+        else if (m[0] && nearest_choice(m, scales, near, sizeof(near)))
+            return toml_errorf(err, errlen, src, toml_pos_of(v), "sparsity.init_scale: \"%s\" is "
+                               "not one of %s (did you mean \"%s\"?)", m, scales, near);
+        else
+            return toml_errorf(err, errlen, src, toml_pos_of(v), "sparsity.init_scale: expected "
+                               "one of %s (\"fan_in\": the kept initial weights scaled to the "
+                               "dense layer's fan-in variance)", scales);
     }
     return 0;
 }

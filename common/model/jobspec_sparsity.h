@@ -27,6 +27,8 @@ typedef struct jobspec_sparsity {
     int64_t seed;                 /* the masks' seed (runconfig.seed unless given) */
     bool seed_given;
     bool dense_streams;           /* compressed_streams = false: sparse weights stream dense */
+    bool init_scale_fan_in;       /* init_scale = "fan_in": kept initial weights rescaled to
+                                   * the dense fan-in variance (default "none") */
     size_t npatterns;             /* 0: the default (dense and convolution weights) */
     bool globs;                   /* they were given as param_filter's globs (kept converted) */
     char patterns[JOBSPEC_SPARSE_PATTERNS][256]; /* regular expressions over whole names */

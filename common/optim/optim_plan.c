@@ -237,6 +237,10 @@ int sparse_from_plan(const Appliance__PlanSparsity *ps, sparse_config *out)
     else
         return -EINVAL;
     out->seed = ps->seed;
+    if (ps->init_scale && strcmp(ps->init_scale, "fan_in") == 0)
+        out->init_scale_fan_in = true;
+    else if (ps->init_scale && ps->init_scale[0] && strcmp(ps->init_scale, "none") != 0)
+        return -EINVAL;
     out->schedule = (sparse_schedule){ps->freq, ps->start, ps->stop};
     bool dynamic = out->type != SPARSE_STATIC;
     if (dynamic && (ps->freq < 1 || ps->start < 0 || (ps->stop != 0 && ps->stop <= ps->start)))

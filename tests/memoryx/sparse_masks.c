@@ -3,13 +3,14 @@
  * it chose, for tests/memoryx/sparse_ref.py to hold against its own numpy
  * version of the rule:
  *   sparse_masks TYPE DIR
- * TYPE is static, gmp, set or rigl, or rigl16: RigL with bfloat16 on the wire
+ * TYPE is static, gmp, set or rigl, static_fanin (static with init_scale
+ * "fan_in"), or rigl16: RigL with bfloat16 on the wire
  * (the gradient kept in bfloat16, the weights' bfloat16 twin, which must
  * be zero where pruned), or gmp2: GMP with levels per pattern, fc1.weight
  * and fc2.weight each on its own level schedule (PlanTensor.sparsity_level)
  * and the section's a third that neither follows. For fc1.weight DIR gets
  * meta.txt (and for fc2.weight, in gmp2, DIR/t2 the same files); w0.f32 (the weights
- * as made) and m0.u8 (the first mask); and for each step s from 1:
+ * as made), m0.u8 (the first mask) and wi.f32 (the weights with it); and for each step s from 1:
  * pre<s>.f32 (the weights after the optimizer, before any mask change: the
  * same optimizer applied here to a copy, with the masked gradient),
  * g<s>.f32 (the dense gradient), m<s>.u8, w<s>.f32 and b<s>.f32 (the mask,
@@ -68,8 +69,11 @@ static int run(void)
 {
     fix_init(2, true);
     bool wire16 = strcmp(type, "rigl16") == 0, gmp2 = strcmp(type, "gmp2") == 0;
+    bool fan_in = strcmp(type, "static_fanin") == 0;
     if (wire16)
         type = "rigl";
+    if (fan_in)
+        type = "static";
     if (gmp2)
         type = "gmp";
     fix_spec spec = {tensors, NT, 1, "sgd", 0.9, 0, CHUNK, 7, STEPS, wire16, NULL};
@@ -112,6 +116,7 @@ static int run(void)
         fprintf(stderr, "sparse_masks: unknown type %s\n", type);
         return 2;
     }
+    ps->init_scale = strdup(fan_in ? "fan_in" : "none");
     p->sparsity = ps;
     p->tensors[0]->sparsity = level;
     if (gmp2) { /* each its own schedule; the section's (0.5 throughout) is neither */
@@ -156,12 +161,12 @@ static int run(void)
         fprintf(meta, "type %s\nn %llu\nlevel %.17g\nseed %llu\ntensor_id %u\ninit %s\nfreq %lld\n"
                 "start %lld\nstop %lld\nlevel_kind %s\nlevel_init %.17g\nlevel_final %.17g\n"
                 "level_gamma %.17g\nlevel_slope %.17g\ndrop_kind %s\ndrop_init %.17g\n"
-                "drop_half_period %.17g\nsteps %d\nparts %u\n",
+                "drop_half_period %.17g\nsteps %d\nparts %u\nrows %llu\ninit_scale %s\n",
                 type, (unsigned long long)t->n, (double)t->level, (unsigned long long)ps->seed,
                 t->id, ps->init_method, (long long)ps->freq, (long long)ps->start,
                 (long long)ps->stop, lv->kind, lv->init, lv->final, lv->gamma, lv->slope,
                 ps->drop_fraction->kind, ps->drop_fraction->init, ps->drop_fraction->half_period,
-                STEPS, t->nparts);
+                STEPS, t->nparts, (unsigned long long)p->tensors[t->id]->dims[0], ps->init_scale);
         fclose(meta);
         dump(tdir[nts], "w0.f32", -1, t->w, t->n * sizeof(float));
         ts[nts++] = t;
@@ -174,6 +179,7 @@ static int run(void)
     optim_state ref[NT];
     for (size_t k = 0; k < nts; k++) {
         dump(tdir[k], "m", 0, ts[k]->mask, ts[k]->n);
+        dump(tdir[k], "wi.f32", -1, ts[k]->w, ts[k]->n * sizeof(float));
         g[k] = malloc(ts[k]->n * sizeof(float));
         pre[k] = malloc(ts[k]->n * sizeof(float));
         gm[k] = malloc(ts[k]->n * sizeof(float));
@@ -264,7 +270,7 @@ END_TEST
 int main(int argc, char **argv)
 {
     if (argc != 3) {
-        fprintf(stderr, "usage: sparse_masks static|gmp|gmp2|set|rigl|rigl16 DIR\n");
+        fprintf(stderr, "usage: sparse_masks static|static_fanin|gmp|gmp2|set|rigl|rigl16 DIR\n");
         return 2;
     }
     type = argv[1];

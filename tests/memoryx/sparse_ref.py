@@ -95,7 +95,7 @@ def main():
 
 
 def check_tensor(d):
-    typ = {"rigl16": "rigl", "gmp2": "gmp"}.get(variant, variant)
+    typ = {"rigl16": "rigl", "gmp2": "gmp", "static_fanin": "static"}.get(variant, variant)
     meta = dict(line.split(" ", 1) for line in open(os.path.join(d, "meta.txt")).read().splitlines())
     n = int(meta["n"])
     k = key(int(meta["seed"]), int(meta["tensor_id"]))
@@ -121,6 +121,21 @@ def check_tensor(d):
     m0 = u8("m0.u8")
     check(np.array_equal(mask, m0), "step 0: the first mask differs (%d positions)"
           % int(np.sum(mask != m0)))
+    # the weights with the first mask: pruned ones zero; with init_scale
+    # fan_in each row's kept ones times sqrt(row length / kept in the row)
+    wi = f32("wi.f32")
+    expect = np.where(m0 == 1, w0, np.float32(0))
+    if meta["init_scale"] == "fan_in":
+        rows = int(meta["rows"])
+        e2, m2 = expect.reshape(rows, -1), m0.reshape(rows, -1)
+        for r in range(rows):
+            kept_r = int(m2[r].sum())
+            if 0 < kept_r < m2.shape[1]:
+                e2[r] *= np.float32(math.sqrt(m2.shape[1] / kept_r))
+        check(not np.array_equal(expect, np.where(m0 == 1, w0, np.float32(0))),
+              "init_scale fan_in: no row was scaled")
+    check(np.array_equal(expect, wi), "step 0: the weights with the first mask differ from the "
+          "rule (%d positions)" % int(np.sum(expect != wi)))
     updates = 0
     for s in range(1, int(meta["steps"]) + 1):
         pre, g, m, w, b = f32("pre%d.f32" % s), f32("g%d.f32" % s), u8("m%d.u8" % s), \

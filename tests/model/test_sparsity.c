@@ -224,6 +224,15 @@ START_TEST(dense_streams)
     j = parse("[sparsity]\nsparsity = 0.9\ncompressed_streams = true\n", err, sizeof(err));
     ck_assert_msg(j != NULL, "%s", err);
     ck_assert(!j->sparsity.dense_streams);
+    ck_assert(!j->sparsity.init_scale_fan_in); /* the weights as initialised unless told */
+    jobspec_free(j);
+    j = parse("[sparsity]\nsparsity = 0.9\ninit_scale = \"fan_in\"\n", err, sizeof(err));
+    ck_assert_msg(j != NULL, "%s", err);
+    ck_assert(j->sparsity.init_scale_fan_in);
+    jobspec_free(j);
+    j = parse("[sparsity]\nsparsity = 0.9\ninit_scale = \"none\"\n", err, sizeof(err));
+    ck_assert_msg(j != NULL, "%s", err);
+    ck_assert(!j->sparsity.init_scale_fan_in);
     jobspec_free(j);
 }
 END_TEST
@@ -361,6 +370,12 @@ START_TEST(mistakes)
             "them");
     refused("[sparsity]\nsparsity = 0.5\ndrop_fraction = 0.2\n",
             "job.toml:5:1: sparsity.drop_fraction: only set and rigl drop and regrow");
+    refused("[sparsity]\nsparsity = 0.9\ninit_scale = \"fan-in\"\n",
+            "job.toml:5:14: sparsity.init_scale: \"fan-in\" is not one of none|fan_in (did you "
+            "mean \"fan_in\"?)");
+    refused("[sparsity]\nsparsity = 0.9\ninit_scale = true\n",
+            "job.toml:5:14: sparsity.init_scale: expected one of none|fan_in (\"fan_in\": the kept "
+            "initial weights scaled to the dense layer's fan-in variance)");
     /* gmp's levels per pattern: each named where it is */
     refused("[sparsity]\ntype = \"gmp\"\nschedule = {freq = 10}\n"
             "sparsity = {\"fc1\\\\.weight\" = 0.5, \"fc2\\\\.weight\" = 1.2}\n",

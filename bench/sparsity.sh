@@ -13,7 +13,8 @@
 #   BENCH fc_mnist_sparse90_all_layers_accuracy_delta <points> of_dense
 #         the default patterns (the head at 90% too), init_scale "fan_in"
 #   FC_MNIST_LR=X trains every fc_mnist job at learning rate X (the
-#   example's 0.001 otherwise); BENCH_SPARSITY_PARTS=fc_mnist (or bytes)
+#   example's 0.001 otherwise), FC_MNIST_SEED=N with runconfig.seed N (the
+#   initial weights, the order of the digits and the masks; 1 otherwise); BENCH_SPARSITY_PARTS=fc_mnist (or bytes)
 #   runs that part alone
 #   BENCH ws_mlp4096_sparse90_bytes_vs_dense <ratio> of_dense   bytes on the
 #         wire per step (memoryx's weight chunks sent and gradient chunks
@@ -56,6 +57,7 @@ if [[ " $parts " != *" fc_mnist "* ]]; then
 elif [ -s "$src/data/mnist/t10k-labels-idx1-ubyte" ]; then
   base=(-e "s|^data_dir = .*|data_dir = \"$src/data/mnist\"|")
   [ -n "${FC_MNIST_LR:-}" ] && base+=(-e "s|^learning_rate = .*|learning_rate = $FC_MNIST_LR|")
+  [ -n "${FC_MNIST_SEED:-}" ] && base+=(-e "s|^seed = .*|seed = $FC_MNIST_SEED|")
   sed "${base[@]}" -e "s|^model_dir = .*|model_dir = \"$work/dense\"\nmode = \"weight_streaming\"|" \
     "$src/examples/fc_mnist.toml" > "$work/dense.toml"
   sed "${base[@]}" -e "s|^model_dir = .*|model_dir = \"$work/sparse\"\nmode = \"weight_streaming\"|" \

@@ -120,7 +120,9 @@ static int run(void)
     p->sparsity = ps;
     p->tensors[0]->sparsity = level;
     if (gmp2) { /* each its own schedule; the section's (0.5 throughout) is neither */
-        ps->level = value("constant", 0.5);
+        free(ps->level->kind);
+        ps->level->kind = strdup("constant");
+        ps->level->init = 0.5;
         p->tensors[0]->sparsity_level = value("exp", 0.0);
         p->tensors[0]->sparsity_level->final = 0.9;
         p->tensors[0]->sparsity_level->gamma = 0.2;

@@ -5,11 +5,17 @@
 #         of examples/fc_mnist.toml (2 replicas, 800 steps) at 90% static
 #         sparsity of its hidden layers (fc1 and fc2's weights, 90% of its
 #         parameters; random masks; the 10-way head dense, as sparse
-#         training usually keeps the last layer) minus the dense job's, in
-#         percentage points (goal >= -1.0), when data/mnist is there
-#         (scripts/fetch-mnist)
+#         training usually keeps the last layer; sparsity.init_scale =
+#         "fan_in") minus the dense job's, in percentage points (goal >=
+#         -1.0), when data/mnist is there (scripts/fetch-mnist)
+#   BENCH fc_mnist_sparse90_unscaled_accuracy_delta <points> of_dense   the
+#         same with the kept weights as initialised (init_scale "none")
 #   BENCH fc_mnist_sparse90_all_layers_accuracy_delta <points> of_dense
-#         the same with the default patterns: the head at 90% too
+#         the default patterns (the head at 90% too), init_scale "fan_in"
+#   FC_MNIST_LR=X trains every fc_mnist job at learning rate X (the
+#   example's 0.001 otherwise), FC_MNIST_SEED=N with runconfig.seed N (the
+#   initial weights, the order of the digits and the masks; 1 otherwise); BENCH_SPARSITY_PARTS=fc_mnist (or bytes)
+#   runs that part alone
 #   BENCH ws_mlp4096_sparse90_bytes_vs_dense <ratio> of_dense   bytes on the
 #         wire per step (memoryx's weight chunks sent and gradient chunks
 #         received, their payloads) of the wide MLP of bench/big_model.sh
@@ -51,29 +57,42 @@ print(o.get("eval_accuracy", -1), statistics.median(d) if d else float("nan"))' 
   rm -rf "$run"
 }
 
-if [ -s "$src/data/mnist/t10k-labels-idx1-ubyte" ]; then
+parts=${BENCH_SPARSITY_PARTS:-fc_mnist bytes}
+if [[ " $parts " != *" fc_mnist "* ]]; then
+  echo "fc_mnist: not in BENCH_SPARSITY_PARTS: skipped"
+elif [ -s "$src/data/mnist/t10k-labels-idx1-ubyte" ]; then
   base=(-e "s|^data_dir = .*|data_dir = \"$src/data/mnist\"|")
+  [ -n "${FC_MNIST_LR:-}" ] && base+=(-e "s|^learning_rate = .*|learning_rate = $FC_MNIST_LR|")
+  [ -n "${FC_MNIST_SEED:-}" ] && base+=(-e "s|^seed = .*|seed = $FC_MNIST_SEED|")
   sed "${base[@]}" -e "s|^model_dir = .*|model_dir = \"$work/dense\"\nmode = \"weight_streaming\"|" \
     "$src/examples/fc_mnist.toml" > "$work/dense.toml"
   sed "${base[@]}" -e "s|^model_dir = .*|model_dir = \"$work/sparse\"\nmode = \"weight_streaming\"|" \
     "$src/examples/fc_mnist.toml" > "$work/sparse.toml"
   sed "s|$work/sparse|$work/all|" "$work/sparse.toml" > "$work/all.toml"
-  printf '\n[sparsity]\ntype = "static"\nsparsity = 0.9\ninit_method = "random"\n' >> "$work/all.toml"
-  printf '\n[sparsity]\ntype = "static"\nsparsity = 0.9\ninit_method = "random"\nparam_name_patterns = ["fc[12]\\\\.weight"]\n' >> "$work/sparse.toml"
+  sed "s|$work/sparse|$work/unscaled|" "$work/sparse.toml" > "$work/unscaled.toml"
+  printf '\n[sparsity]\ntype = "static"\nsparsity = 0.9\ninit_method = "random"\ninit_scale = "fan_in"\n' >> "$work/all.toml"
+  printf '\n[sparsity]\ntype = "static"\nsparsity = 0.9\ninit_method = "random"\ninit_scale = "fan_in"\nparam_name_patterns = ["fc[12]\\\\.weight"]\n' >> "$work/sparse.toml"
+  printf '\n[sparsity]\ntype = "static"\nsparsity = 0.9\ninit_method = "random"\nparam_name_patterns = ["fc[12]\\\\.weight"]\n' >> "$work/unscaled.toml"
   read -r d_acc d_step <<<"$(job dense "$work/dense.toml" 2)"
   read -r s_acc s_step <<<"$(job sparse "$work/sparse.toml" 2)"
+  read -r u_acc u_step <<<"$(job unscaled "$work/unscaled.toml" 2)"
   read -r a_acc a_step <<<"$(job all "$work/all.toml" 2)"
   "$py" -c 'import sys
-d, s, a, ds, ss, sa = map(float, sys.argv[1:])
-print("fc_mnist, 800 steps on 2 replicas: test accuracy dense %.4f, 90%% static sparsity of fc1 and "
-      "fc2 %.4f, of every layer %.4f; median step %.1f ms dense, %.1f and %.1f ms sparse (weights "
-      "still stream dense)" % (d, s, a, ds * 1e3, ss * 1e3, sa * 1e3))
+lr = sys.argv[1]
+d, s, u, a, ds, ss, sa = map(float, sys.argv[2:])
+print("fc_mnist, 800 steps on 2 replicas, learning rate %s: test accuracy dense %.4f, 90%% static "
+      "sparsity of fc1 and fc2 %.4f (init_scale fan_in) and %.4f (none), of every layer %.4f "
+      "(fan_in); median step %.1f ms dense, %.1f and %.1f ms sparse"
+      % (lr, d, s, u, a, ds * 1e3, ss * 1e3, sa * 1e3))
 print("BENCH fc_mnist_sparse90_accuracy_delta %.2f of_dense" % (100 * (s - d)))
+print("BENCH fc_mnist_sparse90_unscaled_accuracy_delta %.2f of_dense" % (100 * (u - d)))
 print("BENCH fc_mnist_sparse90_all_layers_accuracy_delta %.2f of_dense" % (100 * (a - d)))' \
-    "$d_acc" "$s_acc" "$a_acc" "$d_step" "$s_step" "$a_step"
+    "${FC_MNIST_LR:-0.001}" "$d_acc" "$s_acc" "$u_acc" "$a_acc" "$d_step" "$s_step" "$a_step"
 else
   echo "fc_mnist: no data/mnist (scripts/fetch-mnist): skipped"
 fi
+
+[[ " $parts " == *" bytes "* ]] || exit 0
 
 # Bytes on the wire: the wide MLP at 90% static sparsity, packed streams
 # against dense ones (sparsity.compressed_streams = false), 3 steps each on

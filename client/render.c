@@ -235,6 +235,8 @@ static void render__plan_sparsity(const Appliance__Plan *p)
     if (!sp)
         return;
     printf("\nsparsity %s, masks chosen by %s", sp->type, sp->init_method);
+    if (sp->init_scale && strcmp(sp->init_scale, "fan_in") == 0)
+        printf(", kept initial weights scaled to the dense fan-in variance");
     if (strcmp(sp->type, "static") != 0)
         printf(", changed every %lld steps from step %lld%s", (long long)sp->freq,
                (long long)sp->start, sp->stop > 0 ? "" : " on");

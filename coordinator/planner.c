@@ -524,6 +524,7 @@ static Appliance__PlanSparsity *planner__sparsity(arena *a, const jobspec_sparsi
     ps->init_method = js->init_method == SPARSE_INIT_TOPK ? "topk" : "random";
     ps->seed = (uint64_t)js->seed;
     ps->dense_streams = js->dense_streams;
+    ps->init_scale = js->init_scale_fan_in ? "fan_in" : "none";
     ps->freq = js->schedule.freq;
     ps->start = js->schedule.start;
     ps->stop = js->schedule.stop;
@@ -781,6 +782,11 @@ static int planner__build(const jobspec *spec, const char *job_id, const planner
         pt->trainable = t->trainable;
         if (spec->sparsity.present && spec->sparsity.tensor_level)
             pt->sparsity = spec->sparsity.tensor_level[i];
+        if (spec->sparsity.present && spec->sparsity.tensor_hp && pt->sparsity > 0) {
+            if (!(pt->sparsity_level = arena_alloc(&a, sizeof(*pt->sparsity_level))))
+                goto done;
+            sparse_value_to_plan(&spec->sparsity.tensor_hp[i], pt->sparsity_level);
+        }
         const model_init *ji = planner__job_init(m, t);
         if (!ji) {
             pt->init = arena_strdup(&a, planner__init(m, t));

@@ -26,7 +26,15 @@ int mxsparse_setup(mx_job *j, uint64_t *bytes, char *why, size_t whylen)
     size_t sparse = 0;
     for (size_t i = 0; i < j->nt; i++) {
         mx_tensor *t = &j->t[i];
-        t->level = j->sparse.type != SPARSE_NONE ? p->tensors[t->id]->sparsity : 0.0f;
+        const Appliance__PlanTensor *pt = p->tensors[t->id];
+        t->level = j->sparse.type != SPARSE_NONE ? pt->sparsity : 0.0f;
+        t->level_hp = j->sparse.level;
+        if (j->sparse.type == SPARSE_GMP && pt->sparsity_level &&
+            sparse_value_from_plan(pt->sparsity_level, &t->level_hp) < 0) {
+            snprintf(why, whylen, "the plan's level schedule of %s is not one memoryx can follow "
+                     "(kind \"%s\")", t->name, pt->sparsity_level->kind);
+            return -EINVAL;
+        }
         if (t->level > 0) {
             sparse++;
             *bytes += t->n;
@@ -77,10 +85,11 @@ static void mxsparse__settle(mx_tensor *t, uint64_t lo, uint64_t hi)
     }
 }
 
-/* The level GMP prunes t to after the update of step s (from 1). */
-static double mxsparse__gmp_level(const mx_job *j, int64_t s)
+/* The level GMP prunes t to after the update of step s (from 1): its own
+ * schedule's (its pattern's, or the section's). */
+static double mxsparse__gmp_level(const mx_tensor *t, int64_t s)
 {
-    return sparse_hp_at(&j->sparse.level, s, 0.999999);
+    return sparse_hp_at(&t->level_hp, s, 0.999999);
 }
 
 int mxsparse_init(mx_job *j, char *err, size_t errlen)
@@ -93,13 +102,18 @@ int mxsparse_init(mx_job *j, char *err, size_t errlen)
             continue;
         }
         double level = j->sparse.type == SPARSE_GMP
-                           ? mxsparse__gmp_level(j, (int64_t)j->plan->first_step)
+                           ? mxsparse__gmp_level(t, (int64_t)j->plan->first_step)
                            : (double)t->level;
         if (sparse_mask_init(t->mask, t->w, t->n, level, j->sparse.init,
                              sparse_key(j->sparse.seed, t->id)) < 0) {
             snprintf(err, errlen, "out of memory choosing the mask of %s", t->name);
             return -ENOMEM;
         }
+        /* weights made here (not a checkpoint's): the kept ones at the
+         * dense layer's fan-in variance, when asked */
+        const Appliance__PlanTensor *pt = j->plan->tensors[t->id];
+        if (j->sparse.init_scale_fan_in && j->plan->n_resume_weights == 0)
+            sparse_mask_scale_fan_in(t->w, t->mask, t->n, pt->n_dims > 0 ? pt->dims[0] : 1);
         mxsparse__settle(t, 0, t->n);
     }
     return 0;
@@ -178,7 +192,7 @@ void mxsparse_after(const mx_job *j, mx_tensor *t, uint64_t lo, uint64_t hi, uin
         switch (j->sparse.type) {
         case SPARSE_GMP:
             sparse_mask_gmp(t->mask, t->w, t->n,
-                            sparse_keep_count(t->n, mxsparse__gmp_level(j, s)));
+                            sparse_keep_count(t->n, mxsparse__gmp_level(t, s)));
             break;
         case SPARSE_SET:
             sparse_mask_regrow(t->mask, t->w, NULL, t->n,

@@ -62,6 +62,8 @@ typedef struct mx_tensor {
     uint8_t *mask;        /* [sparsity]: 1 kept, 0 pruned (w and its state exact zeros there),
                              owned; NULL: dense */
     float level;          /* the plan's level for it (PlanTensor.sparsity) */
+    sparse_hp level_hp;   /* gmp: its level over steps (PlanTensor.sparsity_level, else the
+                             section's PlanSparsity.level) */
     bool mask_loaded;     /* the mask came from the checkpoint resumed from */
     uint64_t w_at, g_at;  /* disk tier: byte offsets of the weights and gradient in their files */
     uint64_t s_at[OPTIM_MAX_STATE]; /* and of the optimizer state */

@@ -14,7 +14,8 @@
 
 static const char *const sp__keys[] = {"type", "sparsity", "init_method", "param_name_patterns",
                                        "schedule", "drop_fraction", "seed", "algorithm",
-                                       "update", "param_filter", "compressed_streams"};
+                                       "update", "param_filter", "compressed_streams",
+                                       "init_scale"};
 
 /* The Model Zoo's later spellings (its 2.2 releases on): algorithm for
  * type, update for schedule, param_filter (globs) for param_name_patterns. */
@@ -287,8 +288,9 @@ static int sp__pattern(const toml_value *v, const char *where, char *err, size_t
     return 0;
 }
 
-/* Appends pattern text p with its level (< 0: the section's). */
-static int sp__add(const char *src, toml_pos at, const char *p, double level,
+/* Appends pattern text p with its level (< 0: the section's) and, for gmp,
+ * its level over steps (hp, NULL: the section's). */
+static int sp__add(const char *src, toml_pos at, const char *p, double level, const sparse_hp *hp,
                    jobspec_sparsity *s, char *err, size_t errlen)
 {
     char from_glob[sizeof(s->patterns[0])];
@@ -317,6 +319,8 @@ static int sp__add(const char *src, toml_pos at, const char *p, double level,
     }
     regfree(&rx);
     snprintf(s->patterns[s->npatterns], sizeof(s->patterns[0]), "%s", p);
+    if (hp)
+        s->pattern_hp[s->npatterns] = *hp;
     s->pattern_level[s->npatterns++] = level;
     return 0;
 }
@@ -330,7 +334,8 @@ static int sp__patterns(const toml_value *v, const char *where, jobspec_sparsity
     if (ty == TOML_STRING) {
         if (sp__pattern(v, where, err, errlen) < 0)
             return -EINVAL;
-        return sp__add(toml_source_name(v), toml_pos_of(v), toml_string(v), -1, s, err, errlen);
+        return sp__add(toml_source_name(v), toml_pos_of(v), toml_string(v), -1, NULL, s, err,
+                      errlen);
     }
     if (ty == TOML_ARRAY) {
         if (toml_array_len(v) == 0)
@@ -341,7 +346,7 @@ static int sp__patterns(const toml_value *v, const char *where, jobspec_sparsity
             char w[96];
             snprintf(w, sizeof(w), "%s[%zu]", where, i);
             if (sp__pattern(e, w, err, errlen) < 0 ||
-                sp__add(toml_source_name(e), toml_pos_of(e), toml_string(e), -1, s, err,
+                sp__add(toml_source_name(e), toml_pos_of(e), toml_string(e), -1, NULL, s, err,
                         errlen) < 0)
                 return -EINVAL;
         }
@@ -353,7 +358,8 @@ static int sp__patterns(const toml_value *v, const char *where, jobspec_sparsity
             char w[320];
             snprintf(w, sizeof(w), "%s.\"%s\"", where, toml_table_key(v, i));
             double level;
-            if (toml_type_of(e) == TOML_TABLE) { /* {sparsity = level} */
+            if (toml_type_of(e) == TOML_TABLE && !toml_table_get(e, "type")) {
+                /* {sparsity = level}, the Model Zoo's group of a pattern */
                 const toml_value *l = toml_table_get(e, "sparsity");
                 for (size_t k = 0; k < toml_table_len(e); k++)
                     if (strcmp(toml_table_key(e, k), "sparsity") != 0)
@@ -365,10 +371,21 @@ static int sp__patterns(const toml_value *v, const char *where, jobspec_sparsity
                                        w);
                 e = l;
             }
-            if (sp__level(e, w, &level, err, errlen) < 0)
+            sparse_hp hp = {.kind = SPARSE_HP_CONSTANT};
+            if (toml_type_of(e) == TOML_TABLE) { /* gmp: the pattern's own level schedule */
+                if (s->type != SPARSE_GMP)
+                    return toml_errorf(err, errlen, toml_source_name(e), toml_pos_of(e),
+                                       "%s: a level schedule is for type \"gmp\"; %s keeps one "
+                                       "level", w, sparse_type_name(s->type));
+                if (sp__hp(e, w, true, &hp, err, errlen) < 0)
+                    return -EINVAL;
+                level = hp.init;
+            } else if (sp__level(e, w, &level, err, errlen) < 0) {
                 return -EINVAL;
+            }
+            hp.init = toml_type_of(e) == TOML_TABLE ? hp.init : level;
             if (sp__add(toml_source_name(v), toml_table_key_pos(v, i), toml_table_key(v, i), level,
-                        s, err, errlen) < 0)
+                        s->type == SPARSE_GMP ? &hp : NULL, s, err, errlen) < 0)
                 return -EINVAL;
         }
         return 0;
@@ -430,21 +447,16 @@ int jobspec_sparsity_read(const toml_value *t, jobspec_sparsity *s, char *err, s
     }
     bool dynamic = s->type != SPARSE_STATIC;
     v = toml_table_get(t, "sparsity");
-    if (!v)
-        return toml_errorf(err, errlen, src, toml_pos_of(t), "[sparsity]: needs sparsity (the "
-                           "level: the fraction of weights pruned, in [0, 1))");
-    if (toml_type_of(v) == TOML_TABLE && toml_table_get(v, "type")) {
+    if (!v) {
+        /* (the levels may all come with the patterns, below) */
+    } else if (toml_type_of(v) == TOML_TABLE && toml_table_get(v, "type")) {
         if (s->type != SPARSE_GMP)
             return toml_errorf(err, errlen, src, toml_pos_of(v), "sparsity.sparsity: a level "
                                "schedule is for type \"gmp\"; %s keeps one level",
                                sparse_type_name(s->type));
         if (sp__hp(v, "sparsity.sparsity", true, &s->level_hp, err, errlen) < 0)
             return -EINVAL;
-    } else if (toml_type_of(v) == TOML_TABLE) {
-        if (s->type == SPARSE_GMP)
-            return toml_errorf(err, errlen, src, toml_pos_of(v), "sparsity.sparsity: gmp takes "
-                               "one level schedule for every tensor it prunes, not levels per "
-                               "pattern");
+    } else if (toml_type_of(v) == TOML_TABLE) { /* levels per pattern (gmp: or schedules) */
         if (sp__patterns(v, "sparsity.sparsity", s, err, errlen) < 0)
             return -EINVAL;
     } else if (sp__hp(v, "sparsity.sparsity", true, &s->level_hp, err, errlen) < 0) {
@@ -463,6 +475,12 @@ int jobspec_sparsity_read(const toml_value *t, jobspec_sparsity *s, char *err, s
         if (sp__patterns(v, where, s, err, errlen) < 0)
             return -EINVAL;
     }
+    bool every_level = s->npatterns > 0; /* each pattern gives its own level */
+    for (size_t k = 0; k < s->npatterns; k++)
+        every_level &= s->pattern_level[k] >= 0;
+    if (!toml_table_get(t, "sparsity") && !every_level)
+        return toml_errorf(err, errlen, src, toml_pos_of(t), "[sparsity]: needs sparsity (the "
+                           "level: the fraction of weights pruned, in [0, 1))");
     if (sp__get(t, "schedule", &v, &kn, err, errlen) < 0)
         return -EINVAL;
     if (v) {
@@ -496,6 +514,22 @@ int jobspec_sparsity_read(const toml_value *t, jobspec_sparsity *s, char *err, s
             return toml_errorf(err, errlen, src, toml_pos_of(v), "sparsity.compressed_streams: "
                                "expected true or false");
         s->dense_streams = !toml_bool(v);
+    }
+    if ((v = toml_table_get(t, "init_scale"))) {
+        static const char scales[] = "none|fan_in";
+        const char *m = toml_type_of(v) == TOML_STRING ? toml_string(v) : "";
+        char near[16];
+        if (strcmp(m, "fan_in") == 0)
+            s->init_scale_fan_in = true;
+        else if (strcmp(m, "none") == 0)
+            s->init_scale_fan_in = false;
+        else if (m[0] && nearest_choice(m, scales, near, sizeof(near)))
+            return toml_errorf(err, errlen, src, toml_pos_of(v), "sparsity.init_scale: \"%s\" is "
+                               "not one of %s (did you mean \"%s\"?)", m, scales, near);
+        else
+            return toml_errorf(err, errlen, src, toml_pos_of(v), "sparsity.init_scale: expected "
+                               "one of %s (\"fan_in\": the kept initial weights scaled to the "
+                               "dense layer's fan-in variance)", scales);
     }
     return 0;
 }
@@ -548,10 +582,20 @@ int jobspec_sparsity_resolve(const toml_value *t, jobspec_sparsity *s, const mod
         snprintf(err, errlen, "%s: out of memory", src);
         return -ENOMEM;
     }
-    if (s->type == SPARSE_GMP) { /* its last level, for the plan to show */
-        int64_t last = s->schedule.stop > 0 && s->schedule.stop - 1 < max_steps
-                           ? s->schedule.stop - 1 : max_steps;
+    free(s->tensor_hp);
+    s->tensor_hp = NULL;
+    /* gmp: the last step the mask may change, whose level the plan shows */
+    int64_t last = s->schedule.stop > 0 && s->schedule.stop - 1 < max_steps ? s->schedule.stop - 1
+                                                                             : max_steps;
+    bool own_hp = false;
+    if (s->type == SPARSE_GMP) {
         s->level = sparse_hp_at(&s->level_hp, last, 0.999999);
+        for (size_t k = 0; k < s->npatterns; k++)
+            own_hp |= s->pattern_level[k] >= 0;
+    }
+    if (own_hp && !(s->tensor_hp = calloc(nt ? nt : 1, sizeof(sparse_hp)))) {
+        snprintf(err, errlen, "%s: out of memory", src);
+        return -ENOMEM;
     }
     if (s->npatterns == 0) {
         for (size_t i = 0; i < nt; i++)
@@ -559,13 +603,20 @@ int jobspec_sparsity_resolve(const toml_value *t, jobspec_sparsity *s, const mod
                 s->tensor_level[i] = (float)s->level;
         return 0;
     }
+    bool *given = calloc(nt ? nt : 1, sizeof(bool)); /* a pattern gave the tensor its level */
+    if (!given) {
+        snprintf(err, errlen, "%s: out of memory", src);
+        return -ENOMEM;
+    }
     int rc = 0;
     for (size_t k = 0; k < s->npatterns && rc == 0; k++) {
         char re[sizeof(s->patterns[0]) + 8];
         snprintf(re, sizeof(re), "^(%s)$", s->patterns[k]);
         regex_t rx;
-        if (regcomp(&rx, re, REG_EXTENDED | REG_NOSUB) != 0) /* (checked when read) */
-            return toml_errorf(err, errlen, src, sp__pattern_pos(t, k), "bad pattern");
+        if (regcomp(&rx, re, REG_EXTENDED | REG_NOSUB) != 0) { /* (checked when read) */
+            rc = toml_errorf(err, errlen, src, sp__pattern_pos(t, k), "bad pattern");
+            break;
+        }
         size_t hits = 0;
         for (size_t i = 0; i < nt && rc == 0; i++) {
             const model_tensor *ti = &m->tensors[i];
@@ -582,9 +633,17 @@ int jobspec_sparsity_resolve(const toml_value *t, jobspec_sparsity *s, const mod
                 break;
             }
             hits++;
-            if (s->tensor_level[i] == 0) /* the first pattern that matches gives the level */
+            if (given[i]) /* the first pattern that matches gives the level */
+                continue;
+            given[i] = true;
+            const sparse_hp *hp = s->pattern_level[k] >= 0 ? &s->pattern_hp[k] : &s->level_hp;
+            if (s->tensor_hp) {
+                s->tensor_hp[i] = *hp;
+                s->tensor_level[i] = (float)sparse_hp_at(hp, last, 0.999999);
+            } else {
                 s->tensor_level[i] =
                     (float)(s->pattern_level[k] >= 0 ? s->pattern_level[k] : s->level);
+            }
         }
         regfree(&rx);
         if (rc == 0 && hits == 0) {
@@ -604,6 +663,7 @@ int jobspec_sparsity_resolve(const toml_value *t, jobspec_sparsity *s, const mod
                                  s->patterns[k]);
         }
     }
+    free(given);
     return rc;
 }
 
@@ -611,4 +671,6 @@ void jobspec_sparsity_deinit(jobspec_sparsity *s)
 {
     free(s->tensor_level);
     s->tensor_level = NULL;
+    free(s->tensor_hp);
+    s->tensor_hp = NULL;
 }

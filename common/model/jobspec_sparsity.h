@@ -27,12 +27,21 @@ typedef struct jobspec_sparsity {
     int64_t seed;                 /* the masks' seed (runconfig.seed unless given) */
     bool seed_given;
     bool dense_streams;           /* compressed_streams = false: sparse weights stream dense */
+    bool init_scale_fan_in;       /* init_scale = "fan_in": kept initial weights rescaled to
+                                   * the dense fan-in variance (default "none") */
     size_t npatterns;             /* 0: the default (dense and convolution weights) */
     bool globs;                   /* they were given as param_filter's globs (kept converted) */
     char patterns[JOBSPEC_SPARSE_PATTERNS][256]; /* regular expressions over whole names */
-    double pattern_level[JOBSPEC_SPARSE_PATTERNS]; /* its own level, or < 0: level */
-    float *tensor_level;          /* per model tensor (model.ntensors): its level, 0 for dense;
+    double pattern_level[JOBSPEC_SPARSE_PATTERNS]; /* its own level, or < 0: level; gmp: its
+                                   * schedule's level at step 0 */
+    sparse_hp pattern_hp[JOBSPEC_SPARSE_PATTERNS]; /* gmp, where pattern_level >= 0: its own
+                                   * level over steps (constant: a number given) */
+    float *tensor_level;          /* per model tensor (model.ntensors): its level, 0 for dense
+                                   * (gmp: the last level of its schedule within max_steps);
                                    * owned, set by jobspec_sparsity_resolve */
+    sparse_hp *tensor_hp;         /* gmp with levels per pattern: per model tensor, its level
+                                   * over steps (its pattern's); NULL otherwise; owned, set by
+                                   * jobspec_sparsity_resolve */
 } jobspec_sparsity;
 
 /* Reads the [sparsity] table t into s (cleared first). Returns 0, or
@@ -40,7 +49,8 @@ typedef struct jobspec_sparsity {
 int jobspec_sparsity_read(const toml_value *t, jobspec_sparsity *s, char *err, size_t errlen);
 
 /* Each tensor of m gets its level from the first pattern that matches its
- * whole name (tensor_level, allocated). t is the [sparsity] table, for
+ * whole name (tensor_level, allocated; gmp with levels per pattern: its
+ * level schedule too, tensor_hp). t is the [sparsity] table, for
  * positions. A pattern that matches no tensor, or a bias or a norm's
  * tensor, is refused. max_steps: GMP's levels are checked up to it.
  * Returns 0, -ENOMEM, or -EINVAL with the message in err. */

@@ -201,7 +201,7 @@ void sparse_value_to_plan(const sparse_hp *h, Appliance__PlanSparseValue *v)
     v->minimum = h->minimum;
 }
 
-static int optim__hp_from_plan(const Appliance__PlanSparseValue *v, sparse_hp *h)
+int sparse_value_from_plan(const Appliance__PlanSparseValue *v, sparse_hp *h)
 {
     memset(h, 0, sizeof(*h));
     if (!v)
@@ -237,12 +237,16 @@ int sparse_from_plan(const Appliance__PlanSparsity *ps, sparse_config *out)
     else
         return -EINVAL;
     out->seed = ps->seed;
+    if (ps->init_scale && strcmp(ps->init_scale, "fan_in") == 0)
+        out->init_scale_fan_in = true;
+    else if (ps->init_scale && ps->init_scale[0] && strcmp(ps->init_scale, "none") != 0)
+        return -EINVAL;
     out->schedule = (sparse_schedule){ps->freq, ps->start, ps->stop};
     bool dynamic = out->type != SPARSE_STATIC;
     if (dynamic && (ps->freq < 1 || ps->start < 0 || (ps->stop != 0 && ps->stop <= ps->start)))
         return -EINVAL;
-    if (optim__hp_from_plan(ps->level, &out->level) < 0 ||
-        optim__hp_from_plan(ps->drop_fraction, &out->drop_fraction) < 0)
+    if (sparse_value_from_plan(ps->level, &out->level) < 0 ||
+        sparse_value_from_plan(ps->drop_fraction, &out->drop_fraction) < 0)
         return -EINVAL;
     return 0;
 }

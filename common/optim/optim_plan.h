@@ -87,3 +87,7 @@ int sparse_from_plan(const Appliance__PlanSparsity *ps, sparse_config *out);
 
 /* h into v (its kind a static string). */
 void sparse_value_to_plan(const sparse_hp *h, Appliance__PlanSparseValue *v);
+
+/* v into h (v NULL: a constant 0). Returns 0, or -EINVAL for an unknown
+ * kind or a value that is not finite. */
+int sparse_value_from_plan(const Appliance__PlanSparseValue *v, sparse_hp *h);

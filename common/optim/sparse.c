@@ -86,6 +86,24 @@ uint64_t sparse_keep_count(uint64_t n, double level)
     return n > 0 && keep == 0 ? 1 : keep;
 }
 
+void sparse_mask_scale_fan_in(float *w, const uint8_t *mask, uint64_t n, uint64_t rows)
+{
+    if (rows == 0 || n % rows != 0)
+        rows = 1;
+    uint64_t len = n / rows;
+    for (uint64_t r = 0; r < rows; r++) {
+        float *wr = w + r * len;
+        const uint8_t *mr = mask + r * len;
+        uint64_t kept = sparse_mask_count(mr, len);
+        if (kept == 0 || kept == len)
+            continue;
+        float c = (float)sqrt((double)len / (double)kept);
+        for (uint64_t i = 0; i < len; i++)
+            if (mr[i])
+                wr[i] *= c;
+    }
+}
+
 uint64_t sparse_mask_count(const uint8_t *mask, uint64_t n)
 {
     uint64_t k = 0;

@@ -64,6 +64,8 @@ typedef struct sparse_config {
     sparse_schedule schedule;   /* gmp, set, rigl */
     sparse_hp level;            /* gmp: the level at each step */
     sparse_hp drop_fraction;    /* set, rigl */
+    bool init_scale_fan_in;     /* init_scale "fan_in": sparse_mask_scale_fan_in on the
+                                   first masks of weights made, not loaded */
 } sparse_config;
 
 /* Whether the mask changes after the update of step (counted from 1). */
@@ -103,6 +105,14 @@ int sparse_mask_gmp(uint8_t *mask, const float *w, uint64_t n, uint64_t keep);
  * -ENOMEM. */
 int sparse_mask_regrow(uint8_t *mask, float *w, const float *grad, uint64_t n,
                        double drop_fraction, uint64_t key, int64_t step);
+
+/* Sparsity-aware initialisation: w is rows x (n / rows), a row one output's
+ * fan-in (a dense layer's (out, in), a convolution's (K, C, R, S)). Each
+ * row's kept weights are multiplied by sqrt(row length / kept in the row),
+ * so that the row's sum over its inputs has the variance it has dense (the
+ * initialisers draw each weight independently); a row that keeps all or
+ * nothing is left alone. Pruned weights are not read. */
+void sparse_mask_scale_fan_in(float *w, const uint8_t *mask, uint64_t n, uint64_t rows);
 
 /* Kept elements of mask (n bytes). */
 uint64_t sparse_mask_count(const uint8_t *mask, uint64_t n);

@@ -3,15 +3,21 @@
  * it chose, for tests/memoryx/sparse_ref.py to hold against its own numpy
  * version of the rule:
  *   sparse_masks TYPE DIR
- * TYPE is static, gmp, set or rigl, or rigl16: RigL with bfloat16 on the wire
+ * TYPE is static, gmp, set or rigl, static_fanin (static with init_scale
+ * "fan_in"), or rigl16: RigL with bfloat16 on the wire
  * (the gradient kept in bfloat16, the weights' bfloat16 twin, which must
- * be zero where pruned). DIR gets meta.txt; w0.f32 (the weights
- * as made) and m0.u8 (the first mask); and for each step s from 1:
+ * be zero where pruned), or gmp2: GMP with levels per pattern, fc1.weight
+ * and fc2.weight each on its own level schedule (PlanTensor.sparsity_level)
+ * and the section's a third that neither follows. For fc1.weight DIR gets
+ * meta.txt (and for fc2.weight, in gmp2, DIR/t2 the same files); w0.f32 (the weights
+ * as made), m0.u8 (the first mask) and wi.f32 (the weights with it); and for each step s from 1:
  * pre<s>.f32 (the weights after the optimizer, before any mask change: the
  * same optimizer applied here to a copy, with the masked gradient),
  * g<s>.f32 (the dense gradient), m<s>.u8, w<s>.f32 and b<s>.f32 (the mask,
  * weights and momentum buffer after the step). */
 #include <check.h>
+#include <math.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +34,9 @@
 static const fix_tensor tensors[] = {
     {"fc1.weight", 40, 80, 0, "he_normal", true},
     {"fc1.bias", 40, 0, 0, "zeros", true},
+    {"fc2.weight", 20, 40, 0, "he_normal", true}, /* (sparse in gmp2 only) */
 };
+#define NT (sizeof(tensors) / sizeof(tensors[0]))
 
 static void dump(const char *dir, const char *name, int step, const void *data, size_t bytes)
 {
@@ -60,15 +68,20 @@ static int result;
 static int run(void)
 {
     fix_init(2, true);
-    bool wire16 = strcmp(type, "rigl16") == 0;
+    bool wire16 = strcmp(type, "rigl16") == 0, gmp2 = strcmp(type, "gmp2") == 0;
+    bool fan_in = strcmp(type, "static_fanin") == 0;
     if (wire16)
         type = "rigl";
-    /* gmp's run on AdamW (weight decay 0.01): between its
-     * mask's changes, memoryx leaves pruned weights to the update, which
-     * must keep them zero as SGD's does */
-    bool gmp = strcmp(type, "gmp") == 0;
-    fix_spec spec = {tensors, 2, 1, gmp ? "adamw" : "sgd", 0.9, 0, CHUNK, 7, STEPS,
-                     wire16, NULL};
+    /* gmp's run on AdamW (weight decay 0.01): between its mask's changes,
+     * memoryx leaves pruned weights to the update, which must keep them
+     * zero as SGD's does */
+    bool adamw = strcmp(type, "gmp") == 0;
+    if (fan_in)
+        type = "static";
+    if (gmp2)
+        type = "gmp";
+    fix_spec spec = {tensors, NT, 1, adamw ? "adamw" : "sgd", 0.9, 0, CHUNK, 7, STEPS, wire16,
+                     NULL};
     Appliance__Plan *p = fix_plan(&spec);
     /* the section, as the planner would make it */
     Appliance__PlanSparsity *ps = malloc(sizeof(*ps));
@@ -108,8 +121,21 @@ static int run(void)
         fprintf(stderr, "sparse_masks: unknown type %s\n", type);
         return 2;
     }
+    ps->init_scale = strdup(fan_in ? "fan_in" : "none");
     p->sparsity = ps;
     p->tensors[0]->sparsity = level;
+    if (gmp2) { /* each its own schedule; the section's (0.5 throughout) is neither */
+        free(ps->level->kind);
+        ps->level->kind = strdup("constant");
+        ps->level->init = 0.5;
+        p->tensors[0]->sparsity_level = value("exp", 0.0);
+        p->tensors[0]->sparsity_level->final = 0.9;
+        p->tensors[0]->sparsity_level->gamma = 0.2;
+        p->tensors[2]->sparsity_level = value("linear", 0.2);
+        p->tensors[2]->sparsity_level->slope = 0.05;
+        p->tensors[0]->sparsity = (float)(0.9 - 0.9 * exp(-0.2 * 9));
+        p->tensors[2]->sparsity = 0.65f;
+    }
     mx_job *j = fix_job(p, 0, wire16 ? FIX_G16 | FIX_TWINS : 0, NULL, 0);
     char why[512];
     uint64_t bytes = 0;
@@ -123,54 +149,82 @@ static int run(void)
     free(j->ready);
     if (update_parts(j) < 0)
         return 1;
-    mx_tensor *t = &j->t[0];
-    FILE *meta = fopen(strcat(strcpy((char[4096]){0}, dir), "/meta.txt"), "w");
-    fprintf(meta, "type %s\nn %llu\nlevel %.17g\nseed %llu\ntensor_id %u\ninit %s\nfreq %lld\n"
-            "start %lld\nstop %lld\nlevel_kind %s\nlevel_init %.17g\nlevel_final %.17g\n"
-            "level_gamma %.17g\ndrop_kind %s\ndrop_init %.17g\ndrop_half_period %.17g\n"
-            "steps %d\nparts %u\n",
-            type, (unsigned long long)t->n, (double)t->level, (unsigned long long)ps->seed, t->id,
-            ps->init_method, (long long)ps->freq, (long long)ps->start, (long long)ps->stop,
-            ps->level->kind, ps->level->init, ps->level->final, ps->level->gamma,
-            ps->drop_fraction->kind, ps->drop_fraction->init, ps->drop_fraction->half_period,
-            STEPS, t->nparts);
-    fclose(meta);
-    dump(dir, "w0.f32", -1, t->w, t->n * sizeof(float));
+    /* the masked tensors, each dumped into its own directory */
+    mx_tensor *ts[NT];
+    char tdir[NT][4096];
+    size_t nts = 0;
+    for (size_t i = 0; i < j->nt; i++) {
+        mx_tensor *t = &j->t[i];
+        if (!(t->level > 0))
+            continue;
+        if (nts == 0)
+            snprintf(tdir[nts], sizeof(tdir[0]), "%s", dir);
+        else
+            snprintf(tdir[nts], sizeof(tdir[0]), "%s/t%u", dir, t->id);
+        mkdir(tdir[nts], 0755);
+        const Appliance__PlanSparseValue *lv =
+            p->tensors[t->id]->sparsity_level ? p->tensors[t->id]->sparsity_level : ps->level;
+        FILE *meta = fopen(strcat(strcpy((char[4200]){0}, tdir[nts]), "/meta.txt"), "w");
+        fprintf(meta, "type %s\nn %llu\nlevel %.17g\nseed %llu\ntensor_id %u\ninit %s\nfreq %lld\n"
+                "start %lld\nstop %lld\nlevel_kind %s\nlevel_init %.17g\nlevel_final %.17g\n"
+                "level_gamma %.17g\nlevel_slope %.17g\ndrop_kind %s\ndrop_init %.17g\n"
+                "drop_half_period %.17g\nsteps %d\nparts %u\nrows %llu\ninit_scale %s\n",
+                type, (unsigned long long)t->n, (double)t->level, (unsigned long long)ps->seed,
+                t->id, ps->init_method, (long long)ps->freq, (long long)ps->start,
+                (long long)ps->stop, lv->kind, lv->init, lv->final, lv->gamma, lv->slope,
+                ps->drop_fraction->kind, ps->drop_fraction->init, ps->drop_fraction->half_period,
+                STEPS, t->nparts, (unsigned long long)p->tensors[t->id]->dims[0], ps->init_scale);
+        fclose(meta);
+        dump(tdir[nts], "w0.f32", -1, t->w, t->n * sizeof(float));
+        ts[nts++] = t;
+    }
     if (mxsparse_alloc(j, why, sizeof(why)) < 0 || mxsparse_init(j, why, sizeof(why)) < 0) {
         fprintf(stderr, "sparse_masks: %s\n", why);
         return 1;
     }
-    dump(dir, "m", 0, t->mask, t->n);
-    float *g = malloc(t->n * sizeof(float)), *pre = malloc(t->n * sizeof(float));
-    float *gm = malloc(t->n * sizeof(float));
-    optim_state ref;
-    if (optim_state_init(&ref, &j->cfg, t->n) < 0)
-        return 1;
+    float *g[NT], *pre[NT], *gm[NT];
+    optim_state ref[NT];
+    for (size_t k = 0; k < nts; k++) {
+        dump(tdir[k], "m", 0, ts[k]->mask, ts[k]->n);
+        dump(tdir[k], "wi.f32", -1, ts[k]->w, ts[k]->n * sizeof(float));
+        g[k] = malloc(ts[k]->n * sizeof(float));
+        pre[k] = malloc(ts[k]->n * sizeof(float));
+        gm[k] = malloc(ts[k]->n * sizeof(float));
+        if (optim_state_init(&ref[k], &j->cfg, ts[k]->n) < 0)
+            return 1;
+    }
     for (int s = 1; s <= STEPS; s++) {
         /* the reference of the optimizer's part: the same update of a copy
          * with the gradient masked by the mask before the step */
-        for (uint64_t e = 0; e < t->n; e++) {
-            g[e] = fix_value(100 + 10 * (uint64_t)s, e);
-            if (wire16) { /* the gradient as the wire rounds it */
-                uint16_t h;
-                bf16_pack(&h, &g[e], 1);
-                bf16_unpack(&g[e], &h, 1);
+        for (size_t k = 0; k < nts; k++) {
+            mx_tensor *t = ts[k];
+            for (uint64_t e = 0; e < t->n; e++) {
+                g[k][e] = fix_value(100 + 10 * (uint64_t)s + 1000 * t->id, e);
+                if (wire16) { /* the gradient as the wire rounds it */
+                    uint16_t h;
+                    bf16_pack(&h, &g[k][e], 1);
+                    bf16_unpack(&g[k][e], &h, 1);
+                }
+                gm[k][e] = t->mask[e] ? g[k][e] : 0.0f;
             }
-            gm[e] = t->mask[e] ? g[e] : 0.0f;
+            memcpy(pre[k], t->w, t->n * sizeof(float));
+            memcpy(ref[k].tensor[0], t->st.tensor[0], t->n * sizeof(float));
+            optim_state_set_step(&ref[k], optim_state_step(&t->st));
+            optim_update(&j->cfg, &ref[k], pre[k], gm[k], t->n, true, 1.0f, (int64_t)j->step);
         }
-        memcpy(pre, t->w, t->n * sizeof(float));
-        memcpy(ref.tensor[0], t->st.tensor[0], t->n * sizeof(float));
-        optim_state_set_step(&ref, optim_state_step(&t->st));
-        optim_update(&j->cfg, &ref, pre, gm, t->n, true, 1.0f, (int64_t)j->step);
         update_start(j);
         for (size_t i = j->nt; i-- > 0;) {
             mx_tensor *x = &j->t[i];
+            const float *gx = NULL;
+            for (size_t k = 0; k < nts; k++)
+                if (ts[k] == x)
+                    gx = g[k];
             for (uint64_t off = 0; off < x->n; off += CHUNK) {
                 uint64_t count = x->n - off < CHUNK ? x->n - off : CHUNK;
                 float f[CHUNK];
                 uint16_t h[CHUNK];
                 for (uint64_t e = 0; e < count; e++)
-                    f[e] = i == 0 ? g[off + e] : fix_value(999, off + e);
+                    f[e] = gx ? gx[off + e] : fix_value(999, off + e);
                 if (wire16)
                     bf16_pack(h, f, count);
                 update_grad_land(j, x, off, count, wire16 ? (const void *)h : (const void *)f, 0, 0);
@@ -183,27 +237,32 @@ static int run(void)
                     j->nt);
             return 1;
         }
-        for (uint64_t e = 0; t->w16 && e < t->n; e++)
-            if (!t->mask[e] && t->w16[e] != 0) {
-                fprintf(stderr, "sparse_masks: step %d: the bfloat16 twin of pruned element %llu "
-                        "is not zero\n", s, (unsigned long long)e);
+        for (size_t k = 0; k < nts; k++) {
+            mx_tensor *t = ts[k];
+            for (uint64_t e = 0; t->w16 && e < t->n; e++)
+                if (!t->mask[e] && t->w16[e] != 0) {
+                    fprintf(stderr, "sparse_masks: step %d: the bfloat16 twin of pruned element "
+                            "%llu is not zero\n", s, (unsigned long long)e);
+                    return 1;
+                }
+            if (wire16 && (!t->w16 || !t->g16)) {
+                fprintf(stderr, "sparse_masks: no bfloat16 gradient or twin\n");
                 return 1;
             }
-        if (wire16 && (!t->w16 || !t->g16)) {
-            fprintf(stderr, "sparse_masks: no bfloat16 gradient or twin\n");
-            return 1;
+            dump(tdir[k], "pre", s, pre[k], t->n * sizeof(float));
+            dump(tdir[k], "g", s, g[k], t->n * sizeof(float));
+            dump(tdir[k], "m", s, t->mask, t->n);
+            dump(tdir[k], "w", s, t->w, t->n * sizeof(float));
+            dump(tdir[k], "b", s, t->st.tensor[0], t->n * sizeof(float));
         }
-        dump(dir, "pre", s, pre, t->n * sizeof(float));
-        dump(dir, "g", s, g, t->n * sizeof(float));
-        dump(dir, "m", s, t->mask, t->n);
-        dump(dir, "w", s, t->w, t->n * sizeof(float));
-        dump(dir, "b", s, t->st.tensor[0], t->n * sizeof(float));
         j->step++;
     }
-    optim_state_deinit(&ref);
-    free(g);
-    free(gm);
-    free(pre);
+    for (size_t k = 0; k < nts; k++) {
+        optim_state_deinit(&ref[k]);
+        free(g[k]);
+        free(gm[k]);
+        free(pre[k]);
+    }
     fix_end();
     return 0;
 }
@@ -218,7 +277,7 @@ END_TEST
 int main(int argc, char **argv)
 {
     if (argc != 3) {
-        fprintf(stderr, "usage: sparse_masks static|gmp|set|rigl DIR\n");
+        fprintf(stderr, "usage: sparse_masks static|static_fanin|gmp|gmp2|set|rigl|rigl16 DIR\n");
         return 2;
     }
     type = argv[1];

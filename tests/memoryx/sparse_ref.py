@@ -4,7 +4,9 @@
     sparse_ref.py SPARSE_MASKS TYPE DIR
 
 Runs SPARSE_MASKS (tests/memoryx/sparse_masks.c) for TYPE into DIR, then
-checks every step it dumped against the rule written here on its own: the
+checks every step it dumped against the rule written here on its own (for
+gmp2, GMP with levels per pattern, each sparse tensor on its own level
+schedule): the
 first mask from the weights as made (random: a seeded splitmix64 score;
 topk: magnitudes), the mask after each step (unchanged but at the
 schedule's steps; GMP: the smallest magnitudes pruned to the scheduled
@@ -60,8 +62,10 @@ def top(scores, candidates, k):
     return idx[order[:k]]
 
 
-def hp_at(kind, init, final, gamma, minimum, half_period, step, hi):
-    if kind == "exp":
+def hp_at(kind, init, final, gamma, minimum, half_period, step, hi, slope=0.0):
+    if kind == "linear":
+        v = init + slope * step
+    elif kind == "exp":
         v = final + (init - final) * math.exp(-gamma * step)
     elif kind == "cosine":
         v = minimum + (init - minimum) * 0.5 * (1.0 + math.cos(math.pi * step / half_period))
@@ -82,14 +86,24 @@ def main():
     exe, variant, d = sys.argv[1:4]
     os.makedirs(d, exist_ok=True)
     subprocess.run([exe, variant, d], check=True)
-    typ = "rigl" if variant == "rigl16" else variant
+    # fc1.weight in d; in gmp2, fc2.weight (its own level schedule) in d/t2
+    dirs = [d] + ([os.path.join(d, "t2")] if variant == "gmp2" else [])
+    rc = 0
+    for td in dirs:
+        rc |= check_tensor(td)
+    return rc
+
+
+def check_tensor(d):
+    typ = {"rigl16": "rigl", "gmp2": "gmp", "static_fanin": "static"}.get(variant, variant)
     meta = dict(line.split(" ", 1) for line in open(os.path.join(d, "meta.txt")).read().splitlines())
     n = int(meta["n"])
     k = key(int(meta["seed"]), int(meta["tensor_id"]))
     f32 = lambda name: np.fromfile(os.path.join(d, name), dtype=np.float32)
     u8 = lambda name: np.fromfile(os.path.join(d, name), dtype=np.uint8)
     lv = dict(kind=meta["level_kind"], init=float(meta["level_init"]), final=float(meta["level_final"]),
-              gamma=float(meta["level_gamma"]), minimum=0.0, half_period=1.0)
+              gamma=float(meta["level_gamma"]), minimum=0.0, half_period=1.0,
+              slope=float(meta["level_slope"]))
     df = dict(kind=meta["drop_kind"], init=float(meta["drop_init"]), final=0.0, gamma=0.0,
               minimum=0.0, half_period=float(meta["drop_half_period"]))
     failures = []
@@ -107,6 +121,21 @@ def main():
     m0 = u8("m0.u8")
     check(np.array_equal(mask, m0), "step 0: the first mask differs (%d positions)"
           % int(np.sum(mask != m0)))
+    # the weights with the first mask: pruned ones zero; with init_scale
+    # fan_in each row's kept ones times sqrt(row length / kept in the row)
+    wi = f32("wi.f32")
+    expect = np.where(m0 == 1, w0, np.float32(0))
+    if meta["init_scale"] == "fan_in":
+        rows = int(meta["rows"])
+        e2, m2 = expect.reshape(rows, -1), m0.reshape(rows, -1)
+        for r in range(rows):
+            kept_r = int(m2[r].sum())
+            if 0 < kept_r < m2.shape[1]:
+                e2[r] *= np.float32(math.sqrt(m2.shape[1] / kept_r))
+        check(not np.array_equal(expect, np.where(m0 == 1, w0, np.float32(0))),
+              "init_scale fan_in: no row was scaled")
+    check(np.array_equal(expect, wi), "step 0: the weights with the first mask differ from the "
+          "rule (%d positions)" % int(np.sum(expect != wi)))
     updates = 0
     for s in range(1, int(meta["steps"]) + 1):
         pre, g, m, w, b = f32("pre%d.f32" % s), f32("g%d.f32" % s), u8("m%d.u8" % s), \
@@ -155,8 +184,16 @@ def main():
         print("FAIL %s: %s" % (variant, f))
     if failures:
         return 1
-    print("ok %s: %d steps, %d mask updates, %d of %d kept at the end"
-          % (variant, int(meta["steps"]), updates, int(mask.sum()), n))
+    # the last mask keeps what the tensor's own schedule keeps at the last
+    # update step (GMP)
+    if typ == "gmp":
+        last = max(s for s in range(1, int(meta["steps"]) + 1) if is_update(meta, s))
+        want = keep_count(n, hp_at(step=last, hi=0.999999, **lv))
+        check(int(mask.sum()) == want, "%d kept at the end, the level of step %d keeps %d"
+              % (int(mask.sum()), last, want))
+    print("ok %s (tensor %s, %s level): %d steps, %d mask updates, %d of %d kept at the end"
+          % (variant, meta["tensor_id"], meta["level_kind"], int(meta["steps"]), updates,
+             int(mask.sum()), n))
     return 0
 
 

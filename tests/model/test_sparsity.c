@@ -113,6 +113,107 @@ START_TEST(dynamic_types)
 }
 END_TEST
 
+/* The level schedule of the tensor called name (gmp with levels per pattern). */
+static const sparse_hp *hp_of(const jobspec *j, const char *name)
+{
+    ck_assert_ptr_nonnull(j->sparsity.tensor_hp);
+    for (int i = 0; i < j->model->ntensors; i++)
+        if (strcmp(j->model->tensors[i].name, name) == 0)
+            return &j->sparsity.tensor_hp[i];
+    ck_abort_msg("no tensor %s", name);
+    return NULL;
+}
+
+START_TEST(gmp_per_pattern)
+{
+    char err[512] = "";
+    /* each pattern its own level: a number (pruned to it at the first mask)
+     * or a schedule; the last level (step 60) is what the plan shows */
+    jobspec *j = parse("[runconfig]\nmax_steps = 100\n[sparsity]\ntype = \"gmp\"\n"
+                       "sparsity = {\"fc1\\\\.weight\" = {type = \"exp\", init = 0.0, final = 0.9, "
+                       "gamma = 0.05}, \"fc2\\\\.weight\" = 0.5, \"conv\\\\.weight\" = {type = "
+                       "\"linear\", init = 0.1, slope = 0.01}}\n"
+                       "schedule = {freq = 10, stop = 61}\n", err, sizeof(err));
+    ck_assert_msg(j != NULL, "%s", err);
+    ck_assert_int_eq(j->sparsity.type, SPARSE_GMP);
+    ck_assert_double_eq_tol(level_of(j, "fc1.weight"), 0.9 - 0.9 * exp(-3.0), 1e-7);
+    ck_assert_double_eq_tol(level_of(j, "fc2.weight"), 0.5, 1e-7);
+    ck_assert_double_eq_tol(level_of(j, "conv.weight"), 0.7, 1e-7);
+    ck_assert_double_eq(level_of(j, "fc1.bias"), 0);
+    const sparse_hp *h = hp_of(j, "fc1.weight");
+    ck_assert_int_eq(h->kind, SPARSE_HP_EXP);
+    ck_assert_double_eq_tol(sparse_hp_at(h, 20, 0.999999), 0.9 - 0.9 * exp(-1.0), 1e-12);
+    h = hp_of(j, "fc2.weight");
+    ck_assert_int_eq(h->kind, SPARSE_HP_CONSTANT);
+    ck_assert_double_eq_tol(sparse_hp_at(h, 0, 0.999999), 0.5, 1e-12);
+    h = hp_of(j, "conv.weight");
+    ck_assert_int_eq(h->kind, SPARSE_HP_LINEAR);
+    ck_assert_double_eq_tol(sparse_hp_at(h, 30, 0.999999), 0.4, 1e-12);
+    jobspec_free(j);
+    /* the run ends before stop: the last level is the last step's */
+    j = parse("[runconfig]\nmax_steps = 20\n[sparsity]\ntype = \"gmp\"\n"
+              "sparsity = {\"fc[12]\\\\.weight\" = {type = \"linear\", init = 0.0, slope = 0.02}}\n"
+              "schedule = {freq = 5, stop = 100}\n", err, sizeof(err));
+    ck_assert_msg(j != NULL, "%s", err);
+    ck_assert_double_eq_tol(level_of(j, "fc1.weight"), 0.4, 1e-7);
+    ck_assert_double_eq_tol(level_of(j, "fc2.weight"), 0.4, 1e-7);
+    ck_assert_double_eq(level_of(j, "conv.weight"), 0);
+    jobspec_free(j);
+    /* one schedule for every tensor: no per-tensor schedules */
+    j = parse("[runconfig]\nmax_steps = 100\n[sparsity]\ntype = \"gmp\"\n"
+              "sparsity = {type = \"linear\", init = 0.0, slope = 0.01}\n"
+              "param_name_patterns = [\"fc1\\\\.weight\"]\nschedule = {freq = 10, stop = 51}\n",
+              err, sizeof(err));
+    ck_assert_msg(j != NULL, "%s", err);
+    ck_assert_ptr_null(j->sparsity.tensor_hp);
+    ck_assert_double_eq_tol(level_of(j, "fc1.weight"), 0.5, 1e-7);
+    ck_assert_double_eq(level_of(j, "fc2.weight"), 0);
+    jobspec_free(j);
+    /* the Model Zoo's YAML: a group per pattern, {sparsity: ...} */
+    const char *yaml = "train_input: {num_classes: 3}\n"
+                       "runconfig: {max_steps: 100}\n"
+                       "sparsity:\n"
+                       "    type: gmp\n"
+                       "    init_method: topk\n"
+                       "    schedule: {freq: 10, stop: 91}\n"
+                       "    param_name_patterns:\n"
+                       "      fc1.weight:\n"
+                       "        sparsity: {type: cosine, init: 0.0, minimum: 0.8, "
+                       "half_period: 90}\n"
+                       "      fc2.weight: {sparsity: 0.3}\n"
+                       "model:\n"
+                       "    input_shape: [6]\n"
+                       "    loss: softmax_cross_entropy\n"
+                       "    layers:\n"
+                       "      - {name: fc1, type: dense, units: 5}\n"
+                       "      - {name: fc2, type: dense, units: 3}\n";
+    j = jobspec_parse(yaml, strlen(yaml), "params.yaml", NULL, err, sizeof(err));
+    ck_assert_msg(j != NULL, "%s", err);
+    ck_assert_int_eq(j->sparsity.init_method, SPARSE_INIT_TOPK);
+    ck_assert_double_eq_tol(j->sparsity.tensor_level[0], 0.8, 1e-7); /* fc1.weight at 90 */
+    ck_assert_double_eq(j->sparsity.tensor_level[1], 0);             /* fc1.bias */
+    ck_assert_double_eq_tol(j->sparsity.tensor_level[2], 0.3, 1e-7); /* fc2.weight */
+    ck_assert_int_eq(j->sparsity.tensor_hp[0].kind, SPARSE_HP_COSINE);
+    ck_assert_double_eq_tol(sparse_hp_at(&j->sparsity.tensor_hp[0], 45, 0.999999), 0.4, 1e-12);
+    jobspec_free(j);
+    /* a level outside [0, 1) in one pattern names that pattern, in YAML */
+    const char *bad = "train_input: {num_classes: 3}\n"
+                      "sparsity:\n"
+                      "    type: gmp\n"
+                      "    schedule: {freq: 10}\n"
+                      "    sparsity:\n"
+                      "      fc1.weight: {type: exp, init: 0.0, final: 1.5, gamma: 0.1}\n"
+                      "model:\n"
+                      "    input_shape: [6]\n"
+                      "    loss: softmax_cross_entropy\n"
+                      "    layers:\n"
+                      "      - {name: fc1, type: dense, units: 3}\n";
+    ck_assert_ptr_null(jobspec_parse(bad, strlen(bad), "params.yaml", NULL, err, sizeof(err)));
+    ck_assert_str_eq(err, "params.yaml:6:49: sparsity.sparsity.\"fc1.weight\".final: 1.5 is not "
+                          "a sparsity level in [0, 1)");
+}
+END_TEST
+
 START_TEST(dense_streams)
 {
     char err[512] = "";
@@ -123,6 +224,15 @@ START_TEST(dense_streams)
     j = parse("[sparsity]\nsparsity = 0.9\ncompressed_streams = true\n", err, sizeof(err));
     ck_assert_msg(j != NULL, "%s", err);
     ck_assert(!j->sparsity.dense_streams);
+    ck_assert(!j->sparsity.init_scale_fan_in); /* the weights as initialised unless told */
+    jobspec_free(j);
+    j = parse("[sparsity]\nsparsity = 0.9\ninit_scale = \"fan_in\"\n", err, sizeof(err));
+    ck_assert_msg(j != NULL, "%s", err);
+    ck_assert(j->sparsity.init_scale_fan_in);
+    jobspec_free(j);
+    j = parse("[sparsity]\nsparsity = 0.9\ninit_scale = \"none\"\n", err, sizeof(err));
+    ck_assert_msg(j != NULL, "%s", err);
+    ck_assert(!j->sparsity.init_scale_fan_in);
     jobspec_free(j);
 }
 END_TEST
@@ -260,6 +370,32 @@ START_TEST(mistakes)
             "them");
     refused("[sparsity]\nsparsity = 0.5\ndrop_fraction = 0.2\n",
             "job.toml:5:1: sparsity.drop_fraction: only set and rigl drop and regrow");
+    refused("[sparsity]\nsparsity = 0.9\ninit_scale = \"fan-in\"\n",
+            "job.toml:5:14: sparsity.init_scale: \"fan-in\" is not one of none|fan_in (did you "
+            "mean \"fan_in\"?)");
+    refused("[sparsity]\nsparsity = 0.9\ninit_scale = true\n",
+            "job.toml:5:14: sparsity.init_scale: expected one of none|fan_in (\"fan_in\": the kept "
+            "initial weights scaled to the dense layer's fan-in variance)");
+    /* gmp's levels per pattern: each named where it is */
+    refused("[sparsity]\ntype = \"gmp\"\nschedule = {freq = 10}\n"
+            "sparsity = {\"fc1\\\\.weight\" = 0.5, \"fc2\\\\.weight\" = 1.2}\n",
+            "job.toml:6:52: sparsity.sparsity.\"fc2\\.weight\": 1.2 is not a sparsity level: it "
+            "must be in [0, 1) (the fraction of weights pruned)");
+    refused("[sparsity]\ntype = \"gmp\"\nschedule = {freq = 10}\n"
+            "sparsity = {\"fc1\\\\.weight\" = {type = \"exp\", init = 0.0, final = 0.9}}\n",
+            "job.toml:6:30: sparsity.sparsity.\"fc1\\.weight\": this schedule needs gamma");
+    refused("[sparsity]\ntype = \"gmp\"\nschedule = {freq = 10}\n"
+            "sparsity = {\"fc1\\\\.weight\" = {type = \"linear\", init = -0.1, slope = 0.01}}\n",
+            "job.toml:6:55: sparsity.sparsity.\"fc1\\.weight\".init: -0.1 is not a sparsity "
+            "level in [0, 1)");
+    refused("[sparsity]\ntype = \"gmp\"\nschedule = {freq = 10}\n"
+            "sparsity = {\"fc3\\\\.weight\" = 0.5}\n",
+            "job.toml:6:13: sparsity: pattern \"fc3\\.weight\" matches no tensor of the model "
+            "(did you mean \"fc1.weight\"?)");
+    refused("[sparsity]\nsparsity = {\"fc1\\\\.weight\" = {type = \"linear\", init = 0.1, "
+            "slope = 0.01}}\n",
+            "job.toml:4:30: sparsity.sparsity.\"fc1\\.weight\": a level schedule is for type "
+            "\"gmp\"; static keeps one level");
     refused("[runconfig]\nmode = \"pipelined\"\n[sparsity]\nsparsity = 0.5\n",
             "job.toml:4:1: runconfig.mode \"pipelined\": a sparse model (the [sparsity] section, "
             "line 5) trains in Weight Streaming, where memoryx keeps the masks; use "
@@ -274,6 +410,7 @@ static Suite *suite(void)
     TCase *t = tcase_create("parse");
     tcase_add_test(t, default_patterns);
     tcase_add_test(t, dynamic_types);
+    tcase_add_test(t, gmp_per_pattern);
     tcase_add_test(t, yaml_section);
     tcase_add_test(t, dense_streams);
     tcase_add_test(t, mistakes);

@@ -28,9 +28,10 @@
 #         (no sparsity section), 4 steps each, the first left out
 #   BENCH ws_1b_sparse90_bytes_vs_dense, ws_1b_sparse90_step_vs_dense
 #         the same for the 1.07B MLP itself (16384 units), with
-#         BENCH_SPARSE_1B=1 (a 6 GiB wafer, so that its layers stream whole
-#         and the sparse kernels can take them; about 21 GB of memory and a
-#         few minutes)
+#         BENCH_SPARSE_1B=1, on a 6 GiB wafer so that its layers stream
+#         whole and the sparse kernels can take them (about 21 GB of memory;
+#         SPARSE_1B_WAFER=2G streams them in parts, on the GEMMs, in about
+#         16 GB), some minutes
 set -euo pipefail
 src=${SOURCE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
 build=${BUILD_ROOT:-$src/build}
@@ -97,7 +98,7 @@ fi
 # Bytes on the wire: the wide MLP at 90% static sparsity, packed streams
 # against dense ones (sparsity.compressed_streams = false), 3 steps each on
 # a fresh cluster of one replica; memoryx's stream counters (docs/sparsity.md)
-if [ "${BENCH_SPARSE_1B:-0}" = 1 ]; then units=16384 name=ws_1b wafer=6G
+if [ "${BENCH_SPARSE_1B:-0}" = 1 ]; then units=16384 name=ws_1b wafer=${SPARSE_1B_WAFER:-6G}
 else units=4096 name=ws_mlp4096 wafer=2G; fi
 steps=4
 # stream_job NAME FILE: prints memoryx's weight bytes sent, their dense

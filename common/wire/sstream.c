@@ -80,6 +80,20 @@ SSTREAM__AVX512 static uint64_t sstream__pack_avx512(uint32_t pk, const uint8_t 
     return i;
 }
 
+/* The mask's nonzero bytes among [0, 64 m) (m the whole blocks of 64 in
+ * count); *done = 64 m. */
+SSTREAM__AVX512 static uint64_t sstream__count_avx512(const uint8_t *mask, uint64_t count,
+                                                      uint64_t *done)
+{
+    uint64_t i = 0, k = 0;
+    for (; i + 64 <= count; i += 64) {
+        __m512i m = _mm512_loadu_si512(mask + i);
+        k += (uint64_t)_mm_popcnt_u64(_mm512_test_epi8_mask(m, m));
+    }
+    *done = i;
+    return k;
+}
+
 /* Expands elements [0, 16 m) of a bitmask chunk as sstream_expand does
  * (zeros written with them). Returns 16 m; *k counts the values taken. */
 SSTREAM__AVX512 static uint64_t sstream__expand_avx512(const uint8_t *p, const uint8_t *vals,
@@ -175,18 +189,22 @@ static inline uint64_t sstream__popcount64(uint64_t v)
 
 uint32_t sstream_choose(const uint8_t *mask, uint64_t count, uint32_t elem, uint64_t *kept)
 {
-    uint64_t k = 0;
-    for (uint64_t i = 0; i < count; i++) /* (a byte a position: the compiler's vectors) */
+    uint64_t k = 0, i = 0;
+#if defined(__x86_64__)
+    if (sstream__simd())
+        k = sstream__count_avx512(mask, count, &i);
+#endif
+    for (; i < count; i++)
         k += mask[i] != 0;
     *kept = k;
     uint32_t best = SSTREAM_DENSE;
     uint64_t least = count * elem;
     static const uint32_t packed[] = {SSTREAM_BITMASK, SSTREAM_POS16, SSTREAM_POS32};
-    for (size_t i = 0; i < sizeof(packed) / sizeof(packed[0]); i++) {
-        uint64_t b = sstream_bytes(packed[i], count, k, elem);
+    for (size_t p = 0; p < sizeof(packed) / sizeof(packed[0]); p++) {
+        uint64_t b = sstream_bytes(packed[p], count, k, elem);
         if (b > 0 && b < least) { /* (never empty: a frame without payload is none) */
             least = b;
-            best = packed[i];
+            best = packed[p];
         }
     }
     if (best == SSTREAM_DENSE)

@@ -192,6 +192,12 @@ START_TEST(vector_path_same_bytes)
                     uint64_t kept = 0;
                     for (uint64_t i = 0; i < count; i++)
                         kept += mask[i];
+                    for (int v = 0; v < 2; v++) { /* both paths count the same */
+                        uint64_t k;
+                        sstream_simd(v);
+                        uint32_t chosen = sstream_choose(mask, count, elem, &k);
+                        ck_assert_uint_eq(chosen == SSTREAM_DENSE ? kept : k, kept);
+                    }
                     uint64_t bytes = sstream_bytes(pk, count, kept, elem);
                     if (bytes == UINT64_MAX) { /* POS16 past its limit */
                         free(mask);

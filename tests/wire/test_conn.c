@@ -592,6 +592,40 @@ START_TEST(shm_copies_bounded_per_turn)
 }
 END_TEST
 
+/* Sends n payloads of len bytes (kept in p) on s as fast as conn_can_send
+ * lets it, charging each `charge` bytes (conn_charge_send), a turn of the
+ * loop between the waits; *drains counts peer's drain notices when it is
+ * not NULL (each wait must end with one). Returns the most sent in one
+ * turn, and the turns in *turns. */
+static int send_by_turns(conn *s, uint8_t **p, int n, uint32_t len, size_t charge, int *drains,
+                         int *turns)
+{
+    int sent = 0, most = 0;
+    *turns = 0;
+    while (sent < n) {
+        int in_turn = 0;
+        while (sent < n && conn_can_send(s, len)) {
+            p[sent] = shm_payload((uint64_t)sent, len);
+            send_chunk(s, p[sent], len, (uint64_t)sent);
+            if (charge)
+                conn_charge_send(s, charge);
+            sent++;
+            in_turn++;
+        }
+        if (in_turn > most)
+            most = in_turn;
+        (*turns)++;
+        if (sent < n) {
+            ck_assert(s->blocked);
+            int d = drains ? *drains : 0;
+            uv_run(&loop, UV_RUN_NOWAIT); /* the next turn lets it go on */
+            if (drains)
+                ck_assert_int_eq(*drains, d + 1);
+        }
+    }
+    return most;
+}
+
 /* A producer that asks before each 1 MiB payload, with a high water and a
  * ring that would take all of them: a turn of the loop puts
  * CONN_TURN_COPY of them into the ring, the next payload waits for the
@@ -606,25 +640,8 @@ START_TEST(shm_puts_bounded_per_turn)
     const uint32_t len = 1u << 20;
     const int n = 12;
     uint8_t *p[12];
-    int sent = 0, turns = 0, most = 0;
-    while (sent < n) {
-        int in_turn = 0;
-        while (sent < n && conn_can_send(s, len)) {
-            p[sent] = shm_payload((uint64_t)sent, len);
-            send_chunk(s, p[sent], len, (uint64_t)sent);
-            sent++;
-            in_turn++;
-        }
-        if (in_turn > most)
-            most = in_turn;
-        turns++;
-        if (sent < n) {
-            ck_assert(s->blocked);
-            int d = srv_side[0].drains;
-            uv_run(&loop, UV_RUN_NOWAIT); /* the next turn lets it go on */
-            ck_assert_int_eq(srv_side[0].drains, d + 1);
-        }
-    }
+    int turns;
+    int most = send_by_turns(s, p, n, len, 0, &srv_side[0].drains, &turns);
     ck_assert_int_eq(most, (int)(CONN_TURN_COPY / len));
     ck_assert_int_eq(turns, (n + most - 1) / most);
     ck_assert_uint_eq(s->shm_out, (uint64_t)n * len);
@@ -647,24 +664,8 @@ START_TEST(charged_sends_bounded_per_turn)
     const uint32_t len = 2000;
     const int n = 10;
     uint8_t *p[10];
-    int sent = 0, turns = 0, most = 0;
-    while (sent < n) {
-        int in_turn = 0;
-        while (sent < n && conn_can_send(c, len)) {
-            p[sent] = shm_payload((uint64_t)sent, len);
-            send_chunk(c, p[sent], len, (uint64_t)sent);
-            conn_charge_send(c, 1u << 20);
-            sent++;
-            in_turn++;
-        }
-        if (in_turn > most)
-            most = in_turn;
-        turns++;
-        if (sent < n) {
-            ck_assert(c->blocked);
-            uv_run(&loop, UV_RUN_NOWAIT); /* the next turn lets it go on */
-        }
-    }
+    int turns;
+    int most = send_by_turns(c, p, n, len, 1u << 20, NULL, &turns);
     ck_assert_int_eq(most, (int)(CONN_TURN_COPY >> 20));
     ck_assert_int_eq(turns, (n + most - 1) / most);
     RUN_UNTIL(srv_side[0].frames == n);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../check_loop.h"
 #include "rng.h"
 
 /* Box-Muller as libm computes it: the definition the polynomials replace. */
@@ -28,7 +29,7 @@ START_TEST(near_libm)
     uint64_t floats_differ = 0;
     for (uint64_t i = 0; i < n; i++) {
         double a = rng_normal(7, 2, i), b = libm_normal(7, 2, i);
-        ck_assert_msg(fabs(a - b) <= 1e-14 * fmax(1.0, fabs(b)), "index %llu: %.17g against libm's %.17g",
+        ck_check(fabs(a - b) <= 1e-14 * fmax(1.0, fabs(b)), "index %llu: %.17g against libm's %.17g",
                       (unsigned long long)i, a, b);
         floats_differ += (float)(0.25 + 0.5 * a) != (float)(0.25 + 0.5 * b);
     }
@@ -47,7 +48,7 @@ START_TEST(vector_is_scalar)
             rng_normal_n(11, 5, firsts[f], lens[l], v);
             for (size_t i = 0; i < lens[l]; i++) {
                 double s = rng_normal(11, 5, firsts[f] + i);
-                ck_assert_msg(memcmp(&s, &v[i], sizeof(s)) == 0, "first %llu, element %zu of %zu: %.17g, scalar %.17g",
+                ck_check(memcmp(&s, &v[i], sizeof(s)) == 0, "first %llu, element %zu of %zu: %.17g, scalar %.17g",
                               (unsigned long long)firsts[f], i, lens[l], v[i], s);
             }
         }
@@ -118,7 +119,7 @@ START_TEST(f32_near_libm)
         double t = 6.283185307179586 * ((double)(k & 0xffffff) / 16777216.0);
         double want = sqrt(-2.0 * log(u1)) * (i & 1 ? sin(t) : cos(t));
         double err = fabs(rng_normal_f32(7, 2, i) - want);
-        ck_assert_msg(err <= 1e-6, "index %llu: %.9g against %.9g", (unsigned long long)i,
+        ck_check(err <= 1e-6, "index %llu: %.9g against %.9g", (unsigned long long)i,
                       rng_normal_f32(7, 2, i), want);
         worst = err > worst ? err : worst;
     }
@@ -137,7 +138,7 @@ START_TEST(f32_vector_is_scalar)
             rng_normal_f32_n(11, 5, firsts[f], lens[l], v);
             for (size_t i = 0; i < lens[l]; i++) {
                 float s = rng_normal_f32(11, 5, firsts[f] + i);
-                ck_assert_msg(memcmp(&s, &v[i], sizeof(s)) == 0,
+                ck_check(memcmp(&s, &v[i], sizeof(s)) == 0,
                               "first %llu, element %zu of %zu: %.9g, scalar %.9g",
                               (unsigned long long)firsts[f], i, lens[l], v[i], s);
             }
@@ -182,7 +183,7 @@ START_TEST(f32_moments)
         s2 += x * x;
         s4 += x * x * x * x;
         beyond2 += fabs(x) > 2.0;
-        ck_assert(fabs(x) <= 5.78); /* the 24-bit uniforms' tail */
+        ck_check(fabs(x) <= 5.78, "|%g| beyond the tail", x); /* the 24-bit uniforms' tail */
         if (i & 1) {
             odd2 += x * x;
             cross += x * v[i - 1]; /* the two parts of a draw are uncorrelated */

@@ -15,6 +15,7 @@
 #include "op_sparse_dense.h"
 #include "rng.h"
 #include "toml.h"
+#include "../check_loop.h"
 
 enum { N = 64, F = 2048, UNITS = 2048 };
 
@@ -134,7 +135,7 @@ static void close_to(const char *what, const float *a, const float *b, size_t co
     for (size_t k = 0; k < count; k++)
         big = fmax(big, fabs(b[k]));
     for (size_t k = 0; k < count; k++)
-        ck_assert_msg(fabs((double)a[k] - b[k]) <= rel * big + 1e-30,
+        ck_check(fabs((double)a[k] - b[k]) <= rel * big + 1e-30,
                       "%s[%zu]: %.9g against %.9g (largest %.3g)", what, k, a[k], b[k], big);
 }
 
@@ -190,7 +191,7 @@ START_TEST(sparse_weight_equals_dense)
         for (int c = 0; c < F; c++) {
             size_t k = (size_t)o * F + c;
             if (wf[k] == 0.0f) {
-                ck_assert_msg(s.dw[k] == 0.0f, "dW[%d][%d] pruned: %g", o, c, s.dw[k]);
+                ck_check(s.dw[k] == 0.0f, "dW[%d][%d] pruned: %g", o, c, s.dw[k]);
                 continue;
             }
             kept++;
@@ -202,9 +203,9 @@ START_TEST(sparse_weight_equals_dense)
             }
             /* the loss gradient's own rounding: a few u of each term */
             double tol = (N + 8) * 0x1p-24 * mag + 1e-12;
-            ck_assert_msg(fabs(s.dw[k] - ref) <= tol, "dW[%d][%d] %.9g, double %.9g (tol %.3g)",
+            ck_check(fabs(s.dw[k] - ref) <= tol, "dW[%d][%d] %.9g, double %.9g (tol %.3g)",
                           o, c, s.dw[k], ref, tol);
-            ck_assert_msg(fabs(s.dw[k] - d.dw[k]) <= tol + 1e-6 * fabs(ref),
+            ck_check(fabs(s.dw[k] - d.dw[k]) <= tol + 1e-6 * fabs(ref),
                           "dW[%d][%d] %.9g, the GEMMs' %.9g", o, c, s.dw[k], d.dw[k]);
         }
     ck_assert_msg(kept > 0.08 * F * UNITS && kept < 0.12 * F * UNITS, "%zu kept", kept);
@@ -249,7 +250,7 @@ END_TEST
 static void same_bits(const char *what, const float *a, const float *b, size_t count)
 {
     for (size_t k = 0; k < count; k++)
-        ck_assert_msg(memcmp(&a[k], &b[k], sizeof(float)) == 0, "%s[%zu]: %.9g on 1 thread, "
+        ck_check(memcmp(&a[k], &b[k], sizeof(float)) == 0, "%s[%zu]: %.9g on 1 thread, "
                       "%.9g on 2", what, k, a[k], b[k]);
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Cluster test: memoryx's disk tier. A 16.8M-parameter MLP (64 MiB of
-# weights, 192 MiB with its gradients and momentum) trains in Weight
+# Cluster test: memoryx's disk tier. A 6.3M-parameter MLP (24 MiB of
+# weights, 72 MiB with its gradients and momentum) trains in Weight
 # Streaming once with memoryx holding it in memory and once with memoryx
 # capped at 4 MiB, so that the shard lives in files under its state
 # directory. Both give bitwise the same weights and optimizer state at every
@@ -39,21 +39,21 @@ type = "flatten"
 [[model.layers]]
 name = "fc1"
 type = "dense"
-units = 2048
+units = 1024
 [[model.layers]]
 name = "relu1"
 type = "relu"
 [[model.layers]]
 name = "fc2"
 type = "dense"
-units = 2048
+units = 1024
 [[model.layers]]
 name = "relu2"
 type = "relu"
 [[model.layers]]
 name = "fc3"
 type = "dense"
-units = 2048
+units = 1024
 [[model.layers]]
 name = "relu3"
 type = "relu"
@@ -110,11 +110,11 @@ echo "ok: in memory: $steps steps, memoryx's peak ${ram_hwm} MiB"
 up --memoryx-memory 4M
 train tier "$(job tier)"
 tier_hwm=$(hwm)
-grep -q "shard 0 is in the disk tier: 192.3 MiB in .*, through a window of 4.0 MiB of RAM" \
+grep -q "shard 0 is in the disk tier: 72.2 MiB in .*, through a window of 4.0 MiB of RAM" \
   "$run/logs/memoryx-1.log" || fail "memoryx did not say it used its disk tier"
 same ram tier 2 4 6
 # (under the sanitizers, APPLIANCE_TEST_LIGHT, shadow memory is not the shard's)
-[ -n "${APPLIANCE_TEST_LIGHT:-}" ] || { [ "$tier_hwm" -lt 48 ] && [ "$ram_hwm" -gt 192 ]; } ||
+[ -n "${APPLIANCE_TEST_LIGHT:-}" ] || { [ "$tier_hwm" -lt 40 ] && [ "$ram_hwm" -gt 72 ]; } ||
   fail "memoryx's peak: ${tier_hwm} MiB with the disk tier, ${ram_hwm} MiB in memory"
 ls "$run/state/memoryx-1" | has tier- && fail "the tier files outlived the job: $(ls "$run/state/memoryx-1")"
 echo "ok: in the disk tier (4 MiB of RAM): bitwise the same weights and momentum at steps 2, 4, 6; memoryx's peak ${tier_hwm} MiB"
@@ -146,11 +146,11 @@ same ram killed 6
 echo "ok: memoryx killed at step $s with its shard on disk: recovered, bitwise the same weights"
 
 # bad input: a disk tier too small for the shard is refused by the planner
-up --memoryx-memory 4M --memoryx-disk 100M
+up --memoryx-memory 4M --memoryx-disk 50M
 set +e
 msg=$(cd "$work" && "$submit" "$(job small)" 2>&1)
 set -e
-echo "$msg" | has "they need 192.3 MiB, more than the memoryx members of this cluster hold (100.0 MiB in all, in memory or in their disk tiers)" ||
+echo "$msg" | has "they need 72.2 MiB, more than the memoryx members of this cluster hold (50.0 MiB in all, in memory or in their disk tiers)" ||
   fail "a disk tier too small: $msg"
 echo "ok: a disk tier too small is refused: ${msg#*: }"
 
@@ -177,20 +177,20 @@ if [ "$(id -u)" = 0 ] && unshare -m true 2>/dev/null; then
   rm -rf "$run"
   mkdir -p "$run/state/memoryx-1" "$work/small"
   unshare -m --propagation private bash -c '
-    mount -t tmpfs -o size=256M tmpfs "$1/state/memoryx-1" &&
-    mount -t tmpfs -o size=160M tmpfs "$2" &&
+    mount -t tmpfs -o size=128M tmpfs "$1/state/memoryx-1" &&
+    mount -t tmpfs -o size=64M tmpfs "$2" &&
     shift 2 && exec "$@"' _ "$run" "$work/small" \
     "$src/deploy/local/appliance-up" --replicas 1 --wafer-memory 256M --dir "$run" --build "$build" \
     --coordinator-config "$work/coordinator.toml" --memoryx-memory 4M >/dev/null
   set -a; . "$run/env"; set +a
   mxpid=$(cat "$run/pids/memoryx-1.pid")
-  nsenter -t "$mxpid" -m dd if=/dev/zero of="$run/state/memoryx-1/filler" bs=1M count=128 status=none
+  nsenter -t "$mxpid" -m dd if=/dev/zero of="$run/state/memoryx-1/filler" bs=1M count=80 status=none
   out=$(cd "$work" && "$submit" --json "$(job full 's/^max_num_restarts = .*/max_num_restarts = 0/')" 2>&1) || true
-  echo "$out" | has "its disk tier 192.3 MiB, more than the 128.0 MiB free in $run/state/memoryx-1" ||
+  echo "$out" | has "its disk tier 72.2 MiB, more than the 48.0 MiB free in $run/state/memoryx-1" ||
     fail "a full state directory: $out"
   echo "ok: a state directory that filled up fails the job: $(echo "$out" | field message)"
   nsenter -t "$mxpid" -m rm "$run/state/memoryx-1/filler"
-  # 160 MiB of model_dir: the checkpoint of step 2 (128 MiB) fits, step 4's does not
+  # 64 MiB of model_dir: the checkpoint of step 2 (48 MiB) fits, step 4's does not
   out=$(cd "$work" && "$submit" --json "$(job "small/m" 's/^max_num_restarts = .*/max_num_restarts = 0/')" 2>&1) || true
   echo "$out" | has "small/m/optimizer_4-shard1-of-1.safetensors.*No space left on device" ||
     fail "a model_dir that fills up: $out"

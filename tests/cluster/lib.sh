@@ -23,8 +23,15 @@ field() { "$py" -c "import json,sys; print(json.loads(sys.stdin.read())['$1'])";
 # SIGPIPE and fail the very pipeline that matched.
 has() { local in; in=$(cat); grep -q "$@" <<<"$in"; }
 # Following a job by its id (faults.sh, spatial.sh):
-# step_of JOB: its committed steps (empty while the coordinator is away)
-step_of() { "$build/client/appliance-submit" status "$1" --json 2>/dev/null | field steps 2>/dev/null || true; }
+# step_of JOB: its committed steps (empty while the coordinator is away);
+# read with a bash pattern, not field's Python: wait_step asks every 20 ms,
+# and a Python a time took a core from the job it waited for
+step_of() {
+  local out re=', "steps": ([0-9]+), "max_steps": '
+  out=$("$build/client/appliance-submit" status "$1" --json 2>/dev/null) || return 0
+  [[ $out =~ $re ]] && echo "${BASH_REMATCH[1]}"
+  return 0
+}
 # finish JOB: follows the job to its end, across a restart of the coordinator
 finish() {
   local out state deadline=$((SECONDS + 180))

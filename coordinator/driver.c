@@ -341,8 +341,7 @@ void driver_handle_checkpoint(node *n, conn *c, Appliance__Envelope *env, uint8_
     j->ckpt_step = all - 1;
     log_info("job %s: checkpoint of step %llu complete on every shard", j->id,
              (unsigned long long)j->ckpt_step);
-    if (co->journal)
-        journal_put_recovery(co->journal, j->id, j->restarts, j->have_ckpt, j->ckpt_step);
+    job_save_recovery(co, j);
     if (j->ready >= j->nmembers)
         job__set_phase(co, j, job__phase_now(j), true);
 }

@@ -137,6 +137,8 @@ void job_notify(coordinator *co, job *j);
 void job_log(coordinator *co, job *j, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Writes the job's row to the journal. */
 void job_save(coordinator *co, job *j);
+/* Writes what recovering it needs (restarts, checkpoint, kind of wse-nodes). */
+void job_save_recovery(coordinator *co, const job *j);
 /* Frees a job and everything it owns (not its place in co->jobs). */
 void job_free(job *j);
 /* A new job, registered with the coordinator; NULL when out of memory. */

@@ -119,6 +119,15 @@ void job_save(coordinator *co, job *j)
     journal_put(co->journal, &jj);
 }
 
+void job_save_recovery(coordinator *co, const job *j)
+{
+    if (!co->journal)
+        return;
+    journal_recovery r = {.restarts = j->restarts, .have_ckpt = j->have_ckpt,
+                          .ckpt_step = j->ckpt_step, .kind = j->kind};
+    journal_put_recovery(co->journal, j->id, &r);
+}
+
 /* Sends lines [from, nlog) to a log reader. */
 void job_send_log(job *j, conn *c, uint64_t from, bool end)
 {
@@ -424,8 +433,7 @@ int job__launch(coordinator *co, job *j, const jobspec *spec)
     log_info("job %s started: %s, %zu replica(s), %llu steps, global batch %u", j->id, j->file,
              j->plan->n_replicas, (unsigned long long)j->plan->max_steps, j->plan->global_batch);
     job_save(co, j);
-    if (co->journal)
-        journal_put_recovery(co->journal, j->id, j->restarts, j->have_ckpt, j->ckpt_step);
+    job_save_recovery(co, j);
     Appliance__JobStart st = APPLIANCE__JOB_START__INIT;
     st.plan = j->plan;
     ENVELOPE(start, job_start, JOB_START, &st);

@@ -47,6 +47,10 @@ static const char *const journal__migrations[] = {
     /* 0 -> 1: job owners (coordinator users file); older jobs keep no row
      * and belong to the operators. */
     "CREATE TABLE IF NOT EXISTS job_owner(job_id TEXT PRIMARY KEY, owner TEXT NOT NULL);",
+    /* 1 -> 2: the kind of wse-nodes a job runs on (real or simulated), so
+     * that a restarted coordinator recovers it onto the same kind; older
+     * rows read 0, any kind. */
+    "ALTER TABLE job_recovery ADD COLUMN kind INTEGER NOT NULL DEFAULT 0;",
 };
 
 /* Brings an older journal up to the current schema, one transaction per
@@ -168,18 +172,20 @@ int journal_put(journal *jn, const journal_job *jj)
     return journal__step(jn, st, "a job");
 }
 
-int journal_put_recovery(journal *jn, const char *job_id, uint32_t restarts, bool have_ckpt,
-                         uint64_t ckpt_step)
+int journal_put_recovery(journal *jn, const char *job_id, const journal_recovery *r)
 {
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(jn->db, "INSERT OR REPLACE INTO job_recovery VALUES(?1,?2,?3)", -1, &st,
-                           NULL) != SQLITE_OK) {
+    if (sqlite3_prepare_v2(jn->db,
+                           "INSERT OR REPLACE INTO job_recovery(job_id, restarts, ckpt_step, kind) "
+                           "VALUES(?1,?2,?3,?4)",
+                           -1, &st, NULL) != SQLITE_OK) {
         log_error("journal: cannot write a job's recovery point: %s", sqlite3_errmsg(jn->db));
         return -EIO;
     }
     sqlite3_bind_text(st, 1, job_id, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 2, (sqlite3_int64)restarts);
-    sqlite3_bind_int64(st, 3, have_ckpt ? (sqlite3_int64)ckpt_step : -1);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)r->restarts);
+    sqlite3_bind_int64(st, 3, r->have_ckpt ? (sqlite3_int64)r->ckpt_step : -1);
+    sqlite3_bind_int(st, 4, r->kind);
     int rc = sqlite3_step(st);
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE) {
@@ -189,22 +195,21 @@ int journal_put_recovery(journal *jn, const char *job_id, uint32_t restarts, boo
     return 0;
 }
 
-int journal_get_recovery(journal *jn, const char *job_id, uint32_t *restarts, bool *have_ckpt,
-                         uint64_t *ckpt_step)
+int journal_get_recovery(journal *jn, const char *job_id, journal_recovery *r)
 {
-    *restarts = 0;
-    *have_ckpt = false;
-    *ckpt_step = 0;
+    *r = (journal_recovery){0};
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(jn->db, "SELECT restarts, ckpt_step FROM job_recovery WHERE job_id = ?1",
+    if (sqlite3_prepare_v2(jn->db,
+                           "SELECT restarts, ckpt_step, kind FROM job_recovery WHERE job_id = ?1",
                            -1, &st, NULL) != SQLITE_OK)
         return -EIO;
     sqlite3_bind_text(st, 1, job_id, -1, SQLITE_STATIC);
     if (sqlite3_step(st) == SQLITE_ROW) {
-        *restarts = (uint32_t)sqlite3_column_int64(st, 0);
+        r->restarts = (uint32_t)sqlite3_column_int64(st, 0);
         sqlite3_int64 step = sqlite3_column_int64(st, 1);
-        *have_ckpt = step >= 0;
-        *ckpt_step = step >= 0 ? (uint64_t)step : 0;
+        r->have_ckpt = step >= 0;
+        r->ckpt_step = step >= 0 ? (uint64_t)step : 0;
+        r->kind = sqlite3_column_int(st, 2);
     }
     sqlite3_finalize(st);
     return 0;

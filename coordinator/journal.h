@@ -45,13 +45,21 @@ int journal_set_owner(journal *jn, const char *job_id, const char *owner);
 /* Appends line number `line` of a job's log. */
 int journal_log(journal *jn, const char *job_id, uint64_t line, const char *text);
 
-/* What recovering a job needs: its restarts so far and the newest step
- * every shard checkpointed (have_ckpt false: none yet). */
-int journal_put_recovery(journal *jn, const char *job_id, uint32_t restarts, bool have_ckpt,
-                         uint64_t ckpt_step);
-/* Reads it back; 0 with *restarts = 0 and *have_ckpt = false when none. */
-int journal_get_recovery(journal *jn, const char *job_id, uint32_t *restarts, bool *have_ckpt,
-                         uint64_t *ckpt_step);
+/* What recovering a job needs: its restarts so far, the newest step
+ * every shard checkpointed (have_ckpt false: none yet), and the kind of
+ * wse-nodes its first attempt ran on (a planner_kind; PLANNER_ANY before
+ * it started), which its later attempts keep. */
+typedef struct journal_recovery {
+    uint32_t restarts;
+    bool have_ckpt;
+    uint64_t ckpt_step;
+    int kind;
+} journal_recovery;
+
+int journal_put_recovery(journal *jn, const char *job_id, const journal_recovery *r);
+/* Reads it back; 0 with everything zero (no restarts, no checkpoint, any
+ * kind) when none. Journals from before kinds were kept read PLANNER_ANY. */
+int journal_get_recovery(journal *jn, const char *job_id, journal_recovery *r);
 
 /* Calls cb for every job, oldest first; a nonzero return stops. */
 int journal_load(journal *jn, int (*cb)(void *arg, const journal_job *jj), void *arg);

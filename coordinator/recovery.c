@@ -52,8 +52,7 @@ void job_fault(coordinator *co, job *j, const char *why)
     j->full_until = now + (wait > JOB_FULL_WAIT_MS ? wait : JOB_FULL_WAIT_MS);
     j->give_up_at = now + JOB_GIVE_UP_MS;
     snprintf(j->phase, sizeof(j->phase), "recovering");
-    if (co->journal)
-        journal_put_recovery(co->journal, j->id, j->restarts, j->have_ckpt, j->ckpt_step);
+    job_save_recovery(co, j);
     job_save(co, j);
     job_notify(co, j);
 }
@@ -63,8 +62,16 @@ int job_recover_loaded(coordinator *co, job *j)
     char err[1024];
     const jobspec *spec = j->spec;
     const char *why = "the coordinator stopped while the job was running";
-    if (co->journal)
-        journal_get_recovery(co->journal, j->id, &j->restarts, &j->have_ckpt, &j->ckpt_step);
+    if (co->journal) {
+        journal_recovery r;
+        if (journal_get_recovery(co->journal, j->id, &r) == 0) {
+            j->restarts = r.restarts;
+            j->have_ckpt = r.have_ckpt;
+            j->ckpt_step = r.ckpt_step;
+            if (r.kind == PLANNER_REAL || r.kind == PLANNER_SIMULATED)
+                j->kind = (uint8_t)r.kind; /* its later attempts keep the first one's kind */
+        }
+    }
     if (!spec || co->running || j->restarts >= (uint32_t)spec->max_num_restarts) {
         snprintf(err, sizeof(err), "%s; %s", why,
                  !spec ? "its job file no longer compiles"

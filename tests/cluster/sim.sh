@@ -14,7 +14,8 @@
 # (said to have 512 MiB, less than their 4 x 1 GiB), plans the job without
 # cutting it to a share of that host (4 real plans of 133 MiB and swarmx's
 # 224 MiB of buffers would not fit it; what simulated ones hold does), and
-# the job's log says it simulates.
+# the job's log says it simulates. A job keeps its kind across a restart of
+# the coordinator (the journal keeps it), though real wse-nodes joined since.
 set -euo pipefail
 . "${SOURCE_ROOT:?}/tests/cluster/lib.sh" appliance-sim
 submit="$build/client/appliance-submit"
@@ -156,4 +157,43 @@ print("ok: peak resident memory of the wse-nodes: real %s MiB, simulated %s MiB"
       % ([round(x / 2**20, 1) for x in hr], [round(x / 2**20, 1) for x in hs]))
 assert max(hs) < 0.3 * min(hr), "a simulated wse-node peaked above 30% of the real ones' least"
 PY
+# The kind survives the coordinator (its journal keeps it): a job started on
+# 2 simulated wse-nodes; 2 real ones join; the coordinator is killed mid-job
+# and its supervisor starts it again. The job's next attempt runs on the
+# simulated ones again, not on the real ones a new job would take.
+"$src/deploy/local/appliance-up" --replicas 2 --dir "$run" --build "$build" --restart \
+  --simulate-compute 0.01 >/dev/null || fail "kind: appliance-up"
+set -a; . "$run/env"; set +a
+sed -e 's/^num_csx = .*/num_csx = 2/' -e 's/^max_steps = .*/max_steps = 40/' \
+  -e 's/^batch_size = .*/batch_size = 32/' -e "s|^model_dir = .*|model_dir = \"$work/kind\"|" \
+  -e 's/^\[runconfig\]/[runconfig]\ncheckpoint_steps = 5\nmax_num_restarts = 2/' \
+  "$src/tests/cluster/jobs/sim_cnn.toml" > "$work/kind.toml"
+id=$(cd "$work" && "$submit" --detach "$work/kind.toml" | grep -o 'job-[0-9]*' | head -n 1)
+[ -n "$id" ] || fail "kind: no job id"
+wait_step "$id" 3
+real_pids=()
+cleanup_extra() { [ ${#real_pids[@]} -eq 0 ] || kill "${real_pids[@]}" 2>/dev/null || true; }
+for i in 1 2; do
+  "$build/wse-node/wse-node" --name "real-$i" --listen 127.0.0.1:0 --secret-file "$run/secret" \
+    --coordinator "127.0.0.1:$(tr -dc '0-9' < "$run/ports/coordinator.port")" --threads 1 \
+    --log-level info > "$work/real-$i.log" 2>&1 &
+  real_pids+=($!)
+done
+deadline=$((SECONDS + 30))
+until [ "$("$submit" --cluster --json 2>/dev/null | "$py" -c 'import json,sys
+print(sum(m["role"] == "wse-node" and not m["simulated"] and m["state"] == "alive" for m in json.load(sys.stdin)["members"]))' 2>/dev/null)" = 2 ]; do
+  [ "$SECONDS" -lt "$deadline" ] || fail "kind: the real wse-nodes did not register: $(cat "$work"/real-*.log)"
+  sleep 0.2
+done
+s=$(step_of "$id")
+kill -KILL "$(cat "$run/pids/coordinator.pid")"
+echo "kind: the coordinator killed after step $s of $id, with 2 real wse-nodes idle"
+out=$(finish "$id")
+[ "$(echo "$out" | field state)" = done ] || fail "kind: the job did not recover: $out"
+"$submit" logs "$id" > "$work/kind.log"
+grep -q "restarted: 2 replica(s)" "$work/kind.log" || fail "kind: no restart in the job's log: $(cat "$work/kind.log")"
+[ "$(grep -c "simulated compute: its 2 wse-nodes run no kernel" "$work/kind.log")" = 2 ] ||
+  fail "kind: the restarted job did not keep to simulated wse-nodes: $(grep -E 'started|restarted|simulated|fault' "$work/kind.log")"
+grep -q "real-[12]" "$run/logs/coordinator.log" || fail "kind: the real wse-nodes are not in the coordinator's log"
+echo "ok: after the coordinator's restart the job ran on simulated wse-nodes again (2 real ones idle)"
 echo "1 passed, 0 failed"

@@ -10,11 +10,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sqlite3.h>
 #include <unistd.h>
 
 #include "admission.h"
 #include "job.h"
 #include "journal.h"
+#include "planner.h"
 
 static const char *job_text =
     "[runconfig]\nmax_steps = 7\nnum_csx = 1\n"
@@ -93,7 +95,9 @@ START_TEST(replayed_after_reopening)
     ck_assert_int_eq(journal_set_owner(jn, "job-2", "alice"), 0);
     ck_assert_int_eq(journal_log(jn, "job-2", 1, "started"), 0);
     ck_assert_int_eq(journal_log(jn, "job-2", 2, "step 1 loss 2.5"), 0);
-    ck_assert_int_eq(journal_put_recovery(jn, "job-2", 1, true, 2), 0);
+    journal_recovery put = {.restarts = 1, .have_ckpt = true, .ckpt_step = 2,
+                            .kind = PLANNER_SIMULATED};
+    ck_assert_int_eq(journal_put_recovery(jn, "job-2", &put), 0);
     journal_close(jn);
 
     jn = journal_open(dir, err, sizeof(err));
@@ -124,13 +128,12 @@ START_TEST(replayed_after_reopening)
     int lines = 0;
     ck_assert_int_eq(journal_load_log(jn, "job-2", count_lines, &lines), 0);
     ck_assert_int_eq(lines, 2);
-    uint32_t restarts = 0;
-    bool have = false;
-    uint64_t step = 0;
-    ck_assert_int_eq(journal_get_recovery(jn, "job-2", &restarts, &have, &step), 0);
-    ck_assert(restarts == 1 && have && step == 2);
-    ck_assert_int_eq(journal_get_recovery(jn, "job-1", &restarts, &have, &step), 0);
-    ck_assert(restarts == 0 && !have);
+    journal_recovery got;
+    ck_assert_int_eq(journal_get_recovery(jn, "job-2", &got), 0);
+    ck_assert(got.restarts == 1 && got.have_ckpt && got.ckpt_step == 2);
+    ck_assert_int_eq(got.kind, PLANNER_SIMULATED); /* recovered onto the same kind */
+    ck_assert_int_eq(journal_get_recovery(jn, "job-1", &got), 0);
+    ck_assert(got.restarts == 0 && !got.have_ckpt && got.kind == PLANNER_ANY);
     /* a queued job whose text no longer compiles: no spec, and why */
     ck_assert_ptr_null(l.jobs[2]->spec);
     ck_assert_msg(strstr(l.jobs[2]->spec_error, "job.toml:2:") &&
@@ -138,6 +141,45 @@ START_TEST(replayed_after_reopening)
                   "%s", l.jobs[2]->spec_error);
     for (size_t i = 0; i < l.n; i++)
         job_free(l.jobs[i]);
+    journal_close(jn);
+}
+END_TEST
+
+/* A journal written before kinds were kept (schema 1: no kind column)
+ * opens, keeps its recovery rows, and reads them as any kind; after that
+ * it keeps kinds. */
+START_TEST(older_journal_migrates)
+{
+    char path[128], err[256];
+    snprintf(path, sizeof(path), "%s/journal.sqlite", dir);
+    sqlite3 *db;
+    ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+    const char *v1 =
+        "CREATE TABLE jobs(id TEXT PRIMARY KEY, seq INTEGER NOT NULL, state INTEGER NOT NULL,"
+        " priority INTEGER NOT NULL, file TEXT, toml TEXT, base_dir TEXT, model_dir TEXT,"
+        " message TEXT, submitted_at REAL, steps INTEGER, max_steps INTEGER, loss REAL,"
+        " eval_step INTEGER, eval_loss REAL, eval_accuracy REAL, eval_iou REAL);"
+        "CREATE TABLE job_recovery(job_id TEXT PRIMARY KEY, restarts INTEGER NOT NULL,"
+        " ckpt_step INTEGER NOT NULL);"
+        "CREATE TABLE job_log(job_id TEXT NOT NULL, line INTEGER NOT NULL, text TEXT NOT NULL,"
+        " PRIMARY KEY(job_id, line));"
+        "CREATE TABLE job_owner(job_id TEXT PRIMARY KEY, owner TEXT NOT NULL);"
+        "INSERT INTO job_recovery VALUES('job-4', 2, 30);"
+        "PRAGMA user_version = 1;";
+    ck_assert_int_eq(sqlite3_exec(db, v1, NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    journal *jn = journal_open(dir, err, sizeof(err));
+    ck_assert_msg(jn != NULL, "%s", err);
+    journal_recovery r;
+    ck_assert_int_eq(journal_get_recovery(jn, "job-4", &r), 0);
+    ck_assert(r.restarts == 2 && r.have_ckpt && r.ckpt_step == 30 && r.kind == PLANNER_ANY);
+    r.kind = PLANNER_REAL;
+    ck_assert_int_eq(journal_put_recovery(jn, "job-4", &r), 0);
+    journal_close(jn);
+    jn = journal_open(dir, err, sizeof(err));
+    ck_assert_msg(jn != NULL, "%s", err);
+    ck_assert_int_eq(journal_get_recovery(jn, "job-4", &r), 0);
+    ck_assert(r.restarts == 2 && r.ckpt_step == 30 && r.kind == PLANNER_REAL);
     journal_close(jn);
 }
 END_TEST
@@ -186,6 +228,7 @@ int main(void)
     TCase *t = tcase_create("replay");
     tcase_add_checked_fixture(t, setup, teardown);
     tcase_add_test(t, replayed_after_reopening);
+    tcase_add_test(t, older_journal_migrates);
     tcase_add_test(t, admission_refuses_naming_the_limit);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);

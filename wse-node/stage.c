@@ -7,7 +7,6 @@
 #include "wjob.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -133,19 +132,6 @@ void wn__unstage(wn_job *j)
     wn__resume_up(j);
 }
 
-/* A byte of bits as 8 bytes of 0 or 1 (little-endian: bit k, byte k). */
-static uint64_t wn__spread[256];
-
-static void wn__spread_init(void)
-{
-    for (unsigned b = 0; b < 256; b++) {
-        uint64_t v = 0;
-        for (int k = 0; k < 8; k++)
-            v |= (uint64_t)(b >> k & 1) << (8 * k);
-        wn__spread[b] = v;
-    }
-}
-
 /* The gradient chunk [off, off + count) of t (its wire elements at src)
  * packed with the index of the weights t kept (kept_bits), g's packing and
  * kept set and *bytes its payload's; NULL to send it dense (a dense tensor,
@@ -155,31 +141,19 @@ wn_packed_grad *wn__pack_grad(const wn_job *j, wn_tensor *t, uint64_t off, uint6
 {
     if (!t->kept_bits)
         return NULL;
-    uint8_t *mask = malloc(count ? count : 1);
-    if (!mask)
-        return NULL;
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, wn__spread_init);
-    uint64_t i = 0;
-    if (off % 8 == 0) /* a byte of bits at a time: 8 mask bytes */
-        for (; i + 8 <= count; i += 8)
-            memcpy(mask + i, &wn__spread[t->kept_bits[(off + i) / 8]], 8);
-    for (; i < count; i++)
-        mask[i] = t->kept_bits[(off + i) / 8] >> ((off + i) % 8) & 1;
     uint32_t elem = msgcheck_wire_elem(j->plan);
     uint64_t kept;
-    uint32_t packing = sstream_choose(mask, count, elem, &kept);
+    uint32_t packing = sstream_choose_bits(t->kept_bits, off, count, elem, &kept);
     wn_packed_grad *pg = NULL;
     if (packing != SSTREAM_DENSE) {
         uint64_t b = sstream_bytes(packing, count, kept, elem);
         if ((pg = malloc(sizeof(*pg) + b))) {
             pg->t = t;
-            sstream_pack(packing, mask, src, count, kept, elem, pg->data);
+            sstream_pack_bits(packing, t->kept_bits, off, src, count, kept, elem, pg->data);
             g->packing = (Appliance__Packing)packing;
             g->kept = kept;
             *bytes = (uint32_t)b;
         }
     }
-    free(mask);
     return pg;
 }

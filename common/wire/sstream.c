@@ -11,6 +11,36 @@
 
 #include "errmsg.h"
 
+/* Which elements of a chunk are kept: a byte per element (bytes[i] != 0),
+ * or bits at..at+count-1 of a bit array (bit j%8 of byte j/8). */
+typedef struct sstream__keep {
+    const uint8_t *bytes;
+    const uint8_t *bits;
+    uint64_t at;
+} sstream__keep;
+
+/* Bits [i, i + n) of a bit array as a byte (n <= 8; the rest zero), reading
+ * no byte past the one that holds bit i + n - 1. */
+static inline unsigned sstream__bitrange(const uint8_t *bits, uint64_t i, unsigned n)
+{
+    unsigned sh = (unsigned)(i % 8);
+    unsigned b = bits[i / 8] >> sh;
+    if (sh + n > 8)
+        b |= (unsigned)bits[i / 8 + 1] << (8 - sh);
+    return b & ((1u << n) - 1);
+}
+
+static inline unsigned sstream__byte(const uint8_t *mask, uint64_t i, uint64_t count);
+
+/* Elements [i, i + 8) of the chunk's keep as a byte, bit j for element
+ * i + j (fewer past count: zeros). */
+static inline unsigned sstream__get8(const sstream__keep *m, uint64_t i, uint64_t count)
+{
+    if (m->bytes)
+        return sstream__byte(m->bytes, i, count);
+    return sstream__bitrange(m->bits, m->at + i, count - i < 8 ? (unsigned)(count - i) : 8);
+}
+
 /* AVX-512 (F, BW, VL) for bitmask chunks, 16 elements a step: -1 not
  * asked yet, 0 off (no such processor, or sstream_simd(false)), 1 on. */
 static int sstream__simd_on = -1;
@@ -39,42 +69,65 @@ bool sstream_simd(bool on)
 #if defined(__x86_64__)
 #define SSTREAM__AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,popcnt")))
 
+/* Packs the 16 elements at i, those of b kept, as sstream_pack does: the
+ * values compressed in registers and written with masked stores
+ * (compressing straight to memory is slow on some processors). Returns
+ * how many it kept. */
+SSTREAM__AVX512 static inline __attribute__((always_inline)) unsigned
+sstream__pack16(uint32_t pk, __mmask16 b, uint64_t i, const uint8_t *s, uint32_t elem, uint8_t *o,
+                uint8_t *vals, uint64_t kk)
+{
+    const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    unsigned n = (unsigned)_mm_popcnt_u32(b);
+    __mmask16 first = (__mmask16)((1u << n) - 1);
+    if (pk == SSTREAM_BITMASK) {
+        uint16_t b16 = (uint16_t)b;
+        memcpy(o + i / 8, &b16, 2);
+    } else {
+        __m512i at = _mm512_maskz_compress_epi32(
+            b, _mm512_add_epi32(_mm512_set1_epi32((int)(uint32_t)i), lanes));
+        if (pk == SSTREAM_POS32)
+            _mm512_mask_storeu_epi32(o + 4 * kk, first, at);
+        else
+            _mm256_mask_storeu_epi16(o + 2 * kk, first, _mm512_cvtepi32_epi16(at));
+    }
+    if (elem == 4) {
+        __m512i v = _mm512_maskz_compress_epi32(b, _mm512_loadu_si512(s + 4 * i));
+        _mm512_mask_storeu_epi32(vals + 4 * kk, first, v);
+    } else {
+        __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s + 2 * i)));
+        __m512i v = _mm512_maskz_compress_epi32(b, w);
+        _mm256_mask_storeu_epi16(vals + 2 * kk, first, _mm512_cvtepi32_epi16(v));
+    }
+    return n;
+}
+
 /* Packs elements [0, 16 m) of a chunk (m the most whole blocks of 16 in
- * count) as sstream_pack does, the values compressed in registers and
- * written with masked stores (compressing straight to memory is slow on
- * some processors); *k counts the kept ones. Returns 16 m. */
-SSTREAM__AVX512 static uint64_t sstream__pack_avx512(uint32_t pk, const uint8_t *mask,
+ * count) as sstream_pack does; *k counts the kept ones. Returns 16 m. */
+SSTREAM__AVX512 static uint64_t sstream__pack_avx512(uint32_t pk, const sstream__keep *keep,
                                                      const uint8_t *s, uint64_t count,
                                                      uint32_t elem, uint8_t *o, uint8_t *vals,
                                                      uint64_t *k)
 {
-    const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     uint64_t i = 0, kk = *k;
-    for (; i + 16 <= count; i += 16) {
-        __m512i m = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(mask + i)));
-        __mmask16 b = _mm512_test_epi32_mask(m, m);
-        unsigned n = (unsigned)_mm_popcnt_u32(b);
-        __mmask16 first = (__mmask16)((1u << n) - 1);
-        if (pk == SSTREAM_BITMASK) {
-            uint16_t b16 = (uint16_t)b;
-            memcpy(o + i / 8, &b16, 2);
-        } else {
-            __m512i at = _mm512_maskz_compress_epi32(
-                b, _mm512_add_epi32(_mm512_set1_epi32((int)(uint32_t)i), lanes));
-            if (pk == SSTREAM_POS32)
-                _mm512_mask_storeu_epi32(o + 4 * kk, first, at);
-            else
-                _mm256_mask_storeu_epi16(o + 2 * kk, first, _mm512_cvtepi32_epi16(at));
+    if (keep->bytes) {
+        for (; i + 16 <= count; i += 16) {
+            __m512i m = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(keep->bytes + i)));
+            kk += sstream__pack16(pk, _mm512_test_epi32_mask(m, m), i, s, elem, o, vals, kk);
         }
-        if (elem == 4) {
-            __m512i v = _mm512_maskz_compress_epi32(b, _mm512_loadu_si512(s + 4 * i));
-            _mm512_mask_storeu_epi32(vals + 4 * kk, first, v);
-        } else {
-            __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s + 2 * i)));
-            __m512i v = _mm512_maskz_compress_epi32(b, w);
-            _mm256_mask_storeu_epi16(vals + 2 * kk, first, _mm512_cvtepi32_epi16(v));
+    } else if (keep->at % 8 == 0) { /* the bits as they lie: 2 bytes a block */
+        const uint8_t *bits = keep->bits + keep->at / 8;
+        for (; i + 16 <= count; i += 16) {
+            uint16_t b16;
+            memcpy(&b16, bits + i / 8, 2);
+            kk += sstream__pack16(pk, (__mmask16)b16, i, s, elem, o, vals, kk);
         }
-        kk += n;
+    } else {
+        for (; i + 16 <= count; i += 16) {
+            __mmask16 b = (__mmask16)(sstream__bitrange(keep->bits, keep->at + i, 8) |
+                                      sstream__bitrange(keep->bits, keep->at + i + 8, 8) << 8);
+            kk += sstream__pack16(pk, b, i, s, elem, o, vals, kk);
+        }
     }
     *k = kk;
     return i;
@@ -187,15 +240,10 @@ static inline uint64_t sstream__popcount64(uint64_t v)
     return (v * 0x0101010101010101ull) >> 56;
 }
 
-uint32_t sstream_choose(const uint8_t *mask, uint64_t count, uint32_t elem, uint64_t *kept)
+/* The packing of the smallest payload for a chunk of count elements, k
+ * of them kept (sstream_choose); *kept is k, or 0 for dense. */
+static uint32_t sstream__choose(uint64_t count, uint64_t k, uint32_t elem, uint64_t *kept)
 {
-    uint64_t k = 0, i = 0;
-#if defined(__x86_64__)
-    if (sstream__simd())
-        k = sstream__count_avx512(mask, count, &i);
-#endif
-    for (; i < count; i++)
-        k += mask[i] != 0;
     *kept = k;
     uint32_t best = SSTREAM_DENSE;
     uint64_t least = count * elem;
@@ -212,11 +260,41 @@ uint32_t sstream_choose(const uint8_t *mask, uint64_t count, uint32_t elem, uint
     return best;
 }
 
+uint32_t sstream_choose(const uint8_t *mask, uint64_t count, uint32_t elem, uint64_t *kept)
+{
+    uint64_t k = 0, i = 0;
+#if defined(__x86_64__)
+    if (sstream__simd())
+        k = sstream__count_avx512(mask, count, &i);
+#endif
+    for (; i < count; i++)
+        k += mask[i] != 0;
+    return sstream__choose(count, k, elem, kept);
+}
+
+uint32_t sstream_choose_bits(const uint8_t *bits, uint64_t at, uint64_t count, uint32_t elem,
+                             uint64_t *kept)
+{
+    uint64_t k = 0, i = 0;
+    for (; i < count && (at + i) % 8; i++) /* to a byte's start */
+        k += bits[(at + i) / 8] >> ((at + i) % 8) & 1;
+    for (; i + 64 <= count; i += 64) {
+        uint64_t w;
+        memcpy(&w, bits + (at + i) / 8, 8);
+        k += sstream__popcount64(w);
+    }
+    for (; i + 8 <= count; i += 8)
+        k += sstream__popcount64(bits[(at + i) / 8]);
+    if (i < count)
+        k += sstream__popcount64(sstream__bitrange(bits, at + i, (unsigned)(count - i)));
+    return sstream__choose(count, k, elem, kept);
+}
+
 /* Packs with elements of ELEM bytes (a constant in each copy, so that the
  * copies are plain loads and stores). */
 #define SSTREAM__PACK(ELEM)                                                                    \
     for (uint64_t i = i0; i < count; i += 8) {                                                \
-        unsigned bits = sstream__byte(mask, i, count);                                         \
+        unsigned bits = sstream__get8(keep, i, count);                                         \
         if (pk == SSTREAM_BITMASK)                                                             \
             o[i / 8] = (uint8_t)bits;                                                          \
         while (bits) {                                                                         \
@@ -234,8 +312,8 @@ uint32_t sstream_choose(const uint8_t *mask, uint64_t count, uint32_t elem, uint
         }                                                                                      \
     }
 
-void sstream_pack(uint32_t pk, const uint8_t *mask, const void *src, uint64_t count, uint64_t kept,
-                  uint32_t elem, void *out)
+static void sstream__pack(uint32_t pk, const sstream__keep *keep, const void *src, uint64_t count,
+                          uint64_t kept, uint32_t elem, void *out)
 {
     const uint8_t *s = src;
     uint8_t *o = out;
@@ -249,7 +327,7 @@ void sstream_pack(uint32_t pk, const uint8_t *mask, const void *src, uint64_t co
     uint64_t k = 0, i0 = 0;
 #if defined(__x86_64__)
     if ((elem == 4 || elem == 2) && sstream__simd())
-        i0 = sstream__pack_avx512(pk, mask, s, count, elem, o, vals, &k);
+        i0 = sstream__pack_avx512(pk, keep, s, count, elem, o, vals, &k);
 #endif
     if (elem == 4) {
         SSTREAM__PACK(4)
@@ -258,6 +336,20 @@ void sstream_pack(uint32_t pk, const uint8_t *mask, const void *src, uint64_t co
     } else {
         SSTREAM__PACK(elem)
     }
+}
+
+void sstream_pack(uint32_t pk, const uint8_t *mask, const void *src, uint64_t count, uint64_t kept,
+                  uint32_t elem, void *out)
+{
+    sstream__keep keep = {.bytes = mask};
+    sstream__pack(pk, &keep, src, count, kept, elem, out);
+}
+
+void sstream_pack_bits(uint32_t pk, const uint8_t *bits, uint64_t at, const void *src,
+                       uint64_t count, uint64_t kept, uint32_t elem, void *out)
+{
+    sstream__keep keep = {.bits = bits, .at = at};
+    sstream__pack(pk, &keep, src, count, kept, elem, out);
 }
 
 int sstream_check(uint32_t pk, uint64_t count, uint64_t kept, uint32_t elem, const void *payload,

@@ -46,6 +46,15 @@ uint32_t sstream_choose(const uint8_t *mask, uint64_t count, uint32_t elem, uint
 void sstream_pack(uint32_t pk, const uint8_t *mask, const void *src, uint64_t count, uint64_t kept,
                   uint32_t elem, void *out);
 
+/* sstream_choose and sstream_pack with the kept elements given as bits
+ * at..at+count-1 of a bit array (bit j%8 of byte j/8: 1 kept), as
+ * sstream_mark records them; the same packing and bytes as a byte mask
+ * of those bits gives. */
+uint32_t sstream_choose_bits(const uint8_t *bits, uint64_t at, uint64_t count, uint32_t elem,
+                             uint64_t *kept);
+void sstream_pack_bits(uint32_t pk, const uint8_t *bits, uint64_t at, const void *src,
+                       uint64_t count, uint64_t kept, uint32_t elem, void *out);
+
 /* A payload of len bytes as a chunk of count elements, kept of them,
  * packed as pk: the length its packing gives; a bitmask that sets kept
  * bits and none past count; positions below count, strictly rising; the

@@ -237,6 +237,69 @@ START_TEST(vector_path_same_bytes)
 }
 END_TEST
 
+/* Packing from a bit array at any bit offset gives what packing from the
+ * byte mask of those bits gives, on both paths; the bits around the range
+ * (set here) are not read as kept, and nothing past the array is read
+ * (its exact size, for the sanitizers). */
+START_TEST(bits_same_as_bytes)
+{
+    static const uint64_t counts[] = {1, 7, 8, 9, 16, 17, 63, 64, 65, 1000, 70000};
+    static const uint64_t ats[] = {0, 1, 3, 7, 8, 13};
+    static const double levels[] = {0.0, 0.1, 0.5, 1.0};
+    bool vec = sstream_simd(true);
+    for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++)
+        for (size_t o = 0; o < sizeof(ats) / sizeof(ats[0]); o++)
+            for (size_t d = 0; d < sizeof(levels) / sizeof(levels[0]); d++) {
+                uint64_t count = counts[c], at = ats[o];
+                uint8_t *mask = malloc(count);
+                make_mask(mask, count, levels[d], 11 + c + o);
+                size_t nbits = (size_t)((at + count + 7) / 8);
+                uint8_t *bits = malloc(nbits);
+                memset(bits, 0xff, nbits); /* the bits outside the range: set */
+                for (uint64_t i = 0; i < count; i++)
+                    if (!mask[i])
+                        bits[(at + i) / 8] &= (uint8_t)~(1u << ((at + i) % 8));
+                for (uint32_t elem = 2; elem <= 4; elem += 2) {
+                    uint8_t *src = malloc(count * elem);
+                    for (uint64_t i = 0; i < count * elem; i++)
+                        src[i] = (uint8_t)(i * 7 + 3) | 1;
+                    for (int v = 0; v < 2; v++) {
+                        sstream_simd(v);
+                        uint64_t kb, kk;
+                        uint32_t want = sstream_choose(mask, count, elem, &kb);
+                        uint32_t got = sstream_choose_bits(bits, at, count, elem, &kk);
+                        ck_assert_msg(got == want && kk == kb, "%llu elements at bit %llu: %s of "
+                                      "%llu kept from bits, %s of %llu from bytes",
+                                      (unsigned long long)count, (unsigned long long)at,
+                                      sstream_name(got), (unsigned long long)kk,
+                                      sstream_name(want), (unsigned long long)kb);
+                        uint64_t kept = 0;
+                        for (uint64_t i = 0; i < count; i++)
+                            kept += mask[i];
+                        for (uint32_t pk = SSTREAM_BITMASK; pk <= SSTREAM_POS32; pk++) {
+                            uint64_t bytes = sstream_bytes(pk, count, kept, elem);
+                            if (bytes == UINT64_MAX)
+                                continue;
+                            uint8_t *a = malloc(bytes + 1), *b = malloc(bytes + 1);
+                            sstream_pack(pk, mask, src, count, kept, elem, a);
+                            sstream_pack_bits(pk, bits, at, src, count, kept, elem, b);
+                            ck_assert_msg(memcmp(a, b, bytes) == 0, "%s, %llu elements of %u "
+                                          "bytes at bit %llu, %s path: the payloads differ",
+                                          sstream_name(pk), (unsigned long long)count, elem,
+                                          (unsigned long long)at, v ? "vector" : "plain");
+                            free(a);
+                            free(b);
+                        }
+                    }
+                    free(src);
+                }
+                free(bits);
+                free(mask);
+            }
+    ck_assert(sstream_simd(true) == vec);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("sstream");
@@ -246,6 +309,7 @@ int main(void)
     tcase_add_test(t, bytes_scale_with_density);
     tcase_add_test(t, refusals);
     tcase_add_test(t, vector_path_same_bytes);
+    tcase_add_test(t, bits_same_as_bytes);
     suite_add_tcase(s, t);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

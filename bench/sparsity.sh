@@ -14,7 +14,9 @@
 #         the default patterns (the head at 90% too), init_scale "fan_in"
 #   FC_MNIST_LR=X trains every fc_mnist job at learning rate X (the
 #   example's 0.001 otherwise), FC_MNIST_SEED=N with runconfig.seed N (the
-#   initial weights, the order of the digits and the masks; 1 otherwise); BENCH_SPARSITY_PARTS=fc_mnist (or bytes)
+#   initial weights, the order of the digits and the masks; 1 otherwise),
+#   FC_MNIST_STEPS=N for N steps (800 otherwise; the cosine decay over them);
+#   BENCH_SPARSITY_PARTS=fc_mnist (or bytes)
 #   runs that part alone
 #   BENCH ws_mlp4096_sparse90_bytes_vs_dense <ratio> of_dense   bytes on the
 #         wire per step (memoryx's weight chunks sent and gradient chunks
@@ -65,6 +67,7 @@ elif [ -s "$src/data/mnist/t10k-labels-idx1-ubyte" ]; then
   base=(-e "s|^data_dir = .*|data_dir = \"$src/data/mnist\"|")
   [ -n "${FC_MNIST_LR:-}" ] && base+=(-e "s|^learning_rate = .*|learning_rate = $FC_MNIST_LR|")
   [ -n "${FC_MNIST_SEED:-}" ] && base+=(-e "s|^seed = .*|seed = $FC_MNIST_SEED|")
+  [ -n "${FC_MNIST_STEPS:-}" ] && base+=(-e "s|^max_steps = .*|max_steps = $FC_MNIST_STEPS|")
   sed "${base[@]}" -e "s|^model_dir = .*|model_dir = \"$work/dense\"\nmode = \"weight_streaming\"|" \
     "$src/examples/fc_mnist.toml" > "$work/dense.toml"
   sed "${base[@]}" -e "s|^model_dir = .*|model_dir = \"$work/sparse\"\nmode = \"weight_streaming\"|" \
@@ -79,16 +82,16 @@ elif [ -s "$src/data/mnist/t10k-labels-idx1-ubyte" ]; then
   read -r u_acc u_step <<<"$(job unscaled "$work/unscaled.toml" 2)"
   read -r a_acc a_step <<<"$(job all "$work/all.toml" 2)"
   "$py" -c 'import sys
-lr = sys.argv[1]
-d, s, u, a, ds, ss, sa = map(float, sys.argv[2:])
-print("fc_mnist, 800 steps on 2 replicas, learning rate %s: test accuracy dense %.4f, 90%% static "
+steps, lr = sys.argv[1:3]
+d, s, u, a, ds, ss, sa = map(float, sys.argv[3:])
+print("fc_mnist, %s steps on 2 replicas, learning rate %s: test accuracy dense %.4f, 90%% static "
       "sparsity of fc1 and fc2 %.4f (init_scale fan_in) and %.4f (none), of every layer %.4f "
       "(fan_in); median step %.1f ms dense, %.1f and %.1f ms sparse"
-      % (lr, d, s, u, a, ds * 1e3, ss * 1e3, sa * 1e3))
+      % (steps, lr, d, s, u, a, ds * 1e3, ss * 1e3, sa * 1e3))
 print("BENCH fc_mnist_sparse90_accuracy_delta %.2f of_dense" % (100 * (s - d)))
 print("BENCH fc_mnist_sparse90_unscaled_accuracy_delta %.2f of_dense" % (100 * (u - d)))
 print("BENCH fc_mnist_sparse90_all_layers_accuracy_delta %.2f of_dense" % (100 * (a - d)))' \
-    "${FC_MNIST_LR:-0.001}" "$d_acc" "$s_acc" "$u_acc" "$a_acc" "$d_step" "$s_step" "$a_step"
+    "${FC_MNIST_STEPS:-800}" "${FC_MNIST_LR:-0.001}" "$d_acc" "$s_acc" "$u_acc" "$a_acc" "$d_step" "$s_step" "$a_step"
 else
   echo "fc_mnist: no data/mnist (scripts/fetch-mnist): skipped"
 fi

@@ -19,8 +19,14 @@
 #   otherwise), FC_MNIST_STEPS=N for N steps (2400 otherwise; the cosine
 #   decay over them), FC_MNIST_SEEDS="N ..." with each runconfig.seed N (the
 #   initial weights, the order of the digits and the masks; 1 to 6 otherwise);
-#   BENCH_SPARSITY_PARTS=fc_mnist (or bytes)
-#   runs that part alone
+#   BENCH_SPARSITY_PARTS="fc_mnist largest bytes" (the default) chooses the
+#   parts
+#   BENCH sparse90_largest_params_memoryx_8g <n> params, and _vs_dense
+#         <ratio> of_dense_largest   (part "largest") the largest 4-layer
+#         MLP (dense-equivalent parameters) that the plan admits and that
+#         trains 3 steps at 90% static sparsity with memoryx's RAM capped at
+#         8 GiB (SPARSE_LARGEST_MEMORYX) and no disk tier, over the largest
+#         dense one under the same cap
 #   BENCH ws_mlp4096_sparse90_bytes_vs_dense <ratio> of_dense   bytes on the
 #         wire per step (memoryx's weight chunks sent and gradient chunks
 #         received, their payloads) of the wide MLP of bench/big_model.sh
@@ -63,7 +69,7 @@ print(o.get("eval_accuracy", -1), statistics.median(d) if d else float("nan"))' 
   rm -rf "$run"
 }
 
-parts=${BENCH_SPARSITY_PARTS:-fc_mnist bytes}
+parts=${BENCH_SPARSITY_PARTS:-fc_mnist largest bytes}
 if [[ " $parts " != *" fc_mnist "* ]]; then
   echo "fc_mnist: not in BENCH_SPARSITY_PARTS: skipped"
 elif [ -s "$src/data/mnist/t10k-labels-idx1-ubyte" ]; then
@@ -109,6 +115,58 @@ else
   echo "fc_mnist: no data/mnist (scripts/fetch-mnist): skipped"
 fi
 
+sparse90='\n[sparsity]\ntype = "static"\nsparsity = 0.9\ninit_method = "random"\n'
+
+# The largest model that trains with memoryx's RAM capped and no disk
+# tier: the 4-layer MLP of bench_wide_mlp, its units the most (a multiple
+# of 256) that the coordinator's plan admits, dense and at 90% (every dense
+# layer's weights), against the live cluster; then the sparse one trained
+# for 3 steps.
+if [[ " $parts " == *" largest "* ]]; then
+  cap=${SPARSE_LARGEST_MEMORYX:-8G}
+  "$src/deploy/local/appliance-up" --replicas 1 --threads 2 --wafer-memory 2G \
+    --memoryx-memory "$cap" --memoryx-disk 0 --dir "$run" --build "$build" >/dev/null
+  mlp() { # mlp UNITS SPARSE: the job file
+    bench_wide_mlp 4 3 100 "$work/largest" sgd weight_streaming "$1"
+    [ "$2" = 0 ] || printf "$sparse90"
+  }
+  fits() { # fits UNITS SPARSE: whether the cluster's plan admits it
+    mlp "$1" "$2" > "$work/largest.toml"
+    (set -a; . "$run/env"; set +a; cd "$work" &&
+      "$build/client/appliance-submit" --plan "$work/largest.toml" >"$work/plan.out" 2>&1)
+  }
+  most() { # most SPARSE: the most units that fit
+    local lo=256 hi=65536 mid
+    fits "$lo" "$1" || { echo "sparsity: 256 units do not fit: $(cat "$work/plan.out")" >&2; exit 1; }
+    while [ $((hi - lo)) -gt 256 ]; do
+      mid=$(((lo + hi) / 512 * 256))
+      if fits "$mid" "$1"; then lo=$mid; else hi=$mid; fi
+    done
+    echo "$lo"
+  }
+  params() { echo $((16384 * $1 + $1 + 3 * ($1 * $1 + $1) + 16 * $1 + 16)); }
+  ud=$(most 0)
+  us=$(most 1)
+  fits $((us + 256)) 1 || echo "largest: $((us + 256)) units at 90%: $(tail -n 1 "$work/plan.out")"
+  mlp "$us" 1 > "$work/largest.toml"
+  out=$(set -a; . "$run/env"; set +a; cd "$work" && "$build/client/appliance-submit" --json "$work/largest.toml" 2>&1) ||
+    { echo "sparsity: the largest sparse job failed: $out" >&2; exit 1; }
+  hwm=$(awk '/^VmHWM:/ {printf "%.2f\n", $2 / 1048576}' "/proc/$(cat "$run/pids/memoryx-1.pid")/status")
+  "$src/deploy/local/appliance-down" --dir "$run" --quiet >/dev/null
+  rm -rf "$run" "$work/largest"
+  "$py" - "$cap" "$ud" "$us" "$(params "$ud")" "$(params "$us")" "$hwm" "$(echo "$out" | tail -n 1)" <<'PY'
+import json, sys
+cap, ud, us, pd, ps, hwm = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
+o = json.loads(sys.argv[7])
+assert o["state"] == "done" and o["steps"] == 3, o
+print("memoryx capped at %s, no disk tier: the 4-layer MLP fits with %d units dense (%.0f M parameters) "
+      "and %d units at 90%% static sparsity (%.0f M dense-equivalent parameters); the sparse one "
+      "trained 3 steps, memoryx's peak %.2f GiB" % (cap, ud, pd / 1e6, us, ps / 1e6, hwm))
+print("BENCH sparse90_largest_params_memoryx_%s %d params" % (cap.lower(), ps))
+print("BENCH sparse90_largest_params_memoryx_%s_vs_dense %.3f of_dense_largest" % (cap.lower(), ps / pd))
+PY
+fi
+
 [[ " $parts " == *" bytes "* ]] || exit 0
 
 # Bytes on the wire: the wide MLP at 90% static sparsity, packed streams
@@ -141,7 +199,6 @@ PY
   "$src/deploy/local/appliance-down" --dir "$run" --quiet >/dev/null
   rm -rf "$run"
 }
-sparse90='\n[sparsity]\ntype = "static"\nsparsity = 0.9\ninit_method = "random"\n'
 { bench_wide_mlp 4 $steps 100 "$work/packed" sgd weight_streaming "$units"; printf "$sparse90"; } > "$work/packed.toml"
 { bench_wide_mlp 4 $steps 100 "$work/densestream" sgd weight_streaming "$units"
   printf "${sparse90}compressed_streams = false\n"; } > "$work/densestream.toml"

@@ -193,7 +193,8 @@ export APPLIANCE_COORDINATOR="127.0.0.1:$(cat "$work/c3.port")"
 [ "$(alice list --json | ids)" = "" ] || fail "alice sees an old job: $(alice list)"
 refused alice status job-1
 grep -q "journal: schema version 0 -> 1" "$work/c3.log" || fail "no migration logged: $(cat "$work/c3.log")"
-[ "$("$py" -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("PRAGMA user_version").fetchone()[0])' "$work/old/journal.sqlite")" = 1 ] ||
+grep -q "journal: schema version 1 -> 2" "$work/c3.log" || fail "no migration to 2 logged: $(cat "$work/c3.log")"
+[ "$("$py" -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("PRAGMA user_version").fetchone()[0])' "$work/old/journal.sqlite")" = 2 ] ||
   fail "the old journal's schema version"
 echo "ok: a journal from before users is migrated; its jobs belong to the operators"
 

@@ -9,6 +9,7 @@
 #include "fsutil.h"
 #include "msgcheck.h"
 #include "mxjob.h"
+#include "update.h"
 
 /* A gradient chunk being written to the gradients file. */
 typedef struct mx_gwrite {
@@ -110,6 +111,12 @@ void tierio_read_more(mx_job *j)
     mx_tier *tr = j->tier;
     plan_chunk ch;
     if (tr->reading || j->released || !plan_stream_next(&tr->ra, &ch))
+        return;
+    /* not a chunk whose part still updates (the next step's stream starts
+     * while the last updates run: mx__maybe_turn): read, or rounded for the
+     * wire, now it would carry the weights before the update, or half of
+     * them. pump_send asks again once the update is back. */
+    if (update_busy(j->by_id[ch.tensor], ch.offset, ch.count))
         return;
     uint64_t bytes = ch.count * sizeof(float);
     if (tr->ra_bytes > 0 && tr->ra_bytes + bytes > tr->ra_limit)

@@ -66,13 +66,18 @@ sed -e "s/^num_csx = .*/num_csx = 4/" -e "s/^max_steps = .*/max_steps = 200/" \
   "$src/tests/cluster/jobs/cnn.toml" > "$work/lost-ref.toml"
 out=$(cd "$work" && timeout 120 "$submit" --json "$work/lost-ref.toml") || fail "lost-ref: $out"
 id=$(cd "$work" && "$submit" --detach "$work/lost.toml" | grep -o 'job-[0-9]*' | head -n 1)
-for _ in $(seq 1 1000); do
-  s=$("$submit" status "$id" --json | field steps)
-  [ "$s" -ge 15 ] && break
+# the victim first (its log names it as the job starts), then the step: a
+# step takes a few ms, and the kill must come before the job's end
+victim=""
+for _ in $(seq 1 500); do
+  victim=$(grep -l "job $id: tree node [12], inner" "$run"/logs/swarmx-*.log 2>/dev/null | head -n 1) || true
+  [ -n "$victim" ] && break
   sleep 0.02
 done
-victim=$(grep -l "job $id: tree node [12], inner" "$run"/logs/swarmx-*.log | head -n 1)
+[ -n "$victim" ] || fail "no inner swarmx node of $id in the logs"
 victim=$(basename "$victim" .log)
+wait_step "$id" 5
+s=$(step_of "$id")
 kill -KILL "$(cat "$run/pids/$victim.pid")"
 out=$(timeout 120 "$submit" status "$id" --follow --json) || fail "the job did not recover from the loss of $victim: $out"
 "$submit" logs "$id" | has "restarted: 4 replica(s)" || fail "no restart on 4 replicas"

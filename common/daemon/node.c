@@ -2,6 +2,7 @@
 #include "node.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -152,10 +153,30 @@ static void node__copy(char *dst, size_t len, const char *src, const char *what)
     strcpy(dst, src);
 }
 
+/* Payloads of about a MiB (a chunk of weights or gradients, a batch) come
+ * and go many times a step. glibc serves a block above its mmap threshold
+ * (which it moves, up to 32 MiB) with a fresh mapping, and gives a heap
+ * top above its trim threshold back to the kernel: either way the next
+ * such block faults its pages in again, each cleared by the kernel. With
+ * 64 replicas on one host that was most of the fabric's CPU (docs/deploy.md,
+ * "Scaling"). Fixed thresholds keep those blocks in the heap for the next
+ * one; a block above 64 MiB (a large tensor, a slab of activations) is
+ * still mapped and unmapped on its own, and at most 256 MiB of free heap
+ * top stays resident. GLIBC_TUNABLES's malloc settings, where given, win. */
+static void node__malloc_tune(void)
+{
+    const char *t = getenv("GLIBC_TUNABLES");
+    if (t && strstr(t, "glibc.malloc."))
+        return;
+    mallopt(M_MMAP_THRESHOLD, 64 << 20);
+    mallopt(M_TRIM_THRESHOLD, 256 << 20);
+}
+
 void node_parse_args(node_options *o, const node_role *role, int argc, char **argv)
 {
     /* the first thing every daemon does, before it starts any thread */
     fpmode_flush_subnormals();
+    node__malloc_tune();
     memset(o, 0, sizeof(*o));
     o->log_level = LOG_INFO;
     o->heartbeat_ms = 1000;

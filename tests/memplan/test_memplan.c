@@ -604,7 +604,7 @@ END_TEST
 
 START_TEST(bfloat16_activations_train_close)
 {
-    train_alike_as("unet.toml", "[3, 512, 512]", "[3, 64, 64]", 2, 2, true, 1e-3);
+    train_alike_as("unet.toml", "[3, 512, 512]", "[3, 128, 128]", 2, 2, true, 1e-3);
 }
 END_TEST
 

@@ -258,52 +258,131 @@ static void wn__sim_zero_grads(wn_job *j, int layer)
     }
 }
 
-/* Simulated compute, on the compute thread: the task spends its layers'
- * time (a part its share), the loss is a uniform prediction's, an
- * evaluation counts its samples and nothing correct; a Pipelined update
- * is not applied. */
-static void wn__sim_work(wn_job *j)
+/* Simulated compute (sim.h) runs on the loop, not the compute thread: a
+ * task's layers are deadlines of one timer, so that a replica's simulated
+ * step costs no thread hand-over, futex or sleep per layer (with 64 replicas
+ * on one host those system calls were most of the wse-nodes' CPU). The
+ * task spends its layers' time (a part its share), the loss is a uniform
+ * prediction's, an evaluation counts its samples and nothing correct; a
+ * Pipelined update is not applied. */
+typedef struct wn_sim_task {
+    uv_timer_t timer;
+    wn_job *j;
+    double t0;   /* the task's start (wn__now) */
+    double due;  /* when the layer that runs now ends */
+    double mark; /* when the layer before it ended */
+    int c;       /* that layer, in the task's chain */
+} wn_sim_task;
+
+/* The layers a task spends time on, and the seconds of its c-th. */
+static int wn__sim_layers(const wn_job *j)
+{
+    if (j->stage == WN_EVAL)
+        return 1;
+    return j->stage == WN_FORWARD || j->stage == WN_BACKWARD ? j->chain : 0;
+}
+
+static double wn__sim_sec(wn_job *j, int c)
 {
     const sim_times *st = &j->sim_t;
-    if (j->stage == WN_EVAL || j->stage == WN_EVAL_METRICS) {
-        const wn_eval_buf *eb = wn__eval_buf(j, j->eval_k);
-        if (j->stage == WN_EVAL) {
-            sim_spend(sim_layer_sec(st, j->layer, false, eb->n) / wn__parts(j));
-        } else {
-            j->metrics.samples += eb->n;
-            j->metrics.loss += st->loss * eb->n;
-        }
-        return;
-    }
+    if (j->stage == WN_EVAL)
+        return sim_layer_sec(st, j->layer, false, wn__eval_buf(j, j->eval_k)->n) / wn__parts(j);
     uint32_t first = j->micro * j->mb;
     uint32_t count = j->batch - first < j->mb ? j->batch - first : j->mb;
-    double parts = wn__parts(j);
-    if (j->stage == WN_FORWARD) {
-        for (int c = 0; c < j->chain; c++) {
-            double t = wn__now();
-            sim_spend(sim_layer_sec(st, j->layer + c, false, count) / parts);
-            j->chain_sec[c] = wn__now() - t;
-        }
+    bool backward = j->stage == WN_BACKWARD;
+    return sim_layer_sec(st, backward ? j->layer - c : j->layer + c, backward, count) / wn__parts(j);
+}
+
+/* The c-th layer's time is spent (`sec` of it, measured): its gradients,
+ * zeros, go up while the chain runs on, as the kernels' would. */
+static void wn__sim_layer_done(wn_job *j, int c, double sec)
+{
+    if (j->stage == WN_EVAL)
+        return;
+    j->chain_sec[c] = sec;
+    if (j->stage != WN_BACKWARD)
+        return;
+    wn__sim_zero_grads(j, j->layer - c);
+    bool last_micro = j->micro + 1 >= j->nmicro;
+    if (last_micro && c + 1 < j->chain && !j->ws_ready && wn__grads_go_up(j) &&
+        j->m->layers[j->layer - c].ntensors && j->state != WN_RELEASED) {
+        j->grads_ready = j->layer - c;
+        wn__grads_progress(j);
+    }
+}
+
+/* What the task leaves beside its layers' time. */
+static void wn__sim_end(wn_job *j)
+{
+    const sim_times *st = &j->sim_t;
+    uint32_t first = j->micro * j->mb;
+    uint32_t count = j->batch - first < j->mb ? j->batch - first : j->mb;
+    if (j->stage == WN_EVAL_METRICS) {
+        const wn_eval_buf *eb = wn__eval_buf(j, j->eval_k);
+        j->metrics.samples += eb->n;
+        j->metrics.loss += st->loss * eb->n;
+    } else if (j->stage == WN_FORWARD) {
         if (j->fuse_loss)
             j->loss_sum += st->loss * count;
         j->fused_sec[0] = 0;
     } else if (j->stage == WN_LOSS) {
         j->loss_sum += st->loss * count;
     } else if (j->stage == WN_BACKWARD) {
-        bool last_micro = j->micro + 1 >= j->nmicro;
-        for (int c = 0; c < j->chain; c++) {
-            double t = wn__now();
-            sim_spend(sim_layer_sec(st, j->layer - c, true, count) / parts);
-            wn__sim_zero_grads(j, j->layer - c);
-            j->chain_sec[c] = wn__now() - t;
-            if (last_micro && c + 1 < j->chain && !j->ws_ready && wn__grads_go_up(j) &&
-                j->m->layers[j->layer - c].ntensors) {
-                __atomic_store_n(&j->grads_ready, j->layer - c, __ATOMIC_RELEASE);
-                compute_progress(&wn_of(j->n)->comp, wn__grads_progress, j);
-            }
-        }
         j->fused_sec[1] = 0;
     }
+}
+
+static void wn__sim_closed(uv_handle_t *h)
+{
+    free(h->data);
+}
+
+static void wn__work_done(void *arg);
+
+/* Ends the layers whose time is up, then waits for the next one's end (to
+ * the nearest millisecond, libuv's timers' unit; the deadlines add up
+ * exactly, so the task's time does not drift), or ends the task. */
+static void wn__sim_run(uv_timer_t *tm)
+{
+    wn_sim_task *t = tm->data;
+    wn_job *j = t->j;
+    int n = wn__sim_layers(j);
+    for (;;) {
+        double now = wn__now();
+        if (t->c < n && t->due - now >= 0.0005) {
+            uv_update_time(tm->loop);
+            uv_timer_start(tm, wn__sim_run, (uint64_t)((t->due - now) * 1000 + 0.5), 0);
+            return;
+        }
+        if (t->c >= n)
+            break;
+        wn__sim_layer_done(j, t->c, now - t->mark);
+        t->mark = now;
+        if (++t->c < n)
+            t->due += wn__sim_sec(j, t->c);
+    }
+    wn__sim_end(j);
+    wn__task_time(j, t->t0);
+    uv_close((uv_handle_t *)tm, wn__sim_closed);
+    wn__work_done(j);
+}
+
+/* Starts the job's current task as simulated compute. Returns 0 or
+ * -ENOMEM. */
+static int wn__sim_start(wn_job *j)
+{
+    wn_sim_task *t = calloc(1, sizeof(*t));
+    if (!t)
+        return -ENOMEM;
+    uv_timer_init(j->n->loop, &t->timer);
+    t->timer.data = t;
+    t->j = j;
+    t->t0 = t->mark = wn__now();
+    t->due = t->t0 + (wn__sim_layers(j) > 0 ? wn__sim_sec(j, 0) : 0);
+    /* the first check in a later turn of the loop, as a compute task's end */
+    uv_update_time(j->n->loop);
+    uv_timer_start(&t->timer, wn__sim_run, 0, 0);
+    return 0;
 }
 
 /* Runs the current stage on the compute thread. */
@@ -311,11 +390,6 @@ static void wn__work(void *arg)
 {
     wn_job *j = arg;
     double t0 = wn__now();
-    if (j->sim) {
-        wn__sim_work(j);
-        wn__task_time(j, t0);
-        return;
-    }
     if (j->stage == WN_EVAL || j->stage == WN_EVAL_METRICS) {
         const wn_eval_buf *eb = wn__eval_buf(j, j->eval_k);
         exec_set_batch(&j->ex, (int)eb->n);
@@ -987,7 +1061,8 @@ void wn__advance(wn_job *j)
      * after the task, whose time would count twice */
     wn__wait(j, j->wait);
     j->mark = 0; /* computing */
-    if (compute_submit(&wn_of(j->n)->comp, wn__work, wn__work_done, j) < 0) {
+    if (j->sim ? wn__sim_start(j) < 0
+               : compute_submit(&wn_of(j->n)->comp, wn__work, wn__work_done, j) < 0) {
         wn__abort(j->n, j, "out of memory queueing a compute task");
         return;
     }

@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 static int sim__number(const char *s, double *out)
 {
@@ -201,21 +200,4 @@ double sim_layer_sec(const sim_times *t, int layer, bool backward, uint32_t samp
     if (layer < 0 || layer >= t->nlayers)
         return 0;
     return (backward ? t->bwd[layer] : t->fwd[layer]) * samples;
-}
-
-void sim_spend(double sec)
-{
-    if (!(sec > 0))
-        return;
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    double whole = floor(sec);
-    until.tv_sec += (time_t)whole;
-    until.tv_nsec += (long)((sec - whole) * 1e9);
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) == EINTR)
-        ;
 }

@@ -62,5 +62,3 @@ void sim_times_deinit(sim_times *t);
 /* Seconds of layer's pass over `samples` samples. */
 double sim_layer_sec(const sim_times *t, int layer, bool backward, uint32_t samples);
 
-/* Spends sec seconds on the calling thread without taking a core. */
-void sim_spend(double sec);

@@ -258,6 +258,13 @@ static void wn__sim_zero_grads(wn_job *j, int layer)
     }
 }
 
+/* Samples in the current micro-batch of the share. */
+static uint32_t wn__micro_count(const wn_job *j)
+{
+    uint32_t first = j->micro * j->mb;
+    return j->batch - first < j->mb ? j->batch - first : j->mb;
+}
+
 /* Simulated compute (sim.h) runs on the loop, not the compute thread: a
  * task's layers are deadlines of one timer, so that a replica's simulated
  * step costs no thread hand-over, futex or sleep per layer (with 64 replicas
@@ -287,10 +294,9 @@ static double wn__sim_sec(wn_job *j, int c)
     const sim_times *st = &j->sim_t;
     if (j->stage == WN_EVAL)
         return sim_layer_sec(st, j->layer, false, wn__eval_buf(j, j->eval_k)->n) / wn__parts(j);
-    uint32_t first = j->micro * j->mb;
-    uint32_t count = j->batch - first < j->mb ? j->batch - first : j->mb;
     bool backward = j->stage == WN_BACKWARD;
-    return sim_layer_sec(st, backward ? j->layer - c : j->layer + c, backward, count) / wn__parts(j);
+    return sim_layer_sec(st, backward ? j->layer - c : j->layer + c, backward, wn__micro_count(j)) /
+           wn__parts(j);
 }
 
 /* The c-th layer's time is spent (`sec` of it, measured): its gradients,
@@ -315,8 +321,7 @@ static void wn__sim_layer_done(wn_job *j, int c, double sec)
 static void wn__sim_end(wn_job *j)
 {
     const sim_times *st = &j->sim_t;
-    uint32_t first = j->micro * j->mb;
-    uint32_t count = j->batch - first < j->mb ? j->batch - first : j->mb;
+    uint32_t count = wn__micro_count(j);
     if (j->stage == WN_EVAL_METRICS) {
         const wn_eval_buf *eb = wn__eval_buf(j, j->eval_k);
         j->metrics.samples += eb->n;
@@ -347,15 +352,13 @@ static void wn__sim_run(uv_timer_t *tm)
     wn_sim_task *t = tm->data;
     wn_job *j = t->j;
     int n = wn__sim_layers(j);
-    for (;;) {
+    while (t->c < n) {
         double now = wn__now();
-        if (t->c < n && t->due - now >= 0.0005) {
+        if (t->due - now >= 0.0005) {
             uv_update_time(tm->loop);
             uv_timer_start(tm, wn__sim_run, (uint64_t)((t->due - now) * 1000 + 0.5), 0);
             return;
         }
-        if (t->c >= n)
-            break;
         wn__sim_layer_done(j, t->c, now - t->mark);
         t->mark = now;
         if (++t->c < n)
@@ -410,7 +413,7 @@ static void wn__work(void *arg)
     uint32_t first = j->micro * j->mb; /* the micro-batch's first sample in the share */
     if (j->stage == WN_FORWARD) {
         if (j->layer == 0) {
-            uint32_t count = j->batch - first < j->mb ? j->batch - first : j->mb;
+            uint32_t count = wn__micro_count(j);
             exec_set_batch(&j->ex, (int)count);
             j->ex.sample_offset = (uint64_t)j->batch_offset + first;
             j->ex.micro_later = j->ex.accumulate = j->micro > 0;

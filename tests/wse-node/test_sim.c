@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "mlp.h"
@@ -123,33 +122,12 @@ START_TEST(times)
 }
 END_TEST
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-START_TEST(spends)
-{
-    double t0 = now();
-    sim_spend(0.05);
-    double d = now() - t0;
-    ck_assert_msg(d >= 0.05 && d < 0.5, "spent %.4f s for 0.05", d);
-    t0 = now();
-    sim_spend(0);
-    sim_spend(-1);
-    ck_assert(now() - t0 < 0.01);
-}
-END_TEST
-
 static Suite *suite(void)
 {
     Suite *s = suite_create("sim");
     TCase *t = tcase_create("sim");
     tcase_add_test(t, options);
     tcase_add_test(t, times);
-    tcase_add_test(t, spends);
     suite_add_tcase(s, t);
     return s;
 }

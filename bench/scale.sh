@@ -9,7 +9,7 @@
 # with N), in Weight Streaming.
 #
 # The wse-nodes simulate their compute (--simulate-compute measured:TABLE):
-# every layer's pass sleeps the seconds per sample measured first on the
+# every layer's pass waits (a timer) the seconds per sample measured first on the
 # real kernels of this machine (one replica, one thread, SCALE_MEASURE_STEPS
 # steps, from its /metrics), while the weights, batches, gradients, sums,
 # losses and step accounting all happen for real. The model is chosen so

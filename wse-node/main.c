@@ -42,14 +42,14 @@ int main(int argc, char **argv)
                  "type %s", w.blas.failed, w.blas.why, w.blas.core);
     else if (w.blas.named[0])
         log_info("OpenBLAS named core %s, %s (%s) allows: tried %s; "
-                 "the kernels run on core type %s, the fastest that passed its self-check",
+                 "the kernels run on core type %s, the newest that passed its self-check",
                  w.blas.named,
                  strstr(w.blas.tried, "beyond the cap") ? "newer than the kernels' cap"
                                                         : "older than this processor",
                  kernels_isa_name(kernels_isa_level()), w.blas.tried, w.blas.core);
     else if (w.blas.tried[0])
-        log_info("OpenBLAS core %s passed its start-up self-check; newer cores were no faster "
-                 "here (%s)", w.blas.core, w.blas.tried);
+        log_info("OpenBLAS core %s passed its start-up self-check; no newer core computes right "
+                 "here, or one at under half its speed (%s)", w.blas.core, w.blas.tried);
     else
         log_info("OpenBLAS core %s passed its start-up self-check", w.blas.core);
     if (kernels_isa_level() != kernels_isa_processor())

@@ -277,7 +277,7 @@ int blas_guard(char **argv, blas_status *st, char *err, size_t errlen)
     return -1;
 }
 
-/* ---- the search for the best core ---- */
+/* ---- the search for a newer core ---- */
 
 /* OpenBLAS's x86-64 core types in the order of what they need, each with
  * the instruction set of ours that allows it (older ones: any). */
@@ -293,7 +293,7 @@ static const struct {
     {"Bobcat", 1, KERNELS_ISA_BASE},      {"Bulldozer", 2, KERNELS_ISA_BASE},
     {"Piledriver", 2, KERNELS_ISA_BASE},  {"Steamroller", 2, KERNELS_ISA_BASE},
     {"Excavator", 2, KERNELS_ISA_BASE},   {"Sandybridge", 3, KERNELS_ISA_BASE},
-    {"Haswell", 4, KERNELS_ISA_AVX2},     {"Zen", 4, KERNELS_ISA_AVX2},
+    {"Zen", 4, KERNELS_ISA_AVX2},         {"Haswell", 4, KERNELS_ISA_AVX2},
     {"SkylakeX", 5, KERNELS_ISA_AVX512},  {"Cooperlake", 6, KERNELS_ISA_AVX512_BF16},
 };
 #define NCORES (sizeof(cores) / sizeof(cores[0]))
@@ -428,10 +428,15 @@ int blas_probe_core(const char *core, double *gflops, char *why, size_t whylen)
 }
 
 /* When OpenBLAS named a core older than the processor allows (and nobody
- * chose one): each newer core the instruction set allows, and the named
- * one, probed; the fastest that computes right kept by executing the
- * program again on it when it beats the named one by a tenth. 0 to go on
- * as it is (st->tried says what was found), -1 after a failed exec. */
+ * chose one): the named one and each newer core the instruction set
+ * allows probed, and the newest that computes right kept by executing the
+ * program again on it, unless it runs at under half the named one's
+ * speed. The timings are for the log, not the choice: two cores of one
+ * generation time alike (Cooperlake and SkylakeX: 103 and 103 GFLOP/s on
+ * an idle Xeon, 98 and 146 on a busy one) but round differently, so a
+ * choice by speed made the same job on the same machine train to other
+ * bits after a restart. 0 to go on as it is (st->tried says what was
+ * found), -1 after a failed exec. */
 static int blas_search(char **argv, blas_status *st, char *err, size_t errlen)
 {
     const char *better[NCORES];
@@ -445,15 +450,14 @@ static int blas_search(char **argv, blas_status *st, char *err, size_t errlen)
     if (nb == 0 || getenv("OPENBLAS_CORETYPE") || (off && strcmp(off, "off") == 0))
         return 0;
     char why[256];
-    double base = 0, best_g;
+    double base = 0, chosen_g = 0;
     if (!over && blas_probe_core(st->core, &base, why, sizeof(why)) < 0)
         base = 0;
-    const char *best = st->core;
-    best_g = base;
+    const char *chosen = NULL;
     size_t used = over ? (size_t)snprintf(st->tried, sizeof(st->tried), "%s beyond the cap",
                                           st->core)
                        : (size_t)snprintf(st->tried, sizeof(st->tried), "%s %.0f", st->core, base);
-    for (int i = 0; i < nb; i++) {
+    for (int i = 0; i < nb; i++) { /* the newest first */
         double g;
         int ok = blas_probe_core(better[i], &g, why, sizeof(why)) == 0;
         if (used < sizeof(st->tried) && ok)
@@ -462,24 +466,24 @@ static int blas_search(char **argv, blas_status *st, char *err, size_t errlen)
         else if (used < sizeof(st->tried))
             used += (size_t)snprintf(st->tried + used, sizeof(st->tried) - used,
                                      ", %s failed (%s)", better[i], why);
-        if (ok && g > best_g) {
-            best_g = g;
-            best = better[i];
+        if (ok && !chosen) {
+            chosen = better[i];
+            chosen_g = g;
         }
     }
     if (used < sizeof(st->tried))
         snprintf(st->tried + used, sizeof(st->tried) - used, " GFLOP/s");
-    if (best == st->core || (!over && best_g < 1.1 * base))
+    if (!chosen || (!over && chosen_g < 0.5 * base))
         return 0;
     char note[sizeof(st->tried) + 40];
     snprintf(note, sizeof(note), "%s\n%s", st->core, st->tried);
-    if (setenv(CHOSEN_ENV, note, 1) < 0 || setenv("OPENBLAS_CORETYPE", best, 1) < 0) {
+    if (setenv(CHOSEN_ENV, note, 1) < 0 || setenv("OPENBLAS_CORETYPE", chosen, 1) < 0) {
         unsetenv(CHOSEN_ENV);
         return 0; /* on as it is */
     }
     fflush(NULL);
     execv("/proc/self/exe", argv);
-    snprintf(err, errlen, "OpenBLAS core %s is faster here than the %s it named, and the "
-             "program cannot start again with it: %s", best, st->core, strerror(errno));
+    snprintf(err, errlen, "OpenBLAS core %s is newer than the %s it named, and the "
+             "program cannot start again with it: %s", chosen, st->core, strerror(errno));
     return -1;
 }

@@ -68,12 +68,14 @@ typedef struct blas_status {
  * a core older than the processor allows (Prescott on an AVX-512 machine
  * whose model the library does not know), and neither OPENBLAS_CORETYPE
  * nor APPLIANCE_BLAS_SEARCH=off is set, probes the named core and each
- * newer one the processor allows (blas_probe_core) and, when the fastest
- * that computes right beats the named one by a tenth, executes the
- * program again on it (st->named and st->tried then say what was found,
- * for the log). Where the named core needs more than kernels_isa_level
- * allows (a processor's paths run as an older one's: ONEDNN_MAX_CPU_ISA),
- * the fastest core the cap allows runs instead. When they fail, sets
+ * newer one the processor allows (blas_probe_core) and executes the
+ * program again on the newest that computes right, unless it runs at
+ * under half the named one's speed: a rule of the processor, so that every
+ * start picks the same core and computes the same bits (st->named and
+ * st->tried then say what was found, for the log). Where the named core
+ * needs more than kernels_isa_level allows (a processor's paths run as an
+ * older one's: ONEDNN_MAX_CPU_ISA), the newest core the cap allows runs
+ * instead. When they fail, sets
  * OPENBLAS_CORETYPE to blas_fallback_core and executes the program again
  * (OpenBLAS reads it only when it loads), noting the failure in the
  * environment so that the new image reports it in *st. Returns 0 with *st

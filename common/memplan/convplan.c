@@ -288,3 +288,24 @@ size_t convplan_dense_bf16_workspace(int n, int in_f, int out_f)
     size_t dy = convplan_dense_bf16_dy_workspace(n, in_f, out_f);
     return dy > w && dy <= CONVPLAN_DENSE_BF16_MAX ? dy : w;
 }
+
+/* The float32 bytes of a band of p grid planes: the grid's and the
+ * volume's planes it covers, each with its gradient. */
+static uint64_t convplan__c3d_band_bytes(uint64_t p, uint64_t grid, uint64_t vol, int stride,
+                                         int reach)
+{
+    uint64_t vp = (p - 1) * (uint64_t)(stride > 0 ? stride : 1) + (uint64_t)(reach > 0 ? reach : 1);
+    return 2 * sizeof(float) * (p * grid + vp * vol);
+}
+
+int convplan_c3d_band_planes(int gd, uint64_t grid, uint64_t vol, int stride, int reach,
+                             uint64_t budget)
+{
+    if (gd <= 2 || convplan__c3d_band_bytes((uint64_t)gd, grid, vol, stride, reach) <= budget)
+        return gd > 0 ? gd : 1;
+    int p = 2;
+    while (p < gd &&
+           convplan__c3d_band_bytes((uint64_t)p + 1, grid, vol, stride, reach) <= budget)
+        p++;
+    return p;
+}

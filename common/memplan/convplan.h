@@ -7,6 +7,7 @@
 #pragma once
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Shape of one convolution. Zero stride or dilation is taken as 1. */
 typedef struct op_conv2d_params {
@@ -183,3 +184,21 @@ size_t convplan_dense_bf16_workspace(int n, int in_f, int out_f);
  * scratch. The layer's workspace has this room too where it stays under
  * CONVPLAN_DENSE_BF16_MAX; elsewhere the pass is not taken. */
 size_t convplan_dense_bf16_dy_workspace(int n, int in_f, int out_f);
+
+/* Depth bands of a 3-D convolution or transposed convolution on oneDNN
+ * (wse-node/kernels/c3d_band.c). oneDNN's kernels read and write whole
+ * operands in their own layouts, so a layer at 128^3 with 64 channels in
+ * would take about a GiB of copies; above CONVPLAN_C3D_BAND_BYTES a layer
+ * runs in bands of the planes of its window grid (a convolution's output,
+ * a transposed one's input), each with the volume's planes its windows
+ * reach, and its copies are a band's. */
+#define CONVPLAN_C3D_BAND_BYTES ((uint64_t)128 << 20)
+
+/* Planes of the window grid per band: all gd where the whole layer's
+ * float32 operands (its grid and volume, each with its gradient) stay
+ * within budget bytes (CONVPLAN_C3D_BAND_BYTES), else as many as fit, at
+ * least 2. grid and vol are the elements of one plane of each over its
+ * channels and samples; stride and reach (dilation * (kernel - 1) + 1)
+ * along depth. Pure arithmetic: the kernels and the plan band alike. */
+int convplan_c3d_band_planes(int gd, uint64_t grid, uint64_t vol, int stride, int reach,
+                             uint64_t budget);

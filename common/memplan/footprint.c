@@ -85,12 +85,32 @@ uint64_t footprint_vol_workspace(const model_layer *l, int n, int threads, bool 
      * oneDNN's to say; taken here as a weight gradient's partial sums per
      * thread, the most its direct kernels ask for. An estimate from
      * above: the executor holds at least what the kernels ask
-     * (exec.c). */
+     * (exec.c). A layer whose operands exceed CONVPLAN_C3D_BAND_BYTES
+     * runs in depth bands (c3d_band.c): its operands are a band's, beside
+     * the band's plain float32 copies of its input, output (or its
+     * gradient), input gradient and weight gradient. */
     uint64_t e = bf16 ? sizeof(uint16_t) : sizeof(float);
     uint64_t ci = ((uint64_t)l->in.d[0] + 15) / 16 * 16, co = ((uint64_t)l->out.d[0] + 15) / 16 * 16;
     uint64_t nn = (uint64_t)(n > 0 ? n : 1);
-    uint64_t vin = (uint64_t)l->in.d[1] * (uint64_t)l->in.d[2] * (uint64_t)l->in.d[3];
-    uint64_t vout = (uint64_t)l->out.d[1] * (uint64_t)l->out.d[2] * (uint64_t)l->out.d[3];
+    uint64_t hw_in = (uint64_t)l->in.d[2] * (uint64_t)l->in.d[3];
+    uint64_t hw_out = (uint64_t)l->out.d[2] * (uint64_t)l->out.d[3];
+    int d_in = (int)l->in.d[1], d_out = (int)l->out.d[1], gd = t ? d_in : d_out;
+    int st = l->stride[0] > 0 ? l->stride[0] : 1;
+    int reach = (l->dilation[0] > 0 ? l->dilation[0] : 1) * (l->kernel[0] - 1) + 1;
+    uint64_t xe = nn * (uint64_t)l->in.d[0] * hw_in, ye = nn * (uint64_t)l->out.d[0] * hw_out;
+    int p = convplan_c3d_band_planes(gd, t ? xe : ye, t ? ye : xe, st, reach,
+                                     CONVPLAN_C3D_BAND_BYTES);
+    uint64_t temps = 0;
+    if (p < gd) { /* a band's planes: the grid's p, the volume's those they reach */
+        int vp = (p - 1) * st + reach;
+        d_in = t ? p : (vp < d_in ? vp : d_in);
+        d_out = t ? (vp < d_out ? vp : d_out) : p;
+        temps = 2 * footprint__r64(xe * (uint64_t)d_in * sizeof(float)) +
+                footprint__r64(ye * (uint64_t)d_out * sizeof(float)) +
+                footprint__r64((uint64_t)l->in.d[0] * (uint64_t)l->out.d[0] * krs * sizeof(float)) +
+                64;
+    }
+    uint64_t vin = (uint64_t)d_in * hw_in, vout = (uint64_t)d_out * hw_out;
     uint64_t x = footprint__r64(nn * ci * vin * e), y = footprint__r64(nn * co * vout * e);
     uint64_t w = footprint__r64(ci * co * krs * e), dw = footprint__r64(ci * co * krs * sizeof(float));
     uint64_t dx = footprint__r64(nn * ci * vin * sizeof(float));
@@ -98,7 +118,7 @@ uint64_t footprint_vol_workspace(const model_layer *l, int n, int threads, bool 
     uint64_t fwd = x + w + y + scratch + footprint__r64(co * sizeof(float));
     uint64_t wgrad = x + dw + scratch, dgrad = w + (bf16 ? dx : x) + scratch;
     uint64_t bwd = y + (wgrad > dgrad ? wgrad : dgrad) + y;
-    uint64_t dnnl = (fwd > bwd ? fwd : bwd) + 64;
+    uint64_t dnnl = (fwd > bwd ? fwd : bwd) + 64 + temps;
     return vol2col > dnnl ? vol2col : dnnl;
 }
 

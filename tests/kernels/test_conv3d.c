@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "bf16.h"
+#include "conv3d_dnnl.h"
 #include "kernels.h"
 #include "kernels_internal.h"
 #include "kt.h"
@@ -101,8 +102,10 @@ static size_t ny_of(const op_conv3d_params *p)
     return (size_t)p->n * p->k * op_conv3d_out_d(p) * op_conv3d_out_h(p) * op_conv3d_out_w(p);
 }
 
-/* Pieces that ran on oneDNN over a check, by describe's account. */
+/* Pieces that ran on oneDNN over a check, by describe's account, and the
+ * shapes that ran in depth bands (c3d_band.c). */
 static unsigned onednn_seen;
+static int banded_seen;
 
 static void conv_matches_ref(void)
 {
@@ -120,6 +123,7 @@ static void conv_matches_ref(void)
         float *ws = ws_new(wsb);
         char how[512];
         onednn_seen |= op_conv3d_describe(&p, 0, how, sizeof(how));
+        banded_seen += strstr(how, "depth bands") != NULL;
         if (t < NFIXED && kern__conv_get_path() != KERN__CONV_IM2COL)
             printf("conv3d c%d k%d %dx%dx%d: %s\n", p.c, p.k, p.d, p.h, p.w, how);
         kt_fill(&r, x, nx, -1, 1);
@@ -333,6 +337,7 @@ static void convt_matches_ref(void)
         float *ws = ws_new(wsb);
         char how[512];
         onednn_seen |= op_conv_transpose3d_describe(&q, 0, how, sizeof(how));
+        banded_seen += strstr(how, "depth bands") != NULL;
         if (t < NFIXED && kern__conv_get_path() != KERN__CONV_IM2COL)
             printf("conv_transpose3d c%d k%d %dx%dx%d: %s\n", q.c, q.k, q.d, q.h, q.w, how);
         kt_fill(&r, x, nx, -1, 1);
@@ -464,6 +469,32 @@ START_TEST(test_conv_transpose3d_gradients_fd_vol2col)
 {
     on_path(KERN__CONV_IM2COL, convt_gradients_fd, 0);
 }
+END_TEST
+
+/* Depth bands: every layer with more than two planes in its window grid
+ * runs in bands of two (a budget of one byte), so that the bands' edges
+ * (the first band's padding, windows shared between bands, a short last
+ * band, strides that skip planes, a transposed convolution's output
+ * padding) meet the same references, finite differences and bfloat16
+ * checks as whole layers. */
+static void banded(void (*check)(void), int covers)
+{
+    kern__c3d_set_band_bytes(1);
+    banded_seen = 0;
+    on_path(KERN__CONV_BLOCKED, check, covers);
+    kern__c3d_set_band_bytes(0);
+    if (kern__conv_have_onednn() && kernels_isa_level() >= KERNELS_ISA_AVX2 && covers)
+        ck_assert_int_ge(banded_seen, 4);
+    printf("%d shapes in depth bands\n", banded_seen);
+}
+
+START_TEST(test_conv3d_banded) { banded(conv_matches_ref, 1); }
+END_TEST
+START_TEST(test_conv3d_banded_fd) { banded(conv_gradients_fd, 0); }
+END_TEST
+START_TEST(test_conv_transpose3d_banded) { banded(convt_matches_ref, 1); }
+END_TEST
+START_TEST(test_conv_transpose3d_banded_fd) { banded(convt_gradients_fd, 0); }
 END_TEST
 
 /* Two threads: vol2col's bands and (image, channel) pairs split over the
@@ -689,7 +720,21 @@ static void conv_bf16_case(int t, const op_conv3d_params *p, int bias, int must)
     free(y2); free(dx2); free(dw2); free(db2); free(ry); free(rdx); free(rdw); free(ws);
 }
 
-START_TEST(test_conv3d_bf16)
+static void conv3d_bf16(void);
+
+START_TEST(test_conv3d_bf16) { conv3d_bf16(); }
+END_TEST
+
+/* Mixed precision in depth bands of two planes */
+START_TEST(test_conv3d_bf16_banded)
+{
+    kern__c3d_set_band_bytes(1);
+    conv3d_bf16();
+    kern__c3d_set_band_bytes(0);
+}
+END_TEST
+
+static void conv3d_bf16(void)
 {
     kernels_set_threads(2);
     /* a 3D U-Net's second layer (32 -> 32), a strided one, one of 8
@@ -723,7 +768,6 @@ START_TEST(test_conv3d_bf16)
     }
     kernels_set_threads(1);
 }
-END_TEST
 
 int main(void)
 {
@@ -741,6 +785,11 @@ int main(void)
     tcase_add_test(tc, test_threads);
     tcase_add_test(tc, test_threads_vol2col);
     tcase_add_test(tc, test_conv3d_bf16);
+    tcase_add_test(tc, test_conv3d_banded);
+    tcase_add_test(tc, test_conv3d_banded_fd);
+    tcase_add_test(tc, test_conv_transpose3d_banded);
+    tcase_add_test(tc, test_conv_transpose3d_banded_fd);
+    tcase_add_test(tc, test_conv3d_bf16_banded);
     suite_add_tcase(s, tc);
     return kt_run(s);
 }

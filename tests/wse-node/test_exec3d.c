@@ -13,6 +13,7 @@
 #include "exec.h"
 #include "footprint.h"
 #include "kernels.h"
+#include "kernels_internal.h"
 #include "memplan.h"
 #include "op_conv3d.h"
 #include "op_conv_transpose3d.h"
@@ -326,6 +327,9 @@ START_TEST(workspace_bound)
         {LAYER_CONV3D, 1, 32, 64, 3, 1},          {LAYER_CONV3D, 32, 32, 64, 3, 1},
         {LAYER_CONV3D, 64, 64, 32, 3, 1},         {LAYER_CONV3D, 32, 2, 64, 1, 1},
         {LAYER_CONV_TRANSPOSE3D, 64, 32, 32, 2, 2},
+        /* SKM-TEA's full-resolution layers at 128^3, in depth bands */
+        {LAYER_CONV3D, 64, 32, 128, 3, 1},        {LAYER_CONV3D, 32, 32, 128, 3, 1},
+        {LAYER_CONV_TRANSPOSE3D, 64, 32, 64, 2, 2},
     };
     for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
         model_layer l;
@@ -367,6 +371,13 @@ START_TEST(workspace_bound)
                    shapes[i].k, s, bf16 ? " (mixed)" : "", plan / 1048576.0, k / 1048576.0);
             ck_assert_msg(plan >= k, "shape %zu: planned %llu, the kernels %zu", i,
                           (unsigned long long)plan, k);
+            /* in bands (c3d_band.c), where oneDNN runs: a band's copies,
+             * not the GiB of the whole layer's */
+            if (s * (l.type == LAYER_CONV3D ? 1 : 2) >= 128 && kern__conv_have_onednn() &&
+                kernels_isa_level() >= KERNELS_ISA_AVX2)
+                ck_assert_msg(plan < ((uint64_t)400 << 20) && k < ((size_t)400 << 20),
+                              "shape %zu: planned %llu, the kernels %zu", i,
+                              (unsigned long long)plan, k);
         }
     }
 }

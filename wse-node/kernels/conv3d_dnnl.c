@@ -51,8 +51,10 @@ const char *kern__c3d_why_f32(int outputs, int least)
 #ifdef KERNELS_HAVE_DNNL
 
 /* Shapes kept, as conv_blocked.c keeps 2-D ones; later ones run on vol2col
- * (a 3D U-Net has a few dozen in either precision). */
-#define SLOTS 64
+ * (a 3D U-Net has a few dozen in either precision, and a layer run in
+ * depth bands (c3d_band.c) up to three more: its first, middle and last
+ * bands). */
+#define SLOTS 256
 
 /* A tensor in a primitive's layout: its descriptor, a memory pointed at
  * the workspace per call, and the reorder from (to_user 0) or to (1) the
@@ -328,7 +330,7 @@ static c3d_entry *entry_of(const kern__c3d *g, int bf16, dnnl_stream_t *st)
     return e;
 }
 
-unsigned kern__c3d_pieces(const kern__c3d *g, int bf16)
+unsigned kern__c3d_whole_pieces(const kern__c3d *g, int bf16)
 {
     dnnl_stream_t st;
     c3d_entry *e = entry_of(g, bf16, &st);
@@ -360,7 +362,7 @@ static size_t fwd_bytes(const c3d_entry *e)
            round64((size_t)e->g.k * sizeof(float));
 }
 
-size_t kern__c3d_bytes(const kern__c3d *g, int bf16, unsigned pieces)
+size_t kern__c3d_whole_bytes(const kern__c3d *g, int bf16, unsigned pieces)
 {
     dnnl_stream_t st;
     c3d_entry *e = entry_of(g, bf16, &st);
@@ -412,7 +414,7 @@ static int exec(c3d_entry *e, int i, dnnl_stream_t st, dnnl_exec_arg_t *args, in
     return dnnl_primitive_execute(e->prim[i], st, na, args) == dnnl_success ? 0 : -1;
 }
 
-int kern__c3d_forward(int bf16, const kern__c3d *g, float *out, const float *in,
+int kern__c3d_whole_forward(int bf16, const kern__c3d *g, float *out, const float *in,
                       const float *weight, const float *bias, void *ws, size_t ws_bytes)
 {
     dnnl_stream_t st;
@@ -443,7 +445,7 @@ int kern__c3d_forward(int bf16, const kern__c3d *g, float *out, const float *in,
            dnnl_stream_wait(st) == dnnl_success;
 }
 
-unsigned kern__c3d_backward(int bf16, const kern__c3d *g, unsigned pieces, float *din,
+unsigned kern__c3d_whole_backward(int bf16, const kern__c3d *g, unsigned pieces, float *din,
                             float *dweight, const float *dout, const float *in,
                             const float *weight, void *ws, size_t ws_bytes)
 {
@@ -504,7 +506,7 @@ static const char *tag_name(const dnnl_memory_desc_t *md)
     return "another layout";
 }
 
-unsigned kern__c3d_describe(const kern__c3d *g, int bf16, char *out, size_t len)
+unsigned kern__c3d_whole_describe(const kern__c3d *g, int bf16, char *out, size_t len)
 {
     dnnl_stream_t st;
     c3d_entry *e = entry_of(g, bf16, &st);
@@ -532,30 +534,30 @@ unsigned kern__c3d_describe(const kern__c3d *g, int bf16, char *out, size_t len)
 
 #else /* !KERNELS_HAVE_DNNL */
 
-unsigned kern__c3d_pieces(const kern__c3d *g, int bf16)
+unsigned kern__c3d_whole_pieces(const kern__c3d *g, int bf16)
 {
     return 0;
 }
 
-size_t kern__c3d_bytes(const kern__c3d *g, int bf16, unsigned pieces)
+size_t kern__c3d_whole_bytes(const kern__c3d *g, int bf16, unsigned pieces)
 {
     return 0;
 }
 
-int kern__c3d_forward(int bf16, const kern__c3d *g, float *out, const float *in,
+int kern__c3d_whole_forward(int bf16, const kern__c3d *g, float *out, const float *in,
                       const float *weight, const float *bias, void *ws, size_t ws_bytes)
 {
     return 0;
 }
 
-unsigned kern__c3d_backward(int bf16, const kern__c3d *g, unsigned pieces, float *din,
+unsigned kern__c3d_whole_backward(int bf16, const kern__c3d *g, unsigned pieces, float *din,
                             float *dweight, const float *dout, const float *in,
                             const float *weight, void *ws, size_t ws_bytes)
 {
     return 0;
 }
 
-unsigned kern__c3d_describe(const kern__c3d *g, int bf16, char *out, size_t len)
+unsigned kern__c3d_whole_describe(const kern__c3d *g, int bf16, char *out, size_t len)
 {
     snprintf(out, len, "built without oneDNN");
     return 0;

@@ -7,6 +7,7 @@
 #define KERN_CONV3D_DNNL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* A 3-D convolution's or deconvolution's geometry in oneDNN's terms. The
  * axes are (depth, height, width). */
@@ -60,6 +61,27 @@ unsigned kern__c3d_backward(int bf16, const kern__c3d *g, unsigned pieces, float
  * into out (len bytes, terminated); the KERN__C3D_* bits of those that
  * run there. */
 unsigned kern__c3d_describe(const kern__c3d *g, int bf16, char *out, size_t len);
+
+/* The pieces above on the whole volume in one go (conv3d_dnnl.c); the
+ * kern__c3d_* calls run these on each depth band (c3d_band.c) where the
+ * layer is banded (convplan_c3d_band_planes), else straight through. */
+unsigned kern__c3d_whole_pieces(const kern__c3d *g, int bf16);
+size_t kern__c3d_whole_bytes(const kern__c3d *g, int bf16, unsigned pieces);
+int kern__c3d_whole_forward(int bf16, const kern__c3d *g, float *out, const float *in,
+                            const float *weight, const float *bias, void *ws, size_t ws_bytes);
+unsigned kern__c3d_whole_backward(int bf16, const kern__c3d *g, unsigned pieces, float *din,
+                                  float *dweight, const float *dout, const float *in,
+                                  const float *weight, void *ws, size_t ws_bytes);
+unsigned kern__c3d_whole_describe(const kern__c3d *g, int bf16, char *out, size_t len);
+
+/* The depth bands of layer g: the window grid's planes per band (all of
+ * them where the layer is not banded), as convplan_c3d_band_planes says
+ * for its shape. */
+int kern__c3d_band_planes(const kern__c3d *g);
+/* Tests: the bytes a layer's operands may take before it is banded
+ * (0: CONVPLAN_C3D_BAND_BYTES, the plan's), so that small volumes run in
+ * bands. From the operators' thread, between layers. */
+void kern__c3d_set_band_bytes(uint64_t bytes);
 
 /* Mixed precision by the operators' rule: bfloat16 where the processor
  * and build compute in it, the layer has 8 outputs or more (in 2-D, a

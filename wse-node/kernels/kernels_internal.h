@@ -29,6 +29,9 @@ void kern__dnnl_geom_of(kern__dnnl_geom *g, int transposed, const void *params);
  * left from there. */
 void *kern__ws_aligned(void *ws, size_t ws_bytes, size_t *avail);
 
+/* out (n, k, vol) += bias (k) on every plane, over the threads. */
+void kern__add_bias(float *out, const float *bias, int n, int k, size_t vol);
+
 /* A monotonic clock in nanoseconds, and the time since t0 of it added to
  * kernels_layout_seconds (a layout or precision conversion that began at
  * t0). */

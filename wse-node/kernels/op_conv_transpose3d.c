@@ -99,24 +99,6 @@ size_t op_conv_transpose3d_workspace(const op_conv_transpose3d_params *p)
     return vb > d ? vb : d;
 }
 
-/* The bias added to every output plane. */
-typedef struct bias_job {
-    float *out;
-    const float *bias;
-    int k;
-    size_t vol;
-} bias_job;
-
-static void bias_range(void *ctx, size_t lo, size_t hi)
-{
-    const bias_job *j = ctx;
-    for (size_t pl = lo; pl < hi; pl++) {
-        float *y = j->out + pl * j->vol, b = j->bias[pl % (size_t)j->k];
-        for (size_t q = 0; q < j->vol; q++)
-            y[q] += b;
-    }
-}
-
 void op_conv_transpose3d_forward(float *out, const float *in, const float *weight,
                                  const float *bias, const op_conv_transpose3d_params *p, void *ws,
                                  size_t ws_bytes)
@@ -129,11 +111,8 @@ void op_conv_transpose3d_forward(float *out, const float *in, const float *weigh
         return;
     kern__vol v = vol_of(p);
     kern__vol_dgrad(out, in, weight, &v, p->n, p->c, ws, ws_bytes);
-    if (bias) {
-        size_t vol = (size_t)v.d * v.h * v.w;
-        bias_job j = {out, bias, p->k, vol};
-        kernels_for((size_t)p->n * p->k, vol >= 32768 ? 1 : 32768 / vol, bias_range, &j);
-    }
+    if (bias)
+        kern__add_bias(out, bias, p->n, p->k, (size_t)v.d * v.h * v.w);
 }
 
 void op_conv_transpose3d_backward(float *din, float *dweight, float *dbias, const float *dout,

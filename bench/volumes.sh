@@ -19,6 +19,11 @@
 #   BENCH volume_max_voxels_pytorch <voxels> voxels  where PyTorch's peak,
 #         linear in the voxels from its peaks at 64^3 and 128^3, reaches 20 GiB
 #   BENCH volume_max_voxels_vs_pytorch <ratio> of_pytorch
+#   BENCH volume_peak_bytes_per_voxel_vs_pytorch_bf16 <ratio> of_pytorch_autocast
+#         the same in mixed precision (the config's own: bfloat16 compute and
+#         kept outputs) in its leanest plan, against autocast's peak
+#   BENCH volume_max_voxels_vs_pytorch_bf16 <ratio> of_pytorch_autocast
+#         the largest cube in mixed precision against autocast's, as above
 #   BENCH skm_tea_full_volume_plan <GiB> GiB_per_replica  what the plan asks
 #         for the whole 160x512x512 volume (mixed precision)
 #
@@ -99,10 +104,15 @@ read -r l_step l_wse l_all < <(appliance "$side" "$steps" l$side false lean)
 echo "appliance ${side}^3 float32, the lean plan ($(lean "$work/l$side.yaml") a wse-node): $l_step s/step, wse-node peak $((l_wse >> 20)) MiB, every daemon $((l_all >> 20)) MiB"
 read -r b_step b_wse b_all < <(appliance "$side" "$steps" b$side true)
 echo "appliance ${side}^3 mixed precision: $b_step s/step, wse-node peak $((b_wse >> 20)) MiB, every daemon $((b_all >> 20)) MiB"
+read -r lb_step lb_wse lb_all < <(appliance "$side" "$steps" lb$side true lean)
+echo "appliance ${side}^3 mixed precision, the lean plan ($(lean "$work/lb$side.yaml") a wse-node): $lb_step s/step, wse-node peak $((lb_wse >> 20)) MiB, every daemon $((lb_all >> 20)) MiB"
 others=$((f_all - f_wse))
 voxels=$(build_plan() { "$build/client/appliance-submit" --plan --wafer-memory $((limit - others)) --threads 2 --json "$1"; }
   build_plan "$work/f$side.yaml" | "$py" -c 'import json, sys; p = json.load(sys.stdin); print(max(m.get("largest_cube_input", 0) for m in p["modes"]) ** 3)')
 echo "BENCH volume_max_voxels_appliance $voxels voxels"
+voxels_bf16=$("$build/client/appliance-submit" --plan --wafer-memory $((limit - others)) --threads 2 --json "$work/b$side.yaml" |
+  "$py" -c 'import json, sys; p = json.load(sys.stdin); print(max(m.get("largest_cube_input", 0) for m in p["modes"]) ** 3)')
+echo "BENCH volume_max_voxels_appliance_bf16 $voxels_bf16 voxels"
 full=$(job 160 1 full true 160 512 512)
 "$build/client/appliance-submit" --plan --wafer-memory 1T --threads 2 --json "$full" |
   "$py" -c 'import json, sys; p = json.load(sys.stdin); print("BENCH skm_tea_full_volume_plan %.1f GiB_per_replica" % (min(m["bytes_per_replica"] for m in p["modes"]) / 2**30))'
@@ -111,6 +121,7 @@ if "$py" -c "import torch" 2>/dev/null; then
   t=$("$py" "$src/bench/volumes/skm_tea_twin.py" --side "$side" --steps "$steps")
   tb=$("$py" "$src/bench/volumes/skm_tea_twin.py" --side "$side" --steps "$steps" --bf16)
   ts=$("$py" "$src/bench/volumes/skm_tea_twin.py" --side $((side / 2)) --steps 2)
+  tsb=$("$py" "$src/bench/volumes/skm_tea_twin.py" --side $((side / 2)) --steps 2 --bf16)
   echo "pytorch ${side}^3: $t"
   echo "pytorch ${side}^3 autocast: $tb"
   echo "pytorch $((side / 2))^3: $ts"
@@ -133,7 +144,14 @@ base = ts["peak_rss_bytes"] - per * ts["voxels"]
 t_vox = int((limit - base) / per)
 print("BENCH volume_max_voxels_pytorch %d voxels" % t_vox)
 print("BENCH volume_max_voxels_vs_pytorch %.2f of_pytorch" % (app_vox / t_vox))
-' "$f_step" "$f_all" "$b_step" "$voxels" "$limit" "$t" "$tb" "$ts" "$l_step" "$l_all"
+tsb, lb_all, app_vox_bf16 = json.loads(sys.argv[11]), int(sys.argv[12]), int(sys.argv[13])
+print("BENCH volume_peak_bytes_per_voxel_vs_pytorch_bf16 %.3f of_pytorch_autocast" % (lb_all / tb["peak_rss_bytes"]))
+per = (tb["peak_rss_bytes"] - tsb["peak_rss_bytes"]) / (tb["voxels"] - tsb["voxels"])
+base = tsb["peak_rss_bytes"] - per * tsb["voxels"]
+tb_vox = int((limit - base) / per)
+print("BENCH volume_max_voxels_pytorch_bf16 %d voxels" % tb_vox)
+print("BENCH volume_max_voxels_vs_pytorch_bf16 %.2f of_pytorch_autocast" % (app_vox_bf16 / tb_vox))
+' "$f_step" "$f_all" "$b_step" "$voxels" "$limit" "$t" "$tb" "$ts" "$l_step" "$l_all" "$tsb" "$lb_all" "$voxels_bf16"
 else
   echo "volumes: PyTorch (Debian's python3-torch) is not installed: the PyTorch figures are skipped"
 fi

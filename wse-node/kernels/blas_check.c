@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "kernels.h"
+#include "kernels_internal.h"
 
 /* Where a failed core is noted across the guard's exec: "CORE\nWHY". */
 #define FAILED_ENV "APPLIANCE_BLAS_FAILED"
@@ -48,6 +49,19 @@ static const check_shape shapes[] = {
     {0, 0, 1, 255, 127, 1.0f, 0.0f},  {0, 0, 250, 3, 40, 2.0f, 0.5f},
     {0, 0, 192, 192, 192, 1.0f, 0.0f},
 };
+
+void kern__exec_self(char **argv)
+{
+    /* by its own path, not /proc/self/exe: the process keeps its name
+     * (comm) for ps, pgrep and systemd */
+    char self[4096];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (len > 0 && (size_t)len < sizeof(self) - 1) {
+        self[len] = '\0';
+        execv(self, argv);
+    }
+    execv("/proc/self/exe", argv);
+}
 
 static float lcg_unit(uint32_t *s)
 {
@@ -271,7 +285,7 @@ int blas_guard(char **argv, blas_status *st, char *err, size_t errlen)
         return -1;
     }
     fflush(NULL);
-    execv("/proc/self/exe", argv);
+    kern__exec_self(argv);
     snprintf(err, errlen, "OpenBLAS core %s fails its self-check (%s) and the program cannot "
              "start again with core type %s: %s", st->core, why, next, strerror(errno));
     return -1;
@@ -482,7 +496,7 @@ static int blas_search(char **argv, blas_status *st, char *err, size_t errlen)
         return 0; /* on as it is */
     }
     fflush(NULL);
-    execv("/proc/self/exe", argv);
+    kern__exec_self(argv);
     snprintf(err, errlen, "OpenBLAS core %s is newer than the %s it named, and the "
              "program cannot start again with it: %s", chosen, st->core, strerror(errno));
     return -1;

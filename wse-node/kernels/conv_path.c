@@ -603,15 +603,7 @@ int kernels_omp_wait(char **argv)
     if (setenv("GOMP_SPINCOUNT", KERNELS_OMP_SPINCOUNT, 1) < 0)
         return -1;
     fflush(NULL);
-    /* by its own path, not /proc/self/exe: the process keeps its name
-     * (comm) for ps, pgrep and systemd */
-    char self[4096];
-    ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (len > 0 && (size_t)len < sizeof(self) - 1) {
-        self[len] = '\0';
-        execv(self, argv);
-    }
-    execv("/proc/self/exe", argv);
+    kern__exec_self(argv);
     return -1;
 #else
     (void)argv;

@@ -29,6 +29,10 @@ void kern__dnnl_geom_of(kern__dnnl_geom *g, int transposed, const void *params);
  * left from there. */
 void *kern__ws_aligned(void *ws, size_t ws_bytes, size_t *avail);
 
+/* Executes this program again with argv, by its own path (so that it
+ * keeps its name), else /proc/self/exe; returns only on failure (errno). */
+void kern__exec_self(char **argv);
+
 /* out (n, k, vol) += bias (k) on every plane, over the threads. */
 void kern__add_bias(float *out, const float *bias, int n, int k, size_t vol);
 

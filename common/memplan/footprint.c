@@ -87,8 +87,7 @@ uint64_t footprint_vol_workspace(const model_layer *l, int n, int threads, bool 
      * above: the executor holds at least what the kernels ask
      * (exec.c). A layer whose operands exceed CONVPLAN_C3D_BAND_BYTES
      * runs in depth bands (c3d_band.c): its operands are a band's, beside
-     * the band's plain float32 copies of its input, output (or its
-     * gradient), input gradient and weight gradient. */
+     * a band's weight gradient (the bands' are summed). */
     uint64_t e = bf16 ? sizeof(uint16_t) : sizeof(float);
     uint64_t ci = ((uint64_t)l->in.d[0] + 15) / 16 * 16, co = ((uint64_t)l->out.d[0] + 15) / 16 * 16;
     uint64_t nn = (uint64_t)(n > 0 ? n : 1);
@@ -105,9 +104,7 @@ uint64_t footprint_vol_workspace(const model_layer *l, int n, int threads, bool 
         int vp = (p - 1) * st + reach;
         d_in = t ? p : (vp < d_in ? vp : d_in);
         d_out = t ? (vp < d_out ? vp : d_out) : p;
-        temps = 2 * footprint__r64(xe * (uint64_t)d_in * sizeof(float)) +
-                footprint__r64(ye * (uint64_t)d_out * sizeof(float)) +
-                footprint__r64((uint64_t)l->in.d[0] * (uint64_t)l->out.d[0] * krs * sizeof(float)) +
+        temps = footprint__r64((uint64_t)l->in.d[0] * (uint64_t)l->out.d[0] * krs * sizeof(float)) +
                 64;
     }
     uint64_t vin = (uint64_t)d_in * hw_in, vout = (uint64_t)d_out * hw_out;

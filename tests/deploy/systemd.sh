@@ -78,7 +78,14 @@ cp -a "$cached" "$root"
 # 2. The appliance installed as a distribution would: /usr, /etc.
 step "meson install --destdir"
 dbuild="$build/deploy-usr"
-if [ ! -f "$dbuild/build.ninja" ]; then
+# the build under test itself where it was set up for /usr and /etc (CI's:
+# .ci/run), else a second one beside it
+if meson introspect --buildoptions "$build" 2>/dev/null | "$py" -c '
+import json, sys
+o = {x["name"]: x["value"] for x in json.load(sys.stdin)}
+sys.exit(0 if o.get("prefix") == "/usr" and o.get("sysconfdir") in ("/etc", "etc") else 1)'; then
+  dbuild=$build
+elif [ ! -f "$dbuild/build.ninja" ]; then
   meson setup "$dbuild" "$src" --prefix=/usr --sysconfdir=/etc -Dtests=false >"$work/setup.log" 2>&1 ||
     { tail -n 20 "$work/setup.log" >&2; fail "meson setup of the /usr build"; }
 fi

@@ -108,22 +108,32 @@ static int has_tag(const dnnl_memory_desc_t *md, dnnl_data_type_t t, dnnl_format
            dnnl_memory_desc_equal(md, &want);
 }
 
-/* The view of md (the primitive's) over a plain tensor of plain_md. 0 or
- * -1. */
+/* The view of md (the primitive's) over a plain tensor of plain_md; to
+ * the user's tensor adding into it where sum. 0 or -1. */
 static int view_make(c3d_view *v, dnnl_engine_t eng, const dnnl_memory_desc_t *md,
-                     const dnnl_memory_desc_t *plain_md, int to_user)
+                     const dnnl_memory_desc_t *plain_md, int to_user, int sum)
 {
     dnnl_primitive_desc_t rpd = NULL;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
     v->md = *md;
     v->bytes = round64(dnnl_memory_desc_get_size(md));
-    int ok = dnnl_memory_create(&v->mem, md, eng, DNNL_MEMORY_NONE) == dnnl_success &&
-             dnnl_memory_create(&v->user, plain_md, eng, DNNL_MEMORY_NONE) == dnnl_success &&
-             (to_user ? dnnl_reorder_primitive_desc_create(&rpd, md, eng, plain_md, eng, NULL)
-                      : dnnl_reorder_primitive_desc_create(&rpd, plain_md, eng, md, eng, NULL)) ==
-                 dnnl_success &&
-             dnnl_primitive_create(&v->reorder, rpd) == dnnl_success;
+    int ok = !sum || (dnnl_primitive_attr_create(&attr) == dnnl_success &&
+                      dnnl_post_ops_create(&po) == dnnl_success &&
+                      dnnl_post_ops_append_sum(po, 1.0f) == dnnl_success &&
+                      dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success);
+    ok = ok && dnnl_memory_create(&v->mem, md, eng, DNNL_MEMORY_NONE) == dnnl_success &&
+         dnnl_memory_create(&v->user, plain_md, eng, DNNL_MEMORY_NONE) == dnnl_success &&
+         (to_user ? dnnl_reorder_primitive_desc_create(&rpd, md, eng, plain_md, eng, attr)
+                  : dnnl_reorder_primitive_desc_create(&rpd, plain_md, eng, md, eng, NULL)) ==
+             dnnl_success &&
+         dnnl_primitive_create(&v->reorder, rpd) == dnnl_success;
     if (rpd)
         dnnl_primitive_desc_destroy(rpd);
+    if (po)
+        dnnl_post_ops_destroy(po);
+    if (attr)
+        dnnl_primitive_attr_destroy(attr);
     /* blk16.c's passes read the plain tensor as (dims[0], dims[1], the
      * rest): abcde, not the transposed weight's bacde */
     int act = has_tag(plain_md, dnnl_f32, dnnl_abcde);
@@ -141,21 +151,33 @@ static void view_free(c3d_view *v)
     memset(v, 0, sizeof(*v));
 }
 
+/* A plain float32 (n, ch, d, h, w) tensor's planes inside one of `full`
+ * planes (0: d): NCDHW with that tensor's strides. */
+static int plain_md(dnnl_memory_desc_t *md, int n, int ch, const int *dims, int full)
+{
+    dnnl_dims_t d = {n, ch, dims[0], dims[1], dims[2]};
+    if (!full)
+        return dnnl_memory_desc_init_by_tag(md, 5, d, dnnl_f32, dnnl_ncdhw) == dnnl_success;
+    dnnl_dim_t hw = (dnnl_dim_t)dims[1] * dims[2];
+    dnnl_dims_t st = {(dnnl_dim_t)ch * full * hw, (dnnl_dim_t)full * hw, hw, dims[2], 1};
+    (void)n;
+    return dnnl_memory_desc_init_by_strides(md, 5, d, dnnl_f32, st) == dnnl_success;
+}
+
 /* Descriptors of the plain float32 tensors: src (n, c, in), weight (k, c,
- * ker) stored OIDHW or, transposed, IODHW, bias (k), dst (n, k, out). */
+ * ker) stored OIDHW or, transposed, IODHW, bias (k), dst (n, k, out); a
+ * depth band's src and dst inside the caller's whole tensors. */
 static int plain_mds(const kern__c3d *g, dnnl_memory_desc_t *x, dnnl_memory_desc_t *w,
                      dnnl_memory_desc_t *b, dnnl_memory_desc_t *y)
 {
-    dnnl_dims_t xd = {g->n, g->c, g->in[0], g->in[1], g->in[2]};
     dnnl_dims_t wd = {g->k, g->c, g->ker[0], g->ker[1], g->ker[2]};
-    dnnl_dims_t yd = {g->n, g->k, g->out[0], g->out[1], g->out[2]};
     dnnl_dims_t bd = {g->k};
-    return dnnl_memory_desc_init_by_tag(x, 5, xd, dnnl_f32, dnnl_ncdhw) == dnnl_success &&
+    return plain_md(x, g->n, g->c, g->in, g->x_full) &&
                    dnnl_memory_desc_init_by_tag(w, 5, wd, dnnl_f32,
                                                 g->transposed ? dnnl_iodhw : dnnl_oidhw) ==
                        dnnl_success &&
                    dnnl_memory_desc_init_by_tag(b, 1, bd, dnnl_f32, dnnl_a) == dnnl_success &&
-                   dnnl_memory_desc_init_by_tag(y, 5, yd, dnnl_f32, dnnl_ncdhw) == dnnl_success
+                   plain_md(y, g->n, g->k, g->out, g->y_full)
                ? 0
                : -1;
 }
@@ -246,9 +268,10 @@ static void entry_make(c3d_entry *e, dnnl_engine_t eng)
         goto out;
     if (prim_make(e, P_FWD, fpd, eng) > 0 &&
         dnnl_memory_create(&e->bias, &b_md, eng, DNNL_MEMORY_NONE) == dnnl_success &&
-        view_make(&e->v[V_FX], eng, md_of(fpd, dnnl_query_src_md), &x_pl, 0) == 0 &&
-        view_make(&e->v[V_FW], eng, md_of(fpd, dnnl_query_weights_md), &w_pl, 0) == 0 &&
-        view_make(&e->v[V_FY], eng, md_of(fpd, dnnl_query_dst_md), &y_pl, 1) == 0)
+        view_make(&e->v[V_FX], eng, md_of(fpd, dnnl_query_src_md), &x_pl, 0, 0) == 0 &&
+        view_make(&e->v[V_FW], eng, md_of(fpd, dnnl_query_weights_md), &w_pl, 0, 0) == 0 &&
+        view_make(&e->v[V_FY], eng, md_of(fpd, dnnl_query_dst_md), &y_pl, 1,
+                  g->vol_sum && g->transposed) == 0)
         e->fast |= KERN__C3D_FWD;
     /* the weight gradient in float32 where oneDNN has a fast kernel for it
      * (AVX512_BF16 does), else in the inputs' type (AMX's bfloat16) */
@@ -271,9 +294,10 @@ static void entry_make(c3d_entry *e, dnnl_engine_t eng)
         if (s == dnnl_success &&
             dnnl_primitive_desc_create(&wpd, &wd, attr, eng, fpd) == dnnl_success &&
             prim_make(e, P_BWD_W, wpd, eng) > 0 &&
-            view_make(&e->v[V_WX], eng, md_of(wpd, dnnl_query_src_md), &x_pl, 0) == 0 &&
-            view_make(&e->v[V_WDY], eng, md_of(wpd, dnnl_query_diff_dst_md), &y_pl, 0) == 0 &&
-            view_make(&e->v[V_WDW], eng, md_of(wpd, dnnl_query_diff_weights_md), &w_pl, 1) == 0)
+            view_make(&e->v[V_WX], eng, md_of(wpd, dnnl_query_src_md), &x_pl, 0, 0) == 0 &&
+            view_make(&e->v[V_WDY], eng, md_of(wpd, dnnl_query_diff_dst_md), &y_pl, 0, 0) == 0 &&
+            view_make(&e->v[V_WDW], eng, md_of(wpd, dnnl_query_diff_weights_md), &w_pl, 1, 0) ==
+                0)
             e->fast |= KERN__C3D_BWD_W;
         else
             for (int v = V_WX; v <= V_WDW; v++)
@@ -289,9 +313,10 @@ static void entry_make(c3d_entry *e, dnnl_engine_t eng)
         if (s == dnnl_success &&
             dnnl_primitive_desc_create(&dpd, &dd, attr, eng, fpd) == dnnl_success &&
             prim_make(e, P_BWD_D, dpd, eng) > 0 &&
-            view_make(&e->v[V_DDY], eng, md_of(dpd, dnnl_query_diff_dst_md), &y_pl, 0) == 0 &&
-            view_make(&e->v[V_DW], eng, md_of(dpd, dnnl_query_weights_md), &w_pl, 0) == 0 &&
-            view_make(&e->v[V_DDX], eng, md_of(dpd, dnnl_query_diff_src_md), &x_pl, 1) == 0)
+            view_make(&e->v[V_DDY], eng, md_of(dpd, dnnl_query_diff_dst_md), &y_pl, 0, 0) == 0 &&
+            view_make(&e->v[V_DW], eng, md_of(dpd, dnnl_query_weights_md), &w_pl, 0, 0) == 0 &&
+            view_make(&e->v[V_DDX], eng, md_of(dpd, dnnl_query_diff_src_md), &x_pl, 1,
+                      g->vol_sum && !g->transposed) == 0)
             e->fast |= KERN__C3D_BWD_D;
     }
     e->ddy_same = (e->fast & KERN__C3D_BWD_W) && (e->fast & KERN__C3D_BWD_D) &&

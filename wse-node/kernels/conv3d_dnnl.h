@@ -20,6 +20,13 @@ typedef struct kern__c3d {
     int stride[3], dil[3];  /* >= 1 (dil as PyTorch counts it) */
     int pad_l[3], pad_r[3]; /* padding before and after, as oneDNN takes
                              * it (pad_r may be negative) */
+    int x_full, y_full;     /* a depth band's (c3d_band.c): the depth of the
+                             * caller's input and output tensors whose
+                             * planes these are (0: whole tensors) */
+    int vol_sum;            /* a depth band's: its volume's results (a
+                             * convolution's data gradient, a transposed
+                             * one's output) are added into the caller's
+                             * tensor, not written */
 } kern__c3d;
 
 /* The pieces, as bits (the same as op_conv3d.h's OP_CONV3D_*_ONEDNN). */

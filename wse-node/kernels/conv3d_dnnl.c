@@ -16,38 +16,6 @@
 #include "kernels.h"
 #include "kernels_internal.h"
 
-int kern__c3d_bf16_here(const kern__c3d *g)
-{
-    return g->k >= 8 && kernels_bf16_compute() && kern__c3d_pieces(g, 1) == KERN__C3D_ALL;
-}
-
-size_t kern__c3d_bf16_workspace(const kern__c3d *g, size_t f32)
-{
-    size_t b = kern__c3d_bf16_here(g) ? kern__c3d_bytes(g, 1, KERN__C3D_ALL) : 0;
-    return f32 > b ? f32 : b;
-}
-
-int kern__c3d_backward_bf16(const kern__c3d *g, float *din, float *dweight, float *dbias,
-                            const float *dout, const float *in, const float *weight, void *ws,
-                            size_t ws_bytes)
-{
-    unsigned want = KERN__C3D_BWD_W | (din ? KERN__C3D_BWD_D : 0);
-    /* both pieces in bfloat16 or neither: a layer's gradients in one precision */
-    if (!kern__c3d_bf16_here(g) ||
-        kern__c3d_backward(1, g, want, din, dweight, dout, in, weight, ws, ws_bytes) != want)
-        return 0;
-    if (dbias)
-        kern__conv_dbias(dbias, dout, g->n, g->k, (size_t)g->out[0] * g->out[1] * g->out[2], 0);
-    return 1;
-}
-
-const char *kern__c3d_why_f32(int outputs, int least)
-{
-    return !kernels_bf16_compute() ? "no bfloat16 path here"
-           : outputs < least       ? "fewer than 8 outputs"
-                                   : "oneDNN has no fast bfloat16 kernel for every piece";
-}
-
 #ifdef KERNELS_HAVE_DNNL
 
 /* Shapes kept, as conv_blocked.c keeps 2-D ones; later ones run on vol2col

@@ -179,13 +179,13 @@ size_t kern__c3d_bytes(const kern__c3d *g, int bf16, unsigned pieces)
         return kern__c3d_whole_bytes(g, bf16, pieces);
     size_t dw;
     unsigned have;
-    band_sizes(g, p, bf16, 0, &dw, &have);
+    /* the forward pass and the backward pieces one after the other; the
+     * forward pass's sizes give the pieces every band has too */
+    size_t f = band_sizes(g, p, bf16, KERN__C3D_FWD, &dw, &have), b = 0;
     if (!(pieces &= have & KERN__C3D_ALL))
         return 0;
-    /* the forward pass and the backward pieces one after the other */
-    size_t f = 0, b = 0;
-    if (pieces & KERN__C3D_FWD)
-        f = band_sizes(g, p, bf16, KERN__C3D_FWD, &dw, &have);
+    if (!(pieces & KERN__C3D_FWD))
+        f = 0;
     unsigned bw = pieces & (KERN__C3D_BWD_W | KERN__C3D_BWD_D);
     if (bw)
         b = band_sizes(g, p, bf16, bw, &dw, &have) + dw;

@@ -148,7 +148,10 @@ for c in $(compose_containers); do
   podman exec "$c" bash -c "$scrape" 127.0.0.1 >"$work/metrics" 2>&1 || fail "no metrics in $c: $(cat "$work/metrics")"
   grep -q '^appliance_registered 1$' "$work/metrics" || fail "metrics of $c: $(head -c 600 "$work/metrics")"
 done
-coord=$(compose_containers | grep -m1 coordinator) || fail "no coordinator container"
+# grep reads the whole list (with -m1 it could stop first, and the writer's
+# SIGPIPE fail the pipeline under pipefail)
+coord=$(compose_containers | grep coordinator) || fail "no coordinator container"
+coord=${coord%%$'\n'*}
 podman exec "$coord" bash -c "$scrape" memoryx >"$work/metrics" 2>&1 || fail "memoryx:9100 from the coordinator: $(cat "$work/metrics")"
 grep -q '^appliance_checkpoint_failures_total 0$' "$work/metrics" || fail "memoryx's metrics: $(head -c 600 "$work/metrics")"
 echo "ok: every container serves /metrics on 9100, memoryx's reached by its service name"

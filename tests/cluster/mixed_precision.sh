@@ -28,7 +28,8 @@ train() { # train NAME [appliance-up options]: losses by step to $work/NAME.loss
   rm -rf "$run"
   mkdir -p "$work/$1"
   cp "$work/$1.toml" "$work/$1/job.toml"
-  "$src/deploy/local/appliance-up" --replicas 2 --metrics --dir "$run" --build "$build" "${@:2}" >/dev/null
+  # (the wse-nodes' own OpenMP wait, not the one scripts/test sets)
+  env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT "$src/deploy/local/appliance-up" --replicas 2 --metrics --dir "$run" --build "$build" "${@:2}" >/dev/null
   local out
   out=$(set -a; . "$run/env"; set +a; cd "$work/$1" && timeout 300 "$submit" --json job.toml 2>&1) ||
     fail "$1: $out"

@@ -197,9 +197,12 @@ typedef enum wn_state {
 } wn_state;
 
 /* A finished step's report to the coordinator and the credit for its
- * batch, kept from the step's end until the next task is on its way. */
+ * batch: the report kept from the step's end until the next task is on its
+ * way, the credit until that task starts, or the job waits for a batch
+ * (wn__credit). */
 typedef struct wn_report {
     bool owed;
+    bool credit_owed;
     Appliance__StepReport msg;
     Appliance__StepPhase phase[WN_PHASES], *phases[WN_PHASES]; /* msg's */
     wn_feed *credit_to;        /* the worker that sent the batch */

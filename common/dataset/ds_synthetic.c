@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "dataset_reader.h"
 #include "rng.h"
@@ -48,6 +49,28 @@ static void ds_synthetic__close(dataset *d)
     d->priv = NULL;
 }
 
+/* x = c + noise n, each element in double and rounded once, eight at a
+ * time (a vector extension: the plain loop was not vectorised at -O2;
+ * the bits are the same either way, and no product is fused). */
+typedef float ds_f8 __attribute__((vector_size(32)));
+typedef double ds_d8 __attribute__((vector_size(64)));
+
+static void ds_synthetic__mix(float *restrict x, const float *restrict c,
+                              const float *restrict n, double noise, size_t len)
+{
+    size_t k = 0;
+    for (; k + 8 <= len; k += 8) {
+        ds_f8 a, b;
+        memcpy(&a, c + k, sizeof(a));
+        memcpy(&b, n + k, sizeof(b));
+        ds_d8 p = noise * __builtin_convertvector(b, ds_d8);
+        ds_f8 r = __builtin_convertvector(__builtin_convertvector(a, ds_d8) + p, ds_f8);
+        memcpy(x + k, &r, sizeof(r));
+    }
+    for (; k < len; k++)
+        x[k] = (float)((double)c[k] + noise * (double)n[k]);
+}
+
 static int ds_synthetic__read(const dataset *d, uint64_t idx, void *out, void *labels, char *err,
                               size_t errlen)
 {
@@ -64,8 +87,7 @@ static int ds_synthetic__read(const dataset *d, uint64_t idx, void *out, void *l
         else
             rng_normal_f32_n(d->seed, 3, (uint64_t)y * d->sample_elems + k0, len, centre);
         rng_normal_f32_n(d->sample_seed, 2, idx * d->sample_elems + k0, len, noise);
-        for (size_t k = 0; k < len; k++) /* in double, rounded once */
-            x[k0 + k] = (float)((double)c[k] + d->noise * (double)noise[k]);
+        ds_synthetic__mix(x + k0, c, noise, d->noise, len);
     }
     return 0;
 }

@@ -1228,7 +1228,7 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
         float *save = e->aux[li];
         size_t ng = (size_t)n * l->groups, nc = (size_t)n * c;
         if (mode == EXEC__RECOMPUTE) {
-            op_norm_affine(out, in, save + 2 * ng, save + 2 * ng + nc, n, c, hw, true, false);
+            op_norm_affine(out, in, save + 2 * ng, save + 2 * ng + nc, n, c, hw, true, l->fused);
             break;
         }
         if (sl) { /* statistics over every stripe of each sample */
@@ -1240,6 +1240,8 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
             op_groupnorm_forward(out, save, save + ng, in, W(l, 0), W(l, 1), n, c, hw, l->groups,
                                  (float)l->eps);
         }
+        if (l->fused) /* the relu that reads it, in place: its output is this one */
+            op_relu_forward(out, out, count);
         int cg = c / l->groups;
         for (int s = 0; s < n; s++)
             for (int ch = 0; ch < c; ch++) {
@@ -1251,7 +1253,7 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
         break;
     }
     case LAYER_RELU:
-        if (!l->fused) /* else its batch norm applied it: the output is the norm's */
+        if (!l->fused) /* else its norm or dense layer applied it: the output is theirs */
             op_relu_forward(out, in, count);
         break;
     case LAYER_LEAKY_RELU: op_leaky_relu_forward(out, in, count, (float)l->negative_slope); break;
@@ -1657,6 +1659,10 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
     }
     case LAYER_GROUP_NORM: {
         const float *save = e->aux[li];
+        size_t ng = (size_t)n * l->groups;
+        if (l->fused) /* its relu's gradient, masked in place: dout the norm's output's */
+            op_norm_relu_mask(e->dact[li], in, save + 2 * ng, save + 2 * ng + (size_t)n * c, n, c,
+                              hw, true);
         if (sl) {
             exec__red rc = {e, exec__tag(li, EXEC__SUM_BWD), false};
             op_reduce r = {exec__red_sum, &rc};

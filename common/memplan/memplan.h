@@ -34,7 +34,7 @@
  * at the lowest offset free for its whole life), so the arena is what the
  * executor allocates and what the plan reports: the executor replays the
  * plan's events and cannot need more. Flatten layers, and relus fused into
- * their batch norms (model_fuse), are views: their output and gradient are
+ * their norms or dense layers (model_fuse), are views: their output and gradient are
  * their input's. Pure function of (model, n).
  *
  * With the model's keep_outputs (chosen by the plan where the wafer holds

@@ -1248,7 +1248,7 @@ void model_fuse(model *m, bool on)
         /* a dense layer's fused relu reads its output in the backward pass,
          * kept whole for it: not where activations are kept in bfloat16 */
         if (l->type != LAYER_RELU || b < 0 ||
-            (m->layers[b].type != LAYER_BATCH_NORM &&
+            (m->layers[b].type != LAYER_BATCH_NORM && m->layers[b].type != LAYER_GROUP_NORM &&
              (m->layers[b].type != LAYER_DENSE || m->act_bf16)))
             continue;
         for (int c = 0; c < m->nlayers; c++)

@@ -136,8 +136,8 @@ typedef struct {
     double eps;                 /* batch_norm, group_norm: added to the variance */
     double negative_slope;      /* leaky_relu */
     double rate;                /* dropout: probability of zeroing, in [0, 1) */
-    /* batch_norm, dense: applies the relu that reads it, its only reader
-     * (model_fuse); relu: applied by the batch norm or dense layer it reads,
+    /* batch_norm, group_norm, dense: applies the relu that reads it, its
+     * only reader (model_fuse); relu: applied by the norm or dense layer it reads,
      * its output that layer's (a view, as flatten's output is its input) */
     bool fused;
 
@@ -202,18 +202,19 @@ static inline bool model_layer_is_3d(const model_layer *l)
 }
 
 /* Whether layer l's output and gradient are another layer's buffers (a
- * view): flatten's are its input's, a fused relu's its batch norm's or
- * dense layer's. */
+ * view): flatten's are its input's, a fused relu's its norm's or dense
+ * layer's. */
 static inline bool model_layer_is_view(const model_layer *l)
 {
     return l->type == LAYER_FLATTEN || (l->type == LAYER_RELU && l->fused);
 }
 
-/* Fuses (on) every relu that is the only reader of a batch norm or a dense
- * layer (not with act_bf16), and not the last layer, into that layer
- * (model_layer.fused): its passes apply it (a dense layer in place on its
- * output, and on the gradient by its output), and the relu computes
- * nothing and keeps no buffer of its own.
+/* Fuses (on) every relu that is the only reader of a batch or group norm
+ * or a dense layer (not with act_bf16), and not the last layer, into that
+ * layer (model_layer.fused): its passes apply it (a dense layer and a
+ * group norm in place on the output; on the gradient, a dense layer by its
+ * output, a norm by its input and the scale and shift it saved), and the
+ * relu computes nothing and keeps no buffer of its own.
  * model_compile fuses; off undoes it (the reference the fused passes are
  * held to, bit for bit). */
 void model_fuse(model *m, bool on);

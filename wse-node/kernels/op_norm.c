@@ -1121,3 +1121,23 @@ void op_norm_affine(float *out, const float *in, const float *a, const float *b,
                   .per_sample = per_sample, .relu = relu};
     kernels_for((size_t)n * c, norm_grain((size_t)hw), norm_affine, &j);
 }
+
+NORM_CLONES static void norm_relu_mask(void *ctx, size_t lo, size_t hi)
+{
+    const norm_job *j = ctx;
+    for (size_t pl = lo; pl < hi; pl++) { /* plane pl = (sample, channel) */
+        size_t k = j->per_sample ? pl : pl % (size_t)j->c;
+        const float *x = j->in + pl * j->hw;
+        float *dy = j->out + pl * j->hw, a = j->a[k], b = j->b[k];
+        for (size_t i = 0; i < (size_t)j->hw; i++)
+            dy[i] = bn_masked(dy[i], x[i], a, b);
+    }
+}
+
+void op_norm_relu_mask(float *dy, const float *in, const float *a, const float *b, int n, int c,
+                       int hw, bool per_sample)
+{
+    norm_job j = {.out = dy, .in = in, .a = a, .b = b, .n = n, .c = c, .hw = hw,
+                  .per_sample = per_sample};
+    kernels_for((size_t)n * c, norm_grain((size_t)hw), norm_relu_mask, &j);
+}

@@ -29,6 +29,13 @@ static inline void op_norm_coeffs(float invstd, float mean, float gamma, float b
 void op_norm_affine(float *out, const float *in, const float *a, const float *b, int n, int c,
                     int hw, bool per_sample, bool relu);
 
+/* The gradient of a ReLU fused into the norm before it, in place: dy (n,
+ * c, hw) kept where the norm's output x * a + b (a and b as for
+ * op_norm_affine) was positive, 0 elsewhere; the norm's backward pass then
+ * takes dy as its output's gradient. */
+void op_norm_relu_mask(float *dy, const float *in, const float *a, const float *b, int n, int c,
+                       int hw, bool per_sample);
+
 /* Training mode. in and out are (n, c, hw); gamma, beta, running_mean,
  * running_var, save_mean and save_invstd are (c). Normalises with the
  * batch statistics of this call (biased variance), writes them to

@@ -155,6 +155,12 @@ static int ds_inria__decode(ds_inria_tiff *t, const imghdr_tiff *h, uint32_t cha
         if (tw == 0 || th == 0 || size <= 0 ||
             (uint64_t)size < (uint64_t)tw * th * (separate ? 1 : h->samples))
             return ds_inria__fail(t, "bad tile size", err, errlen);
+        if (size > DS_INRIA_MAX_ALLOC) { /* a tile's buffer: bounded as libtiff's own */
+            snprintf(err, errlen, "%s: tiles of %ux%u pixels take %lld bytes each; the reader "
+                     "takes tiles of at most %lld MiB", t->path, tw, th, (long long)size,
+                     (long long)(DS_INRIA_MAX_ALLOC >> 20));
+            return -EINVAL;
+        }
         for (uint32_t p = 0; p < planes; p++)
             if (!(buf[p] = malloc((size_t)size))) {
                 rc = -ENOMEM;

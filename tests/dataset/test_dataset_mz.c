@@ -298,6 +298,30 @@ static void write_tiff(const char *name, uint32_t h, uint32_t w, uint16_t bits, 
     TIFFClose(tif);
 }
 
+/* A gray 48x32 TIFF in one tile of 32768x32768 pixels (1 GiB), written
+ * byte by byte: the header, one directory of ten entries, the tile. */
+static void write_huge_tile(const char *name)
+{
+    static const uint16_t tags[10][2] = { /* tag, type (3 SHORT, 4 LONG) */
+        {256, 4}, {257, 4}, {258, 3}, {259, 3}, {262, 3},
+        {277, 3}, {322, 4}, {323, 4}, {324, 4}, {325, 4}};
+    const uint32_t values[10] = {48, 32, 8, 1, 1, 1, 32768, 32768, 136, 16};
+    uint8_t b[152] = {'I', 'I', 42, 0, 8, 0, 0, 0, 10, 0};
+    for (int i = 0; i < 10; i++) {
+        uint8_t *e = b + 10 + 12 * i;
+        e[0] = (uint8_t)tags[i][0];
+        e[1] = (uint8_t)(tags[i][0] >> 8);
+        e[2] = (uint8_t)tags[i][1];
+        e[4] = 1; /* one value, in the entry */
+        for (int k = 0; k < 4; k++)
+            e[8 + k] = (uint8_t)(values[i] >> (8 * k));
+    }
+    FILE *f = fopen(path_of(name), "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(b, 1, sizeof(b), f), sizeof(b));
+    fclose(f);
+}
+
 START_TEST(inria_damage)
 {
     mzdata_opts o;
@@ -350,6 +374,24 @@ START_TEST(inria_damage)
     for (size_t i = 0; i < 3 * 32 * 48; i++)
         ck_assert_uint_eq(s.x[i], 55);
     sample_free(&s);
+    /* tiles too large to hold (a fuzzed file asked 2 GiB): refused when
+     * the sample is read */
+    dataset_close(d);
+    write_tiff("train/gt/austin2.tif", 32, 48, 8, 1, PHOTOMETRIC_MINISBLACK, SAMPLEFORMAT_UINT, 0);
+    write_huge_tile("train/images/austin2.tif");
+    input_init(&t, "InriaAerialDataProcessor", 1, 32, 48, 2);
+    d = open_ok(&t);
+    s.x = malloc(32 * 48);
+    s.y = malloc(32 * 48);
+    ck_assert_int_lt(dataset_read(d, 0, 1, s.x, s.y, err, sizeof(err)), 0);
+    ck_assert_msg(strstr(err, "/train/images/austin2.tif: tiles of 32768x32768 pixels take "
+                              "1073741824 bytes each; the reader takes tiles of at most 256 MiB") !=
+                      NULL, "%s", err);
+    ck_assert_msg(strstr(err, "(sample 1)") != NULL, "%s", err);
+    sample_free(&s);
+    dataset_close(d);
+    input_init(&t, "InriaAerialDataProcessor", 3, 32, 48, 2);
+    d = open_ok(&t);
     /* a file cut short: refused when the sample is read */
     write_tiff("train/images/austin2.tif", 32, 48, 8, 3, PHOTOMETRIC_RGB, SAMPLEFORMAT_UINT, 1);
     ck_assert_int_eq(truncate(path_of("train/images/austin2.tif"), 2000), 0);

@@ -1235,13 +1235,11 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
             exec__red rc = {e, exec__tag(li, EXEC__SUM_FWD), false};
             op_reduce r = {exec__red_sum, &rc};
             op_groupnorm_forward_parts(out, save, save + ng, in, W(l, 0), W(l, 1), n, c, hw,
-                                       l->groups, (float)l->eps, &r, e->red);
+                                       l->groups, (float)l->eps, l->fused, &r, e->red);
         } else {
             op_groupnorm_forward(out, save, save + ng, in, W(l, 0), W(l, 1), n, c, hw, l->groups,
-                                 (float)l->eps);
+                                 (float)l->eps, l->fused);
         }
-        if (l->fused) /* the relu that reads it, in place: its output is this one */
-            op_relu_forward(out, out, count);
         int cg = c / l->groups;
         for (int s = 0; s < n; s++)
             for (int ch = 0; ch < c; ch++) {

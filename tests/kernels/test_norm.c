@@ -99,7 +99,7 @@ static void check_norm(int n, int c, int hw, int groups, kt_rng *r)
     kt_fill(r, gamma, c, 0.5, 1.5);
     kt_fill(r, beta, c, -1, 1);
     if (groups) {
-        op_groupnorm_forward(y, mean, invstd, x, gamma, beta, n, c, hw, groups, eps);
+        op_groupnorm_forward(y, mean, invstd, x, gamma, beta, n, c, hw, groups, eps, false);
         op_groupnorm_backward(dx, dg, db, R, x, gamma, mean, invstd, n, c, hw, groups);
     } else {
         op_batchnorm_forward_train(y, mean, invstd, NULL, NULL, x, gamma, beta,
@@ -127,8 +127,8 @@ static void check_norm(int n, int c, int hw, int groups, kt_rng *r)
         beta[i] = 0;
     }
     if (groups) {
-        op_groupnorm_forward(y, mean, invstd, x, gamma, beta, n, c, hw, groups, eps);
-        op_groupnorm_forward(y2, mean, invstd, x, NULL, NULL, n, c, hw, groups, eps);
+        op_groupnorm_forward(y, mean, invstd, x, gamma, beta, n, c, hw, groups, eps, false);
+        op_groupnorm_forward(y2, mean, invstd, x, NULL, NULL, n, c, hw, groups, eps, false);
     } else {
         op_batchnorm_forward_train(y, mean, invstd, NULL, NULL, x, gamma, beta, n, c, hw, 0.1f, eps,
                                    false);

@@ -99,7 +99,8 @@ static void norm_case(const vshape *s, int groups, kt_rng *r)
         rm[c] = 0.25f, rv[c] = 2.0f;
     float eps = 1e-5f, momentum = 0.1f;
     if (groups)
-        op_groupnorm_forward(y, mean, invstd, x, gamma, beta, s->n, s->c, (int)hw, groups, eps);
+        op_groupnorm_forward(y, mean, invstd, x, gamma, beta, s->n, s->c, (int)hw, groups, eps,
+                             false);
     else
         op_batchnorm_forward_train(y, mean, invstd, rm, rv, x, gamma, beta, s->n, s->c, (int)hw,
                                    momentum, eps, false);
@@ -382,7 +383,7 @@ START_TEST(test_threads)
         op_batchnorm_forward_train(out[t][0], m, is, rm, rv, x, gam, bet, s.n, s.c, (int)hw, 0.1f,
                                    1e-5f, false);
         op_batchnorm_backward(out[t][1], dg, db, dy, x, gam, m, is, s.n, s.c, (int)hw, NULL, NULL);
-        op_groupnorm_forward(out[t][2], m, is, x, gam, bet, s.n, s.c, (int)hw, s.c, 1e-5f);
+        op_groupnorm_forward(out[t][2], m, is, x, gam, bet, s.n, s.c, (int)hw, s.c, 1e-5f, false);
         op_groupnorm_backward(out[t][3], dg, db, dy, x, gam, m, is, s.n, s.c, (int)hw, s.c);
         double sums[2 * (3 * 8 + 1)];
         loss[t] = op_ssce_dice(out[t][4], x, OP_LABELS_I32(lab), s.n, s.c, s.d * s.h, s.w, false,

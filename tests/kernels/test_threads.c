@@ -227,9 +227,9 @@ START_TEST(test_norms_split_same)
     /* group norm, one channel a group: (sample, group) items split */
     float gm[N * C], gs[N * C], gm1[N * C], gs1[N * C];
     kernels_set_threads(1);
-    op_groupnorm_forward(a, gm1, gs1, x, g, be, N, C, HW, C, 1e-5f);
+    op_groupnorm_forward(a, gm1, gs1, x, g, be, N, C, HW, C, 1e-5f, false);
     kernels_set_threads(2);
-    op_groupnorm_forward(b, gm, gs, x, g, be, N, C, HW, C, 1e-5f);
+    op_groupnorm_forward(b, gm, gs, x, g, be, N, C, HW, C, 1e-5f, false);
     ck_assert(memcmp(a, b, sizeof(float) * NX) == 0);
     ck_assert(memcmp(gm, gm1, sizeof(gm)) == 0 && memcmp(gs, gs1, sizeof(gs)) == 0);
     kernels_set_threads(1);

@@ -893,7 +893,7 @@ static double gn_sq(const float *x, size_t m, double mean)
  * over m elements. */
 static void gn_apply(float *out, float *save_mean, float *save_invstd, const float *in,
                      const float *gamma, const float *beta, int i, int g, int c, int hw,
-                     int groups, float eps, double mean, double sq, double m)
+                     int groups, float eps, double mean, double sq, double m, bool relu)
 {
     int cg = c / groups;
     const float *x = in + ((size_t)i * c + (size_t)g * cg) * hw;
@@ -906,7 +906,7 @@ static void gn_apply(float *out, float *save_mean, float *save_invstd, const flo
         float a, b;
         op_norm_coeffs((float)invstd, (float)mean, gamma ? gamma[ch] : 1.0f,
                        beta ? beta[ch] : 0.0f, &a, &b);
-        norm_apply(y + (size_t)k * hw, x + (size_t)k * hw, (size_t)hw, a, b, false);
+        norm_apply(y + (size_t)k * hw, x + (size_t)k * hw, (size_t)hw, a, b, relu);
     }
 }
 
@@ -920,25 +920,25 @@ static void gn_fwd(void *ctx, size_t lo, size_t hi)
         const float *x = j->in + ((size_t)i * j->c + (size_t)g * cg) * j->hw;
         double mean = m ? gn_sum(x, m) / m : 0.0;
         gn_apply(j->out, j->save_mean, j->save_invstd, j->in, j->gamma, j->beta, i, g, j->c,
-                 j->hw, groups, j->eps, mean, gn_sq(x, m, mean), (double)m);
+                 j->hw, groups, j->eps, mean, gn_sq(x, m, mean), (double)m, j->relu);
     }
 }
 
 void op_groupnorm_forward(float *out, float *save_mean, float *save_invstd,
                           const float *in, const float *gamma,
                           const float *beta, int n, int c, int hw,
-                          int groups, float eps)
+                          int groups, float eps, bool relu)
 {
     /* in, out (n, c, hw); gamma, beta (c); save_* (n, groups) */
     norm_job j = {.out = out, .save_mean = save_mean, .save_invstd = save_invstd, .in = in,
                   .gamma = gamma, .beta = beta, .n = n, .c = c, .hw = hw, .eps = eps,
-                  .n_groups = groups};
+                  .n_groups = groups, .relu = relu};
     kernels_for((size_t)n * groups, norm_grain((size_t)(c / groups) * hw), gn_fwd, &j);
 }
 
 int op_groupnorm_forward_parts(float *out, float *save_mean, float *save_invstd, const float *in,
                                const float *gamma, const float *beta, int n, int c, int hw,
-                               int groups, float eps, const op_reduce *r, double *red)
+                               int groups, float eps, bool relu, const op_reduce *r, double *red)
 {
     /* red: n*groups means (sums first), the element count, n*groups
      * squared deviations */
@@ -960,7 +960,7 @@ int op_groupnorm_forward_parts(float *out, float *save_mean, float *save_invstd,
         return rc;
     for (size_t k = 0; k < ng; k++)
         gn_apply(out, save_mean, save_invstd, in, gamma, beta, (int)(k / groups),
-                 (int)(k % groups), c, hw, groups, eps, red[k], sq[k], mt);
+                 (int)(k % groups), c, hw, groups, eps, red[k], sq[k], mt, relu);
     return 0;
 }
 

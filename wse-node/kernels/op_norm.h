@@ -119,19 +119,20 @@ void op_batchnorm_backward_blk(float *din, float *dgamma, float *dbeta, const fl
 
 /* in and out are (n, c, hw), c divisible by groups; gamma and beta are (c);
  * save_mean and save_invstd are (n, groups). Normalises every (sample,
- * group) of c/groups channels with its own mean and biased variance. out may
- * alias in. */
+ * group) of c/groups channels with its own mean and biased variance; relu
+ * as for op_norm_affine. out may alias in. */
 void op_groupnorm_forward(float *out, float *save_mean, float *save_invstd,
                           const float *in, const float *gamma,
                           const float *beta, int n, int c, int hw,
-                          int groups, float eps);
+                          int groups, float eps, bool relu);
 
 /* op_groupnorm_forward over one stripe: every (sample, group) normalised
  * with the statistics of all its stripes (r). red is room for
  * 2 n groups + 1 doubles. Returns 0 or r's negative code. */
 int op_groupnorm_forward_parts(float *out, float *save_mean, float *save_invstd, const float *in,
                                const float *gamma, const float *beta, int n, int c, int hw,
-                               int groups, float eps, const op_reduce *r, double *red);
+                               int groups, float eps, bool relu, const op_reduce *r,
+                               double *red);
 
 /* dout and in are (n, c, hw). Overwrites din (n, c, hw), dgamma and dbeta
  * (c); each may be NULL. */

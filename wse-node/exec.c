@@ -372,6 +372,21 @@ static int exec__init(exec *e, const model *m, int share, int n, int threads, fl
         goto oom;
     if (f.accum && !(e->gtmp = malloc(f.accum)))
         goto oom;
+    f.exec -= f.again;
+    f.again = footprint_again_bytes(m, &e->plan); /* the plan that runs (the reference's) */
+    f.exec += f.again;
+    if (f.again && (!(e->wa = calloc((size_t)m->ntensors, sizeof(float *))) ||
+                    !(e->again = aligned_alloc(64, f.again))))
+        goto oom;
+    for (int i = 0, at = 0; f.again && i < m->nlayers; i++) {
+        const model_layer *l = &m->layers[i];
+        if (e->plan.kept[i] || !memplan_cheap_conv(l))
+            continue;
+        for (int k = 0; k < l->ntensors; k++) {
+            e->wa[l->first_tensor + k] = e->again + at;
+            at += (int)((m->tensors[l->first_tensor + k].elems + 15) / 16 * 16);
+        }
+    }
     e->bytes = f.exec;
     footprint_free(&f);
     if (exec__layouts(e) < 0)
@@ -399,6 +414,8 @@ void exec_deinit(exec *e)
     pages_free(e->ws);
     pages_free(e->input);
     pages_free(e->gtmp);
+    pages_free(e->wa);
+    pages_free(e->again);
     free(e->hx);
     free(e->hd);
     free(e->red);
@@ -955,6 +972,10 @@ void exec_forward(exec *e, int li, const float *x, int64_t step, bool training)
 {
     exec__replay(e, memplan_forward_op(&e->plan, li), x, step);
     exec__run_forward(e, li, x, step, training ? EXEC__TRAIN : EXEC__EVAL);
+    const model_layer *l = &e->m->layers[li];
+    for (int k = 0; training && e->wa && e->wa[l->first_tensor] && k < l->ntensors; k++)
+        memcpy(e->wa[l->first_tensor + k], e->w[l->first_tensor + k],
+               e->m->tensors[l->first_tensor + k].elems * sizeof(float));
     if (training && e->plan.packed[li]) /* kept for the backward pass as bfloat16 */
         bf16_pack(e->packed[li], e->act[li],
                      (size_t)e->n * model_shape_elems(&e->m->layers[li].out));
@@ -986,6 +1007,10 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
 {
     const bool training = mode != EXEC__EVAL;
     const model_layer *l = &e->m->layers[li];
+    /* a convolution's weights: made again, the copy of those its forward
+     * pass used (exec.wa) */
+    float *const *wt = mode == EXEC__RECOMPUTE && e->wa && e->wa[l->first_tensor] ? e->wa : e->w;
+#define WT(l, i) (wt[(l)->first_tensor + (i)])
     int n = e->n;
     const float *in = exec_output(e, l->inputs[0], x);
     float *out = e->act[li];
@@ -1012,21 +1037,21 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
         op_conv2d_params p = memplan_conv2d_params(l, n);
         if (gather && sl->in_place) { /* the kernel reads the halo rows where they are */
             op_conv2d_halo h = exec__conv_halo(e, li, false);
-            const float *b = l->bias ? W(l, 1) : NULL;
+            const float *b = l->bias ? WT(l, 1) : NULL;
             int o = (int)l->out.d[1], bot = sl->bottom > 0 ? sl->bottom : 0;
             if (!exchange || o <= sl->top + bot) {
                 if (exchange)
                     exec__gather_recv(e, li, in, 0.0f);
-                op_conv2d_forward_halo(out, in, W(l, 0), b, &p, &h, e->ws, e->ws_bytes);
+                op_conv2d_forward_halo(out, in, WT(l, 0), b, &p, &h, e->ws, e->ws_bytes);
                 break;
             }
             /* the rows whose windows stay in the stripe while the halo rows travel */
             exec__gather_begin(e, li, in);
-            op_conv2d_forward_rows(out, in, W(l, 0), b, &p, &h, sl->top, o - bot, e->ws,
+            op_conv2d_forward_rows(out, in, WT(l, 0), b, &p, &h, sl->top, o - bot, e->ws,
                                    e->ws_bytes);
             exec__gather_end(e, li, 0.0f);
-            op_conv2d_forward_rows(out, in, W(l, 0), b, &p, &h, 0, sl->top, e->ws, e->ws_bytes);
-            op_conv2d_forward_rows(out, in, W(l, 0), b, &p, &h, o - bot, o, e->ws, e->ws_bytes);
+            op_conv2d_forward_rows(out, in, WT(l, 0), b, &p, &h, 0, sl->top, e->ws, e->ws_bytes);
+            op_conv2d_forward_rows(out, in, WT(l, 0), b, &p, &h, o - bot, o, e->ws, e->ws_bytes);
             break;
         }
         if (gather) { /* the stripe's rows with their halos, unpadded */
@@ -1040,24 +1065,24 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
             bool mp = e->m->mixed_precision;
             size_t kb =
                 mp && mode == EXEC__TRAIN && e->aux[li] ? memplan_aux_bytes(e->m, l, n) : 0;
-            int rc = op_conv2d_forward_io(out, in, W(l, 0), l->bias ? W(l, 1) : NULL, &p, mp,
+            int rc = op_conv2d_forward_io(out, in, WT(l, 0), l->bias ? WT(l, 1) : NULL, &p, mp,
                                           exec__conv_blocked(e, l, li), e->ws, e->ws_bytes,
                                           kb ? e->aux[li] : NULL, kb);
             e->in_kept[li] = mp && rc == 2;
             break;
         }
-        op_conv2d_forward(out, in, W(l, 0), l->bias ? W(l, 1) : NULL, &p, e->ws, e->ws_bytes);
+        op_conv2d_forward(out, in, WT(l, 0), l->bias ? WT(l, 1) : NULL, &p, e->ws, e->ws_bytes);
         break;
     }
     case LAYER_CONV_TRANSPOSE2D: {
         op_conv_transpose2d_params p = footprint_convt_params(l, n);
         if (sl && sl->kind == SPATIAL_SCATTER) {
             p.pad_h = 0;
-            op_conv_transpose2d_forward(e->hx, in, W(l, 0), NULL, &p, e->ws, e->ws_bytes);
-            exec__scatter_out(e, li, out, l->bias ? W(l, 1) : NULL);
+            op_conv_transpose2d_forward(e->hx, in, WT(l, 0), NULL, &p, e->ws, e->ws_bytes);
+            exec__scatter_out(e, li, out, l->bias ? WT(l, 1) : NULL);
             break;
         }
-        op_conv_transpose2d_forward(out, in, W(l, 0), l->bias ? W(l, 1) : NULL, &p, e->ws,
+        op_conv_transpose2d_forward(out, in, WT(l, 0), l->bias ? WT(l, 1) : NULL, &p, e->ws,
                                     e->ws_bytes);
         break;
     }
@@ -1083,27 +1108,27 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
     }
     case LAYER_CONV3D: {
         op_conv3d_params p = exec__conv3d(l, n);
-        const float *b = l->bias ? W(l, 1) : NULL;
+        const float *b = l->bias ? WT(l, 1) : NULL;
         if (gather) { /* the slab's planes with their halos, unpadded in depth */
             p.d = exec__gather_in(e, li, in, exchange, 0.0f);
             p.pad_d = 0;
             in = e->hx;
         }
         if (e->m->mixed_precision) /* bfloat16 on oneDNN where it has the kernels */
-            op_conv3d_forward_bf16(out, in, W(l, 0), b, &p, e->ws, e->ws_bytes);
+            op_conv3d_forward_bf16(out, in, WT(l, 0), b, &p, e->ws, e->ws_bytes);
         else
-            op_conv3d_forward(out, in, W(l, 0), b, &p, e->ws, e->ws_bytes);
+            op_conv3d_forward(out, in, WT(l, 0), b, &p, e->ws, e->ws_bytes);
         break;
     }
     case LAYER_CONV_TRANSPOSE3D: {
         op_conv_transpose3d_params p = exec__convt3d(l, n);
         if (sl && sl->kind == SPATIAL_SCATTER) { /* over the extended planes */
             p.pad_d = 0;
-            exec__convt3d_forward(e, e->hx, in, W(l, 0), NULL, &p);
-            exec__scatter_out(e, li, out, l->bias ? W(l, 1) : NULL);
+            exec__convt3d_forward(e, e->hx, in, WT(l, 0), NULL, &p);
+            exec__scatter_out(e, li, out, l->bias ? WT(l, 1) : NULL);
             break;
         }
-        exec__convt3d_forward(e, out, in, W(l, 0), l->bias ? W(l, 1) : NULL, &p);
+        exec__convt3d_forward(e, out, in, WT(l, 0), l->bias ? WT(l, 1) : NULL, &p);
         break;
     }
     case LAYER_MAX_POOL3D: {
@@ -1271,6 +1296,7 @@ static void exec__run_forward(exec *e, int li, const float *x, int64_t step, int
         break;
     }
 }
+#undef WT
 
 double exec_loss(exec *e, const float *x, const void *labels, float scale)
 {

@@ -315,6 +315,19 @@ int footprint_init(footprint *f, const model *m, int n, int threads)
     return footprint_init_micro(f, m, n, n, threads);
 }
 
+uint64_t footprint_again_bytes(const model *m, const memplan *p)
+{
+    uint64_t e = 0;
+    for (int l = 0; l < m->nlayers; l++) {
+        const model_layer *ly = &m->layers[l];
+        if (p->kept[l] || !memplan_cheap_conv(ly))
+            continue;
+        for (int k = 0; k < ly->ntensors; k++)
+            e += (m->tensors[ly->first_tensor + k].elems + 15) / 16 * 16;
+    }
+    return e * sizeof(float);
+}
+
 uint64_t footprint_accum_bytes(const model *m)
 {
     uint64_t max = 0;
@@ -387,7 +400,8 @@ int footprint_init_micro(footprint *f, const model *m, int share, int micro, int
         f->input = (uint64_t)n * in_elems * sizeof(float);
     if (n < share)
         f->accum = footprint_accum_bytes(m);
-    f->exec = f->arena + f->workspace + f->input + f->accum;
+    f->again = footprint_again_bytes(m, &f->plan);
+    f->exec = f->arena + f->workspace + f->input + f->accum + f->again;
     f->eager = f->act + f->dact + f->aux + f->scratch + f->loss + f->workspace + f->input;
     f->label_elems = footprint_label_elems(m);
     f->batches = 2 * sample_batch_bytes((uint64_t)share, in_elems, f->label_elems,

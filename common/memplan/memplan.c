@@ -131,11 +131,29 @@ static bool memplan__reads_output(const model_layer *l)
            (l->type == LAYER_DENSE && l->fused);
 }
 
-/* Layers whose output is kept: making it again would cost a GEMM. */
-static bool memplan__costly(layer_type t)
+bool memplan_cheap_conv(const model_layer *l)
 {
-    return t == LAYER_DENSE || t == LAYER_CONV2D || t == LAYER_CONV_TRANSPOSE2D ||
-           t == LAYER_CONV3D || t == LAYER_CONV_TRANSPOSE3D;
+    bool conv = l->type == LAYER_CONV2D || l->type == LAYER_CONV3D;
+    bool transpose = l->type == LAYER_CONV_TRANSPOSE2D || l->type == LAYER_CONV_TRANSPOSE3D;
+    if (!conv && !transpose)
+        return false;
+    int axes = l->type == LAYER_CONV3D || l->type == LAYER_CONV_TRANSPOSE3D ? 3 : 2;
+    for (int a = 0; transpose && a < axes; a++) /* windows that overlap: a stripe's halo */
+        if (l->kernel[a] > l->stride[a])
+            return false;
+    uint64_t out = model_shape_elems(&l->out);
+    uint64_t flops = l->flops - (l->bias ? out : 0); /* 2 a multiply-add */
+    return out && flops <= 2 * (uint64_t)MEMPLAN_CHEAP_MACS * out;
+}
+
+/* Layers whose output is kept: making it again would cost a GEMM (but the
+ * cheap convolutions'). */
+static bool memplan__costly(const model_layer *l)
+{
+    layer_type t = l->type;
+    return (t == LAYER_DENSE || t == LAYER_CONV2D || t == LAYER_CONV_TRANSPOSE2D ||
+            t == LAYER_CONV3D || t == LAYER_CONV_TRANSPOSE3D) &&
+           !memplan_cheap_conv(l);
 }
 
 /* A buffer's life: placed at time t0, freed at t1 (inclusive). */
@@ -384,7 +402,7 @@ static void memplan__needs(memplan_sim *s)
     const int last = memplan_resolve(m, L - 1);
     for (int j = 0; j < L; j++) {
         s->fwd_last[j] = j;
-        p->kept[j] = memplan__costly(m->layers[j].type) || j == last ||
+        p->kept[j] = memplan__costly(&m->layers[j]) || j == last ||
                      ((s->keep_all || m->keep_outputs) && !model_layer_is_view(&m->layers[j]));
     }
     for (int c = 0; c < L; c++)
@@ -421,7 +439,7 @@ static void memplan__needs(memplan_sim *s)
                 s->need_last[j] = op;
                 break;
             }
-        p->packed[j] = m->act_bf16 && !s->keep_all && memplan__costly(lj->type) && j != last &&
+        p->packed[j] = m->act_bf16 && !s->keep_all && memplan__costly(lj) && j != last &&
                        s->need_last[j] > L;
     }
 }

@@ -7,7 +7,9 @@
  *
  *  - what is kept for the backward pass: the outputs of the layers whose
  *    output is costly to make again (dense, convolutions, transposed
- *    convolutions, and the model's last layer), each until its last reader
+ *    convolutions, and the model's last layer; not the cheap convolutions,
+ *    memplan_cheap_conv, which are made again as the cheap layers are),
+ *    each until its last reader
  *    in the backward pass is done. The outputs of the cheap layers (norms,
  *    activations, pooling, upsampling, concatenation, dropout) live in the
  *    forward pass only until their last reader there, and are recomputed
@@ -96,6 +98,16 @@ typedef struct memplan {
 static inline int memplan_forward_op(const memplan *p, int layer) { return layer; }
 static inline int memplan_loss_op(const memplan *p) { return p->nlayers; }
 static inline int memplan_backward_op(const memplan *p, int layer) { return 2 * p->nlayers - layer; }
+
+/* A convolution (or transposed convolution) whose output costs at most
+ * MEMPLAN_CHEAP_MACS multiply-adds an element: a first convolution over a
+ * few input channels, a transposed convolution whose windows do not
+ * overlap (kernel <= stride on every axis) over few channels. Its output is
+ * not kept but made again in the backward pass, from its input and the
+ * weights its forward pass used (the executor keeps a copy of them: they
+ * are few, as its cost is low). */
+#define MEMPLAN_CHEAP_MACS 64
+bool memplan_cheap_conv(const model_layer *l);
 
 /* Sizes of a layer's buffers for n samples, as the plan allocates them. */
 uint64_t memplan_out_bytes(const model *m, int layer, int n);

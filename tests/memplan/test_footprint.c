@@ -75,7 +75,8 @@ static void exec_matches(const model *m, int n, int threads)
     ck_assert_uint_eq(e.arena_bytes, f.arena);
     check_block(e.ws, f.workspace, "workspace");
     check_block(e.input, f.input, "float inputs");
-    ck_assert_uint_eq(f.arena + f.workspace + f.input, f.exec);
+    check_block(e.again, f.again, "weights of the convolutions made again");
+    ck_assert_uint_eq(f.arena + f.workspace + f.input + f.again, f.exec);
     /* the lean arena holds less than keeping everything, at least the
      * kept outputs, and every placed buffer lies inside it */
     ck_assert_uint_lt(f.arena, f.eager);

@@ -234,15 +234,28 @@ START_TEST(unet_plan_is_lean)
     memplan lean, all;
     ck_assert_int_eq(memplan_build(&lean, m, 1), 0);
     ck_assert_int_eq(memplan_build_as(&all, m, 1, true), 0);
-    int kept = 0, costly = 0;
+    int kept = 0, costly = 0, cheap = 0;
     for (int i = 0; i < m->nlayers; i++) {
         layer_type t = m->layers[i].type;
-        bool c = t == LAYER_CONV2D || t == LAYER_CONV_TRANSPOSE2D || i == m->nlayers - 1;
+        /* made again: the first convolution (3 channels, 3 x 3: 27
+         * multiply-adds an output) and the last transposed one (2 x 2,
+         * stride 2, from 64 channels: 64); kept: the other convolutions
+         * (32 channels and more, 3 x 3) and transposed ones (from 128
+         * channels and more). The head (1 x 1 over 32 channels) is cheap
+         * too, but kept as the model's last layer. */
+        bool conv = t == LAYER_CONV2D || t == LAYER_CONV_TRANSPOSE2D;
+        bool small = (t == LAYER_CONV2D && (i == 0 || i == m->nlayers - 1)) ||
+                     (t == LAYER_CONV_TRANSPOSE2D && m->layers[i].in.d[0] <= 64);
+        ck_assert_msg(memplan_cheap_conv(&m->layers[i]) == small, "layer %s",
+                      m->layers[i].name);
+        cheap += small;
+        bool c = (conv && !small) || i == m->nlayers - 1;
         ck_assert_msg(lean.kept[i] == c, "layer %s", m->layers[i].name);
         kept += lean.kept[i];
         costly += c;
     }
     ck_assert_int_eq(kept, costly);
+    ck_assert_int_eq(cheap, 3);
     ck_assert_uint_gt(lean.recomputes, 0);
     /* keeping everything: 2 x the activations (and a little); lean: < 1/3 of that */
     ck_assert_uint_lt(lean.arena * 3, all.arena);
@@ -309,15 +322,49 @@ static void net_free(net *t, const model *m)
     free(t->g);
 }
 
-/* One step of plain SGD; returns the loss. */
+/* Layer l's trainable weights as Weight Streaming leaves them between its
+ * passes (away: overwritten, its slot taken by the next layers; NaN
+ * here, which any read shows) or as they come back for its backward pass. */
+static void net_stream(net *t, const model *m, int l, bool away, float **saved)
+{
+    const model_layer *ly = &m->layers[l];
+    for (int k = 0; k < ly->ntensors; k++) {
+        int i = ly->first_tensor + k;
+        size_t bytes = m->tensors[i].elems * sizeof(float);
+        if (!m->tensors[i].trainable)
+            continue;
+        if (away) {
+            memcpy(saved[i], t->w[i], bytes);
+            for (uint64_t e = 0; e < m->tensors[i].elems; e++)
+                t->w[i][e] = NAN;
+        } else {
+            memcpy(t->w[i], saved[i], bytes);
+        }
+    }
+}
+
+/* One step of plain SGD; returns the loss. Each layer's weights are there
+ * for its forward pass and its backward pass alone, as Weight Streaming
+ * gives them (a layer the backward pass makes again reads the copy its
+ * executor kept). */
 static double net_step(net *t, const model *m, const float *x, const int32_t *y, int64_t step,
                        int n)
 {
-    for (int i = 0; i < m->nlayers; i++)
+    float **saved = calloc((size_t)m->ntensors, sizeof(float *));
+    for (int i = 0; i < m->ntensors; i++)
+        saved[i] = malloc(m->tensors[i].elems * sizeof(float));
+    for (int i = 0; i < m->nlayers; i++) {
         exec_forward(&t->e, i, x, step, true);
+        net_stream(t, m, i, true, saved);
+    }
     double loss = exec_loss(&t->e, x, y, 1.0f / (float)n);
-    for (int i = m->nlayers - 1; i >= 0; i--)
+    for (int i = m->nlayers - 1; i >= 0; i--) {
+        net_stream(t, m, i, false, saved);
         exec_backward(&t->e, i, x, step);
+    }
+    for (int i = 0; i < m->ntensors; i++)
+        free(saved[i]);
+    free(saved);
     for (int i = 0; i < m->ntensors; i++) {
         const model_tensor *mt = &m->tensors[i];
         for (uint64_t k = 0; k < mt->elems; k++)

@@ -380,7 +380,7 @@ static int exec__init(exec *e, const model *m, int share, int n, int threads, fl
         goto oom;
     for (int i = 0, at = 0; f.again && i < m->nlayers; i++) {
         const model_layer *l = &m->layers[i];
-        if (e->plan.kept[i] || !memplan_cheap_conv(l))
+        if (!memplan_weights_again(&e->plan, m, i))
             continue;
         for (int k = 0; k < l->ntensors; k++) {
             e->wa[l->first_tensor + k] = e->again + at;

@@ -74,9 +74,9 @@ typedef struct exec {
     bool w16_stale;         /* the float32 weights of a tensor with w16 are not written
                                (Weight Streaming lands them in bfloat16 alone) */
     float **wa;             /* per tensor: NULL, or the copy of its weights that the forward
-                               pass of a convolution the plan makes again used (memplan's
-                               cheap convolutions: Weight Streaming's slots have moved on
-                               when the backward pass makes it); in `again` */
+                               pass of a convolution the plan makes again used
+                               (memplan_weights_again: Weight Streaming's slots have moved
+                               on when the backward pass makes it); in `again` */
     float *again;
     memplan plan;           /* the step's buffers (memplan.h); owned */
     uint8_t *arena;         /* where they live */

@@ -320,7 +320,7 @@ uint64_t footprint_again_bytes(const model *m, const memplan *p)
     uint64_t e = 0;
     for (int l = 0; l < m->nlayers; l++) {
         const model_layer *ly = &m->layers[l];
-        if (p->kept[l] || !memplan_cheap_conv(ly))
+        if (!memplan_weights_again(p, m, l))
             continue;
         for (int k = 0; k < ly->ntensors; k++)
             e += (m->tensors[ly->first_tensor + k].elems + 15) / 16 * 16;

@@ -43,7 +43,8 @@ typedef struct footprint {
     uint64_t input;           /* the float inputs made from 8-bit ones (sample.h); 0 for float32 */
     uint64_t accum;           /* micro-batches: one layer's weight gradients, added into the step's */
     uint64_t again;           /* the weights of the convolutions the backward pass makes again
-                                 (memplan_cheap_conv), copied as their forward pass used them */
+                                 (memplan_weights_again), copied as their forward pass used
+                                 them */
     uint64_t exec;            /* what the executor allocates: arena, workspace, input, accum,
                                  again */
     uint64_t eager;           /* what it would allocate keeping every buffer for the step */
@@ -66,8 +67,8 @@ int footprint_init_micro(footprint *f, const model *m, int share, int micro, int
  * weight gradients are made before they are added to the step's. */
 uint64_t footprint_accum_bytes(const model *m);
 /* The tensors of the convolutions plan p makes again in the backward pass
- * (not kept, memplan_cheap_conv), each rounded up to 64 bytes: the copy of
- * the weights their forward pass used, which the executor keeps. */
+ * (memplan_weights_again), each rounded up to 64 bytes: the copy of the
+ * weights their forward pass used, which the executor keeps. */
 uint64_t footprint_again_bytes(const model *m, const memplan *p);
 void footprint_free(footprint *f);
 

@@ -6,6 +6,9 @@
 #include <string.h>
 
 #define MEMPLAN_ALIGN 64
+#define MEMPLAN_LIGHTEN_GAIN 0.02   /* of the arena, for a costly output made again */
+#define MEMPLAN_LIGHTEN_FLOPS 0.10  /* of a step's work, made again at most */
+#define MEMPLAN_LIGHTEN_ROUNDS 8
 
 static const model_shape *memplan__shape_of(const model *m, int layer)
 {
@@ -146,6 +149,13 @@ bool memplan_cheap_conv(const model_layer *l)
     return out && flops <= 2 * (uint64_t)MEMPLAN_CHEAP_MACS * out;
 }
 
+bool memplan_weights_again(const memplan *p, const model *m, int layer)
+{
+    layer_type t = m->layers[layer].type;
+    return !p->kept[layer] && (t == LAYER_CONV2D || t == LAYER_CONV3D ||
+                               t == LAYER_CONV_TRANSPOSE2D || t == LAYER_CONV_TRANSPOSE3D);
+}
+
 /* Layers whose output is kept: making it again would cost a GEMM (but the
  * cheap convolutions'). */
 static bool memplan__costly(const model_layer *l)
@@ -180,6 +190,9 @@ typedef struct memplan_sim {
     int *made;                  /* per layer: the backward operation that made its output again */
     int *need_last;             /* per layer: its last need in the backward pass, -1: none */
     bool keep_all;              /* the reference plan: nothing freed, nothing recomputed */
+    const bool *drop;           /* per layer or NULL: a costly output not kept, made again
+                                 * (memplan__lighten); once made in the backward pass it stays
+                                 * until its last need there */
     bool failed;
 } memplan_sim;
 
@@ -259,6 +272,16 @@ static void memplan__free_now(memplan_sim *s, int *slot)
     s->t++;
 }
 
+/* Whether layer j's output, made again in backward operation op (or read
+ * there), stays for a later one: the next one reads it, or it is a costly
+ * output the plan does not keep and a later operation reads it. */
+static bool memplan__stays(const memplan_sim *s, int j, int op)
+{
+    if (s->drop && s->drop[j])
+        return s->need_last[j] > op;
+    return memplan__has(s, j, op + 1);
+}
+
 /* The output of layer j live now, recomputing it (and, first, whatever of
  * its inputs is not live) when the forward pass let it go. */
 static void memplan__ensure(memplan_sim *s, int j, int op, int r0, int r1)
@@ -281,7 +304,7 @@ static void memplan__ensure(memplan_sim *s, int j, int op, int r0, int r1)
     for (int k = 0; k < l->ninputs; k++) {
         int src = memplan_resolve(s->m, l->inputs[k]);
         if (src >= 0 && s->out[src] >= 0 && s->made[src] == op && src != r0 && src != r1 &&
-            !memplan__has(s, src, op + 1))
+            !memplan__stays(s, src, op))
             memplan__free_now(s, &s->out[src]);
     }
 }
@@ -377,7 +400,7 @@ static void memplan__simulate(memplan_sim *s)
                 if (s->out[j] < 0)
                     continue;
                 bool keep = p->kept[j] && !p->packed[j] ? s->need_last[j] > op
-                                                        : memplan__has(s, j, op + 1);
+                                                        : memplan__stays(s, j, op);
                 if (!keep)
                     memplan__free(s, &s->out[j]);
             }
@@ -402,7 +425,7 @@ static void memplan__needs(memplan_sim *s)
     const int last = memplan_resolve(m, L - 1);
     for (int j = 0; j < L; j++) {
         s->fwd_last[j] = j;
-        p->kept[j] = memplan__costly(&m->layers[j]) || j == last ||
+        p->kept[j] = (memplan__costly(&m->layers[j]) && !(s->drop && s->drop[j])) || j == last ||
                      ((s->keep_all || m->keep_outputs) && !model_layer_is_view(&m->layers[j]));
     }
     for (int c = 0; c < L; c++)
@@ -439,7 +462,7 @@ static void memplan__needs(memplan_sim *s)
                 s->need_last[j] = op;
                 break;
             }
-        p->packed[j] = m->act_bf16 && !s->keep_all && memplan__costly(lj) && j != last &&
+        p->packed[j] = m->act_bf16 && !s->keep_all && p->kept[j] && memplan__costly(lj) && j != last &&
                        s->need_last[j] > L;
     }
 }
@@ -515,13 +538,14 @@ int memplan_build(memplan *p, const model *m, int n)
     return memplan_build_as(p, m, n, false);
 }
 
-int memplan_build_as(memplan *p, const model *m, int n, bool keep_all)
+static int memplan__run(memplan *p, const model *m, int n, bool keep_all, const bool *drop)
 {
     memset(p, 0, sizeof(*p));
     const int L = m->nlayers;
     p->nlayers = L;
     p->n = n;
-    memplan_sim s = {.m = m, .p = p, .n = n, .scratch = -1, .loss = -1, .keep_all = keep_all};
+    memplan_sim s = {.m = m, .p = p, .n = n, .scratch = -1, .loss = -1, .keep_all = keep_all,
+                     .drop = drop};
     s.words = (size_t)(2 * L + 1 + 63) / 64;
     size_t nl = L ? (size_t)L : 1;
     p->ops = calloc(2 * nl + 1, sizeof(*p->ops));
@@ -555,6 +579,82 @@ done:
     free(s.need_last);
     free(s.made);
     free(s.needs);
+    if (rc < 0)
+        memplan_free(p);
+    return rc;
+}
+
+/* The multiply-adds (times 2) a step spends making outputs again. */
+static double memplan__recompute_flops(const memplan *p, const model *m, int n)
+{
+    double f = 0;
+    for (uint32_t k = 0; k < p->nevents; k++)
+        if (p->events[k].kind == MEMPLAN_RECOMPUTE)
+            f += (double)m->layers[p->events[k].layer].flops * n;
+    return f;
+}
+
+/* Costly outputs the plan makes again rather than keeps, chosen one at a
+ * time: each time the one whose absence lowers the arena most, while that
+ * is at least MEMPLAN_LIGHTEN_GAIN of it and everything made again in a
+ * step costs at most MEMPLAN_LIGHTEN_FLOPS of the step's own work (three
+ * forward passes). Only convolutions whose output is at least 1/32 of the
+ * arena are tried (a large image's or a volume's). p holds the best plan. */
+static int memplan__lighten(memplan *p, const model *m, int n)
+{
+    const int L = m->nlayers;
+    const int last = memplan_resolve(m, L - 1);
+    double step = 0;
+    for (int j = 0; j < L; j++)
+        step += 3.0 * (double)m->layers[j].flops * n;
+    bool *drop = calloc(L ? (size_t)L : 1, sizeof(bool));
+    if (!drop)
+        return -ENOMEM;
+    for (int round = 0; round < MEMPLAN_LIGHTEN_ROUNDS; round++) {
+        memplan best = {0};
+        int pick = -1;
+        for (int j = 0; j < L; j++) {
+            const model_layer *l = &m->layers[j];
+            bool conv = l->type == LAYER_CONV2D || l->type == LAYER_CONV3D ||
+                        l->type == LAYER_CONV_TRANSPOSE2D || l->type == LAYER_CONV_TRANSPOSE3D;
+            if (!conv || !p->kept[j] || drop[j] || j == last ||
+                32 * memplan_out_bytes(m, j, n) < p->arena)
+                continue;
+            drop[j] = true;
+            memplan t;
+            int rc = memplan__run(&t, m, n, false, drop);
+            drop[j] = false;
+            if (rc < 0) {
+                memplan_free(&best);
+                free(drop);
+                return rc;
+            }
+            uint64_t bar = pick < 0 ? p->arena - (uint64_t)(p->arena * MEMPLAN_LIGHTEN_GAIN)
+                                    : best.arena;
+            if (t.arena < bar && memplan__recompute_flops(&t, m, n) <= MEMPLAN_LIGHTEN_FLOPS * step) {
+                memplan_free(&best);
+                best = t;
+                pick = j;
+            } else {
+                memplan_free(&t);
+            }
+        }
+        if (pick < 0)
+            break;
+        drop[pick] = true;
+        memplan_free(p);
+        *p = best;
+    }
+    free(drop);
+    return 0;
+}
+
+int memplan_build_as(memplan *p, const model *m, int n, bool keep_all)
+{
+    int rc = memplan__run(p, m, n, keep_all, NULL);
+    if (rc < 0 || keep_all || m->keep_outputs || !m->lighten)
+        return rc;
+    rc = memplan__lighten(p, m, n);
     if (rc < 0)
         memplan_free(p);
     return rc;

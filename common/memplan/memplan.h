@@ -39,6 +39,15 @@
  * their norms or dense layers (model_fuse), are views: their output and gradient are
  * their input's. Pure function of (model, n).
  *
+ * Then the plan lightens itself: it makes costly convolution outputs
+ * again rather than keep them, one at a time, each time the one whose
+ * absence lowers the arena most, while that lowers it by at least 2% and
+ * all that a step makes again costs at most a tenth of the step's work.
+ * Such an output, once made again in the backward pass, stays until its
+ * last reader there. On a U-Net over a volume these are the encoder's
+ * full-resolution outputs, which would otherwise wait through the whole
+ * decoder.
+ *
  * With the model's keep_outputs (chosen by the plan where the wafer holds
  * it) every output is kept like a costly one, until its last reader in the
  * backward pass, and nothing is recomputed: the same values, fewer passes.
@@ -103,11 +112,15 @@ static inline int memplan_backward_op(const memplan *p, int layer) { return 2 * 
  * MEMPLAN_CHEAP_MACS multiply-adds an element: a first convolution over a
  * few input channels, a transposed convolution whose windows do not
  * overlap (kernel <= stride on every axis) over few channels. Its output is
- * not kept but made again in the backward pass, from its input and the
- * weights its forward pass used (the executor keeps a copy of them: they
- * are few, as its cost is low). */
+ * not kept but made again in the backward pass, as a norm's is. */
 #define MEMPLAN_CHEAP_MACS 64
 bool memplan_cheap_conv(const model_layer *l);
+/* Whether plan p makes the output of a layer with weights (a convolution:
+ * a cheap one, or a costly one the plan chose not to keep) again in the
+ * backward pass: from its input and the weights its forward pass used, of
+ * which the executor keeps a copy (Weight Streaming's slots have moved on
+ * by then). */
+bool memplan_weights_again(const memplan *p, const model *m, int layer);
 
 /* Sizes of a layer's buffers for n samples, as the plan allocates them. */
 uint64_t memplan_out_bytes(const model *m, int layer, int n);

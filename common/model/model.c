@@ -1186,6 +1186,7 @@ static model *model__compile(const toml_value *mt, const model_shape *input, cha
         goto fail;
     model_fuse(m, true);
     m->blocked = true;
+    m->lighten = true;
     return m;
 fail:
     model_free(m);

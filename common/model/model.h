@@ -191,6 +191,11 @@ typedef struct {
      * groups): true from model_compile; false keeps every tensor plain,
      * the reference the blocked chains are held to, bit for bit. */
     bool blocked;
+    /* The lean memory plan may make costly convolution outputs again
+     * rather than keep them, where that lowers its arena (memplan.h):
+     * true from model_compile; false keeps every costly output, the
+     * reference the lightened plan is held to. */
+    bool lighten;
 } model;
 
 /* Whether l computes on volumes (C x D x H x W): its type is a 3D one, or

@@ -26,7 +26,7 @@ with open(reference) as f:
 # config file -> (its reference, the input, what the plan says of 40 GiB)
 expect = {
     "params_cityscapes.yaml": ("cityscapes", "3x256x512", True),
-    "params_severstal_binary.yaml": ("severstal", "1x256x256", False),
+    "params_severstal_binary.yaml": ("severstal", "1x256x256", True),
     "params_inria_aerial_5120_RGB.yaml": ("inria_5120_rgb", "3x5120x5120", True),
     "params_inria_aerial_7168.yaml": ("inria_7168", "1x7168x7168", False),
 }

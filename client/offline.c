@@ -125,7 +125,7 @@ int offline_plan(const char *file, const char *text, jobspec_format format, uint
     /* the outputs kept, none made again, where the wafer holds them (as the plan decides) */
     uint64_t halo = spatial_extra_bytes(&ps.sp, (int)(choice.micro ? choice.micro : (uint64_t)share));
     fit_keep_outputs(spec, (uint64_t)share, (unsigned)threads, wafer, halo, &choice);
-    if (choice.keep_outputs) {
+    if (choice.keep_outputs || choice.keep_costly) {
         int k = choice.mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED ? 0 : 1;
         fits[k].need = (k ? choice.need_ws : choice.need_pipe) + halo;
     }
@@ -156,12 +156,12 @@ int offline_plan(const char *file, const char *text, jobspec_format format, uint
                in, (unsigned long long)spatial_extra_bytes(&ps.sp, share));
         printf("\"replicas\": %d, \"batch_per_replica\": %d, "
                "\"threads\": %d, \"wafer_memory\": %llu, \"mode\": \"%s\", \"micro_batch\": %llu, "
-               "\"fits\": %s, \"keep_outputs\": %s, \"memoryx_shards\": %zu, "
+               "\"fits\": %s, \"keep_outputs\": %s, \"keep_costly\": %s, \"memoryx_shards\": %zu, "
                "\"memoryx_bytes\": %llu, \"memoryx_bytes_per_shard\": %llu, \"modes\": [",
                groups, share, threads, (unsigned long long)wafer,
                offline__mode_name(pick->mode), (unsigned long long)choice.micro,
                pick->need <= wafer ? "true" : "false", choice.keep_outputs ? "true" : "false",
-               nshards, (unsigned long long)shard_all,
+               choice.keep_costly ? "true" : "false", nshards, (unsigned long long)shard_all,
                (unsigned long long)shard_most);
         for (int i = 0; i < 2; i++) {
             printf("%s{\"mode\": \"%s\", \"bytes_per_replica\": %llu, \"fits\": %s, "
@@ -251,9 +251,10 @@ int offline_plan(const char *file, const char *text, jobspec_format format, uint
                units_format_size(shard_all, s2, sizeof(s2)),
                units_format_size(shard_most, s3, sizeof(s3)), nshards);
         if (pick->need <= wafer)
-            printf("%s\n", render_keep_outputs(choice.keep_outputs));
+            printf("%s\n", render_keep_outputs(choice.keep_outputs, choice.keep_costly));
         model planned = *m; /* the plan's: its outputs kept or not */
         planned.keep_outputs = choice.keep_outputs;
+        planned.lighten = !choice.keep_costly;
         offline__table(&planned, share, choice.micro ? (int)choice.micro : share, threads);
     }
     fit_stripes_free(&ps);

@@ -219,12 +219,17 @@ void render_final(const Appliance__JobStatus *st, bool json)
                 (unsigned long long)st->step, st->message);
 }
 
-const char *render_keep_outputs(bool keep)
+const char *render_keep_outputs(bool keep, bool costly)
 {
-    return keep ? "every layer's output is kept for the backward pass, none computed again (the "
-                  "wafer holds them)"
-                : "the outputs of norms, activations, pooling and concatenations are computed "
-                  "again in the backward pass (memory for larger images)";
+    if (keep)
+        return "every layer's output is kept for the backward pass, none computed again (the "
+               "wafer holds them)";
+    return costly ? "the outputs of norms, activations, pooling, concatenations and cheap "
+                    "convolutions are computed again in the backward pass (memory for larger "
+                    "images)"
+                  : "the outputs of norms, activations, pooling, concatenations and cheap "
+                    "convolutions, and of the large convolutions whose absence saves the most, "
+                    "are computed again in the backward pass (memory for larger images)";
 }
 
 /* [sparsity]: each sparse tensor's density and the bytes its pruned
@@ -288,7 +293,7 @@ void render_plan(const Appliance__Plan *p)
     if (p->micro_batch)
         printf("micro-batches of %u samples: each replica computes its share %u at a time and "
                "adds up their gradients\n", p->micro_batch, p->micro_batch);
-    printf("%s\n", render_keep_outputs(p->keep_outputs));
+    printf("%s\n", render_keep_outputs(p->keep_outputs, p->keep_costly));
     if (p->host_share) {
         char s[32];
         printf("each replica planned within %s, its share of its host's memory: the wse-nodes of "

@@ -11,8 +11,9 @@
 void render_json_string(FILE *f, const char *s);
 void render_cluster(const Appliance__ClusterInfo *info, bool json);
 void render_plan(const Appliance__Plan *p);
-/* The line that says whether a plan keeps every output (Plan.keep_outputs). */
-const char *render_keep_outputs(bool keep);
+/* The line that says what a plan keeps for the backward pass: every output
+ * (Plan.keep_outputs), every costly one (Plan.keep_costly), or less. */
+const char *render_keep_outputs(bool keep, bool costly);
 /* The end of a job: a summary (stdout for done, stderr otherwise), or JSON. */
 void render_final(const Appliance__JobStatus *st, bool json);
 /* One job's status as a JSON object (no newline). */

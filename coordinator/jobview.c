@@ -82,6 +82,7 @@ static void jobview__replica(jsonbuf *b, const jobspec *spec, const Appliance__P
     uint64_t sum = 0;
     model wm = *spec->model;
     wm.keep_outputs = p->keep_outputs;
+    wm.lighten = !p->keep_costly;
     bool pipelined = p->mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED;
     uint64_t micro = pipelined ? p->micro_batch : 0;
     footprint f;
@@ -138,10 +139,12 @@ char *jobview_plan_json(const jobspec *spec, const Appliance__Plan *p, members *
 {
     static const char *const modes[] = {"auto", "pipelined", "weight_streaming"};
     jsonbuf b = {0};
-    jsonbuf_printf(&b, "{\"mode\":\"%s\",\"keep_outputs\":%s,\"micro_batch\":%u,"
+    jsonbuf_printf(&b, "{\"mode\":\"%s\",\"keep_outputs\":%s,\"keep_costly\":%s,"
+                       "\"micro_batch\":%u,"
                        "\"spatial_partitions\":%u,\"global_batch\":%u,\"total_params\":%llu,"
                        "\"replicas\":[",
                    modes[p->mode < 3 ? p->mode : 0], p->keep_outputs ? "true" : "false",
+                   p->keep_costly ? "true" : "false",
                    p->micro_batch, p->spatial_partitions, p->global_batch,
                    (unsigned long long)p->total_params);
     for (size_t i = 0; i < p->n_replicas; i++) {

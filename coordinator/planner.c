@@ -610,7 +610,9 @@ static int planner__build(const jobspec *spec, const char *job_id, const planner
      * wse-node's executor follows (Plan.keep_outputs) */
     fit_keep_outputs(wspec, max_share, threads, wafer, extra, &choice);
     wm->keep_outputs = choice.keep_outputs;
+    wm->lighten = !choice.keep_costly;
     p->keep_outputs = choice.keep_outputs;
+    p->keep_costly = choice.keep_costly;
     choice.need_pipe += extra;
     choice.need_ws += extra;
     uint64_t micro = choice.micro;

@@ -237,9 +237,12 @@ static int wn__job_buffers(wn_job *j, char *err, size_t errlen)
         if (wn__job_sparsity(j, err, errlen) < 0)
             return -ENOMEM;
         log_info("job %s: %s; the step's buffers take %llu bytes", j->id,
-                 p->keep_outputs ? "every layer's output is kept for the backward pass"
-                                 : "the cheap layers' outputs are computed again in the "
-                                   "backward pass",
+                 p->keep_outputs   ? "every layer's output is kept for the backward pass"
+                 : p->keep_costly ? "the cheap layers' outputs are computed again in the "
+                                    "backward pass"
+                                  : "the cheap layers' outputs, and the large convolutions' "
+                                    "whose absence saves the most, are computed again in the "
+                                    "backward pass",
                  (unsigned long long)j->ex.arena_bytes);
         if (j->stripes) {
             exec_parts ep = wn_stripes_exec(j->stripes, p->sync_batchnorm);
@@ -358,10 +361,11 @@ static int wn__plan_model(wn_job *j, const Appliance__PlanReplica *me, char *err
         return -EINVAL;
     uint32_t parts = msgcheck_parts(p);
     spatial_plan sp = {.parts = 1};
+    model_options o = {.keep_outputs = p->keep_outputs, .keep_costly = p->keep_costly};
     int rc = model_plan_check(p, spec->model, err, errlen);
     if (rc == 0 && parts > 1) {
         rc = spatial_compile(jobspec_model_table(spec), spec->model, (int)parts,
-                             (int)(me->index % parts), p->keep_outputs, &j->m, &sp, err, errlen);
+                             (int)(me->index % parts), &o, &j->m, &sp, err, errlen);
         if (rc == 0 && (sp.row0 != me->stripe_row0 || sp.rows != me->stripe_rows)) {
             snprintf(err, errlen, "the plan gives replica %u the input rows [%u, +%u), its stripe "
                      "is [%lld, +%lld)", me->index, me->stripe_row0, me->stripe_rows,
@@ -369,7 +373,6 @@ static int wn__plan_model(wn_job *j, const Appliance__PlanReplica *me, char *err
             rc = -EINVAL;
         }
     } else if (rc == 0) {
-        model_options o = {.keep_outputs = p->keep_outputs};
         j->m = model_recompile(jobspec_model_table(spec), spec->model, &o, err, errlen);
         rc = j->m ? 0 : -EINVAL;
     }

@@ -221,23 +221,29 @@ void fit_keep_outputs(const jobspec *spec, uint64_t share, unsigned threads, uin
                       uint64_t extra, fit_choice *c)
 {
     const Appliance__ExecMode pipe = APPLIANCE__EXEC_MODE__MODE_PIPELINED;
-    c->keep_outputs = false;
-    if (spec->model->act_bf16)
-        return;
+    c->keep_outputs = c->keep_costly = false;
     model keep = *spec->model; /* its layers and tensors shared, read only */
-    keep.keep_outputs = true;
     unsigned states = footprint_optimizer_states(spec->optimizer_type, spec->momentum);
     int sh = (int)share, th = (int)(threads ? threads : 1);
     bool pipelined = c->mode == pipe;
-    uint64_t need = fit_replica_bytes_micro(&keep, sh, pipelined && c->micro ? (int)c->micro : sh,
-                                            th, c->mode, states);
-    if (need == UINT64_MAX || need + extra > wafer)
+    for (int heavy = 1; heavy >= 0; heavy--) {
+        if (heavy && spec->model->act_bf16)
+            continue;
+        keep.keep_outputs = heavy;
+        keep.lighten = false;
+        uint64_t need = fit_replica_bytes_micro(&keep, sh,
+                                                pipelined && c->micro ? (int)c->micro : sh, th,
+                                                c->mode, states);
+        if (need == UINT64_MAX || need + extra > wafer)
+            continue;
+        c->keep_outputs = heavy;
+        c->keep_costly = true;
+        if (pipelined)
+            c->need_pipe = need;
+        else
+            c->need_ws = need;
         return;
-    c->keep_outputs = true;
-    if (pipelined)
-        c->need_pipe = need;
-    else
-        c->need_ws = need;
+    }
 }
 
 uint64_t fit_ws_parts(const model *m, uint64_t need_ws, uint64_t wafer, uint64_t chunk_elems,
@@ -284,11 +290,11 @@ int fit_stripes_of(const jobspec *spec, int parts, fit_stripes *ps, char *err, s
     char why[512];
     /* the first stripe is the tallest: what a wse-node holds at most; the
      * last the shortest: where a window reaches furthest past its rows */
-    int rc = spatial_compile(mt, spec->model, parts, 0, false, &stripe, &ps->sp, why, sizeof(why));
+    int rc = spatial_compile(mt, spec->model, parts, 0, NULL, &stripe, &ps->sp, why, sizeof(why));
     if (rc == 0) {
         model *last;
         spatial_plan lsp;
-        if ((rc = spatial_compile(mt, spec->model, parts, parts - 1, false, &last, &lsp, why,
+        if ((rc = spatial_compile(mt, spec->model, parts, parts - 1, NULL, &last, &lsp, why,
                                   sizeof(why))) == 0) {
             model_free(last);
             spatial_plan_free(&lsp);

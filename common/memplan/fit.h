@@ -64,6 +64,9 @@ typedef struct fit_choice {
     uint64_t need_pipe;        /* bytes per replica in Pipelined, with the micro-batch */
     uint64_t need_ws;          /* bytes per replica in Weight Streaming */
     bool keep_outputs;         /* fit_keep_outputs: every output kept, none recomputed */
+    bool keep_costly;          /* fit_keep_outputs: not every output, but every costly one
+                                  (no convolution made again but the cheap ones: model.lighten
+                                  off) */
 } fit_choice;
 
 /* Weight Streaming in parts (footprint_ws_parts): when a replica needs
@@ -91,7 +94,9 @@ int fit_choose(const jobspec *spec, uint64_t share, unsigned threads, uint64_t w
  * beside the executor's (spatial_extra_bytes). If so, sets
  * c->keep_outputs and the chosen mode's need (without extra) to what it
  * needs so. Never with bfloat16 activations: who asks for them asks for
- * the memory. */
+ * the memory. Else whether it fits with every costly output kept (the
+ * lean plan not lightened, model.lighten off: fewer convolutions made
+ * again); if so sets c->keep_costly and the need likewise. */
 void fit_keep_outputs(const jobspec *spec, uint64_t share, unsigned threads, uint64_t wafer,
                       uint64_t extra, fit_choice *c);
 

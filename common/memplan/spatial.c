@@ -263,7 +263,7 @@ uint64_t spatial_extra_bytes(const spatial_plan *sp, int n)
 }
 
 int spatial_compile(const toml_value *model_table, const model *full, int parts, int part,
-                    bool keep_outputs, model **stripe, spatial_plan *sp, char *err,
+                    const model_options *plan, model **stripe, spatial_plan *sp, char *err,
                     size_t errlen)
 {
     *stripe = NULL;
@@ -278,7 +278,8 @@ int spatial_compile(const toml_value *model_table, const model *full, int parts,
     }
     model_shape sh = full->input;
     sh.d[1] = rows;
-    model_options o = {.input = &sh, .keep_outputs = keep_outputs};
+    model_options o = plan ? *plan : (model_options){0};
+    o.input = &sh;
     model *m = model_recompile(model_table, full, &o, err, errlen);
     if (!m)
         return -EINVAL;

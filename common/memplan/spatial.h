@@ -88,12 +88,13 @@ int spatial_plan_init(spatial_plan *sp, const model *full, const model *stripe, 
 void spatial_plan_free(spatial_plan *sp);
 
 /* The model stripe `part` computes: the [model] table compiled at its
- * rows (spatial_stripe_rows) and with the plan's keep_outputs
- * (model_recompile), into *stripe (the caller's: model_free), and sp filled
+ * rows (spatial_stripe_rows) and with the plan's options (keep_outputs,
+ * keep_costly; plan NULL: neither; its input ignored) (model_recompile),
+ * into *stripe (the caller's: model_free), and sp filled
  * (spatial_plan_init). Returns 0, or a negative code with a message
  * ("FILE:LINE:COL: layer ..." for a layer that does not split). */
 int spatial_compile(const toml_value *model_table, const model *full, int parts, int part,
-                    bool keep_outputs, model **stripe, spatial_plan *sp, char *err,
+                    const model_options *plan, model **stripe, spatial_plan *sp, char *err,
                     size_t errlen);
 
 /* The bytes of a stripe's executor beyond the memory plan's, for n

@@ -1215,6 +1215,7 @@ model *model_recompile(const toml_value *mt, const model *full, const model_opti
     m->act_bf16 = full->act_bf16;
     m->mixed_precision = full->mixed_precision;
     m->keep_outputs = o->keep_outputs;
+    m->lighten = !o->keep_costly;
     return m;
 }
 

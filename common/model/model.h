@@ -249,6 +249,7 @@ model *model_compile_as(const toml_value *model_table, const model_shape *input,
 typedef struct model_options {
     const model_shape *input; /* the same layers on another input; NULL: the job's */
     bool keep_outputs;        /* every output kept for the backward pass (Plan.keep_outputs) */
+    bool keep_costly;         /* every costly output kept: model.lighten off (Plan.keep_costly) */
 } model_options;
 
 /* The model of full's [model] table (model_table) compiled again with the

@@ -174,8 +174,10 @@ START_TEST(memory_for_the_members_threads)
     Appliance__Plan *p = appliance__plan__unpack(NULL, len, buf);
     free(buf);
     ck_assert_ptr_nonnull(p);
-    /* the model as the plan runs it: every output kept where the wafers hold them */
+    /* the model as the plan runs it: every output (or every costly one)
+     * kept where the wafers hold them */
     spec->model->keep_outputs = p->keep_outputs;
+    spec->model->lighten = !p->keep_costly;
     uint64_t one = planner_replica_bytes(spec->model, 2, 1, p->mode, 0);
     uint64_t four = planner_replica_bytes(spec->model, 2, 4, p->mode, 0);
     ck_assert_uint_gt(four, one);
@@ -725,6 +727,7 @@ START_TEST(simulated_wse_nodes_held_at_what_they_hold)
     uint64_t need = p->replicas[0]->memory_needed;
     model wm = *spec->model; /* as planned: the outputs it keeps */
     wm.keep_outputs = p->keep_outputs;
+    wm.lighten = !p->keep_costly;
     appliance__plan__free_unpacked(p, NULL);
     /* what a simulated one holds: its two batches in flight, the slots,
      * the buffers, a chunk held while a slot frees, and the frame's 64 KiB */

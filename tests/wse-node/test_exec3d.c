@@ -396,7 +396,7 @@ START_TEST(slab_limits)
     model *slab = NULL;
     spatial_plan sp;
     char err[256];
-    ck_assert_msg(spatial_compile(mt, m, 8, 7, false, &slab, &sp, err, sizeof(err)) == 0, "%s",
+    ck_assert_msg(spatial_compile(mt, m, 8, 7, NULL, &slab, &sp, err, sizeof(err)) == 0, "%s",
                   err);
     ck_assert_int_eq(sp.row0, 14);
     ck_assert_int_eq(sp.rows, 2);
@@ -408,7 +408,7 @@ START_TEST(slab_limits)
     ck_assert_int_eq(sp.layers[6].kind, SPATIAL_LOCAL);  /* the stride-2 transposed conv */
     spatial_plan_free(&sp);
     model_free(slab);
-    ck_assert_int_lt(spatial_compile(mt, m, 16, 0, false, &slab, &sp, err, sizeof(err)), 0);
+    ck_assert_int_lt(spatial_compile(mt, m, 16, 0, NULL, &slab, &sp, err, sizeof(err)), 0);
     ck_assert_str_eq(err, "vol.toml: runconfig.spatial_partitions = 16: the input's 16 planes "
                           "make 8 slice(s) of 2 planes, the model's downsampling: at most 8 "
                           "slabs, not 16");
@@ -422,7 +422,7 @@ START_TEST(slab_limits)
     ck_assert_ptr_nonnull(c2);
     memcpy(c2, "filters = 16\nkernel_size = 5\npadding = 2", 40);
     m = compile(text, "ssce_dice", &root);
-    ck_assert_int_lt(spatial_compile(toml_table_get(root, "model"), m, 8, 0, false, &slab, &sp,
+    ck_assert_int_lt(spatial_compile(toml_table_get(root, "model"), m, 8, 0, NULL, &slab, &sp,
                                      err, sizeof(err)), 0);
     ck_assert_ptr_null(slab);
     ck_assert_msg(strstr(err, ": layer \"c2\" (conv3d) reaches 2 planes beyond its slab, which "

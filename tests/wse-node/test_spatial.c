@@ -327,7 +327,7 @@ static void train_striped(const char *text, int parts, int n, int steps, double 
     model *sm[MAXP];
     spatial_plan sp[MAXP];
     for (int p = 0; p < parts; p++)
-        ck_assert_msg(spatial_compile(mt, full, parts, p, false, &sm[p], &sp[p], err, sizeof(err)) == 0,
+        ck_assert_msg(spatial_compile(mt, full, parts, p, NULL, &sm[p], &sp[p], err, sizeof(err)) == 0,
                       "%s", err);
     int kinds[4] = {0};
     for (int i = 0; i < full->nlayers; i++)

@@ -910,14 +910,14 @@ static void exec__bias_grad(const model_layer *l, int n, const float *dout, floa
     }
 }
 
-/* Replays the events before operation op: buffers take their places in
- * the arena (a gradient's first writer finds it zeroed), outputs the
- * forward pass let go are recomputed. */
-static void exec__replay(exec *e, int op, const float *x, int64_t step)
+/* Replays events of the plan: buffers take their places in the arena (a
+ * gradient's first writer finds it zeroed), outputs the forward pass let
+ * go are recomputed. */
+static void exec__replay_events(exec *e, uint32_t first, uint32_t count, const float *x,
+                                int64_t step)
 {
-    const memplan_op *o = &e->plan.ops[op];
-    for (uint32_t k = 0; k < o->count; k++) {
-        const memplan_event *ev = &e->plan.events[o->first + k];
+    for (uint32_t k = 0; k < count; k++) {
+        const memplan_event *ev = &e->plan.events[first + k];
         uint8_t *p = e->arena + ev->offset;
         switch ((enum memplan_kind)ev->kind) {
         case MEMPLAN_OUT:
@@ -955,6 +955,24 @@ static void exec__replay(exec *e, int op, const float *x, int64_t step)
             break;
         }
     }
+}
+
+/* The events before operation op. */
+static void exec__replay(exec *e, int op, const float *x, int64_t step)
+{
+    const memplan_op *o = &e->plan.ops[op];
+    exec__replay_events(e, o->first, o->count, x, step);
+}
+
+/* The events between the two passes of a split backward operation
+ * (memplan_op.mid): returns false when it is not split. */
+static bool exec__replay_mid(exec *e, int op, const float *x, int64_t step)
+{
+    const memplan_op *o = &e->plan.ops[op];
+    if (!o->mid)
+        return false;
+    exec__replay_events(e, o->first + o->count, o->mid, x, step);
+    return true;
 }
 
 void exec_zero_grads(exec *e)
@@ -1545,10 +1563,29 @@ static void exec__backward(exec *e, const model_layer *l, int li, const float *x
             in = e->hx;
             dx = din ? e->hd : NULL;
         }
-        if (e->m->mixed_precision)
-            op_conv3d_backward_bf16(dx, G(l, 0), db, dout, in, W(l, 0), &p, e->ws, e->ws_bytes);
-        else
+        int (*bf16)(float *, float *, float *, const float *, const float *, const float *,
+                    const op_conv3d_params *, void *, size_t) = op_conv3d_backward_bf16;
+        if (src >= 0 && e->plan.ops[memplan_backward_op(&e->plan, li)].mid) {
+            /* two passes: the weight gradient, then (the input freed and
+             * its gradient placed, maybe where it was) the input's */
+            if (e->m->mixed_precision)
+                bf16(NULL, G(l, 0), db, dout, in, W(l, 0), &p, e->ws, e->ws_bytes);
+            else
+                op_conv3d_backward(NULL, G(l, 0), db, dout, in, W(l, 0), &p, e->ws, e->ws_bytes);
+            exec__replay_mid(e, memplan_backward_op(&e->plan, li), x, step);
+            fresh = e->direct[src];
+            din = fresh ? exec__dout(e, src) : e->scratch;
+            has_din = !fresh;
+            dx = gather ? e->hd : din;
+            if (e->m->mixed_precision)
+                bf16(dx, NULL, NULL, dout, NULL, W(l, 0), &p, e->ws, e->ws_bytes);
+            else
+                op_conv3d_backward(dx, NULL, NULL, dout, NULL, W(l, 0), &p, e->ws, e->ws_bytes);
+        } else if (e->m->mixed_precision) {
+            bf16(dx, G(l, 0), db, dout, in, W(l, 0), &p, e->ws, e->ws_bytes);
+        } else {
             op_conv3d_backward(dx, G(l, 0), db, dout, in, W(l, 0), &p, e->ws, e->ws_bytes);
+        }
         if (gather && din)
             exec__gather_din(e, li, din);
         break;

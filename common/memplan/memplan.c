@@ -172,6 +172,8 @@ typedef struct memplan_buf {
     uint64_t t0, t1;
     uint32_t event;
     uint64_t offset;
+    int parent;         /* -1, or the buffer this one lies in (a slice of a concatenation) */
+    uint64_t delta;     /* where in it */
 } memplan_buf;
 
 typedef struct memplan_sim {
@@ -254,7 +256,23 @@ static int memplan__place(memplan_sim *s, enum memplan_kind kind, int layer, uin
     b->t0 = s->t++;
     b->t1 = UINT64_MAX;
     b->event = ev;
+    b->parent = -1;
+    b->delta = 0;
     return (int)s->nbufs++;
+}
+
+/* Places layer's output in buffer `parent`, `delta` bytes in: it takes no
+ * room of its own (a concatenation's input made where the concatenation
+ * holds it). */
+static int memplan__alias(memplan_sim *s, int layer, int parent, uint64_t delta)
+{
+    int b = memplan__place(s, MEMPLAN_OUT, layer, 0, false);
+    if (b >= 0) {
+        s->bufs[b].bytes = 0;
+        s->bufs[b].parent = parent;
+        s->bufs[b].delta = delta;
+    }
+    return b;
 }
 
 static void memplan__free(memplan_sim *s, int *slot)
@@ -283,8 +301,12 @@ static bool memplan__stays(const memplan_sim *s, int j, int op)
 }
 
 /* The output of layer j live now, recomputing it (and, first, whatever of
- * its inputs is not live) when the forward pass let it go. */
-static void memplan__ensure(memplan_sim *s, int j, int op, int r0, int r1)
+ * its inputs is not live) when the forward pass let it go; in buffer
+ * `parent` (at delta) when that is not -1. A concatenation of one sample
+ * makes the inputs it alone needs in its own slices of it: they are not
+ * copied and take no room of their own. */
+static void memplan__make(memplan_sim *s, int j, int op, int r0, int r1, int parent,
+                          uint64_t delta)
 {
     if (j < 0 || s->out[j] >= 0 || s->failed)
         return;
@@ -295,9 +317,23 @@ static void memplan__ensure(memplan_sim *s, int j, int op, int r0, int r1)
         return;
     }
     const model_layer *l = &s->m->layers[j];
-    for (int k = 0; k < l->ninputs; k++)
-        memplan__ensure(s, memplan_resolve(s->m, l->inputs[k]), op, r0, r1);
-    s->out[j] = memplan__place(s, MEMPLAN_OUT, j, memplan_out_bytes(s->m, j, s->n), false);
+    if (l->type == LAYER_CONCAT && s->n == 1 && parent < 0) {
+        s->out[j] = memplan__place(s, MEMPLAN_OUT, j, memplan_out_bytes(s->m, j, s->n), false);
+        uint64_t d = 0;
+        for (int k = 0; k < l->ninputs; k++) {
+            int src = memplan_resolve(s->m, l->inputs[k]);
+            bool slice = src >= 0 && s->out[src] < 0 && !s->p->packed[src] && src != r0 &&
+                         src != r1 && !memplan__stays(s, src, op) && d % MEMPLAN_ALIGN == 0;
+            memplan__make(s, src, op, r0, r1, slice ? s->out[j] : -1, d);
+            d += memplan_out_bytes(s->m, src, s->n);
+        }
+    } else {
+        for (int k = 0; k < l->ninputs; k++)
+            memplan__make(s, memplan_resolve(s->m, l->inputs[k]), op, r0, r1, -1, 0);
+        s->out[j] = parent >= 0 ? memplan__alias(s, j, parent, delta)
+                                : memplan__place(s, MEMPLAN_OUT, j,
+                                                 memplan_out_bytes(s->m, j, s->n), false);
+    }
     memplan__event(s, MEMPLAN_RECOMPUTE, j, false);
     s->p->recomputes++;
     /* its inputs made again for it alone go now */
@@ -307,6 +343,11 @@ static void memplan__ensure(memplan_sim *s, int j, int op, int r0, int r1)
             !memplan__stays(s, src, op))
             memplan__free_now(s, &s->out[src]);
     }
+}
+
+static void memplan__ensure(memplan_sim *s, int j, int op, int r0, int r1)
+{
+    memplan__make(s, j, op, r0, r1, -1, 0);
 }
 
 /* The operations: forward, loss, backward, with their events. */
@@ -367,6 +408,17 @@ static void memplan__simulate(memplan_sim *s)
                 memplan__ensure(s, r1, op, r0, r1);
             if (s->dout[i] < 0) /* nothing read its output: a zero gradient */
                 s->dout[i] = memplan__place(s, MEMPLAN_DOUT, i, memplan_out_bytes(m, i, n), true);
+            /* a 3-D convolution whose input goes with this operation: its
+             * weight gradient first, then the input freed and its input's
+             * gradient placed (memplan_op.mid), then that gradient */
+            bool split = l->type == LAYER_CONV3D && !s->keep_all && r0 >= 0 && s->out[r0] >= 0 &&
+                         !(p->kept[r0] && !p->packed[r0] ? s->need_last[r0] > op
+                                                         : memplan__stays(s, r0, op));
+            if (split) {
+                p->ops[op].count = p->nevents - p->ops[op].first;
+                s->t++;
+                memplan__free_now(s, &s->out[r0]);
+            }
             uint64_t sb = memplan_scratch_bytes(m, i, n);
             /* the input gradients written whole where they are new: every one
              * of them (an add copies its output's gradient where it would
@@ -387,7 +439,10 @@ static void memplan__simulate(memplan_sim *s)
             }
             if (sb && !direct)
                 s->scratch = memplan__place(s, MEMPLAN_SCRATCH, i, sb, false);
-            p->ops[op].count = p->nevents - p->ops[op].first;
+            if (split)
+                p->ops[op].mid = p->nevents - p->ops[op].first - p->ops[op].count;
+            else
+                p->ops[op].count = p->nevents - p->ops[op].first;
             s->t++;
             memplan__free(s, &s->scratch);
             if (s->keep_all)
@@ -493,8 +548,11 @@ static int memplan__assign(memplan_sim *s)
         free(placed);
         return -ENOMEM;
     }
-    for (uint32_t b = 0; b < nb; b++)
-        order[b] = &s->bufs[b];
+    uint32_t all = nb;
+    nb = 0;
+    for (uint32_t b = 0; b < all; b++)
+        if (s->bufs[b].parent < 0)
+            order[nb++] = &s->bufs[b];
     qsort(order, nb, sizeof(*order), memplan__by_size);
     uint64_t arena = 0;
     for (uint32_t i = 0; i < nb; i++) {
@@ -517,11 +575,17 @@ static int memplan__assign(memplan_sim *s)
             arena = off + b->bytes;
     }
     s->p->arena = arena;
+    for (uint32_t b = 0; b < all; b++) /* the slices: where their buffers lie */
+        if (s->bufs[b].parent >= 0) {
+            const memplan_buf *in = &s->bufs[s->bufs[b].parent];
+            s->bufs[b].offset = in->offset + s->bufs[b].delta;
+            s->p->events[s->bufs[b].event].offset = s->bufs[b].offset;
+        }
     /* the most bytes alive at once, for the record */
     uint64_t peak = 0;
-    for (uint32_t i = 0; i < nb; i++) {
+    for (uint32_t i = 0; i < all; i++) {
         uint64_t live = 0, t = s->bufs[i].t0;
-        for (uint32_t k = 0; k < nb; k++)
+        for (uint32_t k = 0; k < all; k++)
             if (s->bufs[k].t0 <= t && t <= s->bufs[k].t1)
                 live += s->bufs[k].bytes;
         if (live > peak)

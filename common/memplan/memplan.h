@@ -23,6 +23,12 @@
  *    gradient the operation makes (or a concatenation's, all new; an add
  *    copies its output's gradient into its inputs' when both are new),
  *    else adds into zeros through a scratch buffer;
+ *  - a 3-D convolution whose input is not needed after its backward pass
+ *    computes its weight gradient first, and its input's gradient only
+ *    after its input is freed (memplan_op.mid): the two never live at once;
+ *  - a concatenation of one sample made again in the backward pass makes
+ *    the inputs it alone needs in its own slices (they are not copied and
+ *    take no room of their own);
  *  - what the backward pass recomputes for one operation goes as soon as
  *    the recomputations that read it are done, unless the operation or the
  *    next one reads it;
@@ -88,6 +94,11 @@ typedef struct memplan_event {
 /* The events that come before one operation runs, in order. */
 typedef struct memplan_op {
     uint32_t first, count;
+    /* A 3-D convolution's backward pass in two: its weight gradient after
+     * the first `count` events, then `mid` events (its input freed, the
+     * input's gradient placed, maybe where the input was), then its input
+     * gradient. 0: one pass. */
+    uint32_t mid;
 } memplan_op;
 
 typedef struct memplan {

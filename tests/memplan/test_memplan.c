@@ -82,6 +82,23 @@ static uint64_t kind_bytes(const shadow *s, int kind, int layer)
     }
 }
 
+/* Whether layer's output at off is its slice of concatenation j's output
+ * (one sample: the plan makes it there). */
+static bool in_slice(const shadow *s, int j, int layer, uint64_t off)
+{
+    const model_layer *c = &s->m->layers[j];
+    if (c->type != LAYER_CONCAT || s->n != 1 || !s->valid[K_OUT][j])
+        return false;
+    uint64_t d = 0;
+    for (int k = 0; k < c->ninputs; k++) {
+        int src = memplan_resolve(s->m, c->inputs[k]);
+        if (src == layer && off == s->off[K_OUT][j] + d)
+            return true;
+        d += memplan_out_bytes(s->m, src, s->n);
+    }
+    return false;
+}
+
 static void place(shadow *s, int kind, int layer, uint64_t off)
 {
     int slot = layer < 0 ? 0 : layer;
@@ -89,7 +106,8 @@ static void place(shadow *s, int kind, int layer, uint64_t off)
     ck_assert_msg(off + b <= s->arena, "kind %d of layer %d beyond the arena", kind, layer);
     for (int k = 0; k < K_N; k++)
         for (int j = 0; j < s->m->nlayers; j++)
-            if (s->valid[k][j] && s->off[k][j] < off + b && off < s->off[k][j] + s->bytes[k][j])
+            if (s->valid[k][j] && s->off[k][j] < off + b && off < s->off[k][j] + s->bytes[k][j] &&
+                !(k == K_OUT && kind == K_OUT && in_slice(s, j, layer, off)))
                 s->valid[k][j] = false;
     s->off[kind][slot] = off;
     s->bytes[kind][slot] = b;
@@ -120,8 +138,18 @@ static void check_plan(const model *m, int n, bool keep_all)
     unsigned recomputes = 0;
     for (int op = 0; op <= 2 * L; op++) {
         bool scratch = false, direct = false;
-        for (uint32_t k = 0; k < p.ops[op].count; k++) {
+        uint32_t mid = p.ops[op].mid;
+        if (mid) {
+            const model_layer *l = &m->layers[2 * L - op];
+            ck_assert_msg(op > L && l->type == LAYER_CONV3D, "op %d in two passes", op);
+        }
+        for (uint32_t k = 0; k < p.ops[op].count + mid; k++) {
             const memplan_event *ev = &p.events[p.ops[op].first + k];
+            if (mid && k == p.ops[op].count) { /* the weight gradient: its input, its gradient */
+                int i = 2 * L - op;
+                need(s, K_OUT, memplan_resolve(m, m->layers[i].inputs[0]), "weights", op);
+                need(s, K_DOUT, i, "weights", op);
+            }
             if (ev->kind == MEMPLAN_RECOMPUTE) {
                 const model_layer *l = &m->layers[ev->layer];
                 ck_assert_msg(!p.kept[ev->layer], "a kept layer recomputed: %s", l->name);
@@ -168,7 +196,7 @@ static void check_plan(const model *m, int n, bool keep_all)
             need(s, K_DOUT, i, "backward", op);
             if (memplan_aux_bytes(m, l, n))
                 need(s, K_AUX, i, "backward", op);
-            if (reads_input(l->type))
+            if (reads_input(l->type) && !mid) /* (split: read by the weight gradient alone) */
                 need(s, K_OUT, memplan_resolve(m, l->inputs[0]), "backward", op);
             if (reads_output(l->type))
                 need(s, K_OUT, i, "backward", op);
@@ -200,6 +228,9 @@ START_TEST(plans_hold_what_each_operation_reads)
         {"fc_mnist.toml", NULL, NULL},
         {"resnet_small.toml", NULL, NULL},
         {"unet.toml", "[3, 512, 512]", "[3, 64, 64]"},
+        /* 3-D convolutions in two passes, concatenations of one sample
+         * made in place (n = 1) */
+        {"../../cluster/volume.toml", "[1, 32, 32, 32]", "[1, 16, 16, 16]"},
     };
     for (size_t i = 0; i < sizeof(models) / sizeof(models[0]); i++) {
         model *m = load(models[i].file, models[i].from, models[i].to);
@@ -479,6 +510,23 @@ static void train_alike_as(const char *file, const char *from, const char *to, i
     if (bf16)
         printf("%s, bfloat16 activations: the loss within %.2g of float32's over 5 steps\n", file,
                maxrel);
+    if (strstr(file, "volume.toml")) {
+        int split = 0, sliced = 0;
+        for (int op = m->nlayers + 1; op <= 2 * m->nlayers; op++)
+            split += lean.e.plan.ops[op].mid > 0;
+        for (uint32_t k = 0; k + 1 < lean.e.plan.nevents; k++)
+            for (uint32_t q = 0; q < k; q++)
+                sliced += lean.e.plan.events[k].kind == MEMPLAN_OUT &&
+                          lean.e.plan.events[q].kind == MEMPLAN_OUT &&
+                          m->layers[lean.e.plan.events[q].layer].type == LAYER_CONCAT &&
+                          lean.e.plan.events[k].offset == lean.e.plan.events[q].offset &&
+                          lean.e.plan.events[k].layer != lean.e.plan.events[q].layer &&
+                          q + 8 > k;
+        printf("%s at one sample: %d backward passes in two, %d inputs made in their "
+               "concatenation\n", file, split, sliced);
+        ck_assert_int_gt(split, 0);
+        ck_assert_int_gt(sliced, 0);
+    }
     if (strcmp(file, "unet.toml") == 0) {
         ck_assert_uint_gt(lean.e.recomputed, 0);
         /* a costly convolution made again, from the weights its forward
@@ -504,6 +552,9 @@ static void train_alike(const char *file, const char *from, const char *to, int 
 START_TEST(lean_trains_as_the_reference_unet)
 {
     train_alike("unet.toml", "[3, 512, 512]", "[3, 64, 64]", 2, 2);
+    /* one sample of a volume: its 3-D convolutions' backward passes in
+     * two, its concatenations made in place */
+    train_alike("../../cluster/volume.toml", "[1, 32, 32, 32]", "[1, 16, 16, 16]", 1, 2);
 }
 END_TEST
 

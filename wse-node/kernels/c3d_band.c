@@ -269,7 +269,8 @@ unsigned kern__c3d_backward(int bf16, const kern__c3d *g, unsigned pieces, float
         int first = g0 == 0;
         if (kern__c3d_whole_backward(bf16, &b.g, pieces,
                                      pieces & KERN__C3D_BWD_D ? din + x_at(&b) : NULL,
-                                     first ? dweight : dw, dout + y_at(&b), in + x_at(&b),
+                                     first ? dweight : dw, dout + y_at(&b),
+                                     in ? in + x_at(&b) : NULL, /* (NULL: no weight gradient) */
                                      weight, rest, rest_bytes) != pieces)
             return 0;
         if ((pieces & KERN__C3D_BWD_W) && !first) {
@@ -311,8 +312,9 @@ int kern__c3d_backward_bf16(const kern__c3d *g, float *din, float *dweight, floa
                             const float *dout, const float *in, const float *weight, void *ws,
                             size_t ws_bytes)
 {
-    unsigned want = KERN__C3D_BWD_W | (din ? KERN__C3D_BWD_D : 0);
-    /* both pieces in bfloat16 or neither: a layer's gradients in one precision */
+    unsigned want = (dweight ? KERN__C3D_BWD_W : 0) | (din ? KERN__C3D_BWD_D : 0);
+    /* both pieces in bfloat16 or neither: a layer's gradients in one precision (asked for
+     * apart, each where the two are) */
     if (!kern__c3d_bf16_here(g) ||
         kern__c3d_backward(1, g, want, din, dweight, dout, in, weight, ws, ws_bytes) != want)
         return 0;

@@ -38,8 +38,10 @@ static void concat_copies(void *ctx, size_t lo, size_t hi)
         size_t i = u / (size_t)c->count, len;
         int j = (int)(u % (size_t)c->count);
         size_t at = i * (size_t)c->total * c->hw + concat_off(c, j, &len);
-        if (c->out)
-            memcpy(c->out + at, c->ins[j] + i * len, sizeof(float) * len);
+        if (c->out) { /* (an input the memory plan made in its slice is there) */
+            if (c->out + at != c->ins[j] + i * len)
+                memcpy(c->out + at, c->ins[j] + i * len, sizeof(float) * len);
+        }
         else if (c->dins[j])
             memcpy(c->dins[j] + i * len, c->dout + at, sizeof(float) * len);
     }

@@ -144,10 +144,10 @@ void op_conv3d_backward(float *din, float *dweight, float *dbias, const float *d
      * w) or NULL */
     kern__c3d g = geom_of(p);
     kern__vol v = vol_of(p);
-    unsigned want = KERN__C3D_BWD_W | (din ? KERN__C3D_BWD_D : 0);
+    unsigned want = (dweight ? KERN__C3D_BWD_W : 0) | (din ? KERN__C3D_BWD_D : 0);
     unsigned done = backward_onednn(0, &g, f32_onednn(&g) & want, din, dweight, dout, in, weight,
                                     ws, ws_bytes);
-    if (!(done & KERN__C3D_BWD_W))
+    if (dweight && !(done & KERN__C3D_BWD_W))
         kern__vol_wgrad(dweight, NULL, dout, in, &v, p->n, p->k, ws, ws_bytes);
     if (din && !(done & KERN__C3D_BWD_D))
         kern__vol_dgrad(din, dout, weight, &v, p->n, p->k, ws, ws_bytes);

@@ -44,8 +44,11 @@ void op_conv3d_forward(float *out, const float *in, const float *weight, const f
                        const op_conv3d_params *p, void *ws, size_t ws_bytes);
 
 /* dout is (n, k, od, oh, ow), in is (n, c, d, h, w), weight is (k, c, kd,
- * kh, kw). Overwrites dweight (k, c, kd, kh, kw), dbias (k, may be NULL)
- * and din (n, c, d, h, w, may be NULL). ws as for the forward pass. */
+ * kh, kw). Overwrites dweight (k, c, kd, kh, kw, may be NULL), dbias (k,
+ * may be NULL) and din (n, c, d, h, w, may be NULL). The weight gradient
+ * (with the bias's) and the input gradient may be asked for in two calls
+ * (in NULL in the second: it reads only dout and weight), with the same
+ * bits as in one. ws as for the forward pass. */
 void op_conv3d_backward(float *din, float *dweight, float *dbias, const float *dout,
                         const float *in, const float *weight, const op_conv3d_params *p,
                         void *ws, size_t ws_bytes);

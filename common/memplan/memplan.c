@@ -261,18 +261,51 @@ static int memplan__place(memplan_sim *s, enum memplan_kind kind, int layer, uin
     return (int)s->nbufs++;
 }
 
-/* Places layer's output in buffer `parent`, `delta` bytes in: it takes no
- * room of its own (a concatenation's input made where the concatenation
- * holds it). */
-static int memplan__alias(memplan_sim *s, int layer, int parent, uint64_t delta)
+/* Places layer's output (or its gradient: kind) in buffer `parent`, `delta`
+ * bytes in: it takes no room of its own (a concatenation's input made
+ * where the concatenation holds it, or its gradient where the
+ * concatenation's gradient holds it). The buffer lives as long as the
+ * longest of those in it (memplan__hold). */
+static int memplan__alias_as(memplan_sim *s, enum memplan_kind kind, int layer, int parent,
+                             uint64_t delta)
 {
-    int b = memplan__place(s, MEMPLAN_OUT, layer, 0, false);
+    int b = memplan__place(s, kind, layer, 0, false);
     if (b >= 0) {
         s->bufs[b].bytes = 0;
         s->bufs[b].parent = parent;
         s->bufs[b].delta = delta;
     }
     return b;
+}
+
+static int memplan__alias(memplan_sim *s, int layer, int parent, uint64_t delta)
+{
+    return memplan__alias_as(s, MEMPLAN_OUT, layer, parent, delta);
+}
+
+/* Where input `layer` lies in concatenation c's output (bytes from its
+ * start, for n samples of one), or UINT64_MAX when it is none of c's. */
+static uint64_t memplan__slice(const memplan_sim *s, int c, int layer)
+{
+    const model_layer *l = &s->m->layers[c];
+    uint64_t d = 0;
+    for (int k = 0; k < l->ninputs; k++) {
+        int src = memplan_resolve(s->m, l->inputs[k]);
+        if (src == layer)
+            return d;
+        d += memplan_out_bytes(s->m, src, s->n);
+    }
+    return UINT64_MAX;
+}
+
+/* A buffer that holds others lives as long as they do. */
+static void memplan__hold(memplan_sim *s)
+{
+    for (uint32_t b = s->nbufs; b-- > 0;) {
+        int q = s->bufs[b].parent;
+        if (q >= 0 && s->bufs[b].t1 > s->bufs[q].t1)
+            s->bufs[q].t1 = s->bufs[b].t1;
+    }
 }
 
 static void memplan__free(memplan_sim *s, int *slot)
@@ -300,6 +333,15 @@ static bool memplan__stays(const memplan_sim *s, int j, int op)
     return memplan__has(s, j, op + 1);
 }
 
+/* Whether layer src's output is to be made again in operation op for one
+ * reader alone: not live, not a bfloat16 copy, not read by the operation
+ * itself, and not needed after it. */
+static bool memplan__for_one(const memplan_sim *s, int src, int op, int r0, int r1)
+{
+    return src >= 0 && s->out[src] < 0 && !s->p->packed[src] && src != r0 && src != r1 &&
+           !memplan__stays(s, src, op);
+}
+
 /* The output of layer j live now, recomputing it (and, first, whatever of
  * its inputs is not live) when the forward pass let it go; in buffer
  * `parent` (at delta) when that is not -1. A concatenation of one sample
@@ -322,11 +364,20 @@ static void memplan__make(memplan_sim *s, int j, int op, int r0, int r1, int par
         uint64_t d = 0;
         for (int k = 0; k < l->ninputs; k++) {
             int src = memplan_resolve(s->m, l->inputs[k]);
-            bool slice = src >= 0 && s->out[src] < 0 && !s->p->packed[src] && src != r0 &&
-                         src != r1 && !memplan__stays(s, src, op) && d % MEMPLAN_ALIGN == 0;
+            bool slice = memplan__for_one(s, src, op, r0, r1) && d % MEMPLAN_ALIGN == 0;
             memplan__make(s, src, op, r0, r1, slice ? s->out[j] : -1, d);
             d += memplan_out_bytes(s->m, src, s->n);
         }
+    } else if (l->type == LAYER_GROUP_NORM && memplan__for_one(s, memplan_resolve(s->m, l->inputs[0]),
+                                                               op, r0, r1)) {
+        /* made again from its input's scale and shift, element by
+         * element: its input, made for it alone, is made where it goes */
+        int src = memplan_resolve(s->m, l->inputs[0]);
+        s->out[j] = parent >= 0 ? memplan__alias(s, j, parent, delta)
+                                : memplan__place(s, MEMPLAN_OUT, j,
+                                                 memplan_out_bytes(s->m, j, s->n), false);
+        int home = parent >= 0 ? parent : s->out[j];
+        memplan__make(s, src, op, r0, r1, home, parent >= 0 ? delta : 0);
     } else {
         for (int k = 0; k < l->ninputs; k++)
             memplan__make(s, memplan_resolve(s->m, l->inputs[k]), op, r0, r1, -1, 0);
@@ -362,8 +413,22 @@ static void memplan__simulate(memplan_sim *s)
         if (op < L) { /* forward of layer op */
             int i = op;
             const model_layer *l = &m->layers[i];
-            if (!model_layer_is_view(l)) {
+            /* the input of a concatenation of one sample that comes right
+             * after it, read by nothing else and not kept: made in its
+             * slice of the concatenation, placed now */
+            int c = i + 1;
+            uint64_t at = c < L && m->layers[c].type == LAYER_CONCAT && n == 1 && !s->keep_all &&
+                                  !p->kept[i] && !p->packed[i] && s->fwd_last[i] == c &&
+                                  !model_layer_is_view(l)
+                              ? memplan__slice(s, c, i)
+                              : UINT64_MAX;
+            if (at != UINT64_MAX && at % MEMPLAN_ALIGN == 0) {
+                s->out[c] = memplan__place(s, MEMPLAN_OUT, c, memplan_out_bytes(m, c, n), false);
+                s->out[i] = memplan__alias(s, i, s->out[c], at);
+            } else if (!model_layer_is_view(l) && s->out[i] < 0) {
                 s->out[i] = memplan__place(s, MEMPLAN_OUT, i, memplan_out_bytes(m, i, n), false);
+            }
+            if (!model_layer_is_view(l)) {
                 if (p->packed[i])
                     s->pk[i] = memplan__place(s, MEMPLAN_PACKED, i, memplan_packed_bytes(m, i, n),
                                               false);
@@ -431,9 +496,18 @@ static void memplan__simulate(memplan_sim *s)
             }
             for (int k = 0; k < l->ninputs; k++) {
                 int src = memplan_resolve(m, l->inputs[k]);
+                /* a concatenation's (one sample) input whose backward pass
+                 * comes next: its gradient is its slice of the
+                 * concatenation's */
+                uint64_t at = l->type == LAYER_CONCAT && n == 1 && direct && !s->keep_all &&
+                                      src >= 0 && 2 * L - src == op + 1
+                                  ? memplan__slice(s, i, src)
+                                  : UINT64_MAX;
                 if (src >= 0 && s->dout[src] < 0) {
-                    s->dout[src] = memplan__place(s, MEMPLAN_DOUT, src,
-                                                  memplan_out_bytes(m, src, n), !direct);
+                    s->dout[src] = at != UINT64_MAX && at % MEMPLAN_ALIGN == 0
+                                       ? memplan__alias_as(s, MEMPLAN_DOUT, src, s->dout[i], at)
+                                       : memplan__place(s, MEMPLAN_DOUT, src,
+                                                        memplan_out_bytes(m, src, n), !direct);
                     p->events[p->nevents - 1].direct = direct;
                 }
             }
@@ -631,6 +705,7 @@ static int memplan__run(memplan *p, const model *m, int n, bool keep_all, const 
         s.out[j] = s.dout[j] = s.aux[j] = s.pk[j] = s.made[j] = -1;
     memplan__needs(&s);
     memplan__simulate(&s);
+    memplan__hold(&s);
     if (!s.failed)
         rc = memplan__assign(&s);
 done:

@@ -82,17 +82,23 @@ static uint64_t kind_bytes(const shadow *s, int kind, int layer)
     }
 }
 
-/* Whether layer's output at off is its slice of concatenation j's output
- * (one sample: the plan makes it there). */
-static bool in_slice(const shadow *s, int j, int layer, uint64_t off)
+/* Whether layer's output (or gradient: kind) at off is its slice of
+ * concatenation j's (one sample: the plan makes it there), or lies where
+ * group norm j makes its output from it, in place. */
+static bool in_slice(const shadow *s, int kind, int j, int layer, uint64_t off)
 {
     const model_layer *c = &s->m->layers[j];
-    if (c->type != LAYER_CONCAT || s->n != 1 || !s->valid[K_OUT][j])
+    if (kind == K_OUT && c->type == LAYER_GROUP_NORM && s->valid[K_OUT][j] &&
+        memplan_resolve(s->m, c->inputs[0]) == layer && off == s->off[K_OUT][j])
+        return true;
+    if (c->type != LAYER_CONCAT || s->n != 1 || !s->valid[kind][j])
         return false;
     uint64_t d = 0;
     for (int k = 0; k < c->ninputs; k++) {
         int src = memplan_resolve(s->m, c->inputs[k]);
-        if (src == layer && off == s->off[K_OUT][j] + d)
+        bool under = src >= 0 && kind == K_OUT && s->m->layers[src].type == LAYER_GROUP_NORM &&
+                     memplan_resolve(s->m, s->m->layers[src].inputs[0]) == layer;
+        if ((src == layer || under) && off == s->off[kind][j] + d)
             return true;
         d += memplan_out_bytes(s->m, src, s->n);
     }
@@ -107,7 +113,7 @@ static void place(shadow *s, int kind, int layer, uint64_t off)
     for (int k = 0; k < K_N; k++)
         for (int j = 0; j < s->m->nlayers; j++)
             if (s->valid[k][j] && s->off[k][j] < off + b && off < s->off[k][j] + s->bytes[k][j] &&
-                !(k == K_OUT && kind == K_OUT && in_slice(s, j, layer, off)))
+                !(k == kind && (kind == K_OUT || kind == K_DOUT) && in_slice(s, kind, j, layer, off)))
                 s->valid[k][j] = false;
     s->off[kind][slot] = off;
     s->bytes[kind][slot] = b;

@@ -42,7 +42,7 @@ static void concat_copies(void *ctx, size_t lo, size_t hi)
             if (c->out + at != c->ins[j] + i * len)
                 memcpy(c->out + at, c->ins[j] + i * len, sizeof(float) * len);
         }
-        else if (c->dins[j])
+        else if (c->dins[j] && c->dins[j] + i * len != c->dout + at) /* (or it is the slice) */
             memcpy(c->dins[j] + i * len, c->dout + at, sizeof(float) * len);
     }
 }

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The whole SKM-TEA volume on this host: the Model Zoo's SKM-TEA layers
+# (tests/client/modelzoo/params_skm_tea.yaml: its 3D U-Net, mixed
+# precision) on synthetic 160x512x512 volumes with structure in them
+# (synthetic_volume: shapes of each class), batch 1, trained for
+# SKM_STEPS steps (default 2) on one wse-node whose wafer is the leanest
+# plan's need and 1%. Prints, beside the plan's figure:
+#   BENCH skm_tea_full_volume_plan <GiB> GiB_per_replica   what the plan asks
+#   BENCH skm_tea_full_volume_peak <GiB> GiB_all_daemons    every daemon's peak
+#         resident memory (VmHWM) added up
+#   BENCH skm_tea_full_volume_peak_vs_22g <ratio> of_22GiB  the same against
+#         the host budget the issue sets (below 1: it fits)
+#   BENCH skm_tea_full_volume_step_sec <s> s               median step
+# and each daemon's peak, the losses and the evaluation's Dice. A step
+# takes minutes on 2 cores; not for CI.
+set -euo pipefail
+src=${SOURCE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
+build=${BUILD_ROOT:-$src/build}
+py=/usr/bin/python3
+steps=${SKM_STEPS:-2}
+. "$src/bench/lib.sh"
+bench_work skm_tea_full
+bench_host_line
+
+cat > "$work/skm.yaml" <<YAML
+train_input:
+    data_processor: "synthetic_volume"
+    image_shape: [160, 512, 512]
+    batch_size: 1
+    num_classes: 5
+    num_samples: 8
+    normalize_data_method: "standard_score"
+eval_input:
+    data_processor: "synthetic_volume"
+    image_shape: [160, 512, 512]
+    batch_size: 1
+    num_classes: 5
+    num_samples: 1
+    normalize_data_method: "standard_score"
+model:
+$(sed -n '/^model:/,/^optimizer:/p' "$src/tests/client/modelzoo/params_skm_tea.yaml" |
+  sed -e '1d;$d' -e "s/^\( *mixed_precision:\).*/\1 true/" -e "s/^\( *use_bfloat16:\).*/\1 true/")
+optimizer:
+    optimizer_type: "AdamW"
+    weight_decay: 0.0
+    learning_rate: 5.0e-4
+runconfig:
+    max_steps: $steps
+    log_steps: 1
+    eval_frequency: $steps
+    seed: 1
+    num_csx: 1
+    model_dir: "$work/skm"
+YAML
+
+need=$("$build/client/appliance-submit" --plan --wafer-memory 64M --threads 2 --json "$work/skm.yaml" |
+  "$py" -c 'import json, sys; print(min(m["bytes_per_replica"] for m in json.load(sys.stdin)["modes"]))')
+echo "BENCH skm_tea_full_volume_plan $("$py" -c "print('%.1f' % ($need / 2**30))") GiB_per_replica"
+wafer=$("$py" -c "print(int($need * 1.01))")
+"$src/deploy/local/appliance-up" --replicas 1 --threads 2 --wafer-memory "$wafer" --dir "$run" \
+  --build "$build" >/dev/null
+start=$(date +%s)
+out=$(set -a; . "$run/env"; set +a; cd "$work" && "$build/client/appliance-submit" skm.yaml 2>&1) ||
+  { echo "skm_tea_full: the job failed: $out" >&2; exit 1; }
+echo "$out" | grep -E "step [0-9]+/|eval at" || true
+for f in "$run"/pids/*.pid; do
+  echo "peak of $(basename "$f" .pid): $(awk '/^VmHWM:/ {printf "%.2f GiB\n", $2 / 2^20}' "/proc/$(cat "$f")/status")"
+done
+read -r _ all < <(bench_daemon_peaks "$run")
+read -r step _ < <(echo "$out" | "$py" "$src/bench/step_times.py" --log "$run/logs/coordinator.log")
+echo "the job took $(($(date +%s) - start)) s"
+"$py" -c '
+import sys
+all_, step = int(sys.argv[1]), float(sys.argv[2])
+print("BENCH skm_tea_full_volume_peak %.2f GiB_all_daemons" % (all_ / 2**30))
+print("BENCH skm_tea_full_volume_peak_vs_22g %.3f of_22GiB" % (all_ / (22 * 2**30)))
+print("BENCH skm_tea_full_volume_step_sec %.0f s" % step)
+' "$all" "$step"

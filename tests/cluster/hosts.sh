@@ -85,7 +85,8 @@ echo "$plan" | has -E "^each replica planned within 1\.[0-9] GiB, its share of i
   fail "the U-Net's plan does not say it was planned within the host's share: $plan"
 echo "$plan" | "$py" -c '
 import re, sys
-needs = [float(x) for x in re.findall(r"^\d+ +\d+ +\d+ +([0-9.]+) GiB +2\.5 GiB", sys.stdin.read(), re.M)]
+needs = [float(v) / (1024 if u == "MiB" else 1) for v, u in
+         re.findall(r"^\d+ +\d+ +\d+ +([0-9.]+) (GiB|MiB) +2\.5 GiB", sys.stdin.read(), re.M)]
 assert len(needs) == 2 and sum(needs) < 2.5, needs
 ' || fail "the U-Net's replicas do not fit the host together: $plan"
 echo "ok: a job that fits within each wse-node's share of the host is planned so"

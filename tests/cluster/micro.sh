@@ -87,18 +87,18 @@ grep -q "6 samples per step, in 2 micro-batches of 4" "$run/logs/wse-node-1.log"
 echo "ok: 5 steps in micro-batches of 4 (4 + 2 a share) agree with whole shares of 6 within 1e-5"
 
 # "auto": a share of 64x64 images too large for a 24 MiB wafer at once
-sed -e "s/^batch_size = 12/batch_size = 96/" -e "s/^max_steps = 5/max_steps = 2/" \
+sed -e "s/^batch_size = 12/batch_size = 192/" -e "s/^max_steps = 5/max_steps = 2/" \
   "$(job auto 'micro_batch_size = "auto"')" > "$work/auto2.toml"
 plan=$(cd "$work" && "$submit" --plan auto2.toml) || fail "plan auto: $plan"
 echo "$plan" | has "mode pipelined" || fail "auto micro-batches: not pipelined: $plan"
 micro=$(echo "$plan" | sed -n 's/^micro-batches of \([0-9]*\) samples.*/\1/p')
-[ -n "$micro" ] && [ "$micro" -lt 48 ] || fail "auto micro-batches: none chosen: $plan"
+[ -n "$micro" ] && [ "$micro" -lt 96 ] || fail "auto micro-batches: none chosen: $plan"
 offline=$("$submit" --plan --wafer-memory 24M --json "$work/auto2.toml") || fail "offline: $offline"
 [ "$(echo "$offline" | field micro_batch)" = "$micro" ] ||
   fail "offline plan picks $(echo "$offline" | field micro_batch), the cluster $micro"
 out=$(cd "$work" && timeout 300 "$submit" --json auto2.toml 2>&1) || fail "auto: $out"
 [ "$(echo "$out" | field state)" = done ] || fail "auto: not done: $out"
-echo "ok: micro_batch_size = \"auto\": shares of 48 in micro-batches of $micro (the plan with and without a cluster agree), trained"
+echo "ok: micro_batch_size = \"auto\": shares of 96 in micro-batches of $micro (the plan with and without a cluster agree), trained"
 
 set +e
 msg=$(cd "$work" && "$submit" "$(job ws 'micro_batch_size = 2' weight_streaming)" 2>&1); rc=$?

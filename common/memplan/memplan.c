@@ -134,11 +134,18 @@ static bool memplan__reads_output(const model_layer *l)
            (l->type == LAYER_DENSE && l->fused);
 }
 
+/* A convolution or a transposed one, 2-D or 3-D: a layer with weights whose
+ * output the plan may make again. */
+static bool memplan__conv(layer_type t)
+{
+    return t == LAYER_CONV2D || t == LAYER_CONV3D || t == LAYER_CONV_TRANSPOSE2D ||
+           t == LAYER_CONV_TRANSPOSE3D;
+}
+
 bool memplan_cheap_conv(const model_layer *l)
 {
-    bool conv = l->type == LAYER_CONV2D || l->type == LAYER_CONV3D;
     bool transpose = l->type == LAYER_CONV_TRANSPOSE2D || l->type == LAYER_CONV_TRANSPOSE3D;
-    if (!conv && !transpose)
+    if (!memplan__conv(l->type))
         return false;
     int axes = l->type == LAYER_CONV3D || l->type == LAYER_CONV_TRANSPOSE3D ? 3 : 2;
     for (int a = 0; transpose && a < axes; a++) /* windows that overlap: a stripe's halo */
@@ -151,19 +158,14 @@ bool memplan_cheap_conv(const model_layer *l)
 
 bool memplan_weights_again(const memplan *p, const model *m, int layer)
 {
-    layer_type t = m->layers[layer].type;
-    return !p->kept[layer] && (t == LAYER_CONV2D || t == LAYER_CONV3D ||
-                               t == LAYER_CONV_TRANSPOSE2D || t == LAYER_CONV_TRANSPOSE3D);
+    return !p->kept[layer] && memplan__conv(m->layers[layer].type);
 }
 
 /* Layers whose output is kept: making it again would cost a GEMM (but the
  * cheap convolutions'). */
 static bool memplan__costly(const model_layer *l)
 {
-    layer_type t = l->type;
-    return (t == LAYER_DENSE || t == LAYER_CONV2D || t == LAYER_CONV_TRANSPOSE2D ||
-            t == LAYER_CONV3D || t == LAYER_CONV_TRANSPOSE3D) &&
-           !memplan_cheap_conv(l);
+    return (l->type == LAYER_DENSE || memplan__conv(l->type)) && !memplan_cheap_conv(l);
 }
 
 /* A buffer's life: placed at time t0, freed at t1 (inclusive). */
@@ -753,10 +755,7 @@ static int memplan__lighten(memplan *p, const model *m, int n)
         memplan best = {0};
         int pick = -1;
         for (int j = 0; j < L; j++) {
-            const model_layer *l = &m->layers[j];
-            bool conv = l->type == LAYER_CONV2D || l->type == LAYER_CONV3D ||
-                        l->type == LAYER_CONV_TRANSPOSE2D || l->type == LAYER_CONV_TRANSPOSE3D;
-            if (!conv || !p->kept[j] || drop[j] || j == last ||
+            if (!memplan__conv(m->layers[j].type) || !p->kept[j] || drop[j] || j == last ||
                 32 * memplan_out_bytes(m, j, n) < p->arena)
                 continue;
             drop[j] = true;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "fit.h"
+#include "plan.h"
 #include "jobspec.h"
 #include "render.h"
 #include "toml.h"
@@ -58,10 +59,11 @@ static void offline__table(const model *m, int share, int micro, int threads)
            units_format_size(f.kept, a[1], sizeof(a[1])),
            units_format_size(f.act, a[2], sizeof(a[2])), f.plan.recomputes,
            units_format_size(f.eager - f.workspace - f.input, a[3], sizeof(a[3])));
-    printf("  workspace %s, float inputs %s, two batches in flight %s, weights %s, weight "
+    printf("  workspace %s, float inputs %s, %s in flight %s, weights %s, weight "
            "slots %s\n",
            units_format_size(f.workspace, a[0], sizeof(a[0])),
            units_format_size(f.input, a[1], sizeof(a[1])),
+           m->feed_one ? "one batch" : "two batches",
            units_format_size(f.batches, a[2], sizeof(a[2])),
            units_format_size(f.weights, a[3], sizeof(a[3])),
            units_format_size(f.wslots, a[4], sizeof(a[4])));
@@ -125,7 +127,8 @@ int offline_plan(const char *file, const char *text, jobspec_format format, uint
     /* the outputs kept, none made again, where the wafer holds them (as the plan decides) */
     uint64_t halo = spatial_extra_bytes(&ps.sp, (int)(choice.micro ? choice.micro : (uint64_t)share));
     fit_keep_outputs(spec, (uint64_t)share, (unsigned)threads, wafer, halo, &choice);
-    if (choice.keep_outputs || choice.keep_costly) {
+    fit_feed_one(spec, (uint64_t)share, (unsigned)threads, wafer, halo, &choice);
+    if (choice.keep_outputs || choice.keep_costly || choice.feed_one) {
         int k = choice.mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED ? 0 : 1;
         fits[k].need = (k ? choice.need_ws : choice.need_pipe) + halo;
     }
@@ -156,12 +159,14 @@ int offline_plan(const char *file, const char *text, jobspec_format format, uint
                in, (unsigned long long)spatial_extra_bytes(&ps.sp, share));
         printf("\"replicas\": %d, \"batch_per_replica\": %d, "
                "\"threads\": %d, \"wafer_memory\": %llu, \"mode\": \"%s\", \"micro_batch\": %llu, "
-               "\"fits\": %s, \"keep_outputs\": %s, \"keep_costly\": %s, \"memoryx_shards\": %zu, "
+               "\"fits\": %s, \"keep_outputs\": %s, \"keep_costly\": %s, \"feed_credits\": %d, "
+               "\"memoryx_shards\": %zu, "
                "\"memoryx_bytes\": %llu, \"memoryx_bytes_per_shard\": %llu, \"modes\": [",
                groups, share, threads, (unsigned long long)wafer,
                offline__mode_name(pick->mode), (unsigned long long)choice.micro,
                pick->need <= wafer ? "true" : "false", choice.keep_outputs ? "true" : "false",
-               choice.keep_costly ? "true" : "false", nshards, (unsigned long long)shard_all,
+               choice.keep_costly ? "true" : "false", choice.feed_one ? 1 : PLAN_FEED_CREDITS,
+               nshards, (unsigned long long)shard_all,
                (unsigned long long)shard_most);
         for (int i = 0; i < 2; i++) {
             printf("%s{\"mode\": \"%s\", \"bytes_per_replica\": %llu, \"fits\": %s, "
@@ -252,9 +257,12 @@ int offline_plan(const char *file, const char *text, jobspec_format format, uint
                units_format_size(shard_most, s3, sizeof(s3)), nshards);
         if (pick->need <= wafer)
             printf("%s\n", render_keep_outputs(choice.keep_outputs, choice.keep_costly));
+        if (pick->need <= wafer && choice.feed_one)
+            printf("%s\n", render_feed_credits(1));
         model planned = *m; /* the plan's: its outputs kept or not */
         planned.keep_outputs = choice.keep_outputs;
         planned.lighten = !choice.keep_costly;
+        planned.feed_one = choice.feed_one;
         offline__table(&planned, share, choice.micro ? (int)choice.micro : share, threads);
     }
     fit_stripes_free(&ps);

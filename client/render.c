@@ -232,6 +232,13 @@ const char *render_keep_outputs(bool keep, bool costly)
                     "are computed again in the backward pass (memory for larger images)";
 }
 
+const char *render_feed_credits(unsigned credits)
+{
+    return credits == 1 ? "one batch in flight from each worker rather than two (the replica fits "
+                          "its wafer only so): the next batch comes after a step"
+                        : "two batches in flight from each worker";
+}
+
 /* [sparsity]: each sparse tensor's density and the bytes its pruned
  * weights are (an element as the wire carries it), and the total. */
 static void render__plan_sparsity(const Appliance__Plan *p)
@@ -294,6 +301,8 @@ void render_plan(const Appliance__Plan *p)
         printf("micro-batches of %u samples: each replica computes its share %u at a time and "
                "adds up their gradients\n", p->micro_batch, p->micro_batch);
     printf("%s\n", render_keep_outputs(p->keep_outputs, p->keep_costly));
+    if (p->feed_credits == 1)
+        printf("%s\n", render_feed_credits(1));
     if (p->host_share) {
         char s[32];
         printf("each replica planned within %s, its share of its host's memory: the wse-nodes of "

@@ -14,6 +14,9 @@ void render_plan(const Appliance__Plan *p);
 /* The line that says what a plan keeps for the backward pass: every output
  * (Plan.keep_outputs), every costly one (Plan.keep_costly), or less. */
 const char *render_keep_outputs(bool keep, bool costly);
+/* The line that says a plan holds one batch in flight to each wse-node
+ * rather than two (Plan.feed_credits 1). */
+const char *render_feed_credits(unsigned credits);
 /* The end of a job: a summary (stdout for done, stderr otherwise), or JSON. */
 void render_final(const Appliance__JobStatus *st, bool json);
 /* One job's status as a JSON object (no newline). */

@@ -83,6 +83,7 @@ static void jobview__replica(jsonbuf *b, const jobspec *spec, const Appliance__P
     model wm = *spec->model;
     wm.keep_outputs = p->keep_outputs;
     wm.lighten = !p->keep_costly;
+    wm.feed_one = p->feed_credits == 1;
     bool pipelined = p->mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED;
     uint64_t micro = pipelined ? p->micro_batch : 0;
     footprint f;

@@ -502,10 +502,11 @@ static int planner__hosts(const model *m, const Appliance__Plan *p, const planne
     size_t w0 = k;
     for (size_t w = 0; w < nw; w++)
         use[k++] = (hosts_use){pm->workers[w], 0};
+    uint64_t credits = p->feed_credits ? p->feed_credits : PLAN_FEED_CREDITS;
     for (size_t i = 0; nw && i < p->n_workers; i++) /* the workers the planner assigned, round robin */
         use[w0 + i % pm->nworkers].bytes +=
-            PLAN_FEED_CREDITS * sample_batch_bytes(p->replicas[p->workers[i]->replica]->batch, in,
-                                                   labels, m->input_unorm8, m->labels_u8);
+            credits * sample_batch_bytes(p->replicas[p->workers[i]->replica]->batch, in, labels,
+                                         m->input_unorm8, m->labels_u8);
     int rc = hosts_check_plan(use, k, share, err, errlen);
     free(use);
     return rc;
@@ -609,10 +610,13 @@ static int planner__build(const jobspec *spec, const char *job_id, const planner
     /* every output kept, none made again, where the wafer holds them: each
      * wse-node's executor follows (Plan.keep_outputs) */
     fit_keep_outputs(wspec, max_share, threads, wafer, extra, &choice);
+    fit_feed_one(wspec, max_share, threads, wafer, extra, &choice);
     wm->keep_outputs = choice.keep_outputs;
     wm->lighten = !choice.keep_costly;
+    wm->feed_one = choice.feed_one;
     p->keep_outputs = choice.keep_outputs;
     p->keep_costly = choice.keep_costly;
+    p->feed_credits = choice.feed_one ? 1 : 0;
     choice.need_pipe += extra;
     choice.need_ws += extra;
     uint64_t micro = choice.micro;

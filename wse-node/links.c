@@ -226,7 +226,7 @@ static void wn__feed_ready(conn *c)
     wn_job *j = f->job;
     wn__hello(c, j);
     Appliance__Credit cr = APPLIANCE__CREDIT__INIT;
-    cr.n = WN_CREDITS;
+    cr.n = WN_CREDITS(j->plan);
     ENVELOPE(ce, credit, CREDIT, &cr);
     conn_send_msg(c, &ce);
     f->ready = true;

@@ -264,7 +264,10 @@ static int wn__job_buffers(wn_job *j, char *err, size_t errlen)
         if (p->workers[i]->replica == j->replica)
             nf++;
     j->feeds = calloc(nf ? nf : 1, sizeof(*j->feeds));
-    j->nbatches = nf * WN_CREDITS;
+    j->nbatches = nf * WN_CREDITS(p);
+    if (WN_CREDITS(p) == 1)
+        log_info("job %s: one batch in flight from each worker (the plan's: the replica fits its "
+                 "wafer only so)", j->id);
     j->batches = calloc(j->nbatches ? j->nbatches : 1, sizeof(*j->batches));
     uint32_t label_elems = j->ex.label_elems;
     j->batch_bytes = (size_t)sample_batch_bytes(j->batch, j->in_elems, label_elems,

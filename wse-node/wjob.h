@@ -18,7 +18,8 @@
 #include "wresident.h"
 #include "wslots.h"
 
-#define WN_CREDITS PLAN_FEED_CREDITS /* batches each worker may have in flight to us */
+/* batches each worker may have in flight to us: the plan's (Plan.feed_credits) */
+#define WN_CREDITS(p) ((p)->feed_credits ? (p)->feed_credits : PLAN_FEED_CREDITS)
 
 typedef struct wn_tensor {
     float *w;              /* weights of the current step */

@@ -44,13 +44,19 @@ int fit_largest_micro(const model *m, int share, int threads, Appliance__ExecMod
 
 /* What a replica of batch samples needs on a wafer: in Weight Streaming
  * with the layers in parts when whole ones do not fit (fit_ws_parts, a
- * default coordinator's chunk). */
+ * default coordinator's chunk); with one batch in flight where two do not
+ * fit (fit_feed_one). */
 static uint64_t fit__bytes(const model *m, int batch, int threads, Appliance__ExecMode mode,
                            unsigned optimizer_states, uint64_t wafer)
 {
-    uint64_t need = fit_replica_bytes(m, batch, threads, mode, optimizer_states), part;
-    if (mode == APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING && need != UINT64_MAX)
-        need = fit_ws_parts(m, need, wafer, FIT_DEFAULT_CHUNK_ELEMS, &part);
+    model one = *m; /* its layers and tensors shared, read only */
+    uint64_t need = UINT64_MAX, part;
+    for (int feed_one = m->feed_one; need > wafer && feed_one <= 1; feed_one++) {
+        one.feed_one = feed_one;
+        need = fit_replica_bytes(&one, batch, threads, mode, optimizer_states);
+        if (mode == APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING && need != UINT64_MAX)
+            need = fit_ws_parts(&one, need, wafer, FIT_DEFAULT_CHUNK_ELEMS, &part);
+    }
     return need;
 }
 
@@ -244,6 +250,28 @@ void fit_keep_outputs(const jobspec *spec, uint64_t share, unsigned threads, uin
             c->need_ws = need;
         return;
     }
+}
+
+void fit_feed_one(const jobspec *spec, uint64_t share, unsigned threads, uint64_t wafer,
+                  uint64_t extra, fit_choice *c)
+{
+    const bool pipelined = c->mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED;
+    uint64_t *need = pipelined ? &c->need_pipe : &c->need_ws;
+    c->feed_one = false;
+    if (*need + extra <= wafer)
+        return;
+    model one = *spec->model; /* its layers and tensors shared, read only */
+    one.keep_outputs = c->keep_outputs;
+    one.lighten = !c->keep_costly;
+    one.feed_one = true;
+    int sh = (int)share, th = (int)(threads ? threads : 1);
+    uint64_t n1 = fit_replica_bytes_micro(
+        &one, sh, pipelined && c->micro ? (int)c->micro : sh, th, c->mode,
+        footprint_optimizer_states(spec->optimizer_type, spec->momentum));
+    if (n1 == UINT64_MAX || n1 + extra > wafer)
+        return;
+    c->feed_one = true;
+    *need = n1;
 }
 
 uint64_t fit_ws_parts(const model *m, uint64_t need_ws, uint64_t wafer, uint64_t chunk_elems,

@@ -67,6 +67,7 @@ typedef struct fit_choice {
     bool keep_costly;          /* fit_keep_outputs: not every output, but every costly one
                                   (no convolution made again but the cheap ones: model.lighten
                                   off) */
+    bool feed_one;             /* fit_feed_one: one batch in flight from each worker */
 } fit_choice;
 
 /* Weight Streaming in parts (footprint_ws_parts): when a replica needs
@@ -99,6 +100,15 @@ int fit_choose(const jobspec *spec, uint64_t share, unsigned threads, uint64_t w
  * again); if so sets c->keep_costly and the need likewise. */
 void fit_keep_outputs(const jobspec *spec, uint64_t share, unsigned threads, uint64_t wafer,
                       uint64_t extra, fit_choice *c);
+
+/* After fit_keep_outputs: where the chosen mode's need and `extra` are
+ * more than the wafer, whether they fit with one batch in flight from
+ * each worker rather than two (model.feed_one, Plan.feed_credits 1: the
+ * next batch then comes after a step rather than during it, which a step
+ * of minutes does not notice). If so sets c->feed_one and the mode's need
+ * (without extra). */
+void fit_feed_one(const jobspec *spec, uint64_t share, unsigned threads, uint64_t wafer,
+                  uint64_t extra, fit_choice *c);
 
 /* Spatial partitions: the job as one wse-node of a replica sees it, its
  * model the stripe's (spatial_compile), and what crosses the stripes'

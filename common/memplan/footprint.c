@@ -404,7 +404,7 @@ int footprint_init_micro(footprint *f, const model *m, int share, int micro, int
     f->exec = f->arena + f->workspace + f->input + f->accum + f->again;
     f->eager = f->act + f->dact + f->aux + f->scratch + f->loss + f->workspace + f->input;
     f->label_elems = footprint_label_elems(m);
-    f->batches = 2 * sample_batch_bytes((uint64_t)share, in_elems, f->label_elems,
+    f->batches = (m->feed_one ? 1 : 2) * sample_batch_bytes((uint64_t)share, in_elems, f->label_elems,
                                         m->input_unorm8, m->labels_u8);
     f->weights = (m->total_params + m->total_buffers) * sizeof(float);
     for (int i = 0; i < m->nlayers; i++)

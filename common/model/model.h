@@ -196,6 +196,10 @@ typedef struct {
      * true from model_compile; false keeps every costly output, the
      * reference the lightened plan is held to. */
     bool lighten;
+    /* One batch in flight from each worker rather than two
+     * (Plan.feed_credits 1): set by the plan where the replica fits its
+     * wafer only so (fit_feed_one); false from model_compile. */
+    bool feed_one;
 } model;
 
 /* Whether l computes on volumes (C x D x H x W): its type is a 3D one, or

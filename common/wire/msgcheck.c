@@ -8,6 +8,7 @@
 #include "auth.h"
 #include "errmsg.h"
 #include "frame.h"
+#include "plan.h"
 #include "sample.h"
 #include "sstream.h"
 
@@ -92,6 +93,9 @@ int msgcheck_plan(const Appliance__Plan *p, char *err, size_t errlen)
     if (p->micro_batch && p->mode != APPLIANCE__EXEC_MODE__MODE_PIPELINED)
         return errmsg(-EINVAL, err, errlen, "plan: micro-batches of %u samples outside Pipelined "
                       "execution", p->micro_batch);
+    if (p->feed_credits > PLAN_FEED_CREDITS)
+        return errmsg(-EINVAL, err, errlen, "plan: %u batches in flight to a wse-node (0 for %d, "
+                      "or 1 to %d)", p->feed_credits, PLAN_FEED_CREDITS, PLAN_FEED_CREDITS);
     if (p->bwd_kept > 2 || (p->bwd_kept && p->mode != APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING))
         return errmsg(-EINVAL, err, errlen, "plan: %u layers kept across the turn of the pass (at "
                       "most 2, in Weight Streaming)", p->bwd_kept);

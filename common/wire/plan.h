@@ -9,7 +9,8 @@
 /* What the stream's daemons hold beside the plan's tensors, at most: the
  * daemons keep to these bounds and the planner counts them against the
  * memory of the host they run on (coordinator/hosts.c). */
-#define PLAN_FEED_CREDITS 2                /* batches each worker may have in flight to a wse-node */
+#define PLAN_FEED_CREDITS 2                /* batches each worker may have in flight to a wse-node
+                                            * (Plan.feed_credits 0; 1 where the plan says) */
 #define PLAN_SWARM_CHILD_QUEUE 32          /* gradient chunks a swarmx node buffers per child */
 #define PLAN_SWARM_MERGE_QUEUE 32          /* weight chunks it holds per upstream before pausing it */
 #define PLAN_SWARM_DOWN_MAX (64u << 20)    /* weight bytes it buffers for slow children */

@@ -4,9 +4,10 @@
 # sizes: the wse-node's peak resident memory (VmHWM) over two training
 # steps and an evaluation is within 10% of what `appliance-submit --plan`
 # says a replica needs. On wafers of 16 GiB the plan keeps every output;
-# on a wafer of 1% over the leanest plan's need it makes large
-# convolutions' outputs again too (Plan.keep_costly off), and the
-# wse-node's plan is that one.
+# on a wafer a byte short of the leanest plan's need it makes large
+# convolutions' outputs again too (Plan.keep_costly off) and holds one
+# batch in flight rather than two (Plan.feed_credits 1), and the
+# wse-node's plan and feed are those.
 set -euo pipefail
 if [ -n "${APPLIANCE_TEST_LIGHT:-}" ]; then
   echo "skipped: under the sanitizers a process's memory is not the plan's (shadow memory)"
@@ -24,10 +25,10 @@ for at in $sizes; do
     -e "s/^num_samples = 16/num_samples = 1/" \
     -e "s|^input_shape = .*|input_shape = [3, $size, $size]|" \
     -e "s|^model_dir = .*|model_dir = \"$work/m$size\"|" "$src/examples/unet.toml" > "$work/u$size.toml"
-  if [ "$wafer" = lean ]; then # the leanest plan's need, and 1%
+  if [ "$wafer" = lean ]; then # a byte short of the leanest plan's need (two batches in flight)
     wafer=$("$submit" --plan --wafer-memory 64M --threads 2 --json "$work/u$size.toml" | "$py" -c '
 import json, sys
-print(int(min(m["bytes_per_replica"] for m in json.load(sys.stdin)["modes"]) * 1.01))')
+print(min(m["bytes_per_replica"] for m in json.load(sys.stdin)["modes"]) - 1)')
   fi
   plan=$("$submit" --plan --wafer-memory "$wafer" --threads 2 --json "$work/u$size.toml") ||
     fail "plan $size: $plan"
@@ -42,9 +43,11 @@ print([m for m in p["modes"] if m["mode"] == p["mode"]][0]["bytes_per_replica"])
   [ "$(echo "$out" | field state)" = done ] || fail "job $size: not done: $out"
   hwm=$(awk '/^VmHWM:/ {printf "%.0f\n", $2 * 1024}' "/proc/$(cat "$run/pids/wse-node-1.pid")/status")
   if [ "$wafer" != 16G ]; then
-    echo "$plan" | grep -q '"keep_costly": false' || fail "plan $size at $wafer: $plan"
+    echo "$plan" | grep -q '"keep_costly": false, "feed_credits": 1,' || fail "plan $size at $wafer: $plan"
     grep -q "and the large convolutions' whose absence saves the most, are computed again" \
       "$run"/logs/wse-node-1.log || fail "the wse-node at $wafer did not lighten its plan"
+    grep -q "one batch in flight from each worker" "$run"/logs/wse-node-1.log ||
+      fail "the wse-node at $wafer did not take one batch at a time"
   fi
   "$src/deploy/local/appliance-down" --dir "$run" --quiet >/dev/null
   rm -rf "$run"

@@ -10,6 +10,7 @@
 #include "hosts.h"
 #include "msgcheck.h"
 #include "planner.h"
+#include "sample.h"
 #include "units.h"
 
 static const char *job_text = "[runconfig]\n"
@@ -185,6 +186,66 @@ START_TEST(memory_for_the_members_threads)
     ck_assert_uint_eq(p->replicas[1]->memory_needed, four);
     ck_assert_uint_eq(planner_replica_bytes(spec->model, 2, 0, p->mode, 0), one); /* 0: one thread */
     appliance__plan__free_unpacked(p, NULL);
+    jobspec_free(spec);
+}
+END_TEST
+
+/* Where a replica fits its wafer only with one batch in flight from its
+ * worker rather than two, the plan says one (Plan.feed_credits 1) and
+ * plans the replica's memory with one batch; with room for two, the
+ * default (0); with room for neither, the job is refused. */
+START_TEST(one_batch_in_flight_where_two_do_not_fit)
+{
+    static const char *job = "[runconfig]\n"
+                             "mode = \"weight_streaming\"\n"
+                             "[train_input]\n"
+                             "data_processor = \"synthetic_classification\"\n"
+                             "batch_size = 8\n"
+                             "num_classes = 4\n"
+                             "[model]\n"
+                             "input_shape = [3, 256, 256]\n"
+                             "loss = \"softmax_cross_entropy\"\n"
+                             "[[model.layers]]\n"
+                             "name = \"pool\"\n"
+                             "type = \"max_pool2d\"\n"
+                             "kernel_size = 8\n"
+                             "[[model.layers]]\n"
+                             "name = \"flatten\"\n"
+                             "type = \"flatten\"\n"
+                             "[[model.layers]]\n"
+                             "name = \"fc\"\n"
+                             "type = \"dense\"\n"
+                             "units = 4\n";
+    char err[2048];
+    jobspec *spec = jobspec_parse(job, strlen(job), "job.toml", "/src", err, sizeof(err));
+    ck_assert_msg(spec != NULL, "%s", err);
+    member w1 = {.id = 1, .role = APPLIANCE__ROLE__ROLE_WSE_NODE, .addr = "127.0.0.1:1",
+                 .wafer_memory = 1ull << 30, .threads = 1};
+    member mx = {.id = 2, .role = APPLIANCE__ROLE__ROLE_MEMORYX, .addr = "127.0.0.1:2"};
+    member sx = {.id = 3, .role = APPLIANCE__ROLE__ROLE_SWARMX, .addr = "127.0.0.1:3"};
+    member wk = {.id = 4, .role = APPLIANCE__ROLE__ROLE_WORKER, .addr = "127.0.0.1:4"};
+    member *r[] = {&w1}, *s[] = {&mx}, *w[] = {&sx}, *k[] = {&wk};
+    planner_members pm = {r, 1, s, 1, w, 1, k, 1};
+    Appliance__Plan *p = plan_on(spec, &pm);
+    ck_assert_uint_eq(p->feed_credits, 0);
+    uint64_t two = p->replicas[0]->memory_needed;
+    appliance__plan__free_unpacked(p, NULL);
+    model wm = *spec->model;
+    wm.feed_one = true;
+    uint64_t one = planner_replica_bytes(&wm, 8, 1, APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING, 0);
+    uint64_t batch = sample_batch_bytes(8, 3 * 256 * 256, 1, false, true);
+    ck_assert_uint_eq(two - one, batch); /* 8 samples of 768 KiB and their labels */
+    w1.wafer_memory = one;
+    p = plan_on(spec, &pm);
+    ck_assert_uint_eq(p->feed_credits, 1);
+    ck_assert_uint_eq(p->replicas[0]->memory_needed, one);
+    ck_assert_uint_eq(p->feed_credits, 1);
+    appliance__plan__free_unpacked(p, NULL);
+    w1.wafer_memory = one - 1;
+    uint8_t *buf = NULL;
+    size_t len;
+    ck_assert_int_eq(planner_build(spec, "job-1", &pm, 1u << 18, &buf, &len, err, sizeof(err)),
+                     -E2BIG);
     jobspec_free(spec);
 }
 END_TEST
@@ -993,6 +1054,7 @@ static Suite *suite(void)
     TCase *t = tcase_create("inputs");
     tcase_add_test(t, inputs);
     tcase_add_test(t, memory_for_the_members_threads);
+    tcase_add_test(t, one_batch_in_flight_where_two_do_not_fit);
     tcase_add_test(t, memoryx_shards_must_hold_the_model);
     tcase_add_test(t, pipelined_memoryx_holds_no_gradients);
     tcase_add_test(t, backward_streams_what_it_reads);

@@ -1059,6 +1059,59 @@ START_TEST(test_blk16_reorders)
 }
 END_TEST
 
+/* kern__blk_pack: a band of planes of a larger plain tensor (channels and
+ * samples strided) into the blocked layouts of 16 and 8 channels, float32
+ * and bfloat16, channels padded with zeros: each element at its place
+ * (bfloat16 as bf16_pack rounds it) on every processor (blk16.c's AVX-512
+ * passes where they run, the portable pass otherwise), and two threads
+ * giving one thread's bytes. */
+START_TEST(test_blk_pack_bands)
+{
+    const int n = 2, full = 7, p0 = 2, planes = 3;
+    const size_t plane = 35, hw = planes * plane;
+    const int cs[] = {32, 20, 8};
+    kt_rng r;
+    kt_rng_init(&r, 29);
+    for (size_t ci = 0; ci < 3; ci++) {
+        int c = cs[ci];
+        size_t ld = full * plane, nld = (size_t)c * ld, ne = (size_t)n * nld;
+        float *plain = kt_falloc(ne);
+        kt_fill(&r, plain, ne, -3, 3);
+        plain[p0 * plane] = 1.00390625f; /* halfway between two bfloat16s: to the even one */
+        const float *band = plain + p0 * plane;
+        for (int block = 8; block <= 16; block += 8)
+            for (int bf16 = 0; bf16 <= 1; bf16++) {
+                size_t cb = ((size_t)c + block - 1) / block, nb = (size_t)n * cb * block * hw;
+                size_t es = bf16 ? 2 : 4;
+                uint8_t *got = malloc(nb * es), *got2 = malloc(nb * es), *want = malloc(nb * es);
+                memset(got, 0xa5, nb * es);
+                for (int i = 0; i < n; i++)
+                    for (size_t ch = 0; ch < cb * block; ch++)
+                        for (size_t q = 0; q < hw; q++) {
+                            size_t at = (((size_t)i * cb + ch / block) * hw + q) * block + ch % block;
+                            float v = ch < (size_t)c ? band[i * nld + ch * ld + q] : 0.0f;
+                            if (bf16)
+                                bf16_pack((uint16_t *)want + at, &v, 1);
+                            else
+                                memcpy(want + at * 4, &v, 4);
+                        }
+                kernels_set_threads(1);
+                kern__blk_pack(got, bf16, block, band, n, c, hw, ld, nld);
+                kernels_set_threads(2);
+                kern__blk_pack(got2, bf16, block, band, n, c, hw, ld, nld);
+                ck_assert_msg(memcmp(got, want, nb * es) == 0,
+                              "c %d, block %d, %s: not the reference's bytes", c, block,
+                              bf16 ? "bfloat16" : "float32");
+                ck_assert(memcmp(got, got2, nb * es) == 0);
+                if (bf16 && block == 16) /* channel 0, the band's first pixel: rounded to even */
+                    ck_assert_uint_eq(((uint16_t *)got)[0], 0x3f80);
+                free(got), free(got2), free(want);
+            }
+        free(plain);
+    }
+}
+END_TEST
+
 /* A convolution with its tensors in aBcd16b (op_conv2d_forward_io,
  * _backward_io: a blocked chain's) gives the plain call's bits, in float32
  * and mixed precision, the input kept or not; and so it does through its
@@ -1209,6 +1262,7 @@ int main(void)
     tcase_add_test(tc, test_conv_blocked_f32);
     tcase_add_test(tc, test_conv_direct);
     tcase_add_test(tc, test_blk16_reorders);
+    tcase_add_test(tc, test_blk_pack_bands);
     tcase_add_test(tc, test_conv_blocked_io);
     suite_add_tcase(s, tc);
     return kt_run(s);

@@ -101,6 +101,19 @@ START_TEST(plan_parent_out_of_range)
 }
 END_TEST
 
+/* Batches in flight to a wse-node: the default (0), 1 or 2. */
+START_TEST(plan_feed_credits)
+{
+    for (uint32_t c = 0; c <= 2; c++) {
+        fx.p.feed_credits = c;
+        ck_assert_int_eq(msgcheck_plan(&fx.p, err, sizeof(err)), 0);
+    }
+    fx.p.feed_credits = 3;
+    ck_assert_int_eq(msgcheck_plan(&fx.p, err, sizeof(err)), -EINVAL);
+    ck_assert_str_eq(err, "plan: 3 batches in flight to a wse-node (0 for 2, or 1 to 2)");
+}
+END_TEST
+
 /* Without a tree only one replica streams, from one shard, with parent -1. */
 START_TEST(plan_without_tree)
 {
@@ -436,6 +449,7 @@ static Suite *suite(void)
     tcase_add_test(t, plan_valid);
     tcase_add_test(t, plan_missing);
     tcase_add_test(t, plan_parent_out_of_range);
+    tcase_add_test(t, plan_feed_credits);
     tcase_add_test(t, plan_indices);
     tcase_add_test(t, plan_without_tree);
     tcase_add_test(t, plan_tensor_too_large);

@@ -15,7 +15,9 @@
  * BA16a64b2a layout oneDNN's bfloat16 matmul takes its B in
  * (kern__bf16_vnni). */
 #include <stdint.h>
+#include <string.h>
 
+#include "bf16.h"
 #include "kernels.h"
 #include "kernels_internal.h"
 
@@ -59,21 +61,29 @@ static inline T512 __attribute__((always_inline)) void tr16(__m512 r[16])
     }
 }
 
-/* A call's arguments: `planes` = n * c / 16 blocks of 16 channels. */
+/* A call's arguments: n * c / 16 blocks of 16 channels. The plain
+ * tensor's channels are ld floats apart and its samples nld (hw and c * hw
+ * where it is whole; more where it is a band of planes inside a larger
+ * tensor); the blocked one is whole. */
 typedef struct blk_job {
     void *blk;            /* aBcd16b: float, or uint16_t bfloat16 when packing to it */
     float *plain;
-    size_t hw;
+    size_t hw, ld, nld, cb; /* cb: blocks of a sample */
 } blk_job;
+
+static inline size_t plain_at(const blk_job *j, size_t b)
+{
+    return (b / j->cb) * j->nld + (b % j->cb) * 16 * j->ld;
+}
 
 /* 16 rows of the plain tensor from col, pixels [p, p + cnt), cnt <= 16
  * (the others zero). */
 static inline T512 __attribute__((always_inline)) void load_rows(__m512 r[16], const float *src,
-                                                                 size_t hw, size_t p, unsigned cnt)
+                                                                 size_t ld, size_t p, unsigned cnt)
 {
     __mmask16 m = (__mmask16)((1u << cnt) - 1);
     for (int k = 0; k < 16; k++)
-        r[k] = _mm512_maskz_loadu_ps(m, src + (size_t)k * hw + p);
+        r[k] = _mm512_maskz_loadu_ps(m, src + (size_t)k * ld + p);
 }
 
 static T512 void pack_f32(void *ctx, size_t lo, size_t hi)
@@ -81,11 +91,11 @@ static T512 void pack_f32(void *ctx, size_t lo, size_t hi)
     const blk_job *j = ctx;
     __m512 r[16];
     for (size_t b = lo; b < hi; b++) {
-        const float *src = j->plain + b * 16 * j->hw;
+        const float *src = j->plain + plain_at(j, b);
         float *dst = (float *)j->blk + b * 16 * j->hw;
         for (size_t p = 0; p < j->hw; p += 16) {
             unsigned cnt = j->hw - p < 16 ? (unsigned)(j->hw - p) : 16;
-            load_rows(r, src, j->hw, p, cnt);
+            load_rows(r, src, j->ld, p, cnt);
             tr16(r);
             for (unsigned q = 0; q < cnt; q++)
                 _mm512_storeu_ps(dst + (p + q) * 16, r[q]);
@@ -98,11 +108,11 @@ static TBF16 void pack_bf16(void *ctx, size_t lo, size_t hi)
     const blk_job *j = ctx;
     __m512 r[16];
     for (size_t b = lo; b < hi; b++) {
-        const float *src = j->plain + b * 16 * j->hw;
+        const float *src = j->plain + plain_at(j, b);
         uint16_t *dst = (uint16_t *)j->blk + b * 16 * j->hw;
         for (size_t p = 0; p < j->hw; p += 16) {
             unsigned cnt = j->hw - p < 16 ? (unsigned)(j->hw - p) : 16;
-            load_rows(r, src, j->hw, p, cnt);
+            load_rows(r, src, j->ld, p, cnt);
             tr16(r);
             for (unsigned q = 0; q < cnt; q++)
                 _mm256_storeu_si256((__m256i *)(dst + (p + q) * 16),
@@ -117,7 +127,7 @@ static T512 void unpack_f32(void *ctx, size_t lo, size_t hi)
     __m512 r[16];
     for (size_t b = lo; b < hi; b++) {
         const float *src = (const float *)j->blk + b * 16 * j->hw;
-        float *dst = j->plain + b * 16 * j->hw;
+        float *dst = j->plain + plain_at(j, b);
         for (size_t p = 0; p < j->hw; p += 16) {
             unsigned cnt = j->hw - p < 16 ? (unsigned)(j->hw - p) : 16;
             for (unsigned q = 0; q < 16; q++)
@@ -125,7 +135,7 @@ static T512 void unpack_f32(void *ctx, size_t lo, size_t hi)
             tr16(r);
             __mmask16 m = (__mmask16)((1u << cnt) - 1);
             for (int k = 0; k < 16; k++)
-                _mm512_mask_storeu_ps(dst + (size_t)k * j->hw + p, m, r[k]);
+                _mm512_mask_storeu_ps(dst + (size_t)k * j->ld + p, m, r[k]);
         }
     }
 }
@@ -270,10 +280,18 @@ int kern__bf16_vnni(uint16_t *out, const float *f, const uint16_t *h, int k, int
 
 int kern__blk16_reorder(kern__blk16_kind kind, void *blk, float *plain, int n, int c, size_t hw)
 {
+    return kern__blk16_reorder_ld(kind, blk, plain, n, c, hw, hw, (size_t)c * hw);
+}
+
+int kern__blk16_reorder_ld(kern__blk16_kind kind, void *blk, float *plain, int n, int c,
+                           size_t hw, size_t ld, size_t nld)
+{
     if (kind == KERN__BLK16_ROUND_BF16) {
+        if (ld != hw || nld != (size_t)c * hw)
+            return 0;
         if (n <= 0 || c <= 0 || hw == 0 || kernels_isa_level() < KERNELS_ISA_AVX512_BF16)
             return 0;
-        blk_job r = {blk, plain, (size_t)n * (size_t)c * hw};
+        blk_job r = {.blk = blk, .plain = plain, .hw = (size_t)n * (size_t)c * hw};
         kernels_for((r.hw + 15) / 16, 2048, round_bf16, &r);
         return 1;
     }
@@ -281,7 +299,7 @@ int kern__blk16_reorder(kern__blk16_kind kind, void *blk, float *plain, int n, i
         return 0;
     if (kind == KERN__BLK16_PACK_BF16 && kernels_isa_level() < KERNELS_ISA_AVX512_BF16)
         return 0;
-    blk_job j = {blk, plain, hw};
+    blk_job j = {blk, plain, hw, ld, nld, (size_t)c / 16};
     size_t blocks = (size_t)n * (size_t)(c / 16);
     size_t grain = 2048 / hw + 1; /* about 32 Ki elements a share at the least */
     kernels_for(blocks, grain, kind == KERN__BLK16_PACK_F32    ? pack_f32
@@ -316,4 +334,56 @@ int kern__blk16_reorder(kern__blk16_kind kind, void *blk, float *plain, int n, i
     return 0;
 }
 
+int kern__blk16_reorder_ld(kern__blk16_kind kind, void *blk, float *plain, int n, int c,
+                           size_t hw, size_t ld, size_t nld)
+{
+    (void)kind, (void)blk, (void)plain, (void)n, (void)c, (void)hw, (void)ld, (void)nld;
+    return 0;
+}
+
 #endif
+
+/* kern__blk_pack's arguments: blocks of `block` channels. */
+typedef struct pack_job {
+    void *blk;
+    const float *plain;
+    size_t hw, ld, nld, cb, c;
+    int block, bf16;
+} pack_job;
+
+/* Blocks [lo, hi): 64 pixels of a block's channels at a time gathered
+ * into the blocked order (the channels past c zero), then copied or
+ * rounded into place. */
+static void pack_any(void *ctx, size_t lo, size_t hi)
+{
+    const pack_job *j = ctx;
+    float tmp[64 * 16];
+    size_t bs = (size_t)j->block;
+    for (size_t b = lo; b < hi; b++) {
+        const float *src = j->plain + (b / j->cb) * j->nld + (b % j->cb) * bs * j->ld;
+        size_t have = j->c - (b % j->cb) * bs;
+        for (size_t p = 0; p < j->hw; p += 64) {
+            size_t cnt = j->hw - p < 64 ? j->hw - p : 64;
+            for (size_t k = 0; k < bs; k++)
+                for (size_t q = 0; q < cnt; q++)
+                    tmp[q * bs + k] = k < have ? src[k * j->ld + p + q] : 0.0f;
+            size_t at = (b * j->hw + p) * bs;
+            if (j->bf16)
+                bf16_pack((uint16_t *)j->blk + at, tmp, cnt * bs);
+            else
+                memcpy((float *)j->blk + at, tmp, cnt * bs * sizeof(float));
+        }
+    }
+}
+
+void kern__blk_pack(void *blk, int bf16, int block, const float *plain, int n, int c, size_t hw,
+                    size_t ld, size_t nld)
+{
+    if (block == 16 &&
+        kern__blk16_reorder_ld(bf16 ? KERN__BLK16_PACK_BF16 : KERN__BLK16_PACK_F32, blk,
+                               (float *)(uintptr_t)plain, n, c, hw, ld, nld))
+        return;
+    size_t cb = ((size_t)c + (size_t)block - 1) / (size_t)block;
+    pack_job j = {blk, plain, hw, ld, nld, cb, (size_t)c, block, bf16};
+    kernels_for((size_t)n * cb, 2048 / hw + 1, pack_any, &j);
+}

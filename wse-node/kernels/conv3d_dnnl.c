@@ -37,6 +37,14 @@ typedef struct c3d_view {
                                * packs it (3 to 6 times oneDNN's reorder) */
     int round;                /* float32 into the plain layout's bfloat16:
                                * blk16.c's rounding over the threads */
+    int band;                 /* the plain tensor is a band of planes of a
+                               * larger one, into a layout of `block`
+                               * channels (kern__blk_pack: oneDNN 2.6's
+                               * reorder from a band of a tensor above 4 GiB
+                               * runs in its reference kernel, ten times
+                               * the time) */
+    int block;
+    size_t ld, nld;           /* the plain tensor's channel and sample strides */
 } c3d_view;
 
 enum { V_FX, V_FW, V_FY, V_WX, V_WDY, V_WDW, V_DDY, V_DW, V_DDX, NVIEW };
@@ -108,6 +116,15 @@ static int view_make(c3d_view *v, dnnl_engine_t eng, const dnnl_memory_desc_t *m
     v->pack16 = ok && !to_user && act && has_tag(md, dnnl_bf16, dnnl_aBcde16b) &&
                 md->dims[1] % 16 == 0;
     v->round = ok && !to_user && act && has_tag(md, dnnl_bf16, dnnl_abcde);
+    const dnnl_dim_t *pd = plain_md->dims, *st = plain_md->format_desc.blocking.strides;
+    dnnl_data_type_t t = md->data_type;
+    v->block = has_tag(md, t, dnnl_aBcde16b) ? 16 : has_tag(md, t, dnnl_aBcde8b) ? 8 : 0;
+    v->band = ok && !to_user && !act && v->block && (t == dnnl_f32 || t == dnnl_bf16) &&
+              plain_md->data_type == dnnl_f32 && plain_md->format_kind == dnnl_blocked &&
+              plain_md->format_desc.blocking.inner_nblks == 0 && st[4] == 1 &&
+              st[3] == pd[4] && st[2] == pd[3] * pd[4];
+    v->ld = v->band ? (size_t)st[1] : 0;
+    v->nld = v->band ? (size_t)st[0] : 0;
     return ok ? 0 : -1;
 }
 
@@ -386,6 +403,9 @@ static int reorder(dnnl_stream_t st, c3d_view *v, const void *user, void *mine, 
     int rc = 0;
     if (v->round)
         bf16_round(mine, user, &v->md);
+    else if (v->band)
+        kern__blk_pack(mine, v->md.data_type == dnnl_bf16, v->block, user, (int)d[0], (int)d[1],
+                       (size_t)(d[2] * d[3] * d[4]), v->ld, v->nld);
     else if (!v->pack16 ||
              !kern__blk16_reorder(KERN__BLK16_PACK_BF16, mine, (float *)(uintptr_t)user,
                                   (int)d[0], (int)d[1], (size_t)(d[2] * d[3] * d[4]))) {

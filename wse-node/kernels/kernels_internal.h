@@ -82,6 +82,19 @@ typedef enum kern__blk16_kind {
  * a multiple of 16, no AVX-512, or packing to bfloat16 without
  * AVX512_BF16), then the caller reorders some other way. hw = h * w. */
 int kern__blk16_reorder(kern__blk16_kind kind, void *blk, float *plain, int n, int c, size_t hw);
+/* The same with the plain tensor's channels ld floats apart and its
+ * samples nld apart: a band of planes of a larger tensor (hw: the band's
+ * planes' pixels; rounding only where the tensor is whole). */
+int kern__blk16_reorder_ld(kern__blk16_kind kind, void *blk, float *plain, int n, int c,
+                           size_t hw, size_t ld, size_t nld);
+/* A plain float32 tensor (n, c, hw) whose channels are ld floats apart and
+ * samples nld into the channel-blocked layout of `block` (8 or 16; the
+ * channels padded with zeros to a multiple of it), float32 or rounded to bfloat16 (to nearest even), over
+ * the operators' threads: blk16.c's passes where they run here, else a
+ * portable one. For the bands of a tensor above 4 GiB, whose reorder
+ * oneDNN 2.6 runs in its reference kernel (ten times the time). */
+void kern__blk_pack(void *blk, int bf16, int block, const float *plain, int n, int c, size_t hw,
+                    size_t ld, size_t nld);
 
 /* A dense layer's output gradient dy (n rows of cols) in one pass over
  * the operators' threads (blk16.c), for its mixed-precision backward pass:

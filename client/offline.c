@@ -63,7 +63,10 @@ static void offline__table(const model *m, int share, int micro, int threads)
            "slots %s\n",
            units_format_size(f.workspace, a[0], sizeof(a[0])),
            units_format_size(f.input, a[1], sizeof(a[1])),
-           m->feed_one ? "one batch" : "two batches",
+           m->eval_batch ? (m->feed_one ? "one training and one evaluation batch"
+                                        : "two training and two evaluation batches")
+           : m->feed_one ? "one batch"
+                         : "two batches",
            units_format_size(f.batches, a[2], sizeof(a[2])),
            units_format_size(f.weights, a[3], sizeof(a[3])),
            units_format_size(f.wslots, a[4], sizeof(a[4])));

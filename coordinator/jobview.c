@@ -102,7 +102,10 @@ static void jobview__replica(jsonbuf *b, const jobspec *spec, const Appliance__P
         jobview__buffer(b, &first, "micro-batch gradients", f.accum,
                         "one layer's weight gradients, added into the step's");
         jobview__buffer(b, &first, "batches in flight", f.batches,
-                        "two batches of the replica's share as they arrive");
+                        wm.feed_one ? "one batch of the replica's share as it arrives (and one "
+                                      "of the evaluation's where the job evaluates)"
+                                    : "two batches of the replica's share as they arrive (and "
+                                      "two of the evaluation's where the job evaluates)");
         sum = f.exec + f.batches;
         unsigned states = footprint_optimizer_states(spec->optimizer_type, spec->momentum);
         if (pipelined) {

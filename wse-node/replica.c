@@ -285,7 +285,8 @@ static int wn__job_buffers(wn_job *j, char *err, size_t errlen)
     if (p->eval_batches > 0) {
         j->ebuf_bytes = (size_t)sample_batch_bytes(p->eval_batch, j->in_elems, label_elems,
                                                    m->input_unorm8, m->labels_u8);
-        for (int i = 0; i < 2; i++)
+        /* as many as training batches: the plan counts them so */
+        for (int i = 0; i < (int)WN_CREDITS(p) && i < 2; i++)
             if (!(j->ebuf[i].data = malloc(j->ebuf_bytes ? j->ebuf_bytes : 1))) {
                 snprintf(err, errlen, "out of memory for the evaluation batches");
                 return -ENOMEM;

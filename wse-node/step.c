@@ -41,11 +41,12 @@ static void wn__update(wn_job *j)
                            kernels_for);
 }
 
-/* The buffer holding (or awaiting) eval batch k, or NULL. */
+/* The buffer holding (or awaiting) eval batch k, or NULL; k (uint32_t)-1:
+ * a free one. There are one or two (WN_CREDITS). */
 wn_eval_buf *wn__eval_buf(wn_job *j, uint32_t k)
 {
     for (int i = 0; i < 2; i++)
-        if (j->ebuf[i].k == (int32_t)k)
+        if (j->ebuf[i].data && j->ebuf[i].k == (int32_t)k)
             return &j->ebuf[i];
     return NULL;
 }

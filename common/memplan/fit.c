@@ -90,6 +90,7 @@ static uint64_t fit__shape_bytes(const toml_value *mt, const model *like, const 
         return UINT64_MAX;
     m->input_unorm8 = like->input_unorm8;
     m->labels_u8 = like->labels_u8;
+    m->eval_batch = like->eval_batch;
     uint64_t bytes = fit__bytes(m, batch, threads, mode, states, wafer);
     model_free(m);
     return bytes;

@@ -404,8 +404,13 @@ int footprint_init_micro(footprint *f, const model *m, int share, int micro, int
     f->exec = f->arena + f->workspace + f->input + f->accum + f->again;
     f->eager = f->act + f->dact + f->aux + f->scratch + f->loss + f->workspace + f->input;
     f->label_elems = footprint_label_elems(m);
-    f->batches = (m->feed_one ? 1 : 2) * sample_batch_bytes((uint64_t)share, in_elems, f->label_elems,
-                                        m->input_unorm8, m->labels_u8);
+    /* the evaluation's batches: at most the share (the planner's eval_batch) */
+    uint64_t eval = m->eval_batch < (uint64_t)share ? m->eval_batch : (uint64_t)share;
+    f->batches = (m->feed_one ? 1 : 2) *
+                 (sample_batch_bytes((uint64_t)share, in_elems, f->label_elems, m->input_unorm8,
+                                     m->labels_u8) +
+                  sample_batch_bytes(eval, in_elems, f->label_elems, m->input_unorm8,
+                                     m->labels_u8));
     f->weights = (m->total_params + m->total_buffers) * sizeof(float);
     for (int i = 0; i < m->nlayers; i++)
         if (footprint_keeps_rounded(m, i, n))

@@ -49,7 +49,9 @@ typedef struct footprint {
                                  again */
     uint64_t eager;           /* what it would allocate keeping every buffer for the step */
     uint32_t label_elems;     /* labels per sample */
-    uint64_t batches;         /* two batches of the share in flight, as they travel (sample.h) */
+    uint64_t batches;         /* the batches in flight, as they travel (sample.h): two of the
+                                 share, or one (model.feed_one), and as many evaluation
+                                 batches where the job evaluates (model.eval_batch) */
     uint64_t weights;         /* every parameter and buffer once, float32 */
     uint64_t rounded;         /* mixed precision: the dense layers' weights in bfloat16, which a
                                  Pipelined replica keeps rounded for its GEMMs */
@@ -158,7 +160,7 @@ uint64_t footprint_shards(const model *m, unsigned optimizer_states, bool gradie
 size_t footprint_shards_needed(const model *m, unsigned optimizer_states, bool gradient,
                                const float *sparse_level, uint64_t have);
 
-/* Bytes a replica needs in `mode`: the executor, two batches in flight,
+/* Bytes a replica needs in `mode`: the executor, the batches in flight,
  * and the weights (Pipelined: resident, with their gradients, the reduced
  * gradients and optimizer_states tensors of state each, and in mixed
  * precision the dense layers' weights rounded; Weight Streaming:

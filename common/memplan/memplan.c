@@ -330,6 +330,8 @@ static void memplan__free_now(memplan_sim *s, int *slot)
  * output the plan does not keep and a later operation reads it. */
 static bool memplan__stays(const memplan_sim *s, int j, int op)
 {
+    if (s->p->packed[j]) /* unpacked from its bfloat16 copy again where next read */
+        return false;
     if (s->drop && s->drop[j])
         return s->need_last[j] > op;
     return memplan__has(s, j, op + 1);
@@ -340,8 +342,7 @@ static bool memplan__stays(const memplan_sim *s, int j, int op)
  * itself, and not needed after it. */
 static bool memplan__for_one(const memplan_sim *s, int src, int op, int r0, int r1)
 {
-    return src >= 0 && s->out[src] < 0 && !s->p->packed[src] && src != r0 && src != r1 &&
-           !memplan__stays(s, src, op);
+    return src >= 0 && s->out[src] < 0 && src != r0 && src != r1 && !memplan__stays(s, src, op);
 }
 
 /* The output of layer j live now, recomputing it (and, first, whatever of
@@ -356,7 +357,9 @@ static void memplan__make(memplan_sim *s, int j, int op, int r0, int r1, int par
         return;
     s->made[j] = op;
     if (s->p->packed[j]) { /* from its bfloat16 copy */
-        s->out[j] = memplan__place(s, MEMPLAN_OUT, j, memplan_out_bytes(s->m, j, s->n), false);
+        s->out[j] = parent >= 0 ? memplan__alias(s, j, parent, delta)
+                                : memplan__place(s, MEMPLAN_OUT, j,
+                                                 memplan_out_bytes(s->m, j, s->n), false);
         memplan__event(s, MEMPLAN_UNPACK, j, false);
         return;
     }
@@ -500,10 +503,14 @@ static void memplan__simulate(memplan_sim *s)
                 int src = memplan_resolve(m, l->inputs[k]);
                 /* a concatenation's (one sample) input whose backward pass
                  * comes next: its gradient is its slice of the
-                 * concatenation's */
+                 * concatenation's; a group norm's input whose gradient is
+                 * new: its gradient made where the norm's output's is,
+                 * element by element (op_groupnorm_backward, in place) */
                 uint64_t at = l->type == LAYER_CONCAT && n == 1 && direct && !s->keep_all &&
                                       src >= 0 && 2 * L - src == op + 1
                                   ? memplan__slice(s, i, src)
+                              : l->type == LAYER_GROUP_NORM && direct && !s->keep_all
+                                  ? 0
                                   : UINT64_MAX;
                 if (src >= 0 && s->dout[src] < 0) {
                     s->dout[src] = at != UINT64_MAX && at % MEMPLAN_ALIGN == 0

@@ -607,6 +607,8 @@ jobspec *jobspec_parse_as(const char *text, size_t len, const char *name, jobspe
         jobspec_input_encoding(&j->eval, &unorm8, &labels_u8);
         j->model->input_unorm8 &= unorm8;
         j->model->labels_u8 &= labels_u8;
+        j->model->eval_batch = j->eval.batch_size < UINT32_MAX ? (uint32_t)j->eval.batch_size
+                                                                : UINT32_MAX;
     }
     /* "auto" stripes of a model that splits: the plan checks the batch
      * against the stripes it picks (down to one sample on num_csx stripes) */

@@ -1211,6 +1211,7 @@ model *model_recompile(const toml_value *mt, const model *full, const model_opti
         return NULL;
     m->input_unorm8 = full->input_unorm8;
     m->labels_u8 = full->labels_u8;
+    m->eval_batch = full->eval_batch;
     m->input_scale = full->input_scale;
     m->act_bf16 = full->act_bf16;
     m->mixed_precision = full->mixed_precision;

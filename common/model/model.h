@@ -200,6 +200,11 @@ typedef struct {
      * (Plan.feed_credits 1): set by the plan where the replica fits its
      * wafer only so (fit_feed_one); false from model_compile. */
     bool feed_one;
+    /* Samples of an evaluation batch (the eval input's batch size; 0: the
+     * job does not evaluate): a replica holds as many evaluation batches
+     * as training ones, counted in its memory up to its share; set by the
+     * job (jobspec), kept by model_recompile. */
+    uint32_t eval_batch;
 } model;
 
 /* Whether l computes on volumes (C x D x H x W): its type is a 3D one, or

@@ -120,6 +120,15 @@ static void check_norm(int n, int c, int hw, int groups, kt_rng *r)
     ck_assert_msg(kt_relerr(dg, g, c) < 1e-3, "g%d dgamma", groups);
     kt_fd_grad(g, f.beta, c, norm_fd_loss, &f, 1e-4);
     ck_assert_msg(kt_relerr(db, g, c) < 1e-3, "g%d dbeta", groups);
+    if (groups) { /* in place (the memory plan's): the input's gradient over the output's */
+        float *inplace = kt_falloc(nx), *dg2 = kt_falloc(c), *db2 = kt_falloc(c);
+        memcpy(inplace, R, nx * sizeof(float));
+        op_groupnorm_backward(inplace, dg2, db2, inplace, x, gamma, mean, invstd, n, c, hw,
+                              groups);
+        ck_assert(memcmp(inplace, dx, nx * sizeof(float)) == 0);
+        ck_assert(memcmp(dg2, dg, c * sizeof(float)) == 0 && memcmp(db2, db, c * sizeof(float)) == 0);
+        free(inplace), free(dg2), free(db2);
+    }
     /* NULL gamma/beta mean 1 and 0 */
     float *y2 = kt_falloc(nx);
     for (int i = 0; i < c; i++) {

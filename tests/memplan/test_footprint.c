@@ -225,6 +225,17 @@ START_TEST(labels_and_batches)
     ck_assert_uint_eq(f.batches, 2 * 5 * (28 * 28 + 1) * 4);
     ck_assert_uint_eq(f.weights, (m->total_params + m->total_buffers) * 4);
     footprint_free(&f);
+    /* an evaluation's batches beside, as many, at most the share's size;
+     * one of each with one batch in flight (model.feed_one) */
+    m->eval_batch = 3;
+    ck_assert_int_eq(footprint_init(&f, m, 5, 1), 0);
+    ck_assert_uint_eq(f.batches, 2 * (5 + 3) * (28 * 28 + 1) * 4);
+    footprint_free(&f);
+    m->eval_batch = 100;
+    m->feed_one = true;
+    ck_assert_int_eq(footprint_init(&f, m, 5, 1), 0);
+    ck_assert_uint_eq(f.batches, (5 + 5) * (28 * 28 + 1) * 4);
+    footprint_free(&f);
     model_free(m);
     m = load("unet.toml", "[3, 512, 512]", "[3, 64, 64]");
     ck_assert_uint_eq(footprint_label_elems(m), 64 * 64);

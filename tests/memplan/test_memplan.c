@@ -84,12 +84,13 @@ static uint64_t kind_bytes(const shadow *s, int kind, int layer)
 
 /* Whether layer's output (or gradient: kind) at off is its slice of
  * concatenation j's (one sample: the plan makes it there), or lies where
- * group norm j makes its output from it, in place. */
+ * group norm j makes its output from it, or its input's gradient from
+ * its output's, in place. */
 static bool in_slice(const shadow *s, int kind, int j, int layer, uint64_t off)
 {
     const model_layer *c = &s->m->layers[j];
-    if (kind == K_OUT && c->type == LAYER_GROUP_NORM && s->valid[K_OUT][j] &&
-        memplan_resolve(s->m, c->inputs[0]) == layer && off == s->off[K_OUT][j])
+    if (c->type == LAYER_GROUP_NORM && s->valid[kind][j] &&
+        memplan_resolve(s->m, c->inputs[0]) == layer && off == s->off[kind][j])
         return true;
     if (c->type != LAYER_CONCAT || s->n != 1 || !s->valid[kind][j])
         return false;
@@ -517,7 +518,27 @@ static void train_alike_as(const char *file, const char *from, const char *to, i
         printf("%s, bfloat16 activations: the loss within %.2g of float32's over 5 steps\n", file,
                maxrel);
     if (strstr(file, "volume.toml")) {
-        int split = 0, sliced = 0;
+        int split = 0, sliced = 0, in_place = 0, unpacked = 0;
+        /* group norms' backward passes in place: the input's gradient
+         * placed where the output's is */
+        for (uint32_t k = 0; k < lean.e.plan.nevents; k++) {
+            const memplan_event *ev = &lean.e.plan.events[k];
+            if (ev->kind != MEMPLAN_DOUT)
+                continue;
+            for (int j = 0; j < m->nlayers; j++)
+                if (m->layers[j].type == LAYER_GROUP_NORM &&
+                    memplan_resolve(m, m->layers[j].inputs[0]) == ev->layer)
+                    for (uint32_t q = 0; q < k; q++)
+                        in_place += lean.e.plan.events[q].kind == MEMPLAN_DOUT &&
+                                    lean.e.plan.events[q].layer == j &&
+                                    lean.e.plan.events[q].offset == ev->offset;
+        }
+        for (uint32_t k = 0; k < lean.e.plan.nevents; k++)
+            unpacked += lean.e.plan.events[k].kind == MEMPLAN_UNPACK;
+        printf("%s at one sample: %d group norms' backward passes in place, %d unpackings\n",
+               file, in_place, unpacked);
+        ck_assert_int_gt(in_place, 0);
+        ck_assert(bf16 ? unpacked > 0 : unpacked == 0);
         for (int op = m->nlayers + 1; op <= 2 * m->nlayers; op++)
             split += lean.e.plan.ops[op].mid > 0;
         for (uint32_t k = 0; k + 1 < lean.e.plan.nevents; k++)
@@ -804,6 +825,10 @@ END_TEST
 START_TEST(bfloat16_activations_train_close)
 {
     train_alike_as("unet.toml", "[3, 512, 512]", "[3, 128, 128]", 2, 2, true, 1e-3);
+    /* a volume's group norms made again from their inputs' bfloat16 copies,
+     * unpacked where the norm's output goes */
+    train_alike_as("../../cluster/volume.toml", "[1, 32, 32, 32]", "[1, 16, 16, 16]", 1, 2, true,
+                   1e-3);
 }
 END_TEST
 

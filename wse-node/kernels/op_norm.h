@@ -135,15 +135,17 @@ int op_groupnorm_forward_parts(float *out, float *save_mean, float *save_invstd,
                                double *red);
 
 /* dout and in are (n, c, hw). Overwrites din (n, c, hw), dgamma and dbeta
- * (c); each may be NULL. */
+ * (c); each may be NULL. din may be dout (in place: each element of din
+ * is made from the same element of dout, after the group's sums): the
+ * memory plan puts a norm's input's gradient over its output's. */
 void op_groupnorm_backward(float *din, float *dgamma, float *dbeta,
                            const float *dout, const float *in,
                            const float *gamma, const float *save_mean,
                            const float *save_invstd, int n, int c, int hw,
                            int groups);
 
-/* op_groupnorm_backward over one stripe: din with the sums of all the
- * stripes (r); dgamma and dbeta this stripe's share. red is room for
+/* op_groupnorm_backward over one stripe: din (may be dout, as there) with
+ * the sums of all the stripes (r); dgamma and dbeta this stripe's share. red is room for
  * 2 n groups + 1 doubles. Returns 0 or r's negative code. */
 int op_groupnorm_backward_parts(float *din, float *dgamma, float *dbeta, const float *dout,
                                 const float *in, const float *gamma, const float *save_mean,

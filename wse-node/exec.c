@@ -953,6 +953,11 @@ static void exec__replay_events(exec *e, uint32_t first, uint32_t count, const f
             bf16_unpack(e->act[ev->layer], e->packed[ev->layer],
                            (size_t)e->n * model_shape_elems(&e->m->layers[ev->layer].out));
             break;
+        case MEMPLAN_PACK: /* kept for the backward pass as bfloat16 */
+            if (e->packing)
+                bf16_pack(e->packed[ev->layer], e->act[ev->layer],
+                          (size_t)e->n * model_shape_elems(&e->m->layers[ev->layer].out));
+            break;
         }
     }
 }
@@ -988,15 +993,13 @@ void exec_zero_grads(exec *e)
 
 void exec_forward(exec *e, int li, const float *x, int64_t step, bool training)
 {
+    e->packing = training;
     exec__replay(e, memplan_forward_op(&e->plan, li), x, step);
     exec__run_forward(e, li, x, step, training ? EXEC__TRAIN : EXEC__EVAL);
     const model_layer *l = &e->m->layers[li];
     for (int k = 0; training && e->wa && e->wa[l->first_tensor] && k < l->ntensors; k++)
         memcpy(e->wa[l->first_tensor + k], e->w[l->first_tensor + k],
                e->m->tensors[l->first_tensor + k].elems * sizeof(float));
-    if (training && e->plan.packed[li]) /* kept for the backward pass as bfloat16 */
-        bf16_pack(e->packed[li], e->act[li],
-                     (size_t)e->n * model_shape_elems(&e->m->layers[li].out));
 }
 
 /* A layer's forward pass: in training (batch statistics, dropout, running
@@ -1779,6 +1782,7 @@ void exec_forward_part(exec *e, int li, uint64_t r0, uint64_t r1, bool first, bo
     const model_layer *l = &e->m->layers[li];
     int n = e->n, in_f = (int)l->in.d[0], units = (int)l->units;
     if (first) {
+        e->packing = training;
         exec__replay(e, memplan_forward_op(&e->plan, li), x, step);
         exec__sparse_part(e, li);
     }
@@ -1801,8 +1805,6 @@ void exec_forward_part(exec *e, int li, uint64_t r0, uint64_t r1, bool first, bo
         }
     if (l->fused) /* its relu, once every part is in */
         op_relu_forward(out, out, (size_t)n * units);
-    if (training && e->plan.packed[li])
-        bf16_pack(e->packed[li], e->act[li], (size_t)n * model_shape_elems(&l->out));
 }
 
 void exec_backward_part(exec *e, int li, uint64_t r0, uint64_t r1, bool first, bool last,

@@ -87,6 +87,7 @@ typedef struct exec {
     float **dact;           /* per layer: gradient of the output, accumulated */
     void **aux;             /* per layer: argmax indices or saved statistics */
     uint16_t **packed;      /* per layer: its output kept as bfloat16 (activation_dtype) */
+    bool packing;           /* the forward pass in training: MEMPLAN_PACK rounds */
     bool *direct;           /* per layer: this operation writes its gradient whole */
     bool *blk;              /* per layer: its output and gradient in oneDNN's aBcd16b
                              * layout (a blocked group, exec.c) */

@@ -418,6 +418,13 @@ static void memplan__simulate(memplan_sim *s)
         if (op < L) { /* forward of layer op */
             int i = op;
             const model_layer *l = &m->layers[i];
+            /* the bfloat16 copy of the layer before, made now that that
+             * layer's input may be gone */
+            if (i > 0 && p->packed[i - 1]) {
+                s->pk[i - 1] = memplan__place(s, MEMPLAN_PACKED, i - 1,
+                                              memplan_packed_bytes(m, i - 1, n), false);
+                memplan__event(s, MEMPLAN_PACK, i - 1, false);
+            }
             /* the input of a concatenation of one sample that comes right
              * after it, read by nothing else and not kept: made in its
              * slice of the concatenation, placed now */
@@ -434,17 +441,17 @@ static void memplan__simulate(memplan_sim *s)
                 s->out[i] = memplan__place(s, MEMPLAN_OUT, i, memplan_out_bytes(m, i, n), false);
             }
             if (!model_layer_is_view(l)) {
-                if (p->packed[i])
-                    s->pk[i] = memplan__place(s, MEMPLAN_PACKED, i, memplan_packed_bytes(m, i, n),
-                                              false);
                 uint64_t aux = memplan_aux_bytes(m, l, n);
                 if (aux)
                     s->aux[i] = memplan__place(s, MEMPLAN_AUX, i, aux, false);
             }
             p->ops[op].count = p->nevents - p->ops[op].first;
             s->t++; /* it runs */
+            /* what no later forward operation reads goes; an output to
+             * be packed, after its packing */
             for (int j = 0; j <= i; j++)
-                if (s->out[j] >= 0 && s->fwd_last[j] == i &&
+                if (s->out[j] >= 0 &&
+                    (p->packed[j] ? s->fwd_last[j] <= i && j < i : s->fwd_last[j] == i) &&
                     !(p->kept[j] && !p->packed[j] && s->need_last[j] >= 0))
                     memplan__free(s, &s->out[j]);
         } else if (op == L) { /* the loss */

@@ -80,6 +80,9 @@ enum memplan_kind {
     MEMPLAN_RECOMPUTE,  /* run the layer's forward again into its output, placed before */
     MEMPLAN_PACKED,     /* a layer's output kept as bfloat16: from here on at offset */
     MEMPLAN_UNPACK,     /* make the layer's output, placed before, from its bfloat16 copy */
+    MEMPLAN_PACK,       /* round the layer's output (training) into its bfloat16 copy, placed
+                         * before: in the next layer's forward operation, the layer's input
+                         * gone by then */
 };
 
 typedef struct memplan_event {

@@ -168,6 +168,13 @@ static void check_plan(const model *m, int n, bool keep_all)
                 recomputes++;
                 continue;
             }
+            if (ev->kind == MEMPLAN_PACK) { /* the layer before's copy, after its placing */
+                ck_assert_msg(p.packed[ev->layer] && op < L && ev->layer == op - 1,
+                              "layer %d packed in op %d", ev->layer, op);
+                need(s, K_OUT, ev->layer, "pack", op);
+                need(s, K_PACKED, ev->layer, "pack", op);
+                continue;
+            }
             if (ev->kind == MEMPLAN_UNPACK) {
                 ck_assert_msg(p.packed[ev->layer], "unpacked but not packed: layer %d", ev->layer);
                 need(s, K_PACKED, ev->layer, "unpack", op);
@@ -188,8 +195,6 @@ static void check_plan(const model *m, int n, bool keep_all)
             for (int i = 0; i < l->ninputs; i++)
                 need(s, K_OUT, memplan_resolve(m, l->inputs[i]), "forward", op);
             need(s, K_OUT, op, "forward", op);
-            if (p.packed[op])
-                need(s, K_PACKED, op, "forward", op);
         } else if (op == L) {
             need(s, K_OUT, last, "loss", op);
             need(s, K_DOUT, last, "loss", op);

@@ -267,16 +267,21 @@ void driver_handle_eval_report(node *n, conn *c, Appliance__Envelope *env, uint8
                          .accuracy = j->last_eval_accuracy, .iou = j->last_eval_iou};
     jobview_record_eval(j, &ep);
     bool seg = res.accuracy < 0;
-    log_info("job %s: evaluation at step %llu over %llu samples: loss %.6f%s%.4f", j->id,
+    char dice[32] = "";
+    if (seg)
+        snprintf(dice, sizeof(dice), ", Dice %.4f", res.dice);
+    log_info("job %s: evaluation at step %llu over %llu samples: loss %.6f%s%.4f%s", j->id,
              (unsigned long long)r->step, (unsigned long long)res.samples, res.loss,
-             seg ? ", IoU " : ", accuracy ", seg ? res.iou : res.accuracy);
-    job_log(co, j, "evaluation at step %llu over %llu samples: loss %.6f%s%.4f",
+             seg ? ", IoU " : ", accuracy ", seg ? res.iou : res.accuracy, dice);
+    job_log(co, j, "evaluation at step %llu over %llu samples: loss %.6f%s%.4f%s",
             (unsigned long long)r->step, (unsigned long long)res.samples, res.loss,
-            seg ? ", IoU " : ", accuracy ", seg ? res.iou : res.accuracy);
+            seg ? ", IoU " : ", accuracy ", seg ? res.iou : res.accuracy, dice);
     if (j->sum) {
         summaries_scalar(j->sum, "eval/loss", (int64_t)r->step, j->last_eval_loss);
-        if (seg)
+        if (seg) {
             summaries_scalar(j->sum, "eval/iou", (int64_t)r->step, j->last_eval_iou);
+            summaries_scalar(j->sum, "eval/dice", (int64_t)r->step, res.dice);
+        }
         else
             summaries_scalar(j->sum, "eval/accuracy", (int64_t)r->step, j->last_eval_accuracy);
         summaries_flush(j->sum);

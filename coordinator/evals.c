@@ -54,18 +54,21 @@ int evals_add(evals *e, const evals_report *r, uint32_t need, bool count_backgro
     out->samples = s->samples;
     out->loss = s->samples ? s->loss_sum / (double)s->samples : 0;
     out->accuracy = -1;
-    out->iou = -1;
+    out->iou = out->dice = -1;
     if (s->classes == 0) {
         out->accuracy = s->samples ? (double)s->correct / (double)s->samples : 0;
     } else {
-        double sum = 0;
+        double sum = 0, dsum = 0;
         int k = 0;
         for (uint32_t cls = count_background ? 0 : 1; cls < s->classes; cls++)
             if (s->uni[cls] > 0) {
-                sum += (double)s->inter[cls] / (double)s->uni[cls];
+                double in = (double)s->inter[cls], un = (double)s->uni[cls];
+                sum += in / un;
+                dsum += 2 * in / (in + un);
                 k++;
             }
         out->iou = k ? sum / k : 0;
+        out->dice = k ? dsum / k : 0;
     }
     memset(s, 0, sizeof(*s)); /* free again */
     return 1;

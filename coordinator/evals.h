@@ -27,6 +27,8 @@ typedef struct evals_result {
     double loss;       /* mean over the samples */
     double accuracy;   /* classification; -1 for segmentation */
     double iou;        /* segmentation: mean IoU over the counted classes; -1 otherwise */
+    double dice;       /* segmentation: mean Dice (the Model Zoo's DSC: 2 |A and B| /
+                        * (|A| + |B|) = 2 I / (I + U)) over the same classes; -1 otherwise */
     uint64_t dropped_step; /* nonzero: an older evaluation, still incomplete, was dropped */
     uint32_t dropped_reports;
 } evals_result;

@@ -59,6 +59,7 @@ START_TEST(mean_iou_over_classes_that_occur)
     ck_assert_double_eq_tol(res.loss, 1.0, 1e-12);
     /* classes 1 and 3: 30/40 and 40/60 */
     ck_assert_double_eq_tol(res.iou, (30.0 / 40.0 + 40.0 / 60.0) / 2, 1e-12);
+    ck_assert_double_eq_tol(res.dice, (60.0 / 70.0 + 80.0 / 100.0) / 2, 1e-12);
     /* with the background counted: 90/110 too */
     ck_assert_int_eq(evals_add(e, &r0, 2, true, &res), 0);
     ck_assert_int_eq(evals_add(e, &r1, 2, true, &res), 1);

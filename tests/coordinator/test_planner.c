@@ -129,6 +129,46 @@ START_TEST(inputs)
 }
 END_TEST
 
+/* A job's last layers: flatten, then a dense layer of 4 units. */
+#define FLATTEN_FC4                                                                                \
+    "[[model.layers]]\n"                                                                           \
+    "name = \"flatten\"\n"                                                                         \
+    "type = \"flatten\"\n"                                                                         \
+    "[[model.layers]]\n"                                                                           \
+    "name = \"fc\"\n"                                                                              \
+    "type = \"dense\"\n"                                                                           \
+    "units = 4\n"
+
+/* A Weight Streaming job's head: 8 samples of 3 x 256 x 256, 4 classes. */
+#define WS_8X3X256X256                                                                             \
+    "[runconfig]\n"                                                                                \
+    "mode = \"weight_streaming\"\n"                                                                \
+    "[train_input]\n"                                                                              \
+    "data_processor = \"synthetic_classification\"\n"                                              \
+    "batch_size = 8\n"                                                                             \
+    "num_classes = 4\n"                                                                            \
+    "[model]\n"                                                                                    \
+    "input_shape = [3, 256, 256]\n"                                                                \
+    "loss = \"softmax_cross_entropy\"\n"
+
+/* The given wse-nodes, and one memoryx, swarmx and worker. */
+typedef struct cluster {
+    member mx, sx, wk;
+    member *s[1], *w[1], *k[1];
+    planner_members pm;
+} cluster;
+
+static void cluster_init(cluster *c, member **wse, size_t n)
+{
+    c->mx = (member){.id = 2, .role = APPLIANCE__ROLE__ROLE_MEMORYX, .addr = "127.0.0.1:2"};
+    c->sx = (member){.id = 3, .role = APPLIANCE__ROLE__ROLE_SWARMX, .addr = "127.0.0.1:3"};
+    c->wk = (member){.id = 4, .role = APPLIANCE__ROLE__ROLE_WORKER, .addr = "127.0.0.1:4"};
+    c->s[0] = &c->mx;
+    c->w[0] = &c->sx;
+    c->k[0] = &c->wk;
+    c->pm = (planner_members){wse, n, c->s, 1, c->w, 1, c->k, 1};
+}
+
 /* A replica's memory is planned for the threads its wse-node registered:
  * the convolution workspace grows with them (it was once planned with the
  * coordinator's own single thread). 8 filters: im2col's workspace, which
@@ -149,13 +189,7 @@ START_TEST(memory_for_the_members_threads)
                                   "filters = 8\n"
                                   "kernel_size = 3\n"
                                   "padding = 1\n"
-                                  "[[model.layers]]\n"
-                                  "name = \"flatten\"\n"
-                                  "type = \"flatten\"\n"
-                                  "[[model.layers]]\n"
-                                  "name = \"fc\"\n"
-                                  "type = \"dense\"\n"
-                                  "units = 4\n";
+                                  FLATTEN_FC4;
     char err[512];
     jobspec *spec = jobspec_parse(conv_job, strlen(conv_job), "job.toml", "/src", err, sizeof(err));
     ck_assert_msg(spec != NULL, "%s", err);
@@ -163,11 +197,10 @@ START_TEST(memory_for_the_members_threads)
                  .wafer_memory = 1ull << 30, .threads = 1};
     member w4 = {.id = 5, .role = APPLIANCE__ROLE__ROLE_WSE_NODE, .addr = "127.0.0.1:5",
                  .wafer_memory = 1ull << 30, .threads = 4};
-    member mx = {.id = 2, .role = APPLIANCE__ROLE__ROLE_MEMORYX, .addr = "127.0.0.1:2"};
-    member sx = {.id = 3, .role = APPLIANCE__ROLE__ROLE_SWARMX, .addr = "127.0.0.1:3"};
-    member wk = {.id = 4, .role = APPLIANCE__ROLE__ROLE_WORKER, .addr = "127.0.0.1:4"};
-    member *r[] = {&w1, &w4}, *s[] = {&mx}, *w[] = {&sx}, *k[] = {&wk};
-    planner_members pm = {r, 2, s, 1, w, 1, k, 1};
+    member *r[] = {&w1, &w4};
+    cluster cl;
+    cluster_init(&cl, r, 2);
+    planner_members pm = cl.pm;
     uint8_t *buf;
     size_t len;
     ck_assert_msg(planner_build(spec, "job-1", &pm, 1024, &buf, &len, err, sizeof(err)) == 0,
@@ -196,36 +229,21 @@ END_TEST
  * default (0); with room for neither, the job is refused. */
 START_TEST(one_batch_in_flight_where_two_do_not_fit)
 {
-    static const char *job = "[runconfig]\n"
-                             "mode = \"weight_streaming\"\n"
-                             "[train_input]\n"
-                             "data_processor = \"synthetic_classification\"\n"
-                             "batch_size = 8\n"
-                             "num_classes = 4\n"
-                             "[model]\n"
-                             "input_shape = [3, 256, 256]\n"
-                             "loss = \"softmax_cross_entropy\"\n"
+    static const char *job = WS_8X3X256X256
                              "[[model.layers]]\n"
                              "name = \"pool\"\n"
                              "type = \"max_pool2d\"\n"
                              "kernel_size = 8\n"
-                             "[[model.layers]]\n"
-                             "name = \"flatten\"\n"
-                             "type = \"flatten\"\n"
-                             "[[model.layers]]\n"
-                             "name = \"fc\"\n"
-                             "type = \"dense\"\n"
-                             "units = 4\n";
+                             FLATTEN_FC4;
     char err[2048];
     jobspec *spec = jobspec_parse(job, strlen(job), "job.toml", "/src", err, sizeof(err));
     ck_assert_msg(spec != NULL, "%s", err);
     member w1 = {.id = 1, .role = APPLIANCE__ROLE__ROLE_WSE_NODE, .addr = "127.0.0.1:1",
                  .wafer_memory = 1ull << 30, .threads = 1};
-    member mx = {.id = 2, .role = APPLIANCE__ROLE__ROLE_MEMORYX, .addr = "127.0.0.1:2"};
-    member sx = {.id = 3, .role = APPLIANCE__ROLE__ROLE_SWARMX, .addr = "127.0.0.1:3"};
-    member wk = {.id = 4, .role = APPLIANCE__ROLE__ROLE_WORKER, .addr = "127.0.0.1:4"};
-    member *r[] = {&w1}, *s[] = {&mx}, *w[] = {&sx}, *k[] = {&wk};
-    planner_members pm = {r, 1, s, 1, w, 1, k, 1};
+    member *r[] = {&w1};
+    cluster cl;
+    cluster_init(&cl, r, 1);
+    planner_members pm = cl.pm;
     Appliance__Plan *p = plan_on(spec, &pm);
     ck_assert_uint_eq(p->feed_credits, 0);
     uint64_t two = p->replicas[0]->memory_needed;
@@ -255,15 +273,7 @@ END_TEST
  * below 1. */
 START_TEST(refusals_say_what_helps)
 {
-    static const char *job = "[runconfig]\n"
-                             "mode = \"weight_streaming\"\n"
-                             "[train_input]\n"
-                             "data_processor = \"synthetic_classification\"\n"
-                             "batch_size = 8\n"
-                             "num_classes = 4\n"
-                             "[model]\n"
-                             "input_shape = [3, 256, 256]\n"
-                             "loss = \"softmax_cross_entropy\"\n"
+    static const char *job = WS_8X3X256X256
                              "[[model.layers]]\nname = \"conv\"\ntype = \"conv2d\"\nfilters = 16\n"
                              "kernel_size = 3\npadding = 1\n"
                              "[[model.layers]]\nname = \"pool\"\ntype = \"max_pool2d\"\nkernel_size = 2\n"

@@ -362,7 +362,6 @@ int job__launch(coordinator *co, job *j, const jobspec *spec)
     else
         snprintf(j->run_id, sizeof(j->run_id), "%s", j->id);
     j->max_restarts = (uint32_t)spec->max_num_restarts;
-    j->step_timeout_ms = (uint64_t)spec->step_timeout_seconds * 1000u;
     j->progress_at = uv_now(co->n->loop);
     member **used = NULL;
     size_t nused = 0;
@@ -378,6 +377,18 @@ int job__launch(coordinator *co, job *j, const jobspec *spec)
         return -1;
     }
     j->log_steps = (uint64_t)spec->log_steps;
+    unsigned threads = 0; /* the fewest a wse-node of the job has */
+    for (size_t i = 0; i < nused; i++)
+        if (used[i]->role == APPLIANCE__ROLE__ROLE_WSE_NODE && used[i]->threads &&
+            (!threads || used[i]->threads < threads))
+            threads = used[i]->threads;
+    j->step_timeout_ms = planner_step_timeout_ms(spec, j->plan, threads);
+    if (spec->step_timeout_seconds == JOBSPEC_AUTO &&
+        j->step_timeout_ms > PLANNER_STEP_TIMEOUT_S * 1000u)
+        job_log(co, j, "a step may take long: no progress for %llu s is a stall "
+                "(runconfig.step_timeout_seconds unset: %d times the step's work at %.0f GFLOP/s "
+                "a thread)", (unsigned long long)(j->step_timeout_ms / 1000),
+                PLANNER_STEP_TIMEOUT_WORK, PLANNER_THREAD_FLOPS / 1e9);
     j->members = calloc(nused, sizeof(uint32_t));
     j->nmembers = j->members ? nused : 0;
     for (size_t i = 0; i < j->nmembers; i++) {

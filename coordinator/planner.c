@@ -58,6 +58,20 @@ static Appliance__PlanInput *planner__input(arena *a, const jobspec *spec, const
     return in;
 }
 
+uint64_t planner_step_timeout_ms(const jobspec *spec, const Appliance__Plan *p, unsigned threads)
+{
+    if (spec->step_timeout_seconds != JOBSPEC_AUTO)
+        return (uint64_t)spec->step_timeout_seconds * 1000u;
+    uint64_t share = 0, parts = p->spatial_partitions > 1 ? p->spatial_partitions : 1;
+    for (size_t i = 0; i < p->n_replicas; i++)
+        if (p->replicas[i]->batch > share)
+            share = p->replicas[i]->batch;
+    double work = 3.0 * (double)spec->model->flops * (double)share / (double)parts;
+    double ms = 1e3 * PLANNER_STEP_TIMEOUT_WORK * work /
+                (PLANNER_THREAD_FLOPS * (threads ? threads : 1));
+    return ms > PLANNER_STEP_TIMEOUT_S * 1e3 ? (uint64_t)ms : PLANNER_STEP_TIMEOUT_S * 1000u;
+}
+
 /* Sizes the evaluation: the eval set (opened here, so that a missing or
  * damaged one is refused at submission) split over the replicas, in batches
  * no larger than a replica's training share. */

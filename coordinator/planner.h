@@ -82,6 +82,17 @@ size_t planner_tree_nodes(const jobspec *spec);
  * on a wse-node of `threads` compute threads (0: 1), with an optimizer
  * keeping optimizer_states tensors per parameter: the footprint's
  * (footprint.h), which the wse-node's executor allocates by. */
+/* A job's step timeout in milliseconds: runconfig.step_timeout_seconds
+ * where given (0: none); else PLANNER_STEP_TIMEOUT_S, or longer where the
+ * plan's step is long: PLANNER_STEP_TIMEOUT_WORK times a step's work (3
+ * forward passes of a wse-node's samples, or its stripe's) at
+ * PLANNER_THREAD_FLOPS a thread, `threads` being the fewest a wse-node of
+ * the job has. */
+#define PLANNER_STEP_TIMEOUT_S 600
+#define PLANNER_STEP_TIMEOUT_WORK 4
+#define PLANNER_THREAD_FLOPS 10e9
+uint64_t planner_step_timeout_ms(const jobspec *spec, const Appliance__Plan *p, unsigned threads);
+
 uint64_t planner_replica_bytes(const model *m, uint64_t batch, unsigned threads,
                                Appliance__ExecMode mode, unsigned optimizer_states);
 /* The same for a share computed in micro-batches of `micro` samples (0:

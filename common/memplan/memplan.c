@@ -510,13 +510,15 @@ static void memplan__simulate(memplan_sim *s)
                 int src = memplan_resolve(m, l->inputs[k]);
                 /* a concatenation's (one sample) input whose backward pass
                  * comes next: its gradient is its slice of the
-                 * concatenation's; a group norm's input whose gradient is
-                 * new: its gradient made where the norm's output's is,
-                 * element by element (op_groupnorm_backward, in place) */
+                 * concatenation's; a norm's input whose gradient is new:
+                 * its gradient made where the norm's output's is, element
+                 * by element after the sums (op_groupnorm_backward,
+                 * op_batchnorm_backward, in place) */
                 uint64_t at = l->type == LAYER_CONCAT && n == 1 && direct && !s->keep_all &&
                                       src >= 0 && 2 * L - src == op + 1
                                   ? memplan__slice(s, i, src)
-                              : l->type == LAYER_GROUP_NORM && direct && !s->keep_all
+                              : (l->type == LAYER_GROUP_NORM || l->type == LAYER_BATCH_NORM) &&
+                                        direct && !s->keep_all
                                   ? 0
                                   : UINT64_MAX;
                 if (src >= 0 && s->dout[src] < 0) {

@@ -137,7 +137,7 @@ static void jobspec__defaults(jobspec *j)
     j->num_csx = 1;
     j->min_num_csx = 1;
     j->max_num_restarts = 3;
-    j->step_timeout_seconds = 600;
+    j->step_timeout_seconds = JOBSPEC_AUTO; /* planner_step_timeout_ms */
     j->num_workers_per_csx = 1;
     j->num_wgt_servers = 1;
     j->swarmx_fanout = 4;

@@ -64,7 +64,8 @@ typedef struct jobspec {
     int64_t num_csx;              /* wse-node replicas */
     int64_t min_num_csx;          /* recovery may go on with this few (0: num_csx) */
     int64_t max_num_restarts;     /* recoveries after faults before the job fails */
-    int64_t step_timeout_seconds; /* no step (or start-up progress) this long: a fault; 0: none */
+    int64_t step_timeout_seconds; /* no step (or start-up progress) this long: a fault; 0: none;
+                                   * JOBSPEC_AUTO (not given): the plan's (planner_step_timeout_ms) */
     int64_t num_workers_per_csx;  /* input workers feeding each replica */
     int64_t num_act_servers;      /* the Model Zoo's name for them: wins when given (0: not) */
     int64_t num_wgt_servers;      /* memoryx shards */

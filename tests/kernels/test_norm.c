@@ -120,11 +120,15 @@ static void check_norm(int n, int c, int hw, int groups, kt_rng *r)
     ck_assert_msg(kt_relerr(dg, g, c) < 1e-3, "g%d dgamma", groups);
     kt_fd_grad(g, f.beta, c, norm_fd_loss, &f, 1e-4);
     ck_assert_msg(kt_relerr(db, g, c) < 1e-3, "g%d dbeta", groups);
-    if (groups) { /* in place (the memory plan's): the input's gradient over the output's */
+    { /* in place (the memory plan's): the input's gradient over the output's */
         float *inplace = kt_falloc(nx), *dg2 = kt_falloc(c), *db2 = kt_falloc(c);
         memcpy(inplace, R, nx * sizeof(float));
-        op_groupnorm_backward(inplace, dg2, db2, inplace, x, gamma, mean, invstd, n, c, hw,
-                              groups);
+        if (groups)
+            op_groupnorm_backward(inplace, dg2, db2, inplace, x, gamma, mean, invstd, n, c, hw,
+                                  groups);
+        else
+            op_batchnorm_backward(inplace, dg2, db2, inplace, x, gamma, mean, invstd, n, c, hw,
+                                  NULL, NULL);
         ck_assert(memcmp(inplace, dx, nx * sizeof(float)) == 0);
         ck_assert(memcmp(dg2, dg, c * sizeof(float)) == 0 && memcmp(db2, db, c * sizeof(float)) == 0);
         free(inplace), free(dg2), free(db2);
@@ -310,6 +314,9 @@ static void check_blocked_in(int n, int c, int hw, int threads, bool relu, kt_rn
     SAME_BLOCKED("the input gradient");
     same_bits(dg1, dg2, c, "the scale's gradient", n, c, hw, threads, B);
     same_bits(db1, db2, c, "the shift's gradient", n, c, hw, threads, B);
+    memcpy(gotb, dyb, nx * sizeof(float)); /* in place, as the memory plan has it */
+    op_batchnorm_backward_blk(gotb, dg2, db2, gotb, xb, g, sm, si, n, c, hw, ma, mb, B);
+    SAME_BLOCKED("the input gradient in place");
 #undef SAME_BLOCKED
     kernels_set_threads(1);
     free(x), free(xb), free(dy), free(dyb), free(ref), free(got), free(gotb), free(g), free(b);

@@ -84,13 +84,14 @@ static uint64_t kind_bytes(const shadow *s, int kind, int layer)
 
 /* Whether layer's output (or gradient: kind) at off is its slice of
  * concatenation j's (one sample: the plan makes it there), or lies where
- * group norm j makes its output from it, or its input's gradient from
- * its output's, in place. */
+ * group norm j makes its output from it, or where norm j makes its
+ * input's gradient from its output's, in place. */
 static bool in_slice(const shadow *s, int kind, int j, int layer, uint64_t off)
 {
     const model_layer *c = &s->m->layers[j];
-    if (c->type == LAYER_GROUP_NORM && s->valid[kind][j] &&
-        memplan_resolve(s->m, c->inputs[0]) == layer && off == s->off[kind][j])
+    if ((c->type == LAYER_GROUP_NORM || (kind == K_DOUT && c->type == LAYER_BATCH_NORM)) &&
+        s->valid[kind][j] && memplan_resolve(s->m, c->inputs[0]) == layer &&
+        off == s->off[kind][j])
         return true;
     if (c->type != LAYER_CONCAT || s->n != 1 || !s->valid[kind][j])
         return false;

@@ -71,7 +71,9 @@ void op_batchnorm_forward_eval(float *out, const float *in,
 
 /* Backward of the training mode. dout and in are (n, c, hw); save_mean and
  * save_invstd are what the forward pass wrote. Overwrites din (n, c, hw),
- * dgamma and dbeta (c); each may be NULL.
+ * dgamma and dbeta (c); each may be NULL. din may be dout (each channel's
+ * sums first, then its elements one by one), here and in the blocked and
+ * striped variants.
  *
  * relu_a and relu_b (c), or NULL: the forward pass applied a ReLU (relu)
  * with this scale and shift (op_norm_coeffs), and dout is the gradient of
@@ -136,8 +138,9 @@ int op_groupnorm_forward_parts(float *out, float *save_mean, float *save_invstd,
 
 /* dout and in are (n, c, hw). Overwrites din (n, c, hw), dgamma and dbeta
  * (c); each may be NULL. din may be dout (in place: each element of din
- * is made from the same element of dout, after the group's sums): the
- * memory plan puts a norm's input's gradient over its output's. */
+ * is made from the same element of dout, after the group's sums), as in
+ * the batch norm's backward passes: the memory plan puts a norm's input's
+ * gradient over its output's. */
 void op_groupnorm_backward(float *din, float *dgamma, float *dbeta,
                            const float *dout, const float *in,
                            const float *gamma, const float *save_mean,

@@ -89,7 +89,7 @@ size_t planner_tree_nodes(const jobspec *spec);
  * PLANNER_THREAD_FLOPS a thread, `threads` being the fewest a wse-node of
  * the job has. */
 #define PLANNER_STEP_TIMEOUT_S 600
-#define PLANNER_STEP_TIMEOUT_WORK 4
+#define PLANNER_STEP_TIMEOUT_WORK 2
 #define PLANNER_THREAD_FLOPS 10e9
 uint64_t planner_step_timeout_ms(const jobspec *spec, const Appliance__Plan *p, unsigned threads);
 

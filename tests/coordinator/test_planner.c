@@ -247,14 +247,14 @@ START_TEST(one_batch_in_flight_where_two_do_not_fit)
     Appliance__Plan *p = plan_on(spec, &pm);
     ck_assert_uint_eq(p->feed_credits, 0);
     uint64_t two = p->replicas[0]->memory_needed;
-    /* the step timeout: 600 s, or 4 times a long step's work at 10 GFLOP/s
+    /* the step timeout: 600 s, or 2 times a long step's work at 10 GFLOP/s
      * a thread; as given where given */
     ck_assert_int_eq(spec->step_timeout_seconds, JOBSPEC_AUTO);
     ck_assert_uint_eq(planner_step_timeout_ms(spec, p, 2), 600000);
     uint64_t flops = spec->model->flops;
     spec->model->flops = 1000000000000ull; /* 1e12 a sample, 8 samples, 3 passes, 2 threads */
-    ck_assert_uint_eq(planner_step_timeout_ms(spec, p, 2), 4800000);
-    ck_assert_uint_eq(planner_step_timeout_ms(spec, p, 0), 9600000); /* 0: one thread */
+    ck_assert_uint_eq(planner_step_timeout_ms(spec, p, 2), 2400000);
+    ck_assert_uint_eq(planner_step_timeout_ms(spec, p, 0), 4800000); /* 0: one thread */
     spec->step_timeout_seconds = 0;
     ck_assert_uint_eq(planner_step_timeout_ms(spec, p, 2), 0);
     spec->step_timeout_seconds = 5;

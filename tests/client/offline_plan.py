@@ -48,10 +48,18 @@ assert lighter["modes"][0]["bytes_per_replica"] < costly, (costly, lighter)
 p["modes"][0] = lighter["modes"][0]
 for m in p["modes"]:
     need = m["bytes_per_replica"]
-    # exactly the need fits, a byte less does not
+    # exactly the need fits; a byte less, the mode the plan picks holds one
+    # batch in flight rather than two (feed_credits 1) and needs that much
+    # less, the other does not fit; a byte less than that, neither
     at = {x["mode"]: x for x in plan_json(unet, need)["modes"]}[m["mode"]]
     assert at["fits"], (m, at)
-    below = {x["mode"]: x for x in plan_json(unet, need - 1)["modes"]}[m["mode"]]
+    short = plan_json(unet, need - 1)
+    below = {x["mode"]: x for x in short["modes"]}[m["mode"]]
+    if below["fits"]:
+        assert short["mode"] == m["mode"] and short["feed_credits"] == 1, short
+        one = below["bytes_per_replica"]
+        assert one < need, (need, below)
+        below = {x["mode"]: x for x in plan_json(unet, one - 1)["modes"]}[m["mode"]]
     assert not below["fits"], (m, below)
     # at a wafer of exactly the need, the largest batch is the job's share
     assert at["largest_batch"] == p["batch_per_replica"], at

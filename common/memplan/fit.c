@@ -49,14 +49,12 @@ int fit_largest_micro(const model *m, int share, int threads, Appliance__ExecMod
 static uint64_t fit__bytes(const model *m, int batch, int threads, Appliance__ExecMode mode,
                            unsigned optimizer_states, uint64_t wafer)
 {
-    model one = *m; /* its layers and tensors shared, read only */
-    uint64_t need = UINT64_MAX, part;
-    for (int feed_one = m->feed_one; need > wafer && feed_one <= 1; feed_one++) {
-        one.feed_one = feed_one;
-        need = fit_replica_bytes(&one, batch, threads, mode, optimizer_states);
-        if (mode == APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING && need != UINT64_MAX)
-            need = fit_ws_parts(&one, need, wafer, FIT_DEFAULT_CHUNK_ELEMS, &part);
-    }
+    uint64_t need = fit_replica_bytes(m, batch, threads, mode, optimizer_states), part;
+    /* one batch in flight holds one batch's bytes less (footprint.batches) */
+    if (need != UINT64_MAX && need > wafer && !m->feed_one)
+        need -= footprint_batch_bytes(m, batch);
+    if (mode == APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING && need != UINT64_MAX)
+        need = fit_ws_parts(m, need, wafer, FIT_DEFAULT_CHUNK_ELEMS, &part);
     return need;
 }
 

@@ -404,13 +404,7 @@ int footprint_init_micro(footprint *f, const model *m, int share, int micro, int
     f->exec = f->arena + f->workspace + f->input + f->accum + f->again;
     f->eager = f->act + f->dact + f->aux + f->scratch + f->loss + f->workspace + f->input;
     f->label_elems = footprint_label_elems(m);
-    /* the evaluation's batches: at most the share (the planner's eval_batch) */
-    uint64_t eval = m->eval_batch < (uint64_t)share ? m->eval_batch : (uint64_t)share;
-    f->batches = (m->feed_one ? 1 : 2) *
-                 (sample_batch_bytes((uint64_t)share, in_elems, f->label_elems, m->input_unorm8,
-                                     m->labels_u8) +
-                  sample_batch_bytes(eval, in_elems, f->label_elems, m->input_unorm8,
-                                     m->labels_u8));
+    f->batches = (m->feed_one ? 1 : 2) * footprint_batch_bytes(m, share);
     f->weights = (m->total_params + m->total_buffers) * sizeof(float);
     for (int i = 0; i < m->nlayers; i++)
         if (footprint_keeps_rounded(m, i, n))
@@ -424,6 +418,15 @@ void footprint_free(footprint *f)
     free(f->layers);
     memplan_free(&f->plan);
     memset(f, 0, sizeof(*f));
+}
+
+uint64_t footprint_batch_bytes(const model *m, int share)
+{
+    uint64_t in = (uint64_t)model_shape_elems(&m->input), labels = footprint_label_elems(m);
+    /* the evaluation's: at most the share (the planner's eval_batch) */
+    uint64_t eval = m->eval_batch < (uint64_t)share ? m->eval_batch : (uint64_t)share;
+    return sample_batch_bytes((uint64_t)share, in, labels, m->input_unorm8, m->labels_u8) +
+           sample_batch_bytes(eval, in, labels, m->input_unorm8, m->labels_u8);
 }
 
 uint64_t footprint_replica_bytes(const footprint *f, const model *m, Appliance__ExecMode mode,

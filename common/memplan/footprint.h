@@ -78,6 +78,12 @@ void footprint_free(footprint *f);
  * class per pixel for segmentation, a 0/1 target per logit otherwise. */
 uint32_t footprint_label_elems(const model *m);
 
+/* Bytes of one batch in flight to a replica of `share` samples: a
+ * training batch and, where the job evaluates (model.eval_batch), an
+ * evaluation batch of at most the share; footprint.batches holds one or
+ * two of these (model.feed_one). */
+uint64_t footprint_batch_bytes(const model *m, int share);
+
 /* Whether a Pipelined replica keeps the layer's weights rounded to
  * bfloat16 for n samples at once: a dense layer of a mixed-precision
  * model whose GEMMs run in bfloat16 (a workspace planned for them). */

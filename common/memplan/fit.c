@@ -254,23 +254,15 @@ void fit_keep_outputs(const jobspec *spec, uint64_t share, unsigned threads, uin
 void fit_feed_one(const jobspec *spec, uint64_t share, unsigned threads, uint64_t wafer,
                   uint64_t extra, fit_choice *c)
 {
-    const bool pipelined = c->mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED;
-    uint64_t *need = pipelined ? &c->need_pipe : &c->need_ws;
+    (void)threads;
+    uint64_t *need = c->mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED ? &c->need_pipe : &c->need_ws;
+    /* one batch in flight holds one batch's bytes less (footprint.batches) */
+    uint64_t one = footprint_batch_bytes(spec->model, (int)share);
     c->feed_one = false;
-    if (*need + extra <= wafer)
-        return;
-    model one = *spec->model; /* its layers and tensors shared, read only */
-    one.keep_outputs = c->keep_outputs;
-    one.lighten = !c->keep_costly;
-    one.feed_one = true;
-    int sh = (int)share, th = (int)(threads ? threads : 1);
-    uint64_t n1 = fit_replica_bytes_micro(
-        &one, sh, pipelined && c->micro ? (int)c->micro : sh, th, c->mode,
-        footprint_optimizer_states(spec->optimizer_type, spec->momentum));
-    if (n1 == UINT64_MAX || n1 + extra > wafer)
+    if (*need == UINT64_MAX || *need + extra <= wafer || *need - one + extra > wafer)
         return;
     c->feed_one = true;
-    *need = n1;
+    *need -= one;
 }
 
 uint64_t fit_ws_parts(const model *m, uint64_t need_ws, uint64_t wafer, uint64_t chunk_elems,

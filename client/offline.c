@@ -96,7 +96,7 @@ int offline_plan(const char *file, const char *text, jobspec_format format, uint
         return 3;
     }
     const jobspec *full = spec;
-    if (ps.parts > 1)
+    if (ps.parts > 1 || ps.rows) /* what a wse-node computes (fit_stripes_spec) */
         spec = &ps.spec;
     const model *m = spec->model;
     int groups = replicas / ps.parts;
@@ -113,7 +113,7 @@ int offline_plan(const char *file, const char *text, jobspec_format format, uint
                                                          wafer)
                                       : -1;
         /* a volume's sides are seldom equal (160x512x512): its own aspect too */
-        if (o->side > 0 && m->input.ndim == 4 &&
+        if (o->side > 0 && full->model->input.ndim == 4 &&
             fit_largest_aspect(mt, m, share, threads, o->mode, states, wafer, &o->aspect) <= 0)
             o->aspect.ndim = 0;
     }
@@ -141,7 +141,7 @@ int offline_plan(const char *file, const char *text, jobspec_format format, uint
         choice.mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED ? &fits[0] : &fits[1];
     char in[64], w[32], n[32], whole[64];
     bool vol = full->model->input.ndim == 4; /* a volume: the largest cube */
-    model_shape_str(&m->input, in, sizeof(in));
+    model_shape_str(ps.rows ? &full->model->input : &m->input, in, sizeof(in));
     model_shape_str(&full->model->input, whole, sizeof(whole));
     units_format_size(wafer, w, sizeof(w));
     /* memoryx: what each shard holds, balanced as the plan balances */
@@ -163,13 +163,14 @@ int offline_plan(const char *file, const char *text, jobspec_format format, uint
         printf("\"replicas\": %d, \"batch_per_replica\": %d, "
                "\"threads\": %d, \"wafer_memory\": %llu, \"mode\": \"%s\", \"micro_batch\": %llu, "
                "\"fits\": %s, \"keep_outputs\": %s, \"keep_costly\": %s, \"feed_credits\": %d, "
+               "\"rows_as_depth\": %s, "
                "\"memoryx_shards\": %zu, "
                "\"memoryx_bytes\": %llu, \"memoryx_bytes_per_shard\": %llu, \"modes\": [",
                groups, share, threads, (unsigned long long)wafer,
                offline__mode_name(pick->mode), (unsigned long long)choice.micro,
                pick->need <= wafer ? "true" : "false", choice.keep_outputs ? "true" : "false",
                choice.keep_costly ? "true" : "false", choice.feed_one ? 1 : PLAN_FEED_CREDITS,
-               nshards, (unsigned long long)shard_all,
+               ps.rows ? "true" : "false", nshards, (unsigned long long)shard_all,
                (unsigned long long)shard_most);
         for (int i = 0; i < 2; i++) {
             printf("%s{\"mode\": \"%s\", \"bytes_per_replica\": %llu, \"fits\": %s, "
@@ -199,6 +200,13 @@ int offline_plan(const char *file, const char *text, jobspec_format format, uint
                    replicas, piece,
                    units_format_size(spatial_extra_bytes(&ps.sp, share), h1, sizeof(h1)),
                    vol ? "planes" : "rows");
+        }
+        if (ps.rows) {
+            char r[64];
+            model_shape_str(&m->input, r, sizeof(r));
+            printf("rows as depth: the image does not fit as it is; its 2-D layers run as 3-D "
+                   "ones over %s (convolutions in bands of rows, their backward passes in two), "
+                   "as the layers below show\n", r);
         }
         printf("  %-18s %14s %6s %20s %26s\n", "mode", "per replica", "fits", "largest batch",
                vol ? "largest cube input" : "largest square input");

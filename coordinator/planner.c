@@ -607,7 +607,7 @@ static int planner__build(const jobspec *spec, const char *job_id, const planner
     rc = fit_choose_stripes(spec, nr, threads, wafer, chunk_elems, &ps, err, errlen);
     if (rc < 0)
         goto done;
-    const jobspec *wspec = ps.parts > 1 ? &ps.spec : spec;
+    const jobspec *wspec = fit_stripes_spec(&ps, spec);
     /* what one wse-node computes, with this plan's decisions: a copy whose
      * layers and tensors are the compiled model's, read only */
     model wmv = *wspec->model, *wm = &wmv;
@@ -615,6 +615,7 @@ static int planner__build(const jobspec *spec, const char *job_id, const planner
     uint64_t max_share = (B + groups - 1) / groups;
     p->spatial_partitions = ps.parts > 1 ? (uint32_t)ps.parts : 0;
     p->sync_batchnorm = spec->sync_batchnorm;
+    p->rows_as_depth = ps.rows;
     fit_choice choice;
     rc = fit_choose(wspec, max_share, threads, wafer, &choice, err, errlen);
     if (rc < 0)

@@ -236,13 +236,15 @@ static int wn__job_buffers(wn_job *j, char *err, size_t errlen)
         j->ex.w16_stale = j->twin_only;
         if (wn__job_sparsity(j, err, errlen) < 0)
             return -ENOMEM;
-        log_info("job %s: %s; the step's buffers take %llu bytes", j->id,
+        log_info("job %s: %s%s; the step's buffers take %llu bytes", j->id,
                  p->keep_outputs   ? "every layer's output is kept for the backward pass"
                  : p->keep_costly ? "the cheap layers' outputs are computed again in the "
                                     "backward pass"
                                   : "the cheap layers' outputs, and the large convolutions' "
                                     "whose absence saves the most, are computed again in the "
                                     "backward pass",
+                 p->rows_as_depth ? "; its 2-D layers run as 3-D ones over [C, H, 1, W] (rows "
+                                    "as depth)" : "",
                  (unsigned long long)j->ex.arena_bytes);
         if (j->stripes) {
             exec_parts ep = wn_stripes_exec(j->stripes, p->sync_batchnorm);
@@ -365,7 +367,8 @@ static int wn__plan_model(wn_job *j, const Appliance__PlanReplica *me, char *err
         return -EINVAL;
     uint32_t parts = msgcheck_parts(p);
     spatial_plan sp = {.parts = 1};
-    model_options o = {.keep_outputs = p->keep_outputs, .keep_costly = p->keep_costly};
+    model_options o = {.keep_outputs = p->keep_outputs, .keep_costly = p->keep_costly,
+                       .rows_as_depth = p->rows_as_depth};
     int rc = model_plan_check(p, spec->model, err, errlen);
     if (rc == 0 && parts > 1) {
         rc = spatial_compile(jobspec_model_table(spec), spec->model, (int)parts,

@@ -89,6 +89,10 @@ static uint64_t fit__shape_bytes(const toml_value *mt, const model *like, const 
     m->input_unorm8 = like->input_unorm8;
     m->labels_u8 = like->labels_u8;
     m->eval_batch = like->eval_batch;
+    if (like->rows_as_depth && model_rows_as_depth(m, err, sizeof(err)) < 0) {
+        model_free(m);
+        return UINT64_MAX;
+    }
     uint64_t bytes = fit__bytes(m, batch, threads, mode, states, wafer);
     model_free(m);
     return bytes;
@@ -97,9 +101,18 @@ static uint64_t fit__shape_bytes(const toml_value *mt, const model *like, const 
 /* The job's input with its spatial sides scaled so that the smallest is
  * `base`, each rounded to a multiple of step (at least step): a square or
  * cube when `cube`. */
-static model_shape fit__scaled(const model *m, int64_t base, int64_t step, bool cube)
+/* The input as the job gives it: an image's [C, H, W] where the model takes
+ * its rows as depth. */
+static model_shape fit__job_input(const model *m)
 {
-    model_shape in = m->input;
+    if (!m->rows_as_depth)
+        return m->input;
+    return (model_shape){.ndim = 3, .d = {m->input.d[0], m->input.d[1], m->input.d[3], 1}};
+}
+
+static model_shape fit__scaled(const model_shape *job, int64_t base, int64_t step, bool cube)
+{
+    model_shape in = *job;
     int64_t least = in.d[1];
     for (int i = 2; i < in.ndim; i++)
         least = in.d[i] < least ? in.d[i] : least;
@@ -109,7 +122,7 @@ static model_shape fit__scaled(const model *m, int64_t base, int64_t step, bool 
             continue;
         }
         /* nearest multiple of step to d * base / least */
-        int64_t k = (m->input.d[i] * base + least * step / 2) / (least * step);
+        int64_t k = (job->d[i] * base + least * step / 2) / (least * step);
         in.d[i] = (k < 1 ? 1 : k) * step;
     }
     return in;
@@ -122,12 +135,13 @@ static int fit__largest_scaled(const toml_value *mt, const model *m, int batch, 
                                Appliance__ExecMode mode, unsigned states, uint64_t wafer, bool cube,
                                model_shape *out)
 {
-    if (m->input.ndim != 3 && m->input.ndim != 4)
+    const model_shape job = fit__job_input(m);
+    if (job.ndim != 3 && job.ndim != 4)
         return -1;
-    int64_t least = m->input.d[1], most = m->input.d[1];
-    for (int i = 2; i < m->input.ndim; i++) {
-        least = m->input.d[i] < least ? m->input.d[i] : least;
-        most = m->input.d[i] > most ? m->input.d[i] : most;
+    int64_t least = job.d[1], most = job.d[1];
+    for (int i = 2; i < job.ndim; i++) {
+        least = job.d[i] < least ? job.d[i] : least;
+        most = job.d[i] > most ? job.d[i] : most;
     }
     if (cube)
         most = least;
@@ -136,7 +150,7 @@ static int fit__largest_scaled(const toml_value *mt, const model *m, int batch, 
      * want multiples of 16) */
     int64_t step = 1;
     for (; step < 256; step *= 2) {
-        model_shape grown = m->input;
+        model_shape grown = job;
         for (int i = 1; i < grown.ndim; i++)
             grown.d[i] = (cube ? least : grown.d[i]) + step;
         if (fit__shape_bytes(mt, m, &grown, 1, threads, mode, states, wafer) != UINT64_MAX)
@@ -144,18 +158,18 @@ static int fit__largest_scaled(const toml_value *mt, const model *m, int batch, 
     }
     /* bisect over bases of k * step: lo fits, hi does not (the largest
      * side stays within the model's limit of a dimension) */
-    int64_t limit = m->input.ndim == 4 ? FIT_MAX_CUBE : FIT_MAX_SIDE;
+    int64_t limit = job.ndim == 4 ? FIT_MAX_CUBE : FIT_MAX_SIDE;
     int64_t lo = 0, hi = limit * least / most / step + 1;
     while (hi - lo > 1) {
         int64_t mid = lo + (hi - lo) / 2;
-        model_shape in = fit__scaled(m, mid * step, step, cube);
+        model_shape in = fit__scaled(&job, mid * step, step, cube);
         if (fit__shape_bytes(mt, m, &in, batch, threads, mode, states, wafer) <= wafer)
             lo = mid;
         else
             hi = mid;
     }
     if (out)
-        *out = lo ? fit__scaled(m, lo * step, step, cube) : m->input;
+        *out = lo ? fit__scaled(&job, lo * step, step, cube) : job;
     return (int)(lo * step);
 }
 
@@ -278,20 +292,29 @@ uint64_t fit_ws_parts(const model *m, uint64_t need_ws, uint64_t wafer, uint64_t
     return rest + footprint_wslots_bytes(m, *part, chunk_elems);
 }
 
-/* Whether one wse-node of a replica holds its share of `share` samples of
- * spec's model in some mode (fit_choose, Weight Streaming in parts), with
- * `extra` bytes beside the executor's. */
-static bool fit__fits(const jobspec *spec, uint64_t share, unsigned threads, uint64_t wafer,
+/* What one wse-node of a replica needs for its share of `share` samples of
+ * spec's model with `extra` bytes beside the executor's, as the plan
+ * decides it (fit_choose, one batch in flight where two do not fit,
+ * Weight Streaming in parts); UINT64_MAX when it cannot plan. */
+static uint64_t fit__need(const jobspec *spec, uint64_t share, unsigned threads, uint64_t wafer,
                           uint64_t chunk_elems, uint64_t extra)
 {
     fit_choice c;
     char err[512];
     if (fit_choose(spec, share, threads, wafer, &c, err, sizeof(err)) < 0)
-        return false;
+        return UINT64_MAX;
+    fit_feed_one(spec, share, threads, wafer, extra, &c);
     if (c.mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED)
-        return c.need_pipe + extra <= wafer;
+        return c.need_pipe + extra;
     uint64_t part;
-    return fit_ws_parts(spec->model, c.need_ws + extra, wafer, chunk_elems, &part) <= wafer;
+    return fit_ws_parts(spec->model, c.need_ws + extra, wafer, chunk_elems, &part);
+}
+
+/* Whether that fits the wafer. */
+static bool fit__fits(const jobspec *spec, uint64_t share, unsigned threads, uint64_t wafer,
+                      uint64_t chunk_elems, uint64_t extra)
+{
+    return fit__need(spec, share, threads, wafer, chunk_elems, extra) <= wafer;
 }
 
 int fit_stripes_of(const jobspec *spec, int parts, fit_stripes *ps, char *err, size_t errlen)
@@ -338,24 +361,59 @@ int fit_stripes_of(const jobspec *spec, int parts, fit_stripes *ps, char *err, s
 
 void fit_stripes_free(fit_stripes *ps)
 {
-    if (ps->parts > 1)
+    if (ps->parts > 1 || ps->rows)
         model_free(ps->spec.model);
     spatial_plan_free(&ps->sp);
     memset(ps, 0, sizeof(*ps));
     ps->parts = 1;
 }
 
+/* Whole samples of `share` that do not fit as they are: rows as depth into
+ * ps (parts 1) where that fits, or where `anyway` and it needs less than
+ * the image model. Returns whether ps took it. */
+static bool fit__rows(const jobspec *spec, uint64_t share, unsigned threads, uint64_t wafer,
+                      uint64_t chunk_elems, bool anyway, fit_stripes *ps)
+{
+    const toml_value *mt = jobspec_model_table(spec);
+    if (!mt || spec->model->input.ndim != 3 || spec->sparsity.present)
+        return false;
+    char why[512];
+    model_options o = {.rows_as_depth = true};
+    model *rows = model_recompile(mt, spec->model, &o, why, sizeof(why));
+    if (!rows)
+        return false;
+    jobspec t = *spec;
+    t.model = rows;
+    uint64_t need = fit__need(&t, share, threads, wafer, chunk_elems, 0);
+    if (need <= wafer ||
+        (anyway && need < fit__need(spec, share, threads, wafer, chunk_elems, 0))) {
+        fit_stripes_free(ps);
+        ps->spec = t;
+        ps->rows = true;
+        return true;
+    }
+    model_free(rows);
+    return false;
+}
+
 int fit_choose_stripes(const jobspec *spec, size_t nr, unsigned threads, uint64_t wafer,
                        uint64_t chunk_elems, fit_stripes *ps, char *err, size_t errlen)
 {
     uint64_t B = (uint64_t)spec->train.batch_size;
-    if (spec->spatial_partitions != JOBSPEC_AUTO)
-        return fit_stripes_of(spec, (int)jobspec_parts(spec), ps, err, errlen);
+    uint64_t whole = (B + nr - 1) / (nr ? nr : 1);
+    if (spec->spatial_partitions != JOBSPEC_AUTO) {
+        int rc = fit_stripes_of(spec, (int)jobspec_parts(spec), ps, err, errlen);
+        if (rc == 0 && ps->parts == 1 &&
+            !fit__fits(spec, whole, threads, wafer, chunk_elems, 0))
+            fit__rows(spec, whole, threads, wafer, chunk_elems, true, ps);
+        return rc;
+    }
     /* Whole samples when every wse-node has one and it fits; a wse-node
      * holds B / nr samples' worth of pixels whatever the stripes, so they
      * help where the batch has fewer samples than there are wse-nodes. */
     fit_stripes_of(spec, 1, ps, err, errlen);
-    if (B >= nr && fit__fits(spec, (B + nr - 1) / nr, threads, wafer, chunk_elems, 0))
+    if (B >= nr && (fit__fits(spec, whole, threads, wafer, chunk_elems, 0) ||
+                    fit__rows(spec, whole, threads, wafer, chunk_elems, false, ps)))
         return 0;
     char why[512] = "";
     for (size_t k = 2; k <= nr && k <= FIT_MAX_STRIPES; k++) {
@@ -373,8 +431,10 @@ int fit_choose_stripes(const jobspec *spec, size_t nr, unsigned threads, uint64_
         }
         fit_stripes_free(&t);
     }
-    if (B >= nr)
-        return 0; /* none fits: the plan of whole samples says why */
+    if (B >= nr) { /* none fits: the plan of whole samples says why */
+        fit__rows(spec, whole, threads, wafer, chunk_elems, true, ps);
+        return 0;
+    }
     snprintf(err, errlen, "%s: train_input.batch_size %llu gives the %zu wse-nodes of "
              "runconfig.num_csx less than a sample each, and no count of stripes per sample "
              "(spatial_partitions = \"auto\") that divides them fits%s%s; raise batch_size to %zu "

@@ -118,6 +118,9 @@ typedef struct fit_stripes {
     jobspec spec;     /* the job with the stripe's model (owned) when parts > 1; its
                        * document is the job's (not owned) */
     spatial_plan sp;
+    /* parts 1: the whole sample with rows as depth (model_rows_as_depth),
+     * spec's model that one (owned) */
+    bool rows;
 } fit_stripes;
 
 #define FIT_MAX_STRIPES 64 /* stripes of one sample (msgcheck's limit) */
@@ -129,10 +132,19 @@ typedef struct fit_stripes {
 int fit_stripes_of(const jobspec *spec, int parts, fit_stripes *ps, char *err, size_t errlen);
 void fit_stripes_free(fit_stripes *ps);
 
+/* The job a wse-node computes by ps: its stripe's or its rows as depth, or
+ * spec itself. */
+static inline const jobspec *fit_stripes_spec(const fit_stripes *ps, const jobspec *spec)
+{
+    return ps->parts > 1 || ps->rows ? &ps->spec : spec;
+}
+
 /* The stripes of the job on nr wse-nodes of `threads` threads and `wafer`
  * bytes: runconfig.spatial_partitions, or for "auto" none when a sample
  * fits one wafer, else the fewest that divide the wse-nodes and fit (none
- * when no count fits: the plan of whole samples then says why). Returns 0
- * or a negative code with a message. */
+ * when no count fits: the plan of whole samples then says why). Whole
+ * samples of an image model that do not fit as they are take rows as
+ * depth (ps->rows) where that fits, or where none fits and it needs less.
+ * Returns 0 or a negative code with a message. */
 int fit_choose_stripes(const jobspec *spec, size_t nr, unsigned threads, uint64_t wafer,
                        uint64_t chunk_elems, fit_stripes *ps, char *err, size_t errlen);

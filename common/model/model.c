@@ -1217,6 +1217,10 @@ model *model_recompile(const toml_value *mt, const model *full, const model_opti
     m->mixed_precision = full->mixed_precision;
     m->keep_outputs = o->keep_outputs;
     m->lighten = !o->keep_costly;
+    if ((o->rows_as_depth || full->rows_as_depth) && model_rows_as_depth(m, err, errlen) < 0) {
+        model_free(m);
+        return NULL;
+    }
     return m;
 }
 
@@ -1260,6 +1264,67 @@ void model_fuse(model *m, bool on)
         if (readers == 1)
             l->fused = m->layers[b].fused = true;
     }
+}
+
+/* [C, H, W] as [C, H, 1, W]; a window's [h, w] per-axis values as [h, mid, w] */
+static void rows__shape(model_shape *s)
+{
+    *s = (model_shape){.ndim = 4, .d = {s->d[0], s->d[1], 1, s->d[2]}};
+}
+
+static void rows__axes(int v[3], int mid)
+{
+    v[2] = v[1];
+    v[1] = mid;
+}
+
+int model_rows_as_depth(model *m, char *err, size_t errlen)
+{
+    if (m->rows_as_depth)
+        return 0;
+    if (m->input.ndim != 3) {
+        snprintf(err, errlen, "rows as depth: the model's input is not an image [C, H, W]");
+        return -EINVAL;
+    }
+    static const layer_type as3d[LAYER_TYPE_COUNT] = {
+        [LAYER_CONV2D] = LAYER_CONV3D,
+        [LAYER_CONV_TRANSPOSE2D] = LAYER_CONV_TRANSPOSE3D,
+        [LAYER_MAX_POOL2D] = LAYER_MAX_POOL3D,
+        [LAYER_AVG_POOL2D] = LAYER_AVG_POOL3D,
+    };
+    for (int i = 0; i < m->nlayers; i++) {
+        const model_layer *l = &m->layers[i];
+        switch (l->type) {
+        case LAYER_CONV2D: case LAYER_CONV_TRANSPOSE2D: case LAYER_MAX_POOL2D:
+        case LAYER_AVG_POOL2D: case LAYER_CONCAT: case LAYER_ADD: case LAYER_BATCH_NORM:
+        case LAYER_GROUP_NORM: case LAYER_RELU: case LAYER_LEAKY_RELU: case LAYER_GELU:
+        case LAYER_SIGMOID: case LAYER_TANH: case LAYER_DROPOUT:
+            if (l->in.ndim == 3 && l->out.ndim == 3)
+                continue;
+            break;
+        default:
+            break;
+        }
+        snprintf(err, errlen, "rows as depth: layer \"%s\" (%s) has no 3-D counterpart over "
+                 "images", l->name, layer_type_name(l->type));
+        return -EINVAL;
+    }
+    rows__shape(&m->input);
+    for (int i = 0; i < m->nlayers; i++) {
+        model_layer *l = &m->layers[i];
+        rows__shape(&l->in);
+        rows__shape(&l->out);
+        if (!as3d[l->type])
+            continue;
+        l->type = as3d[l->type];
+        rows__axes(l->kernel, 1);
+        rows__axes(l->stride, 1);
+        rows__axes(l->padding, 0);
+        rows__axes(l->dilation, 1);
+        rows__axes(l->output_padding, 0);
+    }
+    m->rows_as_depth = true;
+    return 0;
 }
 
 bool model_splits(const model *m)

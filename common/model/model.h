@@ -205,6 +205,10 @@ typedef struct {
      * as training ones, counted in its memory up to its share; set by the
      * job (jobspec), kept by model_recompile. */
     uint32_t eval_batch;
+    /* The 2-D layers run as 3-D ones over [C, H, 1, W] (model_rows_as_depth):
+     * set by the plan where that lowers a replica's memory (Plan.rows_as_depth,
+     * fit_choose_stripes); false from model_compile, kept by model_recompile. */
+    bool rows_as_depth;
 } model;
 
 /* Whether l computes on volumes (C x D x H x W): its type is a 3D one, or
@@ -259,6 +263,7 @@ typedef struct model_options {
     const model_shape *input; /* the same layers on another input; NULL: the job's */
     bool keep_outputs;        /* every output kept for the backward pass (Plan.keep_outputs) */
     bool keep_costly;         /* every costly output kept: model.lighten off (Plan.keep_costly) */
+    bool rows_as_depth;       /* model_rows_as_depth (Plan.rows_as_depth; also where full's is) */
 } model_options;
 
 /* The model of full's [model] table (model_table) compiled again with the
@@ -299,3 +304,16 @@ uint64_t model_shape_elems(const model_shape *s);
  * samples (dense, flatten). Whether a given count of stripes splits is
  * common/memplan/spatial.h's to say. */
 bool model_splits(const model *m);
+
+/* Rows as depth: an image model whose layers are all ones a volume has
+ * (convolutions, transposed convolutions, pools, norms, activations,
+ * dropout, concat, add) computed as the 3-D layers over [C, H, 1, W]: a
+ * kh x kw window becomes kh x 1 x kw, and so on, the same elements in the
+ * same order, the same arithmetic. What volumes have and images lack then
+ * applies to the rows of a large image: a convolution's operands in bands
+ * of rows (depth bands) and its backward pass in two (memplan_op.mid).
+ * The tensors keep their shapes (a [O, I, kh, kw] weight holds the same
+ * elements as [O, I, kh, 1, kw]): checkpoints are the image model's.
+ * Returns 0 (m->rows_as_depth set), or -EINVAL with why in err when m is
+ * not an image model of those layers alone (m unchanged). */
+int model_rows_as_depth(model *m, char *err, size_t errlen);

@@ -96,6 +96,9 @@ int msgcheck_plan(const Appliance__Plan *p, char *err, size_t errlen)
     if (p->feed_credits > PLAN_FEED_CREDITS)
         return errmsg(-EINVAL, err, errlen, "plan: %u batches in flight to a wse-node (0 for %d, "
                       "or 1 to %d)", p->feed_credits, PLAN_FEED_CREDITS, PLAN_FEED_CREDITS);
+    if (p->rows_as_depth && p->spatial_partitions > 1)
+        return errmsg(-EINVAL, err, errlen, "plan: rows as depth with %u stripes a sample (only "
+                      "with whole samples)", p->spatial_partitions);
     if (p->bwd_kept > 2 || (p->bwd_kept && p->mode != APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING))
         return errmsg(-EINVAL, err, errlen, "plan: %u layers kept across the turn of the pass (at "
                       "most 2, in Weight Streaming)", p->bwd_kept);

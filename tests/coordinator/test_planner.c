@@ -1071,6 +1071,69 @@ START_TEST(schedule_and_initializers_in_the_plan)
 }
 END_TEST
 
+/* An image U-Net level whose image does not fit a wafer as it is but
+ * fits with its rows as depth: the plan says so (Plan.rows_as_depth),
+ * within the wafer; on a wafer that holds the image model, not. */
+START_TEST(rows_as_depth_where_the_image_does_not_fit)
+{
+    static const char job[] =
+        "[runconfig]\nmode = \"weight_streaming\"\n"
+        "[train_input]\ndata_processor = \"synthetic_segmentation\"\nbatch_size = 1\n"
+        "num_classes = 2\n"
+        "[model]\ninput_shape = [1, 1024, 1024]\nloss = \"pixel_softmax_cross_entropy\"\n"
+        "[[model.layers]]\nname = \"c1\"\ntype = \"conv2d\"\nfilters = 32\nkernel_size = 3\n"
+        "padding = 1\n"
+        "[[model.layers]]\nname = \"g1\"\ntype = \"group_norm\"\ngroups = 8\n"
+        "[[model.layers]]\nname = \"r1\"\ntype = \"relu\"\n"
+        "[[model.layers]]\nname = \"c2\"\ntype = \"conv2d\"\nfilters = 32\nkernel_size = 3\n"
+        "padding = 1\n"
+        "[[model.layers]]\nname = \"g2\"\ntype = \"group_norm\"\ngroups = 8\n"
+        "[[model.layers]]\nname = \"r2\"\ntype = \"relu\"\n"
+        "[[model.layers]]\nname = \"p\"\ntype = \"max_pool2d\"\nkernel_size = 2\n"
+        "[[model.layers]]\nname = \"c3\"\ntype = \"conv2d\"\nfilters = 64\nkernel_size = 3\n"
+        "padding = 1\n"
+        "[[model.layers]]\nname = \"r3\"\ntype = \"relu\"\n"
+        "[[model.layers]]\nname = \"up\"\ntype = \"conv_transpose2d\"\nfilters = 32\n"
+        "kernel_size = 2\nstride = 2\n"
+        "[[model.layers]]\nname = \"cat\"\ntype = \"concat\"\ninputs = [\"up\", \"r2\"]\n"
+        "[[model.layers]]\nname = \"c4\"\ntype = \"conv2d\"\nfilters = 32\nkernel_size = 3\n"
+        "padding = 1\n"
+        "[[model.layers]]\nname = \"r4\"\ntype = \"relu\"\n"
+        "[[model.layers]]\nname = \"head\"\ntype = \"conv2d\"\nfilters = 2\nkernel_size = 1\n";
+    char err[2048];
+    jobspec *spec = jobspec_parse(job, sizeof(job) - 1, "job.toml", "/src", err, sizeof(err));
+    ck_assert_msg(spec != NULL, "%s", err);
+    member w1 = {.id = 1, .role = APPLIANCE__ROLE__ROLE_WSE_NODE, .addr = "127.0.0.1:1",
+                 .wafer_memory = 64ull << 30, .threads = 1};
+    member *r[] = {&w1};
+    cluster cl;
+    cluster_init(&cl, r, 1);
+    planner_members pm = cl.pm;
+    Appliance__Plan *p = plan_on(spec, &pm);
+    ck_assert(!p->rows_as_depth);
+    uint64_t image = planner_replica_bytes(spec->model, 1, 1,
+                                           APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING, 2);
+    appliance__plan__free_unpacked(p, NULL);
+    model *rows = model_recompile(jobspec_model_table(spec), spec->model,
+                                  &(model_options){.rows_as_depth = true}, err, sizeof(err));
+    ck_assert_msg(rows != NULL, "%s", err);
+    ck_assert(rows->rows_as_depth && rows->layers[0].type == LAYER_CONV3D);
+    uint64_t depth = planner_replica_bytes(rows, 1, 1, APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING,
+                                           2);
+    model_free(rows);
+    printf("rows as depth: %llu MiB a replica against %llu MiB as an image\n",
+           (unsigned long long)(depth >> 20), (unsigned long long)(image >> 20));
+    ck_assert_uint_lt(depth, image);
+    w1.wafer_memory = (depth + image) / 2;
+    p = plan_on(spec, &pm);
+    ck_assert(p->rows_as_depth);
+    ck_assert_uint_le(p->replicas[0]->memory_needed, w1.wafer_memory);
+    ck_assert_uint_eq(p->spatial_partitions, 0);
+    appliance__plan__free_unpacked(p, NULL);
+    jobspec_free(spec);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("planner");
@@ -1078,6 +1141,7 @@ static Suite *suite(void)
     tcase_add_test(t, inputs);
     tcase_add_test(t, memory_for_the_members_threads);
     tcase_add_test(t, one_batch_in_flight_where_two_do_not_fit);
+    tcase_add_test(t, rows_as_depth_where_the_image_does_not_fit);
     tcase_add_test(t, memoryx_shards_must_hold_the_model);
     tcase_add_test(t, pipelined_memoryx_holds_no_gradients);
     tcase_add_test(t, backward_streams_what_it_reads);

@@ -3,6 +3,7 @@
  * executor following it gives bitwise the weights of the reference plan,
  * which keeps every buffer. */
 #include <check.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -591,6 +592,128 @@ START_TEST(lean_trains_as_the_reference_unet)
 }
 END_TEST
 
+/* A model of every layer rows as depth takes (strided, dilated and
+ * padded windows, a transposed convolution's output padding, group norm,
+ * leaky relu, average pooling, add, dropout, concat). */
+static const char rows_model[] =
+    "[model]\ninput_shape = [2, 24, 20]\nloss = \"pixel_softmax_cross_entropy\"\n"
+    "[[model.layers]]\nname = \"c1\"\ntype = \"conv2d\"\nfilters = 8\nkernel_size = 3\n"
+    "padding = 1\n"
+    "[[model.layers]]\nname = \"g1\"\ntype = \"group_norm\"\ngroups = 4\n"
+    "[[model.layers]]\nname = \"r1\"\ntype = \"leaky_relu\"\n"
+    "[[model.layers]]\nname = \"c2\"\ntype = \"conv2d\"\nfilters = 16\nkernel_size = [3, 5]\n"
+    "stride = 2\npadding = [1, 2]\n"
+    "[[model.layers]]\nname = \"r2\"\ntype = \"relu\"\n"
+    "[[model.layers]]\nname = \"c3\"\ntype = \"conv2d\"\nfilters = 16\nkernel_size = 3\n"
+    "padding = 2\ndilation = 2\n"
+    "[[model.layers]]\nname = \"sum\"\ntype = \"add\"\ninputs = [\"c3\", \"r2\"]\n"
+    "[[model.layers]]\nname = \"d\"\ntype = \"dropout\"\nrate = 0.25\n"
+    "[[model.layers]]\nname = \"p\"\ntype = \"avg_pool2d\"\nkernel_size = 2\n"
+    "[[model.layers]]\nname = \"up\"\ntype = \"conv_transpose2d\"\nfilters = 8\nkernel_size = 3\n"
+    "stride = 4\noutput_padding = 1\n"
+    "[[model.layers]]\nname = \"cat\"\ntype = \"concat\"\ninputs = [\"up\", \"r1\"]\n"
+    "[[model.layers]]\nname = \"head\"\ntype = \"conv2d\"\nfilters = 3\nkernel_size = 1\n";
+
+/* Rows as depth (model_rows_as_depth): an image model computed by its
+ * 3-D layers over [C, H, 1, W] trains as the image model, within float
+ * rounding (other kernels sum in other orders), in backward passes in
+ * two; a model with a dense layer is refused by name. */
+static void rows_alike(model *m, const char *what, int n, int classes)
+{
+    char err[256];
+    model *r = calloc(1, sizeof(*r));
+    *r = *m;
+    r->layers = malloc((size_t)m->nlayers * sizeof(*m->layers));
+    memcpy(r->layers, m->layers, (size_t)m->nlayers * sizeof(*m->layers));
+    ck_assert_int_eq(model_rows_as_depth(r, err, sizeof(err)), 0);
+    ck_assert_int_eq(r->input.ndim, 4);
+    int convs = 0;
+    for (int i = 0; i < r->nlayers; i++) {
+        ck_assert(r->layers[i].type != LAYER_CONV2D && r->layers[i].out.ndim == 4);
+        ck_assert_int_eq(r->layers[i].out.d[2], 1);
+        ck_assert_int_eq(r->layers[i].out.d[3], m->layers[i].out.d[2]);
+        convs += r->layers[i].type == LAYER_CONV3D;
+    }
+    ck_assert_int_gt(convs, 0);
+    net a, b;
+    net_init(&a, m, n, false);
+    net_init(&b, r, n, false);
+    for (int i = 0; i < m->ntensors; i++) /* the same weights (net_init's fan-in is by type) */
+        memcpy(b.w[i], a.w[i], m->tensors[i].elems * sizeof(float));
+    uint64_t in = model_shape_elems(&m->input);
+    ck_assert_uint_eq(in, model_shape_elems(&r->input));
+    float *x = malloc((size_t)n * in * sizeof(float));
+    int32_t *y = malloc((size_t)n * a.e.label_elems * sizeof(int32_t));
+    ck_assert_uint_eq(a.e.label_elems, b.e.label_elems);
+    for (int64_t step = 0; step < 5; step++) {
+        for (uint64_t k = 0; k < (uint64_t)n * in; k++)
+            x[k] = (float)rng_uniform(3, (uint64_t)step, k);
+        for (uint64_t k = 0; k < (uint64_t)n * a.e.label_elems; k++)
+            y[k] = (int32_t)(rng_hash(4, (uint64_t)step, k) % (uint64_t)classes);
+        double la = net_step(&a, m, x, y, step, n), lb = net_step(&b, r, x, y, step, n);
+        ck_assert_msg(isfinite(la) && fabs(la - lb) <= 1e-5 * fabs(la),
+                      "%s step %lld: loss %.9g as an image, %.9g rows as depth", what,
+                      (long long)step, la, lb);
+        for (int i = 0; step == 0 && i < m->ntensors; i++) { /* one step: every tensor */
+            double d = 0, nn = 0;
+            for (uint64_t k = 0; k < m->tensors[i].elems; k++) {
+                d += pow(a.w[i][k] - b.w[i][k], 2);
+                nn += pow(a.w[i][k], 2);
+            }
+            ck_assert_msg(sqrt(d) <= 1e-5 * sqrt(nn) + 1e-7, "%s: %s differs by %g after a "
+                          "step", what, m->tensors[i].name, sqrt(d / (nn > 0 ? nn : 1)));
+        }
+    }
+    /* after 5: the weights (the shifts and biases, small sums of terms of
+     * either sign, and the batch norms of a few pixels at the U-Net's
+     * bottom, show the rounding more) */
+    for (int i = 0; i < m->ntensors; i++) {
+        double d = 0, nn = 0;
+        for (uint64_t k = 0; k < m->tensors[i].elems; k++) {
+            d += pow(a.w[i][k] - b.w[i][k], 2);
+            nn += pow(a.w[i][k], 2);
+        }
+        if (m->tensors[i].trainable && strstr(m->tensors[i].name, ".weight"))
+            ck_assert_msg(sqrt(d) <= 1e-3 * sqrt(nn), "%s: %s differs by %g after 5 steps", what,
+                          m->tensors[i].name, sqrt(d / (nn > 0 ? nn : 1)));
+    }
+    int split = 0;
+    for (int op = r->nlayers + 1; op <= 2 * r->nlayers; op++)
+        split += b.e.plan.ops[op].mid > 0;
+    printf("%s rows as depth: the same losses within 1e-5, %d backward passes in two\n", what,
+           split);
+    if (n == 1)
+        ck_assert_int_gt(split, 0);
+    free(x);
+    free(y);
+    net_free(&a, m);
+    net_free(&b, r);
+    free(r->layers);
+    free(r);
+}
+
+START_TEST(rows_as_depth_trains_as_the_image)
+{
+    model *m = load("unet.toml", "[3, 512, 512]", "[3, 64, 48]");
+    rows_alike(m, "unet.toml", 2, 2);
+    rows_alike(m, "unet.toml", 1, 2);
+    model_free(m);
+    char err[256];
+    toml_value *root = toml_parse(rows_model, strlen(rows_model), "rows.toml", err, sizeof(err));
+    ck_assert_msg(root != NULL, "%s", err);
+    m = model_compile_document(root, err, sizeof(err));
+    ck_assert_msg(m != NULL, "%s", err);
+    rows_alike(m, "every layer", 2, 3);
+    model_free(m);
+    toml_free(root);
+    m = load("resnet_small.toml", NULL, NULL);
+    ck_assert_int_eq(model_rows_as_depth(m, err, sizeof(err)), -EINVAL);
+    ck_assert_msg(strstr(err, "has no 3-D counterpart") != NULL, "%s", err);
+    ck_assert(!m->rows_as_depth && m->input.ndim == 3);
+    model_free(m);
+}
+END_TEST
+
 
 /* Trains ma in a and mb in b (the same layers, planned or fused apart)
  * side by side for 5 steps: the losses, every weight and running
@@ -937,6 +1060,7 @@ int main(void)
     tcase_add_test(t, micro_batches_add_up_to_the_share);
     tcase_add_test(t, bfloat16_activations_train_close);
     tcase_add_test(t, fused_relus_train_as_apart);
+    tcase_add_test(t, rows_as_depth_trains_as_the_image);
     suite_add_tcase(s, t);
     /* the paths each processor takes (the runs as on older processors,
      * tests/memplan/meson.build, run this case alone: CK_RUN_CASE) */

@@ -114,6 +114,17 @@ START_TEST(plan_feed_credits)
 }
 END_TEST
 
+/* Rows as depth only with whole samples. */
+START_TEST(plan_rows_as_depth)
+{
+    fx.p.rows_as_depth = true;
+    ck_assert_int_eq(msgcheck_plan(&fx.p, err, sizeof(err)), 0);
+    fx.p.spatial_partitions = 2;
+    ck_assert_int_eq(msgcheck_plan(&fx.p, err, sizeof(err)), -EINVAL);
+    ck_assert_str_eq(err, "plan: rows as depth with 2 stripes a sample (only with whole samples)");
+}
+END_TEST
+
 /* Without a tree only one replica streams, from one shard, with parent -1. */
 START_TEST(plan_without_tree)
 {
@@ -450,6 +461,7 @@ static Suite *suite(void)
     tcase_add_test(t, plan_missing);
     tcase_add_test(t, plan_parent_out_of_range);
     tcase_add_test(t, plan_feed_credits);
+    tcase_add_test(t, plan_rows_as_depth);
     tcase_add_test(t, plan_indices);
     tcase_add_test(t, plan_without_tree);
     tcase_add_test(t, plan_tensor_too_large);

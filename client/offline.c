@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/statvfs.h>
 #include <string.h>
 
 #include "fit.h"
@@ -77,7 +78,7 @@ static void offline__table(const model *m, int share, int micro, int threads)
 }
 
 int offline_plan(const char *file, const char *text, jobspec_format format, uint64_t wafer,
-                 int threads, bool json)
+                 int threads, uint64_t spill_room, bool json)
 {
     char err[1024];
     jobspec *spec = jobspec_parse_as(text, strlen(text), file, format, NULL, err, sizeof(err));
@@ -102,19 +103,30 @@ int offline_plan(const char *file, const char *text, jobspec_format format, uint
     int groups = replicas / ps.parts;
     int share = (int)((spec->train.batch_size + groups - 1) / groups);
     unsigned states = footprint_optimizer_states(spec->optimizer_type, spec->momentum);
+    /* wse-nodes whose --spill-dir offers what this host's TMPDIR does */
+    const char *tmp = getenv("TMPDIR");
+    struct statvfs vs;
+    uint64_t room = spill_room != OFFLINE_SPILL_ROOM_HERE ? spill_room
+                    : statvfs(tmp && tmp[0] ? tmp : "/tmp", &vs) == 0
+                        ? (uint64_t)vs.f_bavail * vs.f_frsize
+                        : 0;
+    model searched = *m; /* the searches count on spilling as the plan would */
+    searched.spill_room = room;
     offline_fit fits[2] = {{.mode = APPLIANCE__EXEC_MODE__MODE_PIPELINED},
                            {.mode = APPLIANCE__EXEC_MODE__MODE_WEIGHT_STREAMING}};
     for (int i = 0; i < 2; i++) {
         offline_fit *o = &fits[i];
         o->need = fit_replica_bytes(m, share, threads, o->mode, states) +
                   spatial_extra_bytes(&ps.sp, share);
-        o->batch = fit_largest_batch(m, threads, o->mode, states, wafer, OFFLINE_MAX_BATCH);
-        o->side = mt && ps.parts == 1 ? fit_largest_side(mt, m, share, threads, o->mode, states,
-                                                         wafer)
-                                      : -1;
+        o->batch = fit_largest_batch(&searched, threads, o->mode, states, wafer,
+                                     OFFLINE_MAX_BATCH);
+        o->side = mt && ps.parts == 1
+                      ? fit_largest_side(mt, &searched, share, threads, o->mode, states, wafer)
+                      : -1;
         /* a volume's sides are seldom equal (160x512x512): its own aspect too */
         if (o->side > 0 && full->model->input.ndim == 4 &&
-            fit_largest_aspect(mt, m, share, threads, o->mode, states, wafer, &o->aspect) <= 0)
+            fit_largest_aspect(mt, &searched, share, threads, o->mode, states, wafer,
+                               &o->aspect) <= 0)
             o->aspect.ndim = 0;
     }
     /* what mode = "auto" picks, and the micro-batch: the planner's decision */
@@ -131,7 +143,8 @@ int offline_plan(const char *file, const char *text, jobspec_format format, uint
     uint64_t halo = spatial_extra_bytes(&ps.sp, (int)(choice.micro ? choice.micro : (uint64_t)share));
     fit_keep_outputs(spec, (uint64_t)share, (unsigned)threads, wafer, halo, &choice);
     fit_feed_one(spec, (uint64_t)share, (unsigned)threads, wafer, halo, &choice);
-    if (choice.keep_outputs || choice.keep_costly || choice.feed_one) {
+    fit_spill(spec, (uint64_t)share, (unsigned)threads, wafer, halo, room, &choice);
+    if (choice.keep_outputs || choice.keep_costly || choice.feed_one || choice.spill) {
         int k = choice.mode == APPLIANCE__EXEC_MODE__MODE_PIPELINED ? 0 : 1;
         fits[k].need = (k ? choice.need_ws : choice.need_pipe) + halo;
     }
@@ -163,14 +176,14 @@ int offline_plan(const char *file, const char *text, jobspec_format format, uint
         printf("\"replicas\": %d, \"batch_per_replica\": %d, "
                "\"threads\": %d, \"wafer_memory\": %llu, \"mode\": \"%s\", \"micro_batch\": %llu, "
                "\"fits\": %s, \"keep_outputs\": %s, \"keep_costly\": %s, \"feed_credits\": %d, "
-               "\"rows_as_depth\": %s, "
+               "\"rows_as_depth\": %s, \"spill_bytes\": %llu, "
                "\"memoryx_shards\": %zu, "
                "\"memoryx_bytes\": %llu, \"memoryx_bytes_per_shard\": %llu, \"modes\": [",
                groups, share, threads, (unsigned long long)wafer,
                offline__mode_name(pick->mode), (unsigned long long)choice.micro,
                pick->need <= wafer ? "true" : "false", choice.keep_outputs ? "true" : "false",
                choice.keep_costly ? "true" : "false", choice.feed_one ? 1 : PLAN_FEED_CREDITS,
-               ps.rows ? "true" : "false", nshards, (unsigned long long)shard_all,
+               ps.rows ? "true" : "false", (unsigned long long)choice.spilled, nshards, (unsigned long long)shard_all,
                (unsigned long long)shard_most);
         for (int i = 0; i < 2; i++) {
             printf("%s{\"mode\": \"%s\", \"bytes_per_replica\": %llu, \"fits\": %s, "
@@ -270,10 +283,17 @@ int offline_plan(const char *file, const char *text, jobspec_format format, uint
             printf("%s\n", render_keep_outputs(choice.keep_outputs, choice.keep_costly));
         if (pick->need <= wafer && choice.feed_one)
             printf("%s\n", render_feed_credits(1));
+        if (choice.spill) {
+            char sp[32];
+            printf("the bfloat16 copies of the kept outputs spill to a file in each wse-node's "
+                   "--spill-dir (%s, written and read back each step): the replica fits only so\n",
+                   units_format_size(choice.spilled, sp, sizeof(sp)));
+        }
         model planned = *m; /* the plan's: its outputs kept or not */
         planned.keep_outputs = choice.keep_outputs;
         planned.lighten = !choice.keep_costly;
         planned.feed_one = choice.feed_one;
+        planned.spill_packed = choice.spill;
         offline__table(&planned, share, choice.micro ? (int)choice.micro : share, threads);
     }
     fit_stripes_free(&ps);

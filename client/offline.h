@@ -10,7 +10,10 @@
 #include "jobspec.h"
 
 /* Compiles the job file `file` (its text in text) and prints the answers
- * for wse-nodes of wafer bytes and `threads` threads, as text or JSON.
- * Returns the process exit code: 0, or 1 with the job file's error. */
+ * for wse-nodes of wafer bytes and `threads` threads whose spill
+ * directories have spill_room bytes free (UINT64_MAX: what this host's
+ * TMPDIR, or /tmp, has), as text or JSON. Returns the process exit code:
+ * 0, or 1 with the job file's error. */
+#define OFFLINE_SPILL_ROOM_HERE UINT64_MAX
 int offline_plan(const char *file, const char *text, jobspec_format format, uint64_t wafer,
-                 int threads, bool json);
+                 int threads, uint64_t spill_room, bool json);

@@ -80,6 +80,9 @@ static void usage(FILE *f)
             "  --wafer-memory SIZE      with --plan: plan for wse-nodes of SIZE, here, without a\n"
             "                           cluster (the largest batch and square input that fit)\n"
             "  --threads N              with --wafer-memory: threads of each wse-node (default 1)\n"
+            "  --spill-room SIZE        with --wafer-memory: the room of each wse-node's\n"
+            "                           --spill-dir (default: what TMPDIR, or /tmp, has free;\n"
+            "                           0: none)\n"
             "  --format toml|yaml       the job file's syntax (default: by its name, .yaml or\n"
             "                           .yml for a Model Zoo params.yaml, else by its text)\n"
             "  --json                   JSON on stdout (submit: one object at the end)\n"
@@ -479,9 +482,9 @@ int main(int argc, char **argv)
     const char *secret_file = NULL, *user = NULL, *key_file = NULL;
     bool insecure = false, cli_credentials = false;
     bool cluster = false, plan = false;
-    uint64_t wafer = 0, threads = 1;
+    uint64_t wafer = 0, threads = 1, spill_room = OFFLINE_SPILL_ROOM_HERE;
     enum { O_COORD = 256, O_SECRET, O_JSON, O_CLUSTER, O_PLAN, O_DETACH, O_FOLLOW, O_HELP,
-           O_INSECURE, O_USER, O_KEY_FILE, O_WAFER, O_THREADS, O_FORMAT };
+           O_INSECURE, O_USER, O_KEY_FILE, O_WAFER, O_THREADS, O_SPILL_ROOM, O_FORMAT };
     jobspec_format format = JOBSPEC_FORMAT_AUTO;
     static const struct option longopts[] = {
         {"coordinator", required_argument, NULL, O_COORD},
@@ -496,6 +499,7 @@ int main(int argc, char **argv)
         {"follow", no_argument, NULL, O_FOLLOW},
         {"wafer-memory", required_argument, NULL, O_WAFER},
         {"threads", required_argument, NULL, O_THREADS},
+        {"spill-room", required_argument, NULL, O_SPILL_ROOM},
         {"format", required_argument, NULL, O_FORMAT},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0},
@@ -528,6 +532,13 @@ int main(int argc, char **argv)
                 return EXIT_USAGE;
             }
             break;
+        case O_SPILL_ROOM:
+            if (units_parse_size(optarg, &spill_room) < 0) {
+                fprintf(stderr, "appliance-submit: --spill-room \"%s\": expected bytes with an "
+                                "optional K, M, G or T suffix\n", optarg);
+                return EXIT_USAGE;
+            }
+            break;
         case O_FORMAT:
             if (jobspec_format_parse(optarg, &format) < 0) {
                 fprintf(stderr, "appliance-submit: --format \"%s\": expected toml or yaml\n",
@@ -552,7 +563,8 @@ int main(int argc, char **argv)
         return EXIT_USAGE;
     }
     if (wafer) { /* planned here: no cluster asked */
-        int rc = offline_plan(cl.arg, cl.job_text, format, wafer, (int)threads, cl.json);
+        int rc = offline_plan(cl.arg, cl.job_text, format, wafer, (int)threads, spill_room,
+                              cl.json);
         free(cl.job_text);
         return rc == 0 ? EXIT_OK : EXIT_REFUSED; /* the job file, or what it asks, refused */
     }

@@ -80,7 +80,13 @@ static void jobview__replica(jsonbuf *b, const jobspec *spec, const Appliance__P
 {
     bool first = true;
     uint64_t sum = 0;
-    model wm = *spec->model;
+    model wm = *spec->model, *rows = NULL;
+    char why[256];
+    if (p->rows_as_depth && /* the model the wse-nodes compute (model_rows_as_depth) */
+        (rows = model_recompile(jobspec_model_table(spec), spec->model,
+                                &(model_options){.rows_as_depth = true}, why, sizeof(why))))
+        wm = *rows;
+    wm.spill_packed = p->spill_packed;
     wm.keep_outputs = p->keep_outputs;
     wm.lighten = !p->keep_costly;
     wm.feed_one = p->feed_credits == 1;
@@ -101,6 +107,9 @@ static void jobview__replica(jsonbuf *b, const jobspec *spec, const Appliance__P
                         "float inputs made from 8-bit samples");
         jobview__buffer(b, &first, "micro-batch gradients", f.accum,
                         "one layer's weight gradients, added into the step's");
+        jobview__buffer(b, &first, "spill staging", f.spill,
+                        "the buffer through which the bfloat16 copies of kept outputs go to "
+                        "their file and back");
         jobview__buffer(b, &first, "batches in flight", f.batches,
                         wm.feed_one ? "one batch of the replica's share as it arrives (and one "
                                       "of the evaluation's where the job evaluates)"
@@ -137,6 +146,7 @@ static void jobview__replica(jsonbuf *b, const jobspec *spec, const Appliance__P
                         p->spatial_partitions > 1
                             ? "the stripe's buffers and halos (spatial partitions)"
                             : "what the table above does not name");
+    model_free(rows);
 }
 
 char *jobview_plan_json(const jobspec *spec, const Appliance__Plan *p, members *ms)

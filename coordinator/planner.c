@@ -626,6 +626,13 @@ static int planner__build(const jobspec *spec, const char *job_id, const planner
      * wse-node's executor follows (Plan.keep_outputs) */
     fit_keep_outputs(wspec, max_share, threads, wafer, extra, &choice);
     fit_feed_one(wspec, max_share, threads, wafer, extra, &choice);
+    uint64_t room = UINT64_MAX; /* the room of the smallest spill directory */
+    for (size_t i = 0; i < nr; i++)
+        if (pm->replicas[i]->disk < room)
+            room = pm->replicas[i]->disk;
+    fit_spill(wspec, max_share, threads, wafer, extra, nr ? room : 0, &choice);
+    wm->spill_packed = choice.spill;
+    p->spill_packed = choice.spill;
     wm->keep_outputs = choice.keep_outputs;
     wm->lighten = !choice.keep_costly;
     wm->feed_one = choice.feed_one;

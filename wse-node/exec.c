@@ -12,6 +12,7 @@
 
 #include "bf16.h"
 #include "footprint.h"
+#include "fsutil.h"
 #include "op_activation.h"
 #include "op_concat.h"
 #include "op_conv2d.h"
@@ -416,6 +417,8 @@ void exec_deinit(exec *e)
     pages_free(e->gtmp);
     pages_free(e->wa);
     pages_free(e->again);
+    free(e->spill_off);
+    free(e->spill_stage);
     free(e->hx);
     free(e->hd);
     free(e->red);
@@ -910,6 +913,58 @@ static void exec__bias_grad(const model_layer *l, int n, const float *dout, floa
     }
 }
 
+/* A layer's bfloat16 copy to the spill file (out) or back from it, through
+ * the staging buffer a chunk at a time; the first failure sticks
+ * (exec_spill_error) and the rest of the step does no more I/O. */
+static void exec__spill(exec *e, int layer, bool out)
+{
+    size_t elems = (size_t)e->n * model_shape_elems(&e->m->layers[layer].out);
+    const size_t chunk = FOOTPRINT_SPILL_STAGE / sizeof(uint16_t);
+    float *act = e->act[layer];
+    for (size_t k = 0; k < elems && !e->spill_err; k += chunk) {
+        size_t len = elems - k < chunk ? elems - k : chunk;
+        size_t bytes = FOOTPRINT_SPILL_ROUND(len * sizeof(uint16_t));
+        off_t at = (off_t)(e->spill_off[layer] + k * sizeof(uint16_t));
+        if (out)
+            bf16_pack(e->spill_stage, act + k, len);
+        int rc = out ? fsutil_pwrite_all(e->spill_fd, e->spill_stage, bytes, at)
+                     : fsutil_pread_all(e->spill_fd, e->spill_stage, bytes, at);
+        if (rc < 0) {
+            e->spill_err = rc;
+            return;
+        }
+        e->spill_bytes += bytes;
+        if (!out)
+            bf16_unpack(act + k, e->spill_stage, len);
+    }
+}
+
+int exec_set_spill(exec *e, int fd, char *err, size_t errlen)
+{
+    const model *m = e->m;
+    if (!m->spill_packed)
+        return 0;
+    e->spill_off = calloc((size_t)m->nlayers, sizeof(uint64_t));
+    e->spill_stage = aligned_alloc(FOOTPRINT_SPILL_ALIGN, FOOTPRINT_SPILL_STAGE);
+    if (!e->spill_off || !e->spill_stage) {
+        free(e->spill_off);
+        free(e->spill_stage);
+        e->spill_off = NULL;
+        e->spill_stage = NULL;
+        snprintf(err, errlen, "out of memory for the spill file's staging buffer");
+        return -ENOMEM;
+    }
+    uint64_t at = 0;
+    for (int i = 0; i < m->nlayers; i++)
+        if (e->plan.packed[i]) {
+            e->spill_off[i] = at;
+            at += FOOTPRINT_SPILL_ROUND(memplan_packed_bytes(m, i, e->n));
+        }
+    e->spill = true;
+    e->spill_fd = fd;
+    return 0;
+}
+
 /* Replays events of the plan: buffers take their places in the arena (a
  * gradient's first writer finds it zeroed), outputs the forward pass let
  * go are recomputed. */
@@ -950,11 +1005,16 @@ static void exec__replay_events(exec *e, uint32_t first, uint32_t count, const f
             e->packed[ev->layer] = (uint16_t *)p;
             break;
         case MEMPLAN_UNPACK:
-            bf16_unpack(e->act[ev->layer], e->packed[ev->layer],
-                           (size_t)e->n * model_shape_elems(&e->m->layers[ev->layer].out));
+            if (e->spill)
+                exec__spill(e, ev->layer, false);
+            else
+                bf16_unpack(e->act[ev->layer], e->packed[ev->layer],
+                            (size_t)e->n * model_shape_elems(&e->m->layers[ev->layer].out));
             break;
         case MEMPLAN_PACK: /* kept for the backward pass as bfloat16 */
-            if (e->packing)
+            if (e->packing && e->spill)
+                exec__spill(e, ev->layer, true);
+            else if (e->packing)
                 bf16_pack(e->packed[ev->layer], e->act[ev->layer],
                           (size_t)e->n * model_shape_elems(&e->m->layers[ev->layer].out));
             break;

@@ -87,6 +87,13 @@ typedef struct exec {
     float **dact;           /* per layer: gradient of the output, accumulated */
     void **aux;             /* per layer: argmax indices or saved statistics */
     uint16_t **packed;      /* per layer: its output kept as bfloat16 (activation_dtype) */
+    /* model.spill_packed: those copies in a file (exec_set_spill) */
+    bool spill;
+    int spill_fd;
+    uint64_t *spill_off;    /* per layer: where its copy lies in the file */
+    uint16_t *spill_stage;  /* FOOTPRINT_SPILL_STAGE bytes, aligned for direct I/O */
+    int spill_err;          /* the first failed read or write, or 0 */
+    uint64_t spill_bytes;   /* written and read since exec_set_spill */
     bool packing;           /* the forward pass in training: MEMPLAN_PACK rounds */
     bool *direct;           /* per layer: this operation writes its gradient whole */
     bool *blk;              /* per layer: its output and gradient in oneDNN's aBcd16b
@@ -165,6 +172,20 @@ void exec_deinit(exec *e);
  * (spatial_extra_bytes) and grows the convolution workspace for the
  * extended rows. Returns 0 or -ENOMEM with a message. */
 int exec_set_parts(exec *e, const exec_parts *p, char *err, size_t errlen);
+
+/* A model that spills its bfloat16 copies (model.spill_packed): their file,
+ * open for reading and writing (O_DIRECT or not), which the executor
+ * uses from now on (the caller closes it after exec_deinit); its size
+ * comes from the plan (footprint.spilled). Returns 0, or -ENOMEM with a
+ * message. */
+int exec_set_spill(exec *e, int fd, char *err, size_t errlen);
+
+/* The first failed write or read of the spill file, or 0: the step's
+ * results are then meaningless. */
+static inline int exec_spill_error(const exec *e)
+{
+    return e->spill_err;
+}
 
 /* The first error of an exchange or a sum since exec_set_parts, or 0: the
  * step's results are then meaningless. */

@@ -4,11 +4,14 @@
 #include "wjob.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "jobspec.h"
 #include "kernels.h"
@@ -20,6 +23,8 @@
 #include "plan.h"
 #include "sample.h"
 
+
+static int wn__spill_open(wn_job *j, char *err, size_t errlen);
 /* ---- job life cycle ---- */
 
 static void wn__job_link_stopped(wn_job *j)
@@ -246,6 +251,8 @@ static int wn__job_buffers(wn_job *j, char *err, size_t errlen)
                  p->rows_as_depth ? "; its 2-D layers run as 3-D ones over [C, H, 1, W] (rows "
                                     "as depth)" : "",
                  (unsigned long long)j->ex.arena_bytes);
+        if (p->spill_packed && wn__spill_open(j, err, errlen) < 0)
+            return -EIO;
         if (j->stripes) {
             exec_parts ep = wn_stripes_exec(j->stripes, p->sync_batchnorm);
             if (exec_set_parts(&j->ex, &ep, err, errlen) < 0)
@@ -354,6 +361,39 @@ static void wn__job_allocated(void *arg)
                  j->replica, p->n_replicas, j->batch, j->nfeeds);
 }
 
+/* The executor's spill file (model.spill_packed): unnamed, in --spill-dir,
+ * with direct I/O where the file system has it (no page cache filled by a
+ * file read back once); gone when closed. */
+static int wn__spill_open(wn_job *j, char *err, size_t errlen)
+{
+    const char *dir = wn_of(j->n)->opt.spill_dir;
+    if (!dir[0]) {
+        snprintf(err, errlen, "the plan spills the bfloat16 copies, and this wse-node has no "
+                 "--spill-dir");
+        return -EINVAL;
+    }
+    int fd = open(dir, O_TMPFILE | O_RDWR | O_DIRECT | O_CLOEXEC, 0600);
+    if (fd < 0 && errno == EINVAL)
+        fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        int e = errno;
+        snprintf(err, errlen, "spill file in %.160s: %s", dir, strerror(e));
+        return -e;
+    }
+    j->spill_fd = fd;
+    if (exec_set_spill(&j->ex, fd, err, errlen) < 0)
+        return -ENOMEM;
+    footprint f;
+    if (footprint_init_micro(&f, j->m, (int)j->batch, (int)j->mb,
+                             (int)wn_of(j->n)->opt.threads) == 0) {
+        log_info("job %s: the bfloat16 copies of the kept outputs spill to a file in %.160s (%llu "
+                 "bytes, written and read back each step)", j->id, dir,
+                 (unsigned long long)f.spilled);
+        footprint_free(&f);
+    }
+    return 0;
+}
+
 /* The model this replica computes, from the plan's job parsed once: the
  * whole model checked against the plan, then compiled again with the
  * plan's decisions (its stripe's rows, kept outputs) into j->m; with
@@ -368,7 +408,7 @@ static int wn__plan_model(wn_job *j, const Appliance__PlanReplica *me, char *err
     uint32_t parts = msgcheck_parts(p);
     spatial_plan sp = {.parts = 1};
     model_options o = {.keep_outputs = p->keep_outputs, .keep_costly = p->keep_costly,
-                       .rows_as_depth = p->rows_as_depth};
+                       .rows_as_depth = p->rows_as_depth, .spill_packed = p->spill_packed};
     int rc = model_plan_check(p, spec->model, err, errlen);
     if (rc == 0 && parts > 1) {
         rc = spatial_compile(jobspec_model_table(spec), spec->model, (int)parts,
@@ -399,6 +439,8 @@ static void *wn__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
     node *n = h->n;
     wse_node *w = wn_of(n);
     wn_job *j = calloc(1, sizeof(*j));
+    if (j)
+        j->spill_fd = -1;
     if (!j) {
         snprintf(why, whylen, "out of memory");
         return NULL;
@@ -518,6 +560,9 @@ static void wn__shutdown(node *n)
 static void wn__fill_register(node *n, Appliance__Register *r)
 {
     r->wafer_memory = wn_of(n)->opt.wafer_memory;
+    struct statvfs vs; /* the room its spill directory offers (model.spill_packed) */
+    const char *dir = wn_of(n)->opt.spill_dir;
+    r->disk = dir[0] && statvfs(dir, &vs) == 0 ? (uint64_t)vs.f_bavail * vs.f_frsize : 0;
     r->isa = (char *)kernels_isa_name(kernels_isa_level());
     r->conv_block = (uint32_t)op_conv2d_block_size();
     r->bf16 = kernels_bf16_compute() != 0;
@@ -593,6 +638,10 @@ static const options_key wn__keys[] = {
      "(\"LAYER FWD BWD\" seconds per sample);\nno activations are allocated (default off)"},
     {"threads", "N", OPTIONS_U32, offsetof(wse_node_options, threads), 0, 1, 10000000,
      "BLAS threads for the kernels (default 1)"},
+    {"spill-dir", "DIR", OPTIONS_STRING, offsetof(wse_node_options, spill_dir),
+     sizeof(((wse_node_options *)0)->spill_dir), 0, 0,
+     "where a replica that fits its wafer only so keeps the\nbfloat16 copies of its kept "
+     "outputs, in a file written\nand read back each step (default: none)"},
     {NULL, NULL, 0, 0, 0, 0, 0, NULL},
 };
 

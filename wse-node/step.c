@@ -847,6 +847,12 @@ static void wn__work_done(void *arg)
         wn__abort(j->n, j, "%s", j->compute_msg);
         return;
     }
+    if (j->ex_ready && exec_spill_error(&j->ex)) {
+        wn__abort(j->n, j, "step %llu: the spill file in %s failed: %s",
+                  (unsigned long long)j->step, wn_of(j->n)->opt.spill_dir,
+                  strerror(-exec_spill_error(&j->ex)));
+        return;
+    }
     wn__task_done(j);
     const model *m = j->m;
     bool more_parts = false;

@@ -7,6 +7,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* The job's compute time by layer stays in /metrics after it ends. */
 static void wn__keep_layers(wn_job *j)
@@ -36,6 +37,9 @@ static void wn__free_large(void *arg)
     if (j->ex_ready)
         exec_deinit(&j->ex);
     j->ex_ready = false;
+    if (j->spill_fd >= 0)
+        close(j->spill_fd);
+    j->spill_fd = -1;
     if (j->ws_ready)
         wslots_deinit(&j->ws);
     j->ws_ready = false;

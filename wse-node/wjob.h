@@ -252,6 +252,7 @@ typedef struct wn_job {
     uint16_t **w16p;         /* per tensor: t[i].w16, for the executor */
     exec ex;                 /* activations and the layers' computation */
     bool ex_ready;           /* ex was initialised */
+    int spill_fd;            /* the executor's spill file (model.spill_packed), or -1 */
     wn_batch *batches;       /* ring of nfeeds * WN_CREDITS */
     size_t nbatches;
     size_t batch_bytes;

@@ -31,6 +31,8 @@ typedef struct wse_node_options {
     char wafer_share[32];    /* or this share of the host's memory (host_share_parse); "": none */
     uint32_t threads;        /* kernel threads */
     char simulate[300];      /* --simulate-compute as given; "": the kernels compute */
+    char spill_dir[512];     /* where a job's bfloat16 copies may spill (model.spill_packed);
+                                "": nowhere */
 } wse_node_options;
 
 typedef struct wse_node {

@@ -42,14 +42,23 @@ int fit_largest_micro(const model *m, int share, int threads, Appliance__ExecMod
     return lo;
 }
 
-/* What a replica of batch samples needs on a wafer: in Weight Streaming
- * with the layers in parts when whole ones do not fit (fit_ws_parts, a
- * default coordinator's chunk); with one batch in flight where two do not
- * fit (fit_feed_one). */
-static uint64_t fit__bytes(const model *m, int batch, int threads, Appliance__ExecMode mode,
+uint64_t fit_bytes_on(const model *m, int batch, int threads, Appliance__ExecMode mode,
                            unsigned optimizer_states, uint64_t wafer)
 {
     uint64_t need = fit_replica_bytes(m, batch, threads, mode, optimizer_states), part;
+    /* the bfloat16 copies in a spill file where that is what fits (fit_spill) */
+    if (need != UINT64_MAX && need > wafer && m->act_bf16 && m->spill_room && !m->spill_packed) {
+        model sm = *m; /* its layers and tensors shared, read only */
+        sm.spill_packed = true;
+        footprint f;
+        if (footprint_init(&f, &sm, batch, threads) == 0) {
+            uint64_t spilled = f.spilled, n = footprint_replica_bytes(&f, &sm, mode,
+                                                                      optimizer_states);
+            footprint_free(&f);
+            if (spilled <= m->spill_room && n < need)
+                need = n;
+        }
+    }
     /* one batch in flight holds one batch's bytes less (footprint.batches) */
     if (need != UINT64_MAX && need > wafer && !m->feed_one)
         need -= footprint_batch_bytes(m, batch);
@@ -62,12 +71,12 @@ int fit_largest_batch(const model *m, int threads, Appliance__ExecMode mode,
                       unsigned optimizer_states, uint64_t wafer, int max_batch)
 {
     /* the need grows with the batch: bisect [lo fits, hi does not] */
-    if (fit__bytes(m, 1, threads, mode, optimizer_states, wafer) > wafer)
+    if (fit_bytes_on(m, 1, threads, mode, optimizer_states, wafer) > wafer)
         return 0;
     int lo = 1, hi = max_batch + 1;
     while (hi - lo > 1) {
         int mid = lo + (hi - lo) / 2;
-        if (fit__bytes(m, mid, threads, mode, optimizer_states, wafer) <= wafer)
+        if (fit_bytes_on(m, mid, threads, mode, optimizer_states, wafer) <= wafer)
             lo = mid;
         else
             hi = mid;
@@ -89,11 +98,12 @@ static uint64_t fit__shape_bytes(const toml_value *mt, const model *like, const 
     m->input_unorm8 = like->input_unorm8;
     m->labels_u8 = like->labels_u8;
     m->eval_batch = like->eval_batch;
+    m->spill_room = like->spill_room;
     if (like->rows_as_depth && model_rows_as_depth(m, err, sizeof(err)) < 0) {
         model_free(m);
         return UINT64_MAX;
     }
-    uint64_t bytes = fit__bytes(m, batch, threads, mode, states, wafer);
+    uint64_t bytes = fit_bytes_on(m, batch, threads, mode, states, wafer);
     model_free(m);
     return bytes;
 }
@@ -277,6 +287,40 @@ void fit_feed_one(const jobspec *spec, uint64_t share, unsigned threads, uint64_
         return;
     c->feed_one = true;
     *need -= one;
+}
+
+void fit_spill(const jobspec *spec, uint64_t share, unsigned threads, uint64_t wafer,
+               uint64_t extra, uint64_t disk, fit_choice *c)
+{
+    const Appliance__ExecMode pipe = APPLIANCE__EXEC_MODE__MODE_PIPELINED;
+    uint64_t *need = c->mode == pipe ? &c->need_pipe : &c->need_ws;
+    c->spill = false;
+    c->spilled = 0;
+    if (*need == UINT64_MAX || *need + extra <= wafer || !spec->model->act_bf16 || !disk)
+        return;
+    model sm = *spec->model; /* its layers and tensors shared, read only */
+    sm.keep_outputs = c->keep_outputs;
+    sm.lighten = !c->keep_costly;
+    sm.spill_packed = true;
+    unsigned states = footprint_optimizer_states(spec->optimizer_type, spec->momentum);
+    int sh = (int)share, mb = c->mode == pipe && c->micro ? (int)c->micro : sh;
+    footprint f;
+    if (footprint_init_micro(&f, &sm, sh, mb, (int)(threads ? threads : 1)) < 0)
+        return;
+    uint64_t spilled = f.spilled;
+    footprint_free(&f);
+    for (int one = 0; one <= 1; one++) { /* two batches in flight where they fit */
+        sm.feed_one = one;
+        uint64_t n = fit_replica_bytes_micro(&sm, sh, mb, (int)(threads ? threads : 1), c->mode,
+                                             states);
+        if (n == UINT64_MAX || n + extra > wafer || spilled == 0 || spilled > disk)
+            continue;
+        c->spill = true;
+        c->spilled = spilled;
+        c->feed_one = one;
+        *need = n;
+        return;
+    }
 }
 
 uint64_t fit_ws_parts(const model *m, uint64_t need_ws, uint64_t wafer, uint64_t chunk_elems,

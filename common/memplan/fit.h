@@ -26,6 +26,14 @@ uint64_t fit_replica_bytes(const model *m, int batch, int threads, Appliance__Ex
 uint64_t fit_replica_bytes_micro(const model *m, int share, int micro, int threads,
                                  Appliance__ExecMode mode, unsigned optimizer_states);
 
+/* What a replica of batch samples needs on a wafer, as the searches below
+ * count it: in Weight Streaming with the layers in parts when whole ones
+ * do not fit (fit_ws_parts, a default coordinator's chunk); with one batch
+ * in flight where two do not fit (fit_feed_one); with the bfloat16 copies
+ * spilled where only that fits and m->spill_room holds them (fit_spill). */
+uint64_t fit_bytes_on(const model *m, int batch, int threads, Appliance__ExecMode mode,
+                      unsigned optimizer_states, uint64_t wafer);
+
 /* The largest micro-batch, at most share, with which a replica of `share`
  * samples fits in wafer bytes; 0 when not even micro-batches of one do. */
 int fit_largest_micro(const model *m, int share, int threads, Appliance__ExecMode mode,
@@ -68,6 +76,8 @@ typedef struct fit_choice {
                                   (no convolution made again but the cheap ones: model.lighten
                                   off) */
     bool feed_one;             /* fit_feed_one: one batch in flight from each worker */
+    bool spill;                /* fit_spill: the bfloat16 copies in a file (model.spill_packed) */
+    uint64_t spilled;          /* fit_spill: that file's bytes */
 } fit_choice;
 
 /* Weight Streaming in parts (footprint_ws_parts): when a replica needs
@@ -109,6 +119,16 @@ void fit_keep_outputs(const jobspec *spec, uint64_t share, unsigned threads, uin
  * (without extra). */
 void fit_feed_one(const jobspec *spec, uint64_t share, unsigned threads, uint64_t wafer,
                   uint64_t extra, fit_choice *c);
+
+/* After fit_feed_one: where the chosen mode's need and `extra` are still
+ * more than the wafer, whether they fit with the bfloat16 copies of the
+ * kept outputs (act_bf16) in a file of at most `disk` bytes rather than
+ * in memory (model.spill_packed, Plan.spill_packed: each is written once
+ * a step and read back where the backward pass reads it). If so sets
+ * c->spill, c->spilled and the mode's need (without extra), two batches
+ * in flight again where that still fits. */
+void fit_spill(const jobspec *spec, uint64_t share, unsigned threads, uint64_t wafer,
+               uint64_t extra, uint64_t disk, fit_choice *c);
 
 /* Spatial partitions: the job as one wse-node of a replica sees it, its
  * model the stripe's (spatial_compile), and what crosses the stripes'

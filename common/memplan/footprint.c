@@ -401,7 +401,11 @@ int footprint_init_micro(footprint *f, const model *m, int share, int micro, int
     if (n < share)
         f->accum = footprint_accum_bytes(m);
     f->again = footprint_again_bytes(m, &f->plan);
-    f->exec = f->arena + f->workspace + f->input + f->accum + f->again;
+    for (int i = 0; m->spill_packed && i < m->nlayers; i++)
+        if (f->plan.packed[i])
+            f->spilled += FOOTPRINT_SPILL_ROUND(memplan_packed_bytes(m, i, n));
+    f->spill = f->spilled ? FOOTPRINT_SPILL_STAGE : 0;
+    f->exec = f->arena + f->workspace + f->input + f->accum + f->again + f->spill;
     f->eager = f->act + f->dact + f->aux + f->scratch + f->loss + f->workspace + f->input;
     f->label_elems = footprint_label_elems(m);
     f->batches = (m->feed_one ? 1 : 2) * footprint_batch_bytes(m, share);

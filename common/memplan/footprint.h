@@ -13,6 +13,14 @@
 #include "model.h"
 #include "plan.pb-c.h"
 
+/* model.spill_packed: the executor writes and reads its bfloat16 copies
+ * through a staging buffer of this many bytes, each copy at an offset of
+ * the file rounded up to FOOTPRINT_SPILL_ALIGN (direct I/O's alignment). */
+#define FOOTPRINT_SPILL_STAGE (32u << 20)
+#define FOOTPRINT_SPILL_ALIGN 4096u
+#define FOOTPRINT_SPILL_ROUND(b) \
+    (((b) + FOOTPRINT_SPILL_ALIGN - 1) / FOOTPRINT_SPILL_ALIGN * FOOTPRINT_SPILL_ALIGN)
+
 /* What the executor holds for one layer, in bytes. */
 typedef struct footprint_layer {
     uint64_t act;        /* its output (0 for a flatten: a view) */
@@ -45,8 +53,10 @@ typedef struct footprint {
     uint64_t again;           /* the weights of the convolutions the backward pass makes again
                                  (memplan_weights_again), copied as their forward pass used
                                  them */
+    uint64_t spill;           /* model.spill_packed: the staging buffer of the spill file */
+    uint64_t spilled;         /* model.spill_packed: the bytes of the spill file */
     uint64_t exec;            /* what the executor allocates: arena, workspace, input, accum,
-                                 again */
+                                 again, spill */
     uint64_t eager;           /* what it would allocate keeping every buffer for the step */
     uint32_t label_elems;     /* labels per sample */
     uint64_t batches;         /* the batches in flight, as they travel (sample.h): two of the

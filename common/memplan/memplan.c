@@ -176,6 +176,9 @@ typedef struct memplan_buf {
     uint64_t offset;
     int parent;         /* -1, or the buffer this one lies in (a slice of a concatenation) */
     uint64_t delta;     /* where in it */
+    /* A slice with a life of its own (bytes its own): it stays where its
+     * buffer put it after that buffer is freed, the room around it free */
+    bool own;
 } memplan_buf;
 
 typedef struct memplan_sim {
@@ -194,6 +197,12 @@ typedef struct memplan_sim {
     int *made;                  /* per layer: the backward operation that made its output again */
     int *need_last;             /* per layer: its last need in the backward pass, -1: none */
     bool keep_all;              /* the reference plan: nothing freed, nothing recomputed */
+    /* While a concatenation of one sample makes an input in its slice: the
+     * slice of a later input still to be made (spare_parent's bytes at
+     * spare_delta, spare_bytes of them, -1: none), where an input of that
+     * input made for it alone may be made meanwhile */
+    int spare_parent;
+    uint64_t spare_delta, spare_bytes;
     const bool *drop;           /* per layer or NULL: a costly output not kept, made again
                                  * (memplan__lighten); once made in the backward pass it stays
                                  * until its last need there */
@@ -260,7 +269,33 @@ static int memplan__place(memplan_sim *s, enum memplan_kind kind, int layer, uin
     b->event = ev;
     b->parent = -1;
     b->delta = 0;
+    b->own = false;
     return (int)s->nbufs++;
+}
+
+/* A buffer for layer's output taken now, for a slice of it placed before
+ * it (memplan__alias_own), but placed later (memplan__activate): no event,
+ * no life of its own until then. */
+static int memplan__reserve(memplan_sim *s, int layer, uint64_t bytes)
+{
+    int b = memplan__place(s, MEMPLAN_OUT, layer, bytes, false);
+    if (b >= 0) {
+        s->p->nevents--; /* its event comes with memplan__activate */
+        s->bufs[b].event = UINT32_MAX;
+        s->bufs[b].t0 = UINT64_MAX;
+    }
+    return b;
+}
+
+/* A reserved buffer placed now for layer's output: its event, and its
+ * life from here. */
+static void memplan__activate(memplan_sim *s, int b, int layer)
+{
+    uint32_t ev = memplan__event(s, MEMPLAN_OUT, layer, false);
+    if (s->failed)
+        return;
+    s->bufs[b].event = ev;
+    s->bufs[b].t0 = s->t++;
 }
 
 /* Places layer's output (or its gradient: kind) in buffer `parent`, `delta`
@@ -276,6 +311,20 @@ static int memplan__alias_as(memplan_sim *s, enum memplan_kind kind, int layer, 
         s->bufs[b].bytes = 0;
         s->bufs[b].parent = parent;
         s->bufs[b].delta = delta;
+    }
+    return b;
+}
+
+/* The same with a life of its own: the buffer may be freed before it,
+ * and the rest of its room taken by others, while the slice stays. Only
+ * in a buffer that is no slice itself. */
+static int memplan__alias_own(memplan_sim *s, enum memplan_kind kind, int layer, int parent,
+                              uint64_t delta, uint64_t bytes)
+{
+    int b = memplan__alias_as(s, kind, layer, parent, delta);
+    if (b >= 0) {
+        s->bufs[b].bytes = (bytes + MEMPLAN_ALIGN - 1) / MEMPLAN_ALIGN * MEMPLAN_ALIGN;
+        s->bufs[b].own = true;
     }
     return b;
 }
@@ -305,7 +354,7 @@ static void memplan__hold(memplan_sim *s)
 {
     for (uint32_t b = s->nbufs; b-- > 0;) {
         int q = s->bufs[b].parent;
-        if (q >= 0 && s->bufs[b].t1 > s->bufs[q].t1)
+        if (q >= 0 && !s->bufs[b].own && s->bufs[b].t1 > s->bufs[q].t1)
             s->bufs[q].t1 = s->bufs[b].t1;
     }
 }
@@ -366,11 +415,21 @@ static void memplan__make(memplan_sim *s, int j, int op, int r0, int r1, int par
     const model_layer *l = &s->m->layers[j];
     if (l->type == LAYER_CONCAT && s->n == 1 && parent < 0) {
         s->out[j] = memplan__place(s, MEMPLAN_OUT, j, memplan_out_bytes(s->m, j, s->n), false);
+        /* the last input's slice, when it is made there after the others:
+         * room for what they are made from (memplan_sim.spare_parent) */
+        int lastk = l->ninputs - 1, ls = memplan_resolve(s->m, l->inputs[lastk]);
+        uint64_t ld = memplan__slice(s, j, ls);
+        bool spare = ld != UINT64_MAX && ld % MEMPLAN_ALIGN == 0 &&
+                     memplan__for_one(s, ls, op, r0, r1);
         uint64_t d = 0;
         for (int k = 0; k < l->ninputs; k++) {
             int src = memplan_resolve(s->m, l->inputs[k]);
             bool slice = memplan__for_one(s, src, op, r0, r1) && d % MEMPLAN_ALIGN == 0;
+            s->spare_parent = spare && k < lastk && slice ? s->out[j] : -1;
+            s->spare_delta = ld;
+            s->spare_bytes = memplan_out_bytes(s->m, ls, s->n);
             memplan__make(s, src, op, r0, r1, slice ? s->out[j] : -1, d);
+            s->spare_parent = -1;
             d += memplan_out_bytes(s->m, src, s->n);
         }
     } else if (l->type == LAYER_GROUP_NORM && memplan__for_one(s, memplan_resolve(s->m, l->inputs[0]),
@@ -384,8 +443,16 @@ static void memplan__make(memplan_sim *s, int j, int op, int r0, int r1, int par
         int home = parent >= 0 ? parent : s->out[j];
         memplan__make(s, src, op, r0, r1, home, parent >= 0 ? delta : 0);
     } else {
-        for (int k = 0; k < l->ninputs; k++)
-            memplan__make(s, memplan_resolve(s->m, l->inputs[k]), op, r0, r1, -1, 0);
+        int sp = s->spare_parent; /* a concatenation's later slice, for one input made here */
+        s->spare_parent = -1;
+        for (int k = 0; k < l->ninputs; k++) {
+            int src = memplan_resolve(s->m, l->inputs[k]);
+            bool room = sp >= 0 && memplan__for_one(s, src, op, r0, r1) &&
+                        memplan_out_bytes(s->m, src, s->n) <= s->spare_bytes;
+            memplan__make(s, src, op, r0, r1, room ? sp : -1, room ? s->spare_delta : 0);
+            if (room)
+                sp = -1;
+        }
         s->out[j] = parent >= 0 ? memplan__alias(s, j, parent, delta)
                                 : memplan__place(s, MEMPLAN_OUT, j,
                                                  memplan_out_bytes(s->m, j, s->n), false);
@@ -406,6 +473,34 @@ static void memplan__ensure(memplan_sim *s, int j, int op, int r0, int r1)
     memplan__make(s, j, op, r0, r1, -1, 0);
 }
 
+/* The concatenation of one sample that reads layer i's output as a skip
+ * connection: the only concatenation reading it, later than the layer
+ * after i, i's output not kept (for the backward pass: the lean plan
+ * makes it again) and no view, the concatenation's output not placed
+ * yet; -1 when there is none. */
+static int memplan__skip_of(const memplan_sim *s, int i)
+{
+    const model *m = s->m;
+    memplan *p = s->p;
+    if (s->n != 1 || s->keep_all || p->kept[i] || p->packed[i] ||
+        model_layer_is_view(&m->layers[i]))
+        return -1;
+    int found = -1;
+    for (int c = i + 1; c < m->nlayers; c++) {
+        const model_layer *l = &m->layers[c];
+        for (int k = 0; k < l->ninputs; k++) {
+            if (memplan_resolve(m, l->inputs[k]) != i || l->type != LAYER_CONCAT)
+                continue;
+            if (found >= 0) /* two concatenations, or twice in one */
+                return -1;
+            found = c;
+        }
+    }
+    if (found <= i + 1 || s->out[found] >= 0 || model_layer_is_view(&m->layers[found]))
+        return -1;
+    return found;
+}
+
 /* The operations: forward, loss, backward, with their events. */
 static void memplan__simulate(memplan_sim *s)
 {
@@ -421,8 +516,11 @@ static void memplan__simulate(memplan_sim *s)
             /* the bfloat16 copy of the layer before, made now that that
              * layer's input may be gone */
             if (i > 0 && p->packed[i - 1]) {
+                /* (in the spill file, not the arena: model.spill_packed) */
                 s->pk[i - 1] = memplan__place(s, MEMPLAN_PACKED, i - 1,
-                                              memplan_packed_bytes(m, i - 1, n), false);
+                                              m->spill_packed ? 0
+                                                              : memplan_packed_bytes(m, i - 1, n),
+                                              false);
                 memplan__event(s, MEMPLAN_PACK, i - 1, false);
             }
             /* the input of a concatenation of one sample that comes right
@@ -434,9 +532,27 @@ static void memplan__simulate(memplan_sim *s)
                                   !model_layer_is_view(l)
                               ? memplan__slice(s, c, i)
                               : UINT64_MAX;
+            /* an output a later concatenation of one sample reads (a
+             * skip connection), not kept: made in its slice of that
+             * concatenation, with a life of its own; the concatenation's
+             * buffer is placed when the concatenation's own life begins */
+            int sc = memplan__skip_of(s, i);
+            uint64_t sat = sc >= 0 ? memplan__slice(s, sc, i) : UINT64_MAX;
             if (at != UINT64_MAX && at % MEMPLAN_ALIGN == 0) {
-                s->out[c] = memplan__place(s, MEMPLAN_OUT, c, memplan_out_bytes(m, c, n), false);
+                if (s->out[c] >= 0 && s->bufs[s->out[c]].event == UINT32_MAX)
+                    memplan__activate(s, s->out[c], c);
+                else
+                    s->out[c] = memplan__place(s, MEMPLAN_OUT, c, memplan_out_bytes(m, c, n),
+                                               false);
                 s->out[i] = memplan__alias(s, i, s->out[c], at);
+            } else if (sat != UINT64_MAX && sat % MEMPLAN_ALIGN == 0 && s->out[sc] < 0 &&
+                       s->out[i] < 0) {
+                s->out[sc] = memplan__reserve(s, sc, memplan_out_bytes(m, sc, n));
+                if (s->out[sc] >= 0)
+                    s->out[i] = memplan__alias_own(s, MEMPLAN_OUT, i, s->out[sc], sat,
+                                                   memplan_out_bytes(m, i, n));
+            } else if (s->out[i] >= 0 && s->bufs[s->out[i]].event == UINT32_MAX) {
+                memplan__activate(s, s->out[i], i); /* reserved by a skip connection */
             } else if (!model_layer_is_view(l) && s->out[i] < 0) {
                 s->out[i] = memplan__place(s, MEMPLAN_OUT, i, memplan_out_bytes(m, i, n), false);
             }
@@ -521,9 +637,20 @@ static void memplan__simulate(memplan_sim *s)
                                         direct && !s->keep_all
                                   ? 0
                                   : UINT64_MAX;
+                /* an input whose backward pass comes later: its gradient
+                 * in its slice too, with a life of its own (the rest of
+                 * the concatenation's gradient goes with this operation) */
+                uint64_t own = l->type == LAYER_CONCAT && n == 1 && direct && !s->keep_all &&
+                                       src >= 0 && at == UINT64_MAX && s->dout[i] >= 0 &&
+                                       s->bufs[s->dout[i]].parent < 0
+                                   ? memplan__slice(s, i, src)
+                                   : UINT64_MAX;
                 if (src >= 0 && s->dout[src] < 0) {
                     s->dout[src] = at != UINT64_MAX && at % MEMPLAN_ALIGN == 0
                                        ? memplan__alias_as(s, MEMPLAN_DOUT, src, s->dout[i], at)
+                                   : own != UINT64_MAX && own % MEMPLAN_ALIGN == 0
+                                       ? memplan__alias_own(s, MEMPLAN_DOUT, src, s->dout[i], own,
+                                                            memplan_out_bytes(m, src, n))
                                        : memplan__place(s, MEMPLAN_DOUT, src,
                                                         memplan_out_bytes(m, src, n), !direct);
                     p->events[p->nevents - 1].direct = direct;
@@ -622,49 +749,122 @@ static int memplan__by_size(const void *a, const void *b)
     return x->t0 < y->t0 ? -1 : x->t0 > y->t0;
 }
 
-static int memplan__by_offset(const void *a, const void *b)
+/* A room a buffer takes: `bytes` at `delta` from its offset, over [t0, t1]. */
+typedef struct memplan_room {
+    uint64_t delta, bytes, t0, t1;
+} memplan_room;
+
+/* Buffer b's rooms into r (at most cap): its own, then its slices with
+ * lives of their own (own_head, own_next: lists of them by buffer).
+ * Returns how many. */
+static uint32_t memplan__rooms(const memplan_sim *s, uint32_t b, const int *own_head,
+                               const int *own_next, memplan_room *r, uint32_t cap)
 {
-    const memplan_buf *x = *(const memplan_buf *const *)a, *y = *(const memplan_buf *const *)b;
-    return x->offset < y->offset ? -1 : x->offset > y->offset;
+    const memplan_buf *x = &s->bufs[b];
+    uint32_t n = 0;
+    r[n++] = (memplan_room){0, x->bytes, x->t0, x->t1};
+    for (int c = own_head[b]; c >= 0 && n < cap; c = own_next[c])
+        r[n++] = (memplan_room){s->bufs[c].delta, s->bufs[c].bytes, s->bufs[c].t0, s->bufs[c].t1};
+    return n;
 }
 
-/* Offsets: the largest buffer first, each at the lowest offset that no
- * buffer alive at the same time already holds. */
+typedef struct memplan_span {
+    int64_t lo, hi; /* offsets in (lo, hi) are taken */
+} memplan_span;
+
+static int memplan__by_lo(const void *a, const void *b)
+{
+    const memplan_span *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+#define MEMPLAN_ROOMS (MODEL_MAX_INPUTS + 1) /* a buffer's own, its slices' of their own */
+
+/* Offsets: the largest buffer first, each at the lowest offset where none
+ * of its rooms meets a room of a buffer already placed that is alive at
+ * the same time (a buffer's rooms: its own, and its slices' that live on
+ * after it). */
 static int memplan__assign(memplan_sim *s)
 {
-    uint32_t nb = s->nbufs;
-    memplan_buf **order = malloc((nb ? nb : 1) * sizeof(*order));
-    memplan_buf **placed = malloc((nb ? nb : 1) * sizeof(*placed));
-    if (!order || !placed) {
+    uint32_t all = s->nbufs, nb = 0;
+    size_t cap = all ? all : 1;
+    uint32_t *order = malloc(cap * sizeof(*order));
+    int *own_head = malloc(cap * sizeof(int)), *own_next = malloc(cap * sizeof(int));
+    memplan_span *span = NULL;
+    size_t nspan_cap = 0;
+    if (!order || !own_head || !own_next) {
         free(order);
-        free(placed);
+        free(own_head);
+        free(own_next);
         return -ENOMEM;
     }
-    uint32_t all = nb;
-    nb = 0;
+    for (uint32_t b = 0; b < all; b++)
+        own_head[b] = own_next[b] = -1;
+    for (uint32_t b = all; b-- > 0;)
+        if (s->bufs[b].own) {
+            int q = s->bufs[b].parent;
+            own_next[b] = own_head[q];
+            own_head[q] = (int)b;
+        }
     for (uint32_t b = 0; b < all; b++)
         if (s->bufs[b].parent < 0)
-            order[nb++] = &s->bufs[b];
-    qsort(order, nb, sizeof(*order), memplan__by_size);
+            order[nb++] = b;
+    memplan_buf *base = s->bufs;
+    /* largest first (memplan__by_size over pointers) */
+    memplan_buf **byp = malloc(cap * sizeof(*byp));
+    if (!byp) {
+        free(order);
+        free(own_head);
+        free(own_next);
+        return -ENOMEM;
+    }
+    for (uint32_t i = 0; i < nb; i++)
+        byp[i] = &base[order[i]];
+    qsort(byp, nb, sizeof(*byp), memplan__by_size);
+    for (uint32_t i = 0; i < nb; i++)
+        order[i] = (uint32_t)(byp[i] - base);
+    free(byp);
     uint64_t arena = 0;
+    int rc = 0;
     for (uint32_t i = 0; i < nb; i++) {
-        memplan_buf *b = order[i];
-        uint32_t np = 0;
-        for (uint32_t k = 0; k < i; k++)
-            if (order[k]->t0 <= b->t1 && b->t0 <= order[k]->t1)
-                placed[np++] = order[k];
-        qsort(placed, np, sizeof(*placed), memplan__by_offset);
-        uint64_t off = 0;
-        for (uint32_t k = 0; k < np; k++) {
-            if (placed[k]->offset >= off + b->bytes)
-                break;
-            if (placed[k]->offset + placed[k]->bytes > off)
-                off = placed[k]->offset + placed[k]->bytes;
+        uint32_t b = order[i];
+        memplan_room rb[MEMPLAN_ROOMS], rk[MEMPLAN_ROOMS];
+        uint32_t nrb = memplan__rooms(s, b, own_head, own_next, rb, MEMPLAN_ROOMS);
+        size_t nspan = 0;
+        for (uint32_t k = 0; k < i; k++) {
+            uint32_t q = order[k];
+            uint32_t nrk = memplan__rooms(s, q, own_head, own_next, rk, MEMPLAN_ROOMS);
+            for (uint32_t u = 0; u < nrb; u++)
+                for (uint32_t v = 0; v < nrk; v++) {
+                    if (!(rb[u].t0 <= rk[v].t1 && rk[v].t0 <= rb[u].t1))
+                        continue;
+                    if (nspan == nspan_cap) {
+                        size_t nc = nspan_cap ? 2 * nspan_cap : 256;
+                        memplan_span *ns = realloc(span, nc * sizeof(*ns));
+                        if (!ns) {
+                            rc = -ENOMEM;
+                            goto out;
+                        }
+                        span = ns;
+                        nspan_cap = nc;
+                    }
+                    int64_t at = (int64_t)(base[q].offset + rk[v].delta);
+                    span[nspan++] = (memplan_span){
+                        at - (int64_t)rb[u].delta - (int64_t)rb[u].bytes,
+                        at + (int64_t)rk[v].bytes - (int64_t)rb[u].delta};
+                }
         }
-        b->offset = off;
-        s->p->events[b->event].offset = off;
-        if (off + b->bytes > arena)
-            arena = off + b->bytes;
+        /* the lowest offset in no span: sweep the spans by their starts */
+        qsort(span, nspan, sizeof(*span), memplan__by_lo);
+        int64_t off = 0;
+        for (size_t k = 0; k < nspan && span[k].lo < off; k++)
+            if (span[k].hi > off)
+                off = span[k].hi;
+        base[b].offset = (uint64_t)off;
+        s->p->events[base[b].event].offset = (uint64_t)off;
+        for (uint32_t u = 0; u < nrb; u++)
+            if ((uint64_t)off + rb[u].delta + rb[u].bytes > arena)
+                arena = (uint64_t)off + rb[u].delta + rb[u].bytes;
     }
     s->p->arena = arena;
     for (uint32_t b = 0; b < all; b++) /* the slices: where their buffers lie */
@@ -673,20 +873,27 @@ static int memplan__assign(memplan_sim *s)
             s->bufs[b].offset = in->offset + s->bufs[b].delta;
             s->p->events[s->bufs[b].event].offset = s->bufs[b].offset;
         }
-    /* the most bytes alive at once, for the record */
+    /* the most bytes alive at once, for the record (a slice with a life
+     * of its own counts where its buffer is gone) */
     uint64_t peak = 0;
     for (uint32_t i = 0; i < all; i++) {
         uint64_t live = 0, t = s->bufs[i].t0;
-        for (uint32_t k = 0; k < all; k++)
-            if (s->bufs[k].t0 <= t && t <= s->bufs[k].t1)
-                live += s->bufs[k].bytes;
+        for (uint32_t k = 0; k < all; k++) {
+            const memplan_buf *x = &s->bufs[k];
+            if (x->t0 <= t && t <= x->t1 &&
+                !(x->own && s->bufs[x->parent].t0 <= t && t <= s->bufs[x->parent].t1))
+                live += x->bytes;
+        }
         if (live > peak)
             peak = live;
     }
     s->p->peak_live = peak;
+out:
     free(order);
-    free(placed);
-    return 0;
+    free(own_head);
+    free(own_next);
+    free(span);
+    return rc;
 }
 
 int memplan_build(memplan *p, const model *m, int n)
@@ -701,7 +908,7 @@ static int memplan__run(memplan *p, const model *m, int n, bool keep_all, const 
     p->nlayers = L;
     p->n = n;
     memplan_sim s = {.m = m, .p = p, .n = n, .scratch = -1, .loss = -1, .keep_all = keep_all,
-                     .drop = drop};
+                     .spare_parent = -1, .drop = drop};
     s.words = (size_t)(2 * L + 1 + 63) / 64;
     size_t nl = L ? (size_t)L : 1;
     p->ops = calloc(2 * nl + 1, sizeof(*p->ops));
@@ -723,6 +930,8 @@ static int memplan__run(memplan *p, const model *m, int n, bool keep_all, const 
         s.out[j] = s.dout[j] = s.aux[j] = s.pk[j] = s.made[j] = -1;
     memplan__needs(&s);
     memplan__simulate(&s);
+    for (uint32_t b = 0; b < s.nbufs; b++) /* every reserved buffer placed */
+        s.failed |= s.bufs[b].event == UINT32_MAX;
     memplan__hold(&s);
     if (!s.failed)
         rc = memplan__assign(&s);

@@ -1217,6 +1217,7 @@ model *model_recompile(const toml_value *mt, const model *full, const model_opti
     m->mixed_precision = full->mixed_precision;
     m->keep_outputs = o->keep_outputs;
     m->lighten = !o->keep_costly;
+    m->spill_packed = o->spill_packed;
     if ((o->rows_as_depth || full->rows_as_depth) && model_rows_as_depth(m, err, errlen) < 0) {
         model_free(m);
         return NULL;

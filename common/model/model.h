@@ -209,6 +209,15 @@ typedef struct {
      * set by the plan where that lowers a replica's memory (Plan.rows_as_depth,
      * fit_choose_stripes); false from model_compile, kept by model_recompile. */
     bool rows_as_depth;
+    /* The bfloat16 copies of kept outputs (act_bf16) live in a file the
+     * executor writes and reads back (exec_set_spill), not in the arena:
+     * set by the plan where the replica fits its wafer only so
+     * (Plan.spill_packed, fit_spill); false from model_compile. */
+    bool spill_packed;
+    /* The bytes a spill file may take (the smallest --spill-dir's room):
+     * what fit's searches count on where only spilling fits (0: none,
+     * from model_compile; set on a copy by who searches). */
+    uint64_t spill_room;
 } model;
 
 /* Whether l computes on volumes (C x D x H x W): its type is a 3D one, or
@@ -264,6 +273,7 @@ typedef struct model_options {
     bool keep_outputs;        /* every output kept for the backward pass (Plan.keep_outputs) */
     bool keep_costly;         /* every costly output kept: model.lighten off (Plan.keep_costly) */
     bool rows_as_depth;       /* model_rows_as_depth (Plan.rows_as_depth; also where full's is) */
+    bool spill_packed;        /* model.spill_packed (Plan.spill_packed) */
 } model_options;
 
 /* The model of full's [model] table (model_table) compiled again with the

@@ -33,7 +33,7 @@ expect = {
     "params_inria_aerial_7168.yaml": ("inria_7168", "1x7168x7168", True, True),
 }
 for name, (ref, shape, fits, rows) in expect.items():
-    out = subprocess.run([submit, "--plan", "--wafer-memory", "40G", "--json",
+    out = subprocess.run([submit, "--plan", "--wafer-memory", "40G", "--spill-room", "0", "--json",
                           os.path.join(configs, name)], capture_output=True, text=True)
     assert out.returncode == 0, (name, out.returncode, out.stderr)
     p = json.loads(out.stdout)
@@ -47,18 +47,18 @@ for name, (ref, shape, fits, rows) in expect.items():
         (name, p["mode"], p["memoryx_bytes"], params[ref])
     print("ok: %s plans: %s, %s, %d weights as PyTorch's U-Net%s" %
           (name, shape, p["mode"], params[ref], " (rows as depth)" if rows else ""))
-    text = subprocess.run([submit, "--plan", "--wafer-memory", "40G",
+    text = subprocess.run([submit, "--plan", "--wafer-memory", "40G", "--spill-room", "0",
                            os.path.join(configs, name)], capture_output=True, text=True).stdout
     assert "encoder.unet_blocks.0.layers.0.conv" in text and "final_conv.conv" in text, text
 
 # the 3D one: SKM-TEA's volumes through the same template (use_conv3d), on
 # a wafer of 16 GiB (the whole volume plans at about 23 in mixed precision)
-out = subprocess.run([submit, "--plan", "--wafer-memory", "16G", "--json",
+out = subprocess.run([submit, "--plan", "--wafer-memory", "16G", "--spill-room", "0", "--json",
                       os.path.join(configs, "params_skm_tea.yaml")], capture_output=True, text=True)
 assert out.returncode == 0, (out.returncode, out.stdout, out.stderr)
 p = json.loads(out.stdout)
 assert p["input"] == "1x160x512x512" and not p["fits"], p
-text = subprocess.run([submit, "--plan", "--wafer-memory", "16G",
+text = subprocess.run([submit, "--plan", "--wafer-memory", "16G", "--spill-room", "0",
                        os.path.join(configs, "params_skm_tea.yaml")], capture_output=True,
                       text=True).stdout
 assert "conv3d" in text and "conv_transpose3d" in text and \
@@ -76,7 +76,8 @@ def plan_volume(d, h, w):
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         f.write(skm_text.replace("image_shape: [160, 512, 512]", "image_shape: [%d, %d, %d]" % (d, h, w)))
     try:
-        o = subprocess.run([submit, "--plan", "--wafer-memory", "16G", "--json", f.name],
+        o = subprocess.run([submit, "--plan", "--wafer-memory", "16G", "--spill-room", "0",
+                            "--json", f.name],
                            capture_output=True, text=True)
         assert o.returncode == 0, (o.returncode, o.stdout, o.stderr)
         return json.loads(o.stdout)
@@ -99,3 +100,19 @@ for m in p["modes"]:
 assert "largest input of the job's aspect in " in text, text
 print("ok: params_skm_tea.yaml plans: 1x160x512x512 volumes, %s (more than a 16 GiB wafer "
       "holds: the plan says what would fit)" % p["mode"])
+
+# with room to spill the bfloat16 copies (each wse-node's --spill-dir), the
+# whole volume fits the same 16 GiB wafer by spilling them, and so does the
+# Inria 7168 gray image (rows as depth) a 22 GiB one; without, neither
+for name, wafer in (("params_skm_tea.yaml", "16G"), ("params_inria_aerial_7168.yaml", "22G")):
+    got = {}
+    for room in ("0", "64G"):
+        o = subprocess.run([submit, "--plan", "--wafer-memory", wafer, "--spill-room", room,
+                            "--json", os.path.join(configs, name)], capture_output=True, text=True)
+        assert o.returncode == 0, (name, room, o.returncode, o.stderr)
+        got[room] = json.loads(o.stdout)
+    assert not got["0"]["fits"] and got["0"]["spill_bytes"] == 0, (name, got["0"])
+    assert got["64G"]["fits"] and got["64G"]["spill_bytes"] > 0, (name, got["64G"])
+    need = {m["mode"]: m["bytes_per_replica"] for m in got["64G"]["modes"]}[got["64G"]["mode"]]
+    print("ok: %s fits %s by spilling %.1f GiB of bfloat16 copies: %.1f GiB a replica" %
+          (name, wafer, got["64G"]["spill_bytes"] / 2**30, need / 2**30))

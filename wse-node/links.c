@@ -5,6 +5,7 @@
 #include "wjob.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -247,6 +248,22 @@ static wn_batch *wn__batch_of(wn_job *j, uint64_t step, bool full)
     return NULL;
 }
 
+/* A batch frame refused: why, in the wse-node's log (the link then fails
+ * with the frame's size). */
+static void *wn__feed_refuse(conn *c, wn_job *j, int *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static void *wn__feed_refuse(conn *c, wn_job *j, int *err, int code, const char *fmt, ...)
+{
+    char why[320];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof(why), fmt, ap);
+    va_end(ap);
+    log_warn("job %s: batch frame from worker %s refused: %s", j->id, c->peer_addr, why);
+    *err = code;
+    return NULL;
+}
+
 /* Where a frame of a batch goes: its place in the buffer of that batch.
  * A batch's first frame (offset 0) takes a free buffer; the others must
  * follow on from the bytes already there. */
@@ -259,38 +276,44 @@ static void *wn__feed_dest(conn *c, const Appliance__Envelope *env, uint32_t len
         return NULL;
     }
     const Appliance__Batch *b = env->batch;
-    if (msgcheck_batch(b, j->plan, len, NULL, 0) < 0 || b->sample_elems != j->in_elems ||
-        b->label_elems != j->ex.label_elems) {
-        *err = -EINVAL;
-        return NULL;
-    }
+    char why[256];
+    if (msgcheck_batch(b, j->plan, len, why, sizeof(why)) < 0)
+        return wn__feed_refuse(c, j, err, -EINVAL, "%s", why);
+    if (b->sample_elems != j->in_elems || b->label_elems != j->ex.label_elems)
+        return wn__feed_refuse(c, j, err, -EINVAL, "samples of %llu elements and %u labels, the "
+                               "model takes %llu and %u", (unsigned long long)b->sample_elems,
+                               b->label_elems, (unsigned long long)j->in_elems,
+                               j->ex.label_elems);
     if (b->eval_batch > 0) {
         wn_eval_buf *eb = wn__eval_buf(j, b->eval_batch - 1);
         if (!eb || eb->full || b->step != j->step || b->offset != (b->offset ? eb->got : 0) ||
-            (b->offset && b->n != eb->n)) {
-            *err = -EINVAL;
-            return NULL;
-        }
+            (b->offset && b->n != eb->n))
+            return wn__feed_refuse(c, j, err, -EINVAL, "evaluation batch %u of step %llu at "
+                                   "byte %llu: %s", b->eval_batch, (unsigned long long)b->step,
+                                   (unsigned long long)b->offset,
+                                   !eb ? "no buffer for it" : eb->full ? "its buffer is full"
+                                   : b->step != j->step ? "not this step's" : "out of order");
         eb->n = b->n;
         eb->got = b->offset;
         return eb->data + b->offset;
     }
-    if (b->replica != j->replica || b->step < j->step || b->step % f->slots != f->slot) {
-        *err = -EINVAL;
-        return NULL;
-    }
+    if (b->replica != j->replica || b->step < j->step || b->step % f->slots != f->slot)
+        return wn__feed_refuse(c, j, err, -EINVAL, "batch of replica %u step %llu, this is "
+                               "replica %u at step %llu, the link's steps are %u mod %u",
+                               b->replica, (unsigned long long)b->step, j->replica,
+                               (unsigned long long)j->step, f->slot, f->slots);
     wn_batch *t = wn__batch_of(j, b->step, false);
     if (t) {
-        if (t->from != f || b->offset != t->got) {
-            *err = -EINVAL; /* out of order, or a batch begun twice */
-            return NULL;
-        }
+        if (t->from != f || b->offset != t->got) /* out of order, or a batch begun twice */
+            return wn__feed_refuse(c, j, err, -EINVAL, "batch of step %llu at byte %llu: %s",
+                                   (unsigned long long)b->step, (unsigned long long)b->offset,
+                                   t->from != f ? "begun on another link" : "out of order");
         return t->data + b->offset;
     }
-    if (b->offset != 0 || wn__batch_of(j, b->step, true)) {
-        *err = -EINVAL;
-        return NULL;
-    }
+    if (b->offset != 0 || wn__batch_of(j, b->step, true))
+        return wn__feed_refuse(c, j, err, -EINVAL, "batch of step %llu at byte %llu: %s",
+                               (unsigned long long)b->step, (unsigned long long)b->offset,
+                               b->offset ? "no start" : "already here");
     for (size_t i = 0; i < j->nbatches; i++)
         if (j->batches[i].step == UINT64_MAX) {
             j->batches[i].step = b->step;
@@ -299,8 +322,9 @@ static void *wn__feed_dest(conn *c, const Appliance__Envelope *env, uint32_t len
             j->batches[i].from = f;
             return j->batches[i].data;
         }
-    *err = -ENOBUFS; /* the worker sent beyond its credits */
-    return NULL;
+    /* the worker sent beyond its credits */
+    return wn__feed_refuse(c, j, err, -ENOBUFS, "batch of step %llu beyond the link's credits "
+                           "(%zu buffers, all taken)", (unsigned long long)b->step, j->nbatches);
 }
 
 static void wn__feed_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len)

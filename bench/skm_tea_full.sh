@@ -6,7 +6,9 @@
 # SKM_STEPS steps (default 4) on one wse-node whose wafer is a byte short
 # of the leanest plan's need with two batches in flight (so it holds one:
 # Plan.feed_credits 1), evaluated every SKM_EVAL steps (default 2) on a
-# held-out volume. Prints, beside the plan's figure:
+# held-out volume. SKM_WAFER (e.g. 16G) gives the wafer instead, and the
+# plan decides (spilling the bfloat16 copies to the wse-node's --spill-dir
+# where only that fits). Prints, beside the plan's figure:
 #   BENCH skm_tea_full_volume_plan <GiB> GiB_per_replica   what the plan asks
 #   BENCH skm_tea_full_volume_peak <GiB> GiB_all_daemons    every daemon's peak
 #         resident memory (VmHWM) added up
@@ -58,15 +60,28 @@ runconfig:
     model_dir: "$work/skm"
 YAML
 
+if [ -n "${SKM_WAFER:-}" ]; then # a wafer of the caller's: the plan decides (spills where it must)
+  wafer=$SKM_WAFER
+  need=$("$build/client/appliance-submit" --plan --wafer-memory "$wafer" --threads 2 --json \
+    "$work/skm.yaml" | "$py" -c '
+import json, sys
+p = json.load(sys.stdin)
+assert p["fits"], p
+print("plan: %s, %.1f GiB spilled, %d batch(es) in flight" % (p["mode"], p["spill_bytes"] / 2**30,
+      p["feed_credits"]), file=sys.stderr)
+print([m for m in p["modes"] if m["mode"] == p["mode"]][0]["bytes_per_replica"])')
+else
 need=$("$build/client/appliance-submit" --plan --wafer-memory 64M --threads 2 --json "$work/skm.yaml" |
   "$py" -c 'import json, sys; print(min(m["bytes_per_replica"] for m in json.load(sys.stdin)["modes"]))')
 wafer=$((need - 1))
-need=$("$build/client/appliance-submit" --plan --wafer-memory "$wafer" --threads 2 --json "$work/skm.yaml" |
+need=$("$build/client/appliance-submit" --plan --wafer-memory "$wafer" --threads 2 --spill-room 0 \
+  --json "$work/skm.yaml" |
   "$py" -c '
 import json, sys
 p = json.load(sys.stdin)
 assert p["fits"] and p["feed_credits"] == 1, p
 print([m for m in p["modes"] if m["mode"] == p["mode"]][0]["bytes_per_replica"])')
+fi
 echo "BENCH skm_tea_full_volume_plan $("$py" -c "print('%.2f' % ($need / 2**30))") GiB_per_replica"
 "$src/deploy/local/appliance-up" --replicas 1 --threads 2 --wafer-memory "$wafer" --dir "$run" \
   --build "$build" >/dev/null

@@ -460,13 +460,16 @@ static void wk__stream_hello(node *n, conn *c, Appliance__Envelope *env, uint8_t
         conn_fail(c, -EINVAL, "%s", why);
         return;
     }
+    /* the feed of that replica and slot: the wse-node's links to one
+     * worker may arrive in any order */
     for (size_t i = 0; i < j->nfeeds; i++)
-        if (j->feeds[i].replica == h->index && !j->feeds[i].c) {
+        if (j->feeds[i].replica == h->index && j->feeds[i].slot == h->slot && !j->feeds[i].c) {
             j->feeds[i].c = c;
             c->user = &j->feeds[i];
             return;
         }
-    conn_fail(c, -ENOENT, "this worker does not feed replica %u", h->index);
+    conn_fail(c, -ENOENT, "this worker does not feed replica %u in slot %u (or it has that link)",
+              h->index, h->slot);
 }
 
 /* An eval batch the replica asks for: its share of the eval set is the

@@ -225,7 +225,7 @@ static void wn__feed_ready(conn *c)
 {
     wn_feed *f = c->data;
     wn_job *j = f->job;
-    wn__hello(c, j);
+    wn__hello_slot(c, j, f->slot); /* the worker serves this link the steps of its slot */
     Appliance__Credit cr = APPLIANCE__CREDIT__INIT;
     cr.n = WN_CREDITS(j->plan);
     ENVELOPE(ce, credit, CREDIT, &cr);

@@ -37,16 +37,23 @@ void wn__maybe_ready(wn_job *j)
         log_info("job %s: replica %u ready (%u samples per step)", j->id, j->replica, j->batch);
 }
 
-/* The hello a replica says on every link it dials. */
-void wn__hello(conn *c, const wn_job *j)
+/* The hello a replica says on every link it dials (slot: a feed's, 0 on
+ * the others). */
+void wn__hello_slot(conn *c, const wn_job *j, uint32_t slot)
 {
     Appliance__StreamHello h = APPLIANCE__STREAM_HELLO__INIT;
     h.job_id = (char *)j->id;
     h.role = APPLIANCE__ROLE__ROLE_WSE_NODE;
     h.index = j->replica;
     h.member_id = j->n->member_id;
+    h.slot = slot;
     ENVELOPE(env, stream_hello, STREAM_HELLO, &h);
     conn_send_msg(c, &env);
+}
+
+void wn__hello(conn *c, const wn_job *j)
+{
+    wn__hello_slot(c, j, 0);
 }
 
 /* Reading from the link up goes on (a slot freed, or the compute thread

@@ -346,6 +346,7 @@ double wn__now(void);
 #define wn__abort(n, j, ...) jobhost_abort_job(&wn_of(n)->jobs, j, false, __VA_ARGS__)
 #define wn__fault(n, j, ...) jobhost_abort_job(&wn_of(n)->jobs, j, true, __VA_ARGS__)
 void wn__hello(conn *c, const wn_job *j);
+void wn__hello_slot(conn *c, const wn_job *j, uint32_t slot);
 void wn__maybe_ready(wn_job *j);
 void wn__resume_up(wn_job *j);
 

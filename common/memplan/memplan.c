@@ -855,7 +855,8 @@ static int memplan__assign(memplan_sim *s)
                 }
         }
         /* the lowest offset in no span: sweep the spans by their starts */
-        qsort(span, nspan, sizeof(*span), memplan__by_lo);
+        if (nspan > 1)
+            qsort(span, nspan, sizeof(*span), memplan__by_lo);
         int64_t off = 0;
         for (size_t k = 0; k < nspan && span[k].lo < off; k++)
             if (span[k].hi > off)

@@ -46,15 +46,7 @@ p = json.load(sys.stdin)
 print("plan: %s, rows as depth %s, %.1f GiB spilled, %d batch(es) in flight" % (p["mode"],
       p["rows_as_depth"], p["spill_bytes"] / 2**30, p["feed_credits"]))'
 echo "BENCH inria7168_full_plan $("$py" -c "print('%.2f' % ($need / 2**30))") GiB_per_replica"
-"$src/deploy/local/appliance-up" --replicas 1 --threads 2 --wafer-memory "$wafer" --dir "$run" \
-  --build "$build" >/dev/null
-start=$(date +%s)
-out=$(set -a; . "$run/env"; set +a; cd "$work" && "$submit" inria.yaml 2>&1) ||
-  { echo "inria7168_full: the job failed: $out" >&2; exit 1; }
-echo "$out" | grep -E "step [0-9]+/|eval at" || true
-for f in "$run"/pids/*.pid; do
-  echo "peak of $(basename "$f" .pid): $(awk '/^VmHWM:/ {printf "%.2f GiB\n", $2 / 2^20}' "/proc/$(cat "$f")/status")"
-done
+bench_one_wse_job inria7168_full "$wafer" inria.yaml
 wse=$(awk '/^VmHWM:/ {printf "%.0f\n", $2 * 1024}' "/proc/$(cat "$run/pids/wse-node-1.pid")/status")
 read -r _ all < <(bench_daemon_peaks "$run")
 read -r step _ < <(echo "$out" | "$py" "$src/bench/step_times.py" --log "$run/logs/coordinator.log")

@@ -40,6 +40,24 @@ bench_wide_mlp() {
   if [ "$5" = adam ]; then echo 'optimizer_type = "adam"'; else echo 'momentum = 0.9'; fi
 }
 
+# bench_one_wse_job NAME WAFER JOB: a local cluster in $run of one wse-node
+# of 2 threads and WAFER, JOB (a file in $work) submitted there; sets $out
+# (what appliance-submit said) and $start; exits naming NAME when the job
+# fails. Then prints the steps and each daemon's peak.
+bench_one_wse_job() {
+  "$src/deploy/local/appliance-up" --replicas 1 --threads 2 --wafer-memory "$2" --dir "$run" \
+    --build "$build" >/dev/null
+  start=$(date +%s)
+  out=$(set -a; . "$run/env"; set +a; cd "$work" && "$build/client/appliance-submit" "$3" 2>&1) ||
+    { echo "$1: the job failed: $out" >&2; exit 1; }
+  echo "$out" | grep -E "step [0-9]+/|eval at" || true
+  local f
+  for f in "$run"/pids/*.pid; do
+    echo "peak of $(basename "$f" .pid): $(awk '/^VmHWM:/ {printf "%.2f GiB\n", $2 / 2^20}' \
+      "/proc/$(cat "$f")/status")"
+  done
+}
+
 # bench_daemon_peaks RUN_DIR: "wse_node_1_peak_bytes all_daemons_peak_bytes"
 # of the local cluster in RUN_DIR (deploy/local/appliance-up), from each
 # daemon's VmHWM; read before the cluster stops.

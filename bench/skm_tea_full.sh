@@ -83,16 +83,8 @@ assert p["fits"] and p["feed_credits"] == 1, p
 print([m for m in p["modes"] if m["mode"] == p["mode"]][0]["bytes_per_replica"])')
 fi
 echo "BENCH skm_tea_full_volume_plan $("$py" -c "print('%.2f' % ($need / 2**30))") GiB_per_replica"
-"$src/deploy/local/appliance-up" --replicas 1 --threads 2 --wafer-memory "$wafer" --dir "$run" \
-  --build "$build" >/dev/null
-start=$(date +%s)
-out=$(set -a; . "$run/env"; set +a; cd "$work" && "$build/client/appliance-submit" skm.yaml 2>&1) ||
-  { echo "skm_tea_full: the job failed: $out" >&2; exit 1; }
-echo "$out" | grep -E "step [0-9]+/|eval at" || true
+bench_one_wse_job skm_tea_full "$wafer" skm.yaml
 grep -o "evaluation at step [0-9]* over .*" "$run/logs/coordinator.log" | sed 's/^/  /' || true
-for f in "$run"/pids/*.pid; do
-  echo "peak of $(basename "$f" .pid): $(awk '/^VmHWM:/ {printf "%.2f GiB\n", $2 / 2^20}' "/proc/$(cat "$f")/status")"
-done
 read -r _ all < <(bench_daemon_peaks "$run")
 read -r step _ < <(echo "$out" | "$py" "$src/bench/step_times.py" --log "$run/logs/coordinator.log")
 echo "the job took $(($(date +%s) - start)) s"

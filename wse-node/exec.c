@@ -962,6 +962,7 @@ int exec_set_spill(exec *e, int fd, char *err, size_t errlen)
         }
     e->spill = true;
     e->spill_fd = fd;
+    e->spill_file = at;
     return 0;
 }
 

@@ -94,6 +94,7 @@ typedef struct exec {
     uint16_t *spill_stage;  /* FOOTPRINT_SPILL_STAGE bytes, aligned for direct I/O */
     int spill_err;          /* the first failed read or write, or 0 */
     uint64_t spill_bytes;   /* written and read since exec_set_spill */
+    uint64_t spill_file;    /* the file's size: every copy at its offset */
     bool packing;           /* the forward pass in training: MEMPLAN_PACK rounds */
     bool *direct;           /* per layer: this operation writes its gradient whole */
     bool *blk;              /* per layer: its output and gradient in oneDNN's aBcd16b

@@ -383,14 +383,9 @@ static int wn__spill_open(wn_job *j, char *err, size_t errlen)
     j->spill_fd = fd;
     if (exec_set_spill(&j->ex, fd, err, errlen) < 0)
         return -ENOMEM;
-    footprint f;
-    if (footprint_init_micro(&f, j->m, (int)j->batch, (int)j->mb,
-                             (int)wn_of(j->n)->opt.threads) == 0) {
-        log_info("job %s: the bfloat16 copies of the kept outputs spill to a file in %.160s (%llu "
-                 "bytes, written and read back each step)", j->id, dir,
-                 (unsigned long long)f.spilled);
-        footprint_free(&f);
-    }
+    log_info("job %s: the bfloat16 copies of the kept outputs spill to a file in %.160s (%llu "
+             "bytes, written and read back each step)", j->id, dir,
+             (unsigned long long)j->ex.spill_file);
     return 0;
 }
 

@@ -304,16 +304,14 @@ void fit_spill(const jobspec *spec, uint64_t share, unsigned threads, uint64_t w
     sm.spill_packed = true;
     unsigned states = footprint_optimizer_states(spec->optimizer_type, spec->momentum);
     int sh = (int)share, mb = c->mode == pipe && c->micro ? (int)c->micro : sh;
-    footprint f;
-    if (footprint_init_micro(&f, &sm, sh, mb, (int)(threads ? threads : 1)) < 0)
-        return;
-    uint64_t spilled = f.spilled;
-    footprint_free(&f);
     for (int one = 0; one <= 1; one++) { /* two batches in flight where they fit */
         sm.feed_one = one;
-        uint64_t n = fit_replica_bytes_micro(&sm, sh, mb, (int)(threads ? threads : 1), c->mode,
-                                             states);
-        if (n == UINT64_MAX || n + extra > wafer || spilled == 0 || spilled > disk)
+        footprint f;
+        if (footprint_init_micro(&f, &sm, sh, mb, (int)(threads ? threads : 1)) < 0)
+            return;
+        uint64_t spilled = f.spilled, n = footprint_replica_bytes(&f, &sm, c->mode, states);
+        footprint_free(&f);
+        if (n + extra > wafer || spilled == 0 || spilled > disk)
             continue;
         c->spill = true;
         c->spilled = spilled;

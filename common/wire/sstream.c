@@ -511,3 +511,100 @@ const char *sstream_name(uint32_t pk)
         return "unknown";
     }
 }
+
+/* Runs BODY for each element i < COUNT that bits AT..AT+COUNT-1 keep, with
+ * k counting them from 0. */
+#define SSTREAM__EACH_BIT(BITS, AT, COUNT, BODY)                                               \
+    {                                                                                          \
+        uint64_t k_ = 0;                                                                       \
+        for (uint64_t i0_ = 0; i0_ < (COUNT); i0_ += 8) {                                      \
+            unsigned b_ = sstream__bitrange((BITS), (AT) + i0_,                                \
+                                            (COUNT) - i0_ < 8 ? (unsigned)((COUNT) - i0_) : 8); \
+            while (b_) {                                                                       \
+                uint64_t i = i0_ + (unsigned)__builtin_ctz(b_), k = k_++;                     \
+                b_ &= b_ - 1;                                                                  \
+                (void)i;                                                                       \
+                (void)k;                                                                       \
+                BODY                                                                           \
+            }                                                                                  \
+        }                                                                                      \
+    }
+
+void sstream_pack_kept(uint32_t pk, const uint8_t *bits, uint64_t at, const void *vals,
+                       uint64_t count, uint64_t kept, uint32_t elem, void *out)
+{
+    uint8_t *o = out;
+    const uint8_t *v = vals;
+    if (pk == SSTREAM_DENSE) {
+        memset(o, 0, count * elem);
+        SSTREAM__EACH_BIT(bits, at, count, { memcpy(o + i * elem, v + k * elem, elem); })
+        return;
+    }
+    uint64_t index = sstream_index_bytes(pk, count, kept);
+    memset(o, 0, index);
+    if (pk == SSTREAM_BITMASK) {
+        uint64_t bytes = (count + 7) / 8;
+        if (at % 8 == 0) {
+            memcpy(o, bits + at / 8, bytes);
+            if (count % 8)
+                o[bytes - 1] &= (uint8_t)((1u << (count % 8)) - 1);
+        } else {
+            for (uint64_t b = 0; b < bytes; b++)
+                o[b] = (uint8_t)sstream__bitrange(bits, at + 8 * b,
+                                                  count - 8 * b < 8 ? (unsigned)(count - 8 * b) : 8);
+        }
+    } else if (pk == SSTREAM_POS16) {
+        SSTREAM__EACH_BIT(bits, at, count, {
+            uint16_t p16 = (uint16_t)i;
+            memcpy(o + 2 * k, &p16, 2);
+        })
+    } else {
+        SSTREAM__EACH_BIT(bits, at, count, {
+            uint32_t p32 = (uint32_t)i;
+            memcpy(o + 4 * k, &p32, 4);
+        })
+    }
+    memcpy(o + index, v, kept * elem);
+}
+
+int64_t sstream_take_kept(uint32_t pk, uint64_t count, uint64_t kept, uint32_t elem,
+                          const void *payload, const uint8_t *bits, uint64_t at, void *vals,
+                          char *err, size_t errlen)
+{
+    const uint8_t *p = payload;
+    uint8_t *v = vals;
+    if (pk == SSTREAM_DENSE) {
+        uint64_t n = 0;
+        SSTREAM__EACH_BIT(bits, at, count, {
+            memcpy(v + k * elem, p + i * elem, elem);
+            n = k + 1;
+        })
+        return (int64_t)n;
+    }
+    uint64_t bad = UINT64_MAX, n = 0;
+    if (pk == SSTREAM_BITMASK) {
+        uint64_t bytes = (count + 7) / 8;
+        for (uint64_t b = 0; b < bytes && bad == UINT64_MAX; b++) {
+            unsigned want = sstream__bitrange(bits, at + 8 * b,
+                                              count - 8 * b < 8 ? (unsigned)(count - 8 * b) : 8);
+            if (want != p[b])
+                bad = 8 * b + (unsigned)__builtin_ctz(want ^ p[b]);
+        }
+        n = kept;
+    } else {
+        SSTREAM__EACH_BIT(bits, at, count, {
+            if (k >= kept || sstream__pos(pk, p, k) != i) {
+                if (bad == UINT64_MAX)
+                    bad = k < kept && sstream__pos(pk, p, k) < i ? sstream__pos(pk, p, k) : i;
+            }
+            n = k + 1;
+        })
+        if (bad == UINT64_MAX && n != kept)
+            bad = sstream__pos(pk, p, n);
+    }
+    if (bad != UINT64_MAX)
+        return errmsg(-EINVAL, err, errlen, "its %s index and the mask differ at element %llu "
+                      "of the chunk", sstream_name(pk), (unsigned long long)bad);
+    memcpy(v, p + sstream_index_bytes(pk, count, kept), kept * elem);
+    return (int64_t)kept;
+}

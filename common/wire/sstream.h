@@ -55,6 +55,22 @@ uint32_t sstream_choose_bits(const uint8_t *bits, uint64_t at, uint64_t count, u
 void sstream_pack_bits(uint32_t pk, const uint8_t *bits, uint64_t at, const void *src,
                        uint64_t count, uint64_t kept, uint32_t elem, void *out);
 
+/* sstream_pack_bits from the kept elements alone: vals holds the kept
+ * ones of bits at..at+count-1 in order (what a sender that stores them
+ * compacted has), elem bytes each; a dense packing (pk 0) expands them
+ * with zeros. The same bytes as sstream_pack_bits of their dense form. */
+void sstream_pack_kept(uint32_t pk, const uint8_t *bits, uint64_t at, const void *vals,
+                       uint64_t count, uint64_t kept, uint32_t elem, void *out);
+
+/* The values of a payload that passed sstream_check, gathered into vals in
+ * order, where they must be exactly the elements that bits at..at+count-1
+ * keep (of a dense payload: its elements there). Returns the number of
+ * values, or -EINVAL with the first element where the index and the bits
+ * differ in err. */
+int64_t sstream_take_kept(uint32_t pk, uint64_t count, uint64_t kept, uint32_t elem,
+                          const void *payload, const uint8_t *bits, uint64_t at, void *vals,
+                          char *err, size_t errlen);
+
 /* A payload of len bytes as a chunk of count elements, kept of them,
  * packed as pk: the length its packing gives; a bitmask that sets kept
  * bits and none past count; positions below count, strictly rising; the

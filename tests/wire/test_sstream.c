@@ -4,6 +4,7 @@
  * chosen is the smallest, and never larger than dense. */
 #include <check.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -300,6 +301,87 @@ START_TEST(bits_same_as_bytes)
 }
 END_TEST
 
+/* A sender that stores only the kept elements (memoryx's compact
+ * tensors) packs the same bytes from them as from their dense form, for
+ * every packing and dense; a receiver that stores them so takes back the
+ * same values, and refuses a payload whose index keeps other elements
+ * than its bits, naming the first. */
+START_TEST(kept_alone_same_as_dense)
+{
+    static const uint64_t counts[] = {1, 7, 8, 9, 17, 64, 65, 1000, 70000};
+    static const uint64_t ats[] = {0, 3, 8, 13};
+    static const double levels[] = {0.0, 0.01, 0.1, 0.5, 1.0};
+    for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++)
+        for (size_t o = 0; o < sizeof(ats) / sizeof(ats[0]); o++)
+            for (size_t d = 0; d < sizeof(levels) / sizeof(levels[0]); d++) {
+                uint64_t count = counts[c], at = ats[o];
+                uint8_t *mask = malloc(count);
+                make_mask(mask, count, levels[d], 29 + c + o);
+                size_t nbits = (size_t)((at + count + 7) / 8);
+                uint8_t *bits = malloc(nbits);
+                memset(bits, 0xff, nbits);
+                uint64_t kept = 0;
+                for (uint64_t i = 0; i < count; i++) {
+                    kept += mask[i];
+                    if (!mask[i])
+                        bits[(at + i) / 8] &= (uint8_t)~(1u << ((at + i) % 8));
+                }
+                for (uint32_t elem = 2; elem <= 4; elem += 2) {
+                    uint8_t *dense = malloc(count * elem), *vals = malloc(count * elem + 1);
+                    uint8_t *back = malloc(count * elem + 1);
+                    uint64_t k = 0;
+                    for (uint64_t i = 0; i < count; i++) {
+                        for (uint32_t e = 0; e < elem; e++) {
+                            dense[i * elem + e] = mask[i] ? (uint8_t)(i * 5 + e + 1) | 1 : 0;
+                            if (mask[i])
+                                vals[k * elem + e] = dense[i * elem + e];
+                        }
+                        k += mask[i];
+                    }
+                    ck_assert_uint_eq(k, kept);
+                    for (uint32_t pk = SSTREAM_DENSE; pk <= SSTREAM_POS32; pk++) {
+                        uint64_t kk = pk == SSTREAM_DENSE ? 0 : kept;
+                        uint64_t bytes = sstream_bytes(pk, count, kk, elem);
+                        if (bytes == UINT64_MAX || bytes == 0)
+                            continue;
+                        uint8_t *a = malloc(bytes), *b = malloc(bytes);
+                        sstream_pack_bits(pk, bits, at, dense, count, kk, elem, a);
+                        sstream_pack_kept(pk, bits, at, vals, count, kk, elem, b);
+                        ck_assert_msg(memcmp(a, b, bytes) == 0, "%s, %llu elements of %u bytes at "
+                                      "bit %llu: the payloads differ", sstream_name(pk),
+                                      (unsigned long long)count, elem, (unsigned long long)at);
+                        memset(back, 0xA5, count * elem + 1);
+                        int64_t got = sstream_take_kept(pk, count, kk, elem, b, bits, at, back, err,
+                                                        sizeof(err));
+                        ck_assert_msg(got == (int64_t)kept, "%s: took %lld of %llu: %s",
+                                      sstream_name(pk), (long long)got, (unsigned long long)kept,
+                                      err);
+                        ck_assert_int_eq(memcmp(back, vals, kept * elem), 0);
+                        /* the receiver's bits keep one more, or one fewer */
+                        if (pk != SSTREAM_DENSE && count > 1) {
+                            uint64_t flip = count / 2;
+                            bits[(at + flip) / 8] ^= (uint8_t)(1u << ((at + flip) % 8));
+                            ck_assert_int_eq(sstream_take_kept(pk, count, kk, elem, b, bits, at,
+                                                               back, err, sizeof(err)), -EINVAL);
+                            char want[64];
+                            snprintf(want, sizeof(want), "differ at element %llu",
+                                     (unsigned long long)flip);
+                            ck_assert_msg(strstr(err, want), "%s: %s", sstream_name(pk), err);
+                            bits[(at + flip) / 8] ^= (uint8_t)(1u << ((at + flip) % 8));
+                        }
+                        free(a);
+                        free(b);
+                    }
+                    free(dense);
+                    free(vals);
+                    free(back);
+                }
+                free(bits);
+                free(mask);
+            }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("sstream");
@@ -310,6 +392,7 @@ int main(void)
     tcase_add_test(t, refusals);
     tcase_add_test(t, vector_path_same_bytes);
     tcase_add_test(t, bits_same_as_bytes);
+    tcase_add_test(t, kept_alone_same_as_dense);
     suite_add_tcase(s, t);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

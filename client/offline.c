@@ -162,7 +162,8 @@ int offline_plan(const char *file, const char *text, jobspec_format format, uint
     uint32_t *owner = calloc((size_t)m->ntensors + 1, sizeof(uint32_t));
     /* a Pipelined job's gradients never reach memoryx */
     bool grads = pick->mode != APPLIANCE__EXEC_MODE__MODE_PIPELINED;
-    const float *lv = full->sparsity.present ? full->sparsity.tensor_level : NULL; /* masks */
+    footprint_sparse fsp = {full->sparsity.tensor_level, jobspec_sparsity_compact(&full->sparsity)};
+    const footprint_sparse *lv = full->sparsity.present ? &fsp : NULL;
     uint64_t shard_most = owner ? footprint_shards(m, states, grads, lv, nshards, owner, NULL)
                                 : UINT64_MAX;
     free(owner);

@@ -122,11 +122,15 @@ void jobctl_handle_submit(node *n, conn *c, Appliance__Envelope *env, uint8_t *p
         unsigned states = footprint_optimizer_states(spec->optimizer_type, spec->momentum);
         /* a gradient each unless the job asks for Pipelined (mode = "auto"
          * may pick Weight Streaming) */
-        uint64_t need = footprint_shard_tensor_bytes(spec->model->total_params, true, states,
-                                                     strcmp(spec->mode, "pipelined") != 0);
-        for (int i = 0; spec->sparsity.present && i < spec->model->ntensors; i++)
-            if (spec->sparsity.tensor_level[i] > 0) /* memoryx's masks: a byte an element */
-                need += spec->model->tensors[i].elems;
+        bool grads = strcmp(spec->mode, "pipelined") != 0;
+        uint64_t need = 0;
+        footprint_sparse sp = {spec->sparsity.tensor_level, jobspec_sparsity_compact(&spec->sparsity)};
+        for (int i = 0; i < spec->model->ntensors; i++)
+            if (spec->model->tensors[i].trainable) /* (the parameters alone) */
+                need += footprint_shard_sparse_bytes(
+                    spec->model->tensors[i].elems,
+                    spec->sparsity.present ? (double)sp.level[i] : 0.0, sp.compact, true, states,
+                    grads);
         char s1[32], s2[32];
         if (mem && need > mem)
             snprintf(err, sizeof(err), "%s: the model has %llu trainable parameters (%s of float32 "

@@ -733,7 +733,8 @@ static int planner__build(const jobspec *spec, const char *job_id, const planner
      * disk tier. */
     size_t nt = (size_t)m->ntensors;
     size_t ns = pm->nshards;
-    const float *masks = spec->sparsity.present ? spec->sparsity.tensor_level : NULL; /* masks */
+    footprint_sparse sp = {spec->sparsity.tensor_level, jobspec_sparsity_compact(&spec->sparsity)};
+    const footprint_sparse *masks = spec->sparsity.present ? &sp : NULL;
     uint32_t *owner = arena_alloc(&a, (nt ? nt : 1) * sizeof(uint32_t));
     uint64_t *need = arena_alloc(&a, (ns ? ns : 1) * sizeof(uint64_t));
     if (!owner || !need || footprint_shards(m, states, !pipelined, masks, ns, owner, need) == UINT64_MAX)

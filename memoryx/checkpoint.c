@@ -2,6 +2,8 @@
  * running job's, in the thread pool. */
 #include "checkpoint.h"
 
+#include "sstream.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -18,6 +20,7 @@
 #include "mxsparse.h"
 #include "safetensors.h"
 #include "shardfile.h"
+#include "sstream.h"
 #include "tier.h"
 
 int ckpt_write(const mx_job *j, uint64_t step, char *path, size_t pathlen, char *err, size_t errlen)
@@ -146,18 +149,39 @@ int ckpt_load(mx_job *j, char *err, size_t errlen)
     }
     for (size_t i = 0; i < j->nt && rc == 0; i++) {
         mx_tensor *t = &j->t[i];
+        if (t->compact && !t->w && !(t->w = malloc((t->n ? t->n : 1) * sizeof(float)))) {
+            snprintf(err, errlen, "out of memory for tensor %s (%llu elements)", t->name,
+                     (unsigned long long)t->n);
+            rc = -ENOMEM;
+            break;
+        }
         rc = ckpt__find(j, files, nw, t->name, t->w, TIER_WEIGHTS, t->w_at, t->n, err, errlen);
+        if (rc == 0 && t->compact && !(t->mask = calloc(t->n ? t->n : 1, 1))) {
+            snprintf(err, errlen, "out of memory for the mask of %s", t->name);
+            rc = -ENOMEM;
+        }
         if (rc == 0 && t->mask)
             rc = ckpt__mask(j, t, files, p->resume_weights, nw, err, errlen);
+        /* a compact tensor: its kept weights, then its state read dense and cut to them */
+        float *dense = NULL;
+        if (rc == 0 && t->compact && (rc = mxsparse_compact(j, t, err, errlen)) == 0 &&
+            !(dense = malloc((t->n ? t->n : 1) * sizeof(float)))) {
+            snprintf(err, errlen, "out of memory reading the state of %s", t->name);
+            rc = -ENOMEM;
+        }
         for (size_t s = 0; rc == 0 && t->trainable && s < optim_state_count(&t->st); s++) {
             const char *sname;
             size_t count;
             float *data = optim_state_tensor(&t->st, s, &sname, &count);
             char name[160];
             snprintf(name, sizeof(name), "%s.%s", t->name, sname);
-            rc = ckpt__find(j, files + nw, no, name, data, TIER_OPTIMIZER, t->s_at[s], count, err,
-                            errlen);
+            rc = ckpt__find(j, files + nw, no, name, dense ? dense : data, TIER_OPTIMIZER,
+                            t->s_at[s], dense ? t->n : count, err, errlen);
+            if (rc == 0 && dense)
+                sstream_take_kept(SSTREAM_DENSE, t->n, 0, sizeof(float), dense, t->bits, 0, data,
+                                  NULL, 0);
         }
+        free(dense);
         if (rc == 0 && t->trainable && updates >= 0)
             optim_state_set_step(&t->st, updates);
     }

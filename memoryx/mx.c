@@ -123,7 +123,15 @@ static void mx__start_step(node *n, mx_job *j)
             tierio_grad_wire(j, h->tensor, h->offset, h->count, h->data, h);
             continue;
         }
-        update_grad_land(j, h->tensor, h->offset, h->count, h->data, h->packing, h->kept);
+        char why[256];
+        if (update_grad_land(j, h->tensor, h->offset, h->count, h->data, h->packing, h->kept, why,
+                             sizeof(why)) < 0) {
+            mxjob_abort(j, "bad gradient chunk of %s [%llu, +%llu) from %s: %s", h->tensor->name,
+                        (unsigned long long)h->offset, (unsigned long long)h->count,
+                        mxjob_down_name(j), why);
+            free(h);
+            return;
+        }
         mx__grad_in(n, j, h->tensor, h->offset, h->count);
         free(h);
     }
@@ -266,7 +274,20 @@ static void mx__load_work(uv_work_t *req)
     }
     for (size_t i = 0; i < j->nt; i++) {
         mx_tensor *t = &j->t[i];
-        if (!tier_files(j)) {
+        if (!tier_files(j) && t->compact) {
+            /* dense until its mask is chosen (mxsparse_compact), a tensor at a
+             * time (resumed: as the checkpoint is read, ckpt_load) */
+            if (resume)
+                continue;
+            t->w = malloc(t->n * sizeof(float));
+            if (!t->w) {
+                snprintf(j->load_err, sizeof(j->load_err),
+                         "out of memory for tensor %s (%llu elements)", t->name,
+                         (unsigned long long)t->n);
+                j->load_rc = -ENOMEM;
+                return;
+            }
+        } else if (!tier_files(j)) {
             t->w = malloc(t->n * sizeof(float));
             /* Pipelined: no gradient comes to memoryx */
             if (j->grad16 && t->trainable)
@@ -291,6 +312,9 @@ static void mx__load_work(uv_work_t *req)
         }
         if (!resume) /* a resumed job's tensors all come from the checkpoint */
             mx__init_tensor(j, t, p->tensors[t->id], p->seed);
+        if (!resume && t->compact &&
+            (j->load_rc = mxsparse_compact(j, t, j->load_err, sizeof(j->load_err))) < 0)
+            return;
     }
     if (!j->tier && !j->twins && p->wire_bf16 && tier_ahead(j, 32u << 20) < 0) {
         snprintf(j->load_err, sizeof(j->load_err), "out of memory");
@@ -312,7 +336,7 @@ static void mx__load_work(uv_work_t *req)
         return;
     for (size_t i = 0; j->twins && i < j->nt; i++) {
         mx_tensor *t = &j->t[i];
-        t->w16 = malloc(t->n * sizeof(uint16_t));
+        t->w16 = malloc(mx_len(t) * sizeof(uint16_t));
         if (!t->w16) {
             snprintf(j->load_err, sizeof(j->load_err),
                      "out of memory for the bfloat16 weights of %s (%llu elements)", t->name,
@@ -320,7 +344,7 @@ static void mx__load_work(uv_work_t *req)
             j->load_rc = -ENOMEM;
             return;
         }
-        bf16_pack(t->w16, t->w, t->n);
+        bf16_pack(t->w16, t->w, mx_len(t));
     }
 }
 
@@ -338,6 +362,18 @@ static void mx__load_done(uv_work_t *req, int status)
     }
     if (j->plan->n_resume_weights > 0)
         log_info("job %s: resumed from the checkpoint of step %llu", j->id, (unsigned long long)j->step);
+    uint64_t kept = 0, all = 0;
+    size_t compact = 0;
+    for (size_t i = 0; i < j->nt; i++)
+        if (j->t[i].compact) {
+            compact++;
+            kept += j->t[i].nk;
+            all += j->t[i].n;
+        }
+    if (compact)
+        log_info("job %s: %zu sparse tensor(s) held compact: their %llu kept elements of %llu "
+                 "(%.3f), with a bit an element of mask", j->id, compact, (unsigned long long)kept,
+                 (unsigned long long)all, (double)kept / (double)(all ? all : 1));
     if (tier_files(j)) {
         char b1[32], b2[32];
         log_info("job %s: shard %u is in the disk tier: %s in %s, through a window of %s of RAM",
@@ -418,6 +454,9 @@ static void *mx__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
         if (j->pipelined) /* no gradient comes; the upload brings weights and state */
             j->up_need += t->n * (1 + (t->trainable ? j->states : 0));
     }
+    char sp_why[256];
+    if (mxsparse_setup(j, &bytes, sp_why, sizeof(sp_why)) < 0)
+        return mx__start_failed(j, why, whylen, "%s", sp_why);
     /* bfloat16 on the wire in Weight Streaming: a trainable tensor's
      * gradient stays in bfloat16 as it comes (g16), widened a block at a
      * time by its update: half the memory of a float32 one and no pass
@@ -427,7 +466,7 @@ static void *mx__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
     uint64_t g_saved = 0;
     for (size_t i = 0; g16 && i < j->nt; i++)
         if (j->t[i].trainable)
-            g_saved += j->t[i].n * (sizeof(float) - sizeof(uint16_t));
+            g_saved += mx_len(&j->t[i]) * (sizeof(float) - sizeof(uint16_t));
     uint64_t have = mx__memory(n);
     if (bytes - g_saved > have) {
         /* more than memory holds: the disk tier, through a window of it */
@@ -464,13 +503,12 @@ static void *mx__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen)
      * them again for every step's stream), where memory has room for them */
     uint64_t twin_bytes = 0;
     for (size_t i = 0; i < j->nt; i++)
-        twin_bytes += j->t[i].n * sizeof(uint16_t);
+        twin_bytes += mx_len(&j->t[i]) * sizeof(uint16_t);
     if (p->wire_bf16 && !j->tier_window && bytes + twin_bytes <= have) {
         j->twins = true;
         bytes += twin_bytes;
     }
-    char sp_why[256];
-    if (mxsparse_setup(j, &bytes, sp_why, sizeof(sp_why)) < 0)
+    if (mxsparse_mode_check(j, sp_why, sizeof(sp_why)) < 0)
         return mx__start_failed(j, why, whylen, "%s", sp_why);
     if (update_parts(j) < 0)
         return mx__start_failed(j, why, whylen, "out of memory");
@@ -652,7 +690,7 @@ static void *mx__payload_dest(node *n, conn *c, const Appliance__Envelope *env, 
             *err = -ENOMEM;
         return j->tier->gbuf;
     }
-    if ((uint32_t)g->packing != SSTREAM_DENSE) { /* in a buffer, expanded once in */
+    if ((uint32_t)g->packing != SSTREAM_DENSE || t->compact) { /* in a buffer, expanded once in */
         if (!j->gpack && !(j->gpack = malloc(j->plan->chunk_elems * sizeof(float))))
             *err = -ENOMEM;
         return j->gpack; /* (msgcheck: under count elements' bytes, a chunk's at most) */
@@ -817,8 +855,15 @@ static void mx__grad_chunk(node *n, conn *c, Appliance__Envelope *env, uint8_t *
     }
     /* in place; or a chunk that was to be held, but whose step started
      * while its payload still arrived: in the reader's buffer */
-    update_grad_land(j, t, g->offset, g->count, pl, (uint32_t)g->packing, g->kept);
-    if ((uint32_t)g->packing != SSTREAM_DENSE) /* expanded here: the loop's work */
+    if (update_grad_land(j, t, g->offset, g->count, pl, (uint32_t)g->packing, g->kept, why,
+                         sizeof(why)) < 0) {
+        mxjob_abort(j, "bad gradient chunk of %s [%llu, +%llu) from %s: %s", t->name,
+                    (unsigned long long)g->offset, (unsigned long long)g->count, c->peer_addr, why);
+        return;
+    }
+    if (t->compact) /* taken here: a copy of the payload (dense: a gather) */
+        conn_charge_read(c, len);
+    else if ((uint32_t)g->packing != SSTREAM_DENSE) /* expanded here: the loop's work */
         conn_charge_read(c, g->count * msgcheck_wire_elem(j->plan));
     mx__grad_in(n, j, t, g->offset, g->count);
 }

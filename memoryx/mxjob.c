@@ -17,7 +17,11 @@ static void mxjob__free_tensors(mx_job *j)
             pages_free(j->t[i].g);
         }
         free(j->t[i].mask);
+        free(j->t[i].bits);
+        free(j->t[i].rank);
         j->t[i].mask = NULL;
+        j->t[i].bits = NULL;
+        j->t[i].rank = NULL;
         j->t[i].w = j->t[i].g = NULL;
         j->t[i].w16 = j->t[i].g16 = NULL;
         optim_state_deinit(&j->t[i].st);

@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "bf16.h"
+#include "footprint.h"
+#include "sstream.h"
 #include "optim_plan.h"
 
 bool mxsparse_dynamic(const mx_job *j)
@@ -23,7 +25,8 @@ int mxsparse_setup(mx_job *j, uint64_t *bytes, char *why, size_t whylen)
                  "(type \"%s\")", p->sparsity ? p->sparsity->type : "");
         return -EINVAL;
     }
-    size_t sparse = 0;
+    bool compact = j->sparse.type == SPARSE_STATIC && p->sparsity && !p->sparsity->dense_streams &&
+                   !j->pipelined;
     for (size_t i = 0; i < j->nt; i++) {
         mx_tensor *t = &j->t[i];
         const Appliance__PlanTensor *pt = p->tensors[t->id];
@@ -35,11 +38,24 @@ int mxsparse_setup(mx_job *j, uint64_t *bytes, char *why, size_t whylen)
                      "(kind \"%s\")", t->name, pt->sparsity_level->kind);
             return -EINVAL;
         }
-        if (t->level > 0) {
-            sparse++;
-            *bytes += t->n;
-        }
+        if (!(t->level > 0))
+            continue;
+        t->compact = compact && t->trainable;
+        if (t->compact)
+            t->nk = sparse_keep_count(t->n, t->level);
+        unsigned states = t->trainable ? (unsigned)j->states : 0;
+        *bytes += footprint_shard_sparse_bytes(t->n, t->level, t->compact, t->trainable, states,
+                                               !j->pipelined) -
+                  footprint_shard_tensor_bytes(t->n, t->trainable, states, !j->pipelined);
     }
+    return 0;
+}
+
+int mxsparse_mode_check(const mx_job *j, char *why, size_t whylen)
+{
+    bool sparse = false;
+    for (size_t i = 0; i < j->nt; i++)
+        sparse |= j->t[i].level > 0;
     if (sparse && (j->pipelined || j->tier_window)) {
         snprintf(why, whylen, "shard %u: a sparse model trains in Weight Streaming with its "
                  "shard in memory (%s)", j->shard,
@@ -53,7 +69,7 @@ int mxsparse_alloc(mx_job *j, char *err, size_t errlen)
 {
     for (size_t i = 0; i < j->nt; i++) {
         mx_tensor *t = &j->t[i];
-        if (!(t->level > 0))
+        if (!(t->level > 0) || t->compact) /* (a compact tensor's comes with its weights) */
             continue;
         if (!(t->mask = calloc(t->n ? t->n : 1, 1))) {
             snprintf(err, errlen, "out of memory for the mask of %s", t->name);
@@ -92,31 +108,114 @@ static double mxsparse__gmp_level(const mx_tensor *t, int64_t s)
     return sparse_hp_at(&t->level_hp, s, 0.999999);
 }
 
+/* Chooses t's first mask from its weights (init_method), unless one was
+ * read from the checkpoint. */
+static int mxsparse__choose(mx_job *j, mx_tensor *t, char *err, size_t errlen)
+{
+    if (t->mask_loaded)
+        return 0;
+    double level = j->sparse.type == SPARSE_GMP
+                       ? mxsparse__gmp_level(t, (int64_t)j->plan->first_step)
+                       : (double)t->level;
+    if (sparse_mask_init(t->mask, t->w, t->n, level, j->sparse.init,
+                         sparse_key(j->sparse.seed, t->id)) < 0) {
+        snprintf(err, errlen, "out of memory choosing the mask of %s", t->name);
+        return -ENOMEM;
+    }
+    /* weights made here (not a checkpoint's): the kept ones at the
+     * dense layer's fan-in variance, when asked */
+    const Appliance__PlanTensor *pt = j->plan->tensors[t->id];
+    if (j->sparse.init_scale_fan_in && j->plan->n_resume_weights == 0)
+        sparse_mask_scale_fan_in(t->w, t->mask, t->n, pt->n_dims > 0 ? pt->dims[0] : 1);
+    return 0;
+}
+
 int mxsparse_init(mx_job *j, char *err, size_t errlen)
 {
     for (size_t i = 0; i < j->nt; i++) {
         mx_tensor *t = &j->t[i];
-        if (!t->mask || t->mask_loaded) {
-            if (t->mask)
-                mxsparse__settle(t, 0, t->n);
+        if (!t->mask || t->compact)
             continue;
-        }
-        double level = j->sparse.type == SPARSE_GMP
-                           ? mxsparse__gmp_level(t, (int64_t)j->plan->first_step)
-                           : (double)t->level;
-        if (sparse_mask_init(t->mask, t->w, t->n, level, j->sparse.init,
-                             sparse_key(j->sparse.seed, t->id)) < 0) {
-            snprintf(err, errlen, "out of memory choosing the mask of %s", t->name);
-            return -ENOMEM;
-        }
-        /* weights made here (not a checkpoint's): the kept ones at the
-         * dense layer's fan-in variance, when asked */
-        const Appliance__PlanTensor *pt = j->plan->tensors[t->id];
-        if (j->sparse.init_scale_fan_in && j->plan->n_resume_weights == 0)
-            sparse_mask_scale_fan_in(t->w, t->mask, t->n, pt->n_dims > 0 ? pt->dims[0] : 1);
+        int rc = mxsparse__choose(j, t, err, errlen);
+        if (rc < 0)
+            return rc;
         mxsparse__settle(t, 0, t->n);
     }
     return 0;
+}
+
+int mxsparse_compact(mx_job *j, mx_tensor *t, char *err, size_t errlen)
+{
+    if (!t->mask && !(t->mask = calloc(t->n ? t->n : 1, 1))) {
+        snprintf(err, errlen, "out of memory for the mask of %s", t->name);
+        return -ENOMEM;
+    }
+    int rc = mxsparse__choose(j, t, err, errlen);
+    if (rc < 0)
+        return rc;
+    uint64_t nblocks = (t->n + FOOTPRINT_RANK_BLOCK - 1) / FOOTPRINT_RANK_BLOCK + 1;
+    t->bits = calloc((t->n + 7) / 8 + 1, 1);
+    t->rank = malloc(nblocks * sizeof(uint64_t));
+    if (!t->bits || !t->rank) {
+        snprintf(err, errlen, "out of memory for the mask bits of %s", t->name);
+        return -ENOMEM;
+    }
+    /* the kept weights to the front, in order (k <= i: in place) */
+    uint64_t k = 0;
+    for (uint64_t i = 0; i < t->n; i++) {
+        if (i % FOOTPRINT_RANK_BLOCK == 0)
+            t->rank[i / FOOTPRINT_RANK_BLOCK] = k;
+        if (t->mask[i]) {
+            t->bits[i / 8] |= (uint8_t)(1u << (i % 8));
+            t->w[k++] = t->w[i];
+        }
+    }
+    t->rank[nblocks - 1] = k;
+    if (k != t->nk) { /* (static: mxsparse_check held a loaded mask to the level) */
+        snprintf(err, errlen, "the mask of %s keeps %llu elements, its level %llu", t->name,
+                 (unsigned long long)k, (unsigned long long)t->nk);
+        return -EINVAL;
+    }
+    free(t->mask);
+    t->mask = NULL;
+    float *w = realloc(t->w, (k ? k : 1) * sizeof(float));
+    if (w)
+        t->w = w;
+    bool st_ok = !t->trainable || optim_state_init(&t->st, &j->cfg, k) == 0;
+    if (j->grad16 && t->trainable)
+        t->g16 = calloc(k ? k : 1, sizeof(uint16_t));
+    else if (!j->pipelined)
+        t->g = calloc(k ? k : 1, sizeof(float));
+    if (!st_ok || (!t->g && !t->g16)) {
+        snprintf(err, errlen, "out of memory for tensor %s (%llu kept elements)", t->name,
+                 (unsigned long long)k);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+uint64_t mxsparse_rank(const mx_tensor *t, uint64_t i)
+{
+    uint64_t b = i / FOOTPRINT_RANK_BLOCK, r = t->rank[b];
+    for (uint64_t at = b * FOOTPRINT_RANK_BLOCK; at < i;) {
+        if (at % 64 == 0 && at + 64 <= i) {
+            uint64_t v;
+            memcpy(&v, t->bits + at / 8, 8);
+            r += (uint64_t)__builtin_popcountll(v);
+            at += 64;
+        } else {
+            r += t->bits[at / 8] >> (at % 8) & 1;
+            at++;
+        }
+    }
+    return r;
+}
+
+void mxsparse_expand(const mx_tensor *t, const void *vals, uint32_t elem, uint64_t a,
+                     uint64_t count, void *out)
+{
+    sstream_pack_kept(SSTREAM_DENSE, t->bits, a, (const uint8_t *)vals + mxsparse_rank(t, a) * elem,
+                      count, 0, elem, out);
 }
 
 int mxsparse_check(const mx_job *j, const mx_tensor *t, const char *file, char *err,

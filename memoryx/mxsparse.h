@@ -12,10 +12,34 @@
 
 #include "store.h"
 
-/* Reads the plan's sparsity into j->sparse and each tensor's level; adds
- * the masks' bytes to *bytes. Returns 0, or -EINVAL with the reason in why
- * (a bad section, or a sparse job in the disk tier or Pipelined). */
+/* Reads the plan's sparsity into j->sparse and each tensor's level, and
+ * which tensors are held compact (a static mask streamed packed: their
+ * kept elements alone); turns *bytes, the shard's dense footprint, into
+ * what it holds so (footprint_shard_sparse_bytes: the compact tensors'
+ * kept elements and bits, the others' masks). Returns 0, or -EINVAL with
+ * the reason in why (a section memoryx cannot follow). */
 int mxsparse_setup(mx_job *j, uint64_t *bytes, char *why, size_t whylen);
+
+/* Once the shard's place is known: -EINVAL with the reason in why where
+ * a sparse shard would be Pipelined or in the disk tier. */
+int mxsparse_mode_check(const mx_job *j, char *why, size_t whylen);
+
+/* Makes compact tensor t from its dense weights in t->w (made from the
+ * seed, or read with t->mask from a checkpoint, mask_loaded): the mask
+ * chosen where none was read, then w cut to the kept elements (realloc'd),
+ * bits and ranks made, the mask freed, and the gradient and optimizer
+ * state allocated for the kept elements (zeros). Returns 0 or -ENOMEM
+ * (err says which tensor). */
+int mxsparse_compact(mx_job *j, mx_tensor *t, char *err, size_t errlen);
+
+/* The kept elements of compact tensor t before element i (i <= t->n). */
+uint64_t mxsparse_rank(const mx_tensor *t, uint64_t i);
+
+/* Elements [a, a + count) of compact tensor t in their dense form, zeros
+ * where pruned, into out (count elements of elem bytes), from vals (t's
+ * kept elements, elem bytes each: its weights, twin or a state). */
+void mxsparse_expand(const mx_tensor *t, const void *vals, uint32_t elem, uint64_t a,
+                     uint64_t count, void *out);
 
 /* Whether the job changes its masks during training (gmp, set, rigl). */
 bool mxsparse_dynamic(const mx_job *j);

@@ -8,6 +8,7 @@
 #include "msg.h"
 #include "msgcheck.h"
 #include "mxjob.h"
+#include "mxsparse.h"
 #include "sstream.h"
 #include "tierio.h"
 #include "update.h"
@@ -85,6 +86,8 @@ static int pump__send_chunk(mx_job *j, const plan_chunk *ch, const void *data, u
  * the job asks for dense streams. */
 static bool pump__packs(const mx_job *j, const mx_tensor *t, const plan_chunk *ch)
 {
+    if (t->compact) /* (its kept elements alone: packed, or expanded to dense) */
+        return true;
     return t->mask && ch->state == 0 && j->plan->sparsity && !j->plan->sparsity->dense_streams &&
            (ch->pass == APPLIANCE__PASS__PASS_FORWARD || ch->pass == APPLIANCE__PASS__PASS_BACKWARD);
 }
@@ -96,8 +99,9 @@ static int pump__send_sparse(mx_job *j, mx_tensor *t, const plan_chunk *ch, cons
 {
     uint32_t elem = msgcheck_wire_elem(j->plan);
     uint64_t kept;
-    const uint8_t *mask = t->mask + ch->offset;
-    uint32_t packing = sstream_choose(mask, ch->count, elem, &kept);
+    const uint8_t *mask = t->compact ? NULL : t->mask + ch->offset;
+    uint32_t packing = mask ? sstream_choose(mask, ch->count, elem, &kept)
+                            : sstream_choose_bits(t->bits, ch->offset, ch->count, elem, &kept);
     uint64_t bytes = sstream_bytes(packing, ch->count, kept, elem);
     if (!conn_can_send(j->down, bytes))
         return 0;
@@ -105,8 +109,12 @@ static int pump__send_sparse(mx_job *j, mx_tensor *t, const plan_chunk *ch, cons
     if (!pk)
         return -ENOMEM;
     pk->t = t;
-    sstream_pack(packing, mask, data, ch->count, kept, elem, pk->data);
-    conn_charge_send(j->down, ch->count * elem); /* the loop's work, a turn's share at most */
+    if (mask)
+        sstream_pack(packing, mask, data, ch->count, kept, elem, pk->data);
+    else /* compact: its kept elements as they are stored */
+        sstream_pack_kept(packing, t->bits, ch->offset, data, ch->count, kept, elem, pk->data);
+    /* the loop's work, a turn's share at most (compact: a copy of what is sent) */
+    conn_charge_send(j->down, mask ? ch->count * elem : bytes);
     int rc = pump__send_packed(j, ch, pk->data, bytes, packing, kept, pump__packed_sent, pk);
     if (rc < 0) {
         free(pk);
@@ -157,7 +165,8 @@ bool pump_send(mx_job *j)
             return false;
         /* bfloat16 on the wire: from the weights' twin (only weights stream
          * in Weight Streaming), or else through the read-ahead (tier_ahead) */
-        const void *data = t->w16 ? (const void *)(t->w16 + ch.offset) : (const void *)(src + ch.offset);
+        uint64_t at = t->compact ? mxsparse_rank(t, ch.offset) : ch.offset;
+        const void *data = t->w16 ? (const void *)(t->w16 + at) : (const void *)(src + at);
         int rc;
         if (pump__packs(j, t, &ch)) {
             rc = pump__send_sparse(j, t, &ch, data);

@@ -61,6 +61,14 @@ typedef struct mx_tensor {
                                              and of each state (1..) the upload brings */
     uint8_t *mask;        /* [sparsity]: 1 kept, 0 pruned (w and its state exact zeros there),
                              owned; NULL: dense */
+    bool compact;         /* [sparsity] with a static mask streamed packed: w, w16, g, g16 and
+                             the optimizer state hold the kept elements alone, nk of them, in
+                             order, once the shard is loaded (mxsparse_compact); bits says
+                             which, mask is NULL */
+    uint64_t nk;          /* compact: the kept elements (the level's sparse_keep_count) */
+    uint8_t *bits;        /* compact: the mask, bit i%8 of byte i/8 (1 kept), owned */
+    uint64_t *rank;       /* compact: the kept elements before each FOOTPRINT_RANK_BLOCK
+                             elements, owned */
     float level;          /* the plan's level for it (PlanTensor.sparsity) */
     sparse_hp level_hp;   /* gmp: its level over steps (PlanTensor.sparsity_level, else the
                              section's PlanSparsity.level) */
@@ -68,6 +76,13 @@ typedef struct mx_tensor {
     uint64_t w_at, g_at;  /* disk tier: byte offsets of the weights and gradient in their files */
     uint64_t s_at[OPTIM_MAX_STATE]; /* and of the optimizer state */
 } mx_tensor;
+
+/* Elements of t's weights, gradient and state in memory: the kept ones of
+ * a compact tensor, else all. */
+static inline uint64_t mx_len(const mx_tensor *t)
+{
+    return t->compact ? t->nk : t->n;
+}
 
 /* A reduced gradient chunk of a later step that came while this step's
  * updates still ran, held until its step; or (Pipelined) a chunk of the

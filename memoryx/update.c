@@ -82,16 +82,33 @@ void *update_grad_dest(const mx_job *j, mx_tensor *t, uint64_t offset, uint64_t 
                               : (void *)(t->g + offset);
 }
 
-void update_grad_land(const mx_job *j, mx_tensor *t, uint64_t offset, uint64_t count,
-                      const void *payload, uint32_t packing, uint64_t kept)
+int update_grad_land(const mx_job *j, mx_tensor *t, uint64_t offset, uint64_t count,
+                     const void *payload, uint32_t packing, uint64_t kept, char *err,
+                     size_t errlen)
 {
+    uint32_t elem = msgcheck_wire_elem(j->plan);
+    if (t->compact) {
+        uint64_t at = mxsparse_rank(t, offset), nk = mxsparse_rank(t, offset + count) - at;
+        /* float32 from bfloat16: in the upper half of its place, widened there */
+        void *dest = t->g16 ? (void *)(t->g16 + at)
+                     : elem == 2 ? (void *)((uint8_t *)(t->g + at) + 2 * nk)
+                                 : (void *)(t->g + at);
+        int64_t got = sstream_take_kept(packing, count, kept, elem, payload, t->bits, offset, dest,
+                                        err, errlen);
+        if (got < 0)
+            return (int)got;
+        if (elem == 2 && !t->g16)
+            bf16_unpack(t->g + at, dest, nk);
+        return 0;
+    }
     void *dest = update_grad_dest(j, t, offset, count);
     if (packing != SSTREAM_DENSE)
-        sstream_expand(packing, count, kept, msgcheck_wire_elem(j->plan), payload, dest);
+        sstream_expand(packing, count, kept, elem, payload, dest);
     else if (payload != dest)
-        memcpy(dest, payload, count * msgcheck_wire_elem(j->plan));
+        memcpy(dest, payload, count * elem);
     if (j->plan->wire_bf16 && !t->g16)
         bf16_unpack(t->g + offset, dest, count);
+    return 0;
 }
 
 /* The tensor ctx (i unused) as the optimizer takes it. */
@@ -99,7 +116,7 @@ static void update__tensor_param(void *ctx, size_t i, optim_param *out)
 {
     mx_tensor *t = ctx;
     (void)i;
-    *out = (optim_param){t->w, t->g, t->n, t->trainable, &t->st, t->w16, t->g16};
+    *out = (optim_param){t->w, t->g, mx_len(t), t->trainable, &t->st, t->w16, t->g16};
 }
 
 static void update__param(void *ctx, size_t i, optim_param *out)
@@ -126,7 +143,10 @@ static void update__part_work(uv_work_t *req)
     float *dense;
     mxsparse_before(j, t, p->lo, p->hi, p->step, &dense);
     update__tensor_param(t, 0, &op);
-    optim_update_range(&j->cfg, &op, p->lo, p->hi, (int64_t)p->step);
+    /* (a compact tensor: its kept elements in the part) */
+    uint64_t lo = t->compact ? mxsparse_rank(t, p->lo) : p->lo;
+    uint64_t hi = t->compact ? mxsparse_rank(t, p->hi) : p->hi;
+    optim_update_range(&j->cfg, &op, lo, hi, (int64_t)p->step);
     mxsparse_after(j, t, p->lo, p->hi, p->step, dense);
 }
 

@@ -41,9 +41,13 @@ void *update_grad_dest(const mx_job *j, mx_tensor *t, uint64_t offset, uint64_t 
 /* count gradient elements as the wire carries them (payload) into t's
  * gradient at offset (nothing to copy when they landed in place); packed
  * (sstream.h, a payload apart from t's gradient, checked): expanded, zeros
- * where it keeps nothing. */
-void update_grad_land(const mx_job *j, mx_tensor *t, uint64_t offset, uint64_t count,
-                      const void *payload, uint32_t packing, uint64_t kept);
+ * where it keeps nothing. A compact tensor's (never in place) takes the
+ * kept elements alone, and its index must keep exactly those (a dense
+ * payload: its elements there). Returns 0, or -EINVAL with the reason in
+ * err (an index that differs from the mask). */
+int update_grad_land(const mx_job *j, mx_tensor *t, uint64_t offset, uint64_t count,
+                     const void *payload, uint32_t packing, uint64_t kept, char *err,
+                     size_t errlen);
 
 /* Elements [offset, offset + count) of t's reduced gradient are in its
  * buffer: the parts they complete are due, and with the last the tensor

@@ -141,6 +141,9 @@ typedef struct st_wtensor {
     int64_t dims[ST_MAX_DIMS];  /* the shape; product * dtype size == nbytes */
     const void *data;           /* borrowed until st_writer_write returns */
     size_t nbytes;              /* length of data in bytes */
+    st_fill_fn fill;            /* or made as written (st_writer_add_fill), with: */
+    void *ctx;
+    uint64_t tag;
 } st_wtensor;
 
 struct st_writer {
@@ -202,6 +205,41 @@ int st_writer_add(st_writer *w, const char *name, st_dtype dtype, const int64_t 
     t->nbytes = count * st_dtype_size(dtype);
     w->n++;
     return 0;
+}
+
+int st_writer_add_fill(st_writer *w, const char *name, st_dtype dtype, const int64_t *dims,
+                       int ndim, size_t count, st_fill_fn fill, void *ctx, uint64_t tag)
+{
+    if (!fill)
+        return -EINVAL;
+    int rc = st_writer_add(w, name, dtype, dims, ndim, NULL, count);
+    if (rc == 0) {
+        st_wtensor *t = &w->t[w->n - 1];
+        t->fill = fill;
+        t->ctx = ctx;
+        t->tag = tag;
+    }
+    return rc;
+}
+
+static int st__write_all(int fd, const void *p, size_t n);
+
+/* Writes tensor t's bytes made by its fill, a piece at a time. */
+static int st__write_fill(int fd, const st_wtensor *t)
+{
+    enum { PIECE = 1 << 20 };
+    size_t es = st_dtype_size(t->dtype), n = t->nbytes / es, per = PIECE / es;
+    uint8_t *buf = malloc(PIECE);
+    if (!buf)
+        return -ENOMEM;
+    int rc = 0;
+    for (size_t a = 0; rc == 0 && a < n; a += per) {
+        size_t c = n - a < per ? n - a : per;
+        t->fill(t->ctx, t->tag, a, c, buf);
+        rc = st__write_all(fd, buf, c * es);
+    }
+    free(buf);
+    return rc;
 }
 
 int st_writer_add_f32(st_writer *w, const char *name, const int64_t *dims, int ndim,
@@ -348,7 +386,8 @@ int st_writer_write(st_writer *w, const char *path, char *err, size_t errlen)
     if (rc == 0)
         rc = st__write_all(fd, b.p, b.len);
     for (size_t i = 0; rc == 0 && i < w->n; i++)
-        rc = w->t[i].nbytes && !w->t[i].data ? -EINVAL
+        rc = w->t[i].fill                        ? st__write_fill(fd, &w->t[i])
+             : w->t[i].nbytes && !w->t[i].data ? -EINVAL
                                               : st__write_all(fd, w->t[i].data, w->t[i].nbytes);
     if (rc == 0 && fsync(fd) < 0)
         rc = -errno;

@@ -49,6 +49,17 @@ int st_writer_add(st_writer *w, const char *name, st_dtype dtype, const int64_t 
 /* st_writer_add for float32 data. */
 int st_writer_add_f32(st_writer *w, const char *name, const int64_t *dims, int ndim,
                       const float *data, size_t count);
+/* Makes elements [first, first + count) of a tensor added with
+ * st_writer_add_fill into out (count elements of its dtype), as the file
+ * is written. */
+typedef void (*st_fill_fn)(void *ctx, uint64_t tag, size_t first, size_t count, void *out);
+
+/* st_writer_add for data made as it is written, a piece at a time, by
+ * fill(ctx, tag, ...) (ctx borrowed as data is): a tensor held in another
+ * form (memoryx's compact tensors) is written in its dense form without
+ * making it whole in memory. */
+int st_writer_add_fill(st_writer *w, const char *name, st_dtype dtype, const int64_t *dims,
+                       int ndim, size_t count, st_fill_fn fill, void *ctx, uint64_t tag);
 /* Adds a "__metadata__" entry (both strings copied). Returns 0, -EINVAL for a
  * duplicate key or -ENOMEM. */
 int st_writer_meta(st_writer *w, const char *key, const char *value);

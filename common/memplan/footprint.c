@@ -1,6 +1,8 @@
 /* Every byte a replica holds, from the model, its batch share and threads. */
 #include "footprint.h"
 
+#include "sparse.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -241,18 +243,34 @@ uint64_t footprint_shard_tensor_bytes(uint64_t elems, bool trainable, unsigned o
     return elems * sizeof(float) * (1 + gradient + (trainable ? optimizer_states : 0));
 }
 
+uint64_t footprint_compact_index_bytes(uint64_t elems)
+{
+    return (elems + 7) / 8 + ((elems + FOOTPRINT_RANK_BLOCK - 1) / FOOTPRINT_RANK_BLOCK + 1) * 8;
+}
+
+uint64_t footprint_shard_sparse_bytes(uint64_t elems, double level, bool compact, bool trainable,
+                                      unsigned optimizer_states, bool gradient)
+{
+    if (!(level > 0))
+        return footprint_shard_tensor_bytes(elems, trainable, optimizer_states, gradient);
+    if (!compact) /* memoryx's mask: a byte an element (mxsparse.c) */
+        return footprint_shard_tensor_bytes(elems, trainable, optimizer_states, gradient) + elems;
+    return footprint_shard_tensor_bytes(sparse_keep_count(elems, level), trainable,
+                                        optimizer_states, gradient) +
+           footprint_compact_index_bytes(elems);
+}
+
 uint64_t footprint_shard_bytes_of(const model *m, size_t i, unsigned optimizer_states,
-                                  bool gradient, const float *sparse_level)
+                                  bool gradient, const footprint_sparse *sp)
 {
     const model_tensor *t = &m->tensors[i];
-    uint64_t b = footprint_shard_tensor_bytes(t->elems, t->trainable, optimizer_states, gradient);
-    if (sparse_level && sparse_level[i] > 0)
-        b += t->elems; /* memoryx's mask: a byte an element (mxsparse.c) */
-    return b;
+    return footprint_shard_sparse_bytes(t->elems, sp && sp->level ? sp->level[i] : 0.0,
+                                        sp && sp->compact, t->trainable, optimizer_states,
+                                        gradient);
 }
 
 uint64_t footprint_shards(const model *m, unsigned optimizer_states, bool gradient,
-                          const float *sparse_level, size_t nshards, uint32_t *owner,
+                          const footprint_sparse *sp, size_t nshards, uint32_t *owner,
                           uint64_t *need)
 {
     size_t nt = (size_t)m->ntensors;
@@ -278,7 +296,7 @@ uint64_t footprint_shards(const model *m, unsigned optimizer_states, bool gradie
                 best = s;
         owner[order[i]] = (uint32_t)best;
         load[best] += t->elems * sizeof(float);
-        held[best] += footprint_shard_bytes_of(m, order[i], optimizer_states, gradient, sparse_level);
+        held[best] += footprint_shard_bytes_of(m, order[i], optimizer_states, gradient, sp);
     }
     most = 0;
     for (size_t s = 0; s < nshards; s++) {
@@ -295,12 +313,12 @@ out:
 }
 
 size_t footprint_shards_needed(const model *m, unsigned optimizer_states, bool gradient,
-                               const float *sparse_level, uint64_t have)
+                               const footprint_sparse *sp, uint64_t have)
 {
     uint32_t *owner = malloc(((size_t)m->ntensors ? (size_t)m->ntensors : 1) * sizeof(uint32_t));
     size_t found = 0;
     for (size_t k = 1; owner && k <= 1024 && !found; k++) {
-        uint64_t most = footprint_shards(m, optimizer_states, gradient, sparse_level, k, owner, NULL);
+        uint64_t most = footprint_shards(m, optimizer_states, gradient, sp, k, owner, NULL);
         if (most == UINT64_MAX)
             break;
         if (most <= have)

@@ -156,11 +156,30 @@ unsigned footprint_optimizer_states(const char *optimizer_type, double momentum)
 uint64_t footprint_shard_tensor_bytes(uint64_t elems, bool trainable, unsigned optimizer_states,
                                       bool gradient);
 
-/* The same for tensor i of m, with its mask (a byte an element) where
- * sparse_level (the job's [sparsity] levels, one a tensor; NULL: a dense
- * model) prunes it. */
+/* A job's [sparsity] as memoryx holds it: each tensor's level (one a
+ * tensor of the model, 0 dense), and whether the pruned tensors are held
+ * compact (a static mask streamed packed: their kept elements alone, with
+ * a bit an element of mask and a rank every FOOTPRINT_RANK_BLOCK
+ * elements; memoryx/mxsparse.c) or dense with a byte an element of mask. */
+typedef struct footprint_sparse {
+    const float *level;
+    bool compact;
+} footprint_sparse;
+
+/* Elements of a compact tensor a rank counts the kept ones before. */
+#define FOOTPRINT_RANK_BLOCK 4096u
+
+/* Bytes memoryx holds for a tensor of elems elements pruned to level (0:
+ * dense, footprint_shard_tensor_bytes), compact or with its byte mask. */
+uint64_t footprint_shard_sparse_bytes(uint64_t elems, double level, bool compact, bool trainable,
+                                      unsigned optimizer_states, bool gradient);
+
+/* The bits and ranks beside a compact tensor of elems elements. */
+uint64_t footprint_compact_index_bytes(uint64_t elems);
+
+/* The same for tensor i of m, pruned as sp says (NULL: a dense model). */
 uint64_t footprint_shard_bytes_of(const model *m, size_t i, unsigned optimizer_states,
-                                  bool gradient, const float *sparse_level);
+                                  bool gradient, const footprint_sparse *sp);
 
 /* The tensors of m over nshards memoryx shards, balanced by bytes: largest
  * first to the least loaded shard, ids breaking ties. owner[i] gets tensor
@@ -168,13 +187,13 @@ uint64_t footprint_shard_bytes_of(const model *m, size_t i, unsigned optimizer_s
  * footprint_shard_bytes_of (nshards entries; may be NULL). Returns the
  * most a shard holds, or UINT64_MAX when out of memory. */
 uint64_t footprint_shards(const model *m, unsigned optimizer_states, bool gradient,
-                          const float *sparse_level, size_t nshards, uint32_t *owner,
+                          const footprint_sparse *sp, size_t nshards, uint32_t *owner,
                           uint64_t *need);
 
 /* The fewest shards of `have` bytes each that hold m as footprint_shards
  * balances it; 0 when 1024 do not. */
 size_t footprint_shards_needed(const model *m, unsigned optimizer_states, bool gradient,
-                               const float *sparse_level, uint64_t have);
+                               const footprint_sparse *sp, uint64_t have);
 
 /* Bytes a replica needs in `mode`: the executor, the batches in flight,
  * and the weights (Pipelined: resident, with their gradients, the reduced

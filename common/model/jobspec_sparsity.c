@@ -674,3 +674,8 @@ void jobspec_sparsity_deinit(jobspec_sparsity *s)
     free(s->tensor_hp);
     s->tensor_hp = NULL;
 }
+
+bool jobspec_sparsity_compact(const jobspec_sparsity *s)
+{
+    return s->present && s->type == SPARSE_STATIC && !s->dense_streams;
+}

@@ -58,3 +58,7 @@ int jobspec_sparsity_resolve(const toml_value *t, jobspec_sparsity *s, const mod
                              int64_t max_steps, char *err, size_t errlen);
 
 void jobspec_sparsity_deinit(jobspec_sparsity *s);
+
+/* Whether memoryx holds the pruned tensors compact, their kept elements
+ * alone (a static mask, streamed packed: memoryx/mxsparse.c). */
+bool jobspec_sparsity_compact(const jobspec_sparsity *s);

@@ -583,8 +583,17 @@ int64_t sstream_take_kept(uint32_t pk, uint64_t count, uint64_t kept, uint32_t e
     }
     uint64_t bad = UINT64_MAX, n = 0;
     if (pk == SSTREAM_BITMASK) {
-        uint64_t bytes = (count + 7) / 8;
-        for (uint64_t b = 0; b < bytes && bad == UINT64_MAX; b++) {
+        uint64_t bytes = (count + 7) / 8, b = 0;
+        if (at % 8 == 0) /* whole bytes at once, up to the first that differs */
+            for (uint64_t step = 4096; b < bytes;) {
+                uint64_t m = bytes - b < step ? bytes - b : step;
+                if (count % 8 && b + m == bytes)
+                    m--; /* (the last byte's bits past count are not the mask's) */
+                if (m == 0 || memcmp(bits + at / 8 + b, p + b, m) != 0)
+                    break;
+                b += m;
+            }
+        for (; b < bytes && bad == UINT64_MAX; b++) {
             unsigned want = sstream__bitrange(bits, at + 8 * b,
                                               count - 8 * b < 8 ? (unsigned)(count - 8 * b) : 8);
             if (want != p[b])

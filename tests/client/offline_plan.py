@@ -98,18 +98,28 @@ assert q["modes"][0]["mode"] == "pipelined" and "mode auto: pipelined" in plan(o
 assert (q["memoryx_shards"], q["memoryx_bytes"], q["memoryx_bytes_per_shard"]) == (1, 528, 528), q
 assert "memoryx: the weights (528 B) and their optimizer state take 528 B, at most 528 B on each of 1 shard(s)" in plan(os.path.join(examples, "quickstart.toml"), "1G")
 
-# a sparse model: memoryx keeps a mask of a byte an element beside each
-# pruned tensor (the classifier's 128 weights, not its bias), and the plan
-# counts it
-with open(os.path.join(examples, "quickstart.toml")) as f:
-    sparse_text = f.read() + '\n[sparsity]\ntype = "static"\nsparsity = 0.9\n'
-with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
-    f.write(sparse_text)
-sq = plan_json(f.name, "1G")
-os.unlink(f.name)
+# a sparse model: memoryx holds a static mask's tensor compact, its kept
+# elements alone with a bit an element of mask and a rank every 4096
+# elements (the classifier's 128 weights, not its bias: 13 kept, 16 bytes
+# of bits and two 8-byte ranks), and a mask that changes (gmp) or dense
+# streams as a byte an element beside the dense tensor; the plan counts it
+def sparse_plan(section):
+    with open(os.path.join(examples, "quickstart.toml")) as f:
+        text = f.read() + '\n[sparsity]\n' + section
+    with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
+        f.write(text)
+    out = plan_json(f.name, "1G")
+    os.unlink(f.name)
+    return out
+sq = sparse_plan('type = "static"\nsparsity = 0.9\n')
 assert sq["mode"] == "weight_streaming", sq  # a sparse model trains in Weight Streaming
 dense_ws = 132 * 4 * 2  # weights and their gradients, plain SGD (no state)
-assert (sq["memoryx_bytes"], sq["memoryx_bytes_per_shard"]) == (dense_ws + 128, dense_ws + 128), sq
+compact = (4 + 13) * 4 * 2 + 16 + 16
+assert (sq["memoryx_bytes"], sq["memoryx_bytes_per_shard"]) == (compact, compact), sq
+for section in ('type = "static"\nsparsity = 0.9\ncompressed_streams = false\n',
+                'type = "gmp"\nsparsity = 0.9\nschedule = {freq = 2, stop = 6}\n'):
+    sq = sparse_plan(section)
+    assert (sq["memoryx_bytes"], sq["memoryx_bytes_per_shard"]) == (dense_ws + 128, dense_ws + 128), (section, sq)
 
 # a wafer too small for one sample: what would help, no batch below 1
 small = plan(unet, "1M")

@@ -3,8 +3,10 @@
  * it chose, for tests/memoryx/sparse_ref.py to hold against its own numpy
  * version of the rule:
  *   sparse_masks TYPE DIR
- * TYPE is static, gmp, set or rigl, static_fanin (static with init_scale
- * "fan_in"), or rigl16: RigL with bfloat16 on the wire
+ * TYPE is static (its tensor compact in memoryx: its kept elements alone,
+ * dumped in their dense form), static_dense (the same with dense streams,
+ * so held dense with its byte mask), gmp, set or rigl, static_fanin
+ * (static with init_scale "fan_in"), or rigl16: RigL with bfloat16 on the wire
  * (the gradient kept in bfloat16, the weights' bfloat16 twin, which must
  * be zero where pruned), or gmp2: GMP with levels per pattern, fc1.weight
  * and fc2.weight each on its own level schedule (PlanTensor.sparsity_level)
@@ -62,6 +64,22 @@ static Appliance__PlanSparseValue *value(const char *kind, double init)
     return v;
 }
 
+/* t's elements of vals (its weights or a state) in their dense form */
+static void dense_of(const mx_tensor *t, const float *vals, float *out)
+{
+    if (t->compact)
+        mxsparse_expand(t, vals, sizeof(float), 0, t->n, out);
+    else
+        memcpy(out, vals, t->n * sizeof(float));
+}
+
+/* t's mask, a byte an element */
+static void mask_of(const mx_tensor *t, uint8_t *out)
+{
+    for (uint64_t e = 0; e < t->n; e++)
+        out[e] = t->compact ? t->bits[e / 8] >> (e % 8) & 1 : t->mask[e];
+}
+
 static const char *type, *dir;
 static int result;
 
@@ -70,13 +88,14 @@ static int run(void)
     fix_init(2, true);
     bool wire16 = strcmp(type, "rigl16") == 0, gmp2 = strcmp(type, "gmp2") == 0;
     bool fan_in = strcmp(type, "static_fanin") == 0;
+    bool static_dense = strcmp(type, "static_dense") == 0;
     if (wire16)
         type = "rigl";
     /* gmp's run on AdamW (weight decay 0.01): between its mask's changes,
      * memoryx leaves pruned weights to the update, which must keep them
      * zero as SGD's does */
     bool adamw = strcmp(type, "gmp") == 0;
-    if (fan_in)
+    if (fan_in || static_dense)
         type = "static";
     if (gmp2)
         type = "gmp";
@@ -122,6 +141,7 @@ static int run(void)
         return 2;
     }
     ps->init_scale = strdup(fan_in ? "fan_in" : "none");
+    ps->dense_streams = static_dense;
     p->sparsity = ps;
     p->tensors[0]->sparsity = level;
     if (gmp2) { /* each its own schedule; the section's (0.5 throughout) is neither */
@@ -182,11 +202,45 @@ static int run(void)
         fprintf(stderr, "sparse_masks: %s\n", why);
         return 1;
     }
-    float *g[NT], *pre[NT], *gm[NT];
+    /* a compact tensor, as memoryx's load makes it: from its dense weights,
+     * its gradient and state then made for the kept elements alone */
+    bool compact = false;
+    for (size_t k = 0; k < nts; k++) {
+        mx_tensor *t = ts[k];
+        if (!t->compact)
+            continue;
+        compact = true;
+        free(t->g);
+        free(t->g16);
+        t->g = NULL;
+        t->g16 = NULL;
+        optim_state_deinit(&t->st);
+        if (mxsparse_compact(j, t, why, sizeof(why)) < 0) {
+            fprintf(stderr, "sparse_masks: %s\n", why);
+            return 1;
+        }
+        if (t->nk >= t->n || mx_len(t) != t->nk) {
+            fprintf(stderr, "sparse_masks: %s kept %llu of %llu\n", t->name,
+                    (unsigned long long)t->nk, (unsigned long long)t->n);
+            return 1;
+        }
+    }
+    if (compact != (strcmp(type, "static") == 0 && !static_dense)) {
+        fprintf(stderr, "sparse_masks: compact tensors %s a %s job\n", compact ? "in" : "not in",
+                static_dense ? "static_dense" : type);
+        return 1;
+    }
+    float *g[NT], *pre[NT], *gm[NT], *wd[NT], *bd[NT];
+    uint8_t *md[NT];
     optim_state ref[NT];
     for (size_t k = 0; k < nts; k++) {
-        dump(tdir[k], "m", 0, ts[k]->mask, ts[k]->n);
-        dump(tdir[k], "wi.f32", -1, ts[k]->w, ts[k]->n * sizeof(float));
+        wd[k] = malloc(ts[k]->n * sizeof(float));
+        bd[k] = malloc(ts[k]->n * sizeof(float));
+        md[k] = malloc(ts[k]->n);
+        dense_of(ts[k], ts[k]->w, wd[k]);
+        mask_of(ts[k], md[k]);
+        dump(tdir[k], "m", 0, md[k], ts[k]->n);
+        dump(tdir[k], "wi.f32", -1, wd[k], ts[k]->n * sizeof(float));
         g[k] = malloc(ts[k]->n * sizeof(float));
         pre[k] = malloc(ts[k]->n * sizeof(float));
         gm[k] = malloc(ts[k]->n * sizeof(float));
@@ -205,10 +259,10 @@ static int run(void)
                     bf16_pack(&h, &g[k][e], 1);
                     bf16_unpack(&g[k][e], &h, 1);
                 }
-                gm[k][e] = t->mask[e] ? g[k][e] : 0.0f;
+                gm[k][e] = md[k][e] ? g[k][e] : 0.0f;
             }
-            memcpy(pre[k], t->w, t->n * sizeof(float));
-            memcpy(ref[k].tensor[0], t->st.tensor[0], t->n * sizeof(float));
+            dense_of(t, t->w, pre[k]);
+            dense_of(t, t->st.tensor[0], ref[k].tensor[0]);
             optim_state_set_step(&ref[k], optim_state_step(&t->st));
             optim_update(&j->cfg, &ref[k], pre[k], gm[k], t->n, true, 1.0f, (int64_t)j->step);
         }
@@ -227,7 +281,11 @@ static int run(void)
                     f[e] = gx ? gx[off + e] : fix_value(999, off + e);
                 if (wire16)
                     bf16_pack(h, f, count);
-                update_grad_land(j, x, off, count, wire16 ? (const void *)h : (const void *)f, 0, 0);
+                if (update_grad_land(j, x, off, count, wire16 ? (const void *)h : (const void *)f,
+                                     0, 0, why, sizeof(why)) < 0) {
+                    fprintf(stderr, "sparse_masks: %s\n", why);
+                    return 1;
+                }
                 update_grad_in(j, x, off, count);
             }
         }
@@ -239,7 +297,10 @@ static int run(void)
         }
         for (size_t k = 0; k < nts; k++) {
             mx_tensor *t = ts[k];
-            for (uint64_t e = 0; t->w16 && e < t->n; e++)
+            mask_of(t, md[k]);
+            dense_of(t, t->w, wd[k]);
+            dense_of(t, t->st.tensor[0], bd[k]);
+            for (uint64_t e = 0; t->w16 && t->mask && e < t->n; e++)
                 if (!t->mask[e] && t->w16[e] != 0) {
                     fprintf(stderr, "sparse_masks: step %d: the bfloat16 twin of pruned element "
                             "%llu is not zero\n", s, (unsigned long long)e);
@@ -251,9 +312,9 @@ static int run(void)
             }
             dump(tdir[k], "pre", s, pre[k], t->n * sizeof(float));
             dump(tdir[k], "g", s, g[k], t->n * sizeof(float));
-            dump(tdir[k], "m", s, t->mask, t->n);
-            dump(tdir[k], "w", s, t->w, t->n * sizeof(float));
-            dump(tdir[k], "b", s, t->st.tensor[0], t->n * sizeof(float));
+            dump(tdir[k], "m", s, md[k], t->n);
+            dump(tdir[k], "w", s, wd[k], t->n * sizeof(float));
+            dump(tdir[k], "b", s, bd[k], t->n * sizeof(float));
         }
         j->step++;
     }
@@ -262,6 +323,9 @@ static int run(void)
         free(g[k]);
         free(gm[k]);
         free(pre[k]);
+        free(wd[k]);
+        free(bd[k]);
+        free(md[k]);
     }
     fix_end();
     return 0;
@@ -277,7 +341,7 @@ END_TEST
 int main(int argc, char **argv)
 {
     if (argc != 3) {
-        fprintf(stderr, "usage: sparse_masks static|static_fanin|gmp|gmp2|set|rigl|rigl16 DIR\n");
+        fprintf(stderr, "usage: sparse_masks static|static_dense|static_fanin|gmp|gmp2|set|rigl|rigl16 DIR\n");
         return 2;
     }
     type = argv[1];

@@ -95,7 +95,8 @@ def main():
 
 
 def check_tensor(d):
-    typ = {"rigl16": "rigl", "gmp2": "gmp", "static_fanin": "static"}.get(variant, variant)
+    typ = {"rigl16": "rigl", "gmp2": "gmp", "static_fanin": "static",
+           "static_dense": "static"}.get(variant, variant)
     meta = dict(line.split(" ", 1) for line in open(os.path.join(d, "meta.txt")).read().splitlines())
     n = int(meta["n"])
     k = key(int(meta["seed"]), int(meta["tensor_id"]))

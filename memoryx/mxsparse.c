@@ -196,19 +196,9 @@ int mxsparse_compact(mx_job *j, mx_tensor *t, char *err, size_t errlen)
 
 uint64_t mxsparse_rank(const mx_tensor *t, uint64_t i)
 {
-    uint64_t b = i / FOOTPRINT_RANK_BLOCK, r = t->rank[b];
-    for (uint64_t at = b * FOOTPRINT_RANK_BLOCK; at < i;) {
-        if (at % 64 == 0 && at + 64 <= i) {
-            uint64_t v;
-            memcpy(&v, t->bits + at / 8, 8);
-            r += (uint64_t)__builtin_popcountll(v);
-            at += 64;
-        } else {
-            r += t->bits[at / 8] >> (at % 8) & 1;
-            at++;
-        }
-    }
-    return r;
+    uint64_t b = i / FOOTPRINT_RANK_BLOCK;
+    return t->rank[b] + sstream_count_bits(t->bits, b * FOOTPRINT_RANK_BLOCK,
+                                           i - b * FOOTPRINT_RANK_BLOCK);
 }
 
 void mxsparse_expand(const mx_tensor *t, const void *vals, uint32_t elem, uint64_t a,

@@ -273,6 +273,17 @@ int exec_set_sparsity(exec *e, const float *level, bool zeros_pruned, char *err,
  * sparse_config_updates(c, s + 1)). Call after exec_set_sparsity. */
 void exec_set_mask_schedule(exec *e, const sparse_config *c);
 
+/* Dense layer li's weight held as its kept values alone, a static mask's
+ * (after exec_set_sparsity, which must prune it): its weight slot (e->w)
+ * holds them in canonical order (row-major, as a packed stream carries
+ * them) and its weight gradient slot gets the gradient at them alone
+ * (op_sparse_dense_backward's dkept), in the same order; bits (out_f x
+ * in_f, bit i%8 of byte i/8: 1 kept; the caller's, filled before the
+ * layer's first pass and unchanged after) says where. The layer always
+ * runs on the sparse kernels. Returns 0, or -EINVAL with the reason (no
+ * pruned dense layer, mixed precision). */
+int exec_set_kept_only(exec *e, int li, const uint8_t *bits, char *err, size_t errlen);
+
 /* How dense layer `layer` computed its last pass, in words (its path, the
  * weight's and input's densities, the cost model's prediction), into out.
  * Returns its EXEC_PATH_*, or -1 for a layer that is no dense layer or

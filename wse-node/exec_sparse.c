@@ -18,6 +18,9 @@
 
 #define EXEC__NO_KEY INT64_MIN
 
+static const char *const exec__mixed =
+    "mixed precision (the GEMMs compute in bfloat16, the sparse kernels in float32)";
+
 /* The input-sparse forward pass needs the weight transposed, made again
  * each step in Weight Streaming (64 MiB for a 4096 x 4096 layer): with
  * that transpose it beat the GEMM only below about 5% nonzero inputs on
@@ -43,6 +46,8 @@ typedef struct exec_dense_path {
     int told;          /* the path last told path_note, or -1 */
     const char *why;   /* the reason for the GEMMs other than the cost model, or NULL */
     uint64_t made;     /* times the kept pattern was made (a mask's change, or the first) */
+    const uint8_t *bits; /* exec_set_kept_only: the kept positions, a bit each; its weight and
+                            gradient slots hold the kept values alone, canonical order */
 } exec__dpath;
 
 /* Whether layer li's input is a relu's output (through flatten views) */
@@ -111,6 +116,52 @@ oom:
     exec__sparse_deinit(e);
     snprintf(err, errlen, "out of memory for the sparse kernels' workspace");
     return -ENOMEM;
+}
+
+int exec_set_kept_only(exec *e, int li, const uint8_t *bits, char *err, size_t errlen)
+{
+    if (!e->dp || li < 0 || li >= e->m->nlayers || !e->dp[li].pruned || !bits) {
+        snprintf(err, errlen, "layer %d: not a pruned dense layer", li);
+        return -EINVAL;
+    }
+    if (e->m->mixed_precision) {
+        snprintf(err, errlen, "layer %s: %s", e->m->layers[li].name, exec__mixed);
+        return -EINVAL;
+    }
+    e->dp[li].bits = bits;
+    return 0;
+}
+
+/* Layer li's kept-only weight for pass key: its positions made from the
+ * bits at its first pass, its values (the weight slot's front) set at
+ * each new pass. Returns false without the memory. */
+static bool exec__kept_only(exec *e, int li, int64_t key)
+{
+    const model_layer *l = &e->m->layers[li];
+    exec__dpath *dp = &e->dp[li];
+    if (!dp->sw) {
+        int in_f = (int)l->in.d[0], units = (int)l->units;
+        size_t total = (size_t)units * (size_t)in_f;
+        uint8_t *mask = malloc(total ? total : 1);
+        char err[160];
+        if (mask) {
+            for (size_t i = 0; i < total; i++)
+                mask[i] = dp->bits[i / 8] >> (i % 8) & 1;
+            dp->sw = sparse_w_new(NULL, mask, units, in_f, err, sizeof(err));
+        }
+        free(mask);
+        if (!dp->sw)
+            return false;
+        dp->made++;
+        dp->density = (double)dp->sw->nnz / (double)(total ? total : 1);
+        dp->ratio = op_sparse_dense_cost_ratio(dp->sw->nnz, e->n, in_f, units);
+        dp->sparse = true;
+    }
+    if (dp->key != key) {
+        sparse_w_set_kept(dp->sw, e->w[l->first_tensor]);
+        dp->key = key;
+    }
+    return true;
 }
 
 void exec_set_mask_schedule(exec *e, const sparse_config *c)
@@ -280,8 +331,16 @@ static const float *exec__wt(exec *e, int li, int64_t key)
     return dp->wt;
 }
 
-static const char *const exec__mixed =
-    "mixed precision (the GEMMs compute in bfloat16, the sparse kernels in float32)";
+
+/* A kept-only layer whose compressed form could not be made (out of
+ * memory): its output NaN, so that the step's loss says so, and why told. */
+static void exec__kept_only_failed(exec *e, int li, float *out, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        out[i] = __builtin_nanf("");
+    exec__tell(e, li, EXEC_PATH_GEMM, "no memory for its kept weights' compressed form: its "
+               "output is NaN");
+}
 
 bool exec__sparse_forward(exec *e, int li, float *out, const float *in, int64_t step,
                           bool training)
@@ -297,6 +356,14 @@ bool exec__sparse_forward(exec *e, int li, float *out, const float *in, int64_t 
         return false;
     }
     int64_t key = step * 2 + (training ? 0 : 1); /* an evaluation's weights are later ones */
+    if (dp->bits) { /* kept values alone: the sparse kernels (their workspace is sized for it) */
+        if (!exec__kept_only(e, li, key) ||
+            op_sparse_dense_forward(out, in, dp->sw, bias, n, e->sws, e->sws_bytes) < 0)
+            exec__kept_only_failed(e, li, out, (size_t)n * (size_t)units);
+        else
+            exec__tell(e, li, EXEC_PATH_SPARSE_W, NULL);
+        return true;
+    }
     if (dp->pruned && dp->key != key)
         exec__measure(e, li, key);
     if (dp->sparse &&
@@ -334,6 +401,17 @@ bool exec__sparse_backward(exec *e, int li, float *din, float *dw, float *db, co
     exec__dpath *dp = &e->dp[li];
     int n = e->n, in_f = (int)l->in.d[0], units = (int)l->units;
     const float *w = e->w[l->first_tensor];
+    if (dp->bits) { /* kept values alone: their gradient alone, canonical order */
+        if (!exec__kept_only(e, li, step * 2) ||
+            op_sparse_dense_backward(din, dw, db, dout, in, dp->sw, n, e->sws, e->sws_bytes) < 0) {
+            exec__kept_only_failed(e, li, dw, (size_t)units * (size_t)in_f);
+            if (din)
+                memset(din, 0, sizeof(float) * (size_t)n * (size_t)in_f);
+        } else {
+            exec__tell(e, li, EXEC_PATH_SPARSE_W, NULL);
+        }
+        return true;
+    }
     if (dp->pruned && dp->key != step * 2)
         exec__measure(e, li, step * 2);
     if (dp->sparse &&
@@ -368,8 +446,10 @@ int exec_dense_path(const exec *e, int li, char *out, size_t len)
     size_t k = 0;
     switch (dp->path) {
     case EXEC_PATH_SPARSE_W:
-        k = (size_t)snprintf(out, len, "sparse path, density %.2f, predicted %.2f of dense",
-                             dp->density, dp->ratio);
+        k = (size_t)snprintf(out, len, "sparse path, density %.2f, predicted %.2f of dense%s",
+                             dp->density, dp->ratio,
+                             dp->bits ? "; its kept weights alone streamed, computed and sent "
+                                        "(the zeros never expanded)" : "");
         break;
     case EXEC_PATH_SPARSE_IN:
         k = (size_t)snprintf(out, len, "input-sparse path, the input %.3f nonzero after its relu "

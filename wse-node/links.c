@@ -67,7 +67,8 @@ static void *wn__up_dest(conn *c, const Appliance__Envelope *env, uint32_t len, 
                          ? wslots_dest(&j->ws, w->tensor_id, w->pass == APPLIANCE__PASS__PASS_BACKWARD,
                                        w->offset, w->count, &blocked)
                          : NULL;
-        if (dst && (uint32_t)w->packing != SSTREAM_DENSE) { /* in a buffer, expanded once in */
+        if (dst && ((uint32_t)w->packing != SSTREAM_DENSE || j->t[w->tensor_id].kept_only)) {
+            /* in a buffer, expanded once in (kept_only: its kept values taken) */
             if (!j->packed_buf &&
                 !(j->packed_buf = malloc(j->plan->chunk_elems * sizeof(float)))) {
                 *err = -ENOMEM;

@@ -16,12 +16,15 @@
 #include "jobspec.h"
 #include "kernels.h"
 #include "log.h"
+#include "msgcheck.h"
 #include "op_conv2d.h"
+#include "op_sparse_dense.h"
 #include "msg.h"
 #include "model_plan.h"
 #include "optim_plan.h"
 #include "plan.h"
 #include "sample.h"
+#include "sparse.h"
 
 
 static int wn__spill_open(wn_job *j, char *err, size_t errlen);
@@ -123,6 +126,43 @@ static int wn__job_sparsity(wn_job *j, char *err, size_t errlen)
     if (rc == 0 && zeros_pruned && sparse_from_plan(p->sparsity, &masks) == 0)
         exec_set_mask_schedule(&j->ex, &masks); /* counted where masks change, not each step */
     return rc;
+}
+
+/* The dense layers whose static mask's weights stream, compute and go
+ * back as their kept values alone (exec_set_kept_only): a static mask on
+ * packed streams in float32, the layer streamed whole in one batch (no
+ * micro-batches, no stripes), where the cost model predicts the sparse
+ * kernels faster at the level the plan gives. The others expand their
+ * packed chunks as they land. */
+static int wn__kept_only(wn_job *j, char *err, size_t errlen)
+{
+    Appliance__Plan *p = j->plan;
+    const model *m = j->m;
+    if (!p->sparsity || strcmp(p->sparsity->type, "static") != 0 || p->sparsity->dense_streams ||
+        p->wire_bf16 || m->mixed_precision || j->stripes || j->nmicro > 1 || j->pipelined)
+        return 0;
+    for (int li = 0; li < m->nlayers; li++) {
+        const model_layer *l = &m->layers[li];
+        if (l->type != LAYER_DENSE || j->ws.parts[li].count != 1)
+            continue;
+        uint32_t t = (uint32_t)l->first_tensor;
+        wn_tensor *wt = &j->t[t];
+        float level = p->tensors[t]->sparsity;
+        if (!(level > 0.0f) || !msgcheck_grads_pack(p, t) ||
+            op_sparse_dense_cost_ratio(sparse_keep_count(wt->n, level), (int)j->batch,
+                                       (int)l->in.d[0], (int)l->units) >= 1.0)
+            continue;
+        if (!(wt->kept_bits = calloc((wt->n + 7) / 8 + 1, 1))) {
+            snprintf(err, errlen, "out of memory for the kept bits of %s", l->name);
+            return -ENOMEM;
+        }
+        if (exec_set_kept_only(&j->ex, li, wt->kept_bits, err, errlen) < 0)
+            return -EINVAL;
+        wt->kept_only = true;
+        log_info("job %s: layer %s: its weight streams, computes and goes back as its kept "
+                 "values alone (a static mask at %.2f)", j->id, l->name, (double)level);
+    }
+    return 0;
 }
 
 /* Allocates a job's buffers (on the compute thread). */
@@ -239,7 +279,7 @@ static int wn__job_buffers(wn_job *j, char *err, size_t errlen)
         j->ex_ready = true;
         j->ex.w16 = j->w16p;
         j->ex.w16_stale = j->twin_only;
-        if (wn__job_sparsity(j, err, errlen) < 0)
+        if (wn__job_sparsity(j, err, errlen) < 0 || wn__kept_only(j, err, errlen) < 0)
             return -ENOMEM;
         log_info("job %s: %s%s; the step's buffers take %llu bytes", j->id,
                  p->keep_outputs   ? "every layer's output is kept for the backward pass"

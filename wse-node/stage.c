@@ -81,6 +81,17 @@ void wn__land(const wn_job *j, uint32_t t, float *dst, const void *payload, uint
               uint32_t packing, uint64_t nkept, uint64_t offset)
 {
     wn_tensor *wt = &j->t[t];
+    if (wt->kept_only) { /* float32: its kept values to their place at the slot's front */
+        sstream_mark(packing, count, nkept, payload, wt->kept_bits, offset);
+        if (offset != wt->land_next) /* (chunks come in order: only a new pass starts over) */
+            wt->land_k = sstream_count_bits(wt->kept_bits, 0, offset);
+        uint64_t k = packing == SSTREAM_DENSE ? count : nkept;
+        const uint8_t *vals = (const uint8_t *)payload + sstream_index_bytes(packing, count, nkept);
+        memmove(dst - offset + wt->land_k, vals, k * sizeof(float));
+        wt->land_k += k;
+        wt->land_next = offset + count;
+        return;
+    }
     if (packing != SSTREAM_DENSE && !wt->kept_bits && msgcheck_grads_pack(j->plan, t) &&
         (wt->kept_bits = malloc((wt->n + 7) / 8)))
         memset(wt->kept_bits, 0xff, (wt->n + 7) / 8); /* (out of memory: its gradients go dense) */
@@ -144,6 +155,24 @@ wn_packed_grad *wn__pack_grad(const wn_job *j, wn_tensor *t, uint64_t off, uint6
     uint32_t elem = msgcheck_wire_elem(j->plan);
     uint64_t kept;
     uint32_t packing = sstream_choose_bits(t->kept_bits, off, count, elem, &kept);
+    if (t->kept_only) { /* the gradient at the kept values alone, in order from send_base */
+        if (off != t->send_next)
+            t->send_k = sstream_count_bits(t->kept_bits, 0, off);
+        uint64_t k = sstream_count_bits(t->kept_bits, off, count);
+        uint64_t b = sstream_bytes(packing, count, kept, elem);
+        wn_packed_grad *pk = malloc(sizeof(*pk) + (b ? b : 1));
+        if (!pk)
+            return NULL;
+        pk->t = t;
+        sstream_pack_kept(packing, t->kept_bits, off, t->send_base + (t->send_k - t->send_from),
+                          count, kept, elem, pk->data);
+        g->packing = (Appliance__Packing)packing;
+        g->kept = kept;
+        *bytes = (uint32_t)b;
+        t->send_k += k;
+        t->send_next = off + count;
+        return pk;
+    }
     wn_packed_grad *pg = NULL;
     if (packing != SSTREAM_DENSE) {
         uint64_t b = sstream_bytes(packing, count, kept, elem);

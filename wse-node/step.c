@@ -516,6 +516,8 @@ int wn__grad_pump(wn_job *j)
             const void *src = t->send_base + (off - t->send_from);
             uint32_t bytes = (uint32_t)(count * msgcheck_wire_elem(j->plan));
             wn_packed_grad *pg = wn__pack_grad(j, t, off, count, src, &g, &bytes); /* sparse */
+            if (!pg && t->kept_only) /* (its slot holds no dense gradient to send instead) */
+                return -ENOMEM;
             if (pg) /* the loop's work, a turn's share at most (conn_can_send) */
                 conn_charge_send(up, count * msgcheck_wire_elem(j->plan));
             ENVELOPE(env, grad_chunk, GRAD_CHUNK, &g);

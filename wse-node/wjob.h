@@ -42,6 +42,12 @@ typedef struct wn_tensor {
     uint8_t *kept_bits;    /* a sparse tensor whose gradient goes up packed (msgcheck_grads_pack):
                               which elements its weights kept, a bit each (sstream_mark), as
                               the packed weight chunks said; all until they do */
+    bool kept_only;        /* a static mask's weight held, computed and sent as its kept
+                              values alone (wn__kept_only): its slots hold them in order at
+                              their front, kept_bits says where (none until its chunks come) */
+    uint64_t land_next, land_k; /* kept_only: the offset the next chunk lands at and the kept
+                              values before it */
+    uint64_t send_next, send_k; /* ... and the same for the gradient chunks sent */
     struct wn_job *job;    /* the job it belongs to */
 } wn_tensor;
 

@@ -275,6 +275,11 @@ uint32_t sstream_choose(const uint8_t *mask, uint64_t count, uint32_t elem, uint
 uint32_t sstream_choose_bits(const uint8_t *bits, uint64_t at, uint64_t count, uint32_t elem,
                              uint64_t *kept)
 {
+    return sstream__choose(count, sstream_count_bits(bits, at, count), elem, kept);
+}
+
+uint64_t sstream_count_bits(const uint8_t *bits, uint64_t at, uint64_t count)
+{
     uint64_t k = 0, i = 0;
     for (; i < count && (at + i) % 8; i++) /* to a byte's start */
         k += bits[(at + i) / 8] >> ((at + i) % 8) & 1;
@@ -287,7 +292,7 @@ uint32_t sstream_choose_bits(const uint8_t *bits, uint64_t at, uint64_t count, u
         k += sstream__popcount64(bits[(at + i) / 8]);
     if (i < count)
         k += sstream__popcount64(sstream__bitrange(bits, at + i, (unsigned)(count - i)));
-    return sstream__choose(count, k, elem, kept);
+    return k;
 }
 
 /* Packs with elements of ELEM bytes (a constant in each copy, so that the

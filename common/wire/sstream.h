@@ -55,6 +55,9 @@ uint32_t sstream_choose_bits(const uint8_t *bits, uint64_t at, uint64_t count, u
 void sstream_pack_bits(uint32_t pk, const uint8_t *bits, uint64_t at, const void *src,
                        uint64_t count, uint64_t kept, uint32_t elem, void *out);
 
+/* The bits set among at..at+count-1 of a bit array. */
+uint64_t sstream_count_bits(const uint8_t *bits, uint64_t at, uint64_t count);
+
 /* sstream_pack_bits from the kept elements alone: vals holds the kept
  * ones of bits at..at+count-1 in order (what a sender that stores them
  * compacted has), elem bytes each; a dense packing (pk 0) expands them

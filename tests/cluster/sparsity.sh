@@ -73,6 +73,10 @@ echo "ok: --plan shows each sparse tensor's density and its zeros"
 run_counted sparse
 [ "$(echo "$out" | field state)" = done ] || fail "sparse job: $out"
 packed_bytes=$bytes
+# memoryx holds the static masks' tensors compact (their kept elements alone)
+grep -q "3 sparse tensor(s) held compact" "$run/logs/memoryx-1.log" ||
+  fail "memoryx holds no compact tensor: $(grep -h "compact" "$run/logs/memoryx-1.log" | tail -3)"
+echo "ok: memoryx holds the 3 pruned tensors compact"
 
 cat > "$work/st.py" <<'PY'
 import json, struct, sys
@@ -188,6 +192,31 @@ for f in checkpoint optimizer; do
     "$work/densestream/${f}_4-shard1-of-1.safetensors" --rtol 0 >"$work/cmp" ||
     { cat "$work/cmp"; fail "packed and dense streams: the ${f}s differ at step 4"; }
 done
+# a layer wide enough for the sparse kernels (2048 x 2048, 64 samples a
+# replica): packed, the wse-nodes take its kept values alone (streamed,
+# computed and sent without their zeros); with dense streams they expand
+# them and gather them again. The same training, bit for bit.
+for w in wide widedense; do
+  job $w 3 1
+  sed -i -e 's/^input_shape = \[256\]$/input_shape = [2048]/' -e '0,/^units = 512$/s//units = 2048/' \
+    "$work/$w.toml"
+done
+sed -i 's/^\[sparsity\]$/[sparsity]\ncompressed_streams = false/' "$work/widedense.toml"
+run_job wide
+[ "$(echo "$out" | field state)" = done ] || fail "wide sparse job: $out"
+ko=$(grep -h "layer fc1: its weight streams, computes and goes back as its kept values alone" \
+  "$run"/logs/wse-node-*.log | wc -l || true)
+[ "$ko" -ge 2 ] || fail "wide job: fc1 does not take its kept values alone on both wse-nodes: $(grep -h "layer fc1" "$run"/logs/wse-node-*.log | tail -4)"
+run_job widedense
+[ "$(echo "$out" | field state)" = done ] || fail "wide job, dense streams: $out"
+[ "$(grep -h "layer fc1: its weight streams, computes and goes back as its kept values alone" \
+  "$run"/logs/wse-node-*.log | wc -l || true)" = "$ko" ] || fail "the dense-stream job took kept values alone"
+for f in checkpoint optimizer; do
+  "$build/client/st-compare" "$work/wide/${f}_3-shard1-of-1.safetensors" \
+    "$work/widedense/${f}_3-shard1-of-1.safetensors" --rtol 0 >"$work/cmp" ||
+    { cat "$work/cmp"; fail "a 2048-wide layer's kept values alone and dense streams: the ${f}s differ at step 3"; }
+done
+echo "ok: a 2048-wide layer on its kept values alone trains as with dense streams, bit for bit"
 job half 4 1
 sed -i 's/^sparsity = 0.9$/sparsity = 0.5/' "$work/half.toml"
 run_counted half

@@ -94,6 +94,10 @@ sparse_w *sparse_w_new(const float *weight, const uint8_t *mask, int out_f, int 
         return NULL;
     }
     size_t total = (size_t)out_f * in_f, nnz = 0;
+    if (!mask && !weight) {
+        snprintf(err, err_len, "sparse weight: neither a weight nor a mask");
+        return NULL;
+    }
     for (size_t i = 0; i < total; i++)
         nnz += mask ? mask[i] != 0 : weight[i] != 0.0f;
     if (nnz >= UINT32_MAX) {
@@ -164,7 +168,7 @@ sparse_w *sparse_w_new(const float *weight, const uint8_t *mask, int out_f, int 
     free(tci);
     free(tce);
     free(ford);
-    if (nnz) {
+    if (nnz && weight) {
         /* values: the weight's at the kept positions */
         float *kept = malloc(sizeof(float) * nnz);
         if (!kept)

@@ -45,7 +45,8 @@ typedef struct sparse_w {
 /* Makes the compressed form of weight (out_f, in_f): the kept positions
  * are where mask (out_f * in_f bytes) is nonzero, or, with mask NULL,
  * where weight is not zero (+0 and -0 are pruned); their values are
- * weight's there. Returns NULL (out of memory, a shape below 1 or more
+ * weight's there (with a mask, weight may be NULL: zeros until
+ * sparse_w_set_kept). Returns NULL (out of memory, a shape below 1 or more
  * than 2^32 - 1 kept weights) with the reason in err. Free with
  * sparse_w_free (NULL is fine). Allocates: call it where the mask is made
  * or changes, not in the step loop. */

@@ -46,6 +46,16 @@ static void mx__init_range(mx_tensor *t, const Appliance__PlanTensor *pt, uint64
     model_init_fill(&in, pt->fan_in, pt->fan_out, seed, 0x1000 + pt->id, a, b, t->w + a);
 }
 
+/* mxsparse_fill_fn: weights [a, b) of t from the job's seed (ctx, the plan). */
+static void mx__fill(void *ctx, mx_tensor *t, uint64_t a, uint64_t b, float *out)
+{
+    const Appliance__Plan *p = ctx;
+    const Appliance__PlanTensor *pt = p->tensors[t->id];
+    model_init in;
+    if (model_init_from_plan(pt, &in) == 0)
+        model_init_fill(&in, pt->fan_in, pt->fan_out, p->seed, 0x1000 + pt->id, a, b, out);
+}
+
 /* The weights of t from the seed; in the disk tier a piece at a time. */
 static void mx__init_tensor(mx_job *j, mx_tensor *t, const Appliance__PlanTensor *pt, uint64_t seed)
 {
@@ -275,18 +285,14 @@ static void mx__load_work(uv_work_t *req)
     for (size_t i = 0; i < j->nt; i++) {
         mx_tensor *t = &j->t[i];
         if (!tier_files(j) && t->compact) {
-            /* dense until its mask is chosen (mxsparse_compact), a tensor at a
-             * time (resumed: as the checkpoint is read, ckpt_load) */
-            if (resume)
-                continue;
-            t->w = malloc(t->n * sizeof(float));
-            if (!t->w) {
-                snprintf(j->load_err, sizeof(j->load_err),
-                         "out of memory for tensor %s (%llu elements)", t->name,
-                         (unsigned long long)t->n);
-                j->load_rc = -ENOMEM;
+            /* made a piece at a time, its kept elements kept
+             * (mxsparse_compact_made; resumed: as the checkpoint is read,
+             * ckpt_load) */
+            if (!resume && (j->load_rc = mxsparse_compact_made(j, t, mx__fill, (void *)p,
+                                                               j->load_err,
+                                                               sizeof(j->load_err))) < 0)
                 return;
-            }
+            continue;
         } else if (!tier_files(j)) {
             t->w = malloc(t->n * sizeof(float));
             /* Pipelined: no gradient comes to memoryx */
@@ -312,9 +318,6 @@ static void mx__load_work(uv_work_t *req)
         }
         if (!resume) /* a resumed job's tensors all come from the checkpoint */
             mx__init_tensor(j, t, p->tensors[t->id], p->seed);
-        if (!resume && t->compact &&
-            (j->load_rc = mxsparse_compact(j, t, j->load_err, sizeof(j->load_err))) < 0)
-            return;
     }
     if (!j->tier && !j->twins && p->wire_bf16 && tier_ahead(j, 32u << 20) < 0) {
         snprintf(j->load_err, sizeof(j->load_err), "out of memory");

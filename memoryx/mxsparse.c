@@ -2,6 +2,7 @@
 #include "mxsparse.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,15 +145,9 @@ int mxsparse_init(mx_job *j, char *err, size_t errlen)
     return 0;
 }
 
-int mxsparse_compact(mx_job *j, mx_tensor *t, char *err, size_t errlen)
+/* t's bits and ranks allocated (bits zeros). Returns 0 or -ENOMEM. */
+static int mxsparse__bits_alloc(mx_tensor *t, char *err, size_t errlen)
 {
-    if (!t->mask && !(t->mask = calloc(t->n ? t->n : 1, 1))) {
-        snprintf(err, errlen, "out of memory for the mask of %s", t->name);
-        return -ENOMEM;
-    }
-    int rc = mxsparse__choose(j, t, err, errlen);
-    if (rc < 0)
-        return rc;
     uint64_t nblocks = (t->n + FOOTPRINT_RANK_BLOCK - 1) / FOOTPRINT_RANK_BLOCK + 1;
     t->bits = calloc((t->n + 7) / 8 + 1, 1);
     t->rank = malloc(nblocks * sizeof(uint64_t));
@@ -160,15 +155,18 @@ int mxsparse_compact(mx_job *j, mx_tensor *t, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory for the mask bits of %s", t->name);
         return -ENOMEM;
     }
-    /* the kept weights to the front, in order (k <= i: in place) */
-    uint64_t k = 0;
-    for (uint64_t i = 0; i < t->n; i++) {
-        if (i % FOOTPRINT_RANK_BLOCK == 0)
-            t->rank[i / FOOTPRINT_RANK_BLOCK] = k;
-        if (t->mask[i]) {
-            t->bits[i / 8] |= (uint8_t)(1u << (i % 8));
-            t->w[k++] = t->w[i];
-        }
+    return 0;
+}
+
+/* t's ranks from its bits; checks that they keep nk. */
+static int mxsparse__ranks(mx_tensor *t, char *err, size_t errlen)
+{
+    uint64_t nblocks = (t->n + FOOTPRINT_RANK_BLOCK - 1) / FOOTPRINT_RANK_BLOCK + 1, k = 0;
+    for (uint64_t b = 0; b + 1 < nblocks; b++) {
+        uint64_t at = b * FOOTPRINT_RANK_BLOCK;
+        t->rank[b] = k;
+        k += sstream_count_bits(t->bits, at, t->n - at < FOOTPRINT_RANK_BLOCK
+                                                 ? t->n - at : FOOTPRINT_RANK_BLOCK);
     }
     t->rank[nblocks - 1] = k;
     if (k != t->nk) { /* (static: mxsparse_check held a loaded mask to the level) */
@@ -176,11 +174,13 @@ int mxsparse_compact(mx_job *j, mx_tensor *t, char *err, size_t errlen)
                  (unsigned long long)k, (unsigned long long)t->nk);
         return -EINVAL;
     }
-    free(t->mask);
-    t->mask = NULL;
-    float *w = realloc(t->w, (k ? k : 1) * sizeof(float));
-    if (w)
-        t->w = w;
+    return 0;
+}
+
+/* The gradient and optimizer state of compact t's kept elements (zeros). */
+static int mxsparse__kept_alloc(mx_job *j, mx_tensor *t, char *err, size_t errlen)
+{
+    uint64_t k = t->nk;
     bool st_ok = !t->trainable || optim_state_init(&t->st, &j->cfg, k) == 0;
     if (j->grad16 && t->trainable)
         t->g16 = calloc(k ? k : 1, sizeof(uint16_t));
@@ -192,6 +192,92 @@ int mxsparse_compact(mx_job *j, mx_tensor *t, char *err, size_t errlen)
         return -ENOMEM;
     }
     return 0;
+}
+
+int mxsparse_compact(mx_job *j, mx_tensor *t, char *err, size_t errlen)
+{
+    if (!t->mask && !(t->mask = calloc(t->n ? t->n : 1, 1))) {
+        snprintf(err, errlen, "out of memory for the mask of %s", t->name);
+        return -ENOMEM;
+    }
+    int rc = mxsparse__choose(j, t, err, errlen);
+    if (rc == 0)
+        rc = mxsparse__bits_alloc(t, err, errlen);
+    if (rc < 0)
+        return rc;
+    /* the kept weights to the front, in order (k <= i: in place) */
+    uint64_t k = 0;
+    for (uint64_t i = 0; i < t->n; i++)
+        if (t->mask[i]) {
+            t->bits[i / 8] |= (uint8_t)(1u << (i % 8));
+            t->w[k++] = t->w[i];
+        }
+    if ((rc = mxsparse__ranks(t, err, errlen)) < 0)
+        return rc;
+    free(t->mask);
+    t->mask = NULL;
+    float *w = realloc(t->w, (k ? k : 1) * sizeof(float));
+    if (w)
+        t->w = w;
+    return mxsparse__kept_alloc(j, t, err, errlen);
+}
+
+int mxsparse_compact_made(mx_job *j, mx_tensor *t, mxsparse_fill_fn fill, void *ctx, char *err,
+                          size_t errlen)
+{
+    if (j->sparse.init == SPARSE_INIT_TOPK) { /* (its mask reads every weight: dense first) */
+        if (!(t->w = malloc((t->n ? t->n : 1) * sizeof(float)))) {
+            snprintf(err, errlen, "out of memory for tensor %s (%llu elements)", t->name,
+                     (unsigned long long)t->n);
+            return -ENOMEM;
+        }
+        fill(ctx, t, 0, t->n, t->w);
+        return mxsparse_compact(j, t, err, errlen);
+    }
+    /* random: the mask from the seed alone, as bits; then the weights a
+     * piece at a time, their kept ones kept */
+    int rc = mxsparse__bits_alloc(t, err, errlen);
+    if (rc == 0 && sparse_mask_init_bits(t->bits, NULL, t->n, t->level, j->sparse.init,
+                                         sparse_key(j->sparse.seed, t->id)) < 0) {
+        snprintf(err, errlen, "out of memory choosing the mask of %s", t->name);
+        rc = -ENOMEM;
+    }
+    if (rc == 0)
+        rc = mxsparse__ranks(t, err, errlen);
+    if (rc < 0)
+        return rc;
+    enum { PIECE = 1 << 22 };
+    float *piece = malloc(sizeof(float) * (t->n < PIECE ? (t->n ? t->n : 1) : PIECE));
+    t->w = malloc((t->nk ? t->nk : 1) * sizeof(float));
+    if (!piece || !t->w) {
+        free(piece);
+        snprintf(err, errlen, "out of memory for tensor %s (%llu kept elements)", t->name,
+                 (unsigned long long)t->nk);
+        return -ENOMEM;
+    }
+    for (uint64_t a = 0; a < t->n; a += PIECE) {
+        uint64_t b = t->n - a < PIECE ? t->n : a + PIECE;
+        fill(ctx, t, a, b, piece);
+        sstream_take_kept(SSTREAM_DENSE, b - a, 0, sizeof(float), piece, t->bits, a,
+                          t->w + mxsparse_rank(t, a), NULL, 0);
+    }
+    free(piece);
+    /* weights made here: the kept ones at the dense layer's fan-in
+     * variance, when asked (sparse_mask_scale_fan_in's rule, by rows) */
+    const Appliance__PlanTensor *pt = j->plan->tensors[t->id];
+    uint64_t rows = pt->n_dims > 0 ? pt->dims[0] : 1;
+    if (j->sparse.init_scale_fan_in && rows > 0 && t->n % rows == 0) {
+        uint64_t len = t->n / rows;
+        for (uint64_t r = 0; r < rows; r++) {
+            uint64_t lo = mxsparse_rank(t, r * len), hi = mxsparse_rank(t, (r + 1) * len);
+            if (hi == lo || hi - lo == len)
+                continue;
+            float c = (float)sqrt((double)len / (double)(hi - lo));
+            for (uint64_t k = lo; k < hi; k++)
+                t->w[k] *= c;
+        }
+    }
+    return mxsparse__kept_alloc(j, t, err, errlen);
 }
 
 uint64_t mxsparse_rank(const mx_tensor *t, uint64_t i)

@@ -32,6 +32,18 @@ int mxsparse_mode_check(const mx_job *j, char *why, size_t whylen);
  * (err says which tensor). */
 int mxsparse_compact(mx_job *j, mx_tensor *t, char *err, size_t errlen);
 
+/* Elements [a, b) of t's weights as made (from the seed) into out. */
+typedef void (*mxsparse_fill_fn)(void *ctx, mx_tensor *t, uint64_t a, uint64_t b, float *out);
+
+/* Makes compact tensor t from weights made by fill, never whole in their
+ * dense form where its mask needs none of them (init_method random: the
+ * mask chosen from the seed alone as bits, then the weights a piece at a
+ * time, their kept ones kept); topk makes them whole first
+ * (mxsparse_compact). Returns 0, -ENOMEM or -EINVAL (err says which
+ * tensor). */
+int mxsparse_compact_made(mx_job *j, mx_tensor *t, mxsparse_fill_fn fill, void *ctx, char *err,
+                          size_t errlen);
+
 /* The kept elements of compact tensor t before element i (i <= t->n). */
 uint64_t mxsparse_rank(const mx_tensor *t, uint64_t i);
 

@@ -203,10 +203,11 @@ static uint64_t sparse__threshold(const sparse__scorer *sc, uint64_t n, uint64_t
 }
 
 /* Sets mask[i] = mark for the k best of sc's candidates among [0, n)
- * and 0 for the other candidates (others untouched). Returns 0 or
- * -ENOMEM. */
-static int sparse__top(const sparse__scorer *sc, uint64_t n, uint64_t k, uint8_t *mask,
-                       uint8_t mark)
+ * and 0 for the other candidates (others untouched); with bits instead of
+ * mask, sets bit i of the best (the others left as they are). Returns 0
+ * or -ENOMEM. */
+static int sparse__top_into(const sparse__scorer *sc, uint64_t n, uint64_t k, uint8_t *mask,
+                            uint8_t mark, uint8_t *bits)
 {
     uint64_t at = UINT64_MAX, ties = 0;
     if (k > 0)
@@ -219,9 +220,18 @@ static int sparse__top(const sparse__scorer *sc, uint64_t n, uint64_t k, uint8_t
         bool take = k > 0 && (o > at || (o == at && ties > 0));
         if (take && o == at)
             ties--;
-        mask[i] = take ? mark : 0;
+        if (bits)
+            bits[i / 8] |= (uint8_t)((unsigned)take << (i % 8));
+        else
+            mask[i] = take ? mark : 0;
     }
     return 0;
+}
+
+static int sparse__top(const sparse__scorer *sc, uint64_t n, uint64_t k, uint8_t *mask,
+                       uint8_t mark)
+{
+    return sparse__top_into(sc, n, k, mask, mark, NULL);
 }
 
 static bool sparse__random_score(const sparse__scorer *sc, uint64_t i, double *s)
@@ -268,6 +278,15 @@ int sparse_mask_init(uint8_t *mask, const float *w, uint64_t n, double level, sp
                          .score = how == SPARSE_INIT_TOPK ? sparse__magnitude_score
                                                           : sparse__random_score};
     return sparse__top(&sc, n, sparse_keep_count(n, level), mask, 1);
+}
+
+int sparse_mask_init_bits(uint8_t *bits, const float *w, uint64_t n, double level,
+                          sparse_init how, uint64_t key)
+{
+    sparse__scorer sc = {.w = w, .key = key, .step = 0,
+                         .score = how == SPARSE_INIT_TOPK ? sparse__magnitude_score
+                                                          : sparse__random_score};
+    return sparse__top_into(&sc, n, sparse_keep_count(n, level), NULL, 1, bits);
 }
 
 int sparse_mask_gmp(uint8_t *mask, const float *w, uint64_t n, uint64_t keep)

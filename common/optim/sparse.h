@@ -89,6 +89,11 @@ uint64_t sparse_keep_count(uint64_t n, double level);
  * (random) kept. mask has n bytes. Returns 0 or -ENOMEM. */
 int sparse_mask_init(uint8_t *mask, const float *w, uint64_t n, double level, sparse_init how,
                      uint64_t key);
+/* The same written as bits (bit i%8 of byte i/8: 1 kept, into bits of
+ * (n + 7) / 8 bytes, zeros first), never a byte an element: a random mask
+ * reads no weight (w may be NULL). */
+int sparse_mask_init_bits(uint8_t *bits, const float *w, uint64_t n, double level,
+                          sparse_init how, uint64_t key);
 
 /* GMP at a step: the keep largest |w| of the kept positions stay (pruned
  * ones rank below every kept one, by index), the rest is pruned. Returns 0

@@ -64,6 +64,14 @@ static Appliance__PlanSparseValue *value(const char *kind, double init)
     return v;
 }
 
+/* mxsparse_fill_fn: the fixture's weights (fix_job) */
+static void fix_fill(void *ctx, mx_tensor *t, uint64_t a, uint64_t b, float *out)
+{
+    (void)ctx;
+    for (uint64_t e = a; e < b; e++)
+        out[e - a] = fix_value(t->id, e);
+}
+
 /* t's elements of vals (its weights or a state) in their dense form */
 static void dense_of(const mx_tensor *t, const float *vals, float *out)
 {
@@ -202,8 +210,9 @@ static int run(void)
         fprintf(stderr, "sparse_masks: %s\n", why);
         return 1;
     }
-    /* a compact tensor, as memoryx's load makes it: from its dense weights,
-     * its gradient and state then made for the kept elements alone */
+    /* a compact tensor, as memoryx's load makes it: its weights made again
+     * a piece at a time (the fixture's, dumped above) and their kept ones
+     * kept, its gradient and state made for the kept elements alone */
     bool compact = false;
     for (size_t k = 0; k < nts; k++) {
         mx_tensor *t = ts[k];
@@ -212,10 +221,12 @@ static int run(void)
         compact = true;
         free(t->g);
         free(t->g16);
+        free(t->w);
         t->g = NULL;
         t->g16 = NULL;
+        t->w = NULL;
         optim_state_deinit(&t->st);
-        if (mxsparse_compact(j, t, why, sizeof(why)) < 0) {
+        if (mxsparse_compact_made(j, t, fix_fill, NULL, why, sizeof(why)) < 0) {
             fprintf(stderr, "sparse_masks: %s\n", why);
             return 1;
         }

@@ -3,6 +3,7 @@
  * on weights with many ties, zeros of both signs and negative values, at
  * every count from none to all. */
 #include <check.h>
+#include <stdbool.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +47,15 @@ static float *tied_weights(uint64_t n, int values)
     return w;
 }
 
+/* Whether bits (sparse_mask_init_bits) keep exactly mask's elements. */
+static bool bits_match(const uint8_t *bits, const uint8_t *mask, uint64_t n)
+{
+    for (uint64_t i = 0; i < n; i++)
+        if ((unsigned)(bits[i / 8] >> (i % 8) & 1) != (unsigned)(mask[i] != 0))
+            return false;
+    return true;
+}
+
 START_TEST(topk_init_matches_sort)
 {
     const uint64_t n = 777;
@@ -53,8 +63,9 @@ START_TEST(topk_init_matches_sort)
     double *s = malloc(n * sizeof(double));
     for (uint64_t i = 0; i < n; i++)
         s[i] = fabs((double)w[i]);
-    uint8_t *got = malloc(n), *want = malloc(n);
+    uint8_t *got = malloc(n), *want = malloc(n), bits[(777 + 7) / 8];
     for (uint64_t keep = 1; keep <= n; keep += 1 + keep / 7) {
+        memset(bits, 0, sizeof(bits));
         double level = 1.0 - (double)keep / (double)n;
         uint64_t k = sparse_keep_count(n, level);
         ck_assert_int_eq(sparse_mask_init(got, w, n, level, SPARSE_INIT_TOPK, 3), 0);
@@ -62,6 +73,8 @@ START_TEST(topk_init_matches_sort)
         ck_assert_msg(memcmp(got, want, n) == 0, "keep %llu: the masks differ",
                       (unsigned long long)k);
         ck_assert_uint_eq(sparse_mask_count(got, n), k);
+        ck_assert_int_eq(sparse_mask_init_bits(bits, w, n, level, SPARSE_INIT_TOPK, 3), 0);
+        ck_assert(bits_match(bits, want, n));
     }
     free(s);
     free(w);
@@ -76,17 +89,21 @@ START_TEST(random_init_matches_sort)
     double *s = malloc(n * sizeof(double));
     for (uint64_t i = 0; i < n; i++)
         s[i] = sparse_random(11, 0, i);
-    uint8_t *got = malloc(n), *want = malloc(n);
+    uint8_t *got = malloc(n), *want = malloc(n), *bits = malloc((n + 7) / 8);
     const double levels[] = {0.0, 0.5, 0.9, 0.99, 0.99999};
     for (size_t l = 0; l < sizeof(levels) / sizeof(levels[0]); l++) {
         uint64_t k = sparse_keep_count(n, levels[l]);
         ck_assert_int_eq(sparse_mask_init(got, NULL, n, levels[l], SPARSE_INIT_RANDOM, 11), 0);
         reference_top(s, n, k, want);
         ck_assert_msg(memcmp(got, want, n) == 0, "level %g: the masks differ", levels[l]);
+        memset(bits, 0, (n + 7) / 8);
+        ck_assert_int_eq(sparse_mask_init_bits(bits, NULL, n, levels[l], SPARSE_INIT_RANDOM, 11), 0);
+        ck_assert_msg(bits_match(bits, want, n), "level %g: the bits differ", levels[l]);
     }
     free(s);
     free(got);
     free(want);
+    free(bits);
 }
 END_TEST
 

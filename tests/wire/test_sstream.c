@@ -242,6 +242,19 @@ END_TEST
  * byte mask of those bits gives, on both paths; the bits around the range
  * (set here) are not read as kept, and nothing past the array is read
  * (its exact size, for the sanitizers). */
+/* mask's count elements as bits at..at+count-1 of a new bit array, the
+ * bits outside the range set */
+static uint8_t *bits_of(const uint8_t *mask, uint64_t count, uint64_t at)
+{
+    size_t nbits = (size_t)((at + count + 7) / 8);
+    uint8_t *bits = malloc(nbits);
+    memset(bits, 0xff, nbits);
+    for (uint64_t i = 0; i < count; i++)
+        if (!mask[i])
+            bits[(at + i) / 8] &= (uint8_t)~(1u << ((at + i) % 8));
+    return bits;
+}
+
 START_TEST(bits_same_as_bytes)
 {
     static const uint64_t counts[] = {1, 7, 8, 9, 16, 17, 63, 64, 65, 1000, 70000};
@@ -254,12 +267,7 @@ START_TEST(bits_same_as_bytes)
                 uint64_t count = counts[c], at = ats[o];
                 uint8_t *mask = malloc(count);
                 make_mask(mask, count, levels[d], 11 + c + o);
-                size_t nbits = (size_t)((at + count + 7) / 8);
-                uint8_t *bits = malloc(nbits);
-                memset(bits, 0xff, nbits); /* the bits outside the range: set */
-                for (uint64_t i = 0; i < count; i++)
-                    if (!mask[i])
-                        bits[(at + i) / 8] &= (uint8_t)~(1u << ((at + i) % 8));
+                uint8_t *bits = bits_of(mask, count, at);
                 for (uint32_t elem = 2; elem <= 4; elem += 2) {
                     uint8_t *src = malloc(count * elem);
                     for (uint64_t i = 0; i < count * elem; i++)
@@ -317,15 +325,10 @@ START_TEST(kept_alone_same_as_dense)
                 uint64_t count = counts[c], at = ats[o];
                 uint8_t *mask = malloc(count);
                 make_mask(mask, count, levels[d], 29 + c + o);
-                size_t nbits = (size_t)((at + count + 7) / 8);
-                uint8_t *bits = malloc(nbits);
-                memset(bits, 0xff, nbits);
+                uint8_t *bits = bits_of(mask, count, at);
                 uint64_t kept = 0;
-                for (uint64_t i = 0; i < count; i++) {
+                for (uint64_t i = 0; i < count; i++)
                     kept += mask[i];
-                    if (!mask[i])
-                        bits[(at + i) / 8] &= (uint8_t)~(1u << ((at + i) % 8));
-                }
                 for (uint32_t elem = 2; elem <= 4; elem += 2) {
                     uint8_t *dense = malloc(count * elem), *vals = malloc(count * elem + 1);
                     uint8_t *back = malloc(count * elem + 1);

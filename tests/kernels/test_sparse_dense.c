@@ -217,7 +217,7 @@ START_TEST(test_format)
     /* the panel orders carry the same values */
     for (size_t j = 0; j < a->nnz; j++) {
         EXPECT(a->val[j] == kept[a->ord[j]], "val %zu", j);
-        EXPECT(a->tval[j] == kept[a->tord[j]], "tval %zu", j);
+        EXPECT(a->tval[j] == a->val[a->tord[j]], "tval %zu", j); /* (tval is val permuted) */
     }
     /* new values in canonical order reach both panel orders */
     for (size_t j = 0; j < a->nnz; j++)
@@ -225,12 +225,12 @@ START_TEST(test_format)
     sparse_w_set_kept(a, kept);
     for (size_t j = 0; j < a->nnz; j++) {
         EXPECT(a->val[j] == (float)a->ord[j], "val %zu", j);
-        EXPECT(a->tval[j] == (float)a->tord[j], "tval %zu", j);
+        EXPECT(a->tval[j] == (float)a->ord[a->tord[j]], "tval %zu", j);
     }
     sparse_w_scatter(a, kept, back);
     sparse_w_set_dense(z, back);
     for (size_t j = 0; j < z->nnz; j++)
-        EXPECT(z->val[j] == (float)z->ord[j] && z->tval[j] == (float)z->tord[j], "set_dense %zu", j);
+        EXPECT(z->val[j] == (float)z->ord[j] && z->tval[j] == (float)z->ord[z->tord[j]], "set_dense %zu", j);
     sparse_w_free(a);
     sparse_w_free(z);
     sparse_w_free(NULL);

@@ -269,6 +269,11 @@ void kern__spmm_rows(int isa, const kern__panels *a, const float *b, int ldb, in
  * (the canonical order of a sparse_w does). */
 void kern__sddmm_rows(int isa, const kern__panels *a, const float *l, int ldl, const float *r,
                       int ldr, int n, float *v, const uint32_t *ord, int r0, int r1);
+/* dst[e] = src[ord[e]] for e in [lo, hi): the kept values into a panel
+ * form's order (sparse_w_set_kept); AVX-512 and AVX2 gathers where isa
+ * has them and every index is below 2^31. */
+void kern__permute(int isa, float *dst, const float *src, const uint32_t *ord, size_t lo,
+                   size_t hi);
 /* dst (cols, ldd apart) = src (rows of cols, lds apart) transposed:
  * dst[j][i] = src[i][j] for i < rows, and zero for rows <= i < pad (the
  * padding of dst's rows), rows [j0, j1) of dst only. */

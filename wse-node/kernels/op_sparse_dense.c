@@ -162,8 +162,13 @@ sparse_w *sparse_w_new(const float *weight, const uint8_t *mask, int out_f, int 
             tce[at] = j;
         }
     build_panels(in_f, sw->tnpan, sw->tcol_ptr, tci, sw->tptr, sw->tidx, ford);
+    /* tord: each transposed entry's place in val (the canonical index
+     * through the inverse of ord), so that sparse_w_set_kept fills tval
+     * from val, within a panel's tile of it, not from all of kept */
+    for (size_t k = 0; k < nnz; k++)
+        tci[sw->ord[k]] = (uint32_t)k; /* (tci's work is done: ord's inverse) */
     for (size_t j = 0; j < nnz; j++)
-        sw->tord[j] = tce[ford[j]];
+        sw->tord[j] = tci[tce[ford[j]]];
     free(trp);
     free(tci);
     free(tce);
@@ -192,19 +197,38 @@ typedef struct kept_job {
     float *okept;
 } kept_job;
 
+/* Rows [lo, hi) of val from kept: each row's kept values are its runs in
+ * the column panels one after another (columns ascend), each run copied
+ * to its place in its panel. Read in order, written to one place a panel
+ * that moves on row by row: not a gather across all of kept for each
+ * panel, which missed the caches at every run. */
 static void set_kept_range(void *ctx, size_t lo, size_t hi)
 {
     const kept_job *j = ctx;
-    for (size_t e = lo; e < hi; e++) {
-        j->sw->val[e] = j->kept[j->sw->ord[e]];
-        j->sw->tval[e] = j->kept[j->sw->tord[e]];
+    const sparse_w *sw = j->sw;
+    size_t stride = (size_t)sw->out_f + 1;
+    for (size_t r = lo; r < hi; r++) {
+        const float *src = j->kept + sw->row_ptr[r];
+        for (int p = 0; p < sw->npan; p++) {
+            const uint32_t *pp = sw->ptr + (size_t)p * stride + r;
+            uint32_t len = pp[1] - pp[0];
+            memcpy(sw->val + pp[0], src, sizeof(float) * len);
+            src += len;
+        }
     }
+}
+
+static void set_tval_range(void *ctx, size_t lo, size_t hi)
+{
+    const kept_job *j = ctx;
+    kern__permute(kern__sparse_isa(), j->sw->tval, j->sw->val, j->sw->tord, lo, hi);
 }
 
 void sparse_w_set_kept(sparse_w *sw, const float *kept)
 {
     kept_job j = {.sw = sw, .kept = kept};
-    kernels_for(sw->nnz, 1 << 16, set_kept_range, &j);
+    kernels_for((size_t)sw->out_f, 64, set_kept_range, &j);
+    kernels_for(sw->nnz, 1 << 16, set_tval_range, &j); /* (from val, a tile at a time) */
 }
 
 static void gather_rows(void *ctx, size_t lo, size_t hi)

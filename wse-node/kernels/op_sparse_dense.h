@@ -38,7 +38,7 @@ typedef struct sparse_w {
     uint32_t *tptr;    /* tnpan * (in_f + 1) */
     uint16_t *tidx;    /* nnz: row of the weight within the panel */
     float *tval;       /* nnz */
-    uint32_t *tord;    /* nnz: canonical index of each entry */
+    uint32_t *tord;    /* nnz: the index in val of each entry (tval is val permuted) */
     uint32_t *tcol_ptr; /* in_f + 1: column c holds tcol_ptr[c + 1] - tcol_ptr[c] kept weights */
 } sparse_w;
 

@@ -515,3 +515,46 @@ void kern__transpose_rows(float *dst, int ldd, const float *src, int lds, int ro
                 dst[(size_t)j * ldd + i] = 0.0f;
     }
 }
+
+#ifdef SPMM_X86
+__attribute__((target("avx512f"))) static size_t permute512(float *dst, const float *src,
+                                                           const uint32_t *ord, size_t lo,
+                                                           size_t hi)
+{
+    size_t e = lo;
+    for (; e + 16 <= hi; e += 16) {
+        __m512i ix = _mm512_loadu_si512((const void *)(ord + e));
+        _mm512_storeu_ps(dst + e, _mm512_i32gather_ps(ix, src, 4));
+    }
+    return e;
+}
+
+__attribute__((target("avx2"))) static size_t permute256(float *dst, const float *src,
+                                                        const uint32_t *ord, size_t lo, size_t hi)
+{
+    size_t e = lo;
+    for (; e + 8 <= hi; e += 8) {
+        __m256i ix = _mm256_loadu_si256((const __m256i *)(ord + e));
+        _mm256_storeu_ps(dst + e, _mm256_i32gather_ps(src, ix, 4));
+    }
+    return e;
+}
+#endif
+
+void kern__permute(int isa, float *dst, const float *src, const uint32_t *ord, size_t lo,
+                   size_t hi)
+{
+    size_t e = lo;
+#ifdef SPMM_X86
+    if (hi <= (size_t)INT32_MAX) { /* (the gathers' indices are signed) */
+        if (isa >= KERNELS_ISA_AVX512)
+            e = permute512(dst, src, ord, lo, hi);
+        else if (isa >= KERNELS_ISA_AVX2)
+            e = permute256(dst, src, ord, lo, hi);
+    }
+#else
+    (void)isa;
+#endif
+    for (; e < hi; e++)
+        dst[e] = src[ord[e]];
+}

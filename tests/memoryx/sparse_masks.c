@@ -18,6 +18,7 @@
  * g<s>.f32 (the dense gradient), m<s>.u8, w<s>.f32 and b<s>.f32 (the mask,
  * weights and momentum buffer after the step). */
 #include <check.h>
+#include <errno.h>
 #include <math.h>
 #include <sys/stat.h>
 #include <stdio.h>
@@ -28,6 +29,7 @@
 #include "mxfix.h"
 #include "mxsparse.h"
 #include "optim_plan.h"
+#include "sstream.h"
 #include "update.h"
 
 #define CHUNK 1000
@@ -328,6 +330,42 @@ static int run(void)
             dump(tdir[k], "b", s, bd[k], t->n * sizeof(float));
         }
         j->step++;
+    }
+    /* a compact tensor refuses a packed gradient whose index keeps other
+     * elements than its mask, naming the first, and takes its own */
+    for (size_t k = 0; compact && k < nts; k++) {
+        mx_tensor *t = ts[k];
+        uint64_t count = t->n < CHUNK ? t->n : CHUNK, kept;
+        uint32_t pk = sstream_choose_bits(t->bits, 0, count, sizeof(float), &kept);
+        uint8_t *pl = malloc(sstream_bytes(pk, count, kept, sizeof(float)));
+        float *vals = calloc(count, sizeof(float));
+        sstream_pack_kept(pk, t->bits, 0, vals, count, kept, sizeof(float), pl);
+        if (update_grad_land(j, t, 0, count, pl, pk, kept, why, sizeof(why)) != 0) {
+            fprintf(stderr, "sparse_masks: its own index refused: %s\n", why);
+            return 1;
+        }
+        uint64_t flip = 0; /* the first pruned element, kept in the payload's bits */
+        while (t->bits[flip / 8] >> (flip % 8) & 1)
+            flip++;
+        uint8_t *bits = malloc((t->n + 7) / 8);
+        memcpy(bits, t->bits, (t->n + 7) / 8);
+        bits[flip / 8] |= (uint8_t)(1u << (flip % 8));
+        pk = sstream_choose_bits(bits, 0, count, sizeof(float), &kept);
+        free(pl);
+        pl = malloc(sstream_bytes(pk, count, kept, sizeof(float)));
+        sstream_pack_kept(pk, bits, 0, vals, count, kept, sizeof(float), pl);
+        char want[64];
+        snprintf(want, sizeof(want), "differ at element %llu", (unsigned long long)flip);
+        if (pk == SSTREAM_DENSE ||
+            update_grad_land(j, t, 0, count, pl, pk, kept, why, sizeof(why)) != -EINVAL ||
+            !strstr(why, want)) {
+            fprintf(stderr, "sparse_masks: a gradient index keeping element %llu, which the mask "
+                    "prunes, was not refused so: %s\n", (unsigned long long)flip, why);
+            return 1;
+        }
+        free(bits);
+        free(pl);
+        free(vals);
     }
     for (size_t k = 0; k < nts; k++) {
         optim_state_deinit(&ref[k]);

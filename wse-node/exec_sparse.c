@@ -142,15 +142,8 @@ static bool exec__kept_only(exec *e, int li, int64_t key)
     if (!dp->sw) {
         int in_f = (int)l->in.d[0], units = (int)l->units;
         size_t total = (size_t)units * (size_t)in_f;
-        uint8_t *mask = malloc(total ? total : 1);
         char err[160];
-        if (mask) {
-            for (size_t i = 0; i < total; i++)
-                mask[i] = dp->bits[i / 8] >> (i % 8) & 1;
-            dp->sw = sparse_w_new(NULL, mask, units, in_f, err, sizeof(err));
-        }
-        free(mask);
-        if (!dp->sw)
+        if (!(dp->sw = sparse_w_new_bits(dp->bits, units, in_f, err, sizeof(err))))
             return false;
         dp->made++;
         dp->density = (double)dp->sw->nnz / (double)(total ? total : 1);

@@ -204,6 +204,21 @@ START_TEST(test_format)
     ck_assert(a && z);
     ck_assert_uint_eq(a->nnz, z->nnz);
     ck_assert(memcmp(a->col, z->col, sizeof(uint32_t) * a->nnz) == 0);
+    /* the same positions from the mask as bits (a compressed stream's
+     * index), the values zeros until set */
+    uint8_t *bits = calloc((nw + 7) / 8, 1);
+    for (size_t i = 0; i < nw; i++)
+        bits[i / 8] |= (uint8_t)((mask[i] != 0) << (i % 8));
+    sparse_w *b = sparse_w_new_bits(bits, out_f, in_f, err, sizeof(err));
+    ck_assert(b);
+    ck_assert_uint_eq(b->nnz, a->nnz);
+    ck_assert(memcmp(b->col, a->col, sizeof(uint32_t) * a->nnz) == 0);
+    ck_assert(memcmp(b->ord, a->ord, sizeof(uint32_t) * a->nnz) == 0);
+    ck_assert(memcmp(b->tord, a->tord, sizeof(uint32_t) * a->nnz) == 0);
+    for (size_t j = 0; j < b->nnz; j++)
+        EXPECT(b->val[j] == 0.0f, "bits: val %zu", j);
+    sparse_w_free(b);
+    free(bits);
     /* canonical order is row-major */
     size_t e = 0;
     for (size_t i = 0; i < nw; i++)

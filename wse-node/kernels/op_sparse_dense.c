@@ -4,6 +4,7 @@
 #include "op_sparse_dense.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,8 +86,35 @@ static void build_panels(int m, int npan, const uint32_t *rp, const uint32_t *ci
     }
 }
 
+/* Whether element i is kept: its mask byte or bit, or its weight not zero */
+static inline bool sw__kept(const float *weight, const uint8_t *mask, const uint8_t *bits,
+                            size_t i)
+{
+    if (bits)
+        return bits[i / 8] >> (i % 8) & 1;
+    return mask ? mask[i] != 0 : weight[i] != 0.0f;
+}
+
+static sparse_w *sw__new(const float *weight, const uint8_t *mask, const uint8_t *bits, int out_f,
+                         int in_f, char *err, size_t err_len);
+
 sparse_w *sparse_w_new(const float *weight, const uint8_t *mask, int out_f, int in_f, char *err,
                        size_t err_len)
+{
+    return sw__new(weight, mask, NULL, out_f, in_f, err, err_len);
+}
+
+sparse_w *sparse_w_new_bits(const uint8_t *bits, int out_f, int in_f, char *err, size_t err_len)
+{
+    if (!bits) {
+        snprintf(err, err_len, "sparse weight: no bits");
+        return NULL;
+    }
+    return sw__new(NULL, NULL, bits, out_f, in_f, err, err_len);
+}
+
+static sparse_w *sw__new(const float *weight, const uint8_t *mask, const uint8_t *bits, int out_f,
+                         int in_f, char *err, size_t err_len)
 {
     if (out_f < 1 || in_f < 1) {
         snprintf(err, err_len, "sparse weight: shape %d x %d (each side must be 1 or more)",
@@ -94,12 +122,12 @@ sparse_w *sparse_w_new(const float *weight, const uint8_t *mask, int out_f, int 
         return NULL;
     }
     size_t total = (size_t)out_f * in_f, nnz = 0;
-    if (!mask && !weight) {
+    if (!bits && !mask && !weight) {
         snprintf(err, err_len, "sparse weight: neither a weight nor a mask");
         return NULL;
     }
     for (size_t i = 0; i < total; i++)
-        nnz += mask ? mask[i] != 0 : weight[i] != 0.0f;
+        nnz += sw__kept(weight, mask, bits, i);
     if (nnz >= UINT32_MAX) {
         snprintf(err, err_len, "sparse weight: %zu kept weights (at most %u)", nnz,
                  UINT32_MAX - 1);
@@ -141,7 +169,7 @@ sparse_w *sparse_w_new(const float *weight, const uint8_t *mask, int out_f, int 
         sw->row_ptr[r] = e;
         for (int c = 0; c < in_f; c++) {
             size_t i = (size_t)r * in_f + c;
-            if (mask ? mask[i] != 0 : weight[i] != 0.0f)
+            if (sw__kept(weight, mask, bits, i))
                 sw->col[e++] = (uint32_t)c;
         }
     }
@@ -173,7 +201,10 @@ sparse_w *sparse_w_new(const float *weight, const uint8_t *mask, int out_f, int 
     free(tci);
     free(tce);
     free(ford);
-    if (nnz && weight) {
+    if (!weight) { /* (positions alone: values zeros until set) */
+        memset(sw->val, 0, sizeof(float) * n1);
+        memset(sw->tval, 0, sizeof(float) * n1);
+    } else if (nnz) {
         /* values: the weight's at the kept positions */
         float *kept = malloc(sizeof(float) * nnz);
         if (!kept)

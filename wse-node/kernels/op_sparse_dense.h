@@ -52,6 +52,11 @@ typedef struct sparse_w {
  * or changes, not in the step loop. */
 sparse_w *sparse_w_new(const float *weight, const uint8_t *mask, int out_f, int in_f, char *err,
                        size_t err_len);
+/* The same with the kept positions given as bits (bit i%8 of byte i/8 of
+ * the row-major weight: 1 kept) and the values zeros until
+ * sparse_w_set_kept: a compressed stream's index, with no byte an
+ * element made. */
+sparse_w *sparse_w_new_bits(const uint8_t *bits, int out_f, int in_f, char *err, size_t err_len);
 void sparse_w_free(sparse_w *sw);
 
 /* Sets the kept weights' values from kept (nnz floats, canonical order:

@@ -383,7 +383,8 @@ static void render__live(const Appliance__JobStatus *st, double pct)
         snprintf(line, sizeof(line), "[queued] %s at position %u (priority p%u)", st->job_id,
                  st->queue_position, st->priority);
     } else {
-        int full = (int)(pct / 10.0);
+        /* (a status past its last step, or garbled, fills the bar, no more) */
+        int full = !(pct > 0.0) ? 0 : pct >= 100.0 ? 10 : (int)(pct / 10.0);
         bar[0] = '[';
         for (int i = 0; i < 10; i++)
             bar[1 + i] = i < full ? '#' : '.';

@@ -158,7 +158,8 @@ wn_packed_grad *wn__pack_grad(const wn_job *j, wn_tensor *t, uint64_t off, uint6
     if (t->kept_only) { /* the gradient at the kept values alone, in order from send_base */
         if (off != t->send_next)
             t->send_k = sstream_count_bits(t->kept_bits, 0, off);
-        uint64_t k = sstream_count_bits(t->kept_bits, off, count);
+        /* (the values it holds: what choose counted, which a dense packing does not say) */
+        uint64_t k = packing == SSTREAM_DENSE ? sstream_count_bits(t->kept_bits, off, count) : kept;
         uint64_t b = sstream_bytes(packing, count, kept, elem);
         wn_packed_grad *pk = malloc(sizeof(*pk) + (b ? b : 1));
         if (!pk)

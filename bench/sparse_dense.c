@@ -148,6 +148,27 @@ int main(int argc, char **argv)
                 "total %.2f ms (dense %.2f): %.4f ns per kept weight and sample\n",
                 sparsity[s], sw->nnz, tset * 1e3, tsf * 1e3, tsb * 1e3, ts * 1e3, tdense * 1e3,
                 ts * 1e9 / ((double)sw->nnz * N));
+        /* the panel widths side by side (kern__panel_width's choice is
+         * the one above) */
+        for (int pw = 64; pw <= KERN__PANEL; pw *= 2) {
+            kern__sparse_set_panel(pw);
+            sparse_w *sp = sparse_w_new(NULL, mask, OUT, IN, err, sizeof(err));
+            kern__sparse_set_panel(0);
+            if (!sp)
+                break;
+            double tp = 1e9;
+            for (int rep = 0; rep < 3; rep++) {
+                double t0 = bench_now();
+                sparse_w_set_kept(sp, kept);
+                op_sparse_dense_forward(y, x, sp, b, N, ws, wsb);
+                op_sparse_dense_backward(dx, dkept, db, dy, x, sp, N, ws, wsb);
+                double t = bench_now() - t0;
+                tp = t < tp ? t : tp;
+            }
+            fprintf(stderr, "  panels of %d%s: %.2f ms\n", pw, pw == sw->pw ? " (chosen)" : "",
+                    tp * 1e3);
+            sparse_w_free(sp);
+        }
         free(kept);
         free(dkept);
         free(ws);

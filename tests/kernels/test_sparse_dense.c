@@ -488,6 +488,80 @@ START_TEST(test_threads_same_bits)
 }
 END_TEST
 
+/* The panel width (kern__panel_width, by density) changes where a row's
+ * entries are cut, not the order they are summed in: every width gives
+ * the same bits, on each instruction set, with an odd count of rows (a
+ * row pair's kernel and a single row's) and a batch that ends in a
+ * masked chunk */
+START_TEST(test_panel_widths_same_bits)
+{
+    ck_assert_int_eq(kern__panel_width(0.60), 64);
+    ck_assert_int_eq(kern__panel_width(0.25), 64);
+    ck_assert_int_eq(kern__panel_width(0.15), 128);
+    ck_assert_int_eq(kern__panel_width(0.10), 256);
+    ck_assert_int_eq(kern__panel_width(0.01), 256);
+    kt_rng r;
+    kt_rng_init(&r, 45);
+    int n = 300, in_f = 513, out_f = 261;
+    size_t nw = (size_t)out_f * in_f;
+    float *x = kt_falloc((size_t)n * in_f), *w = kt_falloc(nw), *b = kt_falloc(out_f);
+    float *dy = kt_falloc((size_t)n * out_f);
+    float *y[2], *dx[2], *dk[2], *db[2];
+    for (int t = 0; t < 2; t++) {
+        y[t] = kt_falloc((size_t)n * out_f);
+        dx[t] = kt_falloc((size_t)n * in_f);
+        dk[t] = kt_falloc(nw);
+        db[t] = kt_falloc(out_f);
+    }
+    uint8_t *mask = malloc(nw);
+    kt_fill(&r, x, (size_t)n * in_f, -1, 1);
+    kt_fill(&r, b, out_f, -1, 1);
+    kt_fill(&r, dy, (size_t)n * out_f, -1, 1);
+    static const double dens[] = {0.6, 0.1};
+    static const int isas[] = {KERNELS_ISA_BASE, KERNELS_ISA_AVX2, KERNELS_ISA_AVX512};
+    char err[128];
+    for (size_t d = 0; d < 2; d++) {
+        kt_fill(&r, w, nw, -1, 1);
+        make_mask(&r, mask, out_f, in_f, dens[d], 0);
+        for (size_t i = 0; i < 3; i++) {
+            if (isas[i] > (int)kernels_isa_level())
+                continue;
+            kern__sparse_set_isa(isas[i]);
+            for (int pw = 256; pw >= 16; pw /= 2) {
+                kern__sparse_set_panel(pw);
+                sparse_w *sw = sparse_w_new(w, mask, out_f, in_f, err, sizeof(err));
+                kern__sparse_set_panel(0);
+                ck_assert_msg(sw != NULL, "%s", err);
+                ck_assert_int_eq(sw->pw, pw);
+                size_t wsb = op_sparse_dense_workspace(sw, n);
+                void *ws = malloc(wsb);
+                int t = pw == 256 ? 0 : 1;
+                ck_assert_int_eq(op_sparse_dense_forward(y[t], x, sw, b, n, ws, wsb), 0);
+                ck_assert_int_eq(
+                    op_sparse_dense_backward(dx[t], dk[t], db[t], dy, x, sw, n, ws, wsb), 0);
+                if (t == 1) {
+                    const char *what = kernels_isa_name((kernels_isa)isas[i]);
+                    EXPECT(memcmp(y[0], y[1], sizeof(float) * n * out_f) == 0,
+                           "%s, %d wide, density %.1f: y", what, pw, dens[d]);
+                    EXPECT(memcmp(dx[0], dx[1], sizeof(float) * n * in_f) == 0,
+                           "%s, %d wide: dx", what, pw);
+                    EXPECT(memcmp(dk[0], dk[1], sizeof(float) * sw->nnz) == 0,
+                           "%s, %d wide: dW", what, pw);
+                    EXPECT(memcmp(db[0], db[1], sizeof(float) * out_f) == 0,
+                           "%s, %d wide: dbias", what, pw);
+                }
+                free(ws);
+                sparse_w_free(sw);
+            }
+        }
+    }
+    kern__sparse_set_isa(-1);
+    for (int t = 0; t < 2; t++)
+        free(y[t]), free(dx[t]), free(dk[t]), free(db[t]);
+    free(x), free(w), free(b), free(dy), free(mask);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("sparse_dense");
@@ -497,6 +571,7 @@ int main(void)
     tcase_add_test(tc, test_bad_input);
     tcase_add_test(tc, test_against_dense);
     tcase_add_test(tc, test_threads_same_bits);
+    tcase_add_test(tc, test_panel_widths_same_bits);
     tcase_add_test(tc, test_cost_model_and_masked_layer);
     tcase_add_test(tc, test_sparse_input);
     suite_add_tcase(s, tc);

@@ -244,26 +244,33 @@ size_t kern__conv_scratch(int transposed, const void *p, unsigned job);
 const char *kern__conv_impl(int transposed, const void *p, unsigned prim);
 
 /* Sparse times dense (spmm.c, op_sparse_dense.c). A sparse m x K matrix
- * cut into panels of KERN__PANEL columns, each a CSR of all m rows with
- * the column within the panel in 16 bits: panel p's row r is entries
- * [ptr[p * (m + 1) + r], ptr[p * (m + 1) + r + 1]) of idx and val. */
+ * cut into panels of pw columns, each a CSR of all m rows with the column
+ * within the panel in 16 bits: panel p's row r is entries
+ * [ptr[p * (m + 1) + r], ptr[p * (m + 1) + r + 1]) of idx and val. A
+ * panel's rows of the dense operand are what stays in the caches while
+ * the sparse rows pass over them: the fewer kept entries a row has in a
+ * panel, the wider the panel must be to pay for visiting it
+ * (kern__panel_width). KERN__PANEL is the widest, and the width of
+ * compressed activations. */
 #define KERN__PANEL 256
 typedef struct kern__panels {
     int m;               /* rows */
     int npan;            /* panels */
+    int pw;              /* columns a panel (at most 65536) */
     const uint32_t *ptr; /* npan * (m + 1) offsets */
     const uint16_t *idx; /* column within the panel */
     const float *val;    /* values */
 } kern__panels;
 
 /* Rows [r0, r1) of C (n columns, ldc apart) = init[r] (cinit: init[j]
- * for column j; 0 where init is NULL) + the sum over row r's entries of val * B's row (p * KERN__PANEL
- * + idx), B row-major with ldb; on the vector code of isa (a kernels_isa),
- * n any width. */
+ * for column j; 0 where init is NULL) + the sum over row r's entries of
+ * val * B's row (p * pw + idx), in ascending column order whatever pw, B
+ * row-major with ldb; on the vector code of isa (a kernels_isa), n any
+ * width. */
 void kern__spmm_rows(int isa, const kern__panels *a, const float *b, int ldb, int n,
                      const float *init, int cinit, float *c, int ldc, int r0, int r1);
 /* For each entry e of rows [r0, r1): v[ord[e]] (v[e] where ord is NULL)
- * = the dot product of L's row r and R's row (p * KERN__PANEL + idx[e]),
+ * = the dot product of L's row r and R's row (p * pw + idx[e]),
  * each n long (n a multiple of 16; ldl, ldr apart), summed in float32.
  * ord must map each (panel, row) run of entries to consecutive places
  * (the canonical order of a sparse_w does). */
@@ -283,5 +290,12 @@ void kern__transpose_rows(float *dst, int ldd, const float *src, int lds, int ro
  * kernels_isa, capped by kernels_isa_level), or -1 for kernels_isa_level. */
 void kern__sparse_set_isa(int isa);
 int kern__sparse_isa(void);
+/* The panel width of a sparse weight whose kept fraction is density:
+ * the narrowest of 64, 128 and KERN__PANEL at which a row keeps about 16
+ * entries a panel (measured: bench/sparse_dense.c's widths). For tests and
+ * benchmarks, kern__sparse_set_panel(pw) fixes it for the sparse weights
+ * made from then on (a power of two from 16 to KERN__PANEL), 0 undoes. */
+int kern__panel_width(double density);
+void kern__sparse_set_panel(int pw);
 
 #endif

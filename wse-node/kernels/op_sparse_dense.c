@@ -13,9 +13,8 @@
 #include "kernels_internal.h"
 #include "op_dense.h"
 
-_Static_assert(SPARSE_W_PANEL == KERN__PANEL, "one panel width");
-
 static int sparse_isa_forced = -1;
+static int sparse_panel_forced;
 
 void kern__sparse_set_isa(int isa)
 {
@@ -26,6 +25,25 @@ int kern__sparse_isa(void)
 {
     int lvl = (int)kernels_isa_level();
     return sparse_isa_forced >= 0 && sparse_isa_forced < lvl ? sparse_isa_forced : lvl;
+}
+
+void kern__sparse_set_panel(int pw)
+{
+    sparse_panel_forced = pw >= 16 && pw <= KERN__PANEL && !(pw & (pw - 1)) ? pw : 0;
+}
+
+int kern__panel_width(double density)
+{
+    if (sparse_panel_forced)
+        return sparse_panel_forced;
+    /* 4096 x 4096 at batch 256 on AVX-512 (Intel Xeon, family 6 model
+     * 207): at 25% kept, 64 wide took 80 ms a step, 128 87 and 256 95; at
+     * 10% kept 256 was best. A panel's rows for 128 columns of the dense
+     * operand: 32 KiB at 64 wide (L1), 128 KiB at 256 (L2). */
+    int pw = 64;
+    while (pw < KERN__PANEL && density * pw < 16.0)
+        pw *= 2;
+    return pw;
 }
 
 void sparse_w_free(sparse_w *sw)
@@ -49,14 +67,14 @@ void sparse_w_free(sparse_w *sw)
 /* Panel form of a CSR (rows of m, columns of k, row-major order given by
  * rp and ci): ptr (npan * (m + 1)), idx, ord (canonical index of each
  * entry) */
-static void build_panels(int m, int npan, const uint32_t *rp, const uint32_t *ci, uint32_t *ptr,
-                         uint16_t *idx, uint32_t *ord)
+static void build_panels(int m, int npan, int pw, const uint32_t *rp, const uint32_t *ci,
+                         uint32_t *ptr, uint16_t *idx, uint32_t *ord)
 {
     /* counts per (panel, row), then offsets */
     memset(ptr, 0, sizeof(uint32_t) * (size_t)npan * (m + 1));
     for (int r = 0; r < m; r++)
         for (uint32_t e = rp[r]; e < rp[r + 1]; e++)
-            ptr[(size_t)(ci[e] / KERN__PANEL) * (m + 1) + r + 1]++;
+            ptr[(size_t)(ci[e] / (uint32_t)pw) * (m + 1) + r + 1]++;
     uint32_t run = 0;
     for (int p = 0; p < npan; p++) {
         uint32_t *pp = ptr + (size_t)p * (m + 1);
@@ -70,10 +88,10 @@ static void build_panels(int m, int npan, const uint32_t *rp, const uint32_t *ci
      * order; next[] walks with it */
     for (int r = 0; r < m; r++) {
         for (uint32_t e = rp[r]; e < rp[r + 1]; e++) {
-            uint32_t p = ci[e] / KERN__PANEL;
+            uint32_t p = ci[e] / (uint32_t)pw;
             uint32_t *slot = ptr + (size_t)p * (m + 1) + r; /* moves up as it fills */
             uint32_t at = (*slot)++;
-            idx[at] = (uint16_t)(ci[e] % KERN__PANEL);
+            idx[at] = (uint16_t)(ci[e] % (uint32_t)pw);
             ord[at] = e;
         }
     }
@@ -140,8 +158,9 @@ static sparse_w *sw__new(const float *weight, const uint8_t *mask, const uint8_t
     sw->out_f = out_f;
     sw->in_f = in_f;
     sw->nnz = nnz;
-    sw->npan = (in_f + KERN__PANEL - 1) / KERN__PANEL;
-    sw->tnpan = (out_f + KERN__PANEL - 1) / KERN__PANEL;
+    sw->pw = kern__panel_width((double)nnz / (double)total);
+    sw->npan = (in_f + sw->pw - 1) / sw->pw;
+    sw->tnpan = (out_f + sw->pw - 1) / sw->pw;
     sw->row_ptr = malloc(sizeof(uint32_t) * (out_f + 1));
     sw->col = malloc(sizeof(uint32_t) * n1);
     sw->ptr = malloc(sizeof(uint32_t) * (size_t)sw->npan * (out_f + 1));
@@ -174,7 +193,7 @@ static sparse_w *sw__new(const float *weight, const uint8_t *mask, const uint8_t
         }
     }
     sw->row_ptr[out_f] = e;
-    build_panels(out_f, sw->npan, sw->row_ptr, sw->col, sw->ptr, sw->idx, sw->ord);
+    build_panels(out_f, sw->npan, sw->pw, sw->row_ptr, sw->col, sw->ptr, sw->idx, sw->ord);
     /* the transpose's CSR (rows = columns of the weight), tce[j] the
      * canonical index of its entry j */
     memset(trp, 0, sizeof(uint32_t) * (in_f + 1));
@@ -189,7 +208,7 @@ static sparse_w *sw__new(const float *weight, const uint8_t *mask, const uint8_t
             tci[at] = (uint32_t)r;
             tce[at] = j;
         }
-    build_panels(in_f, sw->tnpan, sw->tcol_ptr, tci, sw->tptr, sw->tidx, ford);
+    build_panels(in_f, sw->tnpan, sw->pw, sw->tcol_ptr, tci, sw->tptr, sw->tidx, ford);
     /* tord: each transposed entry's place in val (the canonical index
      * through the inverse of ord), so that sparse_w_set_kept fills tval
      * from val, within a panel's tile of it, not from all of kept */
@@ -289,13 +308,13 @@ static void set_dense_rows(void *ctx, size_t lo, size_t hi)
         const uint32_t *pp = sw->ptr + (size_t)p * (sw->out_f + 1);
         for (size_t r = lo; r < hi && r < (size_t)sw->out_f; r++)
             for (uint32_t e = pp[r]; e < pp[r + 1]; e++)
-                sw->val[e] = w[r * sw->in_f + (size_t)p * KERN__PANEL + sw->idx[e]];
+                sw->val[e] = w[r * sw->in_f + (size_t)p * sw->pw + sw->idx[e]];
     }
     for (int p = 0; p < sw->tnpan; p++) {
         const uint32_t *pp = sw->tptr + (size_t)p * (sw->in_f + 1);
         for (size_t c = lo; c < hi && c < (size_t)sw->in_f; c++)
             for (uint32_t e = pp[c]; e < pp[c + 1]; e++)
-                sw->tval[e] = w[((size_t)p * KERN__PANEL + sw->tidx[e]) * sw->in_f + c];
+                sw->tval[e] = w[((size_t)p * sw->pw + sw->tidx[e]) * sw->in_f + c];
     }
 }
 
@@ -444,7 +463,7 @@ int op_sparse_dense_forward(float *out, const float *in, const sparse_w *sw, con
     int np = pad16(n);
     float *inT = base, *yT = inT + (size_t)sw->in_f * np;
     transpose_into(inT, np, in, sw->in_f, n, sw->in_f);
-    kern__panels a = {sw->out_f, sw->npan, sw->ptr, sw->idx, sw->val};
+    kern__panels a = {sw->out_f, sw->npan, sw->pw, sw->ptr, sw->idx, sw->val};
     sd_job j = {.sw = sw, .isa = kern__sparse_isa(), .n = np, .np = np, .b = inT, .init = bias,
                 .c = yT, .a = &a};
     kern__parallel(spmm_task, &j, threads_for(sw, n));
@@ -518,12 +537,12 @@ int op_sparse_dense_backward(float *din, float *dkept, float *dbias, const float
     double work = (double)n * ((double)sw->in_f + sw->out_f);
     kern__parallel(prep_task, &pj, work < 65536 ? 1 : kernels_threads());
     /* the kept weights' gradient, straight into the canonical order */
-    kern__panels a = {sw->out_f, sw->npan, sw->ptr, sw->idx, sw->val};
+    kern__panels a = {sw->out_f, sw->npan, sw->pw, sw->ptr, sw->idx, sw->val};
     sd_job j = {.sw = sw, .isa = isa, .n = np, .np = np, .a = &a,
                 .l = dyT, .r = inT, .v = dkept};
     kern__parallel(sddmm_task, &j, nt);
     if (din) {
-        kern__panels t = {sw->in_f, sw->tnpan, sw->tptr, sw->tidx, sw->tval};
+        kern__panels t = {sw->in_f, sw->tnpan, sw->pw, sw->tptr, sw->tidx, sw->tval};
         sd_job d = {.sw = sw, .isa = isa, .n = np, .np = np, .b = dyT, .init = NULL, .c = dinT,
                     .a = &t};
         kern__parallel(spmm_task, &d, nt);
@@ -762,7 +781,7 @@ static char *compress(kern__panels *a, const float *m, int rows, int cols, int l
         }
     }
     kernels_for((size_t)rows, 16, xin_fill, &x);
-    *a = (kern__panels){rows, npan, ptr, idx, val};
+    *a = (kern__panels){rows, npan, KERN__PANEL, ptr, idx, val};
     return (char *)(((uintptr_t)(idx + (size_t)rows * cols) + 63) & ~(uintptr_t)63);
 }
 

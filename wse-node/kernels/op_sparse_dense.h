@@ -14,12 +14,12 @@
  * The canonical order of the kept weights is row-major (row by row, each
  * row's columns ascending: CSR): the `kept` arrays below (values in, the
  * weight gradient out) are nnz floats in that order. Inside, the kernels
- * keep two more copies of the values: the rows cut into panels of
- * SPARSE_W_PANEL columns (CSR per panel, 16-bit columns inside it, so
- * that a panel's rows of the other operand stay in the caches while every
- * row of the weight passes over them), and the same for the transpose
- * (panels of SPARSE_W_PANEL rows, for the data gradient). */
-#define SPARSE_W_PANEL 256
+ * keep two more copies of the values: the rows cut into panels of pw
+ * columns (CSR per panel, 16-bit columns inside it, so that a panel's rows
+ * of the other operand stay in the caches while every row of the weight
+ * passes over them; pw from 64 to 256, narrower the denser the weight),
+ * and the same for the transpose (panels of pw rows, for the data
+ * gradient). */
 
 typedef struct sparse_w {
     int out_f, in_f;   /* the dense shape (rows, columns) */
@@ -29,6 +29,7 @@ typedef struct sparse_w {
     /* the weight by column panels: npan panels, panel p's row r is
      * entries [ptr[p * (out_f + 1) + r], ptr[p * (out_f + 1) + r + 1]) */
     int npan;
+    int pw;            /* columns a panel (rows a panel of the transpose) */
     uint32_t *ptr;     /* npan * (out_f + 1) */
     uint16_t *idx;     /* nnz: column within the panel */
     float *val;        /* nnz: values in panel order */

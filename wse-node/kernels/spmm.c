@@ -2,8 +2,8 @@
  * sparse matrix in column panels times a dense one (spmm), the dot
  * products at a sparse matrix's entries (sddmm, the weight gradient at the
  * kept positions), and a transpose; each on AVX-512, AVX2 + FMA, or plain
- * loops. One panel's rows of the dense operand (256 rows of a chunk of
- * its columns) stay in L1/L2 while every sparse row passes over them. */
+ * loops. One panel's rows of the dense operand (64 to 256 rows of a chunk
+ * of its columns) stay in L1/L2 while every sparse row passes over them. */
 #include "kernels.h"
 #include "kernels_internal.h"
 
@@ -25,7 +25,7 @@ static void spmm_plain(const kern__panels *a, const float *b, int ldb, int n, co
         int w = n - c0 < CW ? n - c0 : CW;
         for (int p = 0; p < a->npan; p++) {
             const uint32_t *ptr = a->ptr + (size_t)p * (a->m + 1);
-            const float *bp = b + (size_t)p * KERN__PANEL * ldb + c0;
+            const float *bp = b + (size_t)p * a->pw * ldb + c0;
             for (int r = r0; r < r1; r++) {
                 float acc[CW];
                 float *cr = c + (size_t)r * ldc + c0;
@@ -57,7 +57,7 @@ static void sddmm_plain(const kern__panels *a, const float *l, int ldl, const fl
         for (int r = r0; r < r1; r++) {
             const float *lr = l + (size_t)r * ldl;
             for (uint32_t e = ptr[r]; e < ptr[r + 1]; e++) {
-                const float *rr = rm + ((size_t)p * KERN__PANEL + a->idx[e]) * ldr;
+                const float *rr = rm + ((size_t)p * a->pw + a->idx[e]) * ldr;
                 float s[16] = {0};
                 for (int j = 0; j < n; j += 16)
                     for (int q = 0; q < 16; q++)
@@ -173,34 +173,104 @@ __attribute__((target("avx512f"))) static void spmm512_row8f(const uint16_t *idx
         _mm512_storeu_ps(cr + 16 * v, a[v]);
 }
 
+/* Two rows of NV full vectors at once: twice the independent chains of
+ * multiply-adds (one row's leave a multiply-add's latency exposed where
+ * the loads of the dense rows come from L1), over the entries the two
+ * rows have in common count, then each row's rest */
+#define SPMM512_ROWS2(NV)                                                                         \
+    __attribute__((target("avx512f"))) static void spmm512_rows2_##NV(                            \
+        const uint16_t *idx, const float *val, uint32_t e0, uint32_t e1, uint32_t f0,             \
+        uint32_t f1, const float *bp, int ldb, float *cr, float *cq, int first, float init,       \
+        float initq, const float *cs)                                                             \
+    {                                                                                             \
+        __m512 a[NV], q[NV];                                                                      \
+        for (int v = 0; v < NV; v++) {                                                            \
+            a[v] = first ? (cs ? _mm512_loadu_ps(cs + 16 * v) : _mm512_set1_ps(init))             \
+                         : _mm512_loadu_ps(cr + 16 * v);                                          \
+            q[v] = first ? (cs ? _mm512_loadu_ps(cs + 16 * v) : _mm512_set1_ps(initq))            \
+                         : _mm512_loadu_ps(cq + 16 * v);                                          \
+        }                                                                                         \
+        uint32_t e = e0, f = f0;                                                                  \
+        for (; e < e1 && f < f1; e++, f++) {                                                      \
+            __m512 x = _mm512_set1_ps(val[e]), y = _mm512_set1_ps(val[f]);                        \
+            const float *br = bp + (size_t)idx[e] * ldb, *bq = bp + (size_t)idx[f] * ldb;         \
+            for (int v = 0; v < NV; v++) {                                                        \
+                a[v] = _mm512_fmadd_ps(x, _mm512_loadu_ps(br + 16 * v), a[v]);                    \
+                q[v] = _mm512_fmadd_ps(y, _mm512_loadu_ps(bq + 16 * v), q[v]);                    \
+            }                                                                                     \
+        }                                                                                         \
+        for (; e < e1; e++) {                                                                     \
+            __m512 x = _mm512_set1_ps(val[e]);                                                    \
+            const float *br = bp + (size_t)idx[e] * ldb;                                          \
+            for (int v = 0; v < NV; v++)                                                          \
+                a[v] = _mm512_fmadd_ps(x, _mm512_loadu_ps(br + 16 * v), a[v]);                    \
+        }                                                                                         \
+        for (; f < f1; f++) {                                                                     \
+            __m512 y = _mm512_set1_ps(val[f]);                                                    \
+            const float *bq = bp + (size_t)idx[f] * ldb;                                          \
+            for (int v = 0; v < NV; v++)                                                          \
+                q[v] = _mm512_fmadd_ps(y, _mm512_loadu_ps(bq + 16 * v), q[v]);                    \
+        }                                                                                         \
+        for (int v = 0; v < NV; v++) {                                                            \
+            _mm512_storeu_ps(cr + 16 * v, a[v]);                                                  \
+            _mm512_storeu_ps(cq + 16 * v, q[v]);                                                  \
+        }                                                                                         \
+    }
+SPMM512_ROWS2(8)
+SPMM512_ROWS2(4)
+
+/* Rows [r0, r1) of one chunk of nv full vectors (64 or 128 columns) over
+ * every panel, two rows at a time */
+static void spmm512_chunk(const kern__panels *a, const float *b, int ldb, int c0, int nv,
+                          const float *init, int cinit, float *c, int ldc, int r0, int r1)
+{
+    const float *cs = cinit && init ? init + c0 : NULL;
+    for (int p = 0; p < a->npan; p++) {
+        const uint32_t *ptr = a->ptr + (size_t)p * (a->m + 1);
+        const float *bp = b + (size_t)p * a->pw * ldb + c0;
+        int r = r0;
+        for (; r + 2 <= r1; r += 2) {
+            float *cr = c + (size_t)r * ldc + c0, *cq = cr + ldc;
+            float iv = init && !cinit ? init[r] : 0.0f, iq = init && !cinit ? init[r + 1] : 0.0f;
+            if (nv == 8)
+                spmm512_rows2_8(a->idx, a->val, ptr[r], ptr[r + 1], ptr[r + 1], ptr[r + 2], bp,
+                                ldb, cr, cq, p == 0, iv, iq, cs);
+            else
+                spmm512_rows2_4(a->idx, a->val, ptr[r], ptr[r + 1], ptr[r + 1], ptr[r + 2], bp,
+                                ldb, cr, cq, p == 0, iv, iq, cs);
+        }
+        for (; r < r1; r++) {
+            float *cr = c + (size_t)r * ldc + c0, iv = init && !cinit ? init[r] : 0.0f;
+            if (nv == 8)
+                spmm512_row8f(a->idx, a->val, ptr[r], ptr[r + 1], bp, ldb, cr, p == 0, iv, cs);
+            else
+                spmm512_row4f(a->idx, a->val, ptr[r], ptr[r + 1], bp, ldb, cr, p == 0, iv, cs);
+        }
+    }
+}
+
 static void spmm_512(const kern__panels *a, const float *b, int ldb, int n, const float *init,
                      int cinit, float *c, int ldc, int r0, int r1)
 {
     enum { CW = 64 };
     int c0 = 0;
-    /* 128 columns at a time while they last, then 64 (a panel's rows of B
-     * for 128 columns: 128 KiB, in L2) */
+    /* 128 columns at a time while they last (a panel's rows of B: 32 KiB
+     * at 64 rows, in L1; 128 KiB at 256, in L2), then 64, then the rest,
+     * masked */
     for (; c0 + 2 * CW <= n; c0 += 2 * CW)
-        for (int p = 0; p < a->npan; p++) {
-            const uint32_t *ptr = a->ptr + (size_t)p * (a->m + 1);
-            const float *bp = b + (size_t)p * KERN__PANEL * ldb + c0;
-            for (int r = r0; r < r1; r++)
-                spmm512_row8f(a->idx, a->val, ptr[r], ptr[r + 1], bp, ldb,
-                              c + (size_t)r * ldc + c0, p == 0,
-                              init && !cinit ? init[r] : 0.0f, cinit && init ? init + c0 : NULL);
-        }
-    for (; c0 < n; c0 += CW) {
-        int w = n - c0 < CW ? n - c0 : CW, nv = (w + 15) / 16, tail = w - 16 * (nv - 1);
+        spmm512_chunk(a, b, ldb, c0, 8, init, cinit, c, ldc, r0, r1);
+    for (; c0 + CW <= n; c0 += CW)
+        spmm512_chunk(a, b, ldb, c0, 4, init, cinit, c, ldc, r0, r1);
+    if (c0 < n) {
+        int w = n - c0, nv = (w + 15) / 16, tail = w - 16 * (nv - 1);
         __mmask16 m = (__mmask16)(tail == 16 ? 0xffff : (1u << tail) - 1);
         for (int p = 0; p < a->npan; p++) {
             const uint32_t *ptr = a->ptr + (size_t)p * (a->m + 1);
-            const float *bp = b + (size_t)p * KERN__PANEL * ldb + c0;
+            const float *bp = b + (size_t)p * a->pw * ldb + c0;
             for (int r = r0; r < r1; r++) {
                 float *cr = c + (size_t)r * ldc + c0, iv = init && !cinit ? init[r] : 0.0f;
                 const float *cs = cinit && init ? init + c0 : NULL;
-                if (w == CW)
-                    spmm512_row4f(a->idx, a->val, ptr[r], ptr[r + 1], bp, ldb, cr, p == 0, iv, cs);
-                else if (nv == 4)
+                if (nv == 4)
                     spmm512_row4(a->idx, a->val, ptr[r], ptr[r + 1], bp, ldb, cr, p == 0, iv, cs, m);
                 else if (nv == 3)
                     spmm512_row3(a->idx, a->val, ptr[r], ptr[r + 1], bp, ldb, cr, p == 0, iv, cs, m);
@@ -213,6 +283,22 @@ static void spmm_512(const kern__panels *a, const float *b, int ldb, int n, cons
     }
     if (a->npan == 0)
         spmm_plain(a, b, ldb, n, init, cinit, c, ldc, r0, r1);
+}
+
+/* Four sums of 16 lanes into the four lanes of the result (s0's in lane
+ * 0): pairwise halves, each entry's lanes in one fixed order */
+__attribute__((target("avx512f"))) static inline __m128 sddmm512_sum4(__m512 s0, __m512 s1,
+                                                                       __m512 s2, __m512 s3)
+{
+    __m512 t01 = _mm512_add_ps(_mm512_unpacklo_ps(s0, s1), _mm512_unpackhi_ps(s0, s1));
+    __m512 t23 = _mm512_add_ps(_mm512_unpacklo_ps(s2, s3), _mm512_unpackhi_ps(s2, s3));
+    __m512 u = _mm512_add_ps(
+        _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t01), _mm512_castps_pd(t23))),
+        _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t01), _mm512_castps_pd(t23))));
+    /* u's lanes 4k + j hold partial sums of entry j over 128-bit lane k */
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(u),
+                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(u), 1)));
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
 /* Dot products of L's row (nv vectors, in registers) with R's rows of 8
@@ -239,16 +325,7 @@ static void spmm_512(const kern__panels *a, const float *b, int ldb, int n, cons
                 s2 = _mm512_fmadd_ps(l[q], _mm512_loadu_ps(x2 + 16 * q), s2);                     \
                 s3 = _mm512_fmadd_ps(l[q], _mm512_loadu_ps(x3 + 16 * q), s3);                     \
             }                                                                                     \
-            /* four sums of 16 into four lanes: pairwise halves */                                \
-            __m512 t01 = _mm512_add_ps(_mm512_unpacklo_ps(s0, s1), _mm512_unpackhi_ps(s0, s1));   \
-            __m512 t23 = _mm512_add_ps(_mm512_unpacklo_ps(s2, s3), _mm512_unpackhi_ps(s2, s3));   \
-            __m512 u = _mm512_add_ps(                                                             \
-                _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t01), _mm512_castps_pd(t23))), \
-                _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t01), _mm512_castps_pd(t23)))); \
-            /* u's lanes 4k + j hold partial sums of entry j over 128-bit lane k */               \
-            __m256 h = _mm256_add_ps(_mm512_castps512_ps256(u),                                   \
-                                     _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(u), 1))); \
-            __m128 g = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));        \
+            __m128 g = sddmm512_sum4(s0, s1, s2, s3);                                             \
             if (first)                                                                            \
                 _mm_storeu_ps(v + (e - e0), g);                                                          \
             else                                                                                  \
@@ -259,8 +336,10 @@ static void spmm_512(const kern__panels *a, const float *b, int ldb, int n, cons
             __m512 s0 = _mm512_mul_ps(l[0], _mm512_loadu_ps(x0));                                 \
             for (int q = 1; q < NV; q++)                                                          \
                 s0 = _mm512_fmadd_ps(l[q], _mm512_loadu_ps(x0 + 16 * q), s0);                     \
-            float t = _mm512_reduce_add_ps(s0);                                                   \
-            v[e - e0] = first ? t : v[e - e0] + t;                                                          \
+            /* (the quads' order of additions: an entry's sum is the same           \
+             * whichever run boundary, so whichever panel width, puts it here) */ \
+            float t = _mm_cvtss_f32(sddmm512_sum4(s0, s0, s0, s0));                               \
+            v[e - e0] = first ? t : v[e - e0] + t;                                                \
         }                                                                                         \
     }
 SDDMM512(16)
@@ -274,7 +353,7 @@ static void sddmm_512(const kern__panels *a, const float *l, int ldl, const floa
 {
     for (int p = 0; p < a->npan; p++) {
         const uint32_t *ptr = a->ptr + (size_t)p * (a->m + 1);
-        const float *rp = rm + (size_t)p * KERN__PANEL * ldr;
+        const float *rp = rm + (size_t)p * a->pw * ldr;
         for (int r = r0; r < r1; r++) {
             if (ptr[r] == ptr[r + 1])
                 continue;
@@ -372,7 +451,7 @@ static void spmm_256(const kern__panels *a, const float *b, int ldb, int n, cons
         int w = n - c0 < CW ? n - c0 : CW;
         for (int p = 0; p < a->npan; p++) {
             const uint32_t *ptr = a->ptr + (size_t)p * (a->m + 1);
-            const float *bp = b + (size_t)p * KERN__PANEL * ldb + c0;
+            const float *bp = b + (size_t)p * a->pw * ldb + c0;
             for (int r = r0; r < r1; r++) {
                 float *cr = c + (size_t)r * ldc + c0, iv = init && !cinit ? init[r] : 0.0f;
                 const float *cs = cinit && init ? init + c0 : NULL;
@@ -433,7 +512,7 @@ static void sddmm_256(const kern__panels *a, const float *l, int ldl, const floa
 {
     for (int p = 0; p < a->npan; p++) {
         const uint32_t *ptr = a->ptr + (size_t)p * (a->m + 1);
-        const float *rp = rm + (size_t)p * KERN__PANEL * ldr;
+        const float *rp = rm + (size_t)p * a->pw * ldr;
         for (int r = r0; r < r1; r++) {
             if (ptr[r] == ptr[r + 1])
                 continue;

@@ -124,6 +124,8 @@ static void wn__up_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, ui
     /* where payload_dest put it */
     wn_arrival a = payload ? j->arrival : WN_ARRIVE_NONE;
     j->arrival = WN_ARRIVE_NONE;
+    if (j->sim)
+        j->sim_input = wn__now();
     const Appliance__WeightChunk *w = env->weight_chunk;
     switch (a) {
     case WN_ARRIVE_TOTAL:
@@ -360,6 +362,8 @@ static void wn__feed_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, 
         eb->got += len;
         if (eb->got == b->total) {
             eb->full = true;
+            if (j->sim)
+                j->sim_input = wn__now();
             wn__advance(j);
         }
         return;
@@ -368,6 +372,8 @@ static void wn__feed_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, 
     t->got += len;
     if (t->got == b->total) {
         t->full = true;
+        if (j->sim)
+            j->sim_input = wn__now();
         wn__advance(j);
     }
 }

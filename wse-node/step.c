@@ -277,9 +277,9 @@ typedef struct wn_sim_task {
     uv_timer_t timer;
     wn_job *j;
     double t0;   /* the task's start (wn__now) */
-    double due;  /* when the layer that runs now ends */
-    double mark; /* when the layer before it ended */
-    int c;       /* that layer, in the task's chain */
+    double due;  /* when the run of layers that runs now ends */
+    double mark; /* when the last wake-up's layers ended */
+    int c;       /* the first layer not ended, in the task's chain */
 } wn_sim_task;
 
 /* The layers a task spends time on, and the seconds of its c-th. */
@@ -345,9 +345,33 @@ static void wn__sim_closed(uv_handle_t *h)
 
 static void wn__work_done(void *arg);
 
-/* Ends the layers whose time is up, then waits for the next one's end (to
- * the nearest millisecond, libuv's timers' unit; the deadlines add up
- * exactly, so the task's time does not drift), or ends the task. */
+/* The last layer of the run of the chain's layers from c on whose ends
+ * are one wake-up: a layer's end within the chain does nothing another
+ * daemon waits for, its gradients going up with the task's end, except in
+ * a Pipelined backward pass, where each layer's go up as it ends
+ * (wn__sim_layer_done). So a Weight Streaming task, and any forward or
+ * evaluation pass, wakes its wse-node once, at the chain's end: 64
+ * simulated replicas on one host woke some 20 times a step each, most to
+ * do nothing. */
+static int wn__sim_wake_at(const wn_job *j, int c, int n)
+{
+    return j->stage == WN_BACKWARD && !j->ws_ready ? c : n - 1;
+}
+
+/* The seconds of the chain's layers c to e */
+static double wn__sim_span(wn_job *j, int c, int e)
+{
+    double sec = 0;
+    for (int k = c; k <= e; k++)
+        sec += wn__sim_sec(j, k);
+    return sec;
+}
+
+/* Ends the layers whose time is up (each at its time as measured, the last
+ * of a wake-up's run with the rest of the time the run took), then waits
+ * for the next run's end (to the nearest millisecond, libuv's timers'
+ * unit; the deadlines add up exactly, so the task's time does not drift),
+ * or ends the task. */
 static void wn__sim_run(uv_timer_t *tm)
 {
     wn_sim_task *t = tm->data;
@@ -360,13 +384,21 @@ static void wn__sim_run(uv_timer_t *tm)
             uv_timer_start(tm, wn__sim_run, (uint64_t)((t->due - now) * 1000 + 0.5), 0);
             return;
         }
-        wn__sim_layer_done(j, t->c, now - t->mark);
+        int e = wn__sim_wake_at(j, t->c, n);
+        double rest = now - t->mark;
+        for (; t->c < e; t->c++) {
+            double sec = wn__sim_sec(j, t->c);
+            wn__sim_layer_done(j, t->c, sec);
+            rest -= sec;
+        }
+        wn__sim_layer_done(j, t->c, rest > 0 ? rest : 0);
         t->mark = now;
         if (++t->c < n)
-            t->due += wn__sim_sec(j, t->c);
+            t->due += wn__sim_span(j, t->c, wn__sim_wake_at(j, t->c, n));
     }
     wn__sim_end(j);
     wn__task_time(j, t->t0);
+    j->sim_free = t->due;
     uv_close((uv_handle_t *)tm, wn__sim_closed);
     wn__work_done(j);
 }
@@ -381,8 +413,17 @@ static int wn__sim_start(wn_job *j)
     uv_timer_init(j->n->loop, &t->timer);
     t->timer.data = t;
     t->j = j;
-    t->t0 = t->mark = wn__now();
-    t->due = t->t0 + (wn__sim_layers(j) > 0 ? wn__sim_sec(j, 0) : 0);
+    t->t0 = wn__now();
+    /* The simulated wafer starts the task when it could have: its last
+     * task's end or its last input's landing, whichever came later, not
+     * when this process got round to it (64 replicas on one host's cores
+     * wake late, and a wafer does not wait for its host's scheduler: the
+     * lateness is the host's, not the fabric's, and would add up over a
+     * step's tasks). A late input still starts it late. */
+    double v = j->sim_free > j->sim_input ? j->sim_free : j->sim_input;
+    t->mark = v > 0 && v < t->t0 ? v : t->t0;
+    int n = wn__sim_layers(j);
+    t->due = t->mark + (n > 0 ? wn__sim_span(j, 0, wn__sim_wake_at(j, 0, n)) : 0);
     /* the first check in a later turn of the loop, as a compute task's end */
     uv_update_time(j->n->loop);
     uv_timer_start(&t->timer, wn__sim_run, 0, 0);

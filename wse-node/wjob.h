@@ -327,6 +327,9 @@ typedef struct wn_job {
     bool sim;                /* simulated compute (sim.h): no executor (ex_ready stays false),
                                 each pass spends sim_times' seconds, gradients are zeros */
     sim_times sim_t;         /* with sim: each layer's seconds per sample */
+    double sim_free;         /* with sim: when the simulated wafer's last task ended (its
+                              * deadline, not when this process got round to it) */
+    double sim_input;        /* with sim: when the last weights or batch landed (wn__now) */
 } wn_job;
 
 /* ---- between the replica's files. Each calls only the files below it:

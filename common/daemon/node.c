@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "fpmode.h"
@@ -56,6 +57,9 @@ static const options_key node__keys[] = {
      "time (docs/cli.md)"},
     {"trace-max", "SIZE", OPTIONS_SIZE, offsetof(node_options, trace_max), 0, 4u << 10,
      UINT64_C(1) << 50, "stop tracing after SIZE bytes (default 1G)"},
+    {"nice", "N", OPTIONS_U32, offsetof(node_options, nice), 0, 1, 19,
+     "run at a lower CPU priority, 1 to 19, where daemons share\na host's cores (default: "
+     "unchanged; appliance-up gives input\nworkers 10)"},
     {NULL, NULL, 0, 0, 0, 0, 0, NULL},
 };
 
@@ -172,6 +176,25 @@ static void node__malloc_tune(void)
     mallopt(M_TRIM_THRESHOLD, 256 << 20);
 }
 
+/* --nice: the process's priority and, where the kernel groups each
+ * session's processes (autogroup: a daemon started in its own session is
+ * its own group), the group's, which is what weighs against the other
+ * daemons; a process's own nice only orders it within its group. Before
+ * any thread starts, so that every thread inherits it. */
+static void node__nice(node_options *o, const char *component)
+{
+    if (!o->nice)
+        return;
+    if (setpriority(PRIO_PROCESS, 0, (int)o->nice) < 0)
+        fprintf(stderr, "%s: --nice %u: %s (running at the priority it was given)\n", component,
+                o->nice, strerror(errno));
+    FILE *f = fopen("/proc/self/autogroup", "w"); /* absent without autogroup: nothing to do */
+    if (f) {
+        bool ok = fprintf(f, "%u", o->nice) > 0;
+        o->niced_group = fclose(f) == 0 && ok;
+    }
+}
+
 void node_parse_args(node_options *o, const node_role *role, int argc, char **argv)
 {
     /* the first thing every daemon does, before it starts any thread */
@@ -242,6 +265,7 @@ void node_parse_args(node_options *o, const node_role *role, int argc, char **ar
     }
     if (o->max_connections_per_address > o->max_connections)
         o->max_connections_per_address = o->max_connections;
+    node__nice(o, role->component);
 }
 
 /* ---- connections ---- */
@@ -853,6 +877,9 @@ int node_run(node *n, const node_role *role, uv_loop_t *loop)
         return 1;
     }
     log_info("%s listening on %s", n->opt.name, n->bound);
+    if (n->opt.nice)
+        log_info("running at nice %d%s", getpriority(PRIO_PROCESS, 0),
+                 n->opt.niced_group ? ", its session's group too" : "");
     if (n->opt.trace[0]) {
         if (flight_trace_open(&n->flight, n->opt.trace, n->opt.name, n->opt.trace_max, err,
                               sizeof(err)) < 0) {

@@ -53,6 +53,8 @@ typedef struct node_options {
     uint64_t max_queued_bytes; /* bytes queued for one peer before it is dropped */
     uint64_t shm_ring;         /* shared-memory ring offered to a peer on this host */
     bool no_shm;               /* --no-shm: none offered, none taken */
+    uint32_t nice;             /* --nice: a lower CPU priority (1 to 19), 0: unchanged */
+    bool niced_group;          /* the session's autogroup took it too */
 } node_options;
 
 #define NODE_DEFAULT_MAX_CONNECTIONS 1024u

@@ -70,6 +70,15 @@ PY
   done > "$work/$tag.hwm"
   cp "$run/logs/coordinator.log" "$work/$tag.log"
   grep -h "simulated compute" "$run"/logs/wse-node-*.log > "$work/$tag.sim" || true
+  # each daemon's nice, and its session's group's where the kernel groups
+  # sessions (autogroup): "NAME NICE GROUP-NICE|-"
+  for f in "$run"/pids/*.pid; do
+    local p name
+    p=$(cat "$f"); name=$(basename "$f" .pid)
+    echo "$name $(sed 's/.*) //' "/proc/$p/stat" | awk '{print $17}')" \
+      "$(sed -n 's/.* nice \(-\{0,1\}[0-9]*\)$/\1/p' "/proc/$p/autogroup" 2>/dev/null || true)"
+  done > "$work/$tag.nice"
+  grep -h "running at nice" "$run"/logs/worker-*.log > "$work/$tag.nicelog" || true
   "$src/deploy/local/appliance-down" --dir "$run" --quiet >/dev/null
   ! grep -l "runtime error\|AddressSanitizer\|LeakSanitizer" "$run"/logs/*.log >/dev/null ||
     fail "$tag: a sanitizer report in $(grep -l "runtime error\|AddressSanitizer\|LeakSanitizer" "$run"/logs/*.log | tr '\n' ' ')"
@@ -82,6 +91,18 @@ run_job real
 run_job sim --simulate-compute 0.01 --host-memory 512M --wafer-memory 1G
 
 [ ! -s "$work/real.sim" ] || fail "the real run says it simulated: $(head -n 1 "$work/real.sim")"
+# With simulated replicas appliance-up runs the input workers at nice 10
+# (--worker-nice), their session's scheduling group too where the kernel
+# has one per session; every other daemon, and every daemon of the real
+# run, as it was started
+awk '{ok = $2 == 0 && ($3 == "" || $3 == 0)} !ok {print FILENAME ": " $0; bad = 1} END {exit bad}' \
+  "$work/real.nice" || fail "a daemon of the real run is not at nice 0"
+awk '{w = $1 ~ /^worker-/; want = w ? 10 : 0; ok = $2 == want && ($3 == "" || $3 == want)}
+     !ok {print "sim: " $0 " (want " want ")"; bad = 1} END {exit bad || NR < 9}' "$work/sim.nice" ||
+  fail "the simulated run's workers are not at nice 10 alone: $(tr '\n' ';' < "$work/sim.nice")"
+[ "$(grep -c 'running at nice 10' "$work/sim.nicelog")" = 4 ] && [ ! -s "$work/real.nicelog" ] ||
+  fail "the workers' logs do not say their nice: $(cat "$work/sim.nicelog" "$work/real.nicelog")"
+echo "ok: with simulated replicas the 4 input workers run at nice 10 ($(awk '$1 == "worker-1" {print ($3 == "" ? "no autogroup" : "autogroup nice " $3)}' "$work/sim.nice")), every other daemon at 0"
 [ "$(grep -c 'simulated compute: no activation\|the executor.s [0-9]* bytes .* are not allocated' "$work/sim.sim")" = 4 ] ||
   fail "not every wse-node simulated: $(cat "$work/sim.sim")"
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "flight.h"
 #include "msg.h"
 #include "msgcheck.h"
 #include "mxjob.h"
@@ -67,6 +68,7 @@ static int pump__send_packed(mx_job *j, const plan_chunk *ch, const void *data, 
     wc.seq = ch->seq;
     wc.eval_pass = ch->eval_pass;
     wc.pass = ch->pass;
+    wc.sent_us = flight_now_us();
     ENVELOPE(env, weight_chunk, WEIGHT_CHUNK, &wc);
     int rc = conn_send(j->down, &env, data, (uint32_t)bytes, done, arg);
     if (rc >= 0) {

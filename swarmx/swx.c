@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "flight.h"
 #include "log.h"
 #include "msg.h"
 #include "msgcheck.h"
@@ -160,6 +161,16 @@ static int swx__send_child(node *n, swx_job *j, swx_child *k, const Appliance__E
 
 static void swx__send_down(node *n, swx_job *j, conn *from, const Appliance__Envelope *env, swx_buf *b)
 {
+    /* a weight chunk goes on stamped with when this node sent it */
+    Appliance__Envelope out;
+    Appliance__WeightChunk wc;
+    if (env->msg_case == APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK) {
+        wc = *env->weight_chunk;
+        wc.sent_us = flight_now_us();
+        out = *env;
+        out.weight_chunk = &wc;
+        env = &out;
+    }
     for (size_t i = 0; i < j->nkids; i++)
         if (swx__send_child(n, j, &j->kids[i], env, b, "weights") < 0)
             return;

@@ -112,6 +112,25 @@ static void *wn__up_dest(conn *c, const Appliance__Envelope *env, uint32_t len, 
     return dst;
 }
 
+/* When a simulated replica counts a frame from its link up as landed: a
+ * weight chunk when its sender sent it (sent_us, this host's monotonic
+ * clock) or when a slot could first have taken it (the last task's
+ * deadline), whichever is later, and never after now; not when this
+ * process got round to reading it, which on a host's cores shared by
+ * many replicas is the host's delay, not the fabric's. A time from
+ * another clock (a sender on another host: in the future, or more than
+ * 10 s ago) counts as now. */
+static double wn__sim_landing(const wn_job *j, const Appliance__Envelope *env)
+{
+    double now = wn__now();
+    if (env->msg_case != APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK || !env->weight_chunk->sent_us)
+        return now;
+    double sent = (double)env->weight_chunk->sent_us * 1e-6;
+    if (sent > now || now - sent > 10.0)
+        return now;
+    return sent > j->sim_free ? sent : j->sim_free < now ? j->sim_free : now;
+}
+
 static void wn__up_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, uint32_t len)
 {
     wn_job *j = c->data;
@@ -125,7 +144,7 @@ static void wn__up_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, ui
     wn_arrival a = payload ? j->arrival : WN_ARRIVE_NONE;
     j->arrival = WN_ARRIVE_NONE;
     if (j->sim)
-        j->sim_input = wn__now();
+        j->sim_input = wn__sim_landing(j, env);
     const Appliance__WeightChunk *w = env->weight_chunk;
     switch (a) {
     case WN_ARRIVE_TOTAL:

@@ -10,7 +10,7 @@
 
 #include "log.h"
 
-static uint64_t flight__now_us(void)
+uint64_t flight_now_us(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -173,7 +173,7 @@ void flight_note(flight *f, const Appliance__Envelope *env, const char *peer, bo
     default:
         break;
     }
-    e.t_us = flight__now_us();
+    e.t_us = flight_now_us();
     if (f->job[0] && f->last_us && e.t_us - f->last_us > f->max_gap_us)
         f->max_gap_us = e.t_us - f->last_us;
     f->last_us = e.t_us;
@@ -194,7 +194,7 @@ bool flight_format(const flight *f, size_t i, char *out, size_t outlen)
         return false;
     uint64_t first = f->n - kept;
     const flight_event *e = &f->ev[(first + i) % FLIGHT_CAP];
-    double ago = (double)(flight__now_us() - e->t_us) / 1e6;
+    double ago = (double)(flight_now_us() - e->t_us) / 1e6;
     int k = snprintf(out, outlen, "-%.3fs %s %s %s", ago, flight__name(e->msg),
                      e->out ? "to" : "from", e->peer);
     if (k < 0 || (size_t)k >= outlen)
@@ -253,7 +253,7 @@ bool flight_hung(flight *f, uint64_t silence_ms)
     uint64_t limit = silence_ms * 1000u;
     if (2 * f->max_gap_us > limit)
         limit = 2 * f->max_gap_us;
-    return flight__now_us() - f->last_us >= limit;
+    return flight_now_us() - f->last_us >= limit;
 }
 
 void flight_free(flight *f)

@@ -14,6 +14,10 @@
 
 #define FLIGHT_CAP 512
 
+/* The recorder's clock: CLOCK_MONOTONIC in microseconds, one for every
+ * process of a host (the traces' t_us, WeightChunk.sent_us). */
+uint64_t flight_now_us(void);
+
 typedef struct flight_event {
     uint64_t t_us;        /* monotonic clock */
     uint64_t step;

@@ -34,19 +34,10 @@ static memoryx *mx_of(node *n) { return n->data; }
 
 /* ---- weights ---- */
 
-/* Initial weights [a, b) from the job seed: a pure function of (seed,
- * tensor id, element), so the sharding does not change them (init.c). The
- * plan's initializer was checked when the job started. */
-static void mx__init_range(mx_tensor *t, const Appliance__PlanTensor *pt, uint64_t seed,
-                           uint64_t a, uint64_t b)
-{
-    model_init in;
-    if (model_init_from_plan(pt, &in) < 0)
-        return;
-    model_init_fill(&in, pt->fan_in, pt->fan_out, seed, 0x1000 + pt->id, a, b, t->w + a);
-}
-
-/* mxsparse_fill_fn: weights [a, b) of t from the job's seed (ctx, the plan). */
+/* Initial weights [a, b) of t from the job seed (ctx, the plan), into out
+ * (an mxsparse_fill_fn): a pure function of (seed, tensor id, element), so
+ * the sharding does not change them (init.c). The plan's initializer was
+ * checked when the job started. */
 static void mx__fill(void *ctx, mx_tensor *t, uint64_t a, uint64_t b, float *out)
 {
     const Appliance__Plan *p = ctx;
@@ -57,12 +48,12 @@ static void mx__fill(void *ctx, mx_tensor *t, uint64_t a, uint64_t b, float *out
 }
 
 /* The weights of t from the seed; in the disk tier a piece at a time. */
-static void mx__init_tensor(mx_job *j, mx_tensor *t, const Appliance__PlanTensor *pt, uint64_t seed)
+static void mx__init_tensor(mx_job *j, mx_tensor *t, const Appliance__Plan *p)
 {
     uint64_t piece = tier_files(j) ? j->tier->piece : t->n;
     for (uint64_t a = 0; a < t->n; a += piece) {
         uint64_t b = a + piece < t->n ? a + piece : t->n;
-        mx__init_range(t, pt, seed, a, b);
+        mx__fill((void *)p, t, a, b, t->w + a);
         if (tier_files(j))
             tier_done_with(j->tier, TIER_WEIGHTS, t->w + a, (b - a) * sizeof(float));
     }
@@ -317,7 +308,7 @@ static void mx__load_work(uv_work_t *req)
                 memset(t->g16, 0, t->n * sizeof(uint16_t));
         }
         if (!resume) /* a resumed job's tensors all come from the checkpoint */
-            mx__init_tensor(j, t, p->tensors[t->id], p->seed);
+            mx__init_tensor(j, t, p);
     }
     if (!j->tier && !j->twins && p->wire_bf16 && tier_ahead(j, 32u << 20) < 0) {
         snprintf(j->load_err, sizeof(j->load_err), "out of memory");

@@ -225,7 +225,7 @@ if [ "$hosts" -gt 0 ]; then
     d core memoryx-1 "$net.1:7100" memoryx/memoryx --coordinator "$coord" --state-dir "$work/ns/memoryx"
     for i in $(seq 1 "$nsw"); do d core "swarmx-$i" "$net.1:$((7200 + i))" swarmx/swarmx --coordinator "$coord"; done
     for i in $(seq 1 "$n"); do
-      d input "worker-$i" "$net.2:$((7300 + i))" worker/worker --coordinator "$coord" --threads 1
+      d input "worker-$i" "$net.2:$((7300 + i))" worker/worker --coordinator "$coord" --threads 1 --nice 10
     done
     for i in $(seq 1 "$n"); do
       k=$(((i - 1) % hosts + 1))

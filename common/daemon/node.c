@@ -177,10 +177,10 @@ static void node__malloc_tune(void)
 }
 
 /* --nice: the process's priority and, where the kernel groups each
- * session's processes (autogroup: a daemon started in its own session is
- * its own group), the group's, which is what weighs against the other
- * daemons; a process's own nice only orders it within its group. Before
- * any thread starts, so that every thread inherits it. */
+ * session's processes (autogroup) and the daemon leads its own session
+ * (appliance-up starts each so), its group's, which is what weighs against
+ * the other daemons' sessions; a process's own nice only orders it within
+ * its group. Before any thread starts, so that every thread inherits it. */
 static void node__nice(node_options *o, const char *component)
 {
     if (!o->nice)
@@ -188,8 +188,10 @@ static void node__nice(node_options *o, const char *component)
     if (setpriority(PRIO_PROCESS, 0, (int)o->nice) < 0)
         fprintf(stderr, "%s: --nice %u: %s (running at the priority it was given)\n", component,
                 o->nice, strerror(errno));
-    FILE *f = fopen("/proc/self/autogroup", "w"); /* absent without autogroup: nothing to do */
-    if (f) {
+    /* its own session's group only: in a session it shares (a shell's),
+     * the group is the others' too, and its own nice orders it there */
+    FILE *f = getsid(0) == getpid() ? fopen("/proc/self/autogroup", "w") : NULL;
+    if (f) { /* (absent without autogroup: nothing to do) */
         bool ok = fprintf(f, "%u", o->nice) > 0;
         o->niced_group = fclose(f) == 0 && ok;
     }

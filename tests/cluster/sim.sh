@@ -185,6 +185,13 @@ PY
 "$src/deploy/local/appliance-up" --replicas 2 --dir "$run" --build "$build" --restart \
   --simulate-compute 0.01 >/dev/null || fail "kind: appliance-up"
 set -a; . "$run/env"; set +a
+# under appliance-supervise too, a worker leads a session of its own and
+# runs at nice 10, its group too where the kernel has one per session
+wp=$(cat "$run/pids/worker-1.pid")
+[ "$(ps -o sid= -p "$wp" | tr -d ' ')" = "$wp" ] && [ "$(ps -o ni= -p "$wp" | tr -d ' ')" = 10 ] &&
+  { [ ! -e "/proc/$wp/autogroup" ] || grep -q ' nice 10$' "/proc/$wp/autogroup"; } ||
+  fail "kind: the supervised worker is not at nice 10 in a session of its own: $(ps -o pid,sid,ni -p "$wp" | tail -n 1), $(cat "/proc/$wp/autogroup" 2>/dev/null)"
+echo "ok: a supervised worker leads its own session at nice 10"
 sed -e 's/^num_csx = .*/num_csx = 2/' -e 's/^max_steps = .*/max_steps = 40/' \
   -e 's/^batch_size = .*/batch_size = 32/' -e "s|^model_dir = .*|model_dir = \"$work/kind\"|" \
   -e 's/^\[runconfig\]/[runconfig]\ncheckpoint_steps = 5\nmax_num_restarts = 2/' \

@@ -7,6 +7,7 @@
 #include "kernels.h"
 #include "kernels_internal.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -575,15 +576,57 @@ void kern__sddmm_rows(int isa, const kern__panels *a, const float *l, int ldl, c
     sddmm_plain(a, l, ldl, r, ldr, n, v, ord, r0, r1);
 }
 
+#ifdef SPMM_X86
+/* dst rows [0, 8) columns [0, 8) = src rows [0, 8) columns [0, 8)
+ * transposed: eight loads, three rounds of shuffles, eight stores */
+__attribute__((target("avx2"))) static void transpose8(float *d, int ldd, const float *s, int lds)
+{
+    __m256 r[8], t[8], u[8];
+    for (int k = 0; k < 8; k++)
+        r[k] = _mm256_loadu_ps(s + (size_t)k * lds);
+    for (int k = 0; k < 8; k += 2) {
+        t[k] = _mm256_unpacklo_ps(r[k], r[k + 1]);
+        t[k + 1] = _mm256_unpackhi_ps(r[k], r[k + 1]);
+    }
+    for (int k = 0; k < 8; k += 4) {
+        u[k] = _mm256_shuffle_ps(t[k], t[k + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        u[k + 1] = _mm256_shuffle_ps(t[k], t[k + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        u[k + 2] = _mm256_shuffle_ps(t[k + 1], t[k + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        u[k + 3] = _mm256_shuffle_ps(t[k + 1], t[k + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int k = 0; k < 4; k++) {
+        _mm256_storeu_ps(d + (size_t)k * ldd, _mm256_permute2f128_ps(u[k], u[k + 4], 0x20));
+        _mm256_storeu_ps(d + (size_t)(k + 4) * ldd, _mm256_permute2f128_ps(u[k], u[k + 4], 0x31));
+    }
+}
+#endif
+
 void kern__transpose_rows(float *dst, int ldd, const float *src, int lds, int rows, int pad,
                           int j0, int j1)
 {
     enum { T = 32 };
+#ifdef SPMM_X86
+    bool avx2 = kern__sparse_isa() >= KERNELS_ISA_AVX2;
+#else
+    bool avx2 = false;
+#endif
     for (int jb = j0; jb < j1; jb += T) {
         int je = j1 - jb < T ? j1 : jb + T;
         for (int ib = 0; ib < rows; ib += T) {
             int ie = rows - ib < T ? rows : ib + T;
-            for (int j = jb; j < je; j++) {
+            int j = jb;
+#ifdef SPMM_X86
+            /* whole blocks of 8 x 8 (a copy: the same bits either way) */
+            for (; avx2 && j + 8 <= je; j += 8) {
+                int i = ib;
+                for (; i + 8 <= ie; i += 8)
+                    transpose8(dst + (size_t)j * ldd + i, ldd, src + (size_t)i * lds + j, lds);
+                for (int jj = j; jj < j + 8; jj++)
+                    for (int k = i; k < ie; k++)
+                        dst[(size_t)jj * ldd + k] = src[(size_t)k * lds + jj];
+            }
+#endif
+            for (; j < je; j++) {
                 float *d = dst + (size_t)j * ldd;
                 for (int i = ib; i < ie; i++)
                     d[i] = src[(size_t)i * lds + j];

@@ -283,9 +283,10 @@ void kern__permute(int isa, float *dst, const float *src, const uint32_t *ord, s
                    size_t hi);
 /* dst (cols, ldd apart) = src (rows of cols, lds apart) transposed:
  * dst[j][i] = src[i][j] for i < rows, and zero for rows <= i < pad (the
- * padding of dst's rows), rows [j0, j1) of dst only. */
-void kern__transpose_rows(float *dst, int ldd, const float *src, int lds, int rows, int pad,
-                          int j0, int j1);
+ * padding of dst's rows), rows [j0, j1) of dst only; in 8 x 8 blocks of
+ * shuffles where isa has AVX2 (the same bits either way). */
+void kern__transpose_rows(int isa, float *dst, int ldd, const float *src, int lds, int rows,
+                          int pad, int j0, int j1);
 /* For tests: the instruction set the sparse kernels use from now on (a
  * kernels_isa, capped by kernels_isa_level), or -1 for kernels_isa_level. */
 void kern__sparse_set_isa(int isa);

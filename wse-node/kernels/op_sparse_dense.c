@@ -378,7 +378,7 @@ static void transpose_task(void *ctx, int tid, int nt)
 {
     const sd_job *j = ctx;
     int lo = (int)((int64_t)j->cols * tid / nt), hi = (int)((int64_t)j->cols * (tid + 1) / nt);
-    kern__transpose_rows(j->dst, j->np, j->src, j->lds, j->rows, j->np, lo, hi);
+    kern__transpose_rows(kern__sparse_isa(), j->dst, j->np, j->src, j->lds, j->rows, j->np, lo, hi);
 }
 
 /* dst (cols, np) = src (rows of cols, lds apart)^T, zero-padded to np */
@@ -395,7 +395,7 @@ static void untranspose_task(void *ctx, int tid, int nt)
     const sd_job *j = ctx;
     int lo = (int)((int64_t)j->rows * tid / nt), hi = (int)((int64_t)j->rows * (tid + 1) / nt);
     /* dst rows [lo, hi) = columns [lo, hi) of src (cols rows of np) */
-    kern__transpose_rows(j->dst, j->cols, j->src, j->np, j->cols, j->cols, lo, hi);
+    kern__transpose_rows(kern__sparse_isa(), j->dst, j->cols, j->src, j->np, j->cols, j->cols, lo, hi);
 }
 
 static void untranspose(float *dst, const float *src, int np, int rows, int cols)
@@ -500,9 +500,9 @@ static void prep_task(void *ctx, int tid, int nt)
 {
     const prep_job *p = ctx;
     int lo = (int)((int64_t)p->in_f * tid / nt), hi = (int)((int64_t)p->in_f * (tid + 1) / nt);
-    kern__transpose_rows(p->inT, p->np, p->in, p->in_f, p->n, p->np, lo, hi);
+    kern__transpose_rows(kern__sparse_isa(), p->inT, p->np, p->in, p->in_f, p->n, p->np, lo, hi);
     lo = (int)((int64_t)p->out_f * tid / nt), hi = (int)((int64_t)p->out_f * (tid + 1) / nt);
-    kern__transpose_rows(p->dyT, p->np, p->dout, p->out_f, p->n, p->np, lo, hi);
+    kern__transpose_rows(kern__sparse_isa(), p->dyT, p->np, p->dout, p->out_f, p->n, p->np, lo, hi);
     if (p->dbias && lo < hi) {
         bias_job b = {p->dbias, p->dout, p->n, p->out_f};
         bias_cols(&b, (size_t)lo, (size_t)hi);
@@ -851,7 +851,7 @@ static void xin_wg_task(void *ctx, int tid, int nt)
         int o0 = t * 64, w = g->out_f - o0 < 64 ? g->out_f - o0 : 64;
         kern__spmm_rows(g->isa, g->a, g->dout + o0, g->out_f, w, NULL, 0, buf, 64, 0, g->in_f);
         /* dW rows [o0, o0 + w) = buf (in_f, 64)^T */
-        kern__transpose_rows(g->dw + (size_t)o0 * g->in_f, g->in_f, buf, 64, g->in_f, g->in_f, 0,
+        kern__transpose_rows(kern__sparse_isa(), g->dw + (size_t)o0 * g->in_f, g->in_f, buf, 64, g->in_f, g->in_f, 0,
                              w);
     }
 }
@@ -907,7 +907,7 @@ static void tr_task(void *ctx, int tid, int nt)
 {
     const tr_job *t = ctx;
     int lo = (int)((int64_t)t->cols * tid / nt), hi = (int)((int64_t)t->cols * (tid + 1) / nt);
-    kern__transpose_rows(t->wt, t->rows, t->w, t->cols, t->rows, t->rows, lo, hi);
+    kern__transpose_rows(kern__sparse_isa(), t->wt, t->rows, t->w, t->cols, t->rows, t->rows, lo, hi);
 }
 
 void sparse_w_transpose(float *wt, const float *w, int rows, int cols)

@@ -601,14 +601,15 @@ __attribute__((target("avx2"))) static void transpose8(float *d, int ldd, const 
 }
 #endif
 
-void kern__transpose_rows(float *dst, int ldd, const float *src, int lds, int rows, int pad,
-                          int j0, int j1)
+void kern__transpose_rows(int isa, float *dst, int ldd, const float *src, int lds, int rows,
+                          int pad, int j0, int j1)
 {
     enum { T = 32 };
 #ifdef SPMM_X86
-    bool avx2 = kern__sparse_isa() >= KERNELS_ISA_AVX2;
+    bool avx2 = isa >= KERNELS_ISA_AVX2;
 #else
     bool avx2 = false;
+    (void)isa;
 #endif
     for (int jb = j0; jb < j1; jb += T) {
         int je = j1 - jb < T ? j1 : jb + T;

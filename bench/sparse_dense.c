@@ -42,6 +42,29 @@ static double dense_step(float *y, float *x, float *w, float *b, float *dy, floa
     return bench_now() - t0;
 }
 
+/* The activations and gradients one sparse step reads and writes */
+typedef struct sparse_io {
+    float *y, *x, *b, *dy, *dx, *dkept, *db;
+    void *ws;
+    size_t wsb;
+} sparse_io;
+
+/* The best of reps sparse steps (the values set from kept, forward,
+ * backward) of sw */
+static double sparse_best(sparse_w *sw, const float *kept, const sparse_io *io, int reps)
+{
+    double best = 1e9;
+    for (int rep = 0; rep < reps; rep++) {
+        double t0 = bench_now();
+        sparse_w_set_kept(sw, kept);
+        op_sparse_dense_forward(io->y, io->x, sw, io->b, N, io->ws, io->wsb);
+        op_sparse_dense_backward(io->dx, io->dkept, io->db, io->dy, io->x, sw, N, io->ws, io->wsb);
+        double t = bench_now() - t0;
+        best = t < best ? t : best;
+    }
+    return best;
+}
+
 int main(int argc, char **argv)
 {
     if (bench_blas_guard(argv) < 0)
@@ -94,6 +117,7 @@ int main(int argc, char **argv)
         float *kept = malloc(sizeof(float) * (sw->nnz ? sw->nnz : 1));
         float *dkept = malloc(sizeof(float) * (sw->nnz ? sw->nnz : 1));
         sparse_w_gather(sw, wp, kept);
+        sparse_io io = {y, x, b, dy, dx, dkept, db, ws, wsb};
         double ts = 1e9, tsf = 1e9, tsb = 1e9, tset = 1e9, cs = 1e9;
         for (int rep = -1; rep < REPS; rep++) {
             double c0 = cpu_now(), t0 = bench_now();
@@ -126,15 +150,7 @@ int main(int argc, char **argv)
             if (isa >= (int)kernels_isa_level())
                 continue;
             kern__sparse_set_isa(isa);
-            double ti = 1e9;
-            for (int rep = 0; rep < 2; rep++) {
-                double t0 = bench_now();
-                sparse_w_set_kept(sw, kept);
-                op_sparse_dense_forward(y, x, sw, b, N, ws, wsb);
-                op_sparse_dense_backward(dx, dkept, db, dy, x, sw, N, ws, wsb);
-                double t = bench_now() - t0;
-                ti = t < ti ? t : ti;
-            }
+            double ti = sparse_best(sw, kept, &io, 2);
             kern__sparse_set_isa(-1);
             printf("BENCH sparse_dense_layer_%s_90 %.2f of_avx512_path\n", kernels_isa_name(isa),
                    ti / ts);
@@ -156,15 +172,7 @@ int main(int argc, char **argv)
             kern__sparse_set_panel(0);
             if (!sp)
                 break;
-            double tp = 1e9;
-            for (int rep = 0; rep < 3; rep++) {
-                double t0 = bench_now();
-                sparse_w_set_kept(sp, kept);
-                op_sparse_dense_forward(y, x, sp, b, N, ws, wsb);
-                op_sparse_dense_backward(dx, dkept, db, dy, x, sp, N, ws, wsb);
-                double t = bench_now() - t0;
-                tp = t < tp ? t : tp;
-            }
+            double tp = sparse_best(sp, kept, &io, 3);
             fprintf(stderr, "  panels of %d%s: %.2f ms\n", pw, pw == sw->pw ? " (chosen)" : "",
                     tp * 1e3);
             sparse_w_free(sp);

@@ -3,6 +3,8 @@
 
 #include <errno.h>
 #include <stdlib.h>
+
+#include "shm.h"
 #include <string.h>
 
 #include "flight.h"
@@ -41,6 +43,8 @@ static void swx__job_free(swx_job *j)
         }
     }
     free(j->kids);
+    shm_ring_free(j->shared); /* the job's reference; the children's connections hold theirs */
+    j->shared = NULL;
     swx_colls_free(&j->colls);
     for (size_t i = 0; i < j->nup; i++)
         while (j->up[i].qhead) {
@@ -159,6 +163,18 @@ static int swx__send_child(node *n, swx_job *j, swx_child *k, const Appliance__E
     return 0;
 }
 
+/* Puts b once into the job's shared ring when a child reads it and it has
+ * the room: true, with where b lies. */
+static bool swx__put_shared(swx_job *j, const swx_buf *b, uint64_t *off, uint64_t *end)
+{
+    if (!j->shared || !shm_ring_has_readers(j->shared) || b->len < CONN_SHM_MIN_PAYLOAD)
+        return false;
+    bool ready = false;
+    for (size_t i = 0; i < j->nkids && !ready; i++)
+        ready = j->kids[i].c && conn_shared_ready(j->kids[i].c, j->shared);
+    return ready && shm_ring_put(j->shared, b->data, b->len, off, end);
+}
+
 static void swx__send_down(node *n, swx_job *j, conn *from, const Appliance__Envelope *env, swx_buf *b)
 {
     /* a weight chunk goes on stamped with when this node sent it */
@@ -171,9 +187,24 @@ static void swx__send_down(node *n, swx_job *j, conn *from, const Appliance__Env
         out.weight_chunk = &wc;
         env = &out;
     }
-    for (size_t i = 0; i < j->nkids; i++)
-        if (swx__send_child(n, j, &j->kids[i], env, b, "weights") < 0)
+    /* the children that read the shared ring get where b lies in it,
+     * copied there once; the others, b itself */
+    uint64_t off, end;
+    bool shared = swx__put_shared(j, b, &off, &end);
+    if (shared)
+        j->shared_bytes += b->len;
+    for (size_t i = 0; i < j->nkids; i++) {
+        conn *c = j->kids[i].c;
+        if (shared && c && conn_shared_ready(c, j->shared)) {
+            int rc = conn_send_shared(c, env, j->shared, off, end, b->len);
+            if (rc < 0) {
+                swx__fault(n, j, "cannot forward weights to %s: %s", c->peer_addr, strerror(-rc));
+                return;
+            }
+        } else if (swx__send_child(n, j, &j->kids[i], env, b, "weights") < 0) {
             return;
+        }
+    }
     j->chunks_down++;
     swx_of(n)->chunks_down++;
     if (from && j->pending_down > SWX_DOWN_MAX)
@@ -674,6 +705,27 @@ static void *swx__start(jobhost *h, Appliance__Plan *p, char *why, size_t whylen
     return j;
 }
 
+/* A child on this host reads what goes down to all children from the
+ * job's shared ring (made at the first such child), where shared memory
+ * is on: one copy instead of one a child. */
+static void swx__offer_shared(node *n, swx_job *j, conn *c)
+{
+    if (!n->ccfg.shm_ring)
+        return;
+    if (!j->shared) {
+        char why[160];
+        j->shared = shm_ring_create_shared(n->ccfg.shm_ring, why, sizeof(why));
+        if (!j->shared) {
+            log_warn("job %s: no shared ring for the children on this host: %s", j->id, why);
+            return;
+        }
+    }
+    int rc = conn_offer_shared(c, j->shared);
+    if (rc < 0 && rc != -ENOTSUP && rc != -ENOSPC)
+        log_warn("job %s: cannot offer %s the shared ring: %s", j->id, c->peer_addr,
+                 strerror(-rc));
+}
+
 static void swx__stream_hello(node *n, conn *c, Appliance__Envelope *env, uint8_t *pl, uint32_t len)
 {
     swx_job *j = swx_of(n)->job;
@@ -698,6 +750,7 @@ static void swx__stream_hello(node *n, conn *c, Appliance__Envelope *env, uint8_
             }
             k->c = c;
             c->user = k;
+            swx__offer_shared(n, j, c);
             swx__maybe_ready(n, j);
             return;
         }
@@ -713,9 +766,11 @@ static void swx__release(jobhost *h, void *job, jobhost_end end, const char *why
     swarmx *s = swx_of(h->n);
     swx_job *j = job;
     if (end == JOBHOST_RELEASED || end == JOBHOST_COORDINATOR_LOST)
-        log_info("job %s: released%s after %llu chunks down, %llu up", j->id,
+        log_info("job %s: released%s after %llu chunks down (%llu bytes through the shared "
+                 "ring), %llu up", j->id,
                  end == JOBHOST_COORDINATOR_LOST ? ": lost the coordinator" : "",
-                 (unsigned long long)j->chunks_down, (unsigned long long)j->chunks_up);
+                 (unsigned long long)j->chunks_down, (unsigned long long)j->shared_bytes,
+                 (unsigned long long)j->chunks_up);
     s->job = NULL;
     for (size_t i = 0; i < j->nkids; i++)
         if (j->kids[i].c)

@@ -44,6 +44,9 @@ typedef struct swx_job {
     uint64_t next_seq;           /* the weight chunk to forward next (merging several shards) */
     plan_stream cur;             /* what the next weight chunk down must be (plan_stream.h);
                                     zero until the first */
+    struct shm_ring *shared;     /* the ring the children on this host read what goes
+                                    down to all of them from (one copy), or NULL */
+    uint64_t shared_bytes;       /* bytes sent down through it, once each */
     swx_colls colls;             /* collective sums waiting for children (collective.h);
                                     empty without spatial partitions */
     swx_state state;             /* see swx_state */

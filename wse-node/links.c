@@ -381,8 +381,7 @@ static void wn__feed_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, 
         eb->got += len;
         if (eb->got == b->total) {
             eb->full = true;
-            if (j->sim)
-                j->sim_input = wn__now();
+            eb->landed = wn__now();
             wn__advance(j);
         }
         return;
@@ -391,8 +390,7 @@ static void wn__feed_frame(conn *c, Appliance__Envelope *env, uint8_t *payload, 
     t->got += len;
     if (t->got == b->total) {
         t->full = true;
-        if (j->sim)
-            j->sim_input = wn__now();
+        t->landed = wn__now();
         wn__advance(j);
     }
 }

@@ -403,6 +403,23 @@ static void wn__sim_run(uv_timer_t *tm)
     wn__work_done(j);
 }
 
+/* With sim: when the batch the current task reads landed, 0 for a task
+ * that reads none. Only that batch gates the task: the next steps'
+ * batches land while this step computes (the workers run ahead), and a
+ * wafer does not wait for them. */
+static double wn__sim_batch_landed(wn_job *j)
+{
+    if (j->stage == WN_FORWARD || j->stage == WN_LOSS) {
+        const wn_batch *b = wn__batch_for(j, j->step);
+        return b ? b->landed : 0;
+    }
+    if (j->stage == WN_EVAL || j->stage == WN_EVAL_METRICS) {
+        const wn_eval_buf *eb = wn__eval_buf(j, j->eval_k);
+        return eb ? eb->landed : 0;
+    }
+    return 0;
+}
+
 /* Starts the job's current task as simulated compute. Returns 0 or
  * -ENOMEM. */
 static int wn__sim_start(wn_job *j)
@@ -420,7 +437,9 @@ static int wn__sim_start(wn_job *j)
      * wake late, and a wafer does not wait for its host's scheduler: the
      * lateness is the host's, not the fabric's, and would add up over a
      * step's tasks). A late input still starts it late. */
-    double v = j->sim_free > j->sim_input ? j->sim_free : j->sim_input;
+    double v = j->sim_free > j->sim_input ? j->sim_free : j->sim_input, b = wn__sim_batch_landed(j);
+    if (b > v)
+        v = b;
     t->mark = v > 0 && v < t->t0 ? v : t->t0;
     int n = wn__sim_layers(j);
     t->due = t->mark + (n > 0 ? wn__sim_span(j, 0, wn__sim_wake_at(j, 0, n)) : 0);

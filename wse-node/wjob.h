@@ -73,6 +73,7 @@ typedef struct wn_batch {
     uint64_t got;          /* bytes arrived so far (the frames come in order) */
     uint8_t *data;         /* the batch as it travels (sample.h): inputs, then labels */
     struct wn_feed *from;  /* the worker link it came over */
+    double landed;         /* with sim: when it was full (wn__now) */
 } wn_batch;
 
 typedef struct wn_feed {
@@ -91,6 +92,7 @@ typedef struct wn_eval_buf {
     uint32_t n;            /* samples in it */
     uint64_t got;          /* bytes arrived so far */
     uint8_t *data;         /* eval_batch samples: inputs, then labels (sample.h) */
+    double landed;         /* with sim: when it was full (wn__now) */
 } wn_eval_buf;
 
 /* Spatial partitions (stripes.c). A replica that computes one stripe of its
@@ -329,7 +331,8 @@ typedef struct wn_job {
     sim_times sim_t;         /* with sim: each layer's seconds per sample */
     double sim_free;         /* with sim: when the simulated wafer's last task ended (its
                               * deadline, not when this process got round to it) */
-    double sim_input;        /* with sim: when the last weights or batch landed (wn__now) */
+    double sim_input;        /* with sim: when the last weights landed (wn__sim_landing);
+                              * a batch's landing is its own (wn_batch.landed) */
 } wn_job;
 
 /* ---- between the replica's files. Each calls only the files below it:

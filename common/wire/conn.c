@@ -283,8 +283,10 @@ static void conn__write_done(uv_write_t *req, int status)
     conn__maybe_drain(c);
 }
 
-int conn_send(conn *c, const Appliance__Envelope *env, const void *payload, uint32_t len,
-              conn_done_fn done, void *arg)
+/* Sends a frame: its payload over the socket, or put into our ring, or
+ * (shared) already in a shared ring at shared_off, ending at shared_end. */
+static int conn__send(conn *c, const Appliance__Envelope *env, const void *payload, uint32_t len,
+                      const uint64_t *shared_ref, conn_done_fn done, void *arg)
 {
     if (c->closing)
         return -ECANCELED;
@@ -302,9 +304,13 @@ int conn_send(conn *c, const Appliance__Envelope *env, const void *payload, uint
     /* a large payload into our ring when the peer mapped it and it has the
      * room: the socket then carries where it lies */
     uint64_t off, end;
-    bool shm = len >= CONN_SHM_MIN_PAYLOAD && conn_shm_put(&c->shm, payload, len, &off, &end);
+    bool shm = shared_ref || (len >= CONN_SHM_MIN_PAYLOAD &&
+                              conn_shm_put(&c->shm, payload, len, &off, &end));
     if (shm) {
-        frame_prefix_encode_flags(head, (uint32_t)(hlen - FRAME_PREFIX_LEN), len, FRAME_FLAG_SHM);
+        if (shared_ref)
+            off = shared_ref[0], end = shared_ref[1];
+        frame_prefix_encode_flags(head, (uint32_t)(hlen - FRAME_PREFIX_LEN), len,
+                                  shared_ref ? FRAME_FLAG_SHM | FRAME_FLAG_SHARED : FRAME_FLAG_SHM);
         for (int i = 0; i < 8; i++) {
             head[hlen + (size_t)i] = (uint8_t)(off >> (8 * i));
             head[hlen + 8 + (size_t)i] = (uint8_t)(end >> (8 * i));
@@ -350,12 +356,40 @@ int conn_send(conn *c, const Appliance__Envelope *env, const void *payload, uint
     }
     if (shm) {
         c->shm_out += len;
-        c->turn_put += len;
+        if (!shared_ref) /* a shared payload was put once, by its owner */
+            c->turn_put += len;
     }
     c->queued += total;
     if (c->cfg->tap && c->auth == CONN_READY)
         c->cfg->tap(c->cfg->tap_arg, c, env, true);
     return 0;
+}
+
+int conn_send(conn *c, const Appliance__Envelope *env, const void *payload, uint32_t len,
+              conn_done_fn done, void *arg)
+{
+    return conn__send(c, env, payload, len, NULL, done, arg);
+}
+
+int conn_offer_shared(conn *c, struct shm_ring *ring)
+{
+    if (c->closing || c->auth != CONN_READY)
+        return -ENOTCONN;
+    return conn_shm_offer_shared(&c->shm, ring);
+}
+
+bool conn_shared_ready(const conn *c, const struct shm_ring *ring)
+{
+    return !c->closing && conn_shm_shared_ready(&c->shm, ring);
+}
+
+int conn_send_shared(conn *c, const Appliance__Envelope *env, const struct shm_ring *ring,
+                     uint64_t off, uint64_t end, uint32_t len)
+{
+    if (!conn_shared_ready(c, ring) || len == 0)
+        return -EINVAL;
+    uint64_t ref[2] = {off, end};
+    return conn__send(c, env, NULL, len, ref, NULL, NULL);
 }
 
 int conn_send_msg(conn *c, const Appliance__Envelope *env)
@@ -467,11 +501,11 @@ void conn_charge_read(conn *c, size_t bytes)
 /* The frame reader meets a payload in the peer's ring: copied out, and
  * counted against the turn's share. */
 static int conn__shm_take(void *ctx, uint64_t off, uint64_t end, uint8_t *dst, uint32_t len,
-                          char *why, size_t whylen)
+                          uint16_t flags, char *why, size_t whylen)
 {
     conn *c = ctx;
     bool wake;
-    int rc = conn_shm_take(&c->shm, off, end, dst, len, &wake, why, whylen);
+    int rc = conn_shm_take(&c->shm, off, end, dst, len, flags, &wake, why, whylen);
     if (rc < 0)
         return rc;
     c->bytes_in += len;
@@ -628,7 +662,8 @@ static int conn__on_frame(void *ctx, Appliance__Envelope *env, uint8_t *payload,
         }
         conn__auth_frame(c, env);
     } else if (conn_shm_frame(&c->shm, env)) {
-        c->reader.shm_ok = c->shm.rx != NULL; /* the peer's ring, once mapped, is read */
+        /* the peer's rings, once mapped, are read */
+        c->reader.shm_ok = c->shm.rx != NULL || c->shm.rx_shared != NULL;
         if (len > 0 && !c->closing)
             conn_fail(c, -EPROTO, "a shared-memory set-up message with a payload");
     } else {

@@ -165,6 +165,24 @@ int conn_send(conn *c, const Appliance__Envelope *env, const void *payload, uint
 /* Sends a message without payload. */
 int conn_send_msg(conn *c, const Appliance__Envelope *env);
 
+/* A shared ring (shm.h: one copy of what goes to several peers of this
+ * host, each reading it through a slot of its own). conn_offer_shared
+ * offers the peer a slot of ring, where the peer is on this host and
+ * streams: 0, or a negative code (-ENOTSUP: not such a peer, or offered
+ * already; -ENOSPC: no slot left), after which its payloads go as
+ * conn_send's. The connection holds a reference to ring until it closes.
+ * Once the peer mapped it (conn_shared_ready), conn_send_shared sends env
+ * with the len bytes that shm_ring_put placed in ring at off, ending at
+ * end: the socket carries only where they lie. Each payload put must be
+ * sent to every peer that is ready, in the order put (each takes them in
+ * turn); the room of the ring is what its slowest reader leaves.
+ * conn_send_shared returns as conn_send, or -EINVAL when the peer has not
+ * mapped ring. */
+int conn_offer_shared(conn *c, struct shm_ring *ring);
+bool conn_shared_ready(const conn *c, const struct shm_ring *ring);
+int conn_send_shared(conn *c, const Appliance__Envelope *env, const struct shm_ring *ring,
+                     uint64_t off, uint64_t end, uint32_t len);
+
 /* True when len more bytes may be queued without passing the high water
  * mark. When false, on_drain runs once the queue has drained. */
 bool conn_can_send(conn *c, size_t len);

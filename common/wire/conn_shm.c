@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "frame.h"
 #include "log.h"
 #include "msg.h"
 #include "shm.h"
@@ -61,6 +62,7 @@ void conn_shm_init(conn_shm *s, const conn_shm_ops *ops, void *ctx, uv_tcp_t *tc
     s->role = role;
     s->name = name;
     s->peer_name = "";
+    s->shared_slot = -1;
 }
 
 /* Offers the peer a ring for our large payloads, where it is on this host. */
@@ -95,28 +97,44 @@ void conn_shm_ready(conn_shm *s, Appliance__Role peer_role, const char *peer_nam
  * this host, and the answer says so or why not. */
 static void conn_shm__offered(conn_shm *s, const Appliance__ShmOffer *o)
 {
-    if (s->offered) {
+    if (!o->shared && s->offered) {
         s->ops->fail(s->ctx, -EPROTO, "a second shared-memory offer");
         return;
     }
-    s->offered = true;
+    if (o->shared) {
+        /* a shared ring replaces the one before (each job of the sender
+         * has its own): everything sent through that one came before */
+        shm_ring_free(s->rx_shared);
+        s->rx_shared = NULL;
+    } else {
+        s->offered = true;
+    }
     char why[160] = "";
+    struct shm_ring **ring = o->shared ? &s->rx_shared : &s->rx;
     if (!conn_shm__wanted(s))
         snprintf(why, sizeof(why), "%s shares no memory with it (--no-shm, another host, or "
                  "a role that does not stream)", s->name ? s->name : "this end");
+    else if (o->shared && o->slot >= SHM_READERS)
+        snprintf(why, sizeof(why), "reader slot %u of a shared ring with %d", o->slot,
+                 SHM_READERS);
     else
-        s->rx = shm_ring_open(o->pid, o->fd, o->size, o->token.data, o->token.len, why,
-                              sizeof(why));
+        *ring = shm_ring_open_slot(o->pid, o->fd, o->size, o->token.data, o->token.len,
+                                   o->shared ? (int)o->slot : -1, why, sizeof(why));
     Appliance__ShmReply r = APPLIANCE__SHM_REPLY__INIT;
-    r.ok = s->rx != NULL;
+    r.ok = *ring != NULL;
     r.reason = why;
+    r.shared = o->shared;
     Appliance__Envelope env = APPLIANCE__ENVELOPE__INIT;
     env.msg_case = APPLIANCE__ENVELOPE__MSG_SHM_REPLY;
     env.shm_reply = &r;
-    if (s->rx)
+    if (*ring && o->shared)
+        log_info("%s (%s) reads what it sends to several peers of this host into a "
+                 "%zu KiB shared ring: slot %u is ours", s->peer_name,
+                 msg_role_name(s->peer_role), shm_ring_size(*ring) >> 10, o->slot);
+    else if (*ring)
         log_info("%s (%s) is on this host: its large payloads come through a %zu KiB "
                  "shared-memory ring", s->peer_name, msg_role_name(s->peer_role),
-                 shm_ring_size(s->rx) >> 10);
+                 shm_ring_size(*ring) >> 10);
     else
         log_debug("%s (%s): its payloads come over the socket: %s", s->peer_name,
                   msg_role_name(s->peer_role), why);
@@ -124,8 +142,34 @@ static void conn_shm__offered(conn_shm *s, const Appliance__ShmOffer *o)
         s->ops->close(s->ctx, -EIO, "cannot answer a shared-memory offer");
 }
 
+/* The answer to the offer of our shared ring: the slot read from now on,
+ * or given back. */
+static void conn_shm__answered_shared(conn_shm *s, const Appliance__ShmReply *r)
+{
+    if (s->shared_asked == 0) {
+        s->ops->fail(s->ctx, -EPROTO, "an answer to no offer of a shared ring");
+        return;
+    }
+    if (--s->shared_asked > 0 || !s->shared)
+        return; /* the answer about a ring replaced since */
+    if (r->ok) {
+        shm_ring_attach(s->shared, s->shared_slot);
+        s->shared_on = true;
+        return;
+    }
+    char why[160];
+    msg_printable(why, sizeof(why), r->reason);
+    log_debug("%s: our shared ring is not read there: %s", s->peer_name, why);
+    shm_ring_release(s->shared, s->shared_slot);
+    s->shared_slot = -1;
+}
+
 static void conn_shm__answered(conn_shm *s, const Appliance__ShmReply *r)
 {
+    if (r->shared) {
+        conn_shm__answered_shared(s, r);
+        return;
+    }
     if (!s->tx || s->answered) {
         s->ops->fail(s->ctx, -EPROTO, "a shared-memory answer to no offer");
         return;
@@ -165,14 +209,58 @@ bool conn_shm_frame(conn_shm *s, const Appliance__Envelope *env)
     }
 }
 
-int conn_shm_take(conn_shm *s, uint64_t off, uint64_t end, uint8_t *dst, uint32_t len,
-                  bool *wake, char *why, size_t whylen)
+int conn_shm_offer_shared(conn_shm *s, struct shm_ring *ring)
 {
-    if (!s->rx) {
-        snprintf(why, whylen, "no ring mapped");
+    if (s->shared == ring || !conn_shm__wanted(s))
+        return -ENOTSUP;
+    if (s->shared) {
+        /* another ring (a job before): the peer takes what we sent through
+         * it before it maps this one, which replaces it */
+        shm_ring_release(s->shared, s->shared_slot);
+        shm_ring_free(s->shared);
+        s->shared = NULL;
+        s->shared_slot = -1;
+        s->shared_on = false;
+    }
+    int slot = shm_ring_reserve(ring);
+    if (slot < 0)
+        return -ENOSPC;
+    Appliance__ShmOffer o = APPLIANCE__SHM_OFFER__INIT;
+    o.pid = (uint32_t)getpid();
+    o.fd = shm_ring_fd(ring);
+    o.size = shm_ring_map_len(ring);
+    o.token.data = (uint8_t *)(uintptr_t)shm_ring_token(ring);
+    o.token.len = SHM_TOKEN_LEN;
+    o.shared = true;
+    o.slot = (uint32_t)slot;
+    Appliance__Envelope env = APPLIANCE__ENVELOPE__INIT;
+    env.msg_case = APPLIANCE__ENVELOPE__MSG_SHM_OFFER;
+    env.shm_offer = &o;
+    int rc = s->ops->send(s->ctx, &env);
+    if (rc < 0) {
+        shm_ring_release(ring, slot);
+        return rc;
+    }
+    s->shared = shm_ring_ref(ring);
+    s->shared_slot = slot;
+    s->shared_asked++;
+    return 0;
+}
+
+bool conn_shm_shared_ready(const conn_shm *s, const struct shm_ring *ring)
+{
+    return s->shared_on && s->shared == ring;
+}
+
+int conn_shm_take(conn_shm *s, uint64_t off, uint64_t end, uint8_t *dst, uint32_t len,
+                  uint16_t flags, bool *wake, char *why, size_t whylen)
+{
+    struct shm_ring *r = flags & FRAME_FLAG_SHARED ? s->rx_shared : s->rx;
+    if (!r) {
+        snprintf(why, whylen, "no %sring mapped", flags & FRAME_FLAG_SHARED ? "shared " : "");
         return -EPROTO;
     }
-    return shm_ring_take(s->rx, off, end, dst, len, wake, why, whylen);
+    return shm_ring_take(r, off, end, dst, len, wake, why, whylen);
 }
 
 int conn_shm_tell_drained(conn_shm *s)
@@ -203,6 +291,12 @@ void conn_shm_free(conn_shm *s)
 {
     shm_ring_free(s->tx);
     shm_ring_free(s->rx);
-    s->tx = s->rx = NULL;
-    s->tx_on = false;
+    shm_ring_free(s->rx_shared);
+    if (s->shared) {
+        shm_ring_release(s->shared, s->shared_slot);
+        shm_ring_free(s->shared); /* our reference */
+    }
+    s->tx = s->rx = s->rx_shared = s->shared = NULL;
+    s->shared_slot = -1;
+    s->tx_on = s->shared_on = false;
 }

@@ -43,7 +43,14 @@ typedef struct conn_shm {
     const char *peer_name;      /* printable; lives as long as the connection */
     struct shm_ring *tx;        /* our ring for what we send: offered, then (tx_on) used */
     struct shm_ring *rx;        /* the peer's ring for what it sends, mapped */
+    struct shm_ring *shared;    /* a shared ring of ours offered to the peer (a
+                                 * reference), or NULL */
+    int shared_slot;            /* the peer's slot in it */
+    unsigned shared_asked;      /* offers of shared rings not answered yet (the last
+                                 * is shared's, those before of rings replaced) */
+    struct shm_ring *rx_shared; /* the peer's shared ring, mapped */
     bool tx_on;                 /* the peer mapped tx */
+    bool shared_on;             /* the peer mapped shared: it reads shared_slot */
     bool answered;              /* our offer was answered */
     bool offered;               /* the peer offered its ring (once) */
 } conn_shm;
@@ -63,11 +70,22 @@ void conn_shm_ready(conn_shm *s, Appliance__Role peer_role, const char *peer_nam
  * sees those. */
 bool conn_shm_frame(conn_shm *s, const Appliance__Envelope *env);
 
+/* Offers the peer a slot of our shared ring (shm.h), where the peer is on
+ * this host and both ends stream; the connection keeps a reference to the
+ * ring until it closes. 0, or -ENOTSUP (not such a peer, or an offer
+ * made already), -ENOSPC (no slot left), or the send's negative code. */
+int conn_shm_offer_shared(conn_shm *s, struct shm_ring *ring);
+
+/* The peer mapped ring, our shared ring: a payload put there may be sent
+ * to it as a reference (FRAME_FLAG_SHARED). */
+bool conn_shm_shared_ready(const conn_shm *s, const struct shm_ring *ring);
+
 /* Copies the payload of len bytes at off ending at end out of the peer's
- * ring into dst (shm_ring_take). *wake: the peer waits for room
- * (conn_shm_tell_drained). 0, or -EPROTO with why filled. */
+ * ring, or its shared ring where flags has FRAME_FLAG_SHARED, into dst
+ * (shm_ring_take). *wake: the peer waits for room (conn_shm_tell_drained).
+ * 0, or -EPROTO with why filled. */
 int conn_shm_take(conn_shm *s, uint64_t off, uint64_t end, uint8_t *dst, uint32_t len,
-                  bool *wake, char *why, size_t whylen);
+                  uint16_t flags, bool *wake, char *why, size_t whylen);
 
 /* Tells the peer we took from its ring (ShmDrained). 0, or a negative
  * code. */
@@ -83,5 +101,6 @@ size_t conn_shm_used(const conn_shm *s);
 /* Asks the peer to say when it next takes from our ring (in use). */
 void conn_shm_wait(conn_shm *s);
 
-/* Unmaps both rings (the connection is gone). */
+/* Unmaps the rings and gives the shared ring's slot back (the connection
+ * is gone). */
 void conn_shm_free(conn_shm *s);

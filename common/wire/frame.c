@@ -51,7 +51,8 @@ int frame_prefix_decode(const uint8_t in[FRAME_PREFIX_LEN], const frame_limits *
     if (version != FRAME_VERSION)
         return -EPROTONOSUPPORT;
     uint16_t f = (uint16_t)(in[6] | in[7] << 8);
-    if (f & ~FRAME_FLAG_SHM)
+    if ((f & ~(FRAME_FLAG_SHM | FRAME_FLAG_SHARED)) ||
+        (f & (FRAME_FLAG_SHM | FRAME_FLAG_SHARED)) == FRAME_FLAG_SHARED)
         return -EPROTO;
     *flags = f;
     *header_len = get_le32(in + 8);
@@ -212,7 +213,7 @@ static int reader__shm_done(frame_reader *r)
 {
     char why[96] = "";
     int rc = r->sink.shm_take(r->sink.ctx, get_le64(r->shm_ref), get_le64(r->shm_ref + 8),
-                              r->payload, r->payload_len, why, sizeof(why));
+                              r->payload, r->payload_len, r->flags, why, sizeof(why));
     if (rc < 0)
         return reader__fail(r, rc, "%s payload in shared memory: %s",
                             frame_msg_name(r->env->msg_case), why);

@@ -19,8 +19,12 @@
  * shared-memory ring (conn.c), and the socket carries in its place the
  * FRAME_SHM_REF_LEN bytes saying where: u64 offset in the ring, u64 end of
  * the payload in the ring's running count of bytes. Only after the
- * receiver has mapped that ring (frame_reader.shm_ok). */
+ * receiver has mapped that ring (frame_reader.shm_ok). FRAME_FLAG_SHARED,
+ * only with FRAME_FLAG_SHM: the ring is the sender's shared ring (one
+ * ring read by several peers of its host, shm.h), not the connection's
+ * own. */
 #define FRAME_FLAG_SHM 1u
+#define FRAME_FLAG_SHARED 2u
 #define FRAME_SHM_REF_LEN 16u
 
 #define FRAME_DEFAULT_MAX_HEADER (1u << 20)   /* 1 MiB: a plan carries its job file */
@@ -39,7 +43,8 @@ void frame_prefix_encode_flags(uint8_t out[FRAME_PREFIX_LEN], uint32_t header_le
 
 /* Checks a prefix. Returns 0, -EBADMSG for a bad magic, -EPROTONOSUPPORT for
  * another version, -EMSGSIZE when a length breaks the limits, -EPROTO for an
- * empty header or a flag other than FRAME_FLAG_SHM; *flags gets the flags. */
+ * empty header, an unknown flag, or FRAME_FLAG_SHARED without
+ * FRAME_FLAG_SHM; *flags gets the flags. */
 int frame_prefix_decode(const uint8_t in[FRAME_PREFIX_LEN], const frame_limits *lim,
                         uint32_t *header_len, uint32_t *payload_len, uint16_t *flags);
 
@@ -69,9 +74,10 @@ typedef struct frame_sink {
     int (*on_frame)(void *ctx, Appliance__Envelope *env, uint8_t *payload, uint32_t len);
     /* A FRAME_FLAG_SHM frame's payload: copies the len bytes at ring offset
      * off (ending at end in the ring's running count) to dst and frees
-     * them in the ring. 0, or a negative code with why filled. */
-    int (*shm_take)(void *ctx, uint64_t off, uint64_t end, uint8_t *dst, uint32_t len, char *why,
-                    size_t whylen);
+     * them in the ring; flags: the frame's (FRAME_FLAG_SHARED: which
+     * ring). 0, or a negative code with why filled. */
+    int (*shm_take)(void *ctx, uint64_t off, uint64_t end, uint8_t *dst, uint32_t len,
+                    uint16_t flags, char *why, size_t whylen);
     void *ctx;
 } frame_sink;
 

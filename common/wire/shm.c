@@ -13,17 +13,17 @@
 
 #include "auth.h"
 
-/* The header at the start of the mapping (SHM_HEADER_LEN bytes). The two
- * counters are on cache lines of their own: the receiver writes taken,
- * the sender waiting. */
+/* The header at the start of the mapping (SHM_HEADER_LEN bytes): the
+ * token, the sender's flag that it waits for room, and each reader's
+ * running count of bytes taken, all on cache lines of their own (a reader
+ * writes only its own count, the sender only the flag). */
 typedef struct shm_header {
     uint8_t token[SHM_TOKEN_LEN];
-    _Alignas(64) _Atomic uint64_t taken;  /* receiver: bytes taken, skips included */
     _Alignas(64) _Atomic uint32_t waiting; /* sender: set when it waits for room */
+    struct {
+        _Alignas(64) _Atomic uint64_t taken; /* a reader: bytes taken, skips included */
+    } slot[SHM_READERS];
 } shm_header;
-
-_Static_assert(sizeof(shm_header) <= SHM_HEADER_LEN, "the header fits its page");
-_Static_assert(SHM_TOKEN_LEN == AUTH_NONCE_LEN, "the token is a nonce");
 
 struct shm_ring {
     uint8_t *map;
@@ -35,6 +35,12 @@ struct shm_ring {
     uint64_t head;      /* sender: bytes allocated, skips included */
     uint64_t floor;     /* sender: where the last payload put into an empty ring
                          * began: the bytes before it are free, taken or not */
+    uint64_t live;      /* sender: the readers' slots in use (bit i: slot i) */
+    uint64_t held;      /* sender of a shared ring: the slots offered or in use */
+    bool shared;        /* sender: a ring for several readers (shm_ring_create_shared) */
+    int refs;           /* shm_ring_ref's, and the creator's */
+    uint32_t slot;      /* receiver: its slot */
+    bool started;       /* receiver: last_end is known (a shared ring's first take) */
     uint64_t last_end;  /* receiver: the end of the last payload taken */
 };
 
@@ -49,10 +55,11 @@ static shm_ring *ring_of(uint8_t *map, size_t map_len, int fd)
     r->hdr = (shm_header *)map;
     r->data = map + SHM_HEADER_LEN;
     r->fd = fd;
+    r->refs = 1;
     return r;
 }
 
-shm_ring *shm_ring_create(size_t size, char *why, size_t whylen)
+static shm_ring *shm__create(size_t size, char *why, size_t whylen)
 {
     if (size < SHM_RING_MIN || size > SHM_RING_MAX) {
         snprintf(why, whylen, "a ring of %zu bytes (from %u to %llu)", size, SHM_RING_MIN,
@@ -83,10 +90,54 @@ shm_ring *shm_ring_create(size_t size, char *why, size_t whylen)
         close(fd);
         return NULL;
     }
-    auth_nonce(r->hdr->token);
-    atomic_store(&r->hdr->taken, 0);
-    atomic_store(&r->hdr->waiting, 0);
+    auth_nonce(r->hdr->token); /* the rest of a fresh memfd is zeros */
     return r;
+}
+
+shm_ring *shm_ring_create(size_t size, char *why, size_t whylen)
+{
+    shm_ring *r = shm__create(size, why, whylen);
+    if (r)
+        r->live = 1; /* the one reader's slot */
+    return r;
+}
+
+shm_ring *shm_ring_create_shared(size_t size, char *why, size_t whylen)
+{
+    shm_ring *r = shm__create(size, why, whylen);
+    if (r)
+        r->shared = true;
+    return r;
+}
+
+int shm_ring_reserve(shm_ring *r)
+{
+    for (int i = 0; r->shared && i < SHM_READERS; i++)
+        if (!(r->held >> i & 1)) {
+            r->held |= UINT64_C(1) << i;
+            return i;
+        }
+    return -1;
+}
+
+void shm_ring_attach(shm_ring *r, int slot)
+{
+    /* counts from here: the reader takes nothing put before */
+    atomic_store(&r->hdr->slot[slot].taken, r->head);
+    r->live |= UINT64_C(1) << slot;
+}
+
+void shm_ring_release(shm_ring *r, int slot)
+{
+    if (slot < 0 || slot >= SHM_READERS)
+        return;
+    r->live &= ~(UINT64_C(1) << slot);
+    r->held &= ~(UINT64_C(1) << slot);
+}
+
+bool shm_ring_has_readers(const shm_ring *r)
+{
+    return r->live != 0;
 }
 
 int shm_ring_fd(const shm_ring *r)
@@ -114,6 +165,16 @@ void shm_ring_offered(shm_ring *r)
 shm_ring *shm_ring_open(uint32_t pid, int fd, uint64_t map_len, const uint8_t *token,
                         size_t token_len, char *why, size_t whylen)
 {
+    return shm_ring_open_slot(pid, fd, map_len, token, token_len, -1, why, whylen);
+}
+
+shm_ring *shm_ring_open_slot(uint32_t pid, int fd, uint64_t map_len, const uint8_t *token,
+                             size_t token_len, int slot, char *why, size_t whylen)
+{
+    if (slot >= SHM_READERS) {
+        snprintf(why, whylen, "reader slot %d of a ring with %d", slot, SHM_READERS);
+        return NULL;
+    }
     if (token_len != SHM_TOKEN_LEN) {
         snprintf(why, whylen, "a token of %zu bytes, expected %d", token_len, SHM_TOKEN_LEN);
         return NULL;
@@ -155,13 +216,24 @@ shm_ring *shm_ring_open(uint32_t pid, int fd, uint64_t map_len, const uint8_t *t
         munmap(map, (size_t)map_len);
         return NULL;
     }
-    r->last_end = atomic_load(&r->hdr->taken);
+    r->slot = slot < 0 ? 0 : (uint32_t)slot;
+    /* a ring of its own starts where the sender is; a slot of a shared
+     * ring counts from where the sender attaches it, known at the first
+     * payload (sent only after that) */
+    r->started = slot < 0;
+    r->last_end = atomic_load(&r->hdr->slot[r->slot].taken);
+    return r;
+}
+
+shm_ring *shm_ring_ref(shm_ring *r)
+{
+    r->refs++;
     return r;
 }
 
 void shm_ring_free(shm_ring *r)
 {
-    if (!r)
+    if (!r || --r->refs > 0)
         return;
     munmap(r->map, r->map_len);
     if (r->fd >= 0)
@@ -176,10 +248,18 @@ size_t shm_ring_size(const shm_ring *r)
 
 size_t shm_ring_used(const shm_ring *r)
 {
-    uint64_t taken = atomic_load(&r->hdr->taken);
-    if (taken < r->floor)
-        taken = r->floor;
-    return taken <= r->head ? (size_t)(r->head - taken) : 0;
+    /* from the slowest reader in use; a count below the floor (the bytes
+     * skipped when the ring was last empty) or past the head (a reader
+     * may write anything in its slot) counts as the floor or the head */
+    uint64_t taken = r->head;
+    for (uint64_t m = r->live; m; m &= m - 1) {
+        uint64_t t = atomic_load(&r->hdr->slot[__builtin_ctzll(m)].taken);
+        if (t < r->floor)
+            t = r->floor;
+        if (t < taken)
+            taken = t;
+    }
+    return (size_t)(r->head - taken);
 }
 
 size_t shm_ring_wait(shm_ring *r)
@@ -221,6 +301,10 @@ int shm_ring_take(shm_ring *r, uint64_t off, uint64_t end, void *dst, size_t len
     /* the payload is [end - len, end) of the running count: right after
      * the last one, or at the ring's start next (the sender skipped the
      * tail), and at its place in the ring */
+    if (!r->started) {
+        r->last_end = atomic_load(&r->hdr->slot[r->slot].taken);
+        r->started = true;
+    }
     uint64_t start = end - len, pos = r->last_end % r->size;
     bool next = len > 0 && len <= r->size && end >= len &&
                 (start == r->last_end || (pos && start == r->last_end + (r->size - pos))) &&
@@ -234,7 +318,7 @@ int shm_ring_take(shm_ring *r, uint64_t off, uint64_t end, void *dst, size_t len
     }
     memcpy(dst, r->data + off, len);
     r->last_end = end;
-    atomic_store(&r->hdr->taken, end);
+    atomic_store(&r->hdr->slot[r->slot].taken, end);
     if (atomic_load(&r->hdr->waiting) && atomic_exchange(&r->hdr->waiting, 0))
         *wake = true;
     return 0;

@@ -94,9 +94,10 @@ static void *fuzz_payload_dest(void *ctx, const Appliance__Envelope *env, uint32
  * a ring): a ring of 1 MiB whose bytes are their offsets' low bytes; a
  * reference outside it is refused, as the ring's check refuses it. */
 static int fuzz_shm_take(void *ctx, uint64_t off, uint64_t end, uint8_t *dst, uint32_t len,
-                         char *why, size_t whylen)
+                         uint16_t flags, char *why, size_t whylen)
 {
     (void)ctx;
+    FUZZ_ASSERT(flags & FRAME_FLAG_SHM);
     FUZZ_ASSERT(len > 0 && len <= FUZZ_FRAME_MAX_PAYLOAD);
     if (end < len || off > (1u << 20) || len > (1u << 20) - off) {
         snprintf(why, whylen, "out of the ring");
@@ -213,7 +214,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     frame_reader_deinit(&r);
 
     /* The prefix on its own: what decodes encodes to the same bytes, its
-     * flags (FRAME_FLAG_SHM at most) included. */
+     * flags (FRAME_FLAG_SHM, and FRAME_FLAG_SHARED only with it) included. */
     if (size >= FRAME_PREFIX_LEN) {
         uint32_t hl, pl;
         uint16_t flags;
@@ -222,7 +223,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             frame_prefix_encode_flags(again, hl, pl, flags);
             FUZZ_ASSERT(memcmp(again, data, FRAME_PREFIX_LEN) == 0);
             FUZZ_ASSERT(hl > 0 && hl <= lim.max_header && pl <= lim.max_payload);
-            FUZZ_ASSERT((flags & ~FRAME_FLAG_SHM) == 0);
+            FUZZ_ASSERT((flags & ~(FRAME_FLAG_SHM | FRAME_FLAG_SHARED)) == 0);
+            FUZZ_ASSERT(!(flags & FRAME_FLAG_SHARED) || (flags & FRAME_FLAG_SHM));
         }
     }
     return 0;

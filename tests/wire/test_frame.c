@@ -149,13 +149,15 @@ END_TEST
  * the sink's shm_take with the destination; refused where no ring was
  * agreed, and an unknown flag is a malformed prefix. */
 static uint64_t shm_seen_off, shm_seen_end;
+static uint16_t shm_seen_flags;
 
-static int shm_take(void *ctx, uint64_t off, uint64_t end, uint8_t *dst, uint32_t len, char *why,
-                    size_t whylen)
+static int shm_take(void *ctx, uint64_t off, uint64_t end, uint8_t *dst, uint32_t len,
+                    uint16_t flags, char *why, size_t whylen)
 {
     (void)ctx, (void)why, (void)whylen;
     shm_seen_off = off;
     shm_seen_end = end;
+    shm_seen_flags = flags;
     memset(dst, 0x5a, len);
     return 0;
 }
@@ -170,7 +172,9 @@ START_TEST(shm_payload_place)
         buf[n + 8 + (size_t)i] = (uint8_t)(UINT64_C(0x10000) >> (8 * i));
     }
     n += FRAME_SHM_REF_LEN;
-    for (size_t cut = 0; cut <= n; cut++) {
+    for (size_t cut = 0; cut <= 2 * n + 1; cut++) {
+        /* past n: the same with FRAME_FLAG_SHARED (another ring) */
+        buf[6] = (uint8_t)(cut > n ? FRAME_FLAG_SHM | FRAME_FLAG_SHARED : FRAME_FLAG_SHM);
         got g = {0};
         frame_sink sink = {.payload_dest = dest, .on_frame = on_frame, .shm_take = shm_take,
                            .ctx = &g};
@@ -178,18 +182,23 @@ START_TEST(shm_payload_place)
         frame_reader_init(&r, &lim, &sink);
         r.shm_ok = true;
         shm_seen_off = shm_seen_end = 0;
-        ck_assert_int_eq(frame_reader_feed(&r, buf, cut), 0);
-        ck_assert_int_eq(frame_reader_feed(&r, buf + cut, n - cut), 0);
+        size_t at = cut > n ? cut - n - 1 : cut;
+        ck_assert_int_eq(frame_reader_feed(&r, buf, at), 0);
+        ck_assert_int_eq(frame_reader_feed(&r, buf + at, n - at), 0);
         ck_assert_int_eq(g.frames, 1);
         ck_assert_uint_eq(g.payload_len, 1000);
         ck_assert_uint_eq(g.payload[999], 0x5a);
         ck_assert_uint_eq(shm_seen_off, 0x1234);
         ck_assert_uint_eq(shm_seen_end, 0x10000);
+        ck_assert_uint_eq(shm_seen_flags, buf[6]);
         frame_reader_deinit(&r);
     }
+    buf[6] = FRAME_FLAG_SHM;
     ck_assert_int_eq(feed_expect(buf, n, "no ring was agreed"), -EPROTO);
-    buf[6] = 2;
+    buf[6] = FRAME_FLAG_SHARED; /* a shared ring's payload, not said to be in shared memory */
     ck_assert_int_eq(feed_expect(buf, n, "malformed frame prefix (flags 0x0002)"), -EPROTO);
+    buf[6] = 4;
+    ck_assert_int_eq(feed_expect(buf, n, "malformed frame prefix (flags 0x0004)"), -EPROTO);
 }
 END_TEST
 

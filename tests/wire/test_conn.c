@@ -481,6 +481,83 @@ START_TEST(shm_payloads_through_the_ring)
 }
 END_TEST
 
+/* Puts payload k (len bytes) into the shared ring once, running the loop
+ * until the readers have left the room, and sends where it lies to both
+ * server-side connections. */
+static void send_shared(shm_ring *ring, uint64_t k, uint32_t len)
+{
+    uint8_t *p = shm_payload(k, len);
+    uint64_t off, end;
+    bool put = false;
+    for (int i = 0; i < 5000 && !(put = shm_ring_put(ring, p, len, &off, &end)); i++) {
+        uv_run(&loop, UV_RUN_NOWAIT);
+        usleep(1000);
+    }
+    ck_assert_msg(put, "no room in the shared ring for payload %llu", (unsigned long long)k);
+    free(p);
+    Appliance__WeightChunk w = APPLIANCE__WEIGHT_CHUNK__INIT;
+    w.step = k;
+    w.count = len / 4;
+    Appliance__Envelope env = APPLIANCE__ENVELOPE__INIT;
+    env.msg_case = APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK;
+    env.weight_chunk = &w;
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(conn_send_shared(srv_side[i].c, &env, ring, off, end, len), 0);
+}
+
+/* One sender, two readers of its host: payloads put once into a shared
+ * ring reach both intact and in order, among frames through each
+ * connection's own ring; the ring goes round several times (the room is
+ * what the slower reader leaves); a second shared ring (the sender's next
+ * job) replaces the first. */
+START_TEST(shm_shared_ring_to_two_peers)
+{
+    shm_configs(256 * 1024, 256 * 1024);
+    side a = {0}, b = {0};
+    conn *ca = dial(&client_cfg, &a), *cb = dial(&client_cfg, &b);
+    RUN_UNTIL(a.ready == 1 && b.ready == 1 && srv_side[0].ready == 1 && srv_side[1].ready == 1);
+    RUN_UNTIL(srv_side[0].c->shm.tx_on && srv_side[1].c->shm.tx_on);
+    char why[160];
+    shm_ring *ring = shm_ring_create_shared(256 * 1024, why, sizeof(why));
+    ck_assert_msg(ring, "%s", why);
+    Appliance__Envelope env = APPLIANCE__ENVELOPE__INIT;
+    ck_assert_int_eq(conn_send_shared(srv_side[0].c, &env, ring, 0, 100, 100), -EINVAL);
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(conn_offer_shared(srv_side[i].c, ring), 0);
+    ck_assert_int_eq(conn_offer_shared(srv_side[1].c, ring), -ENOTSUP); /* offered already */
+    RUN_UNTIL(conn_shared_ready(srv_side[0].c, ring) && conn_shared_ready(srv_side[1].c, ring));
+    const uint32_t len = 100 * 1024 + 3;
+    for (uint64_t k = 0; k < 10; k++)
+        send_shared(ring, k, len);
+    /* and one through each connection's own ring */
+    uint8_t *own = shm_payload(10, len);
+    for (int i = 0; i < 2; i++)
+        send_chunk(srv_side[i].c, own, len, 10);
+    RUN_UNTIL(a.frames == 11 && b.frames == 11);
+    ck_assert_int_eq(a.good, 11);
+    ck_assert_int_eq(b.good, 11);
+    for (int i = 0; i < 2; i++)
+        ck_assert_uint_eq(srv_side[i].c->shm_out, 11 * (uint64_t)len);
+    ck_assert_uint_eq(ca->shm_in + cb->shm_in, 22 * (uint64_t)len);
+    /* the next job's ring */
+    shm_ring *next = shm_ring_create_shared(256 * 1024, why, sizeof(why));
+    ck_assert_msg(next, "%s", why);
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(conn_offer_shared(srv_side[i].c, next), 0);
+    ck_assert(!conn_shared_ready(srv_side[0].c, ring));
+    RUN_UNTIL(conn_shared_ready(srv_side[0].c, next) && conn_shared_ready(srv_side[1].c, next));
+    send_shared(next, 11, len);
+    RUN_UNTIL(a.frames == 12 && b.frames == 12);
+    ck_assert_int_eq(a.good + b.good, 24);
+    shm_ring_free(ring);
+    shm_ring_free(next); /* the connections hold theirs until they close */
+    conn_close(ca, 0, "done");
+    conn_close(cb, 0, "done");
+    RUN_UNTIL(a.closed == 1 && b.closed == 1 && srv_side[0].closed == 1 && srv_side[1].closed == 1);
+    free(own);
+}
+END_TEST
+
 /* A reader that stops: the ring fills, later payloads take the socket,
  * and all arrive in order once it reads again. */
 START_TEST(shm_full_ring_takes_the_socket)
@@ -968,6 +1045,7 @@ static Suite *suite(void)
     tcase_add_test(t, link_reconnects_with_backoff);
     tcase_add_test(t, shm_payloads_through_the_ring);
     tcase_add_test(t, shm_full_ring_takes_the_socket);
+    tcase_add_test(t, shm_shared_ring_to_two_peers);
     tcase_add_test(t, shm_drain_while_not_reading);
     tcase_add_test(t, shm_puts_bounded_per_turn);
     tcase_add_test(t, shm_copies_bounded_per_turn);

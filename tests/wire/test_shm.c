@@ -3,7 +3,9 @@
  * sender's; payloads of odd sizes around the ring, the tail skipped when
  * one does not fit before the end; the room the receiver frees; the
  * sender's wait and the receiver's wake; and every reference that is not
- * the next payload refused with the reason. */
+ * the next payload refused with the reason. A shared ring: readers
+ * attached at different times, each taking every payload put after it
+ * was attached, the room the slowest leaves, and a slot given back. */
 #include <check.h>
 #include <errno.h>
 #include <stdint.h>
@@ -188,6 +190,101 @@ START_TEST(offers_checked)
 }
 END_TEST
 
+/* A reader of slot `slot` of the shared ring tx. */
+static shm_ring *reader(shm_ring *tx, int slot)
+{
+    char why[160];
+    shm_ring *rx = shm_ring_open_slot((uint32_t)getpid(), shm_ring_fd(tx), shm_ring_map_len(tx),
+                                      shm_ring_token(tx), SHM_TOKEN_LEN, slot, why, sizeof(why));
+    ck_assert_msg(rx, "%s", why);
+    return rx;
+}
+
+START_TEST(shared_ring_readers)
+{
+    char why[160];
+    static uint8_t src[RING], dst[RING];
+    uint64_t off[8], end[8];
+    bool wake;
+    shm_ring *one = shm_ring_create(RING, why, sizeof(why)); /* a connection's: no slots */
+    ck_assert_int_eq(shm_ring_reserve(one), -1);
+    shm_ring_free(one);
+    shm_ring *tx = shm_ring_create_shared(RING, why, sizeof(why));
+    ck_assert_msg(tx, "%s", why);
+    /* no reader yet: a put counts no room held */
+    ck_assert(!shm_ring_has_readers(tx));
+    fill(src, 20000, 0);
+    ck_assert(shm_ring_put(tx, src, 20000, &off[0], &end[0]));
+    ck_assert_uint_eq(shm_ring_used(tx), 0);
+    int a = shm_ring_reserve(tx), b = shm_ring_reserve(tx);
+    ck_assert_int_eq(a, 0);
+    ck_assert_int_eq(b, 1);
+    shm_ring *ra = reader(tx, a), *rb = reader(tx, b);
+    /* a reads from the next put on; b is offered but not attached yet */
+    shm_ring_attach(tx, a);
+    ck_assert(shm_ring_has_readers(tx));
+    fill(src, 20000, 1);
+    ck_assert(shm_ring_put(tx, src, 20000, &off[1], &end[1]));
+    ck_assert_uint_eq(shm_ring_used(tx), 20000);
+    shm_ring_attach(tx, b);
+    fill(src + 20000, 20000, 2);
+    ck_assert(shm_ring_put(tx, src + 20000, 20000, &off[2], &end[2]));
+    ck_assert_uint_eq(shm_ring_used(tx), 40000);
+    /* b's first payload is the one put after it was attached; the one
+     * before is not its to take */
+    ck_assert_int_eq(shm_ring_take(rb, off[1], end[1], dst, 20000, &wake, why, sizeof(why)),
+                     -EPROTO);
+    ck_assert_int_eq(shm_ring_take(rb, off[2], end[2], dst, 20000, &wake, why, sizeof(why)), 0);
+    ck_assert(!wake);
+    ck_assert(memcmp(dst, src + 20000, 20000) == 0);
+    /* a is the slowest: the room is what it leaves */
+    ck_assert_uint_eq(shm_ring_used(tx), 40000);
+    ck_assert(!shm_ring_put(tx, src, 30000, &off[3], &end[3]));
+    ck_assert_int_eq(shm_ring_take(ra, off[1], end[1], dst, 20000, &wake, why, sizeof(why)), 0);
+    ck_assert(memcmp(dst, src, 20000) == 0);
+    ck_assert_uint_eq(shm_ring_used(tx), 20000);
+    ck_assert_int_eq(shm_ring_take(ra, off[2], end[2], dst, 20000, &wake, why, sizeof(why)), 0);
+    ck_assert_uint_eq(shm_ring_used(tx), 0);
+    /* both take every payload, around the ring */
+    for (unsigned k = 0; k < 12; k++) {
+        size_t len = 15000 + k * 1111u;
+        fill(src, len, 10 + k);
+        ck_assert(shm_ring_put(tx, src, len, &off[4], &end[4]));
+        shm_ring *r[2] = {ra, rb};
+        for (int i = 0; i < 2; i++) {
+            memset(dst, 0, len);
+            ck_assert_int_eq(shm_ring_take(r[i], off[4], end[4], dst, len, &wake, why,
+                                           sizeof(why)), 0);
+            ck_assert_msg(memcmp(dst, src, len) == 0, "payload %u, reader %d", k, i);
+        }
+    }
+    ck_assert_uint_gt(end[4], 2 * RING);
+    /* a gone: its slot counts no more, and is the next one reserved */
+    fill(src, 30000, 30);
+    ck_assert(shm_ring_put(tx, src, 30000, &off[5], &end[5]));
+    shm_ring_release(tx, a);
+    ck_assert_int_eq(shm_ring_take(rb, off[5], end[5], dst, 30000, &wake, why, sizeof(why)), 0);
+    ck_assert_uint_eq(shm_ring_used(tx), 0);
+    ck_assert_int_eq(shm_ring_reserve(tx), a);
+    /* every slot held: none left */
+    int held = 2; /* a and b */
+    while (shm_ring_reserve(tx) >= 0)
+        held++;
+    ck_assert_int_eq(held, SHM_READERS);
+    ck_assert_ptr_null(shm_ring_open_slot((uint32_t)getpid(), shm_ring_fd(tx),
+                                          shm_ring_map_len(tx), shm_ring_token(tx), SHM_TOKEN_LEN,
+                                          SHM_READERS, why, sizeof(why)));
+    ck_assert_msg(strstr(why, "reader slot"), "%s", why);
+    /* references keep it mapped */
+    shm_ring *again = shm_ring_ref(tx);
+    shm_ring_free(tx);
+    ck_assert_uint_eq(shm_ring_size(again), RING);
+    shm_ring_free(again);
+    shm_ring_free(ra);
+    shm_ring_free(rb);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("shm");
@@ -197,6 +294,7 @@ int main(void)
     tcase_add_test(t, skips_and_rewinds);
     tcase_add_test(t, references_checked);
     tcase_add_test(t, offers_checked);
+    tcase_add_test(t, shared_ring_readers);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

@@ -24,6 +24,15 @@
 # t1 is one replica as the appliance runs it: memoryx streams to it
 # directly, with no swarmx.
 #
+# Where this user may (CAP_SYS_NICE or RLIMIT_RTPRIO), memoryx and swarmx
+# run under SCHED_FIFO (appliance-up --fabric-realtime, the daemons'
+# --realtime 1), at every N, 1 included: on these 2 cores the fabric
+# shares the cores with N simulated replicas and their N workers, which on
+# a cluster run on hosts of their own, and each of its hops would otherwise
+# wait its turn behind them (64 replicas: 0.157 to 0.163 s a step at the
+# default priority, 0.153 to 0.154 s under SCHED_FIFO; one replica, 0.143
+# s either way). SCALE_REALTIME=0 measures without it.
+#
 # Needs about 3 open files per daemon in the coordinator (ulimit -n of
 # 1024 or more: appliance-up raises the coordinator's connection limits),
 # a heartbeat timeout of 10 s (300 daemons starting on 2 cores: 143 s), and
@@ -90,6 +99,14 @@ print(bits, us)' "$link"); then
 fi
 
 bench_host_line
+fabric_up=() fabric_rt=()
+if [ "${SCALE_REALTIME:-1}" != 0 ] && chrt -f 1 true 2>/dev/null; then
+  fabric_up=(--fabric-realtime) fabric_rt=(--realtime 1)
+  echo "scale: memoryx and swarmx under SCHED_FIFO at priority 1 (--fabric-realtime)"
+else
+  echo "scale: memoryx and swarmx at the default priority" \
+       "($([ "${SCALE_REALTIME:-1}" = 0 ] && echo SCALE_REALTIME=0 || echo "SCHED_FIFO not permitted to this user"))"
+fi
 need_fds=$((3 * (1 + 1 + 2 * 128 + 64) + 64))
 if [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt "$need_fds" ]; then
   ulimit -n "$need_fds" 2>/dev/null || { echo "SKIP: scale: ulimit -n is $(ulimit -n), the coordinator needs about $need_fds"; exit 0; }
@@ -222,8 +239,11 @@ if [ "$hosts" -gt 0 ]; then
     d core coordinator "$coord" coordinator/coordinator --state-dir "$work/ns/coordinator" \
       --heartbeat-timeout-ms 10000 --max-connections-per-address $((2 * n + 64)) \
       --max-connections $((3 * n + 1024))
-    d core memoryx-1 "$net.1:7100" memoryx/memoryx --coordinator "$coord" --state-dir "$work/ns/memoryx"
-    for i in $(seq 1 "$nsw"); do d core "swarmx-$i" "$net.1:$((7200 + i))" swarmx/swarmx --coordinator "$coord"; done
+    d core memoryx-1 "$net.1:7100" memoryx/memoryx --coordinator "$coord" --state-dir "$work/ns/memoryx" \
+      "${fabric_rt[@]}"
+    for i in $(seq 1 "$nsw"); do
+      d core "swarmx-$i" "$net.1:$((7200 + i))" swarmx/swarmx --coordinator "$coord" "${fabric_rt[@]}"
+    done
     for i in $(seq 1 "$n"); do
       d input "worker-$i" "$net.2:$((7300 + i))" worker/worker --coordinator "$coord" --threads 1 --nice 10
     done
@@ -277,7 +297,7 @@ t1=""
 for n in 1 $counts; do
   read -r nsw levels < <(swarm_nodes "$n")
   start=$SECONDS
-  up "$n" --simulate-compute "measured:$work/table"
+  up "$n" --simulate-compute "measured:$work/table" "${fabric_up[@]}"
   started=$((SECONDS - start))
   t=$(train "$n" "$steps")
   tree=$(grep -h "tree node [0-9]*, [a-z]*, [0-9]* children" "$logs"/swarmx-*.log 2>/dev/null |

@@ -55,6 +55,7 @@ typedef struct node_options {
     bool no_shm;               /* --no-shm: none offered, none taken */
     uint32_t nice;             /* --nice: a lower CPU priority (1 to 19), 0: unchanged */
     bool niced_group;          /* the session's autogroup took it too */
+    uint32_t realtime;         /* --realtime: SCHED_FIFO at this priority (1 to 99), 0: no */
 } node_options;
 
 #define NODE_DEFAULT_MAX_CONNECTIONS 1024u

@@ -47,6 +47,12 @@ acc=$(echo "$out" | field eval_accuracy)
 "$py" -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 0.94 else 1)" "$acc" ||
   fail "bfloat16: test accuracy $acc below 0.94"
 echo "ok: FC-MNIST in Weight Streaming with bfloat16 on the wire: test accuracy $acc"
+# What went down to the wse-nodes of this host (weights, Pipelined's
+# reduced gradients) went through swarmx's shared ring, copied once
+grep -ho "([0-9]* bytes through the shared ring)" "$run"/logs/swarmx-*.log | tr -dc '0-9\n' |
+  awk '$1 > 0 {n++} END {exit n ? 0 : 1}' ||
+  fail "no job sent anything down through swarmx's shared ring: $(grep -h "released after" "$run"/logs/swarmx-*.log | head -n 3)"
+echo "ok: swarmx sent the jobs' payloads down through its shared ring: $(grep -ho "[0-9]* bytes through the shared ring" "$run"/logs/swarmx-*.log | tr '\n' ';')"
 if [ -n "${APPLIANCE_TEST_LIGHT:-}" ]; then echo "1 passed, 0 failed"; exit 0; fi
 for r in 1 2 4; do # the same 100 steps with SGD and momentum
   sed -e "s/^num_csx = .*/num_csx = $r/" -e "s|^model_dir = .*|model_dir = \"$work/s$r\"|" \

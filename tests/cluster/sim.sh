@@ -79,6 +79,12 @@ PY
       "$(sed -n 's/.* nice \(-\{0,1\}[0-9]*\)$/\1/p' "/proc/$p/autogroup" 2>/dev/null || true)"
   done > "$work/$tag.nice"
   grep -h "running at nice" "$run"/logs/worker-*.log > "$work/$tag.nicelog" || true
+  # the daemons under SCHED_FIFO (--fabric-realtime): "NAME POLICY" from the
+  # kernel, and what their logs say
+  for f in "$run"/pids/*.pid; do
+    echo "$(basename "$f" .pid) $(chrt -p "$(cat "$f")" 2>/dev/null | sed -n 's/.*policy: //p')"
+  done > "$work/$tag.policy"
+  grep -l "running under SCHED_FIFO at real-time priority 1" "$run"/logs/*.log > "$work/$tag.rtlog" || true
   "$src/deploy/local/appliance-down" --dir "$run" --quiet >/dev/null
   ! grep -l "runtime error\|AddressSanitizer\|LeakSanitizer" "$run"/logs/*.log >/dev/null ||
     fail "$tag: a sanitizer report in $(grep -l "runtime error\|AddressSanitizer\|LeakSanitizer" "$run"/logs/*.log | tr '\n' ' ')"
@@ -88,7 +94,11 @@ run_job real
 # simulated, on a host said to have 512 MiB: the wse-nodes' 1 GiB of wafer
 # memory each is no warning (a simulated one fills no wafer), and the job's
 # members fit (4 x 133 MiB would not: the real plan would be cut to a share)
-run_job sim --simulate-compute 0.01 --host-memory 512M --wafer-memory 1G
+# memoryx and swarmx under SCHED_FIFO where this user may (root, or an
+# RLIMIT_RTPRIO): the fabric first, as on hosts of its own
+rt=()
+! chrt -f 1 true 2>/dev/null || rt=(--fabric-realtime)
+run_job sim --simulate-compute 0.01 --host-memory 512M --wafer-memory 1G "${rt[@]}"
 
 [ ! -s "$work/real.sim" ] || fail "the real run says it simulated: $(head -n 1 "$work/real.sim")"
 # With simulated replicas appliance-up runs the input workers at nice 10
@@ -102,6 +112,29 @@ awk '{w = $1 ~ /^worker-/; want = w ? 10 : 0; ok = $2 == want && ($3 == "" || $3
   fail "the simulated run's workers are not at nice 10 alone: $(tr '\n' ';' < "$work/sim.nice")"
 [ "$(grep -c 'running at nice 10' "$work/sim.nicelog")" = 4 ] && [ ! -s "$work/real.nicelog" ] ||
   fail "the workers' logs do not say their nice: $(cat "$work/sim.nicelog" "$work/real.nicelog")"
+if [ ${#rt[@]} -gt 0 ]; then
+  awk '{fifo = $1 ~ /^(memoryx|swarmx)-/; ok = ($2 == "SCHED_FIFO") == fifo} !ok {print; bad = 1}
+       END {exit bad || NR < 9}' "$work/sim.policy" ||
+    fail "--fabric-realtime: not memoryx and swarmx alone under SCHED_FIFO: $(tr '\n' ';' < "$work/sim.policy")"
+  [ "$(grep -c . "$work/sim.rtlog")" = "$(grep -c '^\(memoryx\|swarmx\)-' "$work/sim.policy")" ] ||
+    fail "--fabric-realtime: the logs saying SCHED_FIFO: $(tr '\n' ' ' < "$work/sim.rtlog")"
+  ! grep -q SCHED_FIFO "$work/real.policy" && [ ! -s "$work/real.rtlog" ] ||
+    fail "a daemon of the real run under SCHED_FIFO: $(tr '\n' ';' < "$work/real.policy")"
+  echo "ok: --fabric-realtime: memoryx and the swarmx nodes under SCHED_FIFO (and say so), no other daemon"
+  # a user who may not is refused before anything starts, with what is missing
+  if command -v setpriv >/dev/null && id nobody >/dev/null 2>&1; then
+    mkdir -p "$work/nobody" && chmod 777 "$work/nobody"
+    out=$(setpriv --reuid=nobody --regid="$(id -g nobody)" --clear-groups \
+          "$src/deploy/local/appliance-up" --replicas 1 --dir "$work/nobody/run" --build "$build" \
+          --fabric-realtime 2>&1) && fail "--fabric-realtime as nobody started: $out"
+    echo "$out" | grep -q "may not run processes under SCHED_FIFO (it needs CAP_SYS_NICE, or an RLIMIT_RTPRIO of 1 or more" ||
+      fail "--fabric-realtime as nobody: $out"
+    [ ! -e "$work/nobody/run/pids" ] || fail "--fabric-realtime as nobody: something started: $(ls "$work/nobody/run/pids")"
+    echo "ok: --fabric-realtime refused to a user without the real-time policy: $out"
+  fi
+else
+  echo "SKIP: --fabric-realtime (this user may not use SCHED_FIFO)"
+fi
 echo "ok: with simulated replicas the 4 input workers run at nice 10 ($(awk '$1 == "worker-1" {print ($3 == "" ? "no autogroup" : "autogroup nice " $3)}' "$work/sim.nice")), every other daemon at 0"
 [ "$(grep -c 'simulated compute: no activation\|the executor.s [0-9]* bytes .* are not allocated' "$work/sim.sim")" = 4 ] ||
   fail "not every wse-node simulated: $(cat "$work/sim.sim")"

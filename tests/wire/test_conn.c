@@ -161,14 +161,23 @@ static conn *dial(const conn_config *cfg, side *s)
     return conn_connect(&loop, host, port, cfg, &ops, s);
 }
 
+/* A weight chunk of step `step` and len bytes: *env, pointing at *w. */
+static void chunk_env(Appliance__Envelope *env, Appliance__WeightChunk *w, uint32_t len,
+                      uint64_t step)
+{
+    appliance__weight_chunk__init(w);
+    w->step = step;
+    w->count = len / 4;
+    appliance__envelope__init(env);
+    env->msg_case = APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK;
+    env->weight_chunk = w;
+}
+
 static void send_chunk(conn *c, const uint8_t *payload, uint32_t len, uint64_t step)
 {
-    Appliance__WeightChunk w = APPLIANCE__WEIGHT_CHUNK__INIT;
-    w.step = step;
-    w.count = len / 4;
-    Appliance__Envelope env = APPLIANCE__ENVELOPE__INIT;
-    env.msg_case = APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK;
-    env.weight_chunk = &w;
+    Appliance__WeightChunk w;
+    Appliance__Envelope env;
+    chunk_env(&env, &w, len, step);
     ck_assert_int_eq(conn_send(c, &env, payload, len, NULL, NULL), 0);
 }
 
@@ -495,12 +504,9 @@ static void send_shared(shm_ring *ring, uint64_t k, uint32_t len)
     }
     ck_assert_msg(put, "no room in the shared ring for payload %llu", (unsigned long long)k);
     free(p);
-    Appliance__WeightChunk w = APPLIANCE__WEIGHT_CHUNK__INIT;
-    w.step = k;
-    w.count = len / 4;
-    Appliance__Envelope env = APPLIANCE__ENVELOPE__INIT;
-    env.msg_case = APPLIANCE__ENVELOPE__MSG_WEIGHT_CHUNK;
-    env.weight_chunk = &w;
+    Appliance__WeightChunk w;
+    Appliance__Envelope env;
+    chunk_env(&env, &w, len, k);
     for (int i = 0; i < 2; i++)
         ck_assert_int_eq(conn_send_shared(srv_side[i].c, &env, ring, off, end, len), 0);
 }

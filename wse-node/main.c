@@ -73,6 +73,15 @@ int main(int argc, char **argv)
     if (w.sim.mode != SIM_OFF)
         log_info("simulated compute: %s; the kernels do not run and no activation is allocated",
                  sim_config_describe(&w.sim, err, sizeof(err)));
+    if (w.opt.spill_dir[0]) {
+        /* given, it must take a spill file now, not at a job's first step */
+        char room[32];
+        if (wn_spill_dir_check(w.opt.spill_dir, room, sizeof(room), err, sizeof(err)) < 0) {
+            fprintf(stderr, "wse-node: --spill-dir %s\n", err);
+            return 2;
+        }
+        log_info("spill directory %s: %s free", w.opt.spill_dir, room);
+    }
     uint64_t host = n.opt.host_memory; /* --host-memory, or what this host (its cgroup) has */
     char a[32], b[32];
     if (!w.opt.wafer_memory && w.opt.wafer_share[0]) {

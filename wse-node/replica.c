@@ -25,6 +25,7 @@
 #include "plan.h"
 #include "sample.h"
 #include "sparse.h"
+#include "units.h"
 
 
 static int wn__spill_open(wn_job *j, char *err, size_t errlen);
@@ -399,6 +400,22 @@ static void wn__job_allocated(void *arg)
     else
         log_info("job %s: replica %u of %zu, %u samples per step, %zu worker(s)", j->id,
                  j->replica, p->n_replicas, j->batch, j->nfeeds);
+}
+
+int wn_spill_dir_check(const char *dir, char *room, size_t roomlen, char *err, size_t errlen)
+{
+    int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    struct statvfs vs;
+    if (fd < 0 || fstatvfs(fd, &vs) < 0) {
+        int e = errno;
+        snprintf(err, errlen, "%.160s: cannot make an unnamed file there: %s", dir, strerror(e));
+        if (fd >= 0)
+            close(fd);
+        return -e;
+    }
+    close(fd);
+    units_format_size((uint64_t)vs.f_bavail * vs.f_frsize, room, roomlen);
+    return 0;
 }
 
 /* The executor's spill file (model.spill_packed): unnamed, in --spill-dir,

@@ -15,3 +15,8 @@
  * w->jobs. */
 void wse_node_role(node_role *role, wse_node *w, node *n);
 
+/* --spill-dir: whether dir takes an unnamed file (the spill file of a job
+ * that needs one); 0 with its free room formatted in room, or a negative
+ * errno with err naming the directory and the reason. */
+int wn_spill_dir_check(const char *dir, char *room, size_t roomlen, char *err, size_t errlen);
+

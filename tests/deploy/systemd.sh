@@ -154,6 +154,13 @@ while :; do
   sleep 0.5
 done
 step "ok: all ${#units[@]} units active (registered)"
+# each wse-node's spill directory: its own cache directory, made by systemd
+for i in 1 2; do
+  inside journalctl -q -u "appliance-wse-node@$i.service" --no-pager |
+    grep -q "spill directory /var/cache/appliance/wse-node-$i: .* free" ||
+    fail "wse-node-$i has no spill directory in /var/cache/appliance: $(inside journalctl -q -u "appliance-wse-node@$i.service" --no-pager | grep -i spill | tail -n 2)"
+done
+step "ok: the wse-nodes spill, where a plan needs it, to /var/cache/appliance/wse-node-N"
 submit_env=(APPLIANCE_COORDINATOR=127.0.0.1:7070 APPLIANCE_SECRET_FILE=/etc/appliance/secret)
 cluster=$(inside env "${submit_env[@]}" appliance-submit --cluster --json) || fail "appliance-submit --cluster: $cluster"
 "$py" - "$cluster" <<'PY' || fail "members not all alive: $cluster"

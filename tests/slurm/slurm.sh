@@ -228,6 +228,10 @@ done
 [ -z "$rest" ] || fail "left running after the allocation ended: $rest"
 [ "$(stat -c %a "$work/run-two/secret")" = 600 ] || fail "the job's secret is not mode 0600"
 echo "ok: node n4 lost mid-job: the job went on with 2 of 3 replicas and ended done; the Slurm job COMPLETED, exit 0, nothing left ($((SECONDS - t1)) s)"
+# each wse-node had a spill directory on its own node (the script's default, /tmp)
+n=$(grep -l "spill directory /tmp: .* free" "$work/run-two/logs"/wse-node-*.log 2>/dev/null | wc -l)
+[ "$n" = 3 ] || fail "$n of 3 wse-nodes said they spill to /tmp: $(grep -h "spill" "$work/run-two/logs"/wse-node-*.log | head -n 3)"
+echo "ok: the 3 wse-nodes spill, where a plan needs it, to /tmp on their own nodes"
 
 # 5. Inside salloc (the script run by hand on the controller's host, the
 # daemons on the allocation's nodes), a node lost during start-up: n4 is

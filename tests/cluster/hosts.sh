@@ -109,3 +109,14 @@ assert len(doc["warnings"]) == 1 and "declare 5.0 GiB" in doc["warnings"][0], do
 ' || fail "the wse-node elsewhere changed this host's count: $("$submit" --cluster)"
 grep -q "the coordinator warns" "$work/elsewhere.log" && fail "wse-node-elsewhere was warned"
 echo "ok: a wse-node with another --host-id is counted on its own host"
+
+# A spill directory given that cannot take a spill file: refused at start,
+# naming it, before the wse-node joins anything
+for d in "$work/no-such-dir" "$work/unet.toml"; do
+  st=0
+  out=$("$build/wse-node/wse-node" --name wse-node-nospill --coordinator "$APPLIANCE_COORDINATOR" \
+        --secret-file "$APPLIANCE_SECRET_FILE" --spill-dir "$d" 2>&1) || st=$?
+  [ "$st" = 2 ] && echo "$out" | has "wse-node: --spill-dir $d: cannot make an unnamed file there: " ||
+    fail "a wse-node with --spill-dir $d: exit $st: $out"
+done
+echo "ok: a --spill-dir that takes no file is refused at start: $(echo "$out" | tail -n 1)"

@@ -136,14 +136,22 @@ static int swx__expect(node *n, swx_job *j, const Appliance__WeightChunk *w, con
 
 /* Sends b to child k (what it is, for messages), without a copy: the child
  * holds a reference until its write is done, and the bytes count as
- * pending down until then. A child not connected is skipped (its loss
- * ends the job). Returns 0, or < 0 after failing the job. */
+ * pending down until then; or, where shared (b's place in the job's shared
+ * ring: offset, end) and the child reads that ring, only where b lies. A
+ * child not connected is skipped (its loss ends the job). Returns 0, or
+ * < 0 after failing the job. */
 static int swx__send_child(node *n, swx_job *j, swx_child *k, const Appliance__Envelope *env,
-                           swx_buf *b, const char *what)
+                           swx_buf *b, const uint64_t *shared, const char *what)
 {
     conn *c = k->c;
     if (!c)
         return 0;
+    if (shared && conn_shared_ready(c, j->shared)) {
+        int rc = conn_send_shared(c, env, j->shared, shared[0], shared[1], b->len);
+        if (rc < 0)
+            swx__fault(n, j, "cannot forward %s to %s: %s", what, c->peer_addr, strerror(-rc));
+        return rc;
+    }
     swx_send *s = malloc(sizeof(*s));
     if (!s) {
         swx__abort(n, j, "out of memory forwarding %s", what);
@@ -189,22 +197,13 @@ static void swx__send_down(node *n, swx_job *j, conn *from, const Appliance__Env
     }
     /* the children that read the shared ring get where b lies in it,
      * copied there once; the others, b itself */
-    uint64_t off, end;
-    bool shared = swx__put_shared(j, b, &off, &end);
+    uint64_t ref[2];
+    bool shared = swx__put_shared(j, b, &ref[0], &ref[1]);
     if (shared)
         j->shared_bytes += b->len;
-    for (size_t i = 0; i < j->nkids; i++) {
-        conn *c = j->kids[i].c;
-        if (shared && c && conn_shared_ready(c, j->shared)) {
-            int rc = conn_send_shared(c, env, j->shared, off, end, b->len);
-            if (rc < 0) {
-                swx__fault(n, j, "cannot forward weights to %s: %s", c->peer_addr, strerror(-rc));
-                return;
-            }
-        } else if (swx__send_child(n, j, &j->kids[i], env, b, "weights") < 0) {
+    for (size_t i = 0; i < j->nkids; i++)
+        if (swx__send_child(n, j, &j->kids[i], env, b, shared ? ref : NULL, "weights") < 0)
             return;
-        }
-    }
     j->chunks_down++;
     swx_of(n)->chunks_down++;
     if (from && j->pending_down > SWX_DOWN_MAX)
@@ -448,7 +447,7 @@ static void swx__coll_down(node *n, swx_job *j, conn *from, const Appliance__Env
 {
     for (size_t i = 0; i < j->nkids; i++)
         if (swx_colls_in_scope(&j->colls, i, scope) &&
-            swx__send_child(n, j, &j->kids[i], env, b, "a collective total") < 0)
+            swx__send_child(n, j, &j->kids[i], env, b, NULL, "a collective total") < 0)
             return;
     if (from && j->pending_down > SWX_DOWN_MAX)
         conn_pause(from);

@@ -66,6 +66,24 @@ void conn_shm_init(conn_shm *s, const conn_shm_ops *ops, void *ctx, uv_tcp_t *tc
 }
 
 /* Offers the peer a ring for our large payloads, where it is on this host. */
+/* Sends the peer the offer of ring (ShmOffer): our own, or (slot >= 0) a
+ * slot of a shared one. 0, or the send's negative code. */
+static int conn_shm__offer(conn_shm *s, const struct shm_ring *ring, int slot)
+{
+    Appliance__ShmOffer o = APPLIANCE__SHM_OFFER__INIT;
+    o.pid = (uint32_t)getpid();
+    o.fd = shm_ring_fd(ring);
+    o.size = shm_ring_map_len(ring);
+    o.token.data = (uint8_t *)(uintptr_t)shm_ring_token(ring);
+    o.token.len = SHM_TOKEN_LEN;
+    o.shared = slot >= 0;
+    o.slot = slot >= 0 ? (uint32_t)slot : 0;
+    Appliance__Envelope env = APPLIANCE__ENVELOPE__INIT;
+    env.msg_case = APPLIANCE__ENVELOPE__MSG_SHM_OFFER;
+    env.shm_offer = &o;
+    return s->ops->send(s->ctx, &env);
+}
+
 void conn_shm_ready(conn_shm *s, Appliance__Role peer_role, const char *peer_name)
 {
     s->peer_role = peer_role;
@@ -78,16 +96,7 @@ void conn_shm_ready(conn_shm *s, Appliance__Role peer_role, const char *peer_nam
         log_warn("%s: payloads go over the socket: no shared-memory ring (%s)", s->peer_name, why);
         return;
     }
-    Appliance__ShmOffer o = APPLIANCE__SHM_OFFER__INIT;
-    o.pid = (uint32_t)getpid();
-    o.fd = shm_ring_fd(s->tx);
-    o.size = shm_ring_map_len(s->tx);
-    o.token.data = (uint8_t *)(uintptr_t)shm_ring_token(s->tx);
-    o.token.len = SHM_TOKEN_LEN;
-    Appliance__Envelope env = APPLIANCE__ENVELOPE__INIT;
-    env.msg_case = APPLIANCE__ENVELOPE__MSG_SHM_OFFER;
-    env.shm_offer = &o;
-    if (s->ops->send(s->ctx, &env) < 0) {
+    if (conn_shm__offer(s, s->tx, -1) < 0) {
         shm_ring_free(s->tx);
         s->tx = NULL;
     }
@@ -225,18 +234,7 @@ int conn_shm_offer_shared(conn_shm *s, struct shm_ring *ring)
     int slot = shm_ring_reserve(ring);
     if (slot < 0)
         return -ENOSPC;
-    Appliance__ShmOffer o = APPLIANCE__SHM_OFFER__INIT;
-    o.pid = (uint32_t)getpid();
-    o.fd = shm_ring_fd(ring);
-    o.size = shm_ring_map_len(ring);
-    o.token.data = (uint8_t *)(uintptr_t)shm_ring_token(ring);
-    o.token.len = SHM_TOKEN_LEN;
-    o.shared = true;
-    o.slot = (uint32_t)slot;
-    Appliance__Envelope env = APPLIANCE__ENVELOPE__INIT;
-    env.msg_case = APPLIANCE__ENVELOPE__MSG_SHM_OFFER;
-    env.shm_offer = &o;
-    int rc = s->ops->send(s->ctx, &env);
+    int rc = conn_shm__offer(s, ring, slot);
     if (rc < 0) {
         shm_ring_release(ring, slot);
         return rc;

@@ -25,6 +25,10 @@ typedef struct shm_header {
     } slot[SHM_READERS];
 } shm_header;
 
+_Static_assert(sizeof(shm_header) <= SHM_HEADER_LEN, "the header fits its page");
+_Static_assert(SHM_READERS <= 64, "the slots in use are bits of a word");
+_Static_assert(SHM_TOKEN_LEN == AUTH_NONCE_LEN, "the token is a nonce");
+
 struct shm_ring {
     uint8_t *map;
     size_t map_len;
